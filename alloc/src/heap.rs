@@ -1,0 +1,1035 @@
+//! The block allocator. Every byte of its state lives inside the arena it manages.
+//!
+//! # Layout of an arena
+//!
+//! ```text
+//! offset 0            PAGE_SIZE                      data_offset
+//! | Header (1 page)   | Desc table: 32 bytes per data page | data pages ...               |
+//!                     |<- written up to `top` ->|           |<- [0, top) in use ->|
+//! ```
+//!
+//! The data region is managed in 4 KiB pages. Pages `[0, top)` are the arena's *extent*: each
+//! belongs to exactly one *run* (free, one large block, or a small-block span). Pages at or above
+//! `top` hold nothing; their descriptors and contents are stale and never read.
+//!
+//! Invariants (checked by [`Heap::verify`]):
+//! - The descriptors of the first and last page of every run are accurate. Interior descriptors
+//!   of free and large runs are stale; every page of a span carries `SmallInner` back to its head.
+//! - Free runs are maximal: no two free runs are adjacent, and no free run ends at `top` (it is
+//!   returned to the wilderness instead). So `top` only grows when nothing free fits.
+//! - A span is in its class's partial list iff it has a free block.
+//! - Pages are zeroed as they enter the extent, so the extent's bytes depend only on the
+//!   operations that produced it, never on leftovers above `top`.
+//!
+//! Blocks carry no header: Lua passes the old size on free and realloc, and the descriptor of
+//! the block's page says which class or run it belongs to, so the size passed is only used for
+//! the caller-visible byte count. All links are page or block indices, never pointers, so the
+//! map stays valid however the arena's bytes are copied back.
+
+use crate::error::CorruptionError;
+use crate::mapping::PAGE_SIZE;
+use std::ptr;
+
+/// Alignment and size granularity of every block.
+pub const GRAIN: usize = 16;
+/// The largest request served from a size class; larger ones get a run of whole pages.
+pub const MAX_SMALL: usize = 32 * 1024;
+const NIL: u32 = u32::MAX;
+const MAGIC: u64 = u64::from_le_bytes(*b"LSNARENA");
+const VERSION: u32 = 1;
+const DESC_SIZE: usize = 32;
+/// Number of small size classes.
+pub const NCLASSES: usize = 16 + 7 * 4;
+const NBINS: usize = 59;
+
+/// Block size of each class: 16..=256 in steps of 16, then four classes per doubling up to 32 KiB.
+pub const CLASS_SIZES: [u32; NCLASSES] = class_sizes();
+/// Pages per span for each class, chosen to keep the unusable tail of a span small.
+const SPAN_PAGES: [u32; NCLASSES] = span_pages();
+
+const fn class_sizes() -> [u32; NCLASSES] {
+    let mut out = [0u32; NCLASSES];
+    let mut i = 0;
+    while i < 16 {
+        out[i] = ((i + 1) * 16) as u32;
+        i += 1;
+    }
+    let mut k = 8;
+    while k <= 14 {
+        let mut sub = 0;
+        while sub < 4 {
+            out[16 + (k - 8) * 4 + sub] = ((1usize << k) + (sub + 1) * (1usize << (k - 2))) as u32;
+            sub += 1;
+        }
+        k += 1;
+    }
+    out
+}
+
+const fn span_pages() -> [u32; NCLASSES] {
+    let sizes = class_sizes();
+    let mut out = [0u32; NCLASSES];
+    let mut c = 0;
+    while c < NCLASSES {
+        let size = sizes[c] as usize;
+        // At least 16 KiB and at least four blocks; then the page count up to twice that which
+        // wastes the smallest fraction at the end of the span.
+        let min_bytes = if size * 4 > 16384 { size * 4 } else { 16384 };
+        let min_pages = min_bytes.div_ceil(PAGE_SIZE);
+        let mut best = min_pages;
+        let mut best_waste_ppm = usize::MAX;
+        let mut p = min_pages;
+        while p <= min_pages * 2 {
+            let bytes = p * PAGE_SIZE;
+            let waste_ppm = (bytes % size) * 1_000_000 / bytes;
+            if waste_ppm < best_waste_ppm {
+                best_waste_ppm = waste_ppm;
+                best = p;
+            }
+            p += 1;
+        }
+        out[c] = best as u32;
+        c += 1;
+    }
+    out
+}
+
+/// The size class serving a request of `size` bytes (`1..=MAX_SMALL`).
+pub fn class_of(size: usize) -> usize {
+    debug_assert!((1..=MAX_SMALL).contains(&size));
+    if size <= 256 {
+        size.div_ceil(GRAIN) - 1
+    } else {
+        let v = size - 1;
+        let k = (usize::BITS - 1 - v.leading_zeros()) as usize;
+        let sub = (v >> (k - 2)) & 3;
+        16 + (k - 8) * 4 + sub
+    }
+}
+
+fn blocks_per_span(class: usize) -> u32 {
+    (SPAN_PAGES[class] as usize * PAGE_SIZE / CLASS_SIZES[class] as usize) as u32
+}
+
+fn bin_of(pages: u32) -> usize {
+    debug_assert!(pages >= 1);
+    if pages <= 32 {
+        pages as usize - 1
+    } else {
+        32 + (31 - pages.leading_zeros() as usize) - 5
+    }
+}
+
+/// Where the header, the descriptor table and the data pages sit in an arena of a given size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Layout {
+    /// Data pages available.
+    pub max_pages: u32,
+    /// Byte offset of the first data page.
+    pub data_offset: usize,
+}
+
+impl Layout {
+    /// Lays out an arena of `capacity` bytes (a multiple of the page size). `None` if too small.
+    pub fn for_capacity(capacity: usize) -> Option<Layout> {
+        let usable = capacity.checked_sub(PAGE_SIZE)?;
+        let mut max_pages = usable / (PAGE_SIZE + DESC_SIZE);
+        max_pages = max_pages.min(NIL as usize - 1);
+        loop {
+            let data_offset = PAGE_SIZE + (max_pages * DESC_SIZE).next_multiple_of(PAGE_SIZE);
+            if data_offset + max_pages * PAGE_SIZE <= capacity {
+                if max_pages == 0 {
+                    return None;
+                }
+                return Some(Layout {
+                    max_pages: max_pages as u32,
+                    data_offset,
+                });
+            }
+            max_pages -= 1;
+        }
+    }
+}
+
+#[repr(u8)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// Never part of a run (only seen on stale descriptors).
+    Unused = 0,
+    /// First page of a free run; `len` = pages.
+    FreeHead = 1,
+    /// Last page of a free run longer than one page; `len` = head page.
+    FreeTail = 2,
+    /// First page of a large block; `len` = pages.
+    Large = 3,
+    /// Last page of a large block longer than one page; `len` = head page.
+    LargeTail = 4,
+    /// First page of a small-block span; `len` = pages.
+    SmallHead = 5,
+    /// Any other page of a span; `len` = head page.
+    SmallInner = 6,
+}
+
+/// One descriptor per data page. Fields other than `kind` and `len` are used by heads only.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+struct Desc {
+    kind: u8,
+    class: u8,
+    _pad: u16,
+    len: u32,
+    prev: u32,
+    next: u32,
+    /// Span: blocks handed out.
+    live: u32,
+    /// Span: first free block index, or NIL. A free block stores the next index in its first 4 bytes.
+    free: u32,
+    /// Span: blocks `[0, bump)` have been handed out at least once since the span was (re)set.
+    bump: u32,
+    _reserved: u32,
+}
+
+const _: () = assert!(std::mem::size_of::<Desc>() == DESC_SIZE);
+
+impl Desc {
+    fn new(kind: Kind, len: u32) -> Desc {
+        Desc {
+            kind: kind as u8,
+            class: 0,
+            _pad: 0,
+            len,
+            prev: NIL,
+            next: NIL,
+            live: 0,
+            free: NIL,
+            bump: 0,
+            _reserved: 0,
+        }
+    }
+
+    fn kind(&self) -> Kind {
+        match self.kind {
+            1 => Kind::FreeHead,
+            2 => Kind::FreeTail,
+            3 => Kind::Large,
+            4 => Kind::LargeTail,
+            5 => Kind::SmallHead,
+            6 => Kind::SmallInner,
+            _ => Kind::Unused,
+        }
+    }
+}
+
+/// The allocator's header at offset 0 of the arena.
+#[repr(C)]
+#[derive(Debug)]
+pub struct Header {
+    magic: u64,
+    version: u32,
+    _pad: u32,
+    capacity: u64,
+    data_offset: u64,
+    max_pages: u32,
+    limit_pages: u32,
+    top: u32,
+    peak_top: u32,
+    requested: u64,
+    allocated: u64,
+    live_blocks: u64,
+    failures: u64,
+    bin_map: u64,
+    partial: [u32; NCLASSES],
+    bins: [u32; NBINS],
+}
+
+const _: () = assert!(std::mem::size_of::<Header>() <= PAGE_SIZE);
+
+/// Counters read from the header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct HeapCounters {
+    pub requested: u64,
+    pub allocated: u64,
+    pub live_blocks: u64,
+    pub failures: u64,
+    pub top_pages: u32,
+    pub peak_top_pages: u32,
+    pub limit_pages: u32,
+    pub max_pages: u32,
+    pub data_offset: usize,
+}
+
+/// A view of an initialized arena's allocator.
+///
+/// Invariant: `base` points to an arena initialized by [`Heap::init`] that stays mapped while
+/// this value exists, and nothing else reads or writes the arena's map concurrently. Every
+/// `unsafe` block below relies on this and on the layout invariants in the module docs; page
+/// indices it dereferences are always `< top <= max_pages`.
+pub struct Heap {
+    base: *mut u8,
+}
+
+impl Heap {
+    /// Writes a fresh header into an arena and returns a view of it.
+    ///
+    /// # Safety
+    /// `base` must point to a writable mapping of `capacity` bytes laid out by `layout`, not
+    /// accessed by anyone else for as long as the returned `Heap` is used.
+    pub unsafe fn init(base: *mut u8, capacity: usize, layout: Layout, limit_pages: u32) -> Heap {
+        let header = Header {
+            magic: MAGIC,
+            version: VERSION,
+            _pad: 0,
+            capacity: capacity as u64,
+            data_offset: layout.data_offset as u64,
+            max_pages: layout.max_pages,
+            limit_pages,
+            top: 0,
+            peak_top: 0,
+            requested: 0,
+            allocated: 0,
+            live_blocks: 0,
+            failures: 0,
+            bin_map: 0,
+            partial: [NIL; NCLASSES],
+            bins: [NIL; NBINS],
+        };
+        // SAFETY: the caller guarantees base is writable for at least one page, and Header fits
+        // in one page and needs 8-byte alignment, which a page-aligned mapping has.
+        unsafe { ptr::write(base.cast::<Header>(), header) };
+        Heap { base }
+    }
+
+    /// A view of an arena initialized earlier.
+    ///
+    /// # Safety
+    /// `base` must point to an arena initialized by [`Heap::init`], mapped and not accessed by
+    /// anyone else for as long as the returned `Heap` is used.
+    pub unsafe fn attach(base: *mut u8) -> Heap {
+        Heap { base }
+    }
+
+    fn hdr(&mut self) -> &mut Header {
+        // SAFETY: struct invariant; `&mut self` makes this the only live reference into the header.
+        unsafe { &mut *self.base.cast::<Header>() }
+    }
+
+    fn hdr_ref(&self) -> &Header {
+        // SAFETY: struct invariant; shared access while `&self` is held.
+        unsafe { &*self.base.cast::<Header>() }
+    }
+
+    fn desc_ptr(&self, page: u32) -> *mut Desc {
+        debug_assert!(page < self.hdr_ref().max_pages);
+        // SAFETY: page < max_pages, so the descriptor lies inside the table (struct invariant).
+        unsafe {
+            self.base
+                .add(PAGE_SIZE + page as usize * DESC_SIZE)
+                .cast::<Desc>()
+        }
+    }
+
+    fn desc(&self, page: u32) -> Desc {
+        // SAFETY: desc_ptr is in bounds and 16-byte aligned (table starts on a page, 32-byte entries).
+        unsafe { ptr::read(self.desc_ptr(page)) }
+    }
+
+    fn desc_mut(&mut self, page: u32) -> &mut Desc {
+        // SAFETY: in bounds and aligned as above; `&mut self` makes it the only live reference.
+        unsafe { &mut *self.desc_ptr(page) }
+    }
+
+    fn set_desc(&mut self, page: u32, d: Desc) {
+        // SAFETY: in bounds and aligned as above.
+        unsafe { ptr::write(self.desc_ptr(page), d) }
+    }
+
+    fn data(&self) -> *mut u8 {
+        // SAFETY: data_offset < capacity (Layout).
+        unsafe { self.base.add(self.hdr_ref().data_offset as usize) }
+    }
+
+    fn page_ptr(&self, page: u32) -> *mut u8 {
+        // SAFETY: page <= max_pages, so the address is inside or one past the data region.
+        unsafe { self.data().add(page as usize * PAGE_SIZE) }
+    }
+
+    /// Data page holding `ptr`, if `ptr` lies inside the arena's extent.
+    fn page_of(&self, ptr: *const u8) -> Option<u32> {
+        let off = (ptr as usize).checked_sub(self.data() as usize)?;
+        let page = off / PAGE_SIZE;
+        (page < self.hdr_ref().top as usize).then_some(page as u32)
+    }
+
+    /// Allocator counters.
+    pub fn counters(&self) -> HeapCounters {
+        let h = self.hdr_ref();
+        HeapCounters {
+            requested: h.requested,
+            allocated: h.allocated,
+            live_blocks: h.live_blocks,
+            failures: h.failures,
+            top_pages: h.top,
+            peak_top_pages: h.peak_top,
+            limit_pages: h.limit_pages,
+            max_pages: h.max_pages,
+            data_offset: h.data_offset as usize,
+        }
+    }
+
+    /// Byte length of the map that currently holds state: header plus descriptors up to `top`.
+    pub fn meta_len(&self) -> usize {
+        PAGE_SIZE + self.hdr_ref().top as usize * DESC_SIZE
+    }
+
+    /// Whether the header carries this allocator's magic and version.
+    pub fn is_valid(&self) -> bool {
+        let h = self.hdr_ref();
+        h.magic == MAGIC && h.version == VERSION
+    }
+
+    /// Sets the limit on the data extent, in pages.
+    pub fn set_limit_pages(&mut self, pages: u32) {
+        self.hdr().limit_pages = pages;
+    }
+
+    // ----- public operations -----
+
+    /// Allocates `size` bytes (16-byte aligned). Null when the limit or capacity is reached.
+    pub fn alloc(&mut self, size: usize) -> *mut u8 {
+        let p = self.alloc_block(size.max(1));
+        if p.is_null() {
+            self.hdr().failures += 1;
+        } else {
+            self.hdr().requested += size as u64;
+        }
+        p
+    }
+
+    /// Frees a block. Returns false (and changes nothing) if `ptr` is not a live block start.
+    ///
+    /// # Safety
+    /// `ptr` must not be used after this call; `osize` should be the size last requested for it
+    /// (it only feeds the requested-bytes counter).
+    pub unsafe fn free(&mut self, ptr: *mut u8, osize: usize) -> bool {
+        if self.free_block(ptr) {
+            let h = self.hdr();
+            h.requested = h.requested.saturating_sub(osize as u64);
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Resizes a block with Lua's semantics: shrinking never fails; growing may return null, and
+    /// then the old block is untouched. `ptr` must be non-null and `nsize` non-zero.
+    ///
+    /// # Safety
+    /// `ptr` must be a live block of this arena whose requested size was `osize`.
+    pub unsafe fn realloc(&mut self, ptr: *mut u8, osize: usize, nsize: usize) -> *mut u8 {
+        let Some(cap) = self.block_capacity(ptr) else {
+            self.hdr().failures += 1;
+            return ptr::null_mut();
+        };
+        let out = self.resize_block(ptr, cap, osize, nsize);
+        let h = self.hdr();
+        if out.is_null() {
+            h.failures += 1;
+        } else {
+            h.requested = (h.requested + nsize as u64).saturating_sub(osize as u64);
+        }
+        out
+    }
+
+    /// Usable bytes of the live block starting at `ptr`, or `None` if `ptr` is not one.
+    pub fn block_capacity(&self, ptr: *const u8) -> Option<usize> {
+        let page = self.page_of(ptr)?;
+        let d = self.desc(page);
+        match d.kind() {
+            Kind::Large if std::ptr::eq(ptr, self.page_ptr(page)) => {
+                Some(d.len as usize * PAGE_SIZE)
+            }
+            Kind::SmallHead | Kind::SmallInner => {
+                let head = if d.kind() == Kind::SmallHead {
+                    page
+                } else {
+                    d.len
+                };
+                let hd = self.desc(head);
+                let size = CLASS_SIZES[hd.class as usize] as usize;
+                let off = ptr as usize - self.page_ptr(head) as usize;
+                (off % size == 0 && ((off / size) as u32) < hd.bump).then_some(size)
+            }
+            _ => None,
+        }
+    }
+
+    // ----- blocks -----
+
+    fn alloc_block(&mut self, size: usize) -> *mut u8 {
+        let (p, bytes) = if size <= MAX_SMALL {
+            let c = class_of(size);
+            (self.alloc_small(c), CLASS_SIZES[c] as usize)
+        } else {
+            let pages = size.div_ceil(PAGE_SIZE);
+            if pages >= NIL as usize {
+                return ptr::null_mut();
+            }
+            (self.alloc_large(pages as u32), pages * PAGE_SIZE)
+        };
+        if !p.is_null() {
+            let h = self.hdr();
+            h.allocated += bytes as u64;
+            h.live_blocks += 1;
+        }
+        p
+    }
+
+    fn free_block(&mut self, ptr: *mut u8) -> bool {
+        let Some(cap) = self.block_capacity(ptr) else {
+            return false;
+        };
+        let page = self.page_of(ptr).expect("block_capacity checked the page");
+        let d = self.desc(page);
+        match d.kind() {
+            Kind::Large => self.free_run(page, d.len),
+            _ => {
+                let head = if d.kind() == Kind::SmallHead {
+                    page
+                } else {
+                    d.len
+                };
+                self.free_small(head, ptr);
+            }
+        }
+        let h = self.hdr();
+        h.allocated -= cap as u64;
+        h.live_blocks -= 1;
+        true
+    }
+
+    fn resize_block(&mut self, ptr: *mut u8, cap: usize, osize: usize, nsize: usize) -> *mut u8 {
+        let page = self.page_of(ptr).expect("caller checked the block");
+        let is_large = self.desc(page).kind() == Kind::Large;
+        if !is_large {
+            if nsize <= MAX_SMALL && CLASS_SIZES[class_of(nsize)] as usize == cap {
+                return ptr;
+            }
+        } else if nsize > MAX_SMALL {
+            let old_pages = (cap / PAGE_SIZE) as u32;
+            let want = nsize.div_ceil(PAGE_SIZE);
+            if want >= NIL as usize {
+                return ptr::null_mut();
+            }
+            let want = want as u32;
+            if want <= old_pages {
+                self.shrink_large(page, old_pages, want);
+                return ptr;
+            }
+            if self.grow_large_in_place(page, old_pages, want) {
+                return ptr;
+            }
+        }
+        let fresh = self.alloc_block(nsize);
+        if fresh.is_null() {
+            if nsize < cap {
+                // Shrinking never fails: keep the block (a large one gives back its tail pages).
+                if is_large {
+                    let keep = nsize.div_ceil(PAGE_SIZE).max(1) as u32;
+                    self.shrink_large(page, (cap / PAGE_SIZE) as u32, keep);
+                }
+                return ptr;
+            }
+            return ptr::null_mut();
+        }
+        // SAFETY: both blocks are live, distinct and at least min(cap, nsize) bytes long.
+        unsafe { ptr::copy_nonoverlapping(ptr, fresh, osize.min(nsize).min(cap)) };
+        let freed = self.free_block(ptr);
+        debug_assert!(freed);
+        fresh
+    }
+
+    fn shrink_large(&mut self, head: u32, old_pages: u32, new_pages: u32) {
+        if new_pages == old_pages {
+            return;
+        }
+        self.set_large(head, new_pages);
+        self.hdr().allocated -= ((old_pages - new_pages) as usize * PAGE_SIZE) as u64;
+        self.free_run(head + new_pages, old_pages - new_pages);
+    }
+
+    fn grow_large_in_place(&mut self, head: u32, old_pages: u32, want: u32) -> bool {
+        let extra = want - old_pages;
+        let end = head + old_pages;
+        let h = self.hdr_ref();
+        let (top, limit) = (h.top, h.limit_pages.min(h.max_pages));
+        if end == top {
+            if (top as u64 + extra as u64) > limit as u64 {
+                return false;
+            }
+            self.grow_top(top + extra);
+        } else {
+            let next = self.desc(end);
+            if next.kind() != Kind::FreeHead || next.len < extra {
+                return false;
+            }
+            self.bin_remove(end);
+            if next.len > extra {
+                self.insert_free(end + extra, next.len - extra);
+            }
+        }
+        self.set_large(head, want);
+        self.hdr().allocated += (extra as usize * PAGE_SIZE) as u64;
+        true
+    }
+
+    fn set_large(&mut self, head: u32, pages: u32) {
+        self.set_desc(head, Desc::new(Kind::Large, pages));
+        if pages > 1 {
+            self.set_desc(head + pages - 1, Desc::new(Kind::LargeTail, head));
+        }
+    }
+
+    fn alloc_large(&mut self, pages: u32) -> *mut u8 {
+        let Some(head) = self.alloc_run(pages) else {
+            return ptr::null_mut();
+        };
+        self.set_large(head, pages);
+        self.page_ptr(head)
+    }
+
+    // ----- small blocks -----
+
+    fn block_ptr(&self, head: u32, index: u32, size: usize) -> *mut u8 {
+        // SAFETY: index < blocks_per_span, so the block lies inside the span.
+        unsafe { self.page_ptr(head).add(index as usize * size) }
+    }
+
+    fn alloc_small(&mut self, class: usize) -> *mut u8 {
+        let mut head = self.hdr_ref().partial[class];
+        if head == NIL {
+            let pages = SPAN_PAGES[class];
+            let Some(h) = self.alloc_run(pages) else {
+                return ptr::null_mut();
+            };
+            let mut d = Desc::new(Kind::SmallHead, pages);
+            d.class = class as u8;
+            self.set_desc(h, d);
+            for p in h + 1..h + pages {
+                self.set_desc(p, Desc::new(Kind::SmallInner, h));
+            }
+            self.push_partial(class, h);
+            head = h;
+        }
+        let size = CLASS_SIZES[class] as usize;
+        let d = self.desc(head);
+        let index = if d.free != NIL {
+            // SAFETY: a free block holds the next free index in its first 4 aligned bytes.
+            let next = unsafe { ptr::read(self.block_ptr(head, d.free, size).cast::<u32>()) };
+            self.desc_mut(head).free = next;
+            d.free
+        } else {
+            self.desc_mut(head).bump += 1;
+            d.bump
+        };
+        let dm = self.desc_mut(head);
+        dm.live += 1;
+        if dm.live == blocks_per_span(class) {
+            self.unlink_partial(class, head);
+        }
+        self.block_ptr(head, index, size)
+    }
+
+    fn free_small(&mut self, head: u32, ptr: *mut u8) {
+        let d = self.desc(head);
+        let class = d.class as usize;
+        let size = CLASS_SIZES[class] as usize;
+        let index = ((ptr as usize - self.page_ptr(head) as usize) / size) as u32;
+        // SAFETY: ptr is a live block of this span (checked by block_capacity), at least 16 bytes.
+        unsafe { ptr::write(ptr.cast::<u32>(), d.free) };
+        let was_full = d.live == blocks_per_span(class);
+        {
+            let dm = self.desc_mut(head);
+            dm.free = index;
+            dm.live -= 1;
+        }
+        if was_full {
+            self.push_partial(class, head);
+        }
+        if d.live - 1 == 0 {
+            let only = self.hdr_ref().partial[class] == head && self.desc(head).next == NIL;
+            if only {
+                // Keep one empty span per class so alloc/free at a span boundary doesn't thrash;
+                // reset it so it fills front to back again.
+                let dm = self.desc_mut(head);
+                dm.free = NIL;
+                dm.bump = 0;
+            } else {
+                self.unlink_partial(class, head);
+                self.free_run(head, d.len);
+            }
+        }
+    }
+
+    fn push_partial(&mut self, class: usize, head: u32) {
+        let first = self.hdr_ref().partial[class];
+        {
+            let d = self.desc_mut(head);
+            d.prev = NIL;
+            d.next = first;
+        }
+        if first != NIL {
+            self.desc_mut(first).prev = head;
+        }
+        self.hdr().partial[class] = head;
+    }
+
+    fn unlink_partial(&mut self, class: usize, head: u32) {
+        let d = self.desc(head);
+        if d.prev != NIL {
+            self.desc_mut(d.prev).next = d.next;
+        } else {
+            self.hdr().partial[class] = d.next;
+        }
+        if d.next != NIL {
+            self.desc_mut(d.next).prev = d.prev;
+        }
+        let dm = self.desc_mut(head);
+        dm.prev = NIL;
+        dm.next = NIL;
+    }
+
+    // ----- page runs -----
+
+    /// Grows the extent. Pages entering it are zeroed: what lies above `top` is leftovers of
+    /// whatever history wrote it (frames later rolled back, blocks freed to the wilderness),
+    /// and bytes a block's owner never writes (struct padding) must not depend on that history,
+    /// or two runs reaching the same state would differ byte for byte.
+    fn grow_top(&mut self, top: u32) {
+        let old = self.hdr_ref().top;
+        debug_assert!(top > old);
+        // SAFETY: pages [old, top) lie inside the data region (top <= max_pages, checked by
+        // the callers against limit and max_pages) and belong to no block.
+        unsafe {
+            ptr::write_bytes(self.page_ptr(old), 0, (top - old) as usize * PAGE_SIZE);
+        }
+        let h = self.hdr();
+        h.top = top;
+        h.peak_top = h.peak_top.max(top);
+    }
+
+    fn alloc_run(&mut self, pages: u32) -> Option<u32> {
+        let first_bin = bin_of(pages);
+        let mut map = self.hdr_ref().bin_map & (!0u64 << first_bin);
+        while map != 0 {
+            let bin = map.trailing_zeros() as usize;
+            let mut run = self.hdr_ref().bins[bin];
+            while run != NIL {
+                let d = self.desc(run);
+                if d.len >= pages {
+                    self.bin_remove(run);
+                    if d.len > pages {
+                        self.insert_free(run + pages, d.len - pages);
+                    }
+                    return Some(run);
+                }
+                run = d.next;
+            }
+            map &= map - 1;
+        }
+        // Nothing free fits: extend the extent (no free run ever ends at `top`).
+        let h = self.hdr_ref();
+        let top = h.top;
+        if top as u64 + pages as u64 > h.limit_pages.min(h.max_pages) as u64 {
+            return None;
+        }
+        self.grow_top(top + pages);
+        Some(top)
+    }
+
+    fn free_run(&mut self, mut start: u32, mut pages: u32) {
+        if start > 0 {
+            let left = self.desc(start - 1);
+            let left_head = match left.kind() {
+                Kind::FreeHead => Some(start - 1),
+                Kind::FreeTail => Some(left.len),
+                _ => None,
+            };
+            if let Some(h) = left_head {
+                let len = self.desc(h).len;
+                self.bin_remove(h);
+                start = h;
+                pages += len;
+            }
+        }
+        let end = start + pages;
+        if end == self.hdr_ref().top {
+            self.hdr().top = start;
+            return;
+        }
+        let right = self.desc(end);
+        if right.kind() == Kind::FreeHead {
+            self.bin_remove(end);
+            pages += right.len;
+        }
+        self.insert_free(start, pages);
+    }
+
+    fn insert_free(&mut self, start: u32, pages: u32) {
+        let bin = bin_of(pages);
+        let first = self.hdr_ref().bins[bin];
+        let mut d = Desc::new(Kind::FreeHead, pages);
+        d.next = first;
+        self.set_desc(start, d);
+        if first != NIL {
+            self.desc_mut(first).prev = start;
+        }
+        if pages > 1 {
+            self.set_desc(start + pages - 1, Desc::new(Kind::FreeTail, start));
+        }
+        let h = self.hdr();
+        h.bins[bin] = start;
+        h.bin_map |= 1 << bin;
+    }
+
+    fn bin_remove(&mut self, start: u32) {
+        let d = self.desc(start);
+        let bin = bin_of(d.len);
+        if d.prev != NIL {
+            self.desc_mut(d.prev).next = d.next;
+        } else {
+            self.hdr().bins[bin] = d.next;
+        }
+        if d.next != NIL {
+            self.desc_mut(d.next).prev = d.prev;
+        }
+        // Retag so a stale FreeHead can never be mistaken for a neighbour to merge with.
+        self.desc_mut(start).kind = Kind::Unused as u8;
+        let h = self.hdr();
+        if h.bins[bin] == NIL {
+            h.bin_map &= !(1 << bin);
+        }
+    }
+
+    // ----- consistency check -----
+
+    /// Walks the whole map and checks every invariant listed in the module docs.
+    pub fn verify(&self) -> Result<(), CorruptionError> {
+        let fail = |page: u32, what: String| Err(CorruptionError { page, what });
+        if !self.is_valid() {
+            return fail(0, "header magic or version does not match".into());
+        }
+        let h = self.hdr_ref();
+        let top = h.top;
+        if top > h.max_pages || top > h.peak_top {
+            return fail(
+                top,
+                format!(
+                    "top {top} beyond max {} or peak {}",
+                    h.max_pages, h.peak_top
+                ),
+            );
+        }
+        let (mut free_runs, mut allocated, mut live, mut partial_spans) =
+            (0u64, 0u64, 0u64, [0u32; NCLASSES]);
+        let mut prev_free = false;
+        let mut p = 0u32;
+        while p < top {
+            let d = self.desc(p);
+            let len = d.len;
+            if len == 0 || p as u64 + len as u64 > top as u64 {
+                return fail(
+                    p,
+                    format!("run of {len} pages does not fit below top {top}"),
+                );
+            }
+            let tail_kind = match d.kind() {
+                Kind::FreeHead => {
+                    if prev_free {
+                        return fail(p, "two adjacent free runs".into());
+                    }
+                    free_runs += 1;
+                    Kind::FreeTail
+                }
+                Kind::Large => {
+                    allocated += len as u64 * PAGE_SIZE as u64;
+                    live += 1;
+                    Kind::LargeTail
+                }
+                Kind::SmallHead => {
+                    let class = d.class as usize;
+                    if class >= NCLASSES || len != SPAN_PAGES[class] {
+                        return fail(p, format!("span with class {class} and {len} pages"));
+                    }
+                    for q in p + 1..p + len {
+                        let inner = self.desc(q);
+                        if inner.kind() != Kind::SmallInner || inner.len != p {
+                            return fail(q, "span page does not point to its head".into());
+                        }
+                    }
+                    let blocks = blocks_per_span(class);
+                    if d.live > blocks || d.bump > blocks || d.live > d.bump {
+                        return fail(
+                            p,
+                            format!("span counts live {} bump {} of {blocks}", d.live, d.bump),
+                        );
+                    }
+                    let size = CLASS_SIZES[class] as usize;
+                    let mut free_count = 0u32;
+                    let mut idx = d.free;
+                    while idx != NIL {
+                        if idx >= d.bump || free_count > d.bump {
+                            return fail(p, "span free list leaves the span or cycles".into());
+                        }
+                        free_count += 1;
+                        // SAFETY: idx < bump <= blocks, so the block is inside the span.
+                        idx = unsafe { ptr::read(self.block_ptr(p, idx, size).cast::<u32>()) };
+                    }
+                    if free_count + d.live != d.bump {
+                        return fail(
+                            p,
+                            format!(
+                                "span has {} live + {free_count} free of {} used",
+                                d.live, d.bump
+                            ),
+                        );
+                    }
+                    if d.live < blocks {
+                        partial_spans[class] += 1;
+                    }
+                    allocated += d.live as u64 * size as u64;
+                    live += d.live as u64;
+                    Kind::SmallInner
+                }
+                other => return fail(p, format!("run starts with a {other:?} descriptor")),
+            };
+            if len > 1 && tail_kind != Kind::SmallInner {
+                let t = self.desc(p + len - 1);
+                if t.kind() != tail_kind || t.len != p {
+                    return fail(
+                        p + len - 1,
+                        format!("run tail is {:?} pointing to {}", t.kind(), t.len),
+                    );
+                }
+            }
+            prev_free = d.kind() == Kind::FreeHead;
+            p += len;
+        }
+        if prev_free {
+            return fail(top, "a free run ends at top".into());
+        }
+        if allocated != h.allocated || live != h.live_blocks {
+            return fail(
+                0,
+                format!(
+                    "header counts {} bytes in {} blocks, map has {allocated} in {live}",
+                    h.allocated, h.live_blocks
+                ),
+            );
+        }
+        let mut listed = 0u64;
+        for bin in 0..NBINS {
+            let mut run = h.bins[bin];
+            let mut prev = NIL;
+            if (run != NIL) != (h.bin_map >> bin & 1 == 1) {
+                return fail(0, format!("bin map bit {bin} disagrees with the bin"));
+            }
+            while run != NIL {
+                if run >= top || listed > free_runs {
+                    return fail(run, format!("free bin {bin} leaves the extent or cycles"));
+                }
+                let d = self.desc(run);
+                if d.kind() != Kind::FreeHead || bin_of(d.len) != bin || d.prev != prev {
+                    return fail(run, format!("free bin {bin} holds a bad entry"));
+                }
+                listed += 1;
+                prev = run;
+                run = d.next;
+            }
+        }
+        if listed != free_runs {
+            return fail(0, format!("{free_runs} free runs but {listed} in bins"));
+        }
+        for (class, &expected) in partial_spans.iter().enumerate() {
+            let mut count = 0;
+            let mut span = h.partial[class];
+            while span != NIL {
+                let d = self.desc(span);
+                if span >= top
+                    || count > expected
+                    || d.kind() != Kind::SmallHead
+                    || d.class as usize != class
+                {
+                    return fail(
+                        span,
+                        format!("partial list of class {class} holds a bad entry"),
+                    );
+                }
+                count += 1;
+                span = d.next;
+            }
+            if count != expected {
+                return fail(
+                    0,
+                    format!("class {class} has {expected} spans with room, {count} listed"),
+                );
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classes_cover_every_small_size_tightly() {
+        for size in 1..=MAX_SMALL {
+            let c = class_of(size);
+            let got = CLASS_SIZES[c] as usize;
+            assert!(got >= size, "size {size} got class {got}");
+            if c > 0 {
+                assert!(
+                    (CLASS_SIZES[c - 1] as usize) < size,
+                    "size {size} not in smallest class"
+                );
+            }
+            assert_eq!(got % GRAIN, 0);
+        }
+    }
+
+    #[test]
+    fn spans_waste_little() {
+        for c in 0..NCLASSES {
+            let bytes = SPAN_PAGES[c] as usize * PAGE_SIZE;
+            let waste = bytes % CLASS_SIZES[c] as usize;
+            assert!(
+                waste * 16 <= bytes,
+                "class {} wastes {waste} of {bytes}",
+                CLASS_SIZES[c]
+            );
+            assert!(blocks_per_span(c) >= 4);
+        }
+    }
+
+    #[test]
+    fn bins_are_monotonic() {
+        let mut last = 0;
+        for n in 1..100_000u32 {
+            let b = bin_of(n);
+            assert!(b >= last && b < NBINS);
+            last = b;
+        }
+        assert!(bin_of(u32::MAX - 1) < NBINS);
+    }
+
+    #[test]
+    fn layout_fits() {
+        for cap in [3 * PAGE_SIZE, 64 << 10, 1 << 20, 100 << 20, 1 << 32] {
+            let l = Layout::for_capacity(cap).unwrap();
+            assert!(l.data_offset + l.max_pages as usize * PAGE_SIZE <= cap);
+            assert!(PAGE_SIZE + l.max_pages as usize * DESC_SIZE <= l.data_offset);
+        }
+        assert!(Layout::for_capacity(PAGE_SIZE).is_none());
+    }
+}

@@ -1,0 +1,273 @@
+//! Recording which pages of an arena get written.
+//!
+//! Two mechanisms, chosen at run time:
+//! - [`TrackerKind::Uffd`]: userfaultfd write-protection in asynchronous mode
+//!   (`UFFD_FEATURE_WP_ASYNC`, Linux 6.7+), read back and re-armed in one `PAGEMAP_SCAN` ioctl.
+//!   The kernel resolves the write faults itself (~1 µs each, no signal), and writes made by
+//!   syscalls are tracked like any other.
+//! - [`TrackerKind::Mprotect`]: pages made read-only, a `SIGSEGV` handler records the first write
+//!   to each and makes it writable again. Portable to any Unix, but ~3-6 µs per first write, and
+//!   a syscall writing into a protected page fails with `EFAULT` instead of faulting: call
+//!   [`Arena::prepare_external_write`](crate::Arena::prepare_external_write) first.
+//!
+//! Where neither works, there is no tracker and snapshots copy everything.
+//!
+//! The protocol, in offsets from the arena base (all page-aligned):
+//! [`arm`](PageTracker::arm) a range to start recording it, [`collect`](PageTracker::collect)
+//! the runs written since (which re-arms them), [`disarm`](PageTracker::disarm) to stop.
+//! A page that was never armed reads as not written: the caller must treat ranges it has not
+//! armed as written.
+
+mod mprotect;
+mod uffd;
+
+use crate::error::TrackError;
+use std::fmt;
+use std::ops::Range;
+use std::ptr::NonNull;
+
+/// A written-page tracking mechanism.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TrackerKind {
+    /// userfaultfd asynchronous write-protect plus the `PAGEMAP_SCAN` ioctl (Linux 6.7+).
+    Uffd,
+    /// `mprotect` plus a `SIGSEGV` handler.
+    Mprotect,
+}
+
+impl fmt::Display for TrackerKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            TrackerKind::Uffd => "userfaultfd+pagemap_scan",
+            TrackerKind::Mprotect => "mprotect+sigsegv",
+        })
+    }
+}
+
+impl TrackerKind {
+    /// The fraction of pages written per frame above which tracking costs more than copying
+    /// everything (measured on the project's reference machine; see NOTES.md §5).
+    pub fn break_even_fraction(self) -> f64 {
+        match self {
+            TrackerKind::Uffd => 0.20,
+            TrackerKind::Mprotect => 0.05,
+        }
+    }
+}
+
+/// Which mechanism to try.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TrackerPreference {
+    /// userfaultfd if it works here, else mprotect.
+    #[default]
+    Auto,
+    /// Only this mechanism; fail if it does not work.
+    Only(TrackerKind),
+}
+
+/// What each mechanism does in this process, as found by [`probe`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TrackerSupport {
+    /// `Ok` if userfaultfd + `PAGEMAP_SCAN` work, else why not.
+    pub uffd: Result<(), String>,
+    /// `Ok` if the mprotect tracker works, else why not.
+    pub mprotect: Result<(), String>,
+}
+
+impl TrackerSupport {
+    /// The mechanism `TrackerPreference::Auto` picks, if any.
+    pub fn best(&self) -> Option<TrackerKind> {
+        if self.uffd.is_ok() {
+            Some(TrackerKind::Uffd)
+        } else if self.mprotect.is_ok() {
+            Some(TrackerKind::Mprotect)
+        } else {
+            None
+        }
+    }
+}
+
+/// Tries each mechanism on a small scratch mapping and reports what works here.
+pub fn probe() -> TrackerSupport {
+    let try_kind = |kind| -> Result<(), String> {
+        let mut scratch = crate::mapping::Reservation::new(4 * crate::PAGE_SIZE, None)
+            .map_err(|e| e.to_string())?;
+        let mut t = PageTracker::new(scratch.base(), scratch.len(), TrackerPreference::Only(kind))
+            .map_err(|e| e.to_string())?;
+        t.arm(0..scratch.len()).map_err(|e| e.to_string())?;
+        scratch.prefault(crate::PAGE_SIZE..2 * crate::PAGE_SIZE);
+        let mut runs = Vec::new();
+        t.collect(0..scratch.len(), &mut runs)
+            .map_err(|e| e.to_string())?;
+        if runs.len() != 1 || runs[0] != (crate::PAGE_SIZE..2 * crate::PAGE_SIZE) {
+            return Err(format!("a test write to page 1 was reported as {runs:?}"));
+        }
+        drop(t);
+        Ok(())
+    };
+    TrackerSupport {
+        uffd: try_kind(TrackerKind::Uffd),
+        mprotect: try_kind(TrackerKind::Mprotect),
+    }
+}
+
+enum Imp {
+    Uffd(uffd::UffdTracker),
+    Mprotect(mprotect::MprotectTracker),
+}
+
+/// Records writes to the pages of one region. Owned by the [`Arena`](crate::Arena) it watches,
+/// so it always stops before the region is unmapped.
+pub struct PageTracker {
+    base: NonNull<u8>,
+    len: usize,
+    imp: Imp,
+    fail_next: bool,
+}
+
+// SAFETY: the tracker holds the region's address (which it only passes to syscalls) and owned
+// file descriptors / a registry slot; none of it is tied to the creating thread.
+unsafe impl Send for PageTracker {}
+
+impl fmt::Debug for PageTracker {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PageTracker")
+            .field("kind", &self.kind())
+            .field("len", &self.len)
+            .finish()
+    }
+}
+
+impl PageTracker {
+    pub(crate) fn new(
+        base: NonNull<u8>,
+        len: usize,
+        preference: TrackerPreference,
+    ) -> Result<PageTracker, TrackError> {
+        let imp = match preference {
+            TrackerPreference::Only(TrackerKind::Uffd) => {
+                Imp::Uffd(uffd::UffdTracker::new(base, len)?)
+            }
+            TrackerPreference::Only(TrackerKind::Mprotect) => {
+                Imp::Mprotect(mprotect::MprotectTracker::new(base, len)?)
+            }
+            TrackerPreference::Auto => match uffd::UffdTracker::new(base, len) {
+                Ok(t) => Imp::Uffd(t),
+                Err(_) => Imp::Mprotect(mprotect::MprotectTracker::new(base, len)?),
+            },
+        };
+        Ok(PageTracker {
+            base,
+            len,
+            imp,
+            fail_next: false,
+        })
+    }
+
+    /// The mechanism in use.
+    pub fn kind(&self) -> TrackerKind {
+        match self.imp {
+            Imp::Uffd(_) => TrackerKind::Uffd,
+            Imp::Mprotect(_) => TrackerKind::Mprotect,
+        }
+    }
+
+    /// Fault injection for tests: the next `arm`, `collect` or `disarm` fails as if the kernel
+    /// had refused it, without touching any page.
+    #[doc(hidden)]
+    pub fn inject_failure(&mut self) {
+        self.fail_next = true;
+    }
+
+    fn check(&mut self, range: &Range<usize>) -> Result<(), TrackError> {
+        if std::mem::take(&mut self.fail_next) {
+            return Err(TrackError::Syscall {
+                kind: self.kind(),
+                call: "injected failure",
+                errno: libc::EPERM,
+            });
+        }
+        assert!(
+            range.start % crate::PAGE_SIZE == 0
+                && range.end % crate::PAGE_SIZE == 0
+                && range.start <= range.end
+                && range.end <= self.len,
+            "tracker range {range:?} is not page-aligned inside 0..{}",
+            self.len
+        );
+        Ok(())
+    }
+
+    /// Starts recording writes to `range` and forgets earlier ones there.
+    pub fn arm(&mut self, range: Range<usize>) -> Result<(), TrackError> {
+        self.check(&range)?;
+        if range.is_empty() {
+            return Ok(());
+        }
+        match &mut self.imp {
+            Imp::Uffd(t) => t.protect(self.base, range, true),
+            Imp::Mprotect(t) => t.arm(range),
+        }
+    }
+
+    /// Appends to `out` the runs of pages in `range` written since they were armed (merged,
+    /// in address order) and re-arms them.
+    pub fn collect(
+        &mut self,
+        range: Range<usize>,
+        out: &mut Vec<Range<usize>>,
+    ) -> Result<(), TrackError> {
+        self.check(&range)?;
+        if range.is_empty() {
+            return Ok(());
+        }
+        match &mut self.imp {
+            Imp::Uffd(t) => t.collect(self.base, range, out),
+            Imp::Mprotect(t) => t.collect(range, out),
+        }
+    }
+
+    /// Re-arms exactly these runs (e.g. after the caller wrote them itself while restoring).
+    pub fn rearm_runs(&mut self, runs: &[Range<usize>]) -> Result<(), TrackError> {
+        for r in runs {
+            self.arm(r.clone())?;
+        }
+        Ok(())
+    }
+
+    /// Stops recording `range`; writes there cost nothing and are no longer seen.
+    pub fn disarm(&mut self, range: Range<usize>) -> Result<(), TrackError> {
+        self.check(&range)?;
+        if range.is_empty() {
+            return Ok(());
+        }
+        match &mut self.imp {
+            Imp::Uffd(t) => t.protect(self.base, range, false),
+            Imp::Mprotect(t) => t.disarm(range),
+        }
+    }
+
+    /// See [`Arena::prepare_external_write`](crate::Arena::prepare_external_write).
+    pub fn prepare_external_write(&mut self, range: Range<usize>) -> Result<(), TrackError> {
+        let start = range.start - range.start % crate::PAGE_SIZE;
+        let end = range.end.next_multiple_of(crate::PAGE_SIZE).min(self.len);
+        if start >= end {
+            return Ok(());
+        }
+        match &mut self.imp {
+            Imp::Uffd(_) => Ok(()),
+            Imp::Mprotect(t) => t.expose(start..end),
+        }
+    }
+}
+
+/// Appends `run` to `out`, merging it with the last run if they touch.
+pub(crate) fn push_run(out: &mut Vec<Range<usize>>, run: Range<usize>) {
+    if let Some(last) = out.last_mut() {
+        if last.end == run.start {
+            last.end = run.end;
+            return;
+        }
+    }
+    out.push(run);
+}
