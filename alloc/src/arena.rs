@@ -1,7 +1,7 @@
 //! The public arena: a reservation, the allocator inside it, and optional page tracking.
 
 use crate::error::{ArenaError, CorruptionError, TrackError};
-use crate::heap::{Heap, Layout};
+use crate::heap::{Heap, HeapUsage, Layout};
 use crate::mapping::{Reservation, PAGE_SIZE};
 use crate::track::{PageTracker, TrackerKind, TrackerPreference};
 use std::ffi::c_void;
@@ -325,6 +325,12 @@ impl Arena {
         Ok(())
     }
 
+    /// Where the extent's bytes go (live blocks, free slots in spans, free page runs), by
+    /// walking the map: for diagnosing fragmentation, not for every frame.
+    pub fn usage(&self) -> HeapUsage {
+        self.heap_ref().usage()
+    }
+
     /// Checks the allocator's map for consistency (walks every page run and list).
     pub fn verify(&self) -> Result<(), CorruptionError> {
         self.heap_ref().verify()
@@ -415,8 +421,7 @@ impl Arena {
 }
 
 /// The signature of Lua's `lua_Alloc`.
-pub type LuaAllocFn =
-    unsafe extern "C-unwind" fn(*mut c_void, *mut c_void, usize, usize) -> *mut c_void;
+pub type LuaAllocFn = unsafe extern "C" fn(*mut c_void, *mut c_void, usize, usize) -> *mut c_void;
 
 /// A `lua_Alloc` serving every request from the arena whose base is `ud`.
 ///
@@ -428,7 +433,7 @@ pub type LuaAllocFn =
 /// `ud` must be the value returned with this function by [`Arena::lua_alloc`] for an arena that
 /// is still alive, no other code may use that arena concurrently, and `ptr`/`osize` must follow
 /// the `lua_Alloc` contract.
-pub unsafe extern "C-unwind" fn lua_alloc(
+pub unsafe extern "C" fn lua_alloc(
     ud: *mut c_void,
     ptr: *mut c_void,
     osize: usize,

@@ -52,7 +52,7 @@ pub use arena::{
     MIN_CAPACITY,
 };
 pub use error::{ArenaError, CorruptionError, TrackError};
-pub use heap::{CLASS_SIZES, GRAIN, MAX_SMALL};
+pub use heap::{HeapUsage, CLASS_SIZES, GRAIN, MAX_SMALL};
 pub use mapping::{Reservation, PAGE_SIZE};
 pub use track::{
     probe as probe_trackers, PageTracker, TrackerKind, TrackerPreference, TrackerSupport,

@@ -1,0 +1,126 @@
+//! Errors of the VM and of natives.
+
+use luasnap_alloc::ArenaError;
+use luasnap_snap::SnapError;
+
+/// What kind of Lua failure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LuaErrorKind {
+    /// A runtime error (`error(...)`, a type error, an error raised by a native).
+    Runtime,
+    /// The chunk did not compile.
+    Syntax,
+    /// The arena's limit was reached ("not enough memory").
+    Memory,
+    /// An error inside the error handler.
+    Handler,
+}
+
+/// Why a VM operation failed. A Lua error leaves the VM usable.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum VmError {
+    /// Lua code failed. The message is Lua's; the traceback, when there is one, says where.
+    #[error("{message}{}", traceback.as_deref().map(|t| format!("\n{t}")).unwrap_or_default())]
+    Lua {
+        /// Which kind of failure.
+        kind: LuaErrorKind,
+        /// Lua's error message.
+        message: String,
+        /// `stack traceback:` and the frames, when available.
+        traceback: Option<String>,
+    },
+    /// Snapshot, rollback or native registration was attempted while Lua code is running
+    /// (inside a native, a coroutine or a hook).
+    #[error("cannot {operation} while Lua code is running; do it between calls into Lua")]
+    LuaRunning {
+        /// What was attempted.
+        operation: &'static str,
+    },
+    /// Natives and userdata types must be registered before the first snapshot, so that every
+    /// snapshot sees the same permanent table.
+    #[error("cannot register '{name}' after the first snapshot; register natives and userdata types when building the VM")]
+    RegistryClosed {
+        /// The name being registered.
+        name: String,
+    },
+    /// A native or userdata type with this name exists already.
+    #[error("'{name}' is already registered; choose another name")]
+    DuplicateName {
+        /// The name.
+        name: String,
+    },
+    /// The name is not a valid Lua identifier path.
+    #[error("'{name}' is not a valid name: use identifiers separated by dots (like `game.step`)")]
+    BadName {
+        /// The name.
+        name: String,
+    },
+    /// A Rust value cannot be turned into a Lua value or back.
+    #[error("cannot convert {what}")]
+    Conversion {
+        /// What and why.
+        what: String,
+    },
+    /// A global or path does not hold what was expected.
+    #[error("'{path}' is {found}, not a {expected}")]
+    NotFound {
+        /// The path looked up.
+        path: String,
+        /// What was expected there.
+        expected: &'static str,
+        /// Lua's type name of what was found.
+        found: String,
+    },
+    /// The arena could not be created or reconfigured.
+    #[error(transparent)]
+    Arena(#[from] ArenaError),
+    /// Snapshot or rollback was refused.
+    #[error(transparent)]
+    Snapshot(#[from] SnapError),
+    /// A userdata type cannot be stored inline.
+    #[error("userdata type '{name}' needs alignment {align}, above the 8 bytes Lua guarantees")]
+    UserDataAlignment {
+        /// The type name.
+        name: &'static str,
+        /// Its alignment.
+        align: usize,
+    },
+}
+
+impl VmError {
+    /// Whether this is Lua's out-of-memory error (the arena's limit was reached).
+    pub fn is_out_of_memory(&self) -> bool {
+        matches!(
+            self,
+            VmError::Lua {
+                kind: LuaErrorKind::Memory,
+                ..
+            }
+        )
+    }
+}
+
+/// An error returned by a native; it becomes a Lua error whose message is
+/// `"<native name>: <message>"`, catchable with `pcall`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NativeError(pub String);
+
+impl NativeError {
+    /// An error with this message.
+    pub fn new(message: impl Into<String>) -> NativeError {
+        NativeError(message.into())
+    }
+}
+
+impl std::fmt::Display for NativeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl<E: std::error::Error> From<E> for NativeError {
+    fn from(e: E) -> NativeError {
+        NativeError(e.to_string())
+    }
+}

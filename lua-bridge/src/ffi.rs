@@ -1,0 +1,726 @@
+//! The FFI layer: everything that touches `lua_State` directly.
+//!
+//! # Rules that keep rollback and `longjmp` safe
+//!
+//! 1. **Nothing outside the arena refers into it in a way that changes.** The only Rust data
+//!    Lua can reach is [`Shared`], through a pointer stored once in the main thread's extra space
+//!    (copied into every coroutine). It holds the natives (append-only, sealed at the first
+//!    snapshot) and scratch buffers that are empty whenever Lua is idle.
+//! 2. **Lua errors are `longjmp`s.** Lua raises them from any API call that allocates. A Rust
+//!    frame that a `longjmp` skips must have no value with a destructor alive (it must be a
+//!    "plain old frame"). So natives never call the Lua API themselves: [`Call`] reads
+//!    arguments with calls that cannot raise, and results and error messages are staged in
+//!    `Shared` and pushed by the trampoline after the native's frames are gone.
+//! 3. **Panics never cross C frames.** The trampoline and the protected-call shim catch them
+//!    and turn them into Lua errors.
+//! 4. **Every entry from the host is protected** (`lua_pcall`), so an error never reaches Lua's
+//!    panic function.
+
+use crate::error::{LuaErrorKind, NativeError};
+use crate::userdata::PlainData;
+use crate::value::{Table, UserDataValue, Value};
+use mlua::ffi::{self, lua_State};
+use std::cell::{Cell, UnsafeCell};
+use std::ffi::{c_char, c_int, c_void, CStr};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+/// Deepest table nesting converted between Lua and Rust.
+pub(crate) const MAX_DEPTH: usize = 100;
+
+/// The boxed Rust function behind a native.
+pub(crate) type NativeFn = Box<dyn Fn(&mut Call<'_>) -> Result<(), NativeError>>;
+
+/// A native: a Rust function callable from Lua.
+pub(crate) struct Native {
+    pub name: String,
+    pub f: NativeFn,
+}
+
+/// A registered plain-data userdata type.
+pub(crate) struct UserDataType {
+    pub name: &'static str,
+    pub size: usize,
+    /// Identity of its metatable (`lua_topointer`). Metatables are created before the first
+    /// snapshot and never collected, and Lua's collector never moves objects, so this stays
+    /// valid across every rollback.
+    pub metatable: *const c_void,
+}
+
+/// The Rust-side state Lua can reach. Owned by the VM in a `Box` whose address never changes.
+pub(crate) struct Shared {
+    pub natives: UnsafeCell<Vec<Native>>,
+    pub userdata: UnsafeCell<Vec<UserDataType>>,
+    /// Results of natives, as a stack: each trampoline call uses the part above its base.
+    /// Boxed, so a value being pushed stays put if a finalizer run by that very push calls
+    /// another native that grows the vector (which only ever adds and removes above our part).
+    #[allow(clippy::vec_box)]
+    pub results: UnsafeCell<Vec<Box<Value>>>,
+    /// The message of an error a native raised, until it is pushed.
+    pub error: UnsafeCell<String>,
+    /// Host calls into Lua currently running.
+    pub depth: Cell<u32>,
+}
+
+impl Shared {
+    pub(crate) fn new() -> Shared {
+        Shared {
+            natives: UnsafeCell::new(Vec::new()),
+            userdata: UnsafeCell::new(Vec::new()),
+            results: UnsafeCell::new(Vec::new()),
+            error: UnsafeCell::new(String::new()),
+            depth: Cell::new(0),
+        }
+    }
+
+    pub(crate) fn userdata_types(&self) -> &[UserDataType] {
+        // SAFETY: the userdata list is only appended to while no Lua code runs (registration
+        // takes `&mut Vm`), so no `&mut` to it exists while this shared borrow lives.
+        unsafe { &*self.userdata.get() }
+    }
+}
+
+/// The `Shared` of the VM that owns `L`.
+///
+/// # Safety
+/// `L` must be a thread of a VM built by this crate (its extra space holds the pointer).
+unsafe fn shared_of<'a>(L: *mut lua_State) -> &'a Shared {
+    // SAFETY: per the contract, the extra space holds a pointer to the VM's boxed Shared,
+    // which outlives every Lua call.
+    unsafe { &**(ffi::lua_getextraspace(L) as *const *const Shared) }
+}
+
+/// Stores the `Shared` pointer in the main thread's extra space (new threads copy it).
+///
+/// # Safety
+/// `L` must be a fresh main thread and `shared` must outlive it.
+pub(crate) unsafe fn install_shared(L: *mut lua_State, shared: *const Shared) {
+    // SAFETY: the extra space is LUA_EXTRASPACE (pointer-sized) bytes before L.
+    unsafe { *(ffi::lua_getextraspace(L) as *mut *const Shared) = shared };
+}
+
+// ----- natives -----
+
+/// The arguments and results of one native call. Reading arguments never calls a Lua API
+/// that can raise an error, and results are staged until the native returns.
+pub struct Call<'a> {
+    L: *mut lua_State,
+    shared: &'a Shared,
+    nargs: usize,
+}
+
+impl<'a> Call<'a> {
+    /// Number of arguments passed.
+    pub fn len(&self) -> usize {
+        self.nargs
+    }
+
+    /// Whether no arguments were passed.
+    pub fn is_empty(&self) -> bool {
+        self.nargs == 0
+    }
+
+    fn index(&self, i: usize) -> Option<c_int> {
+        (i < self.nargs).then_some(i as c_int + 1)
+    }
+
+    fn type_of(&self, i: usize) -> c_int {
+        match self.index(i) {
+            // SAFETY: the index is a valid argument slot of this call.
+            Some(idx) => unsafe { ffi::lua_type(self.L, idx) },
+            None => ffi::LUA_TNONE,
+        }
+    }
+
+    fn bad(&self, i: usize, expected: &str) -> NativeError {
+        let got = match self.type_of(i) {
+            ffi::LUA_TNONE => "no value",
+            // SAFETY: lua_typename returns a static string for any valid type tag.
+            t => unsafe { CStr::from_ptr(ffi::lua_typename(self.L, t)) }
+                .to_str()
+                .unwrap_or("?"),
+        };
+        NativeError(format!(
+            "bad argument #{} ({expected} expected, got {got})",
+            i + 1
+        ))
+    }
+
+    /// Argument `i` (from 0) as an integer; floats with an exact integer value are accepted.
+    pub fn integer(&self, i: usize) -> Result<i64, NativeError> {
+        let idx = self.index(i).ok_or_else(|| self.bad(i, "number"))?;
+        let mut ok = 0;
+        // SAFETY: valid slot; lua_tointegerx on a number or string never raises.
+        let v = unsafe { ffi::lua_tointegerx(self.L, idx, &mut ok) };
+        if ok != 0 && self.type_of(i) == ffi::LUA_TNUMBER {
+            Ok(v)
+        } else {
+            Err(self.bad(i, "integer"))
+        }
+    }
+
+    /// Argument `i` as a float.
+    pub fn number(&self, i: usize) -> Result<f64, NativeError> {
+        if self.type_of(i) != ffi::LUA_TNUMBER {
+            return Err(self.bad(i, "number"));
+        }
+        // SAFETY: valid slot holding a number.
+        Ok(unsafe { ffi::lua_tonumberx(self.L, i as c_int + 1, std::ptr::null_mut()) })
+    }
+
+    /// Argument `i`'s truthiness (absent counts as `nil`).
+    pub fn boolean(&self, i: usize) -> bool {
+        match self.index(i) {
+            // SAFETY: valid slot.
+            Some(idx) => unsafe { ffi::lua_toboolean(self.L, idx) != 0 },
+            None => false,
+        }
+    }
+
+    /// Argument `i` as string bytes (numbers are not converted).
+    pub fn bytes(&self, i: usize) -> Result<&[u8], NativeError> {
+        if self.type_of(i) != ffi::LUA_TSTRING {
+            return Err(self.bad(i, "string"));
+        }
+        let mut len = 0;
+        // SAFETY: the slot holds a string, so lua_tolstring neither converts nor allocates; the
+        // string stays on the stack (alive) for the whole call.
+        let p = unsafe { ffi::lua_tolstring(self.L, i as c_int + 1, &mut len) };
+        // SAFETY: Lua guarantees len readable bytes at p.
+        Ok(unsafe { std::slice::from_raw_parts(p.cast(), len) })
+    }
+
+    /// Argument `i` as UTF-8 text.
+    pub fn str(&self, i: usize) -> Result<&str, NativeError> {
+        std::str::from_utf8(self.bytes(i)?).map_err(|_| self.bad(i, "UTF-8 string"))
+    }
+
+    /// Argument `i` copied into a [`Value`] (tables deeply).
+    pub fn value(&self, i: usize) -> Result<Value, NativeError> {
+        match self.index(i) {
+            // SAFETY: valid slot; to_value only uses non-raising API calls.
+            Some(idx) => unsafe { to_value(self.L, idx, self.shared) }.map_err(NativeError),
+            None => Ok(Value::Nil),
+        }
+    }
+
+    /// Argument `i` as a plain-data userdata of type `T`, mutable in place (it lives in the
+    /// Lua heap and rolls back with it).
+    pub fn userdata<T: PlainData>(&mut self, i: usize) -> Result<&mut T, NativeError> {
+        let idx = self.index(i).ok_or_else(|| self.bad(i, T::NAME))?;
+        // SAFETY: valid slot; userdata_ptr only uses non-raising calls.
+        let p =
+            unsafe { userdata_ptr(self.L, idx, self.shared, T::NAME, std::mem::size_of::<T>()) };
+        match p {
+            // SAFETY: the block is a userdata of exactly size_of::<T>() bytes whose metatable is
+            // T's; Lua aligns userdata to at least 8 bytes and registration refused T with a
+            // larger alignment; T is Pod, so any bytes are a valid T. `&mut self` prevents a
+            // second live reference through this Call.
+            Some(p) => Ok(unsafe { &mut *p.cast::<T>() }),
+            None => Err(self.bad(i, T::NAME)),
+        }
+    }
+
+    /// Adds a result.
+    pub fn ret(&mut self, value: impl Into<Value>) {
+        // SAFETY: results is only touched by the innermost running trampoline (this one).
+        unsafe { (*self.shared.results.get()).push(Box::new(value.into())) };
+    }
+}
+
+/// Pointer to the payload of the userdata at `idx` if its metatable is the one registered
+/// for `name` and its size is `size`.
+unsafe fn userdata_ptr(
+    L: *mut lua_State,
+    idx: c_int,
+    shared: &Shared,
+    name: &str,
+    size: usize,
+) -> Option<*mut c_void> {
+    let ty = shared.userdata_types().iter().find(|t| t.name == name)?;
+    // SAFETY: valid stack index; lua_getmetatable pushes at most one value (a C function has
+    // LUA_MINSTACK free slots) and raises nothing.
+    unsafe {
+        if ffi::lua_type(L, idx) != ffi::LUA_TUSERDATA || ffi::lua_rawlen(L, idx) as usize != size {
+            return None;
+        }
+        if ffi::lua_getmetatable(L, idx) == 0 {
+            return None;
+        }
+        let mt = ffi::lua_topointer(L, -1);
+        ffi::lua_settop(L, -2);
+        (mt == ty.metatable).then(|| ffi::lua_touserdata(L, idx))
+    }
+}
+
+enum Outcome {
+    Return(c_int),
+    Raise,
+}
+
+/// The C function behind every native. Upvalue 1 is the native's index.
+pub(crate) unsafe extern "C-unwind" fn native_trampoline(L: *mut lua_State) -> c_int {
+    // SAFETY: natives are only created by this crate, in VMs whose extra space holds Shared.
+    let shared = unsafe { shared_of(L) };
+    // SAFETY: upvalue 1 of every native closure is its integer index.
+    let index =
+        unsafe { ffi::lua_tointegerx(L, ffi::lua_upvalueindex(1), std::ptr::null_mut()) } as usize;
+    // SAFETY: called by Lua with a valid stack.
+    let nargs = unsafe { ffi::lua_gettop(L) } as usize;
+    // All Rust values live inside `run` and are dropped when it returns: this frame is a plain
+    // old frame when Lua raises below.
+    // SAFETY: run only touches this call's own stack slots and Shared.
+    match unsafe { run_native(L, shared, index, nargs) } {
+        // SAFETY: pushes values staged in Shared; a memory error here unwinds a POF.
+        Outcome::Return(base) => unsafe { push_results(L, shared, base as usize) },
+        // SAFETY: as above; lua_error never returns.
+        Outcome::Raise => unsafe { raise_staged_error(L, shared) },
+    }
+}
+
+unsafe fn run_native(L: *mut lua_State, shared: &Shared, index: usize, nargs: usize) -> Outcome {
+    // SAFETY: natives is append-only and only appended while Lua is idle.
+    let natives = unsafe { &*shared.natives.get() };
+    let Some(native) = natives.get(index) else {
+        // SAFETY: error is only written by the innermost trampoline.
+        unsafe { *shared.error.get() = format!("native #{index} does not exist") };
+        return Outcome::Raise;
+    };
+    // SAFETY: as above for results.
+    let base = unsafe { (*shared.results.get()).len() };
+    let mut call = Call { L, shared, nargs };
+    let result = catch_unwind(AssertUnwindSafe(|| (native.f)(&mut call)));
+    let message = match result {
+        Ok(Ok(())) => return Outcome::Return(base as c_int),
+        Ok(Err(e)) => format!("{}: {}", native.name, e.0),
+        Err(panic) => {
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "unknown panic".into());
+            format!("{}: native panicked: {what}", native.name)
+        }
+    };
+    // SAFETY: only this (innermost) trampoline touches these buffers now.
+    unsafe {
+        (*shared.results.get()).truncate(base);
+        *shared.error.get() = message;
+    }
+    Outcome::Raise
+}
+
+/// Pushes the results staged above `base`, then drops them.
+unsafe fn push_results(L: *mut lua_State, shared: &Shared, base: usize) -> c_int {
+    let results = shared.results.get();
+    // SAFETY: results above base belong to this call; reading by index through the raw
+    // pointer tolerates a finalizer run by an allocation below pushing (above our range) and
+    // truncating back to its own base.
+    unsafe {
+        let n = (*results).len() - base;
+        if ffi::lua_checkstack(L, n as c_int + 2) == 0 {
+            (*results).truncate(base);
+            *shared.error.get() = "too many results from a native".into();
+            raise_staged_error(L, shared);
+        }
+        for i in 0..n {
+            let v: *const Value = &*(&(*results))[base + i];
+            push_value(L, &*v, shared, 0);
+        }
+        (*results).truncate(base);
+        n as c_int
+    }
+}
+
+unsafe fn raise_staged_error(L: *mut lua_State, shared: &Shared) -> ! {
+    // SAFETY: pushes a copy of the staged message (Lua copies the bytes before any GC step),
+    // then raises; no Rust value with a destructor is alive in this frame.
+    unsafe {
+        let msg = &*shared.error.get();
+        ffi::lua_pushlstring(L, msg.as_ptr().cast(), msg.len());
+        ffi::lua_error(L)
+    }
+}
+
+// ----- values -----
+
+/// Pushes a Rust value. May raise a memory error (only call where a `longjmp` skips nothing
+/// but plain old frames: inside the trampoline or a protected closure).
+pub(crate) unsafe fn push_value(L: *mut lua_State, v: &Value, shared: &Shared, depth: usize) {
+    // SAFETY: callers guarantee a valid state with room for a few values; every call below
+    // follows the Lua API contract.
+    unsafe {
+        match v {
+            Value::Nil => ffi::lua_pushnil(L),
+            Value::Boolean(b) => ffi::lua_pushboolean(L, *b as c_int),
+            Value::Integer(i) => ffi::lua_pushinteger(L, *i),
+            Value::Number(n) => ffi::lua_pushnumber(L, *n),
+            Value::String(s) => {
+                ffi::lua_pushlstring(L, s.as_ptr().cast(), s.len());
+            }
+            Value::Table(t) => {
+                if depth >= MAX_DEPTH {
+                    push_error_str(L, "table nested too deeply to convert");
+                }
+                ffi::luaL_checkstack(L, 3, c"nested table".as_ptr());
+                ffi::lua_createtable(L, 0, t.entries.len() as c_int);
+                for (k, val) in &t.entries {
+                    if matches!(k, Value::Nil) || matches!(k, Value::Number(f) if f.is_nan()) {
+                        push_error_str(L, "table key is nil or NaN");
+                    }
+                    push_value(L, k, shared, depth + 1);
+                    push_value(L, val, shared, depth + 1);
+                    ffi::lua_rawset(L, -3);
+                }
+            }
+            Value::UserData(u) => push_userdata(L, u, shared),
+            Value::Opaque(t) => {
+                let msg = format!("a {t} value copied out of Lua cannot be passed back");
+                // The String is dropped before raising: copy into the staging buffer.
+                *shared.error.get() = msg;
+                raise_staged_error(L, shared)
+            }
+        }
+    }
+}
+
+unsafe fn push_error_str(L: *mut lua_State, msg: &'static str) -> ! {
+    // SAFETY: a static message; raising skips only plain old frames (callers' contract).
+    unsafe {
+        ffi::lua_pushlstring(L, msg.as_ptr().cast(), msg.len());
+        ffi::lua_error(L)
+    }
+}
+
+unsafe fn push_userdata(L: *mut lua_State, u: &UserDataValue, shared: &Shared) {
+    let Some(ty) = shared
+        .userdata_types()
+        .iter()
+        .find(|t| t.name == u.type_name)
+    else {
+        // SAFETY: raising from a context where only POFs are skipped (callers' contract).
+        unsafe { push_error_str(L, "userdata type is not registered in this VM") };
+    };
+    if ty.size != u.bytes.len() {
+        // SAFETY: as above.
+        unsafe { push_error_str(L, "userdata value has the wrong size for its type") };
+    }
+    // SAFETY: allocates a userdata of the type's size (may raise: callers' contract), copies
+    // the bytes in, and sets the type's metatable, found in the registry under its name.
+    unsafe {
+        let p = ffi::lua_newuserdatauv(L, ty.size, 0);
+        std::ptr::copy_nonoverlapping(u.bytes.as_ptr(), p.cast::<u8>(), ty.size);
+        ffi::lua_pushlightuserdata(L, ty.metatable.cast_mut());
+        ffi::lua_rawget(L, ffi::LUA_REGISTRYINDEX);
+        ffi::lua_setmetatable(L, -2);
+    }
+}
+
+/// Copies the value at `idx` into Rust. Uses only API calls that cannot raise.
+pub(crate) unsafe fn to_value(
+    L: *mut lua_State,
+    idx: c_int,
+    shared: &Shared,
+) -> Result<Value, String> {
+    // SAFETY: idx is valid (callers' contract); the conversion below only reads.
+    unsafe {
+        let idx = ffi::lua_absindex(L, idx);
+        let mut seen = Vec::new();
+        to_value_at(L, idx, shared, 0, &mut seen)
+    }
+}
+
+unsafe fn to_value_at(
+    L: *mut lua_State,
+    idx: c_int,
+    shared: &Shared,
+    depth: usize,
+    seen: &mut Vec<*const c_void>,
+) -> Result<Value, String> {
+    // SAFETY: idx is an absolute valid index; every call here is non-raising: lua_next on a
+    // table being traversed with a key it just returned, lua_tolstring on actual strings.
+    unsafe {
+        Ok(match ffi::lua_type(L, idx) {
+            ffi::LUA_TNIL | ffi::LUA_TNONE => Value::Nil,
+            ffi::LUA_TBOOLEAN => Value::Boolean(ffi::lua_toboolean(L, idx) != 0),
+            ffi::LUA_TNUMBER => {
+                if ffi::lua_isinteger(L, idx) != 0 {
+                    Value::Integer(ffi::lua_tointegerx(L, idx, std::ptr::null_mut()))
+                } else {
+                    Value::Number(ffi::lua_tonumberx(L, idx, std::ptr::null_mut()))
+                }
+            }
+            ffi::LUA_TSTRING => {
+                let mut len = 0;
+                let p = ffi::lua_tolstring(L, idx, &mut len);
+                Value::String(std::slice::from_raw_parts(p.cast::<u8>(), len).to_vec())
+            }
+            ffi::LUA_TTABLE => {
+                let ptr = ffi::lua_topointer(L, idx);
+                if depth >= MAX_DEPTH {
+                    return Err("a table nested more than 100 deep".into());
+                }
+                if seen.contains(&ptr) {
+                    return Err("a table that contains itself (cycles cannot be copied out)".into());
+                }
+                if ffi::lua_checkstack(L, 3) == 0 {
+                    return Err("a table nested too deeply for the Lua stack".into());
+                }
+                seen.push(ptr);
+                let mut t = Table::new();
+                ffi::lua_pushnil(L);
+                while ffi::lua_next(L, idx) != 0 {
+                    let top = ffi::lua_gettop(L);
+                    let k = to_value_at(L, top - 1, shared, depth + 1, seen);
+                    let v = to_value_at(L, top, shared, depth + 1, seen);
+                    ffi::lua_settop(L, -2);
+                    match (k, v) {
+                        (Ok(k), Ok(v)) => t.entries.push((k, v)),
+                        (Err(e), _) | (_, Err(e)) => {
+                            ffi::lua_settop(L, -2);
+                            return Err(e);
+                        }
+                    }
+                }
+                seen.pop();
+                Value::Table(t)
+            }
+            ffi::LUA_TUSERDATA => {
+                let size = ffi::lua_rawlen(L, idx) as usize;
+                let found = shared.userdata_types().iter().find(|t| {
+                    t.size == size && userdata_ptr(L, idx, shared, t.name, t.size).is_some()
+                });
+                match found {
+                    Some(t) => {
+                        let p = ffi::lua_touserdata(L, idx).cast::<u8>();
+                        Value::UserData(UserDataValue {
+                            type_name: t.name,
+                            bytes: std::slice::from_raw_parts(p, size).to_vec(),
+                        })
+                    }
+                    None => Value::Opaque("userdata"),
+                }
+            }
+            ffi::LUA_TFUNCTION => Value::Opaque("function"),
+            ffi::LUA_TTHREAD => Value::Opaque("thread"),
+            ffi::LUA_TLIGHTUSERDATA => Value::Opaque("light userdata"),
+            _ => Value::Opaque("unknown"),
+        })
+    }
+}
+
+// ----- protected calls from the host -----
+
+/// Lua's error report: kind, message and traceback.
+pub(crate) struct LuaFailure {
+    pub kind: LuaErrorKind,
+    pub message: String,
+    pub traceback: Option<String>,
+}
+
+/// Message handler: appends a traceback to string messages, as the standalone `lua` does.
+unsafe extern "C-unwind" fn traceback_handler(L: *mut lua_State) -> c_int {
+    // SAFETY: called by Lua as a message handler with the error object at index 1.
+    unsafe {
+        let msg = ffi::lua_tolstring(L, 1, std::ptr::null_mut());
+        if msg.is_null() {
+            // No Rust value may be alive when Lua raises here, so let Lua format the text.
+            let tn = ffi::lua_typename(L, ffi::lua_type(L, 1));
+            let m = ffi::lua_pushfstring(L, c"(error object is a %s value)".as_ptr(), tn);
+            ffi::luaL_traceback(L, L, m, 1);
+        } else {
+            ffi::luaL_traceback(L, L, msg, 1);
+        }
+        1
+    }
+}
+
+struct Job<'f> {
+    body: &'f mut dyn FnMut(*mut lua_State) -> c_int,
+    /// A message for a panic caught inside the body.
+    panic: Option<String>,
+}
+
+unsafe extern "C-unwind" fn run_job(L: *mut lua_State) -> c_int {
+    // SAFETY: index 1 is the light userdata pointing at the Job on the host's stack frame,
+    // which is alive for the whole protected call.
+    let job = unsafe { &mut *(ffi::lua_touserdata(L, 1) as *mut Job<'_>) };
+    // SAFETY: valid state; removes the light userdata so the body sees an empty stack.
+    unsafe { ffi::lua_rotate(L, 1, -1) };
+    // SAFETY: as above.
+    unsafe { ffi::lua_settop(L, -2) };
+    let body = &mut *job.body;
+    // If the body raises a Lua error, the longjmp crosses catch_unwind's frames. They hold
+    // nothing with a destructor (the closure and result sit in ManuallyDrop), so they are
+    // plain old frames; bodies themselves only raise with no destructor pending.
+    match catch_unwind(AssertUnwindSafe(|| body(L))) {
+        Ok(n) => n,
+        Err(panic) => {
+            job.panic = Some(
+                panic
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "unknown panic".into()),
+            );
+            drop(panic);
+            // SAFETY: a static message; nothing with a destructor is alive in this frame.
+            unsafe { push_error_str(L, "a Rust panic inside a protected call") }
+        }
+    }
+}
+
+/// Runs `body` in protected mode on the main thread with an empty stack. On success the
+/// results it returned are left on the stack from index 2 (index 1 is the message handler) and
+/// their count is returned; on failure the stack is emptied and the error returned.
+///
+/// `body` may raise Lua errors, but only while no Rust value with a destructor is alive in its
+/// own frame.
+///
+/// # Safety
+/// `L` must be the idle main thread of a VM built by this crate.
+pub(crate) unsafe fn protected(
+    L: *mut lua_State,
+    body: &mut dyn FnMut(*mut lua_State) -> c_int,
+) -> Result<c_int, LuaFailure> {
+    let mut job = Job { body, panic: None };
+    // SAFETY: the stack is ours; these pushes do not allocate (light C functions and light
+    // userdata) and the stack always has LUA_MINSTACK free slots.
+    let status = unsafe {
+        ffi::lua_settop(L, 0);
+        ffi::lua_pushcclosure(L, traceback_handler, 0);
+        ffi::lua_pushcclosure(L, run_job, 0);
+        ffi::lua_pushlightuserdata(L, (&mut job as *mut Job<'_>).cast());
+        ffi::lua_pcall(L, 1, ffi::LUA_MULTRET, 1)
+    };
+    if status == ffi::LUA_OK {
+        // SAFETY: valid state.
+        return Ok(unsafe { ffi::lua_gettop(L) } - 1);
+    }
+    let kind = match status {
+        ffi::LUA_ERRSYNTAX => LuaErrorKind::Syntax,
+        ffi::LUA_ERRMEM => LuaErrorKind::Memory,
+        ffi::LUA_ERRERR => LuaErrorKind::Handler,
+        _ => LuaErrorKind::Runtime,
+    };
+    // SAFETY: the error object is on top; reading a string does not allocate.
+    let text = unsafe {
+        let mut len = 0;
+        let p = ffi::lua_tolstring(L, -1, &mut len);
+        let t = if p.is_null() {
+            "(error object is not a string)".to_string()
+        } else {
+            String::from_utf8_lossy(std::slice::from_raw_parts(p.cast::<u8>(), len)).into_owned()
+        };
+        ffi::lua_settop(L, 0);
+        t
+    };
+    let (message, traceback) = match text.find("\nstack traceback:") {
+        Some(i) => (text[..i].to_string(), Some(text[i + 1..].to_string())),
+        None => (text, None),
+    };
+    let message = match job.panic {
+        Some(p) => format!("{message}: {p}"),
+        None => message,
+    };
+    Err(LuaFailure {
+        kind,
+        message,
+        traceback,
+    })
+}
+
+/// Pushes the value at a dotted path of globals (`"a.b.c"`). May raise (it can run `__index`).
+///
+/// # Safety
+/// Valid state inside a protected body; `path` was validated by [`valid_path`].
+pub(crate) unsafe fn push_path(L: *mut lua_State, path: &CStr) {
+    let bytes = path.to_bytes();
+    let mut first = true;
+    for part in bytes.split(|&b| b == b'.') {
+        // SAFETY: `part` points into `path`'s buffer; lua_pushlstring copies it. Raising skips
+        // only this plain old frame.
+        unsafe {
+            if first {
+                ffi::lua_rawgeti(L, ffi::LUA_REGISTRYINDEX, ffi::LUA_RIDX_GLOBALS);
+                first = false;
+            }
+            ffi::lua_pushlstring(L, part.as_ptr().cast::<c_char>(), part.len());
+            ffi::lua_gettable(L, -2);
+            ffi::lua_rotate(L, -2, 1);
+            ffi::lua_settop(L, -2);
+        }
+    }
+}
+
+/// Whether `path` is identifiers separated by dots.
+pub(crate) fn valid_path(path: &str) -> bool {
+    !path.is_empty()
+        && path.split('.').all(|p| {
+            let mut c = p.chars();
+            matches!(c.next(), Some(ch) if ch == '_' || ch.is_ascii_alphabetic())
+                && c.all(|ch| ch == '_' || ch.is_ascii_alphanumeric())
+        })
+}
+
+/// The type name of the value at `idx`.
+///
+/// # Safety
+/// Valid state and index.
+pub(crate) unsafe fn type_name(L: *mut lua_State, idx: c_int) -> String {
+    // SAFETY: lua_typename returns a static string.
+    unsafe { CStr::from_ptr(ffi::lua_typename(L, ffi::lua_type(L, idx))) }
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// A warn function that prints to stderr like the standalone `lua` (`@on` / `@off`).
+pub(crate) unsafe extern "C-unwind" fn warn_to_stderr(
+    ud: *mut c_void,
+    msg: *const c_char,
+    tocont: c_int,
+) {
+    // SAFETY: ud points at the VM's warn state (a Cell<u8>), msg is a NUL-terminated string.
+    let state = unsafe { &*(ud as *const Cell<u8>) };
+    // SAFETY: as above.
+    let text = unsafe { CStr::from_ptr(msg) }.to_string_lossy();
+    // state: bit 0 = on, bit 1 = continuing a message
+    let s = state.get();
+    if s & 2 == 0 && text.starts_with('@') {
+        match &*text {
+            "@on" => state.set(s | 1),
+            "@off" => state.set(s & !1),
+            _ => {}
+        }
+        return;
+    }
+    if s & 1 != 0 {
+        if s & 2 == 0 {
+            eprint!("Lua warning: ");
+        }
+        eprint!("{text}");
+        if tocont == 0 {
+            eprintln!();
+        }
+    }
+    state.set(if tocont != 0 {
+        state.get() | 2
+    } else {
+        state.get() & !2
+    });
+}
+
+/// Lua's panic function: only reached by an unprotected error, which this crate never makes.
+pub(crate) unsafe extern "C-unwind" fn at_panic(L: *mut lua_State) -> c_int {
+    // SAFETY: reading the error message, then aborting; nothing returns to Lua.
+    let msg = unsafe { ffi::lua_tolstring(L, -1, std::ptr::null_mut()) };
+    let text = if msg.is_null() {
+        "(no message)".into()
+    } else {
+        // SAFETY: a NUL-terminated Lua string.
+        unsafe { CStr::from_ptr(msg) }
+            .to_string_lossy()
+            .into_owned()
+    };
+    eprintln!("luasnap: unprotected Lua error (a bug in luasnap): {text}");
+    std::process::abort()
+}

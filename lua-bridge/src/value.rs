@@ -1,0 +1,238 @@
+//! Lua values as plain Rust data.
+//!
+//! Values cross the boundary by copy: a [`Value`] never refers into the Lua heap, so it stays
+//! valid across any snapshot or rollback.
+
+use crate::userdata::PlainData;
+
+/// A Lua value copied out of (or into) the VM.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub enum Value {
+    /// `nil`.
+    #[default]
+    Nil,
+    /// A boolean.
+    Boolean(bool),
+    /// An integer (Lua keeps integers and floats apart).
+    Integer(i64),
+    /// A float.
+    Number(f64),
+    /// A string: any bytes.
+    String(Vec<u8>),
+    /// A table, copied deeply.
+    Table(Table),
+    /// A plain-data userdata of a registered type, copied by value.
+    UserData(UserDataValue),
+    /// A Lua value with no Rust counterpart (function, thread, light userdata, userdata of an
+    /// unregistered type). Only its type name is kept; it cannot be passed back to Lua.
+    Opaque(&'static str),
+}
+
+/// A table's entries, in the order `next` visited them when copied out of Lua.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Table {
+    /// Key-value pairs. Keys are never `Nil`.
+    pub entries: Vec<(Value, Value)>,
+}
+
+impl Table {
+    /// An empty table.
+    pub fn new() -> Table {
+        Table::default()
+    }
+
+    /// A sequence: keys 1..=n.
+    pub fn from_array(items: impl IntoIterator<Item = Value>) -> Table {
+        Table {
+            entries: items
+                .into_iter()
+                .enumerate()
+                .map(|(i, v)| (Value::Integer(i as i64 + 1), v))
+                .collect(),
+        }
+    }
+
+    /// Adds an entry (chainable).
+    pub fn with(mut self, key: impl Into<Value>, value: impl Into<Value>) -> Table {
+        self.entries.push((key.into(), value.into()));
+        self
+    }
+
+    /// The value for `key`, comparing keys by value (integer-valued floats equal integers).
+    pub fn get(&self, key: impl Into<Value>) -> Option<&Value> {
+        let key = key.into();
+        self.entries
+            .iter()
+            .find(|(k, _)| k.lua_eq(&key))
+            .map(|(_, v)| v)
+    }
+
+    /// The values at keys 1, 2, ... up to the first missing one.
+    pub fn sequence(&self) -> Vec<&Value> {
+        let mut out = Vec::new();
+        while let Some(v) = self.get(out.len() as i64 + 1) {
+            out.push(v);
+        }
+        out
+    }
+}
+
+/// A userdata of a registered plain-data type, copied by value.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UserDataValue {
+    /// The registered type name.
+    pub type_name: &'static str,
+    /// The value's bytes.
+    pub bytes: Vec<u8>,
+}
+
+impl Value {
+    /// A userdata value of a registered plain-data type.
+    pub fn userdata<T: PlainData>(value: T) -> Value {
+        Value::UserData(UserDataValue {
+            type_name: T::NAME,
+            bytes: bytemuck::bytes_of(&value).to_vec(),
+        })
+    }
+
+    /// The userdata as `T`, if it is one of that type.
+    pub fn as_userdata<T: PlainData>(&self) -> Option<T> {
+        match self {
+            Value::UserData(u)
+                if u.type_name == T::NAME && u.bytes.len() == std::mem::size_of::<T>() =>
+            {
+                Some(bytemuck::pod_read_unaligned(&u.bytes))
+            }
+            _ => None,
+        }
+    }
+
+    /// Lua's type name for this value.
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            Value::Nil => "nil",
+            Value::Boolean(_) => "boolean",
+            Value::Integer(_) | Value::Number(_) => "number",
+            Value::String(_) => "string",
+            Value::Table(_) => "table",
+            Value::UserData(_) => "userdata",
+            Value::Opaque(t) => t,
+        }
+    }
+
+    /// The integer, if this is one (or a float with an exact integer value).
+    pub fn as_integer(&self) -> Option<i64> {
+        match *self {
+            Value::Integer(i) => Some(i),
+            Value::Number(f) if f.fract() == 0.0 && f >= -(2f64.powi(63)) && f < 2f64.powi(63) => {
+                Some(f as i64)
+            }
+            _ => None,
+        }
+    }
+
+    /// The number as a float, if this is a number.
+    pub fn as_number(&self) -> Option<f64> {
+        match *self {
+            Value::Integer(i) => Some(i as f64),
+            Value::Number(f) => Some(f),
+            _ => None,
+        }
+    }
+
+    /// The string as UTF-8 text, if this is a string holding valid UTF-8.
+    pub fn as_str(&self) -> Option<&str> {
+        match self {
+            Value::String(b) => std::str::from_utf8(b).ok(),
+            _ => None,
+        }
+    }
+
+    /// The table, if this is one.
+    pub fn as_table(&self) -> Option<&Table> {
+        match self {
+            Value::Table(t) => Some(t),
+            _ => None,
+        }
+    }
+
+    /// Lua's truthiness: everything but `nil` and `false` is true.
+    pub fn is_truthy(&self) -> bool {
+        !matches!(self, Value::Nil | Value::Boolean(false))
+    }
+
+    /// Equality as Lua's raw equality sees it for keys (1 == 1.0).
+    pub fn lua_eq(&self, other: &Value) -> bool {
+        match (self, other) {
+            (Value::Integer(a), Value::Number(b)) | (Value::Number(b), Value::Integer(a)) => {
+                (*a as f64) == *b && b.fract() == 0.0
+            }
+            _ => self == other,
+        }
+    }
+}
+
+macro_rules! from_int {
+    ($($t:ty),*) => {$(
+        impl From<$t> for Value {
+            fn from(v: $t) -> Value {
+                Value::Integer(v as i64)
+            }
+        }
+    )*};
+}
+from_int!(i8, i16, i32, i64, u8, u16, u32, isize);
+
+impl From<f64> for Value {
+    fn from(v: f64) -> Value {
+        Value::Number(v)
+    }
+}
+
+impl From<f32> for Value {
+    fn from(v: f32) -> Value {
+        Value::Number(v as f64)
+    }
+}
+
+impl From<bool> for Value {
+    fn from(v: bool) -> Value {
+        Value::Boolean(v)
+    }
+}
+
+impl From<&str> for Value {
+    fn from(v: &str) -> Value {
+        Value::String(v.as_bytes().to_vec())
+    }
+}
+
+impl From<String> for Value {
+    fn from(v: String) -> Value {
+        Value::String(v.into_bytes())
+    }
+}
+
+impl From<&[u8]> for Value {
+    fn from(v: &[u8]) -> Value {
+        Value::String(v.to_vec())
+    }
+}
+
+impl From<Table> for Value {
+    fn from(v: Table) -> Value {
+        Value::Table(v)
+    }
+}
+
+impl<T: Into<Value>> From<Option<T>> for Value {
+    fn from(v: Option<T>) -> Value {
+        v.map_or(Value::Nil, Into::into)
+    }
+}
+
+impl From<()> for Value {
+    fn from(_: ()) -> Value {
+        Value::Nil
+    }
+}

@@ -1,0 +1,1048 @@
+//! The VM: a Lua 5.5 state whose every allocation comes from one arena.
+
+use crate::error::{LuaErrorKind, NativeError, VmError};
+use crate::ffi::{self as raw, Call, LuaFailure, Native, NativeFn, Shared, UserDataType};
+use crate::userdata::{PlainData, UserDataMethods};
+use crate::value::Value;
+use luasnap_alloc::{Arena, ArenaStats, TrackerPreference};
+use luasnap_snap::{CopyStrategy, RingConfig, SnapshotId, SnapshotMode, SnapshotRing};
+use mlua::ffi::{self, lua_State};
+use std::cell::Cell;
+use std::ffi::{c_int, CString};
+use std::hash::{BuildHasher, RandomState};
+use std::ptr::NonNull;
+
+/// Default arena reservation: 4 GiB of address space, committed only as used.
+pub const DEFAULT_CAPACITY: usize = 4 << 30;
+
+/// Registry key of the permanent natives table (name → function).
+pub const NATIVES_KEY: &str = "luasnap.natives";
+
+/// Which standard libraries and sources of nondeterminism a VM has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Profile {
+    /// The full standard library, a random string-hash seed: what `luasnap run` uses.
+    Standard,
+    /// For games that must replay identically across runs, processes and peers:
+    /// a fixed string-hash seed and `math.random` seed derived from `seed`; no `io`, `os`,
+    /// `debug`, `package`, `dofile` or `loadfile`; `load` accepts source text only (never
+    /// bytecode); and `table.sort` is a stable merge sort whose result depends only on the
+    /// input and the comparator. See `docs/determinism.md` for what it guarantees.
+    Deterministic {
+        /// Seeds the string hash and `math.random`.
+        seed: u64,
+    },
+}
+
+/// Garbage-collector mode and parameters. `None` keeps Lua's default for a parameter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GcMode {
+    /// Incremental mark and sweep.
+    Incremental {
+        /// Pause between cycles, in percent of the heap after the last cycle.
+        pause: Option<i32>,
+        /// Work per step, in percent.
+        step_multiplier: Option<i32>,
+        /// Step granularity (Lua 5.5 `LUA_GCPSTEPSIZE`).
+        step_size: Option<i32>,
+    },
+    /// Generational: frequent minor collections of young objects.
+    Generational {
+        /// Minor collection frequency, in percent of heap growth.
+        minor_multiplier: Option<i32>,
+        /// Threshold to shift from major back to minor collections (`LUA_GCPMAJORMINOR`).
+        major_minor: Option<i32>,
+        /// Threshold to shift from minor to major collections (`LUA_GCPMINORMAJOR`).
+        minor_major: Option<i32>,
+    },
+}
+
+impl GcMode {
+    /// Incremental with Lua's default parameters.
+    pub const INCREMENTAL: GcMode = GcMode::Incremental {
+        pause: None,
+        step_multiplier: None,
+        step_size: None,
+    };
+    /// Generational with Lua's default parameters.
+    pub const GENERATIONAL: GcMode = GcMode::Generational {
+        minor_multiplier: None,
+        major_minor: None,
+        minor_major: None,
+    };
+}
+
+type PendingNative = (
+    String,
+    Box<dyn Fn(&mut Call<'_>) -> Result<(), NativeError>>,
+);
+type PendingUserData = Box<dyn FnOnce(&mut Vm) -> Result<(), VmError>>;
+
+/// Builds a [`Vm`]; see [`Vm::builder`].
+pub struct VmBuilder {
+    capacity: usize,
+    base: Option<usize>,
+    limit: Option<usize>,
+    profile: Profile,
+    ring: RingConfig,
+    gc: Option<GcMode>,
+    natives: Vec<PendingNative>,
+    userdata: Vec<PendingUserData>,
+}
+
+impl VmBuilder {
+    /// Address space reserved for the arena (default [`DEFAULT_CAPACITY`]).
+    pub fn capacity(mut self, bytes: usize) -> Self {
+        self.capacity = bytes;
+        self
+    }
+
+    /// Place the arena at a fixed address, so two processes lay out objects identically
+    /// (pointer-keyed tables iterate in the same order, `tostring` of tables agrees).
+    pub fn base_address(mut self, address: usize) -> Self {
+        self.base = Some(address);
+        self
+    }
+
+    /// Cap the Lua heap: past it, allocations fail with Lua's "not enough memory" error,
+    /// which `pcall` can catch.
+    pub fn memory_limit(mut self, bytes: usize) -> Self {
+        self.limit = Some(bytes);
+        self
+    }
+
+    /// The library profile (default [`Profile::Standard`]).
+    pub fn profile(mut self, profile: Profile) -> Self {
+        self.profile = profile;
+        self
+    }
+
+    /// Shorthand for `profile(Profile::Deterministic { seed })`.
+    pub fn deterministic(self, seed: u64) -> Self {
+        self.profile(Profile::Deterministic { seed })
+    }
+
+    /// Snapshots retained (default 8).
+    pub fn window(mut self, snapshots: usize) -> Self {
+        self.ring.window = snapshots;
+        self
+    }
+
+    /// How snapshots are copied (default: incremental with the best page tracker).
+    pub fn snapshot_mode(mut self, mode: SnapshotMode) -> Self {
+        self.ring.mode = mode;
+        self
+    }
+
+    /// The garbage collector's mode and parameters.
+    pub fn gc(mut self, mode: GcMode) -> Self {
+        self.gc = Some(mode);
+        self
+    }
+
+    /// Registers a native: a Rust function Lua sees at the dotted global path `name` (tables
+    /// on the way are created). Arguments are read from the [`Call`], results added with
+    /// [`Call::ret`]; an `Err` or a panic becomes a Lua error.
+    pub fn native(
+        mut self,
+        name: &str,
+        f: impl Fn(&mut Call<'_>) -> Result<(), NativeError> + 'static,
+    ) -> Self {
+        self.natives.push((name.to_string(), Box::new(f)));
+        self
+    }
+
+    /// Registers a plain-data userdata type with its methods.
+    pub fn userdata<T: PlainData>(
+        mut self,
+        methods: impl FnOnce(&mut UserDataMethods<T>) + 'static,
+    ) -> Self {
+        self.userdata.push(Box::new(move |vm: &mut Vm| {
+            vm.register_userdata::<T>(methods)
+        }));
+        self
+    }
+
+    /// Creates the arena and the Lua state, opens the profile's libraries and registers
+    /// everything.
+    pub fn build(self) -> Result<Vm, VmError> {
+        let mut arena = {
+            let mut b = Arena::builder().capacity(self.capacity);
+            if let Some(base) = self.base {
+                b = b.base_address(base);
+            }
+            if let Some(limit) = self.limit {
+                b = b.limit(limit);
+            }
+            b.build()?
+        };
+        let seed = match self.profile {
+            Profile::Deterministic { seed } => seed,
+            Profile::Standard => RandomState::new().hash_one(std::time::SystemTime::now()),
+        };
+        let shared = Box::new(Shared::new());
+        let warn_state = Box::new(Cell::new(0u8));
+        let (alloc, ud) = arena.lua_alloc();
+        let hash_seed = (seed ^ (seed >> 32)) as u32;
+        // SAFETY: the allocator and its ud come from `arena`, which the Vm owns and drops after
+        // closing the state; Lua calls it only from this thread.
+        let state = unsafe { ffi::lua_newstate(alloc, ud, hash_seed) };
+        let Some(state) = NonNull::new(state) else {
+            return Err(VmError::Lua {
+                kind: LuaErrorKind::Memory,
+                message: "not enough memory to create the Lua state".into(),
+                traceback: None,
+            });
+        };
+        let L = state.as_ptr();
+        // SAFETY: a fresh main thread; `shared` and `warn_state` are boxed and owned by the Vm,
+        // so their addresses outlive the state.
+        unsafe {
+            raw::install_shared(L, &*shared);
+            ffi::lua_atpanic(L, raw::at_panic);
+            ffi::lua_setwarnf(
+                L,
+                Some(raw::warn_to_stderr),
+                (&*warn_state as *const Cell<u8>).cast_mut().cast(),
+            );
+        }
+        let ring = SnapshotRing::new(&mut arena, self.ring)?;
+        let mut vm = Vm {
+            state,
+            shared,
+            _warn_state: warn_state,
+            ring,
+            arena,
+            profile: self.profile,
+            sealed: false,
+        };
+        vm.open_libraries(seed)?;
+        for (name, f) in self.natives {
+            vm.register_boxed_native(name, f)?;
+        }
+        for register in self.userdata {
+            register(&mut vm)?;
+        }
+        if let Some(mode) = self.gc {
+            vm.set_gc_mode(mode)?;
+        }
+        Ok(vm)
+    }
+}
+
+/// A Lua 5.5 VM living entirely in one arena, with snapshot and rollback.
+///
+/// Lua code runs through `&self` ([`exec`](Vm::exec), [`call`](Vm::call), [`Function`]);
+/// snapshot and rollback take `&mut self`, so the borrow checker forbids any handle into the
+/// VM from outliving a rollback:
+///
+/// ```compile_fail
+/// # use luasnap_bridge::Vm;
+/// let mut vm = Vm::builder().capacity(64 << 20).build().unwrap();
+/// vm.exec("function f() return 1 end", "setup").unwrap();
+/// let id = vm.snapshot().unwrap();
+/// let f = vm.function("f").unwrap();
+/// vm.rollback(id).unwrap(); // error: `vm` is borrowed by `f`
+/// f.call(&[]).unwrap();
+/// ```
+///
+/// Natives cannot reach the VM at all, so a snapshot from inside a native does not compile
+/// either:
+///
+/// ```compile_fail
+/// # use luasnap_bridge::Vm;
+/// let mut vm = Vm::builder().capacity(64 << 20).build().unwrap();
+/// let vm_ref = &mut vm;
+/// let other = Vm::builder().capacity(64 << 20)
+///     .native("snap", move |_call| { vm_ref.snapshot().unwrap(); Ok(()) })
+///     .build().unwrap(); // error: the closure must be 'static
+/// ```
+pub struct Vm {
+    state: NonNull<lua_State>,
+    shared: Box<Shared>,
+    _warn_state: Box<Cell<u8>>,
+    ring: SnapshotRing,
+    arena: Arena,
+    profile: Profile,
+    /// Set by the first snapshot: no natives or userdata types may be added after it.
+    sealed: bool,
+}
+
+impl std::fmt::Debug for Vm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Vm")
+            .field("profile", &self.profile)
+            .field("arena", &self.arena)
+            .field("ring", &self.ring)
+            .finish()
+    }
+}
+
+impl Drop for Vm {
+    fn drop(&mut self) {
+        // SAFETY: the state is idle (nothing borrows the Vm) and the arena is still alive;
+        // closing runs finalizers in protected mode and frees everything into the arena.
+        unsafe { ffi::lua_close(self.state.as_ptr()) };
+    }
+}
+
+const DETERMINISTIC_PRELUDE: &str = r##"
+local seed = ...
+math.randomseed(seed)
+dofile, loadfile = nil, nil
+local rawload, select = load, select
+function load(chunk, name, mode, ...)
+  if select("#", ...) > 0 then return rawload(chunk, name, "t", ...) end
+  return rawload(chunk, name, "t")
+end
+local type, error, min = type, error, math.min
+local function default_lt(a, b) return a < b end
+-- Stable merge sort: the result depends only on the input and the comparator.
+function table.sort(t, lt)
+  if lt == nil then lt = default_lt
+  elseif type(lt) ~= "function" then
+    error("bad argument #2 to 'sort' (function expected, got " .. type(lt) .. ")", 2)
+  end
+  local n = #t
+  if n < 2 then return end
+  local a, b = {}, {}
+  for i = 1, n do a[i] = t[i] end
+  local RUN = 12
+  for lo = 1, n, RUN do
+    local hi = min(lo + RUN - 1, n)
+    for i = lo + 1, hi do
+      local v, j = a[i], i - 1
+      while j >= lo and lt(v, a[j]) do a[j + 1] = a[j]; j = j - 1 end
+      a[j + 1] = v
+    end
+  end
+  local width = RUN
+  while width < n do
+    for lo = 1, n, 2 * width do
+      local mid, hi = min(lo + width, n + 1), min(lo + 2 * width, n + 1)
+      local i, j, k = lo, mid, lo
+      while i < mid and j < hi do
+        if lt(a[j], a[i]) then b[k] = a[j]; j = j + 1 else b[k] = a[i]; i = i + 1 end
+        k = k + 1
+      end
+      while i < mid do b[k] = a[i]; i = i + 1; k = k + 1 end
+      while j < hi do b[k] = a[j]; j = j + 1; k = k + 1 end
+    end
+    a, b = b, a
+    width = width * 2
+  end
+  for i = 1, n do t[i] = a[i] end
+end
+"##;
+
+impl Vm {
+    /// Starts building a VM.
+    pub fn builder() -> VmBuilder {
+        VmBuilder {
+            capacity: DEFAULT_CAPACITY,
+            base: None,
+            limit: None,
+            profile: Profile::Standard,
+            ring: RingConfig {
+                mode: SnapshotMode::Incremental(TrackerPreference::Auto),
+                ..RingConfig::default()
+            },
+            gc: None,
+            natives: Vec::new(),
+            userdata: Vec::new(),
+        }
+    }
+
+    fn L(&self) -> *mut lua_State {
+        self.state.as_ptr()
+    }
+
+    /// Runs `body` protected, counting it as Lua running.
+    fn run<R>(
+        &self,
+        body: &mut dyn FnMut(*mut lua_State) -> c_int,
+        collect: impl FnOnce(*mut lua_State, c_int) -> R,
+    ) -> Result<R, VmError> {
+        let depth = &self.shared.depth;
+        if depth.get() != 0 {
+            // Re-entry from inside a native (through shared ownership of the Vm): the main
+            // thread's stack belongs to the running call, so refuse.
+            return Err(VmError::LuaRunning {
+                operation: "call into Lua from inside a native",
+            });
+        }
+        depth.set(1);
+        // SAFETY: our main thread, idle (depth was 0).
+        let outcome = unsafe { raw::protected(self.L(), body) };
+        let result = match outcome {
+            Ok(n) => {
+                let r = collect(self.L(), n);
+                // SAFETY: drop the results and the handler.
+                unsafe { ffi::lua_settop(self.L(), 0) };
+                Ok(r)
+            }
+            Err(LuaFailure {
+                kind,
+                message,
+                traceback,
+            }) => Err(VmError::Lua {
+                kind,
+                message,
+                traceback,
+            }),
+        };
+        depth.set(0);
+        // Staged results of natives interrupted by errors are garbage now.
+        // SAFETY: no native is running (depth 0).
+        unsafe { (*self.shared.results.get()).clear() };
+        result
+    }
+
+    fn collect_values(&self, L: *mut lua_State, n: c_int) -> Result<Vec<Value>, VmError> {
+        (0..n)
+            .map(|i| {
+                // SAFETY: results sit at indices 2..=n+1; to_value does not raise.
+                unsafe { raw::to_value(L, i + 2, &self.shared) }.map_err(|what| {
+                    VmError::Conversion {
+                        what: format!("result #{}: {what}", i + 1),
+                    }
+                })
+            })
+            .collect()
+    }
+
+    fn open_libraries(&mut self, seed: u64) -> Result<(), VmError> {
+        let (mask, deterministic) = match self.profile {
+            Profile::Standard => (!0, false),
+            Profile::Deterministic { .. } => (
+                ffi::LUA_GLIBK
+                    | ffi::LUA_COLIBK
+                    | ffi::LUA_TABLIBK
+                    | ffi::LUA_STRLIBK
+                    | ffi::LUA_MATHLIBK
+                    | ffi::LUA_UTF8LIBK,
+                true,
+            ),
+        };
+        self.run(
+            &mut |L| {
+                // SAFETY: protected body; may raise a memory error with nothing to drop.
+                unsafe {
+                    ffi::luaL_openselectedlibs(L, mask, 0);
+                    ffi::lua_createtable(L, 0, 0);
+                    ffi::lua_setfield(L, ffi::LUA_REGISTRYINDEX, c"luasnap.natives".as_ptr());
+                }
+                0
+            },
+            |_, _| (),
+        )?;
+        if deterministic {
+            self.exec_with_args(
+                DETERMINISTIC_PRELUDE,
+                "=luasnap.deterministic",
+                &[Value::Integer(seed as i64)],
+            )?;
+        }
+        Ok(())
+    }
+
+    // ----- running Lua -----
+
+    /// Compiles and runs a chunk of Lua source (never bytecode) and returns its results.
+    /// `name` appears in error messages and tracebacks.
+    pub fn exec(&self, source: impl AsRef<[u8]>, name: &str) -> Result<Vec<Value>, VmError> {
+        self.exec_with_args(source, name, &[])
+    }
+
+    /// Like [`exec`](Vm::exec), passing `args` to the chunk (its `...`).
+    pub fn exec_with_args(
+        &self,
+        source: impl AsRef<[u8]>,
+        name: &str,
+        args: &[Value],
+    ) -> Result<Vec<Value>, VmError> {
+        let source = source.as_ref();
+        let chunkname = CString::new(if name.starts_with(['=', '@']) {
+            name.to_string()
+        } else {
+            format!("={name}")
+        })
+        .map_err(|_| VmError::BadName { name: name.into() })?;
+        let shared: &Shared = &self.shared;
+        let mut syntax_error = false;
+        let out = self.run(
+            &mut |L| {
+                // SAFETY: protected body; raising skips only this frame and the ones above it,
+                // which hold only references.
+                unsafe {
+                    let st = ffi::luaL_loadbufferx(
+                        L,
+                        source.as_ptr().cast(),
+                        source.len(),
+                        chunkname.as_ptr(),
+                        c"t".as_ptr(),
+                    );
+                    if st != ffi::LUA_OK {
+                        syntax_error = st == ffi::LUA_ERRSYNTAX;
+                        ffi::lua_error(L);
+                    }
+                    ffi::luaL_checkstack(
+                        L,
+                        args.len() as c_int + 1,
+                        c"too many arguments".as_ptr(),
+                    );
+                    for a in args {
+                        raw::push_value(L, a, shared, 0);
+                    }
+                    ffi::lua_callk(L, args.len() as c_int, ffi::LUA_MULTRET, 0, None);
+                    ffi::lua_gettop(L)
+                }
+            },
+            |L, n| self.collect_values(L, n),
+        );
+        match out {
+            Ok(v) => v,
+            Err(VmError::Lua {
+                kind: LuaErrorKind::Runtime,
+                message,
+                traceback,
+            }) if syntax_error => Err(VmError::Lua {
+                kind: LuaErrorKind::Syntax,
+                message,
+                traceback,
+            }),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Calls the function at a dotted global path (`"step"`, `"game.step"`) with `args`.
+    pub fn call(&self, path: &str, args: &[Value]) -> Result<Vec<Value>, VmError> {
+        let cpath = self.checked_path(path)?;
+        let shared: &Shared = &self.shared;
+        let mut found: Option<String> = None;
+        let out = self.run(
+            &mut |L| {
+                // SAFETY: protected body: only references live in this frame when Lua raises.
+                unsafe {
+                    raw::push_path(L, &cpath);
+                    if ffi::lua_type(L, -1) != ffi::LUA_TFUNCTION && !has_call_metamethod(L) {
+                        found = Some(raw::type_name(L, -1));
+                        return 0;
+                    }
+                    ffi::luaL_checkstack(
+                        L,
+                        args.len() as c_int + 1,
+                        c"too many arguments".as_ptr(),
+                    );
+                    for a in args {
+                        raw::push_value(L, a, shared, 0);
+                    }
+                    ffi::lua_callk(L, args.len() as c_int, ffi::LUA_MULTRET, 0, None);
+                    ffi::lua_gettop(L)
+                }
+            },
+            |L, n| self.collect_values(L, n),
+        )?;
+        match found {
+            Some(found) => Err(VmError::NotFound {
+                path: path.into(),
+                expected: "function",
+                found,
+            }),
+            None => out,
+        }
+    }
+
+    /// Copies the value at a dotted global path out of Lua.
+    pub fn get(&self, path: &str) -> Result<Value, VmError> {
+        let cpath = self.checked_path(path)?;
+        let v = self.run(
+            &mut |L| {
+                // SAFETY: protected body.
+                unsafe { raw::push_path(L, &cpath) };
+                1
+            },
+            |L, _| self.collect_values(L, 1),
+        )??;
+        Ok(v.into_iter().next().unwrap_or(Value::Nil))
+    }
+
+    /// Sets the value at a dotted global path (the tables on the way must exist).
+    pub fn set(&self, path: &str, value: impl Into<Value>) -> Result<(), VmError> {
+        let value = value.into();
+        let (parent, field) = match path.rsplit_once('.') {
+            Some((p, f)) => (Some(self.checked_path(p)?), f),
+            None => (None, path),
+        };
+        if !raw::valid_path(field) {
+            return Err(VmError::BadName { name: path.into() });
+        }
+        let cfield = CString::new(field).expect("validated");
+        let shared: &Shared = &self.shared;
+        self.run(
+            &mut |L| {
+                // SAFETY: protected body.
+                unsafe {
+                    match &parent {
+                        Some(p) => raw::push_path(L, p),
+                        None => {
+                            ffi::lua_rawgeti(L, ffi::LUA_REGISTRYINDEX, ffi::LUA_RIDX_GLOBALS);
+                        }
+                    }
+                    raw::push_value(L, &value, shared, 0);
+                    ffi::lua_setfield(L, -2, cfield.as_ptr());
+                }
+                0
+            },
+            |_, _| (),
+        )
+    }
+
+    /// A handle to the function at a dotted global path, for calling it repeatedly. The handle
+    /// borrows the VM, so it cannot outlive a rollback.
+    pub fn function(&self, path: &str) -> Result<Function<'_>, VmError> {
+        let cpath = self.checked_path(path)?;
+        let mut found: Option<String> = None;
+        let key = self.run(
+            &mut |L| {
+                // SAFETY: protected body.
+                unsafe {
+                    raw::push_path(L, &cpath);
+                    if ffi::lua_type(L, -1) != ffi::LUA_TFUNCTION {
+                        found = Some(raw::type_name(L, -1));
+                        return 0;
+                    }
+                    let key = ffi::luaL_ref(L, ffi::LUA_REGISTRYINDEX);
+                    ffi::lua_pushinteger(L, key as ffi::lua_Integer);
+                    1
+                }
+            },
+            // SAFETY: the key pushed above sits at index 2 when found.
+            |L, n| {
+                (n == 1)
+                    .then(|| unsafe { ffi::lua_tointegerx(L, 2, std::ptr::null_mut()) } as c_int)
+            },
+        )?;
+        match (key, found) {
+            (Some(key), _) => Ok(Function { vm: self, key }),
+            (None, found) => Err(VmError::NotFound {
+                path: path.into(),
+                expected: "function",
+                found: found.unwrap_or_else(|| "nil".into()),
+            }),
+        }
+    }
+
+    fn checked_path(&self, path: &str) -> Result<CString, VmError> {
+        if !raw::valid_path(path) {
+            return Err(VmError::BadName { name: path.into() });
+        }
+        Ok(CString::new(path).expect("identifiers have no NUL"))
+    }
+
+    // ----- natives and userdata -----
+
+    /// Registers a native after building (before the first snapshot only).
+    pub fn register_native(
+        &mut self,
+        name: &str,
+        f: impl Fn(&mut Call<'_>) -> Result<(), NativeError> + 'static,
+    ) -> Result<(), VmError> {
+        self.register_boxed_native(name.to_string(), Box::new(f))
+    }
+
+    fn check_open(&self, name: &str) -> Result<(), VmError> {
+        if self.shared.depth.get() != 0 {
+            return Err(VmError::LuaRunning {
+                operation: "register natives",
+            });
+        }
+        if self.sealed {
+            return Err(VmError::RegistryClosed { name: name.into() });
+        }
+        Ok(())
+    }
+
+    fn add_native(&mut self, name: String, f: NativeFn) -> usize {
+        // SAFETY: Lua is idle (checked by callers), so no trampoline reads the list now.
+        let natives = unsafe { &mut *self.shared.natives.get() };
+        natives.push(Native { name, f });
+        natives.len() - 1
+    }
+
+    fn register_boxed_native(&mut self, name: String, f: NativeFn) -> Result<(), VmError> {
+        self.check_open(&name)?;
+        if !raw::valid_path(&name) {
+            return Err(VmError::BadName { name });
+        }
+        // SAFETY: Lua is idle; reading the list.
+        if unsafe { &*self.shared.natives.get() }
+            .iter()
+            .any(|n| n.name == name)
+        {
+            return Err(VmError::DuplicateName { name });
+        }
+        let index = self.add_native(name.clone(), f);
+        let cname = CString::new(name.clone()).expect("validated");
+        let result = self.run(
+            &mut |L| {
+                // SAFETY: protected body; creates the closure, stores it in the permanent
+                // natives table and at its global path (creating tables on the way).
+                unsafe {
+                    ffi::lua_getfield(L, ffi::LUA_REGISTRYINDEX, c"luasnap.natives".as_ptr());
+                    ffi::lua_pushinteger(L, index as ffi::lua_Integer);
+                    ffi::lua_pushcclosure(L, raw::native_trampoline, 1);
+                    ffi::lua_pushvalue(L, -1);
+                    ffi::lua_setfield(L, -3, cname.as_ptr());
+                    set_global_path(L, cname.as_bytes());
+                }
+                0
+            },
+            |_, _| (),
+        );
+        if result.is_err() {
+            // The Lua side was not created: forget the Rust side too.
+            // SAFETY: Lua is idle again.
+            unsafe { (*self.shared.natives.get()).truncate(index) };
+        }
+        result
+    }
+
+    /// Registers a plain-data userdata type after building (before the first snapshot only).
+    pub fn register_userdata<T: PlainData>(
+        &mut self,
+        methods: impl FnOnce(&mut UserDataMethods<T>),
+    ) -> Result<(), VmError> {
+        self.check_open(T::NAME)?;
+        if std::mem::align_of::<T>() > 8 {
+            return Err(VmError::UserDataAlignment {
+                name: T::NAME,
+                align: std::mem::align_of::<T>(),
+            });
+        }
+        if self
+            .shared
+            .userdata_types()
+            .iter()
+            .any(|t| t.name == T::NAME)
+        {
+            return Err(VmError::DuplicateName {
+                name: T::NAME.into(),
+            });
+        }
+        let mut m = UserDataMethods::<T>::new();
+        methods(&mut m);
+        let first = {
+            // SAFETY: Lua is idle; reading the list.
+            unsafe { &*self.shared.natives.get() }.len()
+        };
+        let mut entries: Vec<(CString, usize)> = Vec::new();
+        for (name, f) in m.methods {
+            let cname =
+                CString::new(name.clone()).map_err(|_| VmError::BadName { name: name.clone() })?;
+            let index = self.add_native(
+                format!("{}:{name}", T::NAME),
+                Box::new(move |call: &mut Call<'_>| {
+                    let mut this = *call.userdata::<T>(0)?;
+                    let result = f(&mut this, call);
+                    *call.userdata::<T>(0)? = this;
+                    result
+                }),
+            );
+            entries.push((cname, index));
+        }
+        let tname = CString::new(T::NAME).map_err(|_| VmError::BadName {
+            name: T::NAME.into(),
+        })?;
+        let metatable = self.run(
+            &mut |L| {
+                // SAFETY: protected body.
+                unsafe {
+                    ffi::lua_createtable(L, 0, 4);
+                    ffi::lua_pushstring(L, tname.as_ptr());
+                    ffi::lua_setfield(L, -2, c"__name".as_ptr());
+                    ffi::lua_createtable(L, 0, entries.len() as c_int);
+                    for (name, index) in &entries {
+                        ffi::lua_pushinteger(L, *index as ffi::lua_Integer);
+                        ffi::lua_pushcclosure(L, raw::native_trampoline, 1);
+                        let target = if name.as_bytes().starts_with(b"__") {
+                            -3
+                        } else {
+                            -2
+                        };
+                        ffi::lua_setfield(L, target, name.as_ptr());
+                    }
+                    ffi::lua_setfield(L, -2, c"__index".as_ptr());
+                    // registry[light(mt)] = mt: found again by its identity when pushing.
+                    let mt = ffi::lua_topointer(L, -1);
+                    ffi::lua_pushlightuserdata(L, mt.cast_mut());
+                    ffi::lua_pushvalue(L, -2);
+                    ffi::lua_rawset(L, ffi::LUA_REGISTRYINDEX);
+                    ffi::lua_pushlightuserdata(L, mt.cast_mut());
+                    1
+                }
+            },
+            // SAFETY: the light userdata pushed last sits at index 2.
+            |L, _| unsafe { ffi::lua_touserdata(L, 2) } as *const std::ffi::c_void,
+        );
+        match metatable {
+            Ok(mt) => {
+                // SAFETY: Lua is idle.
+                unsafe { &mut *self.shared.userdata.get() }.push(UserDataType {
+                    name: T::NAME,
+                    size: std::mem::size_of::<T>(),
+                    metatable: mt,
+                });
+                Ok(())
+            }
+            Err(e) => {
+                // SAFETY: Lua is idle.
+                unsafe { (*self.shared.natives.get()).truncate(first) };
+                Err(e)
+            }
+        }
+    }
+
+    // ----- snapshots -----
+
+    fn check_idle(&self, operation: &'static str) -> Result<(), VmError> {
+        // SAFETY: reading the main thread's status.
+        if self.shared.depth.get() != 0 || unsafe { ffi::lua_status(self.L()) } != ffi::LUA_OK {
+            return Err(VmError::LuaRunning { operation });
+        }
+        Ok(())
+    }
+
+    /// Takes a snapshot of the whole VM. Seals natives and userdata types.
+    pub fn snapshot(&mut self) -> Result<SnapshotId, VmError> {
+        self.check_idle("take a snapshot")?;
+        self.sealed = true;
+        Ok(self.ring.snapshot(&mut self.arena)?)
+    }
+
+    /// Restores the VM to a retained snapshot, byte for byte. Newer snapshots are invalidated.
+    pub fn rollback(&mut self, id: SnapshotId) -> Result<(), VmError> {
+        self.check_idle("roll back")?;
+        self.ring.rollback(&mut self.arena, id)?;
+        Ok(())
+    }
+
+    /// The snapshot ring (retained snapshots, statistics, copy strategy).
+    pub fn snapshots(&self) -> &SnapshotRing {
+        &self.ring
+    }
+
+    /// How snapshots are being copied.
+    pub fn snapshot_strategy(&self) -> CopyStrategy {
+        self.ring.strategy()
+    }
+
+    /// A hash of the arena's bytes: equal digests mean byte-identical VMs.
+    pub fn digest(&self) -> u64 {
+        luasnap_snap::digest(&self.arena)
+    }
+
+    /// The arena (for statistics and state ranges).
+    pub fn arena(&self) -> &Arena {
+        &self.arena
+    }
+
+    /// The arena's allocator statistics.
+    pub fn arena_stats(&self) -> ArenaStats {
+        self.arena.stats()
+    }
+
+    /// Lua's own count of its heap, in bytes (`collectgarbage("count")` × 1024).
+    pub fn lua_memory(&self) -> usize {
+        // SAFETY: LUA_GCCOUNT/COUNTB only read counters.
+        unsafe {
+            let kb = ffi::lua_gc(self.L(), ffi::LUA_GCCOUNT) as usize;
+            let b = ffi::lua_gc(self.L(), ffi::LUA_GCCOUNTB) as usize;
+            kb * 1024 + b
+        }
+    }
+
+    /// The profile this VM was built with.
+    pub fn profile(&self) -> Profile {
+        self.profile
+    }
+
+    // ----- garbage collector -----
+
+    /// Switches the collector's mode and sets its parameters.
+    pub fn set_gc_mode(&mut self, mode: GcMode) -> Result<(), VmError> {
+        self.check_idle("change the GC mode")?;
+        let L = self.L();
+        let set = |p: c_int, v: Option<i32>| {
+            if let Some(v) = v {
+                // SAFETY: LUA_GCPARAM only stores a parameter.
+                unsafe { ffi::lua_gc(L, ffi::LUA_GCPARAM, p, v as c_int) };
+            }
+        };
+        match mode {
+            GcMode::Incremental {
+                pause,
+                step_multiplier,
+                step_size,
+            } => {
+                // SAFETY: switching modes runs collector work; finalizers run protected inside.
+                unsafe { ffi::lua_gc(L, ffi::LUA_GCINC) };
+                set(ffi::LUA_GCPPAUSE, pause);
+                set(ffi::LUA_GCPSTEPMUL, step_multiplier);
+                set(ffi::LUA_GCPSTEPSIZE, step_size);
+            }
+            GcMode::Generational {
+                minor_multiplier,
+                major_minor,
+                minor_major,
+            } => {
+                // SAFETY: as above.
+                unsafe { ffi::lua_gc(L, ffi::LUA_GCGEN) };
+                set(ffi::LUA_GCPMINORMUL, minor_multiplier);
+                set(ffi::LUA_GCPMAJORMINOR, major_minor);
+                set(ffi::LUA_GCPMINORMAJOR, minor_major);
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs a full collection.
+    pub fn gc_collect(&self) -> Result<(), VmError> {
+        self.run(
+            &mut |L| {
+                // SAFETY: protected body.
+                unsafe { ffi::lua_gc(L, ffi::LUA_GCCOLLECT) };
+                0
+            },
+            |_, _| (),
+        )
+    }
+
+    /// Does one step of incremental collection; returns whether a cycle finished.
+    pub fn gc_step(&self) -> Result<bool, VmError> {
+        let mut done = 0;
+        self.run(
+            &mut |L| {
+                // SAFETY: protected body.
+                done = unsafe { ffi::lua_gc(L, ffi::LUA_GCSTEP, 0 as c_int) };
+                0
+            },
+            |_, _| (),
+        )?;
+        Ok(done != 0)
+    }
+
+    /// Stops (`false`) or restarts (`true`) automatic collection.
+    pub fn gc_running(&self, on: bool) {
+        // SAFETY: LUA_GCSTOP/RESTART only flip a flag.
+        unsafe {
+            ffi::lua_gc(
+                self.L(),
+                if on {
+                    ffi::LUA_GCRESTART
+                } else {
+                    ffi::LUA_GCSTOP
+                },
+            )
+        };
+    }
+
+    /// The raw state, for the crate's serializer.
+    #[allow(dead_code)]
+    pub(crate) fn raw_state(&self) -> *mut lua_State {
+        self.L()
+    }
+}
+
+/// Whether the value on top has a `__call` metamethod. Does not raise.
+unsafe fn has_call_metamethod(L: *mut lua_State) -> bool {
+    // SAFETY: reads the metatable and one field raw; pops what it pushed.
+    unsafe {
+        if ffi::lua_getmetatable(L, -1) == 0 {
+            return false;
+        }
+        ffi::lua_pushstring(L, c"__call".as_ptr());
+        ffi::lua_rawget(L, -2);
+        let yes = ffi::lua_type(L, -1) == ffi::LUA_TFUNCTION;
+        ffi::lua_settop(L, -3);
+        yes
+    }
+}
+
+/// Pops the value on top and stores it at the dotted global path `name`, creating tables.
+unsafe fn set_global_path(L: *mut lua_State, name: &[u8]) {
+    // SAFETY: protected context (callers); the stack has the value on top.
+    unsafe {
+        let parts: &[u8] = name;
+        ffi::lua_rawgeti(L, ffi::LUA_REGISTRYINDEX, ffi::LUA_RIDX_GLOBALS);
+        let mut rest = parts;
+        while let Some(dot) = rest.iter().position(|&b| b == b'.') {
+            let part = &rest[..dot];
+            ffi::lua_pushlstring(L, part.as_ptr().cast(), part.len());
+            ffi::lua_rawget(L, -2);
+            if ffi::lua_type(L, -1) != ffi::LUA_TTABLE {
+                ffi::lua_settop(L, -2);
+                ffi::lua_createtable(L, 0, 4);
+                ffi::lua_pushlstring(L, part.as_ptr().cast(), part.len());
+                ffi::lua_pushvalue(L, -2);
+                ffi::lua_rawset(L, -4);
+            }
+            ffi::lua_rotate(L, -2, 1);
+            ffi::lua_settop(L, -2);
+            rest = &rest[dot + 1..];
+        }
+        // stack: value, table
+        ffi::lua_pushlstring(L, rest.as_ptr().cast(), rest.len());
+        ffi::lua_pushvalue(L, -3);
+        ffi::lua_rawset(L, -3);
+        ffi::lua_settop(L, -3);
+    }
+}
+
+/// A Lua function held by the host, for repeated calls. It borrows the VM: no snapshot or
+/// rollback can happen while it exists.
+pub struct Function<'vm> {
+    vm: &'vm Vm,
+    key: c_int,
+}
+
+impl Function<'_> {
+    /// Calls the function with `args` and returns its results.
+    pub fn call(&self, args: &[Value]) -> Result<Vec<Value>, VmError> {
+        let shared: &Shared = &self.vm.shared;
+        let key = self.key;
+        self.vm.run(
+            &mut |L| {
+                // SAFETY: protected body.
+                unsafe {
+                    ffi::lua_rawgeti(L, ffi::LUA_REGISTRYINDEX, key as ffi::lua_Integer);
+                    ffi::luaL_checkstack(
+                        L,
+                        args.len() as c_int + 1,
+                        c"too many arguments".as_ptr(),
+                    );
+                    for a in args {
+                        raw::push_value(L, a, shared, 0);
+                    }
+                    ffi::lua_callk(L, args.len() as c_int, ffi::LUA_MULTRET, 0, None);
+                    ffi::lua_gettop(L)
+                }
+            },
+            |L, n| self.vm.collect_values(L, n),
+        )?
+    }
+}
+
+impl Drop for Function<'_> {
+    fn drop(&mut self) {
+        let key = self.key;
+        let _ = self.vm.run(
+            &mut |L| {
+                // SAFETY: protected body; frees the registry slot.
+                unsafe { ffi::luaL_unref(L, ffi::LUA_REGISTRYINDEX, key) };
+                0
+            },
+            |_, _| (),
+        );
+    }
+}
