@@ -1,11 +1,35 @@
 //! The `luasnap` command-line tool.
 #![forbid(unsafe_code)]
 
-fn main() {
-    let support = luasnap::alloc::probe_trackers();
-    println!("luasnap {}", env!("CARGO_PKG_VERSION"));
-    match support.best() {
-        Some(kind) => println!("page tracker: {kind}"),
-        None => println!("page tracker: none (snapshots use full copies)"),
+mod cli;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+/// Instant snapshot and rollback for Lua 5.5, and save-games.
+#[derive(Debug, Parser)]
+#[command(name = "luasnap", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run a Lua script in an arena-backed VM with the full standard library.
+    Run(cli::run::RunArgs),
+    /// Show which page-tracking mechanisms work on this machine.
+    Trackers,
+}
+
+fn main() -> ExitCode {
+    let argv: Vec<String> = std::env::args().collect();
+    let cli = Cli::parse();
+    match cli.command {
+        Some(Command::Run(args)) => cli::run::run(args, &argv),
+        Some(Command::Trackers) | None => {
+            cli::trackers();
+            ExitCode::SUCCESS
+        }
     }
 }

@@ -105,6 +105,8 @@ impl ArenaBuilder {
 pub struct ArenaStats {
     /// Bytes in use as the callers asked for them (Lua's own count of its heap).
     pub bytes_in_use: u64,
+    /// Highest `bytes_in_use` has been.
+    pub peak_bytes_in_use: u64,
     /// Bytes in the blocks handed out, after rounding up to size classes and pages.
     pub bytes_allocated: u64,
     /// Blocks currently live.
@@ -128,6 +130,12 @@ impl ArenaStats {
     /// Bytes of the extent not in any live block (free runs, free blocks in spans, span tails).
     pub fn fragmentation(&self) -> u64 {
         self.extent_bytes.saturating_sub(self.bytes_allocated)
+    }
+
+    /// Peak extent over peak bytes in use: the memory the arena needed per byte asked for at
+    /// most (1.0 would be perfect; rounding and fragmentation make it larger).
+    pub fn peak_overhead(&self) -> f64 {
+        self.peak_extent_bytes as f64 / self.peak_bytes_in_use.max(1) as f64
     }
 }
 
@@ -279,6 +287,7 @@ impl Arena {
         let c = self.heap_ref().counters();
         ArenaStats {
             bytes_in_use: c.requested,
+            peak_bytes_in_use: c.peak_requested,
             bytes_allocated: c.allocated,
             live_blocks: c.live_blocks,
             extent_bytes: c.top_pages as u64 * PAGE_SIZE as u64,

@@ -243,6 +243,7 @@ pub struct Header {
     top: u32,
     peak_top: u32,
     requested: u64,
+    peak_requested: u64,
     allocated: u64,
     live_blocks: u64,
     failures: u64,
@@ -257,6 +258,7 @@ const _: () = assert!(std::mem::size_of::<Header>() <= PAGE_SIZE);
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct HeapCounters {
     pub requested: u64,
+    pub peak_requested: u64,
     pub allocated: u64,
     pub live_blocks: u64,
     pub failures: u64,
@@ -312,6 +314,7 @@ impl Heap {
             top: 0,
             peak_top: 0,
             requested: 0,
+            peak_requested: 0,
             allocated: 0,
             live_blocks: 0,
             failures: 0,
@@ -391,6 +394,7 @@ impl Heap {
         let h = self.hdr_ref();
         HeapCounters {
             requested: h.requested,
+            peak_requested: h.peak_requested,
             allocated: h.allocated,
             live_blocks: h.live_blocks,
             failures: h.failures,
@@ -423,10 +427,12 @@ impl Heap {
     /// Allocates `size` bytes (16-byte aligned). Null when the limit or capacity is reached.
     pub fn alloc(&mut self, size: usize) -> *mut u8 {
         let p = self.alloc_block(size.max(1));
+        let h = self.hdr();
         if p.is_null() {
-            self.hdr().failures += 1;
+            h.failures += 1;
         } else {
-            self.hdr().requested += size as u64;
+            h.requested += size as u64;
+            h.peak_requested = h.peak_requested.max(h.requested);
         }
         p
     }
@@ -462,6 +468,7 @@ impl Heap {
             h.failures += 1;
         } else {
             h.requested = (h.requested + nsize as u64).saturating_sub(osize as u64);
+            h.peak_requested = h.peak_requested.max(h.requested);
         }
         out
     }
@@ -683,9 +690,10 @@ impl Heap {
         }
         if d.live - 1 == 0 {
             let only = self.hdr_ref().partial[class] == head && self.desc(head).next == NIL;
-            if only {
-                // Keep one empty span per class so alloc/free at a span boundary doesn't thrash;
-                // reset it so it fills front to back again.
+            if only && SPAN_PAGES[class] == 1 {
+                // Keep one empty one-page span per class, so alloc/free churn at a span boundary
+                // doesn't thrash the page heap; bigger spans (big classes, rarely churned) go back
+                // at once rather than pin their pages. Reset it to fill front to back again.
                 let dm = self.desc_mut(head);
                 dm.free = NIL;
                 dm.bump = 0;

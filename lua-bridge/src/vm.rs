@@ -5,7 +5,7 @@ use crate::ffi::{self as raw, Call, LuaFailure, Native, NativeFn, Shared, UserDa
 use crate::userdata::{PlainData, UserDataMethods};
 use crate::value::Value;
 use luasnap_alloc::{Arena, ArenaStats, TrackerPreference};
-use luasnap_snap::{CopyStrategy, RingConfig, SnapshotId, SnapshotMode, SnapshotRing};
+use luasnap_snap::{CopyStrategy, RingConfig, Snapshot, SnapshotId, SnapshotMode, SnapshotRing};
 use mlua::ffi::{self, lua_State};
 use std::cell::Cell;
 use std::ffi::{c_int, CString};
@@ -840,6 +840,49 @@ impl Vm {
     /// A hash of the arena's bytes: equal digests mean byte-identical VMs.
     pub fn digest(&self) -> u64 {
         luasnap_snap::digest(&self.arena)
+    }
+
+    /// A canonical hash of the values reachable from the globals table: independent of
+    /// addresses and `pairs()` order, so equal for equal states across processes and across a
+    /// save and load. See [`crate::digest`] for exactly what it covers.
+    ///
+    /// It walks the heap through the Lua API, which writes to it, so the VM is captured first
+    /// and restored after: the arena is byte-identical afterwards. Cost: two copies of the
+    /// heap plus a walk of every reachable object.
+    pub fn value_digest(&mut self) -> Result<u64, VmError> {
+        self.value_digest_at(None)
+    }
+
+    /// Like [`value_digest`](Vm::value_digest), for the value at a dotted global path.
+    pub fn value_digest_of(&mut self, path: &str) -> Result<u64, VmError> {
+        let p = self.checked_path(path)?;
+        self.value_digest_at(Some(p))
+    }
+
+    fn value_digest_at(&mut self, path: Option<CString>) -> Result<u64, VmError> {
+        self.check_idle("compute a value digest")?;
+        let saved = Snapshot::capture(&self.arena);
+        let mut graph = crate::digest::Graph::default();
+        let mut root = None;
+        let result = self.run(
+            &mut |L| {
+                // SAFETY: protected body; the state is restored below whatever happens.
+                unsafe {
+                    match &path {
+                        Some(p) => raw::push_path(L, p),
+                        None => {
+                            ffi::lua_rawgeti(L, ffi::LUA_REGISTRYINDEX, ffi::LUA_RIDX_GLOBALS);
+                        }
+                    }
+                    root = Some(crate::digest::extract(L, &mut graph));
+                }
+                0
+            },
+            |_, _| (),
+        );
+        saved.restore(&mut self.arena)?;
+        result?;
+        Ok(graph.digest(root.expect("extract ran")))
     }
 
     /// The arena (for statistics and state ranges).

@@ -1,0 +1,136 @@
+//! The deterministic profile across processes, and the value digest.
+
+use luasnap::bridge::{Value, Vm};
+use std::process::Command;
+
+const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/lua/determinism.lua");
+
+fn run_cli(seed: &str, base: Option<&str>) -> (String, String) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_luasnap"));
+    cmd.args(["run", "--deterministic", seed, "--digest"]);
+    if let Some(b) = base {
+        cmd.args(["--base-address", b]);
+    }
+    let out = cmd.arg(SCRIPT).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    let value_digest = stderr
+        .lines()
+        .find(|l| l.starts_with("value digest:"))
+        .unwrap()
+        .to_string();
+    (String::from_utf8(out.stdout).unwrap(), value_digest)
+}
+
+#[test]
+fn two_processes_agree_on_results_and_value_digest() {
+    // With a fixed base address even pointer-keyed iteration and tostring() agree.
+    let a = run_cli("42", Some("0x3d0000000000"));
+    let b = run_cli("42", Some("0x3d0000000000"));
+    assert_eq!(a, b);
+    assert!(a.0.contains("address\ttable: 0x3d00"), "{}", a.0);
+    // A different seed changes string-key order and the random stream.
+    let c = run_cli("43", Some("0x3d0000000000"));
+    assert_ne!(a.0, c.0);
+    assert_ne!(a.1, c.1);
+    // Without a fixed base, everything but address-dependent output still agrees.
+    let d = run_cli("42", None);
+    let e = run_cli("42", None);
+    let keep = |s: &str| -> String {
+        s.lines()
+            .filter(|l| {
+                !l.starts_with("objects") && !l.starts_with("address") && !l.starts_with("memory")
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    assert_eq!(keep(&d.0), keep(&e.0));
+    assert_eq!(
+        keep(&d.0),
+        keep(&a.0),
+        "string order, random stream and sort do not depend on addresses"
+    );
+    assert_eq!(d.1, e.1);
+}
+
+fn vm(seed: u64) -> Vm {
+    Vm::builder()
+        .capacity(256 << 20)
+        .deterministic(seed)
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn the_value_digest_ignores_addresses_and_insertion_order() {
+    let mut a = vm(1);
+    let mut b = vm(1);
+    a.exec(
+        "w = {} for i = 1, 100 do w['e' .. i] = { i, tag = 'x' .. i } end w.self = w",
+        "a",
+    )
+    .unwrap();
+    // Same state, built in the opposite order, with garbage in between (other addresses).
+    b.exec(
+        "w = {} local junk = {} for i = 100, 1, -1 do junk[i] = {} w['e' .. i] = { i, tag = 'x' .. i } end w.self = w",
+        "b",
+    )
+    .unwrap();
+    assert_ne!(a.digest(), b.digest(), "the arenas differ");
+    assert_eq!(a.value_digest().unwrap(), b.value_digest().unwrap());
+    assert_eq!(
+        a.value_digest_of("w").unwrap(),
+        b.value_digest_of("w").unwrap()
+    );
+    // Any change of value shows.
+    b.exec("w.e50.tag = 'changed'", "c").unwrap();
+    assert_ne!(a.value_digest().unwrap(), b.value_digest().unwrap());
+    b.exec("w.e50.tag = 'x50'", "d").unwrap();
+    assert_eq!(a.value_digest().unwrap(), b.value_digest().unwrap());
+    // Integer and float stay apart; structure and sharing show.
+    b.exec("w.e1[1] = 1.0", "e").unwrap();
+    assert_ne!(a.value_digest().unwrap(), b.value_digest().unwrap());
+}
+
+#[test]
+fn computing_a_value_digest_leaves_the_vm_untouched() {
+    let mut vm = vm(5);
+    vm.exec("t = {} for i = 1, 5000 do t[i] = { i, s = tostring(i) } end co = coroutine.create(function(x) coroutine.yield(x) end) coroutine.resume(co, 7)", "s").unwrap();
+    let before = vm.digest();
+    let v1 = vm.value_digest().unwrap();
+    assert_eq!(vm.digest(), before);
+    assert_eq!(vm.value_digest().unwrap(), v1);
+    assert_eq!(
+        vm.exec("return #t, coroutine.status(co)", "after").unwrap(),
+        vec![Value::Integer(5000), Value::from("suspended")]
+    );
+}
+
+#[test]
+fn same_seed_same_game_same_value_digest_in_one_process() {
+    let game = "local n = 0 state = {} function step(i) n = n + math.random(100) state[#state + 1] = { n, tostring(i) } end";
+    let mut a = vm(9);
+    let mut b = vm(9);
+    for vm in [&a, &b] {
+        vm.exec(game, "game").unwrap();
+        for i in 0..200 {
+            vm.call("step", &[Value::Integer(i)]).unwrap();
+        }
+    }
+    assert_eq!(a.value_digest().unwrap(), b.value_digest().unwrap());
+    let mut c = vm(10);
+    c.exec(game, "game").unwrap();
+    for i in 0..200 {
+        c.call("step", &[Value::Integer(i)]).unwrap();
+    }
+    assert_ne!(
+        a.value_digest().unwrap(),
+        c.value_digest().unwrap(),
+        "the seed feeds math.random"
+    );
+    let _ = &mut b;
+}
