@@ -74,7 +74,7 @@ impl Graph {
         let mut h: Vec<u64> = self.nodes.iter().map(|n| n.kind).collect();
         let val = |h: &[u64], it: Item| match it {
             Item::Prim(p) => p,
-            Item::Ref(id) => mix(h[id as usize], 0x5245_46),
+            Item::Ref(id) => mix(h[id as usize], 0x0052_4546),
         };
         for _ in 0..ROUNDS {
             let next: Vec<u64> = self
