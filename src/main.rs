@@ -20,6 +20,8 @@ enum Command {
     Run(cli::run::RunArgs),
     /// Show which page-tracking mechanisms work on this machine.
     Trackers,
+    /// Measure pages written per frame under each garbage-collector mode.
+    GcPages(cli::gc_pages::GcPagesArgs),
 }
 
 fn main() -> ExitCode {
@@ -27,6 +29,13 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Some(Command::Run(args)) => cli::run::run(args, &argv),
+        Some(Command::GcPages(args)) => match cli::gc_pages::run(args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("luasnap: {e}");
+                ExitCode::FAILURE
+            }
+        },
         Some(Command::Trackers) | None => {
             cli::trackers();
             ExitCode::SUCCESS

@@ -47,6 +47,7 @@ mod ffi;
 mod userdata;
 mod value;
 mod vm;
+pub mod workloads;
 
 pub use error::{LuaErrorKind, NativeError, VmError};
 pub use ffi::Call;

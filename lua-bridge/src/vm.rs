@@ -134,6 +134,13 @@ impl VmBuilder {
         self
     }
 
+    /// Fraction of pages written per snapshot above which the snapshot copies everything and
+    /// page tracking pauses (default: the tracker's break-even). `1.0` never pauses.
+    pub fn full_copy_above(mut self, fraction: f64) -> Self {
+        self.ring.full_copy_above = Some(fraction);
+        self
+    }
+
     /// The garbage collector's mode and parameters.
     pub fn gc(mut self, mode: GcMode) -> Self {
         self.gc = Some(mode);

@@ -1,5 +1,6 @@
 //! Subcommands of the `luasnap` tool.
 
+pub mod gc_pages;
 pub mod run;
 pub mod size;
 
