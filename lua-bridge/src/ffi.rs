@@ -59,6 +59,8 @@ pub(crate) struct Shared {
     pub error: UnsafeCell<String>,
     /// Host calls into Lua currently running.
     pub depth: Cell<u32>,
+    /// Instructions Lua code may still run during a save-game load.
+    pub budget: Cell<u64>,
 }
 
 impl Shared {
@@ -69,6 +71,7 @@ impl Shared {
             results: UnsafeCell::new(Vec::new()),
             error: UnsafeCell::new(String::new()),
             depth: Cell::new(0),
+            budget: Cell::new(0),
         }
     }
 
@@ -83,7 +86,7 @@ impl Shared {
 ///
 /// # Safety
 /// `L` must be a thread of a VM built by this crate (its extra space holds the pointer).
-unsafe fn shared_of<'a>(L: *mut lua_State) -> &'a Shared {
+pub(crate) unsafe fn shared_of<'a>(L: *mut lua_State) -> &'a Shared {
     // SAFETY: per the contract, the extra space holds a pointer to the VM's boxed Shared,
     // which outlives every Lua call.
     unsafe { &**(ffi::lua_getextraspace(L) as *const *const Shared) }
@@ -534,13 +537,13 @@ unsafe extern "C-unwind" fn traceback_handler(L: *mut lua_State) -> c_int {
     }
 }
 
-struct Job<'f> {
-    body: &'f mut dyn FnMut(*mut lua_State) -> c_int,
+pub(crate) struct Job<'f> {
+    pub body: &'f mut dyn FnMut(*mut lua_State) -> c_int,
     /// A message for a panic caught inside the body.
-    panic: Option<String>,
+    pub panic: Option<String>,
 }
 
-unsafe extern "C-unwind" fn run_job(L: *mut lua_State) -> c_int {
+pub(crate) unsafe extern "C-unwind" fn run_job(L: *mut lua_State) -> c_int {
     // SAFETY: index 1 is the light userdata pointing at the Job on the host's stack frame,
     // which is alive for the whole protected call.
     let job = unsafe { &mut *(ffi::lua_touserdata(L, 1) as *mut Job<'_>) };

@@ -44,6 +44,7 @@
 pub mod digest;
 mod error;
 mod ffi;
+pub mod persist;
 mod userdata;
 mod value;
 mod vm;

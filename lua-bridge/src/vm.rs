@@ -266,10 +266,10 @@ impl VmBuilder {
 /// ```
 pub struct Vm {
     state: NonNull<lua_State>,
-    shared: Box<Shared>,
+    pub(crate) shared: Box<Shared>,
     _warn_state: Box<Cell<u8>>,
     ring: SnapshotRing,
-    arena: Arena,
+    pub(crate) arena: Arena,
     profile: Profile,
     /// Set by the first snapshot: no natives or userdata types may be added after it.
     sealed: bool,
@@ -298,6 +298,7 @@ local seed = ...
 math.randomseed(seed)
 dofile, loadfile = nil, nil
 local rawload, select = load, select
+-- Source text only, never bytecode.
 function load(chunk, name, mode, ...)
   if select("#", ...) > 0 then return rawload(chunk, name, "t", ...) end
   return rawload(chunk, name, "t")
@@ -342,6 +343,29 @@ function table.sort(t, lt)
 end
 "##;
 
+/// Wraps the library functions that compile chunks so each compiled chunk is anchored
+/// (`registry["luasnap.chunks"]`); save-games rebuild functions from these prototypes.
+const KEEP_CHUNKS_PRELUDE: &str = r##"
+local keep = luasnap_keep_chunk
+luasnap_keep_chunk = nil
+local function wrap(f)
+  return function(...)
+    local fn, err = f(...)
+    if type(fn) == "function" then keep(fn) end
+    return fn, err
+  end
+end
+if load then load = wrap(load) end
+if loadfile then
+  loadfile = wrap(loadfile)
+  local lf = loadfile
+  function dofile(name) return assert(lf(name))() end
+end
+if package and package.searchers and package.searchers[2] then
+  package.searchers[2] = wrap(package.searchers[2])
+end
+"##;
+
 impl Vm {
     /// Starts building a VM.
     pub fn builder() -> VmBuilder {
@@ -365,7 +389,7 @@ impl Vm {
     }
 
     /// Runs `body` protected, counting it as Lua running.
-    fn run<R>(
+    pub(crate) fn run<R>(
         &self,
         body: &mut dyn FnMut(*mut lua_State) -> c_int,
         collect: impl FnOnce(*mut lua_State, c_int) -> R,
@@ -405,7 +429,11 @@ impl Vm {
         result
     }
 
-    fn collect_values(&self, L: *mut lua_State, n: c_int) -> Result<Vec<Value>, VmError> {
+    pub(crate) fn collect_values(
+        &self,
+        L: *mut lua_State,
+        n: c_int,
+    ) -> Result<Vec<Value>, VmError> {
         (0..n)
             .map(|i| {
                 // SAFETY: results sit at indices 2..=n+1; to_value does not raise.
@@ -443,6 +471,17 @@ impl Vm {
             },
             |_, _| (),
         )?;
+        self.run(
+            &mut |L| {
+                // SAFETY: protected body; a C function the prelude captures and removes.
+                unsafe {
+                    ffi::lua_pushcclosure(L, keep_chunk, 0);
+                    ffi::lua_setglobal(L, c"luasnap_keep_chunk".as_ptr());
+                }
+                0
+            },
+            |_, _| (),
+        )?;
         if deterministic {
             self.exec_with_args(
                 DETERMINISTIC_PRELUDE,
@@ -450,6 +489,9 @@ impl Vm {
                 &[Value::Integer(seed as i64)],
             )?;
         }
+        // Every chunk loaded from Lua is kept alive too (see `anchor_chunk`).
+        self.exec(KEEP_CHUNKS_PRELUDE, "=luasnap.chunks")?;
+        crate::persist::install(self)?;
         Ok(())
     }
 
@@ -493,6 +535,7 @@ impl Vm {
                         syntax_error = st == ffi::LUA_ERRSYNTAX;
                         ffi::lua_error(L);
                     }
+                    anchor_chunk(L);
                     ffi::luaL_checkstack(
                         L,
                         args.len() as c_int + 1,
@@ -640,7 +683,7 @@ impl Vm {
         }
     }
 
-    fn checked_path(&self, path: &str) -> Result<CString, VmError> {
+    pub(crate) fn checked_path(&self, path: &str) -> Result<CString, VmError> {
         if !raw::valid_path(path) {
             return Err(VmError::BadName { name: path.into() });
         }
@@ -701,6 +744,8 @@ impl Vm {
                     ffi::lua_pushcclosure(L, raw::native_trampoline, 1);
                     ffi::lua_pushvalue(L, -1);
                     ffi::lua_setfield(L, -3, cname.as_ptr());
+                    ffi::lua_pushvalue(L, -1);
+                    crate::persist::add_permanent(L, cname.as_c_str());
                     set_global_path(L, cname.as_bytes());
                 }
                 0
@@ -812,7 +857,7 @@ impl Vm {
 
     // ----- snapshots -----
 
-    fn check_idle(&self, operation: &'static str) -> Result<(), VmError> {
+    pub(crate) fn check_idle(&self, operation: &'static str) -> Result<(), VmError> {
         // SAFETY: reading the main thread's status.
         if self.shared.depth.get() != 0 || unsafe { ffi::lua_status(self.L()) } != ffi::LUA_OK {
             return Err(VmError::LuaRunning { operation });
@@ -996,12 +1041,40 @@ impl Vm {
             )
         };
     }
+}
 
-    /// The raw state, for the crate's serializer.
-    #[allow(dead_code)]
-    pub(crate) fn raw_state(&self) -> *mut lua_State {
-        self.L()
+/// Keeps the chunk on top of the stack alive for the VM's life (in `registry["luasnap.chunks"]`):
+/// save-games rebuild functions from the prototypes the VM has compiled, and a prototype would
+/// otherwise die with the last closure of its chunk.
+///
+/// # Safety
+/// Protected context, a function on top (left there).
+pub(crate) unsafe fn anchor_chunk(L: *mut lua_State) {
+    // SAFETY: protected context; balanced pushes.
+    unsafe {
+        if ffi::lua_getfield(L, ffi::LUA_REGISTRYINDEX, c"luasnap.chunks".as_ptr())
+            != ffi::LUA_TTABLE
+        {
+            ffi::lua_settop(L, -2);
+            ffi::lua_createtable(L, 16, 0);
+            ffi::lua_pushvalue(L, -1);
+            ffi::lua_setfield(L, ffi::LUA_REGISTRYINDEX, c"luasnap.chunks".as_ptr());
+        }
+        let n = ffi::lua_rawlen(L, -1) as ffi::lua_Integer;
+        ffi::lua_pushvalue(L, -2);
+        ffi::lua_rawseti(L, -2, n + 1);
+        ffi::lua_settop(L, -2);
     }
+}
+
+/// `keep(fn)`: anchors a chunk (see `anchor_chunk`).
+unsafe extern "C-unwind" fn keep_chunk(L: *mut lua_State) -> c_int {
+    // SAFETY: called by Lua; anchors argument 1 (may raise a memory error: nothing to drop).
+    unsafe {
+        ffi::lua_settop(L, 1);
+        anchor_chunk(L);
+    }
+    0
 }
 
 /// Whether the value on top has a `__call` metamethod. Does not raise.

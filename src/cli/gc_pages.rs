@@ -25,16 +25,26 @@ fn median(v: &mut [f64]) -> f64 {
     v[v.len() / 2]
 }
 
-
 /// Prints, per heap size and GC mode, the pages written per light frame.
 pub fn run(args: GcPagesArgs) -> Result<(), String> {
     let modes: [(&str, GcMode); 4] = [
         ("incremental (default)", GcMode::INCREMENTAL),
-        ("incremental, pause 400", GcMode::Incremental { pause: Some(400), step_multiplier: None, step_size: None }),
+        (
+            "incremental, pause 400",
+            GcMode::Incremental {
+                pause: Some(400),
+                step_multiplier: None,
+                step_size: None,
+            },
+        ),
         ("generational (default)", GcMode::GENERATIONAL),
         ("stopped (no collection at all)", GcMode::INCREMENTAL),
     ];
-    println!("garbage per frame: {} KiB, {} frames measured\n", args.garbage / 1024, args.frames);
+    println!(
+        "garbage per frame: {} KiB, {} frames measured\n",
+        args.garbage / 1024,
+        args.frames
+    );
     println!("| heap MB | GC mode | extent pages | written pages per frame: mean | median | p90 | max | mean share | frame ms (mean) |");
     println!("|---|---|---|---|---|---|---|---|---|");
     for &mb in &args.sizes {
@@ -50,15 +60,21 @@ pub fn run(args: GcPagesArgs) -> Result<(), String> {
                 .build()
                 .map_err(|e| e.to_string())?;
             let mut vm = vm;
-            vm.exec(format!("H = (function() {HEAP_BUILDER} end)()"), "heap_builder").map_err(|e| e.to_string())?;
-            vm.call("H.build", &[Value::Integer((mb << 20) as i64)]).map_err(|e| e.to_string())?;
+            vm.exec(
+                format!("H = (function() {HEAP_BUILDER} end)()"),
+                "heap_builder",
+            )
+            .map_err(|e| e.to_string())?;
+            vm.call("H.build", &[Value::Integer((mb << 20) as i64)])
+                .map_err(|e| e.to_string())?;
             let stopped = i == 3;
             vm.gc_running(!stopped);
             let mut pages = Vec::new();
             let mut times = Vec::new();
             for f in 0..(30 + args.frames) {
                 let t = Instant::now();
-                vm.call("H.frame", &[Value::Integer(args.garbage as i64)]).map_err(|e| e.to_string())?;
+                vm.call("H.frame", &[Value::Integer(args.garbage as i64)])
+                    .map_err(|e| e.to_string())?;
                 times.push(t.elapsed().as_secs_f64() * 1e3);
                 vm.snapshot().map_err(|e| e.to_string())?;
                 if f >= 30 {

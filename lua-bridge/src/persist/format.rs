@@ -1,0 +1,301 @@
+//! The save-game format: a header, then a body of tagged values.
+//!
+//! ```text
+//! header (50 bytes, little-endian):
+//!   magic        8   "LUASNAPS"
+//!   format       u16 FORMAT_VERSION
+//!   lua          u32 50501 (Lua 5.5.1: the exact release, since prototypes are matched structurally)
+//!   int_size     u8  8      number formats of the writer
+//!   num_size     u8  8
+//!   int_check    i64 0x0102030405060708
+//!   num_check    f64 -370.5
+//!   flags        u8  bit 0: contains bytecode
+//!   reserved     u8
+//!   body_len     u64
+//!   checksum     u64 XXH3-64 of the body
+//! body: one value (the root), depth first; see `Tag`.
+//! ```
+//!
+//! Every object gets the next id (0, 1, ...) at its first occurrence, in the same order when
+//! writing and reading; later occurrences are `Ref(id)`. Tables list their metatable, then
+//! key-value pairs, then `Nil` in key position.
+
+use xxhash_rust::xxh3::xxh3_64;
+
+/// Identifies a save-game.
+pub const MAGIC: &[u8; 8] = b"LUASNAPS";
+/// Version of this format. Files of other versions are refused with a clear error.
+pub const FORMAT_VERSION: u16 = 1;
+/// The Lua release whose prototypes the file refers to (`LUA_VERSION_RELEASE_NUM`).
+pub const LUA_RELEASE: u32 = 50501;
+/// Length of the header.
+pub const HEADER_LEN: usize = 50;
+const INT_CHECK: i64 = 0x0102_0304_0506_0708;
+const NUM_CHECK: f64 = -370.5;
+/// Flag: the file carries bytecode for its prototypes (needed only to load in trusted mode).
+pub const FLAG_BYTECODE: u8 = 1;
+
+/// Value tags.
+#[repr(u8)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tag {
+    Nil = 0,
+    False = 1,
+    True = 2,
+    Int = 3,
+    Float = 4,
+    Str = 5,
+    Light = 6,
+    Ref = 10,
+    Perm = 11,
+    Table = 20,
+    LClosure = 21,
+    CClosure = 22,
+    UdBytes = 23,
+    UdPlain = 24,
+    Thunk = 25,
+    TwoPhase = 26,
+    Thread = 29,
+    MainThread = 32,
+    UpvalNew = 40,
+    UpvalRef = 41,
+}
+
+impl Tag {
+    pub fn from_u8(b: u8) -> Option<Tag> {
+        use Tag::*;
+        Some(match b {
+            0 => Nil,
+            1 => False,
+            2 => True,
+            3 => Int,
+            4 => Float,
+            5 => Str,
+            6 => Light,
+            10 => Ref,
+            11 => Perm,
+            20 => Table,
+            21 => LClosure,
+            22 => CClosure,
+            23 => UdBytes,
+            24 => UdPlain,
+            25 => Thunk,
+            26 => TwoPhase,
+            29 => Thread,
+            32 => MainThread,
+            40 => UpvalNew,
+            41 => UpvalRef,
+            _ => return None,
+        })
+    }
+}
+
+/// Coroutine states in the file.
+pub const THREAD_NOT_STARTED: u8 = 0;
+pub const THREAD_DEAD: u8 = 1;
+
+/// Appends to a body.
+#[derive(Default)]
+pub struct Writer {
+    pub buf: Vec<u8>,
+}
+
+impl Writer {
+    pub fn tag(&mut self, t: Tag) {
+        self.buf.push(t as u8);
+    }
+
+    pub fn u8(&mut self, b: u8) {
+        self.buf.push(b);
+    }
+
+    pub fn varint(&mut self, mut v: u64) {
+        while v >= 0x80 {
+            self.buf.push((v as u8) | 0x80);
+            v >>= 7;
+        }
+        self.buf.push(v as u8);
+    }
+
+    pub fn i64(&mut self, v: i64) {
+        self.varint(((v << 1) ^ (v >> 63)) as u64);
+    }
+
+    pub fn u64(&mut self, v: u64) {
+        self.buf.extend_from_slice(&v.to_le_bytes());
+    }
+
+    pub fn bytes(&mut self, b: &[u8]) {
+        self.varint(b.len() as u64);
+        self.buf.extend_from_slice(b);
+    }
+
+    /// The complete file: header plus this body.
+    pub fn finish(self, flags: u8) -> Vec<u8> {
+        let mut out = Vec::with_capacity(HEADER_LEN + self.buf.len());
+        out.extend_from_slice(MAGIC);
+        out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+        out.extend_from_slice(&LUA_RELEASE.to_le_bytes());
+        out.push(8);
+        out.push(8);
+        out.extend_from_slice(&INT_CHECK.to_le_bytes());
+        out.extend_from_slice(&NUM_CHECK.to_le_bytes());
+        out.push(flags);
+        out.push(0);
+        out.extend_from_slice(&(self.buf.len() as u64).to_le_bytes());
+        out.extend_from_slice(&xxh3_64(&self.buf).to_le_bytes());
+        debug_assert_eq!(out.len(), HEADER_LEN);
+        out.extend_from_slice(&self.buf);
+        out
+    }
+}
+
+/// Why a file's header is refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HeaderError {
+    Truncated { len: usize },
+    Magic,
+    Format { found: u16 },
+    Lua { found: u32 },
+    Numbers,
+    Length { declared: u64, actual: usize },
+    Checksum,
+}
+
+/// Checks the header and returns the body and flags.
+pub fn open(file: &[u8]) -> Result<(&[u8], u8), HeaderError> {
+    if file.len() < HEADER_LEN {
+        if file.len() >= 8 && &file[..8] != MAGIC {
+            return Err(HeaderError::Magic);
+        }
+        return Err(HeaderError::Truncated { len: file.len() });
+    }
+    if &file[..8] != MAGIC {
+        return Err(HeaderError::Magic);
+    }
+    let u16_at = |i: usize| u16::from_le_bytes(file[i..i + 2].try_into().unwrap());
+    let u32_at = |i: usize| u32::from_le_bytes(file[i..i + 4].try_into().unwrap());
+    let u64_at = |i: usize| u64::from_le_bytes(file[i..i + 8].try_into().unwrap());
+    let format = u16_at(8);
+    if format != FORMAT_VERSION {
+        return Err(HeaderError::Format { found: format });
+    }
+    let lua = u32_at(10);
+    if lua != LUA_RELEASE {
+        return Err(HeaderError::Lua { found: lua });
+    }
+    if file[14] != 8
+        || file[15] != 8
+        || u64_at(16) as i64 != INT_CHECK
+        || f64::from_bits(u64_at(24)) != NUM_CHECK
+    {
+        return Err(HeaderError::Numbers);
+    }
+    let flags = file[32];
+    let len = u64_at(34);
+    let body = &file[HEADER_LEN..];
+    if len != body.len() as u64 {
+        return Err(HeaderError::Length {
+            declared: len,
+            actual: body.len(),
+        });
+    }
+    if xxh3_64(body) != u64_at(42) {
+        return Err(HeaderError::Checksum);
+    }
+    Ok((body, flags))
+}
+
+/// Reads a body; every read is bounds-checked.
+pub struct Reader<'a> {
+    pub data: &'a [u8],
+    pub pos: usize,
+}
+
+impl<'a> Reader<'a> {
+    pub fn new(data: &'a [u8]) -> Self {
+        Reader { data, pos: 0 }
+    }
+
+    pub fn remaining(&self) -> usize {
+        self.data.len() - self.pos
+    }
+
+    pub fn u8(&mut self) -> Option<u8> {
+        let b = *self.data.get(self.pos)?;
+        self.pos += 1;
+        Some(b)
+    }
+
+    pub fn varint(&mut self) -> Option<u64> {
+        let mut v = 0u64;
+        for shift in (0..64).step_by(7) {
+            let b = self.u8()?;
+            v |= ((b & 0x7f) as u64) << shift;
+            if b & 0x80 == 0 {
+                return Some(v);
+            }
+        }
+        None
+    }
+
+    pub fn i64(&mut self) -> Option<i64> {
+        let z = self.varint()?;
+        Some(((z >> 1) as i64) ^ -((z & 1) as i64))
+    }
+
+    pub fn u64(&mut self) -> Option<u64> {
+        let b = self.data.get(self.pos..self.pos + 8)?;
+        self.pos += 8;
+        Some(u64::from_le_bytes(b.try_into().unwrap()))
+    }
+
+    pub fn bytes(&mut self) -> Option<&'a [u8]> {
+        let n = self.varint()?;
+        if n > self.remaining() as u64 {
+            return None;
+        }
+        let b = &self.data[self.pos..self.pos + n as usize];
+        self.pos += n as usize;
+        Some(b)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn varints_round_trip() {
+        let mut w = Writer::default();
+        let vals = [0i64, 1, -1, 63, -64, 1 << 40, i64::MIN, i64::MAX];
+        for v in vals {
+            w.i64(v);
+        }
+        let mut r = Reader::new(&w.buf);
+        for v in vals {
+            assert_eq!(r.i64(), Some(v));
+        }
+        assert_eq!(r.remaining(), 0);
+        assert_eq!(Reader::new(&[0xff; 11]).varint(), None);
+    }
+
+    #[test]
+    fn header_checks() {
+        let mut w = Writer::default();
+        w.tag(Tag::True);
+        let file = w.finish(0);
+        assert_eq!(open(&file).unwrap(), (&[Tag::True as u8][..], 0));
+        let mut bad = file.clone();
+        bad[HEADER_LEN] ^= 1;
+        assert_eq!(open(&bad), Err(HeaderError::Checksum));
+        let mut v2 = file.clone();
+        v2[8] = 9;
+        assert_eq!(open(&v2), Err(HeaderError::Format { found: 9 }));
+        assert_eq!(open(&file[..20]), Err(HeaderError::Truncated { len: 20 }));
+        assert_eq!(
+            open(b"PK\x03\x04 not a save game at all, sorry!!!!!!!!!!!!!!!!!!!!"),
+            Err(HeaderError::Magic)
+        );
+    }
+}

@@ -1,0 +1,879 @@
+//! Save-games: an Eris-class object-graph serializer for Lua 5.5 (the slow, portable path).
+//!
+//! [`Vm::persist`] turns the value at a global path, and everything reachable from it, into a
+//! self-contained byte string; [`Vm::unpersist`] rebuilds it in another VM, in another process,
+//! later. [`Vm::save_game`] / [`Vm::load_game`] do the whole game: the globals and
+//! `package.loaded`, restored into the live `_G` rather than replacing it. From Lua, the
+//! `eris` module offers Eris's API: `eris.persist([perms,] value)`,
+//! `eris.unpersist([perms,] data)`, `eris.settings(name [, value])`.
+//!
+//! # What persists
+//! nil, booleans, integers and floats (kept apart; NaN payloads, -0.0, infinities), strings,
+//! tables (metatables, cycles, shared references, weak modes), Lua closures (shared prototypes,
+//! shared upvalues, any `_ENV`), C functions and anything else through the permanents table,
+//! userdata through `__persist` (`true`: bytes; `false`: refuse; a function returning a rebuild
+//! function, or a create function and an init function for two-phase persistence) or as
+//! registered plain data, and coroutines that are not started or dead. Suspended coroutines
+//! are refused with a clear error for now.
+//!
+//! # Safety on hostile files
+//! See `docs/save-games.md`. In short: the header carries magic, format and Lua versions,
+//! number formats and a checksum; the loader bounds every read; **functions are rebuilt from
+//! prototypes this VM compiled itself**, matched by a structural fingerprint, never from the
+//! file's bytecode unless [`LoadOptions::trusted`] is set; Lua code run while loading is capped
+//! by an instruction budget; and the heap growth of a load can be capped.
+
+mod format;
+mod read;
+mod write;
+
+use crate::error::VmError;
+use crate::ffi::{self as raw, Job};
+use crate::vm::Vm;
+use mlua::ffi::{self, lua_State};
+use std::ffi::{c_int, CStr, CString};
+
+pub use format::{FORMAT_VERSION, HEADER_LEN, LUA_RELEASE, MAGIC};
+
+/// Wraps a body in a valid header (checksum included). For fuzzing and tests of the loader:
+/// it lets mutated bodies past the checksum so the parser itself is exercised.
+pub fn seal_body(body: &[u8], with_bytecode: bool) -> Vec<u8> {
+    let mut w = format::Writer::default();
+    w.buf.extend_from_slice(body);
+    w.finish(if with_bytecode {
+        format::FLAG_BYTECODE
+    } else {
+        0
+    })
+}
+
+/// The body of a save-game (after its header), if the header is valid.
+pub fn body_of(file: &[u8]) -> Option<&[u8]> {
+    format::open(file).ok().map(|(b, _)| b)
+}
+
+/// Registry key: value -> name, the permanents used when persisting.
+pub const PERMS_KEY: &CStr = c"luasnap.perms";
+/// Registry key: name -> value, the permanents used when loading.
+pub const UNPERMS_KEY: &CStr = c"luasnap.unperms";
+
+/// Stack slots of the helper tables inside a persist or load.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Slots {
+    pub perms: c_int,
+    pub seen: c_int,
+    pub objs: c_int,
+    pub keys: c_int,
+    pub protos: c_int,
+    pub inits: c_int,
+}
+
+/// How to persist.
+#[derive(Debug, Clone)]
+pub struct PersistOptions {
+    /// Track where each value is, so errors name the path (`root.player.inv[3]@metatable`).
+    pub path: bool,
+    /// Include each prototype's bytecode, so the file can also be loaded in trusted mode into
+    /// a VM that has not loaded the game code. Safe-mode loads never use it.
+    pub bytecode: bool,
+    /// Keep debug information (line numbers, local names) in that bytecode.
+    pub debug: bool,
+    /// The metafield consulted for special persistence (Eris's `spkey`).
+    pub spkey: String,
+}
+
+impl Default for PersistOptions {
+    fn default() -> Self {
+        PersistOptions {
+            path: true,
+            bytecode: true,
+            debug: true,
+            spkey: "__persist".into(),
+        }
+    }
+}
+
+/// How to load.
+#[derive(Debug, Clone)]
+pub struct LoadOptions {
+    /// Load the file's bytecode for prototypes this VM does not have. Lua has no bytecode
+    /// verifier: only for files you produced yourself. Default false.
+    pub trusted: bool,
+    /// The metafield name used when the file was written.
+    pub spkey: String,
+    /// Instructions that Lua code run during the load (rebuild and init functions) may execute
+    /// in total; past it the load fails.
+    pub instruction_budget: u64,
+    /// Cap on how much the arena may grow during the load, in bytes (`None`: the VM's limit).
+    pub max_heap_growth: Option<usize>,
+}
+
+impl Default for LoadOptions {
+    fn default() -> Self {
+        LoadOptions {
+            trusted: false,
+            spkey: "__persist".into(),
+            instruction_budget: 10_000_000,
+            max_heap_growth: None,
+        }
+    }
+}
+
+/// Why a save failed.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SaveError {
+    /// A value cannot be persisted; the message names it and where it is.
+    #[error("cannot save: {message}")]
+    Unpersistable {
+        /// What and where.
+        message: String,
+    },
+    /// Lua code run while saving (a `__persist` function) failed, or memory ran out.
+    #[error(transparent)]
+    Lua(VmError),
+}
+
+/// Why a load failed. A failed load leaves the VM usable; what it built is garbage.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum LoadError {
+    /// Not a luasnap save-game at all.
+    #[error("not a luasnap save-game (bad magic); check the file name")]
+    NotASaveGame,
+    /// Shorter than its header.
+    #[error("the save-game is truncated ({len} bytes); the file was cut short")]
+    Truncated {
+        /// Bytes present.
+        len: usize,
+    },
+    /// Written by another version of the format.
+    #[error("save-game format {found} is not supported (this build reads format {supported}); load it with the luasnap version that wrote it")]
+    UnsupportedFormat {
+        /// The file's format version.
+        found: u16,
+        /// The version this build reads.
+        supported: u16,
+    },
+    /// Written for another Lua release.
+    #[error("the save-game was written for Lua release {found}, this VM runs {expected}; prototypes cannot be matched across releases")]
+    WrongLuaVersion {
+        /// The file's `LUA_VERSION_RELEASE_NUM`.
+        found: u32,
+        /// This build's.
+        expected: u32,
+    },
+    /// Written with other integer or float formats.
+    #[error("the save-game uses other number formats (integer/float size or byte order)")]
+    NumberFormat,
+    /// The body does not match its length or checksum.
+    #[error("the save-game is corrupt ({what}); it was damaged after it was written")]
+    Corrupt {
+        /// What does not match.
+        what: String,
+    },
+    /// The body is well-formed but refers to something this VM lacks, or is malformed.
+    #[error("cannot load: {message}")]
+    Invalid {
+        /// What is wrong, and where in the body.
+        message: String,
+    },
+    /// Lua code run while loading failed (or used up the instruction budget, or memory).
+    #[error(transparent)]
+    Lua(VmError),
+}
+
+impl From<format::HeaderError> for LoadError {
+    fn from(e: format::HeaderError) -> LoadError {
+        use format::HeaderError as H;
+        match e {
+            H::Truncated { len } => LoadError::Truncated { len },
+            H::Magic => LoadError::NotASaveGame,
+            H::Format { found } => LoadError::UnsupportedFormat {
+                found,
+                supported: format::FORMAT_VERSION,
+            },
+            H::Lua { found } => LoadError::WrongLuaVersion {
+                found,
+                expected: format::LUA_RELEASE,
+            },
+            H::Numbers => LoadError::NumberFormat,
+            H::Length { declared, actual } => LoadError::Corrupt {
+                what: format!("declares {declared} body bytes, has {actual}"),
+            },
+            H::Checksum => LoadError::Corrupt {
+                what: "checksum mismatch".into(),
+            },
+        }
+    }
+}
+
+const ERIS_PRELUDE: &str = r##"
+local raw_persist, raw_unpersist = ...
+local defaults = { debug = true, maxrec = 10000, path = false, spio = false, spkey = "__persist" }
+local kinds = { debug = "boolean", maxrec = "number", path = "boolean", spio = "boolean", spkey = "string" }
+local settings = {}
+for k, v in pairs(defaults) do settings[k] = v end
+local select, type, error, tostring = select, type, error, tostring
+local eris = {}
+-- eris.settings(name) reads a setting; eris.settings(name, value) sets it (nil: the default).
+-- 'maxrec' is kept for compatibility: persisting is not recursive, there is no depth limit.
+-- 'spio' is accepted and ignored: special persistence functions get no I/O object.
+function eris.settings(name, ...)
+  local kind = kinds[name]
+  if not kind then error("bad argument #1 to 'settings' (unknown setting '" .. tostring(name) .. "')", 2) end
+  if select("#", ...) == 0 then return settings[name] end
+  local v = ...
+  if v == nil then v = defaults[name]
+  elseif type(v) ~= kind then
+    error("bad argument #2 to 'settings' (" .. kind .. " expected, got " .. type(v) .. ")", 2)
+  end
+  settings[name] = v
+end
+function eris.persist(...)
+  local n = select("#", ...)
+  if n == 0 then error("bad argument #1 to 'persist' (value expected)", 2) end
+  local perms, value
+  if n >= 2 then perms, value = ... else value = ... end
+  if perms ~= nil and type(perms) ~= "table" then
+    error("bad argument #1 to 'persist' (table expected, got " .. type(perms) .. ")", 2)
+  end
+  return raw_persist(perms, value, settings.path, settings.debug, settings.spkey)
+end
+function eris.unpersist(...)
+  local n = select("#", ...)
+  local perms, data
+  if n >= 2 then perms, data = ... else data = ... end
+  if type(data) ~= "string" then
+    error("bad argument #" .. (n >= 2 and 2 or 1) .. " to 'unpersist' (string expected, got " .. type(data) .. ")", 2)
+  end
+  if perms ~= nil and type(perms) ~= "table" then
+    error("bad argument #1 to 'unpersist' (table expected, got " .. type(perms) .. ")", 2)
+  end
+  return raw_unpersist(perms, data, settings.spkey)
+end
+eris.FORMAT = "luasnap"
+return eris
+"##;
+
+/// Creates the permanents tables (the standard library as loaded now, plus helper C
+/// functions Lua hands out) and the `eris` module.
+pub(crate) fn install(vm: &mut Vm) -> Result<(), VmError> {
+    vm.run(
+        &mut |L| {
+            // SAFETY: protected body.
+            unsafe {
+                // eris = (prelude)(raw_persist, raw_unpersist)
+                let st = ffi::luaL_loadbufferx(
+                    L,
+                    ERIS_PRELUDE.as_ptr().cast(),
+                    ERIS_PRELUDE.len(),
+                    c"=luasnap.eris".as_ptr(),
+                    c"t".as_ptr(),
+                );
+                if st != ffi::LUA_OK {
+                    ffi::lua_error(L);
+                }
+                ffi::lua_pushcclosure(L, eris_persist, 0);
+                ffi::lua_pushcclosure(L, eris_unpersist, 0);
+                ffi::lua_callk(L, 2, 1, 0, None);
+                ffi::lua_setglobal(L, c"eris".as_ptr());
+                if ffi::lua_getglobal(L, c"package".as_ptr()) == ffi::LUA_TTABLE {
+                    ffi::lua_getfield(L, -1, c"loaded".as_ptr());
+                    ffi::lua_getglobal(L, c"eris".as_ptr());
+                    ffi::lua_setfield(L, -2, c"eris".as_ptr());
+                }
+                ffi::lua_settop(L, 0);
+
+                ffi::lua_createtable(L, 0, 256);
+                ffi::lua_setfield(L, ffi::LUA_REGISTRYINDEX, PERMS_KEY.as_ptr());
+                ffi::lua_createtable(L, 0, 256);
+                ffi::lua_setfield(L, ffi::LUA_REGISTRYINDEX, UNPERMS_KEY.as_ptr());
+                // _G and every function and library table in it, one level deep.
+                ffi::lua_rawgeti(L, ffi::LUA_REGISTRYINDEX, ffi::LUA_RIDX_GLOBALS);
+                let g = ffi::lua_gettop(L);
+                ffi::lua_pushvalue(L, g);
+                add_permanent(L, c"_G");
+                ffi::lua_pushnil(L);
+                while ffi::lua_next(L, g) != 0 {
+                    let name = key_name(L, -2);
+                    let t = ffi::lua_type(L, -1);
+                    if let Some(name) = name {
+                        if t == ffi::LUA_TTABLE && name != "_G" {
+                            let lib = ffi::lua_gettop(L);
+                            ffi::lua_pushnil(L);
+                            while ffi::lua_next(L, lib) != 0 {
+                                if let Some(fname) = key_name(L, -2) {
+                                    if matches!(
+                                        ffi::lua_type(L, -1),
+                                        ffi::LUA_TFUNCTION | ffi::LUA_TTABLE
+                                    ) {
+                                        let full = CString::new(format!("{name}.{fname}"))
+                                            .expect("names have no NUL");
+                                        ffi::lua_pushvalue(L, -1);
+                                        add_permanent(L, &full);
+                                    }
+                                }
+                                ffi::lua_settop(L, -2);
+                            }
+                        }
+                        if matches!(t, ffi::LUA_TFUNCTION | ffi::LUA_TTABLE) {
+                            let cname = CString::new(name).expect("names have no NUL");
+                            ffi::lua_pushvalue(L, -1);
+                            add_permanent(L, &cname);
+                        }
+                    }
+                    ffi::lua_settop(L, -2);
+                }
+                ffi::lua_settop(L, 0);
+                // C functions the library hands out without naming them.
+                let aux: [(&CStr, &[u8]); 3] = [
+                    (
+                        c"coroutine.wrap#aux",
+                        b"return coroutine.wrap(function() end)",
+                    ),
+                    (c"string.gmatch#aux", b"return ('').gmatch('', '')"),
+                    (c"ipairs#aux", b"return (ipairs({}))"),
+                ];
+                for (name, src) in aux {
+                    if ffi::luaL_loadbufferx(
+                        L,
+                        src.as_ptr().cast(),
+                        src.len(),
+                        c"=aux".as_ptr(),
+                        c"t".as_ptr(),
+                    ) != ffi::LUA_OK
+                        || ffi::lua_pcallk(L, 0, 1, 0, 0, None) != ffi::LUA_OK
+                    {
+                        ffi::lua_settop(L, 0);
+                        continue;
+                    }
+                    if let Some(f) = ffi::lua_tocfunction(L, -1) {
+                        ffi::lua_pushcclosure(L, f, 0);
+                        add_permanent(L, name);
+                    }
+                    ffi::lua_settop(L, 0);
+                }
+            }
+            0
+        },
+        |_, _| (),
+    )
+}
+
+/// Records the value on top (popped) as a permanent under `name`.
+///
+/// # Safety
+/// Protected context (may allocate).
+pub(crate) unsafe fn add_permanent(L: *mut lua_State, name: &CStr) {
+    // SAFETY: protected context; the two registry tables exist once `install` ran (before
+    // that, natives are registered... never: install runs when the libraries open).
+    unsafe {
+        if ffi::lua_getfield(L, ffi::LUA_REGISTRYINDEX, PERMS_KEY.as_ptr()) != ffi::LUA_TTABLE {
+            ffi::lua_settop(L, -3);
+            return;
+        }
+        ffi::lua_getfield(L, ffi::LUA_REGISTRYINDEX, UNPERMS_KEY.as_ptr());
+        // [v, perms, unperms]
+        ffi::lua_pushvalue(L, -3);
+        ffi::lua_rawget(L, -3);
+        let known = ffi::lua_type(L, -1) != ffi::LUA_TNIL;
+        ffi::lua_settop(L, -2);
+        if !known {
+            ffi::lua_pushvalue(L, -3);
+            ffi::lua_pushstring(L, name.as_ptr());
+            ffi::lua_rawset(L, -4);
+            ffi::lua_pushstring(L, name.as_ptr());
+            ffi::lua_pushvalue(L, -4);
+            ffi::lua_rawset(L, -3);
+        }
+        ffi::lua_settop(L, -4);
+    }
+}
+
+unsafe fn key_name(L: *mut lua_State, idx: c_int) -> Option<String> {
+    // SAFETY: reads a string key without conversion.
+    unsafe {
+        if ffi::lua_type(L, idx) != ffi::LUA_TSTRING {
+            return None;
+        }
+        let mut len = 0;
+        let p = ffi::lua_tolstring(L, idx, &mut len);
+        std::str::from_utf8(std::slice::from_raw_parts(p.cast::<u8>(), len))
+            .ok()
+            .map(str::to_string)
+    }
+}
+
+/// Budget hook: every 1000 instructions of Lua code during a load.
+unsafe extern "C-unwind" fn budget_hook(L: *mut lua_State, _ar: *mut ffi::lua_Debug) {
+    // SAFETY: installed only on VMs built by this crate.
+    let shared = unsafe { raw::shared_of(L) };
+    let left = shared.budget.get();
+    if left < 1000 {
+        // SAFETY: raising from a count hook is allowed; nothing to drop here.
+        unsafe {
+            ffi::lua_pushstring(L, c"save-game load exceeded its instruction budget (a __persist rebuild or init function runs too long)".as_ptr());
+            ffi::lua_error(L);
+        }
+    }
+    shared.budget.set(left - 1000);
+}
+
+/// Persists the value on top of the stack at `base + 2`, with perms at `base + 1` (a table,
+/// or nil for the VM's permanents). Runs protected; leaves the file as a string on success.
+/// Returns the status and the Persister's error (if it produced it).
+unsafe fn persist_protected(L: *mut lua_State, opts: &PersistOptions) -> (c_int, Option<String>) {
+    // SAFETY: a VM built by this crate; the caller pushed perms and value.
+    let shared = unsafe { raw::shared_of(L) };
+    let mut p = write::Persister::new(opts, shared);
+    let mut out: Vec<u8> = Vec::new();
+    // SAFETY: queries only.
+    let running = unsafe { ffi::lua_gc(L, ffi::LUA_GCISRUNNING) } != 0;
+    let mut body = |L: *mut lua_State| -> c_int {
+        // SAFETY: protected body; all Rust state lives in `p` and `out`, outside this frame.
+        unsafe {
+            // [perms|nil, value]
+            ffi::lua_gc(L, ffi::LUA_GCSTOP);
+            if ffi::lua_type(L, 1) == ffi::LUA_TNIL {
+                ffi::lua_getfield(L, ffi::LUA_REGISTRYINDEX, PERMS_KEY.as_ptr());
+                ffi::lua_replace(L, 1);
+            }
+            ffi::lua_createtable(L, 0, 0); // seen
+            ffi::lua_createtable(L, 0, 0); // keys
+            ffi::lua_rotate(L, 2, 2); // [perms, seen, keys, value]
+            let s = Slots {
+                perms: 1,
+                seen: 2,
+                objs: 2,
+                keys: 3,
+                protos: 3,
+                inits: 3,
+            };
+            if p.run(L, s).is_err() {
+                let msg = p.error.as_deref().unwrap_or("persist failed");
+                ffi::lua_pushlstring(L, msg.as_ptr().cast(), msg.len());
+                ffi::lua_error(L);
+            }
+            out = std::mem::take(&mut p.w).finish(if p.has_bytecode {
+                format::FLAG_BYTECODE
+            } else {
+                0
+            });
+            ffi::lua_pushlstring(L, out.as_ptr().cast(), out.len());
+            1
+        }
+    };
+    let mut job = Job {
+        body: &mut body,
+        panic: None,
+    };
+    // SAFETY: runs the body protected with perms and value as its arguments.
+    let st = unsafe {
+        let base = ffi::lua_gettop(L) - 2;
+        ffi::lua_pushcclosure(L, raw::run_job, 0);
+        ffi::lua_pushlightuserdata(L, (&mut job as *mut Job<'_>).cast());
+        ffi::lua_rotate(L, base + 1, 2);
+        let st = ffi::lua_pcall(L, 3, 1, 0);
+        if running {
+            ffi::lua_gc(L, ffi::LUA_GCRESTART);
+        }
+        st
+    };
+    (st, p.error.take())
+}
+
+/// Loads the file (a string on top, at `base + 2`) with unperms at `base + 1` (or nil).
+unsafe fn load_protected(L: *mut lua_State, opts: &LoadOptions) -> (c_int, Option<String>) {
+    // SAFETY: a VM built by this crate.
+    let shared = unsafe { raw::shared_of(L) };
+    let mut data: &[u8] = &[];
+    // SAFETY: the file is a string on top; it stays on the stack (alive) during the load.
+    unsafe {
+        let mut len = 0;
+        let p = ffi::lua_tolstring(L, -1, &mut len);
+        if !p.is_null() {
+            data = std::slice::from_raw_parts(p.cast::<u8>(), len);
+        }
+    }
+    let (body_bytes, flags) = match format::open(data) {
+        Ok(x) => x,
+        Err(e) => return (ffi::LUA_ERRRUN, Some(LoadError::from(e).to_string())),
+    };
+    let mut loader =
+        read::Loader::new(body_bytes, opts, shared, flags & format::FLAG_BYTECODE != 0);
+    // SAFETY: queries only.
+    let running = unsafe { ffi::lua_gc(L, ffi::LUA_GCISRUNNING) } != 0;
+    shared.budget.set(opts.instruction_budget);
+    let mut body = |L: *mut lua_State| -> c_int {
+        // SAFETY: protected body; state lives in `loader`, outside this frame.
+        unsafe {
+            ffi::lua_gc(L, ffi::LUA_GCSTOP);
+            if ffi::lua_type(L, 1) == ffi::LUA_TNIL {
+                ffi::lua_getfield(L, ffi::LUA_REGISTRYINDEX, UNPERMS_KEY.as_ptr());
+                ffi::lua_replace(L, 1);
+            }
+            // [unperms, data]: the data string stays on the stack while the loader reads it.
+            ffi::lua_settop(L, 2);
+            for _ in 0..4 {
+                ffi::lua_createtable(L, 0, 0);
+            }
+            let s = Slots {
+                perms: 1,
+                seen: 3,
+                objs: 3,
+                keys: 4,
+                protos: 5,
+                inits: 6,
+            };
+            if loader.run(L, s).is_err() {
+                let msg = loader.error.as_deref().unwrap_or("load failed");
+                ffi::lua_pushlstring(L, msg.as_ptr().cast(), msg.len());
+                ffi::lua_error(L);
+            }
+            1
+        }
+    };
+    let mut job = Job {
+        body: &mut body,
+        panic: None,
+    };
+    // SAFETY: runs the body protected with unperms and the file as arguments; the count hook
+    // bounds Lua code run meanwhile and is removed afterwards.
+    let st = unsafe {
+        let base = ffi::lua_gettop(L) - 2;
+        ffi::lua_pushcclosure(L, raw::run_job, 0);
+        ffi::lua_pushlightuserdata(L, (&mut job as *mut Job<'_>).cast());
+        ffi::lua_rotate(L, base + 1, 2);
+        ffi::lua_sethook(L, Some(budget_hook), ffi::LUA_MASKCOUNT, 1000);
+        let st = ffi::lua_pcall(L, 3, 1, 0);
+        ffi::lua_sethook(L, None, 0, 0);
+        if running {
+            ffi::lua_gc(L, ffi::LUA_GCRESTART);
+        }
+        st
+    };
+    (st, loader.error.take())
+}
+
+/// `raw_persist(perms|nil, value, path, debug, spkey)` behind `eris.persist`.
+unsafe extern "C-unwind" fn eris_persist(L: *mut lua_State) -> c_int {
+    // SAFETY: called by Lua with the documented arguments.
+    let st = unsafe { eris_persist_inner(L) };
+    if st != ffi::LUA_OK {
+        // SAFETY: the error object is on top; nothing to drop in this frame.
+        unsafe { ffi::lua_error(L) };
+    }
+    1
+}
+
+unsafe fn eris_persist_inner(L: *mut lua_State) -> c_int {
+    // SAFETY: reads arguments without conversion, then persists protected.
+    unsafe {
+        let spkey = key_name(L, 5).unwrap_or_else(|| "__persist".into());
+        let opts = PersistOptions {
+            path: ffi::lua_toboolean(L, 3) != 0,
+            bytecode: true,
+            debug: ffi::lua_toboolean(L, 4) != 0,
+            spkey,
+        };
+        ffi::lua_settop(L, 2);
+        persist_protected(L, &opts).0
+    }
+}
+
+/// `raw_unpersist(perms|nil, data, spkey)` behind `eris.unpersist` (safe mode).
+unsafe extern "C-unwind" fn eris_unpersist(L: *mut lua_State) -> c_int {
+    // SAFETY: called by Lua with the documented arguments.
+    let st = unsafe { eris_unpersist_inner(L) };
+    if st != ffi::LUA_OK {
+        // SAFETY: the error object is on top; nothing to drop in this frame.
+        unsafe { ffi::lua_error(L) };
+    }
+    1
+}
+
+unsafe fn eris_unpersist_inner(L: *mut lua_State) -> c_int {
+    // SAFETY: reads arguments without conversion, then loads protected.
+    unsafe {
+        let spkey = key_name(L, 3).unwrap_or_else(|| "__persist".into());
+        let opts = LoadOptions {
+            spkey,
+            ..LoadOptions::default()
+        };
+        ffi::lua_settop(L, 2);
+        let (st, err) = load_protected(L, &opts);
+        if st != ffi::LUA_OK {
+            if let Some(msg) = err {
+                ffi::lua_pushlstring(L, msg.as_ptr().cast(), msg.len());
+            }
+        }
+        st
+    }
+}
+
+/// What the root of a persist is.
+enum Root<'a> {
+    Path(&'a CStr),
+    Game,
+}
+
+impl Vm {
+    fn persist_root(&self, root: Root<'_>, opts: &PersistOptions) -> Result<Vec<u8>, SaveError> {
+        let mut staged: Option<String> = None;
+        let mut result: Option<Vec<u8>> = None;
+        let r = self.run(
+            &mut |L| {
+                // SAFETY: protected body; builds the root, then persists it in a nested
+                // protected call so the Persister's state is dropped before errors propagate.
+                unsafe {
+                    ffi::lua_pushnil(L);
+                    match &root {
+                        Root::Path(p) => raw::push_path(L, p),
+                        Root::Game => push_game_root(L),
+                    }
+                    let (st, err) = persist_protected(L, opts);
+                    staged = err;
+                    if st != ffi::LUA_OK {
+                        ffi::lua_error(L);
+                    }
+                    let mut len = 0;
+                    let p = ffi::lua_tolstring(L, -1, &mut len);
+                    result = Some(std::slice::from_raw_parts(p.cast::<u8>(), len).to_vec());
+                    0
+                }
+            },
+            |_, _| (),
+        );
+        match (r, staged, result) {
+            (Ok(()), _, Some(bytes)) => Ok(bytes),
+            (Err(VmError::Lua { message, .. }), Some(staged), _) if message.contains(&staged) => {
+                Err(SaveError::Unpersistable { message: staged })
+            }
+            (Err(e), _, _) => Err(SaveError::Lua(e)),
+            (Ok(()), _, None) => Err(SaveError::Unpersistable {
+                message: "nothing was written".into(),
+            }),
+        }
+    }
+
+    /// Persists the value at a dotted global path (and everything reachable from it).
+    pub fn persist(&self, path: &str) -> Result<Vec<u8>, SaveError> {
+        self.persist_with(path, &PersistOptions::default())
+    }
+
+    /// Like [`persist`](Vm::persist), with options.
+    pub fn persist_with(&self, path: &str, opts: &PersistOptions) -> Result<Vec<u8>, SaveError> {
+        let p = self.checked_path(path).map_err(SaveError::Lua)?;
+        self.persist_root(Root::Path(&p), opts)
+    }
+
+    /// Saves the whole game: the globals and `package.loaded` (library tables and functions go
+    /// by name, as permanents).
+    pub fn save_game(&self) -> Result<Vec<u8>, SaveError> {
+        self.persist_root(Root::Game, &PersistOptions::default())
+    }
+
+    fn load_root(
+        &mut self,
+        data: &[u8],
+        opts: &LoadOptions,
+        store: Option<&CStr>,
+    ) -> Result<(), LoadError> {
+        // Refuse bad headers before touching the VM.
+        format::open(data).map_err(LoadError::from)?;
+        self.check_idle("load a save-game")
+            .map_err(LoadError::Lua)?;
+        let old_limit = self.arena.stats().limit_bytes as usize;
+        if let Some(growth) = opts.max_heap_growth {
+            let cap = (self.arena.stats().extent_bytes as usize)
+                .saturating_add(growth)
+                .min(old_limit);
+            let _ = self.arena.set_limit(
+                cap.next_multiple_of(luasnap_alloc::PAGE_SIZE)
+                    .min(old_limit),
+            );
+        }
+        let mut staged: Option<String> = None;
+        let r = self.run(
+            &mut |L| {
+                // SAFETY: protected body; the load itself runs in a nested protected call.
+                unsafe {
+                    ffi::lua_pushnil(L);
+                    ffi::lua_pushlstring(L, data.as_ptr().cast(), data.len());
+                    let (st, err) = load_protected(L, opts);
+                    staged = err;
+                    if st != ffi::LUA_OK {
+                        ffi::lua_error(L);
+                    }
+                    match store {
+                        Some(path) => store_at_path(L, path),
+                        None => restore_game(L),
+                    }
+                    0
+                }
+            },
+            |_, _| (),
+        );
+        let _ = self.arena.set_limit(old_limit);
+        match (r, staged) {
+            (Ok(()), _) => Ok(()),
+            (Err(VmError::Lua { message, .. }), Some(staged)) if message.contains(&staged) => {
+                Err(LoadError::Invalid { message: staged })
+            }
+            (Err(e), _) => Err(LoadError::Lua(e)),
+        }
+    }
+
+    /// Loads a save-game (safe mode) and stores the value at a dotted global path.
+    pub fn unpersist(&mut self, data: &[u8], path: &str) -> Result<(), LoadError> {
+        self.unpersist_with(data, path, &LoadOptions::default())
+    }
+
+    /// Like [`unpersist`](Vm::unpersist), with options.
+    pub fn unpersist_with(
+        &mut self,
+        data: &[u8],
+        path: &str,
+        opts: &LoadOptions,
+    ) -> Result<(), LoadError> {
+        let p = self.checked_path(path).map_err(LoadError::Lua)?;
+        self.load_root(data, opts, Some(&p))
+    }
+
+    /// Loads a whole-game save: restores the globals and `package.loaded` in place (entries
+    /// not in the save are removed, `_G` itself stays the same table).
+    pub fn load_game(&mut self, data: &[u8]) -> Result<(), LoadError> {
+        self.load_game_with(data, &LoadOptions::default())
+    }
+
+    /// Like [`load_game`](Vm::load_game), with options.
+    pub fn load_game_with(&mut self, data: &[u8], opts: &LoadOptions) -> Result<(), LoadError> {
+        self.load_root(data, opts, None)
+    }
+
+    /// Makes the value at a dotted global path a permanent under `name`: saves refer to it by
+    /// name instead of persisting it, and loads take it from the loading VM.
+    pub fn register_permanent(&mut self, name: &str, path: &str) -> Result<(), VmError> {
+        let p = self.checked_path(path)?;
+        let n = CString::new(name).map_err(|_| VmError::BadName { name: name.into() })?;
+        self.run(
+            &mut |L| {
+                // SAFETY: protected body.
+                unsafe {
+                    raw::push_path(L, &p);
+                    add_permanent(L, &n);
+                }
+                0
+            },
+            |_, _| (),
+        )
+    }
+}
+
+/// Pushes `{ globals = copy of _G, loaded = copy of package.loaded }`.
+unsafe fn push_game_root(L: *mut lua_State) {
+    // SAFETY: protected context.
+    unsafe {
+        ffi::lua_createtable(L, 0, 2);
+        ffi::lua_rawgeti(L, ffi::LUA_REGISTRYINDEX, ffi::LUA_RIDX_GLOBALS);
+        shallow_copy(L);
+        ffi::lua_setfield(L, -2, c"globals".as_ptr());
+        if ffi::lua_getfield(L, ffi::LUA_REGISTRYINDEX, c"_LOADED".as_ptr()) == ffi::LUA_TTABLE {
+            shallow_copy(L);
+            ffi::lua_setfield(L, -2, c"loaded".as_ptr());
+        } else {
+            ffi::lua_settop(L, -2);
+        }
+    }
+}
+
+/// Replaces the table on top with a raw shallow copy of it.
+unsafe fn shallow_copy(L: *mut lua_State) {
+    // SAFETY: protected context; a table on top.
+    unsafe {
+        let src = ffi::lua_gettop(L);
+        ffi::lua_createtable(L, 0, 64);
+        ffi::lua_pushnil(L);
+        while ffi::lua_next(L, src) != 0 {
+            ffi::lua_pushvalue(L, -2);
+            ffi::lua_rotate(L, -2, 1);
+            ffi::lua_rawset(L, -4);
+        }
+        ffi::lua_rotate(L, -2, 1);
+        ffi::lua_settop(L, -2);
+    }
+}
+
+/// Stores the loaded value (on top) at the global path.
+unsafe fn store_at_path(L: *mut lua_State, path: &CStr) {
+    // SAFETY: protected context; the value is on top.
+    unsafe {
+        let bytes = path.to_bytes();
+        match bytes.iter().rposition(|&b| b == b'.') {
+            Some(dot) => {
+                let parent = CString::new(&bytes[..dot]).expect("from a CStr");
+                raw::push_path(L, &parent);
+                ffi::lua_rotate(L, -2, 1);
+                ffi::lua_pushlstring(L, bytes[dot + 1..].as_ptr().cast(), bytes.len() - dot - 1);
+                ffi::lua_rotate(L, -2, 1);
+                ffi::lua_settable(L, -3);
+                ffi::lua_settop(L, -2);
+            }
+            None => ffi::lua_setglobal(L, path.as_ptr()),
+        }
+    }
+}
+
+/// Restores `_G` and `package.loaded` from a loaded game root (on top) in place.
+unsafe fn restore_game(L: *mut lua_State) {
+    // SAFETY: protected context; raises a clear error if the root is not a game save.
+    unsafe {
+        let root = ffi::lua_gettop(L);
+        if ffi::lua_type(L, root) != ffi::LUA_TTABLE
+            || ffi::lua_getfield(L, root, c"globals".as_ptr()) != ffi::LUA_TTABLE
+        {
+            ffi::lua_pushstring(
+                L,
+                c"not a whole-game save (no globals table); use unpersist for single values"
+                    .as_ptr(),
+            );
+            ffi::lua_error(L);
+        }
+        ffi::lua_rawgeti(L, ffi::LUA_REGISTRYINDEX, ffi::LUA_RIDX_GLOBALS);
+        replace_contents(L);
+        if ffi::lua_getfield(L, root, c"loaded".as_ptr()) == ffi::LUA_TTABLE
+            && ffi::lua_getfield(L, ffi::LUA_REGISTRYINDEX, c"_LOADED".as_ptr()) == ffi::LUA_TTABLE
+        {
+            replace_contents(L);
+        }
+        ffi::lua_settop(L, root - 1);
+    }
+}
+
+/// [.., saved, live] -> makes `live` hold exactly `saved`'s entries; pops both.
+unsafe fn replace_contents(L: *mut lua_State) {
+    // SAFETY: protected context; two tables on top.
+    unsafe {
+        let live = ffi::lua_gettop(L);
+        let saved = live - 1;
+        ffi::lua_pushnil(L);
+        while ffi::lua_next(L, live) != 0 {
+            ffi::lua_settop(L, -2);
+            ffi::lua_pushvalue(L, -1);
+            if ffi::lua_rawget(L, saved) == ffi::LUA_TNIL {
+                ffi::lua_pushvalue(L, -2);
+                ffi::lua_pushnil(L);
+                ffi::lua_rawset(L, live);
+            }
+            ffi::lua_settop(L, -2);
+        }
+        ffi::lua_pushnil(L);
+        while ffi::lua_next(L, saved) != 0 {
+            ffi::lua_pushvalue(L, -2);
+            ffi::lua_rotate(L, -2, 1);
+            ffi::lua_rawset(L, live);
+        }
+        ffi::lua_settop(L, saved - 1);
+    }
+}

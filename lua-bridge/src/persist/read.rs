@@ -1,0 +1,731 @@
+//! Loading: the save-game format back into Lua values.
+//!
+//! Mirrors the writer: depth first, frames on a Rust stack, O(1) Lua stack. Every count, index
+//! and length read from the file is checked against what the file can hold and what the VM
+//! has, so arbitrary bytes give an error or a value, never a crash: objects are only built
+//! through the Lua API, prototypes come from the VM's own compiled chunks (unless the caller
+//! trusts the file's bytecode), and Lua code run while loading (`__persist` rebuild functions)
+//! is bounded by an instruction budget.
+
+use super::format::{Reader, Tag, THREAD_DEAD, THREAD_NOT_STARTED};
+use super::{LoadOptions, Slots};
+use crate::ffi::Shared;
+use mlua::ffi::{self, lua_State};
+use std::collections::HashMap;
+use std::ffi::{c_int, c_void};
+
+unsafe extern "C" {
+    fn luasnap_proto(L: *mut lua_State, idx: c_int) -> *const c_void;
+    fn luasnap_proto_hash(p: *const c_void) -> u64;
+    fn luasnap_proto_nupvalues(p: *const c_void) -> c_int;
+    fn luasnap_push_closure(L: *mut lua_State, p: *const c_void);
+    fn luasnap_each_proto(
+        L: *mut lua_State,
+        f: unsafe extern "C" fn(*const c_void, *mut c_void),
+        ud: *mut c_void,
+    );
+}
+
+pub(crate) struct Fail;
+
+/// What a completed child left on the stack is for.
+enum Frame {
+    /// state 0: metatable; 1: key; 2: value (key in keys[depth]).
+    Table {
+        id: u32,
+        state: u8,
+    },
+    Closure {
+        id: u32,
+        next: c_int,
+        n: c_int,
+    },
+    UdBytes {
+        id: u32,
+        state: c_int,
+        nuv: c_int,
+    },
+    /// state 0: rebuild (or create) function; 1: init function (two-phase).
+    Special {
+        id: u32,
+        state: u8,
+        two: bool,
+    },
+    Thread {
+        id: u32,
+        next: c_int,
+        n: c_int,
+    },
+}
+
+pub(crate) struct Loader<'a> {
+    r: Reader<'a>,
+    next_id: u32,
+    protos: Vec<*const c_void>,
+    index: Option<HashMap<u64, *const c_void>>,
+    frames: Vec<Frame>,
+    inits: u32,
+    pub error: Option<String>,
+    shared: &'a Shared,
+    trusted_bytecode: bool,
+}
+
+unsafe extern "C" fn collect_proto(p: *const c_void, ud: *mut c_void) {
+    // SAFETY: ud is the index being built; p is a live prototype (collector stopped).
+    unsafe {
+        let index = &mut *(ud as *mut HashMap<u64, *const c_void>);
+        index.entry(luasnap_proto_hash(p)).or_insert(p);
+    }
+}
+
+struct ChunkReader<'b> {
+    data: &'b [u8],
+    done: bool,
+}
+
+unsafe extern "C-unwind" fn chunk_reader(
+    _L: *mut lua_State,
+    ud: *mut c_void,
+    size: *mut usize,
+) -> *const std::ffi::c_char {
+    // SAFETY: ud is a ChunkReader alive for the lua_load call.
+    unsafe {
+        let r = &mut *(ud as *mut ChunkReader<'_>);
+        if r.done {
+            *size = 0;
+            return std::ptr::null();
+        }
+        r.done = true;
+        *size = r.data.len();
+        r.data.as_ptr().cast()
+    }
+}
+
+impl<'a> Loader<'a> {
+    pub fn new(
+        body: &'a [u8],
+        opts: &'a LoadOptions,
+        shared: &'a Shared,
+        has_bytecode: bool,
+    ) -> Self {
+        Loader {
+            r: Reader::new(body),
+            next_id: 0,
+            protos: Vec::new(),
+            index: None,
+            frames: Vec::new(),
+            inits: 0,
+            error: None,
+            shared,
+            trusted_bytecode: opts.trusted && has_bytecode,
+        }
+    }
+
+    fn fail(&mut self, what: impl Into<String>) -> Fail {
+        self.error = Some(format!(
+            "{} (at byte {} of the body)",
+            what.into(),
+            self.r.pos
+        ));
+        Fail
+    }
+
+    fn malformed(&mut self, what: &str) -> Fail {
+        self.fail(format!("malformed save-game: {what}"))
+    }
+
+    /// Reads the root value and leaves it on the stack.
+    ///
+    /// # Safety
+    /// Protected context; `s` are valid absolute indices of this call's helper tables.
+    pub unsafe fn run(&mut self, L: *mut lua_State, s: Slots) -> Result<(), Fail> {
+        // SAFETY: protected context (callers' contract).
+        unsafe {
+            let mut ready = self.value(L, s)?;
+            loop {
+                if ready {
+                    // A completed child is on top: hand it to its parent.
+                    match self.frames.len() {
+                        0 => break,
+                        _ => self.accept(L, s)?,
+                    }
+                }
+                ready = match self.frames.len() {
+                    0 => break,
+                    _ => self.advance(L, s)?,
+                };
+            }
+            if self.r.remaining() != 0 {
+                return Err(self.malformed("trailing bytes after the root value"));
+            }
+            // Two-phase initializers run last, in creation order, on the complete graph.
+            for i in 1..=self.inits {
+                ffi::lua_rawgeti(L, s.inits, i as ffi::lua_Integer);
+                ffi::lua_rawgeti(L, -1, 2); // init
+                ffi::lua_rawgeti(L, -2, 1); // object
+                ffi::lua_callk(L, 1, 0, 0, None);
+                ffi::lua_settop(L, -2);
+            }
+        }
+        Ok(())
+    }
+
+    fn id(&mut self) -> u32 {
+        let id = self.next_id;
+        self.next_id += 1;
+        id
+    }
+
+    unsafe fn register(&mut self, L: *mut lua_State, s: Slots, id: u32) {
+        // SAFETY: the object is on top; stores it in objs[id] (may allocate: protected).
+        unsafe {
+            ffi::lua_pushvalue(L, -1);
+            ffi::lua_rawseti(L, s.objs, id as ffi::lua_Integer);
+        }
+    }
+
+    /// Reads one value. Returns true if it is complete on top of the stack, false if a frame
+    /// was pushed that will leave it there when done.
+    unsafe fn value(&mut self, L: *mut lua_State, s: Slots) -> Result<bool, Fail> {
+        // SAFETY: protected context; every push is checked against stack space by the fixed
+        // small number of values used per step (LUA_MINSTACK).
+        unsafe {
+            ffi::luaL_checkstack(L, 8, c"load".as_ptr());
+            let Some(tag) = self.r.u8() else {
+                return Err(self.malformed("truncated"));
+            };
+            let Some(tag) = Tag::from_u8(tag) else {
+                return Err(self.malformed(&format!("unknown tag {tag}")));
+            };
+            match tag {
+                Tag::Nil => ffi::lua_pushnil(L),
+                Tag::False => ffi::lua_pushboolean(L, 0),
+                Tag::True => ffi::lua_pushboolean(L, 1),
+                Tag::Int => match self.r.i64() {
+                    Some(v) => ffi::lua_pushinteger(L, v),
+                    None => return Err(self.malformed("bad integer")),
+                },
+                Tag::Float => match self.r.u64() {
+                    Some(v) => ffi::lua_pushnumber(L, f64::from_bits(v)),
+                    None => return Err(self.malformed("bad float")),
+                },
+                Tag::Str => match self.r.bytes() {
+                    Some(b) => {
+                        ffi::lua_pushlstring(L, b.as_ptr().cast(), b.len());
+                    }
+                    None => return Err(self.malformed("bad string length")),
+                },
+                Tag::Light => match self.r.u64() {
+                    Some(v) => ffi::lua_pushlightuserdata(L, v as usize as *mut c_void),
+                    None => return Err(self.malformed("bad light userdata")),
+                },
+                Tag::Ref => {
+                    let Some(id) = self.r.varint() else {
+                        return Err(self.malformed("bad reference"));
+                    };
+                    if id >= self.next_id as u64 {
+                        return Err(self.malformed("reference to an object not yet defined"));
+                    }
+                    if ffi::lua_rawgeti(L, s.objs, id as ffi::lua_Integer) == ffi::LUA_TNIL {
+                        ffi::lua_settop(L, -2);
+                        return Err(self.fail(
+                            "a reference to an object that is still being rebuilt: a __persist rebuild function captured its own object; use two-phase persistence (return a create function and an init function)",
+                        ));
+                    }
+                }
+                Tag::Perm => {
+                    // The key: a primitive value.
+                    if !self.value(L, s)?
+                        || !matches!(
+                            ffi::lua_type(L, -1),
+                            ffi::LUA_TSTRING | ffi::LUA_TNUMBER | ffi::LUA_TBOOLEAN | ffi::LUA_TNIL
+                        )
+                    {
+                        return Err(self.malformed("a permanent's key must be a primitive"));
+                    }
+                    ffi::lua_pushvalue(L, -1);
+                    if ffi::lua_rawget(L, s.perms) == ffi::LUA_TNIL {
+                        ffi::lua_settop(L, -2);
+                        let name = perm_name(L);
+                        ffi::lua_settop(L, -2);
+                        return Err(self.fail(format!(
+                            "missing permanent {name}: the save refers to it by that name; register it under the same name before loading (Vm::register_native / register_permanent, or perms[\"name\"] = value in eris.unpersist)"
+                        )));
+                    }
+                    ffi::lua_rotate(L, -2, 1);
+                    ffi::lua_settop(L, -2);
+                    if ffi::lua_type(L, -1) != ffi::LUA_TLIGHTUSERDATA {
+                        let id = self.id();
+                        self.register(L, s, id);
+                    }
+                }
+                Tag::Table => {
+                    let id = self.id();
+                    ffi::lua_createtable(L, 0, 0);
+                    self.register(L, s, id);
+                    ffi::lua_settop(L, -2);
+                    self.frames.push(Frame::Table { id, state: 0 });
+                    return Ok(false);
+                }
+                Tag::LClosure => return self.lclosure(L, s),
+                Tag::CClosure => return self.cclosure(L, s),
+                Tag::UdPlain => {
+                    let (Some(name), Some(bytes)) = (self.r.bytes(), self.r.bytes()) else {
+                        return Err(self.malformed("bad plain userdata"));
+                    };
+                    let Some(ty) = self
+                        .shared
+                        .userdata_types()
+                        .iter()
+                        .find(|t| t.name.as_bytes() == name)
+                    else {
+                        let n = String::from_utf8_lossy(name).into_owned();
+                        return Err(self.fail(format!("userdata type '{n}' is not registered in this VM; register it (VmBuilder::userdata) before loading")));
+                    };
+                    if ty.size != bytes.len() {
+                        return Err(self.malformed("plain userdata of the wrong size for its type"));
+                    }
+                    let id = self.id();
+                    let p = ffi::lua_newuserdatauv(L, ty.size, 0);
+                    std::ptr::copy_nonoverlapping(bytes.as_ptr(), p.cast::<u8>(), ty.size);
+                    ffi::lua_pushlightuserdata(L, ty.metatable.cast_mut());
+                    ffi::lua_rawget(L, ffi::LUA_REGISTRYINDEX);
+                    ffi::lua_setmetatable(L, -2);
+                    self.register(L, s, id);
+                }
+                Tag::UdBytes => {
+                    let (Some(bytes), Some(nuv)) = (self.r.bytes(), self.r.varint()) else {
+                        return Err(self.malformed("bad userdata"));
+                    };
+                    if nuv > u16::MAX as u64 || nuv > self.r.remaining() as u64 {
+                        return Err(self.malformed("too many user values"));
+                    }
+                    let id = self.id();
+                    let p = ffi::lua_newuserdatauv(L, bytes.len(), nuv as c_int);
+                    std::ptr::copy_nonoverlapping(bytes.as_ptr(), p.cast::<u8>(), bytes.len());
+                    self.register(L, s, id);
+                    ffi::lua_settop(L, -2);
+                    self.frames.push(Frame::UdBytes {
+                        id,
+                        state: 0,
+                        nuv: nuv as c_int,
+                    });
+                    return Ok(false);
+                }
+                Tag::Thunk | Tag::TwoPhase => {
+                    let id = self.id();
+                    self.frames.push(Frame::Special {
+                        id,
+                        state: 0,
+                        two: tag == Tag::TwoPhase,
+                    });
+                    return Ok(false);
+                }
+                Tag::Thread => {
+                    let Some(kind) = self.r.u8() else {
+                        return Err(self.malformed("bad thread"));
+                    };
+                    let id = self.id();
+                    ffi::lua_newthread(L);
+                    self.register(L, s, id);
+                    match kind {
+                        THREAD_DEAD => {}
+                        THREAD_NOT_STARTED => {
+                            let Some(n) = self.r.varint() else {
+                                return Err(self.malformed("bad thread"));
+                            };
+                            if n == 0 || n > self.r.remaining() as u64 || n > 100_000 {
+                                return Err(self.malformed("bad coroutine stack size"));
+                            }
+                            ffi::lua_settop(L, -2);
+                            self.frames.push(Frame::Thread {
+                                id,
+                                next: 1,
+                                n: n as c_int,
+                            });
+                            return Ok(false);
+                        }
+                        _ => return Err(self.malformed("unknown coroutine state")),
+                    }
+                }
+                Tag::MainThread => {
+                    ffi::lua_pushthread(L);
+                    let id = self.id();
+                    self.register(L, s, id);
+                }
+                Tag::UpvalNew | Tag::UpvalRef => {
+                    return Err(self.malformed("upvalue outside a closure"))
+                }
+            }
+        }
+        Ok(true)
+    }
+
+    unsafe fn proto(&mut self, L: *mut lua_State, s: Slots) -> Result<*const c_void, Fail> {
+        let Some(index) = self.r.varint() else {
+            return Err(self.malformed("bad prototype"));
+        };
+        if (index as usize) < self.protos.len() {
+            return Ok(self.protos[index as usize]);
+        }
+        if index as usize != self.protos.len() {
+            return Err(self.malformed("prototypes out of order"));
+        }
+        let (Some(hash), Some(src), Some(line), Some(code)) = (
+            self.r.u64(),
+            self.r.bytes(),
+            self.r.varint(),
+            self.r.bytes(),
+        ) else {
+            return Err(self.malformed("bad prototype"));
+        };
+        let found = if self.trusted_bytecode && !code.is_empty() {
+            // Trusted: load the file's bytecode. Only for files the caller vouches for.
+            // SAFETY: protected context; lua_load in binary mode on bytes from a trusted file.
+            unsafe {
+                let mut cr = ChunkReader {
+                    data: code,
+                    done: false,
+                };
+                let st = ffi::lua_load(
+                    L,
+                    chunk_reader,
+                    (&mut cr as *mut ChunkReader<'_>).cast(),
+                    c"=(save-game)".as_ptr(),
+                    c"b".as_ptr(),
+                );
+                if st != ffi::LUA_OK {
+                    ffi::lua_settop(L, -2);
+                    return Err(self.fail("the save-game's bytecode does not load in this Lua"));
+                }
+                let p = luasnap_proto(L, -1);
+                ffi::lua_rawseti(L, s.protos, self.protos.len() as ffi::lua_Integer + 1);
+                if luasnap_proto_hash(p) != hash {
+                    return Err(self.malformed("bytecode does not match its fingerprint"));
+                }
+                Some(p)
+            }
+        } else {
+            if self.index.is_none() {
+                let mut index = HashMap::new();
+                // SAFETY: the collector is stopped for the whole load.
+                unsafe {
+                    luasnap_each_proto(
+                        L,
+                        collect_proto,
+                        (&mut index as *mut HashMap<u64, *const c_void>).cast(),
+                    )
+                };
+                self.index = Some(index);
+            }
+            self.index.as_ref().and_then(|i| i.get(&hash).copied())
+        };
+        match found {
+            Some(p) => {
+                self.protos.push(p);
+                Ok(p)
+            }
+            None => {
+                let src = String::from_utf8_lossy(src).into_owned();
+                Err(self.fail(format!(
+                    "the function defined at {src}:{line} is not among the chunks this VM has loaded (or its code changed); load the same game code before loading the save"
+                )))
+            }
+        }
+    }
+
+    unsafe fn lclosure(&mut self, L: *mut lua_State, s: Slots) -> Result<bool, Fail> {
+        // SAFETY: protected context.
+        unsafe {
+            let p = self.proto(L, s)?;
+            let Some(n) = self.r.varint() else {
+                return Err(self.malformed("bad closure"));
+            };
+            if n != luasnap_proto_nupvalues(p) as u64 {
+                return Err(self.malformed("closure upvalue count differs from its prototype"));
+            }
+            let id = self.id();
+            luasnap_push_closure(L, p);
+            self.register(L, s, id);
+            ffi::lua_settop(L, -2);
+            self.frames.push(Frame::Closure {
+                id,
+                next: 1,
+                n: n as c_int,
+            });
+            Ok(false)
+        }
+    }
+
+    unsafe fn cclosure(&mut self, L: *mut lua_State, s: Slots) -> Result<bool, Fail> {
+        // SAFETY: protected context.
+        unsafe {
+            // The function: the key of a permanent naming a bare C function.
+            if !self.value(L, s)?
+                || !matches!(ffi::lua_type(L, -1), ffi::LUA_TSTRING | ffi::LUA_TNUMBER)
+            {
+                return Err(self.malformed("bad C closure"));
+            }
+            ffi::lua_pushvalue(L, -1);
+            ffi::lua_rawget(L, s.perms);
+            let f = if ffi::lua_iscfunction(L, -1) != 0 {
+                ffi::lua_tocfunction(L, -1)
+            } else {
+                None
+            };
+            ffi::lua_settop(L, -2);
+            let Some(f) = f else {
+                let name = perm_name(L);
+                ffi::lua_settop(L, -2);
+                return Err(self.fail(format!("missing permanent {name} (a C function): register it under the same name before loading")));
+            };
+            ffi::lua_settop(L, -2);
+            let Some(n) = self.r.varint() else {
+                return Err(self.malformed("bad C closure"));
+            };
+            if n > 255 {
+                return Err(self.malformed("too many upvalues"));
+            }
+            let id = self.id();
+            for _ in 0..n {
+                ffi::lua_pushnil(L);
+            }
+            ffi::lua_pushcclosure(L, f, n as c_int);
+            self.register(L, s, id);
+            ffi::lua_settop(L, -2);
+            self.frames.push(Frame::Closure {
+                id,
+                next: 1,
+                n: n as c_int,
+            });
+            Ok(false)
+        }
+    }
+
+    /// Moves the top frame on: reads its next child. Returns whether a value is complete on top
+    /// (a child value, or this frame's own object when it finished).
+    unsafe fn advance(&mut self, L: *mut lua_State, s: Slots) -> Result<bool, Fail> {
+        let depth = self.frames.len();
+        // SAFETY: protected context.
+        unsafe {
+            match self.frames.last_mut().expect("non-empty") {
+                Frame::Table { id, state } => {
+                    let id = *id;
+                    if *state == 1 {
+                        // End of entries?
+                        if self.r.data.get(self.r.pos) == Some(&(Tag::Nil as u8)) {
+                            self.r.pos += 1;
+                            return Ok(self.finish(L, s, id));
+                        }
+                    }
+                    self.value(L, s)
+                }
+                Frame::Closure { id, next, n } => {
+                    let (id, i, n) = (*id, *next, *n);
+                    if i > n {
+                        return Ok(self.finish(L, s, id));
+                    }
+                    let Some(tag) = self.r.u8() else {
+                        return Err(self.malformed("truncated"));
+                    };
+                    match Tag::from_u8(tag) {
+                        Some(Tag::UpvalRef) => {
+                            let (Some(other), Some(index)) = (self.r.varint(), self.r.varint())
+                            else {
+                                return Err(self.malformed("bad upvalue reference"));
+                            };
+                            if other >= self.next_id as u64 {
+                                return Err(self.malformed("upvalue of an undefined closure"));
+                            }
+                            ffi::lua_rawgeti(L, s.objs, id as ffi::lua_Integer);
+                            ffi::lua_rawgeti(L, s.objs, other as ffi::lua_Integer);
+                            let other_p = luasnap_proto(L, -1);
+                            let this_p = luasnap_proto(L, -2);
+                            if other_p.is_null()
+                                || this_p.is_null()
+                                || index == 0
+                                || index > luasnap_proto_nupvalues(other_p) as u64
+                            {
+                                ffi::lua_settop(L, -3);
+                                return Err(self.malformed("bad shared upvalue"));
+                            }
+                            ffi::lua_upvaluejoin(L, -2, i, -1, index as c_int);
+                            ffi::lua_settop(L, -3);
+                            if let Some(Frame::Closure { next, .. }) = self.frames.last_mut() {
+                                *next += 1;
+                            }
+                            Ok(false)
+                        }
+                        Some(Tag::UpvalNew) => self.value(L, s),
+                        _ => {
+                            // C closures have no upvalue tags: it was a value tag.
+                            ffi::lua_rawgeti(L, s.objs, id as ffi::lua_Integer);
+                            let is_c = ffi::lua_iscfunction(L, -1) != 0;
+                            ffi::lua_settop(L, -2);
+                            if !is_c {
+                                return Err(self.malformed("expected an upvalue"));
+                            }
+                            self.r.pos -= 1;
+                            self.value(L, s)
+                        }
+                    }
+                }
+                Frame::UdBytes { id, state, nuv } => {
+                    let (id, st, nuv) = (*id, *state, *nuv);
+                    if st > nuv {
+                        return Ok(self.finish(L, s, id));
+                    }
+                    self.value(L, s)
+                }
+                Frame::Special { id, state, two } => {
+                    let (id, st, two) = (*id, *state, *two);
+                    if st >= if two { 2 } else { 1 } {
+                        return Ok(self.finish(L, s, id));
+                    }
+                    self.value(L, s)
+                }
+                Frame::Thread { id, next, n } => {
+                    let (id, i, n) = (*id, *next, *n);
+                    if i > n {
+                        return Ok(self.finish(L, s, id));
+                    }
+                    let _ = depth;
+                    self.value(L, s)
+                }
+            }
+        }
+    }
+
+    /// Pops the finished frame and pushes its object.
+    unsafe fn finish(&mut self, L: *mut lua_State, s: Slots, id: u32) -> bool {
+        self.frames.pop();
+        // SAFETY: objs[id] exists for every finished frame.
+        unsafe {
+            ffi::lua_pushnil(L);
+            ffi::lua_rawseti(L, s.keys, self.frames.len() as ffi::lua_Integer + 1);
+            ffi::lua_rawgeti(L, s.objs, id as ffi::lua_Integer);
+        }
+        true
+    }
+
+    /// The value on top is the next child of the top frame: put it in place (popped).
+    unsafe fn accept(&mut self, L: *mut lua_State, s: Slots) -> Result<(), Fail> {
+        let depth = self.frames.len();
+        // SAFETY: protected context; the child is on top.
+        unsafe {
+            match self.frames.last_mut().expect("non-empty") {
+                Frame::Table { id, state } => {
+                    let id = *id;
+                    match *state {
+                        0 => {
+                            *state = 1;
+                            let t = ffi::lua_type(L, -1);
+                            if t != ffi::LUA_TTABLE && t != ffi::LUA_TNIL {
+                                ffi::lua_settop(L, -2);
+                                return Err(self.malformed("a metatable must be a table"));
+                            }
+                            ffi::lua_rawgeti(L, s.objs, id as ffi::lua_Integer);
+                            ffi::lua_rotate(L, -2, 1);
+                            ffi::lua_setmetatable(L, -2);
+                            ffi::lua_settop(L, -2);
+                        }
+                        1 => {
+                            *state = 2;
+                            ffi::lua_rawseti(L, s.keys, depth as ffi::lua_Integer);
+                        }
+                        _ => {
+                            *state = 1;
+                            ffi::lua_rawgeti(L, s.objs, id as ffi::lua_Integer);
+                            ffi::lua_rawgeti(L, s.keys, depth as ffi::lua_Integer);
+                            ffi::lua_rotate(L, -3, -1); // [t, k, v]
+                            ffi::lua_rawset(L, -3); // raises on a nil or NaN key
+                            ffi::lua_settop(L, -2);
+                        }
+                    }
+                }
+                Frame::Closure { id, next, .. } => {
+                    let (id, i) = (*id, *next);
+                    *next += 1;
+                    ffi::lua_rawgeti(L, s.objs, id as ffi::lua_Integer);
+                    ffi::lua_rotate(L, -2, 1);
+                    ffi::lua_setupvalue(L, -2, i);
+                    ffi::lua_settop(L, -2);
+                }
+                Frame::UdBytes { id, state, .. } => {
+                    let (id, st) = (*id, *state);
+                    *state += 1;
+                    ffi::lua_rawgeti(L, s.objs, id as ffi::lua_Integer);
+                    ffi::lua_rotate(L, -2, 1);
+                    if st == 0 {
+                        let t = ffi::lua_type(L, -1);
+                        if t != ffi::LUA_TTABLE && t != ffi::LUA_TNIL {
+                            ffi::lua_settop(L, -3);
+                            return Err(self.malformed("a metatable must be a table"));
+                        }
+                        ffi::lua_setmetatable(L, -2);
+                    } else {
+                        ffi::lua_setiuservalue(L, -2, st);
+                    }
+                    ffi::lua_settop(L, -2);
+                }
+                Frame::Special { id, state, two } => {
+                    let (id, st, two) = (*id, *state, *two);
+                    *state += 1;
+                    if ffi::lua_type(L, -1) != ffi::LUA_TFUNCTION {
+                        ffi::lua_settop(L, -2);
+                        return Err(self.malformed("a __persist rebuild must be a function"));
+                    }
+                    if st == 0 {
+                        // Call the rebuild (or create) function: the object.
+                        ffi::lua_callk(L, 0, 1, 0, None);
+                        if ffi::lua_type(L, -1) == ffi::LUA_TNIL {
+                            ffi::lua_settop(L, -2);
+                            return Err(self.fail("a __persist rebuild function returned nil"));
+                        }
+                        self.register(L, s, id);
+                        ffi::lua_settop(L, -2);
+                        let _ = two;
+                    } else {
+                        // Two-phase: remember (object, init) to call when everything is loaded.
+                        self.inits += 1;
+                        ffi::lua_createtable(L, 2, 0);
+                        ffi::lua_rotate(L, -2, 1);
+                        ffi::lua_rawseti(L, -2, 2);
+                        ffi::lua_rawgeti(L, s.objs, id as ffi::lua_Integer);
+                        ffi::lua_rawseti(L, -2, 1);
+                        ffi::lua_rawseti(L, s.inits, self.inits as ffi::lua_Integer);
+                    }
+                }
+                Frame::Thread { id, next, .. } => {
+                    let id = *id;
+                    *next += 1;
+                    ffi::lua_rawgeti(L, s.objs, id as ffi::lua_Integer);
+                    let co = ffi::lua_tothread(L, -1);
+                    ffi::lua_settop(L, -2);
+                    ffi::luaL_checkstack(co, 2, c"load".as_ptr());
+                    ffi::lua_xmove(L, co, 1);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A printable form of a permanent's key (on top).
+unsafe fn perm_name(L: *mut lua_State) -> String {
+    // SAFETY: reads a primitive without conversion.
+    unsafe {
+        match ffi::lua_type(L, -1) {
+            ffi::LUA_TSTRING => {
+                let mut len = 0;
+                let p = ffi::lua_tolstring(L, -1, &mut len);
+                format!(
+                    "{:?}",
+                    String::from_utf8_lossy(std::slice::from_raw_parts(p.cast::<u8>(), len))
+                )
+            }
+            ffi::LUA_TNUMBER => format!("{}", ffi::lua_tonumberx(L, -1, std::ptr::null_mut())),
+            _ => "(unnamed)".into(),
+        }
+    }
+}

@@ -1,0 +1,729 @@
+//! Persisting: Lua values to the save-game format.
+//!
+//! Depth first, without recursion on the native stack and with O(1) Lua stack: each object
+//! being written is a frame on a Rust stack; tables are iterated with `lua_next`, resumed from
+//! the key kept in a Lua-side table indexed by frame depth, so a million-deep linked list needs
+//! a million small frames and nothing more.
+//!
+//! All Rust state lives in [`Persister`], owned outside the protected call: a Lua error (from a
+//! `__persist` function, or out of memory) unwinds only frames that hold nothing to drop.
+
+use super::format::{Tag, Writer, THREAD_DEAD, THREAD_NOT_STARTED};
+use super::{PersistOptions, Slots};
+use crate::ffi::Shared;
+use mlua::ffi::{self, lua_State};
+use std::collections::HashMap;
+use std::ffi::{c_int, c_void, CString};
+
+unsafe extern "C" {
+    fn luasnap_proto(L: *mut lua_State, idx: c_int) -> *const c_void;
+    fn luasnap_proto_hash(p: *const c_void) -> u64;
+    fn luasnap_proto_nupvalues(p: *const c_void) -> c_int;
+}
+
+/// A failure whose message is staged in `Persister::error`.
+pub(crate) struct Fail;
+
+enum Frame {
+    /// state 0: metatable next; 1: next entry.
+    Table {
+        id: u32,
+        state: u8,
+    },
+    LClosure {
+        id: u32,
+        next: c_int,
+        n: c_int,
+    },
+    CClosure {
+        id: u32,
+        next: c_int,
+        n: c_int,
+    },
+    /// state 0: metatable; then user values 1..=nuv.
+    UdBytes {
+        id: u32,
+        state: c_int,
+        nuv: c_int,
+    },
+    /// A `__persist` result: state 0: first function; 1: second (two-phase init); 2: done.
+    Special {
+        id: u32,
+        state: u8,
+        two: bool,
+    },
+    Thread {
+        id: u32,
+        next: c_int,
+        n: c_int,
+    },
+}
+
+/// Where the writer is, for error messages.
+#[derive(Clone, Copy)]
+enum Seg {
+    Key,
+    Meta,
+    Upvalue(c_int),
+    UserValue(c_int),
+    Special(u8),
+    Stack(c_int),
+}
+
+pub(crate) struct Persister<'a> {
+    pub w: Writer,
+    refs: HashMap<*const c_void, u32>,
+    next_id: u32,
+    protos: HashMap<*const c_void, u32>,
+    upvals: HashMap<*const c_void, (u32, c_int)>,
+    frames: Vec<Frame>,
+    segs: Vec<Seg>,
+    pub error: Option<String>,
+    pub has_bytecode: bool,
+    opts: &'a PersistOptions,
+    spkey: CString,
+    shared: &'a Shared,
+    dump: Vec<u8>,
+}
+
+unsafe extern "C-unwind" fn dump_writer(
+    _L: *mut lua_State,
+    p: *const c_void,
+    sz: usize,
+    ud: *mut c_void,
+) -> c_int {
+    if sz == 0 || p.is_null() {
+        return 0;
+    }
+    // SAFETY: ud is the Persister's dump buffer; p has sz readable bytes.
+    unsafe {
+        (*(ud as *mut Vec<u8>)).extend_from_slice(std::slice::from_raw_parts(p.cast::<u8>(), sz))
+    };
+    0
+}
+
+impl<'a> Persister<'a> {
+    pub fn new(opts: &'a PersistOptions, shared: &'a Shared) -> Self {
+        Persister {
+            w: Writer::default(),
+            refs: HashMap::new(),
+            next_id: 0,
+            protos: HashMap::new(),
+            upvals: HashMap::new(),
+            frames: Vec::new(),
+            segs: Vec::new(),
+            error: None,
+            has_bytecode: false,
+            spkey: CString::new(opts.spkey.as_str())
+                .unwrap_or_else(|_| CString::new("__persist").unwrap()),
+            opts,
+            shared,
+            dump: Vec::new(),
+        }
+    }
+
+    /// Writes the value on top of the stack (popped). `slots` locates the helper tables.
+    ///
+    /// # Safety
+    /// Protected context; `slots` are valid absolute indices of this call's helper tables.
+    pub unsafe fn run(&mut self, L: *mut lua_State, s: Slots) -> Result<(), Fail> {
+        // SAFETY: protected context (callers' contract).
+        unsafe {
+            self.value(L, s)?;
+            while !self.frames.is_empty() {
+                if !self.advance(L, s)? {
+                    self.frames.pop();
+                    ffi::lua_pushnil(L);
+                    ffi::lua_rawseti(L, s.keys, self.frames.len() as ffi::lua_Integer + 1);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn fail(&mut self, L: *mut lua_State, s: Slots, what: String) -> Fail {
+        let path = if self.opts.path {
+            // SAFETY: reads the keys table; formatting only inspects primitives.
+            unsafe { self.path(L, s) }
+        } else {
+            "(set the 'path' option for the location)".to_string()
+        };
+        self.error = Some(format!("{what} at {path}"));
+        Fail
+    }
+
+    unsafe fn path(&self, L: *mut lua_State, s: Slots) -> String {
+        let mut out = String::from("root");
+        for (depth, seg) in self.segs.iter().enumerate() {
+            match *seg {
+                Seg::Key => {
+                    // SAFETY: keys[depth+1] holds this frame's current key (or nil).
+                    unsafe {
+                        ffi::lua_rawgeti(L, s.keys, depth as ffi::lua_Integer + 1);
+                        out.push_str(&key_text(L));
+                        ffi::lua_settop(L, -2);
+                    }
+                }
+                Seg::Meta => out.push_str("@metatable"),
+                Seg::Upvalue(i) => out.push_str(&format!("@upvalue[{i}]")),
+                Seg::UserValue(i) => out.push_str(&format!("@uservalue[{i}]")),
+                Seg::Special(0) => out.push_str("@persist"),
+                Seg::Special(_) => out.push_str("@persist_init"),
+                Seg::Stack(i) => out.push_str(&format!("@stack[{i}]")),
+            }
+        }
+        out
+    }
+
+    fn new_id(&mut self, p: *const c_void) -> u32 {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.refs.insert(p, id);
+        id
+    }
+
+    /// Writes the value on top (popped): primitives and references at once, new objects as a
+    /// header plus a frame for their contents.
+    unsafe fn value(&mut self, L: *mut lua_State, s: Slots) -> Result<(), Fail> {
+        // SAFETY: protected context; the value is on top.
+        unsafe {
+            let t = ffi::lua_type(L, -1);
+            match t {
+                ffi::LUA_TNIL => self.w.tag(Tag::Nil),
+                ffi::LUA_TBOOLEAN => self.w.tag(if ffi::lua_toboolean(L, -1) != 0 {
+                    Tag::True
+                } else {
+                    Tag::False
+                }),
+                ffi::LUA_TNUMBER => {
+                    if ffi::lua_isinteger(L, -1) != 0 {
+                        self.w.tag(Tag::Int);
+                        self.w.i64(ffi::lua_tointegerx(L, -1, std::ptr::null_mut()));
+                    } else {
+                        self.w.tag(Tag::Float);
+                        self.w
+                            .u64(ffi::lua_tonumberx(L, -1, std::ptr::null_mut()).to_bits());
+                    }
+                }
+                ffi::LUA_TSTRING => {
+                    let mut len = 0;
+                    let p = ffi::lua_tolstring(L, -1, &mut len);
+                    self.w.tag(Tag::Str);
+                    self.w.bytes(std::slice::from_raw_parts(p.cast(), len));
+                }
+                ffi::LUA_TLIGHTUSERDATA => {
+                    if self.permanent(L, s) {
+                        return Ok(());
+                    }
+                    self.w.tag(Tag::Light);
+                    self.w.u64(ffi::lua_touserdata(L, -1) as u64);
+                }
+                _ => return self.object(L, s, t),
+            }
+            ffi::lua_settop(L, -2);
+        }
+        Ok(())
+    }
+
+    /// If the value on top is a permanent, writes it (popped) and returns true.
+    unsafe fn permanent(&mut self, L: *mut lua_State, s: Slots) -> bool {
+        // SAFETY: rawget on the permanents table (value -> key) does not raise.
+        unsafe {
+            ffi::lua_pushvalue(L, -1);
+            if ffi::lua_rawget(L, s.perms) == ffi::LUA_TNIL {
+                ffi::lua_settop(L, -2);
+                return false;
+            }
+            self.w.tag(Tag::Perm);
+            let kt = ffi::lua_type(L, -1);
+            // A permanent's key is a primitive: write it as a value.
+            if !matches!(kt, ffi::LUA_TSTRING | ffi::LUA_TNUMBER | ffi::LUA_TBOOLEAN) {
+                ffi::lua_settop(L, -2);
+                self.w.tag(Tag::Nil);
+            } else {
+                let _ = self.value(L, s);
+            }
+            if ffi::lua_type(L, -1) != ffi::LUA_TLIGHTUSERDATA {
+                let p = ffi::lua_topointer(L, -1);
+                self.new_id(p);
+            }
+            ffi::lua_settop(L, -2);
+            true
+        }
+    }
+
+    unsafe fn object(&mut self, L: *mut lua_State, s: Slots, t: c_int) -> Result<(), Fail> {
+        // SAFETY: protected context; the object is on top.
+        unsafe {
+            let ptr = ffi::lua_topointer(L, -1);
+            if let Some(&id) = self.refs.get(&ptr) {
+                self.w.tag(Tag::Ref);
+                self.w.varint(id as u64);
+                ffi::lua_settop(L, -2);
+                return Ok(());
+            }
+            if self.permanent(L, s) {
+                return Ok(());
+            }
+            // Anchor it (keeps it alive and findable by id), then write its header.
+            let id = self.new_id(ptr);
+            ffi::lua_pushvalue(L, -1);
+            ffi::lua_rawseti(L, s.seen, id as ffi::lua_Integer);
+            match t {
+                ffi::LUA_TTABLE => {
+                    if self.special(L, s, id)? {
+                        return Ok(());
+                    }
+                    self.w.tag(Tag::Table);
+                    self.frames.push(Frame::Table { id, state: 0 });
+                }
+                ffi::LUA_TFUNCTION => {
+                    if ffi::lua_iscfunction(L, -1) == 0 {
+                        self.lclosure(L, s, id)?;
+                    } else {
+                        self.cclosure(L, s, id)?;
+                    }
+                }
+                ffi::LUA_TUSERDATA => self.userdata(L, s, id)?,
+                ffi::LUA_TTHREAD => self.thread(L, s, id)?,
+                _ => {
+                    return Err(self.fail(
+                        L,
+                        s,
+                        format!(
+                            "cannot persist a value of type {}",
+                            crate::ffi::type_name(L, -1)
+                        ),
+                    ))
+                }
+            }
+            ffi::lua_settop(L, -2);
+        }
+        Ok(())
+    }
+
+    /// Handles `__persist` (the configured key) on a table or userdata on top. Returns true if
+    /// it wrote the object (as a thunk or two-phase), false to persist it normally.
+    unsafe fn special(&mut self, L: *mut lua_State, s: Slots, id: u32) -> Result<bool, Fail> {
+        // SAFETY: protected context; may call the metamethod (Lua code).
+        unsafe {
+            if ffi::luaL_getmetafield(L, -1, self.spkey.as_ptr()) == ffi::LUA_TNIL {
+                return Ok(false);
+            }
+            match ffi::lua_type(L, -1) {
+                ffi::LUA_TBOOLEAN if ffi::lua_toboolean(L, -1) != 0 => {
+                    ffi::lua_settop(L, -2);
+                    Ok(false)
+                }
+                ffi::LUA_TBOOLEAN => {
+                    ffi::lua_settop(L, -2);
+                    let what = format!(
+                        "{} refuses to be persisted ({} is false)",
+                        crate::ffi::type_name(L, -1),
+                        self.opts.spkey
+                    );
+                    Err(self.fail(L, s, what))
+                }
+                ffi::LUA_TFUNCTION => {
+                    // __persist(obj) returns a rebuild function, or a create thunk and an
+                    // initializer (two-phase).
+                    ffi::lua_pushvalue(L, -2);
+                    ffi::lua_callk(L, 1, 2, 0, None);
+                    let two = ffi::lua_type(L, -1) != ffi::LUA_TNIL;
+                    if ffi::lua_type(L, -2) != ffi::LUA_TFUNCTION
+                        || (two && ffi::lua_type(L, -1) != ffi::LUA_TFUNCTION)
+                    {
+                        ffi::lua_settop(L, -3);
+                        let what = format!("{} must return a function (or two)", self.opts.spkey);
+                        return Err(self.fail(L, s, what));
+                    }
+                    // Keep the functions reachable by id while their frames run: seen[-id-1].
+                    ffi::lua_createtable(L, 2, 0);
+                    ffi::lua_rotate(L, -3, 1);
+                    ffi::lua_rawseti(L, -3, 2);
+                    ffi::lua_rawseti(L, -2, 1);
+                    ffi::lua_rawseti(L, s.seen, -(id as ffi::lua_Integer) - 1);
+                    self.w.tag(if two { Tag::TwoPhase } else { Tag::Thunk });
+                    self.frames.push(Frame::Special { id, state: 0, two });
+                    ffi::lua_settop(L, -2);
+                    Ok(true)
+                }
+                _ => {
+                    ffi::lua_settop(L, -2);
+                    let what = format!("{} must be true, false or a function", self.opts.spkey);
+                    Err(self.fail(L, s, what))
+                }
+            }
+        }
+    }
+
+    unsafe fn lclosure(&mut self, L: *mut lua_State, _s: Slots, id: u32) -> Result<(), Fail> {
+        // SAFETY: protected context; a Lua closure is on top.
+        unsafe {
+            let proto = luasnap_proto(L, -1);
+            let n = luasnap_proto_nupvalues(proto);
+            self.w.tag(Tag::LClosure);
+            match self.protos.get(&proto) {
+                Some(&index) => self.w.varint(index as u64),
+                None => {
+                    let index = self.protos.len() as u32;
+                    self.protos.insert(proto, index);
+                    self.w.varint(index as u64);
+                    self.w.u64(luasnap_proto_hash(proto));
+                    let mut ar: ffi::lua_Debug = std::mem::zeroed();
+                    ffi::lua_pushvalue(L, -1);
+                    ffi::lua_getinfo(L, c">S".as_ptr(), &mut ar);
+                    let src = std::ffi::CStr::from_ptr(ar.short_src.as_ptr()).to_bytes();
+                    self.w.bytes(src);
+                    self.w.varint(ar.linedefined.max(0) as u64);
+                    if self.opts.bytecode {
+                        self.dump.clear();
+                        ffi::lua_dump(
+                            L,
+                            dump_writer,
+                            (&mut self.dump as *mut Vec<u8>).cast(),
+                            (!self.opts.debug) as c_int,
+                        );
+                        self.w.bytes(&self.dump);
+                        self.has_bytecode = true;
+                    } else {
+                        self.w.bytes(&[]);
+                    }
+                }
+            }
+            self.w.varint(n as u64);
+            self.frames.push(Frame::LClosure { id, next: 1, n });
+        }
+        Ok(())
+    }
+
+    unsafe fn cclosure(&mut self, L: *mut lua_State, s: Slots, id: u32) -> Result<(), Fail> {
+        // SAFETY: protected context; a C function is on top.
+        unsafe {
+            let f = ffi::lua_tocfunction(L, -1);
+            let mut n = 0;
+            while !ffi::lua_getupvalue(L, -1 - n, n + 1).is_null() {
+                n += 1;
+            }
+            ffi::lua_settop(L, -1 - n);
+            // Look the bare function up among the permanents.
+            match f {
+                Some(f) => ffi::lua_pushcclosure(L, f, 0),
+                None => ffi::lua_pushnil(L),
+            }
+            ffi::lua_rawget(L, s.perms);
+            if !matches!(ffi::lua_type(L, -1), ffi::LUA_TSTRING | ffi::LUA_TNUMBER) {
+                ffi::lua_settop(L, -2);
+                let what = if n == 0 {
+                    "attempt to persist a light C function that is not a permanent: register it (Vm::register_native, or perms[fn] = \"name\" in eris.persist)".to_string()
+                } else {
+                    "attempt to persist a C closure whose function is not a permanent: add the function to the permanents table".to_string()
+                };
+                return Err(self.fail(L, s, what));
+            }
+            self.w.tag(Tag::CClosure);
+            self.value(L, s)?;
+            self.w.varint(n as u64);
+            self.frames.push(Frame::CClosure { id, next: 1, n });
+        }
+        Ok(())
+    }
+
+    unsafe fn userdata(&mut self, L: *mut lua_State, s: Slots, id: u32) -> Result<(), Fail> {
+        // SAFETY: protected context; a full userdata is on top.
+        unsafe {
+            // Registered plain-data types persist by type name and bytes.
+            if ffi::lua_getmetatable(L, -1) != 0 {
+                let mt = ffi::lua_topointer(L, -1);
+                ffi::lua_settop(L, -2);
+                let size = ffi::lua_rawlen(L, -1) as usize;
+                if let Some(ty) = self
+                    .shared
+                    .userdata_types()
+                    .iter()
+                    .find(|t| t.metatable == mt && t.size == size)
+                {
+                    let p = ffi::lua_touserdata(L, -1).cast::<u8>();
+                    self.w.tag(Tag::UdPlain);
+                    self.w.bytes(ty.name.as_bytes());
+                    self.w.bytes(std::slice::from_raw_parts(p, size));
+                    return Ok(());
+                }
+            }
+            if self.special(L, s, id)? {
+                return Ok(());
+            }
+            if ffi::luaL_getmetafield(L, -1, self.spkey.as_ptr()) == ffi::LUA_TNIL {
+                let what = format!(
+                    "cannot persist a userdata without {key}: give its metatable {key} = true (bytes), a function, or register it as PlainData",
+                    key = self.opts.spkey
+                );
+                return Err(self.fail(L, s, what));
+            }
+            ffi::lua_settop(L, -2);
+            // __persist = true: its bytes, metatable and user values.
+            let len = ffi::lua_rawlen(L, -1) as usize;
+            let p = ffi::lua_touserdata(L, -1).cast::<u8>();
+            let mut nuv = 0;
+            while ffi::lua_getiuservalue(L, -1 - nuv, nuv + 1) != ffi::LUA_TNONE {
+                nuv += 1;
+            }
+            ffi::lua_settop(L, -2 - nuv);
+            self.w.tag(Tag::UdBytes);
+            self.w.bytes(std::slice::from_raw_parts(p, len));
+            self.w.varint(nuv as u64);
+            self.frames.push(Frame::UdBytes { id, state: 0, nuv });
+        }
+        Ok(())
+    }
+
+    unsafe fn thread(&mut self, L: *mut lua_State, s: Slots, id: u32) -> Result<(), Fail> {
+        // SAFETY: protected context; a thread is on top.
+        unsafe {
+            let co = ffi::lua_tothread(L, -1);
+            let is_main = if co == L {
+                let m = ffi::lua_pushthread(L) == 1;
+                ffi::lua_settop(L, -2);
+                m
+            } else {
+                let m = ffi::lua_pushthread(co) == 1;
+                ffi::lua_settop(co, -2);
+                m
+            };
+            if is_main {
+                self.w.tag(Tag::MainThread);
+                return Ok(());
+            }
+            if co == L {
+                return Err(self.fail(L, s, "cannot persist the running coroutine".to_string()));
+            }
+            let mut ar: ffi::lua_Debug = std::mem::zeroed();
+            let status = ffi::lua_status(co);
+            let top = ffi::lua_gettop(co);
+            let started = ffi::lua_getstack(co, 0, &mut ar) != 0;
+            if status == ffi::LUA_OK && !started && top > 0 {
+                self.w.tag(Tag::Thread);
+                self.w.u8(THREAD_NOT_STARTED);
+                self.w.varint(top as u64);
+                self.frames.push(Frame::Thread {
+                    id,
+                    next: 1,
+                    n: top,
+                });
+            } else if (status == ffi::LUA_OK && !started && top == 0)
+                || (status != ffi::LUA_OK && status != ffi::LUA_YIELD)
+            {
+                self.w.tag(Tag::Thread);
+                self.w.u8(THREAD_DEAD);
+            } else {
+                let what = if status == ffi::LUA_YIELD {
+                    "cannot persist a suspended coroutine yet (not started and dead ones work); finish or restart it before saving"
+                } else {
+                    "cannot persist a running coroutine"
+                };
+                return Err(self.fail(L, s, what.to_string()));
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes `seen[id][keys[depth]]`.
+    unsafe fn write_entry_value(
+        &mut self,
+        L: *mut lua_State,
+        s: Slots,
+        id: u32,
+        depth: usize,
+    ) -> Result<(), Fail> {
+        // SAFETY: protected context; raw reads only, then the value is written.
+        unsafe {
+            ffi::lua_rawgeti(L, s.seen, id as ffi::lua_Integer);
+            ffi::lua_rawgeti(L, s.keys, depth as ffi::lua_Integer);
+            ffi::lua_rawget(L, -2);
+            ffi::lua_rotate(L, -2, 1);
+            ffi::lua_settop(L, -2);
+            self.value(L, s)
+        }
+    }
+
+    /// Moves the top frame on by one child. Returns false when the frame is complete.
+    unsafe fn advance(&mut self, L: *mut lua_State, s: Slots) -> Result<bool, Fail> {
+        let depth = self.frames.len();
+        // Path bookkeeping: the segment for this frame's current child.
+        self.segs.truncate(depth - 1);
+        // SAFETY: protected context; each arm pushes one child value and writes it.
+        unsafe {
+            match self.frames.last_mut().expect("non-empty") {
+                Frame::Table { id, state } => {
+                    let (id, st) = (*id, *state);
+                    match st {
+                        0 => {
+                            *state = 1;
+                            self.segs.push(Seg::Meta);
+                            ffi::lua_rawgeti(L, s.seen, id as ffi::lua_Integer);
+                            if ffi::lua_getmetatable(L, -1) == 0 {
+                                ffi::lua_pushnil(L);
+                            }
+                            ffi::lua_rotate(L, -2, 1);
+                            ffi::lua_settop(L, -2);
+                            self.value(L, s)?;
+                            Ok(true)
+                        }
+                        2 => {
+                            // The key (an object) has been written; now its value.
+                            *state = 1;
+                            self.segs.push(Seg::Key);
+                            self.write_entry_value(L, s, id, depth)?;
+                            Ok(true)
+                        }
+                        _ => {
+                            // Next entry: resume `next` from the key kept in keys[depth].
+                            self.segs.push(Seg::Key);
+                            ffi::lua_rawgeti(L, s.seen, id as ffi::lua_Integer);
+                            let t = ffi::lua_gettop(L);
+                            ffi::lua_rawgeti(L, s.keys, depth as ffi::lua_Integer);
+                            let simple = |t: c_int| {
+                                matches!(t, ffi::LUA_TBOOLEAN | ffi::LUA_TNUMBER | ffi::LUA_TSTRING)
+                            };
+                            loop {
+                                if ffi::lua_next(L, t) == 0 {
+                                    ffi::lua_settop(L, t - 1);
+                                    self.w.tag(Tag::Nil);
+                                    return Ok(false);
+                                }
+                                if simple(ffi::lua_type(L, -2)) && simple(ffi::lua_type(L, -1)) {
+                                    // Fast path: [t, k, v] -> write k, then v; k stays for next.
+                                    ffi::lua_pushvalue(L, -2);
+                                    self.value(L, s)?;
+                                    self.value(L, s)?;
+                                    continue;
+                                }
+                                // Remember the key, write it; the value follows.
+                                ffi::lua_settop(L, -2);
+                                ffi::lua_pushvalue(L, -1);
+                                ffi::lua_rawseti(L, s.keys, depth as ffi::lua_Integer);
+                                self.value(L, s)?;
+                                ffi::lua_settop(L, t - 1);
+                                if self.frames.len() > depth {
+                                    // The key is a new object whose contents come first.
+                                    if let Some(Frame::Table { state, .. }) =
+                                        self.frames.get_mut(depth - 1)
+                                    {
+                                        *state = 2;
+                                    }
+                                } else {
+                                    self.write_entry_value(L, s, id, depth)?;
+                                }
+                                return Ok(true);
+                            }
+                        }
+                    }
+                }
+                Frame::LClosure { id, next, n } | Frame::CClosure { id, next, n } => {
+                    let (id, i, n) = (*id, *next, *n);
+                    if i > n {
+                        return Ok(false);
+                    }
+                    *next += 1;
+                    self.segs.push(Seg::Upvalue(i));
+                    ffi::lua_rawgeti(L, s.seen, id as ffi::lua_Integer);
+                    let is_lua = ffi::lua_iscfunction(L, -1) == 0;
+                    if is_lua {
+                        let uid = ffi::lua_upvalueid(L, -1, i) as *const c_void;
+                        if let Some(&(owner, index)) = self.upvals.get(&uid) {
+                            ffi::lua_settop(L, -2);
+                            self.w.tag(Tag::UpvalRef);
+                            self.w.varint(owner as u64);
+                            self.w.varint(index as u64);
+                            return Ok(true);
+                        }
+                        self.upvals.insert(uid, (id, i));
+                        self.w.tag(Tag::UpvalNew);
+                    }
+                    ffi::lua_getupvalue(L, -1, i);
+                    ffi::lua_rotate(L, -2, 1);
+                    ffi::lua_settop(L, -2);
+                    self.value(L, s)?;
+                    Ok(true)
+                }
+                Frame::UdBytes { id, state, nuv } => {
+                    let (id, st, nuv) = (*id, *state, *nuv);
+                    if st > nuv {
+                        return Ok(false);
+                    }
+                    *state += 1;
+                    ffi::lua_rawgeti(L, s.seen, id as ffi::lua_Integer);
+                    if st == 0 {
+                        self.segs.push(Seg::Meta);
+                        if ffi::lua_getmetatable(L, -1) == 0 {
+                            ffi::lua_pushnil(L);
+                        }
+                    } else {
+                        self.segs.push(Seg::UserValue(st));
+                        ffi::lua_getiuservalue(L, -1, st);
+                    }
+                    ffi::lua_rotate(L, -2, 1);
+                    ffi::lua_settop(L, -2);
+                    self.value(L, s)?;
+                    Ok(true)
+                }
+                Frame::Special { id, state, two } => {
+                    let (id, st, two) = (*id, *state, *two);
+                    if st >= if two { 2 } else { 1 } {
+                        return Ok(false);
+                    }
+                    *state += 1;
+                    self.segs.push(Seg::Special(st));
+                    ffi::lua_rawgeti(L, s.seen, -(id as ffi::lua_Integer) - 1);
+                    ffi::lua_rawgeti(L, -1, st as ffi::lua_Integer + 1);
+                    ffi::lua_rotate(L, -2, 1);
+                    ffi::lua_settop(L, -2);
+                    self.value(L, s)?;
+                    Ok(true)
+                }
+                Frame::Thread { id, next, n } => {
+                    let (id, i, n) = (*id, *next, *n);
+                    if i > n {
+                        return Ok(false);
+                    }
+                    *next += 1;
+                    self.segs.push(Seg::Stack(i));
+                    ffi::lua_rawgeti(L, s.seen, id as ffi::lua_Integer);
+                    let co = ffi::lua_tothread(L, -1);
+                    ffi::lua_settop(L, -2);
+                    ffi::luaL_checkstack(co, 1, c"persist".as_ptr());
+                    ffi::lua_pushvalue(co, i);
+                    ffi::lua_xmove(co, L, 1);
+                    self.value(L, s)?;
+                    Ok(true)
+                }
+            }
+        }
+    }
+}
+
+/// A short text for the key on top of the stack, as a path segment (`.name` or `[repr]`).
+unsafe fn key_text(L: *mut lua_State) -> String {
+    // SAFETY: reads a primitive without conversion.
+    unsafe {
+        match ffi::lua_type(L, -1) {
+            ffi::LUA_TSTRING => {
+                let mut len = 0;
+                let p = ffi::lua_tolstring(L, -1, &mut len);
+                let b = std::slice::from_raw_parts(p.cast::<u8>(), len);
+                match std::str::from_utf8(b) {
+                    Ok(s) if crate::ffi::valid_path(s) && !s.contains('.') => format!(".{s}"),
+                    Ok(s) => format!("[{s:?}]"),
+                    Err(_) => "[<bytes>]".into(),
+                }
+            }
+            ffi::LUA_TNUMBER if ffi::lua_isinteger(L, -1) != 0 => {
+                format!("[{}]", ffi::lua_tointegerx(L, -1, std::ptr::null_mut()))
+            }
+            ffi::LUA_TNUMBER => format!("[{}]", ffi::lua_tonumberx(L, -1, std::ptr::null_mut())),
+            ffi::LUA_TBOOLEAN => format!("[{}]", ffi::lua_toboolean(L, -1) != 0),
+            ffi::LUA_TNIL => String::new(),
+            _ => format!("[<{}>]", crate::ffi::type_name(L, -1)),
+        }
+    }
+}

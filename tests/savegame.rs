@@ -1,0 +1,566 @@
+//! Save-games: a round trip for every row of the coverage list, errors with paths, hostile
+//! files, limits, and a whole game across a process boundary.
+
+use luasnap::bridge::persist::{body_of, seal_body, LoadError, LoadOptions, SaveError};
+use luasnap::bridge::{PlainData, Value, Vm};
+
+const MIB: usize = 1 << 20;
+
+fn vm() -> Vm {
+    Vm::builder()
+        .capacity(2048 * MIB)
+        .deterministic(11)
+        .build()
+        .unwrap()
+}
+
+/// Persists `expr`'s value from one VM and loads it into a fresh one running the same `code`.
+fn round_trip(code: &str, check: &str) {
+    let a = vm();
+    a.exec(code, "game").unwrap();
+    let bytes = a.persist("saved").unwrap_or_else(|e| panic!("{e}"));
+    // The loading VM runs the same game code (so it has the same prototypes), then forgets
+    // its own state: what the check sees comes from the save.
+    let mut b = vm();
+    b.exec(code, "game").unwrap();
+    b.exec("saved = nil collectgarbage()", "forget").unwrap();
+    b.unpersist(&bytes, "saved")
+        .unwrap_or_else(|e| panic!("{e}"));
+    let out = b.exec(check, "check").unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(out, vec![Value::Boolean(true)], "check failed: {check}");
+}
+
+#[test]
+fn primitives_keep_their_exact_values() {
+    round_trip(
+        "saved = { i = math.mininteger, one_i = 1, one_f = 1.0, nz = -0.0, inf = 1/0, ninf = -1/0, nan = 0/0,
+                   s = string.char(0, 1, 255) .. ('x'):rep(1000), t = true, f = false }",
+        "local s = saved
+         return s.i == math.mininteger and math.type(s.one_i) == 'integer' and math.type(s.one_f) == 'float'
+           and 1/s.nz == -1/0 and s.inf == 1/0 and s.ninf == -1/0 and s.nan ~= s.nan
+           and s.s == string.char(0, 1, 255) .. ('x'):rep(1000) and s.t == true and s.f == false",
+    );
+    // NaN payloads survive bit for bit (through the Rust side: Lua cannot see them).
+    let a = vm();
+    a.set(
+        "saved",
+        Value::Number(f64::from_bits(0x7ff8_dead_beef_0001)),
+    )
+    .unwrap();
+    let bytes = a.persist("saved").unwrap();
+    let mut b = vm();
+    b.unpersist(&bytes, "saved").unwrap();
+    match b.get("saved").unwrap() {
+        Value::Number(n) => assert_eq!(n.to_bits(), 0x7ff8_dead_beef_0001),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn tables_with_metatables_cycles_sharing_and_weak_modes() {
+    round_trip(
+        "local shared = { v = 42 }
+         local mt = { __index = function(t, k) return 'default ' .. k end }
+         local weak = setmetatable({}, { __mode = 'v' })
+         saved = setmetatable({ a = shared, b = shared, list = { shared, shared }, weak = weak, [shared] = 'as key' }, mt)
+         saved.me = saved
+         shared.owner = saved",
+        "local s = saved
+         return s.a == s.b and s.list[1] == s.a and s.me == s and s.a.owner == s and s.a.v == 42
+           and s[s.a] == 'as key' and s.zzz == 'default zzz' and getmetatable(s.weak).__mode == 'v'",
+    );
+}
+
+#[test]
+fn closures_share_prototypes_and_upvalues_and_keep_env() {
+    round_trip(
+        "local function counter()
+           local n = 0
+           return function() n = n + 1 return n end, function() return n end
+         end
+         local inc1, get1 = counter()
+         local inc2 = counter()
+         inc1() inc1()
+         local env = { x = 7 }
+         local f = load('return x', 'envchunk', 't', env)
+         saved = { inc1 = inc1, get1 = get1, inc2 = inc2, f = f, fact = nil }
+         local function fact(k) if k <= 1 then return 1 end return k * fact(k - 1) end
+         saved.fact = fact",
+        "local s = saved
+         local a = s.inc1()
+         return a == 3 and s.get1() == 3 and s.inc2() == 1 and s.get1() == 3 and s.f() == 7 and s.fact(10) == 3628800",
+    );
+}
+
+#[test]
+fn c_functions_and_natives_go_through_permanents() {
+    let mk = || {
+        Vm::builder()
+            .capacity(512 * MIB)
+            .deterministic(1)
+            .native("host.twice", |c| {
+                let v = c.integer(0)? * 2;
+                c.ret(v);
+                Ok(())
+            })
+            .build()
+            .unwrap()
+    };
+    let code = "saved = { p = print, fmt = string.format, tw = host.twice, wrap = coroutine.wrap(function() coroutine.yield(1) end), lib = string }";
+    let a = mk();
+    a.exec(code, "x").unwrap();
+    let bytes = a.persist("saved").unwrap();
+    let mut b = mk();
+    b.exec(code, "x").unwrap();
+    b.unpersist(&bytes, "saved").unwrap();
+    let out = b.exec("return saved.p == print, saved.fmt == string.format, saved.tw(21), saved.lib == string, saved.wrap()", "y").unwrap();
+    assert_eq!(
+        out,
+        vec![
+            Value::Boolean(true),
+            Value::Boolean(true),
+            Value::Integer(42),
+            Value::Boolean(true),
+            Value::Integer(1)
+        ]
+    );
+    // A VM without the native: the error names it and says how to fix it.
+    let mut c = vm();
+    c.exec("host = {}", "stub").unwrap();
+    c.exec(code, "x").unwrap();
+    let err = c.unpersist(&bytes, "saved").unwrap_err().to_string();
+    assert!(
+        err.contains("missing permanent \"host.twice\"") && err.contains("register"),
+        "{err}"
+    );
+}
+
+#[test]
+fn errors_name_the_path_to_the_offending_value() {
+    let a = Vm::builder().capacity(256 * MIB).build().unwrap();
+    a.exec(
+        "local f = io.open('/dev/null')
+         player = { inventory = { 1, 2, setmetatable({}, { __index = { handle = f } }) } }",
+        "x",
+    )
+    .unwrap();
+    // io.open's file handle is a userdata with no __persist.
+    match a.persist("player") {
+        Err(SaveError::Unpersistable { message }) => {
+            assert!(
+                message.contains("root.inventory[3]@metatable.__index.handle"),
+                "{message}"
+            );
+            assert!(message.contains("__persist"), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+    a.exec(
+        "bad = { cb = function() end, fd = setmetatable({}, { __persist = false }) }",
+        "y",
+    )
+    .unwrap();
+    let err = a.persist("bad").unwrap_err().to_string();
+    assert!(
+        err.contains("refuses to be persisted") && err.contains("root.fd"),
+        "{err}"
+    );
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, bytemuck::Pod, bytemuck::Zeroable)]
+struct Vec2 {
+    x: f64,
+    y: f64,
+}
+
+impl PlainData for Vec2 {
+    const NAME: &'static str = "Vec2";
+}
+
+#[test]
+fn userdata_by_bytes_refusal_rebuild_and_plain_data() {
+    let mk = || {
+        Vm::builder()
+            .capacity(512 * MIB)
+            .deterministic(1)
+            .native("vec2", |c| {
+                let v = Vec2 {
+                    x: c.number(0)?,
+                    y: c.number(1)?,
+                };
+                c.ret(Value::userdata(v));
+                Ok(())
+            })
+            .userdata::<Vec2>(|m| {
+                m.method("len2", |v, c| {
+                    c.ret(v.x * v.x + v.y * v.y);
+                    Ok(())
+                });
+            })
+            .build()
+            .unwrap()
+    };
+    let a = mk();
+    a.exec("saved = { p = vec2(3, 4) }", "x").unwrap();
+    let bytes = a.persist("saved").unwrap();
+    let mut b = mk();
+    b.unpersist(&bytes, "saved").unwrap();
+    assert_eq!(
+        b.exec("return saved.p:len2()", "y").unwrap(),
+        vec![Value::Number(25.0)]
+    );
+    assert_eq!(
+        b.get("saved.p").unwrap().as_userdata::<Vec2>(),
+        Some(Vec2 { x: 3.0, y: 4.0 })
+    );
+}
+
+#[test]
+fn special_persistence_with_rebuild_functions() {
+    round_trip(
+        "local Handle = {}
+         Handle.__index = Handle
+         Handle.__persist = function(h)
+           local id = h.id
+           return function() return setmetatable({ id = id, rebuilt = true }, Handle) end
+         end
+         saved = { h = setmetatable({ id = 99 }, Handle) }",
+        "return saved.h.id == 99 and saved.h.rebuilt == true",
+    );
+}
+
+/// The Double Fine case: a body can only be created by its world, the world lists its bodies,
+/// and the player holds a body. With a create thunk and an init function, each object's
+/// identity is recorded before anything that refers back to it is initialized.
+#[test]
+fn two_phase_persistence_resolves_constructor_cycles() {
+    let code = "
+        World = {} World.__index = World
+        Body = {} Body.__index = Body
+        function World.new() return setmetatable({ bodies = {} }, World) end
+        function World:create_body(x) local b = setmetatable({ world = self, x = x }, Body) self.bodies[#self.bodies + 1] = b return b end
+        World.__persist = function(w)
+          local bodies = w.bodies
+          return function() return World.new() end,
+                 function(nw) for i, b in ipairs(bodies) do nw.bodies[i] = b end end
+        end
+        Body.__persist = function(b)
+          local world, x = b.world, b.x
+          return function() return setmetatable({ x = x }, Body) end,
+                 function(nb) nb.world = world end
+        end
+        local world = World.new()
+        local player_body = world:create_body(1)
+        world:create_body(2)
+        saved = { player = { body = player_body }, world = world }";
+    round_trip(
+        code,
+        "local s = saved
+         return s.player.body.world == s.world and s.world.bodies[1] == s.player.body
+           and s.world.bodies[2].world == s.world and s.world.bodies[2].x == 2 and getmetatable(s.world) == World",
+    );
+}
+
+#[test]
+fn coroutines_not_started_and_dead_persist_suspended_ones_are_refused() {
+    round_trip(
+        "local fresh = coroutine.create(function(a, b) coroutine.yield(a + b) return 'done' end)
+         local dead = coroutine.create(function() end)
+         coroutine.resume(dead)
+         saved = { fresh = fresh, dead = dead }",
+        "local s = saved
+         local ok, v = coroutine.resume(s.fresh, 2, 3)
+         return coroutine.status(s.dead) == 'dead' and ok and v == 5 and coroutine.status(s.fresh) == 'suspended'",
+    );
+    let a = vm();
+    a.exec("co = coroutine.create(function() coroutine.yield() end) coroutine.resume(co) saved = { co = co }", "x").unwrap();
+    let err = a.persist("saved").unwrap_err().to_string();
+    assert!(
+        err.contains("suspended coroutine") && err.contains("root.co"),
+        "{err}"
+    );
+}
+
+#[test]
+fn no_recursion_limit_a_million_nodes_deep_and_wide() {
+    let a = vm();
+    a.exec(
+        "local list = nil for i = 1, 1000000 do list = { next = list, i = i } end
+         local wide = {} for i = 1, 1000000 do wide[i] = i * 2 end
+         saved = { list = list, wide = wide }",
+        "big",
+    )
+    .unwrap();
+    let bytes = a.persist("saved").unwrap();
+    drop(a);
+    let mut b = vm();
+    b.unpersist(&bytes, "saved").unwrap();
+    let out = b
+        .exec(
+            "local n, node = 0, saved.list while node do n = n + 1 node = node.next end
+             return n, saved.list.i, #saved.wide, saved.wide[777777]",
+            "count",
+        )
+        .unwrap();
+    assert_eq!(
+        out,
+        vec![
+            Value::Integer(1_000_000),
+            Value::Integer(1_000_000),
+            Value::Integer(1_000_000),
+            Value::Integer(1_555_554)
+        ]
+    );
+}
+
+#[test]
+fn functions_are_matched_against_the_vms_own_chunks_unless_trusted() {
+    let a = vm();
+    a.exec(
+        "function secret(x) return x * 3 end saved = { f = secret }",
+        "one",
+    )
+    .unwrap();
+    let bytes = a.persist("saved").unwrap();
+    // A VM that never loaded that chunk: safe mode refuses, naming where the function was.
+    let mut b = vm();
+    match b.unpersist(&bytes, "saved") {
+        Err(LoadError::Invalid { message }) => assert!(
+            message.contains("one:1") && message.contains("not among the chunks"),
+            "{message}"
+        ),
+        other => panic!("{other:?}"),
+    }
+    // Trusted mode loads the bytecode.
+    b.unpersist_with(
+        &bytes,
+        "saved",
+        &LoadOptions {
+            trusted: true,
+            ..LoadOptions::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(
+        b.exec("return saved.f(5)", "c").unwrap(),
+        vec![Value::Integer(15)]
+    );
+    // Changed code is not "the same chunk".
+    let mut c = vm();
+    c.exec("function secret(x) return x * 4 end", "one")
+        .unwrap();
+    assert!(c.unpersist(&bytes, "saved").is_err());
+}
+
+#[test]
+fn bad_headers_get_clear_errors() {
+    let a = vm();
+    a.exec("saved = { 1, 2, 3 }", "x").unwrap();
+    let good = a.persist("saved").unwrap();
+    let mut b = vm();
+    let cases: Vec<(Vec<u8>, &str)> = vec![
+        (b"hello".to_vec(), "truncated"),
+        (
+            b"PK\x03\x04-this-is-a-zip-file-not-a-save-game-padding-padding".to_vec(),
+            "not a luasnap save-game",
+        ),
+        (good[..good.len() - 1].to_vec(), "corrupt"),
+        (
+            {
+                let mut v = good.clone();
+                v[8] = 7;
+                v
+            },
+            "format 7 is not supported",
+        ),
+        (
+            {
+                let mut v = good.clone();
+                v[10] = 0x99;
+                v
+            },
+            "written for Lua release",
+        ),
+        (
+            {
+                let mut v = good.clone();
+                v[14] = 4;
+                v
+            },
+            "number formats",
+        ),
+        (
+            {
+                let mut v = good.clone();
+                let n = v.len();
+                v[n - 1] ^= 0x40;
+                v
+            },
+            "checksum",
+        ),
+    ];
+    for (bytes, expect) in cases {
+        let err = b.unpersist(&bytes, "x").unwrap_err().to_string();
+        assert!(err.contains(expect), "expected '{expect}', got: {err}");
+    }
+    assert_eq!(
+        b.exec("return 1", "alive").unwrap(),
+        vec![Value::Integer(1)]
+    );
+}
+
+#[test]
+fn hostile_bodies_error_never_crash_hang_or_overgrow() {
+    let a = vm();
+    a.exec(
+        "local t = { s = 'str', n = 1.5, i = 7, list = {} } for i = 1, 50 do t.list[i] = { i, tostring(i) } end
+         t.f = function() return t end
+         saved = t",
+        "x",
+    )
+    .unwrap();
+    let good = a.persist("saved").unwrap();
+    let body = body_of(&good).unwrap().to_vec();
+    let mut b = vm();
+    b.exec(
+        "local t = { s = 'str', n = 1.5, i = 7, list = {} } t.f = function() return t end",
+        "x",
+    )
+    .unwrap();
+    // Every single-byte corruption, resealed so it gets past the checksum to the parser.
+    let mut outcomes = (0, 0);
+    for i in 0..body.len() {
+        for x in [0x01u8, 0x80, 0xff] {
+            let mut m = body.clone();
+            m[i] ^= x;
+            match b.unpersist(&seal_body(&m, true), "loaded") {
+                Ok(()) => outcomes.0 += 1,
+                Err(_) => outcomes.1 += 1,
+            }
+        }
+    }
+    assert!(outcomes.1 > 0);
+    // Huge length and count fields.
+    for hostile in [
+        vec![5u8, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f],
+        vec![10u8, 0xff, 0xff, 0xff, 0xff, 0x0f],
+        vec![20u8; 100_000],
+        vec![29u8, 0, 0xff, 0xff, 0xff, 0x7f],
+        vec![23u8, 0xff, 0xff, 0xff, 0x7f, 0],
+    ] {
+        assert!(b.unpersist(&seal_body(&hostile, false), "loaded").is_err());
+    }
+    b.arena().verify().unwrap();
+    assert_eq!(
+        b.exec("return 2 + 2", "alive").unwrap(),
+        vec![Value::Integer(4)]
+    );
+}
+
+#[test]
+fn lua_code_run_while_loading_is_bounded() {
+    let code = "Slow = {} Slow.__persist = function(o) return function() while true do end end end
+                saved = { x = setmetatable({}, Slow) }";
+    let a = vm();
+    a.exec(code, "x").unwrap();
+    let bytes = a.persist("saved").unwrap();
+    let mut b = vm();
+    b.exec(code.replace("saved =", "local _ ="), "x").unwrap();
+    let err = b.unpersist(&bytes, "saved").unwrap_err().to_string();
+    assert!(err.contains("instruction budget"), "{err}");
+    // And heap growth can be capped.
+    let a = vm();
+    a.exec(
+        "local t = {} for i = 1, 200000 do t[i] = { i } end saved = t",
+        "big",
+    )
+    .unwrap();
+    let big = a.persist("saved").unwrap();
+    let mut c = vm();
+    let capped = LoadOptions {
+        max_heap_growth: Some(MIB),
+        ..LoadOptions::default()
+    };
+    let err = c.unpersist_with(&big, "saved", &capped).unwrap_err();
+    assert!(err.to_string().contains("not enough memory"), "{err}");
+    c.unpersist(&big, "saved").unwrap();
+}
+
+#[test]
+fn whole_game_save_keeps_g_and_survives_a_new_process() {
+    let dir = std::env::temp_dir().join(format!("luasnap-save-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let save = dir.join("game.sav");
+    let game = r#"
+        local Player = {} Player.__index = Player
+        function Player:score() return self.points * 10 end
+        players = { setmetatable({ name = "ana", points = 4 }, Player), setmetatable({ name = "bo", points = 7 }, Player) }
+        local ticks = 0
+        function tick() ticks = ticks + 1 return ticks end
+    "#;
+    std::fs::write(dir.join("game.lua"), game).unwrap();
+    let game = format!("dofile({:?})", dir.join("game.lua").to_str().unwrap());
+    let script1 = dir.join("save.lua");
+    std::fs::write(
+        &script1,
+        format!("{game}\ntick() tick()\nlocal f = assert(io.open(arg[1], 'wb')) f:write(eris.persist({{ players = players, tick = tick, G = _G }})) f:close()"),
+    )
+    .unwrap();
+    let script2 = dir.join("load.lua");
+    std::fs::write(
+        &script2,
+        format!(
+            "{game}\nlocal f = assert(io.open(arg[1], 'rb')) local g = eris.unpersist(f:read('a')) f:close()
+             print(g.players[2]:score(), g.tick(), g.players[1].name, g.G == _G, g.G.string == string)"
+        ),
+    )
+    .unwrap();
+    let run = |script: &std::path::Path| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_luasnap"))
+            .args(["run", script.to_str().unwrap(), save.to_str().unwrap()])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    run(&script1);
+    assert_eq!(run(&script2).trim(), "70\t3\tana\ttrue\ttrue");
+
+    // The Rust API restores into the live _G.
+    let game = std::fs::read_to_string(dir.join("game.lua")).unwrap();
+    let game = game.as_str();
+    let mut a = vm();
+    a.exec(game, "game").unwrap();
+    a.exec("tick() extra = 1", "x").unwrap();
+    let bytes = a.save_game().unwrap();
+    let digest = a.value_digest().unwrap();
+    let mut b = vm();
+    b.exec(game, "game").unwrap();
+    b.exec("stale = true", "y").unwrap();
+    let g_before = b.exec("return tostring(_G)", "g").unwrap();
+    b.load_game(&bytes).unwrap();
+    assert_eq!(
+        b.exec("return tostring(_G)", "g").unwrap(),
+        g_before,
+        "_G itself is kept"
+    );
+    assert_eq!(
+        b.exec("return stale, extra, tick()", "z").unwrap(),
+        vec![Value::Nil, Value::Integer(1), Value::Integer(2)]
+    );
+    b.exec("ticks_reset = nil", "noop").unwrap();
+    let mut c = vm();
+    c.exec(game, "game").unwrap();
+    c.load_game(&bytes).unwrap();
+    assert_eq!(
+        c.value_digest().unwrap(),
+        digest,
+        "the value digest survives save and load"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
