@@ -263,7 +263,7 @@ fn two_phase_persistence_resolves_constructor_cycles() {
 }
 
 #[test]
-fn coroutines_not_started_and_dead_persist_suspended_ones_are_refused() {
+fn coroutines_not_started_and_dead() {
     round_trip(
         "local fresh = coroutine.create(function(a, b) coroutine.yield(a + b) return 'done' end)
          local dead = coroutine.create(function() end)
@@ -273,12 +273,101 @@ fn coroutines_not_started_and_dead_persist_suspended_ones_are_refused() {
          local ok, v = coroutine.resume(s.fresh, 2, 3)
          return coroutine.status(s.dead) == 'dead' and ok and v == 5 and coroutine.status(s.fresh) == 'suspended'",
     );
+}
+
+/// Suspended coroutines with their whole stack: yields inside pcall and xpcall, inside
+/// metamethods, from deep recursion and after tail calls, with upvalues still open and shared
+/// with closures that escaped the coroutine. The loaded copy must continue exactly as the
+/// original does.
+#[test]
+fn suspended_coroutines_resume_identically_after_loading() {
+    let code = r#"
+        local escaped
+        local function deep(n, acc)
+          if n == 0 then return coroutine.yield("bottom " .. acc) end
+          local r = deep(n - 1, acc + n)      -- not a tail call: 200 Lua frames stay on the stack
+          return r
+        end
+        local function tail(n) if n == 0 then return coroutine.yield("tail") end return tail(n - 1) end
+        local co = coroutine.create(function(start)
+          local total = start
+          escaped = function() return total end     -- open upvalue shared with this frame
+          local ok, v = pcall(function() return coroutine.yield(total) end)
+          total = total + v
+          local ok2, w = xpcall(function() return coroutine.yield(total) end, debug and debug.traceback or print)
+          total = total + w
+          local t = setmetatable({}, { __index = function(_, k) return coroutine.yield("meta " .. k) end,
+                                       __lt = function() return coroutine.yield("lt") end })
+          local got = t.key
+          local less = t < t
+          local d = deep(200, 0)
+          local tl = tail(50)
+          for i, x in (function() return function(_, i) if i < 2 then return i + 1, coroutine.yield("iter " .. i) end end, nil, 0 end)() do
+            total = total + (x or 0)
+          end
+          return "end", total, got, less, d, tl, escaped()
+        end)
+        local steps = { 10, 1, 2, "m", true, "d", "t", 5, 6 }
+        function run_steps(co, from, to)
+          local out = {}
+          for i = from, to do
+            local r = { coroutine.resume(co, steps[i]) }
+            out[#out + 1] = table.concat((function() local s = {} for j = 1, #r do s[j] = tostring(r[j]) end return s end)(), ",")
+          end
+          return table.concat(out, " | ")
+        end
+        run_steps(co, 1, 3)
+        saved = { co = co, peek = function() return escaped() end }
+    "#;
     let a = vm();
-    a.exec("co = coroutine.create(function() coroutine.yield() end) coroutine.resume(co) saved = { co = co }", "x").unwrap();
-    let err = a.persist("saved").unwrap_err().to_string();
+    a.exec(code, "game").unwrap();
+    let bytes = a.persist("saved").unwrap_or_else(|e| panic!("{e}"));
+    let original = a
+        .exec("return run_steps(saved.co, 4, 9), saved.peek()", "orig")
+        .unwrap();
+    let mut b = vm();
+    b.exec(code, "game").unwrap();
+    b.exec("saved = nil collectgarbage()", "forget").unwrap();
+    b.unpersist(&bytes, "saved")
+        .unwrap_or_else(|e| panic!("{e}"));
+    let copy = b
+        .exec("return run_steps(saved.co, 4, 9), saved.peek()", "copy")
+        .unwrap();
+    assert_eq!(original, copy);
+    let text = copy[0].as_str().unwrap().to_string();
     assert!(
-        err.contains("suspended coroutine") && err.contains("root.co"),
-        "{err}"
+        text.contains("bottom 20100")
+            && text.contains("tail")
+            && text.contains("iter")
+            && text.contains("end"),
+        "{text}"
+    );
+    // The escaped closure shares the coroutine's local: it saw the final total.
+    assert_eq!(copy[1], original[1]);
+}
+
+#[test]
+fn forged_coroutine_frames_are_refused() {
+    let a = vm();
+    a.exec("co = coroutine.create(function() local x = 1 coroutine.yield(x) end) coroutine.resume(co) saved = { co = co }", "game").unwrap();
+    let good = a.persist("saved").unwrap();
+    let body = body_of(&good).unwrap().to_vec();
+    let mut b = vm();
+    b.exec("co = coroutine.create(function() local x = 1 coroutine.yield(x) end) coroutine.resume(co) saved = { co = co }", "game").unwrap();
+    // Corrupt each of the last bytes (the frame records) in turn: refused or harmless, and
+    // whatever loads must resume without crashing.
+    for i in body.len().saturating_sub(40)..body.len() {
+        for x in [1u8, 0x10, 0x7f, 0xff] {
+            let mut m = body.clone();
+            m[i] ^= x;
+            if b.unpersist(&seal_body(&m, true), "loaded").is_ok() {
+                let _ = b.exec("if type(loaded) == 'table' and type(loaded.co) == 'thread' then coroutine.resume(loaded.co) end", "poke");
+            }
+        }
+    }
+    assert_eq!(
+        b.exec("return 1", "alive").unwrap(),
+        vec![Value::Integer(1)]
     );
 }
 

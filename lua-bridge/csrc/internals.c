@@ -115,3 +115,209 @@ void luasnap_each_proto(lua_State *L, void (*f)(const void *, void *), void *ud)
       if (o->tt == LUA_VPROTO) f(o, ud);
   }
 }
+
+/* ===================== coroutines ===================== */
+
+#include "lopcodes.h"
+
+/* One call frame of a suspended coroutine, in stack-slot offsets. */
+typedef struct luasnap_ci {
+  int32_t func, top;         /* slot offsets from the stack base */
+  uint32_t callstatus;
+  int32_t u2;                /* nyield / nres / funcidx */
+  int32_t pc;                /* Lua: index of the next instruction */
+  int32_t nextraargs;        /* Lua: extra arguments of a vararg function */
+  int64_t old_errfunc;       /* C: saved error function, slot offset (or -1) */
+  int64_t ctx;               /* C: continuation context */
+  const void *k;             /* C: continuation (a C function pointer) or NULL */
+} luasnap_ci;
+
+/* Stack size (slots, including slot 0), number of frames above base_ci, whether any
+** to-be-closed variable is pending, and errfunc as a slot offset. */
+void luasnap_thread_info(lua_State *co, int *stacksize, int *nci, int *tbc, int64_t *errfunc) {
+  CallInfo *ci;
+  int n = 0;
+  for (ci = co->base_ci.next; ci != NULL && ci != co->ci->next; ci = ci->next) n++;
+  *stacksize = (int)(co->top.p - co->stack.p);
+  *nci = n;
+  *tbc = co->tbclist.p != co->stack.p;
+  *errfunc = co->errfunc == 0 ? -1 : (int64_t)(co->errfunc / (ptrdiff_t)sizeof(StackValue));
+}
+
+/* Pushes slot i of co's stack onto L. */
+void luasnap_thread_push_slot(lua_State *L, lua_State *co, int i) {
+  setobj2s(L, L->top.p, s2v(co->stack.p + i));
+  L->top.p++;
+}
+
+/* Frame `level` (0 = the first above base_ci). */
+void luasnap_thread_ci(lua_State *co, int level, luasnap_ci *out) {
+  CallInfo *ci = co->base_ci.next;
+  while (level-- > 0) ci = ci->next;
+  memset(out, 0, sizeof *out);
+  out->func = (int32_t)(ci->func.p - co->stack.p);
+  out->top = (int32_t)(ci->top.p - co->stack.p);
+  out->callstatus = ci->callstatus;
+  out->u2 = ci->u2.nres;
+  if (isLua(ci)) {
+    const Proto *p = clLvalue(s2v(ci->func.p))->p;
+    out->pc = (int32_t)(ci->u.l.savedpc - p->code);
+    out->nextraargs = ci->u.l.nextraargs;
+    out->old_errfunc = -1;
+  } else {
+    out->k = (const void *)ci->u.c.k;
+    out->old_errfunc = ci->u.c.old_errfunc == 0 ? -1 : (int64_t)(ci->u.c.old_errfunc / (ptrdiff_t)sizeof(StackValue));
+    out->ctx = (int64_t)ci->u.c.ctx;
+  }
+}
+
+/* If upvalue n (1-based) of the Lua closure at idx is open, returns 1 and its thread and
+** stack level. Threads are found through the collector's list of threads with open
+** upvalues, plus the main thread. */
+int luasnap_upval_open(lua_State *L, int idx, int n, lua_State **owner, int *level) {
+  const TValue *o = (idx > 0) ? s2v(L->ci->func.p + idx) : s2v(L->top.p + idx);
+  LClosure *cl;
+  UpVal *uv;
+  lua_State *th;
+  global_State *g = G(L);
+  if (!ttisLclosure(o)) return 0;
+  cl = clLvalue(o);
+  if (n < 1 || n > cl->nupvalues) return 0;
+  uv = cl->upvals[n - 1];
+  if (uv == NULL || !upisopen(uv)) return 0;
+  th = mainthread(g);
+  if (uplevel(uv) >= th->stack.p && uplevel(uv) < th->stack_last.p) {
+    *owner = th; *level = (int)(uplevel(uv) - th->stack.p); return 1;
+  }
+  for (th = g->twups; th != NULL; th = (th->twups == th) ? NULL : th->twups) {
+    if (uplevel(uv) >= th->stack.p && uplevel(uv) < th->stack_last.p) {
+      *owner = th; *level = (int)(uplevel(uv) - th->stack.p); return 1;
+    }
+  }
+  return 0;
+}
+
+/* Makes upvalue n of the Lua closure at idx the (open) upvalue of co's stack slot `level`.
+** Returns 0 on success, -1 if the arguments are invalid. */
+int luasnap_upval_join_open(lua_State *L, int idx, int n, lua_State *co, int level) {
+  const TValue *o = (idx > 0) ? s2v(L->ci->func.p + idx) : s2v(L->top.p + idx);
+  LClosure *cl;
+  UpVal *uv;
+  if (!ttisLclosure(o)) return -1;
+  cl = clLvalue(o);
+  if (n < 1 || n > cl->nupvalues || level < 1 || level >= (int)(co->top.p - co->stack.p)) return -1;
+  uv = luaF_findupval(co, co->stack.p + level);
+  cl->upvals[n - 1] = uv;
+  luaC_objbarrier(L, cl, uv);
+  return 0;
+}
+
+static int yieldable_op(OpCode op) {
+  switch (op) {
+    case OP_CALL: case OP_TAILCALL: case OP_TFORCALL:
+    case OP_MMBIN: case OP_MMBINI: case OP_MMBINK:
+    case OP_UNM: case OP_BNOT: case OP_LEN:
+    case OP_GETTABUP: case OP_GETTABLE: case OP_GETI: case OP_GETFIELD: case OP_SELF:
+    case OP_SETTABUP: case OP_SETTABLE: case OP_SETI: case OP_SETFIELD:
+    case OP_LT: case OP_LE: case OP_LTI: case OP_LEI: case OP_GTI: case OP_GEI: case OP_EQ:
+    case OP_CONCAT:
+      return 1;
+    default:
+      return 0;
+  }
+}
+
+/* Rebuilds the frames of a suspended coroutine whose stack values are already in place
+** (co->top = stack + stacksize). Every frame is checked against the invariants 'resume',
+** 'unroll', 'finishCcall' and 'luaV_finishOp' rely on; `known_k` lists the continuation
+** functions allowed (the permanents), `pcall_k` the one of pcall/xpcall. Returns NULL on
+** success or a static message. */
+const char *luasnap_thread_restore(lua_State *L, lua_State *co, const luasnap_ci *cis, int nci,
+                                   int64_t errfunc, const void *const *known_k, int nknown,
+                                   const void *pcall_k) {
+  int stacksize = (int)(co->top.p - co->stack.p);
+  int i, prev_func = 0;
+  const uint32_t allowed = CIST_NRESULTS | CIST_C | CIST_FRESH | CIST_YPCALL | CIST_TAIL | CIST_OAH
+                         | (0x7u << CIST_RECST) | (0xfu << CIST_CCMT);
+  (void)L;
+  if (nci < 1) return "a suspended coroutine has no frames";
+  if (nci > 100000) return "too many frames";
+  if (co->ci != &co->base_ci || co->status != LUA_OK) return "internal: thread not fresh";
+  for (i = 0; i < nci; i++) {
+    const luasnap_ci *r = &cis[i];
+    const TValue *f;
+    int last = (i == nci - 1);
+    if (r->func <= prev_func || r->func >= stacksize) return "frame function outside the stack";
+    if (r->callstatus & ~allowed) return "unsupported frame flags";
+    f = s2v(co->stack.p + r->func);
+    if (!(r->callstatus & CIST_C)) {
+      const Proto *p;
+      if (!ttisLclosure(f)) return "a Lua frame whose function is not a Lua closure";
+      p = clLvalue(f)->p;
+      if (r->top != r->func + 1 + p->maxstacksize) return "a Lua frame of the wrong size";
+      if (r->pc < 1 || r->pc > p->sizecode) return "a Lua frame resumes outside its code";
+      if (!yieldable_op(GET_OPCODE(p->code[r->pc - 1]))) return "a Lua frame resumes after an instruction that cannot yield";
+      if (r->nextraargs < 0 || r->nextraargs >= r->func) return "bad vararg count";
+      if (last) return "a coroutine can only be suspended in a C function (coroutine.yield)";
+    } else {
+      int j, known = (r->k == NULL);
+      if (!ttisfunction(f) || ttisLclosure(f)) return "a C frame whose function is not a C function";
+      if (r->top < r->func + 1) return "a C frame of the wrong size";
+      for (j = 0; j < nknown && !known; j++) known = (known_k[j] == r->k);
+      if (!known) return "a C frame with an unknown continuation";
+      if (!last && r->k == NULL) return "an interrupted C frame without a continuation";
+      if (r->callstatus & CIST_YPCALL) {
+        if (r->k != pcall_k || (r->ctx != 0 && r->ctx != 2)) return "a protected call frame that is not pcall/xpcall";
+        if (r->old_errfunc < -1 || r->old_errfunc >= r->func) return "bad saved error handler";
+      }
+      if (r->callstatus & CIST_YPCALL) {
+        /* 'finishpcallk' restores the called function's slot from u2 (a byte offset). */
+        int32_t sz = (int32_t)sizeof(StackValue);
+        if (r->u2 < 0 || r->u2 % sz != 0 || r->u2 / sz <= r->func || r->u2 / sz >= stacksize)
+          return "bad protected-call function slot";
+      }
+    }
+    if (r->top > stacksize + 100000) return "frame top too high";
+    prev_func = r->func;
+  }
+  if (errfunc < -1 || errfunc >= stacksize) return "bad error handler";
+  /* Make room for the highest frame top. */
+  {
+    int need = 0;
+    for (i = 0; i < nci; i++) if (cis[i].top > need) need = cis[i].top;
+    if (need + EXTRA_STACK > stacksize(co)) {
+      if (!luaD_reallocstack(co, need + EXTRA_STACK, 0)) return "not enough memory for the coroutine's stack";
+    }
+    for (i = stacksize; i < need; i++) setnilvalue(s2v(co->stack.p + i));
+  }
+  for (i = 0; i < nci; i++) {
+    const luasnap_ci *r = &cis[i];
+    CallInfo *ci = luaE_extendCI(co, 0);
+    if (ci == NULL) return "not enough memory for the coroutine's frames";
+    co->ci = ci;
+    ci->func.p = co->stack.p + r->func;
+    ci->top.p = co->stack.p + r->top;
+    ci->callstatus = r->callstatus;
+    ci->u2.nres = r->u2;
+    if (!(r->callstatus & CIST_C)) {
+      ci->u.l.savedpc = clLvalue(s2v(ci->func.p))->p->code + r->pc;
+      ci->u.l.trap = 0;
+      ci->u.l.nextraargs = r->nextraargs;
+    } else {
+      ci->u.c.k = (lua_KFunction)r->k;
+      ci->u.c.old_errfunc = r->old_errfunc < 0 ? 0 : (ptrdiff_t)r->old_errfunc * (ptrdiff_t)sizeof(StackValue);
+      ci->u.c.ctx = (lua_KContext)r->ctx;
+    }
+  }
+  co->errfunc = errfunc < 0 ? 0 : (ptrdiff_t)errfunc * (ptrdiff_t)sizeof(StackValue);
+  co->status = LUA_YIELD;
+  return NULL;
+}
+
+/* The continuation of the frame above base_ci+level of co (for discovering pcall's). */
+const void *luasnap_thread_k(lua_State *co, int level) {
+  CallInfo *ci = co->base_ci.next;
+  while (ci != NULL && level-- > 0) ci = ci->next;
+  if (ci == NULL || isLua(ci)) return NULL;
+  return (const void *)ci->u.c.k;
+}

@@ -59,6 +59,7 @@ pub enum Tag {
     MainThread = 32,
     UpvalNew = 40,
     UpvalRef = 41,
+    UpvalOpen = 42,
 }
 
 impl Tag {
@@ -85,6 +86,7 @@ impl Tag {
             32 => MainThread,
             40 => UpvalNew,
             41 => UpvalRef,
+            42 => UpvalOpen,
             _ => return None,
         })
     }
@@ -93,6 +95,7 @@ impl Tag {
 /// Coroutine states in the file.
 pub const THREAD_NOT_STARTED: u8 = 0;
 pub const THREAD_DEAD: u8 = 1;
+pub const THREAD_SUSPENDED: u8 = 2;
 
 /// Appends to a body.
 #[derive(Default)]

@@ -57,6 +57,58 @@ pub const PERMS_KEY: &CStr = c"luasnap.perms";
 /// Registry key: name -> value, the permanents used when loading.
 pub const UNPERMS_KEY: &CStr = c"luasnap.unperms";
 
+/// A call frame of a suspended coroutine (mirrors `luasnap_ci` in csrc/internals.c).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct CiRecord {
+    pub func: i32,
+    pub top: i32,
+    pub callstatus: u32,
+    pub u2: i32,
+    pub pc: i32,
+    pub nextraargs: i32,
+    pub old_errfunc: i64,
+    pub ctx: i64,
+    pub k: *const std::ffi::c_void,
+}
+
+unsafe extern "C" {
+    pub(crate) fn luasnap_thread_info(
+        co: *mut lua_State,
+        stacksize: *mut c_int,
+        nci: *mut c_int,
+        tbc: *mut c_int,
+        errfunc: *mut i64,
+    );
+    pub(crate) fn luasnap_thread_push_slot(L: *mut lua_State, co: *mut lua_State, i: c_int);
+    pub(crate) fn luasnap_thread_ci(co: *mut lua_State, level: c_int, out: *mut CiRecord);
+    pub(crate) fn luasnap_upval_open(
+        L: *mut lua_State,
+        idx: c_int,
+        n: c_int,
+        owner: *mut *mut lua_State,
+        level: *mut c_int,
+    ) -> c_int;
+    pub(crate) fn luasnap_upval_join_open(
+        L: *mut lua_State,
+        idx: c_int,
+        n: c_int,
+        co: *mut lua_State,
+        level: c_int,
+    ) -> c_int;
+    pub(crate) fn luasnap_thread_restore(
+        L: *mut lua_State,
+        co: *mut lua_State,
+        cis: *const CiRecord,
+        nci: c_int,
+        errfunc: i64,
+        known_k: *const *const std::ffi::c_void,
+        nknown: c_int,
+        pcall_k: *const std::ffi::c_void,
+    ) -> *const std::ffi::c_char;
+    fn luasnap_thread_k(co: *mut lua_State, level: c_int) -> *const std::ffi::c_void;
+}
+
 /// Stack slots of the helper tables inside a persist or load.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Slots {
@@ -324,6 +376,24 @@ pub(crate) fn install(vm: &mut Vm) -> Result<(), VmError> {
                         }
                     }
                     ffi::lua_settop(L, -2);
+                }
+                ffi::lua_settop(L, 0);
+                // pcall/xpcall's continuation, found in a coroutine suspended inside pcall: it
+                // is the one continuation a suspended coroutine commonly holds.
+                let probe = b"local co = coroutine.create(function() pcall(coroutine.yield) end) coroutine.resume(co) return co";
+                if ffi::luaL_loadbufferx(L, probe.as_ptr().cast(), probe.len(), c"=probe".as_ptr(), c"t".as_ptr()) == ffi::LUA_OK
+                    && ffi::lua_pcallk(L, 0, 1, 0, 0, None) == ffi::LUA_OK
+                    && ffi::lua_type(L, -1) == ffi::LUA_TTHREAD
+                {
+                    let co = ffi::lua_tothread(L, -1);
+                    for level in 0..3 {
+                        let k = luasnap_thread_k(co, level);
+                        if !k.is_null() {
+                            ffi::lua_pushlightuserdata(L, k.cast_mut());
+                            add_permanent(L, c"pcall#k");
+                            break;
+                        }
+                    }
                 }
                 ffi::lua_settop(L, 0);
                 // C functions the library hands out without naming them.

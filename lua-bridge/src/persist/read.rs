@@ -7,7 +7,8 @@
 //! trusts the file's bytecode), and Lua code run while loading (`__persist` rebuild functions)
 //! is bounded by an instruction budget.
 
-use super::format::{Reader, Tag, THREAD_DEAD, THREAD_NOT_STARTED};
+use super::format::{Reader, Tag, THREAD_DEAD, THREAD_NOT_STARTED, THREAD_SUSPENDED};
+use super::{luasnap_thread_restore, luasnap_upval_join_open, CiRecord};
 use super::{LoadOptions, Slots};
 use crate::ffi::Shared;
 use mlua::ffi::{self, lua_State};
@@ -35,10 +36,12 @@ enum Frame {
         id: u32,
         state: u8,
     },
+    /// `open`: the level of an open upvalue whose thread is the child being read.
     Closure {
         id: u32,
         next: c_int,
         n: c_int,
+        open: Option<c_int>,
     },
     UdBytes {
         id: u32,
@@ -51,10 +54,12 @@ enum Frame {
         state: u8,
         two: bool,
     },
+    /// `errfunc` is Some for a suspended coroutine (frame records follow the stack).
     Thread {
         id: u32,
         next: c_int,
         n: c_int,
+        errfunc: Option<i64>,
     },
 }
 
@@ -330,18 +335,27 @@ impl<'a> Loader<'a> {
                     self.register(L, s, id);
                     match kind {
                         THREAD_DEAD => {}
-                        THREAD_NOT_STARTED => {
+                        THREAD_NOT_STARTED | THREAD_SUSPENDED => {
                             let Some(n) = self.r.varint() else {
                                 return Err(self.malformed("bad thread"));
                             };
-                            if n == 0 || n > self.r.remaining() as u64 || n > 100_000 {
+                            if n == 0 || n > self.r.remaining() as u64 || n > 1_000_000 {
                                 return Err(self.malformed("bad coroutine stack size"));
                             }
+                            let errfunc = if kind == THREAD_SUSPENDED {
+                                match self.r.i64() {
+                                    Some(e) => Some(e),
+                                    None => return Err(self.malformed("bad thread")),
+                                }
+                            } else {
+                                None
+                            };
                             ffi::lua_settop(L, -2);
                             self.frames.push(Frame::Thread {
                                 id,
                                 next: 1,
                                 n: n as c_int,
+                                errfunc,
                             });
                             return Ok(false);
                         }
@@ -353,7 +367,7 @@ impl<'a> Loader<'a> {
                     let id = self.id();
                     self.register(L, s, id);
                 }
-                Tag::UpvalNew | Tag::UpvalRef => {
+                Tag::UpvalNew | Tag::UpvalRef | Tag::UpvalOpen => {
                     return Err(self.malformed("upvalue outside a closure"))
                 }
             }
@@ -452,6 +466,7 @@ impl<'a> Loader<'a> {
                 id,
                 next: 1,
                 n: n as c_int,
+                open: None,
             });
             Ok(false)
         }
@@ -497,6 +512,7 @@ impl<'a> Loader<'a> {
                 id,
                 next: 1,
                 n: n as c_int,
+                open: None,
             });
             Ok(false)
         }
@@ -520,7 +536,7 @@ impl<'a> Loader<'a> {
                     }
                     self.value(L, s)
                 }
-                Frame::Closure { id, next, n } => {
+                Frame::Closure { id, next, n, .. } => {
                     let (id, i, n) = (*id, *next, *n);
                     if i > n {
                         return Ok(self.finish(L, s, id));
@@ -557,6 +573,18 @@ impl<'a> Loader<'a> {
                             Ok(false)
                         }
                         Some(Tag::UpvalNew) => self.value(L, s),
+                        Some(Tag::UpvalOpen) => {
+                            let Some(level) = self.r.varint() else {
+                                return Err(self.malformed("bad open upvalue"));
+                            };
+                            if level == 0 || level > 1_000_000 {
+                                return Err(self.malformed("bad open upvalue"));
+                            }
+                            if let Some(Frame::Closure { open, .. }) = self.frames.last_mut() {
+                                *open = Some(level as c_int);
+                            }
+                            self.value(L, s)
+                        }
                         _ => {
                             // C closures have no upvalue tags: it was a value tag.
                             ffi::lua_rawgeti(L, s.objs, id as ffi::lua_Integer);
@@ -584,9 +612,17 @@ impl<'a> Loader<'a> {
                     }
                     self.value(L, s)
                 }
-                Frame::Thread { id, next, n } => {
-                    let (id, i, n) = (*id, *next, *n);
+                Frame::Thread {
+                    id,
+                    next,
+                    n,
+                    errfunc,
+                } => {
+                    let (id, i, n, errfunc) = (*id, *next, *n, *errfunc);
                     if i > n {
+                        if let Some(errfunc) = errfunc {
+                            self.restore_frames(L, s, id, errfunc)?;
+                        }
                         return Ok(self.finish(L, s, id));
                     }
                     let _ = depth;
@@ -594,6 +630,129 @@ impl<'a> Loader<'a> {
                 }
             }
         }
+    }
+
+    /// Reads the frame records of a suspended coroutine (its stack is in place) and rebuilds
+    /// them, after checking every invariant the VM relies on to resume it.
+    unsafe fn restore_frames(
+        &mut self,
+        L: *mut lua_State,
+        s: Slots,
+        id: u32,
+        errfunc: i64,
+    ) -> Result<(), Fail> {
+        let Some(nci) = self.r.varint() else {
+            return Err(self.malformed("bad coroutine frames"));
+        };
+        if nci == 0 || nci > 100_000 || nci > self.r.remaining() as u64 {
+            return Err(self.malformed("bad coroutine frame count"));
+        }
+        let mut cis = Vec::with_capacity(nci as usize);
+        // SAFETY: protected context; reads, permanent lookups, then the validated restore.
+        unsafe {
+            for _ in 0..nci {
+                let fields = (
+                    self.r.varint(),
+                    self.r.varint(),
+                    self.r.varint(),
+                    self.r.i64(),
+                    self.r.varint(),
+                    self.r.varint(),
+                    self.r.i64(),
+                    self.r.i64(),
+                );
+                let (
+                    Some(func),
+                    Some(top),
+                    Some(cs),
+                    Some(u2),
+                    Some(pc),
+                    Some(extra),
+                    Some(olderr),
+                    Some(ctx),
+                ) = fields
+                else {
+                    return Err(self.malformed("bad coroutine frame"));
+                };
+                let fits = |v: u64| v <= i32::MAX as u64;
+                if !fits(func)
+                    || !fits(top)
+                    || cs > u32::MAX as u64
+                    || !fits(pc)
+                    || !fits(extra)
+                    || u2 < i32::MIN as i64
+                    || u2 > i32::MAX as i64
+                {
+                    return Err(self.malformed("coroutine frame field out of range"));
+                }
+                // The continuation: nil, or the name of a permanent light C function.
+                let k = match self.r.data.get(self.r.pos) {
+                    Some(&b) if b == Tag::Nil as u8 => {
+                        self.r.pos += 1;
+                        std::ptr::null()
+                    }
+                    _ => {
+                        if !self.value(L, s)? || ffi::lua_type(L, -1) != ffi::LUA_TSTRING {
+                            return Err(self.malformed("bad continuation"));
+                        }
+                        ffi::lua_rawget(L, s.perms);
+                        let p = if ffi::lua_type(L, -1) == ffi::LUA_TLIGHTUSERDATA {
+                            ffi::lua_touserdata(L, -1)
+                        } else {
+                            std::ptr::null_mut()
+                        };
+                        ffi::lua_settop(L, -2);
+                        if p.is_null() {
+                            return Err(self.fail(
+                                "missing permanent continuation (save written by another build?)",
+                            ));
+                        }
+                        p as *const c_void
+                    }
+                };
+                cis.push(CiRecord {
+                    func: func as i32,
+                    top: top as i32,
+                    callstatus: cs as u32,
+                    u2: u2 as i32,
+                    pc: pc as i32,
+                    nextraargs: extra as i32,
+                    old_errfunc: olderr,
+                    ctx,
+                    k,
+                });
+            }
+            // Known continuations: every light userdata permanent; pcall's by name.
+            let mut known: Vec<*const c_void> = Vec::new();
+            ffi::lua_pushnil(L);
+            while ffi::lua_next(L, s.perms) != 0 {
+                if ffi::lua_type(L, -1) == ffi::LUA_TLIGHTUSERDATA {
+                    known.push(ffi::lua_touserdata(L, -1));
+                }
+                ffi::lua_settop(L, -2);
+            }
+            ffi::lua_getfield(L, s.perms, c"pcall#k".as_ptr());
+            let pcall_k = ffi::lua_touserdata(L, -1) as *const c_void;
+            ffi::lua_settop(L, -2);
+            ffi::lua_rawgeti(L, s.objs, id as ffi::lua_Integer);
+            let co = ffi::lua_tothread(L, -1);
+            ffi::lua_settop(L, -2);
+            let err = luasnap_thread_restore(
+                L,
+                co,
+                cis.as_ptr(),
+                cis.len() as c_int,
+                errfunc,
+                known.as_ptr(),
+                known.len() as c_int,
+                pcall_k,
+            );
+            if !err.is_null() {
+                let msg = std::ffi::CStr::from_ptr(err).to_string_lossy().into_owned();
+                return Err(self.malformed(&format!("suspended coroutine: {msg}")));
+            }
+        }
+        Ok(())
     }
 
     /// Pops the finished frame and pushes its object.
@@ -643,13 +802,26 @@ impl<'a> Loader<'a> {
                         }
                     }
                 }
-                Frame::Closure { id, next, .. } => {
-                    let (id, i) = (*id, *next);
+                Frame::Closure { id, next, open, .. } => {
+                    let (id, i, open) = (*id, *next, open.take());
                     *next += 1;
                     ffi::lua_rawgeti(L, s.objs, id as ffi::lua_Integer);
                     ffi::lua_rotate(L, -2, 1);
-                    ffi::lua_setupvalue(L, -2, i);
-                    ffi::lua_settop(L, -2);
+                    match open {
+                        Some(level) => {
+                            // The child is the thread whose stack slot `level` the upvalue is.
+                            let co = ffi::lua_tothread(L, -1);
+                            if co.is_null() || luasnap_upval_join_open(L, -2, i, co, level) != 0 {
+                                ffi::lua_settop(L, -3);
+                                return Err(self.malformed("bad open upvalue"));
+                            }
+                            ffi::lua_settop(L, -3);
+                        }
+                        None => {
+                            ffi::lua_setupvalue(L, -2, i);
+                            ffi::lua_settop(L, -2);
+                        }
+                    }
                 }
                 Frame::UdBytes { id, state, .. } => {
                     let (id, st) = (*id, *state);

@@ -8,7 +8,10 @@
 //! All Rust state lives in [`Persister`], owned outside the protected call: a Lua error (from a
 //! `__persist` function, or out of memory) unwinds only frames that hold nothing to drop.
 
-use super::format::{Tag, Writer, THREAD_DEAD, THREAD_NOT_STARTED};
+use super::format::{Tag, Writer, THREAD_DEAD, THREAD_NOT_STARTED, THREAD_SUSPENDED};
+use super::{
+    luasnap_thread_ci, luasnap_thread_info, luasnap_thread_push_slot, luasnap_upval_open, CiRecord,
+};
 use super::{PersistOptions, Slots};
 use crate::ffi::Shared;
 use mlua::ffi::{self, lua_State};
@@ -52,10 +55,12 @@ enum Frame {
         state: u8,
         two: bool,
     },
+    /// Stack slots 1..n, then (if suspended) `nci` frame records.
     Thread {
         id: u32,
         next: c_int,
         n: c_int,
+        nci: c_int,
     },
 }
 
@@ -499,29 +504,43 @@ impl<'a> Persister<'a> {
             }
             let mut ar: ffi::lua_Debug = std::mem::zeroed();
             let status = ffi::lua_status(co);
-            let top = ffi::lua_gettop(co);
             let started = ffi::lua_getstack(co, 0, &mut ar) != 0;
-            if status == ffi::LUA_OK && !started && top > 0 {
+            let (mut size, mut nci, mut tbc, mut errfunc) = (0, 0, 0, 0i64);
+            luasnap_thread_info(co, &mut size, &mut nci, &mut tbc, &mut errfunc);
+            if status == ffi::LUA_OK && !started && size > 1 {
                 self.w.tag(Tag::Thread);
                 self.w.u8(THREAD_NOT_STARTED);
-                self.w.varint(top as u64);
+                self.w.varint((size - 1) as u64);
                 self.frames.push(Frame::Thread {
                     id,
                     next: 1,
-                    n: top,
+                    n: size - 1,
+                    nci: 0,
                 });
-            } else if (status == ffi::LUA_OK && !started && top == 0)
+            } else if (status == ffi::LUA_OK && !started)
                 || (status != ffi::LUA_OK && status != ffi::LUA_YIELD)
             {
                 self.w.tag(Tag::Thread);
                 self.w.u8(THREAD_DEAD);
+            } else if status == ffi::LUA_YIELD {
+                if tbc != 0 {
+                    let what =
+                        "cannot persist a coroutine suspended with pending to-be-closed variables"
+                            .to_string();
+                    return Err(self.fail(L, s, what));
+                }
+                self.w.tag(Tag::Thread);
+                self.w.u8(THREAD_SUSPENDED);
+                self.w.varint((size - 1) as u64);
+                self.w.i64(errfunc);
+                self.frames.push(Frame::Thread {
+                    id,
+                    next: 1,
+                    n: size - 1,
+                    nci,
+                });
             } else {
-                let what = if status == ffi::LUA_YIELD {
-                    "cannot persist a suspended coroutine yet (not started and dead ones work); finish or restart it before saving"
-                } else {
-                    "cannot persist a running coroutine"
-                };
-                return Err(self.fail(L, s, what.to_string()));
+                return Err(self.fail(L, s, "cannot persist a running coroutine".to_string()));
             }
         }
         Ok(())
@@ -629,6 +648,23 @@ impl<'a> Persister<'a> {
                     ffi::lua_rawgeti(L, s.seen, id as ffi::lua_Integer);
                     let is_lua = ffi::lua_iscfunction(L, -1) == 0;
                     if is_lua {
+                        // An upvalue still open in a suspended coroutine's stack: keep the link.
+                        let (mut owner, mut level) = (std::ptr::null_mut(), 0);
+                        if luasnap_upval_open(L, -1, i, &mut owner, &mut level) != 0 && owner != L {
+                            ffi::lua_settop(L, -2);
+                            ffi::luaL_checkstack(L, 2, c"persist".as_ptr());
+                            let main = ffi::lua_pushthread(owner) == 1;
+                            ffi::lua_settop(owner, -2);
+                            if !main {
+                                self.w.tag(Tag::UpvalOpen);
+                                self.w.varint(level as u64);
+                                ffi::lua_pushthread(owner);
+                                ffi::lua_xmove(owner, L, 1);
+                                self.value(L, s)?;
+                                return Ok(true);
+                            }
+                            ffi::lua_rawgeti(L, s.seen, id as ffi::lua_Integer);
+                        }
                         let uid = ffi::lua_upvalueid(L, -1, i) as *const c_void;
                         if let Some(&(owner, index)) = self.upvals.get(&uid) {
                             ffi::lua_settop(L, -2);
@@ -681,19 +717,47 @@ impl<'a> Persister<'a> {
                     self.value(L, s)?;
                     Ok(true)
                 }
-                Frame::Thread { id, next, n } => {
-                    let (id, i, n) = (*id, *next, *n);
-                    if i > n {
-                        return Ok(false);
-                    }
-                    *next += 1;
-                    self.segs.push(Seg::Stack(i));
+                Frame::Thread { id, next, n, nci } => {
+                    let (id, i, n, nci) = (*id, *next, *n, *nci);
                     ffi::lua_rawgeti(L, s.seen, id as ffi::lua_Integer);
                     let co = ffi::lua_tothread(L, -1);
                     ffi::lua_settop(L, -2);
-                    ffi::luaL_checkstack(co, 1, c"persist".as_ptr());
-                    ffi::lua_pushvalue(co, i);
-                    ffi::lua_xmove(co, L, 1);
+                    if i > n {
+                        // Suspended: the frames, after the stack values they refer to.
+                        if nci > 0 {
+                            self.w.varint(nci as u64);
+                            for level in 0..nci {
+                                let mut r: CiRecord = std::mem::zeroed();
+                                luasnap_thread_ci(co, level, &mut r);
+                                self.w.varint(r.func as u64);
+                                self.w.varint(r.top as u64);
+                                self.w.varint(r.callstatus as u64);
+                                self.w.i64(r.u2 as i64);
+                                self.w.varint(r.pc as u64);
+                                self.w.varint(r.nextraargs.max(0) as u64);
+                                self.w.i64(r.old_errfunc);
+                                self.w.i64(r.ctx);
+                                if r.k.is_null() {
+                                    self.w.tag(Tag::Nil);
+                                } else {
+                                    ffi::lua_pushlightuserdata(L, r.k.cast_mut());
+                                    if ffi::lua_rawget(L, s.perms) != ffi::LUA_TSTRING {
+                                        ffi::lua_settop(L, -2);
+                                        let what = "cannot persist a coroutine suspended inside a C function whose continuation is not a permanent (only pcall/xpcall and coroutine.yield are known)".to_string();
+                                        return Err(self.fail(L, s, what));
+                                    }
+                                    self.value(L, s)?;
+                                }
+                            }
+                        }
+                        return Ok(false);
+                    }
+                    if let Some(Frame::Thread { next, .. }) = self.frames.last_mut() {
+                        *next += 1;
+                    }
+                    self.segs.push(Seg::Stack(i));
+                    ffi::luaL_checkstack(L, 2, c"persist".as_ptr());
+                    luasnap_thread_push_slot(L, co, i);
                     self.value(L, s)?;
                     Ok(true)
                 }
