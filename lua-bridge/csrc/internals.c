@@ -18,6 +18,7 @@
 #include "lfunc.h"
 #include "lgc.h"
 #include "ldo.h"
+#include "ltable.h"
 
 #if LUA_VERSION_RELEASE_NUM != 50501
 #error "luasnap's serializer is built for Lua 5.5.1 exactly; update csrc/lua-5.5.1 and the pinned lua-src together"
@@ -320,4 +321,23 @@ const void *luasnap_thread_k(lua_State *co, int level) {
   while (ci != NULL && level-- > 0) ci = ci->next;
   if (ci == NULL || isLua(ci)) return NULL;
   return (const void *)ci->u.c.k;
+}
+
+/* Sizes of the array and hash parts of the table at idx (to presize it when loading). */
+void luasnap_table_sizes(lua_State *L, int idx, unsigned int *narr, unsigned int *nhash) {
+  const TValue *o = (idx > 0) ? s2v(L->ci->func.p + idx) : s2v(L->top.p + idx);
+  const Table *t;
+  *narr = 0; *nhash = 0;
+  if (!ttistable(o)) return;
+  t = hvalue(o);
+  *narr = t->asize;
+  *nhash = isdummy(t) ? 0 : (1u << t->lsizenode);
+}
+
+/* Calls f(q, ud) for p and every prototype nested in it. */
+void luasnap_proto_tree(const void *p, void (*f)(const void *, void *), void *ud) {
+  const Proto *proto = (const Proto *)p;
+  int i;
+  f(p, ud);
+  for (i = 0; i < proto->sizep; i++) luasnap_proto_tree(proto->p[i], f, ud);
 }

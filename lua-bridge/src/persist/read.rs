@@ -25,16 +25,28 @@ unsafe extern "C" {
         f: unsafe extern "C" fn(*const c_void, *mut c_void),
         ud: *mut c_void,
     );
+    fn luasnap_proto_tree(
+        p: *const c_void,
+        f: unsafe extern "C" fn(*const c_void, *mut c_void),
+        ud: *mut c_void,
+    );
 }
 
 pub(crate) struct Fail;
 
+/// Table frames up to this depth keep their table and key on the Lua stack (fast); deeper ones
+/// use the id tables, so nesting depth never exhausts the Lua stack.
+const STACK_FRAMES: usize = 4000;
+
 /// What a completed child left on the stack is for.
 enum Frame {
     /// state 0: metatable; 1: key; 2: value (key in keys[depth]).
+    /// `at`: stack index of the table, with its current key in `at + 1` (0: kept only in
+    /// `objs`/`keys`, for frames deeper than `STACK_FRAMES`).
     Table {
         id: u32,
         state: u8,
+        at: c_int,
     },
     /// `open`: the level of an open upvalue whose thread is the child being read.
     Closure {
@@ -68,6 +80,7 @@ pub(crate) struct Loader<'a> {
     next_id: u32,
     protos: Vec<*const c_void>,
     index: Option<HashMap<u64, *const c_void>>,
+    full_index: bool,
     frames: Vec<Frame>,
     inits: u32,
     pub error: Option<String>,
@@ -118,6 +131,7 @@ impl<'a> Loader<'a> {
             next_id: 0,
             protos: Vec::new(),
             index: None,
+            full_index: false,
             frames: Vec::new(),
             inits: 0,
             error: None,
@@ -266,10 +280,21 @@ impl<'a> Loader<'a> {
                 }
                 Tag::Table => {
                     let id = self.id();
-                    ffi::lua_createtable(L, 0, 0);
+                    // Size hints, capped by what the rest of the file can hold (2+ bytes per entry).
+                    let (Some(narr), Some(nhash)) = (self.r.varint(), self.r.varint()) else {
+                        return Err(self.malformed("bad table header"));
+                    };
+                    let cap = (self.r.remaining() / 2) as u64;
+                    ffi::lua_createtable(L, narr.min(cap) as c_int, nhash.min(cap) as c_int);
                     self.register(L, s, id);
-                    ffi::lua_settop(L, -2);
-                    self.frames.push(Frame::Table { id, state: 0 });
+                    let at = if self.frames.len() < STACK_FRAMES {
+                        ffi::lua_pushnil(L); // the key slot
+                        ffi::lua_gettop(L) - 1
+                    } else {
+                        ffi::lua_settop(L, -2);
+                        0
+                    };
+                    self.frames.push(Frame::Table { id, state: 0, at });
                     return Ok(false);
                 }
                 Tag::LClosure => return self.lclosure(L, s),
@@ -421,18 +446,44 @@ impl<'a> Loader<'a> {
             }
         } else {
             if self.index.is_none() {
+                // The prototypes of every chunk the VM compiled (anchored in the registry).
                 let mut index = HashMap::new();
+                let ud = (&mut index as *mut HashMap<u64, *const c_void>).cast();
+                // SAFETY: reads the anchored chunks; the collector is stopped for the load.
+                unsafe {
+                    if ffi::lua_getfield(L, ffi::LUA_REGISTRYINDEX, c"luasnap.chunks".as_ptr())
+                        == ffi::LUA_TTABLE
+                    {
+                        let n = ffi::lua_rawlen(L, -1) as ffi::lua_Integer;
+                        for i in 1..=n {
+                            ffi::lua_rawgeti(L, -1, i);
+                            let p = luasnap_proto(L, -1);
+                            if !p.is_null() {
+                                luasnap_proto_tree(p, collect_proto, ud);
+                            }
+                            ffi::lua_settop(L, -2);
+                        }
+                    }
+                    ffi::lua_settop(L, -2);
+                }
+                self.index = Some(index);
+            }
+            let mut found = self.index.as_ref().and_then(|i| i.get(&hash).copied());
+            if found.is_none() && !self.full_index {
+                // Not in an anchored chunk (compiled by other means): every prototype alive.
+                self.full_index = true;
+                let index = self.index.get_or_insert_with(HashMap::new);
                 // SAFETY: the collector is stopped for the whole load.
                 unsafe {
                     luasnap_each_proto(
                         L,
                         collect_proto,
-                        (&mut index as *mut HashMap<u64, *const c_void>).cast(),
+                        (index as *mut HashMap<u64, *const c_void>).cast(),
                     )
                 };
-                self.index = Some(index);
+                found = self.index.as_ref().and_then(|i| i.get(&hash).copied());
             }
-            self.index.as_ref().and_then(|i| i.get(&hash).copied())
+            found
         };
         match found {
             Some(p) => {
@@ -525,12 +576,17 @@ impl<'a> Loader<'a> {
         // SAFETY: protected context.
         unsafe {
             match self.frames.last_mut().expect("non-empty") {
-                Frame::Table { id, state } => {
-                    let id = *id;
+                Frame::Table { id, state, at } => {
+                    let (id, at) = (*id, *at);
                     if *state == 1 {
                         // End of entries?
                         if self.r.data.get(self.r.pos) == Some(&(Tag::Nil as u8)) {
                             self.r.pos += 1;
+                            if at > 0 {
+                                self.frames.pop();
+                                ffi::lua_settop(L, at);
+                                return Ok(true);
+                            }
                             return Ok(self.finish(L, s, id));
                         }
                     }
@@ -773,8 +829,8 @@ impl<'a> Loader<'a> {
         // SAFETY: protected context; the child is on top.
         unsafe {
             match self.frames.last_mut().expect("non-empty") {
-                Frame::Table { id, state } => {
-                    let id = *id;
+                Frame::Table { id, state, at } => {
+                    let (id, at) = (*id, *at);
                     match *state {
                         0 => {
                             *state = 1;
@@ -783,14 +839,28 @@ impl<'a> Loader<'a> {
                                 ffi::lua_settop(L, -2);
                                 return Err(self.malformed("a metatable must be a table"));
                             }
-                            ffi::lua_rawgeti(L, s.objs, id as ffi::lua_Integer);
-                            ffi::lua_rotate(L, -2, 1);
-                            ffi::lua_setmetatable(L, -2);
-                            ffi::lua_settop(L, -2);
+                            if at > 0 {
+                                ffi::lua_setmetatable(L, at);
+                            } else {
+                                ffi::lua_rawgeti(L, s.objs, id as ffi::lua_Integer);
+                                ffi::lua_rotate(L, -2, 1);
+                                ffi::lua_setmetatable(L, -2);
+                                ffi::lua_settop(L, -2);
+                            }
+                        }
+                        1 if at > 0 => {
+                            *state = 2;
+                            ffi::lua_replace(L, at + 1);
                         }
                         1 => {
                             *state = 2;
                             ffi::lua_rawseti(L, s.keys, depth as ffi::lua_Integer);
+                        }
+                        _ if at > 0 => {
+                            *state = 1;
+                            ffi::lua_pushvalue(L, at + 1);
+                            ffi::lua_rotate(L, -2, 1); // [k, v]
+                            ffi::lua_rawset(L, at); // raises on a nil or NaN key
                         }
                         _ => {
                             *state = 1;

@@ -15,10 +15,11 @@ use super::{
 use super::{PersistOptions, Slots};
 use crate::ffi::Shared;
 use mlua::ffi::{self, lua_State};
-use std::collections::HashMap;
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use std::ffi::{c_int, c_void, CString};
 
 unsafe extern "C" {
+    fn luasnap_table_sizes(L: *mut lua_State, idx: c_int, narr: *mut u32, nhash: *mut u32);
     fn luasnap_proto(L: *mut lua_State, idx: c_int) -> *const c_void;
     fn luasnap_proto_hash(p: *const c_void) -> u64;
     fn luasnap_proto_nupvalues(p: *const c_void) -> c_int;
@@ -78,6 +79,8 @@ enum Seg {
 pub(crate) struct Persister<'a> {
     pub w: Writer,
     refs: HashMap<*const c_void, u32>,
+    /// Identities of the permanents (objects only), to skip the Lua lookup for the rest.
+    perm_ptrs: Option<HashSet<*const c_void>>,
     next_id: u32,
     protos: HashMap<*const c_void, u32>,
     upvals: HashMap<*const c_void, (u32, c_int)>,
@@ -111,10 +114,11 @@ impl<'a> Persister<'a> {
     pub fn new(opts: &'a PersistOptions, shared: &'a Shared) -> Self {
         Persister {
             w: Writer::default(),
-            refs: HashMap::new(),
+            refs: HashMap::default(),
+            perm_ptrs: None,
             next_id: 0,
-            protos: HashMap::new(),
-            upvals: HashMap::new(),
+            protos: HashMap::default(),
+            upvals: HashMap::default(),
             frames: Vec::new(),
             segs: Vec::new(),
             error: None,
@@ -134,6 +138,22 @@ impl<'a> Persister<'a> {
     pub unsafe fn run(&mut self, L: *mut lua_State, s: Slots) -> Result<(), Fail> {
         // SAFETY: protected context (callers' contract).
         unsafe {
+            // Collect the permanents' identities once (a few hundred entries).
+            let mut set = HashSet::default();
+            ffi::lua_pushnil(L);
+            while ffi::lua_next(L, s.perms) != 0 {
+                ffi::lua_settop(L, -2);
+                if !matches!(
+                    ffi::lua_type(L, -1),
+                    ffi::LUA_TNIL | ffi::LUA_TBOOLEAN | ffi::LUA_TNUMBER | ffi::LUA_TSTRING
+                ) {
+                    set.insert(ffi::lua_topointer(L, -1));
+                }
+            }
+            self.perm_ptrs = Some(set);
+            let used = ffi::lua_gc(L, ffi::LUA_GCCOUNT) as usize * 1024;
+            self.w.buf.reserve(used / 4);
+            self.refs.reserve(used / 256);
             self.value(L, s)?;
             while !self.frames.is_empty() {
                 if !self.advance(L, s)? {
@@ -234,6 +254,13 @@ impl<'a> Persister<'a> {
     unsafe fn permanent(&mut self, L: *mut lua_State, s: Slots) -> bool {
         // SAFETY: rawget on the permanents table (value -> key) does not raise.
         unsafe {
+            if ffi::lua_type(L, -1) != ffi::LUA_TLIGHTUSERDATA {
+                if let Some(set) = &self.perm_ptrs {
+                    if !set.contains(&ffi::lua_topointer(L, -1)) {
+                        return false;
+                    }
+                }
+            }
             ffi::lua_pushvalue(L, -1);
             if ffi::lua_rawget(L, s.perms) == ffi::LUA_TNIL {
                 ffi::lua_settop(L, -2);
@@ -280,6 +307,10 @@ impl<'a> Persister<'a> {
                         return Ok(());
                     }
                     self.w.tag(Tag::Table);
+                    let (mut narr, mut nhash) = (0u32, 0u32);
+                    luasnap_table_sizes(L, -1, &mut narr, &mut nhash);
+                    self.w.varint(narr as u64);
+                    self.w.varint(nhash as u64);
                     self.frames.push(Frame::Table { id, state: 0 });
                 }
                 ffi::LUA_TFUNCTION => {
