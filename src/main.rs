@@ -20,8 +20,21 @@ enum Command {
     Run(cli::run::RunArgs),
     /// Show which page-tracking mechanisms work on this machine.
     Trackers,
+    /// Simulate a networked client that predicts and rolls back, on each save/load backend
+    /// (the default command).
+    Simulate(cli::simulate::SimulateArgs),
     /// Measure pages written per frame under each garbage-collector mode.
     GcPages(cli::gc_pages::GcPagesArgs),
+}
+
+fn report(r: Result<(), String>) -> ExitCode {
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("luasnap: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 fn main() -> ExitCode {
@@ -29,6 +42,10 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Some(Command::Run(args)) => cli::run::run(args, &argv),
+        Some(Command::Simulate(args)) => report(cli::simulate::run(args)),
+        None => report(cli::simulate::run(cli::simulate::SimulateArgs::parse_from(
+            ["simulate"],
+        ))),
         Some(Command::GcPages(args)) => match cli::gc_pages::run(args) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
@@ -36,7 +53,7 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
-        Some(Command::Trackers) | None => {
+        Some(Command::Trackers) => {
             cli::trackers();
             ExitCode::SUCCESS
         }

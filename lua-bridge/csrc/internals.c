@@ -163,7 +163,7 @@ void luasnap_thread_ci(lua_State *co, int level, luasnap_ci *out) {
   if (isLua(ci)) {
     const Proto *p = clLvalue(s2v(ci->func.p))->p;
     out->pc = (int32_t)(ci->u.l.savedpc - p->code);
-    out->nextraargs = ci->u.l.nextraargs;
+    out->nextraargs = isvararg(p) ? ci->u.l.nextraargs : 0;
     out->old_errfunc = -1;
   } else {
     out->k = (const void *)ci->u.c.k;
@@ -258,7 +258,8 @@ const char *luasnap_thread_restore(lua_State *L, lua_State *co, const luasnap_ci
       if (r->top != r->func + 1 + p->maxstacksize) return "a Lua frame of the wrong size";
       if (r->pc < 1 || r->pc > p->sizecode) return "a Lua frame resumes outside its code";
       if (!yieldable_op(GET_OPCODE(p->code[r->pc - 1]))) return "a Lua frame resumes after an instruction that cannot yield";
-      if (r->nextraargs < 0 || r->nextraargs >= r->func) return "bad vararg count";
+      /* 'nextraargs' is meaningful (and set) only for vararg functions. */
+      if (isvararg(p) && (r->nextraargs < 0 || r->nextraargs >= r->func)) return "bad vararg count";
       if (last) return "a coroutine can only be suspended in a C function (coroutine.yield)";
     } else {
       int j, known = (r->k == NULL);
@@ -303,7 +304,7 @@ const char *luasnap_thread_restore(lua_State *L, lua_State *co, const luasnap_ci
     if (!(r->callstatus & CIST_C)) {
       ci->u.l.savedpc = clLvalue(s2v(ci->func.p))->p->code + r->pc;
       ci->u.l.trap = 0;
-      ci->u.l.nextraargs = r->nextraargs;
+      ci->u.l.nextraargs = isvararg(clLvalue(s2v(ci->func.p))->p) ? r->nextraargs : 0;
     } else {
       ci->u.c.k = (lua_KFunction)r->k;
       ci->u.c.old_errfunc = r->old_errfunc < 0 ? 0 : (ptrdiff_t)r->old_errfunc * (ptrdiff_t)sizeof(StackValue);
@@ -340,4 +341,18 @@ void luasnap_proto_tree(const void *p, void (*f)(const void *, void *), void *ud
   int i;
   f(p, ud);
   for (i = 0; i < proto->sizep; i++) luasnap_proto_tree(proto->p[i], f, ud);
+}
+
+/* Sets every stack slot above the top to nil. Dead slots keep whatever was last pushed there
+** (the library setup leaves a clock-derived seed in one), and they are arena bytes too. */
+void luasnap_clear_dead_stack(lua_State *L) {
+  StkId p;
+  for (p = L->top.p; p < L->stack_last.p + EXTRA_STACK; p++) setnilvalue(s2v(p));
+}
+
+/* Sets the n slots just above the top to nil (cheap: host calls leave a light userdata with a
+** Rust stack address there). */
+void luasnap_clear_slots_above_top(lua_State *L, int n) {
+  StkId p;
+  for (p = L->top.p; p < L->top.p + n && p < L->stack_last.p + EXTRA_STACK; p++) setnilvalue(s2v(p));
 }

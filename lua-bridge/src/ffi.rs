@@ -23,6 +23,7 @@ use mlua::ffi::{self, lua_State};
 use std::cell::{Cell, UnsafeCell};
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
 
 /// Deepest table nesting converted between Lua and Rust.
 pub(crate) const MAX_DEPTH: usize = 100;
@@ -61,6 +62,8 @@ pub(crate) struct Shared {
     pub depth: Cell<u32>,
     /// Instructions Lua code may still run during a save-game load.
     pub budget: Cell<u64>,
+    /// Warn-function state: bit 0 on, bit 1 continuing a message.
+    pub warn: Cell<u8>,
 }
 
 impl Shared {
@@ -72,6 +75,7 @@ impl Shared {
             error: UnsafeCell::new(String::new()),
             depth: Cell::new(0),
             budget: Cell::new(0),
+            warn: Cell::new(0),
         }
     }
 
@@ -82,23 +86,65 @@ impl Shared {
     }
 }
 
+/// VMs alive in this process: (arena base, Shared). Lua finds its VM's `Shared` through the
+/// allocator's `ud`, which is the arena's base address. Nothing VM-specific from the Rust heap
+/// is stored in the Lua heap: a Rust address would differ between two otherwise identical VMs
+/// and make their arenas differ byte for byte.
+const MAX_VMS: usize = 4096;
+struct VmSlot {
+    base: AtomicUsize,
+    shared: AtomicPtr<Shared>,
+}
+static SLOTS: [VmSlot; MAX_VMS] = [const {
+    VmSlot {
+        base: AtomicUsize::new(0),
+        shared: AtomicPtr::new(std::ptr::null_mut()),
+    }
+}; MAX_VMS];
+
+/// Registers the VM whose arena starts at `base`; `shared` must stay at this address until
+/// [`release_slot`]. Returns the slot.
+pub(crate) fn claim_slot(base: usize, shared: *const Shared) -> Option<usize> {
+    let slot = SLOTS.iter().position(|s| {
+        s.base
+            .compare_exchange(0, usize::MAX, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
+    })?;
+    SLOTS[slot]
+        .shared
+        .store(shared.cast_mut(), Ordering::Release);
+    SLOTS[slot].base.store(base, Ordering::Release);
+    Some(slot)
+}
+
+/// Frees a slot claimed by [`claim_slot`].
+pub(crate) fn release_slot(slot: usize) {
+    SLOTS[slot].base.store(usize::MAX, Ordering::Release);
+    SLOTS[slot]
+        .shared
+        .store(std::ptr::null_mut(), Ordering::Release);
+    SLOTS[slot].base.store(0, Ordering::Release);
+}
+
+fn shared_by_base<'a>(base: usize) -> &'a Shared {
+    for s in &SLOTS {
+        if s.base.load(Ordering::Acquire) == base {
+            // SAFETY: a registered slot's pointer is the live VM's boxed Shared.
+            return unsafe { &*s.shared.load(Ordering::Acquire) };
+        }
+    }
+    unreachable!("a luasnap VM always registers its arena before running Lua")
+}
+
 /// The `Shared` of the VM that owns `L`.
 ///
 /// # Safety
-/// `L` must be a thread of a VM built by this crate (its extra space holds the pointer).
+/// `L` must be a thread of a VM built by this crate whose `Vm` is alive.
 pub(crate) unsafe fn shared_of<'a>(L: *mut lua_State) -> &'a Shared {
-    // SAFETY: per the contract, the extra space holds a pointer to the VM's boxed Shared,
-    // which outlives every Lua call.
-    unsafe { &**(ffi::lua_getextraspace(L) as *const *const Shared) }
-}
-
-/// Stores the `Shared` pointer in the main thread's extra space (new threads copy it).
-///
-/// # Safety
-/// `L` must be a fresh main thread and `shared` must outlive it.
-pub(crate) unsafe fn install_shared(L: *mut lua_State, shared: *const Shared) {
-    // SAFETY: the extra space is LUA_EXTRASPACE (pointer-sized) bytes before L.
-    unsafe { *(ffi::lua_getextraspace(L) as *mut *const Shared) = shared };
+    let mut ud = std::ptr::null_mut();
+    // SAFETY: reads the allocator's ud (the arena base) from the state.
+    unsafe { ffi::lua_getallocf(L, &mut ud) };
+    shared_by_base(ud as usize)
 }
 
 // ----- natives -----
@@ -599,6 +645,7 @@ pub(crate) unsafe fn protected(
         // SAFETY: valid state.
         return Ok(unsafe { ffi::lua_gettop(L) } - 1);
     }
+    // (On success the caller pops the results and clears; here the stack is emptied now.)
     let kind = match status {
         ffi::LUA_ERRSYNTAX => LuaErrorKind::Syntax,
         ffi::LUA_ERRMEM => LuaErrorKind::Memory,
@@ -615,6 +662,7 @@ pub(crate) unsafe fn protected(
             String::from_utf8_lossy(std::slice::from_raw_parts(p.cast::<u8>(), len)).into_owned()
         };
         ffi::lua_settop(L, 0);
+        luasnap_clear_slots_above_top(L, 8);
         t
     };
     let (message, traceback) = match text.find("\nstack traceback:") {
@@ -655,6 +703,23 @@ pub(crate) unsafe fn push_path(L: *mut lua_State, path: &CStr) {
     }
 }
 
+unsafe extern "C" {
+    fn luasnap_clear_slots_above_top(L: *mut lua_State, n: c_int);
+}
+
+/// Empties the main thread's stack after a host call and clears the slots the call used
+/// (they held a light userdata with a Rust stack address: not to be left in the heap).
+///
+/// # Safety
+/// `L` is an idle main thread of a VM built by this crate.
+pub(crate) unsafe fn finish_host_call(L: *mut lua_State) {
+    // SAFETY: valid idle state; writes only slots above the (new) top.
+    unsafe {
+        ffi::lua_settop(L, 0);
+        luasnap_clear_slots_above_top(L, 8);
+    }
+}
+
 /// Whether `path` is identifiers separated by dots.
 pub(crate) fn valid_path(path: &str) -> bool {
     !path.is_empty()
@@ -682,8 +747,8 @@ pub(crate) unsafe extern "C-unwind" fn warn_to_stderr(
     msg: *const c_char,
     tocont: c_int,
 ) {
-    // SAFETY: ud points at the VM's warn state (a Cell<u8>), msg is a NUL-terminated string.
-    let state = unsafe { &*(ud as *const Cell<u8>) };
+    // ud is the arena base, registered while the VM lives.
+    let state = &shared_by_base(ud as usize).warn;
     // SAFETY: as above.
     let text = unsafe { CStr::from_ptr(msg) }.to_string_lossy();
     // state: bit 0 = on, bit 1 = continuing a message

@@ -45,6 +45,8 @@ pub mod digest;
 mod error;
 mod ffi;
 pub mod persist;
+pub mod runtime;
+pub mod simulate;
 mod userdata;
 mod value;
 mod vm;

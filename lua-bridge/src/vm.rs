@@ -7,10 +7,13 @@ use crate::value::Value;
 use luasnap_alloc::{Arena, ArenaStats, TrackerPreference};
 use luasnap_snap::{CopyStrategy, RingConfig, Snapshot, SnapshotId, SnapshotMode, SnapshotRing};
 use mlua::ffi::{self, lua_State};
-use std::cell::Cell;
 use std::ffi::{c_int, CString};
 use std::hash::{BuildHasher, RandomState};
 use std::ptr::NonNull;
+
+unsafe extern "C" {
+    fn luasnap_clear_dead_stack(L: *mut lua_State);
+}
 
 /// Default arena reservation: 4 GiB of address space, committed only as used.
 pub const DEFAULT_CAPACITY: usize = 4 << 30;
@@ -188,13 +191,18 @@ impl VmBuilder {
             Profile::Standard => RandomState::new().hash_one(std::time::SystemTime::now()),
         };
         let shared = Box::new(Shared::new());
-        let warn_state = Box::new(Cell::new(0u8));
+        let slot = raw::claim_slot(arena.base().as_ptr() as usize, &*shared).ok_or_else(|| {
+            VmError::Conversion {
+                what: "a new VM: too many VMs alive in this process (4096); drop some first".into(),
+            }
+        })?;
         let (alloc, ud) = arena.lua_alloc();
         let hash_seed = (seed ^ (seed >> 32)) as u32;
         // SAFETY: the allocator and its ud come from `arena`, which the Vm owns and drops after
         // closing the state; Lua calls it only from this thread.
         let state = unsafe { ffi::lua_newstate(alloc, ud, hash_seed) };
         let Some(state) = NonNull::new(state) else {
+            raw::release_slot(slot);
             return Err(VmError::Lua {
                 kind: LuaErrorKind::Memory,
                 message: "not enough memory to create the Lua state".into(),
@@ -202,23 +210,27 @@ impl VmBuilder {
             });
         };
         let L = state.as_ptr();
-        // SAFETY: a fresh main thread; `shared` and `warn_state` are boxed and owned by the Vm,
-        // so their addresses outlive the state.
+        // SAFETY: a fresh main thread; `shared` is boxed, owned by the Vm and registered under
+        // the arena's base until the Vm is dropped (after the state is closed).
         unsafe {
-            raw::install_shared(L, &*shared);
             ffi::lua_atpanic(L, raw::at_panic);
-            ffi::lua_setwarnf(
-                L,
-                Some(raw::warn_to_stderr),
-                (&*warn_state as *const Cell<u8>).cast_mut().cast(),
-            );
+            ffi::lua_setwarnf(L, Some(raw::warn_to_stderr), arena.base().as_ptr().cast());
         }
-        let ring = SnapshotRing::new(&mut arena, self.ring)?;
+        let ring = match SnapshotRing::new(&mut arena, self.ring) {
+            Ok(r) => r,
+            Err(e) => {
+                // SAFETY: the state was never used; close it before its arena goes.
+                unsafe { ffi::lua_close(L) };
+                raw::release_slot(slot);
+                return Err(e.into());
+            }
+        };
         let mut vm = Vm {
             state,
             shared,
-            _warn_state: warn_state,
+            slot,
             ring,
+            ring_config: self.ring,
             arena,
             profile: self.profile,
             sealed: false,
@@ -233,6 +245,10 @@ impl VmBuilder {
         if let Some(mode) = self.gc {
             vm.set_gc_mode(mode)?;
         }
+        // Setup left values in dead stack slots (one of them clock-derived, from math's
+        // initial seed): clear them, so two VMs built alike are byte-identical.
+        // SAFETY: the state is idle; only slots above the top are written.
+        unsafe { luasnap_clear_dead_stack(vm.L()) };
         Ok(vm)
     }
 }
@@ -267,8 +283,9 @@ impl VmBuilder {
 pub struct Vm {
     state: NonNull<lua_State>,
     pub(crate) shared: Box<Shared>,
-    _warn_state: Box<Cell<u8>>,
+    slot: usize,
     ring: SnapshotRing,
+    ring_config: RingConfig,
     pub(crate) arena: Arena,
     profile: Profile,
     /// Set by the first snapshot: no natives or userdata types may be added after it.
@@ -290,6 +307,7 @@ impl Drop for Vm {
         // SAFETY: the state is idle (nothing borrows the Vm) and the arena is still alive;
         // closing runs finalizers in protected mode and frees everything into the arena.
         unsafe { ffi::lua_close(self.state.as_ptr()) };
+        raw::release_slot(self.slot);
     }
 }
 
@@ -408,8 +426,8 @@ impl Vm {
         let result = match outcome {
             Ok(n) => {
                 let r = collect(self.L(), n);
-                // SAFETY: drop the results and the handler.
-                unsafe { ffi::lua_settop(self.L(), 0) };
+                // SAFETY: drop the results and the handler; clear the slots the call used.
+                unsafe { raw::finish_host_call(self.L()) };
                 Ok(r)
             }
             Err(LuaFailure {
@@ -876,6 +894,42 @@ impl Vm {
     pub fn rollback(&mut self, id: SnapshotId) -> Result<(), VmError> {
         self.check_idle("roll back")?;
         self.ring.rollback(&mut self.arena, id)?;
+        Ok(())
+    }
+
+    /// A full copy of the VM's state, outside the snapshot ring (for restarting runs from the
+    /// same bytes, or keeping a state beyond the window).
+    pub fn capture(&self) -> Snapshot {
+        Snapshot::capture(&self.arena)
+    }
+
+    /// Restores a [`Vm::capture`] of this VM, byte for byte. Snapshots in the ring are
+    /// discarded (a fresh ring starts with the same configuration).
+    pub fn restore(&mut self, snapshot: &Snapshot) -> Result<(), VmError> {
+        self.check_idle("restore a capture")?;
+        snapshot.restore(&mut self.arena)?;
+        self.arena.disable_tracking();
+        self.ring = SnapshotRing::new(&mut self.arena, self.ring_config)?;
+        Ok(())
+    }
+
+    /// Replaces the snapshot ring with a fresh one: another copy mode or window. Retained
+    /// snapshots are discarded.
+    pub fn reconfigure_snapshots(
+        &mut self,
+        mode: SnapshotMode,
+        window: usize,
+    ) -> Result<(), VmError> {
+        self.check_idle("reconfigure snapshots")?;
+        let config = RingConfig {
+            mode,
+            window,
+            ..self.ring_config
+        };
+        // A previous ring's page tracker must not keep costing write faults.
+        self.arena.disable_tracking();
+        self.ring = SnapshotRing::new(&mut self.arena, config)?;
+        self.ring_config = config;
         Ok(())
     }
 

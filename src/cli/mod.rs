@@ -2,6 +2,7 @@
 
 pub mod gc_pages;
 pub mod run;
+pub mod simulate;
 pub mod size;
 
 /// Prints what each page-tracking mechanism does here.

@@ -1,0 +1,663 @@
+//! The client runtime: games that predict and roll back, on top of snapshots.
+//!
+//! A game is a Lua script returning a table `G` with `G.init(players, seed)` and
+//! `G.step(inputs)` (`inputs`: one integer 0..=255 per player), and optionally `G.digest()`
+//! (a game-defined checksum). Its state is whatever the script keeps: globals, upvalues,
+//! coroutines. [`Game`] runs one in a deterministic VM; [`Backend`] says how its state is saved
+//! and restored: arena snapshots (full or incremental) or the graph serializer (save-games),
+//! so the two speeds can be compared on the same game.
+//!
+//! Two client models:
+//! - [`FrameSession`]: the GGPO model. Save every frame within a window; when a prediction
+//!   turns out wrong, load the frame of the first wrong prediction and re-simulate.
+//! - [`PredictiveClient`]: predictive re-execution, as in the seed design. The synchronous
+//!   form holds the confirmed state; the asynchronous form is that plus the unacknowledged
+//!   commands. When acknowledgements arrive, roll back to the synchronous form, apply them,
+//!   take a new synchronous snapshot, and re-apply what is still pending.
+
+use crate::error::VmError;
+use crate::persist::{LoadError, SaveError};
+use crate::value::{Table, Value};
+use crate::vm::{GcMode, Vm};
+use luasnap_alloc::TrackerPreference;
+use luasnap_snap::{SnapshotId, SnapshotMode};
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+/// The embedded default game (about 10 MB of heap: thousands of entities with closures,
+/// metatables, AI coroutines and strings).
+pub const DEFAULT_GAME: &str = include_str!("../games/arena_brawl.lua");
+/// Where game VMs put their arena by default, so runs in one process lay out memory
+/// identically and can be compared byte for byte.
+pub const GAME_BASE_ADDRESS: usize = 0x3e00_0000_0000;
+
+/// How a game's state is saved and restored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Backend {
+    /// Arena snapshots, full copies.
+    ArenaFull,
+    /// Arena snapshots, written pages only.
+    ArenaIncremental,
+    /// The graph serializer (save-games).
+    Serialize,
+}
+
+impl Backend {
+    /// All backends, in the order `simulate` runs them.
+    pub const ALL: [Backend; 3] = [
+        Backend::ArenaFull,
+        Backend::ArenaIncremental,
+        Backend::Serialize,
+    ];
+
+    /// The name used on the command line and in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::ArenaFull => "full",
+            Backend::ArenaIncremental => "incremental",
+            Backend::Serialize => "serialize",
+        }
+    }
+
+    /// Parses a name from [`Backend::name`].
+    pub fn from_name(name: &str) -> Option<Backend> {
+        Backend::ALL.into_iter().find(|b| b.name() == name)
+    }
+}
+
+/// Why a game could not run.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum GameError {
+    /// The script does not follow the game contract.
+    #[error("the game script {what}; it must return a table G with functions G.init(players, seed) and G.step(inputs)")]
+    Contract {
+        /// What is wrong.
+        what: String,
+    },
+    /// The game's Lua code failed.
+    #[error("the game failed at frame {frame}: {source}")]
+    Script {
+        /// The frame being simulated (or 0 during init).
+        frame: u64,
+        /// Lua's error with its traceback.
+        source: VmError,
+    },
+    /// The VM failed (building, snapshots).
+    #[error(transparent)]
+    Vm(#[from] VmError),
+    /// Saving with the graph serializer failed.
+    #[error(transparent)]
+    Save(#[from] SaveError),
+    /// Loading a save-game failed.
+    #[error(transparent)]
+    Load(#[from] LoadError),
+    /// Options out of range, or a save for another setup.
+    #[error("{0}")]
+    Config(String),
+}
+
+/// How to run a game.
+#[derive(Debug, Clone)]
+pub struct GameConfig {
+    /// The script's source.
+    pub script: String,
+    /// Its chunk name (`@path` for files), used in errors and to match prototypes in saves.
+    pub chunk_name: String,
+    /// Number of players (1..=16).
+    pub players: usize,
+    /// Seeds the VM's deterministic profile and `G.init`.
+    pub seed: u64,
+    /// Arena base address (default [`GAME_BASE_ADDRESS`]); `None` lets the OS choose.
+    pub base_address: Option<usize>,
+    /// Snapshots retained (at least the rollback depth + 2).
+    pub window: usize,
+    /// Arena address space.
+    pub capacity: usize,
+}
+
+impl GameConfig {
+    /// The embedded default game.
+    pub fn default_game(players: usize, seed: u64) -> GameConfig {
+        GameConfig {
+            script: DEFAULT_GAME.to_string(),
+            chunk_name: "=arena_brawl".into(),
+            players,
+            seed,
+            base_address: Some(GAME_BASE_ADDRESS),
+            window: 10,
+            capacity: 2 << 30,
+        }
+    }
+}
+
+/// A saved game state.
+#[derive(Debug, Clone)]
+pub enum SaveHandle {
+    /// An arena snapshot in the VM's window.
+    Snapshot(SnapshotId),
+    /// A save-game.
+    Bytes(Vec<u8>),
+}
+
+impl SaveHandle {
+    /// Bytes held outside the arena's snapshot ring (save-games only).
+    pub fn len(&self) -> usize {
+        match self {
+            SaveHandle::Snapshot(_) => 0,
+            SaveHandle::Bytes(b) => b.len(),
+        }
+    }
+
+    /// Whether it holds no bytes outside the ring.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+const DRIVER: &str = r#"
+local G = ...
+if type(G) ~= "table" then return "returned " .. type(G) .. ", not a table" end
+if type(G.init) ~= "function" then return "has no function G.init" end
+if type(G.step) ~= "function" then return "has no function G.step" end
+luasnap_game = G
+luasnap_frame = 0
+local step = G.step
+function luasnap_step(inputs)
+  step(inputs)
+  luasnap_frame = luasnap_frame + 1
+end
+return nil
+"#;
+
+/// A game running in its own deterministic VM.
+pub struct Game {
+    vm: Vm,
+    backend: Backend,
+    players: usize,
+    seed: u64,
+    frame: u64,
+    has_digest: bool,
+}
+
+impl std::fmt::Debug for Game {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Game")
+            .field("backend", &self.backend)
+            .field("frame", &self.frame)
+            .finish()
+    }
+}
+
+impl Game {
+    fn build_vm(cfg: &GameConfig, backend: Backend) -> Result<Vm, GameError> {
+        if cfg.players == 0 || cfg.players > 16 {
+            return Err(GameError::Config(format!(
+                "players must be 1..=16, got {}",
+                cfg.players
+            )));
+        }
+        let mode = match backend {
+            Backend::ArenaIncremental => SnapshotMode::Incremental(TrackerPreference::Auto),
+            _ => SnapshotMode::Full,
+        };
+        let mut b = Vm::builder()
+            .capacity(cfg.capacity)
+            .deterministic(cfg.seed)
+            .window(cfg.window.max(2))
+            .snapshot_mode(mode)
+            .gc(GcMode::GENERATIONAL);
+        if let Some(base) = cfg.base_address {
+            b = b.base_address(base);
+        }
+        Ok(b.build()?)
+    }
+
+    /// Loads the script and calls `G.init(players, seed)`.
+    pub fn new(cfg: &GameConfig, backend: Backend) -> Result<Game, GameError> {
+        let vm = Self::build_vm(cfg, backend)?;
+        // Run the script and check the contract in Lua (G holds functions).
+        let wrapper = format!(
+            "local G = (function(...) {script}\nend)(...)\nreturn (function(...) {DRIVER} end)(G)",
+            script = cfg.script
+        );
+        let verdict = vm
+            .exec(&wrapper, &cfg.chunk_name)
+            .map_err(|source| match source {
+                VmError::Lua { .. } => GameError::Script { frame: 0, source },
+                e => GameError::Vm(e),
+            })?;
+        if let Some(Value::String(what)) = verdict.first() {
+            return Err(GameError::Contract {
+                what: String::from_utf8_lossy(what).into_owned(),
+            });
+        }
+        let has_digest = vm.exec("return type(luasnap_game.digest) == 'function'", "=luasnap")?
+            == vec![Value::Boolean(true)];
+        let game = Game {
+            vm,
+            backend,
+            players: cfg.players,
+            seed: cfg.seed,
+            frame: 0,
+            has_digest,
+        };
+        game.vm
+            .call(
+                "luasnap_game.init",
+                &[
+                    Value::Integer(cfg.players as i64),
+                    Value::Integer(cfg.seed as i64),
+                ],
+            )
+            .map_err(|source| GameError::Script { frame: 0, source })?;
+        game.vm
+            .set("luasnap_players", Value::Integer(cfg.players as i64))?;
+        game.vm.gc_collect()?;
+        Ok(game)
+    }
+
+    /// Starts from a save-game written by [`Game::save_game`]: the script is loaded (for its
+    /// functions), then the saved state replaces its globals; the frame count continues.
+    pub fn from_save(cfg: &GameConfig, backend: Backend, save: &[u8]) -> Result<Game, GameError> {
+        let vm = Self::build_vm(cfg, backend)?;
+        let wrapper = format!(
+            "local G = (function(...) {script}\nend)(...)\nreturn (function(...) {DRIVER} end)(G)",
+            script = cfg.script
+        );
+        let verdict = vm
+            .exec(&wrapper, &cfg.chunk_name)
+            .map_err(|source| GameError::Script { frame: 0, source })?;
+        if let Some(Value::String(what)) = verdict.first() {
+            return Err(GameError::Contract {
+                what: String::from_utf8_lossy(what).into_owned(),
+            });
+        }
+        let mut vm = vm;
+        vm.load_game(save)?;
+        let frame = vm.get("luasnap_frame")?.as_integer();
+        let players = vm.get("luasnap_players")?.as_integer();
+        let (Some(frame), Some(players)) = (frame, players) else {
+            return Err(GameError::Config(
+                "the save-game was not written by luasnap simulate (no frame count)".into(),
+            ));
+        };
+        if players as usize != cfg.players {
+            return Err(GameError::Config(format!(
+                "the save-game is for {players} players, not {}",
+                cfg.players
+            )));
+        }
+        let has_digest = vm.exec("return type(luasnap_game.digest) == 'function'", "=luasnap")?
+            == vec![Value::Boolean(true)];
+        Ok(Game {
+            vm,
+            backend,
+            players: cfg.players,
+            seed: cfg.seed,
+            frame: frame as u64,
+            has_digest,
+        })
+    }
+
+    /// Restores a [`Vm::capture`] of this game taken at `frame` and switches to `backend`:
+    /// the next run starts from exactly the same bytes.
+    pub fn restart(
+        &mut self,
+        capture: &luasnap_snap::Snapshot,
+        frame: u64,
+        backend: Backend,
+        window: usize,
+    ) -> Result<(), GameError> {
+        self.vm.restore(capture)?;
+        let mode = match backend {
+            Backend::ArenaIncremental => SnapshotMode::Incremental(TrackerPreference::Auto),
+            _ => SnapshotMode::Full,
+        };
+        self.vm.reconfigure_snapshots(mode, window.max(2))?;
+        self.backend = backend;
+        self.frame = frame;
+        Ok(())
+    }
+
+    /// A full copy of the game's state (see [`Game::restart`]).
+    pub fn capture(&self) -> luasnap_snap::Snapshot {
+        self.vm.capture()
+    }
+
+    /// Simulates one frame.
+    pub fn step(&mut self, inputs: &[u8]) -> Result<(), GameError> {
+        debug_assert_eq!(inputs.len(), self.players);
+        let t = Table::from_array(inputs.iter().map(|&i| Value::Integer(i as i64)));
+        self.vm
+            .call("luasnap_step", &[Value::Table(t)])
+            .map_err(|source| GameError::Script {
+                frame: self.frame,
+                source,
+            })?;
+        self.frame += 1;
+        Ok(())
+    }
+
+    /// Saves the current state with this game's backend.
+    pub fn save(&mut self) -> Result<SaveHandle, GameError> {
+        Ok(match self.backend {
+            Backend::Serialize => SaveHandle::Bytes(self.vm.save_game()?),
+            _ => SaveHandle::Snapshot(self.vm.snapshot()?),
+        })
+    }
+
+    /// Restores a state saved with [`Game::save`] at `frame`.
+    pub fn load(&mut self, handle: &SaveHandle, frame: u64) -> Result<(), GameError> {
+        match handle {
+            SaveHandle::Snapshot(id) => self.vm.rollback(*id)?,
+            SaveHandle::Bytes(b) => self.vm.load_game(b)?,
+        }
+        self.frame = frame;
+        Ok(())
+    }
+
+    /// A save-game of the current state (whatever the backend).
+    pub fn save_game(&self) -> Result<Vec<u8>, GameError> {
+        Ok(self.vm.save_game()?)
+    }
+
+    /// Frames simulated since `G.init`.
+    pub fn frame(&self) -> u64 {
+        self.frame
+    }
+
+    /// Number of players.
+    pub fn players(&self) -> usize {
+        self.players
+    }
+
+    /// The seed.
+    pub fn seed(&self) -> u64 {
+        self.seed
+    }
+
+    /// The backend.
+    pub fn backend(&self) -> Backend {
+        self.backend
+    }
+
+    /// The arena digest (byte-level; comparable between VMs at the same base address).
+    pub fn arena_digest(&self) -> u64 {
+        self.vm.digest()
+    }
+
+    /// The value digest (address-independent).
+    pub fn value_digest(&mut self) -> Result<u64, GameError> {
+        Ok(self.vm.value_digest()?)
+    }
+
+    /// `G.digest()`, if the game defines it.
+    pub fn game_digest(&self) -> Result<Option<i64>, GameError> {
+        if !self.has_digest {
+            return Ok(None);
+        }
+        let v = self
+            .vm
+            .call("luasnap_game.digest", &[])
+            .map_err(|source| GameError::Script {
+                frame: self.frame,
+                source,
+            })?;
+        Ok(v.first().and_then(Value::as_integer))
+    }
+
+    /// The VM (statistics, snapshots).
+    pub fn vm(&self) -> &Vm {
+        &self.vm
+    }
+}
+
+/// Each player's input: a pure function of (seed, frame, player) that holds a value for a
+/// while and then changes (every 4 to 19 frames, per player).
+pub fn scripted_input(seed: u64, frame: u64, player: usize) -> u8 {
+    let mix = |mut x: u64| {
+        x ^= x >> 33;
+        x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
+        x ^= x >> 33;
+        x = x.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+        x ^ (x >> 33)
+    };
+    let p = player as u64;
+    let hold = 4 + mix(seed ^ (p << 32) ^ 0xA5A5) % 16;
+    (mix(seed.wrapping_mul(31) ^ (p << 40) ^ (frame / hold)) & 0x1f) as u8
+}
+
+/// Durations of saves, loads and rollbacks, for reports.
+#[derive(Debug, Clone, Default)]
+pub struct Timings {
+    /// Each save.
+    pub saves: Vec<Duration>,
+    /// Each load.
+    pub loads: Vec<Duration>,
+    /// Each rollback's overhead: its load plus the saves of the frames re-simulated.
+    pub rollback_overheads: Vec<Duration>,
+}
+
+/// The `q`-quantile (0..=1) of durations, in microseconds.
+pub fn quantile_us(d: &[Duration], q: f64) -> f64 {
+    if d.is_empty() {
+        return 0.0;
+    }
+    let mut v: Vec<f64> = d.iter().map(|x| x.as_secs_f64() * 1e6).collect();
+    v.sort_by(f64::total_cmp);
+    v[((v.len() - 1) as f64 * q).round() as usize]
+}
+
+/// The GGPO model: a state saved every frame within a window; a misprediction loads the frame
+/// of the first wrong prediction and re-simulates from there.
+pub struct FrameSession {
+    game: Game,
+    window: usize,
+    saves: VecDeque<(u64, SaveHandle)>,
+    /// Rollbacks done.
+    pub rollbacks: u64,
+    /// Frames simulated again after rollbacks.
+    pub resimulated: u64,
+    /// Durations.
+    pub timings: Timings,
+}
+
+impl FrameSession {
+    /// A session over a game; `window` frames are kept (at least 1).
+    pub fn new(game: Game, window: usize) -> FrameSession {
+        FrameSession {
+            game,
+            window: window.max(1),
+            saves: VecDeque::new(),
+            rollbacks: 0,
+            resimulated: 0,
+            timings: Timings::default(),
+        }
+    }
+
+    /// The game.
+    pub fn game(&self) -> &Game {
+        &self.game
+    }
+
+    /// The game, mutably (digests).
+    pub fn game_mut(&mut self) -> &mut Game {
+        &mut self.game
+    }
+
+    /// Saves the state at the current frame (before it is simulated).
+    pub fn save_frame(&mut self) -> Result<(), GameError> {
+        let frame = self.game.frame();
+        let t = Instant::now();
+        let h = self.game.save()?;
+        self.timings.saves.push(t.elapsed());
+        self.saves.retain(|(f, _)| *f < frame);
+        self.saves.push_back((frame, h));
+        while self.saves.len() > self.window {
+            self.saves.pop_front();
+        }
+        Ok(())
+    }
+
+    /// Loads the state saved at `frame` (it must be in the window).
+    pub fn load_frame(&mut self, frame: u64) -> Result<(), GameError> {
+        let Some(pos) = self.saves.iter().position(|(f, _)| *f == frame) else {
+            return Err(GameError::Config(format!(
+                "frame {frame} is not in the {}-frame window; raise the window or lower the delay",
+                self.window
+            )));
+        };
+        let t = Instant::now();
+        let handle = self.saves[pos].1.clone();
+        self.game.load(&handle, frame)?;
+        self.timings.loads.push(t.elapsed());
+        self.saves.truncate(pos + 1);
+        Ok(())
+    }
+
+    /// Saves, then simulates one frame.
+    pub fn advance(&mut self, inputs: &[u8]) -> Result<(), GameError> {
+        self.save_frame()?;
+        self.game.step(inputs)
+    }
+
+    /// Rolls back to `frame` and re-simulates up to the current frame with `inputs_of(frame)`,
+    /// saving each frame again; records the rollback's overhead.
+    pub fn rollback_and_resimulate(
+        &mut self,
+        frame: u64,
+        mut inputs_of: impl FnMut(u64) -> Vec<u8>,
+    ) -> Result<(), GameError> {
+        let now = self.game.frame();
+        let saves_before = self.timings.saves.len();
+        let loads_before = self.timings.loads.len();
+        self.load_frame(frame)?;
+        for f in frame..now {
+            if f != frame {
+                self.save_frame()?;
+            }
+            self.game.step(&inputs_of(f))?;
+        }
+        self.rollbacks += 1;
+        self.resimulated += now - frame;
+        let overhead: Duration = self.timings.loads[loads_before..]
+            .iter()
+            .chain(&self.timings.saves[saves_before..])
+            .sum();
+        self.timings.rollback_overheads.push(overhead);
+        Ok(())
+    }
+
+    /// Bytes of saved state held: the snapshot ring's, or the save-games'.
+    pub fn memory_bytes(&self) -> usize {
+        match self.game.backend() {
+            Backend::Serialize => self.saves.iter().map(|(_, h)| h.len()).sum(),
+            _ => self.game.vm().snapshots().stats().memory_bytes(),
+        }
+    }
+
+    /// Ends the session, returning the game.
+    pub fn into_game(self) -> Game {
+        self.game
+    }
+}
+
+/// Predictive re-execution: a synchronous form (confirmed state, saved) and an asynchronous
+/// form (the synchronous state plus the pending commands, what the player sees).
+pub struct PredictiveClient {
+    game: Game,
+    sync: Option<(u64, SaveHandle)>,
+    pending: VecDeque<Vec<u8>>,
+    /// Times the client went back to its synchronous form.
+    pub rollbacks: u64,
+    /// Pending frames applied again after rollbacks.
+    pub resimulated: u64,
+    /// Durations.
+    pub timings: Timings,
+}
+
+impl PredictiveClient {
+    /// A client whose synchronous form is the game's current state.
+    pub fn new(game: Game) -> Result<PredictiveClient, GameError> {
+        let mut c = PredictiveClient {
+            game,
+            sync: None,
+            pending: VecDeque::new(),
+            rollbacks: 0,
+            resimulated: 0,
+            timings: Timings::default(),
+        };
+        c.take_sync()?;
+        Ok(c)
+    }
+
+    fn take_sync(&mut self) -> Result<(), GameError> {
+        let t = Instant::now();
+        let h = self.game.save()?;
+        self.timings.saves.push(t.elapsed());
+        self.sync = Some((self.game.frame(), h));
+        Ok(())
+    }
+
+    /// Applies a predicted (unacknowledged) frame on top of the current form.
+    pub fn predict(&mut self, inputs: Vec<u8>) -> Result<(), GameError> {
+        self.game.step(&inputs)?;
+        self.pending.push_back(inputs);
+        Ok(())
+    }
+
+    /// The server confirmed the next frame's inputs: go back to the synchronous form, apply
+    /// them, save the new synchronous form, and re-apply the predictions still pending (the
+    /// confirmed frame's own prediction is dropped; the others are replaced by `repredict`).
+    pub fn confirm(
+        &mut self,
+        inputs: &[u8],
+        mut repredict: impl FnMut(u64) -> Vec<u8>,
+    ) -> Result<(), GameError> {
+        let (sync_frame, handle) = self.sync.clone().expect("a synchronous form exists");
+        let had_pending = !self.pending.is_empty();
+        let loads_before = self.timings.loads.len();
+        let saves_before = self.timings.saves.len();
+        if had_pending {
+            let t = Instant::now();
+            self.game.load(&handle, sync_frame)?;
+            self.timings.loads.push(t.elapsed());
+            self.pending.pop_front();
+        }
+        self.game.step(inputs)?;
+        self.take_sync()?;
+        let again: Vec<Vec<u8>> = (0..self.pending.len() as u64)
+            .map(|i| repredict(sync_frame + 1 + i))
+            .collect();
+        self.pending.clear();
+        for inp in again {
+            self.predict(inp)?;
+        }
+        if had_pending {
+            self.rollbacks += 1;
+            self.resimulated += self.pending.len() as u64;
+            let overhead: Duration = self.timings.loads[loads_before..]
+                .iter()
+                .chain(&self.timings.saves[saves_before..])
+                .sum();
+            self.timings.rollback_overheads.push(overhead);
+        }
+        Ok(())
+    }
+
+    /// The game (in its asynchronous form).
+    pub fn game(&self) -> &Game {
+        &self.game
+    }
+
+    /// The game, mutably.
+    pub fn game_mut(&mut self) -> &mut Game {
+        &mut self.game
+    }
+
+    /// Frames predicted and not yet confirmed.
+    pub fn pending(&self) -> usize {
+        self.pending.len()
+    }
+}

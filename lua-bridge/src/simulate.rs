@@ -1,0 +1,341 @@
+//! A networked client, simulated: what `luasnap simulate` runs.
+//!
+//! Each player's input is [`scripted_input`]`(seed, frame, player)`. The local player (0) knows
+//! its input at once; remote inputs arrive `delay` frames late and are predicted until then by
+//! repeating the last known one. A wrong prediction rolls back to the frame where it was made
+//! and re-simulates. A lockstep reference (no prediction) gives the state every run must end
+//! in: byte-identical arenas for the arena backends, equal value digests for the graph
+//! serializer (which rebuilds objects elsewhere).
+//!
+//! Every run happens in the same VM: the game is initialized once, captured, and each run
+//! (the reference and every backend) starts by restoring that capture. So all runs start from
+//! the same bytes, and an arena run that ends byte-identical to the reference has shown the
+//! rollbacks left no trace.
+
+use crate::runtime::{
+    quantile_us, scripted_input, Backend, FrameSession, Game, GameConfig, GameError, Timings,
+};
+use luasnap_snap::Snapshot;
+
+/// What to simulate.
+#[derive(Debug, Clone)]
+pub struct SimOptions {
+    /// The game.
+    pub game: GameConfig,
+    /// Frames to simulate.
+    pub frames: u64,
+    /// Frames remote inputs arrive late (0..window-2).
+    pub delay: u64,
+    /// Start from this save-game instead of `G.init` (continuing its frame count).
+    pub start: Option<Vec<u8>>,
+}
+
+impl SimOptions {
+    /// Checks ranges; the message says what to change.
+    pub fn validate(&self) -> Result<(), GameError> {
+        if self.frames == 0 || self.frames > 10_000_000 {
+            return Err(GameError::Config(format!(
+                "--frames must be 1..=10000000, got {}",
+                self.frames
+            )));
+        }
+        if self.game.players == 0 || self.game.players > 16 {
+            return Err(GameError::Config(format!(
+                "--players must be 1..=16, got {}",
+                self.game.players
+            )));
+        }
+        if self.delay + 2 > self.game.window as u64 {
+            return Err(GameError::Config(format!(
+                "--delay {} needs a window of at least {} snapshots (window is {}); use a delay of at most {}",
+                self.delay,
+                self.delay + 2,
+                self.game.window,
+                self.game.window.saturating_sub(2)
+            )));
+        }
+        Ok(())
+    }
+
+    fn new_game(&self, backend: Backend) -> Result<Game, GameError> {
+        match &self.start {
+            Some(save) => Game::from_save(&self.game, backend, save),
+            None => Game::new(&self.game, backend),
+        }
+    }
+
+    fn actual(&self, frame: u64) -> Vec<u8> {
+        (0..self.game.players)
+            .map(|p| scripted_input(self.game.seed, frame, p))
+            .collect()
+    }
+}
+
+/// The lockstep reference run's end state.
+#[derive(Debug, Clone)]
+pub struct Reference {
+    /// First frame simulated.
+    pub start_frame: u64,
+    /// Frame count at the end.
+    pub end_frame: u64,
+    /// Arena digest at the end.
+    pub arena_digest: u64,
+    /// Value digest at the end.
+    pub value_digest: u64,
+    /// Lua's heap at the end, in bytes.
+    pub heap_bytes: u64,
+    /// Mean time of one `G.step`, in microseconds.
+    pub step_us: f64,
+}
+
+/// One backend's run.
+#[derive(Debug, Clone)]
+pub struct ModeReport {
+    /// The backend.
+    pub backend: Backend,
+    /// Rollbacks done.
+    pub rollbacks: u64,
+    /// Frames re-simulated.
+    pub resimulated: u64,
+    /// Save, load and rollback-overhead durations.
+    pub timings: Timings,
+    /// Saved state held at the end (ring or save-games), bytes.
+    pub memory_bytes: usize,
+    /// Arena digest at the end.
+    pub final_digest: u64,
+    /// Value digest at the end.
+    pub value_digest: u64,
+    /// Whether the run ended in the reference state.
+    pub matches_reference: bool,
+}
+
+impl ModeReport {
+    /// Median save time, µs.
+    pub fn save_us_median(&self) -> f64 {
+        quantile_us(&self.timings.saves, 0.5)
+    }
+    /// 99th-percentile save time, µs.
+    pub fn save_us_p99(&self) -> f64 {
+        quantile_us(&self.timings.saves, 0.99)
+    }
+    /// Median load time, µs.
+    pub fn load_us_median(&self) -> f64 {
+        quantile_us(&self.timings.loads, 0.5)
+    }
+    /// 99th-percentile load time, µs.
+    pub fn load_us_p99(&self) -> f64 {
+        quantile_us(&self.timings.loads, 0.99)
+    }
+    /// Median rollback overhead (load + re-simulated saves), µs.
+    pub fn rollback_us_median(&self) -> f64 {
+        quantile_us(&self.timings.rollback_overheads, 0.5)
+    }
+    /// 99th-percentile rollback overhead, µs.
+    pub fn rollback_us_p99(&self) -> f64 {
+        quantile_us(&self.timings.rollback_overheads, 0.99)
+    }
+}
+
+/// One game VM, initialized once, on which the reference and every backend run in turn.
+pub struct Simulation {
+    opts: SimOptions,
+    game: Option<Game>,
+    start: Snapshot,
+    start_frame: u64,
+}
+
+impl Simulation {
+    /// Builds the game (from `G.init` or the start save) and captures its initial state.
+    pub fn new(opts: SimOptions) -> Result<Simulation, GameError> {
+        opts.validate()?;
+        let game = opts.new_game(Backend::ArenaFull)?;
+        let start = game.capture();
+        let start_frame = game.frame();
+        Ok(Simulation {
+            opts,
+            game: Some(game),
+            start,
+            start_frame,
+        })
+    }
+
+    fn fresh(&mut self, backend: Backend) -> Result<Game, GameError> {
+        let mut game = self
+            .game
+            .take()
+            .expect("the game is returned after each run");
+        if let Err(e) = game.restart(
+            &self.start,
+            self.start_frame,
+            backend,
+            self.opts.game.window,
+        ) {
+            self.game = Some(game);
+            return Err(e);
+        }
+        Ok(game)
+    }
+
+    /// Runs the lockstep reference; returns its end state and, if asked, a save-game of it.
+    pub fn reference(
+        &mut self,
+        with_save: bool,
+    ) -> Result<(Reference, Option<Vec<u8>>), GameError> {
+        let mut game = self.fresh(Backend::ArenaFull)?;
+        let result = (|| {
+            let start = game.frame();
+            let t = std::time::Instant::now();
+            for f in start..start + self.opts.frames {
+                game.step(&self.opts.actual(f))?;
+            }
+            let step_us = t.elapsed().as_secs_f64() * 1e6 / self.opts.frames as f64;
+            let r = Reference {
+                start_frame: start,
+                end_frame: game.frame(),
+                arena_digest: game.arena_digest(),
+                value_digest: game.value_digest()?,
+                heap_bytes: game.vm().lua_memory() as u64,
+                step_us,
+            };
+            let save = if with_save {
+                Some(game.save_game()?)
+            } else {
+                None
+            };
+            Ok((r, save))
+        })();
+        self.game = Some(game);
+        result
+    }
+
+    /// Runs the GGPO client model with `backend` and compares its end state with `reference`.
+    pub fn run(
+        &mut self,
+        backend: Backend,
+        reference: &Reference,
+    ) -> Result<ModeReport, GameError> {
+        let game = self.fresh(backend)?;
+        let mut s = FrameSession::new(game, self.opts.game.window - 1);
+        let result = drive(&self.opts, &mut s);
+        let memory_bytes = s.memory_bytes();
+        let (rollbacks, resimulated, timings) = (s.rollbacks, s.resimulated, s.timings.clone());
+        let mut game = s.into_game();
+        let report = result.and_then(|()| {
+            let final_digest = game.arena_digest();
+            let value_digest = game.value_digest()?;
+            let matches_reference = match backend {
+                Backend::Serialize => value_digest == reference.value_digest,
+                _ => {
+                    final_digest == reference.arena_digest && value_digest == reference.value_digest
+                }
+            };
+            Ok(ModeReport {
+                backend,
+                rollbacks,
+                resimulated,
+                timings,
+                memory_bytes,
+                final_digest,
+                value_digest,
+                matches_reference,
+            })
+        });
+        self.game = Some(game);
+        report
+    }
+
+    /// For a run that did not match: replays the true inputs twice, the second time saving and
+    /// restoring the state with `backend` before every frame, and returns the first frame
+    /// after which the digests (`G.digest()` if the game has one, else the value digest)
+    /// differ. `None` means they agree throughout: the game is nondeterministic across runs.
+    pub fn locate_divergence(&mut self, backend: Backend) -> Result<Option<u64>, GameError> {
+        let digest = |g: &mut Game| -> Result<u64, GameError> {
+            Ok(match g.game_digest()? {
+                Some(d) => d as u64,
+                None => g.value_digest()?,
+            })
+        };
+        let mut game = self.fresh(Backend::ArenaFull)?;
+        let mut truth = Vec::new();
+        let first = (|| {
+            for f in self.start_frame..self.start_frame + self.opts.frames {
+                game.step(&self.opts.actual(f))?;
+                truth.push(digest(&mut game)?);
+            }
+            Ok::<(), GameError>(())
+        })();
+        self.game = Some(game);
+        first?;
+        let mut game = self.fresh(backend)?;
+        let found = (|| {
+            for (i, f) in (self.start_frame..self.start_frame + self.opts.frames).enumerate() {
+                let inputs = self.opts.actual(f);
+                let h = game.save()?;
+                game.step(&inputs)?;
+                game.load(&h, f)?;
+                game.step(&inputs)?;
+                if digest(&mut game)? != truth[i] {
+                    return Ok(Some(f));
+                }
+            }
+            Ok(None)
+        })();
+        self.game = Some(game);
+        found
+    }
+}
+
+/// The GGPO loop over all frames of `opts`.
+fn drive(opts: &SimOptions, s: &mut FrameSession) -> Result<(), GameError> {
+    let start = s.game().frame();
+    let end = start + opts.frames;
+    let players = opts.game.players;
+    // Inputs each frame was simulated with.
+    let mut used: Vec<Vec<u8>> = Vec::with_capacity(opts.frames as usize);
+    let mut checked: Option<u64> = None; // frames <= checked are verified against the truth
+                                         // What the client predicts for frame `f` when remote inputs are known up to `known`.
+    let predict = |f: u64, known: Option<u64>| -> Vec<u8> {
+        (0..players)
+            .map(|p| match (p, known) {
+                (0, _) => scripted_input(opts.game.seed, f, 0),
+                (_, Some(k)) if f <= k => scripted_input(opts.game.seed, f, p),
+                (_, Some(k)) => scripted_input(opts.game.seed, k, p),
+                (_, None) => 0,
+            })
+            .collect()
+    };
+    let reconcile = |s: &mut FrameSession,
+                     used: &mut Vec<Vec<u8>>,
+                     known: Option<u64>,
+                     checked: &mut Option<u64>|
+     -> Result<(), GameError> {
+        let Some(k) = known else { return Ok(()) };
+        let now = s.game().frame();
+        if now == start {
+            return Ok(()); // nothing simulated yet
+        }
+        let from = checked.map_or(start, |c| c + 1);
+        let upto = k.min(now - 1);
+        if from <= upto {
+            let wrong = (from..=upto).find(|&g| used[(g - start) as usize] != opts.actual(g));
+            if let Some(g) = wrong {
+                s.rollback_and_resimulate(g, |h| {
+                    let inp = predict(h, Some(k));
+                    used[(h - start) as usize] = inp.clone();
+                    inp
+                })?;
+            }
+            *checked = Some(upto);
+        }
+        Ok(())
+    };
+    for f in start..end {
+        let known = (f >= start + opts.delay).then(|| f - opts.delay);
+        reconcile(s, &mut used, known, &mut checked)?;
+        let inputs = predict(f, known);
+        s.advance(&inputs)?;
+        used.push(inputs);
+    }
+    // The network catches up: every input of the run becomes known.
+    reconcile(s, &mut used, Some(end - 1), &mut checked)
+}

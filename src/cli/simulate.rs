@@ -1,0 +1,191 @@
+//! `luasnap simulate`: a networked client that predicts and rolls back, on each backend.
+
+use luasnap::bridge::runtime::{Backend, GameConfig, GameError};
+use luasnap::bridge::simulate::{ModeReport, SimOptions, Simulation};
+use serde_json::json;
+use std::io::IsTerminal;
+use std::path::PathBuf;
+
+/// Options of `luasnap simulate`.
+#[derive(Debug, clap::Parser)]
+pub struct SimulateArgs {
+    /// The game script (default: the embedded Arena Brawl, ~10 MB of heap).
+    pub game: Option<PathBuf>,
+    /// Frames to simulate.
+    #[arg(long, default_value_t = 600)]
+    pub frames: u64,
+    /// Players (player 1 is local; the others are remote).
+    #[arg(long, default_value_t = 2)]
+    pub players: usize,
+    /// Frames remote inputs arrive late.
+    #[arg(long, default_value_t = 3)]
+    pub delay: u64,
+    /// Seeds the game and the input schedule.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Which save/load backend to run.
+    #[arg(long, default_value = "all", value_parser = ["full", "incremental", "serialize", "all"])]
+    pub mode: String,
+    /// Snapshots retained (the rollback window).
+    #[arg(long, default_value_t = 10)]
+    pub window: usize,
+    /// Print one JSON object instead of tables.
+    #[arg(long)]
+    pub json: bool,
+    /// Write a save-game of the final state here.
+    #[arg(long)]
+    pub save: Option<PathBuf>,
+    /// Start from this save-game (continuing its frame count) instead of G.init.
+    #[arg(long)]
+    pub load: Option<PathBuf>,
+}
+
+fn human_bytes(b: u64) -> String {
+    match b {
+        b if b >= 1 << 20 => format!("{:.1} MiB", b as f64 / (1 << 20) as f64),
+        b if b >= 1 << 10 => format!("{:.1} KiB", b as f64 / 1024.0),
+        b => format!("{b} B"),
+    }
+}
+
+/// Runs the simulation; returns an error message for the user on failure.
+pub fn run(args: SimulateArgs) -> Result<(), String> {
+    let mut game = GameConfig::default_game(args.players, args.seed);
+    if let Some(path) = &args.game {
+        game.script = std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        game.chunk_name = format!("@{}", path.display());
+    }
+    game.window = args.window;
+    let start = match &args.load {
+        Some(path) => Some(
+            std::fs::read(path)
+                .map_err(|e| format!("cannot read save-game {}: {e}", path.display()))?,
+        ),
+        None => None,
+    };
+    let opts = SimOptions {
+        game,
+        frames: args.frames,
+        delay: args.delay,
+        start,
+    };
+    opts.validate().map_err(|e| e.to_string())?;
+    let mut sim = Simulation::new(opts).map_err(|e| e.to_string())?;
+    let backends: Vec<Backend> = match args.mode.as_str() {
+        "all" => Backend::ALL.to_vec(),
+        name => vec![Backend::from_name(name).expect("clap checked the value")],
+    };
+    let progress = !args.json && std::io::stderr().is_terminal();
+    let note = |m: &str| {
+        if progress {
+            eprintln!("  {m}");
+        }
+    };
+    let err = |e: GameError| e.to_string();
+    note("reference run (lockstep, no prediction)...");
+    let (reference, save) = sim.reference(args.save.is_some()).map_err(err)?;
+    let mut reports: Vec<ModeReport> = Vec::new();
+    for b in &backends {
+        note(&format!("{} run...", b.name()));
+        reports.push(sim.run(*b, &reference).map_err(err)?);
+    }
+    if let (Some(path), Some(bytes)) = (&args.save, &save) {
+        std::fs::write(path, bytes).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        note(&format!(
+            "saved frame {} to {} ({})",
+            reference.end_frame,
+            path.display(),
+            human_bytes(bytes.len() as u64)
+        ));
+    }
+    let tracker = luasnap::alloc::probe_trackers()
+        .best()
+        .map(|k| k.to_string());
+    if args.json {
+        let modes: Vec<_> = reports
+            .iter()
+            .map(|r| {
+                json!({
+                    "mode": r.backend.name(),
+                    "rollbacks": r.rollbacks,
+                    "resimulated_frames": r.resimulated,
+                    "save_us_median": r.save_us_median(),
+                    "save_us_p99": r.save_us_p99(),
+                    "load_us_median": r.load_us_median(),
+                    "load_us_p99": r.load_us_p99(),
+                    "rollback_overhead_us_median": r.rollback_us_median(),
+                    "rollback_overhead_us_p99": r.rollback_us_p99(),
+                    "memory_bytes": r.memory_bytes,
+                    "final_digest": format!("{:016x}", r.final_digest),
+                    "value_digest": format!("{:016x}", r.value_digest),
+                    "matches_reference": r.matches_reference,
+                })
+            })
+            .collect();
+        let out = json!({
+            "frames": args.frames,
+            "players": args.players,
+            "delay": args.delay,
+            "seed": args.seed,
+            "start_frame": reference.start_frame,
+            "end_frame": reference.end_frame,
+            "heap_bytes": reference.heap_bytes,
+            "step_us": reference.step_us,
+            "reference_digest": format!("{:016x}", reference.arena_digest),
+            "reference_value_digest": format!("{:016x}", reference.value_digest),
+            "modes": modes,
+        });
+        println!("{out}");
+    } else {
+        println!(
+            "luasnap simulate: {} | frames {}..{} | {} players | delay {} | seed {} | heap {} | G.step {:.0} µs | tracker {}",
+            args.game.as_ref().map(|p| p.display().to_string()).unwrap_or_else(|| "Arena Brawl (embedded)".into()),
+            reference.start_frame,
+            reference.end_frame,
+            args.players,
+            args.delay,
+            args.seed,
+            human_bytes(reference.heap_bytes),
+            reference.step_us,
+            tracker.as_deref().unwrap_or("none"),
+        );
+        println!(
+            "reference: arena digest {:016x}, value digest {:016x}\n",
+            reference.arena_digest, reference.value_digest
+        );
+        println!("| mode | rollbacks | re-simulated frames | save µs median / p99 | load µs median / p99 | rollback overhead µs median / p99 | snapshot memory | matches reference |");
+        println!("|---|---|---|---|---|---|---|---|");
+        for r in &reports {
+            println!(
+                "| {} | {} | {} | {:.0} / {:.0} | {:.0} / {:.0} | {:.0} / {:.0} | {} | {} |",
+                r.backend.name(),
+                r.rollbacks,
+                r.resimulated,
+                r.save_us_median(),
+                r.save_us_p99(),
+                r.load_us_median(),
+                r.load_us_p99(),
+                r.rollback_us_median(),
+                r.rollback_us_p99(),
+                human_bytes(r.memory_bytes as u64),
+                if r.matches_reference { "yes" } else { "NO" },
+            );
+        }
+    }
+    let failed: Vec<&ModeReport> = reports.iter().filter(|r| !r.matches_reference).collect();
+    if let Some(r) = failed.first() {
+        let at = sim.locate_divergence(r.backend).map_err(err)?;
+        return Err(match at {
+            Some(f) => format!(
+                "mode {} did not end in the reference state: the game's state first diverges after frame {f} when saved and restored with this backend; the game is not deterministic under save/load (does it depend on pairs() order over table keys, or on tostring of tables?)",
+                r.backend.name()
+            ),
+            None => format!(
+                "mode {} did not end in the reference state, though a lockstep replay agrees frame by frame: the game is nondeterministic across runs (it reads something outside its state)",
+                r.backend.name()
+            ),
+        });
+    }
+    Ok(())
+}
