@@ -23,6 +23,10 @@ enum Command {
     /// Simulate a networked client that predicts and rolls back, on each save/load backend
     /// (the default command).
     Simulate(cli::simulate::SimulateArgs),
+    /// Measure arena snapshots against the graph serializer on game-like heaps.
+    Bench(cli::bench::BenchArgs),
+    /// Two GGRS peers on 127.0.0.1 running the Lua game with desync detection.
+    P2p(cli::p2p::P2pArgs),
     /// Measure pages written per frame under each garbage-collector mode.
     GcPages(cli::gc_pages::GcPagesArgs),
 }
@@ -43,6 +47,8 @@ fn main() -> ExitCode {
     match cli.command {
         Some(Command::Run(args)) => cli::run::run(args, &argv),
         Some(Command::Simulate(args)) => report(cli::simulate::run(args)),
+        Some(Command::Bench(args)) => report(cli::bench::run(args)),
+        Some(Command::P2p(args)) => report(cli::p2p::run(args)),
         None => report(cli::simulate::run(cli::simulate::SimulateArgs::parse_from(
             ["simulate"],
         ))),

@@ -44,6 +44,8 @@
 pub mod digest;
 mod error;
 mod ffi;
+#[cfg(feature = "ggrs")]
+pub mod ggrs_adapter;
 pub mod persist;
 pub mod runtime;
 pub mod simulate;

@@ -1,6 +1,8 @@
 //! Subcommands of the `luasnap` tool.
 
+pub mod bench;
 pub mod gc_pages;
+pub mod p2p;
 pub mod run;
 pub mod simulate;
 pub mod size;

@@ -1,0 +1,289 @@
+//! `luasnap bench`: arena snapshots against the graph serializer on game-like heaps.
+
+use luasnap::bridge::{workloads::HEAP_BUILDER, GcMode, SnapshotMode, Value, Vm};
+use serde_json::json;
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::time::Instant;
+
+/// Options of `luasnap bench`.
+#[derive(Debug, clap::Args)]
+pub struct BenchArgs {
+    /// Heap sizes, in MB of live Lua objects.
+    #[arg(long, value_delimiter = ',', default_values_t = [1usize, 10, 100])]
+    pub sizes: Vec<usize>,
+    /// One JSON object per size, one per line.
+    #[arg(long)]
+    pub json: bool,
+    /// Also draw cost against heap size as an SVG here.
+    #[arg(long)]
+    pub plot: Option<PathBuf>,
+}
+
+/// One size's measurements.
+#[derive(Debug, Clone)]
+pub struct Row {
+    heap_mb: usize,
+    arena_bytes: usize,
+    memcpy_ms: f64,
+    snapshot_full_ms: f64,
+    rollback_full_ms: f64,
+    incremental_frame_us: f64,
+    persist_ms: f64,
+    unpersist_ms: f64,
+    persist_bytes: usize,
+    tracker: String,
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn time_ms(runs: usize, mut f: impl FnMut()) -> f64 {
+    median(
+        (0..runs)
+            .map(|_| {
+                let t = Instant::now();
+                f();
+                t.elapsed().as_secs_f64() * 1e3
+            })
+            .collect(),
+    )
+}
+
+fn measure(mb: usize, progress: &dyn Fn(&str)) -> Result<Row, String> {
+    let e = |e: luasnap::bridge::VmError| e.to_string();
+    let vm = Vm::builder()
+        .capacity((mb * 4 + 256) << 20)
+        .deterministic(1)
+        .snapshot_mode(SnapshotMode::Incremental(
+            luasnap::alloc::TrackerPreference::Auto,
+        ))
+        .gc(GcMode::GENERATIONAL)
+        .build()
+        .map_err(e)?;
+    progress(&format!("{mb} MB: building the heap"));
+    vm.exec(
+        format!("H = (function() {HEAP_BUILDER} end)()"),
+        "=heap_builder",
+    )
+    .map_err(e)?;
+    vm.call("H.build", &[Value::Integer((mb << 20) as i64)])
+        .map_err(e)?;
+    vm.gc_collect().map_err(e)?;
+    let arena_bytes = vm.arena().state_ranges().total();
+    let runs = if mb >= 100 { 5 } else { 15 };
+
+    progress(&format!("{mb} MB: memcpy and full snapshots"));
+    let src: Vec<u8> = vec![7; arena_bytes];
+    let mut dst: Vec<u8> = vec![1; arena_bytes];
+    let memcpy_ms = time_ms(runs, || dst.copy_from_slice(std::hint::black_box(&src)));
+    // Full copies through the VM's snapshot ring (full mode), as a game would use them.
+    let mut vm = vm;
+    vm.reconfigure_snapshots(SnapshotMode::Full, 4).map_err(e)?;
+    let mut last = vm.snapshot().map_err(e)?;
+    let snapshot_full_ms = time_ms(runs, || last = vm.snapshot().expect("snapshot"));
+    let rollback_full_ms = time_ms(runs, || vm.rollback(last).expect("rollback"));
+    drop(dst);
+    vm.reconfigure_snapshots(
+        SnapshotMode::Incremental(luasnap::alloc::TrackerPreference::Auto),
+        8,
+    )
+    .map_err(e)?;
+    vm.snapshot().map_err(e)?;
+
+    progress(&format!("{mb} MB: incremental frames"));
+    let frames = 60;
+    let t = Instant::now();
+    for _ in 0..frames {
+        vm.call("H.touch", &[Value::Integer(10)]).map_err(e)?;
+        let id = vm.snapshot().map_err(e)?;
+        vm.call("H.touch", &[Value::Integer(10)]).map_err(e)?;
+        vm.rollback(id).map_err(e)?;
+    }
+    let incremental_frame_us = t.elapsed().as_secs_f64() * 1e6 / frames as f64;
+    let tracker = vm.snapshot_strategy().to_string();
+
+    progress(&format!("{mb} MB: graph persist and load"));
+    let mut bytes = Vec::new();
+    let persist_ms = time_ms(runs.min(5), || {
+        bytes = vm.persist("H").expect("persist the heap")
+    });
+    let unpersist_ms = time_ms(runs.min(5), || {
+        vm.unpersist(&bytes, "H2").expect("load the heap");
+        vm.gc_running(false);
+    });
+    Ok(Row {
+        heap_mb: mb,
+        arena_bytes,
+        memcpy_ms,
+        snapshot_full_ms,
+        rollback_full_ms,
+        incremental_frame_us,
+        persist_ms,
+        unpersist_ms,
+        persist_bytes: bytes.len(),
+        tracker,
+    })
+}
+
+/// Runs the benchmark.
+pub fn run(args: BenchArgs) -> Result<(), String> {
+    if args.sizes.is_empty() || args.sizes.iter().any(|&s| s == 0 || s > 4096) {
+        return Err("--sizes takes MB values in 1..=4096, like 1,10,100".into());
+    }
+    let tty = std::io::stderr().is_terminal();
+    let progress = |m: &str| {
+        if tty {
+            eprint!("\r\x1b[2K  {m}...");
+        }
+    };
+    let mut rows = Vec::new();
+    for &mb in &args.sizes {
+        let row = measure(mb, &progress)?;
+        if args.json {
+            println!(
+                "{}",
+                json!({
+                    "heap_mb": row.heap_mb, "arena_bytes": row.arena_bytes, "memcpy_ms": row.memcpy_ms,
+                    "snapshot_full_ms": row.snapshot_full_ms, "rollback_full_ms": row.rollback_full_ms,
+                    "incremental_frame_us": row.incremental_frame_us, "persist_ms": row.persist_ms,
+                    "unpersist_ms": row.unpersist_ms, "persist_bytes": row.persist_bytes, "tracker": row.tracker,
+                })
+            );
+        }
+        rows.push(row);
+    }
+    if tty {
+        eprint!("\r\x1b[2K");
+    }
+    if !args.json {
+        println!("| heap MB | arena bytes | memcpy ms | full snapshot ms | full rollback ms | incremental frame µs (~10 pages) | persist ms | load ms | persist bytes | load: serializer / incremental | tracker |");
+        println!("|---|---|---|---|---|---|---|---|---|---|---|");
+        for r in &rows {
+            println!(
+                "| {} | {} | {:.3} | {:.3} ({:.2}×) | {:.3} ({:.2}×) | {:.1} | {:.1} ({:.0}×) | {:.1} ({:.0}×) | {} ({:.2}× heap) | {:.0}× | {} |",
+                r.heap_mb,
+                r.arena_bytes,
+                r.memcpy_ms,
+                r.snapshot_full_ms,
+                r.snapshot_full_ms / r.memcpy_ms,
+                r.rollback_full_ms,
+                r.rollback_full_ms / r.memcpy_ms,
+                r.incremental_frame_us,
+                r.persist_ms,
+                r.persist_ms / r.memcpy_ms,
+                r.unpersist_ms,
+                r.unpersist_ms / r.memcpy_ms,
+                r.persist_bytes,
+                r.persist_bytes as f64 / (r.heap_mb << 20) as f64,
+                r.unpersist_ms * 1e3 / r.incremental_frame_us,
+                r.tracker,
+            );
+        }
+    }
+    if let Some(path) = &args.plot {
+        std::fs::write(path, svg(&rows))
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// A log-log chart of time against heap size for the three paths.
+fn svg(rows: &[Row]) -> String {
+    let (w, h, left, bottom, top, right) = (760.0, 460.0, 80.0, 60.0, 40.0, 200.0);
+    type Series = (&'static str, &'static str, fn(&Row) -> f64);
+    let series: [Series; 5] = [
+        ("graph load", "#c0392b", |r| r.unpersist_ms),
+        ("graph persist", "#e67e22", |r| r.persist_ms),
+        ("full rollback", "#2980b9", |r| r.rollback_full_ms),
+        ("full snapshot", "#16a085", |r| r.snapshot_full_ms),
+        ("incremental frame", "#8e44ad", |r| {
+            r.incremental_frame_us / 1e3
+        }),
+    ];
+    let xs: Vec<f64> = rows.iter().map(|r| (r.heap_mb as f64).log10()).collect();
+    let all: Vec<f64> = rows
+        .iter()
+        .flat_map(|r| series.iter().map(move |s| (s.2)(r).max(1e-4).log10()))
+        .collect();
+    let (x0, x1) = (
+        xs.iter().cloned().fold(f64::INFINITY, f64::min) - 0.1,
+        xs.iter().cloned().fold(f64::NEG_INFINITY, f64::max) + 0.1,
+    );
+    let (y0, y1) = (
+        all.iter().cloned().fold(f64::INFINITY, f64::min).floor(),
+        all.iter().cloned().fold(f64::NEG_INFINITY, f64::max).ceil(),
+    );
+    let px = |x: f64| left + (x - x0) / (x1 - x0).max(1e-9) * (w - left - right);
+    let py = |y: f64| h - bottom - (y - y0) / (y1 - y0).max(1e-9) * (h - top - bottom);
+    let mut s = format!(
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="12">"#
+    );
+    s += &format!(
+        r#"<rect width="{w}" height="{h}" fill="white"/><text x="{}" y="24" font-size="15">luasnap: cost of save and restore against heap size (log-log)</text>"#,
+        left
+    );
+    let mut e = y0 as i32;
+    while e as f64 <= y1 {
+        let y = py(e as f64);
+        let label = match e {
+            -3 => "1 µs".to_string(),
+            -2 => "10 µs".into(),
+            -1 => "100 µs".into(),
+            0 => "1 ms".into(),
+            1 => "10 ms".into(),
+            2 => "100 ms".into(),
+            3 => "1 s".into(),
+            _ => format!("1e{e} ms"),
+        };
+        s += &format!(
+            r##"<line x1="{left}" x2="{}" y1="{y}" y2="{y}" stroke="#ddd"/><text x="{}" y="{}" text-anchor="end">{label}</text>"##,
+            w - right,
+            left - 6.0,
+            y + 4.0
+        );
+        e += 1;
+    }
+    for (r, x) in rows.iter().zip(&xs) {
+        let cx = px(*x);
+        s += &format!(
+            r##"<line x1="{cx}" x2="{cx}" y1="{}" y2="{}" stroke="#eee"/><text x="{cx}" y="{}" text-anchor="middle">{} MB</text>"##,
+            top,
+            h - bottom,
+            h - bottom + 18.0,
+            r.heap_mb
+        );
+    }
+    s += &format!(
+        r#"<text x="{}" y="{}" text-anchor="middle">Lua heap</text>"#,
+        (left + w - right) / 2.0,
+        h - 12.0
+    );
+    for (i, (name, color, f)) in series.iter().enumerate() {
+        let pts: Vec<String> = rows
+            .iter()
+            .zip(&xs)
+            .map(|(r, x)| format!("{:.1},{:.1}", px(*x), py(f(r).max(1e-4).log10())))
+            .collect();
+        s += &format!(
+            r#"<polyline fill="none" stroke="{color}" stroke-width="2.5" points="{}"/>"#,
+            pts.join(" ")
+        );
+        for p in &pts {
+            let (a, b) = p.split_once(',').unwrap();
+            s += &format!(r#"<circle cx="{a}" cy="{b}" r="3.5" fill="{color}"/>"#);
+        }
+        let ly = top + 20.0 + i as f64 * 22.0;
+        s += &format!(
+            r#"<line x1="{}" x2="{}" y1="{ly}" y2="{ly}" stroke="{color}" stroke-width="3"/><text x="{}" y="{}">{name}</text>"#,
+            w - right + 15.0,
+            w - right + 40.0,
+            w - right + 46.0,
+            ly + 4.0
+        );
+    }
+    s += "</svg>\n";
+    s
+}
