@@ -95,15 +95,6 @@ fn bench_incremental(c: &mut Criterion) {
         for mib in SIZES_MIB {
             let (mut arena, pages) = game_like_arena(mib);
             let mode = SnapshotMode::Incremental(TrackerPreference::Only(kind));
-            let mut ring = SnapshotRing::new(
-                &mut arena,
-                RingConfig {
-                    mode,
-                    ..RingConfig::default()
-                },
-            )
-            .unwrap();
-            ring.snapshot(&mut arena).unwrap();
             let points = DIRTY.iter().map(|f| {
                 (
                     format!("{f}"),
@@ -111,6 +102,17 @@ fn bench_incremental(c: &mut Criterion) {
                 )
             });
             for (label, count) in points.chain([("10pages".to_string(), 10)]) {
+                // A fresh ring per point: heavy-write points pause tracking for a while, which
+                // must not leak into the next point's measurement.
+                let mut ring = SnapshotRing::new(
+                    &mut arena,
+                    RingConfig {
+                        mode,
+                        ..RingConfig::default()
+                    },
+                )
+                .unwrap();
+                ring.snapshot(&mut arena).unwrap();
                 let id = BenchmarkId::new(format!("{kind}/{mib}MiB"), label);
                 let mut salt = 0u8;
                 g.bench_function(id, |b| {

@@ -620,7 +620,8 @@ impl SnapshotRing {
         let target = self.entries[k].extent.clone();
         let armed = matches!(self.tracking, Tracking::On { armed: true, .. });
 
-        // 1. Tracker first: the pages written since the latest snapshot.
+        // 1. Tracker first: the pages written since the latest snapshot. Peeked, not re-armed:
+        //    the restore below writes them, and they are re-armed after it (step 4).
         let mut dirty = std::mem::take(&mut self.dirty);
         dirty.clear();
         if armed && full_at.is_none() {
@@ -629,7 +630,7 @@ impl SnapshotRing {
                 extent
                     .ranges()
                     .into_iter()
-                    .try_for_each(|r| t.collect(r, &mut dirty))
+                    .try_for_each(|r| t.peek(r, &mut dirty))
             });
             if let Err(e) = collected {
                 self.dirty = dirty;

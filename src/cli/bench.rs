@@ -83,6 +83,11 @@ fn measure(mb: usize, progress: &dyn Fn(&str)) -> Result<Row, String> {
     let mut vm = vm;
     vm.reconfigure_snapshots(SnapshotMode::Full, 4).map_err(e)?;
     let mut last = vm.snapshot().map_err(e)?;
+    // Warm up a whole window of buffers first: a first copy into fresh pages pays page faults.
+    for _ in 0..6 {
+        last = vm.snapshot().map_err(e)?;
+        vm.rollback(last).map_err(e)?;
+    }
     let snapshot_full_ms = time_ms(runs, || last = vm.snapshot().expect("snapshot"));
     let rollback_full_ms = time_ms(runs, || vm.rollback(last).expect("rollback"));
     drop(dst);

@@ -227,6 +227,27 @@ impl PageTracker {
         }
     }
 
+    /// Appends the runs written since armed, like [`collect`](PageTracker::collect), but leaves
+    /// them writable and marked: for a caller about to overwrite them itself, which then re-arms
+    /// them with [`rearm_runs`](PageTracker::rearm_runs) (saving a write fault per page).
+    pub fn peek(
+        &mut self,
+        range: Range<usize>,
+        out: &mut Vec<Range<usize>>,
+    ) -> Result<(), TrackError> {
+        self.check(&range)?;
+        if range.is_empty() {
+            return Ok(());
+        }
+        match &mut self.imp {
+            Imp::Uffd(t) => t.peek(self.base, range, out),
+            Imp::Mprotect(t) => {
+                t.peek(range, out);
+                Ok(())
+            }
+        }
+    }
+
     /// Re-arms exactly these runs (e.g. after the caller wrote them itself while restoring).
     pub fn rearm_runs(&mut self, runs: &[Range<usize>]) -> Result<(), TrackError> {
         for r in runs {

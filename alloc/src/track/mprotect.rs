@@ -225,6 +225,20 @@ impl MprotectTracker {
         self.mprotect(range, libc::PROT_READ | libc::PROT_WRITE)
     }
 
+    /// Reports written runs without re-arming them (they stay writable and marked).
+    pub(super) fn peek(&mut self, range: Range<usize>, out: &mut Vec<Range<usize>>) {
+        if self.slot.overflow.load(Ordering::Acquire) {
+            push_run(out, range);
+            return;
+        }
+        let (p0, p1) = (range.start / PAGE_SIZE, range.end / PAGE_SIZE);
+        for page in p0..p1 {
+            if self.bits[page / 64].load(Ordering::Relaxed) >> (page % 64) & 1 == 1 {
+                push_run(out, page * PAGE_SIZE..(page + 1) * PAGE_SIZE);
+            }
+        }
+    }
+
     pub(super) fn collect(
         &mut self,
         range: Range<usize>,

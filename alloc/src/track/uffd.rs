@@ -225,13 +225,37 @@ impl UffdTracker {
         range: Range<usize>,
         out: &mut Vec<Range<usize>>,
     ) -> Result<(), TrackError> {
+        self.scan(base, range, out, true)
+    }
+
+    /// Like `collect` without re-arming: the pages stay writable (and reported) until armed.
+    pub(super) fn peek(
+        &mut self,
+        base: NonNull<u8>,
+        range: Range<usize>,
+        out: &mut Vec<Range<usize>>,
+    ) -> Result<(), TrackError> {
+        self.scan(base, range, out, false)
+    }
+
+    fn scan(
+        &mut self,
+        base: NonNull<u8>,
+        range: Range<usize>,
+        out: &mut Vec<Range<usize>>,
+        rearm: bool,
+    ) -> Result<(), TrackError> {
         let b = base.as_ptr() as u64;
         let end = b + range.end as u64;
         let mut start = b + range.start as u64;
         while start < end {
             let mut arg = PmScanArg {
                 size: std::mem::size_of::<PmScanArg>() as u64,
-                flags: PM_SCAN_WP_MATCHING | PM_SCAN_CHECK_WPASYNC,
+                flags: if rearm {
+                    PM_SCAN_WP_MATCHING | PM_SCAN_CHECK_WPASYNC
+                } else {
+                    PM_SCAN_CHECK_WPASYNC
+                },
                 start,
                 end,
                 walk_end: 0,
