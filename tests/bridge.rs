@@ -517,6 +517,32 @@ fn gc_mid_cycle_across_a_rollback() {
     }
 }
 
+/// Lua's API string cache picks its slot from the address of the host's C string, so the same
+/// calls made with host strings at other addresses must still leave the same arena bytes.
+#[test]
+fn host_string_addresses_do_not_reach_the_arena() {
+    let mut vm = vm();
+    vm.exec(GAME, "game").unwrap();
+    vm.call("spawn", &[Value::Integer(50)]).unwrap();
+    let id = vm.snapshot().unwrap();
+    let run = |vm: &Vm| {
+        for i in 0..5 {
+            vm.call("step", &[Value::Integer(i)]).unwrap();
+            vm.exec("world.seen = (world.seen or 0) + 1", "a chunk name")
+                .unwrap();
+        }
+        vm.digest()
+    };
+    let first = run(&vm);
+    for round in 1..=4usize {
+        vm.rollback(id).unwrap();
+        // Move the host allocator on, so the chunk names and paths land elsewhere.
+        let held: Vec<String> = (0..round * 37).map(|i| format!("={i:>11}")).collect();
+        assert_eq!(run(&vm), first, "round {round}");
+        drop(held);
+    }
+}
+
 #[test]
 fn registration_is_closed_by_the_first_snapshot() {
     let mut vm = vm();

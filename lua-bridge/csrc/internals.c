@@ -350,6 +350,19 @@ void luasnap_clear_dead_stack(lua_State *L) {
   for (p = L->top.p; p < L->stack_last.p + EXTRA_STACK; p++) setnilvalue(s2v(p));
 }
 
+/* Refills the API string cache with the fixed string Lua starts it with. luaS_new (behind
+** lua_pushstring, lua_getfield, lua_setfield, chunk names...) picks a cache slot from the
+** *address* of the C string it is given, so a host string on the Rust heap lands in a slot
+** that depends on malloc's history: the cache is arena bytes, and two runs with identical Lua
+** state would differ in them. The cache only saves lookups, so resetting it between host calls
+** changes no behaviour and makes the idle arena a function of Lua's state alone. */
+void luasnap_reset_strcache(lua_State *L) {
+  global_State *g = G(L);
+  int i, j;
+  for (i = 0; i < STRCACHE_N; i++)
+    for (j = 0; j < STRCACHE_M; j++) g->strcache[i][j] = g->memerrmsg;
+}
+
 /* Sets the n slots just above the top to nil (cheap: host calls leave a light userdata with a
 ** Rust stack address there). */
 void luasnap_clear_slots_above_top(lua_State *L, int n) {

@@ -392,6 +392,23 @@ unsafe fn raise_staged_error(L: *mut lua_State, shared: &Shared) -> ! {
 
 // ----- values -----
 
+/// Pushes `args` and calls the function below them with `LUA_MULTRET`; returns the new top.
+///
+/// # Safety
+/// A valid state in a protected body, the function on top. May raise (the call's errors and
+/// memory errors), so only plain frames may be live, as for [`push_value`].
+pub(crate) unsafe fn call_with(L: *mut lua_State, args: &[Value], shared: &Shared) -> c_int {
+    // SAFETY: callers' contract; the stack is grown before the arguments are pushed.
+    unsafe {
+        ffi::luaL_checkstack(L, args.len() as c_int + 1, c"too many arguments".as_ptr());
+        for a in args {
+            push_value(L, a, shared, 0);
+        }
+        ffi::lua_callk(L, args.len() as c_int, ffi::LUA_MULTRET, 0, None);
+        ffi::lua_gettop(L)
+    }
+}
+
 /// Pushes a Rust value. May raise a memory error (only call where a `longjmp` skips nothing
 /// but plain old frames: inside the trampoline or a protected closure).
 pub(crate) unsafe fn push_value(L: *mut lua_State, v: &Value, shared: &Shared, depth: usize) {
@@ -661,8 +678,7 @@ pub(crate) unsafe fn protected(
         } else {
             String::from_utf8_lossy(std::slice::from_raw_parts(p.cast::<u8>(), len)).into_owned()
         };
-        ffi::lua_settop(L, 0);
-        luasnap_clear_slots_above_top(L, 8);
+        finish_host_call(L);
         t
     };
     let (message, traceback) = match text.find("\nstack traceback:") {
@@ -705,18 +721,23 @@ pub(crate) unsafe fn push_path(L: *mut lua_State, path: &CStr) {
 
 unsafe extern "C" {
     fn luasnap_clear_slots_above_top(L: *mut lua_State, n: c_int);
+    fn luasnap_reset_strcache(L: *mut lua_State);
 }
 
 /// Empties the main thread's stack after a host call and clears the slots the call used
-/// (they held a light userdata with a Rust stack address: not to be left in the heap).
+/// (they held a light userdata with a Rust stack address: not to be left in the heap), and
+/// resets Lua's API string cache, whose slots depend on host string addresses
+/// (`csrc/internals.c`). Afterwards the idle arena depends on Lua's state alone.
 ///
 /// # Safety
 /// `L` is an idle main thread of a VM built by this crate.
 pub(crate) unsafe fn finish_host_call(L: *mut lua_State) {
-    // SAFETY: valid idle state; writes only slots above the (new) top.
+    // SAFETY: valid idle state; writes only slots above the (new) top and the string cache,
+    // which it refills with the string Lua itself fills it with.
     unsafe {
         ffi::lua_settop(L, 0);
         luasnap_clear_slots_above_top(L, 8);
+        luasnap_reset_strcache(L);
     }
 }
 

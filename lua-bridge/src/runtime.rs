@@ -213,10 +213,10 @@ impl Game {
         Ok(b.build()?)
     }
 
-    /// Loads the script and calls `G.init(players, seed)`.
-    pub fn new(cfg: &GameConfig, backend: Backend) -> Result<Game, GameError> {
+    /// Builds the VM and runs the script, checking the game contract in Lua (G holds
+    /// functions; `luasnap_game` is set).
+    fn load_script(cfg: &GameConfig, backend: Backend) -> Result<Vm, GameError> {
         let vm = Self::build_vm(cfg, backend)?;
-        // Run the script and check the contract in Lua (G holds functions).
         let wrapper = format!(
             "local G = (function(...) {script}\nend)(...)\nreturn (function(...) {DRIVER} end)(G)",
             script = cfg.script
@@ -232,8 +232,20 @@ impl Game {
                 what: String::from_utf8_lossy(what).into_owned(),
             });
         }
-        let has_digest = vm.exec("return type(luasnap_game.digest) == 'function'", "=luasnap")?
-            == vec![Value::Boolean(true)];
+        Ok(vm)
+    }
+
+    fn has_digest(vm: &Vm) -> Result<bool, GameError> {
+        Ok(
+            vm.exec("return type(luasnap_game.digest) == 'function'", "=luasnap")?
+                == vec![Value::Boolean(true)],
+        )
+    }
+
+    /// Loads the script and calls `G.init(players, seed)`.
+    pub fn new(cfg: &GameConfig, backend: Backend) -> Result<Game, GameError> {
+        let vm = Self::load_script(cfg, backend)?;
+        let has_digest = Self::has_digest(&vm)?;
         let game = Game {
             vm,
             backend,
@@ -260,20 +272,7 @@ impl Game {
     /// Starts from a save-game written by [`Game::save_game`]: the script is loaded (for its
     /// functions), then the saved state replaces its globals; the frame count continues.
     pub fn from_save(cfg: &GameConfig, backend: Backend, save: &[u8]) -> Result<Game, GameError> {
-        let vm = Self::build_vm(cfg, backend)?;
-        let wrapper = format!(
-            "local G = (function(...) {script}\nend)(...)\nreturn (function(...) {DRIVER} end)(G)",
-            script = cfg.script
-        );
-        let verdict = vm
-            .exec(&wrapper, &cfg.chunk_name)
-            .map_err(|source| GameError::Script { frame: 0, source })?;
-        if let Some(Value::String(what)) = verdict.first() {
-            return Err(GameError::Contract {
-                what: String::from_utf8_lossy(what).into_owned(),
-            });
-        }
-        let mut vm = vm;
+        let mut vm = Self::load_script(cfg, backend)?;
         vm.load_game(save)?;
         let frame = vm.get("luasnap_frame")?.as_integer();
         let players = vm.get("luasnap_players")?.as_integer();
@@ -288,8 +287,7 @@ impl Game {
                 cfg.players
             )));
         }
-        let has_digest = vm.exec("return type(luasnap_game.digest) == 'function'", "=luasnap")?
-            == vec![Value::Boolean(true)];
+        let has_digest = Self::has_digest(&vm)?;
         Ok(Game {
             vm,
             backend,

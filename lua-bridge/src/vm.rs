@@ -248,6 +248,8 @@ impl VmBuilder {
         // Setup left values in dead stack slots (one of them clock-derived, from math's
         // initial seed): clear them, so two VMs built alike are byte-identical.
         // SAFETY: the state is idle; only slots above the top are written.
+        unsafe { raw::finish_host_call(vm.L()) };
+        // SAFETY: as above.
         unsafe { luasnap_clear_dead_stack(vm.L()) };
         Ok(vm)
     }
@@ -554,16 +556,7 @@ impl Vm {
                         ffi::lua_error(L);
                     }
                     anchor_chunk(L);
-                    ffi::luaL_checkstack(
-                        L,
-                        args.len() as c_int + 1,
-                        c"too many arguments".as_ptr(),
-                    );
-                    for a in args {
-                        raw::push_value(L, a, shared, 0);
-                    }
-                    ffi::lua_callk(L, args.len() as c_int, ffi::LUA_MULTRET, 0, None);
-                    ffi::lua_gettop(L)
+                    raw::call_with(L, args, shared)
                 }
             },
             |L, n| self.collect_values(L, n),
@@ -597,16 +590,7 @@ impl Vm {
                         found = Some(raw::type_name(L, -1));
                         return 0;
                     }
-                    ffi::luaL_checkstack(
-                        L,
-                        args.len() as c_int + 1,
-                        c"too many arguments".as_ptr(),
-                    );
-                    for a in args {
-                        raw::push_value(L, a, shared, 0);
-                    }
-                    ffi::lua_callk(L, args.len() as c_int, ffi::LUA_MULTRET, 0, None);
-                    ffi::lua_gettop(L)
+                    raw::call_with(L, args, shared)
                 }
             },
             |L, n| self.collect_values(L, n),
@@ -1193,16 +1177,7 @@ impl Function<'_> {
                 // SAFETY: protected body.
                 unsafe {
                     ffi::lua_rawgeti(L, ffi::LUA_REGISTRYINDEX, key as ffi::lua_Integer);
-                    ffi::luaL_checkstack(
-                        L,
-                        args.len() as c_int + 1,
-                        c"too many arguments".as_ptr(),
-                    );
-                    for a in args {
-                        raw::push_value(L, a, shared, 0);
-                    }
-                    ffi::lua_callk(L, args.len() as c_int, ffi::LUA_MULTRET, 0, None);
-                    ffi::lua_gettop(L)
+                    raw::call_with(L, args, shared)
                 }
             },
             |L, n| self.vm.collect_values(L, n),

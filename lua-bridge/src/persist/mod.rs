@@ -626,15 +626,23 @@ unsafe fn load_protected(L: *mut lua_State, opts: &LoadOptions) -> (c_int, Optio
     (st, loader.error.take())
 }
 
-/// `raw_persist(perms|nil, value, path, debug, spkey)` behind `eris.persist`.
-unsafe extern "C-unwind" fn eris_persist(L: *mut lua_State) -> c_int {
-    // SAFETY: called by Lua with the documented arguments.
-    let st = unsafe { eris_persist_inner(L) };
+/// Returns 1 (the value on top) when `st` is `LUA_OK`, else raises the error object on top.
+///
+/// # Safety
+/// Called from a C function Lua is running, with the result or error object on top; nothing
+/// with a destructor may be alive in the calling frames.
+unsafe fn one_result_or_raise(L: *mut lua_State, st: c_int) -> c_int {
     if st != ffi::LUA_OK {
-        // SAFETY: the error object is on top; nothing to drop in this frame.
+        // SAFETY: callers' contract: the error object is on top and nothing needs dropping.
         unsafe { ffi::lua_error(L) };
     }
     1
+}
+
+/// `raw_persist(perms|nil, value, path, debug, spkey)` behind `eris.persist`.
+unsafe extern "C-unwind" fn eris_persist(L: *mut lua_State) -> c_int {
+    // SAFETY: called by Lua with the documented arguments; the helper only raises its error.
+    unsafe { one_result_or_raise(L, eris_persist_inner(L)) }
 }
 
 unsafe fn eris_persist_inner(L: *mut lua_State) -> c_int {
@@ -654,13 +662,8 @@ unsafe fn eris_persist_inner(L: *mut lua_State) -> c_int {
 
 /// `raw_unpersist(perms|nil, data, spkey)` behind `eris.unpersist` (safe mode).
 unsafe extern "C-unwind" fn eris_unpersist(L: *mut lua_State) -> c_int {
-    // SAFETY: called by Lua with the documented arguments.
-    let st = unsafe { eris_unpersist_inner(L) };
-    if st != ffi::LUA_OK {
-        // SAFETY: the error object is on top; nothing to drop in this frame.
-        unsafe { ffi::lua_error(L) };
-    }
-    1
+    // SAFETY: called by Lua with the documented arguments; the helper only raises its error.
+    unsafe { one_result_or_raise(L, eris_unpersist_inner(L)) }
 }
 
 unsafe fn eris_unpersist_inner(L: *mut lua_State) -> c_int {
