@@ -78,11 +78,6 @@ impl Snapshot {
         Ok(())
     }
 
-    #[doc(hidden)]
-    pub fn bytes_for_diag(&self) -> &[u8] {
-        &self.bytes
-    }
-
     /// Bytes held.
     pub fn len(&self) -> usize {
         self.bytes.len()
