@@ -45,6 +45,13 @@ pub struct GgrsGame {
     pub loads: u64,
     /// Frames advanced (re-simulated ones included).
     pub advances: u64,
+    /// Saves answered with the previous save of the same, unchanged frame.
+    pub repeated_saves: u64,
+    /// The latest save while the game has neither advanced nor loaded since: GGRS asks to save
+    /// the current frame on every `advance_frame`, also while it waits at the prediction
+    /// threshold, and a new snapshot each time would push the frames it may still load out of
+    /// the VM's window.
+    last_save: Option<(u64, SaveHandle, u128)>,
 }
 
 impl GgrsGame {
@@ -56,6 +63,8 @@ impl GgrsGame {
             saves: 0,
             loads: 0,
             advances: 0,
+            repeated_saves: 0,
+            last_save: None,
         }
     }
 
@@ -90,9 +99,19 @@ impl GgrsGame {
                             self.game.frame()
                         )));
                     }
-                    let handle = self.game.save()?;
-                    let sum = self.checksum()?;
-                    cell.save(frame, Some(handle), Some(sum));
+                    let frame_now = self.game.frame();
+                    match &self.last_save {
+                        Some((f, handle, sum)) if *f == frame_now => {
+                            cell.save(frame, Some(handle.clone()), Some(*sum));
+                            self.repeated_saves += 1;
+                        }
+                        _ => {
+                            let handle = self.game.save()?;
+                            let sum = self.checksum()?;
+                            cell.save(frame, Some(handle.clone()), Some(sum));
+                            self.last_save = Some((frame_now, handle, sum));
+                        }
+                    }
                     self.saves += 1;
                 }
                 GgrsRequest::LoadGameState { cell, frame } => {
@@ -101,11 +120,13 @@ impl GgrsGame {
                             "GGRS asked to load frame {frame}, which was never saved"
                         )));
                     };
+                    self.last_save = None;
                     self.game.load(&handle, frame as u64)?;
                     self.loads += 1;
                 }
                 GgrsRequest::AdvanceFrame { inputs } => {
                     let inputs: Vec<u8> = inputs.iter().map(|(i, _)| *i).collect();
+                    self.last_save = None;
                     self.game.step(&inputs)?;
                     self.advances += 1;
                 }
@@ -326,4 +347,70 @@ fn peer(
         ));
     }
     Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ggrs::GameStateCell;
+
+    fn save(cell: &GameStateCell<SaveHandle>, frame: i32) -> GgrsRequest<LuaGgrs> {
+        GgrsRequest::SaveGameState {
+            cell: cell.clone(),
+            frame,
+        }
+    }
+
+    fn advance() -> GgrsRequest<LuaGgrs> {
+        GgrsRequest::AdvanceFrame {
+            inputs: vec![
+                (1, ggrs::InputStatus::Confirmed),
+                (2, ggrs::InputStatus::Predicted),
+            ],
+        }
+    }
+
+    /// At the prediction threshold GGRS saves the same frame on every `advance_frame` call;
+    /// however long it waits there, the frames it may load stay in the window.
+    #[test]
+    fn saves_repeated_at_the_prediction_threshold_keep_older_frames_loadable() {
+        let mut cfg = GameConfig::default_game(2, 1);
+        cfg.base_address = None;
+        cfg.script = "local G, s = {}, nil
+            function G.init() s = { v = 0 } end
+            function G.step(i) s.v = s.v * 31 + i[1] + 7 * i[2] end
+            function G.digest() return s.v end
+            return G"
+            .into();
+        let window = cfg.window;
+        let game = Game::new(&cfg, Backend::ArenaIncremental).unwrap();
+        let mut driver = GgrsGame::new(game, Checksum::Arena);
+        let cells: Vec<GameStateCell<SaveHandle>> = (0..9).map(|_| Default::default()).collect();
+        for f in 0..8 {
+            driver
+                .handle(vec![save(&cells[f], f as i32), advance()])
+                .unwrap();
+        }
+        // Stalled at frame 8 for many times the window.
+        for _ in 0..window * 5 {
+            driver.handle(vec![save(&cells[8], 8)]).unwrap();
+        }
+        let at_8 = driver.game.arena_digest();
+        // Frame 0 is still there, and the replay from it reaches the same state.
+        driver
+            .handle(vec![GgrsRequest::LoadGameState {
+                cell: cells[0].clone(),
+                frame: 0,
+            }])
+            .unwrap();
+        for f in 1..=8 {
+            driver
+                .handle(vec![advance(), save(&cells[f], f as i32)])
+                .unwrap();
+        }
+        assert_eq!(driver.game.frame(), 8);
+        assert_eq!(driver.game.arena_digest(), at_8);
+        // Only the stalled saves were repeats: a save after a load or an advance is new.
+        assert_eq!(driver.repeated_saves, window as u64 * 5 - 1);
+    }
 }
