@@ -335,6 +335,75 @@ void luasnap_table_sizes(lua_State *L, int idx, unsigned int *narr, unsigned int
   *nhash = isdummy(t) ? 0 : (1u << t->lsizenode);
 }
 
+/* Table traversal by position, for the persister: positions number the array part, then the
+** hash nodes, as luaH_next numbers them, but resuming needs no lookup of the previous key.
+** Neither function allocates or raises; both check bounds, so a table changed during a
+** traversal (by a __persist function) cannot make them read outside it. */
+static const Table *luasnap_table_at(lua_State *L, int idx) {
+  const TValue *o = (idx > 0) ? s2v(L->ci->func.p + idx) : s2v(L->top.p + idx);
+  return ttistable(o) ? hvalue(o) : NULL;
+}
+
+/* Pushes the value, then the key, of the first non-empty entry at position >= *pos of the
+** table at idx, and sets *pos past it. Returns 0, pushing nothing, after the last entry. The
+** caller guarantees stack room for 2 values. */
+int luasnap_table_next(lua_State *L, int idx, unsigned int *pos) {
+  const Table *t = luasnap_table_at(L, idx);
+  unsigned int asize, i;
+  if (t == NULL) return 0;
+  asize = t->asize;
+  for (i = *pos; i < asize; i++) {
+    lu_byte tag = *getArrTag(t, i);
+    if (!tagisempty(tag)) {
+      farr2val(t, i, tag, s2v(L->top.p));
+      setivalue(s2v(L->top.p + 1), cast(lua_Integer, i) + 1);
+      L->top.p += 2;
+      *pos = i + 1;
+      return 1;
+    }
+  }
+  for (i = (i > asize ? i : asize) - asize; i < sizenode(t); i++) {
+    Node *n = gnode(t, i);
+    if (!isempty(gval(n))) {
+      setobj2s(L, L->top.p, gval(n));
+      getnodekey(L, s2v(L->top.p + 1), n);
+      L->top.p += 2;
+      *pos = asize + i + 1;
+      return 1;
+    }
+  }
+  *pos = asize + sizenode(t);
+  return 0;
+}
+
+/* Pushes the key (what == 0) or the value (what == 1) of the entry at position pos of the
+** table at idx. Returns 0, pushing nothing, if there is no such entry (any more). */
+int luasnap_table_entry(lua_State *L, int idx, unsigned int pos, int what) {
+  const Table *t = luasnap_table_at(L, idx);
+  if (t == NULL) return 0;
+  if (pos < t->asize) {
+    lu_byte tag = *getArrTag(t, pos);
+    if (tagisempty(tag)) return 0;
+    if (what == 0) {
+      setivalue(s2v(L->top.p), cast(lua_Integer, pos) + 1);
+    } else {
+      farr2val(t, pos, tag, s2v(L->top.p));
+    }
+  } else {
+    Node *n;
+    if (pos - t->asize >= (unsigned int)sizenode(t)) return 0;
+    n = gnode(t, pos - t->asize);
+    if (isempty(gval(n))) return 0;
+    if (what == 0) {
+      getnodekey(L, s2v(L->top.p), n);
+    } else {
+      setobj2s(L, L->top.p, gval(n));
+    }
+  }
+  L->top.p++;
+  return 1;
+}
+
 /* Calls f(q, ud) for p and every prototype nested in it. */
 void luasnap_proto_tree(const void *p, void (*f)(const void *, void *), void *ud) {
   const Proto *proto = (const Proto *)p;

@@ -1,9 +1,10 @@
 //! Persisting: Lua values to the save-game format.
 //!
 //! Depth first, without recursion on the native stack and with O(1) Lua stack: each object
-//! being written is a frame on a Rust stack; tables are iterated with `lua_next`, resumed from
-//! the key kept in a Lua-side table indexed by frame depth, so a million-deep linked list needs
-//! a million small frames and nothing more.
+//! being written is a frame on a Rust stack; tables are iterated by entry position (array
+//! part, then hash nodes: `luasnap_table_next` in `csrc/internals.c`), so resuming a table
+//! after a child object costs no key lookup, and a million-deep linked list needs a million
+//! small frames and nothing more.
 //!
 //! All Rust state lives in [`Persister`], owned outside the protected call: a Lua error (from a
 //! `__persist` function, or out of memory) unwinds only frames that hold nothing to drop.
@@ -23,16 +24,20 @@ unsafe extern "C" {
     fn luasnap_proto(L: *mut lua_State, idx: c_int) -> *const c_void;
     fn luasnap_proto_hash(p: *const c_void) -> u64;
     fn luasnap_proto_nupvalues(p: *const c_void) -> c_int;
+    fn luasnap_table_next(L: *mut lua_State, idx: c_int, pos: *mut u32) -> c_int;
+    fn luasnap_table_entry(L: *mut lua_State, idx: c_int, pos: u32, what: c_int) -> c_int;
 }
 
 /// A failure whose message is staged in `Persister::error`.
 pub(crate) struct Fail;
 
 enum Frame {
-    /// state 0: metatable next; 1: next entry.
+    /// state 0: metatable next; 1: next entry; 2: the key at `pos - 1` (an object) has been
+    /// written, its value next. `pos`: the position after the current entry.
     Table {
         id: u32,
         state: u8,
+        pos: u32,
     },
     LClosure {
         id: u32,
@@ -158,8 +163,6 @@ impl<'a> Persister<'a> {
             while !self.frames.is_empty() {
                 if !self.advance(L, s)? {
                     self.frames.pop();
-                    ffi::lua_pushnil(L);
-                    ffi::lua_rawseti(L, s.keys, self.frames.len() as ffi::lua_Integer + 1);
                 }
             }
         }
@@ -182,10 +185,18 @@ impl<'a> Persister<'a> {
         for (depth, seg) in self.segs.iter().enumerate() {
             match *seg {
                 Seg::Key => {
-                    // SAFETY: keys[depth+1] holds this frame's current key (or nil).
+                    let Some(&Frame::Table { id, pos, .. }) = self.frames.get(depth) else {
+                        continue;
+                    };
+                    // SAFETY: seen[id] is the frame's table; the current entry is at pos - 1;
+                    // both pushes are popped (the stack has room: fail runs with few values).
                     unsafe {
-                        ffi::lua_rawgeti(L, s.keys, depth as ffi::lua_Integer + 1);
-                        out.push_str(&key_text(L));
+                        ffi::luaL_checkstack(L, 2, c"persist".as_ptr());
+                        ffi::lua_rawgeti(L, s.seen, id as ffi::lua_Integer);
+                        if pos > 0 && luasnap_table_entry(L, -1, pos - 1, 0) != 0 {
+                            out.push_str(&key_text(L));
+                            ffi::lua_settop(L, -2);
+                        }
                         ffi::lua_settop(L, -2);
                     }
                 }
@@ -311,7 +322,21 @@ impl<'a> Persister<'a> {
                     luasnap_table_sizes(L, -1, &mut narr, &mut nhash);
                     self.w.varint(narr as u64);
                     self.w.varint(nhash as u64);
-                    self.frames.push(Frame::Table { id, state: 0 });
+                    // The metatable comes first: written here when it is nil or already
+                    // written (the common case: shared metatables), else by the frame.
+                    let mut state = 0;
+                    if ffi::lua_getmetatable(L, -1) == 0 {
+                        self.w.tag(Tag::Nil);
+                        state = 1;
+                    } else {
+                        if let Some(&mid) = self.refs.get(&ffi::lua_topointer(L, -1)) {
+                            self.w.tag(Tag::Ref);
+                            self.w.varint(mid as u64);
+                            state = 1;
+                        }
+                        ffi::lua_settop(L, -2);
+                    }
+                    self.frames.push(Frame::Table { id, state, pos: 0 });
                 }
                 ffi::LUA_TFUNCTION => {
                     if ffi::lua_iscfunction(L, -1) == 0 {
@@ -577,25 +602,6 @@ impl<'a> Persister<'a> {
         Ok(())
     }
 
-    /// Writes `seen[id][keys[depth]]`.
-    unsafe fn write_entry_value(
-        &mut self,
-        L: *mut lua_State,
-        s: Slots,
-        id: u32,
-        depth: usize,
-    ) -> Result<(), Fail> {
-        // SAFETY: protected context; raw reads only, then the value is written.
-        unsafe {
-            ffi::lua_rawgeti(L, s.seen, id as ffi::lua_Integer);
-            ffi::lua_rawgeti(L, s.keys, depth as ffi::lua_Integer);
-            ffi::lua_rawget(L, -2);
-            ffi::lua_rotate(L, -2, 1);
-            ffi::lua_settop(L, -2);
-            self.value(L, s)
-        }
-    }
-
     /// Moves the top frame on by one child. Returns false when the frame is complete.
     unsafe fn advance(&mut self, L: *mut lua_State, s: Slots) -> Result<bool, Fail> {
         let depth = self.frames.len();
@@ -604,7 +610,7 @@ impl<'a> Persister<'a> {
         // SAFETY: protected context; each arm pushes one child value and writes it.
         unsafe {
             match self.frames.last_mut().expect("non-empty") {
-                Frame::Table { id, state } => {
+                Frame::Table { id, state, pos } => {
                     let (id, st) = (*id, *state);
                     match st {
                         0 => {
@@ -622,50 +628,51 @@ impl<'a> Persister<'a> {
                         2 => {
                             // The key (an object) has been written; now its value.
                             *state = 1;
+                            let at = *pos - 1;
                             self.segs.push(Seg::Key);
-                            self.write_entry_value(L, s, id, depth)?;
+                            ffi::lua_rawgeti(L, s.seen, id as ffi::lua_Integer);
+                            if luasnap_table_entry(L, -1, at, 1) == 0 {
+                                ffi::lua_settop(L, -2);
+                                let what = "a table changed while it was being persisted (by a __persist function?)".to_string();
+                                return Err(self.fail(L, s, what));
+                            }
+                            ffi::lua_rotate(L, -2, 1);
+                            ffi::lua_settop(L, -2);
+                            self.value(L, s)?;
                             Ok(true)
                         }
                         _ => {
-                            // Next entry: resume `next` from the key kept in keys[depth].
+                            // Entries from `pos` on: [t, v, k] per entry; key, then value.
                             self.segs.push(Seg::Key);
+                            let mut at = *pos;
                             ffi::lua_rawgeti(L, s.seen, id as ffi::lua_Integer);
                             let t = ffi::lua_gettop(L);
-                            ffi::lua_rawgeti(L, s.keys, depth as ffi::lua_Integer);
-                            let simple = |t: c_int| {
-                                matches!(t, ffi::LUA_TBOOLEAN | ffi::LUA_TNUMBER | ffi::LUA_TSTRING)
-                            };
-                            loop {
-                                if ffi::lua_next(L, t) == 0 {
-                                    ffi::lua_settop(L, t - 1);
-                                    self.w.tag(Tag::Nil);
-                                    return Ok(false);
+                            while luasnap_table_next(L, t, &mut at) != 0 {
+                                if let Some(Frame::Table { pos, .. }) =
+                                    self.frames.get_mut(depth - 1)
+                                {
+                                    *pos = at;
                                 }
-                                if simple(ffi::lua_type(L, -2)) && simple(ffi::lua_type(L, -1)) {
-                                    // Fast path: [t, k, v] -> write k, then v; k stays for next.
-                                    ffi::lua_pushvalue(L, -2);
-                                    self.value(L, s)?;
-                                    self.value(L, s)?;
-                                    continue;
-                                }
-                                // Remember the key, write it; the value follows.
-                                ffi::lua_settop(L, -2);
-                                ffi::lua_pushvalue(L, -1);
-                                ffi::lua_rawseti(L, s.keys, depth as ffi::lua_Integer);
                                 self.value(L, s)?;
-                                ffi::lua_settop(L, t - 1);
                                 if self.frames.len() > depth {
                                     // The key is a new object whose contents come first.
+                                    ffi::lua_settop(L, t - 1);
                                     if let Some(Frame::Table { state, .. }) =
                                         self.frames.get_mut(depth - 1)
                                     {
                                         *state = 2;
                                     }
-                                } else {
-                                    self.write_entry_value(L, s, id, depth)?;
+                                    return Ok(true);
                                 }
-                                return Ok(true);
+                                self.value(L, s)?;
+                                if self.frames.len() > depth {
+                                    ffi::lua_settop(L, t - 1);
+                                    return Ok(true);
+                                }
                             }
+                            ffi::lua_settop(L, t - 1);
+                            self.w.tag(Tag::Nil);
+                            Ok(false)
                         }
                     }
                 }
