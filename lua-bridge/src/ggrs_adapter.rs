@@ -386,9 +386,9 @@ mod tests {
         let game = Game::new(&cfg, Backend::ArenaIncremental).unwrap();
         let mut driver = GgrsGame::new(game, Checksum::Arena);
         let cells: Vec<GameStateCell<SaveHandle>> = (0..9).map(|_| Default::default()).collect();
-        for f in 0..8 {
+        for (f, cell) in cells.iter().enumerate().take(8) {
             driver
-                .handle(vec![save(&cells[f], f as i32), advance()])
+                .handle(vec![save(cell, f as i32), advance()])
                 .unwrap();
         }
         // Stalled at frame 8 for many times the window.
@@ -403,9 +403,9 @@ mod tests {
                 frame: 0,
             }])
             .unwrap();
-        for f in 1..=8 {
+        for (f, cell) in cells.iter().enumerate().skip(1) {
             driver
-                .handle(vec![advance(), save(&cells[f], f as i32)])
+                .handle(vec![advance(), save(cell, f as i32)])
                 .unwrap();
         }
         assert_eq!(driver.game.frame(), 8);
