@@ -167,6 +167,37 @@ fn errors_name_the_path_to_the_offending_value() {
     );
 }
 
+#[test]
+fn a_persist_function_that_changes_the_table_being_written_gets_an_error() {
+    let mut a = Vm::builder().capacity(256 * MIB).build().unwrap();
+    // The key's __persist empties the table it is a key of, and fills it with new keys (a
+    // rehash), while the writer is between that key and its value.
+    a.exec(
+        "parent = {}
+         local k = setmetatable({}, { __persist = function()
+           for key in pairs(parent) do parent[key] = nil end
+           for i = 1, 100 do parent['n' .. i] = i end
+           return function() return {} end
+         end })
+         parent[k] = 'value'",
+        "x",
+    )
+    .unwrap();
+    let err = a.persist("parent").unwrap_err().to_string();
+    assert!(
+        err.contains("changed while it was being persisted"),
+        "{err}"
+    );
+    // The VM is fine, and a table left alone still persists.
+    a.exec("other = { 1, 2, x = 'y' }", "y").unwrap();
+    let bytes = a.persist("other").unwrap();
+    a.unpersist(&bytes, "copy").unwrap();
+    assert_eq!(
+        a.exec("return copy.x .. #copy", "z").unwrap(),
+        vec![Value::String(b"y2".to_vec())]
+    );
+}
+
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, bytemuck::Pod, bytemuck::Zeroable)]
 struct Vec2 {

@@ -32,12 +32,13 @@ unsafe extern "C" {
 pub(crate) struct Fail;
 
 enum Frame {
-    /// state 0: metatable next; 1: next entry; 2: the key at `pos - 1` (an object) has been
-    /// written, its value next. `pos`: the position after the current entry.
+    /// state 0: metatable next; 1: next entry; 2: the key at `pos - 1` (the object `key`) has
+    /// been written, its value next. `pos`: the position after the current entry.
     Table {
         id: u32,
         state: u8,
         pos: u32,
+        key: *const c_void,
     },
     LClosure {
         id: u32,
@@ -336,7 +337,12 @@ impl<'a> Persister<'a> {
                         }
                         ffi::lua_settop(L, -2);
                     }
-                    self.frames.push(Frame::Table { id, state, pos: 0 });
+                    self.frames.push(Frame::Table {
+                        id,
+                        state,
+                        pos: 0,
+                        key: std::ptr::null(),
+                    });
                 }
                 ffi::LUA_TFUNCTION => {
                     if ffi::lua_iscfunction(L, -1) == 0 {
@@ -610,7 +616,12 @@ impl<'a> Persister<'a> {
         // SAFETY: protected context; each arm pushes one child value and writes it.
         unsafe {
             match self.frames.last_mut().expect("non-empty") {
-                Frame::Table { id, state, pos } => {
+                Frame::Table {
+                    id,
+                    state,
+                    pos,
+                    key,
+                } => {
                     let (id, st) = (*id, *state);
                     match st {
                         0 => {
@@ -628,10 +639,17 @@ impl<'a> Persister<'a> {
                         2 => {
                             // The key (an object) has been written; now its value.
                             *state = 1;
-                            let at = *pos - 1;
+                            let (at, written) = (*pos - 1, *key);
                             self.segs.push(Seg::Key);
                             ffi::lua_rawgeti(L, s.seen, id as ffi::lua_Integer);
-                            if luasnap_table_entry(L, -1, at, 1) == 0 {
+                            // The entry must still be the key just written: a __persist
+                            // function may have changed this table meanwhile.
+                            let same = luasnap_table_entry(L, -1, at, 0) != 0 && {
+                                let p = ffi::lua_topointer(L, -1);
+                                ffi::lua_settop(L, -2);
+                                p == written
+                            };
+                            if !same || luasnap_table_entry(L, -1, at, 1) == 0 {
                                 ffi::lua_settop(L, -2);
                                 let what = "a table changed while it was being persisted (by a __persist function?)".to_string();
                                 return Err(self.fail(L, s, what));
@@ -653,14 +671,16 @@ impl<'a> Persister<'a> {
                                 {
                                     *pos = at;
                                 }
+                                let key_ptr = ffi::lua_topointer(L, -1);
                                 self.value(L, s)?;
                                 if self.frames.len() > depth {
                                     // The key is a new object whose contents come first.
                                     ffi::lua_settop(L, t - 1);
-                                    if let Some(Frame::Table { state, .. }) =
+                                    if let Some(Frame::Table { state, key, .. }) =
                                         self.frames.get_mut(depth - 1)
                                     {
                                         *state = 2;
+                                        *key = key_ptr;
                                     }
                                     return Ok(true);
                                 }
