@@ -157,6 +157,49 @@ fn freeing_a_foreign_or_interior_pointer_is_refused() {
     a.verify().unwrap();
 }
 
+/// A large block that cannot grow in place moves down into the free run on its left, keeping
+/// its bytes, instead of leaving a hole there and growing the extent.
+#[test]
+fn a_growing_array_reuses_the_hole_on_its_left() {
+    const K: usize = 1024;
+    let mut arena = Arena::new(64 << 20).unwrap();
+    let a = arena.alloc(64 * K).unwrap();
+    let b = arena.alloc(64 * K).unwrap();
+    let wall = arena.alloc(64 * K).unwrap(); // keeps b from growing to the right
+                                             // SAFETY: b is a live block of 64 KiB.
+    unsafe { std::ptr::write_bytes(b.as_ptr(), 0xAB, 64 * K) };
+    // SAFETY: a is live, of that size.
+    assert!(unsafe { arena.free(a, 64 * K) });
+    let extent = arena.stats().extent_bytes;
+    // SAFETY: b is live, of that size.
+    let grown = unsafe { arena.realloc(b, 64 * K, 128 * K) }.unwrap();
+    assert_eq!(grown, a, "moved down into the freed run");
+    assert_eq!(
+        arena.stats().extent_bytes,
+        extent,
+        "no growth of the extent"
+    );
+    // SAFETY: grown is a live block of 128 KiB.
+    let bytes = unsafe { std::slice::from_raw_parts(grown.as_ptr(), 64 * K) };
+    assert!(bytes.iter().all(|&x| x == 0xAB));
+    assert_eq!(arena.block_size(grown.as_ptr()), Some(128 * K));
+    arena.verify().unwrap();
+    // A bigger growth takes the left run and what it needs on the right, then frees cleanly.
+    let c = arena.alloc(40 * K).unwrap();
+    // SAFETY: each is live with the size given.
+    unsafe {
+        assert!(arena.free(grown, 128 * K));
+        assert!(arena.free(wall, 64 * K));
+    }
+    // SAFETY: c is live, of that size.
+    let c2 = unsafe { arena.realloc(c, 40 * K, 300 * K) }.unwrap();
+    arena.verify().unwrap();
+    // SAFETY: c2 is live, of that size.
+    assert!(unsafe { arena.free(c2, 300 * K) });
+    arena.verify().unwrap();
+    assert_eq!(arena.stats().bytes_in_use, 0);
+}
+
 fn lua(ud: *mut c_void, ptr: *mut u8, osize: usize, nsize: usize) -> *mut u8 {
     // SAFETY: ud comes from Arena::lua_alloc of a live arena and ptr/osize follow the contract.
     unsafe { lua_alloc(ud, ptr.cast(), osize, nsize) }.cast()

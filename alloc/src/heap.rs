@@ -561,6 +561,9 @@ impl Heap {
             if self.grow_large_in_place(page, old_pages, want) {
                 return ptr;
             }
+            if let Some(head) = self.grow_large_leftwards(page, old_pages, want, osize.min(cap)) {
+                return self.page_ptr(head);
+            }
         }
         let fresh = self.alloc_block(nsize);
         if fresh.is_null() {
@@ -613,6 +616,70 @@ impl Heap {
         self.set_large(head, want);
         self.hdr().allocated += (extra as usize * PAGE_SIZE) as u64;
         true
+    }
+
+    /// Grows a large block into the free run on its left (and, if that is not enough, the
+    /// free run or wilderness on its right), moving its first `keep` bytes down. Arrays grow by
+    /// reallocation; without this, each move leaves a hole just below the new block that the
+    /// next, bigger growth cannot use. Returns the new head page.
+    fn grow_large_leftwards(
+        &mut self,
+        head: u32,
+        old_pages: u32,
+        want: u32,
+        keep: usize,
+    ) -> Option<u32> {
+        if head == 0 {
+            return None;
+        }
+        let left = self.desc(head - 1);
+        let lhead = match left.kind() {
+            Kind::FreeHead => head - 1,
+            Kind::FreeTail => left.len,
+            _ => return None,
+        };
+        let llen = self.desc(lhead).len;
+        let end = head + old_pages;
+        let h = self.hdr_ref();
+        let (top, limit) = (h.top, h.limit_pages.min(h.max_pages));
+        let have = llen + old_pages;
+        let need_right = want.saturating_sub(have);
+        if need_right > 0 {
+            let room = if end == top {
+                limit.saturating_sub(top)
+            } else {
+                let next = self.desc(end);
+                if next.kind() == Kind::FreeHead {
+                    next.len
+                } else {
+                    0
+                }
+            };
+            if room < need_right {
+                return None;
+            }
+        }
+        self.bin_remove(lhead);
+        if need_right > 0 {
+            if end == top {
+                self.grow_top(top + need_right);
+            } else {
+                let rlen = self.desc(end).len;
+                self.bin_remove(end);
+                if rlen > need_right {
+                    self.insert_free(end + need_right, rlen - need_right);
+                }
+            }
+        }
+        // SAFETY: source and destination lie in pages [lhead, end + need_right), all owned by
+        // this block or free; `copy` handles the overlap.
+        unsafe { ptr::copy(self.page_ptr(head), self.page_ptr(lhead), keep) };
+        self.set_large(lhead, want);
+        if need_right == 0 && lhead + want < end {
+            self.free_run(lhead + want, end - (lhead + want));
+        }
+        self.hdr().allocated += ((want - old_pages) as usize * PAGE_SIZE) as u64;
+        Some(lhead)
     }
 
     fn set_large(&mut self, head: u32, pages: u32) {
