@@ -68,6 +68,10 @@ fn write_seeds() {
         ("special", "local s = make_state() saved = s.v"),
         ("perms", "saved = { print, string, coroutine.yield }"),
         ("weak", "saved = setmetatable({}, { __mode = 'kv' })"),
+        (
+            "strrefs",
+            "local s = ('name'):rep(3) saved = { s, s, [s] = s, x = 'abcd', y = 'abcd', z = 'ab' }",
+        ),
     ];
     for (name, code) in seeds {
         vm.exec(code, "seed").unwrap();

@@ -168,6 +168,71 @@ fn errors_name_the_path_to_the_offending_value() {
 }
 
 #[test]
+fn repeated_strings_are_written_once_and_format_1_files_still_load() {
+    let mut a = vm();
+    a.exec(
+        "local long = ('inventory slot '):rep(8)
+         saved = {}
+         for i = 1, 1000 do saved[i] = { [long] = long, kind = 'sword', n = 'ab' } end",
+        "x",
+    )
+    .unwrap();
+    let bytes = a.persist("saved").unwrap();
+    // 1000 copies of a 120-byte string would be 240 KB inline.
+    assert!(bytes.len() < 40_000, "{} bytes", bytes.len());
+    a.unpersist(&bytes, "copy").unwrap();
+    assert_eq!(
+        a.exec(
+            "local long = ('inventory slot '):rep(8)
+             for i = 1, 1000 do
+               local e = copy[i]
+               assert(e[long] == long and e.kind == 'sword' and e.n == 'ab')
+             end
+             return #copy",
+            "check",
+        )
+        .unwrap(),
+        vec![Value::Integer(1000)]
+    );
+    // Format 1 wrote every string inline and had no string references; a body without them
+    // is the same in both formats, so a file saying format 1 loads.
+    a.exec("old = { 'abcdef', x = 'ghijkl' }", "y").unwrap();
+    let mut v1 = a.persist("old").unwrap();
+    v1[8..10].copy_from_slice(&1u16.to_le_bytes());
+    a.unpersist(&v1, "old_copy").unwrap();
+    assert_eq!(
+        a.exec("return old_copy[1] .. old_copy.x", "z").unwrap(),
+        vec![Value::String(b"abcdefghijkl".to_vec())]
+    );
+    // Format 3 is refused, naming what this build reads.
+    v1[8..10].copy_from_slice(&3u16.to_le_bytes());
+    let err = a.unpersist(&v1, "x").unwrap_err().to_string();
+    assert!(
+        err.contains("format 3 is not supported") && err.contains("1 to 2"),
+        "{err}"
+    );
+    // A hostile reference to a string that was never written is a clear error.
+    let table_with_ref_1: &[u8] = &[20, 0, 1, 0, 5, 4, b'a', b'b', b'c', b'd', 7, 1, 0];
+    for body in [&[7u8, 0][..], &[7u8, 200, 1][..], table_with_ref_1] {
+        let err = a
+            .unpersist(&seal_body(body, false), "bad")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("bad string reference"), "{err}");
+    }
+    // ...and one to a string that was written works.
+    a.unpersist(
+        &seal_body(&[20, 0, 1, 0, 5, 4, b'a', b'b', b'c', b'd', 7, 0, 0], false),
+        "ok",
+    )
+    .unwrap();
+    assert_eq!(
+        a.exec("return ok.abcd", "w").unwrap(),
+        vec![Value::String(b"abcd".to_vec())]
+    );
+}
+
+#[test]
 fn a_persist_function_that_changes_the_table_being_written_gets_an_error() {
     let mut a = Vm::builder().capacity(256 * MIB).build().unwrap();
     // The key's __persist empties the table it is a key of, and fills it with new keys (a

@@ -17,7 +17,10 @@
 //! ```
 //!
 //! Every object gets the next id (0, 1, ...) at its first occurrence, in the same order when
-//! writing and reading; later occurrences are `Ref(id)`. Tables list their metatable, then
+//! writing and reading; later occurrences are `Ref(id)`. Strings are numbered apart: each `Str`
+//! of at least `MIN_STRREF_LEN` bytes gets the next string id, and a later occurrence of the
+//! same string is `StrRef(sid)` (format 2; format 1 files have no `StrRef` and read the same).
+//! Shorter strings are always inline: interning them again costs less than looking them up. Tables list their metatable, then
 //! key-value pairs, then `Nil` in key position.
 
 use xxhash_rust::xxh3::xxh3_64;
@@ -25,7 +28,9 @@ use xxhash_rust::xxh3::xxh3_64;
 /// Identifies a save-game.
 pub const MAGIC: &[u8; 8] = b"LUASNAPS";
 /// Version of this format. Files of other versions are refused with a clear error.
-pub const FORMAT_VERSION: u16 = 1;
+pub const FORMAT_VERSION: u16 = 2;
+/// The oldest format version this build still reads (format 2 only added `StrRef`).
+pub const OLDEST_FORMAT_VERSION: u16 = 1;
 /// The Lua release whose prototypes the file refers to (`LUA_VERSION_RELEASE_NUM`).
 pub const LUA_RELEASE: u32 = 50501;
 /// Length of the header.
@@ -34,6 +39,9 @@ const INT_CHECK: i64 = 0x0102_0304_0506_0708;
 const NUM_CHECK: f64 = -370.5;
 /// Flag: the file carries bytecode for its prototypes (needed only to load in trusted mode).
 pub const FLAG_BYTECODE: u8 = 1;
+
+/// Strings at least this long are written once and referred to afterwards.
+pub const MIN_STRREF_LEN: usize = 4;
 
 /// Value tags.
 #[repr(u8)]
@@ -46,6 +54,7 @@ pub enum Tag {
     Float = 4,
     Str = 5,
     Light = 6,
+    StrRef = 7,
     Ref = 10,
     Perm = 11,
     Table = 20,
@@ -73,6 +82,7 @@ impl Tag {
             4 => Float,
             5 => Str,
             6 => Light,
+            7 => StrRef,
             10 => Ref,
             11 => Perm,
             20 => Table,
@@ -180,7 +190,7 @@ pub fn open(file: &[u8]) -> Result<(&[u8], u8), HeaderError> {
     let u32_at = |i: usize| u32::from_le_bytes(file[i..i + 4].try_into().unwrap());
     let u64_at = |i: usize| u64::from_le_bytes(file[i..i + 8].try_into().unwrap());
     let format = u16_at(8);
-    if format != FORMAT_VERSION {
+    if !(OLDEST_FORMAT_VERSION..=FORMAT_VERSION).contains(&format) {
         return Err(HeaderError::Format { found: format });
     }
     let lua = u32_at(10);

@@ -116,6 +116,8 @@ pub(crate) struct Slots {
     pub seen: c_int,
     pub objs: c_int,
     pub keys: c_int,
+    /// Strings by string id (anchored while the save is written or read).
+    pub strs: c_int,
     pub protos: c_int,
     pub inits: c_int,
 }
@@ -200,11 +202,11 @@ pub enum LoadError {
         len: usize,
     },
     /// Written by another version of the format.
-    #[error("save-game format {found} is not supported (this build reads format {supported}); load it with the luasnap version that wrote it")]
+    #[error("save-game format {found} is not supported (this build reads formats 1 to {supported}); load it with the luasnap version that wrote it")]
     UnsupportedFormat {
         /// The file's format version.
         found: u16,
-        /// The version this build reads.
+        /// The newest version this build reads (it reads every version from 1 up).
         supported: u16,
     },
     /// Written for another Lua release.
@@ -510,13 +512,14 @@ unsafe fn persist_protected(L: *mut lua_State, opts: &PersistOptions) -> (c_int,
                 ffi::lua_replace(L, 1);
             }
             ffi::lua_createtable(L, 0, 0); // seen
-            ffi::lua_createtable(L, 0, 0); // keys
-            ffi::lua_rotate(L, 2, 2); // [perms, seen, keys, value]
+            ffi::lua_createtable(L, 0, 0); // strs
+            ffi::lua_rotate(L, 2, 2); // [perms, seen, strs, value]
             let s = Slots {
                 perms: 1,
                 seen: 2,
                 objs: 2,
                 keys: 3,
+                strs: 3,
                 protos: 3,
                 inits: 3,
             };
@@ -585,7 +588,7 @@ unsafe fn load_protected(L: *mut lua_State, opts: &LoadOptions) -> (c_int, Optio
             }
             // [unperms, data]: the data string stays on the stack while the loader reads it.
             ffi::lua_settop(L, 2);
-            for _ in 0..4 {
+            for _ in 0..5 {
                 ffi::lua_createtable(L, 0, 0);
             }
             let s = Slots {
@@ -595,6 +598,7 @@ unsafe fn load_protected(L: *mut lua_State, opts: &LoadOptions) -> (c_int, Optio
                 keys: 4,
                 protos: 5,
                 inits: 6,
+                strs: 7,
             };
             if loader.run(L, s).is_err() {
                 let msg = loader.error.as_deref().unwrap_or("load failed");

@@ -7,7 +7,9 @@
 //! trusts the file's bytecode), and Lua code run while loading (`__persist` rebuild functions)
 //! is bounded by an instruction budget.
 
-use super::format::{Reader, Tag, THREAD_DEAD, THREAD_NOT_STARTED, THREAD_SUSPENDED};
+use super::format::{
+    Reader, Tag, MIN_STRREF_LEN, THREAD_DEAD, THREAD_NOT_STARTED, THREAD_SUSPENDED,
+};
 use super::{luasnap_thread_restore, luasnap_upval_join_open, CiRecord};
 use super::{LoadOptions, Slots};
 use crate::ffi::Shared;
@@ -78,6 +80,8 @@ enum Frame {
 pub(crate) struct Loader<'a> {
     r: Reader<'a>,
     next_id: u32,
+    /// Strings read so far (`strs[1..=strs]`).
+    strs: u32,
     protos: Vec<*const c_void>,
     index: Option<HashMap<u64, *const c_void>>,
     full_index: bool,
@@ -129,6 +133,7 @@ impl<'a> Loader<'a> {
         Loader {
             r: Reader::new(body),
             next_id: 0,
+            strs: 0,
             protos: Vec::new(),
             index: None,
             full_index: false,
@@ -231,8 +236,19 @@ impl<'a> Loader<'a> {
                 Tag::Str => match self.r.bytes() {
                     Some(b) => {
                         ffi::lua_pushlstring(L, b.as_ptr().cast(), b.len());
+                        if b.len() >= MIN_STRREF_LEN {
+                            self.strs += 1;
+                            ffi::lua_pushvalue(L, -1);
+                            ffi::lua_rawseti(L, s.strs, self.strs as ffi::lua_Integer);
+                        }
                     }
                     None => return Err(self.malformed("bad string length")),
+                },
+                Tag::StrRef => match self.r.varint() {
+                    Some(sid) if sid < self.strs as u64 => {
+                        ffi::lua_rawgeti(L, s.strs, sid as ffi::lua_Integer + 1);
+                    }
+                    _ => return Err(self.malformed("bad string reference")),
                 },
                 Tag::Light => match self.r.u64() {
                     Some(v) => ffi::lua_pushlightuserdata(L, v as usize as *mut c_void),

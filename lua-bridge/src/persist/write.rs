@@ -9,7 +9,9 @@
 //! All Rust state lives in [`Persister`], owned outside the protected call: a Lua error (from a
 //! `__persist` function, or out of memory) unwinds only frames that hold nothing to drop.
 
-use super::format::{Tag, Writer, THREAD_DEAD, THREAD_NOT_STARTED, THREAD_SUSPENDED};
+use super::format::{
+    Tag, Writer, MIN_STRREF_LEN, THREAD_DEAD, THREAD_NOT_STARTED, THREAD_SUSPENDED,
+};
 use super::{
     luasnap_thread_ci, luasnap_thread_info, luasnap_thread_push_slot, luasnap_upval_open, CiRecord,
 };
@@ -85,6 +87,8 @@ enum Seg {
 pub(crate) struct Persister<'a> {
     pub w: Writer,
     refs: HashMap<*const c_void, u32>,
+    /// Strings written, by identity, to their string id.
+    strs: HashMap<*const c_void, u32>,
     /// Identities of the permanents (objects only), to skip the Lua lookup for the rest.
     perm_ptrs: Option<HashSet<*const c_void>>,
     next_id: u32,
@@ -121,6 +125,7 @@ impl<'a> Persister<'a> {
         Persister {
             w: Writer::default(),
             refs: HashMap::default(),
+            strs: HashMap::default(),
             perm_ptrs: None,
             next_id: 0,
             protos: HashMap::default(),
@@ -243,10 +248,31 @@ impl<'a> Persister<'a> {
                     }
                 }
                 ffi::LUA_TSTRING => {
+                    // Strings of MIN_STRREF_LEN bytes or more are written once and referred
+                    // to afterwards (by identity: short strings are interned, so that is one
+                    // object per content); shorter ones cost less to repeat than to look up.
                     let mut len = 0;
                     let p = ffi::lua_tolstring(L, -1, &mut len);
-                    self.w.tag(Tag::Str);
-                    self.w.bytes(std::slice::from_raw_parts(p.cast(), len));
+                    let bytes = std::slice::from_raw_parts(p.cast::<u8>(), len);
+                    if len < MIN_STRREF_LEN {
+                        self.w.tag(Tag::Str);
+                        self.w.bytes(bytes);
+                    } else {
+                        let obj = ffi::lua_topointer(L, -1);
+                        if let Some(&sid) = self.strs.get(&obj) {
+                            self.w.tag(Tag::StrRef);
+                            self.w.varint(sid as u64);
+                        } else {
+                            self.w.tag(Tag::Str);
+                            self.w.bytes(bytes);
+                            let sid = self.strs.len() as u32;
+                            self.strs.insert(obj, sid);
+                            // Anchored: a __persist function may run a full collection, and
+                            // a freed string's address could come back as another string.
+                            ffi::lua_pushvalue(L, -1);
+                            ffi::lua_rawseti(L, s.strs, sid as ffi::lua_Integer + 1);
+                        }
+                    }
                 }
                 ffi::LUA_TLIGHTUSERDATA => {
                     if self.permanent(L, s) {
