@@ -348,7 +348,10 @@ impl Arena {
     /// The whole reservation as bytes, for snapshot engines and digests. Offsets match
     /// [`Arena::state_ranges`].
     pub fn bytes(&self, range: Range<usize>) -> &[u8] {
-        assert!(range.end <= self.map.len(), "range beyond the arena");
+        assert!(
+            range.start <= range.end && range.end <= self.map.len(),
+            "range {range:?} is not inside the arena"
+        );
         // SAFETY: the range lies inside our mapping; `&self` excludes concurrent writes through
         // this arena's safe API for the life of the slice.
         unsafe {
@@ -364,7 +367,10 @@ impl Arena {
     /// map); otherwise later allocator calls are undefined behaviour. Pointers into the arena
     /// held elsewhere (e.g. by a Lua state) must be consistent with the restored state.
     pub unsafe fn bytes_mut(&mut self, range: Range<usize>) -> &mut [u8] {
-        assert!(range.end <= self.map.len(), "range beyond the arena");
+        assert!(
+            range.start <= range.end && range.end <= self.map.len(),
+            "range {range:?} is not inside the arena"
+        );
         // SAFETY: in bounds of our mapping; `&mut self` gives exclusive access.
         unsafe {
             std::slice::from_raw_parts_mut(self.map.base().as_ptr().add(range.start), range.len())

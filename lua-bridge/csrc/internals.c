@@ -362,7 +362,7 @@ int luasnap_table_next(lua_State *L, int idx, unsigned int *pos) {
       return 1;
     }
   }
-  for (i = (i > asize ? i : asize) - asize; i < sizenode(t); i++) {
+  for (i -= asize; i < sizenode(t); i++) {  /* i >= asize here */
     Node *n = gnode(t, i);
     if (!isempty(gval(n))) {
       setobj2s(L, L->top.p, gval(n));
@@ -429,7 +429,9 @@ void luasnap_reset_strcache(lua_State *L) {
   global_State *g = G(L);
   int i, j;
   for (i = 0; i < STRCACHE_N; i++)
-    for (j = 0; j < STRCACHE_M; j++) g->strcache[i][j] = g->memerrmsg;
+    for (j = 0; j < STRCACHE_M; j++)
+      if (g->strcache[i][j] != g->memerrmsg)  /* unchanged bytes: no page written */
+        g->strcache[i][j] = g->memerrmsg;
 }
 
 /* Sets the n slots just above the top to nil (cheap: host calls leave a light userdata with a

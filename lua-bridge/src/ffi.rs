@@ -482,6 +482,10 @@ unsafe fn push_userdata(L: *mut lua_State, u: &UserDataValue, shared: &Shared) {
 }
 
 /// Copies the value at `idx` into Rust. Uses only API calls that cannot raise.
+///
+/// # Safety
+/// `L` is a valid state of a VM built by this crate, `idx` a valid index in it, and `shared`
+/// that VM's shared state.
 pub(crate) unsafe fn to_value(
     L: *mut lua_State,
     idx: c_int,

@@ -10,8 +10,8 @@
 
 use crate::runtime::{scripted_input, Backend, Game, GameConfig, GameError, SaveHandle};
 use ggrs::{
-    GgrsError, GgrsEvent, GgrsRequest, Message, NonBlockingSocket, PlayerType, SessionBuilder,
-    SessionState,
+    GameStateCell, GgrsError, GgrsEvent, GgrsRequest, Message, NonBlockingSocket, PlayerType,
+    SessionBuilder, SessionState,
 };
 use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
 use std::time::{Duration, Instant};
@@ -51,7 +51,8 @@ pub struct GgrsGame {
     /// the current frame on every `advance_frame`, also while it waits at the prediction
     /// threshold, and a new snapshot each time would push the frames it may still load out of
     /// the VM's window.
-    last_save: Option<(u64, SaveHandle, u128)>,
+    /// The cell holds the handle, so a repeat copies it only then (a save-game is megabytes).
+    last_save: Option<(u64, GameStateCell<SaveHandle>, u128)>,
 }
 
 impl GgrsGame {
@@ -101,15 +102,15 @@ impl GgrsGame {
                     }
                     let frame_now = self.game.frame();
                     match &self.last_save {
-                        Some((f, handle, sum)) if *f == frame_now => {
-                            cell.save(frame, Some(handle.clone()), Some(*sum));
+                        Some((f, saved, sum)) if *f == frame_now => {
+                            cell.save(frame, saved.load(), Some(*sum));
                             self.repeated_saves += 1;
                         }
                         _ => {
                             let handle = self.game.save()?;
                             let sum = self.checksum()?;
-                            cell.save(frame, Some(handle.clone()), Some(sum));
-                            self.last_save = Some((frame_now, handle, sum));
+                            cell.save(frame, Some(handle), Some(sum));
+                            self.last_save = Some((frame_now, cell, sum));
                         }
                     }
                     self.saves += 1;
@@ -352,7 +353,6 @@ fn peer(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ggrs::GameStateCell;
 
     fn save(cell: &GameStateCell<SaveHandle>, frame: i32) -> GgrsRequest<LuaGgrs> {
         GgrsRequest::SaveGameState {

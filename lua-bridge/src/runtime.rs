@@ -437,6 +437,18 @@ pub struct Timings {
     pub rollback_overheads: Vec<Duration>,
 }
 
+impl Timings {
+    /// Records a rollback's overhead: the loads and saves timed since there were
+    /// `loads_before` loads and `saves_before` saves.
+    fn close_rollback(&mut self, loads_before: usize, saves_before: usize) {
+        let overhead = self.loads[loads_before..]
+            .iter()
+            .chain(&self.saves[saves_before..])
+            .sum();
+        self.rollback_overheads.push(overhead);
+    }
+}
+
 /// The `q`-quantile (0..=1) of durations, in microseconds.
 pub fn quantile_us(d: &[Duration], q: f64) -> f64 {
     if d.is_empty() {
@@ -539,11 +551,7 @@ impl FrameSession {
         }
         self.rollbacks += 1;
         self.resimulated += now - frame;
-        let overhead: Duration = self.timings.loads[loads_before..]
-            .iter()
-            .chain(&self.timings.saves[saves_before..])
-            .sum();
-        self.timings.rollback_overheads.push(overhead);
+        self.timings.close_rollback(loads_before, saves_before);
         Ok(())
     }
 
@@ -635,11 +643,7 @@ impl PredictiveClient {
         if had_pending {
             self.rollbacks += 1;
             self.resimulated += self.pending.len() as u64;
-            let overhead: Duration = self.timings.loads[loads_before..]
-                .iter()
-                .chain(&self.timings.saves[saves_before..])
-                .sum();
-            self.timings.rollback_overheads.push(overhead);
+            self.timings.close_rollback(loads_before, saves_before);
         }
         Ok(())
     }

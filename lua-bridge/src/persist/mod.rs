@@ -537,23 +537,45 @@ unsafe fn persist_protected(L: *mut lua_State, opts: &PersistOptions) -> (c_int,
             1
         }
     };
-    let mut job = Job {
-        body: &mut body,
-        panic: None,
-    };
-    // SAFETY: runs the body protected with perms and value as its arguments.
-    let st = unsafe {
+    // SAFETY: perms and value are the two values on top (callers' contract).
+    let st = unsafe { call_job(L, &mut body, false, running) };
+    (st, p.error.take())
+}
+
+/// Runs `body` protected with the two values on top of the stack as its arguments; they are
+/// replaced by its one result, or by the error object. With `budget`, the instruction-budget
+/// hook runs meanwhile and is removed afterwards; with `restart_gc`, the collector (which the
+/// body stops) is restarted. Returns the `lua_pcall` status.
+///
+/// # Safety
+/// `L` is a VM of this crate with at least two values on its stack, in a context where Lua
+/// may be called.
+unsafe fn call_job(
+    L: *mut lua_State,
+    body: &mut dyn FnMut(*mut lua_State) -> c_int,
+    budget: bool,
+    restart_gc: bool,
+) -> c_int {
+    let mut job = Job { body, panic: None };
+    // SAFETY: the job outlives the protected call that reads it through the light userdata;
+    // the pushes need no allocation beyond LUA_MINSTACK.
+    unsafe {
         let base = ffi::lua_gettop(L) - 2;
         ffi::lua_pushcclosure(L, raw::run_job, 0);
         ffi::lua_pushlightuserdata(L, (&mut job as *mut Job<'_>).cast());
         ffi::lua_rotate(L, base + 1, 2);
+        if budget {
+            ffi::lua_sethook(L, Some(budget_hook), ffi::LUA_MASKCOUNT, 1000);
+        }
         let st = ffi::lua_pcall(L, 3, 1, 0);
-        if running {
+        if budget {
+            ffi::lua_sethook(L, None, 0, 0);
+        }
+        if restart_gc {
             ffi::lua_gc(L, ffi::LUA_GCRESTART);
         }
         st
-    };
-    (st, p.error.take())
+    }
 }
 
 /// Loads the file (a string on top, at `base + 2`) with unperms at `base + 1` (or nil).
@@ -608,25 +630,9 @@ unsafe fn load_protected(L: *mut lua_State, opts: &LoadOptions) -> (c_int, Optio
             1
         }
     };
-    let mut job = Job {
-        body: &mut body,
-        panic: None,
-    };
-    // SAFETY: runs the body protected with unperms and the file as arguments; the count hook
-    // bounds Lua code run meanwhile and is removed afterwards.
-    let st = unsafe {
-        let base = ffi::lua_gettop(L) - 2;
-        ffi::lua_pushcclosure(L, raw::run_job, 0);
-        ffi::lua_pushlightuserdata(L, (&mut job as *mut Job<'_>).cast());
-        ffi::lua_rotate(L, base + 1, 2);
-        ffi::lua_sethook(L, Some(budget_hook), ffi::LUA_MASKCOUNT, 1000);
-        let st = ffi::lua_pcall(L, 3, 1, 0);
-        ffi::lua_sethook(L, None, 0, 0);
-        if running {
-            ffi::lua_gc(L, ffi::LUA_GCRESTART);
-        }
-        st
-    };
+    // SAFETY: unperms and the file are the two values on top (callers' contract); the count
+    // hook bounds Lua code run meanwhile.
+    let st = unsafe { call_job(L, &mut body, true, running) };
     (st, loader.error.take())
 }
 
