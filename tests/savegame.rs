@@ -71,6 +71,84 @@ fn tables_with_metatables_cycles_sharing_and_weak_modes() {
     );
 }
 
+/// Tables of plain values are written from a scan of each table and built in batches; this
+/// crosses every boundary of those batches: more entries than one batch, nesting deeper than
+/// one batch builds, cycles and shared tables inside them, string references across batches,
+/// float keys that are integers, and objects in the middle of plain entries.
+#[test]
+fn large_and_deep_plain_tables_cross_batch_boundaries() {
+    round_trip(
+        "local shared = { 'shared' }
+         saved = { list = {}, deep = {}, mixed = {} }
+         for i = 1, 3000 do
+           saved.list[i] = { i, i + 0.5, 'name number ' .. (i % 7), flag = i % 2 == 0, s = shared }
+         end
+         local d = saved.deep
+         for i = 1, 40 do d.next = { depth = i, label = 'depth label' } d.next.up = d d = d.next end
+         saved.mixed[2.0] = 'two'
+         for i = 3, 500 do saved.mixed[i] = (i % 50 == 0) and function() return i end or ('v' .. i) end
+         saved.mixed.self = saved.mixed",
+        "local s = saved
+         for i = 1, 3000 do
+           local e = s.list[i]
+           if e[1] ~= i or e[2] ~= i + 0.5 or e[3] ~= 'name number ' .. (i % 7)
+             or e.flag ~= (i % 2 == 0) or e.s ~= s.list[1].s then return false end
+         end
+         local d, n = s.deep, 0
+         while d.next do
+           if d.next.up ~= d or d.next.label ~= 'depth label' then return false end
+           d = d.next n = n + 1
+         end
+         if n ~= 40 or d.depth ~= 40 then return false end
+         local m = s.mixed
+         if m[2] ~= 'two' or math.type(next({ [2.0] = 1 })) ~= 'integer' or m.self ~= m then return false end
+         for i = 3, 500 do
+           if i % 50 == 0 then if m[i]() ~= i then return false end
+           elseif m[i] ~= 'v' .. i then return false end
+         end
+         return s.list[1].s[1] == 'shared'",
+    );
+}
+
+/// The writer records strings by identity without anchoring each; a `__persist` function
+/// that frees strings already written and makes new ones must not have them mistaken for
+/// each other (a freed string's address comes back for a new string of the same size).
+#[test]
+fn strings_written_before_a_persist_function_runs_stay_distinct() {
+    let code = "
+        Junk = {}
+        local Drop = { __persist = function()
+          for i = 1, 20 do saved[i] = nil end
+          collectgarbage() collectgarbage()
+          for i = 1, 2000 do Junk[i] = ('fresh string %06d'):format(i) end
+          for i = 1, 2000 do saved[100 + i] = Junk[i] end
+          return function() return {} end
+        end }
+        saved = {}
+        for i = 1, 20 do saved[i] = ('freed string %06d'):format(i) end
+        saved[21] = setmetatable({}, Drop)";
+    let mut a = vm();
+    a.exec(code, "game").unwrap();
+    let bytes = a.persist("saved").unwrap();
+    a.unpersist(&bytes, "copy").unwrap();
+    assert_eq!(
+        a.exec(
+            "for i = 1, 20 do assert(copy[i] == ('freed string %06d'):format(i), copy[i]) end
+             local n = 0
+             for i = 101, 2100 do
+               if copy[i] ~= nil then
+                 assert(copy[i] == ('fresh string %06d'):format(i - 100), copy[i]) n = n + 1
+               end
+             end
+             return n",
+            "check",
+        )
+        .unwrap()
+        .len(),
+        1
+    );
+}
+
 #[test]
 fn closures_share_prototypes_and_upvalues_and_keep_env() {
     round_trip(
@@ -636,6 +714,20 @@ fn hostile_bodies_error_never_crash_hang_or_overgrow() {
     ] {
         assert!(b.unpersist(&seal_body(&hostile, false), "loaded").is_err());
     }
+    // Bad values inside tables built in batches: a metatable that is not a table, and a
+    // reference to an object whose rebuild function has not returned yet.
+    let bad_meta: &[u8] = &[20, 0, 1, 0, 5, 1, b'a', 20, 0, 0, 3, 2, 0, 0];
+    let err = b
+        .unpersist(&seal_body(bad_meta, false), "loaded")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("a metatable must be a table"), "{err}");
+    let rebuilding: &[u8] = &[25, 20, 0, 1, 0, 5, 1, b'a', 10, 0, 0];
+    let err = b
+        .unpersist(&seal_body(rebuilding, false), "loaded")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("still being rebuilt"), "{err}");
     b.arena().verify().unwrap();
     assert_eq!(
         b.exec("return 2 + 2", "alive").unwrap(),

@@ -440,3 +440,203 @@ void luasnap_clear_slots_above_top(lua_State *L, int n) {
   StkId p;
   for (p = L->top.p; p < L->top.p + n && p < L->stack_last.p + EXTRA_STACK; p++) setnilvalue(s2v(p));
 }
+
+/* ===================== batched table entries ===================== */
+
+#include "lstring.h"
+
+/* Kinds of a value handed between these helpers and the serializer (mirrored in
+** src/persist/mod.rs as `ValKind`). */
+#define LS_FALSE 1
+#define LS_TRUE 2
+#define LS_INT 3      /* bits: the integer */
+#define LS_FLOAT 4    /* bits: the IEEE-754 bits */
+#define LS_STR 5      /* s, len: the bytes; bits: (scan) identity, (fill) string id + 1 or 0 */
+#define LS_STRREF 6   /* fill only; bits: string id + 1 */
+#define LS_REF 7      /* fill only; bits: object id */
+#define LS_OBJ 8      /* scan only; bits: identity, as lua_topointer gives it */
+#define LS_OTHER 9    /* scan only: a value the general path must handle (light userdata) */
+#define LS_NIL 10     /* build only: the steps of luasnap_table_build */
+#define LS_NEWTABLE 11
+#define LS_META 12
+#define LS_SET 13
+
+typedef struct luasnap_val {
+  uint8_t kind;
+  uint64_t len;
+  uint64_t bits;
+  const char *s;
+} luasnap_val;
+
+typedef struct luasnap_entry {
+  luasnap_val k, v;
+  uint32_t pos;   /* the position just after this entry */
+} luasnap_entry;
+
+static void describe(const TValue *o, luasnap_val *out) {
+  out->len = 0; out->bits = 0; out->s = NULL;
+  switch (ttypetag(o)) {
+    case LUA_VFALSE: out->kind = LS_FALSE; break;
+    case LUA_VTRUE: out->kind = LS_TRUE; break;
+    case LUA_VNUMINT: out->kind = LS_INT; out->bits = (uint64_t)ivalue(o); break;
+    case LUA_VNUMFLT: {
+      lua_Number d = fltvalue(o);
+      out->kind = LS_FLOAT; memcpy(&out->bits, &d, sizeof d);
+      break;
+    }
+    case LUA_VSHRSTR: case LUA_VLNGSTR: {
+      TString *ts = tsvalue(o);
+      out->kind = LS_STR; out->bits = (uint64_t)(uintptr_t)ts;
+      out->s = getstr(ts); out->len = (uint64_t)tsslen(ts);
+      break;
+    }
+    case LUA_VLCF: out->kind = LS_OBJ; out->bits = (uint64_t)(uintptr_t)fvalue(o); break;
+    case LUA_VUSERDATA: out->kind = LS_OBJ; out->bits = (uint64_t)(uintptr_t)getudatamem(uvalue(o)); break;
+    default:
+      if (iscollectable(o)) { out->kind = LS_OBJ; out->bits = (uint64_t)(uintptr_t)gcvalue(o); }
+      else out->kind = LS_OTHER;
+      break;
+  }
+}
+
+/* Describes up to `max` entries of the table at idx from position `pos` on (positions as in
+** luasnap_table_next), for the persister to write without pushing them. Stops after the
+** first entry holding an object or a light userdata, which the persister may have to write
+** through the general path. Returns the number described; 0 after the last entry. Reads
+** only, and checks bounds like luasnap_table_next. */
+int luasnap_table_scan(lua_State *L, int idx, unsigned int pos, luasnap_entry *out, int max) {
+  const Table *t = luasnap_table_at(L, idx);
+  unsigned int asize, i;
+  int n = 0;
+  if (t == NULL) return 0;
+  asize = t->asize;
+  for (i = pos; i < asize; i++) {
+    lu_byte tag = *getArrTag(t, i);
+    if (!tagisempty(tag)) {
+      TValue v;
+      luasnap_entry *e = &out[n++];
+      farr2val(t, i, tag, &v);
+      e->k.kind = LS_INT; e->k.bits = (uint64_t)i + 1; e->k.len = 0; e->k.s = NULL;
+      describe(&v, &e->v);
+      e->pos = i + 1;
+      if (e->v.kind >= LS_OBJ || n == max) return n;
+    }
+  }
+  for (i -= asize; i < (unsigned int)sizenode(t); i++) {  /* i >= asize here */
+    const Node *nd = gnode(t, i);
+    if (!isempty(gval(nd))) {
+      TValue k;
+      luasnap_entry *e = &out[n++];
+      getnodekey(L, &k, nd);
+      describe(&k, &e->k);
+      describe(gval(nd), &e->v);
+      e->pos = asize + i + 1;
+      if (e->k.kind >= LS_OBJ || e->v.kind >= LS_OBJ || n == max) return n;
+    }
+  }
+  return n;
+}
+
+/* Runs n building steps for the loader, on the table at idx: a small stack machine whose
+** program the loader decoded and checked (every id below what it has read). The table at idx
+** is pushed first; the steps are
+**   a value kind (LS_FALSE .. LS_REF) or LS_NIL: push it. An LS_STR with bits != 0 is also
+**     stored at strs[bits]; LS_STRREF pushes strs[bits], LS_REF objs[bits];
+**   LS_NEWTABLE: push a new table presized to len >> 32 array and len & 0xffffffff hash
+**     slots, and store it at objs[bits];
+**   LS_META: [t, mt] -> setmetatable(t, mt) (mt nil or a table);
+**   LS_SET: [t, k, v] -> t[k] = v (raw).
+** The program leaves the stack as it found it. Returns -1, or the index of the step that
+** failed (an LS_REF to an absent object, an LS_META whose metatable is not a table), with the
+** stack restored. Raises like lua_rawset (memory, NaN key). The caller guarantees stack room
+** for 3 + 2 * (the program's nesting depth) values; idx, strs and objs are absolute. */
+int luasnap_table_build(lua_State *L, int idx, int strs, int objs, const luasnap_val *ops, int n) {
+  Table *st = (Table *)luasnap_table_at(L, strs);
+  Table *ot = (Table *)luasnap_table_at(L, objs);
+  StkId base = L->top.p;
+  int i;
+  if (luasnap_table_at(L, idx) == NULL || st == NULL || ot == NULL) return 0;
+  setobj2s(L, L->top.p, s2v(L->ci->func.p + idx));
+  L->top.p++;
+  for (i = 0; i < n; i++) {
+    const luasnap_val *x = &ops[i];
+    TValue *slot = s2v(L->top.p);
+    switch (x->kind) {
+      case LS_NIL: setnilvalue(slot); break;
+      case LS_FALSE: setbfvalue(slot); break;
+      case LS_TRUE: setbtvalue(slot); break;
+      case LS_INT: setivalue(slot, (lua_Integer)x->bits); break;
+      case LS_FLOAT: {
+        lua_Number d;
+        memcpy(&d, &x->bits, sizeof d);
+        setfltvalue(slot, d);
+        break;
+      }
+      case LS_STR: {
+        TString *ts = luaS_newlstr(L, x->s, (size_t)x->len);
+        setsvalue(L, slot, ts);
+        if (x->bits != 0) {
+          L->top.p++;  /* anchored while strs may grow */
+          luaH_setint(L, st, (lua_Integer)x->bits, slot);
+          luaC_barrierback(L, obj2gco(st), slot);
+          L->top.p--;
+        }
+        break;
+      }
+      case LS_STRREF: case LS_REF:
+        if (tagisempty(luaH_getint(x->kind == LS_REF ? ot : st, (lua_Integer)x->bits, slot)))
+          goto fail;
+        break;
+      case LS_NEWTABLE:
+        lua_createtable(L, (int)(x->len >> 32), (int)(x->len & 0xffffffffu));
+        luaH_setint(L, ot, (lua_Integer)x->bits, s2v(L->top.p - 1));
+        luaC_barrierback(L, obj2gco(ot), s2v(L->top.p - 1));
+        continue;  /* already pushed */
+      case LS_META: {
+        const TValue *mt = s2v(L->top.p - 1);
+        Table *t = hvalue(s2v(L->top.p - 2));
+        if (ttisnil(mt)) t->metatable = NULL;
+        else if (ttistable(mt)) {
+          t->metatable = hvalue(mt);
+          luaC_objbarrier(L, t, hvalue(mt));
+          luaC_checkfinalizer(L, obj2gco(t), hvalue(mt));
+        }
+        else goto fail;
+        L->top.p--;
+        continue;
+      }
+      case LS_SET: {
+        Table *t = hvalue(s2v(L->top.p - 3));
+        luaH_set(L, t, s2v(L->top.p - 2), s2v(L->top.p - 1));
+        invalidateTMcache(t);
+        luaC_barrierback(L, obj2gco(t), s2v(L->top.p - 1));
+        L->top.p -= 2;
+        continue;
+      }
+      default:
+        goto fail;
+    }
+    L->top.p++;
+  }
+  L->top.p = base;
+  return -1;
+fail:
+  L->top.p = base;
+  return i;
+}
+
+/* Stores the strings ps[0..n) at strs[first + i] (the table at the absolute index strs). For
+** the persister, which records strings by identity without pushing them and anchors them
+** only before Lua code can run: until then every one of them is reachable from the graph
+** being written, which nothing changes. */
+void luasnap_anchor_strings(lua_State *L, int strs, const void *const *ps, int n, lua_Integer first) {
+  Table *st = (Table *)luasnap_table_at(L, strs);
+  int i;
+  if (st == NULL) return;
+  for (i = 0; i < n; i++) {
+    TValue v;
+    setsvalue(L, &v, (TString *)ps[i]);
+    luaH_setint(L, st, first + i, &v);
+    luaC_barrierback(L, obj2gco(st), &v);
+  }
+}

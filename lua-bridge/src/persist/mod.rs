@@ -72,6 +72,64 @@ pub(crate) struct CiRecord {
     pub k: *const std::ffi::c_void,
 }
 
+/// A value as the batched table helpers describe it (mirrors `luasnap_val` in
+/// csrc/internals.c). `kind` is one of the [`kind`] constants.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RawVal {
+    pub kind: u8,
+    /// Length of a string's bytes.
+    pub len: u64,
+    /// The integer, the float's bits, an identity, or an id (see [`kind`]).
+    pub bits: u64,
+    /// A string's bytes.
+    pub s: *const std::ffi::c_char,
+}
+
+impl RawVal {
+    pub const EMPTY: RawVal = RawVal {
+        kind: 0,
+        len: 0,
+        bits: 0,
+        s: std::ptr::null(),
+    };
+}
+
+/// A table entry described by `luasnap_table_scan` (mirrors `luasnap_entry`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RawEntry {
+    pub k: RawVal,
+    pub v: RawVal,
+    /// The entry's position plus one.
+    pub pos: u32,
+}
+
+/// Kinds of [`RawVal`] (the `LS_*` constants of csrc/internals.c).
+pub(crate) mod kind {
+    pub const FALSE: u8 = 1;
+    pub const TRUE: u8 = 2;
+    pub const INT: u8 = 3;
+    pub const FLOAT: u8 = 4;
+    /// Scan: `bits` is the string's identity. Build: its string id + 1, or 0 if it gets none.
+    pub const STR: u8 = 5;
+    /// Build only: `bits` is a string id + 1.
+    pub const STRREF: u8 = 6;
+    /// Build only: `bits` is an object id (`len`: the body position, for errors).
+    pub const REF: u8 = 7;
+    /// Scan only: an object, `bits` its identity (as `lua_topointer`).
+    pub const OBJ: u8 = 8;
+    /// Build only: push nil.
+    pub const NIL: u8 = 10;
+    /// Build only: push a new table, `bits` its object id, `len` its array size << 32 | its
+    /// hash size.
+    pub const NEWTABLE: u8 = 11;
+    /// Build only: `[t, mt]`: set t's metatable (`len`: the body position, for errors).
+    pub const META: u8 = 12;
+    /// Build only: `[t, k, v]`: `t[k] = v`.
+    pub const SET: u8 = 13;
+}
+
 unsafe extern "C" {
     pub(crate) fn luasnap_thread_info(
         co: *mut lua_State,

@@ -10,8 +10,8 @@
 use super::format::{
     Reader, Tag, MIN_STRREF_LEN, THREAD_DEAD, THREAD_NOT_STARTED, THREAD_SUSPENDED,
 };
+use super::{kind, LoadOptions, RawVal, Slots};
 use super::{luasnap_thread_restore, luasnap_upval_join_open, CiRecord};
-use super::{LoadOptions, Slots};
 use crate::ffi::Shared;
 use mlua::ffi::{self, lua_State};
 use std::collections::HashMap;
@@ -32,7 +32,22 @@ unsafe extern "C" {
         f: unsafe extern "C" fn(*const c_void, *mut c_void),
         ud: *mut c_void,
     );
+    fn luasnap_table_build(
+        L: *mut lua_State,
+        idx: c_int,
+        strs: c_int,
+        objs: c_int,
+        ops: *const RawVal,
+        n: c_int,
+    ) -> c_int;
 }
+
+/// Steps per `luasnap_table_build` call (an entry needing more goes the general way).
+const BUILD_OPS: usize = 1024;
+/// How deep tables nest within one entry built by `luasnap_table_build`.
+const PLAIN_DEPTH: usize = 16;
+
+const REBUILDING: &str = "a reference to an object that is still being rebuilt: a __persist rebuild function captured its own object; use two-phase persistence (return a create function and an init function)";
 
 pub(crate) struct Fail;
 
@@ -87,6 +102,8 @@ pub(crate) struct Loader<'a> {
     full_index: bool,
     frames: Vec<Frame>,
     inits: u32,
+    /// Steps decoded for `luasnap_table_build`.
+    ops: Vec<RawVal>,
     pub error: Option<String>,
     shared: &'a Shared,
     trusted_bytecode: bool,
@@ -139,6 +156,7 @@ impl<'a> Loader<'a> {
             full_index: false,
             frames: Vec::new(),
             inits: 0,
+            ops: Vec::with_capacity(BUILD_OPS + 8),
             error: None,
             shared,
             trusted_bytecode: opts.trusted && has_bytecode,
@@ -263,9 +281,7 @@ impl<'a> Loader<'a> {
                     }
                     if ffi::lua_rawgeti(L, s.objs, id as ffi::lua_Integer) == ffi::LUA_TNIL {
                         ffi::lua_settop(L, -2);
-                        return Err(self.fail(
-                            "a reference to an object that is still being rebuilt: a __persist rebuild function captured its own object; use two-phase persistence (return a create function and an init function)",
-                        ));
+                        return Err(self.fail(REBUILDING));
                     }
                 }
                 Tag::Perm => {
@@ -296,12 +312,11 @@ impl<'a> Loader<'a> {
                 }
                 Tag::Table => {
                     let id = self.id();
-                    // Size hints, capped by what the rest of the file can hold (2+ bytes per entry).
                     let (Some(narr), Some(nhash)) = (self.r.varint(), self.r.varint()) else {
                         return Err(self.malformed("bad table header"));
                     };
-                    let cap = (self.r.remaining() / 2) as u64;
-                    ffi::lua_createtable(L, narr.min(cap) as c_int, nhash.min(cap) as c_int);
+                    let (narr, nhash) = self.table_sizes(narr, nhash);
+                    ffi::lua_createtable(L, narr, nhash);
                     self.register(L, s, id);
                     let at = if self.frames.len() < STACK_FRAMES {
                         ffi::lua_pushnil(L); // the key slot
@@ -593,8 +608,11 @@ impl<'a> Loader<'a> {
         unsafe {
             match self.frames.last_mut().expect("non-empty") {
                 Frame::Table { id, state, at } => {
-                    let (id, at) = (*id, *at);
-                    if *state == 1 {
+                    let (id, at, state) = (*id, *at, *state);
+                    if state == 1 {
+                        if at > 0 {
+                            self.plain_entries(L, s, at)?;
+                        }
                         // End of entries?
                         if self.r.data.get(self.r.pos) == Some(&(Tag::Nil as u8)) {
                             self.r.pos += 1;
@@ -700,6 +718,162 @@ impl<'a> Loader<'a> {
                     let _ = depth;
                     self.value(L, s)
                 }
+            }
+        }
+    }
+
+    /// Decodes one value for `luasnap_table_build` into `self.ops`: a boolean, number,
+    /// string, reference to a string or an object, or a new table whose metatable, keys and
+    /// values are such values too (`depth` levels deep at most). Returns false for anything
+    /// else, malformed bytes included, which the general path then reads and reports; the
+    /// reader, counters and ops may have moved meanwhile: the caller rewinds them.
+    fn plain_item(&mut self, depth: usize) -> bool {
+        if self.ops.len() >= BUILD_OPS {
+            return false;
+        }
+        let pos = self.r.pos;
+        let Some(tag) = self.r.u8().and_then(Tag::from_u8) else {
+            return false;
+        };
+        let mut v = RawVal::EMPTY;
+        match tag {
+            Tag::Nil => v.kind = kind::NIL,
+            Tag::False => v.kind = kind::FALSE,
+            Tag::True => v.kind = kind::TRUE,
+            Tag::Int => {
+                let Some(i) = self.r.i64() else { return false };
+                v.kind = kind::INT;
+                v.bits = i as u64;
+            }
+            Tag::Float => {
+                let Some(f) = self.r.u64() else { return false };
+                v.kind = kind::FLOAT;
+                v.bits = f;
+            }
+            Tag::Str => {
+                let Some(b) = self.r.bytes() else {
+                    return false;
+                };
+                v.kind = kind::STR;
+                v.s = b.as_ptr().cast();
+                v.len = b.len() as u64;
+                if b.len() >= MIN_STRREF_LEN {
+                    self.strs += 1;
+                    v.bits = self.strs as u64;
+                }
+            }
+            Tag::StrRef => {
+                match self.r.varint() {
+                    Some(sid) if sid < self.strs as u64 => v.bits = sid + 1,
+                    _ => return false,
+                }
+                v.kind = kind::STRREF;
+            }
+            Tag::Ref => {
+                match self.r.varint() {
+                    Some(id) if id < self.next_id as u64 => v.bits = id,
+                    _ => return false,
+                }
+                v.kind = kind::REF;
+                v.len = pos as u64;
+            }
+            Tag::Table if depth > 0 => {
+                let (Some(narr), Some(nhash)) = (self.r.varint(), self.r.varint()) else {
+                    return false;
+                };
+                let (narr, nhash) = self.table_sizes(narr, nhash);
+                v.kind = kind::NEWTABLE;
+                v.bits = self.id() as u64;
+                v.len = (narr as u64) << 32 | nhash as u64;
+                self.ops.push(v);
+                let meta_pos = self.r.pos;
+                if !self.plain_item(depth - 1) {
+                    return false;
+                }
+                let mut meta = RawVal::EMPTY;
+                meta.kind = kind::META;
+                meta.len = meta_pos as u64;
+                self.ops.push(meta);
+                loop {
+                    if self.r.data.get(self.r.pos) == Some(&(Tag::Nil as u8)) {
+                        self.r.pos += 1;
+                        return true;
+                    }
+                    if !self.plain_item(depth - 1) || !self.plain_item(depth - 1) {
+                        return false;
+                    }
+                    let mut set = RawVal::EMPTY;
+                    set.kind = kind::SET;
+                    self.ops.push(set);
+                }
+            }
+            _ => return false,
+        }
+        self.ops.push(v);
+        true
+    }
+
+    /// Array and hash sizes for a new table from a file's hints, capped by what the rest of
+    /// the file can hold (2+ bytes per entry).
+    fn table_sizes(&self, narr: u64, nhash: u64) -> (c_int, c_int) {
+        let cap = (self.r.remaining() / 2).min(c_int::MAX as usize) as u64;
+        (narr.min(cap) as c_int, nhash.min(cap) as c_int)
+    }
+
+    /// Fills the table at stack index `at` from the entries ahead whose keys and values are
+    /// plain (see `plain_item`: nested tables included), decoded in batches and built by
+    /// `luasnap_table_build` without a step through the general path each. Stops before the
+    /// end marker or the first other entry, which the general path reads.
+    unsafe fn plain_entries(&mut self, L: *mut lua_State, s: Slots, at: c_int) -> Result<(), Fail> {
+        loop {
+            self.ops.clear();
+            let more;
+            loop {
+                let start = (self.r.pos, self.strs, self.next_id, self.ops.len());
+                if self.r.data.get(self.r.pos) == Some(&(Tag::Nil as u8)) {
+                    more = false; // the end marker
+                    break;
+                }
+                if self.plain_item(0) && self.plain_item(PLAIN_DEPTH) {
+                    let mut set = RawVal::EMPTY;
+                    set.kind = kind::SET;
+                    self.ops.push(set);
+                    continue;
+                }
+                // Not plain, or the batch is full: build what came before it.
+                let full = self.ops.len() >= BUILD_OPS && start.3 > 0;
+                (self.r.pos, self.strs, self.next_id) = (start.0, start.1, start.2);
+                self.ops.truncate(start.3);
+                more = full;
+                break;
+            }
+            if !self.ops.is_empty() {
+                // SAFETY: protected context; `at`, s.strs and s.objs are absolute indices of
+                // tables; every id was checked against what had been read; the strings point
+                // into the body, alive for the load; stack room for the nesting (checked).
+                let failed = unsafe {
+                    ffi::luaL_checkstack(L, 2 * PLAIN_DEPTH as c_int + 8, c"load".as_ptr());
+                    luasnap_table_build(
+                        L,
+                        at,
+                        s.strs,
+                        s.objs,
+                        self.ops.as_ptr(),
+                        self.ops.len() as c_int,
+                    )
+                };
+                if failed >= 0 {
+                    let op = self.ops[failed as usize];
+                    self.r.pos = op.len as usize;
+                    return Err(if op.kind == kind::META {
+                        self.malformed("a metatable must be a table")
+                    } else {
+                        self.fail(REBUILDING)
+                    });
+                }
+            }
+            if !more {
+                return Ok(());
             }
         }
     }

@@ -12,10 +12,10 @@
 use super::format::{
     Tag, Writer, MIN_STRREF_LEN, THREAD_DEAD, THREAD_NOT_STARTED, THREAD_SUSPENDED,
 };
+use super::{kind, PersistOptions, RawEntry, RawVal, Slots};
 use super::{
     luasnap_thread_ci, luasnap_thread_info, luasnap_thread_push_slot, luasnap_upval_open, CiRecord,
 };
-use super::{PersistOptions, Slots};
 use crate::ffi::Shared;
 use mlua::ffi::{self, lua_State};
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
@@ -28,7 +28,24 @@ unsafe extern "C" {
     fn luasnap_proto_nupvalues(p: *const c_void) -> c_int;
     fn luasnap_table_next(L: *mut lua_State, idx: c_int, pos: *mut u32) -> c_int;
     fn luasnap_table_entry(L: *mut lua_State, idx: c_int, pos: u32, what: c_int) -> c_int;
+    fn luasnap_table_scan(
+        L: *mut lua_State,
+        idx: c_int,
+        pos: u32,
+        out: *mut RawEntry,
+        max: c_int,
+    ) -> c_int;
+    fn luasnap_anchor_strings(
+        L: *mut lua_State,
+        strs: c_int,
+        ps: *const *const c_void,
+        n: c_int,
+        first: ffi::lua_Integer,
+    );
 }
+
+/// Table entries described per `luasnap_table_scan` call.
+const SCAN_BATCH: usize = 64;
 
 /// A failure whose message is staged in `Persister::error`.
 pub(crate) struct Fail;
@@ -89,6 +106,12 @@ pub(crate) struct Persister<'a> {
     refs: HashMap<*const c_void, u32>,
     /// Strings written, by identity, to their string id.
     strs: HashMap<*const c_void, u32>,
+    /// String ids from this one on are not anchored yet (see `anchor_strings`).
+    anchored: u32,
+    /// Their identities, in id order.
+    unanchored: Vec<*const c_void>,
+    /// Entries described by the last table scan.
+    scan: Vec<RawEntry>,
     /// Identities of the permanents (objects only), to skip the Lua lookup for the rest.
     perm_ptrs: Option<HashSet<*const c_void>>,
     next_id: u32,
@@ -126,6 +149,16 @@ impl<'a> Persister<'a> {
             w: Writer::default(),
             refs: HashMap::default(),
             strs: HashMap::default(),
+            anchored: 0,
+            unanchored: Vec::new(),
+            scan: vec![
+                RawEntry {
+                    k: RawVal::EMPTY,
+                    v: RawVal::EMPTY,
+                    pos: 0,
+                };
+                SCAN_BATCH
+            ],
             perm_ptrs: None,
             next_id: 0,
             protos: HashMap::default(),
@@ -248,31 +281,10 @@ impl<'a> Persister<'a> {
                     }
                 }
                 ffi::LUA_TSTRING => {
-                    // Strings of MIN_STRREF_LEN bytes or more are written once and referred
-                    // to afterwards (by identity: short strings are interned, so that is one
-                    // object per content); shorter ones cost less to repeat than to look up.
                     let mut len = 0;
                     let p = ffi::lua_tolstring(L, -1, &mut len);
                     let bytes = std::slice::from_raw_parts(p.cast::<u8>(), len);
-                    if len < MIN_STRREF_LEN {
-                        self.w.tag(Tag::Str);
-                        self.w.bytes(bytes);
-                    } else {
-                        let obj = ffi::lua_topointer(L, -1);
-                        if let Some(&sid) = self.strs.get(&obj) {
-                            self.w.tag(Tag::StrRef);
-                            self.w.varint(sid as u64);
-                        } else {
-                            self.w.tag(Tag::Str);
-                            self.w.bytes(bytes);
-                            let sid = self.strs.len() as u32;
-                            self.strs.insert(obj, sid);
-                            // Anchored: a __persist function may run a full collection, and
-                            // a freed string's address could come back as another string.
-                            ffi::lua_pushvalue(L, -1);
-                            ffi::lua_rawseti(L, s.strs, sid as ffi::lua_Integer + 1);
-                        }
-                    }
+                    self.string(ffi::lua_topointer(L, -1), bytes);
                 }
                 ffi::LUA_TLIGHTUSERDATA => {
                     if self.permanent(L, s) {
@@ -286,6 +298,90 @@ impl<'a> Persister<'a> {
             ffi::lua_settop(L, -2);
         }
         Ok(())
+    }
+
+    /// Writes a string. Strings of MIN_STRREF_LEN bytes or more are written once and referred
+    /// to afterwards (by identity `obj`: short strings are interned, so that is one object per
+    /// content); shorter ones cost less to repeat than to look up.
+    fn string(&mut self, obj: *const c_void, bytes: &[u8]) {
+        if bytes.len() < MIN_STRREF_LEN {
+            self.w.tag(Tag::Str);
+            self.w.bytes(bytes);
+        } else if let Some(&sid) = self.strs.get(&obj) {
+            self.w.tag(Tag::StrRef);
+            self.w.varint(sid as u64);
+        } else {
+            self.w.tag(Tag::Str);
+            self.w.bytes(bytes);
+            let sid = self.strs.len() as u32;
+            self.strs.insert(obj, sid);
+            self.unanchored.push(obj);
+        }
+    }
+
+    /// Anchors the strings recorded since the last call in the strings table. Identities are
+    /// only valid while the strings live: until Lua code runs, every string recorded is
+    /// reachable from the unchanged graph, but a `__persist` function may change the graph and
+    /// run a full collection, and a freed string's address could come back as another string.
+    /// So this runs before every call into Lua code.
+    ///
+    /// # Safety
+    /// Protected context; no Lua code ran since the strings were recorded.
+    unsafe fn anchor_strings(&mut self, L: *mut lua_State, s: Slots) {
+        if self.unanchored.is_empty() {
+            return;
+        }
+        // SAFETY: every pointer is a live string (see above); the table is at s.strs.
+        unsafe {
+            luasnap_anchor_strings(
+                L,
+                s.strs,
+                self.unanchored.as_ptr(),
+                self.unanchored.len() as c_int,
+                self.anchored as ffi::lua_Integer + 1,
+            )
+        };
+        self.anchored += self.unanchored.len() as u32;
+        self.unanchored.clear();
+    }
+
+    /// Whether a scanned value can be written without the general path: a primitive, a
+    /// string, or an object already written (a reference).
+    fn plain(&self, v: &RawVal) -> bool {
+        match v.kind {
+            kind::FALSE..=kind::STR => true,
+            kind::OBJ => self.refs.contains_key(&(v.bits as usize as *const c_void)),
+            _ => false,
+        }
+    }
+
+    /// Writes a scanned value for which `plain` holds.
+    ///
+    /// # Safety
+    /// `v` was just described by `luasnap_table_scan` (a string's bytes are live).
+    unsafe fn write_plain(&mut self, v: &RawVal) {
+        match v.kind {
+            kind::FALSE => self.w.tag(Tag::False),
+            kind::TRUE => self.w.tag(Tag::True),
+            kind::INT => {
+                self.w.tag(Tag::Int);
+                self.w.i64(v.bits as i64);
+            }
+            kind::FLOAT => {
+                self.w.tag(Tag::Float);
+                self.w.u64(v.bits);
+            }
+            kind::STR => {
+                // SAFETY: the scan pointed at the live string's bytes (callers' contract).
+                let bytes = unsafe { std::slice::from_raw_parts(v.s.cast::<u8>(), v.len as usize) };
+                self.string(v.bits as usize as *const c_void, bytes);
+            }
+            _ => {
+                let id = self.refs[&(v.bits as usize as *const c_void)];
+                self.w.tag(Tag::Ref);
+                self.w.varint(id as u64);
+            }
+        }
     }
 
     /// If the value on top is a permanent, writes it (popped) and returns true.
@@ -420,6 +516,7 @@ impl<'a> Persister<'a> {
                 ffi::LUA_TFUNCTION => {
                     // __persist(obj) returns a rebuild function, or a create thunk and an
                     // initializer (two-phase).
+                    self.anchor_strings(L, s);
                     ffi::lua_pushvalue(L, -2);
                     ffi::lua_callk(L, 1, 2, 0, None);
                     let two = ffi::lua_type(L, -1) != ffi::LUA_TNIL;
@@ -686,12 +783,39 @@ impl<'a> Persister<'a> {
                             Ok(true)
                         }
                         _ => {
-                            // Entries from `pos` on: [t, v, k] per entry; key, then value.
+                            // Entries from `pos` on. Those of primitives, strings and objects
+                            // already written go straight from a scan of the table to the
+                            // buffer; the rest one at a time, pushed: [t, v, k].
                             self.segs.push(Seg::Key);
                             let mut at = *pos;
                             ffi::lua_rawgeti(L, s.seen, id as ffi::lua_Integer);
                             let t = ffi::lua_gettop(L);
-                            while luasnap_table_next(L, t, &mut at) != 0 {
+                            loop {
+                                let n = luasnap_table_scan(
+                                    L,
+                                    t,
+                                    at,
+                                    self.scan.as_mut_ptr(),
+                                    SCAN_BATCH as c_int,
+                                ) as usize;
+                                if n == 0 {
+                                    break;
+                                }
+                                let mut general = false;
+                                let scan = std::mem::take(&mut self.scan);
+                                for e in &scan[..n] {
+                                    if !(self.plain(&e.k) && self.plain(&e.v)) {
+                                        general = true;
+                                        break;
+                                    }
+                                    self.write_plain(&e.k);
+                                    self.write_plain(&e.v);
+                                    at = e.pos;
+                                }
+                                self.scan = scan;
+                                if !general || luasnap_table_next(L, t, &mut at) == 0 {
+                                    continue;
+                                }
                                 if let Some(Frame::Table { pos, .. }) =
                                     self.frames.get_mut(depth - 1)
                                 {
