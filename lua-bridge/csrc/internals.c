@@ -537,27 +537,25 @@ int luasnap_table_scan(lua_State *L, int idx, unsigned int pos, luasnap_entry *o
   return n;
 }
 
-/* Runs n building steps for the loader, on the table at idx: a small stack machine whose
-** program the loader decoded and checked (every id below what it has read). The table at idx
-** is pushed first; the steps are
+/* Runs n building steps for the loader: a small stack machine working on the table on top
+** of the stack, whose program the loader decoded and checked (every id below what it has
+** read). The steps are
 **   a value kind (LS_FALSE .. LS_REF) or LS_NIL: push it. An LS_STR with bits != 0 is also
 **     stored at strs[bits]; LS_STRREF pushes strs[bits], LS_REF objs[bits];
 **   LS_NEWTABLE: push a new table presized to len >> 32 array and len & 0xffffffff hash
 **     slots, and store it at objs[bits];
-**   LS_META: [t, mt] -> setmetatable(t, mt) (mt nil or a table);
-**   LS_SET: [t, k, v] -> t[k] = v (raw).
-** The program leaves the stack as it found it. Returns -1, or the index of the step that
-** failed (an LS_REF to an absent object, an LS_META whose metatable is not a table), with the
-** stack restored. Raises like lua_rawset (memory, NaN key). The caller guarantees stack room
-** for 3 + 2 * (the program's nesting depth) values; idx, strs and objs are absolute. */
-int luasnap_table_build(lua_State *L, int idx, int strs, int objs, const luasnap_val *ops, int n) {
+**   LS_META: [t, mt] -> setmetatable(t, mt) (mt nil or a table), popping mt;
+**   LS_SET: [t, k, v] -> t[k] = v (raw), popping k and v.
+** Tables and keys whose values are still to come stay on the stack, for the loader's general
+** path. Returns -1, or the index of the step that failed (an LS_REF to an absent object, an
+** LS_META whose metatable is not a table). Raises like lua_rawset (memory, NaN key). The
+** caller guarantees stack room for 2 + 2 * (the tables the program leaves open) values;
+** strs and objs are absolute indices. */
+int luasnap_table_build(lua_State *L, int strs, int objs, const luasnap_val *ops, int n) {
   Table *st = (Table *)luasnap_table_at(L, strs);
   Table *ot = (Table *)luasnap_table_at(L, objs);
-  StkId base = L->top.p;
   int i;
-  if (luasnap_table_at(L, idx) == NULL || st == NULL || ot == NULL) return 0;
-  setobj2s(L, L->top.p, s2v(L->ci->func.p + idx));
-  L->top.p++;
+  if (st == NULL || ot == NULL || !ttistable(s2v(L->top.p - 1))) return 0;
   for (i = 0; i < n; i++) {
     const luasnap_val *x = &ops[i];
     TValue *slot = s2v(L->top.p);
@@ -594,7 +592,9 @@ int luasnap_table_build(lua_State *L, int idx, int strs, int objs, const luasnap
         continue;  /* already pushed */
       case LS_META: {
         const TValue *mt = s2v(L->top.p - 1);
-        Table *t = hvalue(s2v(L->top.p - 2));
+        Table *t;
+        if (!ttistable(s2v(L->top.p - 2))) goto fail;  /* cannot happen: defensive */
+        t = hvalue(s2v(L->top.p - 2));
         if (ttisnil(mt)) t->metatable = NULL;
         else if (ttistable(mt)) {
           t->metatable = hvalue(mt);
@@ -606,7 +606,9 @@ int luasnap_table_build(lua_State *L, int idx, int strs, int objs, const luasnap
         continue;
       }
       case LS_SET: {
-        Table *t = hvalue(s2v(L->top.p - 3));
+        Table *t;
+        if (!ttistable(s2v(L->top.p - 3))) goto fail;  /* cannot happen: defensive */
+        t = hvalue(s2v(L->top.p - 3));
         luaH_set(L, t, s2v(L->top.p - 2), s2v(L->top.p - 1));
         invalidateTMcache(t);
         luaC_barrierback(L, obj2gco(t), s2v(L->top.p - 1));
@@ -618,10 +620,8 @@ int luasnap_table_build(lua_State *L, int idx, int strs, int objs, const luasnap
     }
     L->top.p++;
   }
-  L->top.p = base;
   return -1;
 fail:
-  L->top.p = base;
   return i;
 }
 

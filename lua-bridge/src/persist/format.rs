@@ -111,17 +111,31 @@ pub const THREAD_SUSPENDED: u8 = 2;
 #[derive(Default)]
 pub struct Writer {
     pub buf: Vec<u8>,
+    /// `buf` starts with room for the header (see [`Writer::file`]).
+    header: bool,
 }
 
 impl Writer {
+    /// A writer for a whole file: the header's room comes first, so [`finish`](Self::finish)
+    /// fills it in place instead of copying the body behind a new header.
+    pub fn file() -> Self {
+        Writer {
+            buf: vec![0; HEADER_LEN],
+            header: true,
+        }
+    }
+
+    #[inline]
     pub fn tag(&mut self, t: Tag) {
         self.buf.push(t as u8);
     }
 
+    #[inline]
     pub fn u8(&mut self, b: u8) {
         self.buf.push(b);
     }
 
+    #[inline]
     pub fn varint(&mut self, mut v: u64) {
         while v >= 0x80 {
             self.buf.push((v as u8) | 0x80);
@@ -130,14 +144,17 @@ impl Writer {
         self.buf.push(v as u8);
     }
 
+    #[inline]
     pub fn i64(&mut self, v: i64) {
         self.varint(((v << 1) ^ (v >> 63)) as u64);
     }
 
+    #[inline]
     pub fn u64(&mut self, v: u64) {
         self.buf.extend_from_slice(&v.to_le_bytes());
     }
 
+    #[inline]
     pub fn bytes(&mut self, b: &[u8]) {
         self.varint(b.len() as u64);
         self.buf.extend_from_slice(b);
@@ -145,21 +162,36 @@ impl Writer {
 
     /// The complete file: header plus this body.
     pub fn finish(self, flags: u8) -> Vec<u8> {
-        let mut out = Vec::with_capacity(HEADER_LEN + self.buf.len());
-        out.extend_from_slice(MAGIC);
-        out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
-        out.extend_from_slice(&LUA_RELEASE.to_le_bytes());
-        out.push(8);
-        out.push(8);
-        out.extend_from_slice(&INT_CHECK.to_le_bytes());
-        out.extend_from_slice(&NUM_CHECK.to_le_bytes());
-        out.push(flags);
-        out.push(0);
-        out.extend_from_slice(&(self.buf.len() as u64).to_le_bytes());
-        out.extend_from_slice(&xxh3_64(&self.buf).to_le_bytes());
-        debug_assert_eq!(out.len(), HEADER_LEN);
-        out.extend_from_slice(&self.buf);
-        out
+        let body_at = if self.header { HEADER_LEN } else { 0 };
+        let body = &self.buf[body_at..];
+        let mut h = [0u8; HEADER_LEN];
+        let fields: [&[u8]; 9] = [
+            MAGIC,
+            &FORMAT_VERSION.to_le_bytes(),
+            &LUA_RELEASE.to_le_bytes(),
+            &[8, 8],
+            &INT_CHECK.to_le_bytes(),
+            &NUM_CHECK.to_le_bytes(),
+            &[flags, 0],
+            &(body.len() as u64).to_le_bytes(),
+            &xxh3_64(body).to_le_bytes(),
+        ];
+        let mut at = 0;
+        for f in fields {
+            h[at..at + f.len()].copy_from_slice(f);
+            at += f.len();
+        }
+        debug_assert_eq!(at, HEADER_LEN);
+        if self.header {
+            let mut out = self.buf;
+            out[..HEADER_LEN].copy_from_slice(&h);
+            out
+        } else {
+            let mut out = Vec::with_capacity(HEADER_LEN + self.buf.len());
+            out.extend_from_slice(&h);
+            out.extend_from_slice(&self.buf);
+            out
+        }
     }
 }
 

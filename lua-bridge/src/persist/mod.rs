@@ -551,9 +551,14 @@ unsafe extern "C-unwind" fn budget_hook(L: *mut lua_State, _ar: *mut ffi::lua_De
 }
 
 /// Persists the value on top of the stack at `base + 2`, with perms at `base + 1` (a table,
-/// or nil for the VM's permanents). Runs protected; leaves the file as a string on success.
-/// Returns the status and the Persister's error (if it produced it).
-unsafe fn persist_protected(L: *mut lua_State, opts: &PersistOptions) -> (c_int, Option<String>) {
+/// or nil for the VM's permanents). Runs protected. On success the file is left on the stack
+/// as a string if `as_string`, else returned (and nil left). Returns the status, the
+/// Persister's error (if it produced it) and the file.
+unsafe fn persist_protected(
+    L: *mut lua_State,
+    opts: &PersistOptions,
+    as_string: bool,
+) -> (c_int, Option<String>, Option<Vec<u8>>) {
     // SAFETY: a VM built by this crate; the caller pushed perms and value.
     let shared = unsafe { raw::shared_of(L) };
     let mut p = write::Persister::new(opts, shared);
@@ -591,13 +596,18 @@ unsafe fn persist_protected(L: *mut lua_State, opts: &PersistOptions) -> (c_int,
             } else {
                 0
             });
-            ffi::lua_pushlstring(L, out.as_ptr().cast(), out.len());
+            if as_string {
+                ffi::lua_pushlstring(L, out.as_ptr().cast(), out.len());
+            } else {
+                ffi::lua_pushnil(L);
+            }
             1
         }
     };
     // SAFETY: perms and value are the two values on top (callers' contract).
     let st = unsafe { call_job(L, &mut body, false, running) };
-    (st, p.error.take())
+    let file = (st == ffi::LUA_OK && !as_string).then_some(out);
+    (st, p.error.take(), file)
 }
 
 /// Runs `body` protected with the two values on top of the stack as its arguments; they are
@@ -636,22 +646,32 @@ unsafe fn call_job(
     }
 }
 
-/// Loads the file (a string on top, at `base + 2`) with unperms at `base + 1` (or nil).
-unsafe fn load_protected(L: *mut lua_State, opts: &LoadOptions) -> (c_int, Option<String>) {
+/// Loads a file with unperms at `base + 1` (or nil): `opened` (a body and its flags, from
+/// `format::open`), or else the file that is a string on top, at `base + 2`.
+unsafe fn load_protected(
+    L: *mut lua_State,
+    opts: &LoadOptions,
+    opened: Option<(&[u8], u8)>,
+) -> (c_int, Option<String>) {
     // SAFETY: a VM built by this crate.
     let shared = unsafe { raw::shared_of(L) };
-    let mut data: &[u8] = &[];
-    // SAFETY: the file is a string on top; it stays on the stack (alive) during the load.
-    unsafe {
-        let mut len = 0;
-        let p = ffi::lua_tolstring(L, -1, &mut len);
-        if !p.is_null() {
-            data = std::slice::from_raw_parts(p.cast::<u8>(), len);
+    let (body_bytes, flags) = match opened {
+        Some(x) => x,
+        None => {
+            let mut data: &[u8] = &[];
+            // SAFETY: the file is a string on top; it stays on the stack (alive) during the load.
+            unsafe {
+                let mut len = 0;
+                let p = ffi::lua_tolstring(L, -1, &mut len);
+                if !p.is_null() {
+                    data = std::slice::from_raw_parts(p.cast::<u8>(), len);
+                }
+            }
+            match format::open(data) {
+                Ok(x) => x,
+                Err(e) => return (ffi::LUA_ERRRUN, Some(LoadError::from(e).to_string())),
+            }
         }
-    }
-    let (body_bytes, flags) = match format::open(data) {
-        Ok(x) => x,
-        Err(e) => return (ffi::LUA_ERRRUN, Some(LoadError::from(e).to_string())),
     };
     let mut loader =
         read::Loader::new(body_bytes, opts, shared, flags & format::FLAG_BYTECODE != 0);
@@ -666,7 +686,7 @@ unsafe fn load_protected(L: *mut lua_State, opts: &LoadOptions) -> (c_int, Optio
                 ffi::lua_getfield(L, ffi::LUA_REGISTRYINDEX, UNPERMS_KEY.as_ptr());
                 ffi::lua_replace(L, 1);
             }
-            // [unperms, data]: the data string stays on the stack while the loader reads it.
+            // [unperms, data|nil]: a data string stays on the stack while the loader reads it.
             ffi::lua_settop(L, 2);
             for _ in 0..5 {
                 ffi::lua_createtable(L, 0, 0);
@@ -724,7 +744,7 @@ unsafe fn eris_persist_inner(L: *mut lua_State) -> c_int {
             spkey,
         };
         ffi::lua_settop(L, 2);
-        persist_protected(L, &opts).0
+        persist_protected(L, &opts, true).0
     }
 }
 
@@ -743,7 +763,7 @@ unsafe fn eris_unpersist_inner(L: *mut lua_State) -> c_int {
             ..LoadOptions::default()
         };
         ffi::lua_settop(L, 2);
-        let (st, err) = load_protected(L, &opts);
+        let (st, err) = load_protected(L, &opts, None);
         if st != ffi::LUA_OK {
             if let Some(msg) = err {
                 ffi::lua_pushlstring(L, msg.as_ptr().cast(), msg.len());
@@ -773,14 +793,12 @@ impl Vm {
                         Root::Path(p) => raw::push_path(L, p),
                         Root::Game => push_game_root(L),
                     }
-                    let (st, err) = persist_protected(L, opts);
+                    let (st, err, file) = persist_protected(L, opts, false);
                     staged = err;
                     if st != ffi::LUA_OK {
                         ffi::lua_error(L);
                     }
-                    let mut len = 0;
-                    let p = ffi::lua_tolstring(L, -1, &mut len);
-                    result = Some(std::slice::from_raw_parts(p.cast::<u8>(), len).to_vec());
+                    result = file;
                     0
                 }
             },
@@ -822,7 +840,7 @@ impl Vm {
         store: Option<&CStr>,
     ) -> Result<(), LoadError> {
         // Refuse bad headers before touching the VM.
-        format::open(data).map_err(LoadError::from)?;
+        let opened = format::open(data).map_err(LoadError::from)?;
         self.check_idle("load a save-game")
             .map_err(LoadError::Lua)?;
         let old_limit = self.arena.stats().limit_bytes as usize;
@@ -841,8 +859,8 @@ impl Vm {
                 // SAFETY: protected body; the load itself runs in a nested protected call.
                 unsafe {
                     ffi::lua_pushnil(L);
-                    ffi::lua_pushlstring(L, data.as_ptr().cast(), data.len());
-                    let (st, err) = load_protected(L, opts);
+                    ffi::lua_pushnil(L); // the file is read from `data`, not copied into Lua
+                    let (st, err) = load_protected(L, opts, Some(opened));
                     staged = err;
                     if st != ffi::LUA_OK {
                         ffi::lua_error(L);

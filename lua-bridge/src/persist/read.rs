@@ -34,7 +34,6 @@ unsafe extern "C" {
     );
     fn luasnap_table_build(
         L: *mut lua_State,
-        idx: c_int,
         strs: c_int,
         objs: c_int,
         ops: *const RawVal,
@@ -44,8 +43,36 @@ unsafe extern "C" {
 
 /// Steps per `luasnap_table_build` call (an entry needing more goes the general way).
 const BUILD_OPS: usize = 1024;
-/// How deep tables nest within one entry built by `luasnap_table_build`.
+/// How deep tables nest within one batch built by `luasnap_table_build`.
 const PLAIN_DEPTH: usize = 16;
+
+/// Where a table opened by a batch is (see `Loader::plain_entries`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stage {
+    /// Its metatable is next.
+    Meta,
+    /// A key (or its end marker) is next.
+    Key,
+    /// The value of the key on the stack is next.
+    Value,
+}
+
+impl Stage {
+    /// The matching `Frame::Table` state.
+    fn state(self) -> u8 {
+        match self {
+            Stage::Meta => 0,
+            Stage::Key => 1,
+            Stage::Value => 2,
+        }
+    }
+}
+
+/// How many tables a batch may open with `depth` frames already on the stack: tables opened
+/// there become stack frames, which stay below `STACK_FRAMES`.
+fn nopen_room(depth: usize) -> usize {
+    PLAIN_DEPTH.min(STACK_FRAMES.saturating_sub(depth + 1))
+}
 
 const REBUILDING: &str = "a reference to an object that is still being rebuilt: a __persist rebuild function captured its own object; use two-phase persistence (return a create function and an init function)";
 
@@ -610,8 +637,9 @@ impl<'a> Loader<'a> {
                 Frame::Table { id, state, at } => {
                     let (id, at, state) = (*id, *at, *state);
                     if state == 1 {
-                        if at > 0 {
-                            self.plain_entries(L, s, at)?;
+                        if at > 0 && self.plain_entries(L, s, at)? {
+                            // Frames may have been pushed: on from the top one.
+                            return Ok(false);
                         }
                         // End of entries?
                         if self.r.data.get(self.r.pos) == Some(&(Tag::Nil as u8)) {
@@ -722,38 +750,37 @@ impl<'a> Loader<'a> {
         }
     }
 
-    /// Decodes one value for `luasnap_table_build` into `self.ops`: a boolean, number,
-    /// string, reference to a string or an object, or a new table whose metatable, keys and
-    /// values are such values too (`depth` levels deep at most). Returns false for anything
-    /// else, malformed bytes included, which the general path then reads and reports; the
-    /// reader, counters and ops may have moved meanwhile: the caller rewinds them.
-    fn plain_item(&mut self, depth: usize) -> bool {
-        if self.ops.len() >= BUILD_OPS {
-            return false;
+    /// Decodes one item for `luasnap_table_build`: a boolean, number, string, reference to a
+    /// string or an object, or (if `table`) the header of a new table. Anything else,
+    /// malformed bytes included, is `None`, with the reader and string count where they were:
+    /// the general path reads it and reports what is wrong.
+    fn plain_item(&mut self, table: bool) -> Option<RawVal> {
+        let mark = (self.r.pos, self.strs);
+        let v = self.plain_item_inner(table);
+        if v.is_none() {
+            (self.r.pos, self.strs) = mark;
         }
+        v
+    }
+
+    fn plain_item_inner(&mut self, table: bool) -> Option<RawVal> {
         let pos = self.r.pos;
-        let Some(tag) = self.r.u8().and_then(Tag::from_u8) else {
-            return false;
-        };
+        let tag = Tag::from_u8(self.r.u8()?)?;
         let mut v = RawVal::EMPTY;
         match tag {
             Tag::Nil => v.kind = kind::NIL,
             Tag::False => v.kind = kind::FALSE,
             Tag::True => v.kind = kind::TRUE,
             Tag::Int => {
-                let Some(i) = self.r.i64() else { return false };
                 v.kind = kind::INT;
-                v.bits = i as u64;
+                v.bits = self.r.i64()? as u64;
             }
             Tag::Float => {
-                let Some(f) = self.r.u64() else { return false };
                 v.kind = kind::FLOAT;
-                v.bits = f;
+                v.bits = self.r.u64()?;
             }
             Tag::Str => {
-                let Some(b) = self.r.bytes() else {
-                    return false;
-                };
+                let b = self.r.bytes()?;
                 v.kind = kind::STR;
                 v.s = b.as_ptr().cast();
                 v.len = b.len() as u64;
@@ -763,54 +790,32 @@ impl<'a> Loader<'a> {
                 }
             }
             Tag::StrRef => {
-                match self.r.varint() {
-                    Some(sid) if sid < self.strs as u64 => v.bits = sid + 1,
-                    _ => return false,
+                let sid = self.r.varint()?;
+                if sid >= self.strs as u64 {
+                    return None;
                 }
                 v.kind = kind::STRREF;
+                v.bits = sid + 1;
             }
             Tag::Ref => {
-                match self.r.varint() {
-                    Some(id) if id < self.next_id as u64 => v.bits = id,
-                    _ => return false,
+                let id = self.r.varint()?;
+                if id >= self.next_id as u64 {
+                    return None;
                 }
                 v.kind = kind::REF;
+                v.bits = id;
                 v.len = pos as u64;
             }
-            Tag::Table if depth > 0 => {
-                let (Some(narr), Some(nhash)) = (self.r.varint(), self.r.varint()) else {
-                    return false;
-                };
+            Tag::Table if table => {
+                let (narr, nhash) = (self.r.varint()?, self.r.varint()?);
                 let (narr, nhash) = self.table_sizes(narr, nhash);
                 v.kind = kind::NEWTABLE;
                 v.bits = self.id() as u64;
                 v.len = (narr as u64) << 32 | nhash as u64;
-                self.ops.push(v);
-                let meta_pos = self.r.pos;
-                if !self.plain_item(depth - 1) {
-                    return false;
-                }
-                let mut meta = RawVal::EMPTY;
-                meta.kind = kind::META;
-                meta.len = meta_pos as u64;
-                self.ops.push(meta);
-                loop {
-                    if self.r.data.get(self.r.pos) == Some(&(Tag::Nil as u8)) {
-                        self.r.pos += 1;
-                        return true;
-                    }
-                    if !self.plain_item(depth - 1) || !self.plain_item(depth - 1) {
-                        return false;
-                    }
-                    let mut set = RawVal::EMPTY;
-                    set.kind = kind::SET;
-                    self.ops.push(set);
-                }
             }
-            _ => return false,
+            _ => return None,
         }
-        self.ops.push(v);
-        true
+        Some(v)
     }
 
     /// Array and hash sizes for a new table from a file's hints, capped by what the rest of
@@ -820,60 +825,137 @@ impl<'a> Loader<'a> {
         (narr.min(cap) as c_int, nhash.min(cap) as c_int)
     }
 
-    /// Fills the table at stack index `at` from the entries ahead whose keys and values are
-    /// plain (see `plain_item`: nested tables included), decoded in batches and built by
-    /// `luasnap_table_build` without a step through the general path each. Stops before the
-    /// end marker or the first other entry, which the general path reads.
-    unsafe fn plain_entries(&mut self, L: *mut lua_State, s: Slots, at: c_int) -> Result<(), Fail> {
+    /// Reads entries of the table at stack index `at` (its frame on top, between entries) in
+    /// batches that `luasnap_table_build` builds without a step through the general path for
+    /// each value: entries of plain values (see `plain_item`) and the new tables among them,
+    /// their metatables and entries, nested up to `PLAIN_DEPTH` deep. A batch stops before
+    /// anything else (a closure, say, or the table's end marker); the tables still open there
+    /// become frames of the general path, in its stack layout (table, then its key slot), which
+    /// goes on from that point. Returns whether it read anything.
+    unsafe fn plain_entries(
+        &mut self,
+        L: *mut lua_State,
+        s: Slots,
+        at: c_int,
+    ) -> Result<bool, Fail> {
+        let depth = self.frames.len();
+        let mut progress = false;
         loop {
             self.ops.clear();
-            let more;
+            // The tables opened by this batch: id and stage; `stage0` is the frame's table's.
+            let mut open: [(u32, Stage); PLAIN_DEPTH] = [(0, Stage::Key); PLAIN_DEPTH];
+            let mut nopen = 0;
+            let mut stage0 = Stage::Key;
+            let room = nopen_room(depth);
+            let mut full = false;
             loop {
-                let start = (self.r.pos, self.strs, self.next_id, self.ops.len());
-                if self.r.data.get(self.r.pos) == Some(&(Tag::Nil as u8)) {
-                    more = false; // the end marker
+                if self.ops.len() >= BUILD_OPS {
+                    full = true;
                     break;
                 }
-                if self.plain_item(0) && self.plain_item(PLAIN_DEPTH) {
-                    let mut set = RawVal::EMPTY;
-                    set.kind = kind::SET;
-                    self.ops.push(set);
-                    continue;
-                }
-                // Not plain, or the batch is full: build what came before it.
-                let full = self.ops.len() >= BUILD_OPS && start.3 > 0;
-                (self.r.pos, self.strs, self.next_id) = (start.0, start.1, start.2);
-                self.ops.truncate(start.3);
-                more = full;
-                break;
-            }
-            if !self.ops.is_empty() {
-                // SAFETY: protected context; `at`, s.strs and s.objs are absolute indices of
-                // tables; every id was checked against what had been read; the strings point
-                // into the body, alive for the load; stack room for the nesting (checked).
-                let failed = unsafe {
-                    ffi::luaL_checkstack(L, 2 * PLAIN_DEPTH as c_int + 8, c"load".as_ptr());
-                    luasnap_table_build(
-                        L,
-                        at,
-                        s.strs,
-                        s.objs,
-                        self.ops.as_ptr(),
-                        self.ops.len() as c_int,
-                    )
+                let stage = if nopen == 0 {
+                    stage0
+                } else {
+                    open[nopen - 1].1
                 };
+                let next = if stage == Stage::Key {
+                    self.r.data.get(self.r.pos).copied()
+                } else {
+                    None
+                };
+                let op = if next == Some(Tag::Nil as u8) {
+                    // An end marker: the frame's own is for the general path.
+                    if nopen == 0 {
+                        break;
+                    }
+                    self.r.pos += 1;
+                    nopen -= 1;
+                    kind::SET
+                } else {
+                    let table = stage == Stage::Value && nopen < room;
+                    let Some(v) = self.plain_item(table) else {
+                        break;
+                    };
+                    self.ops.push(v);
+                    if v.kind == kind::NEWTABLE {
+                        open[nopen] = (v.bits as u32, Stage::Meta);
+                        nopen += 1;
+                        continue;
+                    }
+                    match stage {
+                        Stage::Meta => kind::META,
+                        Stage::Key => {
+                            if nopen == 0 {
+                                stage0 = Stage::Value;
+                            } else {
+                                open[nopen - 1].1 = Stage::Value;
+                            }
+                            continue;
+                        }
+                        Stage::Value => kind::SET,
+                    }
+                };
+                let mut step = RawVal::EMPTY;
+                step.kind = op;
+                step.len = self.r.pos as u64;
+                self.ops.push(step);
+                // The table that got its metatable or an entry now expects a key.
+                if nopen == 0 {
+                    stage0 = Stage::Key;
+                } else {
+                    open[nopen - 1].1 = Stage::Key;
+                }
+            }
+            if self.ops.is_empty() {
+                return Ok(progress);
+            }
+            progress = true;
+            // SAFETY: protected context; the frame's table is at `at` with its key slot on
+            // top, which goes (the steps work on the table on top); s.strs and s.objs are
+            // absolute indices of tables; every id was checked against what had been read;
+            // the strings point into the body, alive for the load; stack room for the
+            // nesting (checked).
+            unsafe {
+                ffi::lua_settop(L, at);
+                ffi::luaL_checkstack(L, 2 * PLAIN_DEPTH as c_int + 8, c"load".as_ptr());
+                let failed = luasnap_table_build(
+                    L,
+                    s.strs,
+                    s.objs,
+                    self.ops.as_ptr(),
+                    self.ops.len() as c_int,
+                );
                 if failed >= 0 {
                     let op = self.ops[failed as usize];
                     self.r.pos = op.len as usize;
-                    return Err(if op.kind == kind::META {
-                        self.malformed("a metatable must be a table")
-                    } else {
-                        self.fail(REBUILDING)
+                    return Err(match op.kind {
+                        kind::META => self.malformed("a metatable must be a table"),
+                        kind::REF => self.fail(REBUILDING),
+                        _ => self.malformed("internal: a table build step out of place"),
                     });
                 }
+                // Back to the general layout: [t0, k1, t1, k2, t2, ..., tn, key slot].
+                let innermost = if nopen == 0 {
+                    stage0
+                } else {
+                    open[nopen - 1].1
+                };
+                if innermost != Stage::Value {
+                    ffi::lua_pushnil(L);
+                }
             }
-            if !more {
-                return Ok(());
+            if let Some(Frame::Table { state, .. }) = self.frames.last_mut() {
+                *state = if nopen > 0 { 2 } else { stage0.state() };
+            }
+            for (i, &(id, stage)) in open[..nopen].iter().enumerate() {
+                self.frames.push(Frame::Table {
+                    id,
+                    state: stage.state(),
+                    at: at + 2 * (i as c_int + 1),
+                });
+            }
+            if !full || nopen > 0 || stage0 != Stage::Key {
+                return Ok(true);
             }
         }
     }

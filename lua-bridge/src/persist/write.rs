@@ -146,7 +146,7 @@ unsafe extern "C-unwind" fn dump_writer(
 impl<'a> Persister<'a> {
     pub fn new(opts: &'a PersistOptions, shared: &'a Shared) -> Self {
         Persister {
-            w: Writer::default(),
+            w: Writer::file(),
             refs: HashMap::default(),
             strs: HashMap::default(),
             anchored: 0,
