@@ -282,11 +282,25 @@ fn repeated_strings_are_written_once_and_format_1_files_still_load() {
         a.exec("return old_copy[1] .. old_copy.x", "z").unwrap(),
         vec![Value::String(b"abcdefghijkl".to_vec())]
     );
-    // Format 3 is refused, naming what this build reads.
-    v1[8..10].copy_from_slice(&3u16.to_le_bytes());
+    // Format 2 numbered only strings of 4+ bytes; format 3 numbers every non-empty one. The
+    // same body means different things in each, and each version is read by its own rule.
+    let body: &[u8] = &[
+        20, 0, 2, 0, 5, 2, b'a', b'b', 5, 4, b'a', b'b', b'c', b'd', 5, 2, b'c', b'd', 7, 0, 0,
+    ];
+    let mut v2 = seal_body(body, false);
+    v2[8..10].copy_from_slice(&2u16.to_le_bytes());
+    a.unpersist(&v2, "v2").unwrap();
+    a.unpersist(&seal_body(body, false), "v3").unwrap();
+    assert_eq!(
+        a.exec("return v2.ab .. v2.cd .. ' ' .. v3.ab .. v3.cd", "v")
+            .unwrap(),
+        vec![Value::String(b"abcdabcd abcdab".to_vec())]
+    );
+    // Format 4 is refused, naming what this build reads.
+    v1[8..10].copy_from_slice(&4u16.to_le_bytes());
     let err = a.unpersist(&v1, "x").unwrap_err().to_string();
     assert!(
-        err.contains("format 3 is not supported") && err.contains("1 to 2"),
+        err.contains("format 4 is not supported") && err.contains("1 to 3"),
         "{err}"
     );
     // A hostile reference to a string that was never written is a clear error.

@@ -18,9 +18,10 @@
 //!
 //! Every object gets the next id (0, 1, ...) at its first occurrence, in the same order when
 //! writing and reading; later occurrences are `Ref(id)`. Strings are numbered apart: each `Str`
-//! of at least `MIN_STRREF_LEN` bytes gets the next string id, and a later occurrence of the
-//! same string is `StrRef(sid)` (format 2; format 1 files have no `StrRef` and read the same).
-//! Shorter strings are always inline: interning them again costs less than looking them up. Tables list their metatable, then
+//! of at least [`min_strref_len`] bytes gets the next string id, and a later occurrence of the
+//! same string is `StrRef(sid)`. That length is 1 from format 3 on (every string but the empty
+//! one: a reference loads without hashing and interning the bytes again) and 4 in format 2;
+//! format 1 files have no `StrRef` and read as format 2. Tables list their metatable, then
 //! key-value pairs, then `Nil` in key position.
 
 use xxhash_rust::xxh3::xxh3_64;
@@ -28,8 +29,9 @@ use xxhash_rust::xxh3::xxh3_64;
 /// Identifies a save-game.
 pub const MAGIC: &[u8; 8] = b"LUASNAPS";
 /// Version of this format. Files of other versions are refused with a clear error.
-pub const FORMAT_VERSION: u16 = 2;
-/// The oldest format version this build still reads (format 2 only added `StrRef`).
+pub const FORMAT_VERSION: u16 = 3;
+/// The oldest format version this build still reads (formats 2 and 3 only added and widened
+/// `StrRef`).
 pub const OLDEST_FORMAT_VERSION: u16 = 1;
 /// The Lua release whose prototypes the file refers to (`LUA_VERSION_RELEASE_NUM`).
 pub const LUA_RELEASE: u32 = 50501;
@@ -40,8 +42,26 @@ const NUM_CHECK: f64 = -370.5;
 /// Flag: the file carries bytecode for its prototypes (needed only to load in trusted mode).
 pub const FLAG_BYTECODE: u8 = 1;
 
-/// Strings at least this long are written once and referred to afterwards.
-pub const MIN_STRREF_LEN: usize = 4;
+/// Strings at least this long are written once and referred to afterwards, in files of this
+/// build's format.
+pub const MIN_STRREF_LEN: usize = 1;
+
+/// The string length from which a file of format `format` numbers its strings.
+pub fn min_strref_len(format: u16) -> usize {
+    if format >= 3 {
+        1
+    } else {
+        4
+    }
+}
+
+/// A file whose header checked out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Opened<'a> {
+    pub body: &'a [u8],
+    pub flags: u8,
+    pub format: u16,
+}
 
 /// Value tags.
 #[repr(u8)]
@@ -207,8 +227,8 @@ pub enum HeaderError {
     Checksum,
 }
 
-/// Checks the header and returns the body and flags.
-pub fn open(file: &[u8]) -> Result<(&[u8], u8), HeaderError> {
+/// Checks the header and returns the body, flags and format version.
+pub fn open(file: &[u8]) -> Result<Opened<'_>, HeaderError> {
     if file.len() < HEADER_LEN {
         if file.len() >= 8 && &file[..8] != MAGIC {
             return Err(HeaderError::Magic);
@@ -248,7 +268,11 @@ pub fn open(file: &[u8]) -> Result<(&[u8], u8), HeaderError> {
     if xxh3_64(body) != u64_at(42) {
         return Err(HeaderError::Checksum);
     }
-    Ok((body, flags))
+    Ok(Opened {
+        body,
+        flags,
+        format,
+    })
 }
 
 /// Reads a body; every read is bounds-checked.
@@ -330,7 +354,11 @@ mod tests {
         let mut w = Writer::default();
         w.tag(Tag::True);
         let file = w.finish(0);
-        assert_eq!(open(&file).unwrap(), (&[Tag::True as u8][..], 0));
+        let opened = open(&file).unwrap();
+        assert_eq!(
+            (opened.body, opened.flags, opened.format),
+            (&[Tag::True as u8][..], 0, FORMAT_VERSION)
+        );
         let mut bad = file.clone();
         bad[HEADER_LEN] ^= 1;
         assert_eq!(open(&bad), Err(HeaderError::Checksum));

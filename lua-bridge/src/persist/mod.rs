@@ -49,7 +49,7 @@ pub fn seal_body(body: &[u8], with_bytecode: bool) -> Vec<u8> {
 
 /// The body of a save-game (after its header), if the header is valid.
 pub fn body_of(file: &[u8]) -> Option<&[u8]> {
-    format::open(file).ok().map(|(b, _)| b)
+    format::open(file).ok().map(|o| o.body)
 }
 
 /// Registry key: value -> name, the permanents used when persisting.
@@ -646,16 +646,16 @@ unsafe fn call_job(
     }
 }
 
-/// Loads a file with unperms at `base + 1` (or nil): `opened` (a body and its flags, from
-/// `format::open`), or else the file that is a string on top, at `base + 2`.
+/// Loads a file with unperms at `base + 1` (or nil): `opened` (from `format::open`), or else
+/// the file that is a string on top, at `base + 2`.
 unsafe fn load_protected(
     L: *mut lua_State,
     opts: &LoadOptions,
-    opened: Option<(&[u8], u8)>,
+    opened: Option<format::Opened<'_>>,
 ) -> (c_int, Option<String>) {
     // SAFETY: a VM built by this crate.
     let shared = unsafe { raw::shared_of(L) };
-    let (body_bytes, flags) = match opened {
+    let file = match opened {
         Some(x) => x,
         None => {
             let mut data: &[u8] = &[];
@@ -673,8 +673,7 @@ unsafe fn load_protected(
             }
         }
     };
-    let mut loader =
-        read::Loader::new(body_bytes, opts, shared, flags & format::FLAG_BYTECODE != 0);
+    let mut loader = read::Loader::new(file, opts, shared);
     // SAFETY: queries only.
     let running = unsafe { ffi::lua_gc(L, ffi::LUA_GCISRUNNING) } != 0;
     shared.budget.set(opts.instruction_budget);

@@ -8,7 +8,8 @@
 //! is bounded by an instruction budget.
 
 use super::format::{
-    Reader, Tag, MIN_STRREF_LEN, THREAD_DEAD, THREAD_NOT_STARTED, THREAD_SUSPENDED,
+    min_strref_len, Opened, Reader, Tag, FLAG_BYTECODE, THREAD_DEAD, THREAD_NOT_STARTED,
+    THREAD_SUSPENDED,
 };
 use super::{kind, LoadOptions, RawVal, Slots};
 use super::{luasnap_thread_restore, luasnap_upval_join_open, CiRecord};
@@ -124,6 +125,8 @@ pub(crate) struct Loader<'a> {
     next_id: u32,
     /// Strings read so far (`strs[1..=strs]`).
     strs: u32,
+    /// Strings at least this long get a string id (it depends on the file's format).
+    strref_len: usize,
     protos: Vec<*const c_void>,
     index: Option<HashMap<u64, *const c_void>>,
     full_index: bool,
@@ -168,16 +171,12 @@ unsafe extern "C-unwind" fn chunk_reader(
 }
 
 impl<'a> Loader<'a> {
-    pub fn new(
-        body: &'a [u8],
-        opts: &'a LoadOptions,
-        shared: &'a Shared,
-        has_bytecode: bool,
-    ) -> Self {
+    pub fn new(file: Opened<'a>, opts: &'a LoadOptions, shared: &'a Shared) -> Self {
         Loader {
-            r: Reader::new(body),
+            r: Reader::new(file.body),
             next_id: 0,
             strs: 0,
+            strref_len: min_strref_len(file.format),
             protos: Vec::new(),
             index: None,
             full_index: false,
@@ -186,7 +185,7 @@ impl<'a> Loader<'a> {
             ops: Vec::with_capacity(BUILD_OPS + 8),
             error: None,
             shared,
-            trusted_bytecode: opts.trusted && has_bytecode,
+            trusted_bytecode: opts.trusted && file.flags & FLAG_BYTECODE != 0,
         }
     }
 
@@ -281,7 +280,7 @@ impl<'a> Loader<'a> {
                 Tag::Str => match self.r.bytes() {
                     Some(b) => {
                         ffi::lua_pushlstring(L, b.as_ptr().cast(), b.len());
-                        if b.len() >= MIN_STRREF_LEN {
+                        if b.len() >= self.strref_len {
                             self.strs += 1;
                             ffi::lua_pushvalue(L, -1);
                             ffi::lua_rawseti(L, s.strs, self.strs as ffi::lua_Integer);
@@ -784,7 +783,7 @@ impl<'a> Loader<'a> {
                 v.kind = kind::STR;
                 v.s = b.as_ptr().cast();
                 v.len = b.len() as u64;
-                if b.len() >= MIN_STRREF_LEN {
+                if b.len() >= self.strref_len {
                     self.strs += 1;
                     v.bits = self.strs as u64;
                 }
