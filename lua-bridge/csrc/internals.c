@@ -324,17 +324,6 @@ const void *luasnap_thread_k(lua_State *co, int level) {
   return (const void *)ci->u.c.k;
 }
 
-/* Sizes of the array and hash parts of the table at idx (to presize it when loading). */
-void luasnap_table_sizes(lua_State *L, int idx, unsigned int *narr, unsigned int *nhash) {
-  const TValue *o = (idx > 0) ? s2v(L->ci->func.p + idx) : s2v(L->top.p + idx);
-  const Table *t;
-  *narr = 0; *nhash = 0;
-  if (!ttistable(o)) return;
-  t = hvalue(o);
-  *narr = t->asize;
-  *nhash = isdummy(t) ? 0 : (1u << t->lsizenode);
-}
-
 /* Table traversal by position, for the persister: positions number the array part, then the
 ** hash nodes, as luaH_next numbers them, but resuming needs no lookup of the previous key.
 ** Neither function allocates or raises; both check bounds, so a table changed during a
@@ -345,10 +334,10 @@ static const Table *luasnap_table_at(lua_State *L, int idx) {
 }
 
 /* Pushes the value, then the key, of the first non-empty entry at position >= *pos of the
-** table at idx, and sets *pos past it. Returns 0, pushing nothing, after the last entry. The
-** caller guarantees stack room for 2 values. */
-int luasnap_table_next(lua_State *L, int idx, unsigned int *pos) {
-  const Table *t = luasnap_table_at(L, idx);
+** table tp (alive: anchored or reachable), and sets *pos past it. Returns 0, pushing nothing,
+** after the last entry. The caller guarantees stack room for 2 values. */
+int luasnap_table_next(lua_State *L, const void *tp, unsigned int *pos) {
+  const Table *t = (const Table *)tp;
   unsigned int asize, i;
   if (t == NULL) return 0;
   asize = t->asize;
@@ -377,9 +366,9 @@ int luasnap_table_next(lua_State *L, int idx, unsigned int *pos) {
 }
 
 /* Pushes the key (what == 0) or the value (what == 1) of the entry at position pos of the
-** table at idx. Returns 0, pushing nothing, if there is no such entry (any more). */
-int luasnap_table_entry(lua_State *L, int idx, unsigned int pos, int what) {
-  const Table *t = luasnap_table_at(L, idx);
+** table tp. Returns 0, pushing nothing, if there is no such entry (any more). */
+int luasnap_table_entry(lua_State *L, const void *tp, unsigned int pos, int what) {
+  const Table *t = (const Table *)tp;
   if (t == NULL) return 0;
   if (pos < t->asize) {
     lu_byte tag = *getArrTag(t, pos);
@@ -460,6 +449,7 @@ void luasnap_clear_slots_above_top(lua_State *L, int n) {
 #define LS_NEWTABLE 11
 #define LS_META 12
 #define LS_SET 13
+#define LS_TABLE 14   /* scan only: a table, bits its identity (the Table itself) */
 
 typedef struct luasnap_val {
   uint8_t kind;
@@ -492,6 +482,7 @@ static void describe(const TValue *o, luasnap_val *out) {
     }
     case LUA_VLCF: out->kind = LS_OBJ; out->bits = (uint64_t)(uintptr_t)fvalue(o); break;
     case LUA_VUSERDATA: out->kind = LS_OBJ; out->bits = (uint64_t)(uintptr_t)getudatamem(uvalue(o)); break;
+    case LUA_VTABLE: out->kind = LS_TABLE; out->bits = (uint64_t)(uintptr_t)hvalue(o); break;
     default:
       if (iscollectable(o)) { out->kind = LS_OBJ; out->bits = (uint64_t)(uintptr_t)gcvalue(o); }
       else out->kind = LS_OTHER;
@@ -499,13 +490,13 @@ static void describe(const TValue *o, luasnap_val *out) {
   }
 }
 
-/* Describes up to `max` entries of the table at idx from position `pos` on (positions as in
+/* Describes up to `max` entries of the table tp from position `pos` on (positions as in
 ** luasnap_table_next), for the persister to write without pushing them. Stops after the
 ** first entry holding an object or a light userdata, which the persister may have to write
 ** through the general path. Returns the number described; 0 after the last entry. Reads
 ** only, and checks bounds like luasnap_table_next. */
-int luasnap_table_scan(lua_State *L, int idx, unsigned int pos, luasnap_entry *out, int max) {
-  const Table *t = luasnap_table_at(L, idx);
+int luasnap_table_scan(lua_State *L, const void *tp, unsigned int pos, luasnap_entry *out, int max) {
+  const Table *t = (const Table *)tp;
   unsigned int asize, i;
   int n = 0;
   if (t == NULL) return 0;
@@ -625,18 +616,42 @@ fail:
   return i;
 }
 
-/* Stores the strings ps[0..n) at strs[first + i] (the table at the absolute index strs). For
-** the persister, which records strings by identity without pushing them and anchors them
-** only before Lua code can run: until then every one of them is reachable from the graph
-** being written, which nothing changes. */
-void luasnap_anchor_strings(lua_State *L, int strs, const void *const *ps, int n, lua_Integer first) {
-  Table *st = (Table *)luasnap_table_at(L, strs);
+/* Stores the objects ps[0..n) at tbl[keys[i]] (or tbl[first + i] if keys is NULL), tbl
+** being the table at the absolute index idx. For the persister, which records strings and
+** tables by identity without pushing them and anchors them only before Lua code can run:
+** until then every one of them is reachable from the graph being written, which nothing
+** changes. */
+void luasnap_anchor(lua_State *L, int idx, const void *const *ps, const lua_Integer *keys, int n,
+                    lua_Integer first) {
+  Table *tbl = (Table *)luasnap_table_at(L, idx);
   int i;
-  if (st == NULL) return;
+  if (tbl == NULL) return;
   for (i = 0; i < n; i++) {
     TValue v;
-    setsvalue(L, &v, (TString *)ps[i]);
-    luaH_setint(L, st, first + i, &v);
-    luaC_barrierback(L, obj2gco(st), &v);
+    setgcovalue(L, &v, (GCObject *)ps[i]);
+    luaH_setint(L, tbl, keys != NULL ? keys[i] : first + i, &v);
+    luaC_barrierback(L, obj2gco(tbl), &v);
   }
+}
+
+/* Pushes the metatable of the table tp, or nil. */
+void luasnap_push_metatable(lua_State *L, const void *tp) {
+  const Table *t = (const Table *)tp;
+  if (t->metatable != NULL) { sethvalue2s(L, L->top.p, t->metatable); }
+  else { setnilvalue(s2v(L->top.p)); }
+  L->top.p++;
+}
+
+/* Sizes of the array and hash parts of the table tp, and its metatable (NULL if none).
+** Returns whether that metatable has a non-nil field `key` (the persister's spkey, a string
+** it keeps alive). Reads only. */
+int luasnap_table_info(const void *tp, const void *key, unsigned int *narr, unsigned int *nhash,
+                       const void **mt) {
+  const Table *t = (const Table *)tp;
+  TValue tmp;
+  *narr = t->asize;
+  *nhash = isdummy(t) ? 0 : (1u << t->lsizenode);
+  *mt = t->metatable;
+  if (t->metatable == NULL) return 0;
+  return !tagisempty(luaH_getstr(t->metatable, (TString *)key, &tmp));
 }

@@ -128,6 +128,8 @@ pub(crate) mod kind {
     pub const META: u8 = 12;
     /// Build only: `[t, k, v]`: `t[k] = v`.
     pub const SET: u8 = 13;
+    /// Scan only: a table, `bits` its identity.
+    pub const TABLE: u8 = 14;
 }
 
 unsafe extern "C" {

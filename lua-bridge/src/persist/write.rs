@@ -22,26 +22,34 @@ use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use std::ffi::{c_int, c_void, CString};
 
 unsafe extern "C" {
-    fn luasnap_table_sizes(L: *mut lua_State, idx: c_int, narr: *mut u32, nhash: *mut u32);
     fn luasnap_proto(L: *mut lua_State, idx: c_int) -> *const c_void;
     fn luasnap_proto_hash(p: *const c_void) -> u64;
     fn luasnap_proto_nupvalues(p: *const c_void) -> c_int;
-    fn luasnap_table_next(L: *mut lua_State, idx: c_int, pos: *mut u32) -> c_int;
-    fn luasnap_table_entry(L: *mut lua_State, idx: c_int, pos: u32, what: c_int) -> c_int;
+    fn luasnap_table_next(L: *mut lua_State, t: *const c_void, pos: *mut u32) -> c_int;
+    fn luasnap_table_entry(L: *mut lua_State, t: *const c_void, pos: u32, what: c_int) -> c_int;
     fn luasnap_table_scan(
         L: *mut lua_State,
-        idx: c_int,
+        t: *const c_void,
         pos: u32,
         out: *mut RawEntry,
         max: c_int,
     ) -> c_int;
-    fn luasnap_anchor_strings(
+    fn luasnap_table_info(
+        t: *const c_void,
+        key: *const c_void,
+        narr: *mut u32,
+        nhash: *mut u32,
+        mt: *mut *const c_void,
+    ) -> c_int;
+    fn luasnap_anchor(
         L: *mut lua_State,
-        strs: c_int,
+        idx: c_int,
         ps: *const *const c_void,
+        keys: *const ffi::lua_Integer,
         n: c_int,
         first: ffi::lua_Integer,
     );
+    fn luasnap_push_metatable(L: *mut lua_State, t: *const c_void);
 }
 
 /// Table entries described per `luasnap_table_scan` call.
@@ -51,10 +59,11 @@ const SCAN_BATCH: usize = 64;
 pub(crate) struct Fail;
 
 enum Frame {
+    /// The table `t` (kept alive by the graph, or anchored: see `anchor`).
     /// state 0: metatable next; 1: next entry; 2: the key at `pos - 1` (the object `key`) has
     /// been written, its value next. `pos`: the position after the current entry.
     Table {
-        id: u32,
+        t: *const c_void,
         state: u8,
         pos: u32,
         key: *const c_void,
@@ -106,10 +115,15 @@ pub(crate) struct Persister<'a> {
     refs: HashMap<*const c_void, u32>,
     /// Strings written, by identity, to their string id.
     strs: HashMap<*const c_void, u32>,
-    /// String ids from this one on are not anchored yet (see `anchor_strings`).
+    /// String ids from this one on are not anchored yet (see `anchor`).
     anchored: u32,
     /// Their identities, in id order.
     unanchored: Vec<*const c_void>,
+    /// Tables written without being anchored yet, and their ids.
+    unanchored_tables: Vec<*const c_void>,
+    unanchored_ids: Vec<ffi::lua_Integer>,
+    /// The spkey string (anchored in `strs[0]`).
+    spkey_str: *const c_void,
     /// Entries described by the last table scan.
     scan: Vec<RawEntry>,
     /// Identities of the permanents (objects only), to skip the Lua lookup for the rest.
@@ -151,6 +165,9 @@ impl<'a> Persister<'a> {
             strs: HashMap::default(),
             anchored: 0,
             unanchored: Vec::new(),
+            unanchored_tables: Vec::new(),
+            unanchored_ids: Vec::new(),
+            spkey_str: std::ptr::null(),
             scan: vec![
                 RawEntry {
                     k: RawVal::EMPTY,
@@ -195,6 +212,9 @@ impl<'a> Persister<'a> {
                 }
             }
             self.perm_ptrs = Some(set);
+            ffi::lua_pushlstring(L, self.spkey.as_ptr(), self.spkey.as_bytes().len());
+            self.spkey_str = ffi::lua_topointer(L, -1);
+            ffi::lua_rawseti(L, s.strs, 0);
             let used = ffi::lua_gc(L, ffi::LUA_GCCOUNT) as usize * 1024;
             self.w.buf.reserve(used / 4);
             self.refs.reserve(used / 256);
@@ -208,10 +228,10 @@ impl<'a> Persister<'a> {
         Ok(())
     }
 
-    fn fail(&mut self, L: *mut lua_State, s: Slots, what: String) -> Fail {
+    fn fail(&mut self, L: *mut lua_State, what: String) -> Fail {
         let path = if self.opts.path {
             // SAFETY: reads the keys table; formatting only inspects primitives.
-            unsafe { self.path(L, s) }
+            unsafe { self.path(L) }
         } else {
             "(set the 'path' option for the location)".to_string()
         };
@@ -219,24 +239,22 @@ impl<'a> Persister<'a> {
         Fail
     }
 
-    unsafe fn path(&self, L: *mut lua_State, s: Slots) -> String {
+    unsafe fn path(&self, L: *mut lua_State) -> String {
         let mut out = String::from("root");
         for (depth, seg) in self.segs.iter().enumerate() {
             match *seg {
                 Seg::Key => {
-                    let Some(&Frame::Table { id, pos, .. }) = self.frames.get(depth) else {
+                    let Some(&Frame::Table { t, pos, .. }) = self.frames.get(depth) else {
                         continue;
                     };
-                    // SAFETY: seen[id] is the frame's table; the current entry is at pos - 1;
-                    // both pushes are popped (the stack has room: fail runs with few values).
+                    // SAFETY: the frame's table is alive; the current entry is at pos - 1; the
+                    // push is popped (the stack has room: fail runs with few values).
                     unsafe {
                         ffi::luaL_checkstack(L, 2, c"persist".as_ptr());
-                        ffi::lua_rawgeti(L, s.seen, id as ffi::lua_Integer);
-                        if pos > 0 && luasnap_table_entry(L, -1, pos - 1, 0) != 0 {
+                        if pos > 0 && luasnap_table_entry(L, t, pos - 1, 0) != 0 {
                             out.push_str(&key_text(L));
                             ffi::lua_settop(L, -2);
                         }
-                        ffi::lua_settop(L, -2);
                     }
                 }
                 Seg::Meta => out.push_str("@metatable"),
@@ -319,30 +337,89 @@ impl<'a> Persister<'a> {
         }
     }
 
-    /// Anchors the strings recorded since the last call in the strings table. Identities are
-    /// only valid while the strings live: until Lua code runs, every string recorded is
-    /// reachable from the unchanged graph, but a `__persist` function may change the graph and
-    /// run a full collection, and a freed string's address could come back as another string.
-    /// So this runs before every call into Lua code.
+    /// Anchors the strings and tables recorded by identity since the last call (strings in
+    /// the strings table, tables in `seen` under their ids). Identities are only valid while
+    /// the objects live: until Lua code runs, every one recorded is reachable from the
+    /// unchanged graph, but a `__persist` function may change the graph and run a full
+    /// collection, and a freed object's address could come back as another object. So this
+    /// runs before every call into Lua code.
     ///
     /// # Safety
-    /// Protected context; no Lua code ran since the strings were recorded.
-    unsafe fn anchor_strings(&mut self, L: *mut lua_State, s: Slots) {
-        if self.unanchored.is_empty() {
-            return;
-        }
-        // SAFETY: every pointer is a live string (see above); the table is at s.strs.
+    /// Protected context; no Lua code ran since the objects were recorded.
+    unsafe fn anchor(&mut self, L: *mut lua_State, s: Slots) {
+        // SAFETY: every pointer is a live object (see above); the tables are at s.strs, s.seen.
         unsafe {
-            luasnap_anchor_strings(
+            luasnap_anchor(
                 L,
                 s.strs,
                 self.unanchored.as_ptr(),
+                std::ptr::null(),
                 self.unanchored.len() as c_int,
                 self.anchored as ffi::lua_Integer + 1,
-            )
-        };
+            );
+            luasnap_anchor(
+                L,
+                s.seen,
+                self.unanchored_tables.as_ptr(),
+                self.unanchored_ids.as_ptr(),
+                self.unanchored_tables.len() as c_int,
+                0,
+            );
+        }
         self.anchored += self.unanchored.len() as u32;
         self.unanchored.clear();
+        self.unanchored_tables.clear();
+        self.unanchored_ids.clear();
+    }
+
+    /// For a scanned value that is a table not written yet and that can be written by
+    /// identity, without pushing it (not a permanent, no special persistence): records it
+    /// (a new id, anchored later) and returns its sizes and metatable for `table_header`.
+    ///
+    /// # Safety
+    /// `v` was just described by `luasnap_table_scan`; no Lua code ran since.
+    unsafe fn new_table_info(&mut self, v: &RawVal) -> Option<(u32, u32, *const c_void)> {
+        let t = v.bits as usize as *const c_void;
+        if v.kind != kind::TABLE
+            || self.refs.contains_key(&t)
+            || self.perm_ptrs.as_ref().is_some_and(|p| p.contains(&t))
+        {
+            return None;
+        }
+        let (mut narr, mut nhash, mut mt) = (0u32, 0u32, std::ptr::null());
+        // SAFETY: t is a live table, spkey_str a live string (callers' contract).
+        if unsafe { luasnap_table_info(t, self.spkey_str, &mut narr, &mut nhash, &mut mt) } != 0 {
+            return None;
+        }
+        let id = self.new_id(t);
+        self.unanchored_tables.push(t);
+        self.unanchored_ids.push(id as ffi::lua_Integer);
+        Some((narr, nhash, mt))
+    }
+
+    /// Writes a table's header and (if nil or written already) its metatable, and pushes the
+    /// frame for the rest.
+    fn table_header(&mut self, t: *const c_void, (narr, nhash, mt): (u32, u32, *const c_void)) {
+        self.w.tag(Tag::Table);
+        self.w.varint(narr as u64);
+        self.w.varint(nhash as u64);
+        // The metatable comes first: written here when it is nil or already written (the
+        // common case: shared metatables), else by the frame.
+        let mut state = 0;
+        if mt.is_null() {
+            self.w.tag(Tag::Nil);
+            state = 1;
+        } else if let Some(&mid) = self.refs.get(&mt) {
+            self.w.tag(Tag::Ref);
+            self.w.varint(mid as u64);
+            state = 1;
+        }
+        self.frames.push(Frame::Table {
+            t,
+            state,
+            pos: 0,
+            key: std::ptr::null(),
+        });
     }
 
     /// Whether a scanned value can be written without the general path: a primitive, a
@@ -350,7 +427,7 @@ impl<'a> Persister<'a> {
     fn plain(&self, v: &RawVal) -> bool {
         match v.kind {
             kind::FALSE..=kind::STR => true,
-            kind::OBJ => self.refs.contains_key(&(v.bits as usize as *const c_void)),
+            kind::OBJ | kind::TABLE => self.refs.contains_key(&(v.bits as usize as *const c_void)),
             _ => false,
         }
     }
@@ -440,31 +517,10 @@ impl<'a> Persister<'a> {
                     if self.special(L, s, id)? {
                         return Ok(());
                     }
-                    self.w.tag(Tag::Table);
-                    let (mut narr, mut nhash) = (0u32, 0u32);
-                    luasnap_table_sizes(L, -1, &mut narr, &mut nhash);
-                    self.w.varint(narr as u64);
-                    self.w.varint(nhash as u64);
-                    // The metatable comes first: written here when it is nil or already
-                    // written (the common case: shared metatables), else by the frame.
-                    let mut state = 0;
-                    if ffi::lua_getmetatable(L, -1) == 0 {
-                        self.w.tag(Tag::Nil);
-                        state = 1;
-                    } else {
-                        if let Some(&mid) = self.refs.get(&ffi::lua_topointer(L, -1)) {
-                            self.w.tag(Tag::Ref);
-                            self.w.varint(mid as u64);
-                            state = 1;
-                        }
-                        ffi::lua_settop(L, -2);
-                    }
-                    self.frames.push(Frame::Table {
-                        id,
-                        state,
-                        pos: 0,
-                        key: std::ptr::null(),
-                    });
+                    // Anchored in seen[id] above.
+                    let (mut narr, mut nhash, mut mt) = (0u32, 0u32, std::ptr::null());
+                    luasnap_table_info(ptr, self.spkey_str, &mut narr, &mut nhash, &mut mt);
+                    self.table_header(ptr, (narr, nhash, mt));
                 }
                 ffi::LUA_TFUNCTION => {
                     if ffi::lua_iscfunction(L, -1) == 0 {
@@ -474,11 +530,10 @@ impl<'a> Persister<'a> {
                     }
                 }
                 ffi::LUA_TUSERDATA => self.userdata(L, s, id)?,
-                ffi::LUA_TTHREAD => self.thread(L, s, id)?,
+                ffi::LUA_TTHREAD => self.thread(L, id)?,
                 _ => {
                     return Err(self.fail(
                         L,
-                        s,
                         format!(
                             "cannot persist a value of type {}",
                             crate::ffi::type_name(L, -1)
@@ -511,12 +566,12 @@ impl<'a> Persister<'a> {
                         crate::ffi::type_name(L, -1),
                         self.opts.spkey
                     );
-                    Err(self.fail(L, s, what))
+                    Err(self.fail(L, what))
                 }
                 ffi::LUA_TFUNCTION => {
                     // __persist(obj) returns a rebuild function, or a create thunk and an
                     // initializer (two-phase).
-                    self.anchor_strings(L, s);
+                    self.anchor(L, s);
                     ffi::lua_pushvalue(L, -2);
                     ffi::lua_callk(L, 1, 2, 0, None);
                     let two = ffi::lua_type(L, -1) != ffi::LUA_TNIL;
@@ -525,7 +580,7 @@ impl<'a> Persister<'a> {
                     {
                         ffi::lua_settop(L, -3);
                         let what = format!("{} must return a function (or two)", self.opts.spkey);
-                        return Err(self.fail(L, s, what));
+                        return Err(self.fail(L, what));
                     }
                     // Keep the functions reachable by id while their frames run: seen[-id-1].
                     ffi::lua_createtable(L, 2, 0);
@@ -541,7 +596,7 @@ impl<'a> Persister<'a> {
                 _ => {
                     ffi::lua_settop(L, -2);
                     let what = format!("{} must be true, false or a function", self.opts.spkey);
-                    Err(self.fail(L, s, what))
+                    Err(self.fail(L, what))
                 }
             }
         }
@@ -609,7 +664,7 @@ impl<'a> Persister<'a> {
                 } else {
                     "attempt to persist a C closure whose function is not a permanent: add the function to the permanents table".to_string()
                 };
-                return Err(self.fail(L, s, what));
+                return Err(self.fail(L, what));
             }
             self.w.tag(Tag::CClosure);
             self.value(L, s)?;
@@ -648,7 +703,7 @@ impl<'a> Persister<'a> {
                     "cannot persist a userdata without {key}: give its metatable {key} = true (bytes), a function, or register it as PlainData",
                     key = self.opts.spkey
                 );
-                return Err(self.fail(L, s, what));
+                return Err(self.fail(L, what));
             }
             ffi::lua_settop(L, -2);
             // __persist = true: its bytes, metatable and user values.
@@ -667,7 +722,7 @@ impl<'a> Persister<'a> {
         Ok(())
     }
 
-    unsafe fn thread(&mut self, L: *mut lua_State, s: Slots, id: u32) -> Result<(), Fail> {
+    unsafe fn thread(&mut self, L: *mut lua_State, id: u32) -> Result<(), Fail> {
         // SAFETY: protected context; a thread is on top.
         unsafe {
             let co = ffi::lua_tothread(L, -1);
@@ -685,7 +740,7 @@ impl<'a> Persister<'a> {
                 return Ok(());
             }
             if co == L {
-                return Err(self.fail(L, s, "cannot persist the running coroutine".to_string()));
+                return Err(self.fail(L, "cannot persist the running coroutine".to_string()));
             }
             let mut ar: ffi::lua_Debug = std::mem::zeroed();
             let status = ffi::lua_status(co);
@@ -712,7 +767,7 @@ impl<'a> Persister<'a> {
                     let what =
                         "cannot persist a coroutine suspended with pending to-be-closed variables"
                             .to_string();
-                    return Err(self.fail(L, s, what));
+                    return Err(self.fail(L, what));
                 }
                 self.w.tag(Tag::Thread);
                 self.w.u8(THREAD_SUSPENDED);
@@ -725,7 +780,7 @@ impl<'a> Persister<'a> {
                     nci,
                 });
             } else {
-                return Err(self.fail(L, s, "cannot persist a running coroutine".to_string()));
+                return Err(self.fail(L, "cannot persist a running coroutine".to_string()));
             }
         }
         Ok(())
@@ -739,23 +794,13 @@ impl<'a> Persister<'a> {
         // SAFETY: protected context; each arm pushes one child value and writes it.
         unsafe {
             match self.frames.last_mut().expect("non-empty") {
-                Frame::Table {
-                    id,
-                    state,
-                    pos,
-                    key,
-                } => {
-                    let (id, st) = (*id, *state);
+                Frame::Table { t, state, pos, key } => {
+                    let (t, st) = (*t, *state);
                     match st {
                         0 => {
                             *state = 1;
                             self.segs.push(Seg::Meta);
-                            ffi::lua_rawgeti(L, s.seen, id as ffi::lua_Integer);
-                            if ffi::lua_getmetatable(L, -1) == 0 {
-                                ffi::lua_pushnil(L);
-                            }
-                            ffi::lua_rotate(L, -2, 1);
-                            ffi::lua_settop(L, -2);
+                            luasnap_push_metatable(L, t);
                             self.value(L, s)?;
                             Ok(true)
                         }
@@ -764,32 +809,27 @@ impl<'a> Persister<'a> {
                             *state = 1;
                             let (at, written) = (*pos - 1, *key);
                             self.segs.push(Seg::Key);
-                            ffi::lua_rawgeti(L, s.seen, id as ffi::lua_Integer);
                             // The entry must still be the key just written: a __persist
                             // function may have changed this table meanwhile.
-                            let same = luasnap_table_entry(L, -1, at, 0) != 0 && {
+                            let same = luasnap_table_entry(L, t, at, 0) != 0 && {
                                 let p = ffi::lua_topointer(L, -1);
                                 ffi::lua_settop(L, -2);
                                 p == written
                             };
-                            if !same || luasnap_table_entry(L, -1, at, 1) == 0 {
-                                ffi::lua_settop(L, -2);
+                            if !same || luasnap_table_entry(L, t, at, 1) == 0 {
                                 let what = "a table changed while it was being persisted (by a __persist function?)".to_string();
-                                return Err(self.fail(L, s, what));
+                                return Err(self.fail(L, what));
                             }
-                            ffi::lua_rotate(L, -2, 1);
-                            ffi::lua_settop(L, -2);
                             self.value(L, s)?;
                             Ok(true)
                         }
                         _ => {
-                            // Entries from `pos` on. Those of primitives, strings and objects
-                            // already written go straight from a scan of the table to the
-                            // buffer; the rest one at a time, pushed: [t, v, k].
+                            // Entries from `pos` on. Those of primitives, strings, objects
+                            // already written and new tables go from a scan of the table
+                            // straight to the buffer (a new table's entries by its own
+                            // frame); the rest one at a time, pushed: [v, k].
                             self.segs.push(Seg::Key);
                             let mut at = *pos;
-                            ffi::lua_rawgeti(L, s.seen, id as ffi::lua_Integer);
-                            let t = ffi::lua_gettop(L);
                             loop {
                                 let n = luasnap_table_scan(
                                     L,
@@ -802,17 +842,43 @@ impl<'a> Persister<'a> {
                                     break;
                                 }
                                 let mut general = false;
+                                let mut opened = None;
                                 let scan = std::mem::take(&mut self.scan);
                                 for e in &scan[..n] {
-                                    if !(self.plain(&e.k) && self.plain(&e.v)) {
-                                        general = true;
+                                    if self.plain(&e.k) {
+                                        if self.plain(&e.v) {
+                                            self.write_plain(&e.k);
+                                            self.write_plain(&e.v);
+                                            at = e.pos;
+                                            continue;
+                                        }
+                                        if let Some(info) = self.new_table_info(&e.v) {
+                                            self.write_plain(&e.k);
+                                            self.table_header(e.v.bits as usize as _, info);
+                                            opened = Some((e.pos, 1, std::ptr::null()));
+                                            break;
+                                        }
+                                    } else if let Some(info) = self.new_table_info(&e.k) {
+                                        let k = e.k.bits as usize as *const c_void;
+                                        self.table_header(k, info);
+                                        opened = Some((e.pos, 2, k));
                                         break;
                                     }
-                                    self.write_plain(&e.k);
-                                    self.write_plain(&e.v);
-                                    at = e.pos;
+                                    general = true;
+                                    break;
                                 }
                                 self.scan = scan;
+                                if let Some((p, st, k)) = opened {
+                                    // A new table's frame is on top: this one goes on after it.
+                                    if let Some(Frame::Table {
+                                        pos, state, key, ..
+                                    }) = self.frames.get_mut(depth - 1)
+                                    {
+                                        (*pos, *state, *key) = (p, st, k);
+                                    }
+                                    return Ok(true);
+                                }
+                                let base = ffi::lua_gettop(L);
                                 if !general || luasnap_table_next(L, t, &mut at) == 0 {
                                     continue;
                                 }
@@ -825,7 +891,7 @@ impl<'a> Persister<'a> {
                                 self.value(L, s)?;
                                 if self.frames.len() > depth {
                                     // The key is a new object whose contents come first.
-                                    ffi::lua_settop(L, t - 1);
+                                    ffi::lua_settop(L, base);
                                     if let Some(Frame::Table { state, key, .. }) =
                                         self.frames.get_mut(depth - 1)
                                     {
@@ -836,11 +902,9 @@ impl<'a> Persister<'a> {
                                 }
                                 self.value(L, s)?;
                                 if self.frames.len() > depth {
-                                    ffi::lua_settop(L, t - 1);
                                     return Ok(true);
                                 }
                             }
-                            ffi::lua_settop(L, t - 1);
                             self.w.tag(Tag::Nil);
                             Ok(false)
                         }
@@ -952,7 +1016,7 @@ impl<'a> Persister<'a> {
                                     if ffi::lua_rawget(L, s.perms) != ffi::LUA_TSTRING {
                                         ffi::lua_settop(L, -2);
                                         let what = "cannot persist a coroutine suspended inside a C function whose continuation is not a permanent (only pcall/xpcall and coroutine.yield are known)".to_string();
-                                        return Err(self.fail(L, s, what));
+                                        return Err(self.fail(L, what));
                                     }
                                     self.value(L, s)?;
                                 }
