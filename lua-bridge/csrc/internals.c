@@ -452,7 +452,7 @@ void luasnap_clear_slots_above_top(lua_State *L, int n) {
 #define LS_TABLE 14   /* scan only: a table, bits its identity (the Table itself) */
 
 typedef struct luasnap_val {
-  uint8_t kind;
+  uint64_t kind;
   uint64_t len;
   uint64_t bits;
   const char *s;

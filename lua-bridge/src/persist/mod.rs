@@ -77,7 +77,8 @@ pub(crate) struct CiRecord {
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct RawVal {
-    pub kind: u8,
+    /// One of the [`kind`] constants (a whole word: copies of the struct move whole words).
+    pub kind: u64,
     /// Length of a string's bytes.
     pub len: u64,
     /// The integer, the float's bits, an identity, or an id (see [`kind`]).
@@ -107,29 +108,29 @@ pub(crate) struct RawEntry {
 
 /// Kinds of [`RawVal`] (the `LS_*` constants of csrc/internals.c).
 pub(crate) mod kind {
-    pub const FALSE: u8 = 1;
-    pub const TRUE: u8 = 2;
-    pub const INT: u8 = 3;
-    pub const FLOAT: u8 = 4;
+    pub const FALSE: u64 = 1;
+    pub const TRUE: u64 = 2;
+    pub const INT: u64 = 3;
+    pub const FLOAT: u64 = 4;
     /// Scan: `bits` is the string's identity. Build: its string id + 1, or 0 if it gets none.
-    pub const STR: u8 = 5;
+    pub const STR: u64 = 5;
     /// Build only: `bits` is a string id + 1.
-    pub const STRREF: u8 = 6;
+    pub const STRREF: u64 = 6;
     /// Build only: `bits` is an object id (`len`: the body position, for errors).
-    pub const REF: u8 = 7;
+    pub const REF: u64 = 7;
     /// Scan only: an object, `bits` its identity (as `lua_topointer`).
-    pub const OBJ: u8 = 8;
+    pub const OBJ: u64 = 8;
     /// Build only: push nil.
-    pub const NIL: u8 = 10;
+    pub const NIL: u64 = 10;
     /// Build only: push a new table, `bits` its object id, `len` its array size << 32 | its
     /// hash size.
-    pub const NEWTABLE: u8 = 11;
+    pub const NEWTABLE: u64 = 11;
     /// Build only: `[t, mt]`: set t's metatable (`len`: the body position, for errors).
-    pub const META: u8 = 12;
+    pub const META: u64 = 12;
     /// Build only: `[t, k, v]`: `t[k] = v`.
-    pub const SET: u8 = 13;
+    pub const SET: u64 = 13;
     /// Scan only: a table, `bits` its identity.
-    pub const TABLE: u8 = 14;
+    pub const TABLE: u64 = 14;
 }
 
 unsafe extern "C" {
