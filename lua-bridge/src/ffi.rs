@@ -64,10 +64,12 @@ pub(crate) struct Shared {
     pub budget: Cell<u64>,
     /// Warn-function state: bit 0 on, bit 1 continuing a message.
     pub warn: Cell<u8>,
+    /// Where the VM's arena starts (every Lua object lives in it).
+    pub arena_base: usize,
 }
 
 impl Shared {
-    pub(crate) fn new() -> Shared {
+    pub(crate) fn new(arena_base: usize) -> Shared {
         Shared {
             natives: UnsafeCell::new(Vec::new()),
             userdata: UnsafeCell::new(Vec::new()),
@@ -76,6 +78,7 @@ impl Shared {
             depth: Cell::new(0),
             budget: Cell::new(0),
             warn: Cell::new(0),
+            arena_base,
         }
     }
 

@@ -190,7 +190,7 @@ impl VmBuilder {
             Profile::Deterministic { seed } => seed,
             Profile::Standard => RandomState::new().hash_one(std::time::SystemTime::now()),
         };
-        let shared = Box::new(Shared::new());
+        let shared = Box::new(Shared::new(arena.base().as_ptr() as usize));
         let slot = raw::claim_slot(arena.base().as_ptr() as usize, &*shared).ok_or_else(|| {
             VmError::Conversion {
                 what: "a new VM: too many VMs alive in this process (4096); drop some first".into(),
