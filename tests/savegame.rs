@@ -172,6 +172,34 @@ fn closures_share_prototypes_and_upvalues_and_keep_env() {
     );
 }
 
+/// Closures of a prototype already written are built in batches with the tables around
+/// them; their upvalues (nil, numbers, the table they sit in, or shared with another
+/// closure) must come out the same.
+#[test]
+fn many_closures_of_one_prototype_keep_their_upvalues() {
+    round_trip(
+        "local function counter(start)
+           local n = start
+           return function(d) n = n + (d or 1) return n end, function() return n end
+         end
+         saved = {}
+         for i = 1, 300 do
+           local inc, get = counter(i)
+           local e = { id = i, inc = inc, get = get }
+           e.self_ref = function() return e.id end
+           e.none = function() return e.missing_upvalue_is_nil end
+           saved[i] = e
+         end",
+        "for i = 1, 300 do
+           local e = saved[i]
+           if e.get() ~= i or e.inc(5) ~= i + 5 or e.get() ~= i + 5 or e.self_ref() ~= i then
+             return false
+           end
+         end
+         return saved[1].none() == nil and saved[2].get() == 7",
+    );
+}
+
 #[test]
 fn c_functions_and_natives_go_through_permanents() {
     let mk = || {

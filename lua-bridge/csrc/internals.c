@@ -450,6 +450,9 @@ void luasnap_clear_slots_above_top(lua_State *L, int n) {
 #define LS_META 12
 #define LS_SET 13
 #define LS_TABLE 14   /* scan only: a table, bits its identity (the Table itself) */
+#define LS_NEWCLOSURE 15  /* build only */
+#define LS_SETUPVAL 16
+#define LS_JOINUPVAL 17
 
 typedef struct luasnap_val {
   uint64_t kind;
@@ -536,10 +539,16 @@ int luasnap_table_scan(lua_State *L, const void *tp, unsigned int pos, luasnap_e
 **   LS_NEWTABLE: push a new table presized to len >> 32 array and len & 0xffffffff hash
 **     slots, and store it at objs[bits];
 **   LS_META: [t, mt] -> setmetatable(t, mt) (mt nil or a table), popping mt;
-**   LS_SET: [t, k, v] -> t[k] = v (raw), popping k and v.
+**   LS_SET: [t, k, v] -> t[k] = v (raw), popping k and v;
+**   LS_NEWCLOSURE: push a new Lua closure of the prototype bits (one the loader found among
+**     the VM's own, with fresh upvalues), and store it at objs[len];
+**   LS_SETUPVAL: [f, v] -> upvalue bits of the Lua closure f = v, popping v;
+**   LS_JOINUPVAL: [f] -> upvalue len >> 32 of f becomes upvalue len & 0xffffffff of the Lua
+**     closure objs[bits] (shared, as lua_upvaluejoin).
 ** Tables and keys whose values are still to come stay on the stack, for the loader's general
 ** path. Returns -1, or the index of the step that failed (an LS_REF to an absent object, an
-** LS_META whose metatable is not a table). Raises like lua_rawset (memory, NaN key). The
+** LS_META whose metatable is not a table, an LS_JOINUPVAL to something else than a Lua
+** closure with that upvalue). Raises like lua_rawset (memory, NaN key). The
 ** caller guarantees stack room for 2 + 2 * (the tables the program leaves open) values;
 ** strs and objs are absolute indices. */
 int luasnap_table_build(lua_State *L, int strs, int objs, const luasnap_val *ops, int n) {
@@ -604,6 +613,46 @@ int luasnap_table_build(lua_State *L, int strs, int objs, const luasnap_val *ops
         invalidateTMcache(t);
         luaC_barrierback(L, obj2gco(t), s2v(L->top.p - 1));
         L->top.p -= 2;
+        continue;
+      }
+      case LS_NEWCLOSURE: {
+        Proto *p = (Proto *)(uintptr_t)x->bits;
+        LClosure *cl = luaF_newLclosure(L, p->sizeupvalues);
+        setclLvalue2s(L, L->top.p, cl);
+        L->top.p++;
+        cl->p = p;
+        luaC_objbarrier(L, cl, p);
+        luaF_initupvals(L, cl);
+        luaH_setint(L, ot, (lua_Integer)x->len, s2v(L->top.p - 1));
+        luaC_barrierback(L, obj2gco(ot), s2v(L->top.p - 1));
+        continue;
+      }
+      case LS_SETUPVAL: {
+        const TValue *f = s2v(L->top.p - 2);
+        LClosure *cl;
+        UpVal *uv;
+        if (!ttisLclosure(f)) goto fail;  /* cannot happen: defensive */
+        cl = clLvalue(f);
+        if (x->bits < 1 || x->bits > (uint64_t)cl->nupvalues) goto fail;
+        uv = cl->upvals[x->bits - 1];
+        setobj(L, uv->v.p, s2v(L->top.p - 1));
+        luaC_barrier(L, uv, s2v(L->top.p - 1));
+        L->top.p--;
+        continue;
+      }
+      case LS_JOINUPVAL: {
+        const TValue *f = s2v(L->top.p - 1);
+        unsigned int n1 = (unsigned int)(x->len >> 32), n2 = (unsigned int)(x->len & 0xffffffffu);
+        LClosure *cl, *other;
+        TValue o;
+        if (!ttisLclosure(f)) goto fail;  /* cannot happen: defensive */
+        cl = clLvalue(f);
+        if (tagisempty(luaH_getint(ot, (lua_Integer)x->bits, &o)) || !ttisLclosure(&o)) goto fail;
+        other = clLvalue(&o);
+        if (n1 < 1 || n1 > (unsigned int)cl->nupvalues || n2 < 1 || n2 > (unsigned int)other->nupvalues)
+          goto fail;
+        cl->upvals[n1 - 1] = other->upvals[n2 - 1];
+        luaC_objbarrier(L, cl, cl->upvals[n1 - 1]);
         continue;
       }
       default:

@@ -131,6 +131,13 @@ pub(crate) mod kind {
     pub const SET: u64 = 13;
     /// Scan only: a table, `bits` its identity.
     pub const TABLE: u64 = 14;
+    /// Build only: push a new Lua closure of the prototype `bits`, object id `len`.
+    pub const NEWCLOSURE: u64 = 15;
+    /// Build only: `[f, v]`: upvalue `bits` of f = v.
+    pub const SETUPVAL: u64 = 16;
+    /// Build only: `[f]`: upvalue `len >> 32` of f is upvalue `len & 0xffffffff` of the Lua
+    /// closure with object id `bits`.
+    pub const JOINUPVAL: u64 = 17;
 }
 
 unsafe extern "C" {

@@ -749,72 +749,128 @@ impl<'a> Loader<'a> {
         }
     }
 
-    /// Decodes one item for `luasnap_table_build`: a boolean, number, string, reference to a
-    /// string or an object, or (if `table`) the header of a new table. Anything else,
-    /// malformed bytes included, is `None`, with the reader and string count where they were:
-    /// the general path reads it and reports what is wrong.
-    fn plain_item(&mut self, table: bool) -> Option<RawVal> {
-        let mark = (self.r.pos, self.strs);
-        let v = self.plain_item_inner(table);
-        if v.is_none() {
-            (self.r.pos, self.strs) = mark;
+    /// Decodes one item for `luasnap_table_build` into `self.ops`: a boolean, number, string,
+    /// reference to a string or an object, or (if `table`) the header of a new table, or (if
+    /// `closure`) a Lua closure of a prototype already read whose upvalues are such items
+    /// (no tables) or shared. Returns the item's kind. Anything else, malformed bytes
+    /// included, is `None`, with the reader, counters and steps where they were: the general
+    /// path reads it and reports what is wrong.
+    fn plain_item(&mut self, table: bool, closure: bool) -> Option<u64> {
+        let mark = (self.r.pos, self.ops.len());
+        let k = self.plain_item_inner(table, closure);
+        if k.is_none() {
+            self.r.pos = mark.0;
+            self.unread_ops(mark.1);
         }
-        v
+        k
     }
 
-    fn plain_item_inner(&mut self, table: bool) -> Option<RawVal> {
+    /// Drops the steps from `len` on, and the string and object ids they took. (Counting
+    /// them here keeps the decoding loop from saving the counters before every item.)
+    fn unread_ops(&mut self, len: usize) {
+        for op in &self.ops[len.min(self.ops.len())..] {
+            match op.kind {
+                kind::STR if op.bits != 0 => self.strs -= 1,
+                kind::NEWTABLE | kind::NEWCLOSURE => self.next_id -= 1,
+                _ => {}
+            }
+        }
+        self.ops.truncate(len);
+    }
+
+    fn plain_item_inner(&mut self, table: bool, closure: bool) -> Option<u64> {
         let pos = self.r.pos;
         let tag = Tag::from_u8(self.r.u8()?)?;
-        let mut v = RawVal::EMPTY;
-        match tag {
-            Tag::Nil => v.kind = kind::NIL,
-            Tag::False => v.kind = kind::FALSE,
-            Tag::True => v.kind = kind::TRUE,
-            Tag::Int => {
-                v.kind = kind::INT;
-                v.bits = self.r.i64()? as u64;
-            }
-            Tag::Float => {
-                v.kind = kind::FLOAT;
-                v.bits = self.r.u64()?;
-            }
+        let (kind, bits, len, s) = match tag {
+            Tag::Nil => (kind::NIL, 0, 0, std::ptr::null()),
+            Tag::False => (kind::FALSE, 0, 0, std::ptr::null()),
+            Tag::True => (kind::TRUE, 0, 0, std::ptr::null()),
+            Tag::Int => (kind::INT, self.r.i64()? as u64, 0, std::ptr::null()),
+            Tag::Float => (kind::FLOAT, self.r.u64()?, 0, std::ptr::null()),
             Tag::Str => {
                 let b = self.r.bytes()?;
-                v.kind = kind::STR;
-                v.s = b.as_ptr().cast();
-                v.len = b.len() as u64;
-                if b.len() >= self.strref_len {
+                let sid = if b.len() >= self.strref_len {
                     self.strs += 1;
-                    v.bits = self.strs as u64;
-                }
+                    self.strs as u64
+                } else {
+                    0
+                };
+                (kind::STR, sid, b.len() as u64, b.as_ptr().cast())
             }
             Tag::StrRef => {
                 let sid = self.r.varint()?;
                 if sid >= self.strs as u64 {
                     return None;
                 }
-                v.kind = kind::STRREF;
-                v.bits = sid + 1;
+                (kind::STRREF, sid + 1, 0, std::ptr::null())
             }
             Tag::Ref => {
                 let id = self.r.varint()?;
                 if id >= self.next_id as u64 {
                     return None;
                 }
-                v.kind = kind::REF;
-                v.bits = id;
-                v.len = pos as u64;
+                (kind::REF, id, pos as u64, std::ptr::null())
             }
             Tag::Table if table => {
                 let (narr, nhash) = (self.r.varint()?, self.r.varint()?);
                 let (narr, nhash) = self.table_sizes(narr, nhash);
-                v.kind = kind::NEWTABLE;
-                v.bits = self.id() as u64;
-                v.len = (narr as u64) << 32 | nhash as u64;
+                let id = self.id() as u64;
+                (
+                    kind::NEWTABLE,
+                    id,
+                    (narr as u64) << 32 | nhash as u64,
+                    std::ptr::null(),
+                )
             }
+            Tag::LClosure if closure => return self.plain_closure(),
             _ => return None,
+        };
+        self.ops.push(RawVal { kind, len, bits, s });
+        Some(kind)
+    }
+
+    /// The rest of `plain_item` for a Lua closure (its tag read).
+    fn plain_closure(&mut self) -> Option<u64> {
+        let p = *self.protos.get(self.r.varint()? as usize)?;
+        let n = self.r.varint()?;
+        // SAFETY: p is a prototype of this VM, kept alive for the load.
+        if n != unsafe { luasnap_proto_nupvalues(p) } as u64 {
+            return None;
         }
-        Some(v)
+        let id = self.id() as u64;
+        self.ops.push(RawVal {
+            kind: kind::NEWCLOSURE,
+            len: id,
+            bits: p as usize as u64,
+            s: std::ptr::null(),
+        });
+        for i in 1..=n {
+            match Tag::from_u8(self.r.u8()?)? {
+                Tag::UpvalNew => {
+                    self.plain_item_inner(false, false)?;
+                    self.ops.push(RawVal {
+                        kind: kind::SETUPVAL,
+                        len: 0,
+                        bits: i,
+                        s: std::ptr::null(),
+                    });
+                }
+                Tag::UpvalRef => {
+                    let (other, index) = (self.r.varint()?, self.r.varint()?);
+                    if other >= self.next_id as u64 || index > u32::MAX as u64 {
+                        return None;
+                    }
+                    self.ops.push(RawVal {
+                        kind: kind::JOINUPVAL,
+                        len: i << 32 | index,
+                        bits: other,
+                        s: std::ptr::null(),
+                    });
+                }
+                _ => return None,
+            }
+        }
+        Some(kind::NEWCLOSURE)
     }
 
     /// Array and hash sizes for a new table from a file's hints, capped by what the rest of
@@ -871,13 +927,13 @@ impl<'a> Loader<'a> {
                     nopen -= 1;
                     kind::SET
                 } else {
-                    let table = stage == Stage::Value && nopen < room;
-                    let Some(v) = self.plain_item(table) else {
+                    let value = stage == Stage::Value;
+                    let Some(k) = self.plain_item(value && nopen < room, value) else {
                         break;
                     };
-                    self.ops.push(v);
-                    if v.kind == kind::NEWTABLE {
-                        open[nopen] = (v.bits as u32, Stage::Meta);
+                    if k == kind::NEWTABLE {
+                        let id = self.ops.last().map_or(0, |v| v.bits);
+                        open[nopen] = (id as u32, Stage::Meta);
                         nopen += 1;
                         continue;
                     }
@@ -926,10 +982,13 @@ impl<'a> Loader<'a> {
                 );
                 if failed >= 0 {
                     let op = self.ops[failed as usize];
-                    self.r.pos = op.len as usize;
+                    if matches!(op.kind, kind::META | kind::REF) {
+                        self.r.pos = op.len as usize; // where its bytes are
+                    }
                     return Err(match op.kind {
                         kind::META => self.malformed("a metatable must be a table"),
                         kind::REF => self.fail(REBUILDING),
+                        kind::JOINUPVAL => self.malformed("bad shared upvalue"),
                         _ => self.malformed("internal: a table build step out of place"),
                     });
                 }
