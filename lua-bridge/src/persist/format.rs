@@ -290,13 +290,26 @@ impl<'a> Reader<'a> {
         self.data.len() - self.pos
     }
 
+    #[inline]
     pub fn u8(&mut self) -> Option<u8> {
         let b = *self.data.get(self.pos)?;
         self.pos += 1;
         Some(b)
     }
 
+    #[inline]
     pub fn varint(&mut self) -> Option<u64> {
+        // Most varints (ids, lengths, small integers) are one byte.
+        match self.data.get(self.pos) {
+            Some(&b) if b < 0x80 => {
+                self.pos += 1;
+                Some(b as u64)
+            }
+            _ => self.varint_long(),
+        }
+    }
+
+    fn varint_long(&mut self) -> Option<u64> {
         let mut v = 0u64;
         for shift in (0..64).step_by(7) {
             let b = self.u8()?;
@@ -308,17 +321,20 @@ impl<'a> Reader<'a> {
         None
     }
 
+    #[inline]
     pub fn i64(&mut self) -> Option<i64> {
         let z = self.varint()?;
         Some(((z >> 1) as i64) ^ -((z & 1) as i64))
     }
 
+    #[inline]
     pub fn u64(&mut self) -> Option<u64> {
         let b = self.data.get(self.pos..self.pos + 8)?;
         self.pos += 8;
         Some(u64::from_le_bytes(b.try_into().unwrap()))
     }
 
+    #[inline]
     pub fn bytes(&mut self) -> Option<&'a [u8]> {
         let n = self.varint()?;
         if n > self.remaining() as u64 {

@@ -755,6 +755,7 @@ impl<'a> Loader<'a> {
     /// (no tables) or shared. Returns the item's kind. Anything else, malformed bytes
     /// included, is `None`, with the reader, counters and steps where they were: the general
     /// path reads it and reports what is wrong.
+    #[inline(always)]
     fn plain_item(&mut self, table: bool, closure: bool) -> Option<u64> {
         let mark = (self.r.pos, self.ops.len());
         let k = self.plain_item_inner(table, closure);
@@ -778,6 +779,7 @@ impl<'a> Loader<'a> {
         self.ops.truncate(len);
     }
 
+    #[inline(always)]
     fn plain_item_inner(&mut self, table: bool, closure: bool) -> Option<u64> {
         let pos = self.r.pos;
         let tag = Tag::from_u8(self.r.u8()?)?;
