@@ -72,6 +72,16 @@ fn write_seeds() {
             "strrefs",
             "local s = ('name'):rep(3) saved = { s, s, [s] = s, x = 'abcd', y = 'abcd', z = 'ab' }",
         ),
+        (
+            "batches",
+            "local function mk(i) local n = i return function() n = n + 1 return n end, function() return n end end
+             local mt = { __index = {} }
+             saved = {}
+             for i = 1, 30 do
+               local a, b = mk(i)
+               saved[i] = setmetatable({ i, i + 0.5, 'k' .. i, t = { x = i, y = { z = 'zz' } }, a = a, b = b }, mt)
+             end",
+        ),
     ];
     for (name, code) in seeds {
         vm.exec(code, "seed").unwrap();
