@@ -13,8 +13,15 @@
 //! shared upvalues, any `_ENV`), C functions and anything else through the permanents table,
 //! userdata through `__persist` (`true`: bytes; `false`: refuse; a function returning a rebuild
 //! function, or a create function and an init function for two-phase persistence) or as
-//! registered plain data, and coroutines that are not started or dead. Suspended coroutines
-//! are refused with a clear error for now.
+//! registered plain data, and coroutines: not started, dead, or suspended with their whole
+//! stack (yields inside `pcall`/`xpcall` and metamethods, tail calls, open upvalues shared with
+//! closures outside), each frame checked before the coroutine can run again.
+//!
+//! # How it is fast
+//! The writer scans tables from C and writes primitives, strings, references and new tables
+//! without a Lua API call per value; the loader decodes runs of entries into steps that a C
+//! helper builds against Lua's internals. Both fall back to a general path, one value at a
+//! time on the Lua stack, for everything else. See "Speed and size" in `docs/save-games.md`.
 //!
 //! # Safety on hostile files
 //! See `docs/save-games.md`. In short: the header carries magic, format and Lua versions,
