@@ -119,14 +119,23 @@ fn objects_written_before_a_persist_function_runs_stay_distinct() {
     // them and fills `later`, which is written afterwards.
     let code = "
         local list, later = {}, {}
+        local function make(tag, i) return function() return tag, i end end
         local Drop = { __persist = function()
-          for i = 1, 40 do list[i] = nil end
+          for i = 1, 60 do list[i] = nil end
           collectgarbage() collectgarbage()
-          for i = 1, 2000 do later[i] = ('fresh string %06d'):format(i) later[2000 + i] = { fresh = i } end
+          for i = 1, 2000 do
+            later[i] = ('fresh string %06d'):format(i)
+            later[2000 + i] = { fresh = i }
+            later[4000 + i] = make('fresh', i)
+          end
           return function() return {} end
         end }
-        for i = 1, 20 do list[i] = ('freed string %06d'):format(i) list[20 + i] = { freed = i } end
-        list[41] = setmetatable({}, Drop)
+        for i = 1, 20 do
+          list[i] = ('freed string %06d'):format(i)
+          list[20 + i] = { freed = i }
+          list[40 + i] = make('freed', i)
+        end
+        list[61] = setmetatable({}, Drop)
         saved = { list, later }";
     let mut a = vm();
     a.exec(code, "game").unwrap();
@@ -138,10 +147,14 @@ fn objects_written_before_a_persist_function_runs_stay_distinct() {
              for i = 1, 20 do
                assert(list[i] == ('freed string %06d'):format(i), list[i])
                assert(list[20 + i].freed == i)
+               local tag, n = list[40 + i]()
+               assert(tag == 'freed' and n == i)
              end
              for i = 1, 2000 do
                assert(later[i] == ('fresh string %06d'):format(i), later[i])
                assert(later[2000 + i].fresh == i and later[2000 + i].freed == nil)
+               local tag, n = later[4000 + i]()
+               assert(tag == 'fresh' and n == i, tag)
              end
              return true",
             "check",
@@ -188,6 +201,8 @@ fn many_closures_of_one_prototype_keep_their_upvalues() {
            local e = { id = i, inc = inc, get = get }
            e.self_ref = function() return e.id end
            e.none = function() return e.missing_upvalue_is_nil end
+           local nothing
+           e.nil_up = function() return nothing end
            saved[i] = e
          end",
         "for i = 1, 300 do
@@ -196,7 +211,7 @@ fn many_closures_of_one_prototype_keep_their_upvalues() {
              return false
            end
          end
-         return saved[1].none() == nil and saved[2].get() == 7",
+         return saved[1].none() == nil and saved[2].get() == 7 and saved[3].nil_up() == nil",
     );
 }
 

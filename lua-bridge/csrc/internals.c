@@ -453,6 +453,7 @@ void luasnap_clear_slots_above_top(lua_State *L, int n) {
 #define LS_NEWCLOSURE 15  /* build only */
 #define LS_SETUPVAL 16
 #define LS_JOINUPVAL 17
+#define LS_LCLOSURE 18    /* scan only: a Lua closure, bits its identity */
 
 typedef struct luasnap_val {
   uint64_t kind;
@@ -486,6 +487,8 @@ static void describe(const TValue *o, luasnap_val *out) {
     case LUA_VLCF: out->kind = LS_OBJ; out->bits = (uint64_t)(uintptr_t)fvalue(o); break;
     case LUA_VUSERDATA: out->kind = LS_OBJ; out->bits = (uint64_t)(uintptr_t)getudatamem(uvalue(o)); break;
     case LUA_VTABLE: out->kind = LS_TABLE; out->bits = (uint64_t)(uintptr_t)hvalue(o); break;
+    case LUA_VLCL: out->kind = LS_LCLOSURE; out->bits = (uint64_t)(uintptr_t)clLvalue(o); break;
+    case LUA_VNIL: out->kind = LS_NIL; break;
     default:
       if (iscollectable(o)) { out->kind = LS_OBJ; out->bits = (uint64_t)(uintptr_t)gcvalue(o); }
       else out->kind = LS_OTHER;
@@ -703,4 +706,24 @@ int luasnap_table_info(const void *tp, const void *key, unsigned int *narr, unsi
   *mt = t->metatable;
   if (t->metatable == NULL) return 0;
   return !tagisempty(luaH_getstr(t->metatable, (TString *)key, &tmp));
+}
+
+/* For the persister: the prototype of the Lua closure f (alive) and, for each of its n
+** upvalues (n <= max), the upvalue's identity (as lua_upvalueid gives it) in uids[i] and a
+** description of its value in vals[i]. Returns n, or -1 if f has more than max upvalues or
+** one of them is still open (in a coroutine's stack: the general path keeps that link).
+** Reads only. */
+int luasnap_closure_scan(const void *f, const void **proto, const void **uids, luasnap_val *vals,
+                         int max) {
+  const LClosure *cl = (const LClosure *)f;
+  int i;
+  if (cl->nupvalues > max) return -1;
+  *proto = cl->p;
+  for (i = 0; i < cl->nupvalues; i++) {
+    const UpVal *uv = cl->upvals[i];
+    if (uv == NULL || upisopen(uv)) return -1;
+    uids[i] = uv;
+    describe(uv->v.p, &vals[i]);
+  }
+  return cl->nupvalues;
 }

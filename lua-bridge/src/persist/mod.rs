@@ -127,7 +127,7 @@ pub(crate) mod kind {
     pub const REF: u64 = 7;
     /// Scan only: an object, `bits` its identity (as `lua_topointer`).
     pub const OBJ: u64 = 8;
-    /// Build only: push nil.
+    /// Build: push nil. Scan: a nil upvalue (table entries are never nil).
     pub const NIL: u64 = 10;
     /// Build only: push a new table, `bits` its object id, `len` its array size << 32 | its
     /// hash size.
@@ -145,6 +145,8 @@ pub(crate) mod kind {
     /// Build only: `[f]`: upvalue `len >> 32` of f is upvalue `len & 0xffffffff` of the Lua
     /// closure with object id `bits`.
     pub const JOINUPVAL: u64 = 17;
+    /// Scan only: a Lua closure, `bits` its identity.
+    pub const LCLOSURE: u64 = 18;
 }
 
 unsafe extern "C" {

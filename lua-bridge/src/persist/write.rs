@@ -50,7 +50,17 @@ unsafe extern "C" {
         first: ffi::lua_Integer,
     );
     fn luasnap_push_metatable(L: *mut lua_State, t: *const c_void);
+    fn luasnap_closure_scan(
+        f: *const c_void,
+        proto: *mut *const c_void,
+        uids: *mut *const c_void,
+        vals: *mut RawVal,
+        max: c_int,
+    ) -> c_int;
 }
+
+/// Upvalues a Lua closure can have (Lua's MAXUPVAL).
+const MAX_UPVALUES: usize = 255;
 
 /// Table entries described per `luasnap_table_scan` call.
 const SCAN_BATCH: usize = 64;
@@ -178,13 +188,16 @@ pub(crate) struct Persister<'a> {
     anchored: u32,
     /// Their identities, in id order.
     unanchored: Vec<*const c_void>,
-    /// Tables written without being anchored yet, and their ids.
-    unanchored_tables: Vec<*const c_void>,
+    /// Tables and closures written without being anchored yet, and their ids.
+    unanchored_objs: Vec<*const c_void>,
     unanchored_ids: Vec<ffi::lua_Integer>,
     /// The spkey string (anchored in `strs[0]`).
     spkey_str: *const c_void,
     /// Entries described by the last table scan.
     scan: Vec<RawEntry>,
+    /// Upvalues (identity, value) described by the last closure scan.
+    cl_uids: Vec<*const c_void>,
+    cl_vals: Vec<RawVal>,
     /// Identities of the permanents (objects only), to skip the Lua lookup for the rest.
     perm_ptrs: Option<HashSet<*const c_void>>,
     next_id: u32,
@@ -224,7 +237,7 @@ impl<'a> Persister<'a> {
             strs: IdMap::new(shared.arena_base),
             anchored: 0,
             unanchored: Vec::new(),
-            unanchored_tables: Vec::new(),
+            unanchored_objs: Vec::new(),
             unanchored_ids: Vec::new(),
             spkey_str: std::ptr::null(),
             scan: vec![
@@ -235,6 +248,8 @@ impl<'a> Persister<'a> {
                 };
                 SCAN_BATCH
             ],
+            cl_uids: vec![std::ptr::null(); MAX_UPVALUES],
+            cl_vals: vec![RawVal::EMPTY; MAX_UPVALUES],
             perm_ptrs: None,
             next_id: 0,
             protos: HashMap::default(),
@@ -419,15 +434,15 @@ impl<'a> Persister<'a> {
             luasnap_anchor(
                 L,
                 s.seen,
-                self.unanchored_tables.as_ptr(),
+                self.unanchored_objs.as_ptr(),
                 self.unanchored_ids.as_ptr(),
-                self.unanchored_tables.len() as c_int,
+                self.unanchored_objs.len() as c_int,
                 0,
             );
         }
         self.anchored += self.unanchored.len() as u32;
         self.unanchored.clear();
-        self.unanchored_tables.clear();
+        self.unanchored_objs.clear();
         self.unanchored_ids.clear();
     }
 
@@ -451,9 +466,69 @@ impl<'a> Persister<'a> {
             return None;
         }
         let id = self.new_id(t);
-        self.unanchored_tables.push(t);
+        self.unanchored_objs.push(t);
         self.unanchored_ids.push(id as ffi::lua_Integer);
         Some((narr, nhash, mt))
+    }
+
+    /// For a scanned value that is a Lua closure not written yet, that can be written whole
+    /// without pushing it: not a permanent, its prototype written before, every upvalue closed
+    /// and holding a plain value (see `plain`) or shared with a closure written before. Returns
+    /// its prototype's index and upvalue count, with the upvalues in `cl_uids` and `cl_vals`,
+    /// for `write_closure`.
+    ///
+    /// # Safety
+    /// `v` was just described by `luasnap_table_scan`; no Lua code ran since.
+    unsafe fn closure_info(&mut self, v: &RawVal) -> Option<(u32, usize)> {
+        let f = v.bits as usize as *const c_void;
+        if v.kind != kind::LCLOSURE
+            || self.refs.contains(f)
+            || self.perm_ptrs.as_ref().is_some_and(|p| p.contains(&f))
+        {
+            return None;
+        }
+        let mut proto = std::ptr::null();
+        // SAFETY: f is a live Lua closure (callers' contract); the buffers hold MAX_UPVALUES.
+        let n = unsafe {
+            luasnap_closure_scan(
+                f,
+                &mut proto,
+                self.cl_uids.as_mut_ptr(),
+                self.cl_vals.as_mut_ptr(),
+                MAX_UPVALUES as c_int,
+            )
+        };
+        let n = usize::try_from(n).ok()?;
+        let index = *self.protos.get(&proto)?;
+        let plain = (0..n)
+            .all(|i| self.upvals.contains_key(&self.cl_uids[i]) || self.plain(&self.cl_vals[i]));
+        plain.then_some((index, n))
+    }
+
+    /// Writes the closure `f` that `closure_info` just described, as the general path would.
+    ///
+    /// # Safety
+    /// As for `closure_info`, which returned `(index, n)` for `f`.
+    unsafe fn write_closure(&mut self, f: *const c_void, (index, n): (u32, usize)) {
+        let id = self.new_id(f);
+        self.unanchored_objs.push(f);
+        self.unanchored_ids.push(id as ffi::lua_Integer);
+        self.w.tag(Tag::LClosure);
+        self.w.varint(index as u64);
+        self.w.varint(n as u64);
+        for i in 0..n {
+            let (uid, v) = (self.cl_uids[i], self.cl_vals[i]);
+            if let Some(&(owner, at)) = self.upvals.get(&uid) {
+                self.w.tag(Tag::UpvalRef);
+                self.w.varint(owner as u64);
+                self.w.varint(at as u64);
+            } else {
+                self.upvals.insert(uid, (id, i as c_int + 1));
+                self.w.tag(Tag::UpvalNew);
+                // SAFETY: v was described by the closure scan; nothing ran since.
+                unsafe { self.write_plain(&v) };
+            }
+        }
     }
 
     /// Writes a table's header and (if nil or written already) its metatable, and pushes the
@@ -486,7 +561,10 @@ impl<'a> Persister<'a> {
     fn plain(&self, v: &RawVal) -> bool {
         match v.kind {
             kind::FALSE..=kind::STR => true,
-            kind::OBJ | kind::TABLE => self.refs.contains(v.bits as usize as *const c_void),
+            kind::OBJ | kind::TABLE | kind::LCLOSURE => {
+                self.refs.contains(v.bits as usize as *const c_void)
+            }
+            kind::NIL => true,
             _ => false,
         }
     }
@@ -497,6 +575,7 @@ impl<'a> Persister<'a> {
     /// `v` was just described by `luasnap_table_scan` (a string's bytes are live).
     unsafe fn write_plain(&mut self, v: &RawVal) {
         match v.kind {
+            kind::NIL => self.w.tag(Tag::Nil),
             kind::FALSE => self.w.tag(Tag::False),
             kind::TRUE => self.w.tag(Tag::True),
             kind::INT => {
@@ -916,6 +995,12 @@ impl<'a> Persister<'a> {
                                             self.table_header(e.v.bits as usize as _, info);
                                             opened = Some((e.pos, 1, std::ptr::null()));
                                             break;
+                                        }
+                                        if let Some(info) = self.closure_info(&e.v) {
+                                            self.write_plain(&e.k);
+                                            self.write_closure(e.v.bits as usize as _, info);
+                                            at = e.pos;
+                                            continue;
                                         }
                                     } else if let Some(info) = self.new_table_info(&e.k) {
                                         let k = e.k.bits as usize as *const c_void;
