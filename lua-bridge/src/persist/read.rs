@@ -2,10 +2,11 @@
 //!
 //! Mirrors the writer: depth first, frames on a Rust stack, O(1) Lua stack. Every count, index
 //! and length read from the file is checked against what the file can hold and what the VM
-//! has, so arbitrary bytes give an error or a value, never a crash: objects are only built
-//! through the Lua API, prototypes come from the VM's own compiled chunks (unless the caller
-//! trusts the file's bytecode), and Lua code run while loading (`__persist` rebuild functions)
-//! is bounded by an instruction budget.
+//! has, so arbitrary bytes give an error or a value, never a crash: objects are built through
+//! the Lua API, or by `luasnap_table_build` from steps decoded and checked here (see
+//! [`Loader::plain_entries`]), prototypes come from the VM's own compiled chunks (unless the
+//! caller trusts the file's bytecode), and Lua code run while loading (`__persist` rebuild
+//! functions) is bounded by an instruction budget.
 
 use super::format::{
     min_strref_len, Opened, Reader, Tag, FLAG_BYTECODE, THREAD_DEAD, THREAD_NOT_STARTED,

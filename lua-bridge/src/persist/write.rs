@@ -2,9 +2,15 @@
 //!
 //! Depth first, without recursion on the native stack and with O(1) Lua stack: each object
 //! being written is a frame on a Rust stack; tables are iterated by entry position (array
-//! part, then hash nodes: `luasnap_table_next` in `csrc/internals.c`), so resuming a table
-//! after a child object costs no key lookup, and a million-deep linked list needs a million
-//! small frames and nothing more.
+//! part, then hash nodes: `luasnap_table_scan` and `luasnap_table_next` in
+//! `csrc/internals.c`), so resuming a table after a child object costs no key lookup, and a
+//! million-deep linked list needs a million small frames and nothing more.
+//!
+//! Two paths. The scan describes a table's entries without pushing them; primitives,
+//! strings, objects already written, new tables and closures whose upvalues are plain are
+//! written straight from it, tables and closures tracked by identity and anchored only before
+//! Lua code runs (see [`Persister::anchor`]). Everything else goes the general way: the value
+//! pushed, inspected through the C API, its contents a frame.
 //!
 //! All Rust state lives in [`Persister`], owned outside the protected call: a Lua error (from a
 //! `__persist` function, or out of memory) unwinds only frames that hold nothing to drop.
