@@ -14,6 +14,11 @@ fn vm() -> Vm {
         .unwrap()
 }
 
+/// A VM with the standard profile (the debug library included).
+fn vm_with_debug() -> Vm {
+    Vm::builder().capacity(256 * MIB).build().unwrap()
+}
+
 /// Persists `expr`'s value from one VM and loads it into a fresh one running the same `code`.
 fn round_trip(code: &str, check: &str) {
     let a = vm();
@@ -673,6 +678,53 @@ fn functions_are_matched_against_the_vms_own_chunks_unless_trusted() {
     c.exec("function secret(x) return x * 4 end", "one")
         .unwrap();
     assert!(c.unpersist(&bytes, "saved").is_err());
+}
+
+/// Chunks are kept alive so saves can name their functions; the same code compiled again
+/// (an `exec` every frame, `load` in a loop) is kept once, not once per compilation.
+#[test]
+fn recompiling_the_same_code_does_not_grow_the_kept_chunks() {
+    let a = vm_with_debug();
+    let kept = |a: &Vm| match a
+        .exec("return #debug.getregistry()['luasnap.chunks']", "count")
+        .unwrap()[..]
+    {
+        [Value::Integer(n)] => n,
+        ref other => panic!("{other:?}"),
+    };
+    let before = kept(&a);
+    for _ in 0..200 {
+        a.exec("frame_counter = (frame_counter or 0) + 1", "per-frame")
+            .unwrap();
+    }
+    a.exec(
+        "for i = 1, 200 do assert(load('return 40 + 2'))() end
+         for i = 1, 3 do assert(load('return ' .. i))() end",
+        "loop",
+    )
+    .unwrap();
+    // The per-frame chunk, the loop chunk, 'return 40 + 2' and three distinct 'return i'
+    // (the second 'count' chunk is the first one again).
+    assert_eq!(kept(&a) - before, 1 + 1 + 1 + 3);
+    // Functions from a chunk compiled again still save and load.
+    a.exec(
+        "saved = {} for i = 1, 3 do saved[i] = load('local n = ... return function() return n end')(i) end",
+        "again",
+    )
+    .unwrap();
+    let bytes = a.persist("saved").unwrap();
+    let mut b = vm_with_debug();
+    b.exec(
+        "load('local n = ... return function() return n end')",
+        "game",
+    )
+    .unwrap();
+    b.unpersist(&bytes, "saved").unwrap();
+    assert_eq!(
+        b.exec("return saved[1]() + saved[2]() + saved[3]()", "check")
+            .unwrap(),
+        vec![Value::Integer(6)]
+    );
 }
 
 #[test]

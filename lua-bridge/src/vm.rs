@@ -13,6 +13,8 @@ use std::ptr::NonNull;
 
 unsafe extern "C" {
     fn luasnap_clear_dead_stack(L: *mut lua_State);
+    fn luasnap_proto(L: *mut lua_State, idx: c_int) -> *const std::ffi::c_void;
+    fn luasnap_proto_hash(p: *const std::ffi::c_void) -> u64;
 }
 
 /// Default arena reservation: 4 GiB of address space, committed only as used.
@@ -1083,13 +1085,37 @@ impl Vm {
 
 /// Keeps the chunk on top of the stack alive for the VM's life (in `registry["luasnap.chunks"]`):
 /// save-games rebuild functions from the prototypes the VM has compiled, and a prototype would
-/// otherwise die with the last closure of its chunk.
+/// otherwise die with the last closure of its chunk. A chunk whose fingerprint (the one
+/// save-games match prototypes by: code, constants, nested functions, source and lines) is
+/// kept already is not kept again, so compiling the same code over and over (`Vm::exec` of a
+/// fixed string every frame, `load` in a loop) does not grow the heap.
 ///
 /// # Safety
 /// Protected context, a function on top (left there).
 pub(crate) unsafe fn anchor_chunk(L: *mut lua_State) {
     // SAFETY: protected context; balanced pushes.
     unsafe {
+        let p = luasnap_proto(L, -1);
+        if !p.is_null() {
+            if ffi::lua_getfield(L, ffi::LUA_REGISTRYINDEX, c"luasnap.chunk_prints".as_ptr())
+                != ffi::LUA_TTABLE
+            {
+                ffi::lua_settop(L, -2);
+                ffi::lua_createtable(L, 0, 16);
+                ffi::lua_pushvalue(L, -1);
+                ffi::lua_setfield(L, ffi::LUA_REGISTRYINDEX, c"luasnap.chunk_prints".as_ptr());
+            }
+            let print = luasnap_proto_hash(p) as ffi::lua_Integer;
+            let kept = ffi::lua_rawgeti(L, -1, print) != ffi::LUA_TNIL;
+            ffi::lua_settop(L, -2);
+            if kept {
+                ffi::lua_settop(L, -2);
+                return;
+            }
+            ffi::lua_pushboolean(L, 1);
+            ffi::lua_rawseti(L, -2, print);
+            ffi::lua_settop(L, -2);
+        }
         if ffi::lua_getfield(L, ffi::LUA_REGISTRYINDEX, c"luasnap.chunks".as_ptr())
             != ffi::LUA_TTABLE
         {
