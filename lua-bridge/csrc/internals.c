@@ -238,18 +238,32 @@ const char *luasnap_thread_restore(lua_State *L, lua_State *co, const luasnap_ci
                                    const void *pcall_k) {
   int stacksize = (int)(co->top.p - co->stack.p);
   int i, prev_func = 0;
+  /* No CIST_RECST: a nonzero recovery status only exists while an error unwinds through
+  ** to-be-closed variables, and coroutines with those pending are not persisted. */
   const uint32_t allowed = CIST_NRESULTS | CIST_C | CIST_FRESH | CIST_YPCALL | CIST_TAIL | CIST_OAH
-                         | (0x7u << CIST_RECST) | (0xfu << CIST_CCMT);
+                         | (0xfu << CIST_CCMT);
+  int need = 0;
   (void)L;
   if (nci < 1) return "a suspended coroutine has no frames";
   if (nci > 100000) return "too many frames";
   if (co->ci != &co->base_ci || co->status != LUA_OK) return "internal: thread not fresh";
   for (i = 0; i < nci; i++) {
+    if (cis[i].top < 0 || cis[i].top > stacksize + 100000) return "frame top too high";
+    if (cis[i].top > need) need = cis[i].top;
+  }
+  for (i = 0; i < nci; i++) {
     const luasnap_ci *r = &cis[i];
     const TValue *f;
     int last = (i == nci - 1);
+    int wanted = get_nresults(r->callstatus);  /* results its caller expects; -1: all */
     if (r->func <= prev_func || r->func >= stacksize) return "frame function outside the stack";
     if (r->callstatus & ~allowed) return "unsupported frame flags";
+    /* Returning moves 'wanted' results to the frame's function slot: they must land inside
+    ** the caller's frame (plus the slack metamethod calls use) and the stack. */
+    if (wanted > 0 && (r->func + wanted > need + EXTRA_STACK
+                       || (i > 0 && r->func + wanted > cis[i - 1].top + EXTRA_STACK)))
+      return "a frame expects more results than its caller has room for";
+    if (i > 0 && r->func > cis[i - 1].top + EXTRA_STACK) return "a frame outside its caller's";
     f = s2v(co->stack.p + r->func);
     if (!(r->callstatus & CIST_C)) {
       const Proto *p;
@@ -258,8 +272,15 @@ const char *luasnap_thread_restore(lua_State *L, lua_State *co, const luasnap_ci
       if (r->top != r->func + 1 + p->maxstacksize) return "a Lua frame of the wrong size";
       if (r->pc < 1 || r->pc > p->sizecode) return "a Lua frame resumes outside its code";
       if (!yieldable_op(GET_OPCODE(p->code[r->pc - 1]))) return "a Lua frame resumes after an instruction that cannot yield";
-      /* 'nextraargs' is meaningful (and set) only for vararg functions. */
-      if (isvararg(p) && (r->nextraargs < 0 || r->nextraargs >= r->func)) return "bad vararg count";
+      /* 'nextraargs' is meaningful (and set) only for vararg functions; returning moves the
+      ** function slot down by it plus the fixed parameters, back into the caller's frame. */
+      if (isvararg(p) && (r->nextraargs < 0
+                          || r->func - r->nextraargs - (p->numparams + 1) <= prev_func))
+        return "bad vararg count";
+      /* A Lua frame that was not entered by a fresh luaV_execute returns by going on with the
+      ** previous frame in the same loop: that one must be a Lua frame. */
+      if (!(r->callstatus & CIST_FRESH) && (i == 0 || (cis[i - 1].callstatus & CIST_C)))
+        return "a Lua frame returns into a frame that did not call it";
       if (last) return "a coroutine can only be suspended in a C function (coroutine.yield)";
     } else {
       int j, known = (r->k == NULL);
@@ -279,14 +300,11 @@ const char *luasnap_thread_restore(lua_State *L, lua_State *co, const luasnap_ci
           return "bad protected-call function slot";
       }
     }
-    if (r->top > stacksize + 100000) return "frame top too high";
     prev_func = r->func;
   }
   if (errfunc < -1 || errfunc >= stacksize) return "bad error handler";
   /* Make room for the highest frame top. */
   {
-    int need = 0;
-    for (i = 0; i < nci; i++) if (cis[i].top > need) need = cis[i].top;
     if (need + EXTRA_STACK > stacksize(co)) {
       if (!luaD_reallocstack(co, need + EXTRA_STACK, 0)) return "not enough memory for the coroutine's stack";
     }
