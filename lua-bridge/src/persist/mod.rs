@@ -1092,7 +1092,12 @@ pub fn fuzz_load(vm: &mut Vm, data: &[u8]) {
         if vm.unpersist_with(&file, "loaded", &opts).is_ok() {
             let _ = vm.exec(POKE, "poke");
         }
-        let _ = vm.exec("loaded = nil", "clear");
+        // A full collection walks every live object, so a load (or a resumed coroutine) that
+        // damaged the heap without crashing is caught here rather than never.
+        let _ = vm.exec("loaded = nil collectgarbage()", "clear");
+        if let Err(e) = vm.arena().verify() {
+            panic!("the arena is damaged after loading a fuzzed file: {e}");
+        }
     }
 }
 
@@ -1112,7 +1117,7 @@ local function poke(v, depth)
     pcall(v, 1, "x")
   elseif t == "thread" then
     seen[v] = true
-    coroutine.resume(v, 1)
+    for _ = 1, 3 do coroutine.resume(v, 1, "x") end
   end
 end
 local d = debug
