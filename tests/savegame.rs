@@ -584,27 +584,54 @@ fn suspended_coroutines_resume_identically_after_loading() {
     assert_eq!(copy[1], original[1]);
 }
 
+/// Coroutines suspended in different shapes of stack: a plain yield, inside pcall, inside a
+/// metamethod, in a vararg function, under a call that wants several results, and inside
+/// xpcall next to a wrapped coroutine.
+const SUSPENDED_SHAPES: [&str; 6] = [
+    "co = coroutine.create(function() local x = 1 coroutine.yield(x) end) coroutine.resume(co)",
+    "co = coroutine.create(function() local ok, v = pcall(function() return coroutine.yield(1) + 1 end) return v end) coroutine.resume(co)",
+    "local mt = { __index = function(t, k) coroutine.yield(k) return 7 end }
+     co = coroutine.create(function() local t = setmetatable({}, mt) return t.x + 1 end) coroutine.resume(co)",
+    "co = coroutine.create(function(...) local n = select('#', ...) coroutine.yield(n) return ... end) coroutine.resume(co, 1, 2, 3)",
+    "local function f() coroutine.yield() return 1, 2, 3 end
+     co = coroutine.create(function() local a, b, c = f() return a + b + c end) coroutine.resume(co)",
+    "co = coroutine.wrap(function() local t = {} for i = 1, 3 do t[i] = coroutine.yield(i) end return t end) co() saved_f = co
+     co = coroutine.create(function() return xpcall(function() local s = 'a' .. coroutine.yield('x') return s end, debug.traceback) end) coroutine.resume(co)",
+];
+
+/// A save of `shape`'s suspended coroutine (as `saved.co`), its body, and a VM that ran the
+/// same game code, ready to load it.
+fn suspended_save(shape: &str) -> (Vec<u8>, Vec<u8>, Vm) {
+    let game = format!("{shape} saved = {{ co = co }}");
+    let a = vm();
+    a.exec(&game, "game").unwrap();
+    let file = a.persist("saved").unwrap();
+    let body = body_of(&file).unwrap().to_vec();
+    let b = vm();
+    b.exec(&game, "game").unwrap();
+    (file, body, b)
+}
+
+/// Loads a (corrupted) body; if it loads, resumes its coroutine a few times; then collects
+/// everything. Returns whether it loaded.
+fn load_resume_collect(b: &mut Vm, body: &[u8]) -> bool {
+    let loaded = b.unpersist(&seal_body(body, true), "loaded").is_ok();
+    if loaded {
+        let _ = b.exec(
+            "if type(loaded) == 'table' and type(loaded.co) == 'thread' then
+               for _ = 1, 3 do coroutine.resume(loaded.co, 1, 2) end
+             end",
+            "poke",
+        );
+    }
+    b.exec("loaded = nil collectgarbage()", "gc").unwrap();
+    loaded
+}
+
 #[test]
 fn forged_coroutine_frames_are_refused() {
-    // Coroutines suspended in different shapes of stack: a plain yield, inside pcall, inside
-    // a metamethod, in a vararg function, and under a call that wants several results.
-    let shapes = [
-        "co = coroutine.create(function() local x = 1 coroutine.yield(x) end) coroutine.resume(co)",
-        "co = coroutine.create(function() local ok, v = pcall(function() return coroutine.yield(1) + 1 end) return v end) coroutine.resume(co)",
-        "local mt = { __index = function(t, k) coroutine.yield(k) return 7 end }
-         co = coroutine.create(function() local t = setmetatable({}, mt) return t.x + 1 end) coroutine.resume(co)",
-        "co = coroutine.create(function(...) local n = select('#', ...) coroutine.yield(n) return ... end) coroutine.resume(co, 1, 2, 3)",
-        "local function f() coroutine.yield() return 1, 2, 3 end
-         co = coroutine.create(function() local a, b, c = f() return a + b + c end) coroutine.resume(co)",
-    ];
-    for shape in shapes {
-        let game = format!("{shape} saved = {{ co = co }}");
-        let a = vm();
-        a.exec(&game, "game").unwrap();
-        let good = a.persist("saved").unwrap();
-        let body = body_of(&good).unwrap().to_vec();
-        let mut b = vm();
-        b.exec(&game, "game").unwrap();
+    for shape in SUSPENDED_SHAPES {
+        let (good, body, mut b) = suspended_save(shape);
         // The good file resumes to the end.
         b.unpersist(&good, "loaded").unwrap();
         b.exec("for _ = 1, 3 do coroutine.resume(loaded.co, 5) end assert(coroutine.status(loaded.co) == 'dead')", "good")
@@ -615,15 +642,7 @@ fn forged_coroutine_frames_are_refused() {
             for x in [1u8, 2, 4, 0x10, 0x40, 0x7f, 0x80, 0xff] {
                 let mut m = body.clone();
                 m[i] ^= x;
-                if b.unpersist(&seal_body(&m, true), "loaded").is_ok() {
-                    let _ = b.exec(
-                        "if type(loaded) == 'table' and type(loaded.co) == 'thread' then
-                           for _ = 1, 3 do coroutine.resume(loaded.co, 1, 2) end
-                         end",
-                        "poke",
-                    );
-                }
-                b.exec("loaded = nil collectgarbage()", "gc").unwrap();
+                load_resume_collect(&mut b, &m);
             }
         }
         b.arena().verify().unwrap();
@@ -988,17 +1007,6 @@ fn whole_game_save_keeps_g_and_survives_a_new_process() {
 /// thousand files.
 #[test]
 fn random_forgeries_of_coroutine_frames_never_crash() {
-    let shapes = [
-        "co = coroutine.create(function() local x = 1 coroutine.yield(x) end) coroutine.resume(co)",
-        "co = coroutine.create(function() local ok, v = pcall(function() return coroutine.yield(1) + 1 end) return v end) coroutine.resume(co)",
-        "local mt = { __index = function(t, k) coroutine.yield(k) return 7 end }
-         co = coroutine.create(function() local t = setmetatable({}, mt) return t.x + 1 end) coroutine.resume(co)",
-        "co = coroutine.create(function(...) local n = select('#', ...) coroutine.yield(n) return ... end) coroutine.resume(co, 1, 2, 3)",
-        "local function f() coroutine.yield() return 1, 2, 3 end
-         co = coroutine.create(function() local a, b, c = f() return a + b + c end) coroutine.resume(co)",
-        "co = coroutine.wrap(function() local t = {} for i = 1, 3 do t[i] = coroutine.yield(i) end return t end) co() saved_f = co
-         co = coroutine.create(function() return xpcall(function() local s = 'a' .. coroutine.yield('x') return s end, debug.traceback) end) coroutine.resume(co)",
-    ];
     let mut seed = 0x1234_5678_9abc_def0u64;
     let mut rnd = move || {
         seed ^= seed << 13;
@@ -1006,14 +1014,8 @@ fn random_forgeries_of_coroutine_frames_never_crash() {
         seed ^= seed << 17;
         seed
     };
-    for shape in shapes {
-        let game = format!("{shape} saved = {{ co = co }}");
-        let a = vm();
-        a.exec(&game, "game").unwrap();
-        let good = a.persist("saved").unwrap();
-        let body = body_of(&good).unwrap().to_vec();
-        let mut b = vm();
-        b.exec(&game, "game").unwrap();
+    for shape in SUSPENDED_SHAPES {
+        let (_, body, mut b) = suspended_save(shape);
         let mut loaded = 0;
         for _ in 0..4000 {
             let mut m = body.clone();
@@ -1026,16 +1028,7 @@ fn random_forgeries_of_coroutine_frames_never_crash() {
                     _ => m[i].wrapping_sub(1),
                 };
             }
-            if b.unpersist(&seal_body(&m, true), "loaded").is_ok() {
-                loaded += 1;
-                let _ = b.exec(
-                    "if type(loaded) == 'table' and type(loaded.co) == 'thread' then
-                       for _ = 1, 3 do coroutine.resume(loaded.co, 1, 2) end
-                     end",
-                    "poke",
-                );
-            }
-            b.exec("loaded = nil collectgarbage()", "gc").unwrap();
+            loaded += load_resume_collect(&mut b, &m) as usize;
         }
         assert!(loaded > 0, "no forgery loaded: the test exercises nothing");
         b.arena().verify().unwrap();

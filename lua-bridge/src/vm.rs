@@ -1097,14 +1097,7 @@ pub(crate) unsafe fn anchor_chunk(L: *mut lua_State) {
     unsafe {
         let p = luasnap_proto(L, -1);
         if !p.is_null() {
-            if ffi::lua_getfield(L, ffi::LUA_REGISTRYINDEX, c"luasnap.chunk_prints".as_ptr())
-                != ffi::LUA_TTABLE
-            {
-                ffi::lua_settop(L, -2);
-                ffi::lua_createtable(L, 0, 16);
-                ffi::lua_pushvalue(L, -1);
-                ffi::lua_setfield(L, ffi::LUA_REGISTRYINDEX, c"luasnap.chunk_prints".as_ptr());
-            }
+            ffi::luaL_getsubtable(L, ffi::LUA_REGISTRYINDEX, c"luasnap.chunk_prints".as_ptr());
             let print = luasnap_proto_hash(p) as ffi::lua_Integer;
             let kept = ffi::lua_rawgeti(L, -1, print) != ffi::LUA_TNIL;
             ffi::lua_settop(L, -2);
@@ -1116,14 +1109,7 @@ pub(crate) unsafe fn anchor_chunk(L: *mut lua_State) {
             ffi::lua_rawseti(L, -2, print);
             ffi::lua_settop(L, -2);
         }
-        if ffi::lua_getfield(L, ffi::LUA_REGISTRYINDEX, c"luasnap.chunks".as_ptr())
-            != ffi::LUA_TTABLE
-        {
-            ffi::lua_settop(L, -2);
-            ffi::lua_createtable(L, 16, 0);
-            ffi::lua_pushvalue(L, -1);
-            ffi::lua_setfield(L, ffi::LUA_REGISTRYINDEX, c"luasnap.chunks".as_ptr());
-        }
+        ffi::luaL_getsubtable(L, ffi::LUA_REGISTRYINDEX, c"luasnap.chunks".as_ptr());
         let n = ffi::lua_rawlen(L, -1) as ffi::lua_Integer;
         ffi::lua_pushvalue(L, -2);
         ffi::lua_rawseti(L, -2, n + 1);
