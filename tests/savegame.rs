@@ -628,6 +628,39 @@ fn load_resume_collect(b: &mut Vm, body: &[u8]) -> bool {
     loaded
 }
 
+/// A suspended coroutine's C frames resume through their continuation, a C function pointer.
+/// Only the continuations the VM itself registered are accepted, whatever the permanents
+/// table given to `eris.unpersist` maps their names to (here: a light userdata that points at
+/// data, which resuming would have called).
+#[test]
+fn continuations_come_from_the_vm_not_from_the_permanents_given() {
+    let a = vm_with_debug();
+    let out = a
+        .exec(
+            "local co = coroutine.create(function() pcall(coroutine.yield) return 'done' end)
+             coroutine.resume(co)
+             local data = eris.persist(co)
+             local perms = {}
+             for k, v in pairs(debug.getregistry()['luasnap.unperms']) do perms[k] = v end
+             local ok = pcall(eris.unpersist, perms, data)
+             assert(ok, 'the own continuation loads')
+             local x = 1
+             perms['pcall#k'] = debug.upvalueid(function() return x end, 1)
+             local ok2, err = pcall(eris.unpersist, perms, data)
+             return ok2, tostring(err)",
+            "k",
+        )
+        .unwrap();
+    assert_eq!(out[0], Value::Boolean(false), "{out:?}");
+    match &out[1] {
+        Value::String(e) => {
+            let e = String::from_utf8_lossy(e);
+            assert!(e.contains("unknown continuation"), "{e}");
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
 #[test]
 fn forged_coroutine_frames_are_refused() {
     for shape in SUSPENDED_SHAPES {

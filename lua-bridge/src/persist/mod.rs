@@ -64,6 +64,12 @@ pub const PERMS_KEY: &CStr = c"luasnap.perms";
 /// Registry key: name -> value, the permanents used when loading.
 pub const UNPERMS_KEY: &CStr = c"luasnap.unperms";
 
+/// The name of pcall/xpcall's continuation among the permanents.
+pub(crate) const PCALL_K: &CStr = c"pcall#k";
+/// The permanents that are continuations (C functions a suspended coroutine's C frame resumes
+/// through). A loaded frame may only name one of these, looked up in the VM's own permanents.
+pub(crate) const CONTINUATIONS: [&CStr; 1] = [PCALL_K];
+
 /// A call frame of a suspended coroutine (mirrors `luasnap_ci` in csrc/internals.c).
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
@@ -469,7 +475,7 @@ pub(crate) fn install(vm: &mut Vm) -> Result<(), VmError> {
                         let k = luasnap_thread_k(co, level);
                         if !k.is_null() {
                             ffi::lua_pushlightuserdata(L, k.cast_mut());
-                            add_permanent(L, c"pcall#k");
+                            add_permanent(L, PCALL_K);
                             break;
                         }
                     }

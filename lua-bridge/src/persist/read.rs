@@ -135,6 +135,8 @@ pub(crate) struct Loader<'a> {
     inits: u32,
     /// Steps decoded for `luasnap_table_build`.
     ops: Vec<RawVal>,
+    /// The VM's continuations and pcall's (see `continuations`), once looked up.
+    known_k: Option<(Vec<*const c_void>, *const c_void)>,
     pub error: Option<String>,
     shared: &'a Shared,
     trusted_bytecode: bool,
@@ -184,6 +186,7 @@ impl<'a> Loader<'a> {
             frames: Vec::new(),
             inits: 0,
             ops: Vec::with_capacity(BUILD_OPS + 8),
+            known_k: None,
             error: None,
             shared,
             trusted_bytecode: opts.trusted && file.flags & FLAG_BYTECODE != 0,
@@ -1021,6 +1024,33 @@ impl<'a> Loader<'a> {
         }
     }
 
+    /// The VM's own continuations ([`super::CONTINUATIONS`], from the registry's unperms)
+    /// and pcall's among them; looked up once per load.
+    unsafe fn continuations(&mut self, L: *mut lua_State) -> (Vec<*const c_void>, *const c_void) {
+        if let Some(k) = self.known_k.take() {
+            return k;
+        }
+        let (mut known, mut pcall_k) = (Vec::new(), std::ptr::null());
+        // SAFETY: protected context; reads registry fields, balanced pushes.
+        unsafe {
+            ffi::lua_getfield(L, ffi::LUA_REGISTRYINDEX, super::UNPERMS_KEY.as_ptr());
+            for name in super::CONTINUATIONS {
+                if ffi::lua_type(L, -1) == ffi::LUA_TTABLE
+                    && ffi::lua_getfield(L, -1, name.as_ptr()) == ffi::LUA_TLIGHTUSERDATA
+                {
+                    let k = ffi::lua_touserdata(L, -1) as *const c_void;
+                    known.push(k);
+                    if name == super::PCALL_K {
+                        pcall_k = k;
+                    }
+                }
+                ffi::lua_settop(L, -2);
+            }
+            ffi::lua_settop(L, -2);
+        }
+        (known, pcall_k)
+    }
+
     /// Reads the frame records of a suspended coroutine (its stack is in place) and rebuilds
     /// them, after checking every invariant the VM relies on to resume it.
     unsafe fn restore_frames(
@@ -1111,18 +1141,9 @@ impl<'a> Loader<'a> {
                     k,
                 });
             }
-            // Known continuations: every light userdata permanent; pcall's by name.
-            let mut known: Vec<*const c_void> = Vec::new();
-            ffi::lua_pushnil(L);
-            while ffi::lua_next(L, s.perms) != 0 {
-                if ffi::lua_type(L, -1) == ffi::LUA_TLIGHTUSERDATA {
-                    known.push(ffi::lua_touserdata(L, -1));
-                }
-                ffi::lua_settop(L, -2);
-            }
-            ffi::lua_getfield(L, s.perms, c"pcall#k".as_ptr());
-            let pcall_k = ffi::lua_touserdata(L, -1) as *const c_void;
-            ffi::lua_settop(L, -2);
+            // The continuations a frame may resume through: only those the VM registered
+            // itself (C functions), whatever the permanents given map their names to.
+            let (known, pcall_k) = self.continuations(L);
             ffi::lua_rawgeti(L, s.objs, id as ffi::lua_Integer);
             let co = ffi::lua_tothread(L, -1);
             ffi::lua_settop(L, -2);
@@ -1136,6 +1157,7 @@ impl<'a> Loader<'a> {
                 known.len() as c_int,
                 pcall_k,
             );
+            self.known_k = Some((known, pcall_k));
             if !err.is_null() {
                 let msg = std::ffi::CStr::from_ptr(err).to_string_lossy().into_owned();
                 return Err(self.malformed(&format!("suspended coroutine: {msg}")));
