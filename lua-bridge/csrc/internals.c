@@ -90,17 +90,17 @@ uint64_t luasnap_proto_hash(const void *p) {
 }
 
 /* Pushes a new closure of prototype p with fresh (nil) upvalues, as lundump does. */
-void luasnap_push_closure(lua_State *L, const void *p) {
-  Proto *proto = (Proto *)p;
-  LClosure *cl;
-
-  cl = luaF_newLclosure(L, proto->sizeupvalues);
+static void push_closure(lua_State *L, Proto *p) {
+  LClosure *cl = luaF_newLclosure(L, p->sizeupvalues);
   setclLvalue2s(L, L->top.p, cl);
   L->top.p++;
-  cl->p = proto;
-  luaC_objbarrier(L, cl, proto);
+  cl->p = p;
+  luaC_objbarrier(L, cl, p);
   luaF_initupvals(L, cl);
+}
 
+void luasnap_push_closure(lua_State *L, const void *p) {
+  push_closure(L, (Proto *)p);
 }
 
 /* Calls f(p, ud) for every prototype alive in the VM (walks the collector's object lists).
@@ -453,14 +453,14 @@ void luasnap_clear_slots_above_top(lua_State *L, int n) {
 #include "lstring.h"
 
 /* Kinds of a value handed between these helpers and the serializer (mirrored in
-** src/persist/mod.rs as `ValKind`). */
+** src/persist/mod.rs as the constants of `kind`). */
 #define LS_FALSE 1
 #define LS_TRUE 2
 #define LS_INT 3      /* bits: the integer */
 #define LS_FLOAT 4    /* bits: the IEEE-754 bits */
-#define LS_STR 5      /* s, len: the bytes; bits: (scan) identity, (fill) string id + 1 or 0 */
-#define LS_STRREF 6   /* fill only; bits: string id + 1 */
-#define LS_REF 7      /* fill only; bits: object id */
+#define LS_STR 5      /* s, len: the bytes; bits: (scan) identity, (build) string id + 1 or 0 */
+#define LS_STRREF 6   /* build only; bits: string id + 1 */
+#define LS_REF 7      /* build only; bits: object id */
 #define LS_OBJ 8      /* scan only; bits: identity, as lua_topointer gives it */
 #define LS_OTHER 9    /* scan only: a value the general path must handle (light userdata) */
 #define LS_NIL 10     /* build only: the steps of luasnap_table_build */
@@ -637,13 +637,7 @@ int luasnap_table_build(lua_State *L, int strs, int objs, const luasnap_val *ops
         continue;
       }
       case LS_NEWCLOSURE: {
-        Proto *p = (Proto *)(uintptr_t)x->bits;
-        LClosure *cl = luaF_newLclosure(L, p->sizeupvalues);
-        setclLvalue2s(L, L->top.p, cl);
-        L->top.p++;
-        cl->p = p;
-        luaC_objbarrier(L, cl, p);
-        luaF_initupvals(L, cl);
+        push_closure(L, (Proto *)(uintptr_t)x->bits);
         luaH_setint(L, ot, (lua_Integer)x->len, s2v(L->top.p - 1));
         luaC_barrierback(L, obj2gco(ot), s2v(L->top.p - 1));
         continue;
@@ -687,10 +681,10 @@ fail:
 }
 
 /* Stores the objects ps[0..n) at tbl[keys[i]] (or tbl[first + i] if keys is NULL), tbl
-** being the table at the absolute index idx. For the persister, which records strings and
-** tables by identity without pushing them and anchors them only before Lua code can run:
-** until then every one of them is reachable from the graph being written, which nothing
-** changes. */
+** being the table at the absolute index idx. For the persister, which records strings,
+** tables and closures by identity without pushing them and anchors them only before Lua code
+** can run: until then every one of them is reachable from the graph being written, which
+** nothing changes. */
 void luasnap_anchor(lua_State *L, int idx, const void *const *ps, const lua_Integer *keys, int n,
                     lua_Integer first) {
   Table *tbl = (Table *)luasnap_table_at(L, idx);

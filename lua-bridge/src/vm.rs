@@ -2,6 +2,7 @@
 
 use crate::error::{LuaErrorKind, NativeError, VmError};
 use crate::ffi::{self as raw, Call, LuaFailure, Native, NativeFn, Shared, UserDataType};
+use crate::persist::{luasnap_proto, luasnap_proto_hash};
 use crate::userdata::{PlainData, UserDataMethods};
 use crate::value::Value;
 use luasnap_alloc::{Arena, ArenaStats, TrackerPreference};
@@ -13,8 +14,6 @@ use std::ptr::NonNull;
 
 unsafe extern "C" {
     fn luasnap_clear_dead_stack(L: *mut lua_State);
-    fn luasnap_proto(L: *mut lua_State, idx: c_int) -> *const std::ffi::c_void;
-    fn luasnap_proto_hash(p: *const std::ffi::c_void) -> u64;
 }
 
 /// Default arena reservation: 4 GiB of address space, committed only as used.

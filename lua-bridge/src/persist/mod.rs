@@ -156,6 +156,11 @@ pub(crate) mod kind {
 }
 
 unsafe extern "C" {
+    /// The prototype of the Lua closure at `idx`, or null.
+    pub(crate) fn luasnap_proto(L: *mut lua_State, idx: c_int) -> *const std::ffi::c_void;
+    /// A prototype's structural fingerprint (how saves name functions).
+    pub(crate) fn luasnap_proto_hash(p: *const std::ffi::c_void) -> u64;
+    pub(crate) fn luasnap_proto_nupvalues(p: *const std::ffi::c_void) -> c_int;
     pub(crate) fn luasnap_thread_info(
         co: *mut lua_State,
         stacksize: *mut c_int,

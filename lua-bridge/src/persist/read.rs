@@ -13,6 +13,7 @@ use super::format::{
     THREAD_SUSPENDED,
 };
 use super::{kind, LoadOptions, RawVal, Slots};
+use super::{luasnap_proto, luasnap_proto_hash, luasnap_proto_nupvalues};
 use super::{luasnap_thread_restore, luasnap_upval_join_open, CiRecord};
 use crate::ffi::Shared;
 use mlua::ffi::{self, lua_State};
@@ -20,9 +21,6 @@ use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
 
 unsafe extern "C" {
-    fn luasnap_proto(L: *mut lua_State, idx: c_int) -> *const c_void;
-    fn luasnap_proto_hash(p: *const c_void) -> u64;
-    fn luasnap_proto_nupvalues(p: *const c_void) -> c_int;
     fn luasnap_push_closure(L: *mut lua_State, p: *const c_void);
     fn luasnap_each_proto(
         L: *mut lua_State,

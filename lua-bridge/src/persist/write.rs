@@ -19,6 +19,7 @@ use super::format::{
     Tag, Writer, MIN_STRREF_LEN, THREAD_DEAD, THREAD_NOT_STARTED, THREAD_SUSPENDED,
 };
 use super::{kind, PersistOptions, RawEntry, RawVal, Slots};
+use super::{luasnap_proto, luasnap_proto_hash, luasnap_proto_nupvalues};
 use super::{
     luasnap_thread_ci, luasnap_thread_info, luasnap_thread_push_slot, luasnap_upval_open, CiRecord,
 };
@@ -28,9 +29,6 @@ use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use std::ffi::{c_int, c_void, CString};
 
 unsafe extern "C" {
-    fn luasnap_proto(L: *mut lua_State, idx: c_int) -> *const c_void;
-    fn luasnap_proto_hash(p: *const c_void) -> u64;
-    fn luasnap_proto_nupvalues(p: *const c_void) -> c_int;
     fn luasnap_table_next(L: *mut lua_State, t: *const c_void, pos: *mut u32) -> c_int;
     fn luasnap_table_entry(L: *mut lua_State, t: *const c_void, pos: u32, what: c_int) -> c_int;
     fn luasnap_table_scan(
@@ -417,8 +415,8 @@ impl<'a> Persister<'a> {
         }
     }
 
-    /// Anchors the strings and tables recorded by identity since the last call (strings in
-    /// the strings table, tables in `seen` under their ids). Identities are only valid while
+    /// Anchors the strings, tables and closures recorded by identity since the last call
+    /// (strings in the strings table, the others in `seen` under their ids). Identities are only valid while
     /// the objects live: until Lua code runs, every one recorded is reachable from the
     /// unchanged graph, but a `__persist` function may change the graph and run a full
     /// collection, and a freed object's address could come back as another object. So this
@@ -460,10 +458,7 @@ impl<'a> Persister<'a> {
     /// `v` was just described by `luasnap_table_scan`; no Lua code ran since.
     unsafe fn new_table_info(&mut self, v: &RawVal) -> Option<(u32, u32, *const c_void)> {
         let t = v.bits as usize as *const c_void;
-        if v.kind != kind::TABLE
-            || self.refs.contains(t)
-            || self.perm_ptrs.as_ref().is_some_and(|p| p.contains(&t))
-        {
+        if v.kind != kind::TABLE || !self.unwritten(t) {
             return None;
         }
         let (mut narr, mut nhash, mut mt) = (0u32, 0u32, std::ptr::null());
@@ -471,10 +466,22 @@ impl<'a> Persister<'a> {
         if unsafe { luasnap_table_info(t, self.spkey_str, &mut narr, &mut nhash, &mut mt) } != 0 {
             return None;
         }
-        let id = self.new_id(t);
-        self.unanchored_objs.push(t);
-        self.unanchored_ids.push(id as ffi::lua_Integer);
+        self.record(t);
         Some((narr, nhash, mt))
+    }
+
+    /// Whether the object `p` is neither written yet nor a permanent (which the general path
+    /// writes by name).
+    fn unwritten(&self, p: *const c_void) -> bool {
+        !self.refs.contains(p) && !self.perm_ptrs.as_ref().is_some_and(|set| set.contains(&p))
+    }
+
+    /// Gives the object `p`, written by identity, its id, and lists it for `anchor`.
+    fn record(&mut self, p: *const c_void) -> u32 {
+        let id = self.new_id(p);
+        self.unanchored_objs.push(p);
+        self.unanchored_ids.push(id as ffi::lua_Integer);
+        id
     }
 
     /// For a scanned value that is a Lua closure not written yet, that can be written whole
@@ -487,10 +494,7 @@ impl<'a> Persister<'a> {
     /// `v` was just described by `luasnap_table_scan`; no Lua code ran since.
     unsafe fn closure_info(&mut self, v: &RawVal) -> Option<(u32, usize)> {
         let f = v.bits as usize as *const c_void;
-        if v.kind != kind::LCLOSURE
-            || self.refs.contains(f)
-            || self.perm_ptrs.as_ref().is_some_and(|p| p.contains(&f))
-        {
+        if v.kind != kind::LCLOSURE || !self.unwritten(f) {
             return None;
         }
         let mut proto = std::ptr::null();
@@ -516,9 +520,7 @@ impl<'a> Persister<'a> {
     /// # Safety
     /// As for `closure_info`, which returned `(index, n)` for `f`.
     unsafe fn write_closure(&mut self, f: *const c_void, (index, n): (u32, usize)) {
-        let id = self.new_id(f);
-        self.unanchored_objs.push(f);
-        self.unanchored_ids.push(id as ffi::lua_Integer);
+        let id = self.record(f);
         self.w.tag(Tag::LClosure);
         self.w.varint(index as u64);
         self.w.varint(n as u64);
@@ -598,7 +600,10 @@ impl<'a> Persister<'a> {
                 self.string(v.bits as usize as *const c_void, bytes);
             }
             _ => {
-                let id = self.refs.get(v.bits as usize as *const c_void).unwrap_or(0);
+                let id = self
+                    .refs
+                    .get(v.bits as usize as *const c_void)
+                    .expect("`plain` checked that the object is written");
                 self.w.tag(Tag::Ref);
                 self.w.varint(id as u64);
             }
@@ -1052,6 +1057,7 @@ impl<'a> Persister<'a> {
                                 }
                                 self.value(L, s)?;
                                 if self.frames.len() > depth {
+                                    ffi::lua_settop(L, base);
                                     return Ok(true);
                                 }
                             }
