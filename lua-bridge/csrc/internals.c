@@ -739,3 +739,177 @@ int luasnap_closure_scan(const void *f, const void **proto, const void **uids, l
   }
   return cl->nupvalues;
 }
+
+/* ===================== canonical stacks (arena bytes independent of the host) =====================
+** After Lua returns to the host, the bytes of the arena must depend on the Lua state alone. Two
+** things in a thread's lua_State break that:
+** - dead stack slots (at or above the top) keep the last values stored there, among them the
+**   light userdata luaL_buffinit pushes as a placeholder: the address of a luaL_Buffer on the
+**   *C stack*, which moves with the depth of the host's call chain (string.format, rep, gsub,
+**   upper, table.concat, tostring... all use one);
+** - a coroutine's nCcalls keeps the C-call depth of whoever resumed it last.
+** luasnap_settle_thread resets both; the host calls it on the main thread after every call into
+** Lua, and the coroutine functions below call it on a coroutine each time it stops running. */
+
+#include "lauxlib.h"
+
+/* Zeroes every stack slot of th at or above its top that is not all-zero bytes already, and
+** returns how many it wrote. Comparing first keeps pages whose dead slots are clean unwritten
+** (no tracking fault, no dirty page for incremental snapshots).
+** Invariant relied on: th is not running (idle main thread, or a coroutine that has just
+** yielded, returned or failed), so slots from th->top.p to stack_last + EXTRA_STACK are dead:
+** Lua never reads a slot above the top before writing it, and its collector treats that slice
+** as dead too (traversethread clears it). All-zero bytes are a nil (LUA_VNIL == 0). */
+int luasnap_settle_thread(lua_State *th) {
+  static const StackValue zero;
+  StkId p = th->top.p, end = th->stack_last.p + EXTRA_STACK;
+  int n = 0;
+  lua_assert(LUA_VNIL == 0);
+  for (; p < end; p++) {
+    if (memcmp(p, &zero, sizeof zero) != 0) {
+      memset(p, 0, sizeof zero);
+      n++;
+    }
+  }
+  /* A thread that is not running has no C calls in progress; lua_resume and lua_closethread
+  ** set nCcalls from the resumer before running it again, and lua_newthread starts at 0. */
+  if (th != mainthread(G(th)) && th->nCcalls != 0) th->nCcalls = 0;
+  return n;
+}
+
+/* The coroutine library's resume, wrap and close (lcorolib.c, Lua 5.5.1), unchanged except
+** that each settles the coroutine once it stops running. */
+static int ls_auxresume(lua_State *L, lua_State *co, int narg) {
+  int status, nres;
+  if (l_unlikely(!lua_checkstack(co, narg))) {
+    lua_pushliteral(L, "too many arguments to resume");
+    return -1;
+  }
+  lua_xmove(L, co, narg);
+  status = lua_resume(co, L, narg, &nres);
+  if (l_likely(status == LUA_OK || status == LUA_YIELD)) {
+    if (l_unlikely(!lua_checkstack(L, nres + 1))) {
+      lua_pop(co, nres);
+      luasnap_settle_thread(co);
+      lua_pushliteral(L, "too many results to resume");
+      return -1;
+    }
+    lua_xmove(co, L, nres);
+    luasnap_settle_thread(co);
+    return nres;
+  } else {
+    lua_xmove(co, L, 1);
+    luasnap_settle_thread(co);
+    return -1;
+  }
+}
+
+static lua_State *ls_getco(lua_State *L) {
+  lua_State *co = lua_tothread(L, 1);
+  luaL_argexpected(L, co, 1, "thread");
+  return co;
+}
+
+int luasnap_co_resume(lua_State *L) {
+  lua_State *co = ls_getco(L);
+  int r = ls_auxresume(L, co, lua_gettop(L) - 1);
+  if (l_unlikely(r < 0)) {
+    lua_pushboolean(L, 0);
+    lua_insert(L, -2);
+    return 2;
+  } else {
+    lua_pushboolean(L, 1);
+    lua_insert(L, -(r + 1));
+    return r + 1;
+  }
+}
+
+int luasnap_co_auxwrap(lua_State *L) {
+  lua_State *co = lua_tothread(L, lua_upvalueindex(1));
+  int r = ls_auxresume(L, co, lua_gettop(L));
+  if (l_unlikely(r < 0)) {
+    int stat = lua_status(co);
+    if (stat != LUA_OK && stat != LUA_YIELD) {
+      stat = lua_closethread(co, L);
+      lua_assert(stat != LUA_OK);
+      lua_xmove(co, L, 1);
+      luasnap_settle_thread(co);
+    }
+    if (stat != LUA_ERRMEM && lua_type(L, -1) == LUA_TSTRING) {
+      luaL_where(L, 1);
+      lua_insert(L, -2);
+      lua_concat(L, 2);
+    }
+    return lua_error(L);
+  }
+  return r;
+}
+
+int luasnap_co_wrap(lua_State *L) {
+  lua_State *NL;
+  luaL_checktype(L, 1, LUA_TFUNCTION);
+  NL = lua_newthread(L);
+  lua_pushvalue(L, 1);
+  lua_xmove(L, NL, 1);
+  lua_pushcclosure(L, luasnap_co_auxwrap, 1);
+  return 1;
+}
+
+#define LS_COS_RUN 0
+#define LS_COS_DEAD 1
+#define LS_COS_YIELD 2
+#define LS_COS_NORM 3
+
+static int ls_auxstatus(lua_State *L, lua_State *co) {
+  if (L == co) return LS_COS_RUN;
+  switch (lua_status(co)) {
+    case LUA_YIELD: return LS_COS_YIELD;
+    case LUA_OK: {
+      lua_Debug ar;
+      if (lua_getstack(co, 0, &ar)) return LS_COS_NORM;
+      else if (lua_gettop(co) == 0) return LS_COS_DEAD;
+      else return LS_COS_YIELD;
+    }
+    default: return LS_COS_DEAD;
+  }
+}
+
+int luasnap_co_close(lua_State *L) {
+  lua_State *co = lua_isnone(L, 1) ? L : ls_getco(L);
+  static const char *const statname[] = {"running", "dead", "suspended", "normal"};
+  int status = ls_auxstatus(L, co);
+  switch (status) {
+    case LS_COS_DEAD: case LS_COS_YIELD: {
+      status = lua_closethread(co, L);
+      if (status == LUA_OK) {
+        luasnap_settle_thread(co);
+        lua_pushboolean(L, 1);
+        return 1;
+      } else {
+        lua_pushboolean(L, 0);
+        lua_xmove(co, L, 1);
+        luasnap_settle_thread(co);
+        return 2;
+      }
+    }
+    case LS_COS_NORM:
+      return luaL_error(L, "cannot close a %s coroutine", statname[status]);
+    case LS_COS_RUN:
+      lua_geti(L, LUA_REGISTRYINDEX, LUA_RIDX_MAINTHREAD);
+      if (lua_tothread(L, -1) == co) return luaL_error(L, "cannot close main thread");
+      lua_closethread(co, L); /* closes itself: does not return */
+      /* FALLTHROUGH */
+    default:
+      lua_assert(0);
+      return 0;
+  }
+}
+
+/* Whether the value at idx is an object the collector can remove from a weak table: not a
+** string (Lua keeps strings in weak tables), not a light C function, light userdata, number,
+** boolean or nil. */
+int luasnap_is_weak_removable(lua_State *L, int idx) {
+  const TValue *o = s2v(L->ci->func.p + idx);
+  lua_assert(idx > 0 && L->ci->func.p + idx < L->top.p);
+  return iscollectable(o) && !ttisstring(o);
+}

@@ -443,6 +443,8 @@ impl Vm {
                 traceback,
             }),
         };
+        // SAFETY: the main thread is idle again; only its dead slots are written.
+        unsafe { crate::canonical::settle_main(self.L()) };
         depth.set(0);
         // Staged results of natives interrupted by errors are garbage now.
         // SAFETY: no native is running (depth 0).
@@ -485,6 +487,7 @@ impl Vm {
                 // SAFETY: protected body; may raise a memory error with nothing to drop.
                 unsafe {
                     ffi::luaL_openselectedlibs(L, mask, 0);
+                    crate::canonical::install(L);
                     ffi::lua_createtable(L, 0, 0);
                     ffi::lua_setfield(L, ffi::LUA_REGISTRYINDEX, c"luasnap.natives".as_ptr());
                 }
