@@ -48,6 +48,7 @@ mod ffi;
 #[cfg(feature = "ggrs")]
 pub mod ggrs_adapter;
 pub mod persist;
+mod random_state;
 pub mod runtime;
 pub mod simulate;
 mod userdata;

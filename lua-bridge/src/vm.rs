@@ -488,6 +488,7 @@ impl Vm {
                 unsafe {
                     ffi::luaL_openselectedlibs(L, mask, 0);
                     crate::canonical::install(L);
+                    crate::random_state::install(L);
                     ffi::lua_createtable(L, 0, 0);
                     ffi::lua_setfield(L, ffi::LUA_REGISTRYINDEX, c"luasnap.natives".as_ptr());
                 }

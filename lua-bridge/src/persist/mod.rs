@@ -859,6 +859,8 @@ impl Vm {
     /// Saves the whole game: the globals and `package.loaded` (library tables and functions go
     /// by name, as permanents).
     pub fn save_game(&self) -> Result<Vec<u8>, SaveError> {
+        // math.random's state is not a Lua value: copied where the root includes it.
+        self.stage_random_state().map_err(SaveError::Lua)?;
         self.persist_root(Root::Game, &PersistOptions::default())
     }
 
@@ -937,7 +939,9 @@ impl Vm {
 
     /// Like [`load_game`](Vm::load_game), with options.
     pub fn load_game_with(&mut self, data: &[u8], opts: &LoadOptions) -> Result<(), LoadError> {
-        self.load_root(data, opts, None)
+        self.load_root(data, opts, None)?;
+        // The loaded copy of math.random's state goes back into the generator.
+        self.unstage_random_state().map_err(LoadError::Lua)
     }
 
     /// Makes the value at a dotted global path a permanent under `name`: saves refer to it by

@@ -1,0 +1,120 @@
+//! `math.random`'s generator state in save-games.
+//!
+//! The state (Lua 5.5: xoshiro256**, four 64-bit words) lives in a full userdata that is the
+//! first upvalue of `math.random` and `math.randomseed`. Both are permanents in save-games
+//! (saved by name, never by value), so the state would not travel: a game seeded in `G.init`
+//! continued differently after a load. So:
+//! - at build, the userdata is anchored at `registry["luasnap.random"]` (whatever the game does
+//!   to `math.random` later) and a holder table `package.loaded["luasnap.random_state"]` is
+//!   created, which the whole-game save root includes;
+//! - [`Vm::save_game`](crate::Vm::save_game) first copies the state's words into the holder
+//!   (integer fields 1..=4 of an existing table: no allocation);
+//! - [`Vm::load_game`](crate::Vm::load_game) copies the loaded holder's words back into the
+//!   generator. A save without a holder (written before this existed) leaves the generator as
+//!   it is.
+
+use crate::error::VmError;
+use crate::vm::Vm;
+use mlua::ffi::{self, lua_State};
+
+const HOLDER: &std::ffi::CStr = c"luasnap.random_state";
+const ANCHOR: &std::ffi::CStr = c"luasnap.random";
+
+/// Anchors the generator state and creates the holder, if `math.random` is the library's.
+///
+/// # Safety
+/// Protected context, right after the libraries are opened.
+pub(crate) unsafe fn install(L: *mut lua_State) {
+    // SAFETY: protected context; balanced pushes.
+    unsafe {
+        let top = ffi::lua_gettop(L);
+        if ffi::lua_getglobal(L, c"math".as_ptr()) == ffi::LUA_TTABLE
+            && ffi::lua_getfield(L, -1, c"random".as_ptr()) == ffi::LUA_TFUNCTION
+            && ffi::lua_iscfunction(L, -1) != 0
+            && !ffi::lua_getupvalue(L, -1, 1).is_null()
+            && ffi::lua_type(L, -1) == ffi::LUA_TUSERDATA
+        {
+            ffi::lua_setfield(L, ffi::LUA_REGISTRYINDEX, ANCHOR.as_ptr());
+            ffi::luaL_getsubtable(L, ffi::LUA_REGISTRYINDEX, c"_LOADED".as_ptr());
+            ffi::lua_createtable(L, 4, 0);
+            for i in 1..=4 {
+                ffi::lua_pushinteger(L, 0);
+                ffi::lua_rawseti(L, -2, i);
+            }
+            ffi::lua_setfield(L, -2, HOLDER.as_ptr());
+        }
+        ffi::lua_settop(L, top);
+    }
+}
+
+/// The generator's state words, read from the anchored userdata (None without one).
+///
+/// # Safety
+/// Valid state; reads only (pushes and pops one value).
+unsafe fn state_words(L: *mut lua_State) -> Option<*mut [u8; 32]> {
+    // SAFETY: reads a registry field; the userdata stays anchored after the pop.
+    unsafe {
+        let t = ffi::lua_getfield(L, ffi::LUA_REGISTRYINDEX, ANCHOR.as_ptr());
+        let p = ffi::lua_touserdata(L, -1);
+        let len = ffi::lua_rawlen(L, -1);
+        ffi::lua_settop(L, -2);
+        (t == ffi::LUA_TUSERDATA && !p.is_null() && len == 32).then_some(p.cast())
+    }
+}
+
+impl Vm {
+    /// Copies `math.random`'s state into the holder the save root includes.
+    pub(crate) fn stage_random_state(&self) -> Result<(), VmError> {
+        self.run(
+            &mut |L| {
+                // SAFETY: protected body; writes integer fields of an existing table.
+                unsafe {
+                    let Some(words) = state_words(L) else { return 0 };
+                    let words = *words;
+                    ffi::luaL_getsubtable(L, ffi::LUA_REGISTRYINDEX, c"_LOADED".as_ptr());
+                    if ffi::lua_getfield(L, -1, HOLDER.as_ptr()) == ffi::LUA_TTABLE {
+                        for (i, w) in words.chunks_exact(8).enumerate() {
+                            let v = i64::from_le_bytes(w.try_into().expect("8 bytes"));
+                            ffi::lua_pushinteger(L, v);
+                            ffi::lua_rawseti(L, -2, i as ffi::lua_Integer + 1);
+                        }
+                    }
+                }
+                0
+            },
+            |_, _| (),
+        )
+    }
+
+    /// After a load: copies the loaded holder's words into `math.random`'s state. A holder
+    /// that is missing or malformed leaves the state as it is.
+    pub(crate) fn unstage_random_state(&self) -> Result<(), VmError> {
+        self.run(
+            &mut |L| {
+                // SAFETY: protected body; reads integers, writes 32 bytes of the anchored
+                // userdata (exactly its size, checked by `state_words`).
+                unsafe {
+                    let Some(words) = state_words(L) else { return 0 };
+                    ffi::luaL_getsubtable(L, ffi::LUA_REGISTRYINDEX, c"_LOADED".as_ptr());
+                    if ffi::lua_getfield(L, -1, HOLDER.as_ptr()) != ffi::LUA_TTABLE {
+                        return 0;
+                    }
+                    let mut out = [0u8; 32];
+                    for i in 0..4 {
+                        if ffi::lua_rawgeti(L, -1, i as ffi::lua_Integer + 1) != ffi::LUA_TNUMBER
+                            || ffi::lua_isinteger(L, -1) == 0
+                        {
+                            return 0;
+                        }
+                        let v = ffi::lua_tointegerx(L, -1, std::ptr::null_mut());
+                        out[i * 8..i * 8 + 8].copy_from_slice(&v.to_le_bytes());
+                        ffi::lua_settop(L, -2);
+                    }
+                    *words = out;
+                }
+                0
+            },
+            |_, _| (),
+        )
+    }
+}
