@@ -1,18 +1,39 @@
-//! The value digest: a canonical hash of the Lua values reachable from a root.
+//! The value digest: a canonical hash of the Lua values reachable from a root, and the graph
+//! it is computed from (which [`crate::value_diff`] compares path by path).
 //!
 //! Unlike the arena digest it depends neither on addresses nor on `pairs()` order, so it is
 //! equal for equal game states across processes, machines and save/load round trips.
 //!
+//! # What it covers
+//! Everything reachable from the root (the globals table) through strong references:
+//! - tables: entries and metatable;
+//! - Lua functions: `source:linedefined:lastlinedefined`, then their upvalues in order;
+//!   C functions: their upvalues (so `math.random`'s generator state is covered);
+//! - full userdata: bytes, metatable, user values; coroutines: status and live stack values
+//!   (the main thread's stack, which holds the traversal itself, is left out);
+//! - primitives by value: integers and floats kept apart, strings by bytes; light userdata
+//!   only as "a light userdata" (its address is not a value).
+//!
+//! **Weak tables** (`__mode` in the metatable, read raw): an entry counts only if its
+//! presence does not depend on the collector, that is, if each weak part of it (the key for
+//! `"k"`, the value for `"v"`, both for `"kv"`) is either not removable by the collector
+//! (strings, numbers, booleans, light values) or strongly reachable from the root. An entry
+//! whose weak part is reachable only through weak references (a cache entry nothing else
+//! holds, a pooled object waiting for the collector) may be present or not depending on when
+//! the collector ran, so it is left out. Weak-key tables are ephemerons: an included entry
+//! makes its value reachable, which can include further entries; extraction repeats until
+//! nothing more is included, as Lua's own collector does. Objects reachable only from the
+//! registry are not roots.
+//!
 //! # How
-//! 1. Extract the reachable graph: tables (entries and metatable), functions (Lua functions by
-//!    `source:linedefined`, plus upvalues in order; C functions by their upvalues), userdata
-//!    (bytes, metatable, user values), coroutines (status and stack values). Primitives are
-//!    hashed by value (integers and floats kept apart, strings by bytes).
-//! 2. Refine hashes over the graph Weisfeiler-Lehman style: each round, a node's hash becomes a
-//!    hash of its kind, its ordered parts and the *order-independent* combination (wrapping sum
-//!    of mixed pairs) of its table entries, using the previous round's hashes for references.
-//!    After [`ROUNDS`] rounds the root's hash reflects everything within that many hops, in
-//!    full, and everything reachable, through the refinement.
+//! 1. Extract the graph described above.
+//! 2. Refine hashes over it Weisfeiler-Lehman style: each round, a node's hash becomes a hash
+//!    of its kind, its ordered parts and the *order-independent* combination (wrapping sum of
+//!    mixed pairs) of its table entries, using the previous round's hashes for references.
+//!    Rounds continue until the partition into equal hashes stops growing (at least
+//!    [`ROUNDS`], at most [`MAX_ROUNDS`]).
+//! 3. The digest combines the root's hash with the order-independent sum of *every* node's
+//!    hash, so a difference anywhere in the graph changes it, however deep.
 //!
 //! Traversing through the Lua API writes to the heap (stack slots, a work list, collector
 //! state), so the VM is captured before and restored after: the arena is byte-identical
@@ -24,29 +45,142 @@ use std::collections::HashMap;
 use std::ffi::{c_int, c_void, CStr};
 use xxhash_rust::xxh3::Xxh3;
 
-/// Refinement rounds.
+/// Refinement rounds at least.
 pub const ROUNDS: usize = 8;
+/// Refinement rounds at most (a long linked list would otherwise need one per element).
+pub const MAX_ROUNDS: usize = 64;
 
+/// A primitive value, kept for reports.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Prim {
+    /// `nil` (also: no metatable).
+    Nil,
+    /// A boolean.
+    Bool(bool),
+    /// An integer.
+    Int(i64),
+    /// A float.
+    Float(f64),
+    /// A string's bytes.
+    Str(Box<[u8]>),
+    /// A light userdata (its address is not compared).
+    Light,
+}
+
+impl std::fmt::Display for Prim {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Prim::Nil => write!(f, "nil"),
+            Prim::Bool(b) => write!(f, "{b}"),
+            Prim::Int(i) => write!(f, "{i}"),
+            Prim::Float(x) => {
+                if x.is_finite() && x.fract() == 0.0 && x.abs() < 1e15 {
+                    write!(f, "{x:.1}")
+                } else {
+                    write!(f, "{x}")
+                }
+            }
+            Prim::Str(b) => {
+                let s = String::from_utf8_lossy(b);
+                if s.chars().count() > 60 {
+                    let cut: String = s.chars().take(57).collect();
+                    write!(f, "{:?}... ({} bytes)", cut, b.len())
+                } else {
+                    write!(f, "{s:?}")
+                }
+            }
+            Prim::Light => write!(f, "light userdata"),
+        }
+    }
+}
+
+/// A value in the graph: a primitive (its hash and its index in [`Graph::prims`]) or a node.
 #[derive(Clone, Copy, Debug)]
-pub(crate) enum Item {
-    Prim(u64),
+pub enum Item {
+    /// A primitive.
+    Prim {
+        /// Its hash.
+        hash: u64,
+        /// Index in [`Graph::prims`].
+        at: u32,
+    },
+    /// A node (table, function, userdata, thread).
     Ref(u32),
 }
 
+/// What an ordered part of a node is, for paths.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Part {
+    /// The metatable (nil if none).
+    Metatable,
+    /// An upvalue, with its name if Lua knows it.
+    Upvalue(u32, String),
+    /// A userdata's user value.
+    UserValue(u32),
+    /// A coroutine's stack slot.
+    Stack(u32),
+}
+
+/// The kind of a node.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Kind {
+    /// A table.
+    Table,
+    /// A Lua function (`source:linedefined`).
+    LuaFunction(String),
+    /// A C function.
+    CFunction,
+    /// A full userdata of this many bytes.
+    UserData(usize),
+    /// A coroutine with this status code.
+    Thread(i32),
+    /// Something else (type name).
+    Other(String),
+}
+
+impl std::fmt::Display for Kind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Kind::Table => write!(f, "table"),
+            Kind::LuaFunction(at) => write!(f, "function {at}"),
+            Kind::CFunction => write!(f, "C function"),
+            Kind::UserData(n) => write!(f, "userdata ({n} bytes)"),
+            Kind::Thread(s) => write!(f, "coroutine (status {s})"),
+            Kind::Other(t) => write!(f, "{t}"),
+        }
+    }
+}
+
+/// One object of the graph.
 #[derive(Default, Debug)]
-pub(crate) struct Node {
-    kind: u64,
+pub struct Node {
+    /// Hash of the kind and own bytes (userdata contents, function identity).
+    pub kind_hash: u64,
+    /// The kind (None until visited).
+    pub kind: Option<Kind>,
     /// Table entries (order-independent).
-    entries: Vec<(Item, Item)>,
+    pub entries: Vec<(Item, Item)>,
     /// Ordered parts: metatable, upvalues, user values, stack slots.
-    parts: Vec<Item>,
+    pub parts: Vec<(Part, Item)>,
 }
 
 /// The graph extracted from the heap.
 #[derive(Default)]
-pub(crate) struct Graph {
+pub struct Graph {
     ids: HashMap<*const c_void, u32>,
+    /// The nodes; node 0 is the root if the root is an object.
     pub nodes: Vec<Node>,
+    /// Primitive values referred to by [`Item::Prim`].
+    pub prims: Vec<Prim>,
+}
+
+impl std::fmt::Debug for Graph {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Graph")
+            .field("nodes", &self.nodes.len())
+            .field("prims", &self.prims.len())
+            .finish()
+    }
 }
 
 fn tag(t: &[u8], bytes: &[u8]) -> u64 {
@@ -64,37 +198,92 @@ fn mix(a: u64, b: u64) -> u64 {
 }
 
 impl Graph {
-    /// Final canonical hash of node 0 (the root) after refinement; `root_prim` if the root was
-    /// a primitive.
-    pub fn digest(&self, root: Item) -> u64 {
-        let root = match root {
-            Item::Prim(h) => return h,
-            Item::Ref(id) => id as usize,
-        };
-        let mut h: Vec<u64> = self.nodes.iter().map(|n| n.kind).collect();
-        let val = |h: &[u64], it: Item| match it {
-            Item::Prim(p) => p,
+    /// The primitive an item refers to, if it is one.
+    pub fn prim(&self, it: Item) -> Option<&Prim> {
+        match it {
+            Item::Prim { at, .. } => Some(&self.prims[at as usize]),
+            Item::Ref(_) => None,
+        }
+    }
+
+    fn add_prim(&mut self, t: &[u8], bytes: &[u8], p: Prim) -> Item {
+        let at = self.prims.len() as u32;
+        self.prims.push(p);
+        Item::Prim {
+            hash: tag(t, bytes),
+            at,
+        }
+    }
+
+    /// Each node's hash after `rounds` refinement rounds.
+    pub fn refine(&self, rounds: usize) -> Vec<u64> {
+        let mut h: Vec<u64> = self.nodes.iter().map(|n| n.kind_hash).collect();
+        for _ in 0..rounds {
+            h = self.round(&h);
+        }
+        h
+    }
+
+    fn round(&self, h: &[u64]) -> Vec<u64> {
+        let val = |it: Item| match it {
+            Item::Prim { hash, .. } => hash,
             Item::Ref(id) => mix(h[id as usize], 0x0052_4546),
         };
-        for _ in 0..ROUNDS {
-            let next: Vec<u64> = self
-                .nodes
-                .iter()
-                .map(|n| {
-                    let mut sum = 0u64;
-                    for &(k, v) in &n.entries {
-                        sum = sum.wrapping_add(mix(val(&h, k), val(&h, v)));
-                    }
-                    let mut acc = mix(n.kind, sum);
-                    for &p in &n.parts {
-                        acc = mix(acc, val(&h, p));
-                    }
-                    mix(acc, n.entries.len() as u64)
-                })
-                .collect();
-            h = next;
+        self.nodes
+            .iter()
+            .map(|n| {
+                let mut sum = 0u64;
+                for &(k, v) in &n.entries {
+                    sum = sum.wrapping_add(mix(val(k), val(v)));
+                }
+                let mut acc = mix(n.kind_hash, sum);
+                for (_, p) in &n.parts {
+                    acc = mix(acc, val(*p));
+                }
+                mix(acc, n.entries.len() as u64)
+            })
+            .collect()
+    }
+
+    /// Rounds after which the partition of nodes into equal hashes stops growing (within
+    /// [`ROUNDS`]..=[`MAX_ROUNDS`]).
+    pub fn stable_rounds(&self) -> usize {
+        let distinct = |h: &[u64]| {
+            let mut v = h.to_vec();
+            v.sort_unstable();
+            v.dedup();
+            v.len()
+        };
+        let mut h: Vec<u64> = self.nodes.iter().map(|n| n.kind_hash).collect();
+        let mut classes = distinct(&h);
+        for r in 1..=MAX_ROUNDS {
+            h = self.round(&h);
+            let now = distinct(&h);
+            if now == classes && r >= ROUNDS {
+                return r;
+            }
+            classes = now;
         }
-        h[root]
+        MAX_ROUNDS
+    }
+
+    /// The digest of the graph rooted at `root`: the root's hash combined with the
+    /// order-independent sum of every node's hash, after `rounds` rounds.
+    pub fn digest_with(&self, root: Item, rounds: usize) -> u64 {
+        let root = match root {
+            Item::Prim { hash, .. } => return hash,
+            Item::Ref(id) => id as usize,
+        };
+        let h = self.refine(rounds);
+        let all = h
+            .iter()
+            .fold(0u64, |acc, &x| acc.wrapping_add(mix(x, 0x414c_4c)));
+        mix(h[root], all)
+    }
+
+    /// The digest of the graph rooted at `root` (see the module documentation).
+    pub fn digest(&self, root: Item) -> u64 {
+        self.digest_with(root, self.stable_rounds())
     }
 
     fn id(&mut self, p: *const c_void) -> (u32, bool) {
@@ -110,47 +299,245 @@ impl Graph {
     }
 }
 
-/// Classifies the value on top of the stack: a primitive's hash, or a node id (enqueued in the
-/// Lua work list at stack index `pending` if new). Pops the value.
-///
-/// # Safety
-/// Protected context (may raise); `pending` is an absolute index of a table; `tail` counts it.
-unsafe fn classify(L: *mut lua_State, g: &mut Graph, pending: c_int, tail: &mut i64) -> Item {
-    // SAFETY: valid state with the value on top (callers' contract).
-    unsafe {
-        let t = ffi::lua_type(L, -1);
-        let item = match t {
-            ffi::LUA_TNIL => Item::Prim(tag(b"nil", &[])),
-            ffi::LUA_TBOOLEAN => Item::Prim(tag(b"bool", &[ffi::lua_toboolean(L, -1) as u8])),
-            ffi::LUA_TNUMBER => {
-                if ffi::lua_isinteger(L, -1) != 0 {
-                    Item::Prim(tag(
-                        b"int",
-                        &ffi::lua_tointegerx(L, -1, std::ptr::null_mut()).to_le_bytes(),
-                    ))
+/// Extraction state: the graph, the Lua work list and the weak tables seen.
+struct Walk<'g> {
+    g: &'g mut Graph,
+    /// Absolute stack index of the work list (a Lua table of objects, 1..=tail).
+    pending: c_int,
+    tail: i64,
+    /// Weak tables: (node id, position in the work list, weak keys, weak values, entries
+    /// decided so far by iteration position).
+    weak: Vec<(u32, i64, bool, bool, Vec<bool>)>,
+}
+
+impl Walk<'_> {
+    /// Classifies the value on top of the stack: a primitive, or a node id (enqueued in the
+    /// work list if new). Pops the value.
+    ///
+    /// # Safety
+    /// Protected context (may raise), a value on top.
+    unsafe fn classify(&mut self, L: *mut lua_State) -> Item {
+        // SAFETY: valid state with the value on top (callers' contract).
+        unsafe {
+            let t = ffi::lua_type(L, -1);
+            let item = match t {
+                ffi::LUA_TNIL => self.g.add_prim(b"nil", &[], Prim::Nil),
+                ffi::LUA_TBOOLEAN => {
+                    let b = ffi::lua_toboolean(L, -1) != 0;
+                    self.g.add_prim(b"bool", &[b as u8], Prim::Bool(b))
+                }
+                ffi::LUA_TNUMBER => {
+                    if ffi::lua_isinteger(L, -1) != 0 {
+                        let i = ffi::lua_tointegerx(L, -1, std::ptr::null_mut());
+                        self.g.add_prim(b"int", &i.to_le_bytes(), Prim::Int(i))
+                    } else {
+                        let f = ffi::lua_tonumberx(L, -1, std::ptr::null_mut());
+                        self.g
+                            .add_prim(b"flt", &f.to_bits().to_le_bytes(), Prim::Float(f))
+                    }
+                }
+                ffi::LUA_TSTRING => {
+                    let mut len = 0;
+                    let p = ffi::lua_tolstring(L, -1, &mut len);
+                    let b = std::slice::from_raw_parts(p.cast::<u8>(), len);
+                    self.g.add_prim(b"str", b, Prim::Str(b.into()))
+                }
+                ffi::LUA_TLIGHTUSERDATA => self.g.add_prim(b"light", &[], Prim::Light),
+                _ => {
+                    let (id, new) = self.g.id(ffi::lua_topointer(L, -1));
+                    if new {
+                        self.tail += 1;
+                        ffi::lua_pushvalue(L, -1);
+                        ffi::lua_rawseti(L, self.pending, self.tail);
+                    }
+                    Item::Ref(id)
+                }
+            };
+            ffi::lua_settop(L, -2);
+            item
+        }
+    }
+
+    /// Visits the work list from `head` to its end (which grows while visiting).
+    unsafe fn drain(&mut self, L: *mut lua_State, head: &mut i64) {
+        // SAFETY: protected context; every object in the work list is anchored by it.
+        unsafe {
+            while *head <= self.tail {
+                ffi::lua_rawgeti(L, self.pending, *head);
+                let id = self.g.ids[&ffi::lua_topointer(L, -1)];
+                let position = *head;
+                *head += 1;
+                let node = self.visit(L, id, position);
+                self.g.nodes[id as usize] = node;
+                ffi::lua_settop(L, self.pending);
+            }
+        }
+    }
+
+    /// Whether the value at absolute index `idx` may be kept as a weak part: not removable by
+    /// the collector, or strongly reached already.
+    unsafe fn weak_part_kept(&self, L: *mut lua_State, idx: c_int) -> bool {
+        // SAFETY: valid absolute index (caller's contract); reads only.
+        unsafe {
+            !crate::canonical::is_weak_removable(L, idx)
+                || self.g.ids.contains_key(&ffi::lua_topointer(L, idx))
+        }
+    }
+
+    /// One pass over the weak tables: includes the entries whose weak parts are kept now.
+    /// Returns whether any entry was included.
+    unsafe fn weak_pass(&mut self, L: *mut lua_State) -> bool {
+        let mut any = false;
+        // SAFETY: protected context; each weak table is anchored in the work list.
+        unsafe {
+            for w in 0..self.weak.len() {
+                let (id, position, wk, wv) = {
+                    let e = &self.weak[w];
+                    (e.0, e.1, e.2, e.3)
+                };
+                ffi::lua_rawgeti(L, self.pending, position);
+                let at = ffi::lua_gettop(L);
+                let mut i = 0usize;
+                ffi::lua_pushnil(L);
+                while ffi::lua_next(L, at) != 0 {
+                    if self.weak[w].4.len() <= i {
+                        self.weak[w].4.push(false);
+                    }
+                    let (k, v) = (ffi::lua_gettop(L) - 1, ffi::lua_gettop(L));
+                    if !self.weak[w].4[i]
+                        && (!wk || self.weak_part_kept(L, k))
+                        && (!wv || self.weak_part_kept(L, v))
+                    {
+                        self.weak[w].4[i] = true;
+                        any = true;
+                        ffi::lua_pushvalue(L, k);
+                        let ki = self.classify(L);
+                        ffi::lua_pushvalue(L, v);
+                        let vi = self.classify(L);
+                        self.g.nodes[id as usize].entries.push((ki, vi));
+                    }
+                    ffi::lua_settop(L, k);
+                    i += 1;
+                }
+                ffi::lua_settop(L, at - 1);
+            }
+        }
+        any
+    }
+
+    /// Reads the node on top of the stack (left there).
+    unsafe fn visit(&mut self, L: *mut lua_State, id: u32, position: i64) -> Node {
+        // SAFETY: protected context; the node is on top at index `at`.
+        unsafe {
+            let at = ffi::lua_gettop(L);
+            let mut n = Node::default();
+            let meta = |w: &mut Self, parts: &mut Vec<(Part, Item)>| {
+                if ffi::lua_getmetatable(L, at) != 0 {
+                    let mode = {
+                        ffi::lua_pushstring(L, c"__mode".as_ptr());
+                        ffi::lua_rawget(L, -2);
+                        let m = if ffi::lua_type(L, -1) == ffi::LUA_TSTRING {
+                            CStr::from_ptr(ffi::lua_tolstring(L, -1, std::ptr::null_mut()))
+                                .to_bytes()
+                                .to_vec()
+                        } else {
+                            Vec::new()
+                        };
+                        ffi::lua_settop(L, -2);
+                        m
+                    };
+                    parts.push((Part::Metatable, w.classify(L)));
+                    mode
                 } else {
-                    let f = ffi::lua_tonumberx(L, -1, std::ptr::null_mut());
-                    Item::Prim(tag(b"flt", &f.to_bits().to_le_bytes()))
+                    parts.push((Part::Metatable, w.g.add_prim(b"nil", &[], Prim::Nil)));
+                    Vec::new()
+                }
+            };
+            match ffi::lua_type(L, at) {
+                ffi::LUA_TTABLE => {
+                    n.kind_hash = tag(b"table", &[]);
+                    n.kind = Some(Kind::Table);
+                    let mode = meta(self, &mut n.parts);
+                    let (wk, wv) = (mode.contains(&b'k'), mode.contains(&b'v'));
+                    if wk || wv {
+                        // Decided after the strong graph is known (see `extract`).
+                        self.weak.push((id, position, wk, wv, Vec::new()));
+                    } else {
+                        ffi::lua_pushnil(L);
+                        while ffi::lua_next(L, at) != 0 {
+                            ffi::lua_pushvalue(L, -2);
+                            let k = self.classify(L);
+                            let v = self.classify(L);
+                            n.entries.push((k, v));
+                        }
+                    }
+                }
+                ffi::LUA_TFUNCTION => {
+                    if ffi::lua_iscfunction(L, at) != 0 {
+                        n.kind_hash = tag(b"cfunction", &[]);
+                        n.kind = Some(Kind::CFunction);
+                    } else {
+                        let mut ar: ffi::lua_Debug = std::mem::zeroed();
+                        ffi::lua_pushvalue(L, at);
+                        ffi::lua_getinfo(L, c">S".as_ptr(), &mut ar);
+                        let src = CStr::from_ptr(ar.source).to_bytes();
+                        let mut fid = src.to_vec();
+                        fid.extend_from_slice(&ar.linedefined.to_le_bytes());
+                        fid.extend_from_slice(&ar.lastlinedefined.to_le_bytes());
+                        n.kind_hash = tag(b"lfunction", &fid);
+                        n.kind = Some(Kind::LuaFunction(format!(
+                            "{}:{}",
+                            String::from_utf8_lossy(src),
+                            ar.linedefined
+                        )));
+                    }
+                    let mut i = 1;
+                    loop {
+                        let name = ffi::lua_getupvalue(L, at, i);
+                        if name.is_null() {
+                            break;
+                        }
+                        let name = CStr::from_ptr(name).to_string_lossy().into_owned();
+                        n.parts
+                            .push((Part::Upvalue(i as u32, name), self.classify(L)));
+                        i += 1;
+                    }
+                }
+                ffi::LUA_TUSERDATA => {
+                    let len = ffi::lua_rawlen(L, at) as usize;
+                    let p = ffi::lua_touserdata(L, at).cast::<u8>();
+                    n.kind_hash = tag(b"userdata", std::slice::from_raw_parts(p, len));
+                    n.kind = Some(Kind::UserData(len));
+                    meta(self, &mut n.parts);
+                    let mut i = 1;
+                    while ffi::lua_getiuservalue(L, at, i) != ffi::LUA_TNONE {
+                        n.parts.push((Part::UserValue(i as u32), self.classify(L)));
+                        i += 1;
+                    }
+                    ffi::lua_settop(L, -2);
+                }
+                ffi::LUA_TTHREAD => {
+                    let co = ffi::lua_tothread(L, at);
+                    let status = ffi::lua_status(co);
+                    // The main thread's stack holds this traversal itself: leave it out.
+                    let top = if co == L { 0 } else { ffi::lua_gettop(co) };
+                    n.kind_hash = tag(b"thread", &[status as u8]);
+                    n.kind = Some(Kind::Thread(status));
+                    for i in 1..=top {
+                        ffi::luaL_checkstack(co, 1, c"value digest".as_ptr());
+                        ffi::lua_pushvalue(co, i);
+                        ffi::lua_xmove(co, L, 1);
+                        n.parts.push((Part::Stack(i as u32), self.classify(L)));
+                    }
+                }
+                _ => {
+                    let t = raw::type_name(L, at);
+                    n.kind_hash = tag(b"other", t.as_bytes());
+                    n.kind = Some(Kind::Other(t));
                 }
             }
-            ffi::LUA_TSTRING => {
-                let mut len = 0;
-                let p = ffi::lua_tolstring(L, -1, &mut len);
-                Item::Prim(tag(b"str", std::slice::from_raw_parts(p.cast(), len)))
-            }
-            ffi::LUA_TLIGHTUSERDATA => Item::Prim(tag(b"light", &[])),
-            _ => {
-                let (id, new) = g.id(ffi::lua_topointer(L, -1));
-                if new {
-                    *tail += 1;
-                    ffi::lua_pushvalue(L, -1);
-                    ffi::lua_rawseti(L, pending, *tail);
-                }
-                Item::Ref(id)
-            }
-        };
-        ffi::lua_settop(L, -2);
-        item
+            n
+        }
     }
 }
 
@@ -167,93 +554,23 @@ pub(crate) unsafe fn extract(L: *mut lua_State, g: &mut Graph) -> Item {
         ffi::lua_createtable(L, 1024, 0);
         ffi::lua_rotate(L, -2, 1); // [.., pending, root]
         let pending = ffi::lua_gettop(L) - 1;
-        let mut tail = 0i64;
-        let root = classify(L, g, pending, &mut tail);
+        let mut w = Walk {
+            g,
+            pending,
+            tail: 0,
+            weak: Vec::new(),
+        };
+        let root = w.classify(L);
         let mut head = 1i64;
-        while head <= tail {
-            ffi::lua_rawgeti(L, pending, head);
-            let id = g.ids[&ffi::lua_topointer(L, -1)] as usize;
-            head += 1;
-            let node = visit(L, g, pending, &mut tail);
-            g.nodes[id] = node;
-            ffi::lua_settop(L, pending);
+        // The strong graph first; then weak entries whose weak parts it reaches, and what
+        // they reach, until nothing more is included.
+        loop {
+            w.drain(L, &mut head);
+            if !w.weak_pass(L) && head > w.tail {
+                break;
+            }
         }
         ffi::lua_settop(L, pending - 1);
         root
-    }
-}
-
-/// Reads the node on top of the stack (left there).
-unsafe fn visit(L: *mut lua_State, g: &mut Graph, pending: c_int, tail: &mut i64) -> Node {
-    // SAFETY: protected context; the node is on top at index `at`.
-    unsafe {
-        let at = ffi::lua_gettop(L);
-        let mut n = Node::default();
-        let meta = |L, g: &mut Graph, tail: &mut i64, parts: &mut Vec<Item>| {
-            if ffi::lua_getmetatable(L, at) != 0 {
-                parts.push(classify(L, g, pending, tail));
-            } else {
-                parts.push(Item::Prim(0));
-            }
-        };
-        match ffi::lua_type(L, at) {
-            ffi::LUA_TTABLE => {
-                n.kind = tag(b"table", &[]);
-                meta(L, g, tail, &mut n.parts);
-                ffi::lua_pushnil(L);
-                while ffi::lua_next(L, at) != 0 {
-                    ffi::lua_pushvalue(L, -2);
-                    let k = classify(L, g, pending, tail);
-                    let v = classify(L, g, pending, tail);
-                    n.entries.push((k, v));
-                }
-            }
-            ffi::LUA_TFUNCTION => {
-                if ffi::lua_iscfunction(L, at) != 0 {
-                    n.kind = tag(b"cfunction", &[]);
-                } else {
-                    let mut ar: ffi::lua_Debug = std::mem::zeroed();
-                    ffi::lua_pushvalue(L, at);
-                    ffi::lua_getinfo(L, c">S".as_ptr(), &mut ar);
-                    let src = CStr::from_ptr(ar.source).to_bytes();
-                    let mut id = src.to_vec();
-                    id.extend_from_slice(&ar.linedefined.to_le_bytes());
-                    id.extend_from_slice(&ar.lastlinedefined.to_le_bytes());
-                    n.kind = tag(b"lfunction", &id);
-                }
-                let mut i = 1;
-                while !ffi::lua_getupvalue(L, at, i).is_null() {
-                    n.parts.push(classify(L, g, pending, tail));
-                    i += 1;
-                }
-            }
-            ffi::LUA_TUSERDATA => {
-                let len = ffi::lua_rawlen(L, at) as usize;
-                let p = ffi::lua_touserdata(L, at).cast::<u8>();
-                n.kind = tag(b"userdata", std::slice::from_raw_parts(p, len));
-                meta(L, g, tail, &mut n.parts);
-                let mut i = 1;
-                while ffi::lua_getiuservalue(L, at, i) != ffi::LUA_TNONE {
-                    n.parts.push(classify(L, g, pending, tail));
-                    i += 1;
-                }
-                ffi::lua_settop(L, -2);
-            }
-            ffi::LUA_TTHREAD => {
-                let co = ffi::lua_tothread(L, at);
-                let status = ffi::lua_status(co);
-                // The main thread's stack holds this traversal itself: leave it out.
-                let top = if co == L { 0 } else { ffi::lua_gettop(co) };
-                n.kind = tag(b"thread", &[status as u8]);
-                for i in 1..=top {
-                    ffi::luaL_checkstack(co, 1, c"value digest".as_ptr());
-                    ffi::lua_pushvalue(co, i);
-                    ffi::lua_xmove(co, L, 1);
-                    n.parts.push(classify(L, g, pending, tail));
-                }
-            }
-            _ => n.kind = tag(b"other", raw::type_name(L, at).as_bytes()),
-        }
-        n
     }
 }

@@ -53,6 +53,7 @@ pub mod runtime;
 pub mod simulate;
 mod userdata;
 mod value;
+pub mod value_diff;
 mod vm;
 pub mod workloads;
 

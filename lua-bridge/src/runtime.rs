@@ -390,7 +390,13 @@ impl Game {
         Ok(self.vm.value_digest()?)
     }
 
-    /// `G.digest()`, if the game defines it.
+    /// The values reachable from the globals, for a path-by-path diff with another state.
+    pub fn value_graph(&mut self) -> Result<crate::value_diff::ValueGraph, GameError> {
+        Ok(self.vm.value_graph()?)
+    }
+
+    /// `G.digest()`, if the game defines it: an integer as is, a string (a hex checksum, a
+    /// summary) hashed to an integer (xxh3 of its bytes). Any other result is an error.
     pub fn game_digest(&self) -> Result<Option<i64>, GameError> {
         if !self.has_digest {
             return Ok(None);
@@ -402,7 +408,17 @@ impl Game {
                 frame: self.frame,
                 source,
             })?;
-        Ok(v.first().and_then(Value::as_integer))
+        match v.first() {
+            Some(Value::Integer(i)) => Ok(Some(*i)),
+            Some(Value::String(s)) => Ok(Some(xxhash_rust::xxh3::xxh3_64(s) as i64)),
+            other => Err(GameError::Contract {
+                what: format!(
+                    "returned {} from G.digest (frame {}), not an integer or a string",
+                    other.map_or("nothing".to_string(), |v| format!("{v:?}")),
+                    self.frame
+                ),
+            }),
+        }
     }
 
     /// The VM (statistics, snapshots).

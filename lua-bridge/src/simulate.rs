@@ -15,6 +15,7 @@
 use crate::runtime::{
     quantile_us, scripted_input, Backend, FrameSession, Game, GameConfig, GameError, Timings,
 };
+use crate::value_diff::ValueDiff;
 use luasnap_snap::Snapshot;
 
 /// What to simulate.
@@ -244,44 +245,149 @@ impl Simulation {
         report
     }
 
-    /// For a run that did not match: replays the true inputs twice, the second time saving and
-    /// restoring the state with `backend` before every frame, and returns the first frame
-    /// after which the digests (`G.digest()` if the game has one, else the value digest)
-    /// differ. `None` means they agree throughout: the game is nondeterministic across runs.
-    pub fn locate_divergence(&mut self, backend: Backend) -> Result<Option<u64>, GameError> {
-        let digest = |g: &mut Game| -> Result<u64, GameError> {
+    /// Explains a run that did not end in the reference state: the first frame whose state
+    /// differs, and the paths of the differing values.
+    ///
+    /// It replays the true inputs twice: once straight (the truth), once saving and restoring
+    /// the state with `backend` around every frame (save, step, load, step again), comparing
+    /// after each frame what the run was judged by (the arena digest for the arena backends,
+    /// `G.digest()` or else the value digest for the serializer). At the first frame that
+    /// differs, both states' values are diffed (at most `limit` paths). If no frame differs
+    /// that way, the end states of the reference and of a GGPO run with `backend` are diffed
+    /// instead (`frame` is then `None`).
+    pub fn explain(&mut self, backend: Backend, limit: usize) -> Result<Divergence, GameError> {
+        let arena = backend != Backend::Serialize;
+        let check = |g: &mut Game| -> Result<u64, GameError> {
+            if arena {
+                return Ok(g.arena_digest());
+            }
             Ok(match g.game_digest()? {
                 Some(d) => d as u64,
                 None => g.value_digest()?,
             })
         };
+        let frames: Vec<u64> = (self.start_frame..self.start_frame + self.opts.frames).collect();
+        // The truth, frame by frame.
         let mut game = self.fresh(Backend::ArenaFull)?;
-        let mut truth = Vec::new();
-        let first = (|| {
-            for f in self.start_frame..self.start_frame + self.opts.frames {
+        let mut truth = Vec::with_capacity(frames.len());
+        let r = (|| {
+            for &f in &frames {
                 game.step(&self.opts.actual(f))?;
-                truth.push(digest(&mut game)?);
+                truth.push(check(&mut game)?);
             }
             Ok::<(), GameError>(())
         })();
         self.game = Some(game);
-        first?;
-        let mut game = self.fresh(backend)?;
-        let found = (|| {
-            for (i, f) in (self.start_frame..self.start_frame + self.opts.frames).enumerate() {
-                let inputs = self.opts.actual(f);
-                let h = game.save()?;
-                game.step(&inputs)?;
-                game.load(&h, f)?;
-                game.step(&inputs)?;
-                if digest(&mut game)? != truth[i] {
-                    return Ok(Some(f));
+        r?;
+        // Saved and restored around every frame.
+        let saved_run = |sim: &mut Simulation, upto: Option<u64>| -> Result<(Game, Option<u64>), GameError> {
+            let mut game = sim.fresh(backend)?;
+            let r = (|| {
+                for (i, &f) in frames.iter().enumerate() {
+                    let inputs = sim.opts.actual(f);
+                    let h = game.save()?;
+                    game.step(&inputs)?;
+                    game.load(&h, f)?;
+                    game.step(&inputs)?;
+                    if upto == Some(f) || (upto.is_none() && check(&mut game)? != truth[i]) {
+                        return Ok(Some(f));
+                    }
+                }
+                Ok(None)
+            })();
+            match r {
+                Ok(found) => Ok((game, found)),
+                Err(e) => {
+                    sim.game = Some(game);
+                    Err(e)
                 }
             }
-            Ok(None)
-        })();
+        };
+        let (game, found) = saved_run(self, None)?;
         self.game = Some(game);
-        found
+        let (left, right) = match found {
+            Some(f) => {
+                let (mut game, _) = saved_run(self, Some(f))?;
+                let right = game.value_graph();
+                self.game = Some(game);
+                let right = right?;
+                let mut game = self.fresh(Backend::ArenaFull)?;
+                let left = (|| {
+                    for g in self.start_frame..=f {
+                        game.step(&self.opts.actual(g))?;
+                    }
+                    game.value_graph()
+                })();
+                self.game = Some(game);
+                (left?, right)
+            }
+            None => {
+                let mut game = self.fresh(Backend::ArenaFull)?;
+                let left = (|| {
+                    for &f in &frames {
+                        game.step(&self.opts.actual(f))?;
+                    }
+                    game.value_graph()
+                })();
+                self.game = Some(game);
+                let left = left?;
+                let game = self.fresh(backend)?;
+                let mut s = FrameSession::new(game, self.opts.game.window - 1);
+                let r = drive(&self.opts, &mut s);
+                let mut game = s.into_game();
+                let right = r.and_then(|()| game.value_graph());
+                self.game = Some(game);
+                (left, right?)
+            }
+        };
+        Ok(Divergence {
+            backend,
+            frame: found,
+            diff: left.diff(&right, limit),
+        })
+    }
+}
+
+/// Why a run did not end in the reference state (see [`Simulation::explain`]).
+#[derive(Debug, Clone)]
+pub struct Divergence {
+    /// The backend.
+    pub backend: Backend,
+    /// The first frame after which a state saved and restored with the backend differs from
+    /// the straight run's (`None`: every frame agreed that way; the diff is of the end states).
+    pub frame: Option<u64>,
+    /// The differing values: left is the straight (reference) run, right the backend's.
+    pub diff: ValueDiff,
+}
+
+impl std::fmt::Display for Divergence {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mode = self.backend.name();
+        match self.frame {
+            Some(fr) => write!(
+                f,
+                "mode {mode} did not end in the reference state. The state first differs after frame {fr} when saved and restored with this backend around every frame"
+            )?,
+            None => write!(
+                f,
+                "mode {mode} did not end in the reference state, though saving and restoring around every frame agrees with a straight run; the end states differ"
+            )?,
+        }
+        if self.diff.equal {
+            write!(
+                f,
+                ".\nThe values are equal (same value digest): only the arena's bytes differ, in state that is not a Lua value (collector, allocator, dead stack slots). This is a luasnap bug; please report it with the game."
+            )
+        } else {
+            writeln!(f, ". Differing values (reference vs {mode}):")?;
+            for d in &self.diff.differences {
+                writeln!(f, "  {d}")?;
+            }
+            if self.diff.truncated {
+                writeln!(f, "  ... (more not shown)")?;
+            }
+            Ok(())
+        }
     }
 }
 

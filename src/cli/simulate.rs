@@ -175,17 +175,9 @@ pub fn run(args: SimulateArgs) -> Result<(), String> {
     }
     let failed: Vec<&ModeReport> = reports.iter().filter(|r| !r.matches_reference).collect();
     if let Some(r) = failed.first() {
-        let at = sim.locate_divergence(r.backend).map_err(err)?;
-        return Err(match at {
-            Some(f) => format!(
-                "mode {} did not end in the reference state: the game's state first diverges after frame {f} when saved and restored with this backend; the game is not deterministic under save/load (does it depend on pairs() order over table keys, or on tostring of tables?)",
-                r.backend.name()
-            ),
-            None => format!(
-                "mode {} did not end in the reference state, though a lockstep replay agrees frame by frame: the game is nondeterministic across runs (it reads something outside its state)",
-                r.backend.name()
-            ),
-        });
+        note(&format!("locating where mode {} diverges...", r.backend.name()));
+        let why = sim.explain(r.backend, 20).map_err(err)?;
+        return Err(why.to_string().trim_end().to_string());
     }
     Ok(())
 }

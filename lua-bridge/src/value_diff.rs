@@ -1,0 +1,308 @@
+//! Value-level differences between two game states, by path.
+//!
+//! [`Vm::value_graph`] extracts the graph the value digest hashes ([`crate::digest`]: the
+//! same coverage, weak-table rules included); [`ValueGraph::diff`] walks two of them from
+//! their roots in parallel, breadth first, descending only where the refined hashes differ,
+//! and reports each differing value once, at the shortest path that reaches it:
+//!
+//! ```text
+//! luasnap_game.step@world.ents[17].x: 3.5 vs 3.25
+//! math.random@upvalue[1]: userdata (32 bytes) with other contents (math.random state)
+//! ```
+//!
+//! Paths: `.name` for a string key that is an identifier, `[k]` for other keys (a table key
+//! as `[table]`), `@name` for the upvalue `name` of a function (`@upvalue[i]` when Lua has no
+//! name), `@metatable`, `@uservalue[i]`, `@stack[i]` for a coroutine's stack slot.
+//! Table keys that are objects are matched by their content.
+
+use crate::digest::{Graph, Item, Kind, Part, Prim};
+use crate::error::VmError;
+use crate::vm::Vm;
+use luasnap_snap::Snapshot;
+use mlua::ffi;
+use std::collections::{HashMap, HashSet, VecDeque};
+
+/// The values reachable from the globals, as a graph (see [`crate::digest`]).
+pub struct ValueGraph {
+    graph: Graph,
+    root: Item,
+}
+
+impl std::fmt::Debug for ValueGraph {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ValueGraph")
+            .field("graph", &self.graph)
+            .finish()
+    }
+}
+
+/// One differing value.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Difference {
+    /// Where, from the globals.
+    pub path: String,
+    /// The value on the left.
+    pub left: String,
+    /// The value on the right.
+    pub right: String,
+    /// What the path is, when luasnap knows (`math.random state`).
+    pub note: Option<String>,
+}
+
+impl std::fmt::Display for Difference {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {} vs {}", self.path, self.left, self.right)?;
+        if let Some(n) = &self.note {
+            write!(f, " ({n})")?;
+        }
+        Ok(())
+    }
+}
+
+/// The result of [`ValueGraph::diff`].
+#[derive(Debug, Clone)]
+pub struct ValueDiff {
+    /// The differences found, breadth first, at most the limit asked for.
+    pub differences: Vec<Difference>,
+    /// Whether more differences exist than were listed.
+    pub truncated: bool,
+    /// Whether the two states are equal (equal value digests).
+    pub equal: bool,
+}
+
+impl ValueGraph {
+    /// The value digest of this state (as [`Vm::value_digest`]).
+    pub fn digest(&self) -> u64 {
+        self.graph.digest(self.root)
+    }
+
+    /// Number of objects in the graph.
+    pub fn objects(&self) -> usize {
+        self.graph.nodes.len()
+    }
+
+    /// The differences between `self` (left) and `other` (right), at most `limit` of them.
+    pub fn diff(&self, other: &ValueGraph, limit: usize) -> ValueDiff {
+        let rounds = self.graph.stable_rounds().max(other.graph.stable_rounds());
+        let (ha, hb) = (self.graph.refine(rounds), other.graph.refine(rounds));
+        let equal = self.graph.digest_with(self.root, rounds)
+            == other.graph.digest_with(other.root, rounds);
+        let mut d = Differ {
+            a: &self.graph,
+            b: &other.graph,
+            ha: &ha,
+            hb: &hb,
+            out: Vec::new(),
+            limit,
+            truncated: false,
+        };
+        if !equal {
+            d.walk(self.root, other.root);
+            if d.out.is_empty() {
+                d.out.push(Difference {
+                    path: "(globals)".into(),
+                    left: "a state".into(),
+                    right: "another".into(),
+                    note: Some(format!(
+                        "the difference lies deeper than {rounds} references from any object that differs on the way; no single path found"
+                    )),
+                });
+            }
+        }
+        ValueDiff {
+            differences: d.out,
+            truncated: d.truncated,
+            equal,
+        }
+    }
+}
+
+struct Differ<'a> {
+    a: &'a Graph,
+    b: &'a Graph,
+    ha: &'a [u64],
+    hb: &'a [u64],
+    out: Vec<Difference>,
+    limit: usize,
+    truncated: bool,
+}
+
+fn is_ident(b: &[u8]) -> bool {
+    !b.is_empty()
+        && (b[0] == b'_' || b[0].is_ascii_alphabetic())
+        && b.iter().all(|&c| c == b'_' || c.is_ascii_alphanumeric())
+}
+
+impl Differ<'_> {
+    fn hash(&self, left: bool, it: Item) -> u64 {
+        match it {
+            Item::Prim { hash, .. } => hash,
+            Item::Ref(id) => {
+                let h = if left { self.ha } else { self.hb };
+                h[id as usize] ^ 0x5245_4600_0000_0000
+            }
+        }
+    }
+
+    fn describe(&self, left: bool, it: Item) -> String {
+        let g = if left { self.a } else { self.b };
+        match it {
+            Item::Prim { at, .. } => g.prims[at as usize].to_string(),
+            Item::Ref(id) => match &g.nodes[id as usize].kind {
+                Some(k) => k.to_string(),
+                None => "object".into(),
+            },
+        }
+    }
+
+    fn key_path(&self, base: &str, key: Item) -> String {
+        match self.a.prim(key) {
+            Some(Prim::Str(b)) if is_ident(b) => {
+                let name = String::from_utf8_lossy(b);
+                if base.is_empty() {
+                    name.into_owned()
+                } else {
+                    format!("{base}.{name}")
+                }
+            }
+            Some(p) => format!("{base}[{p}]"),
+            None => format!("{base}[{}]", self.describe(true, key)),
+        }
+    }
+
+    fn report(&mut self, path: String, a: Option<Item>, b: Option<Item>, note: Option<String>) {
+        if self.out.len() >= self.limit {
+            self.truncated = true;
+            return;
+        }
+        let note = note.or_else(|| {
+            (path.starts_with("math.random@") || path.starts_with("math.randomseed@"))
+                .then(|| "math.random state".to_string())
+        });
+        let left = a.map_or("(absent)".into(), |i| self.describe(true, i));
+        let right = b.map_or("(absent)".into(), |i| self.describe(false, i));
+        self.out.push(Difference {
+            path: if path.is_empty() {
+                "(globals)".into()
+            } else {
+                path
+            },
+            left,
+            right,
+            note,
+        });
+    }
+
+    fn walk(&mut self, ra: Item, rb: Item) {
+        let mut queue: VecDeque<(String, Item, Item)> = VecDeque::new();
+        let mut seen: HashSet<(u32, u32)> = HashSet::new();
+        queue.push_back((String::new(), ra, rb));
+        while let Some((path, ia, ib)) = queue.pop_front() {
+            if self.truncated {
+                return;
+            }
+            if self.hash(true, ia) == self.hash(false, ib) {
+                continue;
+            }
+            let (Item::Ref(na), Item::Ref(nb)) = (ia, ib) else {
+                self.report(path, Some(ia), Some(ib), None);
+                continue;
+            };
+            if !seen.insert((na, nb)) {
+                continue;
+            }
+            let (a, b) = (&self.a.nodes[na as usize], &self.b.nodes[nb as usize]);
+            if a.kind != b.kind {
+                self.report(path, Some(ia), Some(ib), None);
+                continue;
+            }
+            if a.kind_hash != b.kind_hash {
+                let what = match &a.kind {
+                    Some(Kind::UserData(_)) => "contents differ",
+                    Some(Kind::Thread(_)) => "status differs",
+                    _ => "identity differs",
+                };
+                self.report(path.clone(), Some(ia), Some(ib), Some(what.into()));
+            }
+            // Ordered parts, position by position.
+            let n = a.parts.len().max(b.parts.len());
+            for i in 0..n {
+                let (pa, pb) = (a.parts.get(i), b.parts.get(i));
+                let label = pa.or(pb).map(|(p, _)| p.clone()).expect("i < len");
+                let sub = match &label {
+                    Part::Metatable => format!("{path}@metatable"),
+                    Part::Upvalue(i, name) if name.is_empty() => format!("{path}@upvalue[{i}]"),
+                    Part::Upvalue(_, name) => format!("{path}@{name}"),
+                    Part::UserValue(i) => format!("{path}@uservalue[{i}]"),
+                    Part::Stack(i) => format!("{path}@stack[{i}]"),
+                };
+                match (pa, pb) {
+                    (Some((_, x)), Some((_, y))) => queue.push_back((sub, *x, *y)),
+                    (x, y) => self.report(sub, x.map(|p| p.1), y.map(|p| p.1), None),
+                }
+            }
+            // Entries, matched by the content of their keys.
+            let mut right: HashMap<u64, Vec<(Item, Item)>> = HashMap::new();
+            for &(k, v) in &b.entries {
+                right.entry(self.hash(false, k)).or_default().push((k, v));
+            }
+            let mut left_only = Vec::new();
+            for &(k, v) in &a.entries {
+                match right.get_mut(&self.hash(true, k)).and_then(|l| l.pop()) {
+                    Some((_, w)) => queue.push_back((self.key_path(&path, k), v, w)),
+                    None => left_only.push((k, v)),
+                }
+            }
+            for (k, v) in left_only {
+                let p = self.key_path(&path, k);
+                self.report(p, Some(v), None, None);
+            }
+            let mut right_only: Vec<(Item, Item)> = right.into_values().flatten().collect();
+            right_only.sort_by_key(|(k, _)| self.describe(false, *k));
+            for (k, w) in right_only {
+                let p = match other_key(self.b, k) {
+                    Some(name) if is_ident(name.as_bytes()) && path.is_empty() => name,
+                    Some(name) if is_ident(name.as_bytes()) => format!("{path}.{name}"),
+                    _ => format!("{path}[{}]", self.describe(false, k)),
+                };
+                self.report(p, None, Some(w), None);
+            }
+        }
+    }
+}
+
+fn other_key(g: &Graph, k: Item) -> Option<String> {
+    match g.prim(k) {
+        Some(Prim::Str(b)) => Some(String::from_utf8_lossy(b).into_owned()),
+        _ => None,
+    }
+}
+
+impl Vm {
+    /// The graph of values reachable from the globals (what [`Vm::value_digest`] hashes), for
+    /// [`ValueGraph::diff`]. Like the digest, it captures the VM and restores it after: the
+    /// arena is byte-identical afterwards.
+    pub fn value_graph(&mut self) -> Result<ValueGraph, VmError> {
+        self.check_idle("extract the value graph")?;
+        let saved = Snapshot::capture(&self.arena);
+        let mut graph = Graph::default();
+        let mut root = None;
+        let result = self.run(
+            &mut |L| {
+                // SAFETY: protected body; the state is restored below whatever happens.
+                unsafe {
+                    ffi::lua_rawgeti(L, ffi::LUA_REGISTRYINDEX, ffi::LUA_RIDX_GLOBALS);
+                    root = Some(crate::digest::extract(L, &mut graph));
+                }
+                0
+            },
+            |_, _| (),
+        );
+        saved.restore(&mut self.arena)?;
+        result?;
+        Ok(ValueGraph {
+            graph,
+            root: root.expect("extract ran"),
+        })
+    }
+}
