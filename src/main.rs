@@ -29,6 +29,8 @@ enum Command {
     P2p(cli::p2p::P2pArgs),
     /// Measure pages written per frame under each garbage-collector mode.
     GcPages(cli::gc_pages::GcPagesArgs),
+    /// Print the values that differ between two save-games, by path (exit status 1 if any).
+    Diff(cli::diff::DiffArgs),
 }
 
 fn report(r: Result<(), String>) -> ExitCode {
@@ -59,6 +61,7 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
+        Some(Command::Diff(args)) => cli::diff::run(args),
         Some(Command::Trackers) => {
             cli::trackers();
             ExitCode::SUCCESS

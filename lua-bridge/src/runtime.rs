@@ -215,7 +215,7 @@ impl Game {
 
     /// Builds the VM and runs the script, checking the game contract in Lua (G holds
     /// functions; `luasnap_game` is set).
-    fn load_script(cfg: &GameConfig, backend: Backend) -> Result<Vm, GameError> {
+    pub fn load_script(cfg: &GameConfig, backend: Backend) -> Result<Vm, GameError> {
         let vm = Self::build_vm(cfg, backend)?;
         let wrapper = format!(
             "local G = (function(...) {script}\nend)(...)\nreturn (function(...) {DRIVER} end)(G)",

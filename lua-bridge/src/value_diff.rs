@@ -175,10 +175,11 @@ impl Differ<'_> {
             self.truncated = true;
             return;
         }
-        let note = note.or_else(|| {
-            (path.starts_with("math.random@") || path.starts_with("math.randomseed@"))
-                .then(|| "math.random state".to_string())
-        });
+        let note = if path.starts_with("math.random@") || path.starts_with("math.randomseed@") {
+            Some("math.random state".to_string())
+        } else {
+            note
+        };
         let left = a.map_or("(absent)".into(), |i| self.describe(true, i));
         let right = b.map_or("(absent)".into(), |i| self.describe(false, i));
         self.out.push(Difference {

@@ -1,6 +1,7 @@
 //! Subcommands of the `luasnap` tool.
 
 pub mod bench;
+pub mod diff;
 pub mod gc_pages;
 pub mod p2p;
 pub mod run;

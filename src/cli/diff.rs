@@ -1,0 +1,141 @@
+//! `luasnap diff A.sav B.sav`: the values that differ between two save-games, by path.
+
+use luasnap::bridge::persist::MAGIC;
+use luasnap::bridge::runtime::{Backend, Game, GameConfig};
+use luasnap::bridge::value_diff::ValueGraph;
+use luasnap::bridge::Vm;
+use serde_json::json;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+/// Options of `luasnap diff`.
+#[derive(Debug, clap::Args)]
+pub struct DiffArgs {
+    /// The first save-game (left).
+    pub left: PathBuf,
+    /// The second save-game (right).
+    pub right: PathBuf,
+    /// The game script that wrote them (its functions are matched by the code the loading VM
+    /// compiled); without it, a plain VM is tried, then the embedded default game.
+    #[arg(long)]
+    pub game: Option<PathBuf>,
+    /// List at most this many differing paths.
+    #[arg(long, default_value_t = 20)]
+    pub limit: usize,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Reads a file and checks that it is a luasnap save-game.
+pub fn read_save(path: &Path) -> Result<Vec<u8>, String> {
+    let bytes =
+        std::fs::read(path).map_err(|e| format!("cannot read save-game {}: {e}", path.display()))?;
+    if !bytes.starts_with(MAGIC) {
+        return Err(format!(
+            "{} is not a luasnap save-game (it does not start with {:?}); give a file written by `luasnap simulate --save` or Vm::save_game",
+            path.display(),
+            String::from_utf8_lossy(MAGIC)
+        ));
+    }
+    Ok(bytes)
+}
+
+fn graph_of(bytes: &[u8], script: Option<&(String, String)>) -> Result<ValueGraph, String> {
+    let game_vm = |script: String, chunk_name: String| -> Result<Vm, String> {
+        let mut cfg = GameConfig::default_game(1, 0);
+        cfg.script = script;
+        cfg.chunk_name = chunk_name;
+        cfg.capacity = 8 << 30;
+        Game::load_script(&cfg, Backend::ArenaFull).map_err(|e| e.to_string())
+    };
+    let attempt = |mut vm: Vm| -> Result<ValueGraph, String> {
+        vm.load_game(bytes).map_err(|e| e.to_string())?;
+        vm.value_graph().map_err(|e| e.to_string())
+    };
+    match script {
+        Some((src, name)) => attempt(game_vm(src.clone(), name.clone())?),
+        None => {
+            let plain = Vm::builder()
+                .capacity(8 << 30)
+                .deterministic(0)
+                .build()
+                .map_err(|e| e.to_string())?;
+            match attempt(plain) {
+                Ok(g) => Ok(g),
+                Err(first) => {
+                    let d = GameConfig::default_game(1, 0);
+                    attempt(game_vm(d.script, d.chunk_name)?).map_err(|_| {
+                        format!("{first} (if the save holds a game's functions, pass --game SCRIPT with the script that wrote it)")
+                    })
+                }
+            }
+        }
+    }
+}
+
+/// Runs the diff: exit status 0 when the states are equal, 1 when they differ, 2 on error.
+pub fn run(args: DiffArgs) -> ExitCode {
+    match diff(&args) {
+        Ok(equal) => {
+            if equal {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            }
+        }
+        Err(e) => {
+            eprintln!("luasnap: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn diff(args: &DiffArgs) -> Result<bool, String> {
+    let (a, b) = (read_save(&args.left)?, read_save(&args.right)?);
+    let script = match &args.game {
+        Some(p) => Some((
+            std::fs::read_to_string(p).map_err(|e| format!("cannot read {}: {e}", p.display()))?,
+            format!("@{}", p.display()),
+        )),
+        None => None,
+    };
+    let ga = graph_of(&a, script.as_ref()).map_err(|e| format!("{}: {e}", args.left.display()))?;
+    let gb =
+        graph_of(&b, script.as_ref()).map_err(|e| format!("{}: {e}", args.right.display()))?;
+    let d = ga.diff(&gb, args.limit.max(1));
+    if args.json {
+        let diffs: Vec<_> = d
+            .differences
+            .iter()
+            .map(|x| json!({"path": x.path, "left": x.left, "right": x.right, "note": x.note}))
+            .collect();
+        println!(
+            "{}",
+            json!({
+                "left": args.left.display().to_string(),
+                "right": args.right.display().to_string(),
+                "equal": d.equal,
+                "left_digest": format!("{:016x}", ga.digest()),
+                "right_digest": format!("{:016x}", gb.digest()),
+                "differences": diffs,
+                "truncated": d.truncated,
+            })
+        );
+    } else if d.equal {
+        println!("equal: the two saves hold the same values");
+    } else {
+        println!(
+            "{} vs {}: differing values",
+            args.left.display(),
+            args.right.display()
+        );
+        for x in &d.differences {
+            println!("  {x}");
+        }
+        if d.truncated {
+            println!("  ... (more; raise --limit)");
+        }
+    }
+    Ok(d.equal)
+}
