@@ -221,10 +221,10 @@ fn a_game_that_depends_on_addresses_is_reported_with_the_first_diverging_frame()
     let bad = run("serialize");
     assert!(!bad.status.success());
     let e = String::from_utf8_lossy(&bad.stderr);
-    assert!(e.contains("first diverges after frame "), "{e}");
+    assert!(e.contains("first differs after frame "), "{e}");
     assert!(
-        e.contains("tostring"),
-        "the message names the likely cause: {e}"
+        e.contains("@s.h: "),
+        "the message names the differing value by path: {e}"
     );
     // A save file that is not one, and options out of range, are clear errors.
     let bad = Command::new(env!("CARGO_BIN_EXE_luasnap"))
