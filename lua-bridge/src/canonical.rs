@@ -13,7 +13,9 @@
 //! thread after every host call ([`settle_main`], from `Vm::run`), a coroutine each time
 //! `coroutine.resume`, a `coroutine.wrap` function or `coroutine.close` returns (this module
 //! installs C versions of those three that do so; they behave exactly as Lua's own). The zeroing
-//! compares before writing, so clean pages stay unwritten. See `docs/determinism.md`.
+//! compares before writing, so clean pages stay unwritten. A stack reallocated or freed while
+//! its thread runs goes back to the allocator through [`scrubbing_alloc`], which zeroes the
+//! light userdata in it. See `docs/determinism.md`.
 //!
 //! Not covered: a coroutine resumed with `lua_resume` by host code (natives cannot; the
 //! persistence tests' own resumes settle nothing, which is harmless outside rollback).
@@ -22,6 +24,13 @@ use mlua::ffi::{self, lua_State};
 use std::ffi::c_int;
 
 unsafe extern "C" {
+    fn luasnap_set_inner_alloc(f: luasnap_alloc::LuaAllocFn);
+    fn luasnap_scrubbing_alloc(
+        ud: *mut std::ffi::c_void,
+        ptr: *mut std::ffi::c_void,
+        osize: usize,
+        nsize: usize,
+    ) -> *mut std::ffi::c_void;
     fn luasnap_settle_thread(L: *mut lua_State) -> c_int;
     fn luasnap_is_weak_removable(L: *mut lua_State, idx: c_int) -> c_int;
 }
@@ -31,6 +40,15 @@ unsafe extern "C-unwind" {
     fn luasnap_co_resume(L: *mut lua_State) -> c_int;
     fn luasnap_co_wrap(L: *mut lua_State) -> c_int;
     fn luasnap_co_close(L: *mut lua_State) -> c_int;
+}
+
+/// The allocator to give Lua: `inner` (the arena's) behind a layer that scrubs light userdata
+/// out of freed blocks that may be stacks (`csrc/internals.c`, "Freed stacks").
+pub(crate) fn scrubbing_alloc(inner: luasnap_alloc::LuaAllocFn) -> luasnap_alloc::LuaAllocFn {
+    // SAFETY: stores a function pointer; every arena of the process has the same allocator
+    // function, so a second call stores the same value.
+    unsafe { luasnap_set_inner_alloc(inner) };
+    luasnap_scrubbing_alloc
 }
 
 /// Zeroes the dead stack slots of the idle main thread `L`; returns how many it wrote.

@@ -198,6 +198,7 @@ impl VmBuilder {
             }
         })?;
         let (alloc, ud) = arena.lua_alloc();
+        let alloc = crate::canonical::scrubbing_alloc(alloc);
         let hash_seed = (seed ^ (seed >> 32)) as u32;
         // SAFETY: the allocator and its ud come from `arena`, which the Vm owns and drops after
         // closing the state; Lua calls it only from this thread.

@@ -1,0 +1,196 @@
+//! Canonical arena bytes: after a call from the host into Lua, the arena's bytes do not depend
+//! on how deep the host's stack was when it called. Each family of standard-library functions
+//! is called from Lua frames deep enough that what it leaves behind lands well above the top,
+//! on the main thread and inside coroutines, then the same call is made from two Rust stack
+//! depths, starting from the same bytes, and the arenas are compared.
+
+use luasnap::bridge::{Profile, Value, Vm};
+use std::hint::black_box;
+
+/// Calls `f` with about `depth` KiB of extra Rust stack below it.
+#[inline(never)]
+fn at_depth<R>(depth: usize, f: &mut dyn FnMut() -> R) -> R {
+    if depth == 0 {
+        return f();
+    }
+    let pad = black_box([depth as u8; 1024]);
+    let r = at_depth(depth - 1, f);
+    black_box(&pad);
+    r
+}
+
+const FAMILIES: &[(&str, &str)] = &[
+    (
+        "string",
+        "local s = string.format('%5.2f|%d|%s|%q', x * 1.5, x, 'abc', 'q') .. ('ab'):rep(x % 7 + 40)
+         s = s:upper():lower():gsub('a', '%%'):reverse()
+         local i = s:find('b', 1, true) or 0
+         return s:byte(1) + i + #string.char(65, 66, 67) + #tostring(x / 3) + #tostring(x)",
+    ),
+    (
+        "table",
+        "local t = {} for i = 1, 40 do t[i] = tostring((i * 7 + x) % 13) end
+         table.sort(t) table.sort(t, function(a, b) return a > b end)
+         table.insert(t, 1, 'z') table.remove(t, 2)
+         return #table.concat(t, ',') + #table.concat({1, 2.5, 'x'}, '-')",
+    ),
+    (
+        "math",
+        "local r = math.random(1, 1000) + math.floor(math.random() * 100)
+         return r + math.tointeger(3.0) + #tostring(math.pi) + #string.format('%g', math.huge)",
+    ),
+    (
+        "utf8",
+        "local s = utf8.char(72, 233, 0x4E2D, x % 500 + 256) local n = 0
+         for _, c in utf8.codes(s) do n = n + c end
+         return n + utf8.len(s) + #utf8.charpattern + utf8.codepoint(s, 1)",
+    ),
+    (
+        "coroutine",
+        "local gen = coroutine.wrap(function()
+           for i = 1, 3 do coroutine.yield(string.format('%d-%s', i, ('y'):rep(50))) end
+         end)
+         local n = #gen() + #gen()
+         local co = coroutine.create(function(a)
+           local ok, err = pcall(error, string.format('bad %d', a))
+           local c <close> = setmetatable({}, { __close = function() n = n + #tostring(n) end })
+           coroutine.yield(#err)
+           return table.concat({ 'a', 'b', tostring(a) })
+         end)
+         local _, m = coroutine.resume(co, x) local _, s = coroutine.resume(co)
+         local co2 = coroutine.create(function()
+           local c <close> = setmetatable({}, { __close = function() n = n + #string.format('%5d', n) end })
+           coroutine.yield()
+         end)
+         coroutine.resume(co2) coroutine.close(co2)
+         return n + m + #s",
+    ),
+    (
+        "base",
+        "local ok, e = pcall(function() error({}) end)
+         local ok2, e2 = pcall(function() local t = nil; return t.x end)
+         return #tostring(ok) + #e2 + #tostring(12.5) + select('#', 1, 2) + #string.format('%s', x)",
+    ),
+];
+
+fn vm(profile: Profile) -> Vm {
+    let vm = Vm::builder()
+        .capacity(256 << 20)
+        .profile(profile)
+        .build()
+        .unwrap();
+    vm.exec(
+        "function deep(n, x)
+           if n == 0 then return body(x) end
+           local a, b, c, d, e, f, g, h = n, n, n, n, n, n, n, n
+           return deep(n - 1, x) + a - b
+         end",
+        "setup",
+    )
+    .unwrap();
+    vm
+}
+
+fn check_family(profile: Profile, name: &str, body: &str) {
+    let mut vm = vm(profile);
+    vm.exec(format!("body = function(x) {body} end"), name).unwrap();
+    // Warm up: stacks grow to their size, the collector settles into its rhythm.
+    for i in 0..3 {
+        vm.call("deep", &[Value::Integer(12), Value::Integer(i)])
+            .unwrap();
+    }
+    let start = vm.capture();
+    let mut digests = Vec::new();
+    for depth in [0usize, 3, 37] {
+        vm.restore(&start).unwrap();
+        let mut results = Vec::new();
+        for x in 0..4 {
+            let r = at_depth(depth, &mut || {
+                vm.call("deep", &[Value::Integer(12), Value::Integer(x)])
+                    .unwrap()
+            });
+            results.push(r);
+            // Between calls too: the next call must start from the same bytes.
+            digests.push((depth, x, vm.digest()));
+        }
+        let _ = results;
+    }
+    let per_depth: Vec<Vec<u64>> = [0usize, 3, 37]
+        .iter()
+        .map(|d| {
+            digests
+                .iter()
+                .filter(|(dd, _, _)| dd == d)
+                .map(|(_, _, h)| *h)
+                .collect()
+        })
+        .collect();
+    assert_eq!(
+        per_depth[0], per_depth[1],
+        "{name} ({profile:?}): the arena depends on the host's stack depth"
+    );
+    assert_eq!(
+        per_depth[0], per_depth[2],
+        "{name} ({profile:?}): the arena depends on the host's stack depth"
+    );
+}
+
+#[test]
+fn every_library_family_leaves_the_same_bytes_from_any_host_stack_depth() {
+    for (name, body) in FAMILIES {
+        check_family(Profile::Deterministic { seed: 5 }, name, body);
+    }
+}
+
+#[test]
+fn os_and_io_leave_the_same_bytes_too_in_the_standard_profile() {
+    // The standard profile opens os and io; the clock-free parts are deterministic.
+    let body = "return #os.date('!%Y-%m-%d %H:%M:%S', 86400 * x) + #tostring(io.stdout):sub(1, 4)
+                + #string.format('%s', os.getenv('LUASNAP_NO_SUCH_VARIABLE') or 'none')";
+    check_family(Profile::Standard, "os/io", body);
+    for (name, body) in FAMILIES {
+        check_family(Profile::Standard, name, body);
+    }
+}
+
+#[test]
+fn a_settled_coroutine_still_runs_as_before() {
+    // Zeroing dead slots and the C-call count must not change behaviour: generators,
+    // errors through wrap, close with pending __close, yields across pcall.
+    let vm = vm(Profile::Deterministic { seed: 1 });
+    let out = vm
+        .exec(
+            "local log = {}
+             local gen = coroutine.wrap(function(a)
+               local b = coroutine.yield(a + 1)
+               local ok, e = pcall(function() coroutine.yield(b * 2); error('boom') end)
+               coroutine.yield(tostring(ok) .. ':' .. e:match('boom'))
+               return 'done'
+             end)
+             log[#log + 1] = gen(1) log[#log + 1] = gen(10) log[#log + 1] = gen()
+             log[#log + 1] = gen()
+             local ok, e = pcall(gen)
+             log[#log + 1] = tostring(ok) .. ' ' .. e:match('cannot resume dead coroutine')
+             local w = coroutine.wrap(function() error('inner') end)
+             local ok2, e2 = pcall(w)
+             log[#log + 1] = e2
+             local closed = 0
+             local co = coroutine.create(function()
+               local c <close> = setmetatable({}, { __close = function() closed = closed + 1 end })
+               coroutine.yield(1)
+             end)
+             coroutine.resume(co)
+             log[#log + 1] = tostring(coroutine.close(co)) .. closed .. coroutine.status(co)
+             log[#log + 1] = tostring(select(2, pcall(coroutine.close, coroutine.running())))
+             log[#log + 1] = tostring(coroutine.isyieldable())
+             return table.concat(log, '|')",
+            "co",
+        )
+        .unwrap();
+    assert_eq!(
+        out,
+        vec![Value::from(
+            "2|20|false:boom|done|false cannot resume dead coroutine|co:12: inner|true1dead|cannot close main thread|false"
+        )]
+    );
+}
