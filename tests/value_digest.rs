@@ -1,0 +1,159 @@
+//! The value digest depends only on the game's values: weak-table entries whose presence
+//! depends on the collector are left out, differences at any depth count, and the value diff
+//! names differing values by path.
+
+use luasnap::bridge::runtime::{Backend, Game, GameConfig};
+use luasnap::bridge::Vm;
+
+fn vm() -> Vm {
+    Vm::builder()
+        .capacity(256 << 20)
+        .deterministic(3)
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn collected_weak_entries_do_not_change_the_digest() {
+    let mut vm = vm();
+    vm.exec(
+        "cache = setmetatable({}, { __mode = 'v' })
+         keys = setmetatable({}, { __mode = 'k' })
+         held = { name = 'kept' }
+         cache.a = held                 -- value strongly reachable: counts
+         cache.b = { name = 'garbage' } -- reachable only through the cache: left out
+         cache.c = 'a string'           -- strings are never removed: counts
+         keys[held] = 1
+         keys[{}] = 2",
+        "setup",
+    )
+    .unwrap();
+    let before = vm.value_digest().unwrap();
+    vm.exec("collectgarbage() collectgarbage()", "gc").unwrap();
+    let gone = vm
+        .exec("local n = 0 for _ in pairs(keys) do n = n + 1 end return cache.b == nil, n", "check")
+        .unwrap();
+    assert_eq!(
+        gone,
+        vec![true.into(), 1.into()],
+        "the collector removed the unreachable entries"
+    );
+    assert_eq!(before, vm.value_digest().unwrap(), "and the digest did not change");
+    // What is kept does count.
+    vm.exec("held.name = 'changed'", "edit").unwrap();
+    let edited = vm.value_digest().unwrap();
+    assert_ne!(before, edited);
+    vm.exec("held.name = 'kept'; cache.c = 'another string'", "edit").unwrap();
+    assert_ne!(before, vm.value_digest().unwrap(), "string values of weak tables count");
+    vm.exec("cache.c = 'a string'; keys[held] = 5", "edit").unwrap();
+    assert_ne!(before, vm.value_digest().unwrap(), "ephemeron entries with live keys count");
+}
+
+#[test]
+fn ephemeron_chains_are_followed() {
+    // k2 is reachable only as the value of the entry for k1 (reachable), so its own entry
+    // counts too; k3 is reachable from nothing strong.
+    let mut vm = vm();
+    vm.exec(
+        "e = setmetatable({}, { __mode = 'k' })
+         k1 = {} local k2, k3 = {}, {}
+         e[k1] = k2 e[k2] = 'second' e[k3] = 'never'",
+        "setup",
+    )
+    .unwrap();
+    let a = vm.value_digest().unwrap();
+    vm.exec("for k, v in pairs(e) do if v == 'second' then e[k] = 'other' end end", "edit")
+        .unwrap();
+    assert_ne!(a, vm.value_digest().unwrap());
+    vm.exec("for k, v in pairs(e) do if v == 'other' then e[k] = 'second' end end", "edit")
+        .unwrap();
+    assert_eq!(a, vm.value_digest().unwrap());
+    vm.exec("for k, v in pairs(e) do if v == 'never' then e[k] = 'changed' end end", "edit")
+        .unwrap();
+    assert_eq!(a, vm.value_digest().unwrap(), "an entry of an unreachable key is left out");
+}
+
+#[test]
+fn a_difference_deep_in_the_graph_changes_the_digest() {
+    let mut vm = vm();
+    vm.exec(
+        "list = nil for i = 1, 200 do list = { next = list, v = i } end",
+        "setup",
+    )
+    .unwrap();
+    let a = vm.value_digest().unwrap();
+    // The last node is 200 references away from the globals.
+    vm.exec("local n = list while n.next do n = n.next end n.v = -1", "edit")
+        .unwrap();
+    assert_ne!(a, vm.value_digest().unwrap());
+}
+
+#[test]
+fn the_diff_names_differing_values_by_path() {
+    let mut a = vm();
+    let mut b = vm();
+    let setup = "W = { ents = {} } for i = 1, 30 do W.ents[i] = { x = i + 0.5, name = 'e' .. i } end
+                 local seen = 0 function count() seen = seen + 1 return seen end";
+    a.exec(setup, "setup").unwrap();
+    b.exec(setup, "setup").unwrap();
+    let (ga, gb) = (a.value_graph().unwrap(), b.value_graph().unwrap());
+    let same = ga.diff(&gb, 10);
+    assert!(same.equal && same.differences.is_empty());
+    b.exec(
+        "W.ents[17].x = 3.25 W.ents[3].name = nil W.extra = true count() math.random()",
+        "edit",
+    )
+    .unwrap();
+    a.exec("W.ents[17].x = 3.5", "edit").unwrap();
+    let d = a.value_graph().unwrap().diff(&b.value_graph().unwrap(), 10);
+    assert!(!d.equal);
+    let text: Vec<String> = d.differences.iter().map(|x| x.to_string()).collect();
+    for want in [
+        "W.ents[17].x: 3.5 vs 3.25",
+        "W.ents[3].name: \"e3\" vs (absent)",
+        "W.extra: (absent) vs true",
+        "count@seen: 0 vs 1",
+    ] {
+        assert!(text.iter().any(|t| t == want), "{want} in {text:#?}");
+    }
+    assert!(
+        text.iter().any(|t| t.contains("(math.random state)")),
+        "{text:#?}"
+    );
+    // Bounded.
+    let d1 = a.value_graph().unwrap().diff(&b.value_graph().unwrap(), 2);
+    assert_eq!(d1.differences.len(), 2);
+    assert!(d1.truncated);
+}
+
+#[test]
+fn a_string_from_g_digest_is_used() {
+    let cfg = GameConfig {
+        script: "local G, s = {}, 0 function G.init() end function G.step(i) s = s + i[1] end
+                 function G.digest() return string.format('%08x', s) end return G"
+            .into(),
+        chunk_name: "=strdigest".into(),
+        players: 1,
+        seed: 1,
+        base_address: None,
+        window: 4,
+        capacity: 128 << 20,
+    };
+    let mut g = Game::new(&cfg, Backend::ArenaFull).unwrap();
+    let d0 = g.game_digest().unwrap();
+    assert!(d0.is_some(), "a string digest is not ignored");
+    g.step(&[5]).unwrap();
+    assert_ne!(d0, g.game_digest().unwrap());
+    let bad = GameConfig {
+        script: "local G = {} function G.init() end function G.step() end
+                 function G.digest() return {} end return G"
+            .into(),
+        ..cfg
+    };
+    let e = Game::new(&bad, Backend::ArenaFull)
+        .unwrap()
+        .game_digest()
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("not an integer or a string"), "{e}");
+}
