@@ -83,6 +83,12 @@ pub enum GameError {
         /// Lua's error with its traceback.
         source: VmError,
     },
+    /// The game script does not compile.
+    #[error("the game script has a syntax error: {message}")]
+    Syntax {
+        /// Lua's message, with the chunk name and line.
+        message: String,
+    },
     /// The VM failed (building, snapshots).
     #[error(transparent)]
     Vm(#[from] VmError),
@@ -224,7 +230,15 @@ impl Game {
         let verdict = vm
             .exec(&wrapper, &cfg.chunk_name)
             .map_err(|source| match source {
-                VmError::Lua { .. } => GameError::Script { frame: 0, source },
+                VmError::Lua {
+                    kind: crate::error::LuaErrorKind::Syntax,
+                    message,
+                    ..
+                } => GameError::Syntax { message },
+                VmError::Lua { .. } => GameError::Script {
+                    frame: 0,
+                    source: explain_missing_library(source),
+                },
                 e => GameError::Vm(e),
             })?;
         if let Some(Value::String(what)) = verdict.first() {
@@ -262,7 +276,10 @@ impl Game {
                     Value::Integer(cfg.seed as i64),
                 ],
             )
-            .map_err(|source| GameError::Script { frame: 0, source })?;
+            .map_err(|source| GameError::Script {
+                frame: 0,
+                source: explain_missing_library(source),
+            })?;
         game.vm
             .set("luasnap_players", Value::Integer(cfg.players as i64))?;
         game.vm.gc_collect()?;
@@ -331,7 +348,7 @@ impl Game {
             .call("luasnap_step", &[Value::Table(t)])
             .map_err(|source| GameError::Script {
                 frame: self.frame,
-                source,
+                source: explain_missing_library(source),
             })?;
         self.frame += 1;
         Ok(())
@@ -424,6 +441,38 @@ impl Game {
     /// The VM (statistics, snapshots).
     pub fn vm(&self) -> &Vm {
         &self.vm
+    }
+}
+
+/// Names left out of the deterministic profile.
+const LEFT_OUT: [&str; 7] = ["os", "io", "debug", "package", "require", "dofile", "loadfile"];
+
+/// Adds to a Lua error about a nil global that the deterministic profile leaves out (`os`,
+/// `io`, ...) why it is nil, instead of the bare "attempt to index a nil value".
+fn explain_missing_library(e: VmError) -> VmError {
+    match e {
+        VmError::Lua {
+            kind,
+            message,
+            traceback,
+        } => {
+            let missing = LEFT_OUT.iter().find(|n| {
+                message.contains(&format!("(global '{n}')"))
+                    || message.contains(&format!("(field '{n}')"))
+            });
+            let message = match missing {
+                Some(n) => format!(
+                    "{message} ('{n}' is left out of the deterministic profile games run in: no io, os, debug, package, require, dofile or loadfile, so a game cannot read the clock, files or the environment; use G.init's seed and math.random instead of os.time, and keep state in Lua values)"
+                ),
+                None => message,
+            };
+            VmError::Lua {
+                kind,
+                message,
+                traceback,
+            }
+        }
+        e => e,
     }
 }
 

@@ -46,13 +46,20 @@ impl SimOptions {
                 self.game.players
             )));
         }
+        if self.game.window < 2 {
+            return Err(GameError::Config(format!(
+                "--window must be at least 2 (the frame a rollback returns to and the current one), got {}",
+                self.game.window
+            )));
+        }
         if self.delay + 2 > self.game.window as u64 {
             return Err(GameError::Config(format!(
-                "--delay {} needs a window of at least {} snapshots (window is {}); use a delay of at most {}",
+                "--delay {} needs a window of at least {} snapshots (window is {}); use --window {} or a delay of at most {}",
                 self.delay,
                 self.delay + 2,
                 self.game.window,
-                self.game.window.saturating_sub(2)
+                self.delay + 2,
+                self.game.window - 2
             )));
         }
         Ok(())
@@ -137,12 +144,16 @@ impl ModeReport {
     }
 }
 
+/// Called as runs progress: (which run, frames done, frames in the run).
+pub type Progress = Box<dyn FnMut(&str, u64, u64)>;
+
 /// One game VM, initialized once, on which the reference and every backend run in turn.
 pub struct Simulation {
     opts: SimOptions,
     game: Option<Game>,
     start: Snapshot,
     start_frame: u64,
+    progress: Option<Progress>,
 }
 
 impl Simulation {
@@ -157,8 +168,15 @@ impl Simulation {
             game: Some(game),
             start,
             start_frame,
+            progress: None,
         })
     }
+
+    /// Reports progress to `p` (called once per frame simulated, rollbacks aside).
+    pub fn set_progress(&mut self, p: Progress) {
+        self.progress = Some(p);
+    }
+
 
     fn fresh(&mut self, backend: Backend) -> Result<Game, GameError> {
         let mut game = self
@@ -188,6 +206,9 @@ impl Simulation {
             let t = std::time::Instant::now();
             for f in start..start + self.opts.frames {
                 game.step(&self.opts.actual(f))?;
+                if let Some(p) = &mut self.progress {
+                    p("reference", f - start + 1, self.opts.frames);
+                }
             }
             let step_us = t.elapsed().as_secs_f64() * 1e6 / self.opts.frames as f64;
             let r = Reference {
@@ -217,7 +238,13 @@ impl Simulation {
     ) -> Result<ModeReport, GameError> {
         let game = self.fresh(backend)?;
         let mut s = FrameSession::new(game, self.opts.game.window - 1);
-        let result = drive(&self.opts, &mut s);
+        let mut progress = self.progress.take();
+        let result = drive(&self.opts, &mut s, &mut |done| {
+            if let Some(p) = &mut progress {
+                p(backend.name(), done, self.opts.frames);
+            }
+        });
+        self.progress = progress;
         let memory_bytes = s.memory_bytes();
         let (rollbacks, resimulated, timings) = (s.rollbacks, s.resimulated, s.timings.clone());
         let mut game = s.into_game();
@@ -333,7 +360,7 @@ impl Simulation {
                 let left = left?;
                 let game = self.fresh(backend)?;
                 let mut s = FrameSession::new(game, self.opts.game.window - 1);
-                let r = drive(&self.opts, &mut s);
+                let r = drive(&self.opts, &mut s, &mut |_| {});
                 let mut game = s.into_game();
                 let right = r.and_then(|()| game.value_graph());
                 self.game = Some(game);
@@ -392,7 +419,11 @@ impl std::fmt::Display for Divergence {
 }
 
 /// The GGPO loop over all frames of `opts`.
-fn drive(opts: &SimOptions, s: &mut FrameSession) -> Result<(), GameError> {
+fn drive(
+    opts: &SimOptions,
+    s: &mut FrameSession,
+    tick: &mut dyn FnMut(u64),
+) -> Result<(), GameError> {
     let start = s.game().frame();
     let end = start + opts.frames;
     let players = opts.game.players;
@@ -441,6 +472,7 @@ fn drive(opts: &SimOptions, s: &mut FrameSession) -> Result<(), GameError> {
         let inputs = predict(f, known);
         s.advance(&inputs)?;
         used.push(inputs);
+        tick(f - start + 1);
     }
     // The network catches up: every input of the run becomes known.
     reconcile(s, &mut used, Some(end - 1), &mut checked)

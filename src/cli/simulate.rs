@@ -40,6 +40,20 @@ pub struct SimulateArgs {
     pub load: Option<PathBuf>,
 }
 
+/// Fails now, before a long run, if `path` cannot be written; leaves no file behind.
+fn check_writable(path: &std::path::Path) -> Result<(), String> {
+    let existed = path.exists();
+    std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(path)
+        .map_err(|e| format!("cannot write the save-game to {}: {e}", path.display()))?;
+    if !existed {
+        let _ = std::fs::remove_file(path);
+    }
+    Ok(())
+}
+
 fn human_bytes(b: u64) -> String {
     match b {
         b if b >= 1 << 20 => format!("{:.1} MiB", b as f64 / (1 << 20) as f64),
@@ -58,12 +72,12 @@ pub fn run(args: SimulateArgs) -> Result<(), String> {
     }
     game.window = args.window;
     let start = match &args.load {
-        Some(path) => Some(
-            std::fs::read(path)
-                .map_err(|e| format!("cannot read save-game {}: {e}", path.display()))?,
-        ),
+        Some(path) => Some(super::diff::read_save(path)?),
         None => None,
     };
+    if let Some(path) = &args.save {
+        check_writable(path)?;
+    }
     let opts = SimOptions {
         game,
         frames: args.frames,
@@ -71,6 +85,7 @@ pub fn run(args: SimulateArgs) -> Result<(), String> {
         start,
     };
     opts.validate().map_err(|e| e.to_string())?;
+    let frames = opts.frames;
     let mut sim = Simulation::new(opts).map_err(|e| e.to_string())?;
     let backends: Vec<Backend> = match args.mode.as_str() {
         "all" => Backend::ALL.to_vec(),
@@ -82,12 +97,33 @@ pub fn run(args: SimulateArgs) -> Result<(), String> {
             eprintln!("  {m}");
         }
     };
+    if progress {
+        let bar = indicatif::ProgressBar::new(frames);
+        bar.set_style(
+            indicatif::ProgressStyle::with_template(
+                "  {prefix:>11} [{bar:30}] {pos}/{len} frames {per_sec} eta {eta}",
+            )
+            .expect("a valid template")
+            .progress_chars("=> "),
+        );
+        let mut current = String::new();
+        sim.set_progress(Box::new(move |what, done, total| {
+            if what != current {
+                current = what.to_string();
+                bar.reset();
+                bar.set_length(total);
+                bar.set_prefix(current.clone());
+            }
+            bar.set_position(done);
+            if done == total {
+                bar.finish_and_clear();
+            }
+        }));
+    }
     let err = |e: GameError| e.to_string();
-    note("reference run (lockstep, no prediction)...");
     let (reference, save) = sim.reference(args.save.is_some()).map_err(err)?;
     let mut reports: Vec<ModeReport> = Vec::new();
     for b in &backends {
-        note(&format!("{} run...", b.name()));
         reports.push(sim.run(*b, &reference).map_err(err)?);
     }
     if let (Some(path), Some(bytes)) = (&args.save, &save) {
@@ -140,7 +176,7 @@ pub fn run(args: SimulateArgs) -> Result<(), String> {
     } else {
         println!(
             "luasnap simulate: {} | frames {}..{} | {} players | delay {} | seed {} | heap {} | G.step {:.0} µs | tracker {}",
-            args.game.as_ref().map(|p| p.display().to_string()).unwrap_or_else(|| "Arena Brawl (embedded)".into()),
+            args.game.as_ref().map(|p| p.display().to_string()).unwrap_or_else(|| "the embedded default game".into()),
             reference.start_frame,
             reference.end_frame,
             args.players,
