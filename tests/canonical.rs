@@ -93,7 +93,8 @@ fn vm(profile: Profile) -> Vm {
 
 fn check_family(profile: Profile, name: &str, body: &str) {
     let mut vm = vm(profile);
-    vm.exec(format!("body = function(x) {body} end"), name).unwrap();
+    vm.exec(format!("body = function(x) {body} end"), name)
+        .unwrap();
     // Warm up: stacks grow to their size, the collector settles into its rhythm.
     for i in 0..3 {
         vm.call("deep", &[Value::Integer(12), Value::Integer(i)])

@@ -25,7 +25,13 @@ fn config(name: &str, script: &str, players: usize, seed: u64) -> GameConfig {
 
 /// Runs the reference and `backends` on each (players, delay, seed); panics with the
 /// divergence explained by path if one does not match.
-fn check(name: &str, script: &str, frames: u64, setups: &[(usize, u64, u64)], backends: &[Backend]) {
+fn check(
+    name: &str,
+    script: &str,
+    frames: u64,
+    setups: &[(usize, u64, u64)],
+    backends: &[Backend],
+) {
     for &(players, delay, seed) in setups {
         let opts = SimOptions {
             game: config(name, script, players, seed),
@@ -102,7 +108,10 @@ fn continuation(name: &str, script: &str, at: u64, more: u64) {
     for f in at..at + more {
         resumed.step(&input(f)).unwrap();
     }
-    let (a, b) = (straight.value_graph().unwrap(), resumed.value_graph().unwrap());
+    let (a, b) = (
+        straight.value_graph().unwrap(),
+        resumed.value_graph().unwrap(),
+    );
     let d = a.diff(&b, 10);
     assert!(
         d.equal,
@@ -113,7 +122,10 @@ fn continuation(name: &str, script: &str, at: u64, more: u64) {
             .collect::<Vec<_>>()
             .join("\n")
     );
-    assert_eq!(straight.game_digest().unwrap(), resumed.game_digest().unwrap());
+    assert_eq!(
+        straight.game_digest().unwrap(),
+        resumed.game_digest().unwrap()
+    );
 }
 
 #[test]

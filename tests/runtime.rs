@@ -180,10 +180,20 @@ fn bad_games_get_clear_messages() {
         other => panic!("{other:?}"),
     }
     cfg.script = "syntax error here".into();
-    assert!(matches!(
-        Game::new(&cfg, Backend::ArenaFull),
-        Err(GameError::Script { frame: 0, .. })
-    ));
+    let err = Game::new(&cfg, Backend::ArenaFull).unwrap_err();
+    assert!(matches!(err, GameError::Syntax { .. }), "{err:?}");
+    assert!(err.to_string().contains("syntax error: tiny:1:"), "{err}");
+    // The deterministic profile's missing libraries are named as such.
+    for (lib, use_) in [("os", "os.time()"), ("io", "io.write('x')")] {
+        cfg.script =
+            format!("local G = {{}} function G.init() end function G.step() {use_} end return G");
+        let mut g = Game::new(&cfg, Backend::ArenaFull).unwrap();
+        let err = g.step(&[0, 0]).unwrap_err().to_string();
+        assert!(
+            err.contains(&format!("'{lib}' is left out of the deterministic profile")),
+            "{err}"
+        );
+    }
 }
 
 #[test]

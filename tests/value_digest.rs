@@ -31,22 +31,39 @@ fn collected_weak_entries_do_not_change_the_digest() {
     let before = vm.value_digest().unwrap();
     vm.exec("collectgarbage() collectgarbage()", "gc").unwrap();
     let gone = vm
-        .exec("local n = 0 for _ in pairs(keys) do n = n + 1 end return cache.b == nil, n", "check")
+        .exec(
+            "local n = 0 for _ in pairs(keys) do n = n + 1 end return cache.b == nil, n",
+            "check",
+        )
         .unwrap();
     assert_eq!(
         gone,
         vec![true.into(), 1.into()],
         "the collector removed the unreachable entries"
     );
-    assert_eq!(before, vm.value_digest().unwrap(), "and the digest did not change");
+    assert_eq!(
+        before,
+        vm.value_digest().unwrap(),
+        "and the digest did not change"
+    );
     // What is kept does count.
     vm.exec("held.name = 'changed'", "edit").unwrap();
     let edited = vm.value_digest().unwrap();
     assert_ne!(before, edited);
-    vm.exec("held.name = 'kept'; cache.c = 'another string'", "edit").unwrap();
-    assert_ne!(before, vm.value_digest().unwrap(), "string values of weak tables count");
-    vm.exec("cache.c = 'a string'; keys[held] = 5", "edit").unwrap();
-    assert_ne!(before, vm.value_digest().unwrap(), "ephemeron entries with live keys count");
+    vm.exec("held.name = 'kept'; cache.c = 'another string'", "edit")
+        .unwrap();
+    assert_ne!(
+        before,
+        vm.value_digest().unwrap(),
+        "string values of weak tables count"
+    );
+    vm.exec("cache.c = 'a string'; keys[held] = 5", "edit")
+        .unwrap();
+    assert_ne!(
+        before,
+        vm.value_digest().unwrap(),
+        "ephemeron entries with live keys count"
+    );
 }
 
 #[test]
@@ -62,15 +79,28 @@ fn ephemeron_chains_are_followed() {
     )
     .unwrap();
     let a = vm.value_digest().unwrap();
-    vm.exec("for k, v in pairs(e) do if v == 'second' then e[k] = 'other' end end", "edit")
-        .unwrap();
+    vm.exec(
+        "for k, v in pairs(e) do if v == 'second' then e[k] = 'other' end end",
+        "edit",
+    )
+    .unwrap();
     assert_ne!(a, vm.value_digest().unwrap());
-    vm.exec("for k, v in pairs(e) do if v == 'other' then e[k] = 'second' end end", "edit")
-        .unwrap();
+    vm.exec(
+        "for k, v in pairs(e) do if v == 'other' then e[k] = 'second' end end",
+        "edit",
+    )
+    .unwrap();
     assert_eq!(a, vm.value_digest().unwrap());
-    vm.exec("for k, v in pairs(e) do if v == 'never' then e[k] = 'changed' end end", "edit")
-        .unwrap();
-    assert_eq!(a, vm.value_digest().unwrap(), "an entry of an unreachable key is left out");
+    vm.exec(
+        "for k, v in pairs(e) do if v == 'never' then e[k] = 'changed' end end",
+        "edit",
+    )
+    .unwrap();
+    assert_eq!(
+        a,
+        vm.value_digest().unwrap(),
+        "an entry of an unreachable key is left out"
+    );
 }
 
 #[test]
@@ -83,8 +113,11 @@ fn a_difference_deep_in_the_graph_changes_the_digest() {
     .unwrap();
     let a = vm.value_digest().unwrap();
     // The last node is 200 references away from the globals.
-    vm.exec("local n = list while n.next do n = n.next end n.v = -1", "edit")
-        .unwrap();
+    vm.exec(
+        "local n = list while n.next do n = n.next end n.v = -1",
+        "edit",
+    )
+    .unwrap();
     assert_ne!(a, vm.value_digest().unwrap());
 }
 
@@ -92,7 +125,8 @@ fn a_difference_deep_in_the_graph_changes_the_digest() {
 fn the_diff_names_differing_values_by_path() {
     let mut a = vm();
     let mut b = vm();
-    let setup = "W = { ents = {} } for i = 1, 30 do W.ents[i] = { x = i + 0.5, name = 'e' .. i } end
+    let setup =
+        "W = { ents = {} } for i = 1, 30 do W.ents[i] = { x = i + 0.5, name = 'e' .. i } end
                  local seen = 0 function count() seen = seen + 1 return seen end";
     a.exec(setup, "setup").unwrap();
     b.exec(setup, "setup").unwrap();

@@ -69,7 +69,9 @@ impl Vm {
             &mut |L| {
                 // SAFETY: protected body; writes integer fields of an existing table.
                 unsafe {
-                    let Some(words) = state_words(L) else { return 0 };
+                    let Some(words) = state_words(L) else {
+                        return 0;
+                    };
                     let words = *words;
                     ffi::luaL_getsubtable(L, ffi::LUA_REGISTRYINDEX, c"_LOADED".as_ptr());
                     if ffi::lua_getfield(L, -1, HOLDER.as_ptr()) == ffi::LUA_TTABLE {
@@ -94,7 +96,9 @@ impl Vm {
                 // SAFETY: protected body; reads integers, writes 32 bytes of the anchored
                 // userdata (exactly its size, checked by `state_words`).
                 unsafe {
-                    let Some(words) = state_words(L) else { return 0 };
+                    let Some(words) = state_words(L) else {
+                        return 0;
+                    };
                     ffi::luaL_getsubtable(L, ffi::LUA_REGISTRYINDEX, c"_LOADED".as_ptr());
                     if ffi::lua_getfield(L, -1, HOLDER.as_ptr()) != ffi::LUA_TTABLE {
                         return 0;

@@ -445,7 +445,9 @@ impl Game {
 }
 
 /// Names left out of the deterministic profile.
-const LEFT_OUT: [&str; 7] = ["os", "io", "debug", "package", "require", "dofile", "loadfile"];
+const LEFT_OUT: [&str; 7] = [
+    "os", "io", "debug", "package", "require", "dofile", "loadfile",
+];
 
 /// Adds to a Lua error about a nil global that the deterministic profile leaves out (`os`,
 /// `io`, ...) why it is nil, instead of the bare "attempt to index a nil value".

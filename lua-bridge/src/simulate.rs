@@ -177,7 +177,6 @@ impl Simulation {
         self.progress = Some(p);
     }
 
-
     fn fresh(&mut self, backend: Backend) -> Result<Game, GameError> {
         let mut game = self
             .game
@@ -307,29 +306,30 @@ impl Simulation {
         self.game = Some(game);
         r?;
         // Saved and restored around every frame.
-        let saved_run = |sim: &mut Simulation, upto: Option<u64>| -> Result<(Game, Option<u64>), GameError> {
-            let mut game = sim.fresh(backend)?;
-            let r = (|| {
-                for (i, &f) in frames.iter().enumerate() {
-                    let inputs = sim.opts.actual(f);
-                    let h = game.save()?;
-                    game.step(&inputs)?;
-                    game.load(&h, f)?;
-                    game.step(&inputs)?;
-                    if upto == Some(f) || (upto.is_none() && check(&mut game)? != truth[i]) {
-                        return Ok(Some(f));
+        let saved_run =
+            |sim: &mut Simulation, upto: Option<u64>| -> Result<(Game, Option<u64>), GameError> {
+                let mut game = sim.fresh(backend)?;
+                let r = (|| {
+                    for (i, &f) in frames.iter().enumerate() {
+                        let inputs = sim.opts.actual(f);
+                        let h = game.save()?;
+                        game.step(&inputs)?;
+                        game.load(&h, f)?;
+                        game.step(&inputs)?;
+                        if upto == Some(f) || (upto.is_none() && check(&mut game)? != truth[i]) {
+                            return Ok(Some(f));
+                        }
+                    }
+                    Ok(None)
+                })();
+                match r {
+                    Ok(found) => Ok((game, found)),
+                    Err(e) => {
+                        sim.game = Some(game);
+                        Err(e)
                     }
                 }
-                Ok(None)
-            })();
-            match r {
-                Ok(found) => Ok((game, found)),
-                Err(e) => {
-                    sim.game = Some(game);
-                    Err(e)
-                }
-            }
-        };
+            };
         let (game, found) = saved_run(self, None)?;
         self.game = Some(game);
         let (left, right) = match found {

@@ -29,8 +29,8 @@ pub struct DiffArgs {
 
 /// Reads a file and checks that it is a luasnap save-game.
 pub fn read_save(path: &Path) -> Result<Vec<u8>, String> {
-    let bytes =
-        std::fs::read(path).map_err(|e| format!("cannot read save-game {}: {e}", path.display()))?;
+    let bytes = std::fs::read(path)
+        .map_err(|e| format!("cannot read save-game {}: {e}", path.display()))?;
     if !bytes.starts_with(MAGIC) {
         return Err(format!(
             "{} is not a luasnap save-game (it does not start with {:?}); give a file written by `luasnap simulate --save` or Vm::save_game",
@@ -101,8 +101,7 @@ fn diff(args: &DiffArgs) -> Result<bool, String> {
         None => None,
     };
     let ga = graph_of(&a, script.as_ref()).map_err(|e| format!("{}: {e}", args.left.display()))?;
-    let gb =
-        graph_of(&b, script.as_ref()).map_err(|e| format!("{}: {e}", args.right.display()))?;
+    let gb = graph_of(&b, script.as_ref()).map_err(|e| format!("{}: {e}", args.right.display()))?;
     let d = ga.diff(&gb, args.limit.max(1));
     if args.json {
         let diffs: Vec<_> = d

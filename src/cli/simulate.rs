@@ -211,7 +211,10 @@ pub fn run(args: SimulateArgs) -> Result<(), String> {
     }
     let failed: Vec<&ModeReport> = reports.iter().filter(|r| !r.matches_reference).collect();
     if let Some(r) = failed.first() {
-        note(&format!("locating where mode {} diverges...", r.backend.name()));
+        note(&format!(
+            "locating where mode {} diverges...",
+            r.backend.name()
+        ));
         let why = sim.explain(r.backend, 20).map_err(err)?;
         return Err(why.to_string().trim_end().to_string());
     }

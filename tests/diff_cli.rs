@@ -1,0 +1,102 @@
+//! `luasnap diff` and the checks `luasnap simulate` makes before a long run.
+
+use std::process::Command;
+
+fn luasnap(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_luasnap"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn diff_of_two_saves_lists_paths_bounded_with_exit_status_1() {
+    let dir = std::env::temp_dir().join(format!("luasnap-diff-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let game = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/lua-bridge/games/dungeon_crawl.lua"
+    );
+    let save = |frames: &str, name: &str| {
+        let path = dir.join(name);
+        let out = luasnap(&[
+            "simulate",
+            game,
+            "--frames",
+            frames,
+            "--mode",
+            "full",
+            "--save",
+            path.to_str().unwrap(),
+        ]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        path
+    };
+    let (a, b, c) = (
+        save("20", "a.sav"),
+        save("23", "b.sav"),
+        save("20", "c.sav"),
+    );
+    let (a, b, c) = (
+        a.to_str().unwrap(),
+        b.to_str().unwrap(),
+        c.to_str().unwrap(),
+    );
+    let same = luasnap(&["diff", a, c, "--game", game]);
+    assert_eq!(
+        same.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&same.stderr)
+    );
+    let differ = luasnap(&["diff", a, b, "--game", game, "--limit", "3"]);
+    assert_eq!(
+        differ.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&differ.stderr)
+    );
+    let text = String::from_utf8_lossy(&differ.stdout);
+    assert!(text.contains("luasnap_frame: 20 vs 23"), "{text}");
+    assert_eq!(
+        text.lines().filter(|l| l.starts_with("  ")).count(),
+        4,
+        "3 paths and a '...' line: {text}"
+    );
+    let json = luasnap(&["diff", a, b, "--game", game, "--json"]);
+    assert_eq!(json.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(v["equal"], false);
+    assert!(v["differences"].as_array().unwrap().len() <= 20);
+    assert!(v["differences"][0]["path"].is_string());
+    // Not a save: said so, exit status 2.
+    let text_file = dir.join("six.txt");
+    std::fs::write(&text_file, "hello\n").unwrap();
+    let bad = luasnap(&["diff", text_file.to_str().unwrap(), a]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("is not a luasnap save-game"));
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn simulate_checks_before_running() {
+    let out = luasnap(&[
+        "simulate",
+        "--save",
+        "/nonexistent/dir/x.sav",
+        "--frames",
+        "5",
+    ]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot write the save-game"));
+    let out = luasnap(&["simulate", "--window", "0", "--delay", "0"]);
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(e.contains("--window must be at least 2"), "{e}");
+    let out = luasnap(&["simulate", "--window", "4", "--delay", "5"]);
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(e.contains("use --window 7 or a delay of at most 2"), "{e}");
+}
