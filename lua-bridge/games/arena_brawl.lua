@@ -2,11 +2,14 @@
 --
 -- Players steer avatars around a tiled arena and fire projectiles; thousands of NPCs wander
 -- with per-entity closures, shared metatables and AI coroutines (suspended between frames);
--- the world keeps strings (names, an event log) and a tile map. About 10 MB of heap.
+-- the world keeps strings (names, an event log built with string.format, a HUD built with
+-- table.concat), a tile map, a leaderboard sorted every few frames and a weak cache of
+-- formatted labels. About 10 MB of heap. It uses the standard library the way game code
+-- does: math.random seeded in G.init, string.format/rep/gsub/find, tostring of numbers,
+-- table.sort with a comparator, coroutine.wrap generators, metatables with __eq/__lt.
 --
 -- Contract: G.init(players, seed), G.step(inputs) with one integer 0..255 per player,
--- G.digest() -> a game-defined checksum. Deterministic: its only randomness is its own
--- generator, seeded by G.init.
+-- G.digest() -> a game-defined checksum (a hex string).
 local G = {}
 
 local WIDTH, HEIGHT = 160, 160
@@ -15,13 +18,28 @@ local NPCS = 6500
 local world
 
 local function rand()
-  -- xorshift32, kept in the world so it rolls back with everything else
-  local x = world.rng
-  x = x ~ ((x << 13) & 0xffffffff)
-  x = x ~ (x >> 17)
-  x = x ~ ((x << 5) & 0xffffffff)
-  world.rng = x
-  return x
+  return math.random(0, 0x7fffffff)
+end
+
+-- Labels are formatted on demand and cached weakly: a label nobody shows is collected.
+local label_cache = setmetatable({}, { __mode = "v" })
+local function label(e)
+  local key = e.kind .. e.id
+  local l = label_cache[key]
+  if not l then
+    l = { text = string.format("%s #%05d (%s)", e.name, e.id, e.mood or "-") }
+    label_cache[key] = l
+  end
+  return l
+end
+
+-- Scores compare by points, then by id.
+local Score = {}
+Score.__index = Score
+Score.__eq = function(a, b) return a.points == b.points and a.id == b.id end
+Score.__lt = function(a, b)
+  if a.points ~= b.points then return a.points > b.points end
+  return a.id < b.id
 end
 
 local Entity = {}
@@ -33,7 +51,18 @@ function Entity:move(dx, dy)
 end
 
 function Entity:describe()
-  return self.kind .. "#" .. self.id .. "@" .. self.x .. "," .. self.y
+  return string.format("%s#%d@%d,%d", self.kind, self.id, self.x, self.y)
+end
+
+-- The tiles within `r` of (x, y), generated lazily.
+local function around(x, y, r)
+  return coroutine.wrap(function()
+    for dy = -r, r do
+      for dx = -r, r do
+        coroutine.yield((x + dx) % WIDTH + 1, (y + dy) % HEIGHT + 1)
+      end
+    end
+  end)
 end
 
 local Projectile = setmetatable({}, { __index = Entity })
@@ -42,10 +71,10 @@ Projectile.__index = Projectile
 local function spawn_npc(id)
   local e = setmetatable({
     id = id, kind = "npc", x = rand() % WIDTH, y = rand() % HEIGHT, hp = 20 + rand() % 30,
-    name = "npc-" .. id, mood = "calm", inventory = {}, memory = {},
+    name = string.format("npc-%04d", id), mood = "calm", inventory = {}, memory = {},
   }, Entity)
   for i = 1, 1 + rand() % 4 do
-    e.inventory[i] = { item = "item" .. (rand() % 40), qty = 1 + rand() % 5 }
+    e.inventory[i] = { item = "item" .. tostring(rand() % 40), qty = 1 + rand() % 5 }
   end
   -- every entity has its own closure over itself
   e.wants = function(tx, ty) return (tx - e.x) * (tx - e.x) + (ty - e.y) * (ty - e.y) < 400 end
@@ -64,9 +93,10 @@ local function spawn_npc(id)
 end
 
 function G.init(players, seed)
+  math.randomseed(seed)
   world = {
-    tick = 0, rng = (seed % 0x7fffffff) + 1, players = {}, npcs = {}, shots = {}, log = {},
-    map = {}, next_id = 1, kills = 0,
+    tick = 0, players = {}, npcs = {}, shots = {}, log = {},
+    map = {}, next_id = 1, kills = 0, board = {}, hud = "", stats = { shots = 0, hits = 0, seen = 0 },
   }
   for y = 1, HEIGHT do
     local row = {}
@@ -80,6 +110,7 @@ function G.init(players, seed)
       id = p, kind = "player", x = (p * 37) % WIDTH, y = (p * 53) % HEIGHT, hp = 100, score = 0,
       name = "player" .. p, inventory = {}, memory = {},
     }, Entity)
+    world.board[p] = setmetatable({ id = p, points = 0 }, Score)
   end
   for i = 1, NPCS do
     world.npcs[i] = spawn_npc(world.next_id)
@@ -102,6 +133,7 @@ function G.step(inputs)
       if s.dx == 0 and s.dy == 0 then s.dx = 1 end
       world.next_id = world.next_id + 1
       world.shots[#world.shots + 1] = s
+      world.stats.shots = world.stats.shots + 1
     end
   end
   -- projectiles fly and hit NPCs on the same tile
@@ -115,10 +147,13 @@ function G.step(inputs)
       if n.x == s.x and n.y == s.y then
         n.hp = n.hp - 10
         hit = true
+        world.stats.hits = world.stats.hits + 1
         if n.hp <= 0 then
           world.kills = world.kills + 1
           world.players[s.owner].score = world.players[s.owner].score + 1
-          world.log[#world.log + 1] = n:describe() .. " fell to player" .. s.owner .. " at " .. tick
+          world.log[#world.log + 1] = string.format("[%06d] %s fell to %s (%s)", tick, n:describe(),
+            world.players[s.owner].name, label(n).text)
+          world.board[s.owner].points = world.players[s.owner].score
           world.npcs[i] = spawn_npc(world.next_id)
           world.next_id = world.next_id + 1
         end
@@ -139,10 +174,32 @@ function G.step(inputs)
     local target = world.players[(e.id % #world.players) + 1]
     if e.wants(target.x, target.y) then
       e.memory[#e.memory % 8 + 1] = "saw " .. target.name .. " at " .. tick
+      world.stats.seen = world.stats.seen + 1
     end
   end
   if #world.log > 200 then
     table.remove(world.log, 1)
+  end
+  -- every 8 frames: walls near player 1 (a generator), the leaderboard and the HUD
+  if tick % 8 == 0 then
+    local p1 = world.players[1]
+    local walls = 0
+    for x, y in around(p1.x, p1.y, 3) do
+      if world.map[y][x].kind == "wall" then walls = walls + 1 end
+    end
+    local order = {}
+    for i, sc in ipairs(world.board) do order[i] = sc end
+    table.sort(order, function(a, b) return a < b end)
+    local parts = {}
+    for rank, sc in ipairs(order) do
+      parts[#parts + 1] = string.format("%d:%s=%d", rank, world.players[sc.id].name, sc.points)
+    end
+    local stats = {}
+    for k, v in pairs(world.stats) do stats[#stats + 1] = k .. "=" .. tostring(v) end
+    table.sort(stats)
+    world.hud = (table.concat(parts, " ") .. " | " .. table.concat(stats, " ") .. " | walls " .. walls)
+      :gsub("player(%d+)", "P%1")
+    world.last_event = world.log[#world.log] and world.log[#world.log]:find("fell", 1, true) and world.log[#world.log] or string.rep("-", 8)
   end
 end
 
@@ -153,7 +210,7 @@ function G.digest()
     local e = world.npcs[i]
     h = (h * 31 + e.x * 3 + e.y * 5 + e.hp) % 0x7fffffffffff
   end
-  return h + #world.shots
+  return string.format("%012x/%d", h + #world.shots, #world.hud)
 end
 
 return G
