@@ -115,6 +115,11 @@ pub struct ModeReport {
     pub value_digest: u64,
     /// Whether the run ended in the reference state.
     pub matches_reference: bool,
+    /// Pages written per frame (what each incremental snapshot copies), one entry per frame
+    /// advanced; empty for the serializer.
+    pub pages_per_frame: Vec<usize>,
+    /// The arena's extent at the end, bytes (what a full snapshot copies).
+    pub extent_bytes: u64,
 }
 
 impl ModeReport {
@@ -133,6 +138,12 @@ impl ModeReport {
     /// 99th-percentile load time, µs.
     pub fn load_us_p99(&self) -> f64 {
         quantile_us(&self.timings.loads, 0.99)
+    }
+    /// Median pages written per frame (0 for the serializer).
+    pub fn pages_per_frame_median(&self) -> usize {
+        let mut v = self.pages_per_frame.clone();
+        v.sort_unstable();
+        v.get(v.len() / 2).copied().unwrap_or(0)
     }
     /// Median rollback overhead (load + re-simulated saves), µs.
     pub fn rollback_us_median(&self) -> f64 {
@@ -238,7 +249,11 @@ impl Simulation {
         let game = self.fresh(backend)?;
         let mut s = FrameSession::new(game, self.opts.game.window - 1);
         let mut progress = self.progress.take();
-        let result = drive(&self.opts, &mut s, &mut |done| {
+        let mut pages_per_frame = Vec::new();
+        let result = drive(&self.opts, &mut s, &mut |done, s: &FrameSession| {
+            if backend != Backend::Serialize {
+                pages_per_frame.push(s.game().vm().snapshots().stats().last_dirty_pages);
+            }
             if let Some(p) = &mut progress {
                 p(backend.name(), done, self.opts.frames);
             }
@@ -257,6 +272,8 @@ impl Simulation {
                 }
             };
             Ok(ModeReport {
+                pages_per_frame,
+                extent_bytes: game.vm().arena_stats().extent_bytes,
                 backend,
                 rollbacks,
                 resimulated,
@@ -360,7 +377,7 @@ impl Simulation {
                 let left = left?;
                 let game = self.fresh(backend)?;
                 let mut s = FrameSession::new(game, self.opts.game.window - 1);
-                let r = drive(&self.opts, &mut s, &mut |_| {});
+                let r = drive(&self.opts, &mut s, &mut |_, _| {});
                 let mut game = s.into_game();
                 let right = r.and_then(|()| game.value_graph());
                 self.game = Some(game);
@@ -422,7 +439,7 @@ impl std::fmt::Display for Divergence {
 fn drive(
     opts: &SimOptions,
     s: &mut FrameSession,
-    tick: &mut dyn FnMut(u64),
+    tick: &mut dyn FnMut(u64, &FrameSession),
 ) -> Result<(), GameError> {
     let start = s.game().frame();
     let end = start + opts.frames;
@@ -472,7 +489,7 @@ fn drive(
         let inputs = predict(f, known);
         s.advance(&inputs)?;
         used.push(inputs);
-        tick(f - start + 1);
+        tick(f - start + 1, s);
     }
     // The network catches up: every input of the run becomes known.
     reconcile(s, &mut used, Some(end - 1), &mut checked)

@@ -153,6 +153,9 @@ pub fn run(args: SimulateArgs) -> Result<(), String> {
                     "rollback_overhead_us_median": r.rollback_us_median(),
                     "rollback_overhead_us_p99": r.rollback_us_p99(),
                     "memory_bytes": r.memory_bytes,
+                    "pages_written_per_frame_median": r.pages_per_frame_median(),
+                    "pages_written_per_frame_mean": if r.pages_per_frame.is_empty() { 0.0 } else { r.pages_per_frame.iter().sum::<usize>() as f64 / r.pages_per_frame.len() as f64 },
+                    "extent_bytes": r.extent_bytes,
                     "final_digest": format!("{:016x}", r.final_digest),
                     "value_digest": format!("{:016x}", r.value_digest),
                     "matches_reference": r.matches_reference,
@@ -190,11 +193,11 @@ pub fn run(args: SimulateArgs) -> Result<(), String> {
             "reference: arena digest {:016x}, value digest {:016x}\n",
             reference.arena_digest, reference.value_digest
         );
-        println!("| mode | rollbacks | re-simulated frames | save µs median / p99 | load µs median / p99 | rollback overhead µs median / p99 | snapshot memory | matches reference |");
-        println!("|---|---|---|---|---|---|---|---|");
+        println!("| mode | rollbacks | re-simulated frames | save µs median / p99 | load µs median / p99 | rollback overhead µs median / p99 | pages written per frame (median) | arena extent | snapshot memory | matches reference |");
+        println!("|---|---|---|---|---|---|---|---|---|---|");
         for r in &reports {
             println!(
-                "| {} | {} | {} | {:.0} / {:.0} | {:.0} / {:.0} | {:.0} / {:.0} | {} | {} |",
+                "| {} | {} | {} | {:.0} / {:.0} | {:.0} / {:.0} | {:.0} / {:.0} | {} | {} | {} | {} |",
                 r.backend.name(),
                 r.rollbacks,
                 r.resimulated,
@@ -204,6 +207,8 @@ pub fn run(args: SimulateArgs) -> Result<(), String> {
                 r.load_us_p99(),
                 r.rollback_us_median(),
                 r.rollback_us_p99(),
+                if r.backend == Backend::Serialize { "-".to_string() } else { r.pages_per_frame_median().to_string() },
+                human_bytes(r.extent_bytes),
                 human_bytes(r.memory_bytes as u64),
                 if r.matches_reference { "yes" } else { "NO" },
             );
