@@ -277,7 +277,7 @@ impl Graph {
         let h = self.refine(rounds);
         let all = h
             .iter()
-            .fold(0u64, |acc, &x| acc.wrapping_add(mix(x, 0x414c_4c)));
+            .fold(0u64, |acc, &x| acc.wrapping_add(mix(x, 0x0041_4c4c)));
         mix(h[root], all)
     }
 
