@@ -918,42 +918,22 @@ int luasnap_is_weak_removable(lua_State *L, int idx) {
 ** shrinking in the collector's atomic phase or when coroutine.close resets it), and the old
 ** block goes back to the allocator with whatever its slots held, live or dead: a luaL_Buffer
 ** placeholder, or the light userdata a host call pushes, would stay in freed arena memory.
-** This allocator sits in front of the arena's: a block that may be a stack (at least the
-** smallest stack Lua makes) is scrubbed of light userdata when it is freed, and is resized by
-** allocate-copy-scrub-free so the old block is scrubbed too. Scrubbing zeroes only slots
+** The allocator layer in lua-bridge/src/canonical.rs (scrubbing_alloc) sits in front of the
+** arena's: a block that may be a stack (at least the smallest stack Lua makes) is scrubbed of
+** light userdata when it is freed, and is resized by allocate-copy-scrub-free so the old block
+** is scrubbed too. The two helpers below are its C half. Scrubbing zeroes only slots
 ** tagged as light userdata, reading the rest (no page is written unless one is found); a
 ** freed block is dead, so changing its bytes changes no behaviour. */
 #define LS_MIN_STACK_BYTES (((size_t)BASIC_STACK_SIZE + EXTRA_STACK) * sizeof(StackValue))
 
-static lua_Alloc ls_inner_alloc;
+/* The smallest block that can be a stack (the allocator layer lives in canonical.rs). */
+const size_t luasnap_min_stack_bytes = LS_MIN_STACK_BYTES;
 
-/* Records the arena's allocator (the same function for every arena of the process). */
-void luasnap_set_inner_alloc(lua_Alloc f) { ls_inner_alloc = f; }
-
-static void ls_scrub(void *p, size_t size) {
+/* Zeroes every StackValue-sized slot of the dead block [p, p + size) tagged as a light
+** userdata; reads the rest. Invariant: the block is freed or about to be (nothing reads it). */
+void luasnap_scrub_light(void *p, size_t size) {
   StackValue *s = (StackValue *)p;
   size_t i, n = size / sizeof(StackValue);
   for (i = 0; i < n; i++)
     if (rawtt(s2v(s + i)) == LUA_VLIGHTUSERDATA) memset(s + i, 0, sizeof(StackValue));
-}
-
-void *luasnap_scrubbing_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
-  void *n;
-  /* ptr == NULL: a new block (osize is then a type tag). Small blocks cannot be stacks. */
-  if (ptr == NULL || osize < LS_MIN_STACK_BYTES) return ls_inner_alloc(ud, ptr, osize, nsize);
-  if (nsize == 0) {
-    ls_scrub(ptr, osize);
-    return ls_inner_alloc(ud, ptr, osize, 0);
-  }
-  n = ls_inner_alloc(ud, NULL, 0, nsize);
-  if (n == NULL) {
-    /* Out of memory: growing fails as Lua expects; shrinking must not fail, so it happens in
-    ** place (the arena's allocator shrinks without moving), after the tail is scrubbed. */
-    if (nsize < osize) ls_scrub((char *)ptr + nsize, osize - nsize);
-    return ls_inner_alloc(ud, ptr, osize, nsize);
-  }
-  memcpy(n, ptr, osize < nsize ? osize : nsize);
-  ls_scrub(ptr, osize);
-  ls_inner_alloc(ud, ptr, osize, 0);
-  return n;
 }

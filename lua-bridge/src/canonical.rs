@@ -21,16 +21,11 @@
 //! persistence tests' own resumes settle nothing, which is harmless outside rollback).
 
 use mlua::ffi::{self, lua_State};
-use std::ffi::c_int;
+use std::ffi::{c_int, c_void};
 
 unsafe extern "C" {
-    fn luasnap_set_inner_alloc(f: luasnap_alloc::LuaAllocFn);
-    fn luasnap_scrubbing_alloc(
-        ud: *mut std::ffi::c_void,
-        ptr: *mut std::ffi::c_void,
-        osize: usize,
-        nsize: usize,
-    ) -> *mut std::ffi::c_void;
+    static luasnap_min_stack_bytes: usize;
+    fn luasnap_scrub_light(p: *mut c_void, size: usize);
     fn luasnap_settle_thread(L: *mut lua_State) -> c_int;
     fn luasnap_is_weak_removable(L: *mut lua_State, idx: c_int) -> c_int;
 }
@@ -42,13 +37,50 @@ unsafe extern "C-unwind" {
     fn luasnap_co_close(L: *mut lua_State) -> c_int;
 }
 
-/// The allocator to give Lua: `inner` (the arena's) behind a layer that scrubs light userdata
-/// out of freed blocks that may be stacks (`csrc/internals.c`, "Freed stacks").
-pub(crate) fn scrubbing_alloc(inner: luasnap_alloc::LuaAllocFn) -> luasnap_alloc::LuaAllocFn {
-    // SAFETY: stores a function pointer; every arena of the process has the same allocator
-    // function, so a second call stores the same value.
-    unsafe { luasnap_set_inner_alloc(inner) };
-    luasnap_scrubbing_alloc
+/// The allocator given to Lua: the arena's ([`luasnap_alloc::lua_alloc`]) behind a layer for
+/// freed stacks. A thread's stack is reallocated while it runs (growing for a deep call,
+/// shrinking in the collector's atomic phase or when `coroutine.close` resets it), and the old
+/// block would go back to the allocator with whatever its slots held, live or dead: a
+/// `luaL_Buffer` placeholder, or the light userdata a host call pushes, would stay in freed
+/// arena memory. So a block that may be a stack (at least the smallest stack Lua makes) is
+/// scrubbed of light userdata when freed, and resized by allocate-copy-scrub-free so the old
+/// block is scrubbed too. Scrubbing writes only slots tagged as light userdata; a freed block
+/// is dead, so changing its bytes changes no behaviour.
+///
+/// # Safety
+/// Lua's `lua_Alloc` contract, with `ud` as [`luasnap_alloc::lua_alloc`] requires.
+pub(crate) unsafe extern "C" fn scrubbing_alloc(
+    ud: *mut c_void,
+    ptr: *mut c_void,
+    osize: usize,
+    nsize: usize,
+) -> *mut c_void {
+    // SAFETY: forwards Lua's contract to the arena's allocator; the blocks scrubbed and copied
+    // are live blocks of `osize` bytes (Lua passes the real size with a non-null pointer), and
+    // the new block has `nsize` bytes.
+    unsafe {
+        // A null pointer is a new block (osize is then a type tag); small blocks are no stacks.
+        if ptr.is_null() || osize < luasnap_min_stack_bytes {
+            return luasnap_alloc::lua_alloc(ud, ptr, osize, nsize);
+        }
+        if nsize == 0 {
+            luasnap_scrub_light(ptr, osize);
+            return luasnap_alloc::lua_alloc(ud, ptr, osize, 0);
+        }
+        let n = luasnap_alloc::lua_alloc(ud, std::ptr::null_mut(), 0, nsize);
+        if n.is_null() {
+            // Out of memory: growing fails as Lua expects; shrinking must not fail, so it
+            // happens in place (the arena's allocator shrinks without moving), tail scrubbed.
+            if nsize < osize {
+                luasnap_scrub_light(ptr.cast::<u8>().add(nsize).cast(), osize - nsize);
+            }
+            return luasnap_alloc::lua_alloc(ud, ptr, osize, nsize);
+        }
+        std::ptr::copy_nonoverlapping(ptr.cast::<u8>(), n.cast::<u8>(), osize.min(nsize));
+        luasnap_scrub_light(ptr, osize);
+        luasnap_alloc::lua_alloc(ud, ptr, osize, 0);
+        n
+    }
 }
 
 /// Zeroes the dead stack slots of the idle main thread `L`; returns how many it wrote.

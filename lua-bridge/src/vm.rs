@@ -197,8 +197,9 @@ impl VmBuilder {
                 what: "a new VM: too many VMs alive in this process (4096); drop some first".into(),
             }
         })?;
-        let (alloc, ud) = arena.lua_alloc();
-        let alloc = crate::canonical::scrubbing_alloc(alloc);
+        let (_, ud) = arena.lua_alloc();
+        // The arena's allocator, behind a layer that scrubs freed stacks.
+        let alloc: luasnap_alloc::LuaAllocFn = crate::canonical::scrubbing_alloc;
         let hash_seed = (seed ^ (seed >> 32)) as u32;
         // SAFETY: the allocator and its ud come from `arena`, which the Vm owns and drops after
         // closing the state; Lua calls it only from this thread.
