@@ -30,10 +30,12 @@
 //! 2. Refine hashes over it Weisfeiler-Lehman style: each round, a node's hash becomes a hash
 //!    of its kind, its ordered parts and the *order-independent* combination (wrapping sum of
 //!    mixed pairs) of its table entries, using the previous round's hashes for references.
-//!    Rounds continue until the partition into equal hashes stops growing (at least
-//!    [`ROUNDS`], at most [`MAX_ROUNDS`]).
+//!    The digest uses [`ROUNDS`] rounds; [`crate::value_diff`] refines until the partition into
+//!    equal hashes stops growing (at most [`MAX_ROUNDS`]), so that equal hashes mean equal
+//!    subgraphs as far as it needs to prune.
 //! 3. The digest combines the root's hash with the order-independent sum of *every* node's
-//!    hash, so a difference anywhere in the graph changes it, however deep.
+//!    hash: a value that differs changes its own object's hash, so it changes the digest
+//!    however deep it lies.
 //!
 //! Traversing through the Lua API writes to the heap (stack slots, a work list, collector
 //! state), so the VM is captured before and restored after: the arena is byte-identical
@@ -168,6 +170,8 @@ pub struct Node {
 #[derive(Default)]
 pub struct Graph {
     ids: HashMap<*const c_void, u32>,
+    /// Strings already in `prims`, by the address of their bytes (one entry per Lua string).
+    strs: HashMap<*const u8, Item>,
     /// The nodes; node 0 is the root if the root is an object.
     pub nodes: Vec<Node>,
     /// Primitive values referred to by [`Item::Prim`].
@@ -248,6 +252,11 @@ impl Graph {
     /// Rounds after which the partition of nodes into equal hashes stops growing (within
     /// [`ROUNDS`]..=[`MAX_ROUNDS`]).
     pub fn stable_rounds(&self) -> usize {
+        self.refine_until_stable().0
+    }
+
+    /// [`stable_rounds`](Graph::stable_rounds) and the hashes after that many rounds.
+    pub fn refine_until_stable(&self) -> (usize, Vec<u64>) {
         let distinct = |h: &[u64]| {
             let mut v = h.to_vec();
             v.sort_unstable();
@@ -260,11 +269,18 @@ impl Graph {
             h = self.round(&h);
             let now = distinct(&h);
             if now == classes && r >= ROUNDS {
-                return r;
+                return (r, h);
             }
             classes = now;
         }
-        MAX_ROUNDS
+        (MAX_ROUNDS, h)
+    }
+
+    fn combine(h: &[u64], root: usize) -> u64 {
+        let all = h
+            .iter()
+            .fold(0u64, |acc, &x| acc.wrapping_add(mix(x, 0x0041_4c4c)));
+        mix(h[root], all)
     }
 
     /// The digest of the graph rooted at `root`: the root's hash combined with the
@@ -274,16 +290,12 @@ impl Graph {
             Item::Prim { hash, .. } => return hash,
             Item::Ref(id) => id as usize,
         };
-        let h = self.refine(rounds);
-        let all = h
-            .iter()
-            .fold(0u64, |acc, &x| acc.wrapping_add(mix(x, 0x0041_4c4c)));
-        mix(h[root], all)
+        Self::combine(&self.refine(rounds), root)
     }
 
     /// The digest of the graph rooted at `root` (see the module documentation).
     pub fn digest(&self, root: Item) -> u64 {
-        self.digest_with(root, self.stable_rounds())
+        self.digest_with(root, ROUNDS)
     }
 
     fn id(&mut self, p: *const c_void) -> (u32, bool) {
@@ -338,9 +350,18 @@ impl Walk<'_> {
                 }
                 ffi::LUA_TSTRING => {
                     let mut len = 0;
-                    let p = ffi::lua_tolstring(L, -1, &mut len);
-                    let b = std::slice::from_raw_parts(p.cast::<u8>(), len);
-                    self.g.add_prim(b"str", b, Prim::Str(b.into()))
+                    let p = ffi::lua_tolstring(L, -1, &mut len).cast::<u8>();
+                    // A Lua string's bytes do not move while it lives, and nothing is
+                    // collected during the walk (the collector is stopped).
+                    match self.g.strs.get(&p) {
+                        Some(&item) => item,
+                        None => {
+                            let b = std::slice::from_raw_parts(p, len);
+                            let item = self.g.add_prim(b"str", b, Prim::Str(b.into()));
+                            self.g.strs.insert(p, item);
+                            item
+                        }
+                    }
                 }
                 ffi::LUA_TLIGHTUSERDATA => self.g.add_prim(b"light", &[], Prim::Light),
                 _ => {

@@ -83,10 +83,15 @@ impl ValueGraph {
 
     /// The differences between `self` (left) and `other` (right), at most `limit` of them.
     pub fn diff(&self, other: &ValueGraph, limit: usize) -> ValueDiff {
-        let rounds = self.graph.stable_rounds().max(other.graph.stable_rounds());
-        let (ha, hb) = (self.graph.refine(rounds), other.graph.refine(rounds));
-        let equal = self.graph.digest_with(self.root, rounds)
-            == other.graph.digest_with(other.root, rounds);
+        let (ra, ha) = self.graph.refine_until_stable();
+        let (rb, hb) = other.graph.refine_until_stable();
+        let rounds = ra.max(rb);
+        let (ha, hb) = match ra.cmp(&rb) {
+            std::cmp::Ordering::Equal => (ha, hb),
+            std::cmp::Ordering::Less => (self.graph.refine(rounds), hb),
+            std::cmp::Ordering::Greater => (ha, other.graph.refine(rounds)),
+        };
+        let equal = self.digest() == other.digest();
         let mut d = Differ {
             a: &self.graph,
             b: &other.graph,
