@@ -253,12 +253,17 @@ impl Differ<'_> {
                 right.entry(self.hash(false, k)).or_default().push((k, v));
             }
             let mut left_only = Vec::new();
+            let mut matched = Vec::new();
             for &(k, v) in &a.entries {
                 match right.get_mut(&self.hash(true, k)).and_then(|l| l.pop()) {
-                    Some((_, w)) => queue.push_back((self.key_path(&path, k), v, w)),
+                    Some((_, w)) => matched.push((self.key_path(&path, k), v, w)),
                     None => left_only.push((k, v)),
                 }
             }
+            // In key order, so that of two equally short paths to a value the first in key
+            // order names it, the same way every time.
+            matched.sort_by(|x, y| x.0.cmp(&y.0));
+            queue.extend(matched);
             for (k, v) in left_only {
                 let p = self.key_path(&path, k);
                 self.report(p, Some(v), None, None);

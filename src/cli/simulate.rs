@@ -106,7 +106,8 @@ pub fn run(args: SimulateArgs) -> Result<(), String> {
             .expect("a valid template")
             .progress_chars("=> "),
         );
-        let mut current = String::new();
+        bar.set_prefix("reference");
+        let mut current = String::from("reference");
         sim.set_progress(Box::new(move |what, done, total| {
             if what != current {
                 current = what.to_string();
