@@ -198,6 +198,7 @@ function G.step(inputs)
     end
     table.sort(summary)
     world.hud = table.concat(parts, " ") .. " | " .. table.concat(summary, ",")
+      .. " | P1 at " .. world.players[1].pos
   end
 end
 
