@@ -195,3 +195,53 @@ fn a_settled_coroutine_still_runs_as_before() {
         )]
     );
 }
+
+#[test]
+fn corpus_games_step_to_the_same_bytes_from_any_host_stack_depth() {
+    use luasnap::bridge::runtime::{scripted_input, Backend, Game, GameConfig};
+    for (name, script) in [
+        (
+            "arena_shooter",
+            include_str!("../lua-bridge/games/arena_shooter.lua"),
+        ),
+        (
+            "ai_village",
+            include_str!("../lua-bridge/games/ai_village.lua"),
+        ),
+        (
+            "dungeon_crawl",
+            include_str!("../lua-bridge/games/dungeon_crawl.lua"),
+        ),
+    ] {
+        let cfg = GameConfig {
+            script: script.into(),
+            chunk_name: format!("={name}"),
+            players: 2,
+            seed: 4,
+            base_address: None,
+            window: 4,
+            capacity: 512 << 20,
+        };
+        let mut game = Game::new(&cfg, Backend::ArenaFull).unwrap();
+        let start = game.capture();
+        let mut runs = Vec::new();
+        for depth in [0usize, 5, 29] {
+            game.restart(&start, 0, Backend::ArenaFull, 4).unwrap();
+            let mut digests = Vec::new();
+            for f in 0..12u64 {
+                let inputs = [scripted_input(4, f, 0) | 16, scripted_input(4, f, 1)];
+                at_depth(depth, &mut || game.step(&inputs).unwrap());
+                digests.push(game.arena_digest());
+            }
+            runs.push(digests);
+        }
+        assert_eq!(
+            runs[0], runs[1],
+            "{name}: G.step's bytes depend on the host stack depth"
+        );
+        assert_eq!(
+            runs[0], runs[2],
+            "{name}: G.step's bytes depend on the host stack depth"
+        );
+    }
+}
