@@ -931,6 +931,15 @@ const size_t luasnap_min_stack_bytes = LS_MIN_STACK_BYTES;
 
 /* Zeroes every StackValue-sized slot of the dead block [p, p + size) tagged as a light
 ** userdata; reads the rest. Invariant: the block is freed or about to be (nothing reads it). */
+/* Whether any stack-value-sized slot of the block is tagged as a light userdata (reads only). */
+int luasnap_has_light(const void *p, size_t size) {
+  const StackValue *s = (const StackValue *)p;
+  size_t i, n = size / sizeof(StackValue);
+  for (i = 0; i < n; i++)
+    if (rawtt(s2v(s + i)) == LUA_VLIGHTUSERDATA) return 1;
+  return 0;
+}
+
 void luasnap_scrub_light(void *p, size_t size) {
   StackValue *s = (StackValue *)p;
   size_t i, n = size / sizeof(StackValue);

@@ -26,6 +26,7 @@ use std::ffi::{c_int, c_void};
 unsafe extern "C" {
     static luasnap_min_stack_bytes: usize;
     fn luasnap_scrub_light(p: *mut c_void, size: usize);
+    fn luasnap_has_light(p: *const c_void, size: usize) -> c_int;
     fn luasnap_settle_thread(L: *mut lua_State) -> c_int;
     fn luasnap_is_weak_removable(L: *mut lua_State, idx: c_int) -> c_int;
 }
@@ -43,8 +44,9 @@ unsafe extern "C-unwind" {
 /// block would go back to the allocator with whatever its slots held, live or dead: a
 /// `luaL_Buffer` placeholder, or the light userdata a host call pushes, would stay in freed
 /// arena memory. So a block that may be a stack (at least the smallest stack Lua makes) is
-/// scrubbed of light userdata when freed, and resized by allocate-copy-scrub-free so the old
-/// block is scrubbed too. Scrubbing writes only slots tagged as light userdata; a freed block
+/// scrubbed of light userdata when freed, and, if it holds any, resized by
+/// allocate-copy-scrub-free so the old block is scrubbed too (a block without any is resized
+/// by the arena's allocator directly, in place where it can be). Scrubbing writes only slots tagged as light userdata; a freed block
 /// is dead, so changing its bytes changes no behaviour.
 ///
 /// # Safety
@@ -66,6 +68,11 @@ pub(crate) unsafe extern "C" fn scrubbing_alloc(
         if nsize == 0 {
             luasnap_scrub_light(ptr, osize);
             return luasnap_alloc::lua_alloc(ud, ptr, osize, 0);
+        }
+        // Nothing to scrub (most large blocks: strings, arrays, stacks of threads that made no
+        // host call): the arena's allocator resizes it, in place where it can.
+        if luasnap_has_light(ptr, osize) == 0 {
+            return luasnap_alloc::lua_alloc(ud, ptr, osize, nsize);
         }
         let n = luasnap_alloc::lua_alloc(ud, std::ptr::null_mut(), 0, nsize);
         if n.is_null() {
