@@ -41,11 +41,14 @@
 #![deny(unsafe_op_in_unsafe_fn, missing_docs)]
 #![allow(non_snake_case)] // `L` for a lua_State, as in Lua's own sources
 
+mod convert;
 pub mod digest;
 mod error;
 mod ffi;
 #[cfg(feature = "ggrs")]
 pub mod ggrs_adapter;
+mod handle;
+mod path;
 pub mod persist;
 pub mod runtime;
 pub mod simulate;
@@ -59,4 +62,8 @@ pub use ffi::Call;
 pub use luasnap_snap::{CopyStrategy, SnapshotId, SnapshotMode};
 pub use userdata::{Method, PlainData, UserDataMethods};
 pub use value::{Table, UserDataValue, Value};
-pub use vm::{Function, GcMode, Profile, Vm, VmBuilder, DEFAULT_CAPACITY, NATIVES_KEY};
+pub use convert::{
+    type_error, Arg, FromLua, FromLuaMulti, IntoLua, IntoLuaMulti, UserData, Values,
+};
+pub use handle::{Function, LuaRef, LuaTable, Thread, ThreadStatus};
+pub use vm::{GcMode, Profile, Vm, VmBuilder, DEFAULT_CAPACITY, NATIVES_KEY};

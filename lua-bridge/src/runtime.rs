@@ -255,7 +255,7 @@ impl Game {
             has_digest,
         };
         game.vm
-            .call(
+            .call::<()>(
                 "luasnap_game.init",
                 &[
                     Value::Integer(cfg.players as i64),
@@ -274,8 +274,8 @@ impl Game {
     pub fn from_save(cfg: &GameConfig, backend: Backend, save: &[u8]) -> Result<Game, GameError> {
         let mut vm = Self::load_script(cfg, backend)?;
         vm.load_game(save)?;
-        let frame = vm.get("luasnap_frame")?.as_integer();
-        let players = vm.get("luasnap_players")?.as_integer();
+        let frame = vm.get::<Value>("luasnap_frame")?.as_integer();
+        let players = vm.get::<Value>("luasnap_players")?.as_integer();
         let (Some(frame), Some(players)) = (frame, players) else {
             return Err(GameError::Config(
                 "the save-game was not written by luasnap simulate (no frame count)".into(),
@@ -328,7 +328,7 @@ impl Game {
         debug_assert_eq!(inputs.len(), self.players);
         let t = Table::from_array(inputs.iter().map(|&i| Value::Integer(i as i64)));
         self.vm
-            .call("luasnap_step", &[Value::Table(t)])
+            .call::<()>("luasnap_step", &[Value::Table(t)])
             .map_err(|source| GameError::Script {
                 frame: self.frame,
                 source,
@@ -397,12 +397,12 @@ impl Game {
         }
         let v = self
             .vm
-            .call("luasnap_game.digest", &[])
+            .call::<Value>("luasnap_game.digest", ())
             .map_err(|source| GameError::Script {
                 frame: self.frame,
                 source,
             })?;
-        Ok(v.first().and_then(Value::as_integer))
+        Ok(v.as_integer())
     }
 
     /// The VM (statistics, snapshots).
