@@ -18,7 +18,8 @@ fn heap(mode: SnapshotMode) -> Vm {
         "=heap_builder",
     )
     .unwrap();
-    vm.call::<()>("H.build", &[Value::Integer(10 << 20)]).unwrap();
+    vm.call::<()>("H.build", &[Value::Integer(10 << 20)])
+        .unwrap();
     vm.gc_collect().unwrap();
     vm
 }

@@ -257,10 +257,7 @@ fn a_native_collected_between_snapshot_and_rollback() {
     vm.gc_collect().unwrap();
     vm.exec("collectgarbage(); collectgarbage()", "gc").unwrap();
     vm.rollback(id).unwrap();
-    assert_eq!(
-        vm.call::<i64>("wrap", 41).unwrap(),
-        42
-    );
+    assert_eq!(vm.call::<i64>("wrap", 41).unwrap(), 42);
     // The permanent table kept the native alive throughout.
     assert_eq!(
         vm.exec("return host.add(2, 2)", "again").unwrap(),
@@ -303,7 +300,11 @@ fn userdata_mutated_after_a_snapshot_rolls_back() {
         vec![Value::Integer(4), Value::from("Counter(4)")]
     );
     vm.rollback(id).unwrap();
-    let c = vm.get::<Value>("c").unwrap().as_userdata::<Counter>().unwrap();
+    let c = vm
+        .get::<Value>("c")
+        .unwrap()
+        .as_userdata::<Counter>()
+        .unwrap();
     assert_eq!(c, Counter { hits: 1, last: 1.5 });
     // Userdata go back into Lua by value too.
     vm.set(

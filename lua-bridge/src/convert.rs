@@ -201,27 +201,42 @@ impl FromLua for Table {
 }
 
 impl<T: FromLua> FromLua for Vec<T> {
-    /// A sequence: keys `1..=n` and no others.
+    /// A sequence: positive integer keys only. Holes read as `nil` (so `Vec<Option<T>>` reads
+    /// `{1, nil, 3}`); a table with other keys, or one sparser than twice its entry count (plus
+    /// 64), is refused rather than read as a huge vector.
     fn from_lua(value: Value) -> Result<Self, VmError> {
         let Value::Table(t) = value else {
             return Err(type_error(&value, "a sequence table", None));
         };
-        let n = t.entries.len();
-        let mut slots: Vec<Option<Value>> = (0..n).map(|_| None).collect();
-        for (k, v) in t.entries {
+        let mut max = 0u64;
+        for (k, v) in &t.entries {
             match k.as_integer() {
-                Some(i) if i >= 1 && (i as u64) <= n as u64 => slots[i as usize - 1] = Some(v),
+                Some(i) if i >= 1 => max = max.max(i as u64),
                 _ => {
                     return Err(VmError::Type {
-                        path: key_suffix(&k),
-                        expected: "no key outside 1..n in a sequence".into(),
-                        found: describe(&v),
+                        path: key_suffix(k),
+                        expected: "a sequence (keys 1, 2, ...)".into(),
+                        found: describe(v),
                         reason: Some(
                             "the table has other keys; read it as a HashMap or Table".into(),
                         ),
                     })
                 }
             }
+        }
+        if max > 2 * t.entries.len() as u64 + 64 {
+            return Err(type_error(
+                &Value::Table(t),
+                "a sequence table",
+                Some(format!(
+                    "too sparse: largest key {max}; read it as a HashMap"
+                )),
+            ));
+        }
+        let mut slots: Vec<Option<Value>> = (0..max).map(|_| None).collect();
+        for (k, v) in t.entries {
+            let i = k.as_integer().expect("checked above") as usize;
+            slots[i - 1] = Some(v);
         }
         slots
             .into_iter()
@@ -299,7 +314,10 @@ pub struct Arg<'h> {
 pub(crate) enum ArgKind {
     Value(Value),
     /// Slot `slot` of the anchor thread of the VM whose `Shared` is at `owner`.
-    Anchored { owner: *const Shared, slot: c_int },
+    Anchored {
+        owner: *const Shared,
+        slot: c_int,
+    },
 }
 
 impl<'h> Arg<'h> {
@@ -346,9 +364,7 @@ macro_rules! into_lua_via_value {
         }
     )*};
 }
-into_lua_via_value!(
-    i8, i16, i32, i64, isize, u8, u16, u32, f32, f64, bool, String, Value, Table
-);
+into_lua_via_value!(i8, i16, i32, i64, isize, u8, u16, u32, f32, f64, bool, String, Value, Table);
 
 impl<'h> IntoLua<'h> for &str {
     fn into_lua(self) -> Result<Arg<'h>, VmError> {
@@ -407,7 +423,6 @@ impl<'h, T: IntoLua<'h>> IntoLua<'h> for Vec<T> {
         Ok(Arg::value(Table::from_array(items)))
     }
 }
-
 
 fn map_into<'h, K: IntoLua<'h>, V: IntoLua<'h>>(
     entries: impl Iterator<Item = (K, V)>,

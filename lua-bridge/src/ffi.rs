@@ -372,7 +372,7 @@ impl<'a> Call<'a> {
                 }))
             };
             ffi::lua_settop(L, base);
-            luasnap_clear_slots_above_top(L, top - base + 3);
+            scrub_above_top(L, top - base + 3);
             let values = outcome?;
             R::from_lua_multi(values, "callback result").map_err(NativeError::from)
         }
@@ -390,6 +390,28 @@ impl<'a> Call<'a> {
     pub fn ret(&mut self, value: impl Into<Value>) {
         // SAFETY: results is only touched by the innermost running trampoline (this one).
         unsafe { (*self.shared.results.get()).push(Box::new(value.into())) };
+    }
+}
+
+/// Sets the `n` slots above the top to nil with zeroed payloads. A dead stack slot keeps its
+/// payload when only its type tag is set to nil, and the payload is arena bytes: a Rust stack
+/// address, or whichever object a handle held, would make the arena depend on things other
+/// than Lua's state.
+///
+/// # Safety
+/// The `n` slots above the top exist (they were in use, or were checked). Does not raise.
+pub(crate) unsafe fn scrub_above_top(L: *mut lua_State, n: c_int) {
+    // SAFETY: callers' contract; pushing integers and nils does not allocate.
+    unsafe {
+        let top = ffi::lua_gettop(L);
+        for _ in 0..n {
+            ffi::lua_pushinteger(L, 0);
+        }
+        ffi::lua_settop(L, top);
+        for _ in 0..n {
+            ffi::lua_pushnil(L);
+        }
+        ffi::lua_settop(L, top);
     }
 }
 
@@ -886,7 +908,7 @@ pub(crate) unsafe fn push_path(L: *mut lua_State, path: &CStr) {
 }
 
 unsafe extern "C" {
-    pub(crate) fn luasnap_clear_slots_above_top(L: *mut lua_State, n: c_int);
+    fn luasnap_clear_slots_above_top(L: *mut lua_State, n: c_int);
     fn luasnap_reset_strcache(L: *mut lua_State);
 }
 

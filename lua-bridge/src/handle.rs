@@ -109,15 +109,21 @@ fn release(shared: &Shared, slot: c_int) {
         shared.anchor_live.set(live);
         let free = &mut *shared.anchor_free.get();
         if live == 0 {
+            // `top` is the high-water mark since the stack was last empty; one more slot was
+            // used by `push_anchored`.
             let top = ffi::lua_gettop(A);
             ffi::lua_settop(A, 0);
-            raw::luasnap_clear_slots_above_top(A, top + 1);
+            raw::scrub_above_top(A, top + 1);
             free.clear();
         } else {
             free.push(slot);
         }
     }
 }
+
+/// Slots of the anchor stack scrubbed when it is created (within its initial size, so no
+/// reallocation).
+const SCRUBBED_AT_START: c_int = 32;
 
 /// Pushes an argument. May raise (memory).
 ///
@@ -144,13 +150,7 @@ unsafe fn call_args(L: *mut lua_State, args: &[Arg<'_>], shared: &Shared, extra:
         for a in args {
             push_arg(L, a, shared);
         }
-        ffi::lua_callk(
-            L,
-            args.len() as c_int + extra,
-            ffi::LUA_MULTRET,
-            0,
-            None,
-        );
+        ffi::lua_callk(L, args.len() as c_int + extra, ffi::LUA_MULTRET, 0, None);
         ffi::lua_gettop(L)
     }
 }
@@ -208,9 +208,10 @@ impl Vm {
                 // life (nothing removes it), and Lua's collector never moves objects.
                 unsafe {
                     thread = ffi::lua_newthread(L);
-                    if ffi::lua_checkstack(thread, 4) == 0 {
+                    if ffi::lua_checkstack(thread, SCRUBBED_AT_START) == 0 {
                         raise(L, "not enough memory for the anchor thread");
                     }
+                    raw::scrub_above_top(thread, SCRUBBED_AT_START);
                     ffi::lua_setfield(L, ffi::LUA_REGISTRYINDEX, ANCHORS_KEY.as_ptr());
                 }
                 0
@@ -462,7 +463,9 @@ impl Vm {
 
     /// A handle to the function at a path, for calling it repeatedly.
     pub fn function(&self, path: &str) -> Result<Function<'_>, VmError> {
-        self.handle(path)?.into_function().map_err(|e| named(e, path))
+        self.handle(path)?
+            .into_function()
+            .map_err(|e| named(e, path))
     }
 
     /// A handle to the coroutine at a path, to resume it from Rust.
@@ -921,8 +924,7 @@ impl<'vm> LuaTable<'vm> {
             .into_iter()
             .map(|(k, v)| {
                 let suffix = crate::convert::key_suffix(&k);
-                let key =
-                    K::from_lua(k).map_err(|e| at(e, &format!("table{suffix} (the key)")))?;
+                let key = K::from_lua(k).map_err(|e| at(e, &format!("table{suffix} (the key)")))?;
                 let val = V::from_lua(v).map_err(|e| at(e, &format!("table{suffix}")))?;
                 Ok((key, val))
             })
@@ -943,9 +945,7 @@ impl<'vm> LuaTable<'vm> {
         name: &str,
         args: impl IntoLuaMulti<'h>,
     ) -> Result<R, VmError> {
-        self.function(name)
-            .map_err(|e| named(e, name))?
-            .call(args)
+        self.function(name).map_err(|e| named(e, name))?.call(args)
     }
 
     /// Calls the method `t:name(args...)`: `t` is passed as `self`.
@@ -1054,7 +1054,11 @@ impl<'vm> Thread<'vm> {
                 // nothing is ever raised on the coroutine's own stack from here.
                 unsafe {
                     let co = ffi::lua_tothread(L, 1);
-                    ffi::luaL_checkstack(L, args.len() as c_int + 2, c"too many arguments".as_ptr());
+                    ffi::luaL_checkstack(
+                        L,
+                        args.len() as c_int + 2,
+                        c"too many arguments".as_ptr(),
+                    );
                     for a in &args {
                         push_arg(L, a, shared);
                     }

@@ -61,13 +61,13 @@ mod value;
 mod vm;
 pub mod workloads;
 
-pub use error::{LuaErrorKind, NativeError, VmError};
-pub use ffi::Call;
-pub use luasnap_snap::{CopyStrategy, SnapshotId, SnapshotMode};
-pub use userdata::{Method, PlainData, UserDataMethods};
-pub use value::{Table, UserDataValue, Value};
 pub use convert::{
     type_error, Arg, FromLua, FromLuaMulti, IntoLua, IntoLuaMulti, UserData, Values,
 };
+pub use error::{LuaErrorKind, NativeError, VmError};
+pub use ffi::Call;
 pub use handle::{Function, LuaRef, LuaTable, Thread, ThreadStatus};
+pub use luasnap_snap::{CopyStrategy, SnapshotId, SnapshotMode};
+pub use userdata::{Method, PlainData, UserDataMethods};
+pub use value::{Table, UserDataValue, Value};
 pub use vm::{GcMode, Profile, Vm, VmBuilder, DEFAULT_CAPACITY, NATIVES_KEY};
