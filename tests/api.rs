@@ -532,3 +532,119 @@ fn userdata_convert_by_value() {
         Err(VmError::Type { expected, .. }) if expected.contains("Vec2")
     ));
 }
+
+#[test]
+fn userdata_fields_and_methods_share_index() {
+    let vm = Vm::builder()
+        .capacity(256 * MIB)
+        .native("vec2", |call| {
+            call.ret(Value::userdata(Vec2 {
+                x: call.number(0)?,
+                y: call.number(1)?,
+            }));
+            Ok(())
+        })
+        .userdata::<Vec2>(|m| {
+            m.field_get("x", |v| v.x);
+            m.field_get("y", |v| v.y);
+            m.field_set("x", |v, x: f64| {
+                v.x = x;
+                Ok(())
+            });
+            m.method("len", |v, call| {
+                call.ret((v.x * v.x + v.y * v.y).sqrt());
+                Ok(())
+            });
+            m.method("__tostring", |v, call| {
+                call.ret(format!("({}, {})", v.x, v.y));
+                Ok(())
+            });
+        })
+        .build()
+        .unwrap();
+    let out = vm
+        .exec(
+            "local v = vec2(3, 4)
+             local l = v:len()
+             v.x = 6
+             local _, e1 = pcall(function() v.y = 1 end)
+             local _, e2 = pcall(function() v.x = 'a' end)
+             return l, v.x, v.y, tostring(v), v.nothing, e1, e2",
+            "fields",
+        )
+        .unwrap();
+    assert_eq!(
+        &out[..5],
+        &[
+            5.0.into(),
+            6.0.into(),
+            4.0.into(),
+            "(6, 4)".into(),
+            Value::Nil
+        ]
+    );
+    assert!(
+        out[5].as_str().unwrap().contains("no field setter"),
+        "{out:?}"
+    );
+    assert!(out[6].as_str().unwrap().contains("field 'x'"), "{out:?}");
+}
+
+#[test]
+fn userdata_metamethods_are_never_silently_replaced() {
+    let build = |f: fn(&mut luasnap::bridge::UserDataMethods<Vec2>)| {
+        Vm::builder().capacity(64 * MIB).userdata::<Vec2>(f).build()
+    };
+    for (what, f) in [
+        (
+            "__index",
+            (|m| {
+                m.method("__index", |_, _| Ok(()));
+                m.method("len", |_, _| Ok(()));
+            }) as fn(&mut luasnap::bridge::UserDataMethods<Vec2>),
+        ),
+        ("__index", |m| {
+            m.method("__index", |_, _| Ok(()));
+            m.field_get("x", |v| v.x);
+        }),
+        ("__newindex", |m| {
+            m.method("__newindex", |_, _| Ok(()));
+            m.field_set("x", |_, _: f64| Ok(()));
+        }),
+        ("__gc", |m| {
+            m.method("__gc", |_, _| Ok(()));
+        }),
+        ("__name", |m| {
+            m.method("__name", |_, _| Ok(()));
+        }),
+        ("twice", |m| {
+            m.field_get("x", |v| v.x);
+            m.field_get("x", |v| v.y);
+        }),
+    ] {
+        match build(f) {
+            Err(VmError::UserDataConflict { name: "Vec2", .. }) => {}
+            other => panic!("{what}: {other:?}"),
+        }
+    }
+    // A user __index alone (no methods, no fields) is kept.
+    let vm = Vm::builder()
+        .capacity(64 * MIB)
+        .native("vec2", |call| {
+            call.ret(Value::userdata(Vec2 { x: 1.0, y: 2.0 }));
+            Ok(())
+        })
+        .userdata::<Vec2>(|m| {
+            m.method("__index", |v, call| {
+                let k = call.str(1)?.to_string();
+                call.ret(if k == "sum" { v.x + v.y } else { 0.0 });
+                Ok(())
+            });
+        })
+        .build()
+        .unwrap();
+    assert_eq!(
+        vm.exec("return vec2().sum", "idx").unwrap(),
+        vec![3.0.into()]
+    );
+}

@@ -3,7 +3,7 @@
 use crate::error::{LuaErrorKind, NativeError, VmError};
 use crate::ffi::{self as raw, Call, LuaFailure, Native, NativeFn, Shared, UserDataType};
 use crate::persist::{luasnap_proto, luasnap_proto_hash};
-use crate::userdata::{PlainData, UserDataMethods};
+use crate::userdata::{EntryKind, PlainData, UserDataMethods};
 use crate::value::Value;
 use luasnap_alloc::{Arena, ArenaStats, TrackerPreference};
 use luasnap_snap::{CopyStrategy, RingConfig, Snapshot, SnapshotId, SnapshotMode, SnapshotRing};
@@ -679,12 +679,15 @@ impl Vm {
         }
         let mut m = UserDataMethods::<T>::new();
         methods(&mut m);
+        crate::userdata::check_entries::<T>(&m.methods)?;
+        let has = |k: EntryKind| m.methods.iter().any(|(_, kind, _)| *kind == k);
+        let (getters, setters) = (has(EntryKind::Get), has(EntryKind::Set));
         let first = {
             // SAFETY: Lua is idle; reading the list.
             unsafe { &*self.shared.natives.get() }.len()
         };
-        let mut entries: Vec<(CString, usize)> = Vec::new();
-        for (name, f) in m.methods {
+        let mut entries: Vec<(CString, EntryKind, usize)> = Vec::new();
+        for (name, kind, f) in m.methods {
             let cname =
                 CString::new(name.clone()).map_err(|_| VmError::BadName { name: name.clone() })?;
             let index = self.add_native(
@@ -696,30 +699,66 @@ impl Vm {
                     result
                 }),
             );
-            entries.push((cname, index));
+            entries.push((cname, kind, index));
         }
         let tname = CString::new(T::NAME).map_err(|_| VmError::BadName {
             name: T::NAME.into(),
         })?;
+        let factory = crate::userdata::FIELD_ACCESS;
         let metatable = self.run(
             &mut |L| {
                 // SAFETY: protected body.
                 unsafe {
-                    ffi::lua_createtable(L, 0, 4);
+                    ffi::lua_createtable(L, 0, 4); // 1: metatable
                     ffi::lua_pushstring(L, tname.as_ptr());
-                    ffi::lua_setfield(L, -2, c"__name".as_ptr());
-                    ffi::lua_createtable(L, 0, entries.len() as c_int);
-                    for (name, index) in &entries {
+                    ffi::lua_setfield(L, 1, c"__name".as_ptr());
+                    ffi::lua_createtable(L, 0, entries.len() as c_int); // 2: methods
+                    ffi::lua_createtable(L, 0, 0); // 3: getters
+                    ffi::lua_createtable(L, 0, 0); // 4: setters
+                    for (name, kind, index) in &entries {
                         ffi::lua_pushinteger(L, *index as ffi::lua_Integer);
                         ffi::lua_pushcclosure(L, raw::native_trampoline, 1);
-                        let target = if name.as_bytes().starts_with(b"__") {
-                            -3
-                        } else {
-                            -2
+                        let target = match kind {
+                            EntryKind::Method if name.as_bytes().starts_with(b"__") => 1,
+                            EntryKind::Method => 2,
+                            EntryKind::Get => 3,
+                            EntryKind::Set => 4,
                         };
                         ffi::lua_setfield(L, target, name.as_ptr());
                     }
-                    ffi::lua_setfield(L, -2, c"__index".as_ptr());
+                    if getters || setters {
+                        // __index and __newindex are Lua closures over the three tables.
+                        let st = ffi::luaL_loadbufferx(
+                            L,
+                            factory.as_ptr().cast(),
+                            factory.len(),
+                            c"=luasnap.userdata".as_ptr(),
+                            c"t".as_ptr(),
+                        );
+                        if st != ffi::LUA_OK {
+                            ffi::lua_error(L);
+                        }
+                        anchor_chunk(L);
+                        ffi::lua_pushvalue(L, 2);
+                        ffi::lua_pushvalue(L, 3);
+                        ffi::lua_pushvalue(L, 4);
+                        ffi::lua_pushstring(L, tname.as_ptr());
+                        ffi::lua_callk(L, 4, 2, 0, None);
+                        if setters {
+                            ffi::lua_setfield(L, 1, c"__newindex".as_ptr());
+                        } else {
+                            ffi::lua_settop(L, -2);
+                        }
+                        ffi::lua_setfield(L, 1, c"__index".as_ptr());
+                        ffi::lua_settop(L, 1);
+                    } else if !entries.is_empty()
+                        && ffi::lua_getfield(L, 1, c"__index".as_ptr()) == ffi::LUA_TNIL
+                    {
+                        // Methods only (a user __index was refused above): the table serves.
+                        ffi::lua_settop(L, 2);
+                        ffi::lua_setfield(L, 1, c"__index".as_ptr());
+                    }
+                    ffi::lua_settop(L, 1);
                     // registry[light(mt)] = mt: found again by its identity when pushing.
                     let mt = ffi::lua_topointer(L, -1);
                     ffi::lua_pushlightuserdata(L, mt.cast_mut());
