@@ -648,3 +648,95 @@ fn userdata_metamethods_are_never_silently_replaced() {
         vec![3.0.into()]
     );
 }
+
+#[derive(serde::Serialize, serde::Deserialize, Debug, PartialEq, Clone)]
+enum Action {
+    Idle,
+    Move { dx: i32, dy: i32 },
+    Say(String),
+    Pair(u8, u8),
+}
+
+#[derive(serde::Serialize, serde::Deserialize, Debug, PartialEq, Clone)]
+struct Player {
+    name: String,
+    hp: u16,
+    pos: (f64, f64),
+    inventory: Vec<String>,
+    stats: BTreeMap<String, i64>,
+    pet: Option<String>,
+    actions: Vec<Action>,
+}
+
+#[test]
+fn serde_types_round_trip_and_errors_name_the_field() {
+    use luasnap::bridge::Serde;
+    let vm = vm();
+    let p = Player {
+        name: "ann".into(),
+        hp: 7,
+        pos: (1.5, -2.0),
+        inventory: vec!["sword".into(), "key".into()],
+        stats: [("str".to_string(), 4), ("dex".to_string(), 9)].into(),
+        pet: None,
+        actions: vec![
+            Action::Idle,
+            Action::Move { dx: 1, dy: -1 },
+            Action::Say("hi".into()),
+            Action::Pair(1, 2),
+        ],
+    };
+    vm.set("p", Serde(p.clone())).unwrap();
+    // Lua sees plain tables and strings.
+    let out = vm
+        .exec(
+            "return p.name, p.pos[2], p.inventory[2], p.stats.dex, p.pet, p.actions[1], p.actions[2].Move.dx, p.actions[3].Say",
+            "read",
+        )
+        .unwrap();
+    assert_eq!(
+        out,
+        vec![
+            "ann".into(),
+            (-2.0).into(),
+            "key".into(),
+            9.into(),
+            Value::Nil,
+            "Idle".into(),
+            1.into(),
+            "hi".into()
+        ]
+    );
+    assert_eq!(vm.get::<Serde<Player>>("p").unwrap().0, p);
+    // Lua writes a float holding an integer: it reads back into the integer field.
+    vm.exec("p.hp = 8.0; p.pet = 'cat'", "write").unwrap();
+    let back = vm.get::<Serde<Player>>("p").unwrap().0;
+    assert_eq!((back.hp, back.pet.as_deref()), (8, Some("cat")));
+    for (script, path) in [
+        ("p.hp = 70000", "p.hp"),
+        ("p.hp = 1.5", "p.hp"),
+        ("p.inventory[2] = 5", "p.inventory[2]"),
+        ("p.actions[2].Move.dy = 'x'", "p.actions[2].Move.dy"),
+        ("p.name = nil", "p"),
+    ] {
+        vm.set("p", Serde(p.clone())).unwrap();
+        vm.exec(script, "break").unwrap();
+        match vm.get::<Serde<Player>>("p") {
+            Err(VmError::Type {
+                path: got, reason, ..
+            }) => {
+                assert_eq!(got, path, "{script}: {reason:?}")
+            }
+            other => panic!("{script}: {other:?}"),
+        }
+    }
+    vm.set("p", Serde(p.clone())).unwrap();
+    vm.exec("p.name = nil", "missing").unwrap();
+    let msg = vm.get::<Serde<Player>>("p").unwrap_err().to_string();
+    assert!(msg.contains("missing field `name`"), "{msg}");
+    // Values that Lua cannot hold are refused going in.
+    assert!(matches!(
+        vm.set("big", Serde(u64::MAX)),
+        Err(VmError::Conversion { .. })
+    ));
+}
