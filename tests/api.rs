@@ -740,3 +740,34 @@ fn serde_types_round_trip_and_errors_name_the_field() {
         Err(VmError::Conversion { .. })
     ));
 }
+
+/// A panic inside a native becomes a Lua error carrying its message, and prints nothing: the
+/// test re-runs itself in a child process and reads the child's stderr.
+#[test]
+fn a_panic_in_a_native_prints_no_report() {
+    if std::env::var_os("LUASNAP_PANIC_CHILD").is_some() {
+        let vm = Vm::builder()
+            .capacity(64 * MIB)
+            .native("boom", |_| panic!("kaboom {}", 42))
+            .build()
+            .unwrap();
+        let out = vm.exec("return pcall(boom)", "panic").unwrap();
+        assert!(out[1].as_str().unwrap().contains("kaboom 42"), "{out:?}");
+        eprintln!("child done");
+        return;
+    }
+    let child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "a_panic_in_a_native_prints_no_report",
+            "--nocapture",
+        ])
+        .env("LUASNAP_PANIC_CHILD", "1")
+        .env_remove("RUST_BACKTRACE")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&child.stderr);
+    assert!(child.status.success(), "{stderr}");
+    assert!(stderr.contains("child done"), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}

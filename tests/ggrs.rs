@@ -1,3 +1,4 @@
+#![cfg(feature = "ggrs")]
 //! GGRS sessions served from arena snapshots: SyncTestSession on the embedded game, and two
 //! P2P peers on 127.0.0.1 with desync detection.
 

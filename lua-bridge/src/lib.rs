@@ -65,8 +65,11 @@ pub mod workloads;
 pub use convert::{
     type_error, Arg, FromLua, FromLuaMulti, IntoLua, IntoLuaMulti, UserData, Values,
 };
-pub use error::{LuaErrorKind, NativeError, VmError};
+pub use error::{Error, LuaErrorKind, NativeError, VmError};
 pub use ffi::Call;
+/// The `ggrs` crate, at exactly the version the adapter is built with.
+#[cfg(feature = "ggrs")]
+pub use ggrs;
 pub use handle::{Function, LuaRef, LuaTable, Thread, ThreadStatus};
 pub use luasnap_snap::{CopyStrategy, SnapshotId, SnapshotMode};
 pub use serde_value::{from_value, to_value, Serde};
