@@ -52,6 +52,7 @@ mod ffi;
 #[cfg(feature = "ggrs")]
 pub mod ggrs_adapter;
 mod handle;
+mod input;
 mod path;
 pub mod persist;
 pub mod runtime;

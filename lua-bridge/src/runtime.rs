@@ -1,7 +1,8 @@
 //! The client runtime: games that predict and roll back, on top of snapshots.
 //!
 //! A game is a Lua script returning a table `G` with `G.init(players, seed)` and
-//! `G.step(inputs)` (`inputs`: one integer 0..=255 per player), and optionally `G.digest()`
+//! `G.step(inputs)` (`inputs[p]`: player `p`'s input, an integer for `u8` inputs, a table or
+//! userdata for the host's own [`GameInput`] type), and optionally `G.digest()`
 //! (a game-defined checksum). Its state is whatever the script keeps: globals, upvalues,
 //! coroutines. [`Game`] runs one in a deterministic VM; [`Backend`] says how its state is saved
 //! and restored: arena snapshots (full or incremental) or the graph serializer (save-games),
@@ -16,6 +17,7 @@
 //!   take a new synchronous snapshot, and re-apply what is still pending.
 
 use crate::error::VmError;
+pub use crate::input::{GameInput, PodInput, VmSetup};
 use crate::persist::{LoadError, SaveError};
 use crate::value::{Table, Value};
 use crate::vm::{GcMode, Vm};
@@ -114,6 +116,8 @@ pub struct GameConfig {
     pub window: usize,
     /// Arena address space.
     pub capacity: usize,
+    /// Registers natives and userdata types on the game's VM (before the script runs).
+    pub setup: VmSetup,
 }
 
 impl GameConfig {
@@ -127,6 +131,7 @@ impl GameConfig {
             base_address: Some(GAME_BASE_ADDRESS),
             window: 10,
             capacity: 2 << 30,
+            setup: VmSetup::default(),
         }
     }
 }
@@ -210,7 +215,7 @@ impl Game {
         if let Some(base) = cfg.base_address {
             b = b.base_address(base);
         }
-        Ok(b.build()?)
+        Ok(cfg.setup.apply(b).build()?)
     }
 
     /// Builds the VM and runs the script, checking the game contract in Lua (G holds
@@ -323,10 +328,23 @@ impl Game {
         self.vm.capture()
     }
 
-    /// Simulates one frame.
-    pub fn step(&mut self, inputs: &[u8]) -> Result<(), GameError> {
-        debug_assert_eq!(inputs.len(), self.players);
-        let t = Table::from_array(inputs.iter().map(|&i| Value::Integer(i as i64)));
+    /// Simulates one frame: `G.step(inputs)` with one input per player (see [`GameInput`]:
+    /// `u8` reaches Lua as an integer, serde types as tables, [`PodInput`] as userdata).
+    pub fn step<I: GameInput>(&mut self, inputs: &[I]) -> Result<(), GameError> {
+        if inputs.len() != self.players {
+            return Err(GameError::Config(format!(
+                "{} inputs for {} players at frame {}; give one input per player",
+                inputs.len(),
+                self.players,
+                self.frame
+            )));
+        }
+        let t = Table::from_array(
+            inputs
+                .iter()
+                .map(GameInput::to_lua)
+                .collect::<Result<Vec<_>, _>>()?,
+        );
         self.vm
             .call::<()>("luasnap_step", &[Value::Table(t)])
             .map_err(|source| GameError::Script {
