@@ -490,10 +490,7 @@ fn loading_returns_the_chunk_value_and_require_runs_once() {
     assert_eq!(a.get::<_, String>("name").unwrap(), "mod.a");
     assert_eq!(b.get::<_, String>("name").unwrap(), "mod.a");
     assert_eq!(vm.get::<i64>("counter").unwrap(), 1);
-    assert_eq!(
-        vm.require("empty", "x = 1").unwrap().get::<bool>().unwrap(),
-        true
-    );
+    assert!(vm.require("empty", "x = 1").unwrap().get::<bool>().unwrap());
     match vm.load("return +", "broken") {
         Err(VmError::Lua { kind, message, .. }) => {
             assert_eq!(kind, luasnap::bridge::LuaErrorKind::Syntax);

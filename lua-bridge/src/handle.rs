@@ -749,6 +749,12 @@ macro_rules! handle_into_lua {
                 (&self.0).into_lua()
             }
         }
+        impl<'vm> AsRef<LuaRef<'vm>> for $t<'vm> {
+            /// The handle as a general value handle.
+            fn as_ref(&self) -> &LuaRef<'vm> {
+                &self.0
+            }
+        }
         impl<'vm> From<$t<'vm>> for LuaRef<'vm> {
             fn from(h: $t<'vm>) -> LuaRef<'vm> {
                 h.0
@@ -783,11 +789,6 @@ handle_into_lua!(LuaTable, Function, Thread);
 pub struct LuaTable<'vm>(LuaRef<'vm>);
 
 impl<'vm> LuaTable<'vm> {
-    /// The handle as a general value handle.
-    pub fn as_ref(&self) -> &LuaRef<'vm> {
-        &self.0
-    }
-
     /// Reads `t[key]` (running `__index`) and converts it.
     pub fn get<'h, K: IntoLua<'h>, V: FromLua>(&self, key: K) -> Result<V, VmError> {
         let key = [key.into_lua()?];
@@ -972,11 +973,6 @@ impl<'vm> LuaTable<'vm> {
 pub struct Function<'vm>(LuaRef<'vm>);
 
 impl<'vm> Function<'vm> {
-    /// The handle as a general value handle.
-    pub fn as_ref(&self) -> &LuaRef<'vm> {
-        &self.0
-    }
-
     /// Calls the function with `args` and converts its results.
     pub fn call<'h, R: FromLuaMulti>(&self, args: impl IntoLuaMulti<'h>) -> Result<R, VmError> {
         let args = args.into_lua_multi()?;
@@ -1021,11 +1017,6 @@ pub enum ThreadStatus {
 pub struct Thread<'vm>(LuaRef<'vm>);
 
 impl<'vm> Thread<'vm> {
-    /// The handle as a general value handle.
-    pub fn as_ref(&self) -> &LuaRef<'vm> {
-        &self.0
-    }
-
     /// The coroutine's status.
     pub fn status(&self) -> ThreadStatus {
         // SAFETY: a live slot holding a thread; the status checks only read.
