@@ -768,3 +768,26 @@ fn a_panic_in_a_native_prints_no_report() {
     assert!(stderr.contains("child done"), "{stderr}");
     assert!(!stderr.contains("panicked"), "{stderr}");
 }
+
+#[test]
+fn a_call_result_can_stay_in_lua_as_a_handle() {
+    let vm = vm();
+    vm.exec(
+        "function make(n) local t = { n = n } function t.get() return t.n end return t end
+         function nothing() end",
+        "setup",
+    )
+    .unwrap();
+    let t = vm
+        .function("make")
+        .unwrap()
+        .call_handle(5)
+        .unwrap()
+        .into_table()
+        .unwrap();
+    assert_eq!(t.call_function::<i64>("get", ()).unwrap(), 5);
+    t.set("n", 6).unwrap();
+    assert_eq!(t.call_function::<i64>("get", ()).unwrap(), 6);
+    let none = vm.function("nothing").unwrap().call_handle(()).unwrap();
+    assert_eq!(none.type_name(), "nil");
+}

@@ -989,6 +989,37 @@ impl<'vm> Function<'vm> {
     }
 }
 
+impl<'vm> Function<'vm> {
+    /// Calls the function and returns a handle to its first result (`nil` if none): for
+    /// results that should stay in Lua (a table built by Lua, a closure).
+    pub fn call_handle<'h>(&self, args: impl IntoLuaMulti<'h>) -> Result<LuaRef<'vm>, VmError> {
+        let args = args.into_lua_multi()?;
+        self.0.vm.own_args(&args)?;
+        let shared: &Shared = &self.0.vm.shared;
+        let slot = self.0.with(
+            &mut |L| {
+                // SAFETY: protected body, the function at 1.
+                unsafe {
+                    let top = call_args(L, &args, shared, 0);
+                    ffi::lua_settop(L, if top >= 1 { 1 } else { 0 });
+                    if top == 0 {
+                        ffi::lua_pushnil(L);
+                    }
+                    let slot = anchor_top(L, shared);
+                    ffi::lua_pushinteger(L, slot as ffi::lua_Integer);
+                }
+                1
+            },
+            // SAFETY: the slot number is the only result.
+            |L, _| unsafe { ffi::lua_tointegerx(L, -1, std::ptr::null_mut()) } as c_int,
+        )?;
+        Ok(LuaRef {
+            vm: self.0.vm,
+            slot,
+        })
+    }
+}
+
 /// What a coroutine can do next.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ThreadStatus {
