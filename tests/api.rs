@@ -791,3 +791,69 @@ fn a_call_result_can_stay_in_lua_as_a_handle() {
     let none = vm.function("nothing").unwrap().call_handle(()).unwrap();
     assert_eq!(none.type_name(), "nil");
 }
+
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn key() -> impl Strategy<Value = (String, Value)> {
+        prop_oneof![
+            "[A-Za-z_][A-Za-z0-9_]{0,6}".prop_map(|s| (format!(".{s}"), Value::from(s.as_str()))),
+            any::<i64>().prop_map(|i| (format!("[{i}]"), Value::Integer(i))),
+            "[ -~]{0,8}".prop_map(|s| {
+                let quoted = s.replace('\\', "\\\\").replace('"', "\\\"");
+                (format!("[\"{quoted}\"]"), Value::from(s.as_str()))
+            }),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// Any text: a value, or a typed error pointing inside the text; never a panic.
+        #[test]
+        fn any_path_text_reads_or_fails_cleanly(text in "\\PC{0,24}") {
+            let vm = vm();
+            match vm.get::<Value>(&text) {
+                Ok(_) => {}
+                Err(VmError::BadPath { at, .. }) => prop_assert!(at <= text.chars().count()),
+                Err(VmError::NotFound { .. }) => {}
+                Err(e) => prop_assert!(false, "{text:?}: {e:?}"),
+            }
+        }
+
+        /// A value stored through a generated path reads back through the same path.
+        #[test]
+        fn generated_paths_write_and_read_back(keys in prop::collection::vec(key(), 1..5), v in any::<i64>()) {
+            let vm = vm();
+            // Build the nested tables in Lua from the keys, then write and read the leaf.
+            let mut path = "root".to_string();
+            vm.exec("root = {}", "root").unwrap();
+            for (text, k) in &keys[..keys.len() - 1] {
+                let parent = vm.table(&path).unwrap();
+                parent.set(k.clone(), vm.create_table().unwrap().as_ref()).unwrap();
+                path += text;
+            }
+            path += &keys[keys.len() - 1].0;
+            vm.set(&path, v).unwrap();
+            prop_assert_eq!(vm.get::<i64>(&path).unwrap(), v);
+        }
+
+        /// Every integer width reads a Lua integer exactly when it fits, else a Type error.
+        #[test]
+        fn integer_widths_match_try_from(v in prop_oneof![any::<i64>(), -300i64..300]) {
+            let vm = vm();
+            vm.set("v", v).unwrap();
+            macro_rules! check {
+                ($($t:ty),*) => {$(
+                    match (vm.get::<$t>("v"), <$t>::try_from(v)) {
+                        (Ok(got), Ok(want)) => prop_assert_eq!(got, want),
+                        (Err(VmError::Type { .. }), Err(_)) => {}
+                        (got, want) => prop_assert!(false, "{} {v}: {got:?} vs {want:?}", stringify!($t)),
+                    }
+                )*};
+            }
+            check!(i8, i16, i32, i64, i128, isize, u8, u16, u32, u64, u128, usize);
+        }
+    }
+}
