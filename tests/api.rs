@@ -857,3 +857,27 @@ mod properties {
         }
     }
 }
+
+#[test]
+fn unbounded_recursion_through_a_native_is_a_lua_error() {
+    let vm = Vm::builder()
+        .capacity(256 * MIB)
+        .native("host.call", |call| {
+            let n: i64 = call.call_function(0, call.get::<i64>(1)? + 1)?;
+            call.ret(n);
+            Ok(())
+        })
+        .build()
+        .unwrap();
+    let out = vm
+        .exec(
+            "local function f(n) return host.call(f, n) end
+             return pcall(f, 0)",
+            "recurse",
+        )
+        .unwrap();
+    assert_eq!(out[0], Value::Boolean(false), "{out:?}");
+    let msg = out[1].as_str().unwrap();
+    assert!(msg.contains("stack overflow"), "{msg}");
+    assert_eq!(vm.exec("return 1", "after").unwrap(), vec![Value::Integer(1)]);
+}

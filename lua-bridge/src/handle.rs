@@ -530,7 +530,10 @@ impl Vm {
     /// `name` as its `...`) and remembers its result (`true` if it returned nothing) in
     /// `registry["luasnap.modules"]`, like `require` does in `package.loaded`; later calls
     /// with the same name return that value without running anything. The remembered value
-    /// is Lua state: it rolls back and is dropped by a rollback to before the first call.
+    /// is Lua state: it rolls back and is dropped by a rollback to before the first call. It
+    /// is not part of save-games (they hold the globals); after `load_game`, a module cached
+    /// before the load is still the pre-load value, so require modules before loading or
+    /// reach them through the globals.
     pub fn require(&self, name: &str, source: impl AsRef<[u8]>) -> Result<LuaRef<'_>, VmError> {
         self.load_module(source.as_ref(), name, Some(name))
     }

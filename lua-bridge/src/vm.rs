@@ -152,8 +152,9 @@ impl VmBuilder {
     }
 
     /// Registers a native: a Rust function Lua sees at the dotted global path `name` (tables
-    /// on the way are created). Arguments are read from the [`Call`], results added with
-    /// [`Call::ret`]; an `Err` or a panic becomes a Lua error.
+    /// on the way are created). Arguments are read from the [`Call`] (typed with
+    /// [`Call::get`]), results added with [`Call::ret`], and Lua functions passed in can be
+    /// called with [`Call::call_function`]; an `Err` or a panic becomes a Lua error.
     pub fn native(
         mut self,
         name: &str,
