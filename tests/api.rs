@@ -879,5 +879,8 @@ fn unbounded_recursion_through_a_native_is_a_lua_error() {
     assert_eq!(out[0], Value::Boolean(false), "{out:?}");
     let msg = out[1].as_str().unwrap();
     assert!(msg.contains("stack overflow"), "{msg}");
-    assert_eq!(vm.exec("return 1", "after").unwrap(), vec![Value::Integer(1)]);
+    assert_eq!(
+        vm.exec("return 1", "after").unwrap(),
+        vec![Value::Integer(1)]
+    );
 }

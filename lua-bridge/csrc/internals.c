@@ -739,3 +739,28 @@ int luasnap_closure_scan(const void *f, const void **proto, const void **uids, l
   }
   return cl->nupvalues;
 }
+
+/* ===================== idle-state scrubbing ===================== */
+
+/* After a host call, the main thread's dead stack slots and its free CallInfo records still
+** hold what the last call left there (setnilvalue rewrites only the tag, and a free CallInfo
+** keeps its old function, top and pc). They are arena bytes: a host read between two frames
+** (a renderer calling G.digest) would leave the arena different from a run without the read,
+** and byte-level checksums (GGRS SyncTest with the arena digest) would mismatch. Zero them:
+** dead slots become nil with a zero payload, free CallInfo records all zero but their links.
+** Invariant relied on: the thread is idle, so slots at or above L->top and the records after
+** L->ci are unused (Lua initializes a record's fields when it takes it for a call). */
+void luasnap_scrub_idle_state(lua_State *L) {
+  StkId p;
+  CallInfo *ci;
+  for (p = L->top.p; p < L->stack_last.p + EXTRA_STACK; p++) {
+    memset(p, 0, sizeof(*p));
+    setnilvalue(s2v(p));
+  }
+  for (ci = L->ci->next; ci != NULL; ci = ci->next) {
+    CallInfo *next = ci->next, *previous = ci->previous;
+    memset(ci, 0, sizeof(*ci));
+    ci->next = next;
+    ci->previous = previous;
+  }
+}

@@ -908,14 +908,15 @@ pub(crate) unsafe fn push_path(L: *mut lua_State, path: &CStr) {
 }
 
 unsafe extern "C" {
-    fn luasnap_clear_slots_above_top(L: *mut lua_State, n: c_int);
     fn luasnap_reset_strcache(L: *mut lua_State);
+    fn luasnap_scrub_idle_state(L: *mut lua_State);
 }
 
-/// Empties the main thread's stack after a host call and clears the slots the call used
-/// (they held a light userdata with a Rust stack address: not to be left in the heap), and
-/// resets Lua's API string cache, whose slots depend on host string addresses
-/// (`csrc/internals.c`). Afterwards the idle arena depends on Lua's state alone.
+/// Empties the main thread's stack after a host call and scrubs what the call left in the
+/// thread's unused parts: dead stack slots (one held a light userdata with a Rust stack
+/// address) and free CallInfo records, and resets Lua's API string cache, whose slots depend on
+/// host string addresses (`csrc/internals.c`). Afterwards the idle arena depends on Lua's state
+/// alone: a host read between two frames leaves it byte-identical to a run without the read.
 ///
 /// # Safety
 /// `L` is an idle main thread of a VM built by this crate.
@@ -924,7 +925,7 @@ pub(crate) unsafe fn finish_host_call(L: *mut lua_State) {
     // which it refills with the string Lua itself fills it with.
     unsafe {
         ffi::lua_settop(L, 0);
-        luasnap_clear_slots_above_top(L, 8);
+        luasnap_scrub_idle_state(L);
         luasnap_reset_strcache(L);
     }
 }
