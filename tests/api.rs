@@ -884,3 +884,43 @@ fn unbounded_recursion_through_a_native_is_a_lua_error() {
         vec![Value::Integer(1)]
     );
 }
+
+#[test]
+fn hostile_tables_are_refused_not_allocated() {
+    let vm = vm();
+    vm.exec(
+        "sparse = { [1] = 1, [1e15] = 2 }
+         deep = {} local t = deep for i = 1, 500 do t.x = {} t = t.x end
+         cyc = {} cyc.me = cyc
+         nan_key = { [0/0 ~= 0/0 and 1 or 2] = 1 }",
+        "hostile",
+    )
+    .unwrap();
+    assert!(matches!(
+        vm.get::<Vec<i64>>("sparse"),
+        Err(VmError::Type { reason: Some(r), .. }) if r.contains("sparse")
+    ));
+    // Too deep or cyclic to copy: a Conversion error; a path or a handle reads them anyway.
+    assert!(matches!(
+        vm.get::<Value>("deep"),
+        Err(VmError::Conversion { .. })
+    ));
+    assert!(matches!(
+        vm.get::<Value>("cyc"),
+        Err(VmError::Conversion { .. })
+    ));
+    assert_eq!(vm.get::<Option<i64>>("deep.x.x.x.y").unwrap(), None);
+    assert_eq!(
+        vm.table("cyc")
+            .unwrap()
+            .table("me")
+            .unwrap()
+            .get::<_, Option<i64>>("v")
+            .unwrap(),
+        None
+    );
+    assert!(matches!(
+        vm.get::<Value>("x:y"),
+        Err(VmError::BadPath { at: 1, .. })
+    ));
+}

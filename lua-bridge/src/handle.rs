@@ -262,7 +262,7 @@ impl Vm {
         if p.method.is_some() {
             return Err(VmError::BadPath {
                 path: path.into(),
-                at: path.rfind(':').unwrap_or(0),
+                at: path[..path.rfind(':').unwrap_or(0)].chars().count(),
                 message: "a method path can only be called".into(),
             });
         }
@@ -305,7 +305,7 @@ impl Vm {
         if p.method.is_some() {
             return Err(VmError::BadPath {
                 path: path.into(),
-                at: path.rfind(':').unwrap_or(0),
+                at: path[..path.rfind(':').unwrap_or(0)].chars().count(),
                 message: "cannot set a method path".into(),
             });
         }
