@@ -88,7 +88,9 @@ impl<T: PlainData> UserDataMethods<T> {
     }
 
     /// Adds a method (`obj:name(...)`), or a metamethod if `name` starts with `__`
-    /// (`__add`, `__eq`, `__tostring`, `__len`, ...).
+    /// (`__add`, `__eq`, `__tostring`, `__len`, ...). The method gets a copy of the value,
+    /// written back when it returns: a change Lua code makes to the same userdata during a
+    /// [`Call::call_function`] from the method is overwritten.
     pub fn method(
         &mut self,
         name: &str,
