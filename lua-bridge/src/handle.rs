@@ -474,13 +474,16 @@ impl Vm {
     }
 
     /// The globals table.
+    ///
+    /// # Panics
+    /// If the anchor stack cannot grow (the arena's memory limit is reached).
     pub fn globals(&self) -> LuaTable<'_> {
         self.anchor_new(|L| {
             // SAFETY: protected body.
             unsafe { ffi::lua_rawgeti(L, ffi::LUA_REGISTRYINDEX, ffi::LUA_RIDX_GLOBALS) };
         })
         .map(LuaTable)
-        .expect("anchoring the globals table allocates nothing that can fail")
+        .expect("the anchor stack could not grow: the arena's memory limit is reached")
     }
 
     /// A new empty table.
@@ -659,6 +662,9 @@ impl Drop for LuaRef<'_> {
 
 impl Clone for LuaRef<'_> {
     /// Another handle to the same Lua object.
+    ///
+    /// # Panics
+    /// If the anchor stack cannot grow (the arena's memory limit is reached).
     fn clone(&self) -> Self {
         let slot = self.slot;
         self.vm
@@ -666,7 +672,7 @@ impl Clone for LuaRef<'_> {
                 // SAFETY: protected body with free slots; a live slot.
                 unsafe { push_anchored(L, &self.vm.shared, slot) }
             })
-            .expect("anchoring an existing value cannot fail except out of memory")
+            .expect("the anchor stack could not grow: the arena's memory limit is reached")
     }
 }
 
