@@ -168,6 +168,11 @@ fn structured_inputs_and_natives_in_sync_test_and_p2p() {
         })
         .unwrap_or_else(|e| panic!("{backend:?}: {e}"));
         assert_eq!(driver.game().frame(), 120);
+        let expected = match backend {
+            Backend::Serialize => Checksum::Game,
+            _ => Checksum::Arena,
+        };
+        assert_eq!(driver.checksum_kind(), expected);
     }
     // Reference: the same inputs without GGRS.
     let mut reference = Game::new(&cfg, Backend::ArenaFull).unwrap();
