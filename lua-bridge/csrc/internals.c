@@ -742,6 +742,14 @@ int luasnap_closure_scan(const void *f, const void **proto, const void **uids, l
 
 /* ===================== idle-state scrubbing ===================== */
 
+static int luasnap_all_zero(const void *p, size_t n) {
+  const unsigned char *b = (const unsigned char *)p;
+  size_t i;
+  for (i = 0; i < n; i++)
+    if (b[i] != 0) return 0;
+  return 1;
+}
+
 /* After a host call, the main thread's dead stack slots and its free CallInfo records still
 ** hold what the last call left there (setnilvalue rewrites only the tag, and a free CallInfo
 ** keeps its old function, top and pc). They are arena bytes: a host read between two frames
@@ -753,13 +761,16 @@ int luasnap_closure_scan(const void *f, const void **proto, const void **uids, l
 void luasnap_scrub_idle_state(lua_State *L) {
   StkId p;
   CallInfo *ci;
+  /* A clean dead slot is all zero bytes (LUA_VNIL is 0): bytes already zero are not written
+  ** again, so untouched pages stay clean for the page tracker. */
   for (p = L->top.p; p < L->stack_last.p + EXTRA_STACK; p++) {
-    memset(p, 0, sizeof(*p));
-    setnilvalue(s2v(p));
+    if (!luasnap_all_zero(p, sizeof(*p))) memset(p, 0, sizeof(*p));
   }
   for (ci = L->ci->next; ci != NULL; ci = ci->next) {
     CallInfo *next = ci->next, *previous = ci->previous;
-    memset(ci, 0, sizeof(*ci));
+    ci->next = NULL;
+    ci->previous = NULL;
+    if (!luasnap_all_zero(ci, sizeof(*ci))) memset(ci, 0, sizeof(*ci));
     ci->next = next;
     ci->previous = previous;
   }
