@@ -18,7 +18,8 @@ fn heap(mode: SnapshotMode) -> Vm {
         "=heap_builder",
     )
     .unwrap();
-    vm.call("H.build", &[Value::Integer(10 << 20)]).unwrap();
+    vm.call::<()>("H.build", &[Value::Integer(10 << 20)])
+        .unwrap();
     vm.gc_collect().unwrap();
     vm
 }
@@ -37,13 +38,13 @@ fn bench(c: &mut Criterion) {
         let mut id = vm.snapshot().unwrap();
         g.bench_function(format!("{name}/frame_save"), |b| {
             b.iter(|| {
-                vm.call("H.touch", &[Value::Integer(10)]).unwrap();
+                vm.call::<()>("H.touch", &[Value::Integer(10)]).unwrap();
                 id = vm.snapshot().unwrap();
             })
         });
         g.bench_function(format!("{name}/frame_load"), |b| {
             b.iter(|| {
-                vm.call("H.touch", &[Value::Integer(10)]).unwrap();
+                vm.call::<()>("H.touch", &[Value::Integer(10)]).unwrap();
                 vm.rollback(id).unwrap();
             })
         });

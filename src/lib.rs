@@ -7,7 +7,29 @@
 //! - [`alloc`]: the arena that holds a VM's whole heap, its allocator, and written-page
 //!   tracking (no Lua);
 //! - [`snap`]: full and incremental snapshots of an arena with a retention window (no Lua);
-//! - [`bridge`]: the Lua VM on an arena.
+//! - [`bridge`]: the Lua VM on an arena;
+//! - [`ggrs`] (feature `ggrs`, on by default): the GGRS crate at exactly the version
+//!   [`bridge::ggrs_adapter`] is built with, so a game's session types always match.
+//!
+//! The types a game uses most are also at the root: [`Vm`], [`Value`], the conversion traits,
+//! the handles, and one [`Error`] that every error of the crate converts into with `?`.
+//!
+//! ```
+//! use luasnap::{Error, Vm};
+//!
+//! fn main() -> Result<(), Error> {
+//!     let mut vm = Vm::builder().capacity(64 << 20).deterministic(1).build()?;
+//!     vm.exec("world = { players = { { hp = 10 } } }", "setup")?;
+//!     let before = vm.snapshot()?;
+//!     vm.set("world.players[1].hp", 3)?;
+//!     vm.rollback(before)?;
+//!     assert_eq!(vm.get::<u32>("world.players[1].hp")?, 10);
+//!     let _save: Vec<u8> = vm.save_game()?; // SaveError converts too
+//!     Ok(())
+//! }
+//! ```
+//!
+//! `docs/rust-api.md` is a cheat-sheet from mlua to luasnap.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
@@ -15,4 +37,16 @@ pub use luasnap_alloc as alloc;
 pub use luasnap_bridge as bridge;
 pub use luasnap_snap as snap;
 
+/// The `ggrs` crate, at exactly the version the GGRS adapter is built with.
+#[cfg(feature = "ggrs")]
+pub use luasnap_bridge::ggrs;
+
 pub use luasnap_alloc::{Arena, ArenaError, ArenaStats, TrackerKind, TrackerPreference};
+pub use luasnap_bridge::{
+    from_value, to_value, Call, Error, FromLua, FromLuaMulti, Function, IntoLua, IntoLuaMulti,
+    LuaRef, LuaTable, NativeError, PlainData, Serde, Table, Thread, ThreadStatus, UserData, Value,
+    Values, Vm, VmError,
+};
+
+/// `Result` with luasnap's umbrella [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

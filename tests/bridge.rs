@@ -93,15 +93,15 @@ fn values_cross_the_boundary_by_copy() {
     // Tables come back deeply; functions come back opaque.
     vm.exec("cfg = { speed = 3, tags = {'a', 'b'}, f = print }", "cfg")
         .unwrap();
-    let cfg = vm.get("cfg").unwrap();
-    let cfg = cfg.as_table().unwrap();
+    let cfg = vm.get::<Table>("cfg").unwrap();
+    let cfg = &cfg;
     assert_eq!(cfg.get("speed"), Some(&Value::Integer(3)));
     let tags = cfg.get("tags").unwrap().as_table().unwrap();
     assert_eq!(tags.sequence(), vec![&Value::from("a"), &Value::from("b")]);
     assert_eq!(cfg.get("f"), Some(&Value::Opaque("function")));
     // A cyclic table is refused with a clear error rather than looping.
     vm.exec("cyc = {}; cyc.self = cyc", "cyc").unwrap();
-    let err = vm.get("cyc").unwrap_err();
+    let err = vm.get::<Value>("cyc").unwrap_err();
     assert!(err.to_string().contains("contains itself"), "{err}");
     vm.set("from_host", Table::from_array([Value::Integer(5)]))
         .unwrap();
@@ -119,7 +119,7 @@ fn lua_errors_come_back_with_message_and_traceback() {
         "lib",
     )
     .unwrap();
-    match vm.call("outer", &[]) {
+    match vm.call::<()>("outer", ()) {
         Err(VmError::Lua {
             kind: LuaErrorKind::Runtime,
             message,
@@ -149,12 +149,12 @@ fn lua_errors_come_back_with_message_and_traceback() {
         other => panic!("{other:?}"),
     }
     assert!(matches!(
-        vm.call("missing", &[]),
+        vm.call::<()>("missing", ()),
         Err(VmError::NotFound { .. })
     ));
     assert!(matches!(
-        vm.call("bad name", &[]),
-        Err(VmError::BadName { .. })
+        vm.call::<()>("bad name", ()),
+        Err(VmError::BadPath { at: 3, .. })
     ));
     // The VM is fine afterwards.
     assert_eq!(
@@ -257,10 +257,7 @@ fn a_native_collected_between_snapshot_and_rollback() {
     vm.gc_collect().unwrap();
     vm.exec("collectgarbage(); collectgarbage()", "gc").unwrap();
     vm.rollback(id).unwrap();
-    assert_eq!(
-        vm.call("wrap", &[Value::Integer(41)]).unwrap(),
-        vec![Value::Integer(42)]
-    );
+    assert_eq!(vm.call::<i64>("wrap", 41).unwrap(), 42);
     // The permanent table kept the native alive throughout.
     assert_eq!(
         vm.exec("return host.add(2, 2)", "again").unwrap(),
@@ -278,13 +275,13 @@ fn handles_created_after_a_snapshot() {
         // A handle made after the snapshot lives and dies before the rollback: the borrow
         // checker forbids anything else (see the compile_fail example on `Vm`).
         let f = vm.function("bump").unwrap();
-        assert_eq!(f.call(&[]).unwrap(), vec![Value::Integer(1)]);
-        assert_eq!(f.call(&[]).unwrap(), vec![Value::Integer(2)]);
+        assert_eq!(f.call::<i64>(()).unwrap(), 1);
+        assert_eq!(f.call::<i64>(()).unwrap(), 2);
     }
     vm.rollback(id).unwrap();
-    assert_eq!(vm.get("n").unwrap(), Value::Integer(0));
+    assert_eq!(vm.get::<i64>("n").unwrap(), 0);
     let f = vm.function("bump").unwrap();
-    assert_eq!(f.call(&[]).unwrap(), vec![Value::Integer(1)]);
+    assert_eq!(f.call::<i64>(()).unwrap(), 1);
     drop(f);
     vm.arena().verify().unwrap();
 }
@@ -303,7 +300,11 @@ fn userdata_mutated_after_a_snapshot_rolls_back() {
         vec![Value::Integer(4), Value::from("Counter(4)")]
     );
     vm.rollback(id).unwrap();
-    let c = vm.get("c").unwrap().as_userdata::<Counter>().unwrap();
+    let c = vm
+        .get::<Value>("c")
+        .unwrap()
+        .as_userdata::<Counter>()
+        .unwrap();
     assert_eq!(c, Counter { hits: 1, last: 1.5 });
     // Userdata go back into Lua by value too.
     vm.set(
@@ -435,12 +436,12 @@ end
 fn a_replay_after_rollback_is_byte_identical() {
     let mut vm = vm();
     vm.exec(GAME, "game").unwrap();
-    vm.call("spawn", &[Value::Integer(500)]).unwrap();
+    vm.call::<()>("spawn", &[Value::Integer(500)]).unwrap();
     let id = vm.snapshot().unwrap();
     let inputs = [3, 1, 4, 1, 5, 9, 2, 6];
     let run = |vm: &Vm| {
         for i in inputs {
-            vm.call("step", &[Value::Integer(i)]).unwrap();
+            vm.call::<()>("step", &[Value::Integer(i)]).unwrap();
         }
         vm.digest()
     };
@@ -448,7 +449,7 @@ fn a_replay_after_rollback_is_byte_identical() {
     for _ in 0..3 {
         vm.rollback(id).unwrap();
         // A mispredicted branch first, then the confirmed inputs again.
-        vm.call("step", &[Value::Integer(100)]).unwrap();
+        vm.call::<()>("step", &[Value::Integer(100)]).unwrap();
         vm.rollback(id).unwrap();
         assert_eq!(run(&vm), first);
     }
@@ -493,7 +494,7 @@ fn gc_mid_cycle_across_a_rollback() {
             .build()
             .unwrap();
         vm.exec(GAME, "game").unwrap();
-        vm.call("spawn", &[Value::Integer(2000)]).unwrap();
+        vm.call::<()>("spawn", &[Value::Integer(2000)]).unwrap();
         vm.gc_running(false);
         vm.exec("for i = 1, 5000 do local t = { i } end", "garbage")
             .unwrap();
@@ -505,7 +506,7 @@ fn gc_mid_cycle_across_a_rollback() {
         let id = vm.snapshot().unwrap();
         let run = |vm: &Vm| {
             for i in 0..20 {
-                vm.call("step", &[Value::Integer(i)]).unwrap();
+                vm.call::<()>("step", &[Value::Integer(i)]).unwrap();
             }
             vm.exec("collectgarbage('step')", "gc").unwrap();
             vm.digest()
@@ -523,11 +524,11 @@ fn gc_mid_cycle_across_a_rollback() {
 fn host_string_addresses_do_not_reach_the_arena() {
     let mut vm = vm();
     vm.exec(GAME, "game").unwrap();
-    vm.call("spawn", &[Value::Integer(50)]).unwrap();
+    vm.call::<()>("spawn", &[Value::Integer(50)]).unwrap();
     let id = vm.snapshot().unwrap();
     let run = |vm: &Vm| {
         for i in 0..5 {
-            vm.call("step", &[Value::Integer(i)]).unwrap();
+            vm.call::<()>("step", &[Value::Integer(i)]).unwrap();
             vm.exec("world.seen = (world.seen or 0) + 1", "a chunk name")
                 .unwrap();
         }

@@ -97,25 +97,30 @@ fn check_family(profile: Profile, name: &str, body: &str) {
         .unwrap();
     // Warm up: stacks grow to their size, the collector settles into its rhythm.
     for i in 0..3 {
-        vm.call("deep", &[Value::Integer(12), Value::Integer(i)])
+        vm.call::<()>("deep", &[Value::Integer(12), Value::Integer(i)])
             .unwrap();
     }
     let start = vm.capture();
     let mut digests = Vec::new();
+    let mut results_per_depth = Vec::new();
     for depth in [0usize, 3, 37] {
         vm.restore(&start).unwrap();
         let mut results = Vec::new();
         for x in 0..4 {
             let r = at_depth(depth, &mut || {
-                vm.call("deep", &[Value::Integer(12), Value::Integer(x)])
+                vm.call::<Value>("deep", &[Value::Integer(12), Value::Integer(x)])
                     .unwrap()
             });
             results.push(r);
             // Between calls too: the next call must start from the same bytes.
             digests.push((depth, x, vm.digest()));
         }
-        let _ = results;
+        results_per_depth.push(results);
     }
+    assert!(
+        results_per_depth.windows(2).all(|w| w[0] == w[1]),
+        "{name}: results depend on the host stack depth: {results_per_depth:?}"
+    );
     let per_depth: Vec<Vec<u64>> = [0usize, 3, 37]
         .iter()
         .map(|d| {
@@ -221,6 +226,7 @@ fn corpus_games_step_to_the_same_bytes_from_any_host_stack_depth() {
             base_address: None,
             window: 4,
             capacity: 512 << 20,
+            setup: Default::default(),
         };
         let mut game = Game::new(&cfg, Backend::ArenaFull).unwrap();
         let start = game.capture();

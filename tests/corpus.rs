@@ -20,6 +20,7 @@ fn config(name: &str, script: &str, players: usize, seed: u64) -> GameConfig {
         base_address: None,
         window: 8,
         capacity: 1 << 30,
+        setup: Default::default(),
     }
 }
 

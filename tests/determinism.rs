@@ -118,14 +118,14 @@ fn same_seed_same_game_same_value_digest_in_one_process() {
     for vm in [&a, &b] {
         vm.exec(game, "game").unwrap();
         for i in 0..200 {
-            vm.call("step", &[Value::Integer(i)]).unwrap();
+            vm.call::<()>("step", &[Value::Integer(i)]).unwrap();
         }
     }
     assert_eq!(a.value_digest().unwrap(), b.value_digest().unwrap());
     let mut c = vm(10);
     c.exec(game, "game").unwrap();
     for i in 0..200 {
-        c.call("step", &[Value::Integer(i)]).unwrap();
+        c.call::<()>("step", &[Value::Integer(i)]).unwrap();
     }
     assert_ne!(
         a.value_digest().unwrap(),

@@ -1,6 +1,6 @@
 //! The README's Rust example, kept compiling and running.
 
-use luasnap::bridge::{Value, Vm};
+use luasnap::bridge::Vm;
 
 #[test]
 fn the_readme_example_runs() -> Result<(), Box<dyn std::error::Error>> {
@@ -18,10 +18,10 @@ fn the_readme_example_runs() -> Result<(), Box<dyn std::error::Error>> {
         "game",
     )?;
     let before = vm.snapshot()?;
-    vm.call("step", &[Value::Integer(41)])?;
-    assert_eq!(vm.get("score")?, Value::Integer(42));
+    vm.call::<()>("step", 41)?; // typed arguments and results
+    assert_eq!(vm.get::<i64>("score")?, 42);
     vm.rollback(before)?; // byte for byte; newer snapshots are invalidated
-    assert_eq!(vm.get("score")?, Value::Integer(0));
+    assert_eq!(vm.get::<i64>("score")?, 0);
     let save = vm.save_game()?; // portable: load it in another process
     assert!(!save.is_empty());
     Ok(())

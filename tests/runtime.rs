@@ -18,6 +18,7 @@ fn tiny(players: usize, seed: u64) -> GameConfig {
         base_address: None,
         window: 10,
         capacity: 256 << 20,
+        setup: Default::default(),
     }
 }
 

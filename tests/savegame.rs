@@ -449,7 +449,7 @@ fn userdata_by_bytes_refusal_rebuild_and_plain_data() {
         vec![Value::Number(25.0)]
     );
     assert_eq!(
-        b.get("saved.p").unwrap().as_userdata::<Vec2>(),
+        b.get::<Value>("saved.p").unwrap().as_userdata::<Vec2>(),
         Some(Vec2 { x: 3.0, y: 4.0 })
     );
 }

@@ -172,6 +172,7 @@ fn a_string_from_g_digest_is_used() {
         base_address: None,
         window: 4,
         capacity: 128 << 20,
+        setup: Default::default(),
     };
     let mut g = Game::new(&cfg, Backend::ArenaFull).unwrap();
     let d0 = g.game_digest().unwrap();

@@ -929,8 +929,6 @@ int luasnap_is_weak_removable(lua_State *L, int idx) {
 /* The smallest block that can be a stack (the allocator layer lives in canonical.rs). */
 const size_t luasnap_min_stack_bytes = LS_MIN_STACK_BYTES;
 
-/* Zeroes every StackValue-sized slot of the dead block [p, p + size) tagged as a light
-** userdata; reads the rest. Invariant: the block is freed or about to be (nothing reads it). */
 /* Whether any stack-value-sized slot of the block is tagged as a light userdata (reads only). */
 int luasnap_has_light(const void *p, size_t size) {
   const StackValue *s = (const StackValue *)p;
@@ -940,9 +938,44 @@ int luasnap_has_light(const void *p, size_t size) {
   return 0;
 }
 
+/* Zeroes every StackValue-sized slot of the dead block [p, p + size) tagged as a light
+** userdata; reads the rest. Invariant: the block is freed or about to be (nothing reads it). */
 void luasnap_scrub_light(void *p, size_t size) {
   StackValue *s = (StackValue *)p;
   size_t i, n = size / sizeof(StackValue);
   for (i = 0; i < n; i++)
     if (rawtt(s2v(s + i)) == LUA_VLIGHTUSERDATA) memset(s + i, 0, sizeof(StackValue));
+}
+
+/* ===================== idle-state scrubbing ===================== */
+
+static int luasnap_all_zero(const void *p, size_t n) {
+  const unsigned char *b = (const unsigned char *)p;
+  size_t i;
+  for (i = 0; i < n; i++)
+    if (b[i] != 0) return 0;
+  return 1;
+}
+
+/* After a host call, the main thread's dead stack slots and its free CallInfo records still
+** hold what the last call left there (setnilvalue rewrites only the tag, and a free CallInfo
+** keeps its old function, top and pc). They are arena bytes: a host read between two frames
+** (a renderer calling G.digest) would leave the arena different from a run without the read,
+** and byte-level checksums (GGRS SyncTest with the arena digest) would mismatch. Zero them:
+** dead slots become nil with a zero payload, free CallInfo records all zero but their links.
+** Invariant relied on: the thread is idle, so slots at or above L->top and the records after
+** L->ci are unused (Lua initializes a record's fields when it takes it for a call). */
+void luasnap_scrub_idle_state(lua_State *L) {
+  CallInfo *ci;
+  /* Dead slots: see luasnap_settle_thread (bytes already zero are not written again, so
+  ** untouched pages stay clean for the page tracker). */
+  luasnap_settle_thread(L);
+  for (ci = L->ci->next; ci != NULL; ci = ci->next) {
+    CallInfo *next = ci->next, *previous = ci->previous;
+    ci->next = NULL;
+    ci->previous = NULL;
+    if (!luasnap_all_zero(ci, sizeof(*ci))) memset(ci, 0, sizeof(*ci));
+    ci->next = next;
+    ci->previous = previous;
+  }
 }

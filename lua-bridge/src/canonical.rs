@@ -10,7 +10,7 @@
 //! - a coroutine's C-call counter keeps the depth of whoever resumed it last.
 //!
 //! Every thread that ran is settled (dead slots zeroed, counter reset) when it stops: the main
-//! thread after every host call ([`settle_main`], from `Vm::run`), a coroutine each time
+//! thread after every host call (`finish_host_call`, which also scrubs its free CallInfo records), a coroutine each time
 //! `coroutine.resume`, a `coroutine.wrap` function or `coroutine.close` returns (this module
 //! installs C versions of those three that do so; they behave exactly as Lua's own). The zeroing
 //! compares before writing, so clean pages stay unwritten. A stack reallocated or freed while
@@ -27,8 +27,8 @@ unsafe extern "C" {
     static luasnap_min_stack_bytes: usize;
     fn luasnap_scrub_light(p: *mut c_void, size: usize);
     fn luasnap_has_light(p: *const c_void, size: usize) -> c_int;
-    fn luasnap_settle_thread(L: *mut lua_State) -> c_int;
     fn luasnap_is_weak_removable(L: *mut lua_State, idx: c_int) -> c_int;
+    fn luasnap_settle_thread(L: *mut lua_State) -> c_int;
 }
 
 // Lua C functions: they may raise (longjmp through no Rust frame).
@@ -90,13 +90,14 @@ pub(crate) unsafe extern "C" fn scrubbing_alloc(
     }
 }
 
-/// Zeroes the dead stack slots of the idle main thread `L`; returns how many it wrote.
+/// Settles a coroutine that has just stopped running (yielded, returned or failed): zeroes its
+/// dead stack slots and resets its C-call counter, as `coroutine.resume` does here.
 ///
 /// # Safety
-/// `L` is a main thread of a VM built by this crate and nothing runs on it.
-pub(crate) unsafe fn settle_main(L: *mut lua_State) -> c_int {
-    // SAFETY: idle thread (caller's contract): every slot above its top is dead.
-    unsafe { luasnap_settle_thread(L) }
+/// `co` is a thread of a VM built by this crate that is not running.
+pub(crate) unsafe fn settle_thread(co: *mut lua_State) {
+    // SAFETY: an idle thread (caller's contract): every slot above its top is dead.
+    unsafe { luasnap_settle_thread(co) };
 }
 
 /// Replaces `coroutine.resume`, `coroutine.wrap` and `coroutine.close` (if the coroutine

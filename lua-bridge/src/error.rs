@@ -78,6 +78,47 @@ pub enum VmError {
     /// Snapshot or rollback was refused.
     #[error(transparent)]
     Snapshot(#[from] SnapError),
+    /// A value read from Lua does not fit the Rust type asked for (a float into `u8`, a string
+    /// into `i32`, a missing field of a struct).
+    #[error("'{path}' is {found}, expected {expected}{}; read it as a type that fits (or `Value` to see what is there)", reason.as_deref().map(|r| format!(" ({r})")).unwrap_or_default())]
+    Type {
+        /// Where the value was read: the path given, or `result #n` / `argument #n`, followed by
+        /// the position inside it (`cfg.tags[2]`).
+        path: String,
+        /// The Rust-side type expected.
+        expected: String,
+        /// What was found (Lua's type name, with the value when it is short).
+        found: String,
+        /// Why it does not fit, when the type alone does not say (out of range, not UTF-8).
+        reason: Option<String>,
+    },
+    /// A path does not parse; `at` is the character (from 0) where parsing stopped.
+    #[error("cannot parse path '{path}' at character {at}: {message}\n  {path}\n  {caret}^; write paths like `world.players[1].hp` or `cfg[\"key with space\"]`", caret = " ".repeat(*at))]
+    BadPath {
+        /// The path.
+        path: String,
+        /// Character index (from 0) of the problem.
+        at: usize,
+        /// What is wrong there.
+        message: String,
+    },
+    /// A handle from one VM was passed to another.
+    #[error("a handle from another VM was passed to this one; copy the value out (`Value`) and pass that")]
+    ForeignHandle,
+    /// A userdata type's metamethod would be replaced by the one luasnap installs.
+    #[error("userdata type '{name}': {message}")]
+    UserDataConflict {
+        /// The type name.
+        name: &'static str,
+        /// Which metamethod conflicts and what to do.
+        message: String,
+    },
+    /// A coroutine cannot be resumed (it is dead, or running).
+    #[error("cannot resume the coroutine: it is {status}")]
+    NotResumable {
+        /// `dead`, `running` or `normal`.
+        status: &'static str,
+    },
     /// A userdata type cannot be stored inline.
     #[error("userdata type '{name}' needs alignment {align}, above the 8 bytes Lua guarantees")]
     UserDataAlignment {
@@ -122,5 +163,51 @@ impl std::fmt::Display for NativeError {
 impl<E: std::error::Error> From<E> for NativeError {
     fn from(e: E) -> NativeError {
         NativeError(e.to_string())
+    }
+}
+
+/// Every error of this crate in one type, for applications that want a single `?` target.
+///
+/// The specific types stay: [`VmError`] for running Lua, [`SaveError`](crate::persist::SaveError)
+/// and [`LoadError`](crate::persist::LoadError) for save-games,
+/// [`GameError`](crate::runtime::GameError) for the runtime. Each converts into this one with
+/// `?`, and [`NativeError`] accepts any of them inside a native.
+///
+/// ```
+/// use luasnap_bridge::{Error, Vm};
+///
+/// fn run() -> Result<Vec<u8>, Error> {
+///     let vm = Vm::builder().capacity(64 << 20).build()?;     // VmError
+///     vm.exec("score = 1", "setup")?;                          // VmError
+///     Ok(vm.save_game()?)                                       // SaveError
+/// }
+/// assert!(!run().unwrap().is_empty());
+/// ```
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// Running Lua, converting values, snapshots.
+    #[error(transparent)]
+    Vm(#[from] VmError),
+    /// Writing a save-game.
+    #[error(transparent)]
+    Save(#[from] crate::persist::SaveError),
+    /// Reading a save-game.
+    #[error(transparent)]
+    Load(#[from] crate::persist::LoadError),
+    /// The game runtime.
+    #[error(transparent)]
+    Game(#[from] crate::runtime::GameError),
+}
+
+impl From<ArenaError> for Error {
+    fn from(e: ArenaError) -> Error {
+        Error::Vm(e.into())
+    }
+}
+
+impl From<SnapError> for Error {
+    fn from(e: SnapError) -> Error {
+        Error::Vm(e.into())
     }
 }

@@ -66,10 +66,18 @@ pub(crate) struct Shared {
     pub warn: Cell<u8>,
     /// Where the VM's arena starts (every Lua object lives in it).
     pub arena_base: usize,
+    /// The anchor thread holding the Lua objects of live handles (see `handle.rs`); set once
+    /// at build, never collected (the registry holds it).
+    pub anchors: Cell<*mut lua_State>,
+    /// Anchor slots freed while other handles are alive (empty when none is).
+    pub anchor_free: UnsafeCell<Vec<c_int>>,
+    /// Handles alive.
+    pub anchor_live: Cell<usize>,
 }
 
 impl Shared {
     pub(crate) fn new(arena_base: usize) -> Shared {
+        install_quiet_panic_hook();
         Shared {
             natives: UnsafeCell::new(Vec::new()),
             userdata: UnsafeCell::new(Vec::new()),
@@ -79,6 +87,9 @@ impl Shared {
             budget: Cell::new(0),
             warn: Cell::new(0),
             arena_base,
+            anchors: Cell::new(std::ptr::null_mut()),
+            anchor_free: UnsafeCell::new(Vec::new()),
+            anchor_live: Cell::new(0),
         }
     }
 
@@ -272,10 +283,156 @@ impl<'a> Call<'a> {
         }
     }
 
+    /// Calls argument `i` (a function, or a value with `__call`) with `args` and converts its
+    /// results: comparators, event handlers and other callbacks passed in from Lua.
+    ///
+    /// The call is protected: an error inside it comes back as an `Err` (with Lua's message),
+    /// which the native may handle or return (`?`) to raise it further. The Lua code it runs
+    /// may call natives in turn; it cannot yield across this call (Lua's rule for C calls
+    /// without continuations) and, like any native, cannot snapshot the VM.
+    ///
+    /// ```
+    /// # use luasnap_bridge::{Vm, VmError};
+    /// let vm = Vm::builder()
+    ///     .capacity(64 << 20)
+    ///     .native("host.count_if", |call| {
+    ///         let items: Vec<i64> = call.get(0)?;
+    ///         let mut n = 0;
+    ///         for x in items {
+    ///             if call.call_function::<bool>(1, x)? {
+    ///                 n += 1;
+    ///             }
+    ///         }
+    ///         call.ret(n);
+    ///         Ok(())
+    ///     })
+    ///     .build()?;
+    /// let n: i64 = vm.exec("return host.count_if({1, 5, 7, 2}, function(x) return x > 3 end)", "t")?[0]
+    ///     .as_integer().unwrap();
+    /// assert_eq!(n, 2);
+    /// # Ok::<(), VmError>(())
+    /// ```
+    pub fn call_function<'h, R: crate::convert::FromLuaMulti>(
+        &mut self,
+        i: usize,
+        args: impl crate::convert::IntoLuaMulti<'h>,
+    ) -> Result<R, NativeError> {
+        let idx = self.index(i).ok_or_else(|| self.bad(i, "function"))?;
+        // SAFETY: valid slot; the check only reads the metatable.
+        if !unsafe { is_callable(self.L, idx) } {
+            return Err(self.bad(i, "function"));
+        }
+        let args = crate::convert::plain_args(args)?;
+        let (L, shared) = (self.L, self.shared);
+        let mut body = |L: *mut lua_State| {
+            // SAFETY: runs inside run_job under lua_pcallk with the callee at index 1; only
+            // references live in this frame when Lua raises.
+            unsafe { call_with(L, &args, shared) }
+        };
+        let mut job = Job {
+            body: &mut body,
+            panic: None,
+        };
+        // SAFETY: this native's own stack. The pushes below do not allocate (light C
+        // functions, a light userdata and a copy) and the stack is checked first; lua_pcallk
+        // catches every error raised inside. Results are copied with non-raising calls, then
+        // the stack is put back to where it was and the slots used are cleared (one held a
+        // Rust stack address).
+        unsafe {
+            if ffi::lua_checkstack(L, 5) == 0 {
+                return Err(NativeError::new("Lua stack overflow calling back into Lua"));
+            }
+            let base = ffi::lua_gettop(L);
+            ffi::lua_pushcclosure(L, traceback_handler, 0);
+            ffi::lua_pushcclosure(L, run_job, 0);
+            ffi::lua_pushlightuserdata(L, (&mut job as *mut Job<'_>).cast());
+            ffi::lua_pushvalue(L, idx);
+            let status = ffi::lua_pcallk(L, 2, ffi::LUA_MULTRET, base + 1, 0, None);
+            let top = ffi::lua_gettop(L);
+            let outcome = if status == ffi::LUA_OK {
+                (base + 2..=top)
+                    .map(|k| to_value(L, k, shared).map_err(NativeError))
+                    .collect::<Result<Vec<_>, _>>()
+            } else {
+                let mut len = 0;
+                let p = ffi::lua_tolstring(L, -1, &mut len);
+                let text = if p.is_null() {
+                    "(error object is not a string)".to_string()
+                } else {
+                    String::from_utf8_lossy(std::slice::from_raw_parts(p.cast::<u8>(), len))
+                        .into_owned()
+                };
+                let message = match text.find("\nstack traceback:") {
+                    Some(k) => text[..k].to_string(),
+                    None => text,
+                };
+                Err(NativeError(match job.panic.take() {
+                    Some(p) => format!("{message}: {p}"),
+                    None => message,
+                }))
+            };
+            ffi::lua_settop(L, base);
+            scrub_above_top(L, top - base + 3);
+            let values = outcome?;
+            R::from_lua_multi(values, "callback result").map_err(NativeError::from)
+        }
+    }
+
+    /// Argument `i` converted to `T` (see [`FromLua`](crate::FromLua)).
+    pub fn get<T: crate::convert::FromLua>(&self, i: usize) -> Result<T, NativeError> {
+        let v = self.value(i)?;
+        T::from_lua(v)
+            .map_err(|e| crate::convert::at(e, &format!("argument #{}", i + 1)))
+            .map_err(NativeError::from)
+    }
+
     /// Adds a result.
     pub fn ret(&mut self, value: impl Into<Value>) {
         // SAFETY: results is only touched by the innermost running trampoline (this one).
         unsafe { (*self.shared.results.get()).push(Box::new(value.into())) };
+    }
+}
+
+/// Sets the `n` slots above the top to nil with zeroed payloads. A dead stack slot keeps its
+/// payload when only its type tag is set to nil, and the payload is arena bytes: a Rust stack
+/// address, or whichever object a handle held, would make the arena depend on things other
+/// than Lua's state.
+///
+/// # Safety
+/// The `n` slots above the top exist (they were in use, or were checked). Does not raise.
+pub(crate) unsafe fn scrub_above_top(L: *mut lua_State, n: c_int) {
+    // SAFETY: callers' contract; pushing integers and nils does not allocate.
+    unsafe {
+        let top = ffi::lua_gettop(L);
+        for _ in 0..n {
+            ffi::lua_pushinteger(L, 0);
+        }
+        ffi::lua_settop(L, top);
+        for _ in 0..n {
+            ffi::lua_pushnil(L);
+        }
+        ffi::lua_settop(L, top);
+    }
+}
+
+/// Whether the value at `idx` is a function or has a `__call` metamethod. Does not raise.
+///
+/// # Safety
+/// Valid state and index, two free stack slots.
+unsafe fn is_callable(L: *mut lua_State, idx: c_int) -> bool {
+    // SAFETY: raw reads; pops what it pushes.
+    unsafe {
+        if ffi::lua_type(L, idx) == ffi::LUA_TFUNCTION {
+            return true;
+        }
+        if ffi::lua_getmetatable(L, idx) == 0 {
+            return false;
+        }
+        ffi::lua_pushstring(L, c"__call".as_ptr());
+        ffi::lua_rawget(L, -2);
+        let yes = ffi::lua_type(L, -1) == ffi::LUA_TFUNCTION;
+        ffi::lua_settop(L, -3);
+        yes
     }
 }
 
@@ -340,7 +497,9 @@ unsafe fn run_native(L: *mut lua_State, shared: &Shared, index: usize, nargs: us
     // SAFETY: as above for results.
     let base = unsafe { (*shared.results.get()).len() };
     let mut call = Call { L, shared, nargs };
+    IN_NATIVE.with(|n| n.set(n.get() + 1));
     let result = catch_unwind(AssertUnwindSafe(|| (native.f)(&mut call)));
+    IN_NATIVE.with(|n| n.set(n.get() - 1));
     let message = match result {
         Ok(Ok(())) => return Outcome::Return(base as c_int),
         Ok(Err(e)) => format!("{}: {}", native.name, e.0),
@@ -359,6 +518,28 @@ unsafe fn run_native(L: *mut lua_State, shared: &Shared, index: usize, nargs: us
         *shared.error.get() = message;
     }
     Outcome::Raise
+}
+
+thread_local! {
+    /// Natives running on this thread (panics inside are reported as Lua errors).
+    static IN_NATIVE: Cell<u32> = const { Cell::new(0) };
+}
+
+/// Installs (once per process) a panic hook that stays quiet for panics inside natives: they
+/// become Lua errors carrying the panic message, so the default hook's report on stderr would
+/// only be noise. Other panics, and all panics when `RUST_BACKTRACE` is set, go to the hook
+/// that was installed before.
+fn install_quiet_panic_hook() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let previous = std::panic::take_hook();
+        let verbose = std::env::var_os("RUST_BACKTRACE").is_some_and(|v| v != "0");
+        std::panic::set_hook(Box::new(move |info| {
+            if verbose || IN_NATIVE.with(|n| n.get()) == 0 {
+                previous(info);
+            }
+        }));
+    });
 }
 
 /// Pushes the results staged above `base`, then drops them.
@@ -727,14 +908,15 @@ pub(crate) unsafe fn push_path(L: *mut lua_State, path: &CStr) {
 }
 
 unsafe extern "C" {
-    fn luasnap_clear_slots_above_top(L: *mut lua_State, n: c_int);
     fn luasnap_reset_strcache(L: *mut lua_State);
+    fn luasnap_scrub_idle_state(L: *mut lua_State);
 }
 
-/// Empties the main thread's stack after a host call and clears the slots the call used
-/// (they held a light userdata with a Rust stack address: not to be left in the heap), and
-/// resets Lua's API string cache, whose slots depend on host string addresses
-/// (`csrc/internals.c`). Afterwards the idle arena depends on Lua's state alone.
+/// Empties the main thread's stack after a host call and scrubs what the call left in the
+/// thread's unused parts: dead stack slots (one held a light userdata with a Rust stack
+/// address) and free CallInfo records, and resets Lua's API string cache, whose slots depend on
+/// host string addresses (`csrc/internals.c`). Afterwards the idle arena depends on Lua's state
+/// alone: a host read between two frames leaves it byte-identical to a run without the read.
 ///
 /// # Safety
 /// `L` is an idle main thread of a VM built by this crate.
@@ -743,7 +925,7 @@ pub(crate) unsafe fn finish_host_call(L: *mut lua_State) {
     // which it refills with the string Lua itself fills it with.
     unsafe {
         ffi::lua_settop(L, 0);
-        luasnap_clear_slots_above_top(L, 8);
+        luasnap_scrub_idle_state(L);
         luasnap_reset_strcache(L);
     }
 }

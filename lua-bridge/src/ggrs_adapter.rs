@@ -8,35 +8,74 @@
 //! (`G.digest()` if the game has one, else the value digest), since their arenas hold
 //! different absolute addresses.
 
-use crate::runtime::{scripted_input, Backend, Game, GameConfig, GameError, SaveHandle};
+use crate::runtime::{scripted_input, Backend, Game, GameConfig, GameError, GameInput, SaveHandle};
 use ggrs::{
     GameStateCell, GgrsError, GgrsEvent, GgrsRequest, Message, NonBlockingSocket, PlayerType,
     SessionBuilder, SessionState,
 };
+use serde::de::DeserializeOwned;
+use std::collections::BTreeMap;
+use std::marker::PhantomData;
 use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-/// The GGRS configuration for luasnap games: one byte of input per player per frame.
-pub struct LuaGgrs;
+/// The GGRS configuration for luasnap games, generic over the per-player input: any
+/// [`GameInput`] that GGRS can send (`Copy + PartialEq + Default + Serialize + Deserialize`).
+/// The default, `LuaGgrs` alone, is one byte per player.
+///
+/// ```
+/// use luasnap_bridge::ggrs_adapter::LuaGgrs;
+/// use luasnap_bridge::runtime::GameInput;
+///
+/// #[derive(Clone, Copy, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+/// struct Pad { dx: i8, dy: i8, fire: bool }
+/// impl GameInput for Pad {}
+///
+/// let builder = ggrs::SessionBuilder::<LuaGgrs<Pad>>::new().with_num_players(2);
+/// # let _ = builder;
+/// ```
+pub struct LuaGgrs<I = u8>(PhantomData<fn() -> I>);
 
-impl ggrs::Config for LuaGgrs {
-    type Input = u8;
+impl<I> ggrs::Config for LuaGgrs<I>
+where
+    I: GameInput + Copy + PartialEq + Default + DeserializeOwned + Send + Sync + 'static,
+{
+    type Input = I;
     type InputPredictor = ggrs::PredictRepeatLast;
     type State = SaveHandle;
     type Address = SocketAddr;
 }
 
 /// What checksum a save reports.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Checksum {
-    /// The arena digest: byte-exact; comparable only between VMs of one process.
+    /// Chosen from the backend: [`Checksum::Arena`] for arena snapshots, [`Checksum::Game`]
+    /// for the serializer (whose loads rebuild the heap at other addresses). Right for
+    /// `SyncTestSession`; P2P peers in different processes need [`Checksum::Game`].
+    #[default]
+    Auto,
+    /// The arena digest: byte-exact; comparable only between VMs of one process whose heaps
+    /// are restored byte for byte (arena backends). Refused with [`Backend::Serialize`].
     Arena,
-    /// `G.digest()` if the game defines it, else the value digest: comparable across processes.
+    /// `G.digest()` if the game defines it, else the value digest: comparable across processes
+    /// and backends.
     Game,
 }
 
+/// Save-games kept for desync reports (see [`GgrsGame::keep_desync_saves`]).
+struct DesyncSaves {
+    every: u64,
+    /// The first save of each kept frame, and the latest (after re-simulations).
+    first: BTreeMap<i32, Vec<u8>>,
+    latest: BTreeMap<i32, Vec<u8>>,
+}
+
+/// Frames kept for desync reports.
+const DESYNC_FRAMES_KEPT: usize = 16;
+
 /// A game driven by a GGRS session.
-pub struct GgrsGame {
+pub struct GgrsGame<C: ggrs::Config<State = SaveHandle> = LuaGgrs> {
     game: Game,
     checksum: Checksum,
     /// Saves served.
@@ -53,12 +92,29 @@ pub struct GgrsGame {
     /// the VM's window.
     /// The cell holds the handle, so a repeat copies it only then (a save-game is megabytes).
     last_save: Option<(u64, GameStateCell<SaveHandle>, u128)>,
+    desync: Option<DesyncSaves>,
+    _config: PhantomData<fn() -> C>,
 }
 
-impl GgrsGame {
-    /// Wraps a game.
-    pub fn new(game: Game, checksum: Checksum) -> GgrsGame {
-        GgrsGame {
+impl<C> GgrsGame<C>
+where
+    C: ggrs::Config<State = SaveHandle>,
+    C::Input: GameInput,
+{
+    /// Wraps a game. [`Checksum::Arena`] with [`Backend::Serialize`] is refused: a save-game
+    /// load rebuilds the heap at other addresses, so every re-simulated frame would mismatch.
+    pub fn new(game: Game, checksum: Checksum) -> Result<GgrsGame<C>, GameError> {
+        let checksum = match (checksum, game.backend()) {
+            (Checksum::Arena, Backend::Serialize) => return Err(GameError::Config(
+                "Checksum::Arena compares heap bytes, and a save-game load (Backend::Serialize) \
+                     rebuilds the heap at other addresses; use Checksum::Auto or Checksum::Game"
+                    .into(),
+            )),
+            (Checksum::Auto, Backend::Serialize) => Checksum::Game,
+            (Checksum::Auto, _) => Checksum::Arena,
+            (c, _) => c,
+        };
+        Ok(GgrsGame {
             game,
             checksum,
             saves: 0,
@@ -66,7 +122,14 @@ impl GgrsGame {
             advances: 0,
             repeated_saves: 0,
             last_save: None,
-        }
+            desync: None,
+            _config: PhantomData,
+        })
+    }
+
+    /// The checksum in use ([`Checksum::Auto`] resolved).
+    pub fn checksum_kind(&self) -> Checksum {
+        self.checksum
     }
 
     /// The game.
@@ -79,9 +142,60 @@ impl GgrsGame {
         &mut self.game
     }
 
+    /// Keeps a save-game of every frame that is a multiple of `every` (the last
+    /// 16 such frames), both as first simulated and as last re-simulated, so that a desync
+    /// can be written out with [`write_desync_saves`](GgrsGame::write_desync_saves). Use the
+    /// session's desync-detection interval (P2P), or 1 (SyncTest). Costs a save-game per kept
+    /// frame: a debugging aid.
+    pub fn keep_desync_saves(&mut self, every: u64) {
+        self.desync = Some(DesyncSaves {
+            every: every.max(1),
+            first: BTreeMap::new(),
+            latest: BTreeMap::new(),
+        });
+    }
+
+    /// Writes the kept save-games of `frame` into `dir` as `<tag>-frame<N>.luasave` (its
+    /// latest simulation, the one GGRS checksummed last) and, when the first simulation
+    /// differs, `<tag>-frame<N>-first.luasave`. Two peers' files (or the two files of a
+    /// SyncTest mismatch) can then be loaded with `Vm::load_game` and compared.
+    pub fn write_desync_saves(
+        &self,
+        frame: i32,
+        dir: &Path,
+        tag: &str,
+    ) -> Result<Vec<PathBuf>, GameError> {
+        let Some(keep) = &self.desync else {
+            return Err(GameError::Config(
+                "no save-games kept: call keep_desync_saves before the session starts".into(),
+            ));
+        };
+        let Some(latest) = keep.latest.get(&frame) else {
+            return Err(GameError::Config(format!(
+                "no save-game kept for frame {frame}: keep_desync_saves({}) keeps multiples of {} \
+                 (the last {DESYNC_FRAMES_KEPT}); make it divide the desync-detection interval",
+                keep.every, keep.every
+            )));
+        };
+        let io = |e: std::io::Error, p: &Path| {
+            GameError::Config(format!("cannot write {}: {e}", p.display()))
+        };
+        std::fs::create_dir_all(dir).map_err(|e| io(e, dir))?;
+        let mut written = Vec::new();
+        let path = dir.join(format!("{tag}-frame{frame}.luasave"));
+        std::fs::write(&path, latest).map_err(|e| io(e, &path))?;
+        written.push(path);
+        if let Some(first) = keep.first.get(&frame).filter(|f| *f != latest) {
+            let path = dir.join(format!("{tag}-frame{frame}-first.luasave"));
+            std::fs::write(&path, first).map_err(|e| io(e, &path))?;
+            written.push(path);
+        }
+        Ok(written)
+    }
+
     fn checksum(&mut self) -> Result<u128, GameError> {
         Ok(match self.checksum {
-            Checksum::Arena => self.game.arena_digest() as u128,
+            Checksum::Arena | Checksum::Auto => self.game.arena_digest() as u128,
             Checksum::Game => match self.game.game_digest()? {
                 Some(d) => d as u64 as u128,
                 None => self.game.value_digest()? as u128,
@@ -89,8 +203,27 @@ impl GgrsGame {
         })
     }
 
+    fn keep_for_desync(&mut self, frame: i32) -> Result<(), GameError> {
+        let Some(every) = self.desync.as_ref().map(|d| d.every) else {
+            return Ok(());
+        };
+        if frame < 0 || frame as u64 % every != 0 {
+            return Ok(());
+        }
+        let bytes = self.game.save_game()?;
+        let keep = self.desync.as_mut().expect("checked");
+        keep.first.entry(frame).or_insert_with(|| bytes.clone());
+        keep.latest.insert(frame, bytes);
+        for map in [&mut keep.first, &mut keep.latest] {
+            while map.len() > DESYNC_FRAMES_KEPT {
+                map.pop_first();
+            }
+        }
+        Ok(())
+    }
+
     /// Serves a batch of requests, in order.
-    pub fn handle(&mut self, requests: Vec<GgrsRequest<LuaGgrs>>) -> Result<(), GameError> {
+    pub fn handle(&mut self, requests: Vec<GgrsRequest<C>>) -> Result<(), GameError> {
         for request in requests {
             match request {
                 GgrsRequest::SaveGameState { cell, frame } => {
@@ -107,6 +240,7 @@ impl GgrsGame {
                             self.repeated_saves += 1;
                         }
                         _ => {
+                            self.keep_for_desync(frame)?;
                             let handle = self.game.save()?;
                             let sum = self.checksum()?;
                             cell.save(frame, Some(handle), Some(sum));
@@ -126,7 +260,7 @@ impl GgrsGame {
                     self.loads += 1;
                 }
                 GgrsRequest::AdvanceFrame { inputs } => {
-                    let inputs: Vec<u8> = inputs.iter().map(|(i, _)| *i).collect();
+                    let inputs: Vec<C::Input> = inputs.into_iter().map(|(i, _)| i).collect();
                     self.last_save = None;
                     self.game.step(&inputs)?;
                     self.advances += 1;
@@ -179,35 +313,93 @@ impl NonBlockingSocket<SocketAddr> for LoopbackSocket {
     }
 }
 
+/// Options of [`sync_test_with`] and [`p2p_pair_with`].
+#[derive(Debug, Clone, Default)]
+pub struct SessionOptions {
+    /// The checksum saves report (default [`Checksum::Auto`]; P2P always uses
+    /// [`Checksum::Game`], since peers' arenas differ).
+    pub checksum: Checksum,
+    /// On a desync (SyncTest `MismatchedChecksum`, P2P `DesyncDetected`), write the local
+    /// state of the mismatched frames here as save-games (see
+    /// [`GgrsGame::write_desync_saves`]).
+    pub desync_dir: Option<PathBuf>,
+}
+
 /// Runs `SyncTestSession` (which rolls back `check_distance` frames every frame and compares the
-/// checksums of re-simulated frames) on a game for `frames` frames. Returns the game driver.
+/// checksums of re-simulated frames) on a game for `frames` frames, with [`scripted_input`]
+/// bytes. Returns the game driver.
 pub fn sync_test(
     cfg: &GameConfig,
     backend: Backend,
     frames: u32,
     check_distance: usize,
 ) -> Result<GgrsGame, String> {
+    let seed = cfg.seed;
+    sync_test_with(
+        cfg,
+        backend,
+        frames,
+        check_distance,
+        &SessionOptions::default(),
+        |f, p| scripted_input(seed, f, p),
+    )
+}
+
+/// [`sync_test`] with options and inputs of any type: `input(frame, player)`.
+pub fn sync_test_with<I>(
+    cfg: &GameConfig,
+    backend: Backend,
+    frames: u32,
+    check_distance: usize,
+    options: &SessionOptions,
+    mut input: impl FnMut(u64, usize) -> I,
+) -> Result<GgrsGame<LuaGgrs<I>>, String>
+where
+    I: GameInput + Copy + PartialEq + Default + DeserializeOwned + Send + Sync + 'static,
+{
     let game = Game::new(cfg, backend).map_err(|e| e.to_string())?;
     let players = game.players();
-    let mut session = SessionBuilder::<LuaGgrs>::new()
+    let mut session = SessionBuilder::<LuaGgrs<I>>::new()
         .with_num_players(players)
         .map_err(|e| e.to_string())?
         .with_check_distance(check_distance)
         .start_synctest_session()
         .map_err(|e| e.to_string())?;
-    let mut driver = GgrsGame::new(game, Checksum::Arena);
+    let mut driver = GgrsGame::new(game, options.checksum).map_err(|e| e.to_string())?;
+    if options.desync_dir.is_some() {
+        driver.keep_desync_saves(1);
+    }
     for f in 0..frames as u64 {
         for p in 0..players {
             session
-                .add_local_input(p, scripted_input(cfg.seed, f, p))
+                .add_local_input(p, input(f, p))
                 .map_err(|e| e.to_string())?;
         }
-        let requests = session.advance_frame().map_err(|e| match e {
-            GgrsError::MismatchedChecksum { current_frame, mismatched_frames } => format!(
-                "desync at frame {current_frame}: re-simulated frames {mismatched_frames:?} do not match their first simulation"
-            ),
-            e => e.to_string(),
-        })?;
+        let requests = match session.advance_frame() {
+            Ok(r) => r,
+            Err(GgrsError::MismatchedChecksum {
+                current_frame,
+                mismatched_frames,
+            }) => {
+                let mut msg = format!(
+                    "desync at frame {current_frame}: re-simulated frames {mismatched_frames:?} do not match their first simulation"
+                );
+                if let Some(dir) = &options.desync_dir {
+                    for &m in &mismatched_frames {
+                        match driver.write_desync_saves(m, dir, "synctest") {
+                            Ok(paths) => {
+                                for p in paths {
+                                    msg += &format!("; wrote {}", p.display());
+                                }
+                            }
+                            Err(e) => msg += &format!("; {e}"),
+                        }
+                    }
+                }
+                return Err(msg);
+            }
+            Err(e) => return Err(e.to_string()),
+        };
         driver.handle(requests).map_err(|e| e.to_string())?;
     }
     Ok(driver)
@@ -224,9 +416,14 @@ pub struct PeerReport {
     pub advances: u64,
     /// Desyncs GGRS detected: (frame, local checksum, remote checksum).
     pub desyncs: Vec<(i32, u128, u128)>,
+    /// Save-games written for desyncs ([`SessionOptions::desync_dir`]).
+    pub desync_files: Vec<PathBuf>,
     /// Wall time.
     pub elapsed: Duration,
 }
+
+/// Frames between P2P checksum comparisons.
+pub const DESYNC_INTERVAL: u32 = 10;
 
 /// Two P2P peers on 127.0.0.1, each with its own VM running the game, with desync detection on.
 /// Each runs until it reaches `frames` (then keeps talking briefly so the last checksums are
@@ -236,6 +433,26 @@ pub fn p2p_pair(
     frames: u64,
     timeout: Duration,
 ) -> Result<[PeerReport; 2], String> {
+    p2p_pair_with(
+        cfg,
+        frames,
+        timeout,
+        &SessionOptions::default(),
+        scripted_input,
+    )
+}
+
+/// [`p2p_pair`] with options and inputs of any type: `input(seed, frame, player)`.
+pub fn p2p_pair_with<I>(
+    cfg: &GameConfig,
+    frames: u64,
+    timeout: Duration,
+    options: &SessionOptions,
+    input: fn(u64, u64, usize) -> I,
+) -> Result<[PeerReport; 2], String>
+where
+    I: GameInput + Copy + PartialEq + Default + DeserializeOwned + Send + Sync + 'static,
+{
     if cfg.players != 2 {
         return Err("p2p runs exactly 2 players".into());
     }
@@ -252,8 +469,11 @@ pub fn p2p_pair(
         .enumerate()
         .map(|(me, socket)| {
             let cfg = cfg.clone();
+            let options = options.clone();
             let other = addrs[1 - me];
-            std::thread::spawn(move || peer(me, socket, other, cfg, frames, timeout))
+            std::thread::spawn(move || {
+                peer(me, socket, other, cfg, frames, timeout, &options, input)
+            })
         })
         .collect();
     let mut out = [PeerReport::default(), PeerReport::default()];
@@ -265,20 +485,28 @@ pub fn p2p_pair(
     Ok(out)
 }
 
-fn peer(
+#[allow(clippy::too_many_arguments)]
+fn peer<I>(
     me: usize,
     socket: LoopbackSocket,
     other: SocketAddr,
     cfg: GameConfig,
     frames: u64,
     timeout: Duration,
-) -> Result<PeerReport, String> {
+    options: &SessionOptions,
+    input: fn(u64, u64, usize) -> I,
+) -> Result<PeerReport, String>
+where
+    I: GameInput + Copy + PartialEq + Default + DeserializeOwned + Send + Sync + 'static,
+{
     let start = Instant::now();
     let game = Game::new(&cfg, Backend::ArenaIncremental).map_err(|e| e.to_string())?;
-    let mut session = SessionBuilder::<LuaGgrs>::new()
+    let mut session = SessionBuilder::<LuaGgrs<I>>::new()
         .with_num_players(2)
         .map_err(|e| e.to_string())?
-        .with_desync_detection_mode(ggrs::DesyncDetection::On { interval: 10 })
+        .with_desync_detection_mode(ggrs::DesyncDetection::On {
+            interval: DESYNC_INTERVAL,
+        })
         .with_max_prediction_window(8)
         .with_input_delay(1)
         .add_player(PlayerType::Local, me)
@@ -287,7 +515,11 @@ fn peer(
         .map_err(|e| e.to_string())?
         .start_p2p_session(socket)
         .map_err(|e| e.to_string())?;
-    let mut driver = GgrsGame::new(game, Checksum::Game);
+    let mut driver =
+        GgrsGame::<LuaGgrs<I>>::new(game, Checksum::Game).map_err(|e| e.to_string())?;
+    if options.desync_dir.is_some() {
+        driver.keep_desync_saves(DESYNC_INTERVAL as u64);
+    }
     let mut report = PeerReport::default();
     let mut done_at: Option<Instant> = None;
     let mut skip = 0u32;
@@ -304,6 +536,12 @@ fn peer(
                     report
                         .desyncs
                         .push((frame, local_checksum, remote_checksum));
+                    if let Some(dir) = &options.desync_dir {
+                        let files = driver
+                            .write_desync_saves(frame, dir, &format!("peer{me}"))
+                            .map_err(|e| format!("peer {me}: {e}"))?;
+                        report.desync_files.extend(files);
+                    }
                 }
                 GgrsEvent::WaitRecommendation { skip_frames } => skip = skip_frames,
                 GgrsEvent::Disconnected { .. } => {
@@ -323,7 +561,7 @@ fn peer(
             } else {
                 let frame = session.current_frame().max(0) as u64;
                 session
-                    .add_local_input(me, scripted_input(cfg.seed, frame, me))
+                    .add_local_input(me, input(cfg.seed, frame, me))
                     .map_err(|e| e.to_string())?;
                 match session.advance_frame() {
                     Ok(requests) => driver.handle(requests).map_err(|e| e.to_string())?,
@@ -384,7 +622,7 @@ mod tests {
             .into();
         let window = cfg.window;
         let game = Game::new(&cfg, Backend::ArenaIncremental).unwrap();
-        let mut driver = GgrsGame::new(game, Checksum::Arena);
+        let mut driver = GgrsGame::<LuaGgrs>::new(game, Checksum::Arena).unwrap();
         let cells: Vec<GameStateCell<SaveHandle>> = (0..9).map(|_| Default::default()).collect();
         for (f, cell) in cells.iter().enumerate().take(8) {
             driver

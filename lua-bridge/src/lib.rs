@@ -9,17 +9,19 @@
 //! mlua's raw FFI only and keeps these rules by construction:
 //!
 //! - **Natives** are Rust functions registered before the first snapshot in a permanent table;
-//!   Lua holds them as C closures whose only upvalue is an integer index. They cannot call back
-//!   into Lua or reach the VM.
+//!   Lua holds them as C closures whose only upvalue is an integer index. They cannot reach the
+//!   VM (so never snapshot it); they can call Lua functions passed to them
+//!   ([`Call::call_function`]).
 //! - **Userdata** are [`PlainData`] (`bytemuck::Pod`) values stored inline in the Lua heap: no
 //!   Rust memory is reachable from Lua, and they roll back with everything else.
-//! - **No Rust handle outlives a rollback**: values cross the boundary by copy ([`Value`]), and
-//!   [`Function`] handles borrow the VM while [`Vm::rollback`] needs `&mut`.
+//! - **No Rust handle outlives a rollback**: values cross the boundary by copy ([`Value`], or
+//!   any [`FromLua`]/[`IntoLua`] type), and handles ([`LuaTable`], [`Function`], [`Thread`],
+//!   [`LuaRef`]) borrow the VM while [`Vm::rollback`] needs `&mut`.
 //! - **Snapshots only while Lua is idle**, enforced by the borrow checker and checked at run
 //!   time.
 //!
 //! ```
-//! use luasnap_bridge::{Value, Vm};
+//! use luasnap_bridge::Vm;
 //!
 //! let mut vm = Vm::builder()
 //!     .capacity(256 << 20)
@@ -32,24 +34,31 @@
 //!     .build()?;
 //! vm.exec("score = 0; function step(n) score = score + host.add(n, 1) end", "game")?;
 //! let before = vm.snapshot()?;
-//! vm.call("step", &[Value::Integer(41)])?;
-//! assert_eq!(vm.get("score")?, Value::Integer(42));
+//! vm.call::<()>("step", 41)?;
+//! assert_eq!(vm.get::<i64>("score")?, 42);
 //! vm.rollback(before)?;
-//! assert_eq!(vm.get("score")?, Value::Integer(0));
+//! assert_eq!(vm.get::<i64>("score")?, 0);
 //! # Ok::<(), luasnap_bridge::VmError>(())
 //! ```
+//!
+//! `docs/rust-api.md` maps mlua's API to this crate's and says what is deliberately absent.
 #![deny(unsafe_op_in_unsafe_fn, missing_docs)]
 #![allow(non_snake_case)] // `L` for a lua_State, as in Lua's own sources
 
 mod canonical;
+mod convert;
 pub mod digest;
 mod error;
 mod ffi;
 #[cfg(feature = "ggrs")]
 pub mod ggrs_adapter;
+mod handle;
+mod input;
+mod path;
 pub mod persist;
 mod random_state;
 pub mod runtime;
+pub mod serde_value;
 pub mod simulate;
 mod userdata;
 mod value;
@@ -57,9 +66,17 @@ pub mod value_diff;
 mod vm;
 pub mod workloads;
 
-pub use error::{LuaErrorKind, NativeError, VmError};
+pub use convert::{
+    type_error, Arg, FromLua, FromLuaMulti, IntoLua, IntoLuaMulti, UserData, Values,
+};
+pub use error::{Error, LuaErrorKind, NativeError, VmError};
 pub use ffi::Call;
+/// The `ggrs` crate, at exactly the version the adapter is built with.
+#[cfg(feature = "ggrs")]
+pub use ggrs;
+pub use handle::{Function, LuaRef, LuaTable, Thread, ThreadStatus};
 pub use luasnap_snap::{CopyStrategy, SnapshotId, SnapshotMode};
+pub use serde_value::{from_value, to_value, Serde};
 pub use userdata::{Method, PlainData, UserDataMethods};
 pub use value::{Table, UserDataValue, Value};
-pub use vm::{Function, GcMode, Profile, Vm, VmBuilder, DEFAULT_CAPACITY, NATIVES_KEY};
+pub use vm::{GcMode, Profile, Vm, VmBuilder, DEFAULT_CAPACITY, NATIVES_KEY};

@@ -1,7 +1,8 @@
 //! The client runtime: games that predict and roll back, on top of snapshots.
 //!
 //! A game is a Lua script returning a table `G` with `G.init(players, seed)` and
-//! `G.step(inputs)` (`inputs`: one integer 0..=255 per player), and optionally `G.digest()`
+//! `G.step(inputs)` (`inputs[p]`: player `p`'s input, an integer for `u8` inputs, a table or
+//! userdata for the host's own [`GameInput`] type), and optionally `G.digest()`
 //! (a game-defined checksum). Its state is whatever the script keeps: globals, upvalues,
 //! coroutines. [`Game`] runs one in a deterministic VM; [`Backend`] says how its state is saved
 //! and restored: arena snapshots (full or incremental) or the graph serializer (save-games),
@@ -16,6 +17,7 @@
 //!   take a new synchronous snapshot, and re-apply what is still pending.
 
 use crate::error::VmError;
+pub use crate::input::{GameInput, PodInput, VmSetup};
 use crate::persist::{LoadError, SaveError};
 use crate::value::{Table, Value};
 use crate::vm::{GcMode, Vm};
@@ -120,6 +122,8 @@ pub struct GameConfig {
     pub window: usize,
     /// Arena address space.
     pub capacity: usize,
+    /// Registers natives and userdata types on the game's VM (before the script runs).
+    pub setup: VmSetup,
 }
 
 impl GameConfig {
@@ -133,6 +137,7 @@ impl GameConfig {
             base_address: Some(GAME_BASE_ADDRESS),
             window: 10,
             capacity: 2 << 30,
+            setup: VmSetup::default(),
         }
     }
 }
@@ -216,7 +221,7 @@ impl Game {
         if let Some(base) = cfg.base_address {
             b = b.base_address(base);
         }
-        Ok(b.build()?)
+        Ok(cfg.setup.apply(b).build()?)
     }
 
     /// Builds the VM and runs the script, checking the game contract in Lua (G holds
@@ -269,7 +274,7 @@ impl Game {
             has_digest,
         };
         game.vm
-            .call(
+            .call::<()>(
                 "luasnap_game.init",
                 &[
                     Value::Integer(cfg.players as i64),
@@ -291,8 +296,8 @@ impl Game {
     pub fn from_save(cfg: &GameConfig, backend: Backend, save: &[u8]) -> Result<Game, GameError> {
         let mut vm = Self::load_script(cfg, backend)?;
         vm.load_game(save)?;
-        let frame = vm.get("luasnap_frame")?.as_integer();
-        let players = vm.get("luasnap_players")?.as_integer();
+        let frame = vm.get::<Value>("luasnap_frame")?.as_integer();
+        let players = vm.get::<Value>("luasnap_players")?.as_integer();
         let (Some(frame), Some(players)) = (frame, players) else {
             return Err(GameError::Config(
                 "the save-game was not written by luasnap simulate (no frame count)".into(),
@@ -340,12 +345,25 @@ impl Game {
         self.vm.capture()
     }
 
-    /// Simulates one frame.
-    pub fn step(&mut self, inputs: &[u8]) -> Result<(), GameError> {
-        debug_assert_eq!(inputs.len(), self.players);
-        let t = Table::from_array(inputs.iter().map(|&i| Value::Integer(i as i64)));
+    /// Simulates one frame: `G.step(inputs)` with one input per player (see [`GameInput`]:
+    /// `u8` reaches Lua as an integer, serde types as tables, [`PodInput`] as userdata).
+    pub fn step<I: GameInput>(&mut self, inputs: &[I]) -> Result<(), GameError> {
+        if inputs.len() != self.players {
+            return Err(GameError::Config(format!(
+                "{} inputs for {} players at frame {}; give one input per player",
+                inputs.len(),
+                self.players,
+                self.frame
+            )));
+        }
+        let t = Table::from_array(
+            inputs
+                .iter()
+                .map(GameInput::to_lua)
+                .collect::<Result<Vec<_>, _>>()?,
+        );
         self.vm
-            .call("luasnap_step", &[Value::Table(t)])
+            .call::<()>("luasnap_step", &[Value::Table(t)])
             .map_err(|source| GameError::Script {
                 frame: self.frame,
                 source: explain_missing_library(source),
@@ -420,18 +438,22 @@ impl Game {
         }
         let v = self
             .vm
-            .call("luasnap_game.digest", &[])
+            .call::<Value>("luasnap_game.digest", ())
             .map_err(|source| GameError::Script {
                 frame: self.frame,
                 source,
             })?;
-        match v.first() {
-            Some(Value::Integer(i)) => Ok(Some(*i)),
-            Some(Value::String(s)) => Ok(Some(xxhash_rust::xxh3::xxh3_64(s) as i64)),
+        match v {
+            Value::Integer(i) => Ok(Some(i)),
+            Value::String(s) => Ok(Some(xxhash_rust::xxh3::xxh3_64(&s) as i64)),
             other => Err(GameError::Contract {
                 what: format!(
                     "returned {} from G.digest (frame {}), not an integer or a string",
-                    other.map_or("nothing".to_string(), |v| format!("{v:?}")),
+                    if other == Value::Nil {
+                        "nothing".to_string()
+                    } else {
+                        format!("{other:?}")
+                    },
                     self.frame
                 ),
             }),

@@ -6,7 +6,9 @@
 use crate::userdata::PlainData;
 
 /// A Lua value copied out of (or into) the VM.
-#[derive(Debug, Clone, PartialEq, Default)]
+///
+/// `Debug` shows strings as text when they are UTF-8 (`String("abc")`), as bytes otherwise.
+#[derive(Clone, PartialEq, Default)]
 pub enum Value {
     /// `nil`.
     #[default]
@@ -172,6 +174,24 @@ impl Value {
     }
 }
 
+impl std::fmt::Debug for Value {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Value::Nil => f.write_str("Nil"),
+            Value::Boolean(b) => f.debug_tuple("Boolean").field(b).finish(),
+            Value::Integer(i) => f.debug_tuple("Integer").field(i).finish(),
+            Value::Number(n) => f.debug_tuple("Number").field(n).finish(),
+            Value::String(s) => match std::str::from_utf8(s) {
+                Ok(text) => f.debug_tuple("String").field(&text).finish(),
+                Err(_) => f.debug_tuple("String").field(s).finish(),
+            },
+            Value::Table(t) => f.debug_tuple("Table").field(t).finish(),
+            Value::UserData(u) => f.debug_tuple("UserData").field(u).finish(),
+            Value::Opaque(t) => f.debug_tuple("Opaque").field(t).finish(),
+        }
+    }
+}
+
 macro_rules! from_int {
     ($($t:ty),*) => {$(
         impl From<$t> for Value {
@@ -182,6 +202,22 @@ macro_rules! from_int {
     )*};
 }
 from_int!(i8, i16, i32, i64, u8, u16, u32, isize);
+
+macro_rules! from_wide {
+    ($($t:ty),*) => {$(
+        impl From<$t> for Value {
+            /// An integer when it fits in Lua's 64-bit integers, else the nearest float (a
+            /// `u64` above `i64::MAX`). Use [`IntoLua`](crate::IntoLua) to get an error instead.
+            fn from(v: $t) -> Value {
+                match i64::try_from(v) {
+                    Ok(i) => Value::Integer(i),
+                    Err(_) => Value::Number(v as f64),
+                }
+            }
+        }
+    )*};
+}
+from_wide!(u64, usize);
 
 impl From<f64> for Value {
     fn from(v: f64) -> Value {

@@ -3,7 +3,7 @@
 use crate::error::{LuaErrorKind, NativeError, VmError};
 use crate::ffi::{self as raw, Call, LuaFailure, Native, NativeFn, Shared, UserDataType};
 use crate::persist::{luasnap_proto, luasnap_proto_hash};
-use crate::userdata::{PlainData, UserDataMethods};
+use crate::userdata::{EntryKind, PlainData, UserDataMethods};
 use crate::value::Value;
 use luasnap_alloc::{Arena, ArenaStats, TrackerPreference};
 use luasnap_snap::{CopyStrategy, RingConfig, Snapshot, SnapshotId, SnapshotMode, SnapshotRing};
@@ -152,8 +152,9 @@ impl VmBuilder {
     }
 
     /// Registers a native: a Rust function Lua sees at the dotted global path `name` (tables
-    /// on the way are created). Arguments are read from the [`Call`], results added with
-    /// [`Call::ret`]; an `Err` or a panic becomes a Lua error.
+    /// on the way are created). Arguments are read from the [`Call`] (typed with
+    /// [`Call::get`]), results added with [`Call::ret`], and Lua functions passed in can be
+    /// called with [`Call::call_function`]; an `Err` or a panic becomes a Lua error.
     pub fn native(
         mut self,
         name: &str,
@@ -239,6 +240,7 @@ impl VmBuilder {
             sealed: false,
         };
         vm.open_libraries(seed)?;
+        vm.install_anchors()?;
         for (name, f) in self.natives {
             vm.register_boxed_native(name, f)?;
         }
@@ -260,7 +262,7 @@ impl VmBuilder {
 
 /// A Lua 5.5 VM living entirely in one arena, with snapshot and rollback.
 ///
-/// Lua code runs through `&self` ([`exec`](Vm::exec), [`call`](Vm::call), [`Function`]);
+/// Lua code runs through `&self` ([`exec`](Vm::exec), [`call`](Vm::call), [`Function`](crate::Function));
 /// snapshot and rollback take `&mut self`, so the borrow checker forbids any handle into the
 /// VM from outliving a rollback:
 ///
@@ -445,8 +447,6 @@ impl Vm {
                 traceback,
             }),
         };
-        // SAFETY: the main thread is idle again; only its dead slots are written.
-        unsafe { crate::canonical::settle_main(self.L()) };
         depth.set(0);
         // Staged results of natives interrupted by errors are garbage now.
         // SAFETY: no native is running (depth 0).
@@ -583,115 +583,6 @@ impl Vm {
         }
     }
 
-    /// Calls the function at a dotted global path (`"step"`, `"game.step"`) with `args`.
-    pub fn call(&self, path: &str, args: &[Value]) -> Result<Vec<Value>, VmError> {
-        let cpath = self.checked_path(path)?;
-        let shared: &Shared = &self.shared;
-        let mut found: Option<String> = None;
-        let out = self.run(
-            &mut |L| {
-                // SAFETY: protected body: only references live in this frame when Lua raises.
-                unsafe {
-                    raw::push_path(L, &cpath);
-                    if ffi::lua_type(L, -1) != ffi::LUA_TFUNCTION && !has_call_metamethod(L) {
-                        found = Some(raw::type_name(L, -1));
-                        return 0;
-                    }
-                    raw::call_with(L, args, shared)
-                }
-            },
-            |L, n| self.collect_values(L, n),
-        )?;
-        match found {
-            Some(found) => Err(VmError::NotFound {
-                path: path.into(),
-                expected: "function",
-                found,
-            }),
-            None => out,
-        }
-    }
-
-    /// Copies the value at a dotted global path out of Lua.
-    pub fn get(&self, path: &str) -> Result<Value, VmError> {
-        let cpath = self.checked_path(path)?;
-        let v = self.run(
-            &mut |L| {
-                // SAFETY: protected body.
-                unsafe { raw::push_path(L, &cpath) };
-                1
-            },
-            |L, _| self.collect_values(L, 1),
-        )??;
-        Ok(v.into_iter().next().unwrap_or(Value::Nil))
-    }
-
-    /// Sets the value at a dotted global path (the tables on the way must exist).
-    pub fn set(&self, path: &str, value: impl Into<Value>) -> Result<(), VmError> {
-        let value = value.into();
-        let (parent, field) = match path.rsplit_once('.') {
-            Some((p, f)) => (Some(self.checked_path(p)?), f),
-            None => (None, path),
-        };
-        if !raw::valid_path(field) {
-            return Err(VmError::BadName { name: path.into() });
-        }
-        let cfield = CString::new(field).expect("validated");
-        let shared: &Shared = &self.shared;
-        self.run(
-            &mut |L| {
-                // SAFETY: protected body.
-                unsafe {
-                    match &parent {
-                        Some(p) => raw::push_path(L, p),
-                        None => {
-                            ffi::lua_rawgeti(L, ffi::LUA_REGISTRYINDEX, ffi::LUA_RIDX_GLOBALS);
-                        }
-                    }
-                    raw::push_value(L, &value, shared, 0);
-                    ffi::lua_setfield(L, -2, cfield.as_ptr());
-                }
-                0
-            },
-            |_, _| (),
-        )
-    }
-
-    /// A handle to the function at a dotted global path, for calling it repeatedly. The handle
-    /// borrows the VM, so it cannot outlive a rollback.
-    pub fn function(&self, path: &str) -> Result<Function<'_>, VmError> {
-        let cpath = self.checked_path(path)?;
-        let mut found: Option<String> = None;
-        let key = self.run(
-            &mut |L| {
-                // SAFETY: protected body.
-                unsafe {
-                    raw::push_path(L, &cpath);
-                    if ffi::lua_type(L, -1) != ffi::LUA_TFUNCTION {
-                        found = Some(raw::type_name(L, -1));
-                        return 0;
-                    }
-                    let key = ffi::luaL_ref(L, ffi::LUA_REGISTRYINDEX);
-                    ffi::lua_pushinteger(L, key as ffi::lua_Integer);
-                    1
-                }
-            },
-            // SAFETY: the key pushed above sits at index 2 when found.
-            |L, n| {
-                (n == 1)
-                    .then(|| unsafe { ffi::lua_tointegerx(L, 2, std::ptr::null_mut()) } as c_int)
-            },
-        )?;
-        match (key, found) {
-            (Some(key), _) => Ok(Function { vm: self, key }),
-            (None, found) => Err(VmError::NotFound {
-                path: path.into(),
-                expected: "function",
-                found: found.unwrap_or_else(|| "nil".into()),
-            }),
-        }
-    }
-
     pub(crate) fn checked_path(&self, path: &str) -> Result<CString, VmError> {
         if !raw::valid_path(path) {
             return Err(VmError::BadName { name: path.into() });
@@ -793,12 +684,15 @@ impl Vm {
         }
         let mut m = UserDataMethods::<T>::new();
         methods(&mut m);
+        crate::userdata::check_entries::<T>(&m.methods)?;
+        let has = |k: EntryKind| m.methods.iter().any(|(_, kind, _)| *kind == k);
+        let (getters, setters) = (has(EntryKind::Get), has(EntryKind::Set));
         let first = {
             // SAFETY: Lua is idle; reading the list.
             unsafe { &*self.shared.natives.get() }.len()
         };
-        let mut entries: Vec<(CString, usize)> = Vec::new();
-        for (name, f) in m.methods {
+        let mut entries: Vec<(CString, EntryKind, usize)> = Vec::new();
+        for (name, kind, f) in m.methods {
             let cname =
                 CString::new(name.clone()).map_err(|_| VmError::BadName { name: name.clone() })?;
             let index = self.add_native(
@@ -810,30 +704,66 @@ impl Vm {
                     result
                 }),
             );
-            entries.push((cname, index));
+            entries.push((cname, kind, index));
         }
         let tname = CString::new(T::NAME).map_err(|_| VmError::BadName {
             name: T::NAME.into(),
         })?;
+        let factory = crate::userdata::FIELD_ACCESS;
         let metatable = self.run(
             &mut |L| {
                 // SAFETY: protected body.
                 unsafe {
-                    ffi::lua_createtable(L, 0, 4);
+                    ffi::lua_createtable(L, 0, 4); // 1: metatable
                     ffi::lua_pushstring(L, tname.as_ptr());
-                    ffi::lua_setfield(L, -2, c"__name".as_ptr());
-                    ffi::lua_createtable(L, 0, entries.len() as c_int);
-                    for (name, index) in &entries {
+                    ffi::lua_setfield(L, 1, c"__name".as_ptr());
+                    ffi::lua_createtable(L, 0, entries.len() as c_int); // 2: methods
+                    ffi::lua_createtable(L, 0, 0); // 3: getters
+                    ffi::lua_createtable(L, 0, 0); // 4: setters
+                    for (name, kind, index) in &entries {
                         ffi::lua_pushinteger(L, *index as ffi::lua_Integer);
                         ffi::lua_pushcclosure(L, raw::native_trampoline, 1);
-                        let target = if name.as_bytes().starts_with(b"__") {
-                            -3
-                        } else {
-                            -2
+                        let target = match kind {
+                            EntryKind::Method if name.as_bytes().starts_with(b"__") => 1,
+                            EntryKind::Method => 2,
+                            EntryKind::Get => 3,
+                            EntryKind::Set => 4,
                         };
                         ffi::lua_setfield(L, target, name.as_ptr());
                     }
-                    ffi::lua_setfield(L, -2, c"__index".as_ptr());
+                    if getters || setters {
+                        // __index and __newindex are Lua closures over the three tables.
+                        let st = ffi::luaL_loadbufferx(
+                            L,
+                            factory.as_ptr().cast(),
+                            factory.len(),
+                            c"=luasnap.userdata".as_ptr(),
+                            c"t".as_ptr(),
+                        );
+                        if st != ffi::LUA_OK {
+                            ffi::lua_error(L);
+                        }
+                        anchor_chunk(L);
+                        ffi::lua_pushvalue(L, 2);
+                        ffi::lua_pushvalue(L, 3);
+                        ffi::lua_pushvalue(L, 4);
+                        ffi::lua_pushstring(L, tname.as_ptr());
+                        ffi::lua_callk(L, 4, 2, 0, None);
+                        if setters {
+                            ffi::lua_setfield(L, 1, c"__newindex".as_ptr());
+                        } else {
+                            ffi::lua_settop(L, -2);
+                        }
+                        ffi::lua_setfield(L, 1, c"__index".as_ptr());
+                        ffi::lua_settop(L, 1);
+                    } else if !entries.is_empty()
+                        && ffi::lua_getfield(L, 1, c"__index".as_ptr()) == ffi::LUA_TNIL
+                    {
+                        // Methods only (a user __index was refused above): the table serves.
+                        ffi::lua_settop(L, 2);
+                        ffi::lua_setfield(L, 1, c"__index".as_ptr());
+                    }
+                    ffi::lua_settop(L, 1);
                     // registry[light(mt)] = mt: found again by its identity when pushing.
                     let mt = ffi::lua_topointer(L, -1);
                     ffi::lua_pushlightuserdata(L, mt.cast_mut());
@@ -1132,21 +1062,6 @@ unsafe extern "C-unwind" fn keep_chunk(L: *mut lua_State) -> c_int {
     0
 }
 
-/// Whether the value on top has a `__call` metamethod. Does not raise.
-unsafe fn has_call_metamethod(L: *mut lua_State) -> bool {
-    // SAFETY: reads the metatable and one field raw; pops what it pushed.
-    unsafe {
-        if ffi::lua_getmetatable(L, -1) == 0 {
-            return false;
-        }
-        ffi::lua_pushstring(L, c"__call".as_ptr());
-        ffi::lua_rawget(L, -2);
-        let yes = ffi::lua_type(L, -1) == ffi::LUA_TFUNCTION;
-        ffi::lua_settop(L, -3);
-        yes
-    }
-}
-
 /// Pops the value on top and stores it at the dotted global path `name`, creating tables.
 unsafe fn set_global_path(L: *mut lua_State, name: &[u8]) {
     // SAFETY: protected context (callers); the stack has the value on top.
@@ -1174,44 +1089,5 @@ unsafe fn set_global_path(L: *mut lua_State, name: &[u8]) {
         ffi::lua_pushvalue(L, -3);
         ffi::lua_rawset(L, -3);
         ffi::lua_settop(L, -3);
-    }
-}
-
-/// A Lua function held by the host, for repeated calls. It borrows the VM: no snapshot or
-/// rollback can happen while it exists.
-pub struct Function<'vm> {
-    vm: &'vm Vm,
-    key: c_int,
-}
-
-impl Function<'_> {
-    /// Calls the function with `args` and returns its results.
-    pub fn call(&self, args: &[Value]) -> Result<Vec<Value>, VmError> {
-        let shared: &Shared = &self.vm.shared;
-        let key = self.key;
-        self.vm.run(
-            &mut |L| {
-                // SAFETY: protected body.
-                unsafe {
-                    ffi::lua_rawgeti(L, ffi::LUA_REGISTRYINDEX, key as ffi::lua_Integer);
-                    raw::call_with(L, args, shared)
-                }
-            },
-            |L, n| self.vm.collect_values(L, n),
-        )?
-    }
-}
-
-impl Drop for Function<'_> {
-    fn drop(&mut self) {
-        let key = self.key;
-        let _ = self.vm.run(
-            &mut |L| {
-                // SAFETY: protected body; frees the registry slot.
-                unsafe { ffi::luaL_unref(L, ffi::LUA_REGISTRYINDEX, key) };
-                0
-            },
-            |_, _| (),
-        );
     }
 }

@@ -69,7 +69,7 @@ fn measure(mb: usize, progress: &dyn Fn(&str)) -> Result<Row, String> {
         "=heap_builder",
     )
     .map_err(e)?;
-    vm.call("H.build", &[Value::Integer((mb << 20) as i64)])
+    vm.call::<()>("H.build", &[Value::Integer((mb << 20) as i64)])
         .map_err(e)?;
     vm.gc_collect().map_err(e)?;
     let arena_bytes = vm.arena().state_ranges().total();
@@ -102,9 +102,9 @@ fn measure(mb: usize, progress: &dyn Fn(&str)) -> Result<Row, String> {
     let frames = 60;
     let t = Instant::now();
     for _ in 0..frames {
-        vm.call("H.touch", &[Value::Integer(10)]).map_err(e)?;
+        vm.call::<()>("H.touch", &[Value::Integer(10)]).map_err(e)?;
         let id = vm.snapshot().map_err(e)?;
-        vm.call("H.touch", &[Value::Integer(10)]).map_err(e)?;
+        vm.call::<()>("H.touch", &[Value::Integer(10)]).map_err(e)?;
         vm.rollback(id).map_err(e)?;
     }
     let incremental_frame_us = t.elapsed().as_secs_f64() * 1e6 / frames as f64;

@@ -65,7 +65,7 @@ pub fn run(args: GcPagesArgs) -> Result<(), String> {
                 "heap_builder",
             )
             .map_err(|e| e.to_string())?;
-            vm.call("H.build", &[Value::Integer((mb << 20) as i64)])
+            vm.call::<()>("H.build", &[Value::Integer((mb << 20) as i64)])
                 .map_err(|e| e.to_string())?;
             let stopped = i == 3;
             vm.gc_running(!stopped);
@@ -73,7 +73,7 @@ pub fn run(args: GcPagesArgs) -> Result<(), String> {
             let mut times = Vec::new();
             for f in 0..(30 + args.frames) {
                 let t = Instant::now();
-                vm.call("H.frame", &[Value::Integer(args.garbage as i64)])
+                vm.call::<()>("H.frame", &[Value::Integer(args.garbage as i64)])
                     .map_err(|e| e.to_string())?;
                 times.push(t.elapsed().as_secs_f64() * 1e3);
                 vm.snapshot().map_err(|e| e.to_string())?;
