@@ -41,6 +41,7 @@
 #![deny(unsafe_op_in_unsafe_fn, missing_docs)]
 #![allow(non_snake_case)] // `L` for a lua_State, as in Lua's own sources
 
+mod chunks;
 pub mod digest;
 mod error;
 mod ffi;
