@@ -5,6 +5,7 @@ fn main() {
     cc::Build::new()
         .file("csrc/internals.c")
         .file("csrc/chunks.c")
+        .file("csrc/readline.c")
         .include("csrc/lua-5.5.1")
         .define("LUA_USE_LINUX", None)
         .warnings(true)

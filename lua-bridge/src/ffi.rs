@@ -781,7 +781,8 @@ pub(crate) unsafe extern "C-unwind" fn warn_to_stderr(
     let text = unsafe { CStr::from_ptr(msg) }.to_string_lossy();
     // state: bit 0 = on, bit 1 = continuing a message
     let s = state.get();
-    if s & 2 == 0 && text.starts_with('@') {
+    // A control message is a whole message (not a piece of a longer one), as in lauxlib.
+    if s & 2 == 0 && tocont == 0 && text.starts_with('@') {
         match &*text {
             "@on" => state.set(s | 1),
             "@off" => state.set(s & !1),

@@ -59,7 +59,7 @@ pub mod workloads;
 pub use error::{LuaErrorKind, NativeError, VmError};
 pub use ffi::Call;
 pub use luasnap_snap::{CopyStrategy, SnapshotId, SnapshotMode};
-pub use standalone::{ReplOutcome, Step};
+pub use standalone::{readline, ReplOutcome, Step};
 pub use userdata::{Method, PlainData, UserDataMethods};
 pub use value::{Table, UserDataValue, Value};
 pub use vm::{Function, GcMode, Profile, Vm, VmBuilder, DEFAULT_CAPACITY, NATIVES_KEY};

@@ -48,8 +48,9 @@ pub enum Step<'a> {
 /// What one read-eval-print input did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ReplOutcome {
-    /// The input is an incomplete statement: read another line and try again with both.
-    Incomplete,
+    /// The input is an incomplete statement: read another line and try again with both (at
+    /// the end of input, the message is the error to report).
+    Incomplete(String),
     /// It ran (its results, if any, were printed).
     Done,
     /// It failed to compile or to run: the message (with a traceback for run-time errors).
@@ -92,7 +93,10 @@ unsafe fn docall(L: *mut lua_State, narg: c_int, nres: c_int) -> Result<(), Stri
         let base = ffi::lua_gettop(L) - narg;
         ffi::lua_pushcclosure(L, msghandler, 0);
         ffi::lua_rotate(L, base, 1);
+        // Ctrl-C stops the code with "interrupted!", as in lua.
+        luasnap_interruptible(L, 1);
         let st = ffi::lua_pcall(L, narg, nres, base);
+        luasnap_interruptible(L, 0);
         ffi::lua_rotate(L, base, -1);
         ffi::lua_settop(L, -2);
         if st == ffi::LUA_OK {
@@ -148,14 +152,15 @@ impl Vm {
         Ok(out)
     }
 
-    /// Evaluates one read-eval-print input as `lua`'s REPL does: first as `return <input>`,
-    /// then as a statement; prints the results with the global `print`.
-    pub fn repl_eval(&self, input: &str) -> Result<ReplOutcome, VmError> {
+    /// Evaluates one read-eval-print input as `lua`'s REPL does: a first line first as
+    /// `return <input>;`, then as a statement (continued lines only as a statement); prints
+    /// the results with the global `print`.
+    pub fn repl_eval(&self, input: &str, first_line: bool) -> Result<ReplOutcome, VmError> {
         let mut out = ReplOutcome::Done;
         self.run(
             &mut |L| {
                 // SAFETY: protected body, as in `standalone`.
-                out = unsafe { repl_in(L, input) };
+                out = unsafe { repl_in(L, input, first_line) };
                 0
             },
             |_, _| (),
@@ -166,11 +171,17 @@ impl Vm {
 
 /// # Safety
 /// Protected context.
-unsafe fn load_text(L: *mut lua_State, code: &[u8], name: &std::ffi::CStr) -> c_int {
+unsafe fn load_text(
+    L: *mut lua_State,
+    code: &[u8],
+    name: &std::ffi::CStr,
+    mode: Option<&std::ffi::CStr>,
+) -> c_int {
     // SAFETY: protected context; leaves the chunk or the message on top.
     unsafe {
         ffi::lua_pushlstring(L, code.as_ptr().cast(), code.len());
-        let st = luasnap_loadstring(L, -1, name.as_ptr(), std::ptr::null());
+        let mode = mode.map_or(std::ptr::null(), |m| m.as_ptr());
+        let st = luasnap_loadstring(L, -1, name.as_ptr(), mode);
         ffi::lua_rotate(L, -2, 1);
         ffi::lua_settop(L, -2);
         st
@@ -185,7 +196,7 @@ unsafe fn step_in(L: *mut lua_State, step: Step<'_>) -> Result<(), String> {
         match step {
             Step::Code { code, name } => {
                 let name = cstring(name)?;
-                if load_text(L, code, &name) != ffi::LUA_OK {
+                if load_text(L, code, &name, None) != ffi::LUA_OK {
                     return Err(pop_message(L));
                 }
                 docall(L, 0, 0)
@@ -244,19 +255,22 @@ unsafe fn step_in(L: *mut lua_State, step: Step<'_>) -> Result<(), String> {
 
 /// # Safety
 /// Protected context.
-unsafe fn repl_in(L: *mut lua_State, input: &str) -> ReplOutcome {
+unsafe fn repl_in(L: *mut lua_State, input: &str, first_line: bool) -> ReplOutcome {
     // SAFETY: protected context; leaves the stack as it found it.
     unsafe {
         let base = ffi::lua_gettop(L);
-        let ret = format!("return {input}");
-        let mut st = load_text(L, ret.as_bytes(), c"=stdin");
+        let mut st = ffi::LUA_ERRSYNTAX;
+        if first_line {
+            let ret = format!("return {input};");
+            st = load_text(L, ret.as_bytes(), c"=stdin", Some(c"t"));
+        }
         if st != ffi::LUA_OK {
             ffi::lua_settop(L, base);
-            st = load_text(L, input.as_bytes(), c"=stdin");
+            st = load_text(L, input.as_bytes(), c"=stdin", Some(c"t"));
             if st == ffi::LUA_ERRSYNTAX {
                 let msg = pop_message(L);
                 if msg.ends_with("<eof>") {
-                    return ReplOutcome::Incomplete;
+                    return ReplOutcome::Incomplete(msg);
                 }
                 return ReplOutcome::Failed(msg);
             }
@@ -284,5 +298,88 @@ unsafe fn repl_in(L: *mut lua_State, input: &str) -> ReplOutcome {
         }
         ffi::lua_settop(L, base);
         ReplOutcome::Done
+    }
+}
+
+unsafe extern "C" {
+    fn luasnap_interruptible(L: *mut lua_State, on: c_int);
+    fn luasnap_readline_init(L: *mut lua_State, lib: *const std::ffi::c_char) -> c_int;
+    fn luasnap_readline(prompt: *const std::ffi::c_char, line: *mut *mut std::ffi::c_char)
+        -> c_int;
+    fn luasnap_readline_done(line: *mut std::ffi::c_char);
+}
+
+impl Vm {
+    /// Loads the readline library `lib` for the interactive loop, as stock `lua` does; when it
+    /// cannot, emits lua's warning ("unable to load readline library ...", shown under `-W`)
+    /// and returns `false` (lines are then read plainly).
+    pub fn readline_init(&self, lib: &str) -> Result<bool, VmError> {
+        let lib = CString::new(lib).map_err(|_| VmError::BadName { name: lib.into() })?;
+        let mut ok = false;
+        self.run(
+            &mut |L| {
+                // SAFETY: protected body; the helper only calls dlopen/dlsym and lua_warning.
+                ok = unsafe { luasnap_readline_init(L, lib.as_ptr()) } != 0;
+                0
+            },
+            |_, _| (),
+        )?;
+        Ok(ok)
+    }
+}
+
+/// Reads one line with the readline library loaded by [`Vm::readline_init`]: `None` if none
+/// is loaded, `Some(None)` at the end of input, `Some(Some(line))` otherwise (added to the
+/// history when not empty).
+pub fn readline(prompt: &str) -> Option<Option<String>> {
+    let prompt = CString::new(prompt.replace('\0', "")).unwrap_or_default();
+    let mut line: *mut std::ffi::c_char = std::ptr::null_mut();
+    // SAFETY: the helper fills `line` with a malloc'd C string or null.
+    if unsafe { luasnap_readline(prompt.as_ptr(), &mut line) } == 0 {
+        return None;
+    }
+    if line.is_null() {
+        return Some(None);
+    }
+    // SAFETY: `line` is a NUL-terminated string from readline, freed right after the copy.
+    let text = unsafe { std::ffi::CStr::from_ptr(line) }
+        .to_string_lossy()
+        .into_owned();
+    // SAFETY: `line` came from readline and is not used after.
+    unsafe { luasnap_readline_done(line) };
+    Some(Some(text))
+}
+
+impl Vm {
+    /// The interactive prompt: `tostring(_PROMPT)` (`_PROMPT2` for a continued line), or the
+    /// default (`"> "`, `">> "`) when the global is nil. A failing `__tostring` gives the
+    /// default.
+    pub fn prompt(&self, continued: bool) -> Result<String, VmError> {
+        let (name, default) = if continued {
+            (c"_PROMPT2", ">> ")
+        } else {
+            (c"_PROMPT", "> ")
+        };
+        let mut out = default.to_string();
+        let got = self.run(
+            &mut |L| {
+                // SAFETY: protected body; luaL_tolstring may call __tostring, which may raise
+                // (then the default stays).
+                unsafe {
+                    if ffi::lua_getglobal(L, name.as_ptr()) != ffi::LUA_TNIL {
+                        let mut len = 0usize;
+                        let p = ffi::luaL_tolstring(L, -1, &mut len);
+                        out = String::from_utf8_lossy(std::slice::from_raw_parts(p.cast(), len))
+                            .into_owned();
+                    }
+                }
+                0
+            },
+            |_, _| (),
+        );
+        match got {
+            Ok(()) | Err(VmError::Lua { .. }) => Ok(out),
+            Err(e) => Err(e),
+        }
     }
 }

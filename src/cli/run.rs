@@ -349,11 +349,11 @@ fn run_vm(
         }
     }
     if p.interactive {
-        repl(vm, progname)?;
+        repl(vm, progname, p.ignore_env)?;
     } else if p.script.is_none() && !p.exec && !p.version {
         if std::io::stdin().is_terminal() {
             println!("{VERSION}");
-            repl(vm, progname)?;
+            repl(vm, progname, p.ignore_env)?;
         } else if !step(Step::File(None))? {
             return Ok(false);
         }
@@ -361,37 +361,48 @@ fn run_vm(
     Ok(true)
 }
 
-/// The read-eval-print loop: `_PROMPT`/`_PROMPT2`, multi-line input, results printed.
-fn repl(vm: &Vm, progname: &str) -> Result<(), luasnap::bridge::VmError> {
-    let prompt = |name: &str, default: &str| match vm.get(name) {
-        Ok(Value::String(s)) => String::from_utf8_lossy(&s).into_owned(),
-        _ => default.to_string(),
-    };
+/// The read-eval-print loop: readline if it loads, `_PROMPT`/`_PROMPT2`, multi-line input,
+/// results printed.
+fn repl(vm: &Vm, progname: &str, ignore_env: bool) -> Result<(), luasnap::bridge::VmError> {
+    let lib = (!ignore_env)
+        .then(|| std::env::var("LUA_READLINELIB").ok())
+        .flatten()
+        .unwrap_or_else(|| "libreadline.so".to_string());
+    vm.readline_init(&lib)?;
     let stdin = std::io::stdin();
     let mut lines = stdin.lock().lines();
-    loop {
-        print!("{}", prompt("_PROMPT", "> "));
+    let mut read = |prompt: &str| -> Option<String> {
+        if let Some(line) = luasnap::bridge::readline(prompt) {
+            return line;
+        }
+        print!("{prompt}");
         let _ = std::io::stdout().flush();
-        let Some(Ok(mut input)) = lines.next() else {
+        lines.next().and_then(Result::ok)
+    };
+    loop {
+        let Some(mut input) = read(&vm.prompt(false)?) else {
             println!();
             return Ok(());
         };
+        let trimmed = input.trim_start_matches([' ', '\t']);
+        if trimmed.starts_with("local") && matches!(trimmed.as_bytes().get(5), Some(b' ' | b'\t')) {
+            eprintln!("warning: locals do not survive across lines in interactive mode");
+        }
+        let mut first_line = true;
         loop {
-            match vm.repl_eval(&input)? {
-                ReplOutcome::Incomplete => {
-                    print!("{}", prompt("_PROMPT2", ">> "));
-                    let _ = std::io::stdout().flush();
-                    match lines.next() {
-                        Some(Ok(more)) => {
-                            input.push('\n');
-                            input.push_str(&more);
-                        }
-                        _ => {
-                            println!();
-                            return Ok(());
-                        }
+            let outcome = vm.repl_eval(&input, first_line)?;
+            first_line = false;
+            match outcome {
+                ReplOutcome::Incomplete(m) => match read(&vm.prompt(true)?) {
+                    Some(more) => {
+                        input.push('\n');
+                        input.push_str(&more);
                     }
-                }
+                    None => {
+                        message(progname, &m);
+                        break;
+                    }
+                },
                 ReplOutcome::Done => break,
                 ReplOutcome::Failed(m) => {
                     message(progname, &m);
