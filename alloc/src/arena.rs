@@ -115,7 +115,7 @@ pub struct ArenaStats {
     pub extent_bytes: u64,
     /// Highest the extent has been.
     pub peak_extent_bytes: u64,
-    /// Current limit on the extent.
+    /// Current limit on the pages held by blocks (free runs inside the extent do not count).
     pub limit_bytes: u64,
     /// Requests refused (limit or capacity reached).
     pub failed_allocations: u64,
@@ -312,12 +312,13 @@ impl Arena {
         self.heap_ref().counters().max_pages as usize * PAGE_SIZE
     }
 
-    /// Changes the limit on the data extent. The limit is part of the arena's state: a rollback
-    /// restores the limit that was in force when the snapshot was taken.
+    /// Changes the limit on the pages held by blocks (large blocks and spans of small ones;
+    /// free runs inside the extent do not count). The limit is part of the arena's state: a
+    /// rollback restores the limit that was in force when the snapshot was taken.
     pub fn set_limit(&mut self, bytes: usize) -> Result<(), ArenaError> {
         let c = self.heap_ref().counters();
         let usable = c.max_pages as usize * PAGE_SIZE;
-        let in_use = c.top_pages as usize * PAGE_SIZE;
+        let in_use = c.run_pages as usize * PAGE_SIZE;
         if bytes > usable {
             return Err(ArenaError::LimitAboveCapacity {
                 limit: bytes,
