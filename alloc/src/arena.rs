@@ -472,3 +472,15 @@ pub unsafe extern "C" fn lua_alloc(
     // SAFETY: ptr is a live block of this arena with requested size osize (lua_Alloc contract).
     unsafe { heap.realloc(ptr, osize, nsize) }.cast()
 }
+
+/// Makes the next growing request of the arena whose base is `ud`, and Lua's retry of it after
+/// its emergency collection, fail: the running Lua code gets "not enough memory". For a VM
+/// that lost a finalizer to a memory error, so code waiting for it ends instead of spinning.
+///
+/// # Safety
+/// As [`lua_alloc`]: `ud` is the base of a live arena that no other code uses concurrently.
+pub unsafe fn refuse_next_growth(ud: *mut c_void) {
+    // SAFETY: the caller guarantees ud is the base of a live, initialized arena.
+    let mut heap = unsafe { Heap::attach(ud.cast()) };
+    heap.refuse_next_growth();
+}

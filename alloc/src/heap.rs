@@ -257,7 +257,24 @@ pub struct Header {
     bin_map: u64,
     partial: [u32; NCLASSES],
     bins: [u32; NBINS],
+    /// Bytes allocated since the last refused request.
+    since_failure: u64,
+    /// Refused requests in a row, each after less than `THRASH_FRACTION` of the limit was
+    /// allocated since the one before.
+    thrash: u32,
+    /// Set when `thrash` reached `THRASH_RUN`: the next growing request (Lua's retry after its
+    /// emergency collection) is refused too, so Lua raises "not enough memory".
+    refuse_retry: u32,
 }
+
+/// A refused request counts as thrashing when less than 1/`THRASH_FRACTION` of the limit was
+/// allocated since the previous one.
+const THRASH_FRACTION: u64 = 4;
+/// After this many thrashing refusals in a row, Lua's retry is refused as well. A program that
+/// needs a full (emergency) collection for every quarter of its heap makes no progress worth
+/// the cost, and emergency collections never run finalizers: a loop waiting for one while it
+/// allocates would spin forever.
+const THRASH_RUN: u32 = 32;
 
 const _: () = assert!(std::mem::size_of::<Header>() <= PAGE_SIZE);
 
@@ -330,6 +347,9 @@ impl Heap {
             bin_map: 0,
             partial: [NIL; NCLASSES],
             bins: [NIL; NBINS],
+            since_failure: 0,
+            thrash: 0,
+            refuse_retry: 0,
         };
         // SAFETY: the caller guarantees base is writable for at least one page, and Header fits
         // in one page and needs 8-byte alignment, which a page-aligned mapping has.
@@ -436,15 +456,62 @@ impl Heap {
 
     /// Allocates `size` bytes (16-byte aligned). Null when the limit or capacity is reached.
     pub fn alloc(&mut self, size: usize) -> *mut u8 {
+        if self.refuse_thrashing_retry() {
+            return ptr::null_mut();
+        }
         let p = self.alloc_block(size.max(1));
         let h = self.hdr();
         if p.is_null() {
-            h.failures += 1;
+            self.note_failure();
         } else {
+            h.since_failure += size as u64;
             h.requested += size as u64;
             h.peak_requested = h.peak_requested.max(h.requested);
         }
         p
+    }
+
+    /// Counts a refused request and detects thrashing (see `THRASH_RUN`).
+    fn note_failure(&mut self) {
+        let h = self.hdr();
+        h.failures += 1;
+        let limit = h.limit_pages.min(h.max_pages) as u64 * PAGE_SIZE as u64;
+        if h.since_failure < limit / THRASH_FRACTION {
+            h.thrash += 1;
+            if h.thrash >= THRASH_RUN {
+                h.refuse_retry = 1;
+            }
+        } else {
+            h.thrash = 0;
+        }
+        h.since_failure = 0;
+    }
+
+    /// Refuses the next growing request and Lua's retry of it, so the running code gets
+    /// "not enough memory" (used when a finalizer was lost to a memory error: a program waiting
+    /// for it would otherwise wait forever).
+    pub fn refuse_next_growth(&mut self) {
+        let h = self.hdr();
+        h.thrash = THRASH_RUN + 1;
+        h.refuse_retry = 1;
+    }
+
+    /// Whether this request is the retry to refuse after thrashing (then the run starts over).
+    fn refuse_thrashing_retry(&mut self) -> bool {
+        let h = self.hdr();
+        if h.refuse_retry == 0 {
+            return false;
+        }
+        h.failures += 1;
+        if h.thrash > THRASH_RUN {
+            // refuse_next_growth: this is the request; its retry is refused next.
+            h.thrash = THRASH_RUN;
+        } else {
+            h.refuse_retry = 0;
+            h.thrash = 0;
+            h.since_failure = 0;
+        }
+        true
     }
 
     /// Frees a block. Returns false (and changes nothing) if `ptr` is not a live block start.
@@ -472,11 +539,15 @@ impl Heap {
             self.hdr().failures += 1;
             return ptr::null_mut();
         };
+        if nsize > cap && self.refuse_thrashing_retry() {
+            return ptr::null_mut();
+        }
         let out = self.resize_block(ptr, cap, osize, nsize);
         let h = self.hdr();
         if out.is_null() {
-            h.failures += 1;
+            self.note_failure();
         } else {
+            h.since_failure += nsize.saturating_sub(osize) as u64;
             h.requested = (h.requested + nsize as u64).saturating_sub(osize as u64);
             h.peak_requested = h.peak_requested.max(h.requested);
         }
@@ -578,7 +649,11 @@ impl Heap {
         // A large block moved by a reallocation is charged only its growth against the limit:
         // its old pages are given back right after the copy (glibc's realloc of a big chunk
         // moves it with mremap and never holds both either).
-        let lift = if is_large { (cap / PAGE_SIZE) as u32 } else { 0 };
+        let lift = if is_large {
+            (cap / PAGE_SIZE) as u32
+        } else {
+            0
+        };
         let limit = self.hdr_ref().limit_pages;
         self.hdr().limit_pages = limit.saturating_add(lift);
         let fresh = self.alloc_block(nsize);

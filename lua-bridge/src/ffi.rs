@@ -790,6 +790,23 @@ pub(crate) unsafe extern "C-unwind" fn warn_to_stderr(
         }
         return;
     }
+    // Bits 2-3 follow lua's "error in __gc (not enough memory)" warning, sent in pieces: a
+    // finalizer lost to a memory error makes the next allocation fail, so code waiting for
+    // that finalizer ends with "not enough memory" instead of waiting forever.
+    let stage = (s >> 2) & 3;
+    let next = match (stage, &*text) {
+        (_, "error in ") if s & 2 == 0 => 1,
+        (1, "__gc") => 2,
+        (2, " (") => 3,
+        (3, "not enough memory") => {
+            // SAFETY: ud is the base of this VM's live arena (registered with the warn function).
+            unsafe { luasnap_alloc::refuse_next_growth(ud) };
+            0
+        }
+        _ => 0,
+    };
+    state.set((s & !12) | (next << 2));
+    let s = state.get();
     if s & 1 != 0 {
         if s & 2 == 0 {
             eprint!("Lua warning: ");
