@@ -115,6 +115,8 @@ pub struct ArenaStats {
     pub extent_bytes: u64,
     /// Highest the extent has been.
     pub peak_extent_bytes: u64,
+    /// Bytes of the pages held by blocks (large blocks and spans): what the limit bounds.
+    pub held_bytes: u64,
     /// Current limit on the pages held by blocks (free runs inside the extent do not count).
     pub limit_bytes: u64,
     /// Requests refused (limit or capacity reached).
@@ -292,6 +294,7 @@ impl Arena {
             live_blocks: c.live_blocks,
             extent_bytes: c.top_pages as u64 * PAGE_SIZE as u64,
             peak_extent_bytes: c.peak_top_pages as u64 * PAGE_SIZE as u64,
+            held_bytes: c.run_pages as u64 * PAGE_SIZE as u64,
             limit_bytes: c.limit_pages as u64 * PAGE_SIZE as u64,
             failed_allocations: c.failures,
         }

@@ -44,7 +44,10 @@ impl Reservation {
                         page_size: PAGE_SIZE,
                     });
                 }
-                if address.checked_add(len).is_none_or(|end| end > ADDRESS_SPACE_END) {
+                if address
+                    .checked_add(len)
+                    .is_none_or(|end| end > ADDRESS_SPACE_END)
+                {
                     return Err(ArenaError::BaseOutOfRange {
                         address,
                         capacity: len,

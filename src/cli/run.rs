@@ -184,7 +184,7 @@ Available options are:
   -         stop handling options and execute stdin
 luasnap options (before lua's):
   --memory-limit SIZE   cap the Lua heap (64M, 2G); running out is Lua's \"not enough memory\"
-  --capacity SIZE       arena reservation (address space; default 1T)
+  --capacity SIZE       arena reservation (address space; default 1T, 4G with --deterministic)
   --deterministic SEED  the deterministic profile (no io/os, seeded math.random)
   --base-address ADDR   place the arena at this address (hex with 0x)
   --digest              print the arena and value digests to stderr at the end"
@@ -263,7 +263,13 @@ fn builder(own: &Own) -> VmBuilder {
         })
         // lua.c runs its state in generational mode.
         .gc(GcMode::GENERATIONAL)
-        .capacity(own.capacity.unwrap_or(RUN_CAPACITY));
+        // The deterministic profile keeps the library's default layout (a game's addresses,
+        // hence its pointer-keyed iteration order, depend on it).
+        .capacity(own.capacity.unwrap_or(if own.deterministic.is_some() {
+            luasnap::bridge::DEFAULT_CAPACITY
+        } else {
+            RUN_CAPACITY
+        }));
     if let Some(limit) = own.memory_limit {
         b = b.memory_limit(limit);
     }
