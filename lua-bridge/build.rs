@@ -4,6 +4,8 @@ fn main() {
     println!("cargo:rerun-if-changed=csrc");
     cc::Build::new()
         .file("csrc/internals.c")
+        .file("csrc/chunks.c")
+        .file("csrc/readline.c")
         .include("csrc/lua-5.5.1")
         .define("LUA_USE_LINUX", None)
         .warnings(true)

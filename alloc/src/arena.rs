@@ -115,7 +115,9 @@ pub struct ArenaStats {
     pub extent_bytes: u64,
     /// Highest the extent has been.
     pub peak_extent_bytes: u64,
-    /// Current limit on the extent.
+    /// Bytes of the pages held by blocks (large blocks and spans): what the limit bounds.
+    pub held_bytes: u64,
+    /// Current limit on the pages held by blocks (free runs inside the extent do not count).
     pub limit_bytes: u64,
     /// Requests refused (limit or capacity reached).
     pub failed_allocations: u64,
@@ -292,6 +294,7 @@ impl Arena {
             live_blocks: c.live_blocks,
             extent_bytes: c.top_pages as u64 * PAGE_SIZE as u64,
             peak_extent_bytes: c.peak_top_pages as u64 * PAGE_SIZE as u64,
+            held_bytes: c.run_pages as u64 * PAGE_SIZE as u64,
             limit_bytes: c.limit_pages as u64 * PAGE_SIZE as u64,
             failed_allocations: c.failures,
         }
@@ -312,12 +315,13 @@ impl Arena {
         self.heap_ref().counters().max_pages as usize * PAGE_SIZE
     }
 
-    /// Changes the limit on the data extent. The limit is part of the arena's state: a rollback
-    /// restores the limit that was in force when the snapshot was taken.
+    /// Changes the limit on the pages held by blocks (large blocks and spans of small ones;
+    /// free runs inside the extent do not count). The limit is part of the arena's state: a
+    /// rollback restores the limit that was in force when the snapshot was taken.
     pub fn set_limit(&mut self, bytes: usize) -> Result<(), ArenaError> {
         let c = self.heap_ref().counters();
         let usable = c.max_pages as usize * PAGE_SIZE;
-        let in_use = c.top_pages as usize * PAGE_SIZE;
+        let in_use = c.run_pages as usize * PAGE_SIZE;
         if bytes > usable {
             return Err(ArenaError::LimitAboveCapacity {
                 limit: bytes,
@@ -470,4 +474,16 @@ pub unsafe extern "C" fn lua_alloc(
     }
     // SAFETY: ptr is a live block of this arena with requested size osize (lua_Alloc contract).
     unsafe { heap.realloc(ptr, osize, nsize) }.cast()
+}
+
+/// Makes the next growing request of the arena whose base is `ud`, and Lua's retry of it after
+/// its emergency collection, fail: the running Lua code gets "not enough memory". For a VM
+/// that lost a finalizer to a memory error, so code waiting for it ends instead of spinning.
+///
+/// # Safety
+/// As [`lua_alloc`]: `ud` is the base of a live arena that no other code uses concurrently.
+pub unsafe fn refuse_next_growth(ud: *mut c_void) {
+    // SAFETY: the caller guarantees ud is the base of a live, initialized arena.
+    let mut heap = unsafe { Heap::attach(ud.cast()) };
+    heap.refuse_next_growth();
 }

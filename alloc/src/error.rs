@@ -42,6 +42,16 @@ pub enum ArenaError {
         /// The system page size.
         page_size: usize,
     },
+    /// A fixed base address whose range does not fit in user address space.
+    #[error("base address {address:#x} with {capacity} bytes of capacity is out of range: user address space ends at {end:#x}; choose a lower base address (for example 0x3e0000000000) or a smaller capacity")]
+    BaseOutOfRange {
+        /// The address that was asked for.
+        address: usize,
+        /// The capacity that was asked for.
+        capacity: usize,
+        /// Where user address space ends.
+        end: usize,
+    },
     /// Something is already mapped in the requested fixed range; the arena never maps over it.
     #[error("the range {address:#x}..{end:#x} is already in use in this process; choose another base address or let the OS choose", end = address + capacity)]
     AddressInUse {

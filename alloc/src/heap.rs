@@ -39,10 +39,12 @@ const MAGIC: u64 = u64::from_le_bytes(*b"LSNARENA");
 const VERSION: u32 = 1;
 const DESC_SIZE: usize = 32;
 /// Number of small size classes.
-pub const NCLASSES: usize = 16 + 7 * 4;
+pub const NCLASSES: usize = 16 + 7 * 8;
 const NBINS: usize = 59;
 
-/// Block size of each class: 16..=256 in steps of 16, then four classes per doubling up to 32 KiB.
+/// Block size of each class: 16..=256 in steps of 16, then eight classes per doubling up to
+/// 32 KiB (at most 12.5% lost to rounding, as glibc's 16-byte chunks lose little on mid-sized
+/// strings).
 pub const CLASS_SIZES: [u32; NCLASSES] = class_sizes();
 /// Pages per span for each class, chosen to keep the unusable tail of a span small.
 const SPAN_PAGES: [u32; NCLASSES] = span_pages();
@@ -57,8 +59,8 @@ const fn class_sizes() -> [u32; NCLASSES] {
     let mut k = 8;
     while k <= 14 {
         let mut sub = 0;
-        while sub < 4 {
-            out[16 + (k - 8) * 4 + sub] = ((1usize << k) + (sub + 1) * (1usize << (k - 2))) as u32;
+        while sub < 8 {
+            out[16 + (k - 8) * 8 + sub] = ((1usize << k) + (sub + 1) * (1usize << (k - 3))) as u32;
             sub += 1;
         }
         k += 1;
@@ -113,8 +115,8 @@ pub fn class_of(size: usize) -> usize {
     } else {
         let v = size - 1;
         let k = (usize::BITS - 1 - v.leading_zeros()) as usize;
-        let sub = (v >> (k - 2)) & 3;
-        16 + (k - 8) * 4 + sub
+        let sub = (v >> (k - 3)) & 7;
+        16 + (k - 8) * 8 + sub
     }
 }
 
@@ -237,7 +239,10 @@ impl Desc {
 pub struct Header {
     magic: u64,
     version: u32,
-    _pad: u32,
+    /// Pages held by large blocks and spans: what the limit bounds. Free runs inside the
+    /// extent (holes left by moved blocks) do not count, as a malloc'd heap's holes do not
+    /// count against a cap on what Lua asked for.
+    run_pages: u32,
     capacity: u64,
     data_offset: u64,
     max_pages: u32,
@@ -252,7 +257,24 @@ pub struct Header {
     bin_map: u64,
     partial: [u32; NCLASSES],
     bins: [u32; NBINS],
+    /// Bytes allocated since the last refused request.
+    since_failure: u64,
+    /// Refused requests in a row, each after less than `THRASH_FRACTION` of the limit was
+    /// allocated since the one before.
+    thrash: u32,
+    /// Set when `thrash` reached `THRASH_RUN`: the next growing request (Lua's retry after its
+    /// emergency collection) is refused too, so Lua raises "not enough memory".
+    refuse_retry: u32,
 }
+
+/// A refused request counts as thrashing when less than 1/`THRASH_FRACTION` of the limit was
+/// allocated since the previous one.
+const THRASH_FRACTION: u64 = 4;
+/// After this many thrashing refusals in a row, Lua's retry is refused as well. A program that
+/// needs a full (emergency) collection for every quarter of its heap makes no progress worth
+/// the cost, and emergency collections never run finalizers: a loop waiting for one while it
+/// allocates would spin forever.
+const THRASH_RUN: u32 = 32;
 
 const _: () = assert!(std::mem::size_of::<Header>() <= PAGE_SIZE);
 
@@ -269,6 +291,8 @@ pub struct HeapCounters {
     pub limit_pages: u32,
     pub max_pages: u32,
     pub data_offset: usize,
+    /// Pages held by large blocks and spans (what the limit bounds).
+    pub run_pages: u32,
 }
 
 /// Where the bytes of the extent go; see [`Heap::usage`].
@@ -308,7 +332,7 @@ impl Heap {
         let header = Header {
             magic: MAGIC,
             version: VERSION,
-            _pad: 0,
+            run_pages: 0,
             capacity: capacity as u64,
             data_offset: layout.data_offset as u64,
             max_pages: layout.max_pages,
@@ -323,6 +347,9 @@ impl Heap {
             bin_map: 0,
             partial: [NIL; NCLASSES],
             bins: [NIL; NBINS],
+            since_failure: 0,
+            thrash: 0,
+            refuse_retry: 0,
         };
         // SAFETY: the caller guarantees base is writable for at least one page, and Header fits
         // in one page and needs 8-byte alignment, which a page-aligned mapping has.
@@ -405,6 +432,7 @@ impl Heap {
             limit_pages: h.limit_pages,
             max_pages: h.max_pages,
             data_offset: h.data_offset as usize,
+            run_pages: h.run_pages,
         }
     }
 
@@ -419,7 +447,7 @@ impl Heap {
         h.magic == MAGIC && h.version == VERSION
     }
 
-    /// Sets the limit on the data extent, in pages.
+    /// Sets the limit on the pages held by blocks (large blocks and spans), in pages.
     pub fn set_limit_pages(&mut self, pages: u32) {
         self.hdr().limit_pages = pages;
     }
@@ -428,15 +456,62 @@ impl Heap {
 
     /// Allocates `size` bytes (16-byte aligned). Null when the limit or capacity is reached.
     pub fn alloc(&mut self, size: usize) -> *mut u8 {
+        if self.refuse_thrashing_retry() {
+            return ptr::null_mut();
+        }
         let p = self.alloc_block(size.max(1));
         let h = self.hdr();
         if p.is_null() {
-            h.failures += 1;
+            self.note_failure();
         } else {
+            h.since_failure += size as u64;
             h.requested += size as u64;
             h.peak_requested = h.peak_requested.max(h.requested);
         }
         p
+    }
+
+    /// Counts a refused request and detects thrashing (see `THRASH_RUN`).
+    fn note_failure(&mut self) {
+        let h = self.hdr();
+        h.failures += 1;
+        let limit = h.limit_pages.min(h.max_pages) as u64 * PAGE_SIZE as u64;
+        if h.since_failure < limit / THRASH_FRACTION {
+            h.thrash += 1;
+            if h.thrash >= THRASH_RUN {
+                h.refuse_retry = 1;
+            }
+        } else {
+            h.thrash = 0;
+        }
+        h.since_failure = 0;
+    }
+
+    /// Refuses the next growing request and Lua's retry of it, so the running code gets
+    /// "not enough memory" (used when a finalizer was lost to a memory error: a program waiting
+    /// for it would otherwise wait forever).
+    pub fn refuse_next_growth(&mut self) {
+        let h = self.hdr();
+        h.thrash = THRASH_RUN + 1;
+        h.refuse_retry = 1;
+    }
+
+    /// Whether this request is the retry to refuse after thrashing (then the run starts over).
+    fn refuse_thrashing_retry(&mut self) -> bool {
+        let h = self.hdr();
+        if h.refuse_retry == 0 {
+            return false;
+        }
+        h.failures += 1;
+        if h.thrash > THRASH_RUN {
+            // refuse_next_growth: this is the request; its retry is refused next.
+            h.thrash = THRASH_RUN;
+        } else {
+            h.refuse_retry = 0;
+            h.thrash = 0;
+            h.since_failure = 0;
+        }
+        true
     }
 
     /// Frees a block. Returns false (and changes nothing) if `ptr` is not a live block start.
@@ -464,11 +539,15 @@ impl Heap {
             self.hdr().failures += 1;
             return ptr::null_mut();
         };
+        if nsize > cap && self.refuse_thrashing_retry() {
+            return ptr::null_mut();
+        }
         let out = self.resize_block(ptr, cap, osize, nsize);
         let h = self.hdr();
         if out.is_null() {
-            h.failures += 1;
+            self.note_failure();
         } else {
+            h.since_failure += nsize.saturating_sub(osize) as u64;
             h.requested = (h.requested + nsize as u64).saturating_sub(osize as u64);
             h.peak_requested = h.peak_requested.max(h.requested);
         }
@@ -567,7 +646,18 @@ impl Heap {
                 return self.page_ptr(head);
             }
         }
+        // A large block moved by a reallocation is charged only its growth against the limit:
+        // its old pages are given back right after the copy (glibc's realloc of a big chunk
+        // moves it with mremap and never holds both either).
+        let lift = if is_large {
+            (cap / PAGE_SIZE) as u32
+        } else {
+            0
+        };
+        let limit = self.hdr_ref().limit_pages;
+        self.hdr().limit_pages = limit.saturating_add(lift);
         let fresh = self.alloc_block(nsize);
+        self.hdr().limit_pages = limit;
         if fresh.is_null() {
             if nsize < cap {
                 // Shrinking never fails: keep the block (a large one gives back its tail pages).
@@ -599,9 +689,12 @@ impl Heap {
         let extra = want - old_pages;
         let end = head + old_pages;
         let h = self.hdr_ref();
-        let (top, limit) = (h.top, h.limit_pages.min(h.max_pages));
+        let (top, max) = (h.top, h.max_pages);
+        if h.run_pages as u64 + extra as u64 > h.limit_pages as u64 {
+            return false;
+        }
         if end == top {
-            if (top as u64 + extra as u64) > limit as u64 {
+            if (top as u64 + extra as u64) > max as u64 {
                 return false;
             }
             self.grow_top(top + extra);
@@ -616,7 +709,9 @@ impl Heap {
             }
         }
         self.set_large(head, want);
-        self.hdr().allocated += (extra as usize * PAGE_SIZE) as u64;
+        let h = self.hdr();
+        h.allocated += (extra as usize * PAGE_SIZE) as u64;
+        h.run_pages += extra;
         true
     }
 
@@ -643,7 +738,10 @@ impl Heap {
         let llen = self.desc(lhead).len;
         let end = head + old_pages;
         let h = self.hdr_ref();
-        let (top, limit) = (h.top, h.limit_pages.min(h.max_pages));
+        let (top, limit) = (h.top, h.max_pages);
+        if h.run_pages as u64 + (want - old_pages) as u64 > h.limit_pages as u64 {
+            return None;
+        }
         let have = llen + old_pages;
         let need_right = want.saturating_sub(have);
         if need_right > 0 {
@@ -677,8 +775,12 @@ impl Heap {
         // this block or free; `copy` handles the overlap.
         unsafe { ptr::copy(self.page_ptr(head), self.page_ptr(lhead), keep) };
         self.set_large(lhead, want);
+        // The block now holds `want` pages; free_run below takes back the pages it frees.
+        self.hdr().run_pages += want - old_pages;
         if need_right == 0 && lhead + want < end {
-            self.free_run(lhead + want, end - (lhead + want));
+            let tail = end - (lhead + want);
+            self.hdr().run_pages += tail;
+            self.free_run(lhead + want, tail);
         }
         self.hdr().allocated += ((want - old_pages) as usize * PAGE_SIZE) as u64;
         Some(lhead)
@@ -832,6 +934,9 @@ impl Heap {
     /// this keeps fragmentation lowest in practice (Johnstone & Wilson, ISMM '98). Runs are few
     /// (they are maximal and spans/large blocks are rare), so the scan is cheap.
     fn alloc_run(&mut self, pages: u32) -> Option<u32> {
+        if self.hdr_ref().run_pages as u64 + pages as u64 > self.hdr_ref().limit_pages as u64 {
+            return None;
+        }
         let first_bin = bin_of(pages);
         let mut map = self.hdr_ref().bin_map & (!0u64 << first_bin);
         let mut best: Option<(u32, u32)> = None;
@@ -855,19 +960,24 @@ impl Heap {
             if len > pages {
                 self.insert_free(run + pages, len - pages);
             }
+            self.hdr().run_pages += pages;
             return Some(run);
         }
         // Nothing free fits: extend the extent (no free run ever ends at `top`).
         let h = self.hdr_ref();
         let top = h.top;
-        if top as u64 + pages as u64 > h.limit_pages.min(h.max_pages) as u64 {
+        if top as u64 + pages as u64 > h.max_pages as u64 {
             return None;
         }
         self.grow_top(top + pages);
+        self.hdr().run_pages += pages;
         Some(top)
     }
 
+    /// Returns pages held by a block or span to the free runs (they stop counting against the
+    /// limit).
     fn free_run(&mut self, mut start: u32, mut pages: u32) {
+        self.hdr().run_pages -= pages;
         if start > 0 {
             let left = self.desc(start - 1);
             let left_head = match left.kind() {
@@ -982,6 +1092,7 @@ impl Heap {
         }
         let (mut free_runs, mut allocated, mut live, mut partial_spans) =
             (0u64, 0u64, 0u64, [0u32; NCLASSES]);
+        let mut held = 0u64;
         let mut prev_free = false;
         let mut p = 0u32;
         while p < top {
@@ -1004,6 +1115,7 @@ impl Heap {
                 Kind::Large => {
                     allocated += len as u64 * PAGE_SIZE as u64;
                     live += 1;
+                    held += len as u64;
                     Kind::LargeTail
                 }
                 Kind::SmallHead => {
@@ -1011,6 +1123,7 @@ impl Heap {
                     if class >= NCLASSES || len != SPAN_PAGES[class] {
                         return fail(p, format!("span with class {class} and {len} pages"));
                     }
+                    held += len as u64;
                     for q in p + 1..p + len {
                         let inner = self.desc(q);
                         if inner.kind() != Kind::SmallInner || inner.len != p {
@@ -1067,6 +1180,12 @@ impl Heap {
         }
         if prev_free {
             return fail(top, "a free run ends at top".into());
+        }
+        if held != h.run_pages as u64 {
+            return fail(
+                0,
+                format!("header counts {} held pages, map has {held}", h.run_pages),
+            );
         }
         if allocated != h.allocated || live != h.live_blocks {
             return fail(

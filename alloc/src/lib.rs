@@ -48,8 +48,8 @@ mod mapping;
 pub mod track;
 
 pub use arena::{
-    lua_alloc, Arena, ArenaBuilder, ArenaId, ArenaStats, LuaAllocFn, StateRanges, MAX_CAPACITY,
-    MIN_CAPACITY,
+    lua_alloc, refuse_next_growth, Arena, ArenaBuilder, ArenaId, ArenaStats, LuaAllocFn,
+    StateRanges, MAX_CAPACITY, MIN_CAPACITY,
 };
 pub use error::{ArenaError, CorruptionError, TrackError};
 pub use heap::{HeapUsage, CLASS_SIZES, GRAIN, MAX_SMALL};

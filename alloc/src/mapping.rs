@@ -22,11 +22,16 @@ pub struct Reservation {
 // moves nothing that is tied to a thread.
 unsafe impl Send for Reservation {}
 
+/// The end of user address space on the largest 64-bit layouts (5-level paging: 56 bits); a
+/// fixed range past it is refused before asking the kernel.
+const ADDRESS_SPACE_END: usize = 1 << 56;
+
 impl Reservation {
     /// Reserves `len` bytes (rounded up to whole pages), at `fixed` if given.
     ///
     /// A fixed address is never mapped over: if any part of the range is in use the call fails
     /// with [`ArenaError::AddressInUse`].
+    /// A range outside user space fails with [`ArenaError::BaseOutOfRange`].
     pub fn new(len: usize, fixed: Option<usize>) -> Result<Self, ArenaError> {
         check_page_size()?;
         let len = len.max(1).next_multiple_of(PAGE_SIZE);
@@ -39,10 +44,14 @@ impl Reservation {
                         page_size: PAGE_SIZE,
                     });
                 }
-                if address.checked_add(len).is_none() {
-                    return Err(ArenaError::AddressInUse {
+                if address
+                    .checked_add(len)
+                    .is_none_or(|end| end > ADDRESS_SPACE_END)
+                {
+                    return Err(ArenaError::BaseOutOfRange {
                         address,
                         capacity: len,
+                        end: ADDRESS_SPACE_END,
                     });
                 }
                 flags |= libc::MAP_FIXED_NOREPLACE;
@@ -61,6 +70,14 @@ impl Reservation {
                     address,
                     capacity: len,
                 },
+                // Past the end of this process's address space (47 bits without 5-level paging).
+                (Some(address), libc::ENOMEM | libc::EINVAL) if address + len > 1 << 47 => {
+                    ArenaError::BaseOutOfRange {
+                        address,
+                        capacity: len,
+                        end: 1 << 47,
+                    }
+                }
                 _ => ArenaError::ReserveFailed {
                     capacity: len,
                     errno: e,

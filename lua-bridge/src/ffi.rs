@@ -963,7 +963,8 @@ pub(crate) unsafe extern "C-unwind" fn warn_to_stderr(
     let text = unsafe { CStr::from_ptr(msg) }.to_string_lossy();
     // state: bit 0 = on, bit 1 = continuing a message
     let s = state.get();
-    if s & 2 == 0 && text.starts_with('@') {
+    // A control message is a whole message (not a piece of a longer one), as in lauxlib.
+    if s & 2 == 0 && tocont == 0 && text.starts_with('@') {
         match &*text {
             "@on" => state.set(s | 1),
             "@off" => state.set(s & !1),
@@ -971,6 +972,23 @@ pub(crate) unsafe extern "C-unwind" fn warn_to_stderr(
         }
         return;
     }
+    // Bits 2-3 follow lua's "error in __gc (not enough memory)" warning, sent in pieces: a
+    // finalizer lost to a memory error makes the next allocation fail, so code waiting for
+    // that finalizer ends with "not enough memory" instead of waiting forever.
+    let stage = (s >> 2) & 3;
+    let next = match (stage, &*text) {
+        (_, "error in ") if s & 2 == 0 => 1,
+        (1, "__gc") => 2,
+        (2, " (") => 3,
+        (3, "not enough memory") => {
+            // SAFETY: ud is the base of this VM's live arena (registered with the warn function).
+            unsafe { luasnap_alloc::refuse_next_growth(ud) };
+            0
+        }
+        _ => 0,
+    };
+    state.set((s & !12) | (next << 2));
+    let s = state.get();
     if s & 1 != 0 {
         if s & 2 == 0 {
             eprint!("Lua warning: ");

@@ -46,6 +46,7 @@
 #![allow(non_snake_case)] // `L` for a lua_State, as in Lua's own sources
 
 mod canonical;
+mod chunks;
 mod convert;
 pub mod digest;
 mod error;
@@ -60,6 +61,7 @@ mod random_state;
 pub mod runtime;
 pub mod serde_value;
 pub mod simulate;
+mod standalone;
 mod userdata;
 mod value;
 pub mod value_diff;
@@ -77,6 +79,7 @@ pub use ggrs;
 pub use handle::{Function, LuaRef, LuaTable, Thread, ThreadStatus};
 pub use luasnap_snap::{CopyStrategy, SnapshotId, SnapshotMode};
 pub use serde_value::{from_value, to_value, Serde};
+pub use standalone::{readline, ReplOutcome, Step};
 pub use userdata::{Method, PlainData, UserDataMethods};
 pub use value::{Table, UserDataValue, Value};
 pub use vm::{GcMode, Profile, Vm, VmBuilder, DEFAULT_CAPACITY, NATIVES_KEY};

@@ -1,0 +1,154 @@
+//! `luasnap run` takes stock `lua`'s command line.
+
+use std::io::Write;
+use std::process::{Command, Output, Stdio};
+
+fn run(args: &[&str], stdin: &str) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_luasnap"))
+        .arg("run")
+        .args(args)
+        .env_remove("LUA_INIT")
+        .env_remove("LUA_INIT_5_5")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
+fn out(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn err(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn script(name: &str, code: &str) -> String {
+    let dir = std::env::temp_dir().join(format!("luasnap-run-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join(name);
+    std::fs::write(&p, code).unwrap();
+    p.to_string_lossy().into_owned()
+}
+
+#[test]
+fn options_run_in_order_and_the_script_gets_its_arguments() {
+    let s = script(
+        "args.lua",
+        "#!/usr/bin/env lua\nprint(a, str.upper('x'), ...) print(#arg, arg[0] ~= nil, arg[-1])",
+    );
+    let o = run(
+        &["-e", "a = 1", "-l", "str=string", "-ea=a+1", &s, "p", "q"],
+        "",
+    );
+    assert!(o.status.success(), "{}", err(&o));
+    assert_eq!(out(&o), "2\tX\tp\tq\n2\ttrue\t-ea=a+1\n");
+}
+
+#[test]
+fn errors_are_reported_as_lua_does_with_exit_code_1() {
+    let o = run(
+        &[
+            "-e",
+            "error(setmetatable({}, {__tostring = function() return 'custom' end}))",
+        ],
+        "",
+    );
+    assert_eq!(o.status.code(), Some(1));
+    assert!(err(&o).ends_with(": custom\n"), "{}", err(&o));
+    let o = run(&["-e", "error('boom')"], "");
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        err(&o).contains("(command line):1: boom\nstack traceback:"),
+        "{}",
+        err(&o)
+    );
+    let o = run(&["-e", "os.exit(7)"], "");
+    assert_eq!(o.status.code(), Some(7));
+}
+
+#[test]
+fn usage_errors_and_version() {
+    let o = run(&["-x"], "");
+    assert_eq!(o.status.code(), Some(1));
+    assert!(err(&o).contains("unrecognized option '-x'"), "{}", err(&o));
+    let o = run(&["-e"], "");
+    assert!(err(&o).contains("'-e' needs argument"), "{}", err(&o));
+    let o = run(&["-v"], "");
+    assert!(o.status.success());
+    assert!(out(&o).starts_with("Lua 5.5.1"), "{}", out(&o));
+    let o = run(&["--base-address", "0xffffffffffff0000", "-e", ""], "");
+    assert_eq!(o.status.code(), Some(1));
+    assert!(err(&o).contains("out of range"), "{}", err(&o));
+}
+
+#[test]
+fn stdin_dash_and_the_repl() {
+    let o = run(&["-"], "print(1 + 1)");
+    assert_eq!(out(&o), "2\n");
+    let o = run(&["--", "-"], "");
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "a script literally named '-' after --"
+    );
+    let o = run(
+        &["-e", "_PROMPT = '' _PROMPT2 = ''", "-i"],
+        "x = 6 *\n7\nx\n",
+    );
+    assert!(o.status.success(), "{}", err(&o));
+    assert!(out(&o).contains("42\n"), "{}", out(&o));
+}
+
+#[test]
+fn c_api_is_exported_for_c_modules() {
+    // package.loadlib resolves symbols against the process: the API must be there.
+    let o = run(
+        &[
+            "-e",
+            "local f, e, w = package.loadlib('', 'lua_gettop') print(type(f), e, w)",
+        ],
+        "",
+    );
+    assert!(o.status.success(), "{}", err(&o));
+    assert_eq!(out(&o), "function\tnil\tnil\n", "{}", err(&o));
+}
+
+#[test]
+fn memory_limit_stack_overflow_and_growth() {
+    // Stock Lua 5.5.1 under a 64 MiB cap reports this overflow as "stack overflow" (from 56
+    // MiB on) and grows this array to 2^22 entries (README, `luasnap run`).
+    let o = run(
+        &[
+            "--memory-limit",
+            "64M",
+            "-e",
+            "local function f(n) return 1 + f(n + 1) end
+             print((select(2, pcall(f, 1)):match('stack overflow')))",
+        ],
+        "",
+    );
+    assert!(o.status.success(), "{}", err(&o));
+    assert_eq!(out(&o), "stack overflow\n");
+    let o = run(
+        &[
+            "--memory-limit",
+            "64M",
+            "-e",
+            "local t = {}
+             pcall(function() local i = 0 while true do i = i + 1 t[i] = i end end)
+             print(#t)",
+        ],
+        "",
+    );
+    assert!(o.status.success(), "{}", err(&o));
+    assert_eq!(out(&o), "4194304\n");
+}
