@@ -62,6 +62,10 @@ pub(crate) struct Shared {
     pub depth: Cell<u32>,
     /// Instructions Lua code may still run during a save-game load.
     pub budget: Cell<u64>,
+    /// Save-game loads in progress (nested through `eris.unpersist` in a load-time call).
+    pub loading: Cell<u32>,
+    /// During a load: the heap size (bytes) past which the load fails (`u64::MAX`: none).
+    pub heap_cap: Cell<u64>,
     /// Warn-function state: bit 0 on, bit 1 continuing a message.
     pub warn: Cell<u8>,
     /// Where the VM's arena starts (every Lua object lives in it).
@@ -77,6 +81,8 @@ impl Shared {
             error: UnsafeCell::new(String::new()),
             depth: Cell::new(0),
             budget: Cell::new(0),
+            loading: Cell::new(0),
+            heap_cap: Cell::new(u64::MAX),
             warn: Cell::new(0),
             arena_base,
         }
