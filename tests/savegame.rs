@@ -256,7 +256,10 @@ fn c_functions_and_natives_go_through_permanents() {
     let mut c = vm();
     c.exec("host = {}", "stub").unwrap();
     c.exec(code, "x").unwrap();
-    let err = c.unpersist(&bytes, "saved", Trust::Own).unwrap_err().to_string();
+    let err = c
+        .unpersist(&bytes, "saved", Trust::Own)
+        .unwrap_err()
+        .to_string();
     assert!(
         err.contains("missing permanent \"host.twice\"") && err.contains("register"),
         "{err}"
@@ -340,7 +343,8 @@ fn repeated_strings_are_written_once_and_format_1_files_still_load() {
     let mut v2 = seal_body(body, false);
     v2[8..10].copy_from_slice(&2u16.to_le_bytes());
     a.unpersist(&v2, "v2", Trust::Own).unwrap();
-    a.unpersist(&seal_body(body, false), "v3", Trust::Own).unwrap();
+    a.unpersist(&seal_body(body, false), "v3", Trust::Own)
+        .unwrap();
     assert_eq!(
         a.exec("return v2.ab .. v2.cd .. ' ' .. v3.ab .. v3.cd", "v")
             .unwrap(),
@@ -616,7 +620,9 @@ fn suspended_save(shape: &str) -> (Vec<u8>, Vec<u8>, Vm) {
 /// Loads a (corrupted) body; if it loads, resumes its coroutine a few times; then collects
 /// everything. Returns whether it loaded.
 fn load_resume_collect(b: &mut Vm, body: &[u8]) -> bool {
-    let loaded = b.unpersist(&seal_body(body, true), "loaded", Trust::Own).is_ok();
+    let loaded = b
+        .unpersist(&seal_body(body, true), "loaded", Trust::Own)
+        .is_ok();
     if loaded {
         let _ = b.exec(
             "if type(loaded) == 'table' and type(loaded.co) == 'thread' then
@@ -857,7 +863,10 @@ fn bad_headers_get_clear_errors() {
         ),
     ];
     for (bytes, expect) in cases {
-        let err = b.unpersist(&bytes, "x", Trust::Own).unwrap_err().to_string();
+        let err = b
+            .unpersist(&bytes, "x", Trust::Own)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains(expect), "expected '{expect}', got: {err}");
     }
     assert_eq!(
@@ -905,7 +914,9 @@ fn hostile_bodies_error_never_crash_hang_or_overgrow() {
         vec![29u8, 0, 0xff, 0xff, 0xff, 0x7f],
         vec![23u8, 0xff, 0xff, 0xff, 0x7f, 0],
     ] {
-        assert!(b.unpersist(&seal_body(&hostile, false), "loaded", Trust::Own).is_err());
+        assert!(b
+            .unpersist(&seal_body(&hostile, false), "loaded", Trust::Own)
+            .is_err());
     }
     // Bad values inside tables built in batches: a metatable that is not a table, and a
     // reference to an object whose rebuild function has not returned yet.
@@ -937,7 +948,10 @@ fn lua_code_run_while_loading_is_bounded() {
     let bytes = a.persist("saved").unwrap();
     let mut b = vm();
     b.exec(code.replace("saved =", "local _ ="), "x").unwrap();
-    let err = b.unpersist(&bytes, "saved", Trust::Own).unwrap_err().to_string();
+    let err = b
+        .unpersist(&bytes, "saved", Trust::Own)
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("instruction budget"), "{err}");
     // And heap growth can be capped.
     let a = vm();

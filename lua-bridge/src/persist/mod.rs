@@ -30,6 +30,8 @@
 //! file's bytecode unless [`LoadOptions::trusted`] is set; Lua code run while loading is capped
 //! by an instruction budget; and the heap growth of a load can be capped.
 
+#[doc(hidden)]
+pub mod forge;
 mod format;
 mod read;
 mod write;
@@ -326,7 +328,10 @@ impl LoadOptions {
             }),
             denied_permanents: match trust {
                 Trust::Own => Vec::new(),
-                Trust::Foreign => DEFAULT_FOREIGN_DENIED.iter().map(|s| s.to_string()).collect(),
+                Trust::Foreign => DEFAULT_FOREIGN_DENIED
+                    .iter()
+                    .map(|s| s.to_string())
+                    .collect(),
             },
         }
     }
@@ -865,7 +870,9 @@ unsafe fn load_protected(
         .map_or(u64::MAX, |g| start.saturating_add(g as u64));
     shared.loading.set(outer + 1);
     shared.budget.set(budget);
-    shared.heap_cap.set(if outer > 0 { cap.min(outer_cap) } else { cap });
+    shared
+        .heap_cap
+        .set(if outer > 0 { cap.min(outer_cap) } else { cap });
     // SAFETY: a thread of this VM.
     unsafe { install_budget_hook(L) };
     let mut body = |L: *mut lua_State| -> c_int {

@@ -12,8 +12,8 @@ use super::format::{
     min_strref_len, Opened, Reader, Tag, FLAG_BYTECODE, THREAD_DEAD, THREAD_NOT_STARTED,
     THREAD_SUSPENDED,
 };
-use super::{kind, LoadOptions, RawVal, Slots, Trust};
 use super::{budget_hook_intact, luasnap_heap_bytes, CTORS_KEY, GMATCH_AUX, WRAP_AUX};
+use super::{kind, LoadOptions, RawVal, Slots, Trust};
 use super::{luasnap_proto, luasnap_proto_hash, luasnap_proto_nupvalues};
 use super::{luasnap_thread_restore, luasnap_upval_join_open, CiRecord};
 use crate::ffi::Shared;
@@ -338,8 +338,7 @@ impl<'a> Loader<'a> {
         }
         // SAFETY: protected context; balanced pushes.
         unsafe {
-            if ffi::lua_getfield(L, ffi::LUA_REGISTRYINDEX, CTORS_KEY.as_ptr()) != ffi::LUA_TTABLE
-            {
+            if ffi::lua_getfield(L, ffi::LUA_REGISTRYINDEX, CTORS_KEY.as_ptr()) != ffi::LUA_TTABLE {
                 ffi::lua_settop(L, -2);
                 return false;
             }
