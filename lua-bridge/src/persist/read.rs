@@ -12,7 +12,8 @@ use super::format::{
     min_strref_len, Opened, Reader, Tag, FLAG_BYTECODE, THREAD_DEAD, THREAD_NOT_STARTED,
     THREAD_SUSPENDED,
 };
-use super::{kind, LoadOptions, RawVal, Slots};
+use super::{budget_hook_intact, luasnap_heap_bytes, CTORS_KEY, GMATCH_AUX, WRAP_AUX};
+use super::{kind, LoadOptions, RawVal, Slots, Trust};
 use super::{luasnap_proto, luasnap_proto_hash, luasnap_proto_nupvalues};
 use super::{luasnap_thread_restore, luasnap_upval_join_open, CiRecord};
 use crate::ffi::Shared;
@@ -32,6 +33,8 @@ unsafe extern "C" {
         f: unsafe extern "C" fn(*const c_void, *mut c_void),
         ud: *mut c_void,
     );
+    fn luasnap_gc_stopem(L: *mut lua_State, on: c_int);
+    fn luasnap_thread_check_upvals(co: *mut lua_State) -> c_int;
     fn luasnap_table_build(
         L: *mut lua_State,
         strs: c_int,
@@ -40,6 +43,36 @@ unsafe extern "C" {
         n: c_int,
     ) -> c_int;
 }
+
+/// Allows emergency collections again (a load stops them while it holds raw pointers).
+///
+/// # Safety
+/// `L` is a valid state.
+pub(crate) unsafe fn allow_emergency_gc(L: *mut lua_State) {
+    // SAFETY: callers' contract.
+    unsafe { luasnap_gc_stopem(L, 0) };
+}
+
+/// Calls `f(q, ud)` for `p` and every prototype nested in it.
+///
+/// # Safety
+/// `p` is a live prototype.
+pub(crate) unsafe fn proto_tree(
+    p: *const c_void,
+    f: unsafe extern "C" fn(*const c_void, *mut c_void),
+    ud: *mut c_void,
+) {
+    // SAFETY: callers' contract.
+    unsafe { luasnap_proto_tree(p, f, ud) };
+}
+
+/// Preallocation (table array slots, hash nodes counted twice, coroutine stack slots beyond
+/// the values read) a whole load may ask for from its file's hints: this many units per body
+/// byte, plus [`PREALLOC_BASE`]. Past it, hints are ignored (tables grow as entries come)
+/// and coroutine frames that need more stack are refused. Honest files ask for about one
+/// unit per two bytes.
+const PREALLOC_PER_BYTE: u64 = 4;
+const PREALLOC_BASE: u64 = 1 << 16;
 
 /// Steps per `luasnap_table_build` call (an entry needing more goes the general way).
 const BUILD_OPS: usize = 1024;
@@ -93,11 +126,13 @@ enum Frame {
         at: c_int,
     },
     /// `open`: the level of an open upvalue whose thread is the child being read.
+    /// `wrap`: a `coroutine.wrap` function, whose one upvalue must be a coroutine.
     Closure {
         id: u32,
         next: c_int,
         n: c_int,
         open: Option<c_int>,
+        wrap: bool,
     },
     UdBytes {
         id: u32,
@@ -138,6 +173,15 @@ pub(crate) struct Loader<'a> {
     pub error: Option<String>,
     shared: &'a Shared,
     trusted_bytecode: bool,
+    opts: &'a LoadOptions,
+    /// Preallocation units the file's hints may still ask for (see [`PREALLOC_PER_BYTE`]).
+    prealloc_left: u64,
+    /// Suspended coroutines this load created: the only threads open upvalues may point into.
+    threads: Vec<*mut lua_State>,
+    /// Coroutines this load created, whose budget hook goes when the load ends.
+    all_threads: Vec<*mut lua_State>,
+    /// The C functions of `coroutine.wrap`'s and `string.gmatch`'s helpers, once looked up.
+    aux: Option<(usize, usize)>,
 }
 
 unsafe extern "C" fn collect_proto(p: *const c_void, ud: *mut c_void) {
@@ -187,7 +231,16 @@ impl<'a> Loader<'a> {
             known_k: None,
             error: None,
             shared,
-            trusted_bytecode: opts.trusted && file.flags & FLAG_BYTECODE != 0,
+            trusted_bytecode: opts.trust == Trust::Own
+                && opts.bytecode
+                && file.flags & FLAG_BYTECODE != 0,
+            opts,
+            prealloc_left: (file.body.len() as u64)
+                .saturating_mul(PREALLOC_PER_BYTE)
+                .saturating_add(PREALLOC_BASE),
+            threads: Vec::new(),
+            all_threads: Vec::new(),
+            aux: None,
         }
     }
 
@@ -211,6 +264,9 @@ impl<'a> Loader<'a> {
     pub unsafe fn run(&mut self, L: *mut lua_State, s: Slots) -> Result<(), Fail> {
         // SAFETY: protected context (callers' contract).
         unsafe {
+            // No emergency collection while prototypes are looked up by raw pointer (the
+            // caller allows them again when the load ends, whatever its outcome).
+            luasnap_gc_stopem(L, 1);
             let mut ready = self.value(L, s)?;
             loop {
                 if ready {
@@ -228,13 +284,143 @@ impl<'a> Loader<'a> {
             if self.r.remaining() != 0 {
                 return Err(self.malformed("trailing bytes after the root value"));
             }
+            // Open upvalues point into live locals of the coroutines' frames: a level above
+            // every frame could be cut off when the collector shrinks the stack.
+            for &co in &self.threads {
+                if luasnap_thread_check_upvals(co) != 0 {
+                    return Err(self.malformed(
+                        "an open upvalue outside the live locals of its coroutine's frames",
+                    ));
+                }
+            }
             // Two-phase initializers run last, in creation order, on the complete graph.
             for i in 1..=self.inits {
                 ffi::lua_rawgeti(L, s.inits, i as ffi::lua_Integer);
                 ffi::lua_rawgeti(L, -1, 2); // init
                 ffi::lua_rawgeti(L, -2, 1); // object
                 ffi::lua_callk(L, 1, 0, 0, None);
+                self.after_call(L)?;
                 ffi::lua_settop(L, -2);
+            }
+            // Coroutines made by this load run outside it from now on: no budget hook.
+            for &co in &self.all_threads {
+                if budget_hook_intact(co) {
+                    ffi::lua_sethook(co, None, 0, 0);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// After Lua code ran at load time: the budget hook must still be the load's (code that
+    /// replaced it could run unbounded), and what a collection may have invalidated goes.
+    unsafe fn after_call(&mut self, L: *mut lua_State) -> Result<(), Fail> {
+        // SAFETY: queries and flags of the loading thread's state.
+        unsafe {
+            if !budget_hook_intact(L) {
+                return Err(self.fail("a load-time function changed the load's instruction-budget hook (debug.sethook); the save-game is refused"));
+            }
+            // A collection (collectgarbage, or one that finished its cycle meanwhile) may have
+            // freed prototypes the index points to: look them up again when next needed.
+            // Those already used are anchored in `protos`.
+            self.index = None;
+            self.full_index = false;
+            luasnap_gc_stopem(L, 1);
+        }
+        Ok(())
+    }
+
+    /// Whether the function on top may be called at load time: always for own saves; for
+    /// foreign ones, only a constructor the host registered (see `Vm::register_constructor`).
+    unsafe fn may_call(&mut self, L: *mut lua_State) -> bool {
+        if self.opts.trust == Trust::Own {
+            return true;
+        }
+        // SAFETY: protected context; balanced pushes.
+        unsafe {
+            if ffi::lua_getfield(L, ffi::LUA_REGISTRYINDEX, CTORS_KEY.as_ptr()) != ffi::LUA_TTABLE {
+                ffi::lua_settop(L, -2);
+                return false;
+            }
+            ffi::lua_pushvalue(L, -2);
+            let mut ok = ffi::lua_rawget(L, -2) != ffi::LUA_TNIL;
+            ffi::lua_settop(L, -2);
+            if !ok {
+                let p = luasnap_proto(L, -2);
+                if !p.is_null() {
+                    ffi::lua_pushlightuserdata(L, p.cast_mut());
+                    ok = ffi::lua_rawget(L, -2) != ffi::LUA_TNIL;
+                    ffi::lua_settop(L, -2);
+                }
+            }
+            ffi::lua_settop(L, -2);
+            ok
+        }
+    }
+
+    /// The C functions of `coroutine.wrap`'s and `string.gmatch`'s helpers (from the VM's
+    /// own permanents), looked up once per load.
+    unsafe fn aux(&mut self, L: *mut lua_State) -> (usize, usize) {
+        if let Some(a) = self.aux {
+            return a;
+        }
+        let mut a = (0usize, 0usize);
+        // SAFETY: protected context; balanced pushes.
+        unsafe {
+            ffi::lua_getfield(L, ffi::LUA_REGISTRYINDEX, super::UNPERMS_KEY.as_ptr());
+            if ffi::lua_type(L, -1) == ffi::LUA_TTABLE {
+                ffi::lua_getfield(L, -1, WRAP_AUX.as_ptr());
+                a.0 = ffi::lua_tocfunction(L, -1).map_or(0, |f| f as usize);
+                ffi::lua_getfield(L, -2, GMATCH_AUX.as_ptr());
+                a.1 = ffi::lua_tocfunction(L, -1).map_or(0, |f| f as usize);
+                ffi::lua_settop(L, -3);
+            }
+            ffi::lua_settop(L, -2);
+        }
+        self.aux = Some(a);
+        a
+    }
+
+    /// Refuses the value on top if it is a library helper without the upvalues it relies on
+    /// (`coroutine.wrap`'s without its coroutine, `string.gmatch`'s without its match
+    /// state): called, it would read a missing upvalue as a pointer.
+    unsafe fn refuse_bare_helper(&mut self, L: *mut lua_State) -> Result<(), Fail> {
+        // SAFETY: protected context; queries and balanced pushes.
+        unsafe {
+            if ffi::lua_iscfunction(L, -1) == 0 {
+                return Ok(());
+            }
+            let f = ffi::lua_tocfunction(L, -1).map_or(0, |f| f as usize);
+            let (wrap, gmatch) = self.aux(L);
+            if f != 0 && (f == wrap || f == gmatch) {
+                if ffi::lua_getupvalue(L, -1, 1).is_null() {
+                    return Err(self.malformed(
+                        "a library helper (coroutine.wrap's or string.gmatch's) without its state",
+                    ));
+                }
+                ffi::lua_settop(L, -2);
+            }
+        }
+        Ok(())
+    }
+
+    /// Refuses a permanent's name (the key on top) that the load's options do not allow.
+    unsafe fn check_perm_name(&mut self, L: *mut lua_State) -> Result<(), Fail> {
+        // SAFETY: reads a string without conversion.
+        unsafe {
+            if ffi::lua_type(L, -1) != ffi::LUA_TSTRING {
+                return Ok(());
+            }
+            let mut len = 0;
+            let p = ffi::lua_tolstring(L, -1, &mut len);
+            let name = std::slice::from_raw_parts(p.cast::<u8>(), len);
+            if !self.opts.allows_permanent(name) {
+                let name = String::from_utf8_lossy(name).into_owned();
+                ffi::lua_settop(L, -2);
+                return Err(self.fail(format!(
+                    "the save refers to the permanent {name:?}, which this load does not allow ({} save); if the file is trusted, remove it from LoadOptions::denied_permanents",
+                    if self.opts.trust == Trust::Foreign { "a foreign" } else { "an own" }
+                )));
             }
         }
         Ok(())
@@ -246,12 +432,23 @@ impl<'a> Loader<'a> {
         id
     }
 
-    unsafe fn register(&mut self, L: *mut lua_State, s: Slots, id: u32) {
+    unsafe fn register(&mut self, L: *mut lua_State, s: Slots, id: u32) -> Result<(), Fail> {
         // SAFETY: the object is on top; stores it in objs[id] (may allocate: protected).
         unsafe {
             ffi::lua_pushvalue(L, -1);
             ffi::lua_rawseti(L, s.objs, id as ffi::lua_Integer);
         }
+        self.check_heap(L)
+    }
+
+    /// Fails once the heap grew past the load's cap (each object is bounded by the file's
+    /// bytes and the preallocation budget, so this check per object bounds the overshoot).
+    fn check_heap(&mut self, L: *mut lua_State) -> Result<(), Fail> {
+        // SAFETY: reads two counters of the global state.
+        if unsafe { luasnap_heap_bytes(L) } > self.shared.heap_cap.get() {
+            return Err(self.fail("the load exceeded its heap-growth cap (LoadOptions::max_heap_growth, eris.settings(\"maxgrowth\"))"));
+        }
+        Ok(())
     }
 
     /// Reads one value. Returns true if it is complete on top of the stack, false if a frame
@@ -322,6 +519,7 @@ impl<'a> Loader<'a> {
                     {
                         return Err(self.malformed("a permanent's key must be a primitive"));
                     }
+                    self.check_perm_name(L)?;
                     ffi::lua_pushvalue(L, -1);
                     if ffi::lua_rawget(L, s.perms) == ffi::LUA_TNIL {
                         ffi::lua_settop(L, -2);
@@ -333,9 +531,10 @@ impl<'a> Loader<'a> {
                     }
                     ffi::lua_rotate(L, -2, 1);
                     ffi::lua_settop(L, -2);
+                    self.refuse_bare_helper(L)?;
                     if ffi::lua_type(L, -1) != ffi::LUA_TLIGHTUSERDATA {
                         let id = self.id();
-                        self.register(L, s, id);
+                        self.register(L, s, id)?;
                     }
                 }
                 Tag::Table => {
@@ -345,7 +544,7 @@ impl<'a> Loader<'a> {
                     };
                     let (narr, nhash) = self.table_sizes(narr, nhash);
                     ffi::lua_createtable(L, narr, nhash);
-                    self.register(L, s, id);
+                    self.register(L, s, id)?;
                     let at = if self.frames.len() < STACK_FRAMES {
                         ffi::lua_pushnil(L); // the key slot
                         ffi::lua_gettop(L) - 1
@@ -380,7 +579,7 @@ impl<'a> Loader<'a> {
                     ffi::lua_pushlightuserdata(L, ty.metatable.cast_mut());
                     ffi::lua_rawget(L, ffi::LUA_REGISTRYINDEX);
                     ffi::lua_setmetatable(L, -2);
-                    self.register(L, s, id);
+                    self.register(L, s, id)?;
                 }
                 Tag::UdBytes => {
                     let (Some(bytes), Some(nuv)) = (self.r.bytes(), self.r.varint()) else {
@@ -392,7 +591,7 @@ impl<'a> Loader<'a> {
                     let id = self.id();
                     let p = ffi::lua_newuserdatauv(L, bytes.len(), nuv as c_int);
                     std::ptr::copy_nonoverlapping(bytes.as_ptr(), p.cast::<u8>(), bytes.len());
-                    self.register(L, s, id);
+                    self.register(L, s, id)?;
                     ffi::lua_settop(L, -2);
                     self.frames.push(Frame::UdBytes {
                         id,
@@ -415,8 +614,12 @@ impl<'a> Loader<'a> {
                         return Err(self.malformed("bad thread"));
                     };
                     let id = self.id();
-                    ffi::lua_newthread(L);
-                    self.register(L, s, id);
+                    let co = ffi::lua_newthread(L);
+                    self.all_threads.push(co);
+                    if kind == THREAD_SUSPENDED {
+                        self.threads.push(co);
+                    }
+                    self.register(L, s, id)?;
                     match kind {
                         THREAD_DEAD => {}
                         THREAD_NOT_STARTED | THREAD_SUSPENDED => {
@@ -449,7 +652,7 @@ impl<'a> Loader<'a> {
                 Tag::MainThread => {
                     ffi::lua_pushthread(L);
                     let id = self.id();
-                    self.register(L, s, id);
+                    self.register(L, s, id)?;
                 }
                 Tag::UpvalNew | Tag::UpvalRef | Tag::UpvalOpen => {
                     return Err(self.malformed("upvalue outside a closure"))
@@ -546,6 +749,17 @@ impl<'a> Loader<'a> {
         };
         match found {
             Some(p) => {
+                if !self.trusted_bytecode || code.is_empty() {
+                    // Anchor it for the whole load: found by raw pointer, it may belong to
+                    // no chunk the registry keeps, and Lua code run by the load (or a
+                    // collection it finishes) could otherwise free it under a closure.
+                    // SAFETY: protected context; emergency collections are stopped and no
+                    // Lua code ran since the index was built, so p is alive.
+                    unsafe {
+                        luasnap_push_closure(L, p);
+                        ffi::lua_rawseti(L, s.protos, self.protos.len() as ffi::lua_Integer + 1);
+                    }
+                }
                 self.protos.push(p);
                 Ok(p)
             }
@@ -570,13 +784,14 @@ impl<'a> Loader<'a> {
             }
             let id = self.id();
             luasnap_push_closure(L, p);
-            self.register(L, s, id);
+            self.register(L, s, id)?;
             ffi::lua_settop(L, -2);
             self.frames.push(Frame::Closure {
                 id,
                 next: 1,
                 n: n as c_int,
                 open: None,
+                wrap: false,
             });
             Ok(false)
         }
@@ -604,25 +819,50 @@ impl<'a> Loader<'a> {
                 ffi::lua_settop(L, -2);
                 return Err(self.fail(format!("missing permanent {name} (a C function): register it under the same name before loading")));
             };
-            ffi::lua_settop(L, -2);
             let Some(n) = self.r.varint() else {
                 return Err(self.malformed("bad C closure"));
             };
-            if n > 255 {
-                return Err(self.malformed("too many upvalues"));
+            // C functions trust their upvalues: a closure is rebuilt only where the loader
+            // knows the layout and checks it. `coroutine.wrap`'s helper: one coroutine.
+            // Without upvalues it is the permanent itself, under the permanents' rules.
+            let (wrap, _) = self.aux(L);
+            let is_wrap = wrap != 0 && f as usize == wrap;
+            if n == 0 {
+                self.check_perm_name(L)?;
+            } else if !(is_wrap && n == 1) {
+                let name = perm_name(L);
+                ffi::lua_settop(L, -2);
+                return Err(self.malformed(&format!(
+                    "a C closure of {name} with {n} upvalues: the loader rebuilds C closures only where it knows and checks their upvalues (coroutine.wrap functions)"
+                )));
+            }
+            ffi::lua_settop(L, -2);
+            if n == 0 && is_wrap {
+                return Err(self.malformed(
+                    "a library helper (coroutine.wrap's or string.gmatch's) without its state",
+                ));
+            }
+            if n == 0 {
+                let (_, gmatch) = self.aux(L);
+                if gmatch != 0 && f as usize == gmatch {
+                    return Err(self.malformed(
+                        "a library helper (coroutine.wrap's or string.gmatch's) without its state",
+                    ));
+                }
             }
             let id = self.id();
             for _ in 0..n {
                 ffi::lua_pushnil(L);
             }
             ffi::lua_pushcclosure(L, f, n as c_int);
-            self.register(L, s, id);
+            self.register(L, s, id)?;
             ffi::lua_settop(L, -2);
             self.frames.push(Frame::Closure {
                 id,
                 next: 1,
                 n: n as c_int,
                 open: None,
+                wrap: is_wrap,
             });
             Ok(false)
         }
@@ -774,7 +1014,12 @@ impl<'a> Loader<'a> {
         for op in &self.ops[len.min(self.ops.len())..] {
             match op.kind {
                 kind::STR if op.bits != 0 => self.strs -= 1,
-                kind::NEWTABLE | kind::NEWCLOSURE => self.next_id -= 1,
+                kind::NEWTABLE => {
+                    self.next_id -= 1;
+                    // Its hints are charged again when the general path reads it.
+                    self.prealloc_left += (op.len >> 32) + 2 * (op.len & 0xffff_ffff);
+                }
+                kind::NEWCLOSURE => self.next_id -= 1,
                 _ => {}
             }
         }
@@ -879,9 +1124,15 @@ impl<'a> Loader<'a> {
 
     /// Array and hash sizes for a new table from a file's hints, capped by what the rest of
     /// the file can hold (2+ bytes per entry).
-    fn table_sizes(&self, narr: u64, nhash: u64) -> (c_int, c_int) {
+    /// Hints are also charged to the load's total preallocation budget (hash nodes twice):
+    /// nested tables cannot each ask for the whole rest of the file.
+    fn table_sizes(&mut self, narr: u64, nhash: u64) -> (c_int, c_int) {
         let cap = (self.r.remaining() / 2).min(c_int::MAX as usize) as u64;
-        (narr.min(cap) as c_int, nhash.min(cap) as c_int)
+        let narr = narr.min(cap).min(self.prealloc_left);
+        self.prealloc_left -= narr;
+        let nhash = nhash.min(cap).min(self.prealloc_left / 2);
+        self.prealloc_left -= nhash * 2;
+        (narr as c_int, nhash as c_int)
     }
 
     /// Reads entries of the table at stack index `at` (its frame on top, between entries) in
@@ -1145,6 +1396,17 @@ impl<'a> Loader<'a> {
             ffi::lua_rawgeti(L, s.objs, id as ffi::lua_Integer);
             let co = ffi::lua_tothread(L, -1);
             ffi::lua_settop(L, -2);
+            // Stack the frames need beyond the values read: charged to the preallocation
+            // budget, so frame tops cannot make a small file allocate large stacks.
+            let stacksize = ffi::lua_gettop(co) as u64 + 1;
+            let need = cis.iter().map(|c| c.top.max(0) as u64).max().unwrap_or(0);
+            let extra = need.saturating_sub(stacksize);
+            if extra > self.prealloc_left {
+                return Err(self.malformed(
+                    "suspended coroutine: its frames need more stack than the file can justify",
+                ));
+            }
+            self.prealloc_left -= extra;
             let err = luasnap_thread_restore(
                 L,
                 co,
@@ -1225,16 +1487,33 @@ impl<'a> Loader<'a> {
                         }
                     }
                 }
-                Frame::Closure { id, next, open, .. } => {
-                    let (id, i, open) = (*id, *next, open.take());
+                Frame::Closure {
+                    id,
+                    next,
+                    open,
+                    wrap,
+                    ..
+                } => {
+                    let (id, i, open, wrap) = (*id, *next, open.take(), *wrap);
                     *next += 1;
+                    if wrap && ffi::lua_type(L, -1) != ffi::LUA_TTHREAD {
+                        ffi::lua_settop(L, -2);
+                        return Err(self.malformed("a coroutine.wrap function without a coroutine"));
+                    }
                     ffi::lua_rawgeti(L, s.objs, id as ffi::lua_Integer);
                     ffi::lua_rotate(L, -2, 1);
                     match open {
                         Some(level) => {
-                            // The child is the thread whose stack slot `level` the upvalue is.
+                            // The child is the thread whose stack slot `level` the upvalue is:
+                            // only a suspended coroutine this load builds (never the loading
+                            // thread, the main thread or one that exists already: their stacks
+                            // change under the load); the level is checked against its frames
+                            // once the whole file is read.
                             let co = ffi::lua_tothread(L, -1);
-                            if co.is_null() || luasnap_upval_join_open(L, -2, i, co, level) != 0 {
+                            if co.is_null()
+                                || !self.threads.contains(&co)
+                                || luasnap_upval_join_open(L, -2, i, co, level) != 0
+                            {
                                 ffi::lua_settop(L, -3);
                                 return Err(self.malformed("bad open upvalue"));
                             }
@@ -1270,14 +1549,19 @@ impl<'a> Loader<'a> {
                         ffi::lua_settop(L, -2);
                         return Err(self.malformed("a __persist rebuild must be a function"));
                     }
+                    if !self.may_call(L) {
+                        ffi::lua_settop(L, -2);
+                        return Err(self.fail("a foreign save-game names a load-time function that is not a registered constructor (Vm::register_constructor, eris.constructor)"));
+                    }
                     if st == 0 {
                         // Call the rebuild (or create) function: the object.
                         ffi::lua_callk(L, 0, 1, 0, None);
+                        self.after_call(L)?;
                         if ffi::lua_type(L, -1) == ffi::LUA_TNIL {
                             ffi::lua_settop(L, -2);
                             return Err(self.fail("a __persist rebuild function returned nil"));
                         }
-                        self.register(L, s, id);
+                        self.register(L, s, id)?;
                         ffi::lua_settop(L, -2);
                         let _ = two;
                     } else {
