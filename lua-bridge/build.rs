@@ -4,6 +4,7 @@ fn main() {
     println!("cargo:rerun-if-changed=csrc");
     cc::Build::new()
         .file("csrc/internals.c")
+        .file("csrc/chunks.c")
         .include("csrc/lua-5.5.1")
         .define("LUA_USE_LINUX", None)
         .warnings(true)

@@ -43,9 +43,20 @@ fn report(r: Result<(), String>) -> ExitCode {
 
 fn main() -> ExitCode {
     let argv: Vec<String> = std::env::args().collect();
+    // `luasnap run` takes lua's command line, parsed by hand; so does the binary run as `lua`.
+    let invoked_as = std::path::Path::new(argv.first().map(String::as_str).unwrap_or(""))
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or("");
+    if invoked_as.starts_with("lua") && !invoked_as.starts_with("luasnap") {
+        return cli::run::lua_main(&argv, 1);
+    }
+    if argv.get(1).map(String::as_str) == Some("run") {
+        return cli::run::lua_main(&argv, 2);
+    }
     let cli = Cli::parse();
     match cli.command {
-        Some(Command::Run(args)) => cli::run::run(args, &argv),
+        Some(Command::Run(_)) => unreachable!("`run` is dispatched before clap"),
         Some(Command::Simulate(args)) => report(cli::simulate::run(args)),
         Some(Command::Bench(args)) => report(cli::bench::run(args)),
         Some(Command::P2p(args)) => report(cli::p2p::run(args)),

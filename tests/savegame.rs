@@ -180,8 +180,9 @@ fn closures_share_prototypes_and_upvalues_and_keep_env() {
          local inc2 = counter()
          inc1() inc1()
          local env = { x = 7 }
-         local f = load('return x', 'envchunk', 't', env)
-         saved = { inc1 = inc1, get1 = get1, inc2 = inc2, f = f, fact = nil }
+         -- a global: a chunk compiled by `load` lives as long as one of its functions
+         envf = envf or load('return x', 'envchunk', 't', env)
+         saved = { inc1 = inc1, get1 = get1, inc2 = inc2, f = envf, fact = nil }
          local function fact(k) if k <= 1 then return 1 end return k * fact(k - 1) end
          saved.fact = fact",
         "local s = saved
@@ -768,42 +769,55 @@ fn functions_are_matched_against_the_vms_own_chunks_unless_trusted() {
     assert!(c.unpersist(&bytes, "saved", Trust::Own).is_err());
 }
 
-/// Chunks are kept alive so saves can name their functions; the same code compiled again
-/// (an `exec` every frame, `load` in a loop) is kept once, not once per compilation.
+/// The VM keeps a record of each compiled chunk (its source text). A chunk compiled from Lua
+/// keeps it exactly as long as some function of the chunk is alive: the same code compiled
+/// again shares one record, and nothing stays after its functions are gone. The host's own
+/// chunks (`exec`) are kept for the VM's life, once per distinct chunk.
 #[test]
-fn recompiling_the_same_code_does_not_grow_the_kept_chunks() {
+fn chunk_records_live_with_their_functions_and_are_shared() {
     let a = vm_with_debug();
-    let kept = |a: &Vm| match a
-        .exec("return #debug.getregistry()['luasnap.chunks']", "count")
+    // Records whose source text starts with `prefix`, after a full collection.
+    let records = |a: &Vm, prefix: &str| match a
+        .exec_with_args(
+            "local prefix = ...
+             collectgarbage() collectgarbage()
+             local n = 0
+             for _, rec in pairs(debug.getregistry()['luasnap.chunks'] or {}) do
+               if debug.getuservalue(rec, 1):sub(1, #prefix) == prefix then n = n + 1 end
+             end
+             return n",
+            "count",
+            &[Value::from(prefix)],
+        )
         .unwrap()[..]
     {
         [Value::Integer(n)] => n,
         ref other => panic!("{other:?}"),
     };
-    let before = kept(&a);
     for _ in 0..200 {
         a.exec("frame_counter = (frame_counter or 0) + 1", "per-frame")
             .unwrap();
     }
+    assert_eq!(records(&a, "frame_counter"), 1);
     a.exec(
-        "for i = 1, 200 do assert(load('return 40 + 2'))() end
-         for i = 1, 3 do assert(load('return ' .. i))() end",
+        "for i = 1, 2000 do assert(load('-- dyn\\nreturn ' .. i))() end",
         "loop",
     )
     .unwrap();
-    // The per-frame chunk, the loop chunk, 'return 40 + 2' and three distinct 'return i'
-    // (the second 'count' chunk is the first one again).
-    assert_eq!(kept(&a) - before, 1 + 1 + 1 + 3);
-    // Functions from a chunk compiled again still save and load.
+    // No function of those chunks is alive: nothing stays.
+    assert_eq!(records(&a, "-- dyn"), 0);
+    // Functions alive from one chunk compiled 3 times: one shared record.
     a.exec(
-        "saved = {} for i = 1, 3 do saved[i] = load('local n = ... return function() return n end')(i) end",
+        "saved = {} for i = 1, 3 do saved[i] = load('-- dyn\\nlocal n = ... return function() return n end')(i) end",
         "again",
     )
     .unwrap();
+    assert_eq!(records(&a, "-- dyn"), 1);
+    // Their functions still save and load, into a VM that holds a function of the same chunk.
     let bytes = a.persist("saved").unwrap();
     let mut b = vm_with_debug();
     b.exec(
-        "load('local n = ... return function() return n end')",
+        "keep = load('-- dyn\\nlocal n = ... return function() return n end')",
         "game",
     )
     .unwrap();
@@ -813,6 +827,9 @@ fn recompiling_the_same_code_does_not_grow_the_kept_chunks() {
             .unwrap(),
         vec![Value::Integer(6)]
     );
+    // Dropping them collects the record.
+    a.exec("saved = nil", "drop").unwrap();
+    assert_eq!(records(&a, "-- dyn"), 0);
 }
 
 #[test]

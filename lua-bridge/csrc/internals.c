@@ -19,6 +19,7 @@
 #include "lgc.h"
 #include "ldo.h"
 #include "ltable.h"
+#include "chunks.h"
 
 #if LUA_VERSION_RELEASE_NUM != 50501
 #error "luasnap's serializer is built for Lua 5.5.1 exactly; update csrc/lua-5.5.1 and the pinned lua-src together"
@@ -65,8 +66,8 @@ static uint64_t proto_hash(const Proto *p, int depth) {
   if (p->source) hbytes(&h, getstr(p->source), tsslen(p->source));
   hu64(&h, (uint64_t)p->sizecode);
   hbytes(&h, p->code, sizeof(Instruction) * (size_t)p->sizecode);
-  hu64(&h, (uint64_t)p->sizek);
-  for (i = 0; i < p->sizek; i++) {
+  hu64(&h, (uint64_t)luasnap_nconsts(p));  /* the chunk record's anchor is not code */
+  for (i = 0; i < luasnap_nconsts(p); i++) {
     const TValue *k = &p->k[i];
     hu64(&h, (uint64_t)ttypetag(k));
     if (ttisstring(k)) hbytes(&h, getstr(tsvalue(k)), tsslen(tsvalue(k)));

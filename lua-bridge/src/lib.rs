@@ -41,6 +41,7 @@
 #![deny(unsafe_op_in_unsafe_fn, missing_docs)]
 #![allow(non_snake_case)] // `L` for a lua_State, as in Lua's own sources
 
+mod chunks;
 pub mod digest;
 mod error;
 mod ffi;
@@ -49,6 +50,7 @@ pub mod ggrs_adapter;
 pub mod persist;
 pub mod runtime;
 pub mod simulate;
+mod standalone;
 mod userdata;
 mod value;
 mod vm;
@@ -57,6 +59,7 @@ pub mod workloads;
 pub use error::{LuaErrorKind, NativeError, VmError};
 pub use ffi::Call;
 pub use luasnap_snap::{CopyStrategy, SnapshotId, SnapshotMode};
+pub use standalone::{ReplOutcome, Step};
 pub use userdata::{Method, PlainData, UserDataMethods};
 pub use value::{Table, UserDataValue, Value};
 pub use vm::{Function, GcMode, Profile, Vm, VmBuilder, DEFAULT_CAPACITY, NATIVES_KEY};

@@ -2,7 +2,6 @@
 
 use crate::error::{LuaErrorKind, NativeError, VmError};
 use crate::ffi::{self as raw, Call, LuaFailure, Native, NativeFn, Shared, UserDataType};
-use crate::persist::{luasnap_proto, luasnap_proto_hash};
 use crate::userdata::{PlainData, UserDataMethods};
 use crate::value::Value;
 use luasnap_alloc::{Arena, ArenaStats, TrackerPreference};
@@ -365,29 +364,6 @@ function table.sort(t, lt)
 end
 "##;
 
-/// Wraps the library functions that compile chunks so each compiled chunk is anchored
-/// (`registry["luasnap.chunks"]`); save-games rebuild functions from these prototypes.
-const KEEP_CHUNKS_PRELUDE: &str = r##"
-local keep = luasnap_keep_chunk
-luasnap_keep_chunk = nil
-local function wrap(f)
-  return function(...)
-    local fn, err = f(...)
-    if type(fn) == "function" then keep(fn) end
-    return fn, err
-  end
-end
-if load then load = wrap(load) end
-if loadfile then
-  loadfile = wrap(loadfile)
-  local lf = loadfile
-  function dofile(name) return assert(lf(name))() end
-end
-if package and package.searchers and package.searchers[2] then
-  package.searchers[2] = wrap(package.searchers[2])
-end
-"##;
-
 impl Vm {
     /// Starts building a VM.
     pub fn builder() -> VmBuilder {
@@ -495,11 +471,8 @@ impl Vm {
         )?;
         self.run(
             &mut |L| {
-                // SAFETY: protected body; a C function the prelude captures and removes.
-                unsafe {
-                    ffi::lua_pushcclosure(L, keep_chunk, 0);
-                    ffi::lua_setglobal(L, c"luasnap_keep_chunk".as_ptr());
-                }
+                // SAFETY: protected body; may raise a memory error with nothing to drop.
+                unsafe { crate::chunks::luasnap_chunks_install(L) };
                 0
             },
             |_, _| (),
@@ -511,8 +484,6 @@ impl Vm {
                 &[Value::Integer(seed as i64)],
             )?;
         }
-        // Every chunk loaded from Lua is kept alive too (see `anchor_chunk`).
-        self.exec(KEEP_CHUNKS_PRELUDE, "=luasnap.chunks")?;
         crate::persist::install(self)?;
         Ok(())
     }
@@ -546,18 +517,17 @@ impl Vm {
                 // SAFETY: protected body; raising skips only this frame and the ones above it,
                 // which hold only references.
                 unsafe {
-                    let st = ffi::luaL_loadbufferx(
-                        L,
-                        source.as_ptr().cast(),
-                        source.len(),
-                        chunkname.as_ptr(),
-                        c"t".as_ptr(),
-                    );
+                    // The source goes in as a string: the chunk registry keeps it.
+                    ffi::lua_pushlstring(L, source.as_ptr().cast(), source.len());
+                    let st =
+                        crate::chunks::luasnap_loadstring(L, -1, chunkname.as_ptr(), c"t".as_ptr());
+                    ffi::lua_rotate(L, -2, 1);
+                    ffi::lua_settop(L, -2);
                     if st != ffi::LUA_OK {
                         syntax_error = st == ffi::LUA_ERRSYNTAX;
                         ffi::lua_error(L);
                     }
-                    anchor_chunk(L);
+                    crate::chunks::luasnap_chunk_keep(L, -1);
                     raw::call_with(L, args, shared)
                 }
             },
@@ -1084,50 +1054,6 @@ impl Vm {
             )
         };
     }
-}
-
-/// Keeps the chunk on top of the stack alive for the VM's life (in `registry["luasnap.chunks"]`):
-/// save-games rebuild functions from the prototypes the VM has compiled, and a prototype would
-/// otherwise die with the last closure of its chunk. A chunk whose fingerprint (the one
-/// save-games match prototypes by: code, constants, nested functions, source and lines) is
-/// kept already is not kept again, so compiling the same code over and over (`Vm::exec` of a
-/// fixed string every frame, `load` in a loop) does not grow the heap.
-///
-/// # Safety
-/// Protected context, a function on top (left there).
-pub(crate) unsafe fn anchor_chunk(L: *mut lua_State) {
-    // SAFETY: protected context; balanced pushes.
-    unsafe {
-        let p = luasnap_proto(L, -1);
-        if !p.is_null() {
-            ffi::luaL_getsubtable(L, ffi::LUA_REGISTRYINDEX, c"luasnap.chunk_prints".as_ptr());
-            let print = luasnap_proto_hash(p) as ffi::lua_Integer;
-            let kept = ffi::lua_rawgeti(L, -1, print) != ffi::LUA_TNIL;
-            ffi::lua_settop(L, -2);
-            if kept {
-                ffi::lua_settop(L, -2);
-                return;
-            }
-            ffi::lua_pushboolean(L, 1);
-            ffi::lua_rawseti(L, -2, print);
-            ffi::lua_settop(L, -2);
-        }
-        ffi::luaL_getsubtable(L, ffi::LUA_REGISTRYINDEX, c"luasnap.chunks".as_ptr());
-        let n = ffi::lua_rawlen(L, -1) as ffi::lua_Integer;
-        ffi::lua_pushvalue(L, -2);
-        ffi::lua_rawseti(L, -2, n + 1);
-        ffi::lua_settop(L, -2);
-    }
-}
-
-/// `keep(fn)`: anchors a chunk (see `anchor_chunk`).
-unsafe extern "C-unwind" fn keep_chunk(L: *mut lua_State) -> c_int {
-    // SAFETY: called by Lua; anchors argument 1 (may raise a memory error: nothing to drop).
-    unsafe {
-        ffi::lua_settop(L, 1);
-        anchor_chunk(L);
-    }
-    0
 }
 
 /// Whether the value on top has a `__call` metamethod. Does not raise.

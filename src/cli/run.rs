@@ -1,32 +1,67 @@
-//! `luasnap run SCRIPT.lua [ARGS...]`: the standalone interpreter on an arena.
+//! `luasnap run [luasnap options] [lua options] [script [args]]`: the standalone `lua`
+//! interpreter on an arena. It takes `lua`'s command line (`-e`, `-l`, `-i`, `-v`, `-E`, `-W`,
+//! `-`, `--`), runs `LUA_INIT_5_5`/`LUA_INIT`, builds `arg`, reports errors and sets the exit
+//! code as `lua` does; luasnap's own options come first. Invoked under a name starting with
+//! `lua` (a `lua` symlink to the binary), `luasnap` behaves as `luasnap run`.
 
-use luasnap::bridge::{Profile, Table, Value, Vm, VmError};
-use std::io::Read;
+use luasnap::bridge::{GcMode, Profile, ReplOutcome, Step, Table, Value, Vm, VmBuilder};
+use std::io::{BufRead, IsTerminal, Write};
 use std::process::ExitCode;
 
-/// Options of `luasnap run`.
+/// Default arena reservation of `luasnap run`: address space only (`MAP_NORESERVE`), committed
+/// as used, so the interpreter is limited by the machine's memory as stock `lua` is.
+pub const RUN_CAPACITY: usize = 1 << 40;
+
+/// The version banner, as `lua -v` prints it.
+const VERSION: &str = "Lua 5.5.1  Copyright (C) 1994-2026 Lua.org, PUC-Rio";
+
+/// Options of `luasnap run` (parsed by hand: the command line is `lua`'s).
 #[derive(Debug, clap::Args)]
+#[command(disable_help_flag = true)]
 pub struct RunArgs {
-    /// Cap the Lua heap (e.g. 64M, 2G); running out is Lua's catchable "not enough memory".
-    #[arg(long, value_parser = super::size::parse_size)]
-    pub memory_limit: Option<usize>,
-    /// Use the deterministic profile with this seed (no io/os; seeded math.random).
-    #[arg(long, value_name = "SEED")]
-    pub deterministic: Option<u64>,
-    /// Place the arena at this address (hex with 0x, or decimal).
-    #[arg(long, value_parser = parse_address)]
-    pub base_address: Option<usize>,
-    /// Print the arena digest and the value digest of the globals to stderr at the end.
-    #[arg(long)]
-    pub digest: bool,
-    /// The script ('-' reads standard input), then its arguments.
-    #[arg(
-        required = true,
-        trailing_var_arg = true,
-        allow_hyphen_values = true,
-        value_name = "SCRIPT [ARGS]"
-    )]
-    pub script_and_args: Vec<String>,
+    /// [--memory-limit SIZE] [--capacity SIZE] [--deterministic SEED] [--base-address ADDR]
+    /// [--digest] then lua's options (-e stat, -i, -l mod, -l g=mod, -v, -E, -W, --, -) and
+    /// [script [args]]
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0..)]
+    pub args: Vec<String>,
+}
+
+/// luasnap's own options.
+#[derive(Debug, Default)]
+struct Own {
+    memory_limit: Option<usize>,
+    capacity: Option<usize>,
+    deterministic: Option<u64>,
+    base_address: Option<usize>,
+    digest: bool,
+}
+
+/// An action of the command line, in order.
+#[derive(Debug)]
+enum Action {
+    Exec(String),
+    Library(String),
+    Warnings,
+}
+
+/// What `lua`'s option scan found.
+#[derive(Debug, Default)]
+struct Parsed {
+    own: Own,
+    actions: Vec<Action>,
+    interactive: bool,
+    version: bool,
+    ignore_env: bool,
+    exec: bool,
+    /// Index in argv of the script (or `-`), if any.
+    script: Option<usize>,
+}
+
+enum ParseError {
+    /// lua's usage error for this option.
+    Usage(String),
+    /// A luasnap option with a bad value.
+    Own(String),
 }
 
 fn parse_address(text: &str) -> Result<usize, String> {
@@ -37,88 +72,332 @@ fn parse_address(text: &str) -> Result<usize, String> {
     r.map_err(|_| format!("'{text}' is not an address: use hex like 0x3f0000000000"))
 }
 
-/// Runs the script; errors go to stderr like the standalone `lua`.
-pub fn run(args: RunArgs, argv: &[String]) -> ExitCode {
-    let script = &args.script_and_args[0];
-    let source = if script == "-" {
-        let mut s = Vec::new();
-        match std::io::stdin().read_to_end(&mut s) {
-            Ok(_) => s,
-            Err(e) => return fail(&format!("cannot read standard input: {e}")),
+/// Scans `argv[first..]` as lua.c does, taking luasnap's long options before the script.
+fn parse(argv: &[String], first: usize) -> Result<Parsed, ParseError> {
+    let mut p = Parsed::default();
+    let mut i = first;
+    while i < argv.len() {
+        let a = argv[i].as_str();
+        if !a.starts_with('-') || a == "-" {
+            p.script = Some(i);
+            return Ok(p);
         }
+        if a == "--" {
+            p.script = (i + 1 < argv.len()).then_some(i + 1);
+            return Ok(p);
+        }
+        if let Some(long) = a.strip_prefix("--") {
+            let (name, inline) = match long.split_once('=') {
+                Some((n, v)) => (n, Some(v.to_string())),
+                None => (long, None),
+            };
+            let value = |i: &mut usize| -> Result<String, ParseError> {
+                if let Some(v) = inline.clone() {
+                    return Ok(v);
+                }
+                *i += 1;
+                argv.get(*i)
+                    .cloned()
+                    .ok_or_else(|| ParseError::Own(format!("--{name} needs a value")))
+            };
+            match name {
+                "memory-limit" => {
+                    let v = value(&mut i)?;
+                    p.own.memory_limit =
+                        Some(super::size::parse_size(&v).map_err(ParseError::Own)?);
+                }
+                "capacity" => {
+                    let v = value(&mut i)?;
+                    p.own.capacity = Some(super::size::parse_size(&v).map_err(ParseError::Own)?);
+                }
+                "deterministic" => {
+                    let v = value(&mut i)?;
+                    p.own.deterministic = Some(v.parse().map_err(|_| {
+                        ParseError::Own(format!(
+                            "--deterministic: '{v}' is not a seed (an integer)"
+                        ))
+                    })?);
+                }
+                "base-address" => {
+                    let v = value(&mut i)?;
+                    p.own.base_address = Some(parse_address(&v).map_err(ParseError::Own)?);
+                }
+                "digest" if inline.is_none() => p.own.digest = true,
+                "help" => return Err(ParseError::Usage(a.to_string())),
+                _ => return Err(ParseError::Usage(a.to_string())),
+            }
+            i += 1;
+            continue;
+        }
+        let rest = &a[2..];
+        match a.as_bytes()[1] {
+            b'E' if rest.is_empty() => p.ignore_env = true,
+            b'W' if rest.is_empty() => p.actions.push(Action::Warnings),
+            b'i' if rest.is_empty() => {
+                p.interactive = true;
+                p.version = true;
+            }
+            b'v' if rest.is_empty() => p.version = true,
+            b'e' | b'l' => {
+                let arg = if rest.is_empty() {
+                    i += 1;
+                    match argv.get(i) {
+                        Some(next) if !next.starts_with('-') => next.clone(),
+                        _ => return Err(ParseError::Usage(a.to_string())),
+                    }
+                } else {
+                    rest.to_string()
+                };
+                if a.as_bytes()[1] == b'e' {
+                    p.exec = true;
+                    p.actions.push(Action::Exec(arg));
+                } else {
+                    p.actions.push(Action::Library(arg));
+                }
+            }
+            _ => return Err(ParseError::Usage(a.to_string())),
+        }
+        i += 1;
+    }
+    Ok(p)
+}
+
+fn usage(progname: &str, bad: &str) {
+    if bad == "--help" {
+        eprintln!("usage: {progname} [luasnap options] [options] [script [args]]");
+    } else if bad.starts_with("-e") || bad.starts_with("-l") {
+        eprintln!("{progname}: '{bad}' needs argument");
     } else {
-        match std::fs::read(script) {
-            Ok(s) => s,
-            Err(e) => return fail(&format!("cannot open {script}: {e}")),
+        eprintln!("{progname}: unrecognized option '{bad}'");
+    }
+    eprintln!(
+        "usage: {progname} [options] [script [args]]
+Available options are:
+  -e stat   execute string 'stat'
+  -i        enter interactive mode after executing 'script'
+  -l mod    require library 'mod' into global 'mod'
+  -l g=mod  require library 'mod' into global 'g'
+  -v        show version information
+  -E        ignore environment variables
+  -W        turn warnings on
+  --        stop handling options
+  -         stop handling options and execute stdin
+luasnap options (before lua's):
+  --memory-limit SIZE   cap the Lua heap (64M, 2G); running out is Lua's \"not enough memory\"
+  --capacity SIZE       arena reservation (address space; default 1T)
+  --deterministic SEED  the deterministic profile (no io/os, seeded math.random)
+  --base-address ADDR   place the arena at this address (hex with 0x)
+  --digest              print the arena and value digests to stderr at the end"
+    );
+}
+
+/// Reports a message as lua.c does (`progname: message` on stderr).
+fn message(progname: &str, msg: &str) {
+    eprintln!("{progname}: {msg}");
+    let _ = std::io::stderr().flush();
+}
+
+/// Entry point: `argv` is the whole command line; lua's options start at `argv[first]`.
+pub fn lua_main(argv: &[String], first: usize) -> ExitCode {
+    let progname = argv.first().map(String::as_str).unwrap_or("luasnap");
+    let p = match parse(argv, first) {
+        Ok(p) => p,
+        Err(ParseError::Usage(bad)) => {
+            usage(progname, &bad);
+            return ExitCode::FAILURE;
+        }
+        Err(ParseError::Own(m)) => {
+            message(progname, &m);
+            return ExitCode::FAILURE;
         }
     };
-    let mut b = Vm::builder().profile(match args.deterministic {
-        Some(seed) => Profile::Deterministic { seed },
-        None => Profile::Standard,
-    });
-    if let Some(limit) = args.memory_limit {
-        b = b
-            .memory_limit(limit)
-            .capacity(limit.saturating_mul(2).max(64 << 20));
+    if p.version {
+        println!("{VERSION}");
     }
-    if let Some(base) = args.base_address {
-        b = b.base_address(base);
+    if p.ignore_env {
+        // The package library reads these when it opens; `-E` makes it use its defaults.
+        for v in [
+            "LUA_PATH",
+            "LUA_PATH_5_5",
+            "LUA_CPATH",
+            "LUA_CPATH_5_5",
+            "LUA_INIT",
+            "LUA_INIT_5_5",
+        ] {
+            std::env::remove_var(v);
+        }
     }
-    let mut vm = match b.build() {
+    let mut vm = match builder(&p.own).build() {
         Ok(vm) => vm,
-        Err(e) => return fail(&e.to_string()),
+        Err(e) => {
+            message(progname, &e.to_string());
+            return ExitCode::FAILURE;
+        }
     };
-    // `arg` as the standalone lua builds it: the script at 0, its arguments after, everything
-    // before it on the command line at negative indices.
-    let script_at = argv.len() - args.script_and_args.len();
-    let arg = Table {
-        entries: argv
-            .iter()
-            .enumerate()
-            .map(|(i, a)| {
-                (
-                    Value::Integer(i as i64 - script_at as i64),
-                    Value::from(a.as_str()),
-                )
-            })
-            .collect(),
+    let ok = match run_vm(&vm, argv, first, &p, progname) {
+        Ok(ok) => ok,
+        Err(e) => {
+            message(progname, &e.to_string());
+            false
+        }
     };
-    if let Err(e) = vm.set("arg", arg) {
-        return fail(&e.to_string());
-    }
-    let chunkname = if script == "-" {
-        "=stdin".to_string()
-    } else {
-        format!("@{script}")
-    };
-    let script_args: Vec<Value> = args.script_and_args[1..]
-        .iter()
-        .map(|a| Value::from(a.as_str()))
-        .collect();
-    let result = vm.exec_with_args(&source, &chunkname, &script_args);
-    if args.digest {
+    if p.own.digest {
         eprintln!("arena digest: {:016x}", vm.digest());
         match vm.value_digest() {
             Ok(d) => eprintln!("value digest: {d:016x}"),
             Err(e) => eprintln!("value digest: unavailable ({e})"),
         }
     }
-    match result {
-        Ok(_) => ExitCode::SUCCESS,
-        Err(VmError::Lua {
-            message, traceback, ..
-        }) => {
-            eprintln!("luasnap: {message}");
-            if let Some(tb) = traceback {
-                eprintln!("{tb}");
-            }
-            ExitCode::FAILURE
-        }
-        Err(e) => fail(&e.to_string()),
+    if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
     }
 }
 
-fn fail(message: &str) -> ExitCode {
-    eprintln!("luasnap: {message}");
-    ExitCode::FAILURE
+fn builder(own: &Own) -> VmBuilder {
+    let mut b = Vm::builder()
+        .profile(match own.deterministic {
+            Some(seed) => Profile::Deterministic { seed },
+            None => Profile::Standard,
+        })
+        // lua.c runs its state in generational mode.
+        .gc(GcMode::GENERATIONAL)
+        .capacity(own.capacity.unwrap_or(RUN_CAPACITY));
+    if let Some(limit) = own.memory_limit {
+        b = b.memory_limit(limit);
+    }
+    if let Some(base) = own.base_address {
+        b = b.base_address(base);
+    }
+    b
+}
+
+/// Runs the command line's steps; `Ok(false)` when one failed (already reported).
+fn run_vm(
+    vm: &Vm,
+    argv: &[String],
+    first: usize,
+    p: &Parsed,
+    progname: &str,
+) -> Result<bool, luasnap::bridge::VmError> {
+    let step = |s: Step<'_>| -> Result<bool, luasnap::bridge::VmError> {
+        match vm.standalone(s)? {
+            Ok(()) => Ok(true),
+            Err(m) => {
+                message(progname, &m);
+                Ok(false)
+            }
+        }
+    };
+    if p.ignore_env {
+        step(Step::IgnoreEnv)?;
+    }
+    // `arg`: the script at 0, its arguments after, everything before it at negative indices
+    // (with no script, the word before the first option is at 0).
+    let zero = p.script.unwrap_or(first.saturating_sub(1)) as i64;
+    let arg = Table {
+        entries: argv
+            .iter()
+            .enumerate()
+            .map(|(i, a)| (Value::Integer(i as i64 - zero), Value::from(a.as_str())))
+            .collect(),
+    };
+    vm.set("arg", arg)?;
+    if !p.ignore_env {
+        let init = ["LUA_INIT_5_5", "LUA_INIT"]
+            .into_iter()
+            .find_map(|name| std::env::var(name).ok().map(|v| (name, v)));
+        if let Some((name, init)) = init {
+            let ok = match init.strip_prefix('@') {
+                Some(file) => step(Step::File(Some(file)))?,
+                None => step(Step::Code {
+                    code: init.as_bytes(),
+                    name: &format!("={name}"),
+                })?,
+            };
+            if !ok {
+                return Ok(false);
+            }
+        }
+    }
+    step(Step::Warnings(false))?;
+    for a in &p.actions {
+        let ok = match a {
+            Action::Exec(code) => step(Step::Code {
+                code: code.as_bytes(),
+                name: "=(command line)",
+            })?,
+            Action::Library(spec) => {
+                let (global, module) = match spec.split_once('=') {
+                    Some((g, m)) => (g, m),
+                    // `-l a-b` loads module "a-b" into global "a" (lua's LUA_IGMARK).
+                    None => (spec.split('-').next().unwrap_or(spec), spec.as_str()),
+                };
+                step(Step::Library { global, module })?
+            }
+            Action::Warnings => step(Step::Warnings(true))?,
+        };
+        if !ok {
+            return Ok(false);
+        }
+    }
+    if let Some(s) = p.script {
+        let stdin = argv[s] == "-" && argv[s - 1] != "--";
+        if !step(Step::Script((!stdin).then_some(argv[s].as_str())))? {
+            return Ok(false);
+        }
+    }
+    if p.interactive {
+        repl(vm, progname)?;
+    } else if p.script.is_none() && !p.exec && !p.version {
+        if std::io::stdin().is_terminal() {
+            println!("{VERSION}");
+            repl(vm, progname)?;
+        } else if !step(Step::File(None))? {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// The read-eval-print loop: `_PROMPT`/`_PROMPT2`, multi-line input, results printed.
+fn repl(vm: &Vm, progname: &str) -> Result<(), luasnap::bridge::VmError> {
+    let prompt = |name: &str, default: &str| match vm.get(name) {
+        Ok(Value::String(s)) => String::from_utf8_lossy(&s).into_owned(),
+        _ => default.to_string(),
+    };
+    let stdin = std::io::stdin();
+    let mut lines = stdin.lock().lines();
+    loop {
+        print!("{}", prompt("_PROMPT", "> "));
+        let _ = std::io::stdout().flush();
+        let Some(Ok(mut input)) = lines.next() else {
+            println!();
+            return Ok(());
+        };
+        loop {
+            match vm.repl_eval(&input)? {
+                ReplOutcome::Incomplete => {
+                    print!("{}", prompt("_PROMPT2", ">> "));
+                    let _ = std::io::stdout().flush();
+                    match lines.next() {
+                        Some(Ok(more)) => {
+                            input.push('\n');
+                            input.push_str(&more);
+                        }
+                        _ => {
+                            println!();
+                            return Ok(());
+                        }
+                    }
+                }
+                ReplOutcome::Done => break,
+                ReplOutcome::Failed(m) => {
+                    message(progname, &m);
+                    break;
+                }
+            }
+        }
+    }
 }

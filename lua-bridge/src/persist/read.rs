@@ -712,22 +712,7 @@ impl<'a> Loader<'a> {
                 let mut index = HashMap::new();
                 let ud = (&mut index as *mut HashMap<u64, *const c_void>).cast();
                 // SAFETY: reads the anchored chunks; the collector is stopped for the load.
-                unsafe {
-                    if ffi::lua_getfield(L, ffi::LUA_REGISTRYINDEX, c"luasnap.chunks".as_ptr())
-                        == ffi::LUA_TTABLE
-                    {
-                        let n = ffi::lua_rawlen(L, -1) as ffi::lua_Integer;
-                        for i in 1..=n {
-                            ffi::lua_rawgeti(L, -1, i);
-                            let p = luasnap_proto(L, -1);
-                            if !p.is_null() {
-                                luasnap_proto_tree(p, collect_proto, ud);
-                            }
-                            ffi::lua_settop(L, -2);
-                        }
-                    }
-                    ffi::lua_settop(L, -2);
-                }
+                unsafe { crate::chunks::luasnap_chunks_each_proto(L, collect_proto, ud) };
                 self.index = Some(index);
             }
             let mut found = self.index.as_ref().and_then(|i| i.get(&hash).copied());

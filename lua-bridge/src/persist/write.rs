@@ -772,7 +772,7 @@ impl<'a> Persister<'a> {
                     self.w.varint(ar.linedefined.max(0) as u64);
                     if self.opts.bytecode {
                         self.dump.clear();
-                        ffi::lua_dump(
+                        crate::chunks::luasnap_dump(
                             L,
                             dump_writer,
                             (&mut self.dump as *mut Vec<u8>).cast(),

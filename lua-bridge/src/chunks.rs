@@ -1,0 +1,50 @@
+//! The chunk registry (`csrc/chunks.c`): every chunk the VM compiles from `load`, `loadfile`,
+//! `dofile`, `require`'s Lua searcher or [`Vm::exec`](crate::Vm::exec) is recorded with its
+//! source text, deduplicated by comparing the chunks, and collected with its last function.
+//!
+//! Chunks the host runs with [`Vm::exec`](crate::Vm::exec) are kept for the VM's life (once
+//! per distinct chunk): saves name the game's functions even after the game dropped them.
+//! Chunks compiled from Lua are collected with their last function, as in stock Lua.
+//!
+//! Each prototype of a chunk holds the chunk's record as a hidden trailing constant, so the
+//! record lives exactly as long as some function of the chunk; `registry["luasnap.chunks"]`
+//! (fingerprint -> record, weak values) only finds records. The loaders stay C functions with
+//! the stock behaviour (hooks, `debug.getinfo`, messages and tracebacks as in `lua`), and
+//! `string.dump` writes a function as if no record were attached.
+
+use mlua::ffi::{lua_State, lua_Writer};
+use std::ffi::{c_char, c_int, c_void};
+
+unsafe extern "C-unwind" {
+    /// Replaces `load`, `loadfile`, `dofile`, `string.dump` and `package.searchers[2]` of the
+    /// open libraries with the registering versions. Raises on memory errors.
+    pub(crate) fn luasnap_chunks_install(L: *mut lua_State);
+    /// `luaL_loadbufferx` of the string at `idx`, registering the chunk with that string as its
+    /// source text. Returns the `lua_load` status (result or message on top).
+    pub(crate) fn luasnap_loadstring(
+        L: *mut lua_State,
+        idx: c_int,
+        chunkname: *const c_char,
+        mode: *const c_char,
+    ) -> c_int;
+    /// Keeps the record of the chunk whose main closure is at `fnidx` for the VM's life (the
+    /// host's own code: saves must find its functions even after the game dropped them).
+    pub(crate) fn luasnap_chunk_keep(L: *mut lua_State, fnidx: c_int);
+    /// `lua_dump` of the Lua function on top, written without the chunk record's anchor.
+    pub(crate) fn luasnap_dump(
+        L: *mut lua_State,
+        writer: lua_Writer,
+        data: *mut c_void,
+        strip: c_int,
+    ) -> c_int;
+}
+
+unsafe extern "C" {
+    /// Calls `f(p, ud)` for every prototype of the chunks in the registry table. Does not
+    /// allocate; the collector must be stopped.
+    pub(crate) fn luasnap_chunks_each_proto(
+        L: *mut lua_State,
+        f: unsafe extern "C" fn(*const c_void, *mut c_void),
+        ud: *mut c_void,
+    );
+}
