@@ -209,6 +209,51 @@ unsafe extern "C" {
     fn luasnap_thread_k(co: *mut lua_State, level: c_int) -> *const std::ffi::c_void;
     /// Bytes the VM has allocated.
     pub(crate) fn luasnap_heap_bytes(L: *mut lua_State) -> u64;
+    /// Describes the chunk of a prototype (csrc/chunks.c); 0 if it has no chunk record.
+    pub(crate) fn luasnap_chunk_describe(p: *const std::ffi::c_void, out: *mut ChunkDesc) -> c_int;
+    pub(crate) fn luasnap_proto_nchildren(p: *const std::ffi::c_void) -> c_int;
+    /// Child `i` of a prototype, or null.
+    pub(crate) fn luasnap_proto_child(p: *const std::ffi::c_void, i: c_int) -> *const std::ffi::c_void;
+}
+
+unsafe extern "C-unwind" {
+    /// The main prototype of a live chunk with this fingerprint, source text and chunk name,
+    /// or null (csrc/chunks.c). May raise a memory error.
+    pub(crate) fn luasnap_chunk_find(
+        L: *mut lua_State,
+        print: u64,
+        src: *const std::ffi::c_char,
+        srclen: usize,
+        name: *const std::ffi::c_char,
+        namelen: usize,
+    ) -> *const std::ffi::c_void;
+}
+
+/// A prototype's chunk as `luasnap_chunk_describe` gives it (mirrors `luasnap_chunk_desc` in
+/// csrc/chunks.c). The pointers stay valid while the prototype is alive.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ChunkDesc {
+    /// The chunk record (identifies the chunk's text).
+    pub rec: *const std::ffi::c_void,
+    /// The main prototype of the record's first tree.
+    pub main: *const std::ffi::c_void,
+    pub src: *const std::ffi::c_char,
+    pub srclen: usize,
+    /// The chunk name (null if none).
+    pub name: *const std::ffi::c_char,
+    pub namelen: usize,
+}
+
+impl ChunkDesc {
+    pub const EMPTY: ChunkDesc = ChunkDesc {
+        rec: std::ptr::null(),
+        main: std::ptr::null(),
+        src: std::ptr::null(),
+        srclen: 0,
+        name: std::ptr::null(),
+        namelen: 0,
+    };
 }
 
 /// Stack slots of the helper tables inside a persist or load.
@@ -229,8 +274,13 @@ pub(crate) struct Slots {
 pub struct PersistOptions {
     /// Track where each value is, so errors name the path (`root.player.inv[3]@metatable`).
     pub path: bool,
-    /// Include each prototype's bytecode, so the file can also be loaded in trusted mode into
-    /// a VM that has not loaded the game code. Safe-mode loads never use it.
+    /// Include each chunk's source text, once per chunk, so an own-trust load compiles the
+    /// code a VM lacks (a fresh process, or one running a newer version of the game). Foreign
+    /// loads never use it. Without it, functions are matched by fingerprint only.
+    pub code: bool,
+    /// Include bytecode for the code that has no source text: chunks loaded as binary
+    /// (`string.dump` output) and functions compiled outside the chunk registry. Used only by
+    /// own-trust loads that set [`LoadOptions::bytecode`].
     pub bytecode: bool,
     /// Keep debug information (line numbers, local names) in that bytecode.
     pub debug: bool,
@@ -242,6 +292,7 @@ impl Default for PersistOptions {
     fn default() -> Self {
         PersistOptions {
             path: true,
+            code: true,
             bytecode: true,
             debug: true,
             spkey: "__persist".into(),
@@ -755,10 +806,7 @@ unsafe fn persist_protected(
         unsafe {
             // [perms|nil, value]
             ffi::lua_gc(L, ffi::LUA_GCSTOP);
-            if ffi::lua_type(L, 1) == ffi::LUA_TNIL {
-                ffi::lua_getfield(L, ffi::LUA_REGISTRYINDEX, PERMS_KEY.as_ptr());
-                ffi::lua_replace(L, 1);
-            }
+            merge_permanents(L, PERMS_KEY);
             ffi::lua_createtable(L, 0, 0); // seen
             ffi::lua_createtable(L, 0, 0); // strs
             ffi::lua_rotate(L, 2, 2); // [perms, seen, strs, value]
@@ -776,11 +824,9 @@ unsafe fn persist_protected(
                 ffi::lua_pushlstring(L, msg.as_ptr().cast(), msg.len());
                 ffi::lua_error(L);
             }
-            out = std::mem::take(&mut p.w).finish(if p.has_bytecode {
-                format::FLAG_BYTECODE
-            } else {
-                0
-            });
+            let flags = if p.has_bytecode { format::FLAG_BYTECODE } else { 0 }
+                | if p.has_source { format::FLAG_SOURCE } else { 0 };
+            out = std::mem::take(&mut p.w).finish(flags);
             if as_string {
                 ffi::lua_pushlstring(L, out.as_ptr().cast(), out.len());
             } else {
@@ -793,6 +839,37 @@ unsafe fn persist_protected(
     let st = unsafe { call_job(L, &mut body, running) };
     let file = (st == ffi::LUA_OK && !as_string).then_some(out);
     (st, p.error.take(), file)
+}
+
+/// Replaces stack slot 1 (the caller's permanents table, or nil) with the VM's permanents
+/// under `key` plus the caller's: as in Eris, the caller's add to the standard library's and
+/// win where both name the same value (or, loading, the same name). Raw reads only: a
+/// metatable on the caller's table is not consulted.
+///
+/// # Safety
+/// Protected context (allocates); slot 1 holds a table or nil.
+unsafe fn merge_permanents(L: *mut lua_State, key: &CStr) {
+    // SAFETY: callers' contract; balanced pushes.
+    unsafe {
+        ffi::lua_getfield(L, ffi::LUA_REGISTRYINDEX, key.as_ptr());
+        if ffi::lua_type(L, 1) != ffi::LUA_TTABLE {
+            ffi::lua_replace(L, 1);
+            return;
+        }
+        let builtin = ffi::lua_gettop(L);
+        ffi::lua_createtable(L, 0, 512);
+        let merged = builtin + 1;
+        for src in [builtin, 1] {
+            ffi::lua_pushnil(L);
+            while ffi::lua_next(L, src) != 0 {
+                ffi::lua_pushvalue(L, -2);
+                ffi::lua_rotate(L, -2, 1);
+                ffi::lua_rawset(L, merged);
+            }
+        }
+        ffi::lua_replace(L, 1);
+        ffi::lua_settop(L, builtin - 1);
+    }
 }
 
 /// Runs `body` protected with the two values on top of the stack as its arguments; they are
@@ -879,10 +956,7 @@ unsafe fn load_protected(
         // SAFETY: protected body; state lives in `loader`, outside this frame.
         unsafe {
             ffi::lua_gc(L, ffi::LUA_GCSTOP);
-            if ffi::lua_type(L, 1) == ffi::LUA_TNIL {
-                ffi::lua_getfield(L, ffi::LUA_REGISTRYINDEX, UNPERMS_KEY.as_ptr());
-                ffi::lua_replace(L, 1);
-            }
+            merge_permanents(L, UNPERMS_KEY);
             // [unperms, data|nil]: a data string stays on the stack while the loader reads it.
             ffi::lua_settop(L, 2);
             for _ in 0..5 {
@@ -950,6 +1024,7 @@ unsafe fn eris_persist_inner(L: *mut lua_State) -> c_int {
         let spkey = key_name(L, 5).unwrap_or_else(|| "__persist".into());
         let opts = PersistOptions {
             path: ffi::lua_toboolean(L, 3) != 0,
+            code: true,
             bytecode: true,
             debug: ffi::lua_toboolean(L, 4) != 0,
             spkey,
@@ -977,6 +1052,8 @@ unsafe fn eris_unpersist_inner(L: *mut lua_State) -> c_int {
         let growth = ffi::lua_tonumberx(L, 5, std::ptr::null_mut());
         let opts = LoadOptions {
             spkey,
+            // As Eris: an own save's bytecode (binary chunks) loads.
+            bytecode: trust == Trust::Own,
             max_heap_growth: (growth.is_finite() && growth >= 0.0).then_some(growth as usize),
             ..LoadOptions::new(trust)
         };

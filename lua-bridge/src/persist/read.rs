@@ -14,6 +14,7 @@ use super::format::{
 };
 use super::{budget_hook_intact, luasnap_heap_bytes, CTORS_KEY, GMATCH_AUX, WRAP_AUX};
 use super::{kind, LoadOptions, RawVal, Slots, Trust};
+use super::{luasnap_chunk_find, luasnap_proto_child};
 use super::{luasnap_proto, luasnap_proto_hash, luasnap_proto_nupvalues};
 use super::{luasnap_thread_restore, luasnap_upval_join_open, CiRecord};
 use crate::ffi::Shared;
@@ -162,6 +163,10 @@ pub(crate) struct Loader<'a> {
     /// Strings at least this long get a string id (it depends on the file's format).
     strref_len: usize,
     protos: Vec<*const c_void>,
+    /// The file's format version.
+    format: u16,
+    /// Chunks read so far (format 4).
+    chunks: Vec<LoadedChunk>,
     index: Option<HashMap<u64, *const c_void>>,
     full_index: bool,
     frames: Vec<Frame>,
@@ -183,6 +188,21 @@ pub(crate) struct Loader<'a> {
     /// The C functions of `coroutine.wrap`'s and `string.gmatch`'s helpers, once looked up.
     aux: Option<(usize, usize)>,
 }
+
+/// A chunk a file names (format 4).
+struct LoadedChunk {
+    /// Its name, for messages.
+    name: String,
+    /// Its main prototype in this VM (reused or compiled), or None: its functions are matched
+    /// by fingerprint (foreign loads, files without code).
+    main: Option<*const c_void>,
+    /// Whether the file brought its code.
+    brought_code: bool,
+}
+
+/// How deep a path into a chunk's prototype tree may go (Lua nests functions at most about
+/// 200 deep).
+const MAX_PATH: u64 = 256;
 
 unsafe extern "C" fn collect_proto(p: *const c_void, ud: *mut c_void) {
     // SAFETY: ud is the index being built; p is a live prototype (collector stopped).
@@ -223,6 +243,8 @@ impl<'a> Loader<'a> {
             strs: 0,
             strref_len: min_strref_len(file.format),
             protos: Vec::new(),
+            format: file.format,
+            chunks: Vec::new(),
             index: None,
             full_index: false,
             frames: Vec::new(),
@@ -672,15 +694,175 @@ impl<'a> Loader<'a> {
         if index as usize != self.protos.len() {
             return Err(self.malformed("prototypes out of order"));
         }
-        let (Some(hash), Some(src), Some(line), Some(code)) = (
-            self.r.u64(),
-            self.r.bytes(),
-            self.r.varint(),
-            self.r.bytes(),
-        ) else {
+        if self.format < 4 {
+            let (Some(hash), Some(src), Some(line), Some(code)) = (
+                self.r.u64(),
+                self.r.bytes(),
+                self.r.varint(),
+                self.r.bytes(),
+            ) else {
+                return Err(self.malformed("bad prototype"));
+            };
+            // SAFETY: protected context (callers' contract).
+            return unsafe { self.detached(L, s, hash, src, line, code) };
+        }
+        let (Some(hash), Some(line), Some(home)) = (self.r.u64(), self.r.varint(), self.r.varint())
+        else {
             return Err(self.malformed("bad prototype"));
         };
-        let found = if self.trusted_bytecode && !code.is_empty() {
+        if home == 0 {
+            let (Some(src), Some(code)) = (self.r.bytes(), self.r.bytes()) else {
+                return Err(self.malformed("bad prototype"));
+            };
+            // SAFETY: as above.
+            return unsafe { self.detached(L, s, hash, src, line, code) };
+        }
+        let c = (home - 1) as usize;
+        if c > self.chunks.len() {
+            return Err(self.malformed("chunks out of order"));
+        }
+        if c == self.chunks.len() {
+            // SAFETY: as above.
+            let chunk = unsafe { self.chunk(L, s)? };
+            self.chunks.push(chunk);
+        }
+        let Some(depth) = self.r.varint().filter(|&d| d <= MAX_PATH) else {
+            return Err(self.malformed("bad prototype path"));
+        };
+        let Some(mut p) = self.chunks[c].main else {
+            // No code to use: the function's fingerprint names it.
+            for _ in 0..depth {
+                if self.r.varint().is_none() {
+                    return Err(self.malformed("bad prototype path"));
+                }
+            }
+            let brought = self.chunks[c].brought_code;
+            let name = self.chunks[c].name.clone();
+            // SAFETY: as above.
+            return match unsafe { self.by_fingerprint(L, s, hash)? } {
+                Some(p) => Ok(p),
+                None if brought => Err(self.fail(format!(
+                    "the function defined at {name}:{line} is not among the chunks this VM has loaded; the save-game brings that chunk's code, which only an own-trust load compiles (Trust::Own, or eris.settings(\"trust\", \"own\"))"
+                ))),
+                None => Err(self.fail(format!(
+                    "the function defined at {name}:{line} is not among the chunks this VM has loaded (or its code changed), and the save-game has no code for it; load the same game code before loading the save"
+                ))),
+            };
+        };
+        for _ in 0..depth {
+            let Some(i) = self.r.varint() else {
+                return Err(self.malformed("bad prototype path"));
+            };
+            // SAFETY: p is a live prototype (its chunk is anchored for the load).
+            let child = unsafe { luasnap_proto_child(p, i.min(c_int::MAX as u64) as c_int) };
+            if child.is_null() {
+                let name = self.chunks[c].name.clone();
+                return Err(self.fail(format!(
+                    "chunk {name} has no function at the position the save-game gives (the function defined at line {line}); the save does not match its code"
+                )));
+            }
+            p = child;
+        }
+        // SAFETY: as above.
+        if unsafe { luasnap_proto_hash(p) } != hash {
+            let name = self.chunks[c].name.clone();
+            return Err(self.fail(format!(
+                "chunk {name} compiles to a different prototype tree than the save-game says (the function defined at line {line} differs); the save was written by another Lua build or altered"
+            )));
+        }
+        self.protos.push(p);
+        Ok(p)
+    }
+
+    /// Reads a chunk's first occurrence (after its home) and finds or compiles it.
+    unsafe fn chunk(&mut self, L: *mut lua_State, s: Slots) -> Result<LoadedChunk, Fail> {
+        let (Some(kind), Some(name), Some(main_hash), Some(code)) =
+            (self.r.u8(), self.r.bytes(), self.r.u64(), self.r.bytes())
+        else {
+            return Err(self.malformed("bad chunk"));
+        };
+        if kind > 1 {
+            return Err(self.malformed("bad chunk kind"));
+        }
+        let shown = String::from_utf8_lossy(name).into_owned();
+        let mut chunk = LoadedChunk {
+            name: shown.clone(),
+            main: None,
+            brought_code: !code.is_empty(),
+        };
+        if code.is_empty() || self.opts.trust == Trust::Foreign {
+            return Ok(chunk);
+        }
+        let key = -(self.chunks.len() as ffi::lua_Integer) - 1;
+        // SAFETY: protected context; pushes are balanced; the main closure pushed for a found
+        // or compiled chunk is anchored in `protos` for the whole load.
+        unsafe {
+            // The identical chunk, live in this VM: shared prototypes, no compile.
+            let found = luasnap_chunk_find(
+                L,
+                main_hash,
+                code.as_ptr().cast(),
+                code.len(),
+                name.as_ptr().cast(),
+                name.len(),
+            );
+            if !found.is_null() {
+                luasnap_push_closure(L, found);
+                ffi::lua_rawseti(L, s.protos, key);
+                chunk.main = Some(found);
+                return Ok(chunk);
+            }
+            if kind == 1 && !(self.opts.trust == Trust::Own && self.opts.bytecode) {
+                return Err(self.fail(format!(
+                    "chunk {shown} was loaded as binary (string.dump output): its bytecode is loaded only by own-trust loads that allow it (LoadOptions::bytecode)"
+                )));
+            }
+            let Ok(cname) = std::ffi::CString::new(name) else {
+                return Err(self.malformed("a chunk name with a NUL byte"));
+            };
+            ffi::luaL_checkstack(L, 3, c"load".as_ptr());
+            ffi::lua_pushlstring(L, code.as_ptr().cast(), code.len());
+            let mode = if kind == 1 { c"b" } else { c"t" };
+            let st = crate::chunks::luasnap_loadstring(L, -1, cname.as_ptr(), mode.as_ptr());
+            if st != ffi::LUA_OK {
+                let mut len = 0;
+                let m = ffi::lua_tolstring(L, -1, &mut len);
+                let msg = if m.is_null() {
+                    String::new()
+                } else {
+                    String::from_utf8_lossy(std::slice::from_raw_parts(m.cast::<u8>(), len))
+                        .into_owned()
+                };
+                ffi::lua_settop(L, -3);
+                return Err(self.fail(format!(
+                    "chunk {shown} in the save-game does not compile: {msg}"
+                )));
+            }
+            let p = luasnap_proto(L, -1);
+            ffi::lua_rawseti(L, s.protos, key);
+            ffi::lua_settop(L, -2);
+            if p.is_null() || luasnap_proto_hash(p) != main_hash {
+                return Err(self.fail(format!(
+                    "chunk {shown} compiles to a different prototype tree than the save-game's fingerprint says; the save was written by another Lua build or altered"
+                )));
+            }
+            chunk.main = Some(p);
+        }
+        Ok(chunk)
+    }
+
+    /// A prototype outside every chunk (or from a format 1-3 file): the file's bytecode if
+    /// the load trusts it, else the live prototype with that fingerprint.
+    unsafe fn detached(
+        &mut self,
+        L: *mut lua_State,
+        s: Slots,
+        hash: u64,
+        src: &[u8],
+        line: u64,
+        code: &[u8],
+    ) -> Result<*const c_void, Fail> {
+        if self.trusted_bytecode && !code.is_empty() {
             // Trusted: load the file's bytecode. Only for files the caller vouches for.
             // SAFETY: protected context; lua_load in binary mode on bytes from a trusted file.
             unsafe {
@@ -704,57 +886,70 @@ impl<'a> Loader<'a> {
                 if luasnap_proto_hash(p) != hash {
                     return Err(self.malformed("bytecode does not match its fingerprint"));
                 }
-                Some(p)
-            }
-        } else {
-            if self.index.is_none() {
-                // The prototypes of every chunk the VM compiled (anchored in the registry).
-                let mut index = HashMap::new();
-                let ud = (&mut index as *mut HashMap<u64, *const c_void>).cast();
-                // SAFETY: reads the anchored chunks; the collector is stopped for the load.
-                unsafe { crate::chunks::luasnap_chunks_each_proto(L, collect_proto, ud) };
-                self.index = Some(index);
-            }
-            let mut found = self.index.as_ref().and_then(|i| i.get(&hash).copied());
-            if found.is_none() && !self.full_index {
-                // Not in an anchored chunk (compiled by other means): every prototype alive.
-                self.full_index = true;
-                let index = self.index.get_or_insert_with(HashMap::new);
-                // SAFETY: the collector is stopped for the whole load.
-                unsafe {
-                    luasnap_each_proto(
-                        L,
-                        collect_proto,
-                        (index as *mut HashMap<u64, *const c_void>).cast(),
-                    )
-                };
-                found = self.index.as_ref().and_then(|i| i.get(&hash).copied());
-            }
-            found
-        };
-        match found {
-            Some(p) => {
-                if !self.trusted_bytecode || code.is_empty() {
-                    // Anchor it for the whole load: found by raw pointer, it may belong to
-                    // no chunk the registry keeps, and Lua code run by the load (or a
-                    // collection it finishes) could otherwise free it under a closure.
-                    // SAFETY: protected context; emergency collections are stopped and no
-                    // Lua code ran since the index was built, so p is alive.
-                    unsafe {
-                        luasnap_push_closure(L, p);
-                        ffi::lua_rawseti(L, s.protos, self.protos.len() as ffi::lua_Integer + 1);
-                    }
-                }
                 self.protos.push(p);
-                Ok(p)
+                return Ok(p);
             }
+        }
+        // SAFETY: protected context (callers' contract).
+        match unsafe { self.by_fingerprint(L, s, hash)? } {
+            Some(p) => Ok(p),
             None => {
                 let src = String::from_utf8_lossy(src).into_owned();
+                let hint = if code.is_empty() || self.opts.trust == Trust::Foreign {
+                    "load the same game code before loading the save"
+                } else {
+                    "the save-game brings its bytecode, which only own-trust loads that allow it (LoadOptions::bytecode) use"
+                };
                 Err(self.fail(format!(
-                    "the function defined at {src}:{line} is not among the chunks this VM has loaded (or its code changed); load the same game code before loading the save"
+                    "the function defined at {src}:{line} is not among the chunks this VM has loaded (or its code changed); {hint}"
                 )))
             }
         }
+    }
+
+    /// The live prototype with fingerprint `hash`, anchored for the load and listed, or None.
+    unsafe fn by_fingerprint(
+        &mut self,
+        L: *mut lua_State,
+        s: Slots,
+        hash: u64,
+    ) -> Result<Option<*const c_void>, Fail> {
+        if self.index.is_none() {
+            // The prototypes of every chunk the VM compiled (anchored in the registry).
+            let mut index = HashMap::new();
+            let ud = (&mut index as *mut HashMap<u64, *const c_void>).cast();
+            // SAFETY: reads the anchored chunks; the collector is stopped for the load.
+            unsafe { crate::chunks::luasnap_chunks_each_proto(L, collect_proto, ud) };
+            self.index = Some(index);
+        }
+        let mut found = self.index.as_ref().and_then(|i| i.get(&hash).copied());
+        if found.is_none() && !self.full_index {
+            // Not in an anchored chunk (compiled by other means): every prototype alive.
+            self.full_index = true;
+            let index = self.index.get_or_insert_with(HashMap::new);
+            // SAFETY: the collector is stopped for the whole load.
+            unsafe {
+                luasnap_each_proto(
+                    L,
+                    collect_proto,
+                    (index as *mut HashMap<u64, *const c_void>).cast(),
+                )
+            };
+            found = self.index.as_ref().and_then(|i| i.get(&hash).copied());
+        }
+        if let Some(p) = found {
+            // Anchor it for the whole load: found by raw pointer, it may belong to no chunk
+            // the registry keeps, and Lua code run by the load (or a collection it finishes)
+            // could otherwise free it under a closure.
+            // SAFETY: protected context; emergency collections are stopped and no Lua code ran
+            // since the index was built, so p is alive.
+            unsafe {
+                luasnap_push_closure(L, p);
+                ffi::lua_rawseti(L, s.protos, self.protos.len() as ffi::lua_Integer + 1);
+            }
+            self.protos.push(p);
+        }
+        Ok(found)
     }
 
     unsafe fn lclosure(&mut self, L: *mut lua_State, s: Slots) -> Result<bool, Fail> {
