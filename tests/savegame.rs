@@ -1,7 +1,9 @@
 //! Save-games: a round trip for every row of the coverage list, errors with paths, hostile
 //! files, limits, and a whole game across a process boundary.
 
-use luasnap::bridge::persist::{body_of, seal_body, LoadError, LoadOptions, SaveError, Trust};
+use luasnap::bridge::persist::{
+    body_of, seal_body, LoadError, LoadOptions, PersistOptions, SaveError, Trust,
+};
 use luasnap::bridge::{PlainData, Value, Vm};
 
 const MIB: usize = 1 << 20;
@@ -351,11 +353,11 @@ fn repeated_strings_are_written_once_and_format_1_files_still_load() {
             .unwrap(),
         vec![Value::String(b"abcdabcd abcdab".to_vec())]
     );
-    // Format 4 is refused, naming what this build reads.
-    v1[8..10].copy_from_slice(&4u16.to_le_bytes());
+    // Format 5 is refused, naming what this build reads.
+    v1[8..10].copy_from_slice(&5u16.to_le_bytes());
     let err = a.unpersist(&v1, "x", Trust::Own).unwrap_err().to_string();
     assert!(
-        err.contains("format 4 is not supported") && err.contains("1 to 3"),
+        err.contains("format 5 is not supported") && err.contains("1 to 4"),
         "{err}"
     );
     // A hostile reference to a string that was never written is a clear error.
@@ -731,7 +733,7 @@ fn no_recursion_limit_a_million_nodes_deep_and_wide() {
 }
 
 #[test]
-fn functions_are_matched_against_the_vms_own_chunks_unless_trusted() {
+fn functions_come_from_the_saved_source_for_own_loads_and_by_fingerprint_for_foreign_ones() {
     let a = vm();
     a.exec(
         "function secret(x) return x * 3 end saved = { f = secret }",
@@ -739,34 +741,47 @@ fn functions_are_matched_against_the_vms_own_chunks_unless_trusted() {
     )
     .unwrap();
     let bytes = a.persist("saved").unwrap();
-    // A VM that never loaded that chunk: safe mode refuses, naming where the function was.
+    // A VM that never loaded that chunk. Foreign: no code from the file; the error names
+    // where the function was and which trust level would compile it.
     let mut b = vm();
-    match b.unpersist(&bytes, "saved", Trust::Own) {
+    match b.unpersist(&bytes, "saved", Trust::Foreign) {
         Err(LoadError::Invalid { message }) => assert!(
-            message.contains("one:1") && message.contains("not among the chunks"),
+            message.contains("one:1")
+                && message.contains("not among the chunks")
+                && message.contains("own-trust"),
             "{message}"
         ),
         other => panic!("{other:?}"),
     }
-    // Trusted mode loads the bytecode.
-    b.unpersist_with(
-        &bytes,
-        "saved",
-        &LoadOptions {
-            bytecode: true,
-            ..LoadOptions::own()
-        },
-    )
-    .unwrap();
+    // Own: the chunk's source is compiled.
+    b.unpersist(&bytes, "saved", Trust::Own).unwrap();
     assert_eq!(
         b.exec("return saved.f(5)", "c").unwrap(),
         vec![Value::Integer(15)]
     );
-    // Changed code is not "the same chunk".
+    // Written without code, the save needs the same chunk in the loading VM, even for own
+    // loads; changed code is not "the same chunk".
+    let no_code = a
+        .persist_with(
+            "saved",
+            &PersistOptions {
+                code: false,
+                bytecode: false,
+                ..PersistOptions::default()
+            },
+        )
+        .unwrap();
     let mut c = vm();
     c.exec("function secret(x) return x * 4 end", "one")
         .unwrap();
-    assert!(c.unpersist(&bytes, "saved", Trust::Own).is_err());
+    let e = c.unpersist(&no_code, "saved", Trust::Own).unwrap_err();
+    assert!(e.to_string().contains("has no code for it"), "{e}");
+    // With the code, the saved function runs the saved version.
+    c.unpersist(&bytes, "saved", Trust::Own).unwrap();
+    assert_eq!(
+        c.exec("return saved.f(5), secret(5)", "c").unwrap(),
+        vec![Value::Integer(15), Value::Integer(20)]
+    );
 }
 
 /// The VM keeps a record of each compiled chunk (its source text). A chunk compiled from Lua

@@ -95,13 +95,34 @@ pub enum Node {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Proto {
     Index(u64),
+    /// `src` and `code` (short source, bytecode) are written only for a detached prototype
+    /// (`home: None`).
     New {
         index: u64,
         hash: u64,
         src: Vec<u8>,
         line: u64,
         code: Vec<u8>,
+        home: Option<Home>,
     },
+}
+
+/// Where a prototype lives: chunk `chunk` (with its definition at its first occurrence) and
+/// the path of child indices from the chunk's main prototype.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Home {
+    pub chunk: u64,
+    pub def: Option<ChunkDef>,
+    pub path: Vec<u64>,
+}
+
+/// A chunk's first occurrence: kind (0 source text, 1 binary), name, main fingerprint, code.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChunkDef {
+    pub kind: u8,
+    pub name: Vec<u8>,
+    pub main_hash: u64,
+    pub code: Vec<u8>,
 }
 
 /// A Lua closure's upvalue.
@@ -143,6 +164,7 @@ pub fn decode(body: &[u8]) -> Option<Node> {
     let mut d = Decoder {
         r: Reader::new(body),
         protos: 0,
+        chunks: 0,
     };
     let n = d.node(0)?;
     (d.r.remaining() == 0).then_some(n)
@@ -151,6 +173,7 @@ pub fn decode(body: &[u8]) -> Option<Node> {
 struct Decoder<'a> {
     r: Reader<'a>,
     protos: u64,
+    chunks: u64,
 }
 
 impl Decoder<'_> {
@@ -201,12 +224,42 @@ impl Decoder<'_> {
                 let index = r.varint()?;
                 let proto = if index == self.protos {
                     self.protos += 1;
-                    Proto::New {
-                        index,
-                        hash: r.u64()?,
-                        src: r.bytes()?.to_vec(),
-                        line: r.varint()?,
-                        code: r.bytes()?.to_vec(),
+                    let (hash, line, home) = (r.u64()?, r.varint()?, r.varint()?);
+                    if home == 0 {
+                        Proto::New {
+                            index,
+                            hash,
+                            src: r.bytes()?.to_vec(),
+                            line,
+                            code: r.bytes()?.to_vec(),
+                            home: None,
+                        }
+                    } else {
+                        let chunk = home - 1;
+                        let def = if chunk == self.chunks {
+                            self.chunks += 1;
+                            Some(ChunkDef {
+                                kind: r.u8()?,
+                                name: r.bytes()?.to_vec(),
+                                main_hash: r.u64()?,
+                                code: r.bytes()?.to_vec(),
+                            })
+                        } else {
+                            None
+                        };
+                        let depth = r.varint()?;
+                        if depth > r.remaining() as u64 {
+                            return None;
+                        }
+                        let path = (0..depth).map(|_| r.varint()).collect::<Option<Vec<_>>>()?;
+                        Proto::New {
+                            index,
+                            hash,
+                            src: Vec::new(),
+                            line,
+                            code: Vec::new(),
+                            home: Some(Home { chunk, def, path }),
+                        }
                     }
                 } else {
                     Proto::Index(index)
@@ -382,12 +435,31 @@ fn put(w: &mut Writer, node: &Node) {
                     src,
                     line,
                     code,
+                    home,
                 } => {
                     w.varint(*index);
                     w.u64(*hash);
-                    w.bytes(src);
                     w.varint(*line);
-                    w.bytes(code);
+                    match home {
+                        None => {
+                            w.varint(0);
+                            w.bytes(src);
+                            w.bytes(code);
+                        }
+                        Some(h) => {
+                            w.varint(h.chunk + 1);
+                            if let Some(d) = &h.def {
+                                w.u8(d.kind);
+                                w.bytes(&d.name);
+                                w.u64(d.main_hash);
+                                w.bytes(&d.code);
+                            }
+                            w.varint(h.path.len() as u64);
+                            for &i in &h.path {
+                                w.varint(i);
+                            }
+                        }
+                    }
                 }
             }
             w.varint(*n);
