@@ -912,3 +912,81 @@ int luasnap_is_cfunction(lua_State *L, int idx, const void *f) {
   if (ttisCclosure(o)) return (const void *)clCvalue(o)->f == f;
   return 0;
 }
+
+/* ===================== pending to-be-closed variables of a suspended coroutine =====================
+** A coroutine's pending <close> variables are a list threaded through its stack (lfunc.c):
+** L->tbclist.p is the newest; each entry's tbclist.delta is the distance to the previous one
+** (0 marks a dummy node, for distances beyond MAXDELTA); the list ends at L->stack.p. Saves
+** record the entries as stack offsets; loads rebuild the list as luaF_newtbcupval does. */
+
+#include <limits.h>
+#include "ltm.h"
+
+#define LS_MAXDELTA USHRT_MAX  /* lfunc.c's MAXDELTA */
+
+/* Stores up to `max` stack offsets of co's pending to-be-closed variables in `out`, oldest
+** first; returns how many there are (all of them, even beyond max). */
+int luasnap_thread_tbc(lua_State *co, int32_t *out, int max) {
+  int n = 0, i;
+  StkId t = co->tbclist.p;
+  while (t > co->stack.p) {
+    if (t->tbclist.delta == 0) {  /* a dummy node */
+      t -= LS_MAXDELTA;
+      continue;
+    }
+    if (n < max) out[n] = (int32_t)(t - co->stack.p);
+    n++;
+    t -= t->tbclist.delta;
+  }
+  /* Newest first so far: reverse what was stored. */
+  for (i = 0; i < (n < max ? n : max) / 2; i++) {
+    int m = (n < max ? n : max);
+    int32_t x = out[i];
+    out[i] = out[m - 1 - i];
+    out[m - 1 - i] = x;
+  }
+  return n;
+}
+
+/* Rebuilds the to-be-closed list of a coroutine restored by luasnap_thread_restore (frames in
+** place, list empty) from `n` stack offsets, oldest first. Returns NULL, or why the offsets
+** are refused (nothing changed then). */
+const char *luasnap_thread_set_tbc(lua_State *co, const int32_t *slots, int n) {
+  int i;
+  int32_t prev = 0;
+  /* Invariant checked: a fresh list (the restore left it empty). */
+  if (co->tbclist.p != co->stack.p) return "internal: to-be-closed list not empty";
+  for (i = 0; i < n; i++) {
+    StkId level;
+    CallInfo *ci;
+    int inframe = 0;
+    /* Invariant checked: strictly ascending, above the list's end, below the stack top
+    ** (luaF_newtbcupval asserts level > L->tbclist.p). */
+    if (slots[i] <= prev || slots[i] >= (int32_t)(co->top.p - co->stack.p))
+      return "to-be-closed variables out of order or outside the stack";
+    prev = slots[i];
+    level = co->stack.p + slots[i];
+    /* Invariant checked: a register of a Lua frame (a local variable), as OP_TBC makes
+    ** them, so closing it calls __close where the frame's locals are. */
+    for (ci = co->ci; ci != &co->base_ci; ci = ci->previous)
+      if (isLua(ci) && level > ci->func.p && level < ci->top.p) {
+        inframe = 1;
+        break;
+      }
+    if (!inframe) return "a to-be-closed variable outside the locals of a Lua frame";
+    /* Invariant checked: the value has a __close metamethod (false and nil never enter the
+    ** list; other values are refused by OP_TBC). */
+    if (l_isfalse(s2v(level)) || notm(luaT_gettmbyobj(co, s2v(level), TM_CLOSE)))
+      return "a to-be-closed variable without a __close metamethod";
+  }
+  for (i = 0; i < n; i++) {
+    StkId level = co->stack.p + slots[i];
+    while ((unsigned)(level - co->tbclist.p) > LS_MAXDELTA) {
+      co->tbclist.p += LS_MAXDELTA;  /* a dummy node at maximum delta */
+      co->tbclist.p->tbclist.delta = 0;
+    }
+    level->tbclist.delta = (unsigned short)(level - co->tbclist.p);
+    co->tbclist.p = level;
+  }
+  return NULL;
+}

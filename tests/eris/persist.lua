@@ -393,6 +393,35 @@ do
   case("test55close", { co1 = co1, log1 = log1, co2 = co2, log2 = log2 })
 end
 
+-- Two pending to-be-closed variables (and a false one, never closed) in nested frames: after
+-- the load, an error leaves them pending and coroutine.close then closes them innermost first,
+-- each once, with the error object; coroutine.close on a second such coroutine closes them in
+-- the same order with no error.
+do
+  local function closing(log, tag)
+    return setmetatable({}, { __close = function(_, err) log[#log + 1] = tag .. ":" .. tostring(err) end })
+  end
+  local function body(log)
+    return function()
+      local a <close> = closing(log, "outer")
+      local f <close> = false
+      local function inner()
+        local b <close> = closing(log, "inner")
+        local v = coroutine.yield(1)
+        if v == "fail" then error("boom", 0) end
+        return v
+      end
+      return inner() .. "!"
+    end
+  end
+  local log1, log2 = {}, {}
+  local co1 = coroutine.create(body(log1))
+  coroutine.resume(co1)
+  local co2 = coroutine.create(body(log2))
+  coroutine.resume(co2)
+  case("test55closeerror", { co1 = co1, log1 = log1, co2 = co2, log2 = log2 })
+end
+
 -- A coroutine suspended inside a __close handler that yields.
 do
   local log = {}

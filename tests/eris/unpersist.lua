@@ -89,6 +89,18 @@ local checks = {
     local ran = resumes(v.co2, true, "done") and #v.log2 == 1 and v.log2[1] == "b:nil"
     return closed1 and ran
   end },
+  { "test55closeerror", function(v)
+    -- As in stock Lua, an error leaves the variables pending until coroutine.close, which
+    -- closes them with the error object and returns it.
+    local ok, err = coroutine.resume(v.co1, "fail")
+    local pending = not ok and err == "boom" and #v.log1 == 0
+    local cok, cerr = coroutine.close(v.co1)
+    local errored = pending and not cok and cerr == "boom" and #v.log1 == 2
+      and v.log1[1] == "inner:boom" and v.log1[2] == "outer:boom"
+    local closed = coroutine.close(v.co2) and #v.log2 == 2
+      and v.log2[1] == "inner:nil" and v.log2[2] == "outer:nil"
+    return errored and closed and coroutine.status(v.co1) == "dead"
+  end },
   { "test55yieldinclose", function(v)
     return resumes(v.co, true, "after") and v.log[1] == "closing" and v.log[2] == "closed"
   end },

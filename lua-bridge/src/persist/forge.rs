@@ -85,6 +85,8 @@ pub enum Node {
         stack: Vec<Node>,
         nci: u64,
         frames: Vec<FrameRec>,
+        /// Stack offsets of pending to-be-closed variables, oldest first.
+        tbc: Vec<u64>,
     },
     MainThread,
     /// Bytes written as they are (anything the tree cannot say).
@@ -348,12 +350,20 @@ impl Decoder<'_> {
                         }
                         frames.push(f);
                     }
+                    let ntbc = self.r.varint()?;
+                    if ntbc > self.r.remaining() as u64 {
+                        return None;
+                    }
+                    let tbc = (0..ntbc)
+                        .map(|_| self.r.varint())
+                        .collect::<Option<Vec<_>>>()?;
                     Node::ThreadSuspended {
                         n,
                         errfunc,
                         stack,
                         nci,
                         frames,
+                        tbc,
                     }
                 }
                 _ => return None,
@@ -530,6 +540,7 @@ fn put(w: &mut Writer, node: &Node) {
             stack,
             nci,
             frames,
+            tbc,
         } => {
             w.tag(Tag::Thread);
             w.u8(THREAD_SUSPENDED);
@@ -550,6 +561,10 @@ fn put(w: &mut Writer, node: &Node) {
                     None => w.tag(Tag::Nil),
                     Some(k) => put(w, k),
                 }
+            }
+            w.varint(tbc.len() as u64);
+            for &t in tbc {
+                w.varint(t);
             }
         }
         Node::MainThread => w.tag(Tag::MainThread),

@@ -36,6 +36,11 @@ unsafe extern "C" {
     );
     fn luasnap_gc_stopem(L: *mut lua_State, on: c_int);
     fn luasnap_thread_check_upvals(co: *mut lua_State) -> c_int;
+    fn luasnap_thread_set_tbc(
+        co: *mut lua_State,
+        slots: *const i32,
+        n: c_int,
+    ) -> *const std::ffi::c_char;
     fn luasnap_table_build(
         L: *mut lua_State,
         strs: c_int,
@@ -1601,6 +1606,25 @@ impl<'a> Loader<'a> {
             if !err.is_null() {
                 let msg = std::ffi::CStr::from_ptr(err).to_string_lossy().into_owned();
                 return Err(self.malformed(&format!("suspended coroutine: {msg}")));
+            }
+            if self.format >= 4 {
+                // Pending to-be-closed variables, oldest first.
+                let Some(n) = self.r.varint().filter(|&n| n <= self.r.remaining() as u64)
+                else {
+                    return Err(self.malformed("bad to-be-closed variable count"));
+                };
+                let mut slots = Vec::with_capacity(n as usize);
+                for _ in 0..n {
+                    match self.r.varint() {
+                        Some(v) if v <= i32::MAX as u64 => slots.push(v as i32),
+                        _ => return Err(self.malformed("bad to-be-closed variable")),
+                    }
+                }
+                let err = luasnap_thread_set_tbc(co, slots.as_ptr(), n as c_int);
+                if !err.is_null() {
+                    let msg = std::ffi::CStr::from_ptr(err).to_string_lossy().into_owned();
+                    return Err(self.malformed(&format!("suspended coroutine: {msg}")));
+                }
             }
         }
         Ok(())

@@ -55,6 +55,7 @@ unsafe extern "C" {
         first: ffi::lua_Integer,
     );
     fn luasnap_push_metatable(L: *mut lua_State, t: *const c_void);
+    fn luasnap_thread_tbc(co: *mut lua_State, out: *mut i32, max: c_int) -> c_int;
     fn luasnap_closure_scan(
         f: *const c_void,
         proto: *mut *const c_void,
@@ -988,12 +989,7 @@ impl<'a> Persister<'a> {
                 self.w.tag(Tag::Thread);
                 self.w.u8(THREAD_DEAD);
             } else if status == ffi::LUA_YIELD {
-                if tbc != 0 {
-                    let what =
-                        "cannot persist a coroutine suspended with pending to-be-closed variables"
-                            .to_string();
-                    return Err(self.fail(L, what));
-                }
+                let _ = tbc; // pending to-be-closed variables follow the frames
                 self.w.tag(Tag::Thread);
                 self.w.u8(THREAD_SUSPENDED);
                 self.w.varint((size - 1) as u64);
@@ -1252,6 +1248,14 @@ impl<'a> Persister<'a> {
                                     }
                                     self.value(L, s)?;
                                 }
+                            }
+                            // Pending to-be-closed variables, as stack offsets, oldest first.
+                            let n = luasnap_thread_tbc(co, std::ptr::null_mut(), 0);
+                            let mut slots = vec![0i32; n.max(0) as usize];
+                            luasnap_thread_tbc(co, slots.as_mut_ptr(), n);
+                            self.w.varint(slots.len() as u64);
+                            for slot in slots {
+                                self.w.varint(slot as u64);
                             }
                         }
                         return Ok(false);
