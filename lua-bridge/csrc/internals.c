@@ -225,6 +225,7 @@ static int yieldable_op(OpCode op) {
     case OP_SETTABUP: case OP_SETTABLE: case OP_SETI: case OP_SETFIELD:
     case OP_LT: case OP_LE: case OP_LTI: case OP_LEI: case OP_GTI: case OP_GEI: case OP_EQ:
     case OP_CONCAT:
+    case OP_CLOSE: case OP_RETURN:  /* a __close metamethod (checked by the call sites) */
       return 1;
     default:
       return 0;
@@ -845,6 +846,23 @@ const char *luasnap_check_call_sites(lua_State *co, const luasnap_ci *cis, int n
             if (vf != c->top || wanted != 1 || (callee_lua && !fresh))
               return "a frame does not match the metamethod call its caller is suspended at";
             break;
+          case OP_CLOSE:
+            /* luaF_close calls __close of a pending variable at level >= ra with its function
+            ** at level + 1 and no results; finishOp repeats OP_CLOSE for the rest. */
+            if (vf <= ra || vf > c->top || wanted != 0 || (callee_lua && !fresh))
+              return "a frame does not match the __close call its caller is suspended at";
+            break;
+          case OP_RETURN: {
+            /* A return closing variables (k): __close runs above max(frame top, ra + nres);
+            ** finishOp sets the top to ra + nres (the saved result count) and repeats the
+            ** return. */
+            int nres = c->u2;
+            int above = ra + nres > c->top ? ra + nres : c->top;
+            if (!TESTARG_k(ins) || nres < 0 || vf != above || wanted != 0
+                || (callee_lua && !fresh))
+              return "a frame does not match the __close call its caller is suspended at";
+            break;
+          }
           default:
             return "a Lua frame resumes after an instruction that cannot yield";
         }

@@ -439,6 +439,22 @@ do
   case("test55yieldinclose", { co = co, log = log })
 end
 
+-- The same inside a return that closes a variable (the results wait for __close), and with a
+-- multiple-result return from a vararg function.
+do
+  local log = {}
+  local co = coroutine.create(function(...)
+    local x <close> = setmetatable({}, { __close = function()
+      log[#log + 1] = "closing"
+      coroutine.yield("in close")
+      log[#log + 1] = "closed"
+    end })
+    return "r1", ...
+  end)
+  coroutine.resume(co, "r2", "r3")
+  case("test55yieldinreturnclose", { co = co, log = log })
+end
+
 -- Lua 5.5's named varargs (`...t`) in a suspended frame.
 do
   local ok, f = pcall(load, [[

@@ -104,6 +104,10 @@ local checks = {
   { "test55yieldinclose", function(v)
     return resumes(v.co, true, "after") and v.log[1] == "closing" and v.log[2] == "closed"
   end },
+  { "test55yieldinreturnclose", function(v)
+    return resumes(v.co, true, "r1", "r2", "r3") and v.log[1] == "closing" and v.log[2] == "closed"
+      and coroutine.status(v.co) == "dead"
+  end },
   { "test55namedvarargs", function(v) return resumes(v, true, 60, 3) end },
   { "test55global", function(v)
     counter55 = 10
@@ -197,7 +201,7 @@ do
   else
     local all, why = true, nil
     for _, c in ipairs(checks) do
-      local okc, res = pcall(c[2], root.value[c[1]])
+      local okc, res = pcall(c[2], root[c[1]])
       if not (okc and res) then all, why = false, c[1] .. (okc and ": wrong result" or (": " .. tostring(res))); break end
     end
     report("wholeroot", all, why)

@@ -188,6 +188,9 @@ pub(crate) struct Loader<'a> {
     prealloc_left: u64,
     /// Suspended coroutines this load created: the only threads open upvalues may point into.
     threads: Vec<*mut lua_State>,
+    /// Open upvalues into a coroutine whose stack was still being read: (closure id, upvalue
+    /// index, coroutine, level), joined when the coroutine's stack is complete.
+    pending_open: Vec<(u32, c_int, *mut lua_State, c_int)>,
     /// Coroutines this load created, whose budget hook goes when the load ends.
     all_threads: Vec<*mut lua_State>,
     /// The C functions of `coroutine.wrap`'s and `string.gmatch`'s helpers, once looked up.
@@ -266,6 +269,7 @@ impl<'a> Loader<'a> {
                 .saturating_mul(PREALLOC_PER_BYTE)
                 .saturating_add(PREALLOC_BASE),
             threads: Vec::new(),
+            pending_open: Vec::new(),
             all_threads: Vec::new(),
             aux: None,
         }
@@ -310,6 +314,9 @@ impl<'a> Loader<'a> {
             }
             if self.r.remaining() != 0 {
                 return Err(self.malformed("trailing bytes after the root value"));
+            }
+            if !self.pending_open.is_empty() {
+                return Err(self.malformed("an open upvalue into a coroutine never completed"));
             }
             // Open upvalues point into live locals of the coroutines' frames: a level above
             // every frame could be cut off when the collector shrinks the stack.
@@ -1164,6 +1171,7 @@ impl<'a> Loader<'a> {
                 } => {
                     let (id, i, n, errfunc) = (*id, *next, *n, *errfunc);
                     if i > n {
+                        self.join_pending(L, s, id)?;
                         if let Some(errfunc) = errfunc {
                             self.restore_frames(L, s, id, errfunc)?;
                         }
@@ -1630,6 +1638,36 @@ impl<'a> Loader<'a> {
         Ok(())
     }
 
+    /// Joins the open upvalues waiting for coroutine `id`'s stack, now complete.
+    unsafe fn join_pending(&mut self, L: *mut lua_State, s: Slots, id: u32) -> Result<(), Fail> {
+        if self.pending_open.is_empty() {
+            return Ok(());
+        }
+        // SAFETY: protected context; objs[id] is the coroutine, objs of the closures exist
+        // (their ids were read before); pushes are balanced.
+        unsafe {
+            ffi::lua_rawgeti(L, s.objs, id as ffi::lua_Integer);
+            let co = ffi::lua_tothread(L, -1);
+            ffi::lua_settop(L, -2);
+            let mut k = 0;
+            while k < self.pending_open.len() {
+                let (cid, i, pco, level) = self.pending_open[k];
+                if pco != co {
+                    k += 1;
+                    continue;
+                }
+                self.pending_open.swap_remove(k);
+                ffi::lua_rawgeti(L, s.objs, cid as ffi::lua_Integer);
+                let st = luasnap_upval_join_open(L, -1, i, co, level);
+                ffi::lua_settop(L, -2);
+                if st != 0 {
+                    return Err(self.malformed("bad open upvalue"));
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Pops the finished frame and pushes its object.
     unsafe fn finish(&mut self, L: *mut lua_State, s: Slots, id: u32) -> bool {
         self.frames.pop();
@@ -1714,12 +1752,19 @@ impl<'a> Loader<'a> {
                             // change under the load); the level is checked against its frames
                             // once the whole file is read.
                             let co = ffi::lua_tothread(L, -1);
-                            if co.is_null()
-                                || !self.threads.contains(&co)
-                                || luasnap_upval_join_open(L, -2, i, co, level) != 0
-                            {
+                            if co.is_null() || !self.threads.contains(&co) {
                                 ffi::lua_settop(L, -3);
                                 return Err(self.malformed("bad open upvalue"));
+                            }
+                            if luasnap_upval_join_open(L, -2, i, co, level) != 0 {
+                                // A slot of a coroutine whose stack is still being read (a
+                                // closure on it naming a local at or above itself, as a
+                                // recursive local function does): joined when it is complete.
+                                if ffi::lua_gettop(co) >= level {
+                                    ffi::lua_settop(L, -3);
+                                    return Err(self.malformed("bad open upvalue"));
+                                }
+                                self.pending_open.push((id, i, co, level));
                             }
                             ffi::lua_settop(L, -3);
                         }
