@@ -213,7 +213,10 @@ unsafe extern "C" {
     pub(crate) fn luasnap_chunk_describe(p: *const std::ffi::c_void, out: *mut ChunkDesc) -> c_int;
     pub(crate) fn luasnap_proto_nchildren(p: *const std::ffi::c_void) -> c_int;
     /// Child `i` of a prototype, or null.
-    pub(crate) fn luasnap_proto_child(p: *const std::ffi::c_void, i: c_int) -> *const std::ffi::c_void;
+    pub(crate) fn luasnap_proto_child(
+        p: *const std::ffi::c_void,
+        i: c_int,
+    ) -> *const std::ffi::c_void;
 }
 
 unsafe extern "C-unwind" {
@@ -824,8 +827,11 @@ unsafe fn persist_protected(
                 ffi::lua_pushlstring(L, msg.as_ptr().cast(), msg.len());
                 ffi::lua_error(L);
             }
-            let flags = if p.has_bytecode { format::FLAG_BYTECODE } else { 0 }
-                | if p.has_source { format::FLAG_SOURCE } else { 0 };
+            let flags = if p.has_bytecode {
+                format::FLAG_BYTECODE
+            } else {
+                0
+            } | if p.has_source { format::FLAG_SOURCE } else { 0 };
             out = std::mem::take(&mut p.w).finish(flags);
             if as_string {
                 ffi::lua_pushlstring(L, out.as_ptr().cast(), out.len());

@@ -1617,8 +1617,7 @@ impl<'a> Loader<'a> {
             }
             if self.format >= 4 {
                 // Pending to-be-closed variables, oldest first.
-                let Some(n) = self.r.varint().filter(|&n| n <= self.r.remaining() as u64)
-                else {
+                let Some(n) = self.r.varint().filter(|&n| n <= self.r.remaining() as u64) else {
                     return Err(self.malformed("bad to-be-closed variable count"));
                 };
                 let mut slots = Vec::with_capacity(n as usize);
