@@ -491,3 +491,34 @@ fn a_default_game_save_loads_in_a_process_that_never_ran_the_script() {
         .unwrap();
     assert_eq!(got, want, "the loaded game continued differently");
 }
+
+/// The library's iterators that are plain C functions are permanents: loops over them
+/// suspended in a coroutine persist (`utf8.codes`, `ipairs`, `pairs`/`next`).
+#[test]
+fn loops_over_library_iterators_persist_in_suspended_coroutines() {
+    let a = vm();
+    a.exec(
+        "co = coroutine.create(function()
+           local n = 0
+           for _, c in utf8.codes('añb') do n = n + c coroutine.yield(c) end
+           for _, v in ipairs({ 5, 6 }) do n = n + v coroutine.yield(v) end
+           for k, v in pairs({ x = 7 }) do n = n + v coroutine.yield(v) end
+           return n
+         end)
+         coroutine.resume(co)",
+        "=s",
+    )
+    .unwrap();
+    let file = a.persist("co").unwrap();
+    let mut b = vm();
+    b.unpersist(&file, "co", Trust::Own).unwrap();
+    assert_eq!(
+        int(
+            &b,
+            "local last
+             while coroutine.status(co) ~= 'dead' do local _, v = coroutine.resume(co) last = v end
+             return last"
+        ),
+        97 + 0xf1 + 98 + 5 + 6 + 7
+    );
+}

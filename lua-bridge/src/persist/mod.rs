@@ -659,13 +659,17 @@ pub(crate) fn install(vm: &mut Vm) -> Result<(), VmError> {
                 }
                 ffi::lua_settop(L, 0);
                 // C functions the library hands out without naming them.
-                let aux: [(&CStr, &[u8]); 3] = [
+                let aux: [(&CStr, &[u8]); 5] = [
                     (
                         c"coroutine.wrap#aux",
                         b"return coroutine.wrap(function() end)",
                     ),
                     (c"string.gmatch#aux", b"return ('').gmatch('', '')"),
                     (c"ipairs#aux", b"return (ipairs({}))"),
+                    // utf8.codes's iterators (strict and lax): plain C functions that check
+                    // their arguments, so a loop suspended in a coroutine persists.
+                    (c"utf8.codes#aux", b"return (utf8.codes(''))"),
+                    (c"utf8.codes#auxlax", b"return (utf8.codes('', true))"),
                 ];
                 for (name, src) in aux {
                     if ffi::luaL_loadbufferx(
