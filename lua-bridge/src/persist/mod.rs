@@ -25,10 +25,13 @@
 //!
 //! # Safety on hostile files
 //! See `docs/save-games.md`. In short: the header carries magic, format and Lua versions,
-//! number formats and a checksum; the loader bounds every read; **functions are rebuilt from
-//! prototypes this VM compiled itself**, matched by a structural fingerprint, never from the
-//! file's bytecode unless [`LoadOptions::trusted`] is set; Lua code run while loading is capped
-//! by an instruction budget; and the heap growth of a load can be capped.
+//! number formats and a checksum; the loader bounds every read; **functions come from source
+//! text**: a save carries each chunk's text once, which own-trust loads compile with Lua's own
+//! compiler (or reuse, when the VM has the identical chunk) and foreign-trust loads never use
+//! (they match each function's structural fingerprint against the chunks this VM compiled
+//! itself); bytecode from a file loads only for chunks loaded as binary, in own-trust loads
+//! that set [`LoadOptions::bytecode`]; Lua code run while loading is capped by an instruction
+//! budget; and the heap growth of a load can be capped.
 
 #[doc(hidden)]
 pub mod forge;
@@ -309,8 +312,9 @@ impl Default for PersistOptions {
 pub enum Trust {
     /// The game's own files on the player's machine. As in Eris: load-time functions
     /// (`__persist` rebuild, create and init functions) may be any function the file names,
-    /// and with [`LoadOptions::bytecode`] the file's bytecode is loaded for prototypes the VM
-    /// lacks. Memory safety, the instruction budget and the heap cap still hold.
+    /// the source text the file carries is compiled for chunks the VM lacks, and with
+    /// [`LoadOptions::bytecode`] the file's bytecode is loaded for chunks that were loaded as
+    /// binary. Memory safety, the instruction budget and the heap cap still hold.
     Own,
     /// Downloaded, shared, or received from a peer: no code from the file, load-time calls
     /// only to constructors the host registered ([`Vm::register_constructor`],
@@ -348,9 +352,11 @@ pub const DEFAULT_FOREIGN_DENIED: [&str; 11] = [
 pub struct LoadOptions {
     /// Who wrote the file.
     pub trust: Trust,
-    /// [`Trust::Own`] only: load the file's bytecode for prototypes this VM does not have.
-    /// Lua has no bytecode verifier: only for files you produced yourself. Default false;
-    /// ignored for foreign files.
+    /// [`Trust::Own`] only: load the file's bytecode for chunks that were loaded as binary
+    /// (`string.dump` output) and functions compiled outside the chunk registry, when this VM
+    /// does not have them. Lua has no bytecode verifier: only for files you produced yourself.
+    /// Default false (`eris.unpersist` in own mode sets it, as Eris loads bytecode); ignored
+    /// for foreign files. Source text needs no such option: own loads always compile it.
     pub bytecode: bool,
     /// The metafield name used when the file was written.
     pub spkey: String,

@@ -4,9 +4,11 @@
 //! and length read from the file is checked against what the file can hold and what the VM
 //! has, so arbitrary bytes give an error or a value, never a crash: objects are built through
 //! the Lua API, or by `luasnap_table_build` from steps decoded and checked here (see
-//! [`Loader::plain_entries`]), prototypes come from the VM's own compiled chunks (unless the
-//! caller trusts the file's bytecode), and Lua code run while loading (`__persist` rebuild
-//! functions) is bounded by an instruction budget.
+//! [`Loader::plain_entries`]), prototypes come from the VM's own chunks or, for own-trust
+//! loads, from the chunk source text the file carries, compiled by Lua's compiler and checked
+//! against each function's fingerprint (bytecode only for binary chunks when the caller allows
+//! it), and Lua code run while loading (`__persist` rebuild functions) is bounded by an
+//! instruction budget.
 
 use super::format::{
     min_strref_len, Opened, Reader, Tag, FLAG_BYTECODE, THREAD_DEAD, THREAD_NOT_STARTED,
@@ -748,10 +750,11 @@ impl<'a> Loader<'a> {
                     return Err(self.malformed("bad prototype path"));
                 }
             }
+            // SAFETY: as above.
+            let found = unsafe { self.by_fingerprint(L, s, hash)? };
             let brought = self.chunks[c].brought_code;
             let name = self.chunks[c].name.clone();
-            // SAFETY: as above.
-            return match unsafe { self.by_fingerprint(L, s, hash)? } {
+            return match found {
                 Some(p) => Ok(p),
                 None if brought => Err(self.fail(format!(
                     "the function defined at {name}:{line} is not among the chunks this VM has loaded; the save-game brings that chunk's code, which only an own-trust load compiles (Trust::Own, or eris.settings(\"trust\", \"own\"))"
@@ -796,19 +799,26 @@ impl<'a> Loader<'a> {
         if kind > 1 {
             return Err(self.malformed("bad chunk kind"));
         }
-        let shown = String::from_utf8_lossy(name).into_owned();
-        let mut chunk = LoadedChunk {
-            name: shown.clone(),
-            main: None,
-            brought_code: !code.is_empty(),
-        };
+        let shown = || String::from_utf8_lossy(name).into_owned();
         if code.is_empty() || self.opts.trust == Trust::Foreign {
-            return Ok(chunk);
+            return Ok(LoadedChunk {
+                name: shown(),
+                main: None,
+                brought_code: !code.is_empty(),
+            });
+        }
+        if kind == 1 && !(self.opts.trust == Trust::Own && self.opts.bytecode) {
+            return Err(self.fail(format!(
+                "chunk {} was loaded as binary (string.dump output): its bytecode is loaded only by own-trust loads that allow it (LoadOptions::bytecode)",
+                shown()
+            )));
         }
         let key = -(self.chunks.len() as ffi::lua_Integer) - 1;
+        // No Rust value with a destructor is alive across the calls below (they may raise a
+        // memory error): the name and code are slices of the file, the outcome plain data.
         // SAFETY: protected context; pushes are balanced; the main closure pushed for a found
         // or compiled chunk is anchored in `protos` for the whole load.
-        unsafe {
+        let outcome: Result<*const c_void, bool> = unsafe {
             // The identical chunk, live in this VM: shared prototypes, no compile.
             let found = luasnap_chunk_find(
                 L,
@@ -821,46 +831,61 @@ impl<'a> Loader<'a> {
             if !found.is_null() {
                 luasnap_push_closure(L, found);
                 ffi::lua_rawseti(L, s.protos, key);
-                chunk.main = Some(found);
-                return Ok(chunk);
-            }
-            if kind == 1 && !(self.opts.trust == Trust::Own && self.opts.bytecode) {
-                return Err(self.fail(format!(
-                    "chunk {shown} was loaded as binary (string.dump output): its bytecode is loaded only by own-trust loads that allow it (LoadOptions::bytecode)"
-                )));
-            }
-            let Ok(cname) = std::ffi::CString::new(name) else {
-                return Err(self.malformed("a chunk name with a NUL byte"));
-            };
-            ffi::luaL_checkstack(L, 3, c"load".as_ptr());
-            ffi::lua_pushlstring(L, code.as_ptr().cast(), code.len());
-            let mode = if kind == 1 { c"b" } else { c"t" };
-            let st = crate::chunks::luasnap_loadstring(L, -1, cname.as_ptr(), mode.as_ptr());
-            if st != ffi::LUA_OK {
-                let mut len = 0;
-                let m = ffi::lua_tolstring(L, -1, &mut len);
-                let msg = if m.is_null() {
-                    String::new()
+                Ok(found)
+            } else {
+                // [name, code]: the chunk name as a C string (a name with a NUL byte compiles
+                // under a shorter name, so its fingerprint differs and it is refused).
+                ffi::luaL_checkstack(L, 4, c"load".as_ptr());
+                ffi::lua_pushlstring(L, name.as_ptr().cast(), name.len());
+                ffi::lua_pushlstring(L, code.as_ptr().cast(), code.len());
+                let cname = ffi::lua_tolstring(L, -2, std::ptr::null_mut());
+                let mode = if kind == 1 { c"b" } else { c"t" };
+                let st = crate::chunks::luasnap_loadstring(L, -1, cname, mode.as_ptr());
+                if st != ffi::LUA_OK {
+                    // [name, code, message]: the message is read below, then popped.
+                    Err(false)
                 } else {
-                    String::from_utf8_lossy(std::slice::from_raw_parts(m.cast::<u8>(), len))
-                        .into_owned()
+                    let p = luasnap_proto(L, -1);
+                    ffi::lua_rawseti(L, s.protos, key);
+                    ffi::lua_settop(L, -3);
+                    if p.is_null() || luasnap_proto_hash(p) != main_hash {
+                        Err(true)
+                    } else {
+                        Ok(p)
+                    }
+                }
+            }
+        };
+        match outcome {
+            Ok(p) => Ok(LoadedChunk {
+                name: shown(),
+                main: Some(p),
+                brought_code: true,
+            }),
+            Err(false) => {
+                // SAFETY: the compiler's message is on top, above the name and code.
+                let msg = unsafe {
+                    let mut len = 0;
+                    let m = ffi::lua_tolstring(L, -1, &mut len);
+                    let msg = if m.is_null() {
+                        String::new()
+                    } else {
+                        String::from_utf8_lossy(std::slice::from_raw_parts(m.cast::<u8>(), len))
+                            .into_owned()
+                    };
+                    ffi::lua_settop(L, -4);
+                    msg
                 };
-                ffi::lua_settop(L, -3);
-                return Err(self.fail(format!(
-                    "chunk {shown} in the save-game does not compile: {msg}"
-                )));
+                Err(self.fail(format!(
+                    "chunk {} in the save-game does not compile: {msg}",
+                    shown()
+                )))
             }
-            let p = luasnap_proto(L, -1);
-            ffi::lua_rawseti(L, s.protos, key);
-            ffi::lua_settop(L, -2);
-            if p.is_null() || luasnap_proto_hash(p) != main_hash {
-                return Err(self.fail(format!(
-                    "chunk {shown} compiles to a different prototype tree than the save-game's fingerprint says; the save was written by another Lua build or altered"
-                )));
-            }
-            chunk.main = Some(p);
+            Err(true) => Err(self.fail(format!(
+                "chunk {} compiles to a different prototype tree than the save-game's fingerprint says; the save was written by another Lua build or altered",
+                shown()
+            ))),
         }
-        Ok(chunk)
     }
 
     /// A prototype outside every chunk (or from a format 1-3 file): the file's bytecode if
