@@ -522,3 +522,64 @@ fn loops_over_library_iterators_persist_in_suspended_coroutines() {
         97 + 0xf1 + 98 + 5 + 6 + 7
     );
 }
+
+/// Forged lists of pending to-be-closed variables are refused before the coroutine can run:
+/// out of order, outside the stack, outside a Lua frame's registers, on a value without
+/// `__close`. Whatever loads is resumed and closed, and the heap checked.
+#[test]
+fn forged_to_be_closed_lists_are_refused() {
+    let a = vm();
+    a.exec(
+        "local mt = { __close = function() end }
+         co = coroutine.create(function(x)
+           local plain = 5
+           local c <close> = setmetatable({}, mt)
+           local d <close> = setmetatable({}, mt)
+           coroutine.yield(plain)
+         end)
+         coroutine.resume(co)",
+        "=s",
+    )
+    .unwrap();
+    let file = a.persist("co").unwrap();
+    let node = forge::decode(body_of(&file).unwrap()).unwrap();
+    let mut honest = None;
+    forge::walk_mut(&mut node.clone(), &mut |n| {
+        if let Node::ThreadSuspended { tbc, .. } = n {
+            honest = Some(tbc.clone());
+        }
+    });
+    let honest = honest.expect("a suspended coroutine");
+    assert_eq!(honest.len(), 2, "{honest:?}");
+    let (c, d) = (honest[0], honest[1]);
+    let forged: Vec<Vec<u64>> = vec![
+        vec![d, c],          // descending
+        vec![c, c],          // repeated
+        vec![0],             // the stack's base
+        vec![1],             // the coroutine's function slot (no Lua frame's register)
+        vec![c - 1],         // `plain`: no __close
+        vec![c, d, 1 << 20], // past the stack
+        vec![u32::MAX as u64 + 5],
+    ];
+    for tbc in forged {
+        let mut n = node.clone();
+        forge::walk_mut(&mut n, &mut |x| {
+            if let Node::ThreadSuspended { tbc: t, .. } = x {
+                *t = tbc.clone();
+            }
+        });
+        let mut b = vm();
+        let r = b.unpersist(&forge::file(&n), "co", Trust::Own);
+        assert!(r.is_err(), "{tbc:?} was accepted");
+        b.exec("collectgarbage()", "=gc").unwrap();
+        b.arena().verify().unwrap();
+    }
+    // The honest list loads, and closing the coroutine closes both variables.
+    let mut b = vm();
+    b.unpersist(&file, "co", Trust::Own).unwrap();
+    assert_eq!(
+        int(&b, "local ok = coroutine.close(co) return ok and 1 or 0"),
+        1
+    );
+    b.arena().verify().unwrap();
+}
