@@ -53,7 +53,10 @@ fn bench(c: &mut Criterion) {
     let bytes = vm.save_game().unwrap();
     g.bench_function("serialize/save", |b| b.iter(|| vm.save_game().unwrap()));
     g.bench_function("serialize/load", |b| {
-        b.iter(|| vm.load_game(&bytes).unwrap())
+        b.iter(|| {
+            vm.load_game(&bytes, luasnap::bridge::persist::Trust::Own)
+                .unwrap()
+        })
     });
     g.finish();
 }

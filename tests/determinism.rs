@@ -207,9 +207,11 @@ fn math_random_state_travels_with_save_game() {
     // A fresh VM seeded differently continues exactly where the save left off.
     let mut b = vm(6);
     b.exec("math.randomseed(1234)", "other seed").unwrap();
-    b.load_game(&save).unwrap();
+    b.load_game(&save, luasnap::bridge::persist::Trust::Own)
+        .unwrap();
     assert_eq!(b.exec(draw, "draw").unwrap(), expected);
     // And in the same VM after drawing more.
-    a.load_game(&save).unwrap();
+    a.load_game(&save, luasnap::bridge::persist::Trust::Own)
+        .unwrap();
     assert_eq!(a.exec(draw, "draw").unwrap(), expected);
 }

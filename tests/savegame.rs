@@ -1,7 +1,9 @@
 //! Save-games: a round trip for every row of the coverage list, errors with paths, hostile
 //! files, limits, and a whole game across a process boundary.
 
-use luasnap::bridge::persist::{body_of, seal_body, LoadError, LoadOptions, SaveError};
+use luasnap::bridge::persist::{
+    body_of, seal_body, LoadError, LoadOptions, PersistOptions, SaveError, Trust,
+};
 use luasnap::bridge::{PlainData, Value, Vm};
 
 const MIB: usize = 1 << 20;
@@ -29,7 +31,7 @@ fn round_trip(code: &str, check: &str) {
     let mut b = vm();
     b.exec(code, "game").unwrap();
     b.exec("saved = nil collectgarbage()", "forget").unwrap();
-    b.unpersist(&bytes, "saved")
+    b.unpersist(&bytes, "saved", Trust::Own)
         .unwrap_or_else(|e| panic!("{e}"));
     let out = b.exec(check, "check").unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(out, vec![Value::Boolean(true)], "check failed: {check}");
@@ -54,7 +56,7 @@ fn primitives_keep_their_exact_values() {
     .unwrap();
     let bytes = a.persist("saved").unwrap();
     let mut b = vm();
-    b.unpersist(&bytes, "saved").unwrap();
+    b.unpersist(&bytes, "saved", Trust::Own).unwrap();
     match b.get("saved").unwrap() {
         Value::Number(n) => assert_eq!(n.to_bits(), 0x7ff8_dead_beef_0001),
         other => panic!("{other:?}"),
@@ -145,7 +147,7 @@ fn objects_written_before_a_persist_function_runs_stay_distinct() {
     let mut a = vm();
     a.exec(code, "game").unwrap();
     let bytes = a.persist("saved").unwrap();
-    a.unpersist(&bytes, "copy").unwrap();
+    a.unpersist(&bytes, "copy", Trust::Own).unwrap();
     assert_eq!(
         a.exec(
             "local list, later = copy[1], copy[2]
@@ -241,7 +243,7 @@ fn c_functions_and_natives_go_through_permanents() {
     let bytes = a.persist("saved").unwrap();
     let mut b = mk();
     b.exec(code, "x").unwrap();
-    b.unpersist(&bytes, "saved").unwrap();
+    b.unpersist(&bytes, "saved", Trust::Own).unwrap();
     let out = b.exec("return saved.p == print, saved.fmt == string.format, saved.tw(21), saved.lib == string, saved.wrap()", "y").unwrap();
     assert_eq!(
         out,
@@ -257,7 +259,10 @@ fn c_functions_and_natives_go_through_permanents() {
     let mut c = vm();
     c.exec("host = {}", "stub").unwrap();
     c.exec(code, "x").unwrap();
-    let err = c.unpersist(&bytes, "saved").unwrap_err().to_string();
+    let err = c
+        .unpersist(&bytes, "saved", Trust::Own)
+        .unwrap_err()
+        .to_string();
     assert!(
         err.contains("missing permanent \"host.twice\"") && err.contains("register"),
         "{err}"
@@ -309,7 +314,7 @@ fn repeated_strings_are_written_once_and_format_1_files_still_load() {
     let bytes = a.persist("saved").unwrap();
     // 1000 copies of a 120-byte string would be 240 KB inline.
     assert!(bytes.len() < 40_000, "{} bytes", bytes.len());
-    a.unpersist(&bytes, "copy").unwrap();
+    a.unpersist(&bytes, "copy", Trust::Own).unwrap();
     assert_eq!(
         a.exec(
             "local long = ('inventory slot '):rep(8)
@@ -328,7 +333,7 @@ fn repeated_strings_are_written_once_and_format_1_files_still_load() {
     a.exec("old = { 'abcdef', x = 'ghijkl' }", "y").unwrap();
     let mut v1 = a.persist("old").unwrap();
     v1[8..10].copy_from_slice(&1u16.to_le_bytes());
-    a.unpersist(&v1, "old_copy").unwrap();
+    a.unpersist(&v1, "old_copy", Trust::Own).unwrap();
     assert_eq!(
         a.exec("return old_copy[1] .. old_copy.x", "z").unwrap(),
         vec![Value::String(b"abcdefghijkl".to_vec())]
@@ -340,25 +345,26 @@ fn repeated_strings_are_written_once_and_format_1_files_still_load() {
     ];
     let mut v2 = seal_body(body, false);
     v2[8..10].copy_from_slice(&2u16.to_le_bytes());
-    a.unpersist(&v2, "v2").unwrap();
-    a.unpersist(&seal_body(body, false), "v3").unwrap();
+    a.unpersist(&v2, "v2", Trust::Own).unwrap();
+    a.unpersist(&seal_body(body, false), "v3", Trust::Own)
+        .unwrap();
     assert_eq!(
         a.exec("return v2.ab .. v2.cd .. ' ' .. v3.ab .. v3.cd", "v")
             .unwrap(),
         vec![Value::String(b"abcdabcd abcdab".to_vec())]
     );
-    // Format 4 is refused, naming what this build reads.
-    v1[8..10].copy_from_slice(&4u16.to_le_bytes());
-    let err = a.unpersist(&v1, "x").unwrap_err().to_string();
+    // Format 5 is refused, naming what this build reads.
+    v1[8..10].copy_from_slice(&5u16.to_le_bytes());
+    let err = a.unpersist(&v1, "x", Trust::Own).unwrap_err().to_string();
     assert!(
-        err.contains("format 4 is not supported") && err.contains("1 to 3"),
+        err.contains("format 5 is not supported") && err.contains("1 to 4"),
         "{err}"
     );
     // A hostile reference to a string that was never written is a clear error.
     let table_with_ref_1: &[u8] = &[20, 0, 1, 0, 5, 4, b'a', b'b', b'c', b'd', 7, 1, 0];
     for body in [&[7u8, 0][..], &[7u8, 200, 1][..], table_with_ref_1] {
         let err = a
-            .unpersist(&seal_body(body, false), "bad")
+            .unpersist(&seal_body(body, false), "bad", Trust::Own)
             .unwrap_err()
             .to_string();
         assert!(err.contains("bad string reference"), "{err}");
@@ -367,6 +373,7 @@ fn repeated_strings_are_written_once_and_format_1_files_still_load() {
     a.unpersist(
         &seal_body(&[20, 0, 1, 0, 5, 4, b'a', b'b', b'c', b'd', 7, 0, 0], false),
         "ok",
+        Trust::Own,
     )
     .unwrap();
     assert_eq!(
@@ -399,7 +406,7 @@ fn a_persist_function_that_changes_the_table_being_written_gets_an_error() {
     // The VM is fine, and a table left alone still persists.
     a.exec("other = { 1, 2, x = 'y' }", "y").unwrap();
     let bytes = a.persist("other").unwrap();
-    a.unpersist(&bytes, "copy").unwrap();
+    a.unpersist(&bytes, "copy", Trust::Own).unwrap();
     assert_eq!(
         a.exec("return copy.x .. #copy", "z").unwrap(),
         vec![Value::String(b"y2".to_vec())]
@@ -444,7 +451,7 @@ fn userdata_by_bytes_refusal_rebuild_and_plain_data() {
     a.exec("saved = { p = vec2(3, 4) }", "x").unwrap();
     let bytes = a.persist("saved").unwrap();
     let mut b = mk();
-    b.unpersist(&bytes, "saved").unwrap();
+    b.unpersist(&bytes, "saved", Trust::Own).unwrap();
     assert_eq!(
         b.exec("return saved.p:len2()", "y").unwrap(),
         vec![Value::Number(25.0)]
@@ -567,7 +574,7 @@ fn suspended_coroutines_resume_identically_after_loading() {
     let mut b = vm();
     b.exec(code, "game").unwrap();
     b.exec("saved = nil collectgarbage()", "forget").unwrap();
-    b.unpersist(&bytes, "saved")
+    b.unpersist(&bytes, "saved", Trust::Own)
         .unwrap_or_else(|e| panic!("{e}"));
     let copy = b
         .exec("return run_steps(saved.co, 4, 9), saved.peek()", "copy")
@@ -616,7 +623,9 @@ fn suspended_save(shape: &str) -> (Vec<u8>, Vec<u8>, Vm) {
 /// Loads a (corrupted) body; if it loads, resumes its coroutine a few times; then collects
 /// everything. Returns whether it loaded.
 fn load_resume_collect(b: &mut Vm, body: &[u8]) -> bool {
-    let loaded = b.unpersist(&seal_body(body, true), "loaded").is_ok();
+    let loaded = b
+        .unpersist(&seal_body(body, true), "loaded", Trust::Own)
+        .is_ok();
     if loaded {
         let _ = b.exec(
             "if type(loaded) == 'table' and type(loaded.co) == 'thread' then
@@ -667,7 +676,7 @@ fn forged_coroutine_frames_are_refused() {
     for shape in SUSPENDED_SHAPES {
         let (good, body, mut b) = suspended_save(shape);
         // The good file resumes to the end.
-        b.unpersist(&good, "loaded").unwrap();
+        b.unpersist(&good, "loaded", Trust::Own).unwrap();
         b.exec("for _ = 1, 3 do coroutine.resume(loaded.co, 5) end assert(coroutine.status(loaded.co) == 'dead')", "good")
             .unwrap();
         // Corrupt each of the last bytes (the frame records) in turn: refused or harmless, and
@@ -704,7 +713,7 @@ fn no_recursion_limit_a_million_nodes_deep_and_wide() {
     let bytes = a.persist("saved").unwrap();
     drop(a);
     let mut b = vm();
-    b.unpersist(&bytes, "saved").unwrap();
+    b.unpersist(&bytes, "saved", Trust::Own).unwrap();
     let out = b
         .exec(
             "local n, node = 0, saved.list while node do n = n + 1 node = node.next end
@@ -724,7 +733,7 @@ fn no_recursion_limit_a_million_nodes_deep_and_wide() {
 }
 
 #[test]
-fn functions_are_matched_against_the_vms_own_chunks_unless_trusted() {
+fn functions_come_from_the_saved_source_for_own_loads_and_by_fingerprint_for_foreign_ones() {
     let a = vm();
     a.exec(
         "function secret(x) return x * 3 end saved = { f = secret }",
@@ -732,34 +741,47 @@ fn functions_are_matched_against_the_vms_own_chunks_unless_trusted() {
     )
     .unwrap();
     let bytes = a.persist("saved").unwrap();
-    // A VM that never loaded that chunk: safe mode refuses, naming where the function was.
+    // A VM that never loaded that chunk. Foreign: no code from the file; the error names
+    // where the function was and which trust level would compile it.
     let mut b = vm();
-    match b.unpersist(&bytes, "saved") {
+    match b.unpersist(&bytes, "saved", Trust::Foreign) {
         Err(LoadError::Invalid { message }) => assert!(
-            message.contains("one:1") && message.contains("not among the chunks"),
+            message.contains("one:1")
+                && message.contains("not among the chunks")
+                && message.contains("own-trust"),
             "{message}"
         ),
         other => panic!("{other:?}"),
     }
-    // Trusted mode loads the bytecode.
-    b.unpersist_with(
-        &bytes,
-        "saved",
-        &LoadOptions {
-            trusted: true,
-            ..LoadOptions::default()
-        },
-    )
-    .unwrap();
+    // Own: the chunk's source is compiled.
+    b.unpersist(&bytes, "saved", Trust::Own).unwrap();
     assert_eq!(
         b.exec("return saved.f(5)", "c").unwrap(),
         vec![Value::Integer(15)]
     );
-    // Changed code is not "the same chunk".
+    // Written without code, the save needs the same chunk in the loading VM, even for own
+    // loads; changed code is not "the same chunk".
+    let no_code = a
+        .persist_with(
+            "saved",
+            &PersistOptions {
+                code: false,
+                bytecode: false,
+                ..PersistOptions::default()
+            },
+        )
+        .unwrap();
     let mut c = vm();
     c.exec("function secret(x) return x * 4 end", "one")
         .unwrap();
-    assert!(c.unpersist(&bytes, "saved").is_err());
+    let e = c.unpersist(&no_code, "saved", Trust::Own).unwrap_err();
+    assert!(e.to_string().contains("has no code for it"), "{e}");
+    // With the code, the saved function runs the saved version.
+    c.unpersist(&bytes, "saved", Trust::Own).unwrap();
+    assert_eq!(
+        c.exec("return saved.f(5), secret(5)", "c").unwrap(),
+        vec![Value::Integer(15), Value::Integer(20)]
+    );
 }
 
 /// The VM keeps a record of each compiled chunk (its source text). A chunk compiled from Lua
@@ -814,7 +836,7 @@ fn chunk_records_live_with_their_functions_and_are_shared() {
         "game",
     )
     .unwrap();
-    b.unpersist(&bytes, "saved").unwrap();
+    b.unpersist(&bytes, "saved", Trust::Own).unwrap();
     assert_eq!(
         b.exec("return saved[1]() + saved[2]() + saved[3]()", "check")
             .unwrap(),
@@ -873,7 +895,10 @@ fn bad_headers_get_clear_errors() {
         ),
     ];
     for (bytes, expect) in cases {
-        let err = b.unpersist(&bytes, "x").unwrap_err().to_string();
+        let err = b
+            .unpersist(&bytes, "x", Trust::Own)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains(expect), "expected '{expect}', got: {err}");
     }
     assert_eq!(
@@ -906,7 +931,7 @@ fn hostile_bodies_error_never_crash_hang_or_overgrow() {
         for x in [0x01u8, 0x80, 0xff] {
             let mut m = body.clone();
             m[i] ^= x;
-            match b.unpersist(&seal_body(&m, true), "loaded") {
+            match b.unpersist(&seal_body(&m, true), "loaded", Trust::Own) {
                 Ok(()) => outcomes.0 += 1,
                 Err(_) => outcomes.1 += 1,
             }
@@ -921,19 +946,21 @@ fn hostile_bodies_error_never_crash_hang_or_overgrow() {
         vec![29u8, 0, 0xff, 0xff, 0xff, 0x7f],
         vec![23u8, 0xff, 0xff, 0xff, 0x7f, 0],
     ] {
-        assert!(b.unpersist(&seal_body(&hostile, false), "loaded").is_err());
+        assert!(b
+            .unpersist(&seal_body(&hostile, false), "loaded", Trust::Own)
+            .is_err());
     }
     // Bad values inside tables built in batches: a metatable that is not a table, and a
     // reference to an object whose rebuild function has not returned yet.
     let bad_meta: &[u8] = &[20, 0, 1, 0, 5, 1, b'a', 20, 0, 0, 3, 2, 0, 0];
     let err = b
-        .unpersist(&seal_body(bad_meta, false), "loaded")
+        .unpersist(&seal_body(bad_meta, false), "loaded", Trust::Own)
         .unwrap_err()
         .to_string();
     assert!(err.contains("a metatable must be a table"), "{err}");
     let rebuilding: &[u8] = &[25, 20, 0, 1, 0, 5, 1, b'a', 10, 0, 0];
     let err = b
-        .unpersist(&seal_body(rebuilding, false), "loaded")
+        .unpersist(&seal_body(rebuilding, false), "loaded", Trust::Own)
         .unwrap_err()
         .to_string();
     assert!(err.contains("still being rebuilt"), "{err}");
@@ -953,7 +980,10 @@ fn lua_code_run_while_loading_is_bounded() {
     let bytes = a.persist("saved").unwrap();
     let mut b = vm();
     b.exec(code.replace("saved =", "local _ ="), "x").unwrap();
-    let err = b.unpersist(&bytes, "saved").unwrap_err().to_string();
+    let err = b
+        .unpersist(&bytes, "saved", Trust::Own)
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("instruction budget"), "{err}");
     // And heap growth can be capped.
     let a = vm();
@@ -966,11 +996,11 @@ fn lua_code_run_while_loading_is_bounded() {
     let mut c = vm();
     let capped = LoadOptions {
         max_heap_growth: Some(MIB),
-        ..LoadOptions::default()
+        ..LoadOptions::own()
     };
     let err = c.unpersist_with(&big, "saved", &capped).unwrap_err();
     assert!(err.to_string().contains("not enough memory"), "{err}");
-    c.unpersist(&big, "saved").unwrap();
+    c.unpersist(&big, "saved", Trust::Own).unwrap();
 }
 
 #[test]
@@ -1029,7 +1059,7 @@ fn whole_game_save_keeps_g_and_survives_a_new_process() {
     b.exec(game, "game").unwrap();
     b.exec("stale = true", "y").unwrap();
     let g_before = b.exec("return tostring(_G)", "g").unwrap();
-    b.load_game(&bytes).unwrap();
+    b.load_game(&bytes, Trust::Own).unwrap();
     assert_eq!(
         b.exec("return tostring(_G)", "g").unwrap(),
         g_before,
@@ -1042,7 +1072,7 @@ fn whole_game_save_keeps_g_and_survives_a_new_process() {
     b.exec("ticks_reset = nil", "noop").unwrap();
     let mut c = vm();
     c.exec(game, "game").unwrap();
-    c.load_game(&bytes).unwrap();
+    c.load_game(&bytes, Trust::Own).unwrap();
     assert_eq!(
         c.value_digest().unwrap(),
         digest,

@@ -623,3 +623,74 @@ void luasnap_chunk_keep(lua_State *L, int fnidx) {
   lua_rawset(L, -3);
   lua_pop(L, 1);
 }
+
+/* ---------- save-games: a prototype's chunk, and finding a chunk again (persist/) ----------
+** The save-game writer names each function by its chunk (source text and chunk name, written
+** once per chunk) and its position in the chunk's prototype tree; the loader reuses a live
+** chunk with the same text and name, or compiles the text. These helpers only read: none of
+** them allocates or runs the collector. */
+
+/* What the writer needs of a prototype's chunk (mirrors ChunkDesc in persist/write.rs). */
+typedef struct luasnap_chunk_desc {
+  const void *rec;   /* the record: identifies the chunk (its text) */
+  const void *main;  /* the main prototype of the record's first tree */
+  const char *src;   /* the source text (or binary chunk) the compiler read */
+  size_t srclen;
+  const char *name;  /* the chunk name (NULL if the tree has none) */
+  size_t namelen;
+} luasnap_chunk_desc;
+
+/* Describes the chunk of prototype p. Returns 0 if p has no record (compiled by other means
+** than the registering loaders). */
+int luasnap_chunk_describe(const void *p, luasnap_chunk_desc *out) {
+  const Proto *q = (const Proto *)p;
+  Udata *u = anchor_of(q);
+  const Proto *m;
+  /* Invariant checked: a record is a full userdata with the text at 1 and a Lua closure at
+  ** 2 (luasnap_chunk_register makes them so; nothing else can reach the hidden constant). */
+  if (u == NULL || u->nuvalue < 2 || !ttisstring(&u->uv[0].uv) || !ttisLclosure(&u->uv[1].uv))
+    return 0;
+  m = clLvalue(&u->uv[1].uv)->p;
+  out->rec = u;
+  out->main = m;
+  out->src = getstr(tsvalue(&u->uv[0].uv));
+  out->srclen = tsslen(tsvalue(&u->uv[0].uv));
+  out->name = m->source ? getstr(m->source) : NULL;
+  out->namelen = m->source ? tsslen(m->source) : 0;
+  return 1;
+}
+
+int luasnap_proto_nchildren(const void *p) {
+  return ((const Proto *)p)->sizep;
+}
+
+/* Child i of p (0-based), or NULL when p has no such child. */
+const void *luasnap_proto_child(const void *p, int i) {
+  const Proto *q = (const Proto *)p;
+  return (i >= 0 && i < q->sizep) ? q->p[i] : NULL;
+}
+
+/* The main prototype of a live chunk whose fingerprint is `print`, whose source text is
+** src[0..srclen) and whose chunk name is name[0..namelen), or NULL. Leaves the stack as it
+** was. May raise a memory error (the registry key's string). */
+const void *luasnap_chunk_find(lua_State *L, uint64_t print, const char *src, size_t srclen,
+                               const char *name, size_t namelen) {
+  const void *found = NULL;
+  luaL_checkstack(L, 2, "too many nested functions");
+  if (lua_getfield(L, LUA_REGISTRYINDEX, CHUNKS_KEY) == LUA_TTABLE) {
+    if (lua_rawgeti(L, -1, (lua_Integer)print) == LUA_TUSERDATA) {
+      Udata *u = uvalue(s2v(L->top.p - 1));
+      /* Invariant checked: a record as luasnap_chunk_register makes it. */
+      if (u->nuvalue >= 2 && ttisstring(&u->uv[0].uv) && ttisLclosure(&u->uv[1].uv)) {
+        TString *s = tsvalue(&u->uv[0].uv);
+        const Proto *m = clLvalue(&u->uv[1].uv)->p;
+        if (tsslen(s) == srclen && memcmp(getstr(s), src, srclen) == 0 && m->source != NULL &&
+            tsslen(m->source) == namelen && memcmp(getstr(m->source), name, namelen) == 0)
+          found = m;
+      }
+    }
+    lua_pop(L, 1);
+  }
+  lua_pop(L, 1);
+  return found;
+}

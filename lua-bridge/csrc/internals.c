@@ -114,7 +114,9 @@ void luasnap_each_proto(lua_State *L, void (*f)(const void *, void *), void *ud)
   for (i = 0; i < 4; i++) {
     GCObject *o;
     for (o = lists[i]; o != NULL; o = o->next)
-      if (o->tt == LUA_VPROTO) f(o, ud);
+      /* A dead prototype (garbage the sweep has not freed yet) is about to be freed:
+      ** anchoring it now would not save it. */
+      if (o->tt == LUA_VPROTO && !isdead(g, o)) f(o, ud);
   }
 }
 
@@ -164,7 +166,7 @@ void luasnap_thread_ci(lua_State *co, int level, luasnap_ci *out) {
   if (isLua(ci)) {
     const Proto *p = clLvalue(s2v(ci->func.p))->p;
     out->pc = (int32_t)(ci->u.l.savedpc - p->code);
-    out->nextraargs = isvararg(p) ? ci->u.l.nextraargs : 0;
+    out->nextraargs = (p->flag & PF_VAHID) ? ci->u.l.nextraargs : 0;
     out->old_errfunc = -1;
   } else {
     out->k = (const void *)ci->u.c.k;
@@ -223,11 +225,16 @@ static int yieldable_op(OpCode op) {
     case OP_SETTABUP: case OP_SETTABLE: case OP_SETI: case OP_SETFIELD:
     case OP_LT: case OP_LE: case OP_LTI: case OP_LEI: case OP_GTI: case OP_GEI: case OP_EQ:
     case OP_CONCAT:
+    case OP_CLOSE: case OP_RETURN:  /* a __close metamethod (checked by the call sites) */
       return 1;
     default:
       return 0;
   }
 }
+
+const char *luasnap_check_call_sites(lua_State *co, const luasnap_ci *cis, int nci,
+                                     int64_t errfunc, const void *pcall_k);
+static int virtual_func(lua_State *co, const luasnap_ci *r);
 
 /* Rebuilds the frames of a suspended coroutine whose stack values are already in place
 ** (co->top = stack + stacksize). Every frame is checked against the invariants 'resume',
@@ -257,15 +264,18 @@ const char *luasnap_thread_restore(lua_State *L, lua_State *co, const luasnap_ci
     const TValue *f;
     int last = (i == nci - 1);
     int wanted = get_nresults(r->callstatus);  /* results its caller expects; -1: all */
+    int vf;
     if (r->func <= prev_func || r->func >= stacksize) return "frame function outside the stack";
     if (r->callstatus & ~allowed) return "unsupported frame flags";
     /* Returning moves 'wanted' results to the frame's function slot: they must land inside
     ** the caller's frame (plus the slack metamethod calls use) and the stack. */
-    if (wanted > 0 && (r->func + wanted > need + EXTRA_STACK
-                       || (i > 0 && r->func + wanted > cis[i - 1].top + EXTRA_STACK)))
-      return "a frame expects more results than its caller has room for";
-    if (i > 0 && r->func > cis[i - 1].top + EXTRA_STACK) return "a frame outside its caller's";
     f = s2v(co->stack.p + r->func);
+    /* Returning moves 'wanted' results to the slot the caller put the function in. */
+    vf = (!(r->callstatus & CIST_C) && ttisLclosure(f)) ? virtual_func(co, r) : r->func;
+    if (wanted > 0 && (vf + wanted > need + EXTRA_STACK
+                       || (i > 0 && vf + wanted > cis[i - 1].top + EXTRA_STACK)))
+      return "a frame expects more results than its caller has room for";
+    if (i > 0 && vf > cis[i - 1].top + EXTRA_STACK) return "a frame outside its caller's";
     if (!(r->callstatus & CIST_C)) {
       const Proto *p;
       if (!ttisLclosure(f)) return "a Lua frame whose function is not a Lua closure";
@@ -275,7 +285,7 @@ const char *luasnap_thread_restore(lua_State *L, lua_State *co, const luasnap_ci
       if (!yieldable_op(GET_OPCODE(p->code[r->pc - 1]))) return "a Lua frame resumes after an instruction that cannot yield";
       /* 'nextraargs' is meaningful (and set) only for vararg functions; returning moves the
       ** function slot down by it plus the fixed parameters, back into the caller's frame. */
-      if (isvararg(p) && (r->nextraargs < 0
+      if ((p->flag & PF_VAHID) && (r->nextraargs < 0
                           || r->func - r->nextraargs - (p->numparams + 1) <= prev_func))
         return "bad vararg count";
       /* A Lua frame that was not entered by a fresh luaV_execute returns by going on with the
@@ -304,6 +314,11 @@ const char *luasnap_thread_restore(lua_State *L, lua_State *co, const luasnap_ci
     prev_func = r->func;
   }
   if (errfunc < -1 || errfunc >= stacksize) return "bad error handler";
+  {
+    /* Each frame against the instruction or C function its caller is suspended in. */
+    const char *bad = luasnap_check_call_sites(co, cis, nci, errfunc, pcall_k);
+    if (bad != NULL) return bad;
+  }
   /* Make room for the highest frame top. */
   {
     if (need + EXTRA_STACK > stacksize(co)) {
@@ -323,7 +338,7 @@ const char *luasnap_thread_restore(lua_State *L, lua_State *co, const luasnap_ci
     if (!(r->callstatus & CIST_C)) {
       ci->u.l.savedpc = clLvalue(s2v(ci->func.p))->p->code + r->pc;
       ci->u.l.trap = 0;
-      ci->u.l.nextraargs = isvararg(clLvalue(s2v(ci->func.p))->p) ? r->nextraargs : 0;
+      ci->u.l.nextraargs = (clLvalue(s2v(ci->func.p))->p->flag & PF_VAHID) ? r->nextraargs : 0;
     } else {
       ci->u.c.k = (lua_KFunction)r->k;
       ci->u.c.old_errfunc = r->old_errfunc < 0 ? 0 : (ptrdiff_t)r->old_errfunc * (ptrdiff_t)sizeof(StackValue);
@@ -979,4 +994,257 @@ void luasnap_scrub_idle_state(lua_State *L) {
     ci->next = next;
     ci->previous = previous;
   }
+}
+
+/* ===================== hostile-file checks for the loader ===================== */
+
+/* The function slot a frame's caller put the function in: for a function with hidden
+** varargs (PF_VAHID), 'luaT_adjustvarargs' moved 'func' up past the arguments. */
+static int virtual_func(lua_State *co, const luasnap_ci *r) {
+  const TValue *f = s2v(co->stack.p + r->func);
+  if (!(r->callstatus & CIST_C) && ttisLclosure(f)) {
+    const Proto *p = clLvalue(f)->p;
+    if (p->flag & PF_VAHID) return r->func - (r->nextraargs + p->numparams + 1);
+  }
+  return r->func;
+}
+
+/* Checks every frame of a suspended coroutine against the instruction (or the C function)
+** its caller is suspended in: the callee's function slot and the results it was asked for
+** must be exactly those the VM would have used, so that returning, 'luaV_finishOp' and
+** 'finishpcall' find the stack as they expect. Invariants, from lvm.c/ldo.c/lbaselib.c of
+** 5.5.1:
+**   - the first frame is the coroutine's body, at slot 1, called for all results (resume);
+**   - a Lua caller at OP_CALL A B C called slot base+A for C-1 results; a Lua callee there
+**     runs in the caller's luaV_execute (not fresh);
+**   - at OP_TAILCALL A (a C callee: a Lua one replaces the frame) slot base+A, all results;
+**   - at OP_TFORCALL A C slot base+A+3 for C results (luaD_call: a fresh Lua callee);
+**   - at an instruction that calls a metamethod, the slot at the caller's top ('savestate'
+**     sets L->top to ci->top before it), for 1 result (0 for __newindex: luaT_callTM), or for
+**     OP_CONCAT A B a slot in base+A+2 .. base+A+B (luaV_concat works down from base+A+B);
+**     a Lua callee is fresh;
+**   - a C caller is pcall (ctx 0) or xpcall (ctx 2), which call slot func+2 or func+4 for all
+**     results and record that slot in u2 (lua_pcallk), and chain the error handler: each
+**     saves the previous one and installs none (pcall) or its argument 2 (xpcall);
+**   - OP_MMBIN* resumes two instructions in (finishOp reads the one before it).
+** Returns NULL or a static message. */
+const char *luasnap_check_call_sites(lua_State *co, const luasnap_ci *cis, int nci,
+                                     int64_t errfunc, const void *pcall_k) {
+  int i;
+  int64_t handler = -1;  /* the error handler installed by the frames so far */
+  int sz = (int)sizeof(StackValue);
+  for (i = 0; i < nci; i++) {
+    const luasnap_ci *r = &cis[i];
+    int wanted = get_nresults(r->callstatus);
+    int vf = virtual_func(co, r);
+    int callee_lua = !(r->callstatus & CIST_C);
+    int fresh = (r->callstatus & CIST_FRESH) != 0;
+    if (i == 0) {
+      if (vf != 1 || wanted != LUA_MULTRET) return "the first frame is not the coroutine's body";
+    }
+    else {
+      const luasnap_ci *c = &cis[i - 1];
+      if (!(c->callstatus & CIST_C)) {
+        const Proto *p = clLvalue(s2v(co->stack.p + c->func))->p;
+        Instruction ins;
+        int ra;
+        if (c->pc < 1 || c->pc > p->sizecode) return "a Lua frame resumes outside its code";
+        ins = p->code[c->pc - 1];
+        ra = c->func + 1 + GETARG_A(ins);
+        switch (GET_OPCODE(ins)) {
+          case OP_CALL:
+            if (vf != ra || wanted != GETARG_C(ins) - 1 || (callee_lua && fresh))
+              return "a frame does not match the call its caller is suspended at";
+            break;
+          case OP_TAILCALL:
+            if (vf != ra || wanted != LUA_MULTRET || callee_lua)
+              return "a frame does not match the tail call its caller is suspended at";
+            break;
+          case OP_TFORCALL:
+            if (vf != ra + 3 || wanted != GETARG_C(ins) || (callee_lua && !fresh))
+              return "a frame does not match the generic-for call its caller is suspended at";
+            break;
+          case OP_CONCAT:
+            if (vf < ra + 2 || vf > ra + GETARG_B(ins) || wanted != 1 || (callee_lua && !fresh))
+              return "a frame does not match the concatenation its caller is suspended at";
+            break;
+          case OP_SETTABUP: case OP_SETTABLE: case OP_SETI: case OP_SETFIELD:
+            if (vf != c->top || wanted != 0 || (callee_lua && !fresh))
+              return "a frame does not match the metamethod call its caller is suspended at";
+            break;
+          case OP_LT: case OP_LE: case OP_LTI: case OP_LEI: case OP_GTI: case OP_GEI: case OP_EQ:
+            /* finishOp skips or takes the jump that follows */
+            if (c->pc >= p->sizecode || GET_OPCODE(p->code[c->pc]) != OP_JMP)
+              return "a comparison not followed by its jump";
+            goto one_result;
+          case OP_MMBIN: case OP_MMBINI: case OP_MMBINK:
+            if (c->pc < 2) return "a Lua frame resumes outside its code";
+            goto one_result;
+          case OP_UNM: case OP_BNOT: case OP_LEN:
+          case OP_GETTABUP: case OP_GETTABLE: case OP_GETI: case OP_GETFIELD: case OP_SELF:
+          one_result:
+            if (vf != c->top || wanted != 1 || (callee_lua && !fresh))
+              return "a frame does not match the metamethod call its caller is suspended at";
+            break;
+          case OP_CLOSE:
+            /* luaF_close calls __close of a pending variable at level >= ra with its function
+            ** at level + 1 and no results; finishOp repeats OP_CLOSE for the rest. */
+            if (vf <= ra || vf > c->top || wanted != 0 || (callee_lua && !fresh))
+              return "a frame does not match the __close call its caller is suspended at";
+            break;
+          case OP_RETURN: {
+            /* A return closing variables (k): __close runs above max(frame top, ra + nres);
+            ** finishOp sets the top to ra + nres (the saved result count) and repeats the
+            ** return. */
+            int nres = c->u2;
+            int above = ra + nres > c->top ? ra + nres : c->top;
+            if (!TESTARG_k(ins) || nres < 0 || vf != above || wanted != 0
+                || (callee_lua && !fresh))
+              return "a frame does not match the __close call its caller is suspended at";
+            break;
+          }
+          default:
+            return "a Lua frame resumes after an instruction that cannot yield";
+        }
+      }
+      else {
+        /* A C caller in the middle of the stack: pcall or xpcall (checked by the caller to
+        ** have pcall's continuation and CIST_YPCALL). */
+        int off = c->ctx == 0 ? 2 : 4;
+        if (!(c->callstatus & CIST_YPCALL) || c->k != pcall_k)
+          return "an interrupted C frame that is not pcall/xpcall";
+        if (vf != c->func + off || wanted != LUA_MULTRET || (callee_lua && !fresh)
+            || c->u2 != vf * sz)
+          return "a frame does not match the protected call its caller is suspended in";
+      }
+    }
+    if (r->callstatus & CIST_C) {
+      if (i < nci - 1) {
+        if (!(r->callstatus & CIST_YPCALL) || r->k != pcall_k || (r->ctx != 0 && r->ctx != 2))
+          return "an interrupted C frame that is not pcall/xpcall";
+        if (r->old_errfunc != handler) return "a protected call saved the wrong error handler";
+        handler = r->ctx == 2 ? (int64_t)r->func + 2 : -1;
+      }
+      else if (r->k != NULL || (r->callstatus & CIST_YPCALL))
+        return "the suspended C frame has a continuation";
+    }
+  }
+  if (errfunc != handler) return "the error handler is not the one the frames installed";
+  return NULL;
+}
+
+/* Checks that every open upvalue of a loaded suspended coroutine is a live local of one of
+** its Lua frames (above the function slot, below the frame's top). The loader joins open
+** upvalues into loaded coroutines only, and calls this once the whole file is read: a level
+** outside every frame could be cut off when the collector shrinks the stack. Returns 0 if
+** all are in place, -1 otherwise. */
+int luasnap_thread_check_upvals(lua_State *co) {
+  UpVal *uv;
+  for (uv = co->openupval; uv != NULL; uv = uv->u.open.next) {
+    StkId level = uplevel(uv);
+    CallInfo *ci;
+    int ok = 0;
+    for (ci = co->ci; ci != &co->base_ci && !ok; ci = ci->previous)
+      ok = isLua(ci) && level > ci->func.p && level < ci->top.p;
+    if (!ok) return -1;
+  }
+  return 0;
+}
+
+/* Stops (on != 0) or allows emergency collections. While a load resolves prototypes through
+** raw pointers, no collection may run behind its back; it re-allows them at the end, and
+** after any Lua code it called (a collection there invalidates what it looked up). */
+void luasnap_gc_stopem(lua_State *L, int on) {
+  G(L)->gcstopem = on ? 1 : 0;
+}
+
+/* Bytes the VM has allocated (for a load's heap-growth cap). */
+uint64_t luasnap_heap_bytes(lua_State *L) {
+  return (uint64_t)gettotalbytes(G(L));
+}
+
+/* Whether the function at idx is a C function (light or closure) with this pointer. */
+int luasnap_is_cfunction(lua_State *L, int idx, const void *f) {
+  const TValue *o = (idx > 0) ? s2v(L->ci->func.p + idx) : s2v(L->top.p + idx);
+  if (ttislcf(o)) return (const void *)fvalue(o) == f;
+  if (ttisCclosure(o)) return (const void *)clCvalue(o)->f == f;
+  return 0;
+}
+
+/* ===================== pending to-be-closed variables of a suspended coroutine =====================
+** A coroutine's pending <close> variables are a list threaded through its stack (lfunc.c):
+** L->tbclist.p is the newest; each entry's tbclist.delta is the distance to the previous one
+** (0 marks a dummy node, for distances beyond MAXDELTA); the list ends at L->stack.p. Saves
+** record the entries as stack offsets; loads rebuild the list as luaF_newtbcupval does. */
+
+#include <limits.h>
+#include "ltm.h"
+
+#define LS_MAXDELTA USHRT_MAX  /* lfunc.c's MAXDELTA */
+
+/* Stores up to `max` stack offsets of co's pending to-be-closed variables in `out`, oldest
+** first; returns how many there are (all of them, even beyond max). */
+int luasnap_thread_tbc(lua_State *co, int32_t *out, int max) {
+  int n = 0, i;
+  StkId t = co->tbclist.p;
+  while (t > co->stack.p) {
+    if (t->tbclist.delta == 0) {  /* a dummy node */
+      t -= LS_MAXDELTA;
+      continue;
+    }
+    if (n < max) out[n] = (int32_t)(t - co->stack.p);
+    n++;
+    t -= t->tbclist.delta;
+  }
+  /* Newest first so far: reverse what was stored. */
+  for (i = 0; i < (n < max ? n : max) / 2; i++) {
+    int m = (n < max ? n : max);
+    int32_t x = out[i];
+    out[i] = out[m - 1 - i];
+    out[m - 1 - i] = x;
+  }
+  return n;
+}
+
+/* Rebuilds the to-be-closed list of a coroutine restored by luasnap_thread_restore (frames in
+** place, list empty) from `n` stack offsets, oldest first. Returns NULL, or why the offsets
+** are refused (nothing changed then). */
+const char *luasnap_thread_set_tbc(lua_State *co, const int32_t *slots, int n) {
+  int i;
+  int32_t prev = 0;
+  /* Invariant checked: a fresh list (the restore left it empty). */
+  if (co->tbclist.p != co->stack.p) return "internal: to-be-closed list not empty";
+  for (i = 0; i < n; i++) {
+    StkId level;
+    CallInfo *ci;
+    int inframe = 0;
+    /* Invariant checked: strictly ascending, above the list's end, below the stack top
+    ** (luaF_newtbcupval asserts level > L->tbclist.p). */
+    if (slots[i] <= prev || slots[i] >= (int32_t)(co->top.p - co->stack.p))
+      return "to-be-closed variables out of order or outside the stack";
+    prev = slots[i];
+    level = co->stack.p + slots[i];
+    /* Invariant checked: a register of a Lua frame (a local variable), as OP_TBC makes
+    ** them, so closing it calls __close where the frame's locals are. */
+    for (ci = co->ci; ci != &co->base_ci; ci = ci->previous)
+      if (isLua(ci) && level > ci->func.p && level < ci->top.p) {
+        inframe = 1;
+        break;
+      }
+    if (!inframe) return "a to-be-closed variable outside the locals of a Lua frame";
+    /* Invariant checked: the value has a __close metamethod (false and nil never enter the
+    ** list; other values are refused by OP_TBC). */
+    if (l_isfalse(s2v(level)) || notm(luaT_gettmbyobj(co, s2v(level), TM_CLOSE)))
+      return "a to-be-closed variable without a __close metamethod";
+  }
+  for (i = 0; i < n; i++) {
+    StkId level = co->stack.p + slots[i];
+    while ((unsigned)(level - co->tbclist.p) > LS_MAXDELTA) {
+      co->tbclist.p += LS_MAXDELTA;  /* a dummy node at maximum delta */
+      co->tbclist.p->tbclist.delta = 0;
+    }
+    level->tbclist.delta = (unsigned short)(level - co->tbclist.p);
+    co->tbclist.p = level;
+  }
+  return NULL;
 }

@@ -62,6 +62,10 @@ pub(crate) struct Shared {
     pub depth: Cell<u32>,
     /// Instructions Lua code may still run during a save-game load.
     pub budget: Cell<u64>,
+    /// Save-game loads in progress (nested through `eris.unpersist` in a load-time call).
+    pub loading: Cell<u32>,
+    /// During a load: the heap size (bytes) past which the load fails (`u64::MAX`: none).
+    pub heap_cap: Cell<u64>,
     /// Warn-function state: bit 0 on, bit 1 continuing a message.
     pub warn: Cell<u8>,
     /// Where the VM's arena starts (every Lua object lives in it).
@@ -85,6 +89,8 @@ impl Shared {
             error: UnsafeCell::new(String::new()),
             depth: Cell::new(0),
             budget: Cell::new(0),
+            loading: Cell::new(0),
+            heap_cap: Cell::new(u64::MAX),
             warn: Cell::new(0),
             arena_base,
             anchors: Cell::new(std::ptr::null_mut()),
@@ -679,9 +685,15 @@ pub(crate) unsafe fn to_value(
     unsafe {
         let idx = ffi::lua_absindex(L, idx);
         let mut seen = Vec::new();
-        to_value_at(L, idx, shared, 0, &mut seen)
+        let mut left = MAX_COPY_VALUES;
+        to_value_at(L, idx, shared, 0, &mut seen, &mut left)
     }
 }
+
+/// Most Lua values one [`to_value`] copies. A table shared by several others is copied once
+/// per reference (a [`Value`] is a tree), so a small graph of shared tables can stand for an
+/// exponential number of values: past this, the copy is refused instead of exhausting memory.
+pub(crate) const MAX_COPY_VALUES: usize = 1_000_000;
 
 unsafe fn to_value_at(
     L: *mut lua_State,
@@ -689,7 +701,12 @@ unsafe fn to_value_at(
     shared: &Shared,
     depth: usize,
     seen: &mut Vec<*const c_void>,
+    left: &mut usize,
 ) -> Result<Value, String> {
+    if *left == 0 {
+        return Err(format!("a value of more than {MAX_COPY_VALUES} Lua values (a table shared by others is copied once per reference); return a smaller value, or walk it from Lua"));
+    }
+    *left -= 1;
     // SAFETY: idx is an absolute valid index; every call here is non-raising: lua_next on a
     // table being traversed with a key it just returned, lua_tolstring on actual strings.
     unsafe {
@@ -724,8 +741,8 @@ unsafe fn to_value_at(
                 ffi::lua_pushnil(L);
                 while ffi::lua_next(L, idx) != 0 {
                     let top = ffi::lua_gettop(L);
-                    let k = to_value_at(L, top - 1, shared, depth + 1, seen);
-                    let v = to_value_at(L, top, shared, depth + 1, seen);
+                    let k = to_value_at(L, top - 1, shared, depth + 1, seen, left);
+                    let v = to_value_at(L, top, shared, depth + 1, seen, left);
                     ffi::lua_settop(L, -2);
                     match (k, v) {
                         (Ok(k), Ok(v)) => t.entries.push((k, v)),

@@ -295,7 +295,7 @@ impl Game {
     /// functions), then the saved state replaces its globals; the frame count continues.
     pub fn from_save(cfg: &GameConfig, backend: Backend, save: &[u8]) -> Result<Game, GameError> {
         let mut vm = Self::load_script(cfg, backend)?;
-        vm.load_game(save)?;
+        vm.load_game(save, crate::persist::Trust::Own)?;
         let frame = vm.get::<Value>("luasnap_frame")?.as_integer();
         let players = vm.get::<Value>("luasnap_players")?.as_integer();
         let (Some(frame), Some(players)) = (frame, players) else {
@@ -384,7 +384,7 @@ impl Game {
     pub fn load(&mut self, handle: &SaveHandle, frame: u64) -> Result<(), GameError> {
         match handle {
             SaveHandle::Snapshot(id) => self.vm.rollback(*id)?,
-            SaveHandle::Bytes(b) => self.vm.load_game(b)?,
+            SaveHandle::Bytes(b) => self.vm.load_game(b, crate::persist::Trust::Own)?,
         }
         self.frame = frame;
         Ok(())

@@ -7,6 +7,7 @@ use crate::value::Value;
 use luasnap_alloc::{Arena, ArenaStats, TrackerPreference};
 use luasnap_snap::{CopyStrategy, RingConfig, Snapshot, SnapshotId, SnapshotMode, SnapshotRing};
 use mlua::ffi::{self, lua_State};
+use std::cell::Cell;
 use std::ffi::{c_int, CString};
 use std::hash::{BuildHasher, RandomState};
 use std::ptr::NonNull;
@@ -236,7 +237,7 @@ impl VmBuilder {
             ring_config: self.ring,
             arena,
             profile: self.profile,
-            sealed: false,
+            sealed: Cell::new(false),
         };
         vm.open_libraries(seed)?;
         vm.install_anchors()?;
@@ -295,7 +296,7 @@ pub struct Vm {
     pub(crate) arena: Arena,
     profile: Profile,
     /// Set by the first snapshot: no natives or userdata types may be added after it.
-    sealed: bool,
+    sealed: Cell<bool>,
 }
 
 impl std::fmt::Debug for Vm {
@@ -577,7 +578,7 @@ impl Vm {
                 operation: "register natives",
             });
         }
-        if self.sealed {
+        if self.sealed.get() {
             return Err(VmError::RegistryClosed { name: name.into() });
         }
         Ok(())
@@ -779,7 +780,7 @@ impl Vm {
     /// Takes a snapshot of the whole VM. Seals natives and userdata types.
     pub fn snapshot(&mut self) -> Result<SnapshotId, VmError> {
         self.check_idle("take a snapshot")?;
-        self.sealed = true;
+        self.sealed.set(true);
         Ok(self.ring.snapshot(&mut self.arena)?)
     }
 
@@ -791,8 +792,11 @@ impl Vm {
     }
 
     /// A full copy of the VM's state, outside the snapshot ring (for restarting runs from the
-    /// same bytes, or keeping a state beyond the window).
+    /// same bytes, or keeping a state beyond the window). Seals natives and userdata types,
+    /// as [`snapshot`](Vm::snapshot) does: a type registered later would be gone after a
+    /// restore of this capture.
     pub fn capture(&self) -> Snapshot {
+        self.sealed.set(true);
         Snapshot::capture(&self.arena)
     }
 

@@ -127,7 +127,8 @@ fn measure(mb: usize, progress: &dyn Fn(&str)) -> Result<Row, String> {
         vm.exec("H2 = nil", "=bench").map_err(e)?;
         vm.gc_collect().map_err(e)?;
         let t = Instant::now();
-        vm.unpersist(&bytes, "H2").map_err(|e| e.to_string())?;
+        vm.unpersist(&bytes, "H2", luasnap::bridge::persist::Trust::Own)
+            .map_err(|e| e.to_string())?;
         loads.push(t.elapsed().as_secs_f64() * 1e3);
     }
     let (persist_ms, unpersist_ms) = (median(persists), median(loads));

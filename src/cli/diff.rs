@@ -1,6 +1,6 @@
 //! `luasnap diff A.sav B.sav`: the values that differ between two save-games, by path.
 
-use luasnap::bridge::persist::MAGIC;
+use luasnap::bridge::persist::{Trust, MAGIC};
 use luasnap::bridge::runtime::{Backend, Game, GameConfig};
 use luasnap::bridge::value_diff::ValueGraph;
 use luasnap::bridge::Vm;
@@ -19,12 +19,35 @@ pub struct DiffArgs {
     /// compiled); without it, a plain VM is tried, then the embedded default game.
     #[arg(long)]
     pub game: Option<PathBuf>,
+    /// Load the saves as your own files (`own`: functions are compiled from the source they
+    /// carry) or as files from someone else (`foreign`, the default: no code from the files;
+    /// pass --game with the script that wrote them).
+    #[arg(long, value_enum, default_value = "foreign")]
+    pub trust: TrustArg,
     /// List at most this many differing paths.
     #[arg(long, default_value_t = 20)]
     pub limit: usize,
     /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,
+}
+
+/// `--trust`: who wrote the saves.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum TrustArg {
+    /// Your own files: the code they carry is compiled.
+    Own,
+    /// Files from someone else: no code from them.
+    Foreign,
+}
+
+impl From<TrustArg> for Trust {
+    fn from(t: TrustArg) -> Trust {
+        match t {
+            TrustArg::Own => Trust::Own,
+            TrustArg::Foreign => Trust::Foreign,
+        }
+    }
 }
 
 /// Reads a file and checks that it is a luasnap save-game.
@@ -41,7 +64,11 @@ pub fn read_save(path: &Path) -> Result<Vec<u8>, String> {
     Ok(bytes)
 }
 
-fn graph_of(bytes: &[u8], script: Option<&(String, String)>) -> Result<ValueGraph, String> {
+fn graph_of(
+    bytes: &[u8],
+    script: Option<&(String, String)>,
+    trust: Trust,
+) -> Result<ValueGraph, String> {
     let game_vm = |script: String, chunk_name: String| -> Result<Vm, String> {
         let mut cfg = GameConfig::default_game(1, 0);
         cfg.script = script;
@@ -50,7 +77,9 @@ fn graph_of(bytes: &[u8], script: Option<&(String, String)>) -> Result<ValueGrap
         Game::load_script(&cfg, Backend::ArenaFull).map_err(|e| e.to_string())
     };
     let attempt = |mut vm: Vm| -> Result<ValueGraph, String> {
-        vm.load_game(bytes).map_err(|e| e.to_string())?;
+        // Saves to compare often come from another peer: no code from the file unless the
+        // user vouches for it.
+        vm.load_game(bytes, trust).map_err(|e| e.to_string())?;
         vm.value_graph().map_err(|e| e.to_string())
     };
     match script {
@@ -100,8 +129,10 @@ fn diff(args: &DiffArgs) -> Result<bool, String> {
         )),
         None => None,
     };
-    let ga = graph_of(&a, script.as_ref()).map_err(|e| format!("{}: {e}", args.left.display()))?;
-    let gb = graph_of(&b, script.as_ref()).map_err(|e| format!("{}: {e}", args.right.display()))?;
+    let ga = graph_of(&a, script.as_ref(), args.trust.into())
+        .map_err(|e| format!("{}: {e}", args.left.display()))?;
+    let gb = graph_of(&b, script.as_ref(), args.trust.into())
+        .map_err(|e| format!("{}: {e}", args.right.display()))?;
     let d = ga.diff(&gb, args.limit.max(1));
     if args.json {
         let diffs: Vec<_> = d

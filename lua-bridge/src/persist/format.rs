@@ -9,7 +9,7 @@
 //!   num_size     u8  8
 //!   int_check    i64 0x0102030405060708
 //!   num_check    f64 -370.5
-//!   flags        u8  bit 0: contains bytecode
+//!   flags        u8  bit 0: contains bytecode; bit 1: contains source text
 //!   reserved     u8
 //!   body_len     u64
 //!   checksum     u64 XXH3-64 of the body
@@ -23,13 +23,26 @@
 //! one: a reference loads without hashing and interning the bytes again) and 4 in format 2;
 //! format 1 files have no `StrRef` and read as format 2. Tables list their metatable, then
 //! key-value pairs, then `Nil` in key position.
+//!
+//! A Lua closure names its prototype by index; the first occurrence of a prototype (format 4)
+//! gives its fingerprint, its line, and its home:
+//!
+//! ```text
+//! LClosure index [fingerprint u64, line, home] nupvalues upvalues...
+//! home 0:      detached (compiled outside the chunk registry): short source, bytecode or empty
+//! home c + 1:  chunk c; the first time: kind u8 (0 source text, 1 binary), chunk name,
+//!              main fingerprint u64, code (the text or binary chunk, or empty); then
+//!              the path: depth, then depth child indices from the chunk's main prototype
+//! ```
+//!
+//! Formats 1 to 3 gave each new prototype its fingerprint, short source, line and bytecode.
 
 use xxhash_rust::xxh3::xxh3_64;
 
 /// Identifies a save-game.
 pub const MAGIC: &[u8; 8] = b"LUASNAPS";
 /// Version of this format. Files of other versions are refused with a clear error.
-pub const FORMAT_VERSION: u16 = 3;
+pub const FORMAT_VERSION: u16 = 4;
 /// The oldest format version this build still reads (formats 2 and 3 only added and widened
 /// `StrRef`).
 pub const OLDEST_FORMAT_VERSION: u16 = 1;
@@ -39,8 +52,10 @@ pub const LUA_RELEASE: u32 = 50501;
 pub const HEADER_LEN: usize = 50;
 const INT_CHECK: i64 = 0x0102_0304_0506_0708;
 const NUM_CHECK: f64 = -370.5;
-/// Flag: the file carries bytecode for its prototypes (needed only to load in trusted mode).
+/// Flag: the file carries bytecode (binary chunks, functions outside any chunk).
 pub const FLAG_BYTECODE: u8 = 1;
+/// Flag: the file carries source text (from format 4 on).
+pub const FLAG_SOURCE: u8 = 2;
 
 /// Strings at least this long are written once and referred to afterwards, in files of this
 /// build's format.

@@ -25,11 +25,16 @@
 //!
 //! # Safety on hostile files
 //! See `docs/save-games.md`. In short: the header carries magic, format and Lua versions,
-//! number formats and a checksum; the loader bounds every read; **functions are rebuilt from
-//! prototypes this VM compiled itself**, matched by a structural fingerprint, never from the
-//! file's bytecode unless [`LoadOptions::trusted`] is set; Lua code run while loading is capped
-//! by an instruction budget; and the heap growth of a load can be capped.
+//! number formats and a checksum; the loader bounds every read; **functions come from source
+//! text**: a save carries each chunk's text once, which own-trust loads compile with Lua's own
+//! compiler (or reuse, when the VM has the identical chunk) and foreign-trust loads never use
+//! (they match each function's structural fingerprint against the chunks this VM compiled
+//! itself); bytecode from a file loads only for chunks loaded as binary, in own-trust loads
+//! that set [`LoadOptions::bytecode`]; Lua code run while loading is capped by an instruction
+//! budget; and the heap growth of a load can be capped.
 
+#[doc(hidden)]
+pub mod forge;
 mod format;
 mod read;
 mod write;
@@ -63,6 +68,16 @@ pub fn body_of(file: &[u8]) -> Option<&[u8]> {
 pub const PERMS_KEY: &CStr = c"luasnap.perms";
 /// Registry key: name -> value, the permanents used when loading.
 pub const UNPERMS_KEY: &CStr = c"luasnap.unperms";
+
+/// Registry key: the constructors foreign loads may call (function -> true; a Lua function's
+/// prototype and those nested in it, as light userdata -> the function, which anchors them).
+pub const CTORS_KEY: &CStr = c"luasnap.ctors";
+/// The name of `coroutine.wrap`'s helper among the permanents: its closures (one upvalue, a
+/// coroutine) are the only C closures with upvalues a load rebuilds.
+pub(crate) const WRAP_AUX: &CStr = c"coroutine.wrap#aux";
+/// The name of `string.gmatch`'s helper: its closures keep a match state with raw pointers,
+/// so they are never saved or loaded.
+pub(crate) const GMATCH_AUX: &CStr = c"string.gmatch#aux";
 
 /// The name of pcall/xpcall's continuation among the permanents.
 pub(crate) const PCALL_K: &CStr = c"pcall#k";
@@ -195,6 +210,56 @@ unsafe extern "C" {
         pcall_k: *const std::ffi::c_void,
     ) -> *const std::ffi::c_char;
     fn luasnap_thread_k(co: *mut lua_State, level: c_int) -> *const std::ffi::c_void;
+    /// Bytes the VM has allocated.
+    pub(crate) fn luasnap_heap_bytes(L: *mut lua_State) -> u64;
+    /// Describes the chunk of a prototype (csrc/chunks.c); 0 if it has no chunk record.
+    pub(crate) fn luasnap_chunk_describe(p: *const std::ffi::c_void, out: *mut ChunkDesc) -> c_int;
+    pub(crate) fn luasnap_proto_nchildren(p: *const std::ffi::c_void) -> c_int;
+    /// Child `i` of a prototype, or null.
+    pub(crate) fn luasnap_proto_child(
+        p: *const std::ffi::c_void,
+        i: c_int,
+    ) -> *const std::ffi::c_void;
+}
+
+unsafe extern "C-unwind" {
+    /// The main prototype of a live chunk with this fingerprint, source text and chunk name,
+    /// or null (csrc/chunks.c). May raise a memory error.
+    pub(crate) fn luasnap_chunk_find(
+        L: *mut lua_State,
+        print: u64,
+        src: *const std::ffi::c_char,
+        srclen: usize,
+        name: *const std::ffi::c_char,
+        namelen: usize,
+    ) -> *const std::ffi::c_void;
+}
+
+/// A prototype's chunk as `luasnap_chunk_describe` gives it (mirrors `luasnap_chunk_desc` in
+/// csrc/chunks.c). The pointers stay valid while the prototype is alive.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ChunkDesc {
+    /// The chunk record (identifies the chunk's text).
+    pub rec: *const std::ffi::c_void,
+    /// The main prototype of the record's first tree.
+    pub main: *const std::ffi::c_void,
+    pub src: *const std::ffi::c_char,
+    pub srclen: usize,
+    /// The chunk name (null if none).
+    pub name: *const std::ffi::c_char,
+    pub namelen: usize,
+}
+
+impl ChunkDesc {
+    pub const EMPTY: ChunkDesc = ChunkDesc {
+        rec: std::ptr::null(),
+        main: std::ptr::null(),
+        src: std::ptr::null(),
+        srclen: 0,
+        name: std::ptr::null(),
+        namelen: 0,
+    };
 }
 
 /// Stack slots of the helper tables inside a persist or load.
@@ -215,8 +280,13 @@ pub(crate) struct Slots {
 pub struct PersistOptions {
     /// Track where each value is, so errors name the path (`root.player.inv[3]@metatable`).
     pub path: bool,
-    /// Include each prototype's bytecode, so the file can also be loaded in trusted mode into
-    /// a VM that has not loaded the game code. Safe-mode loads never use it.
+    /// Include each chunk's source text, once per chunk, so an own-trust load compiles the
+    /// code a VM lacks (a fresh process, or one running a newer version of the game). Foreign
+    /// loads never use it. Without it, functions are matched by fingerprint only.
+    pub code: bool,
+    /// Include bytecode for the code that has no source text: chunks loaded as binary
+    /// (`string.dump` output) and functions compiled outside the chunk registry. Used only by
+    /// own-trust loads that set [`LoadOptions::bytecode`].
     pub bytecode: bool,
     /// Keep debug information (line numbers, local names) in that bytecode.
     pub debug: bool,
@@ -228,6 +298,7 @@ impl Default for PersistOptions {
     fn default() -> Self {
         PersistOptions {
             path: true,
+            code: true,
             bytecode: true,
             debug: true,
             spkey: "__persist".into(),
@@ -235,29 +306,115 @@ impl Default for PersistOptions {
     }
 }
 
-/// How to load.
-#[derive(Debug, Clone)]
-pub struct LoadOptions {
-    /// Load the file's bytecode for prototypes this VM does not have. Lua has no bytecode
-    /// verifier: only for files you produced yourself. Default false.
-    pub trusted: bool,
-    /// The metafield name used when the file was written.
-    pub spkey: String,
-    /// Instructions that Lua code run during the load (rebuild and init functions) may execute
-    /// in total; past it the load fails.
-    pub instruction_budget: u64,
-    /// Cap on how much the arena may grow during the load, in bytes (`None`: the VM's limit).
-    pub max_heap_growth: Option<usize>,
+/// Who wrote a save-game: what loading it may do depends on it. Every load names one; there
+/// is no default. See "Trust levels" in `docs/save-games.md`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Trust {
+    /// The game's own files on the player's machine. As in Eris: load-time functions
+    /// (`__persist` rebuild, create and init functions) may be any function the file names,
+    /// the source text the file carries is compiled for chunks the VM lacks, and with
+    /// [`LoadOptions::bytecode`] the file's bytecode is loaded for chunks that were loaded as
+    /// binary. Memory safety, the instruction budget and the heap cap still hold.
+    Own,
+    /// Downloaded, shared, or received from a peer: no code from the file, load-time calls
+    /// only to constructors the host registered ([`Vm::register_constructor`],
+    /// `eris.constructor`), references only to the permanents not in
+    /// [`LoadOptions::denied_permanents`], a smaller heap-growth cap by default.
+    Foreign,
 }
 
-impl Default for LoadOptions {
-    fn default() -> Self {
+/// The default heap-growth cap of a load of an own save (Rust API and `eris.unpersist`).
+pub const DEFAULT_OWN_HEAP_GROWTH: usize = 1 << 30;
+/// The default heap-growth cap of a load of a foreign save.
+pub const DEFAULT_FOREIGN_HEAP_GROWTH: usize = 256 << 20;
+/// The default instruction budget of Lua code run during a load.
+pub const DEFAULT_INSTRUCTION_BUDGET: u64 = 10_000_000;
+/// Permanents a foreign save may not name by default: a name stands for itself and for every
+/// name below it (`"os"` covers `os.execute`). Names with a `#` (the library's hidden
+/// helpers) are refused too, except `ipairs#aux`, which checks its arguments.
+pub const DEFAULT_FOREIGN_DENIED: [&str; 11] = [
+    "os",
+    "io",
+    "debug",
+    "package",
+    "load",
+    "loadfile",
+    "dofile",
+    "require",
+    "collectgarbage",
+    "eris",
+    "string.dump",
+];
+
+/// How to load. Built with [`LoadOptions::new`] (or [`own`](LoadOptions::own) /
+/// [`foreign`](LoadOptions::foreign)): the trust level is always chosen by the caller.
+#[derive(Debug, Clone)]
+pub struct LoadOptions {
+    /// Who wrote the file.
+    pub trust: Trust,
+    /// [`Trust::Own`] only: load the file's bytecode for chunks that were loaded as binary
+    /// (`string.dump` output) and functions compiled outside the chunk registry, when this VM
+    /// does not have them. Lua has no bytecode verifier: only for files you produced yourself.
+    /// Default false (`eris.unpersist` in own mode sets it, as Eris loads bytecode); ignored
+    /// for foreign files. Source text needs no such option: own loads always compile it.
+    pub bytecode: bool,
+    /// The metafield name used when the file was written.
+    pub spkey: String,
+    /// Instructions that Lua code run during the load (rebuild and init functions, and
+    /// coroutines they resume) may execute in total; past it the load fails. Loaded code
+    /// cannot lift it: a load-time call that replaces the hook fails the load, and a nested
+    /// load only gets what is left.
+    pub instruction_budget: u64,
+    /// Cap on how much the heap may grow during the load, in bytes (`None`: only the VM's
+    /// limit). Defaults: [`DEFAULT_OWN_HEAP_GROWTH`], [`DEFAULT_FOREIGN_HEAP_GROWTH`].
+    pub max_heap_growth: Option<usize>,
+    /// Permanents the file may not name: a name covers itself and every name below it.
+    /// Defaults: none for own saves, [`DEFAULT_FOREIGN_DENIED`] for foreign ones (remove
+    /// names to allow more).
+    pub denied_permanents: Vec<String>,
+}
+
+impl LoadOptions {
+    /// The defaults for files of this trust level.
+    pub fn new(trust: Trust) -> Self {
         LoadOptions {
-            trusted: false,
+            trust,
+            bytecode: false,
             spkey: "__persist".into(),
-            instruction_budget: 10_000_000,
-            max_heap_growth: None,
+            instruction_budget: DEFAULT_INSTRUCTION_BUDGET,
+            max_heap_growth: Some(match trust {
+                Trust::Own => DEFAULT_OWN_HEAP_GROWTH,
+                Trust::Foreign => DEFAULT_FOREIGN_HEAP_GROWTH,
+            }),
+            denied_permanents: match trust {
+                Trust::Own => Vec::new(),
+                Trust::Foreign => DEFAULT_FOREIGN_DENIED
+                    .iter()
+                    .map(|s| s.to_string())
+                    .collect(),
+            },
         }
+    }
+
+    /// `LoadOptions::new(Trust::Own)`.
+    pub fn own() -> Self {
+        Self::new(Trust::Own)
+    }
+
+    /// `LoadOptions::new(Trust::Foreign)`.
+    pub fn foreign() -> Self {
+        Self::new(Trust::Foreign)
+    }
+
+    /// Whether the file may name the permanent `name`.
+    pub(crate) fn allows_permanent(&self, name: &[u8]) -> bool {
+        if self.trust == Trust::Foreign && name.contains(&b'#') && name != b"ipairs#aux" {
+            return false;
+        }
+        !self.denied_permanents.iter().any(|d| {
+            let d = d.as_bytes();
+            name.starts_with(d) && (name.len() == d.len() || name[d.len()] == b'.')
+        })
     }
 }
 
@@ -351,9 +508,11 @@ impl From<format::HeaderError> for LoadError {
 }
 
 const ERIS_PRELUDE: &str = r##"
-local raw_persist, raw_unpersist = ...
-local defaults = { debug = true, maxrec = 10000, path = false, spio = false, spkey = "__persist" }
-local kinds = { debug = "boolean", maxrec = "number", path = "boolean", spio = "boolean", spkey = "string" }
+local raw_persist, raw_unpersist, raw_constructor, own_growth = ...
+local defaults = { debug = true, maxrec = 10000, path = false, spio = false, spkey = "__persist",
+                   trust = "own", maxgrowth = own_growth }
+local kinds = { debug = "boolean", maxrec = "number", path = "boolean", spio = "boolean", spkey = "string",
+                trust = "string", maxgrowth = "number" }
 local settings = {}
 for k, v in pairs(defaults) do settings[k] = v end
 local select, type, error, tostring = select, type, error, tostring
@@ -361,6 +520,8 @@ local eris = {}
 -- eris.settings(name) reads a setting; eris.settings(name, value) sets it (nil: the default).
 -- 'maxrec' is kept for compatibility: persisting is not recursive, there is no depth limit.
 -- 'spio' is accepted and ignored: special persistence functions get no I/O object.
+-- 'trust' ("own" or "foreign") is who wrote the files eris.unpersist loads (see
+-- docs/save-games.md); 'maxgrowth' caps how many bytes the heap may grow during a load.
 function eris.settings(name, ...)
   local kind = kinds[name]
   if not kind then error("bad argument #1 to 'settings' (unknown setting '" .. tostring(name) .. "')", 2) end
@@ -369,6 +530,10 @@ function eris.settings(name, ...)
   if v == nil then v = defaults[name]
   elseif type(v) ~= kind then
     error("bad argument #2 to 'settings' (" .. kind .. " expected, got " .. type(v) .. ")", 2)
+  elseif name == "trust" and v ~= "own" and v ~= "foreign" then
+    error("bad argument #2 to 'settings' (\"own\" or \"foreign\" expected)", 2)
+  elseif name == "maxgrowth" and not (v >= 0) then
+    error("bad argument #2 to 'settings' (a number of bytes expected)", 2)
   end
   settings[name] = v
 end
@@ -392,7 +557,16 @@ function eris.unpersist(...)
   if perms ~= nil and type(perms) ~= "table" then
     error("bad argument #1 to 'unpersist' (table expected, got " .. type(perms) .. ")", 2)
   end
-  return raw_unpersist(perms, data, settings.spkey)
+  return raw_unpersist(perms, data, settings.spkey, settings.trust == "foreign", settings.maxgrowth)
+end
+-- eris.constructor(f): foreign saves may call f (and closures of the functions defined
+-- inside it) at load time, as a __persist rebuild, create or init function.
+function eris.constructor(f)
+  if type(f) ~= "function" then
+    error("bad argument #1 to 'constructor' (function expected, got " .. type(f) .. ")", 2)
+  end
+  raw_constructor(f)
+  return f
 end
 eris.FORMAT = "luasnap"
 return eris
@@ -418,7 +592,9 @@ pub(crate) fn install(vm: &mut Vm) -> Result<(), VmError> {
                 }
                 ffi::lua_pushcclosure(L, eris_persist, 0);
                 ffi::lua_pushcclosure(L, eris_unpersist, 0);
-                ffi::lua_callk(L, 2, 1, 0, None);
+                ffi::lua_pushcclosure(L, eris_constructor, 0);
+                ffi::lua_pushnumber(L, DEFAULT_OWN_HEAP_GROWTH as f64);
+                ffi::lua_callk(L, 4, 1, 0, None);
                 ffi::lua_setglobal(L, c"eris".as_ptr());
                 if ffi::lua_getglobal(L, c"package".as_ptr()) == ffi::LUA_TTABLE {
                     ffi::lua_getfield(L, -1, c"loaded".as_ptr());
@@ -431,6 +607,8 @@ pub(crate) fn install(vm: &mut Vm) -> Result<(), VmError> {
                 ffi::lua_setfield(L, ffi::LUA_REGISTRYINDEX, PERMS_KEY.as_ptr());
                 ffi::lua_createtable(L, 0, 256);
                 ffi::lua_setfield(L, ffi::LUA_REGISTRYINDEX, UNPERMS_KEY.as_ptr());
+                ffi::lua_createtable(L, 0, 0);
+                ffi::lua_setfield(L, ffi::LUA_REGISTRYINDEX, CTORS_KEY.as_ptr());
                 // _G and every function and library table in it, one level deep.
                 ffi::lua_rawgeti(L, ffi::LUA_REGISTRYINDEX, ffi::LUA_RIDX_GLOBALS);
                 let g = ffi::lua_gettop(L);
@@ -487,13 +665,17 @@ pub(crate) fn install(vm: &mut Vm) -> Result<(), VmError> {
                 }
                 ffi::lua_settop(L, 0);
                 // C functions the library hands out without naming them.
-                let aux: [(&CStr, &[u8]); 3] = [
+                let aux: [(&CStr, &[u8]); 5] = [
                     (
                         c"coroutine.wrap#aux",
                         b"return coroutine.wrap(function() end)",
                     ),
                     (c"string.gmatch#aux", b"return ('').gmatch('', '')"),
                     (c"ipairs#aux", b"return (ipairs({}))"),
+                    // utf8.codes's iterators (strict and lax): plain C functions that check
+                    // their arguments, so a loop suspended in a coroutine persists.
+                    (c"utf8.codes#aux", b"return (utf8.codes(''))"),
+                    (c"utf8.codes#auxlax", b"return (utf8.codes('', true))"),
                 ];
                 for (name, src) in aux {
                     if ffi::luaL_loadbufferx(
@@ -565,10 +747,16 @@ unsafe fn key_name(L: *mut lua_State, idx: c_int) -> Option<String> {
     }
 }
 
-/// Budget hook: every 1000 instructions of Lua code during a load.
+/// Budget hook: every 1000 instructions of Lua code during a load. Left on a thread after its
+/// load ended (a coroutine created during the load inherits it), it removes itself.
 unsafe extern "C-unwind" fn budget_hook(L: *mut lua_State, _ar: *mut ffi::lua_Debug) {
     // SAFETY: installed only on VMs built by this crate.
     let shared = unsafe { raw::shared_of(L) };
+    if shared.loading.get() == 0 {
+        // SAFETY: removing the running thread's hook from inside it is allowed.
+        unsafe { ffi::lua_sethook(L, None, 0, 0) };
+        return;
+    }
     let left = shared.budget.get();
     if left < 1000 {
         // SAFETY: raising from a count hook is allowed; nothing to drop here.
@@ -578,6 +766,37 @@ unsafe extern "C-unwind" fn budget_hook(L: *mut lua_State, _ar: *mut ffi::lua_De
         }
     }
     shared.budget.set(left - 1000);
+    // SAFETY: reads two counters of the global state.
+    if unsafe { luasnap_heap_bytes(L) } > shared.heap_cap.get() {
+        // SAFETY: as above.
+        unsafe {
+            ffi::lua_pushstring(L, c"save-game load exceeded its heap-growth cap (LoadOptions::max_heap_growth, eris.settings(\"maxgrowth\"))".as_ptr());
+            ffi::lua_error(L);
+        }
+    }
+}
+
+/// Whether the budget hook is still installed on `L` as a load installs it.
+///
+/// # Safety
+/// `L` is a valid thread.
+pub(crate) unsafe fn budget_hook_intact(L: *mut lua_State) -> bool {
+    // SAFETY: queries only.
+    unsafe {
+        ffi::lua_gethook(L).map(|h| h as *const () as usize)
+            == Some(budget_hook as *const () as usize)
+            && ffi::lua_gethookmask(L) == ffi::LUA_MASKCOUNT
+            && ffi::lua_gethookcount(L) == 1000
+    }
+}
+
+/// Installs the budget hook on `L`.
+///
+/// # Safety
+/// `L` is a valid thread of a VM of this crate.
+pub(crate) unsafe fn install_budget_hook(L: *mut lua_State) {
+    // SAFETY: callers' contract.
+    unsafe { ffi::lua_sethook(L, Some(budget_hook), ffi::LUA_MASKCOUNT, 1000) };
 }
 
 /// Persists the value on top of the stack at `base + 2`, with perms at `base + 1` (a table,
@@ -600,10 +819,7 @@ unsafe fn persist_protected(
         unsafe {
             // [perms|nil, value]
             ffi::lua_gc(L, ffi::LUA_GCSTOP);
-            if ffi::lua_type(L, 1) == ffi::LUA_TNIL {
-                ffi::lua_getfield(L, ffi::LUA_REGISTRYINDEX, PERMS_KEY.as_ptr());
-                ffi::lua_replace(L, 1);
-            }
+            merge_permanents(L, PERMS_KEY);
             ffi::lua_createtable(L, 0, 0); // seen
             ffi::lua_createtable(L, 0, 0); // strs
             ffi::lua_rotate(L, 2, 2); // [perms, seen, strs, value]
@@ -621,11 +837,12 @@ unsafe fn persist_protected(
                 ffi::lua_pushlstring(L, msg.as_ptr().cast(), msg.len());
                 ffi::lua_error(L);
             }
-            out = std::mem::take(&mut p.w).finish(if p.has_bytecode {
+            let flags = if p.has_bytecode {
                 format::FLAG_BYTECODE
             } else {
                 0
-            });
+            } | if p.has_source { format::FLAG_SOURCE } else { 0 };
+            out = std::mem::take(&mut p.w).finish(flags);
             if as_string {
                 ffi::lua_pushlstring(L, out.as_ptr().cast(), out.len());
             } else {
@@ -635,15 +852,45 @@ unsafe fn persist_protected(
         }
     };
     // SAFETY: perms and value are the two values on top (callers' contract).
-    let st = unsafe { call_job(L, &mut body, false, running) };
+    let st = unsafe { call_job(L, &mut body, running) };
     let file = (st == ffi::LUA_OK && !as_string).then_some(out);
     (st, p.error.take(), file)
 }
 
+/// Replaces stack slot 1 (the caller's permanents table, or nil) with the VM's permanents
+/// under `key` plus the caller's: as in Eris, the caller's add to the standard library's and
+/// win where both name the same value (or, loading, the same name). Raw reads only: a
+/// metatable on the caller's table is not consulted.
+///
+/// # Safety
+/// Protected context (allocates); slot 1 holds a table or nil.
+unsafe fn merge_permanents(L: *mut lua_State, key: &CStr) {
+    // SAFETY: callers' contract; balanced pushes.
+    unsafe {
+        ffi::lua_getfield(L, ffi::LUA_REGISTRYINDEX, key.as_ptr());
+        if ffi::lua_type(L, 1) != ffi::LUA_TTABLE {
+            ffi::lua_replace(L, 1);
+            return;
+        }
+        let builtin = ffi::lua_gettop(L);
+        ffi::lua_createtable(L, 0, 512);
+        let merged = builtin + 1;
+        for src in [builtin, 1] {
+            ffi::lua_pushnil(L);
+            while ffi::lua_next(L, src) != 0 {
+                ffi::lua_pushvalue(L, -2);
+                ffi::lua_rotate(L, -2, 1);
+                ffi::lua_rawset(L, merged);
+            }
+        }
+        ffi::lua_replace(L, 1);
+        ffi::lua_settop(L, builtin - 1);
+    }
+}
+
 /// Runs `body` protected with the two values on top of the stack as its arguments; they are
-/// replaced by its one result, or by the error object. With `budget`, the instruction-budget
-/// hook runs meanwhile and is removed afterwards; with `restart_gc`, the collector (which the
-/// body stops) is restarted. Returns the `lua_pcall` status.
+/// replaced by its one result, or by the error object. With `restart_gc`, the collector (which
+/// the body stops) is restarted. Returns the `lua_pcall` status.
 ///
 /// # Safety
 /// `L` is a VM of this crate with at least two values on its stack, in a context where Lua
@@ -651,7 +898,6 @@ unsafe fn persist_protected(
 unsafe fn call_job(
     L: *mut lua_State,
     body: &mut dyn FnMut(*mut lua_State) -> c_int,
-    budget: bool,
     restart_gc: bool,
 ) -> c_int {
     let mut job = Job { body, panic: None };
@@ -662,13 +908,7 @@ unsafe fn call_job(
         ffi::lua_pushcclosure(L, raw::run_job, 0);
         ffi::lua_pushlightuserdata(L, (&mut job as *mut Job<'_>).cast());
         ffi::lua_rotate(L, base + 1, 2);
-        if budget {
-            ffi::lua_sethook(L, Some(budget_hook), ffi::LUA_MASKCOUNT, 1000);
-        }
         let st = ffi::lua_pcall(L, 3, 1, 0);
-        if budget {
-            ffi::lua_sethook(L, None, 0, 0);
-        }
         if restart_gc {
             ffi::lua_gc(L, ffi::LUA_GCRESTART);
         }
@@ -706,15 +946,33 @@ unsafe fn load_protected(
     let mut loader = read::Loader::new(file, opts, shared);
     // SAFETY: queries only.
     let running = unsafe { ffi::lua_gc(L, ffi::LUA_GCISRUNNING) } != 0;
-    shared.budget.set(opts.instruction_budget);
+    // Budgets. A load nested in a load-time call of another (eris.unpersist) gets at most
+    // what the outer one has left, and gives the outer one its hook back: loaded code cannot
+    // lift a budget by loading again.
+    let outer = shared.loading.get();
+    let (outer_budget, outer_cap) = (shared.budget.get(), shared.heap_cap.get());
+    let budget = if outer > 0 {
+        outer_budget.min(opts.instruction_budget)
+    } else {
+        opts.instruction_budget
+    };
+    // SAFETY: reads counters of the global state.
+    let start = unsafe { luasnap_heap_bytes(L) };
+    let cap = opts
+        .max_heap_growth
+        .map_or(u64::MAX, |g| start.saturating_add(g as u64));
+    shared.loading.set(outer + 1);
+    shared.budget.set(budget);
+    shared
+        .heap_cap
+        .set(if outer > 0 { cap.min(outer_cap) } else { cap });
+    // SAFETY: a thread of this VM.
+    unsafe { install_budget_hook(L) };
     let mut body = |L: *mut lua_State| -> c_int {
         // SAFETY: protected body; state lives in `loader`, outside this frame.
         unsafe {
             ffi::lua_gc(L, ffi::LUA_GCSTOP);
-            if ffi::lua_type(L, 1) == ffi::LUA_TNIL {
-                ffi::lua_getfield(L, ffi::LUA_REGISTRYINDEX, UNPERMS_KEY.as_ptr());
-                ffi::lua_replace(L, 1);
-            }
+            merge_permanents(L, UNPERMS_KEY);
             // [unperms, data|nil]: a data string stays on the stack while the loader reads it.
             ffi::lua_settop(L, 2);
             for _ in 0..5 {
@@ -739,7 +997,21 @@ unsafe fn load_protected(
     };
     // SAFETY: unperms and the file are the two values on top (callers' contract); the count
     // hook bounds Lua code run meanwhile.
-    let st = unsafe { call_job(L, &mut body, true, running) };
+    let st = unsafe { call_job(L, &mut body, running) };
+    let used = budget - shared.budget.get().min(budget);
+    shared.loading.set(outer);
+    // SAFETY: L is a thread of this VM; emergency collections were stopped by the loader.
+    unsafe {
+        if outer > 0 {
+            shared.budget.set(outer_budget.saturating_sub(used));
+            shared.heap_cap.set(outer_cap);
+            install_budget_hook(L);
+        } else {
+            shared.heap_cap.set(u64::MAX);
+            ffi::lua_sethook(L, None, 0, 0);
+            read::allow_emergency_gc(L);
+        }
+    }
     (st, loader.error.take())
 }
 
@@ -768,6 +1040,7 @@ unsafe fn eris_persist_inner(L: *mut lua_State) -> c_int {
         let spkey = key_name(L, 5).unwrap_or_else(|| "__persist".into());
         let opts = PersistOptions {
             path: ffi::lua_toboolean(L, 3) != 0,
+            code: true,
             bytecode: true,
             debug: ffi::lua_toboolean(L, 4) != 0,
             spkey,
@@ -777,7 +1050,7 @@ unsafe fn eris_persist_inner(L: *mut lua_State) -> c_int {
     }
 }
 
-/// `raw_unpersist(perms|nil, data, spkey)` behind `eris.unpersist` (safe mode).
+/// `raw_unpersist(perms|nil, data, spkey, foreign, maxgrowth)` behind `eris.unpersist`.
 unsafe extern "C-unwind" fn eris_unpersist(L: *mut lua_State) -> c_int {
     // SAFETY: called by Lua with the documented arguments; the helper only raises its error.
     unsafe { one_result_or_raise(L, eris_unpersist_inner(L)) }
@@ -787,9 +1060,18 @@ unsafe fn eris_unpersist_inner(L: *mut lua_State) -> c_int {
     // SAFETY: reads arguments without conversion, then loads protected.
     unsafe {
         let spkey = key_name(L, 3).unwrap_or_else(|| "__persist".into());
+        let trust = if ffi::lua_toboolean(L, 4) != 0 {
+            Trust::Foreign
+        } else {
+            Trust::Own
+        };
+        let growth = ffi::lua_tonumberx(L, 5, std::ptr::null_mut());
         let opts = LoadOptions {
             spkey,
-            ..LoadOptions::default()
+            // As Eris: an own save's bytecode (binary chunks) loads.
+            bytecode: trust == Trust::Own,
+            max_heap_growth: (growth.is_finite() && growth >= 0.0).then_some(growth as usize),
+            ..LoadOptions::new(trust)
         };
         ffi::lua_settop(L, 2);
         let (st, err) = load_protected(L, &opts, None);
@@ -799,6 +1081,52 @@ unsafe fn eris_unpersist_inner(L: *mut lua_State) -> c_int {
             }
         }
         st
+    }
+}
+
+/// `raw_constructor(f)` behind `eris.constructor`.
+unsafe extern "C-unwind" fn eris_constructor(L: *mut lua_State) -> c_int {
+    // SAFETY: called by Lua with a function at 1 (checked by the prelude); mark_constructor
+    // raises only Lua errors (memory), and nothing here needs dropping.
+    unsafe {
+        ffi::lua_settop(L, 1);
+        mark_constructor(L);
+    }
+    0
+}
+
+/// Marks the function on top (popped) as a constructor foreign loads may call: the function
+/// itself, and for a Lua function its prototype and every prototype nested in it (so the
+/// rebuild closures a `__persist` function returns qualify when it is marked).
+///
+/// # Safety
+/// Protected context (allocates); a function on top.
+unsafe fn mark_constructor(L: *mut lua_State) {
+    unsafe extern "C" fn collect(p: *const std::ffi::c_void, ud: *mut std::ffi::c_void) {
+        // SAFETY: ud is the Vec below, alive for the walk.
+        unsafe { (*(ud as *mut Vec<*const std::ffi::c_void>)).push(p) };
+    }
+    // SAFETY: protected context (callers' contract); balanced pushes.
+    unsafe {
+        if ffi::lua_getfield(L, ffi::LUA_REGISTRYINDEX, CTORS_KEY.as_ptr()) != ffi::LUA_TTABLE {
+            ffi::lua_settop(L, -3);
+            return;
+        }
+        ffi::lua_rotate(L, -2, 1); // [ctors, f]
+        ffi::lua_pushvalue(L, -1);
+        ffi::lua_pushboolean(L, 1);
+        ffi::lua_rawset(L, -4);
+        let p = luasnap_proto(L, -1);
+        if !p.is_null() {
+            let mut protos: Vec<*const std::ffi::c_void> = Vec::new();
+            read::proto_tree(p, collect, (&mut protos as *mut Vec<_>).cast());
+            for q in protos {
+                ffi::lua_pushlightuserdata(L, q.cast_mut());
+                ffi::lua_pushvalue(L, -2);
+                ffi::lua_rawset(L, -4);
+            }
+        }
+        ffi::lua_settop(L, -3);
     }
 }
 
@@ -915,9 +1243,10 @@ impl Vm {
         }
     }
 
-    /// Loads a save-game (safe mode) and stores the value at a dotted global path.
-    pub fn unpersist(&mut self, data: &[u8], path: &str) -> Result<(), LoadError> {
-        self.unpersist_with(data, path, &LoadOptions::default())
+    /// Loads a save-game written by `trust` (with that level's default options) and stores
+    /// the value at a dotted global path.
+    pub fn unpersist(&mut self, data: &[u8], path: &str, trust: Trust) -> Result<(), LoadError> {
+        self.unpersist_with(data, path, &LoadOptions::new(trust))
     }
 
     /// Like [`unpersist`](Vm::unpersist), with options.
@@ -931,10 +1260,11 @@ impl Vm {
         self.load_root(data, opts, Some(&p))
     }
 
-    /// Loads a whole-game save: restores the globals and `package.loaded` in place (entries
-    /// not in the save are removed, `_G` itself stays the same table).
-    pub fn load_game(&mut self, data: &[u8]) -> Result<(), LoadError> {
-        self.load_game_with(data, &LoadOptions::default())
+    /// Loads a whole-game save written by `trust`: restores the globals and
+    /// `package.loaded` in place (entries not in the save are removed, `_G` itself stays the
+    /// same table).
+    pub fn load_game(&mut self, data: &[u8], trust: Trust) -> Result<(), LoadError> {
+        self.load_game_with(data, &LoadOptions::new(trust))
     }
 
     /// Like [`load_game`](Vm::load_game), with options.
@@ -942,6 +1272,33 @@ impl Vm {
         self.load_root(data, opts, None)?;
         // The loaded copy of math.random's state goes back into the generator.
         self.unstage_random_state().map_err(LoadError::Lua)
+    }
+
+    /// Marks the function at a dotted global path as a constructor: loads of foreign saves
+    /// may call it at load time (as a `__persist` rebuild, create or init function), and
+    /// closures of the functions defined inside it (the rebuild closures a `__persist`
+    /// function returns). Nothing else runs while a foreign save loads.
+    pub fn register_constructor(&mut self, path: &str) -> Result<(), VmError> {
+        let p = self.checked_path(path)?;
+        self.run(
+            &mut |L| {
+                // SAFETY: protected body.
+                unsafe {
+                    raw::push_path(L, &p);
+                    if ffi::lua_type(L, -1) != ffi::LUA_TFUNCTION {
+                        ffi::lua_pushstring(
+                            L,
+                            c"register_constructor: the value at that path is not a function"
+                                .as_ptr(),
+                        );
+                        ffi::lua_error(L);
+                    }
+                    mark_constructor(L);
+                }
+                0
+            },
+            |_, _| (),
+        )
     }
 
     /// Makes the value at a dotted global path a permanent under `name`: saves refer to it by
@@ -1101,7 +1458,7 @@ pub fn fuzz_load(vm: &mut Vm, data: &[u8]) {
     let opts = LoadOptions {
         instruction_budget: 200_000,
         max_heap_growth: Some(64 << 20),
-        ..LoadOptions::default()
+        ..LoadOptions::own()
     };
     for file in [data.to_vec(), seal_body(data, true)] {
         if vm.unpersist_with(&file, "loaded", &opts).is_ok() {

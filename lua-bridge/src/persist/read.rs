@@ -4,15 +4,19 @@
 //! and length read from the file is checked against what the file can hold and what the VM
 //! has, so arbitrary bytes give an error or a value, never a crash: objects are built through
 //! the Lua API, or by `luasnap_table_build` from steps decoded and checked here (see
-//! [`Loader::plain_entries`]), prototypes come from the VM's own compiled chunks (unless the
-//! caller trusts the file's bytecode), and Lua code run while loading (`__persist` rebuild
-//! functions) is bounded by an instruction budget.
+//! [`Loader::plain_entries`]), prototypes come from the VM's own chunks or, for own-trust
+//! loads, from the chunk source text the file carries, compiled by Lua's compiler and checked
+//! against each function's fingerprint (bytecode only for binary chunks when the caller allows
+//! it), and Lua code run while loading (`__persist` rebuild functions) is bounded by an
+//! instruction budget.
 
 use super::format::{
     min_strref_len, Opened, Reader, Tag, FLAG_BYTECODE, THREAD_DEAD, THREAD_NOT_STARTED,
     THREAD_SUSPENDED,
 };
-use super::{kind, LoadOptions, RawVal, Slots};
+use super::{budget_hook_intact, luasnap_heap_bytes, CTORS_KEY, GMATCH_AUX, WRAP_AUX};
+use super::{kind, LoadOptions, RawVal, Slots, Trust};
+use super::{luasnap_chunk_find, luasnap_proto_child};
 use super::{luasnap_proto, luasnap_proto_hash, luasnap_proto_nupvalues};
 use super::{luasnap_thread_restore, luasnap_upval_join_open, CiRecord};
 use crate::ffi::Shared;
@@ -27,6 +31,18 @@ unsafe extern "C" {
         f: unsafe extern "C" fn(*const c_void, *mut c_void),
         ud: *mut c_void,
     );
+    fn luasnap_proto_tree(
+        p: *const c_void,
+        f: unsafe extern "C" fn(*const c_void, *mut c_void),
+        ud: *mut c_void,
+    );
+    fn luasnap_gc_stopem(L: *mut lua_State, on: c_int);
+    fn luasnap_thread_check_upvals(co: *mut lua_State) -> c_int;
+    fn luasnap_thread_set_tbc(
+        co: *mut lua_State,
+        slots: *const i32,
+        n: c_int,
+    ) -> *const std::ffi::c_char;
     fn luasnap_table_build(
         L: *mut lua_State,
         strs: c_int,
@@ -35,6 +51,36 @@ unsafe extern "C" {
         n: c_int,
     ) -> c_int;
 }
+
+/// Allows emergency collections again (a load stops them while it holds raw pointers).
+///
+/// # Safety
+/// `L` is a valid state.
+pub(crate) unsafe fn allow_emergency_gc(L: *mut lua_State) {
+    // SAFETY: callers' contract.
+    unsafe { luasnap_gc_stopem(L, 0) };
+}
+
+/// Calls `f(q, ud)` for `p` and every prototype nested in it.
+///
+/// # Safety
+/// `p` is a live prototype.
+pub(crate) unsafe fn proto_tree(
+    p: *const c_void,
+    f: unsafe extern "C" fn(*const c_void, *mut c_void),
+    ud: *mut c_void,
+) {
+    // SAFETY: callers' contract.
+    unsafe { luasnap_proto_tree(p, f, ud) };
+}
+
+/// Preallocation (table array slots, hash nodes counted twice, coroutine stack slots beyond
+/// the values read) a whole load may ask for from its file's hints: this many units per body
+/// byte, plus [`PREALLOC_BASE`]. Past it, hints are ignored (tables grow as entries come)
+/// and coroutine frames that need more stack are refused. Honest files ask for about one
+/// unit per two bytes.
+const PREALLOC_PER_BYTE: u64 = 4;
+const PREALLOC_BASE: u64 = 1 << 16;
 
 /// Steps per `luasnap_table_build` call (an entry needing more goes the general way).
 const BUILD_OPS: usize = 1024;
@@ -88,11 +134,13 @@ enum Frame {
         at: c_int,
     },
     /// `open`: the level of an open upvalue whose thread is the child being read.
+    /// `wrap`: a `coroutine.wrap` function, whose one upvalue must be a coroutine.
     Closure {
         id: u32,
         next: c_int,
         n: c_int,
         open: Option<c_int>,
+        wrap: bool,
     },
     UdBytes {
         id: u32,
@@ -122,6 +170,10 @@ pub(crate) struct Loader<'a> {
     /// Strings at least this long get a string id (it depends on the file's format).
     strref_len: usize,
     protos: Vec<*const c_void>,
+    /// The file's format version.
+    format: u16,
+    /// Chunks read so far (format 4).
+    chunks: Vec<LoadedChunk>,
     index: Option<HashMap<u64, *const c_void>>,
     full_index: bool,
     frames: Vec<Frame>,
@@ -133,7 +185,34 @@ pub(crate) struct Loader<'a> {
     pub error: Option<String>,
     shared: &'a Shared,
     trusted_bytecode: bool,
+    opts: &'a LoadOptions,
+    /// Preallocation units the file's hints may still ask for (see [`PREALLOC_PER_BYTE`]).
+    prealloc_left: u64,
+    /// Suspended coroutines this load created: the only threads open upvalues may point into.
+    threads: Vec<*mut lua_State>,
+    /// Open upvalues into a coroutine whose stack was still being read: (closure id, upvalue
+    /// index, coroutine, level), joined when the coroutine's stack is complete.
+    pending_open: Vec<(u32, c_int, *mut lua_State, c_int)>,
+    /// Coroutines this load created, whose budget hook goes when the load ends.
+    all_threads: Vec<*mut lua_State>,
+    /// The C functions of `coroutine.wrap`'s and `string.gmatch`'s helpers, once looked up.
+    aux: Option<(usize, usize)>,
 }
+
+/// A chunk a file names (format 4).
+struct LoadedChunk {
+    /// Its name, for messages.
+    name: String,
+    /// Its main prototype in this VM (reused or compiled), or None: its functions are matched
+    /// by fingerprint (foreign loads, files without code).
+    main: Option<*const c_void>,
+    /// Whether the file brought its code.
+    brought_code: bool,
+}
+
+/// How deep a path into a chunk's prototype tree may go (Lua nests functions at most about
+/// 200 deep).
+const MAX_PATH: u64 = 256;
 
 unsafe extern "C" fn collect_proto(p: *const c_void, ud: *mut c_void) {
     // SAFETY: ud is the index being built; p is a live prototype (collector stopped).
@@ -174,6 +253,8 @@ impl<'a> Loader<'a> {
             strs: 0,
             strref_len: min_strref_len(file.format),
             protos: Vec::new(),
+            format: file.format,
+            chunks: Vec::new(),
             index: None,
             full_index: false,
             frames: Vec::new(),
@@ -182,7 +263,17 @@ impl<'a> Loader<'a> {
             known_k: None,
             error: None,
             shared,
-            trusted_bytecode: opts.trusted && file.flags & FLAG_BYTECODE != 0,
+            trusted_bytecode: opts.trust == Trust::Own
+                && opts.bytecode
+                && file.flags & FLAG_BYTECODE != 0,
+            opts,
+            prealloc_left: (file.body.len() as u64)
+                .saturating_mul(PREALLOC_PER_BYTE)
+                .saturating_add(PREALLOC_BASE),
+            threads: Vec::new(),
+            pending_open: Vec::new(),
+            all_threads: Vec::new(),
+            aux: None,
         }
     }
 
@@ -206,6 +297,9 @@ impl<'a> Loader<'a> {
     pub unsafe fn run(&mut self, L: *mut lua_State, s: Slots) -> Result<(), Fail> {
         // SAFETY: protected context (callers' contract).
         unsafe {
+            // No emergency collection while prototypes are looked up by raw pointer (the
+            // caller allows them again when the load ends, whatever its outcome).
+            luasnap_gc_stopem(L, 1);
             let mut ready = self.value(L, s)?;
             loop {
                 if ready {
@@ -223,13 +317,146 @@ impl<'a> Loader<'a> {
             if self.r.remaining() != 0 {
                 return Err(self.malformed("trailing bytes after the root value"));
             }
+            if !self.pending_open.is_empty() {
+                return Err(self.malformed("an open upvalue into a coroutine never completed"));
+            }
+            // Open upvalues point into live locals of the coroutines' frames: a level above
+            // every frame could be cut off when the collector shrinks the stack.
+            for &co in &self.threads {
+                if luasnap_thread_check_upvals(co) != 0 {
+                    return Err(self.malformed(
+                        "an open upvalue outside the live locals of its coroutine's frames",
+                    ));
+                }
+            }
             // Two-phase initializers run last, in creation order, on the complete graph.
             for i in 1..=self.inits {
                 ffi::lua_rawgeti(L, s.inits, i as ffi::lua_Integer);
                 ffi::lua_rawgeti(L, -1, 2); // init
                 ffi::lua_rawgeti(L, -2, 1); // object
                 ffi::lua_callk(L, 1, 0, 0, None);
+                self.after_call(L)?;
                 ffi::lua_settop(L, -2);
+            }
+            // Coroutines made by this load run outside it from now on: no budget hook.
+            for &co in &self.all_threads {
+                if budget_hook_intact(co) {
+                    ffi::lua_sethook(co, None, 0, 0);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// After Lua code ran at load time: the budget hook must still be the load's (code that
+    /// replaced it could run unbounded), and what a collection may have invalidated goes.
+    unsafe fn after_call(&mut self, L: *mut lua_State) -> Result<(), Fail> {
+        // SAFETY: queries and flags of the loading thread's state.
+        unsafe {
+            if !budget_hook_intact(L) {
+                return Err(self.fail("a load-time function changed the load's instruction-budget hook (debug.sethook); the save-game is refused"));
+            }
+            // A collection (collectgarbage, or one that finished its cycle meanwhile) may have
+            // freed prototypes the index points to: look them up again when next needed.
+            // Those already used are anchored in `protos`.
+            self.index = None;
+            self.full_index = false;
+            luasnap_gc_stopem(L, 1);
+        }
+        Ok(())
+    }
+
+    /// Whether the function on top may be called at load time: always for own saves; for
+    /// foreign ones, only a constructor the host registered (see `Vm::register_constructor`).
+    unsafe fn may_call(&mut self, L: *mut lua_State) -> bool {
+        if self.opts.trust == Trust::Own {
+            return true;
+        }
+        // SAFETY: protected context; balanced pushes.
+        unsafe {
+            if ffi::lua_getfield(L, ffi::LUA_REGISTRYINDEX, CTORS_KEY.as_ptr()) != ffi::LUA_TTABLE {
+                ffi::lua_settop(L, -2);
+                return false;
+            }
+            ffi::lua_pushvalue(L, -2);
+            let mut ok = ffi::lua_rawget(L, -2) != ffi::LUA_TNIL;
+            ffi::lua_settop(L, -2);
+            if !ok {
+                let p = luasnap_proto(L, -2);
+                if !p.is_null() {
+                    ffi::lua_pushlightuserdata(L, p.cast_mut());
+                    ok = ffi::lua_rawget(L, -2) != ffi::LUA_TNIL;
+                    ffi::lua_settop(L, -2);
+                }
+            }
+            ffi::lua_settop(L, -2);
+            ok
+        }
+    }
+
+    /// The C functions of `coroutine.wrap`'s and `string.gmatch`'s helpers (from the VM's
+    /// own permanents), looked up once per load.
+    unsafe fn aux(&mut self, L: *mut lua_State) -> (usize, usize) {
+        if let Some(a) = self.aux {
+            return a;
+        }
+        let mut a = (0usize, 0usize);
+        // SAFETY: protected context; balanced pushes.
+        unsafe {
+            ffi::lua_getfield(L, ffi::LUA_REGISTRYINDEX, super::UNPERMS_KEY.as_ptr());
+            if ffi::lua_type(L, -1) == ffi::LUA_TTABLE {
+                ffi::lua_getfield(L, -1, WRAP_AUX.as_ptr());
+                a.0 = ffi::lua_tocfunction(L, -1).map_or(0, |f| f as usize);
+                ffi::lua_getfield(L, -2, GMATCH_AUX.as_ptr());
+                a.1 = ffi::lua_tocfunction(L, -1).map_or(0, |f| f as usize);
+                ffi::lua_settop(L, -3);
+            }
+            ffi::lua_settop(L, -2);
+        }
+        self.aux = Some(a);
+        a
+    }
+
+    /// Refuses the value on top if it is a library helper without the upvalues it relies on
+    /// (`coroutine.wrap`'s without its coroutine, `string.gmatch`'s without its match
+    /// state): called, it would read a missing upvalue as a pointer.
+    unsafe fn refuse_bare_helper(&mut self, L: *mut lua_State) -> Result<(), Fail> {
+        // SAFETY: protected context; queries and balanced pushes.
+        unsafe {
+            if ffi::lua_iscfunction(L, -1) == 0 {
+                return Ok(());
+            }
+            let f = ffi::lua_tocfunction(L, -1).map_or(0, |f| f as usize);
+            let (wrap, gmatch) = self.aux(L);
+            if f != 0 && (f == wrap || f == gmatch) {
+                if ffi::lua_getupvalue(L, -1, 1).is_null() {
+                    return Err(self.malformed(
+                        "a library helper (coroutine.wrap's or string.gmatch's) without its state",
+                    ));
+                }
+                ffi::lua_settop(L, -2);
+            }
+        }
+        Ok(())
+    }
+
+    /// Refuses a permanent's name (the key on top) that the load's options do not allow.
+    unsafe fn check_perm_name(&mut self, L: *mut lua_State) -> Result<(), Fail> {
+        // SAFETY: reads a string without conversion.
+        unsafe {
+            if ffi::lua_type(L, -1) != ffi::LUA_TSTRING {
+                return Ok(());
+            }
+            let mut len = 0;
+            let p = ffi::lua_tolstring(L, -1, &mut len);
+            let name = std::slice::from_raw_parts(p.cast::<u8>(), len);
+            if !self.opts.allows_permanent(name) {
+                let name = String::from_utf8_lossy(name).into_owned();
+                ffi::lua_settop(L, -2);
+                return Err(self.fail(format!(
+                    "the save refers to the permanent {name:?}, which this load does not allow ({} save); if the file is trusted, remove it from LoadOptions::denied_permanents",
+                    if self.opts.trust == Trust::Foreign { "a foreign" } else { "an own" }
+                )));
             }
         }
         Ok(())
@@ -241,12 +468,23 @@ impl<'a> Loader<'a> {
         id
     }
 
-    unsafe fn register(&mut self, L: *mut lua_State, s: Slots, id: u32) {
+    unsafe fn register(&mut self, L: *mut lua_State, s: Slots, id: u32) -> Result<(), Fail> {
         // SAFETY: the object is on top; stores it in objs[id] (may allocate: protected).
         unsafe {
             ffi::lua_pushvalue(L, -1);
             ffi::lua_rawseti(L, s.objs, id as ffi::lua_Integer);
         }
+        self.check_heap(L)
+    }
+
+    /// Fails once the heap grew past the load's cap (each object is bounded by the file's
+    /// bytes and the preallocation budget, so this check per object bounds the overshoot).
+    fn check_heap(&mut self, L: *mut lua_State) -> Result<(), Fail> {
+        // SAFETY: reads two counters of the global state.
+        if unsafe { luasnap_heap_bytes(L) } > self.shared.heap_cap.get() {
+            return Err(self.fail("the load exceeded its heap-growth cap (LoadOptions::max_heap_growth, eris.settings(\"maxgrowth\"))"));
+        }
+        Ok(())
     }
 
     /// Reads one value. Returns true if it is complete on top of the stack, false if a frame
@@ -317,6 +555,7 @@ impl<'a> Loader<'a> {
                     {
                         return Err(self.malformed("a permanent's key must be a primitive"));
                     }
+                    self.check_perm_name(L)?;
                     ffi::lua_pushvalue(L, -1);
                     if ffi::lua_rawget(L, s.perms) == ffi::LUA_TNIL {
                         ffi::lua_settop(L, -2);
@@ -328,9 +567,10 @@ impl<'a> Loader<'a> {
                     }
                     ffi::lua_rotate(L, -2, 1);
                     ffi::lua_settop(L, -2);
+                    self.refuse_bare_helper(L)?;
                     if ffi::lua_type(L, -1) != ffi::LUA_TLIGHTUSERDATA {
                         let id = self.id();
-                        self.register(L, s, id);
+                        self.register(L, s, id)?;
                     }
                 }
                 Tag::Table => {
@@ -340,7 +580,7 @@ impl<'a> Loader<'a> {
                     };
                     let (narr, nhash) = self.table_sizes(narr, nhash);
                     ffi::lua_createtable(L, narr, nhash);
-                    self.register(L, s, id);
+                    self.register(L, s, id)?;
                     let at = if self.frames.len() < STACK_FRAMES {
                         ffi::lua_pushnil(L); // the key slot
                         ffi::lua_gettop(L) - 1
@@ -375,7 +615,7 @@ impl<'a> Loader<'a> {
                     ffi::lua_pushlightuserdata(L, ty.metatable.cast_mut());
                     ffi::lua_rawget(L, ffi::LUA_REGISTRYINDEX);
                     ffi::lua_setmetatable(L, -2);
-                    self.register(L, s, id);
+                    self.register(L, s, id)?;
                 }
                 Tag::UdBytes => {
                     let (Some(bytes), Some(nuv)) = (self.r.bytes(), self.r.varint()) else {
@@ -387,7 +627,7 @@ impl<'a> Loader<'a> {
                     let id = self.id();
                     let p = ffi::lua_newuserdatauv(L, bytes.len(), nuv as c_int);
                     std::ptr::copy_nonoverlapping(bytes.as_ptr(), p.cast::<u8>(), bytes.len());
-                    self.register(L, s, id);
+                    self.register(L, s, id)?;
                     ffi::lua_settop(L, -2);
                     self.frames.push(Frame::UdBytes {
                         id,
@@ -410,8 +650,12 @@ impl<'a> Loader<'a> {
                         return Err(self.malformed("bad thread"));
                     };
                     let id = self.id();
-                    ffi::lua_newthread(L);
-                    self.register(L, s, id);
+                    let co = ffi::lua_newthread(L);
+                    self.all_threads.push(co);
+                    if kind == THREAD_SUSPENDED {
+                        self.threads.push(co);
+                    }
+                    self.register(L, s, id)?;
                     match kind {
                         THREAD_DEAD => {}
                         THREAD_NOT_STARTED | THREAD_SUSPENDED => {
@@ -444,7 +688,7 @@ impl<'a> Loader<'a> {
                 Tag::MainThread => {
                     ffi::lua_pushthread(L);
                     let id = self.id();
-                    self.register(L, s, id);
+                    self.register(L, s, id)?;
                 }
                 Tag::UpvalNew | Tag::UpvalRef | Tag::UpvalOpen => {
                     return Err(self.malformed("upvalue outside a closure"))
@@ -464,15 +708,198 @@ impl<'a> Loader<'a> {
         if index as usize != self.protos.len() {
             return Err(self.malformed("prototypes out of order"));
         }
-        let (Some(hash), Some(src), Some(line), Some(code)) = (
-            self.r.u64(),
-            self.r.bytes(),
-            self.r.varint(),
-            self.r.bytes(),
-        ) else {
+        if self.format < 4 {
+            let (Some(hash), Some(src), Some(line), Some(code)) = (
+                self.r.u64(),
+                self.r.bytes(),
+                self.r.varint(),
+                self.r.bytes(),
+            ) else {
+                return Err(self.malformed("bad prototype"));
+            };
+            // SAFETY: protected context (callers' contract).
+            return unsafe { self.detached(L, s, hash, src, line, code) };
+        }
+        let (Some(hash), Some(line), Some(home)) = (self.r.u64(), self.r.varint(), self.r.varint())
+        else {
             return Err(self.malformed("bad prototype"));
         };
-        let found = if self.trusted_bytecode && !code.is_empty() {
+        if home == 0 {
+            let (Some(src), Some(code)) = (self.r.bytes(), self.r.bytes()) else {
+                return Err(self.malformed("bad prototype"));
+            };
+            // SAFETY: as above.
+            return unsafe { self.detached(L, s, hash, src, line, code) };
+        }
+        let c = (home - 1) as usize;
+        if c > self.chunks.len() {
+            return Err(self.malformed("chunks out of order"));
+        }
+        if c == self.chunks.len() {
+            // SAFETY: as above.
+            let chunk = unsafe { self.chunk(L, s)? };
+            self.chunks.push(chunk);
+        }
+        let Some(depth) = self.r.varint().filter(|&d| d <= MAX_PATH) else {
+            return Err(self.malformed("bad prototype path"));
+        };
+        let Some(mut p) = self.chunks[c].main else {
+            // No code to use: the function's fingerprint names it.
+            for _ in 0..depth {
+                if self.r.varint().is_none() {
+                    return Err(self.malformed("bad prototype path"));
+                }
+            }
+            // SAFETY: as above.
+            let found = unsafe { self.by_fingerprint(L, s, hash)? };
+            let brought = self.chunks[c].brought_code;
+            let name = self.chunks[c].name.clone();
+            return match found {
+                Some(p) => Ok(p),
+                None if brought => Err(self.fail(format!(
+                    "the function defined at {name}:{line} is not among the chunks this VM has loaded; the save-game brings that chunk's code, which only an own-trust load compiles (Trust::Own, or eris.settings(\"trust\", \"own\"))"
+                ))),
+                None => Err(self.fail(format!(
+                    "the function defined at {name}:{line} is not among the chunks this VM has loaded (or its code changed), and the save-game has no code for it; load the same game code before loading the save"
+                ))),
+            };
+        };
+        for _ in 0..depth {
+            let Some(i) = self.r.varint() else {
+                return Err(self.malformed("bad prototype path"));
+            };
+            // SAFETY: p is a live prototype (its chunk is anchored for the load).
+            let child = unsafe { luasnap_proto_child(p, i.min(c_int::MAX as u64) as c_int) };
+            if child.is_null() {
+                let name = self.chunks[c].name.clone();
+                return Err(self.fail(format!(
+                    "chunk {name} has no function at the position the save-game gives (the function defined at line {line}); the save does not match its code"
+                )));
+            }
+            p = child;
+        }
+        // SAFETY: as above.
+        if unsafe { luasnap_proto_hash(p) } != hash {
+            let name = self.chunks[c].name.clone();
+            return Err(self.fail(format!(
+                "chunk {name} compiles to a different prototype tree than the save-game says (the function defined at line {line} differs); the save was written by another Lua build or altered"
+            )));
+        }
+        self.protos.push(p);
+        Ok(p)
+    }
+
+    /// Reads a chunk's first occurrence (after its home) and finds or compiles it.
+    unsafe fn chunk(&mut self, L: *mut lua_State, s: Slots) -> Result<LoadedChunk, Fail> {
+        let (Some(kind), Some(name), Some(main_hash), Some(code)) =
+            (self.r.u8(), self.r.bytes(), self.r.u64(), self.r.bytes())
+        else {
+            return Err(self.malformed("bad chunk"));
+        };
+        if kind > 1 {
+            return Err(self.malformed("bad chunk kind"));
+        }
+        let shown = || String::from_utf8_lossy(name).into_owned();
+        if code.is_empty() || self.opts.trust == Trust::Foreign {
+            return Ok(LoadedChunk {
+                name: shown(),
+                main: None,
+                brought_code: !code.is_empty(),
+            });
+        }
+        if kind == 1 && !(self.opts.trust == Trust::Own && self.opts.bytecode) {
+            return Err(self.fail(format!(
+                "chunk {} was loaded as binary (string.dump output): its bytecode is loaded only by own-trust loads that allow it (LoadOptions::bytecode)",
+                shown()
+            )));
+        }
+        let key = -(self.chunks.len() as ffi::lua_Integer) - 1;
+        // No Rust value with a destructor is alive across the calls below (they may raise a
+        // memory error): the name and code are slices of the file, the outcome plain data.
+        // SAFETY: protected context; pushes are balanced; the main closure pushed for a found
+        // or compiled chunk is anchored in `protos` for the whole load.
+        let outcome: Result<*const c_void, bool> = unsafe {
+            // The identical chunk, live in this VM: shared prototypes, no compile.
+            let found = luasnap_chunk_find(
+                L,
+                main_hash,
+                code.as_ptr().cast(),
+                code.len(),
+                name.as_ptr().cast(),
+                name.len(),
+            );
+            if !found.is_null() {
+                luasnap_push_closure(L, found);
+                ffi::lua_rawseti(L, s.protos, key);
+                Ok(found)
+            } else {
+                // [name, code]: the chunk name as a C string (a name with a NUL byte compiles
+                // under a shorter name, so its fingerprint differs and it is refused).
+                ffi::luaL_checkstack(L, 4, c"load".as_ptr());
+                ffi::lua_pushlstring(L, name.as_ptr().cast(), name.len());
+                ffi::lua_pushlstring(L, code.as_ptr().cast(), code.len());
+                let cname = ffi::lua_tolstring(L, -2, std::ptr::null_mut());
+                let mode = if kind == 1 { c"b" } else { c"t" };
+                let st = crate::chunks::luasnap_loadstring(L, -1, cname, mode.as_ptr());
+                if st != ffi::LUA_OK {
+                    // [name, code, message]: the message is read below, then popped.
+                    Err(false)
+                } else {
+                    let p = luasnap_proto(L, -1);
+                    ffi::lua_rawseti(L, s.protos, key);
+                    ffi::lua_settop(L, -3);
+                    if p.is_null() || luasnap_proto_hash(p) != main_hash {
+                        Err(true)
+                    } else {
+                        Ok(p)
+                    }
+                }
+            }
+        };
+        match outcome {
+            Ok(p) => Ok(LoadedChunk {
+                name: shown(),
+                main: Some(p),
+                brought_code: true,
+            }),
+            Err(false) => {
+                // SAFETY: the compiler's message is on top, above the name and code.
+                let msg = unsafe {
+                    let mut len = 0;
+                    let m = ffi::lua_tolstring(L, -1, &mut len);
+                    let msg = if m.is_null() {
+                        String::new()
+                    } else {
+                        String::from_utf8_lossy(std::slice::from_raw_parts(m.cast::<u8>(), len))
+                            .into_owned()
+                    };
+                    ffi::lua_settop(L, -4);
+                    msg
+                };
+                Err(self.fail(format!(
+                    "chunk {} in the save-game does not compile: {msg}",
+                    shown()
+                )))
+            }
+            Err(true) => Err(self.fail(format!(
+                "chunk {} compiles to a different prototype tree than the save-game's fingerprint says; the save was written by another Lua build or altered",
+                shown()
+            ))),
+        }
+    }
+
+    /// A prototype outside every chunk (or from a format 1-3 file): the file's bytecode if
+    /// the load trusts it, else the live prototype with that fingerprint.
+    unsafe fn detached(
+        &mut self,
+        L: *mut lua_State,
+        s: Slots,
+        hash: u64,
+        src: &[u8],
+        line: u64,
+        code: &[u8],
+    ) -> Result<*const c_void, Fail> {
+        if self.trusted_bytecode && !code.is_empty() {
             // Trusted: load the file's bytecode. Only for files the caller vouches for.
             // SAFETY: protected context; lua_load in binary mode on bytes from a trusted file.
             unsafe {
@@ -496,46 +923,70 @@ impl<'a> Loader<'a> {
                 if luasnap_proto_hash(p) != hash {
                     return Err(self.malformed("bytecode does not match its fingerprint"));
                 }
-                Some(p)
-            }
-        } else {
-            if self.index.is_none() {
-                // The prototypes of every chunk the VM compiled (anchored in the registry).
-                let mut index = HashMap::new();
-                let ud = (&mut index as *mut HashMap<u64, *const c_void>).cast();
-                // SAFETY: reads the anchored chunks; the collector is stopped for the load.
-                unsafe { crate::chunks::luasnap_chunks_each_proto(L, collect_proto, ud) };
-                self.index = Some(index);
-            }
-            let mut found = self.index.as_ref().and_then(|i| i.get(&hash).copied());
-            if found.is_none() && !self.full_index {
-                // Not in an anchored chunk (compiled by other means): every prototype alive.
-                self.full_index = true;
-                let index = self.index.get_or_insert_with(HashMap::new);
-                // SAFETY: the collector is stopped for the whole load.
-                unsafe {
-                    luasnap_each_proto(
-                        L,
-                        collect_proto,
-                        (index as *mut HashMap<u64, *const c_void>).cast(),
-                    )
-                };
-                found = self.index.as_ref().and_then(|i| i.get(&hash).copied());
-            }
-            found
-        };
-        match found {
-            Some(p) => {
                 self.protos.push(p);
-                Ok(p)
+                return Ok(p);
             }
+        }
+        // SAFETY: protected context (callers' contract).
+        match unsafe { self.by_fingerprint(L, s, hash)? } {
+            Some(p) => Ok(p),
             None => {
                 let src = String::from_utf8_lossy(src).into_owned();
+                let hint = if code.is_empty() || self.opts.trust == Trust::Foreign {
+                    "load the same game code before loading the save"
+                } else {
+                    "the save-game brings its bytecode, which only own-trust loads that allow it (LoadOptions::bytecode) use"
+                };
                 Err(self.fail(format!(
-                    "the function defined at {src}:{line} is not among the chunks this VM has loaded (or its code changed); load the same game code before loading the save"
+                    "the function defined at {src}:{line} is not among the chunks this VM has loaded (or its code changed); {hint}"
                 )))
             }
         }
+    }
+
+    /// The live prototype with fingerprint `hash`, anchored for the load and listed, or None.
+    unsafe fn by_fingerprint(
+        &mut self,
+        L: *mut lua_State,
+        s: Slots,
+        hash: u64,
+    ) -> Result<Option<*const c_void>, Fail> {
+        if self.index.is_none() {
+            // The prototypes of every chunk the VM compiled (anchored in the registry).
+            let mut index = HashMap::new();
+            let ud = (&mut index as *mut HashMap<u64, *const c_void>).cast();
+            // SAFETY: reads the anchored chunks; the collector is stopped for the load.
+            unsafe { crate::chunks::luasnap_chunks_each_proto(L, collect_proto, ud) };
+            self.index = Some(index);
+        }
+        let mut found = self.index.as_ref().and_then(|i| i.get(&hash).copied());
+        if found.is_none() && !self.full_index {
+            // Not in an anchored chunk (compiled by other means): every prototype alive.
+            self.full_index = true;
+            let index = self.index.get_or_insert_with(HashMap::new);
+            // SAFETY: the collector is stopped for the whole load.
+            unsafe {
+                luasnap_each_proto(
+                    L,
+                    collect_proto,
+                    (index as *mut HashMap<u64, *const c_void>).cast(),
+                )
+            };
+            found = self.index.as_ref().and_then(|i| i.get(&hash).copied());
+        }
+        if let Some(p) = found {
+            // Anchor it for the whole load: found by raw pointer, it may belong to no chunk
+            // the registry keeps, and Lua code run by the load (or a collection it finishes)
+            // could otherwise free it under a closure.
+            // SAFETY: protected context; emergency collections are stopped and no Lua code ran
+            // since the index was built, so p is alive.
+            unsafe {
+                luasnap_push_closure(L, p);
+                ffi::lua_rawseti(L, s.protos, self.protos.len() as ffi::lua_Integer + 1);
+            }
+            self.protos.push(p);
+        }
+        Ok(found)
     }
 
     unsafe fn lclosure(&mut self, L: *mut lua_State, s: Slots) -> Result<bool, Fail> {
@@ -550,13 +1001,14 @@ impl<'a> Loader<'a> {
             }
             let id = self.id();
             luasnap_push_closure(L, p);
-            self.register(L, s, id);
+            self.register(L, s, id)?;
             ffi::lua_settop(L, -2);
             self.frames.push(Frame::Closure {
                 id,
                 next: 1,
                 n: n as c_int,
                 open: None,
+                wrap: false,
             });
             Ok(false)
         }
@@ -584,25 +1036,50 @@ impl<'a> Loader<'a> {
                 ffi::lua_settop(L, -2);
                 return Err(self.fail(format!("missing permanent {name} (a C function): register it under the same name before loading")));
             };
-            ffi::lua_settop(L, -2);
             let Some(n) = self.r.varint() else {
                 return Err(self.malformed("bad C closure"));
             };
-            if n > 255 {
-                return Err(self.malformed("too many upvalues"));
+            // C functions trust their upvalues: a closure is rebuilt only where the loader
+            // knows the layout and checks it. `coroutine.wrap`'s helper: one coroutine.
+            // Without upvalues it is the permanent itself, under the permanents' rules.
+            let (wrap, _) = self.aux(L);
+            let is_wrap = wrap != 0 && f as usize == wrap;
+            if n == 0 {
+                self.check_perm_name(L)?;
+            } else if !(is_wrap && n == 1) {
+                let name = perm_name(L);
+                ffi::lua_settop(L, -2);
+                return Err(self.malformed(&format!(
+                    "a C closure of {name} with {n} upvalues: the loader rebuilds C closures only where it knows and checks their upvalues (coroutine.wrap functions)"
+                )));
+            }
+            ffi::lua_settop(L, -2);
+            if n == 0 && is_wrap {
+                return Err(self.malformed(
+                    "a library helper (coroutine.wrap's or string.gmatch's) without its state",
+                ));
+            }
+            if n == 0 {
+                let (_, gmatch) = self.aux(L);
+                if gmatch != 0 && f as usize == gmatch {
+                    return Err(self.malformed(
+                        "a library helper (coroutine.wrap's or string.gmatch's) without its state",
+                    ));
+                }
             }
             let id = self.id();
             for _ in 0..n {
                 ffi::lua_pushnil(L);
             }
             ffi::lua_pushcclosure(L, f, n as c_int);
-            self.register(L, s, id);
+            self.register(L, s, id)?;
             ffi::lua_settop(L, -2);
             self.frames.push(Frame::Closure {
                 id,
                 next: 1,
                 n: n as c_int,
                 open: None,
+                wrap: is_wrap,
             });
             Ok(false)
         }
@@ -719,6 +1196,7 @@ impl<'a> Loader<'a> {
                 } => {
                     let (id, i, n, errfunc) = (*id, *next, *n, *errfunc);
                     if i > n {
+                        self.join_pending(L, s, id)?;
                         if let Some(errfunc) = errfunc {
                             self.restore_frames(L, s, id, errfunc)?;
                         }
@@ -754,7 +1232,12 @@ impl<'a> Loader<'a> {
         for op in &self.ops[len.min(self.ops.len())..] {
             match op.kind {
                 kind::STR if op.bits != 0 => self.strs -= 1,
-                kind::NEWTABLE | kind::NEWCLOSURE => self.next_id -= 1,
+                kind::NEWTABLE => {
+                    self.next_id -= 1;
+                    // Its hints are charged again when the general path reads it.
+                    self.prealloc_left += (op.len >> 32) + 2 * (op.len & 0xffff_ffff);
+                }
+                kind::NEWCLOSURE => self.next_id -= 1,
                 _ => {}
             }
         }
@@ -859,9 +1342,15 @@ impl<'a> Loader<'a> {
 
     /// Array and hash sizes for a new table from a file's hints, capped by what the rest of
     /// the file can hold (2+ bytes per entry).
-    fn table_sizes(&self, narr: u64, nhash: u64) -> (c_int, c_int) {
+    /// Hints are also charged to the load's total preallocation budget (hash nodes twice):
+    /// nested tables cannot each ask for the whole rest of the file.
+    fn table_sizes(&mut self, narr: u64, nhash: u64) -> (c_int, c_int) {
         let cap = (self.r.remaining() / 2).min(c_int::MAX as usize) as u64;
-        (narr.min(cap) as c_int, nhash.min(cap) as c_int)
+        let narr = narr.min(cap).min(self.prealloc_left);
+        self.prealloc_left -= narr;
+        let nhash = nhash.min(cap).min(self.prealloc_left / 2);
+        self.prealloc_left -= nhash * 2;
+        (narr as c_int, nhash as c_int)
     }
 
     /// Reads entries of the table at stack index `at` (its frame on top, between entries) in
@@ -1125,6 +1614,17 @@ impl<'a> Loader<'a> {
             ffi::lua_rawgeti(L, s.objs, id as ffi::lua_Integer);
             let co = ffi::lua_tothread(L, -1);
             ffi::lua_settop(L, -2);
+            // Stack the frames need beyond the values read: charged to the preallocation
+            // budget, so frame tops cannot make a small file allocate large stacks.
+            let stacksize = ffi::lua_gettop(co) as u64 + 1;
+            let need = cis.iter().map(|c| c.top.max(0) as u64).max().unwrap_or(0);
+            let extra = need.saturating_sub(stacksize);
+            if extra > self.prealloc_left {
+                return Err(self.malformed(
+                    "suspended coroutine: its frames need more stack than the file can justify",
+                ));
+            }
+            self.prealloc_left -= extra;
             let err = luasnap_thread_restore(
                 L,
                 co,
@@ -1139,6 +1639,54 @@ impl<'a> Loader<'a> {
             if !err.is_null() {
                 let msg = std::ffi::CStr::from_ptr(err).to_string_lossy().into_owned();
                 return Err(self.malformed(&format!("suspended coroutine: {msg}")));
+            }
+            if self.format >= 4 {
+                // Pending to-be-closed variables, oldest first.
+                let Some(n) = self.r.varint().filter(|&n| n <= self.r.remaining() as u64) else {
+                    return Err(self.malformed("bad to-be-closed variable count"));
+                };
+                let mut slots = Vec::with_capacity(n as usize);
+                for _ in 0..n {
+                    match self.r.varint() {
+                        Some(v) if v <= i32::MAX as u64 => slots.push(v as i32),
+                        _ => return Err(self.malformed("bad to-be-closed variable")),
+                    }
+                }
+                let err = luasnap_thread_set_tbc(co, slots.as_ptr(), n as c_int);
+                if !err.is_null() {
+                    let msg = std::ffi::CStr::from_ptr(err).to_string_lossy().into_owned();
+                    return Err(self.malformed(&format!("suspended coroutine: {msg}")));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Joins the open upvalues waiting for coroutine `id`'s stack, now complete.
+    unsafe fn join_pending(&mut self, L: *mut lua_State, s: Slots, id: u32) -> Result<(), Fail> {
+        if self.pending_open.is_empty() {
+            return Ok(());
+        }
+        // SAFETY: protected context; objs[id] is the coroutine, objs of the closures exist
+        // (their ids were read before); pushes are balanced.
+        unsafe {
+            ffi::lua_rawgeti(L, s.objs, id as ffi::lua_Integer);
+            let co = ffi::lua_tothread(L, -1);
+            ffi::lua_settop(L, -2);
+            let mut k = 0;
+            while k < self.pending_open.len() {
+                let (cid, i, pco, level) = self.pending_open[k];
+                if pco != co {
+                    k += 1;
+                    continue;
+                }
+                self.pending_open.swap_remove(k);
+                ffi::lua_rawgeti(L, s.objs, cid as ffi::lua_Integer);
+                let st = luasnap_upval_join_open(L, -1, i, co, level);
+                ffi::lua_settop(L, -2);
+                if st != 0 {
+                    return Err(self.malformed("bad open upvalue"));
+                }
             }
         }
         Ok(())
@@ -1205,18 +1753,42 @@ impl<'a> Loader<'a> {
                         }
                     }
                 }
-                Frame::Closure { id, next, open, .. } => {
-                    let (id, i, open) = (*id, *next, open.take());
+                Frame::Closure {
+                    id,
+                    next,
+                    open,
+                    wrap,
+                    ..
+                } => {
+                    let (id, i, open, wrap) = (*id, *next, open.take(), *wrap);
                     *next += 1;
+                    if wrap && ffi::lua_type(L, -1) != ffi::LUA_TTHREAD {
+                        ffi::lua_settop(L, -2);
+                        return Err(self.malformed("a coroutine.wrap function without a coroutine"));
+                    }
                     ffi::lua_rawgeti(L, s.objs, id as ffi::lua_Integer);
                     ffi::lua_rotate(L, -2, 1);
                     match open {
                         Some(level) => {
-                            // The child is the thread whose stack slot `level` the upvalue is.
+                            // The child is the thread whose stack slot `level` the upvalue is:
+                            // only a suspended coroutine this load builds (never the loading
+                            // thread, the main thread or one that exists already: their stacks
+                            // change under the load); the level is checked against its frames
+                            // once the whole file is read.
                             let co = ffi::lua_tothread(L, -1);
-                            if co.is_null() || luasnap_upval_join_open(L, -2, i, co, level) != 0 {
+                            if co.is_null() || !self.threads.contains(&co) {
                                 ffi::lua_settop(L, -3);
                                 return Err(self.malformed("bad open upvalue"));
+                            }
+                            if luasnap_upval_join_open(L, -2, i, co, level) != 0 {
+                                // A slot of a coroutine whose stack is still being read (a
+                                // closure on it naming a local at or above itself, as a
+                                // recursive local function does): joined when it is complete.
+                                if ffi::lua_gettop(co) >= level {
+                                    ffi::lua_settop(L, -3);
+                                    return Err(self.malformed("bad open upvalue"));
+                                }
+                                self.pending_open.push((id, i, co, level));
                             }
                             ffi::lua_settop(L, -3);
                         }
@@ -1250,14 +1822,19 @@ impl<'a> Loader<'a> {
                         ffi::lua_settop(L, -2);
                         return Err(self.malformed("a __persist rebuild must be a function"));
                     }
+                    if !self.may_call(L) {
+                        ffi::lua_settop(L, -2);
+                        return Err(self.fail("a foreign save-game names a load-time function that is not a registered constructor (Vm::register_constructor, eris.constructor)"));
+                    }
                     if st == 0 {
                         // Call the rebuild (or create) function: the object.
                         ffi::lua_callk(L, 0, 1, 0, None);
+                        self.after_call(L)?;
                         if ffi::lua_type(L, -1) == ffi::LUA_TNIL {
                             ffi::lua_settop(L, -2);
                             return Err(self.fail("a __persist rebuild function returned nil"));
                         }
-                        self.register(L, s, id);
+                        self.register(L, s, id)?;
                         ffi::lua_settop(L, -2);
                         let _ = two;
                     } else {

@@ -18,7 +18,8 @@
 use super::format::{
     Tag, Writer, MIN_STRREF_LEN, THREAD_DEAD, THREAD_NOT_STARTED, THREAD_SUSPENDED,
 };
-use super::{kind, PersistOptions, RawEntry, RawVal, Slots};
+use super::{kind, ChunkDesc, PersistOptions, RawEntry, RawVal, Slots};
+use super::{luasnap_chunk_describe, luasnap_proto_child, luasnap_proto_nchildren};
 use super::{luasnap_proto, luasnap_proto_hash, luasnap_proto_nupvalues};
 use super::{
     luasnap_thread_ci, luasnap_thread_info, luasnap_thread_push_slot, luasnap_upval_open, CiRecord,
@@ -54,6 +55,7 @@ unsafe extern "C" {
         first: ffi::lua_Integer,
     );
     fn luasnap_push_metatable(L: *mut lua_State, t: *const c_void);
+    fn luasnap_thread_tbc(co: *mut lua_State, out: *mut i32, max: c_int) -> c_int;
     fn luasnap_closure_scan(
         f: *const c_void,
         proto: *mut *const c_void,
@@ -206,11 +208,16 @@ pub(crate) struct Persister<'a> {
     perm_ptrs: Option<HashSet<*const c_void>>,
     next_id: u32,
     protos: HashMap<*const c_void, u32>,
+    /// Chunks written (by record): their index in the file, and the path to each prototype of
+    /// the chunk's tree by fingerprint.
+    chunks: HashMap<*const c_void, (u32, HashMap<u64, Vec<u32>>)>,
     upvals: HashMap<*const c_void, (u32, c_int)>,
     frames: Vec<Frame>,
     segs: Vec<Seg>,
     pub error: Option<String>,
     pub has_bytecode: bool,
+    /// Whether the file carries source text.
+    pub has_source: bool,
     opts: &'a PersistOptions,
     spkey: CString,
     shared: &'a Shared,
@@ -257,11 +264,13 @@ impl<'a> Persister<'a> {
             perm_ptrs: None,
             next_id: 0,
             protos: HashMap::default(),
+            chunks: HashMap::default(),
             upvals: HashMap::default(),
             frames: Vec::new(),
             segs: Vec::new(),
             error: None,
             has_bytecode: false,
+            has_source: false,
             spkey: CString::new(opts.spkey.as_str())
                 .unwrap_or_else(|_| CString::new("__persist").unwrap()),
             opts,
@@ -763,25 +772,30 @@ impl<'a> Persister<'a> {
                     let index = self.protos.len() as u32;
                     self.protos.insert(proto, index);
                     self.w.varint(index as u64);
-                    self.w.u64(luasnap_proto_hash(proto));
+                    let hash = luasnap_proto_hash(proto);
+                    self.w.u64(hash);
                     let mut ar: ffi::lua_Debug = std::mem::zeroed();
                     ffi::lua_pushvalue(L, -1);
                     ffi::lua_getinfo(L, c">S".as_ptr(), &mut ar);
-                    let src = std::ffi::CStr::from_ptr(ar.short_src.as_ptr()).to_bytes();
-                    self.w.bytes(src);
                     self.w.varint(ar.linedefined.max(0) as u64);
-                    if self.opts.bytecode {
-                        self.dump.clear();
-                        crate::chunks::luasnap_dump(
-                            L,
-                            dump_writer,
-                            (&mut self.dump as *mut Vec<u8>).cast(),
-                            (!self.opts.debug) as c_int,
-                        );
-                        self.w.bytes(&self.dump);
-                        self.has_bytecode = true;
-                    } else {
-                        self.w.bytes(&[]);
+                    if !self.chunk_home(proto, hash) {
+                        // Detached: compiled outside the chunk registry, no source text.
+                        self.w.varint(0);
+                        let src = std::ffi::CStr::from_ptr(ar.short_src.as_ptr()).to_bytes();
+                        self.w.bytes(src);
+                        if self.opts.bytecode {
+                            self.dump.clear();
+                            crate::chunks::luasnap_dump(
+                                L,
+                                dump_writer,
+                                (&mut self.dump as *mut Vec<u8>).cast(),
+                                (!self.opts.debug) as c_int,
+                            );
+                            self.w.bytes(&self.dump);
+                            self.has_bytecode = true;
+                        } else {
+                            self.w.bytes(&[]);
+                        }
                     }
                 }
             }
@@ -789,6 +803,68 @@ impl<'a> Persister<'a> {
             self.frames.push(Frame::LClosure { id, next: 1, n });
         }
         Ok(())
+    }
+
+    /// Writes where prototype `proto` (fingerprint `hash`) lives: its chunk (the chunk's name,
+    /// main fingerprint and code the first time) and its path in the chunk's tree. Returns
+    /// false, writing nothing, for a prototype outside every chunk record.
+    unsafe fn chunk_home(&mut self, proto: *const c_void, hash: u64) -> bool {
+        let mut d = ChunkDesc::EMPTY;
+        // SAFETY: proto is alive (its closure is on the stack); the collector is stopped, so
+        // the record, its text and its tree stay put while the pointers are used.
+        if unsafe { luasnap_chunk_describe(proto, &mut d) } == 0 {
+            return false;
+        }
+        if !self.chunks.contains_key(&d.rec) {
+            let mut paths = HashMap::default();
+            let mut path = Vec::new();
+            // SAFETY: d.main is the record's live main prototype.
+            unsafe { tree_paths(d.main, &mut path, &mut paths) };
+            if !paths.contains_key(&hash) {
+                return false;
+            }
+            let index = self.chunks.len() as u32;
+            self.w.varint(index as u64 + 1);
+            // SAFETY: the record's text and name, alive with it (see above).
+            let (src, name) = unsafe {
+                (
+                    std::slice::from_raw_parts(d.src.cast::<u8>(), d.srclen),
+                    if d.name.is_null() {
+                        &[][..]
+                    } else {
+                        std::slice::from_raw_parts(d.name.cast::<u8>(), d.namelen)
+                    },
+                )
+            };
+            let binary = src.first() == Some(&0x1b);
+            self.w.u8(binary as u8);
+            self.w.bytes(name);
+            // SAFETY: as above.
+            self.w.u64(unsafe { luasnap_proto_hash(d.main) });
+            if (binary && self.opts.bytecode) || (!binary && self.opts.code) {
+                self.w.bytes(src);
+                if binary {
+                    self.has_bytecode = true;
+                } else {
+                    self.has_source = true;
+                }
+            } else {
+                self.w.bytes(&[]);
+            }
+            self.chunks.insert(d.rec, (index, paths));
+        } else {
+            let (index, paths) = &self.chunks[&d.rec];
+            if !paths.contains_key(&hash) {
+                return false;
+            }
+            self.w.varint(*index as u64 + 1);
+        }
+        let path = &self.chunks[&d.rec].1[&hash];
+        self.w.varint(path.len() as u64);
+        for &i in path {
+            self.w.varint(i as u64);
+        }
+        true
     }
 
     unsafe fn cclosure(&mut self, L: *mut lua_State, s: Slots, id: u32) -> Result<(), Fail> {
@@ -884,12 +960,13 @@ impl<'a> Persister<'a> {
                 ffi::lua_settop(co, -2);
                 m
             };
-            if is_main {
-                self.w.tag(Tag::MainThread);
-                return Ok(());
-            }
+            // As Eris: the running coroutine cannot be written (its stack is this call), nor
+            // the main thread (a load has its own; a suspended coroutine is what persists).
             if co == L {
                 return Err(self.fail(L, "cannot persist the running coroutine".to_string()));
+            }
+            if is_main {
+                return Err(self.fail(L, "cannot persist the main thread".to_string()));
             }
             let mut ar: ffi::lua_Debug = std::mem::zeroed();
             let status = ffi::lua_status(co);
@@ -912,12 +989,7 @@ impl<'a> Persister<'a> {
                 self.w.tag(Tag::Thread);
                 self.w.u8(THREAD_DEAD);
             } else if status == ffi::LUA_YIELD {
-                if tbc != 0 {
-                    let what =
-                        "cannot persist a coroutine suspended with pending to-be-closed variables"
-                            .to_string();
-                    return Err(self.fail(L, what));
-                }
+                let _ = tbc; // pending to-be-closed variables follow the frames
                 self.w.tag(Tag::Thread);
                 self.w.u8(THREAD_SUSPENDED);
                 self.w.varint((size - 1) as u64);
@@ -1177,6 +1249,14 @@ impl<'a> Persister<'a> {
                                     self.value(L, s)?;
                                 }
                             }
+                            // Pending to-be-closed variables, as stack offsets, oldest first.
+                            let n = luasnap_thread_tbc(co, std::ptr::null_mut(), 0);
+                            let mut slots = vec![0i32; n.max(0) as usize];
+                            luasnap_thread_tbc(co, slots.as_mut_ptr(), n);
+                            self.w.varint(slots.len() as u64);
+                            for slot in slots {
+                                self.w.varint(slot as u64);
+                            }
                         }
                         return Ok(false);
                     }
@@ -1195,6 +1275,25 @@ impl<'a> Persister<'a> {
 }
 
 /// A short text for the key on top of the stack, as a path segment (`.name` or `[repr]`).
+/// Records the path (child indices from the main prototype) of `p` and of every prototype
+/// below it, by fingerprint; the first of equal fingerprints wins (equal fingerprints are
+/// equal functions).
+///
+/// # Safety
+/// `p` is a live prototype.
+unsafe fn tree_paths(p: *const c_void, path: &mut Vec<u32>, out: &mut HashMap<u64, Vec<u32>>) {
+    // SAFETY: callers' contract; children of a live prototype are alive.
+    unsafe {
+        out.entry(luasnap_proto_hash(p))
+            .or_insert_with(|| path.clone());
+        for i in 0..luasnap_proto_nchildren(p) {
+            path.push(i as u32);
+            tree_paths(luasnap_proto_child(p, i), path, out);
+            path.pop();
+        }
+    }
+}
+
 unsafe fn key_text(L: *mut lua_State) -> String {
     // SAFETY: reads a primitive without conversion.
     unsafe {

@@ -1,0 +1,913 @@
+//! Hand-made save-games against the loader, one test per class of attack found in review
+//! (issue 10). Every file has a valid header and checksum (anyone can recompute one): they
+//! are written with `persist::forge`, mostly by decoding an honest save and forging the one
+//! thing under test.
+//!
+//! Loads that crashed, hung or ended the process before their fix run in a child process
+//! (`in_child`): the test fails, rather than the whole suite dying, if one comes back.
+
+use luasnap::bridge::persist::forge::{self, cist, FrameRec, Node, Proto, Upval};
+use luasnap::bridge::persist::{body_of, LoadOptions, Trust};
+use luasnap::bridge::{PlainData, Value, Vm};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const MIB: usize = 1 << 20;
+const CHILD_ENV: &str = "LUASNAP_HOSTILE_CHILD";
+const DONE: &str = "hostile-child-finished";
+
+/// A VM with the whole standard library (os, io and debug included: what an attack reaches).
+fn vm() -> Vm {
+    Vm::builder()
+        .capacity(2048 * MIB)
+        .memory_limit(1536 * MIB)
+        .build()
+        .unwrap()
+}
+
+/// Runs `body` in a child process (this test binary, filtered to `name`): a crash, an exit
+/// or a hang there fails the test instead of taking the suite down.
+fn in_child(name: &str, body: impl FnOnce()) {
+    if std::env::var(CHILD_ENV).as_deref() == Ok(name) {
+        body();
+        println!("{DONE}");
+        return;
+    }
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([name, "--exact", "--nocapture", "--test-threads=1"])
+        .env(CHILD_ENV, name)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break Some(st);
+        }
+        if start.elapsed() > Duration::from_secs(120) {
+            child.kill().unwrap();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let out = child.wait_with_output().unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    match status {
+        None => panic!("the load hung (killed after 120 s)\n{stdout}\n{stderr}"),
+        Some(st) => assert!(
+            st.success() && stdout.contains(DONE),
+            "the child did not finish cleanly ({st}): it crashed, exited or failed\n{stdout}\n{stderr}"
+        ),
+    }
+}
+
+/// The body of `vm`'s save of the global `path`, decoded.
+fn decoded(vm: &Vm, path: &str) -> Node {
+    let file = vm.persist(path).unwrap();
+    forge::decode(body_of(&file).unwrap()).expect("an honest save decodes")
+}
+
+/// The first prototype listed in a tree (with its fingerprint).
+fn first_proto(node: &Node) -> Proto {
+    let mut n = node.clone();
+    let mut found = None;
+    forge::walk_mut(&mut n, &mut |x| {
+        if let Node::LClosure {
+            proto: p @ Proto::New { .. },
+            ..
+        } = x
+        {
+            found.get_or_insert(p.clone());
+        }
+    });
+    found.expect("a Lua closure in the save")
+}
+
+fn with_index(p: &Proto, index: u64) -> Proto {
+    match p {
+        // Detached and without code: the loader finds it by fingerprint among the VM's live
+        // prototypes (what these tests attack), and it can be listed in any order.
+        Proto::New {
+            hash,
+            src,
+            line,
+            home,
+            ..
+        } => Proto::New {
+            index,
+            hash: *hash,
+            src: match home.as_ref().and_then(|h| h.def.as_ref()) {
+                Some(d) => d.name.clone(),
+                None => src.clone(),
+            },
+            line: *line,
+            code: Vec::new(),
+            home: None,
+        },
+        Proto::Index(_) => Proto::Index(index),
+    }
+}
+
+fn load(vm: &mut Vm, node: &Node, trust: Trust) -> Result<(), String> {
+    vm.unpersist(&forge::file(node), "loaded", trust)
+        .map_err(|e| e.to_string())
+}
+
+fn load_with(vm: &mut Vm, node: &Node, opts: &LoadOptions) -> Result<(), String> {
+    vm.unpersist_with(&forge::file(node), "loaded", opts)
+        .map_err(|e| e.to_string())
+}
+
+fn refused(r: Result<(), String>, what: &str) -> String {
+    match r {
+        Ok(()) => panic!("a hostile file loaded ({what})"),
+        Err(e) => e,
+    }
+}
+
+/// Whatever loaded is used (called, resumed, collected) and the arena checked: harm that does
+/// not crash at once shows here.
+fn use_it(vm: &Vm) {
+    let _ = vm.exec(
+        "if type(loaded) == 'table' then
+           for _, v in pairs(loaded) do
+             if type(v) == 'function' then for _ = 1, 50 do pcall(v, 1, 2) end
+             elseif type(v) == 'thread' then for _ = 1, 3 do coroutine.resume(v, 1, 2, 3) end end
+           end
+         end
+         loaded = nil collectgarbage() collectgarbage()",
+        "use",
+    );
+    vm.arena().verify().unwrap();
+}
+
+// ----- class 1: C closures rebuilt with upvalues the file chooses -----
+
+#[test]
+fn library_helpers_are_never_rebuilt_without_their_state() {
+    in_child(
+        "library_helpers_are_never_rebuilt_without_their_state",
+        || {
+            let mut b = vm();
+            let wrap = || Box::new(forge::str("coroutine.wrap#aux"));
+            let forged_state = Node::UdBytes {
+                bytes: vec![0x41; 256],
+                nuv: 0,
+                meta: Box::new(Node::Nil),
+                uvs: vec![],
+            };
+            let files = [
+                // The wrap helper as a bare permanent, and as closures without its coroutine.
+                ("bare wrap helper", forge::perm("coroutine.wrap#aux")),
+                (
+                    "wrap closure with no upvalue",
+                    Node::CClosure {
+                        name: wrap(),
+                        n: 0,
+                        upvals: vec![],
+                    },
+                ),
+                (
+                    "wrap closure over a number",
+                    Node::CClosure {
+                        name: wrap(),
+                        n: 1,
+                        upvals: vec![Node::Int(5)],
+                    },
+                ),
+                (
+                    "wrap closure with two upvalues",
+                    Node::CClosure {
+                        name: wrap(),
+                        n: 2,
+                        upvals: vec![Node::ThreadDead, Node::Int(1)],
+                    },
+                ),
+                // A gmatch iterator over a match state whose pointers come from the file.
+                ("bare gmatch helper", forge::perm("string.gmatch#aux")),
+                (
+                    "gmatch iterator with a forged state",
+                    Node::CClosure {
+                        name: Box::new(forge::str("string.gmatch#aux")),
+                        n: 3,
+                        upvals: vec![forge::str("abc"), forge::str("b"), forged_state],
+                    },
+                ),
+                // Any other C function with upvalues: its layout is unknown.
+                (
+                    "print with an upvalue",
+                    Node::CClosure {
+                        name: Box::new(forge::str("print")),
+                        n: 1,
+                        upvals: vec![Node::Int(1)],
+                    },
+                ),
+            ];
+            for (what, f) in files {
+                let file = forge::table(vec![("f", f)]);
+                for trust in [Trust::Own, Trust::Foreign] {
+                    let r = load(&mut b, &file, trust);
+                    if r.is_ok() {
+                        // Before the fix: calling it crashed (wrap) or read the forged pointers.
+                        let _ = b.exec("loaded.f()", "call");
+                    }
+                    refused(r, what);
+                    use_it(&b);
+                }
+            }
+        },
+    );
+}
+
+#[test]
+fn honest_wrap_functions_still_round_trip() {
+    let a = vm();
+    a.exec(
+        "local f = coroutine.wrap(function() coroutine.yield(1) coroutine.yield(2) return 3 end)
+         f() saved = { f = f }",
+        "game",
+    )
+    .unwrap();
+    let file = a.persist("saved").unwrap();
+    let mut b = vm();
+    b.exec(
+        "local f = coroutine.wrap(function() coroutine.yield(1) coroutine.yield(2) return 3 end)",
+        "game",
+    )
+    .unwrap();
+    b.unpersist(&file, "loaded", Trust::Foreign).unwrap();
+    assert_eq!(
+        b.exec("return loaded.f(), loaded.f()", "use").unwrap(),
+        vec![Value::Integer(2), Value::Integer(3)]
+    );
+}
+
+// ----- class 2: load-time calls to any permanent -----
+
+/// A VM with a native that counts its calls.
+fn counting_vm() -> (Vm, Arc<AtomicUsize>) {
+    let mut vm = vm();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let c = calls.clone();
+    vm.register_native("host.touch", move |call| {
+        c.fetch_add(1, Ordering::SeqCst);
+        call.ret(1);
+        Ok(())
+    })
+    .unwrap();
+    (vm, calls)
+}
+
+#[test]
+fn foreign_loads_call_only_registered_constructors() {
+    let (mut b, calls) = counting_vm();
+    let file = forge::table(vec![(
+        "x",
+        Node::Thunk(Box::new(forge::perm("host.touch"))),
+    )]);
+    let e = refused(
+        load(&mut b, &file, Trust::Foreign),
+        "a rebuild that is not a constructor",
+    );
+    assert!(e.contains("not a registered constructor"), "{e}");
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        0,
+        "it ran before being refused"
+    );
+    // Own saves keep Eris's rule: any function the permanents offer.
+    load(&mut b, &file, Trust::Own).unwrap();
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+    // Once the host marks it, a foreign save may call it.
+    b.register_constructor("host.touch").unwrap();
+    load(&mut b, &file, Trust::Foreign).unwrap();
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+    // Init functions of two-phase persistence too.
+    let two = forge::table(vec![(
+        "x",
+        Node::TwoPhase(
+            Box::new(forge::perm("host.touch")),
+            Box::new(forge::perm("print")),
+        ),
+    )]);
+    let e = refused(
+        load(&mut b, &two, Trust::Foreign),
+        "an init that is not a constructor",
+    );
+    assert!(e.contains("not a registered constructor"), "{e}");
+}
+
+#[test]
+fn foreign_loads_run_no_shell_command_exit_or_read() {
+    in_child("foreign_loads_run_no_shell_command_exit_or_read", || {
+        let mut b = vm();
+        // create: coroutine.wrap over a coroutine not started whose function returns what
+        // the file chose; init: the dangerous function, called with it.
+        let create = |value: Node| Node::CClosure {
+            name: Box::new(forge::str("coroutine.wrap#aux")),
+            n: 1,
+            upvals: vec![Node::ThreadNotStarted {
+                n: 2,
+                stack: vec![forge::perm("string.lower"), value],
+            }],
+        };
+        for (init, arg) in [
+            ("os.execute", "echo HOSTILE-SHELL-COMMAND-RAN"),
+            ("os.exit", "ignored"),
+            ("io.read", "l"),
+            ("load", "return 1"),
+            ("debug.sethook", "x"),
+        ] {
+            let file = forge::table(vec![(
+                "x",
+                Node::TwoPhase(
+                    Box::new(create(forge::str(arg))),
+                    Box::new(forge::perm(init)),
+                ),
+            )]);
+            let e = refused(load(&mut b, &file, Trust::Foreign), init);
+            assert!(
+                e.contains("does not allow") || e.contains("constructor"),
+                "{e}"
+            );
+            let thunk = forge::table(vec![("x", Node::Thunk(Box::new(forge::perm(init))))]);
+            refused(load(&mut b, &thunk, Trust::Foreign), init);
+            // Referring to it at all is refused by default, not only calling it.
+            let plain = forge::table(vec![("x", forge::perm(init))]);
+            refused(load(&mut b, &plain, Trust::Foreign), init);
+        }
+    });
+}
+
+#[test]
+fn registered_constructors_rebuild_foreign_saves() {
+    let game = "Vec = {} Vec.__index = Vec
+        Vec.__persist = function(v) local x, y = v.x, v.y return function() return setmetatable({ x = x, y = y }, Vec) end end
+        function Vec.len2(v) return v.x * v.x + v.y * v.y end";
+    let a = vm();
+    a.exec(game, "game").unwrap();
+    a.exec("saved = { p = setmetatable({ x = 3, y = 4 }, Vec) }", "s")
+        .unwrap();
+    let file = a.persist("saved").unwrap();
+    let mut b = vm();
+    b.exec(game, "game").unwrap();
+    let e = b
+        .unpersist(&file, "loaded", Trust::Foreign)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("not a registered constructor"), "{e}");
+    b.register_constructor("Vec.__persist").unwrap();
+    b.unpersist(&file, "loaded", Trust::Foreign).unwrap();
+    assert_eq!(
+        b.exec("return loaded.p:len2()", "use").unwrap(),
+        vec![Value::Integer(25)]
+    );
+    // And from Lua.
+    let c = vm();
+    c.exec(game, "game").unwrap();
+    let out = c
+        .exec(
+            "local data = eris.persist({ p = setmetatable({ x = 1, y = 2 }, Vec) })
+             eris.settings('trust', 'foreign')
+             local ok, err = pcall(eris.unpersist, data)
+             assert(not ok and tostring(err):find('constructor'), tostring(err))
+             eris.constructor(Vec.__persist)
+             local t = eris.unpersist(data)
+             eris.settings('trust', nil)
+             return t.p:len2()",
+            "lua",
+        )
+        .unwrap();
+    assert_eq!(out, vec![Value::Integer(5)]);
+}
+
+// ----- class 3: forged coroutine frames -----
+
+/// A suspended coroutine's save, decoded, and a VM with the same game code.
+fn suspended(shape: &str) -> (Node, Vm) {
+    let a = vm();
+    a.exec(shape, "game").unwrap();
+    a.exec("saved = { co = co }", "s").unwrap();
+    let node = decoded(&a, "saved");
+    let b = vm();
+    b.exec(shape, "game").unwrap();
+    (node, b)
+}
+
+fn frames_of(node: &mut Node, f: &mut dyn FnMut(&mut Vec<FrameRec>, &mut i64)) {
+    forge::walk_mut(node, &mut |n| {
+        if let Node::ThreadSuspended {
+            frames, errfunc, ..
+        } = n
+        {
+            f(frames, errfunc);
+        }
+    });
+}
+
+#[test]
+fn frames_must_match_the_instruction_their_caller_is_suspended_at() {
+    in_child(
+        "frames_must_match_the_instruction_their_caller_is_suspended_at",
+        || {
+            // The attack of the review: OP_SETLIST after a call for all results.
+            let setlist =
+                "co = coroutine.create(function() local t = { 1, 2, coroutine.yield() } return #t end) coroutine.resume(co)";
+            let pcall = "co = coroutine.create(function() local ok, v = pcall(coroutine.yield, 1) return v end) coroutine.resume(co)";
+            let xpcall = "co = coroutine.create(function() return xpcall(function() local s = 'a' .. coroutine.yield('x') return s end, print) end) coroutine.resume(co)";
+            let meta = "co = coroutine.create(function() local t = setmetatable({}, { __index = function(_, k) return coroutine.yield(k) end }) return t.x end) coroutine.resume(co)";
+            let forin = "co = coroutine.create(function() local n = 0 for v in coroutine.yield do n = n + v end return n end) coroutine.resume(co)";
+            for shape in [setlist, pcall, xpcall, meta, forin] {
+                let (good, mut b) = suspended(shape);
+                // Honest: loads and resumes.
+                load(&mut b, &good, Trust::Own).unwrap();
+                use_it(&b);
+                type Edit = fn(&mut Vec<FrameRec>, &mut i64);
+                let edits: [(&str, Edit); 9] = [
+                    ("top frame two slots down", |f, _| {
+                        let l = f.len() - 1;
+                        f[l].func -= 2;
+                        f[l].top -= 2;
+                    }),
+                    ("top frame one slot up", |f, _| {
+                        let l = f.len() - 1;
+                        f[l].func += 1;
+                        f[l].top += 1;
+                    }),
+                    ("more results wanted", |f, _| {
+                        let l = f.len() - 1;
+                        f[l].callstatus = (f[l].callstatus & !(cist::NRESULTS as u64)) | 4;
+                    }),
+                    ("all results wanted", |f, _| {
+                        let l = f.len() - 1;
+                        f[l].callstatus &= !(cist::NRESULTS as u64);
+                    }),
+                    ("body moved", |f, _| {
+                        f[0].func += 1;
+                        f[0].top += 1;
+                    }),
+                    ("middle frames shifted", |f, _| {
+                        for x in f.iter_mut().skip(1) {
+                            x.func += 1;
+                            x.top += 1;
+                        }
+                    }),
+                    ("pcall function slot", |f, _| {
+                        for x in f.iter_mut() {
+                            if x.callstatus & cist::YPCALL as u64 != 0 {
+                                x.u2 += 16;
+                            }
+                        }
+                    }),
+                    ("error handler", |_, e| *e = 2),
+                    ("saved error handler", |f, _| {
+                        for x in f.iter_mut() {
+                            if x.callstatus & cist::YPCALL as u64 != 0 {
+                                x.old_errfunc = 1;
+                            }
+                        }
+                    }),
+                ];
+                for (what, edit) in edits {
+                    let mut bad = good.clone();
+                    let mut changed = false;
+                    frames_of(&mut bad, &mut |f, e| {
+                        let before = (f.clone(), *e);
+                        edit(f, e);
+                        changed = before != (f.clone(), *e);
+                    });
+                    if !changed {
+                        continue;
+                    }
+                    let r = load(&mut b, &bad, Trust::Own);
+                    if r.is_ok() {
+                        use_it(&b);
+                    }
+                    let e = refused(r, &format!("{what} in {shape}"));
+                    assert!(e.contains("suspended coroutine"), "{what}: {e}");
+                }
+            }
+        },
+    );
+}
+
+// ----- class 4: open upvalues into the loading thread -----
+
+#[test]
+fn open_upvalues_go_only_into_live_locals_of_loaded_coroutines() {
+    in_child(
+        "open_upvalues_go_only_into_live_locals_of_loaded_coroutines",
+        || {
+            let game = "local x = 0 function bump() x = x + 1 return x end
+                co = coroutine.create(function() local n = 0 get = function() n = n + 1 return n end coroutine.yield() return n end)
+                coroutine.resume(co)";
+            let a = vm();
+            a.exec(game, "game").unwrap();
+            a.exec("saved = { f = bump }", "s").unwrap();
+            let bump = first_proto(&decoded(&a, "saved"));
+            a.exec("saved = { co = co, get = get }", "s").unwrap();
+            let shared = decoded(&a, "saved");
+            let mut b = vm();
+            b.exec(game, "game").unwrap();
+            load(&mut b, &shared, Trust::Own).unwrap();
+            use_it(&b);
+            // The main thread (the loading thread), at a level below its top.
+            for level in [1, 3, 8, 40] {
+                let file = forge::table(vec![(
+                    "f",
+                    Node::LClosure {
+                        proto: with_index(&bump, 0),
+                        n: 1,
+                        upvals: vec![Upval::Open {
+                            level,
+                            thread: Node::MainThread,
+                        }],
+                    },
+                )]);
+                let r = load(&mut b, &file, Trust::Own);
+                if r.is_ok() {
+                    // Before the fix: writes through it after the stack shrank.
+                    let _ = b.exec(
+                        "for i = 1, 100 do loaded.f() end collectgarbage() for i = 1, 100 do loaded.f() end",
+                        "use",
+                    );
+                }
+                refused(r, "an open upvalue into the main thread");
+                use_it(&b);
+            }
+            // A loaded coroutine, at a slot that is no live local (its function slot), or a
+            // thread that is not suspended.
+            let mut bad = shared.clone();
+            forge::walk_mut(&mut bad, &mut |n| {
+                if let Node::LClosure { upvals, .. } = n {
+                    for u in upvals {
+                        if let Upval::Open { level, .. } = u {
+                            *level = 1;
+                        }
+                    }
+                }
+            });
+            assert_ne!(bad, shared);
+            refused(
+                load(&mut b, &bad, Trust::Own),
+                "an open upvalue at a function slot",
+            );
+            use_it(&b);
+        },
+    );
+}
+
+// ----- class 5: prototypes found through the index of live prototypes -----
+
+#[test]
+fn prototypes_stay_anchored_while_the_load_runs_code() {
+    in_child("prototypes_stay_anchored_while_the_load_runs_code", || {
+        // A fresh VM holds garbage prototypes no collection has freed yet: those of the
+        // probes the library ran when it opened (`persist::install`). Their fingerprints
+        // come from the same code compiled under the same chunk names elsewhere.
+        let a = vm();
+        a.exec(
+            "saved = { f = load('return coroutine.wrap(function() end)', '=aux') }",
+            "s",
+        )
+        .unwrap();
+        let aux_main = first_proto(&decoded(&a, "saved"));
+        a.exec(
+            "probe_co = coroutine.create(function() pcall(coroutine.yield) end) coroutine.resume(probe_co)",
+            "probe",
+        )
+        .unwrap();
+        a.exec("saved = { co = probe_co }", "s").unwrap();
+        let probe_inner = first_proto(&decoded(&a, "saved"));
+        let file = Node::Table {
+            narr: 0,
+            nhash: 0,
+            meta: Box::new(Node::Nil),
+            entries: vec![
+                // 1: found only in the index of every live prototype (which it builds).
+                (
+                    Node::Int(1),
+                    Node::LClosure {
+                        proto: with_index(&aux_main, 0),
+                        n: 1,
+                        upvals: vec![Upval::New(Node::Nil)],
+                    },
+                ),
+                // 2: a load-time call that collects garbage.
+                (
+                    Node::Int(2),
+                    Node::Thunk(Box::new(forge::perm("collectgarbage"))),
+                ),
+                // 3: a prototype that collection freed, through the same index.
+                (
+                    Node::Int(3),
+                    Node::LClosure {
+                        proto: with_index(&probe_inner, 1),
+                        n: 0,
+                        upvals: vec![],
+                    },
+                ),
+            ],
+        };
+        let mut b = vm();
+        let r = load(&mut b, &file, Trust::Own);
+        if r.is_ok() {
+            let _ = b.exec("for i = 1, 10 do pcall(loaded[3]) end", "use");
+        }
+        let e = refused(r, "a closure of a freed prototype");
+        assert!(e.contains("not among the chunks"), "{e}");
+        use_it(&b);
+        // The first prototype alone is found (the index works), and stays usable after a
+        // collection run by the load itself.
+        let mut ok_file = file.clone();
+        if let Node::Table { entries, .. } = &mut ok_file {
+            entries.truncate(2);
+        }
+        let mut c = vm();
+        load(&mut c, &ok_file, Trust::Own).unwrap();
+        c.exec(
+            "collectgarbage() assert(type(loaded[1]) == 'function')",
+            "use",
+        )
+        .unwrap();
+        use_it(&c);
+    });
+}
+
+// ----- class 6: budgets that loaded code cannot remove -----
+
+/// The Lua closure a save of `{ f = <global> }` holds, its prototype listed as `index`.
+fn closure_node(vm: &Vm, global: &str, index: u64) -> Node {
+    vm.exec(format!("saved = {{ f = {global} }}"), "s").unwrap();
+    match decoded(vm, "saved") {
+        Node::Table { entries, .. } => match entries.into_iter().next() {
+            Some((_, Node::LClosure { proto, n, upvals })) => Node::LClosure {
+                proto: with_index(&proto, index),
+                n,
+                upvals,
+            },
+            other => panic!("{other:?}"),
+        },
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn loaded_code_cannot_lift_the_instruction_budget() {
+    in_child("loaded_code_cannot_lift_the_instruction_budget", || {
+        let game = "function spin() while true do end end
+            INNER = eris.persist(true)
+            function reload() return eris.unpersist(INNER) end";
+        let a = vm();
+        a.exec(game, "game").unwrap();
+        let attacks = [
+            // debug.sethook(main thread) as an init (coroutine.running() gives the thread):
+            // the hook went, then the next init spun for ever.
+            (
+                "debug.sethook",
+                Node::TwoPhase(
+                    Box::new(forge::perm("coroutine.running")),
+                    Box::new(forge::perm("debug.sethook")),
+                ),
+            ),
+            // A nested eris.unpersist: it reset the budget, and removed the hook at its end.
+            (
+                "eris.unpersist",
+                Node::Thunk(Box::new(closure_node(&a, "reload", 0))),
+            ),
+        ];
+        for (what, first) in attacks {
+            let spin_index = if what == "eris.unpersist" { 1 } else { 0 };
+            let file = forge::table(vec![
+                ("a", first),
+                (
+                    "b",
+                    Node::TwoPhase(
+                        Box::new(forge::perm("coroutine.running")),
+                        Box::new(closure_node(&a, "spin", spin_index)),
+                    ),
+                ),
+            ]);
+            let mut b = vm();
+            b.exec(game, "game").unwrap();
+            let e = refused(load(&mut b, &file, Trust::Own), what);
+            assert!(
+                e.contains("instruction budget") || e.contains("instruction-budget hook"),
+                "{what}: {e}"
+            );
+            // No hook is left behind on the VM.
+            assert_eq!(
+                b.exec("return debug.gethook() == nil", "hook").unwrap(),
+                vec![Value::Boolean(true)]
+            );
+        }
+    });
+}
+
+// ----- class 7: honest saves must not inherit the load's budget -----
+
+#[test]
+fn coroutines_made_by_a_load_do_not_keep_its_budget() {
+    let game = "function work() local s = 0 for i = 1, 4000000 do s = s + i end return s end
+        function body() while true do coroutine.yield(work()) end end
+        Maker = {} Maker.__persist = function() return function()
+          return setmetatable({ co = coroutine.create(body) }, Maker)
+        end end";
+    let a = vm();
+    a.exec(game, "game").unwrap();
+    a.exec(
+        "co = coroutine.create(body)
+         coroutine.resume(co)
+         saved = { co = co, made = setmetatable({}, Maker) }",
+        "s",
+    )
+    .unwrap();
+    let file = a.persist("saved").unwrap();
+    let mut b = vm();
+    b.exec(game, "game").unwrap();
+    b.unpersist(&file, "loaded", Trust::Own).unwrap();
+    // Each resume runs ~16M instructions: more than a load's whole budget.
+    let out = b
+        .exec(
+            "for _, co in ipairs({ loaded.co, loaded.made.co }) do
+               for i = 1, 4 do
+                 local ok, v = coroutine.resume(co)
+                 assert(ok, v)
+               end
+               assert(debug.gethook(co) == nil, 'a hook is left on a coroutine made by the load')
+             end
+             return debug.gethook() == nil",
+            "resume",
+        )
+        .unwrap();
+    assert_eq!(out, vec![Value::Boolean(true)]);
+}
+
+// ----- class 8: memory bombs -----
+
+/// A file of `depth` nested tables whose size hints all ask for 2^40 entries, with a long
+/// string innermost (so every level's hints were capped only by the bytes left).
+fn nested_hint_bomb(depth: usize, pad: usize) -> Node {
+    let mut node = Node::Str(vec![b'x'; pad]);
+    for _ in 0..depth {
+        node = Node::Table {
+            narr: 1 << 40,
+            nhash: 1 << 40,
+            meta: Box::new(Node::Nil),
+            entries: vec![(Node::Int(1), node)],
+        };
+    }
+    node
+}
+
+#[test]
+fn preallocation_is_capped_in_total() {
+    let bomb = nested_hint_bomb(1200, 100_000);
+    let file = forge::file(&bomb);
+    assert!(file.len() < 130_000, "{}", file.len());
+    let mut b = vm();
+    let before = b.arena().stats().extent_bytes;
+    b.unpersist(&file, "loaded", Trust::Foreign).unwrap();
+    let grown = b.arena().stats().extent_bytes - before;
+    assert!(
+        grown < 64 * MIB as u64,
+        "a {} KB file grew the heap by {} MB",
+        file.len() >> 10,
+        grown >> 20
+    );
+    // Coroutine frames that ask for huge stacks are charged to the same budget.
+    let (mut good, mut c) = suspended(
+        "co = coroutine.create(function() local t = { 1, 2, coroutine.yield() } return #t end) coroutine.resume(co)",
+    );
+    frames_of(&mut good, &mut |f, _| {
+        let l = f.len() - 1;
+        f[l].top += 90_000;
+    });
+    let file = good;
+    let before = c.arena().stats().extent_bytes;
+    let e = refused(load(&mut c, &file, Trust::Own), "huge coroutine stacks");
+    assert!(e.contains("more stack than the file can justify"), "{e}");
+    assert!(c.arena().stats().extent_bytes - before < 64 * MIB as u64);
+}
+
+#[test]
+fn eris_unpersist_has_a_default_heap_growth_cap() {
+    let b = vm();
+    let out = b
+        .exec(
+            "local t = {} for i = 1, 100000 do t[i] = { i, tostring(i) } end
+             local data = eris.persist(t)
+             t = nil collectgarbage()
+             local default = eris.settings('maxgrowth')
+             eris.settings('maxgrowth', 1 << 20)
+             local ok, err = pcall(eris.unpersist, data)
+             eris.settings('maxgrowth', nil)
+             local ok2 = pcall(eris.unpersist, data)
+             return default, ok, tostring(err), ok2",
+            "cap",
+        )
+        .unwrap();
+    assert_eq!(out[0], Value::Number((1u64 << 30) as f64));
+    assert_eq!(out[1], Value::Boolean(false));
+    match &out[2] {
+        Value::String(e) => {
+            let e = String::from_utf8_lossy(e);
+            assert!(e.contains("heap-growth cap"), "{e}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(out[3], Value::Boolean(true));
+}
+
+// ----- class 9: Rust-side copies -----
+
+#[test]
+fn copies_into_rust_are_bounded() {
+    let vm = vm();
+    // 22 levels of a table shared twice: 4 million tables once copied as a tree.
+    let e = vm
+        .exec(
+            "local t = {} for i = 1, 22 do t = { a = t, b = t } end return t",
+            "dag",
+        )
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("more than 1000000 Lua values"), "{e}");
+    // Shared tables below the limit still copy, each reference in full.
+    let out = vm
+        .exec("local t = { 1 } local u = { t, t, t } return u", "small")
+        .unwrap();
+    match &out[0] {
+        Value::Table(t) => assert_eq!(t.entries.len(), 3),
+        other => panic!("{other:?}"),
+    }
+}
+
+// ----- class 10: capture() seals registration -----
+
+#[derive(Clone, Copy, Debug, PartialEq, bytemuck::Pod, bytemuck::Zeroable)]
+#[repr(C)]
+struct Late {
+    x: i64,
+}
+
+impl PlainData for Late {
+    const NAME: &'static str = "Late";
+}
+
+#[test]
+fn capture_seals_registration() {
+    let mut vm = vm();
+    let cap = vm.capture();
+    let e = vm.register_userdata::<Late>(|_| {}).unwrap_err();
+    assert!(e.to_string().contains("cannot register"), "{e}");
+    let e = vm
+        .register_native("late.f", |_| Ok(()))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("cannot register"), "{e}");
+    vm.restore(&cap).unwrap();
+    assert_eq!(
+        vm.exec("return 1 + 1", "alive").unwrap(),
+        vec![Value::Integer(2)]
+    );
+}
+
+#[test]
+fn load_options_name_their_trust_level() {
+    assert_eq!(LoadOptions::own().trust, Trust::Own);
+    let f = LoadOptions::foreign();
+    assert_eq!(f.trust, Trust::Foreign);
+    assert!(f.denied_permanents.iter().any(|d| d == "os"));
+    assert!(f.max_heap_growth.is_some());
+    assert!(!f.bytecode);
+    let mut b = vm();
+    // A foreign file whose functions would need its bytecode: refused even if asked.
+    let a = vm();
+    a.exec("saved = { f = function() return 1 end }", "only-a")
+        .unwrap();
+    let file = a.persist("saved").unwrap();
+    let opts = LoadOptions {
+        bytecode: true,
+        ..LoadOptions::foreign()
+    };
+    let e = load_with(
+        &mut b,
+        &forge::decode(body_of(&file).unwrap()).unwrap(),
+        &opts,
+    )
+    .unwrap_err();
+    assert!(e.contains("not among the chunks"), "{e}");
+    let own = LoadOptions {
+        bytecode: true,
+        ..LoadOptions::own()
+    };
+    b.unpersist_with(&file, "loaded", &own).unwrap();
+}
