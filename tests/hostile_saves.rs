@@ -469,6 +469,22 @@ fn frames_must_match_the_instruction_their_caller_is_suspended_at() {
                         }
                     }),
                 ];
+                if shape == setlist {
+                    // The constructor's table register holding something else: OP_SETLIST
+                    // wrote through it as a table (found by the structured fuzzer).
+                    let mut bad = good.clone();
+                    forge::walk_mut(&mut bad, &mut |n| {
+                        if let Node::ThreadSuspended { stack, .. } = n {
+                            stack[1] = Node::Int(5);
+                        }
+                    });
+                    let r = load(&mut b, &bad, Trust::Own);
+                    if r.is_ok() {
+                        use_it(&b);
+                    }
+                    let e = refused(r, "a constructor's table replaced");
+                    assert!(e.contains("table constructor"), "{e}");
+                }
                 for (what, edit) in edits {
                     let mut bad = good.clone();
                     let mut changed = false;
