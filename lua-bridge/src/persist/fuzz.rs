@@ -620,7 +620,7 @@ unsafe extern "C-unwind" fn poke_sethook(L: *mut lua_State) -> c_int {
 /// Uses what loaded (`loaded`): iterates tables, calls functions, resumes coroutines, under
 /// an instruction budget that covers the coroutines it resumes.
 fn poke(vm: &Vm) {
-    POKE_LEFT.set(2_000_000);
+    POKE_LEFT.set(200_000);
     let _ = vm.run(
         &mut |L| {
             // SAFETY: protected body; the hook is removed before returning, errors of the
