@@ -665,8 +665,7 @@ fn prototypes_stay_anchored_while_the_load_runs_code() {
 
 /// The Lua closure a save of `{ f = <global> }` holds, its prototype listed as `index`.
 fn closure_node(vm: &Vm, global: &str, index: u64) -> Node {
-    vm.exec(&format!("saved = {{ f = {global} }}"), "s")
-        .unwrap();
+    vm.exec(format!("saved = {{ f = {global} }}"), "s").unwrap();
     match decoded(vm, "saved") {
         Node::Table { entries, .. } => match entries.into_iter().next() {
             Some((_, Node::LClosure { proto, n, upvals })) => Node::LClosure {

@@ -482,7 +482,7 @@ impl<'a> Gen<'a> {
             callstatus: if c {
                 (forge::cist::C | self.below(256) as u32) as u64
             } else {
-                (forge::cist::FRESH * self.below(2) as u32 | self.below(256) as u32) as u64
+                ((forge::cist::FRESH * self.below(2) as u32) | self.below(256) as u32) as u64
             },
             u2: self.small() as i64,
             pc: self.small(),
