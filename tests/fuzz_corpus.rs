@@ -1,33 +1,30 @@
-//! Replays the committed fuzz corpus through the loader (the same body the fuzz target runs),
-//! and writes the seed files on demand.
+//! Replays the committed fuzz corpora through the loader with the targets' own bodies
+//! (`persist::fuzz`), and writes the seed files and the dictionary on demand.
 
-use luasnap::bridge::persist::{fuzz_load, FUZZ_GAME};
-use luasnap::bridge::Vm;
+use luasnap::bridge::persist::fuzz::{
+    fuzz_load, fuzz_seeds, fuzz_structured, fuzz_vm, permanent_names, structured,
+};
+use luasnap::bridge::persist::{body_of, forge};
+use luasnap::bridge::Value;
 use std::path::PathBuf;
 
-fn corpus() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus/load")
+fn fuzz_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fuzz")
 }
 
-fn vm() -> Vm {
-    let vm = Vm::builder()
-        .capacity(1 << 30)
-        .memory_limit(256 << 20)
-        .deterministic(1)
-        .build()
-        .unwrap();
-    vm.exec(FUZZ_GAME, "game").unwrap();
-    vm
-}
-
-#[test]
-fn the_committed_corpus_loads_or_fails_cleanly() {
-    let mut vm = vm();
-    let mut files: Vec<_> = std::fs::read_dir(corpus())
-        .expect("fuzz/corpus/load is committed")
+fn files(corpus: &str) -> Vec<PathBuf> {
+    let mut files: Vec<_> = std::fs::read_dir(fuzz_dir().join("corpus").join(corpus))
+        .unwrap_or_else(|_| panic!("fuzz/corpus/{corpus} is committed"))
         .map(|e| e.unwrap().path())
         .collect();
     files.sort();
+    files
+}
+
+#[test]
+fn the_committed_byte_corpus_loads_or_fails_cleanly() {
+    let mut vm = fuzz_vm();
+    let files = files("load");
     assert!(
         files.len() >= 10,
         "the corpus should hold the seeds at least"
@@ -39,55 +36,77 @@ fn the_committed_corpus_loads_or_fails_cleanly() {
     vm.arena().verify().unwrap();
     assert_eq!(
         vm.exec("return 6 * 7", "alive").unwrap(),
-        vec![luasnap::bridge::Value::Integer(42)]
+        vec![Value::Integer(42)]
     );
 }
 
-/// Regenerates the seed files: valid saves of each kind of value, and their bodies.
+#[test]
+fn the_committed_structured_corpus_loads_or_fails_cleanly() {
+    let mut vm = fuzz_vm();
+    let seeds = fuzz_seeds(&vm);
+    let dict = permanent_names(&vm);
+    assert!(seeds.len() >= 5, "{}", seeds.len());
+    let files = files("structured");
+    assert!(!files.is_empty());
+    for f in &files {
+        fuzz_structured(&mut vm, &std::fs::read(f).unwrap(), &seeds, &dict);
+    }
+    vm.arena().verify().unwrap();
+    assert_eq!(
+        vm.exec("return 6 * 7", "alive").unwrap(),
+        vec![Value::Integer(42)]
+    );
+}
+
+/// The seeds decode and encode back to the same bytes, and an empty input stands for one of
+/// them unchanged (so the structured target starts from honest files).
+#[test]
+fn seeds_round_trip_through_the_forge() {
+    let vm = fuzz_vm();
+    let seeds = fuzz_seeds(&vm);
+    for s in &seeds {
+        let file = forge::file(s);
+        assert_eq!(forge::decode(body_of(&file).unwrap()).as_ref(), Some(s));
+    }
+    assert_eq!(structured(&[], &seeds, &[]), seeds[0]);
+}
+
+/// Regenerates the seed files of both corpora and the byte target's dictionary (every
+/// permanent's name, and the format's tags): `cargo test --test fuzz_corpus -- --ignored`.
 #[test]
 #[ignore]
 fn write_seeds() {
-    let vm = vm();
-    let dir = corpus();
-    std::fs::create_dir_all(&dir).unwrap();
-    let seeds = [
-        ("nil", "saved = nil"),
-        (
-            "numbers",
-            "saved = { 1, -2, 3.5, 0/0, -0.0, 1/0, math.maxinteger, math.mininteger }",
-        ),
-        (
-            "strings",
-            "saved = { 'a', ('b'):rep(300), string.char(0, 255) }",
-        ),
-        ("nested", "saved = { a = { b = { c = { 'd' } } } }"),
-        ("cycle", "saved = {} saved.me = saved"),
-        ("state", "saved = make_state()"),
-        ("closure", "local s = make_state() saved = s.counter"),
-        ("coroutine", "local s = make_state() saved = s.co"),
-        ("special", "local s = make_state() saved = s.v"),
-        ("perms", "saved = { print, string, coroutine.yield }"),
-        ("weak", "saved = setmetatable({}, { __mode = 'kv' })"),
-        (
-            "strrefs",
-            "local s = ('name'):rep(3) saved = { s, s, [s] = s, x = 'abcd', y = 'abcd', z = 'ab' }",
-        ),
-        (
-            "batches",
-            "local function mk(i) local n = i return function() n = n + 1 return n end, function() return n end end
-             local mt = { __index = {} }
-             saved = {}
-             for i = 1, 30 do
-               local a, b = mk(i)
-               saved[i] = setmetatable({ i, i + 0.5, 'k' .. i, t = { x = i, y = { z = 'zz' } }, a = a, b = b }, mt)
-             end",
-        ),
-    ];
-    for (name, code) in seeds {
-        vm.exec(code, "seed").unwrap();
-        let file = vm.persist("saved").unwrap();
-        std::fs::write(dir.join(format!("seed-{name}.sav")), &file).unwrap();
-        let body = luasnap::bridge::persist::body_of(&file).unwrap();
-        std::fs::write(dir.join(format!("seed-{name}.body")), body).unwrap();
+    let vm = fuzz_vm();
+    let dir = fuzz_dir().join("corpus");
+    std::fs::create_dir_all(dir.join("load")).unwrap();
+    std::fs::create_dir_all(dir.join("structured")).unwrap();
+    for (i, s) in fuzz_seeds(&vm).iter().enumerate() {
+        let file = forge::file(s);
+        std::fs::write(dir.join("load").join(format!("seed-{i}.sav")), &file).unwrap();
+        std::fs::write(
+            dir.join("load").join(format!("seed-{i}.body")),
+            body_of(&file).unwrap(),
+        )
+        .unwrap();
     }
+    for i in 0..16u8 {
+        std::fs::write(
+            dir.join("structured").join(format!("seed-{i}")),
+            [i, i.wrapping_mul(37), 3, i, 200, 7, i ^ 0x55, 1],
+        )
+        .unwrap();
+    }
+    let mut dict = String::from("# Permanent names of the fuzz VM, and the format's tags.\n");
+    for name in permanent_names(&vm) {
+        dict.push_str(&format!("\"{}\"\n", name.escape_default()));
+    }
+    for (name, tag) in [
+        ("perm", 11u8),
+        ("thread", 29),
+        ("upval_open", 42),
+        ("cclosure", 22),
+    ] {
+        dict.push_str(&format!("tag_{name}=\"\\x{tag:02x}\"\n"));
+    }
+    std::fs::write(fuzz_dir().join("load.dict"), dict).unwrap();
 }

@@ -200,6 +200,16 @@ fn library_helpers_are_never_rebuilt_without_their_state() {
                         upvals: vec![forge::str("abc"), forge::str("b"), forged_state],
                     },
                 ),
+                // A function that keeps state in upvalues, rebuilt bare (found by the
+                // structured fuzzer: math.random read its generator through a null pointer).
+                (
+                    "math.random without its state",
+                    Node::CClosure {
+                        name: Box::new(forge::str("math.random")),
+                        n: 0,
+                        upvals: vec![],
+                    },
+                ),
                 // Any other C function with upvalues: its layout is unknown.
                 (
                     "print with an upvalue",
@@ -475,6 +485,22 @@ fn frames_must_match_the_instruction_their_caller_is_suspended_at() {
                         }
                     }),
                 ];
+                if shape == setlist {
+                    // The constructor's table register holding something else: OP_SETLIST
+                    // wrote through it as a table (found by the structured fuzzer).
+                    let mut bad = good.clone();
+                    forge::walk_mut(&mut bad, &mut |n| {
+                        if let Node::ThreadSuspended { stack, .. } = n {
+                            stack[1] = Node::Int(5);
+                        }
+                    });
+                    let r = load(&mut b, &bad, Trust::Own);
+                    if r.is_ok() {
+                        use_it(&b);
+                    }
+                    let e = refused(r, "a constructor's table replaced");
+                    assert!(e.contains("table constructor"), "{e}");
+                }
                 for (what, edit) in edits {
                     let mut bad = good.clone();
                     let mut changed = false;
@@ -910,4 +936,63 @@ fn load_options_name_their_trust_level() {
         ..LoadOptions::own()
     };
     b.unpersist_with(&file, "loaded", &own).unwrap();
+}
+
+/// Heap growth of loading the worst 100 KB files found (run with `--ignored --nocapture`; the
+/// figures are in docs/save-games.md). Each must stay under the foreign default cap.
+#[test]
+#[ignore]
+fn measure_worst_case_heap_growth_of_100_kb_files() {
+    let kb100 = 100 * 1024;
+    let many = |item: Node, each: usize| Node::Table {
+        narr: 0,
+        nhash: 0,
+        meta: Box::new(Node::Nil),
+        entries: (0..kb100 / each)
+            .map(|i| (Node::Int(i as i64 + 1), item.clone()))
+            .collect(),
+    };
+    let hinted = Node::Table {
+        narr: 1 << 40,
+        nhash: 1 << 40,
+        meta: Box::new(Node::Nil),
+        entries: vec![],
+    };
+    let cases = [
+        (
+            "nested size hints",
+            nested_hint_bomb(1200, kb100 - 1200 * 16),
+        ),
+        ("tables with size hints", many(hinted, 18)),
+        ("dead coroutines", many(Node::ThreadDead, 6)),
+        ("empty tables", many(forge::table(vec![]), 8)),
+        ("one-byte strings", many(Node::Str(vec![b'x']), 7)),
+        (
+            "userdata with user values",
+            Node::UdBytes {
+                bytes: vec![],
+                nuv: 65535,
+                meta: Box::new(Node::Nil),
+                uvs: vec![Node::True; 65535],
+            },
+        ),
+    ];
+    for (what, node) in cases {
+        let file = forge::file(&node);
+        let mut b = vm();
+        b.exec("collectgarbage()", "gc").unwrap();
+        let before = b.arena().stats().extent_bytes;
+        let r = b.unpersist(&file, "loaded", Trust::Foreign);
+        let grown = b.arena().stats().extent_bytes - before;
+        println!(
+            "{what}: file {} KB, heap grew {:.1} MB, {}",
+            file.len() / 1024,
+            grown as f64 / MIB as f64,
+            match r {
+                Ok(()) => "loaded".to_string(),
+                Err(e) => format!("refused: {e}"),
+            }
+        );
+        assert!(grown < (256 * MIB) as u64);
+    }
 }

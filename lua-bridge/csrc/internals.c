@@ -1009,6 +1009,29 @@ static int virtual_func(lua_State *co, const luasnap_ci *r) {
   return r->func;
 }
 
+/* The registers a resumed Lua frame trusts to hold a table: OP_SETLIST writes into R[A]'s
+** array without checking its type (the compiler made it with OP_NEWTABLE at the start of the
+** constructor). A constructor is straight-line code from its OP_NEWTABLE to its last
+** OP_SETLIST, so a SETLIST at or after the resume point whose OP_NEWTABLE for the same
+** register is not between the two belongs to a constructor the frame is suspended in: its
+** register must hold a table. Returns NULL or a static message. */
+static const char *check_constructor_tables(lua_State *co, const luasnap_ci *r) {
+  const Proto *p = clLvalue(s2v(co->stack.p + r->func))->p;
+  unsigned char made[256];
+  int q;
+  memset(made, 0, sizeof made);
+  for (q = r->pc - 1; q < p->sizecode; q++) {
+    Instruction ins = p->code[q];
+    int a = GETARG_A(ins);
+    if (GET_OPCODE(ins) == OP_NEWTABLE) made[a & 0xff] = 1;
+    else if (GET_OPCODE(ins) == OP_SETLIST && !made[a & 0xff]) {
+      if (r->func + 1 + a >= r->top || !ttistable(s2v(co->stack.p + r->func + 1 + a)))
+        return "a table constructor whose table is not a table";
+    }
+  }
+  return NULL;
+}
+
 /* Checks every frame of a suspended coroutine against the instruction (or the C function)
 ** its caller is suspended in: the callee's function slot and the results it was asked for
 ** must be exactly those the VM would have used, so that returning, 'luaV_finishOp' and
@@ -1039,6 +1062,10 @@ const char *luasnap_check_call_sites(lua_State *co, const luasnap_ci *cis, int n
     int vf = virtual_func(co, r);
     int callee_lua = !(r->callstatus & CIST_C);
     int fresh = (r->callstatus & CIST_FRESH) != 0;
+    if (callee_lua) {
+      const char *bad = check_constructor_tables(co, r);
+      if (bad != NULL) return bad;
+    }
     if (i == 0) {
       if (vf != 1 || wanted != LUA_MULTRET) return "the first frame is not the coroutine's body";
     }

@@ -24,18 +24,23 @@
 //! time on the Lua stack, for everything else. See "Speed and size" in `docs/save-games.md`.
 //!
 //! # Safety on hostile files
-//! See `docs/save-games.md`. In short: the header carries magic, format and Lua versions,
-//! number formats and a checksum; the loader bounds every read; **functions come from source
-//! text**: a save carries each chunk's text once, which own-trust loads compile with Lua's own
-//! compiler (or reuse, when the VM has the identical chunk) and foreign-trust loads never use
-//! (they match each function's structural fingerprint against the chunks this VM compiled
-//! itself); bytecode from a file loads only for chunks loaded as binary, in own-trust loads
-//! that set [`LoadOptions::bytecode`]; Lua code run while loading is capped by an instruction
-//! budget; and the heap growth of a load can be capped.
+//! See "Trust levels: the threat model" in `docs/save-games.md`. In short: every load names
+//! its [`Trust`] level; in every mode the loader is memory-safe on any bytes (every read
+//! bounded, C closures only with known upvalue layouts, coroutine frames checked against the
+//! instructions they are suspended at), and Lua code run while loading has an instruction
+//! budget and the heap a growth cap, which loaded code cannot lift. **Functions come from
+//! source text**: a save carries each chunk's text once, which own-trust loads compile with
+//! Lua's own compiler (or reuse, when the VM has the identical chunk) and foreign-trust loads
+//! never use (they match each function's structural fingerprint against the chunks this VM
+//! compiled itself); bytecode loads only for chunks loaded as binary, in own-trust loads that
+//! set [`LoadOptions::bytecode`]. Foreign saves may in addition only call registered
+//! constructors and name allowed permanents.
 
 #[doc(hidden)]
 pub mod forge;
 mod format;
+#[doc(hidden)]
+pub mod fuzz;
 mod read;
 mod write;
 
@@ -46,6 +51,8 @@ use mlua::ffi::{self, lua_State};
 use std::ffi::{c_int, CStr, CString};
 
 pub use format::{FORMAT_VERSION, HEADER_LEN, LUA_RELEASE, MAGIC};
+#[doc(hidden)]
+pub use fuzz::{fuzz_load, FUZZ_GAME};
 
 /// Wraps a body in a valid header (checksum included). For fuzzing and tests of the loader:
 /// it lets mutated bodies past the checksum so the parser itself is exercised.
@@ -759,8 +766,11 @@ unsafe extern "C-unwind" fn budget_hook(L: *mut lua_State, _ar: *mut ffi::lua_De
     }
     let left = shared.budget.get();
     if left < 1000 {
+        // From now on, fail at every instruction: Lua code can catch one error (a loop of
+        // pcalls would go on for ever), but not one at each instruction outside its pcalls.
         // SAFETY: raising from a count hook is allowed; nothing to drop here.
         unsafe {
+            ffi::lua_sethook(L, Some(budget_hook), ffi::LUA_MASKCOUNT, 1);
             ffi::lua_pushstring(L, c"save-game load exceeded its instruction budget (a __persist rebuild or init function runs too long)".as_ptr());
             ffi::lua_error(L);
         }
@@ -768,8 +778,10 @@ unsafe extern "C-unwind" fn budget_hook(L: *mut lua_State, _ar: *mut ffi::lua_De
     shared.budget.set(left - 1000);
     // SAFETY: reads two counters of the global state.
     if unsafe { luasnap_heap_bytes(L) } > shared.heap_cap.get() {
-        // SAFETY: as above.
+        shared.budget.set(0); // and fail at every instruction from now on
+                              // SAFETY: as above.
         unsafe {
+            ffi::lua_sethook(L, Some(budget_hook), ffi::LUA_MASKCOUNT, 1);
             ffi::lua_pushstring(L, c"save-game load exceeded its heap-growth cap (LoadOptions::max_heap_growth, eris.settings(\"maxgrowth\"))".as_ptr());
             ffi::lua_error(L);
         }
@@ -786,7 +798,7 @@ pub(crate) unsafe fn budget_hook_intact(L: *mut lua_State) -> bool {
         ffi::lua_gethook(L).map(|h| h as *const () as usize)
             == Some(budget_hook as *const () as usize)
             && ffi::lua_gethookmask(L) == ffi::LUA_MASKCOUNT
-            && ffi::lua_gethookcount(L) == 1000
+            && matches!(ffi::lua_gethookcount(L), 1 | 1000)
     }
 }
 
@@ -1426,74 +1438,3 @@ unsafe fn replace_contents(L: *mut lua_State) {
         ffi::lua_settop(L, saved - 1);
     }
 }
-
-/// Game code the fuzz target's VM loads, so fuzzed files can name real prototypes.
-#[doc(hidden)]
-pub const FUZZ_GAME: &str = r#"
-local Vec = {} Vec.__index = Vec
-Vec.__persist = function(v) local x, y = v.x, v.y return function() return setmetatable({ x = x, y = y }, Vec) end end
-function make_state()
-  local n = 0
-  local function counter() n = n + 1 return n end
-  local co = coroutine.create(function(a)
-    local total = a
-    while true do
-      local ok, v = pcall(function() return coroutine.yield(total) end)
-      total = total + (tonumber(v) or 0)
-    end
-  end)
-  coroutine.resume(co, 1)
-  local t = { 1, 2.5, "three", true, counter = counter, co = co, v = setmetatable({ x = 1, y = 2 }, Vec) }
-  t.self = t
-  return t
-end
-"#;
-
-/// One fuzz input against a VM running [`FUZZ_GAME`]: the bytes as a file, then as a body
-/// behind a valid header (past the checksum, so the parser itself is exercised); whatever
-/// loads is then poked (iterated, called, resumed) under an instruction budget. Used by the
-/// cargo-fuzz target and by the corpus replay in `cargo test`.
-#[doc(hidden)]
-pub fn fuzz_load(vm: &mut Vm, data: &[u8]) {
-    let opts = LoadOptions {
-        instruction_budget: 200_000,
-        max_heap_growth: Some(64 << 20),
-        ..LoadOptions::own()
-    };
-    for file in [data.to_vec(), seal_body(data, true)] {
-        if vm.unpersist_with(&file, "loaded", &opts).is_ok() {
-            let _ = vm.exec(POKE, "poke");
-        }
-        // A full collection walks every live object, so a load (or a resumed coroutine) that
-        // damaged the heap without crashing is caught here rather than never.
-        let _ = vm.exec("loaded = nil collectgarbage()", "clear");
-        if let Err(e) = vm.arena().verify() {
-            panic!("the arena is damaged after loading a fuzzed file: {e}");
-        }
-    }
-}
-
-#[doc(hidden)]
-const POKE: &str = r#"
-local seen, budget = {}, 2000
-local function poke(v, depth)
-  budget = budget - 1
-  if budget < 0 or depth > 20 or seen[v] then return end
-  local t = type(v)
-  if t == "table" then
-    seen[v] = true
-    for k, x in next, v do poke(k, depth + 1) poke(x, depth + 1) end
-    poke(getmetatable(v), depth + 1)
-  elseif t == "function" then
-    seen[v] = true
-    pcall(v, 1, "x")
-  elseif t == "thread" then
-    seen[v] = true
-    for _ = 1, 3 do coroutine.resume(v, 1, "x") end
-  end
-end
-local d = debug
-if d and d.sethook then d.sethook(function() error("poke budget") end, "", 100000) end
-pcall(poke, loaded, 0)
-if d and d.sethook then d.sethook() end
-"#;

@@ -1025,7 +1025,17 @@ impl<'a> Loader<'a> {
             }
             ffi::lua_pushvalue(L, -1);
             ffi::lua_rawget(L, s.perms);
-            let f = if ffi::lua_iscfunction(L, -1) != 0 {
+            // Only a function without upvalues of its own: the closure is rebuilt from the
+            // bare function, and one that keeps state in upvalues (math.random's generator,
+            // a native's index) would read the missing ones as pointers.
+            let bare = ffi::lua_iscfunction(L, -1) != 0 && {
+                let has_upvalue = !ffi::lua_getupvalue(L, -1, 1).is_null();
+                if has_upvalue {
+                    ffi::lua_settop(L, -2);
+                }
+                !has_upvalue
+            };
+            let f = if bare {
                 ffi::lua_tocfunction(L, -1)
             } else {
                 None
@@ -1034,7 +1044,7 @@ impl<'a> Loader<'a> {
             let Some(f) = f else {
                 let name = perm_name(L);
                 ffi::lua_settop(L, -2);
-                return Err(self.fail(format!("missing permanent {name} (a C function): register it under the same name before loading")));
+                return Err(self.fail(format!("missing permanent {name} (a C function without upvalues of its own): register it under the same name before loading")));
             };
             let Some(n) = self.r.varint() else {
                 return Err(self.malformed("bad C closure"));

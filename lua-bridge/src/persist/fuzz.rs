@@ -1,0 +1,676 @@
+//! The bodies of the fuzz targets (`fuzz/fuzz_targets/`), here so that `cargo test` replays
+//! their corpora with the same code (`tests/fuzz_corpus.rs`).
+//!
+//! Two targets share one VM setup, one dictionary and one way of using what loaded:
+//! - `load` ([`fuzz_load`]): the input as a file, then as a body behind a valid header;
+//! - `structured` ([`fuzz_structured`]): the input drives edits of well-formed trees
+//!   (decoded honest saves of every kind of object, see [`fuzz_seeds`]) and generated
+//!   subtrees: permanents by name from the dictionary, forged frames, upvalues and counts.
+//!
+//! Every file is loaded as an own save (with a deny list for what would touch the process:
+//! files, the shell, stdin) and as a foreign one; whatever loads is then used (functions
+//! called, coroutines resumed, tables iterated), everything collected and the arena's map
+//! verified, so damage that does not crash at once still fails the run.
+
+use super::forge::{self, FrameRec, Node, Proto, Upval};
+use super::{seal_body, LoadOptions, UNPERMS_KEY};
+use crate::vm::Vm;
+use mlua::ffi::{self, lua_State};
+use std::cell::Cell;
+use std::ffi::c_int;
+
+/// Game code the fuzz VM runs, so fuzzed files can name real prototypes: every kind of
+/// object, and coroutines suspended at every kind of instruction that can yield.
+#[doc(hidden)]
+pub const FUZZ_GAME: &str = r#"
+local Vec = {} Vec.__index = Vec
+Vec.__persist = function(v) local x, y = v.x, v.y return function() return setmetatable({ x = x, y = y }, Vec) end end
+VecType = Vec
+Pair = {}
+Pair.__persist = function(p) local a = p.a return function() return setmetatable({}, Pair) end, function(o) o.a = a end end
+function make_state()
+  local n = 0
+  local function counter() n = n + 1 return n end
+  local co = coroutine.create(function(a)
+    local total = a
+    while true do
+      local ok, v = pcall(function() return coroutine.yield(total) end)
+      total = total + (tonumber(v) or 0)
+    end
+  end)
+  coroutine.resume(co, 1)
+  local t = { 1, 2.5, "three", true, counter = counter, co = co, v = setmetatable({ x = 1, y = 2 }, Vec) }
+  t.self = t
+  t.pair = setmetatable({ a = t }, Pair)
+  return t
+end
+local function started(f, ...) local co = coroutine.create(f) coroutine.resume(co, ...) return co end
+function shapes()
+  local up = 0
+  local s = {}
+  s.call = started(function(a) local t = { 1, 2, coroutine.yield(a) } return #t end, 1)
+  s.pcall = started(function() local ok, v = pcall(coroutine.yield, 1) return v end)
+  s.xpcall = started(function() return xpcall(function() local x = 'a' .. coroutine.yield('x') return x end, tostring) end)
+  s.index = started(function() local t = setmetatable({}, { __index = function(_, k) return coroutine.yield(k) end }) return t.x end)
+  s.newindex = started(function() local t = setmetatable({}, { __newindex = function(_, k, v) coroutine.yield(v) end }) t.x = 1 return 2 end)
+  s.arith = started(function() local t = setmetatable({}, { __add = function(a, b) return coroutine.yield(b) end }) return t + 1 end)
+  s.lt = started(function() local m = { __lt = function() return coroutine.yield() end } local a, b = setmetatable({}, m), setmetatable({}, m) if a < b then return 1 end return 0 end)
+  s.concat = started(function() local m = { __concat = function(a, b) return coroutine.yield('c') end } local t = setmetatable({}, m) return 'a' .. 'b' .. t .. 'd' end)
+  s.forin = started(function() local n = 0 for v in coroutine.yield do n = n + v end return n end)
+  s.tail = started(function() return coroutine.yield(1) end)
+  s.vararg = started(function(...) local a, b = ... coroutine.yield(a) return select('#', ...) end, 1, 2, 3)
+  s.shared = started(function() local x = 1 s.get = function() x = x + 1 return x end coroutine.yield() return x end)
+  s.wrap = coroutine.wrap(function() coroutine.yield(1) coroutine.yield(2) end)
+  s.wrap()
+  s.notstarted = coroutine.create(function(a, b) return a + b end)
+  s.dead = started(function() end)
+  s.bump = function() up = up + 1 return up end
+  s.weak = setmetatable({ {} }, { __mode = "k" })
+  return s
+end
+"#;
+
+/// Permanents the fuzz VM's own-save loads may not name: what would touch the process
+/// (files, stdin, stdout) rather than the VM.
+const FUZZ_OWN_DENIED: [&str; 8] = [
+    "os", "io", "load", "loadfile", "dofile", "require", "package", "print",
+];
+
+/// A VM for fuzzing: deterministic profile (no os, io or debug), [`FUZZ_GAME`] loaded, its
+/// `__persist` functions registered as constructors.
+#[doc(hidden)]
+pub fn fuzz_vm() -> Vm {
+    let mut vm = Vm::builder()
+        .capacity(1 << 30)
+        .memory_limit(256 << 20)
+        .deterministic(1)
+        .build()
+        .expect("a fuzz VM");
+    vm.exec(FUZZ_GAME, "game").expect("the fuzz game loads");
+    vm.register_constructor("VecType.__persist")
+        .expect("a function");
+    vm.register_constructor("Pair.__persist")
+        .expect("a function");
+    vm
+}
+
+/// The names of every permanent of `vm` (the dictionary both targets draw names from).
+#[doc(hidden)]
+pub fn permanent_names(vm: &Vm) -> Vec<String> {
+    let mut names = Vec::new();
+    let _ = vm.run(
+        &mut |L| {
+            // SAFETY: protected body; reads the registry's unperms table, balanced pushes.
+            unsafe {
+                if ffi::lua_getfield(L, ffi::LUA_REGISTRYINDEX, UNPERMS_KEY.as_ptr())
+                    == ffi::LUA_TTABLE
+                {
+                    ffi::lua_pushnil(L);
+                    while ffi::lua_next(L, -2) != 0 {
+                        if ffi::lua_type(L, -2) == ffi::LUA_TSTRING {
+                            let mut len = 0;
+                            let p = ffi::lua_tolstring(L, -2, &mut len);
+                            let b = std::slice::from_raw_parts(p.cast::<u8>(), len);
+                            names.push(String::from_utf8_lossy(b).into_owned());
+                        }
+                        ffi::lua_settop(L, -2);
+                    }
+                }
+                ffi::lua_settop(L, 0);
+            }
+            0
+        },
+        |_, _| (),
+    );
+    names.sort();
+    names
+}
+
+/// Decoded honest saves of everything [`FUZZ_GAME`] makes: the trees the structured target
+/// edits.
+#[doc(hidden)]
+pub fn fuzz_seeds(vm: &Vm) -> Vec<Node> {
+    let mut seeds = Vec::new();
+    for code in [
+        "fuzz_saved = make_state()",
+        "fuzz_saved = shapes()",
+        "local s = shapes() fuzz_saved = { s.call, s.pcall, s.xpcall }",
+        "local s = shapes() fuzz_saved = { s.index, s.newindex, s.arith, s.lt }",
+        "local s = shapes() fuzz_saved = { s.concat, s.forin, s.tail, s.vararg }",
+        "local s = shapes() fuzz_saved = { s.shared, s.get, s.wrap, s.bump }",
+        "fuzz_saved = { 1, -2, 3.5, 'str', true, false, { a = { b = {} } } }",
+    ] {
+        if vm.exec(code, "seed").is_err() {
+            continue;
+        }
+        if let Ok(file) = vm.persist("fuzz_saved") {
+            if let Some(n) = super::body_of(&file).and_then(forge::decode) {
+                seeds.push(n);
+            }
+        }
+    }
+    let _ = vm.exec("fuzz_saved = nil", "seed");
+    seeds
+}
+
+/// The options of the own-save load of a fuzz input.
+fn own_options() -> LoadOptions {
+    LoadOptions {
+        instruction_budget: 200_000,
+        max_heap_growth: Some(64 << 20),
+        denied_permanents: FUZZ_OWN_DENIED.iter().map(|s| s.to_string()).collect(),
+        ..LoadOptions::own()
+    }
+}
+
+fn foreign_options() -> LoadOptions {
+    let mut opts = LoadOptions {
+        instruction_budget: 200_000,
+        max_heap_growth: Some(64 << 20),
+        ..LoadOptions::foreign()
+    };
+    opts.denied_permanents.push("print".into());
+    opts
+}
+
+/// Loads `file` as an own save and as a foreign one into a VM from [`fuzz_vm`], uses
+/// whatever loaded, collects everything and verifies the arena (panics if it is damaged).
+#[doc(hidden)]
+pub fn load_and_use(vm: &mut Vm, file: &[u8]) {
+    for opts in [own_options(), foreign_options()] {
+        if vm.unpersist_with(file, "loaded", &opts).is_ok() {
+            poke(vm);
+        }
+        // A full collection walks every live object, so a load (or a resumed coroutine) that
+        // damaged the heap without crashing is caught here rather than never.
+        let _ = vm.exec("loaded = nil collectgarbage()", "clear");
+        if let Err(e) = vm.arena().verify() {
+            panic!("the arena is damaged after loading a fuzzed file: {e}");
+        }
+    }
+}
+
+/// One input of the byte target: the bytes as a file, then as a body behind a valid header
+/// (past the checksum, so the parser itself is exercised).
+#[doc(hidden)]
+pub fn fuzz_load(vm: &mut Vm, data: &[u8]) {
+    load_and_use(vm, data);
+    load_and_use(vm, &seal_body(data, true));
+}
+
+/// One input of the structured target: a tree built from `seeds` and `dict` as the input's
+/// bytes direct, encoded behind a valid header, then loaded and used as by [`fuzz_load`].
+#[doc(hidden)]
+pub fn fuzz_structured(vm: &mut Vm, data: &[u8], seeds: &[Node], dict: &[String]) {
+    let node = structured(data, seeds, dict);
+    load_and_use(vm, &forge::file(&node));
+}
+
+/// The tree an input of the structured target stands for (also used to write its corpus).
+#[doc(hidden)]
+pub fn structured(data: &[u8], seeds: &[Node], dict: &[String]) -> Node {
+    let mut g = Gen {
+        data,
+        pos: 0,
+        dict,
+        protos: Vec::new(),
+    };
+    let mut node = if seeds.is_empty() || g.below(8) == 7 {
+        forge::table(vec![])
+    } else {
+        seeds[g.below(seeds.len())].clone()
+    };
+    g.protos = protos_of(&node);
+    // Edits in place: ids and prototype numbers stay consistent, so most files get deep.
+    let edits = g.below(6);
+    for _ in 0..edits {
+        let mut nodes = 0usize;
+        forge::walk_mut(&mut node, &mut |_| nodes += 1);
+        let target = g.below(nodes.max(1));
+        let mut i = 0;
+        let mut edit = g.below(100);
+        let mut gen_data = g.take(24);
+        forge::walk_mut(&mut node, &mut |n| {
+            if i == target {
+                let mut sub = Gen {
+                    data: gen_data,
+                    pos: 0,
+                    dict: g.dict,
+                    protos: g.protos.clone(),
+                };
+                edit_node(n, edit, &mut sub);
+                gen_data = &[];
+                edit = 0;
+            }
+            i += 1;
+        });
+    }
+    // New objects go last (after every object the tree numbers), so ids stay consistent.
+    if let Node::Table { entries, .. } = &mut node {
+        for _ in 0..g.below(4) {
+            let k = Node::Int(1000 + entries.len() as i64);
+            let v = g.node(0);
+            entries.push((k, v));
+        }
+    }
+    node
+}
+
+/// Prototypes listed in a tree, in order (index, and the `New` record).
+fn protos_of(node: &Node) -> Vec<Proto> {
+    let mut out = Vec::new();
+    let mut n = node.clone();
+    forge::walk_mut(&mut n, &mut |x| {
+        if let Node::LClosure {
+            proto: p @ Proto::New { .. },
+            ..
+        } = x
+        {
+            out.push(p.clone());
+        }
+    });
+    out
+}
+
+/// Input bytes as choices (zeros once they run out).
+struct Gen<'a> {
+    data: &'a [u8],
+    pos: usize,
+    dict: &'a [String],
+    protos: Vec<Proto>,
+}
+
+impl<'a> Gen<'a> {
+    fn u8(&mut self) -> u8 {
+        let b = self.data.get(self.pos).copied().unwrap_or(0);
+        self.pos += 1;
+        b
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        if n <= 1 {
+            return 0;
+        }
+        let v = if n <= 256 {
+            self.u8() as usize
+        } else {
+            u16::from_le_bytes([self.u8(), self.u8()]) as usize
+        };
+        v % n
+    }
+
+    fn take(&mut self, n: usize) -> &'a [u8] {
+        let start = self.pos.min(self.data.len());
+        let end = (start + n).min(self.data.len());
+        self.pos += n;
+        &self.data[start..end]
+    }
+
+    /// Numbers that sit on boundaries: counts, levels, slots.
+    fn small(&mut self) -> u64 {
+        match self.below(8) {
+            0 => 0,
+            1 => 1,
+            2 => self.below(8) as u64,
+            3 => self.below(300) as u64,
+            4 => 255 + self.below(3) as u64,
+            5 => u32::MAX as u64 - self.below(3) as u64,
+            6 => 1 << (self.below(63) as u64),
+            _ => self.below(65536) as u64,
+        }
+    }
+
+    fn delta(&mut self, v: u64) -> u64 {
+        match self.below(6) {
+            0 => v.wrapping_add(1),
+            1 => v.wrapping_sub(1),
+            2 => v.wrapping_add(2),
+            3 => v.wrapping_sub(2),
+            4 => v ^ (1 << self.below(16)),
+            _ => self.small(),
+        }
+    }
+
+    fn name(&mut self) -> Node {
+        if self.dict.is_empty() {
+            return forge::str("print");
+        }
+        let i = self.below(self.dict.len());
+        forge::str(&self.dict[i].clone())
+    }
+
+    fn proto(&mut self) -> Proto {
+        if self.protos.is_empty() || self.below(8) == 0 {
+            Proto::Index(self.small())
+        } else {
+            // An index into those the tree listed: always already defined by the end.
+            Proto::Index(self.below(self.protos.len()) as u64)
+        }
+    }
+
+    fn node(&mut self, depth: usize) -> Node {
+        let pick = if depth > 5 {
+            self.below(8)
+        } else {
+            self.below(22)
+        };
+        match pick {
+            0 => Node::Nil,
+            1 => Node::True,
+            2 => Node::Int(match self.below(4) {
+                0 => i64::MIN,
+                1 => -1,
+                _ => self.small() as i64,
+            }),
+            3 => Node::Float(match self.below(3) {
+                0 => f64::NAN.to_bits(),
+                1 => (-0.0f64).to_bits(),
+                _ => (self.small() as f64).to_bits(),
+            }),
+            4 => {
+                let n = self.below(12);
+                Node::Str(self.take(n).to_vec())
+            }
+            5 => Node::StrRef(self.small()),
+            6 => Node::Ref(self.small()),
+            7 => forge::perm(""),
+            8 | 9 => Node::Perm(Box::new(self.name())),
+            10 => {
+                let n = self.below(4);
+                Node::Table {
+                    narr: self.small(),
+                    nhash: self.small(),
+                    meta: Box::new(if self.below(4) == 0 {
+                        self.node(depth + 1)
+                    } else {
+                        Node::Nil
+                    }),
+                    entries: (0..n)
+                        .map(|_| (self.node(depth + 1), self.node(depth + 1)))
+                        .collect(),
+                }
+            }
+            11 => {
+                let n = self.below(4);
+                let proto = self.proto();
+                let count = if self.below(4) == 0 {
+                    self.small()
+                } else {
+                    n as u64
+                };
+                Node::LClosure {
+                    proto,
+                    n: count,
+                    upvals: (0..n)
+                        .map(|_| match self.below(4) {
+                            0 => Upval::Ref {
+                                closure: self.small(),
+                                index: self.small(),
+                            },
+                            1 => Upval::Open {
+                                level: self.small(),
+                                thread: self.node(depth + 1),
+                            },
+                            _ => Upval::New(self.node(depth + 1)),
+                        })
+                        .collect(),
+                }
+            }
+            12 => {
+                let n = self.below(4);
+                Node::CClosure {
+                    name: Box::new(if self.below(2) == 0 {
+                        forge::str("coroutine.wrap#aux")
+                    } else {
+                        self.name()
+                    }),
+                    n: if self.below(4) == 0 {
+                        self.small()
+                    } else {
+                        n as u64
+                    },
+                    upvals: (0..n).map(|_| self.node(depth + 1)).collect(),
+                }
+            }
+            13 => {
+                let n = self.below(3);
+                let len = self.below(32);
+                Node::UdBytes {
+                    bytes: self.take(len).to_vec(),
+                    nuv: n as u64,
+                    meta: Box::new(self.node(depth + 1)),
+                    uvs: (0..n).map(|_| self.node(depth + 1)).collect(),
+                }
+            }
+            14 => Node::Thunk(Box::new(self.node(depth + 1))),
+            15 => {
+                let a = self.node(depth + 1);
+                Node::TwoPhase(Box::new(a), Box::new(self.node(depth + 1)))
+            }
+            16 => Node::ThreadDead,
+            17 => {
+                let n = 1 + self.below(3);
+                Node::ThreadNotStarted {
+                    n: n as u64,
+                    stack: (0..n).map(|_| self.node(depth + 1)).collect(),
+                }
+            }
+            18 | 19 => {
+                let n = 1 + self.below(6);
+                let nci = 1 + self.below(4);
+                Node::ThreadSuspended {
+                    n: n as u64,
+                    errfunc: self.small() as i64 - 1,
+                    stack: (0..n).map(|_| self.node(depth + 1)).collect(),
+                    nci: nci as u64,
+                    frames: (0..nci).map(|_| self.frame()).collect(),
+                    tbc: (0..self.below(3)).map(|_| self.small()).collect(),
+                }
+            }
+            20 => Node::MainThread,
+            _ => Node::UdPlain {
+                name: self.take(4).to_vec(),
+                bytes: self.take(8).to_vec(),
+            },
+        }
+    }
+
+    fn frame(&mut self) -> FrameRec {
+        let c = self.below(2) == 0;
+        FrameRec {
+            func: self.small(),
+            top: self.small(),
+            callstatus: if c {
+                (forge::cist::C | self.below(256) as u32) as u64
+            } else {
+                ((forge::cist::FRESH * self.below(2) as u32) | self.below(256) as u32) as u64
+            },
+            u2: self.small() as i64,
+            pc: self.small(),
+            extra: self.small(),
+            old_errfunc: self.small() as i64 - 1,
+            ctx: self.below(3) as i64,
+            k: if c && self.below(2) == 0 {
+                Some(forge::str("pcall#k"))
+            } else {
+                None
+            },
+        }
+    }
+}
+
+/// Edits one node in place: numbers and counts moved to boundaries, permanents renamed from
+/// the dictionary, frame fields forged, or the node replaced by a generated one.
+fn edit_node(n: &mut Node, edit: usize, g: &mut Gen<'_>) {
+    match n {
+        Node::ThreadSuspended {
+            n: count,
+            errfunc,
+            nci,
+            frames,
+            ..
+        } if edit < 80 => {
+            if frames.is_empty() || edit < 5 {
+                match edit % 3 {
+                    0 => *count = g.delta(*count),
+                    1 => *nci = g.delta(*nci),
+                    _ => *errfunc = g.delta(*errfunc as u64) as i64,
+                }
+                return;
+            }
+            let i = g.below(frames.len());
+            let f = &mut frames[i];
+            match g.below(10) {
+                0 => f.func = g.delta(f.func),
+                1 => f.top = g.delta(f.top),
+                2 => f.callstatus = g.delta(f.callstatus),
+                3 => f.u2 = g.delta(f.u2 as u64) as i64,
+                4 => f.pc = g.delta(f.pc),
+                5 => f.extra = g.delta(f.extra),
+                6 => f.old_errfunc = g.delta(f.old_errfunc as u64) as i64,
+                7 => f.ctx = g.delta(f.ctx as u64) as i64,
+                8 => {
+                    let d = g.delta(0);
+                    f.func = f.func.wrapping_add(d);
+                    f.top = f.top.wrapping_add(d);
+                }
+                _ => f.k = if f.k.is_some() { None } else { Some(g.name()) },
+            }
+        }
+        Node::Perm(k) if edit < 70 => **k = g.name(),
+        Node::CClosure { name, n, .. } if edit < 70 => {
+            if edit < 35 {
+                **name = g.name();
+            } else {
+                *n = g.delta(*n);
+            }
+        }
+        Node::LClosure { n, upvals, .. } if edit < 70 => {
+            if edit < 20 || upvals.is_empty() {
+                *n = g.delta(*n);
+            } else {
+                let i = g.below(upvals.len());
+                upvals[i] = match (&upvals[i], g.below(3)) {
+                    (Upval::Open { level, thread }, 0) => Upval::Open {
+                        level: g.delta(*level),
+                        thread: thread.clone(),
+                    },
+                    (Upval::Ref { closure, index }, 0) => Upval::Ref {
+                        closure: *closure,
+                        index: g.delta(*index),
+                    },
+                    (_, 1) => Upval::Open {
+                        level: g.small(),
+                        thread: Node::MainThread,
+                    },
+                    _ => Upval::New(g.node(2)),
+                };
+            }
+        }
+        Node::Table { narr, nhash, .. } if edit < 40 => {
+            *narr = g.delta(*narr);
+            *nhash = g.delta(*nhash);
+        }
+        Node::UdBytes { nuv, .. } if edit < 40 => *nuv = g.delta(*nuv),
+        Node::ThreadNotStarted { n, .. } if edit < 40 => *n = g.delta(*n),
+        Node::Int(v) if edit < 50 => *v = g.delta(*v as u64) as i64,
+        Node::Ref(v) | Node::StrRef(v) if edit < 50 => *v = g.delta(*v),
+        _ => *n = g.node(1),
+    }
+}
+
+thread_local! {
+    /// Instructions the poke of one load may still run (on any thread).
+    static POKE_LEFT: Cell<i64> = const { Cell::new(0) };
+}
+
+/// Count hook of a poke: fails every call once the poke's budget is spent.
+unsafe extern "C-unwind" fn poke_hook(L: *mut lua_State, _ar: *mut ffi::lua_Debug) {
+    let left = POKE_LEFT.get() - 1000;
+    POKE_LEFT.set(left);
+    if left < 0 {
+        // SAFETY: raising from a count hook is allowed; nothing to drop here. From now on at
+        // every instruction (see `budget_hook`).
+        unsafe {
+            ffi::lua_sethook(L, Some(poke_hook), ffi::LUA_MASKCOUNT, 1);
+            ffi::lua_pushstring(L, c"poke budget".as_ptr());
+            ffi::lua_error(L);
+        }
+    }
+}
+
+/// `fuzz_hook(v)`: puts the poke's hook on the coroutine `v`, or on the one a
+/// `coroutine.wrap` function `v` resumes.
+unsafe extern "C-unwind" fn poke_sethook(L: *mut lua_State) -> c_int {
+    // SAFETY: called by Lua; queries and a hook on a thread, balanced pushes.
+    unsafe {
+        let mut co = ffi::lua_tothread(L, 1);
+        if co.is_null()
+            && ffi::lua_iscfunction(L, 1) != 0
+            && !ffi::lua_getupvalue(L, 1, 1).is_null()
+        {
+            co = ffi::lua_tothread(L, -1);
+        }
+        if !co.is_null() {
+            ffi::lua_sethook(co, Some(poke_hook), ffi::LUA_MASKCOUNT, 1000);
+        }
+    }
+    0
+}
+
+/// Uses what loaded (`loaded`): iterates tables, calls functions, resumes coroutines, under
+/// an instruction budget that covers the coroutines it resumes.
+fn poke(vm: &Vm) {
+    POKE_LEFT.set(200_000);
+    let _ = vm.run(
+        &mut |L| {
+            // SAFETY: protected body; the hook is removed before returning, errors of the
+            // poke are caught by its pcall.
+            unsafe {
+                ffi::lua_pushcclosure(L, poke_sethook, 0);
+                ffi::lua_setglobal(L, c"fuzz_hook".as_ptr());
+                if ffi::luaL_loadbufferx(
+                    L,
+                    POKE.as_ptr().cast(),
+                    POKE.len(),
+                    c"=poke".as_ptr(),
+                    c"t".as_ptr(),
+                ) == ffi::LUA_OK
+                {
+                    ffi::lua_sethook(L, Some(poke_hook), ffi::LUA_MASKCOUNT, 1000);
+                    ffi::lua_pcallk(L, 0, 0, 0, 0, None);
+                    ffi::lua_sethook(L, None, 0, 0);
+                }
+                ffi::lua_pushnil(L);
+                ffi::lua_setglobal(L, c"fuzz_hook".as_ptr());
+                ffi::lua_settop(L, 0);
+            }
+            0
+        },
+        |_, _| (),
+    );
+}
+
+#[doc(hidden)]
+const POKE: &str = r#"
+local seen, budget = {}, 2000
+local function poke(v, depth)
+  budget = budget - 1
+  if budget < 0 or depth > 20 or seen[v] then return end
+  local t = type(v)
+  if t == "table" then
+    seen[v] = true
+    for k, x in next, v do poke(k, depth + 1) poke(x, depth + 1) end
+    poke(getmetatable(v), depth + 1)
+  elseif t == "function" then
+    seen[v] = true
+    fuzz_hook(v)
+    pcall(v, 1, "x")
+  elseif t == "thread" then
+    seen[v] = true
+    fuzz_hook(v)
+    for _ = 1, 3 do coroutine.resume(v, 1, "x") end
+  end
+end
+pcall(poke, loaded, 0)
+"#;
