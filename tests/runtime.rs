@@ -198,6 +198,44 @@ fn bad_games_get_clear_messages() {
 }
 
 #[test]
+fn the_script_is_its_own_chunk_with_lua_s_lines_and_messages() {
+    let mut cfg = tiny(2, 1);
+    // An unclosed function: Lua reports the end of the script, as `lua` does for the file.
+    cfg.script = "local G = {}\nfunction G.init() end\nfunction G.step(i)\n  if i[1] then\n  end\nreturn G\n".into();
+    let err = Game::new(&cfg, Backend::ArenaFull).unwrap_err().to_string();
+    assert!(
+        err.contains("tiny:7: 'end' expected (to close 'function' at line 3) near <eof>"),
+        "{err}"
+    );
+    cfg.script = "local G = {}\n--[[ never closed\nreturn G".into();
+    let err = Game::new(&cfg, Backend::ArenaFull).unwrap_err().to_string();
+    assert!(err.contains("tiny:3: unfinished long comment"), "{err}");
+    // A runtime error's traceback names the script's lines under the script's name and the
+    // runtime's glue under its own.
+    cfg.script =
+        "local G = {}\nfunction G.init() end\nfunction G.step(i)\n  error('boom')\nend\nreturn G\n"
+            .into();
+    let mut g = Game::new(&cfg, Backend::ArenaFull).unwrap();
+    let err = g.step(&[0u8, 0]).unwrap_err().to_string();
+    assert!(err.contains("tiny:4: boom"), "{err}");
+    assert!(err.contains("[luasnap runtime]:"), "{err}");
+    for line in err.lines().filter(|l| l.contains("tiny:")) {
+        let n: usize = line
+            .split("tiny:")
+            .nth(1)
+            .and_then(|r| r.split(':').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0);
+        assert!((1..=6).contains(&n), "line outside the script: {err}");
+    }
+    // A `#!` first line is skipped, as Lua's standalone loader does, lines unchanged.
+    cfg.script = "#!/usr/bin/env lua\nlocal G = {}\nfunction G.init() end\nfunction G.step(i) error('x') end\nreturn G\n".into();
+    let mut g = Game::new(&cfg, Backend::ArenaFull).unwrap();
+    let err = g.step(&[0u8, 0]).unwrap_err().to_string();
+    assert!(err.contains("tiny:4: x"), "{err}");
+}
+
+#[test]
 fn a_game_that_depends_on_addresses_is_reported_with_the_first_diverging_frame() {
     // The game keeps a number derived from a fresh table's address. Arena snapshots restore
     // addresses exactly, so those runs agree; the graph serializer rebuilds objects elsewhere,

@@ -166,20 +166,36 @@ impl SaveHandle {
     }
 }
 
-const DRIVER: &str = r#"
-local G = ...
-if type(G) ~= "table" then return "returned " .. type(G) .. ", not a table" end
-if type(G.init) ~= "function" then return "has no function G.init" end
-if type(G.step) ~= "function" then return "has no function G.step" end
-luasnap_game = G
-luasnap_frame = 0
-local step = G.step
-function luasnap_step(inputs)
-  step(inputs)
-  luasnap_frame = luasnap_frame + 1
+/// The runtime's glue, run as its own chunk ([`RUNTIME_CHUNK`]) after the game's script ran
+/// as its own: it returns the function that checks the game contract on the script's result
+/// and installs `luasnap_game`, `luasnap_frame` and `luasnap_step`.
+const DRIVER: &str = r#"return function(G)
+  if type(G) ~= "table" then return "returned " .. type(G) .. ", not a table" end
+  if type(G.init) ~= "function" then return "has no function G.init" end
+  if type(G.step) ~= "function" then return "has no function G.step" end
+  luasnap_game = G
+  luasnap_frame = 0
+  local step = G.step
+  function luasnap_step(inputs)
+    step(inputs)
+    luasnap_frame = luasnap_frame + 1
+  end
+  return nil
 end
-return nil
 "#;
+
+/// The chunk name of the runtime's glue (what tracebacks show for `luasnap_step`).
+pub const RUNTIME_CHUNK: &str = "=[luasnap runtime]";
+
+/// The script as Lua's standalone loader reads a file: a first line starting with `#` (a
+/// `#!` line) is skipped. It becomes a comment so line numbers stay those of the file.
+pub fn script_source(script: &str) -> std::borrow::Cow<'_, str> {
+    if script.starts_with('#') {
+        std::borrow::Cow::Owned(format!("--{script}"))
+    } else {
+        std::borrow::Cow::Borrowed(script)
+    }
+}
 
 /// A game running in its own deterministic VM.
 pub struct Game {
@@ -228,25 +244,29 @@ impl Game {
     /// functions; `luasnap_game` is set).
     pub fn load_script(cfg: &GameConfig, backend: Backend) -> Result<Vm, GameError> {
         let vm = Self::build_vm(cfg, backend)?;
-        let wrapper = format!(
-            "local G = (function(...) {script}\nend)(...)\nreturn (function(...) {DRIVER} end)(G)",
-            script = cfg.script
-        );
-        let verdict = vm
-            .exec(&wrapper, &cfg.chunk_name)
-            .map_err(|source| match source {
-                VmError::Lua {
-                    kind: crate::error::LuaErrorKind::Syntax,
-                    message,
-                    ..
-                } => GameError::Syntax { message },
-                VmError::Lua { .. } => GameError::Script {
-                    frame: 0,
-                    source: explain_missing_library(source),
-                },
-                e => GameError::Vm(e),
-            })?;
-        if let Some(Value::String(what)) = verdict.first() {
+        let lua_error = |source: VmError| match source {
+            VmError::Lua {
+                kind: crate::error::LuaErrorKind::Syntax,
+                message,
+                ..
+            } => GameError::Syntax { message },
+            VmError::Lua { .. } => GameError::Script {
+                frame: 0,
+                source: explain_missing_library(source),
+            },
+            e => GameError::Vm(e),
+        };
+        // The script is its own chunk under its own name (lines and messages as `lua` gives
+        // them); the glue is another chunk, so tracebacks never put its lines under the
+        // script's name.
+        let verdict = {
+            let g = vm
+                .load(script_source(&cfg.script).as_bytes(), &cfg.chunk_name)
+                .map_err(lua_error)?;
+            let driver = vm.load(DRIVER, RUNTIME_CHUNK)?.into_function()?;
+            driver.call::<Value>(&g).map_err(lua_error)?
+        };
+        if let Value::String(what) = &verdict {
             return Err(GameError::Contract {
                 what: String::from_utf8_lossy(what).into_owned(),
             });
