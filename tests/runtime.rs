@@ -236,6 +236,46 @@ fn the_script_is_its_own_chunk_with_lua_s_lines_and_messages() {
 }
 
 #[test]
+fn simulate_checks_g_digest_at_the_start_and_the_end() {
+    let base = "local G = {} function G.init() G.n = 0 end function G.step(i) G.n = G.n + 1 end ";
+    let run = |digest: &str| {
+        let mut cfg = tiny(2, 1);
+        cfg.script = format!("{base} function G.digest() {digest} end return G");
+        Simulation::new(SimOptions {
+            game: cfg,
+            frames: 20,
+            delay: 0,
+            start: None,
+        })?
+        .reference(false)
+        .map(|_| ())
+    };
+    run("return G.n").unwrap();
+    run("return 'n=' .. G.n").unwrap();
+    let err = run("return { G.n }").unwrap_err().to_string();
+    assert!(
+        err.contains(
+            "G.digest() returned a table at frame 0; it must return an integer or a string"
+        ),
+        "{err}"
+    );
+    // Wrong only at the end of the run.
+    let err = run("if G.n > 10 then return nil end return G.n")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("returned nil at frame 20"), "{err}");
+    let err = run("if G.n > 10 then return G.n / 2 end return G.n")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("returned the float 10.0 at frame 20"), "{err}");
+    let err = run("error('no digest today')").unwrap_err().to_string();
+    assert!(
+        err.contains("G.digest() failed at frame 0") && err.contains("no digest today"),
+        "{err}"
+    );
+}
+
+#[test]
 fn a_game_that_depends_on_addresses_is_reported_with_the_first_diverging_frame() {
     // The game keeps a number derived from a fresh table's address. Arena snapshots restore
     // addresses exactly, so those runs agree; the graph serializer rebuilds objects elsewhere,

@@ -85,6 +85,22 @@ pub enum GameError {
         /// Lua's error with its traceback.
         source: VmError,
     },
+    /// `G.digest()` returned something other than an integer or a string.
+    #[error("G.digest() returned {returned} at frame {frame}; it must return an integer or a string (a checksum of the game state, equal whenever the states are equal)")]
+    Digest {
+        /// The frame count when it was called.
+        frame: u64,
+        /// What it returned, as Lua would describe it (`a table`, `the float 0.5`, `nil`).
+        returned: String,
+    },
+    /// `G.digest()` raised an error.
+    #[error("G.digest() failed at frame {frame} (luasnap calls it to compare states; it must not raise): {source}")]
+    DigestFailed {
+        /// The frame count when it was called.
+        frame: u64,
+        /// Lua's error with its traceback.
+        source: VmError,
+    },
     /// The game script does not compile.
     #[error("the game script has a syntax error: {message}")]
     Syntax {
@@ -459,23 +475,16 @@ impl Game {
         let v = self
             .vm
             .call::<Value>("luasnap_game.digest", ())
-            .map_err(|source| GameError::Script {
+            .map_err(|source| GameError::DigestFailed {
                 frame: self.frame,
-                source,
+                source: explain_missing_library(source),
             })?;
         match v {
             Value::Integer(i) => Ok(Some(i)),
             Value::String(s) => Ok(Some(xxhash_rust::xxh3::xxh3_64(&s) as i64)),
-            other => Err(GameError::Contract {
-                what: format!(
-                    "returned {} from G.digest (frame {}), not an integer or a string",
-                    if other == Value::Nil {
-                        "nothing".to_string()
-                    } else {
-                        format!("{other:?}")
-                    },
-                    self.frame
-                ),
+            other => Err(GameError::Digest {
+                frame: self.frame,
+                returned: describe_lua_value(&other),
             }),
         }
     }
@@ -483,6 +492,44 @@ impl Game {
     /// The VM (statistics, snapshots).
     pub fn vm(&self) -> &Vm {
         &self.vm
+    }
+}
+
+/// A value as a Lua programmer would name it in a message: `nil`, `the float 0.5`,
+/// `a table`, `the string "abc"`.
+pub fn describe_lua_value(v: &Value) -> String {
+    match v {
+        Value::Nil => "nil".into(),
+        Value::Boolean(b) => format!("the boolean {b}"),
+        Value::Integer(i) => format!("the integer {i}"),
+        Value::Number(f) => format!("the float {}", lua_float(*f)),
+        Value::String(s) => {
+            let text = String::from_utf8_lossy(&s[..s.len().min(40)]).into_owned();
+            let more = if s.len() > 40 { "..." } else { "" };
+            format!("the string {text:?}{more}")
+        }
+        Value::Table(_) => "a table".into(),
+        Value::UserData(_) => "a userdata".into(),
+        Value::Opaque(t) => format!("a {t}"),
+    }
+}
+
+/// A float as Lua's `tostring` writes it (`%.14g`, with `.0` on integral values).
+fn lua_float(f: f64) -> String {
+    if f.is_nan() {
+        return if f.is_sign_negative() { "-nan" } else { "nan" }.into();
+    }
+    if f.is_infinite() {
+        return if f > 0.0 { "inf" } else { "-inf" }.into();
+    }
+    if f.fract() == 0.0 && f.abs() < 1e15 {
+        return format!("{f:.1}");
+    }
+    let s = format!("{f}");
+    if s.len() > 17 {
+        format!("{f:.14e}")
+    } else {
+        s
     }
 }
 

@@ -172,6 +172,8 @@ impl Simulation {
     pub fn new(opts: SimOptions) -> Result<Simulation, GameError> {
         opts.validate()?;
         let game = opts.new_game(Backend::ArenaFull)?;
+        // Before the capture: every run starts from the state this call leaves.
+        game.game_digest()?;
         let start = game.capture();
         let start_frame = game.frame();
         Ok(Simulation {
@@ -234,6 +236,10 @@ impl Simulation {
             } else {
                 None
             };
+            // G.digest() must work (an integer or a string) where the explanation and the
+            // network checksums call it: checked at the start (in `new`) and here, after the
+            // digests, since calling it may allocate.
+            game.game_digest()?;
             Ok((r, save))
         })();
         self.game = Some(game);
