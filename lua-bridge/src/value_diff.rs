@@ -103,7 +103,7 @@ impl ValueGraph {
         };
         if !equal {
             d.walk(self.root, other.root);
-            if d.out.is_empty() {
+            if d.out.is_empty() && !d.truncated {
                 d.out.push(Difference {
                     path: "(globals)".into(),
                     left: "a state".into(),
