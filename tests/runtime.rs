@@ -315,6 +315,32 @@ fn a_game_that_depends_on_addresses_is_reported_with_the_first_diverging_frame()
         e.contains("@s.h: "),
         "the message names the differing value by path: {e}"
     );
+    // --json carries the explanation too.
+    let json = Command::new(env!("CARGO_BIN_EXE_luasnap"))
+        .args([
+            "simulate",
+            path.to_str().unwrap(),
+            "--frames",
+            "60",
+            "--mode",
+            "serialize",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert!(!json.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    let d = &v["divergence"];
+    assert_eq!(d["mode"], "serialize");
+    assert!(d["first_differing_frame"].is_u64(), "{d}");
+    assert!(
+        d["differences"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|x| x["path"].as_str().unwrap().contains("@s.h")),
+        "{d}"
+    );
     // A save file that is not one, and options out of range, are clear errors.
     let bad = Command::new(env!("CARGO_BIN_EXE_luasnap"))
         .args(["simulate", "--load", path.to_str().unwrap()])
@@ -426,4 +452,65 @@ fn simulate_json_and_save_load_through_the_cli() {
         straight["reference_value_digest"]
     );
     std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn simulate_cli_reports_what_users_ask_about() {
+    let luasnap = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_luasnap"))
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let dir = std::env::temp_dir().join(format!("luasnap-simcli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let game = dir.join("tiny.lua");
+    std::fs::write(&game, TINY).unwrap();
+    let game = game.to_str().unwrap();
+    // Seeds above i64::MAX are refused, not wrapped.
+    let out = luasnap(&["simulate", game, "--seed", "18446744073709551615"]);
+    assert!(!out.status.success());
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        e.contains("the seed must be 0..=9223372036854775807"),
+        "{e}"
+    );
+    // One player: no rollback, and the output says why.
+    let out = luasnap(&["simulate", game, "--frames", "20", "--players", "1"]);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("nothing is predicted, so no rollback happens"),
+        "{text}"
+    );
+    // --save confirms what it wrote.
+    let save = dir.join("s.sav");
+    let out = luasnap(&[
+        "simulate",
+        game,
+        "--frames",
+        "20",
+        "--mode",
+        "full",
+        "--save",
+        save.to_str().unwrap(),
+    ]);
+    assert!(out.status.success());
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        e.contains(&format!("saved frame 20 to {}", save.display())),
+        "{e}"
+    );
+    // A reader that stops early (`| head -1`) ends the output quietly, no panic.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_luasnap"))
+        .args(["simulate", game, "--frames", "20", "--mode", "full"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(!e.contains("panicked"), "{e}");
+    assert!(out.status.success(), "{e}");
 }

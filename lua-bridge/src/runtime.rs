@@ -130,7 +130,8 @@ pub struct GameConfig {
     pub chunk_name: String,
     /// Number of players (1..=16).
     pub players: usize,
-    /// Seeds the VM's deterministic profile and `G.init`.
+    /// Seeds the VM's deterministic profile and `G.init` (0..=`i64::MAX`: `G.init` receives
+    /// it as a Lua integer; larger seeds are refused).
     pub seed: u64,
     /// Arena base address (default [`GAME_BASE_ADDRESS`]); `None` lets the OS choose.
     pub base_address: Option<usize>,
@@ -238,6 +239,13 @@ impl Game {
             return Err(GameError::Config(format!(
                 "players must be 1..=16, got {}",
                 cfg.players
+            )));
+        }
+        if cfg.seed > i64::MAX as u64 {
+            return Err(GameError::Config(format!(
+                "the seed must be 0..={} (G.init receives it as a Lua integer), got {}",
+                i64::MAX,
+                cfg.seed
             )));
         }
         let mode = match backend {
