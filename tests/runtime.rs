@@ -514,3 +514,29 @@ fn simulate_cli_reports_what_users_ask_about() {
     assert!(!e.contains("panicked"), "{e}");
     assert!(out.status.success(), "{e}");
 }
+
+#[test]
+fn running_out_of_memory_names_the_frame_the_run_and_the_limit() {
+    let path = std::env::temp_dir().join(format!("luasnap-leak-{}.lua", std::process::id()));
+    std::fs::write(
+        &path,
+        "local G = {} local hoard function G.init() hoard = {} end
+         function G.step(i) for n = 1, 2000 do hoard[#hoard + 1] = string.rep('x', 100) .. #hoard end end
+         return G",
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_luasnap"))
+        .args(["simulate", path.to_str().unwrap(), "--frames", "1000"])
+        .args(["--memory-limit", "16M"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        e.contains("the game ran out of memory at frame ")
+            && e.contains("in the reference (lockstep) run")
+            && e.contains("of a 16777216-byte arena")
+            && e.contains("--memory-limit"),
+        "{e}"
+    );
+}

@@ -93,6 +93,18 @@ pub enum GameError {
         /// What it returned, as Lua would describe it (`a table`, `the float 0.5`, `nil`).
         returned: String,
     },
+    /// The game's heap reached the arena's limit.
+    #[error("the game ran out of memory at frame {frame} in the {run} run: the Lua heap held {heap_bytes} bytes of a {capacity}-byte arena; if the game needs more, raise the limit (`luasnap simulate --memory-limit`, GameConfig::capacity), else look for state that grows every frame")]
+    OutOfMemory {
+        /// The frame being simulated (0 during init).
+        frame: u64,
+        /// Which run (`reference`, or a backend's name).
+        run: String,
+        /// The Lua heap when it failed, bytes.
+        heap_bytes: usize,
+        /// The arena's address space, bytes.
+        capacity: usize,
+    },
     /// `G.digest()` raised an error.
     #[error("G.digest() failed at frame {frame} (luasnap calls it to compare states; it must not raise): {source}")]
     DigestFailed {
@@ -222,6 +234,7 @@ pub struct Game {
     seed: u64,
     frame: u64,
     has_digest: bool,
+    capacity: usize,
 }
 
 impl std::fmt::Debug for Game {
@@ -316,6 +329,7 @@ impl Game {
             seed: cfg.seed,
             frame: 0,
             has_digest,
+            capacity: cfg.capacity,
         };
         game.vm
             .call::<()>(
@@ -325,10 +339,7 @@ impl Game {
                     Value::Integer(cfg.seed as i64),
                 ],
             )
-            .map_err(|source| GameError::Script {
-                frame: 0,
-                source: explain_missing_library(source),
-            })?;
+            .map_err(|source| game.script_error(source))?;
         game.vm
             .set("luasnap_players", Value::Integer(cfg.players as i64))?;
         game.vm.gc_collect()?;
@@ -361,6 +372,7 @@ impl Game {
             seed: cfg.seed,
             frame: frame as u64,
             has_digest,
+            capacity: cfg.capacity,
         })
     }
 
@@ -408,12 +420,28 @@ impl Game {
         );
         self.vm
             .call::<()>("luasnap_step", &[Value::Table(t)])
-            .map_err(|source| GameError::Script {
-                frame: self.frame,
-                source: explain_missing_library(source),
-            })?;
+            .map_err(|source| self.script_error(source))?;
         self.frame += 1;
         Ok(())
+    }
+
+    /// The error for a failure of the game's code at the current frame.
+    fn script_error(&self, source: VmError) -> GameError {
+        match source {
+            VmError::Lua {
+                kind: crate::error::LuaErrorKind::Memory,
+                ..
+            } => GameError::OutOfMemory {
+                frame: self.frame,
+                run: self.backend.name().into(),
+                heap_bytes: self.vm.lua_memory(),
+                capacity: self.capacity,
+            },
+            source => GameError::Script {
+                frame: self.frame,
+                source: explain_missing_library(source),
+            },
+        }
     }
 
     /// Saves the current state with this game's backend.

@@ -217,7 +217,20 @@ impl Simulation {
             let start = game.frame();
             let t = std::time::Instant::now();
             for f in start..start + self.opts.frames {
-                game.step(&self.opts.actual(f))?;
+                game.step(&self.opts.actual(f)).map_err(|e| match e {
+                    GameError::OutOfMemory {
+                        frame,
+                        heap_bytes,
+                        capacity,
+                        ..
+                    } => GameError::OutOfMemory {
+                        frame,
+                        run: "reference (lockstep)".into(),
+                        heap_bytes,
+                        capacity,
+                    },
+                    e => e,
+                })?;
                 if let Some(p) = &mut self.progress {
                     p("reference", f - start + 1, self.opts.frames);
                 }

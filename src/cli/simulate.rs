@@ -39,6 +39,29 @@ pub struct SimulateArgs {
     /// Start from this save-game (continuing its frame count) instead of G.init.
     #[arg(long)]
     pub load: Option<PathBuf>,
+    /// The game's arena (the most its Lua heap can grow to), in bytes, or with a K, M or G
+    /// suffix (1024-based): `--memory-limit 4G`.
+    #[arg(long, default_value = "2G", value_parser = parse_size)]
+    pub memory_limit: usize,
+}
+
+/// Parses `123`, `64K`, `512M`, `4G` (1024-based) into bytes.
+pub fn parse_size(s: &str) -> Result<usize, String> {
+    let t = s.trim();
+    let (num, mult) = match t.char_indices().last() {
+        Some((i, c)) if c.eq_ignore_ascii_case(&'k') => (&t[..i], 1usize << 10),
+        Some((i, c)) if c.eq_ignore_ascii_case(&'m') => (&t[..i], 1 << 20),
+        Some((i, c)) if c.eq_ignore_ascii_case(&'g') => (&t[..i], 1 << 30),
+        _ => (t, 1),
+    };
+    let n: usize = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a size; give bytes or a number with K, M or G"))?;
+    let bytes = n
+        .checked_mul(mult)
+        .filter(|&b| (1 << 20..=1 << 40).contains(&b))
+        .ok_or_else(|| format!("{s:?}: the memory limit must be between 1M and 1024G"))?;
+    Ok(bytes)
 }
 
 /// What a one-player run says about rollbacks.
@@ -75,6 +98,7 @@ pub fn run(args: SimulateArgs) -> Result<(), String> {
         game.chunk_name = format!("@{}", path.display());
     }
     game.window = args.window;
+    game.capacity = args.memory_limit;
     let start = match &args.load {
         Some(path) => Some(super::diff::read_save(path)?),
         None => None,
