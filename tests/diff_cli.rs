@@ -100,3 +100,53 @@ fn simulate_checks_before_running() {
     let e = String::from_utf8_lossy(&out.stderr);
     assert!(e.contains("use --window 7 or a delay of at most 2"), "{e}");
 }
+
+#[test]
+fn diff_of_plain_saves_respects_limit_0_and_identical_files_are_equal() {
+    let dir = std::env::temp_dir().join(format!("luasnap-diff0-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let save = |code: &str, name: &str| {
+        let vm = luasnap::bridge::Vm::builder()
+            .capacity(64 << 20)
+            .deterministic(0)
+            .build()
+            .unwrap();
+        vm.exec(code, "state").unwrap();
+        let path = dir.join(name);
+        std::fs::write(&path, vm.save_game().unwrap()).unwrap();
+        path.to_str().unwrap().to_string()
+    };
+    let a = save("x = 1 y = 'a'", "a.sav");
+    let b = save("x = 2 y = 'b'", "b.sav");
+    let differ = luasnap(&["diff", &a, &b, "--limit", "0", "--trust", "own"]);
+    assert_eq!(
+        differ.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&differ.stderr)
+    );
+    let text = String::from_utf8_lossy(&differ.stdout);
+    assert!(!text.contains("x:") && !text.contains("y:"), "{text}");
+    assert!(text.contains("not listed: --limit 0"), "{text}");
+    // Identical files are equal without loading anything (a game save needs no --game).
+    let game_save = dir.join("game.sav");
+    let out = luasnap(&[
+        "simulate",
+        "--frames",
+        "5",
+        "--mode",
+        "full",
+        "--save",
+        game_save.to_str().unwrap(),
+    ]);
+    assert!(out.status.success());
+    let g = game_save.to_str().unwrap();
+    let same = luasnap(&["diff", g, g]);
+    assert_eq!(
+        same.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&same.stderr)
+    );
+    assert!(String::from_utf8_lossy(&same.stdout).contains("byte-identical"));
+}

@@ -198,6 +198,84 @@ fn bad_games_get_clear_messages() {
 }
 
 #[test]
+fn the_script_is_its_own_chunk_with_lua_s_lines_and_messages() {
+    let mut cfg = tiny(2, 1);
+    // An unclosed function: Lua reports the end of the script, as `lua` does for the file.
+    cfg.script = "local G = {}\nfunction G.init() end\nfunction G.step(i)\n  if i[1] then\n  end\nreturn G\n".into();
+    let err = Game::new(&cfg, Backend::ArenaFull).unwrap_err().to_string();
+    assert!(
+        err.contains("tiny:7: 'end' expected (to close 'function' at line 3) near <eof>"),
+        "{err}"
+    );
+    cfg.script = "local G = {}\n--[[ never closed\nreturn G".into();
+    let err = Game::new(&cfg, Backend::ArenaFull).unwrap_err().to_string();
+    assert!(err.contains("tiny:3: unfinished long comment"), "{err}");
+    // A runtime error's traceback names the script's lines under the script's name and the
+    // runtime's glue under its own.
+    cfg.script =
+        "local G = {}\nfunction G.init() end\nfunction G.step(i)\n  error('boom')\nend\nreturn G\n"
+            .into();
+    let mut g = Game::new(&cfg, Backend::ArenaFull).unwrap();
+    let err = g.step(&[0u8, 0]).unwrap_err().to_string();
+    assert!(err.contains("tiny:4: boom"), "{err}");
+    assert!(err.contains("[luasnap runtime]:"), "{err}");
+    for line in err.lines().filter(|l| l.contains("tiny:")) {
+        let n: usize = line
+            .split("tiny:")
+            .nth(1)
+            .and_then(|r| r.split(':').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0);
+        assert!((1..=6).contains(&n), "line outside the script: {err}");
+    }
+    // A `#!` first line is skipped, as Lua's standalone loader does, lines unchanged.
+    cfg.script = "#!/usr/bin/env lua\nlocal G = {}\nfunction G.init() end\nfunction G.step(i) error('x') end\nreturn G\n".into();
+    let mut g = Game::new(&cfg, Backend::ArenaFull).unwrap();
+    let err = g.step(&[0u8, 0]).unwrap_err().to_string();
+    assert!(err.contains("tiny:4: x"), "{err}");
+}
+
+#[test]
+fn simulate_checks_g_digest_at_the_start_and_the_end() {
+    let base = "local G = {} function G.init() G.n = 0 end function G.step(i) G.n = G.n + 1 end ";
+    let run = |digest: &str| {
+        let mut cfg = tiny(2, 1);
+        cfg.script = format!("{base} function G.digest() {digest} end return G");
+        Simulation::new(SimOptions {
+            game: cfg,
+            frames: 20,
+            delay: 0,
+            start: None,
+        })?
+        .reference(false)
+        .map(|_| ())
+    };
+    run("return G.n").unwrap();
+    run("return 'n=' .. G.n").unwrap();
+    let err = run("return { G.n }").unwrap_err().to_string();
+    assert!(
+        err.contains(
+            "G.digest() returned a table at frame 0; it must return an integer or a string"
+        ),
+        "{err}"
+    );
+    // Wrong only at the end of the run.
+    let err = run("if G.n > 10 then return nil end return G.n")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("returned nil at frame 20"), "{err}");
+    let err = run("if G.n > 10 then return G.n / 2 end return G.n")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("returned the float 10.0 at frame 20"), "{err}");
+    let err = run("error('no digest today')").unwrap_err().to_string();
+    assert!(
+        err.contains("G.digest() failed at frame 0") && err.contains("no digest today"),
+        "{err}"
+    );
+}
+
+#[test]
 fn a_game_that_depends_on_addresses_is_reported_with_the_first_diverging_frame() {
     // The game keeps a number derived from a fresh table's address. Arena snapshots restore
     // addresses exactly, so those runs agree; the graph serializer rebuilds objects elsewhere,
@@ -236,6 +314,32 @@ fn a_game_that_depends_on_addresses_is_reported_with_the_first_diverging_frame()
     assert!(
         e.contains("@s.h: "),
         "the message names the differing value by path: {e}"
+    );
+    // --json carries the explanation too.
+    let json = Command::new(env!("CARGO_BIN_EXE_luasnap"))
+        .args([
+            "simulate",
+            path.to_str().unwrap(),
+            "--frames",
+            "60",
+            "--mode",
+            "serialize",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert!(!json.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    let d = &v["divergence"];
+    assert_eq!(d["mode"], "serialize");
+    assert!(d["first_differing_frame"].is_u64(), "{d}");
+    assert!(
+        d["differences"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|x| x["path"].as_str().unwrap().contains("@s.h")),
+        "{d}"
     );
     // A save file that is not one, and options out of range, are clear errors.
     let bad = Command::new(env!("CARGO_BIN_EXE_luasnap"))
@@ -348,4 +452,91 @@ fn simulate_json_and_save_load_through_the_cli() {
         straight["reference_value_digest"]
     );
     std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn simulate_cli_reports_what_users_ask_about() {
+    let luasnap = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_luasnap"))
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let dir = std::env::temp_dir().join(format!("luasnap-simcli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let game = dir.join("tiny.lua");
+    std::fs::write(&game, TINY).unwrap();
+    let game = game.to_str().unwrap();
+    // Seeds above i64::MAX are refused, not wrapped.
+    let out = luasnap(&["simulate", game, "--seed", "18446744073709551615"]);
+    assert!(!out.status.success());
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        e.contains("the seed must be 0..=9223372036854775807"),
+        "{e}"
+    );
+    // One player: no rollback, and the output says why.
+    let out = luasnap(&["simulate", game, "--frames", "20", "--players", "1"]);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("nothing is predicted, so no rollback happens"),
+        "{text}"
+    );
+    // --save confirms what it wrote.
+    let save = dir.join("s.sav");
+    let out = luasnap(&[
+        "simulate",
+        game,
+        "--frames",
+        "20",
+        "--mode",
+        "full",
+        "--save",
+        save.to_str().unwrap(),
+    ]);
+    assert!(out.status.success());
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        e.contains(&format!("saved frame 20 to {}", save.display())),
+        "{e}"
+    );
+    // A reader that stops early (`| head -1`) ends the output quietly, no panic.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_luasnap"))
+        .args(["simulate", game, "--frames", "20", "--mode", "full"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(!e.contains("panicked"), "{e}");
+    assert!(out.status.success(), "{e}");
+}
+
+#[test]
+fn running_out_of_memory_names_the_frame_the_run_and_the_limit() {
+    let path = std::env::temp_dir().join(format!("luasnap-leak-{}.lua", std::process::id()));
+    std::fs::write(
+        &path,
+        "local G = {} local hoard function G.init() hoard = {} end
+         function G.step(i) for n = 1, 2000 do hoard[#hoard + 1] = string.rep('x', 100) .. #hoard end end
+         return G",
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_luasnap"))
+        .args(["simulate", path.to_str().unwrap(), "--frames", "1000"])
+        .args(["--memory-limit", "16M"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        e.contains("the game ran out of memory at frame ")
+            && e.contains("in the reference (lockstep) run")
+            && e.contains("of a 16777216-byte arena")
+            && e.contains("--memory-limit"),
+        "{e}"
+    );
 }

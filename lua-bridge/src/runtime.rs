@@ -85,6 +85,34 @@ pub enum GameError {
         /// Lua's error with its traceback.
         source: VmError,
     },
+    /// `G.digest()` returned something other than an integer or a string.
+    #[error("G.digest() returned {returned} at frame {frame}; it must return an integer or a string (a checksum of the game state, equal whenever the states are equal)")]
+    Digest {
+        /// The frame count when it was called.
+        frame: u64,
+        /// What it returned, as Lua would describe it (`a table`, `the float 0.5`, `nil`).
+        returned: String,
+    },
+    /// The game's heap reached the arena's limit.
+    #[error("the game ran out of memory at frame {frame} in the {run} run: the Lua heap held {heap_bytes} bytes of a {capacity}-byte arena; if the game needs more, raise the limit (`luasnap simulate --memory-limit`, GameConfig::capacity), else look for state that grows every frame")]
+    OutOfMemory {
+        /// The frame being simulated (0 during init).
+        frame: u64,
+        /// Which run (`reference`, or a backend's name).
+        run: String,
+        /// The Lua heap when it failed, bytes.
+        heap_bytes: usize,
+        /// The arena's address space, bytes.
+        capacity: usize,
+    },
+    /// `G.digest()` raised an error.
+    #[error("G.digest() failed at frame {frame} (luasnap calls it to compare states; it must not raise): {source}")]
+    DigestFailed {
+        /// The frame count when it was called.
+        frame: u64,
+        /// Lua's error with its traceback.
+        source: VmError,
+    },
     /// The game script does not compile.
     #[error("the game script has a syntax error: {message}")]
     Syntax {
@@ -114,7 +142,8 @@ pub struct GameConfig {
     pub chunk_name: String,
     /// Number of players (1..=16).
     pub players: usize,
-    /// Seeds the VM's deterministic profile and `G.init`.
+    /// Seeds the VM's deterministic profile and `G.init` (0..=`i64::MAX`: `G.init` receives
+    /// it as a Lua integer; larger seeds are refused).
     pub seed: u64,
     /// Arena base address (default [`GAME_BASE_ADDRESS`]); `None` lets the OS choose.
     pub base_address: Option<usize>,
@@ -166,20 +195,36 @@ impl SaveHandle {
     }
 }
 
-const DRIVER: &str = r#"
-local G = ...
-if type(G) ~= "table" then return "returned " .. type(G) .. ", not a table" end
-if type(G.init) ~= "function" then return "has no function G.init" end
-if type(G.step) ~= "function" then return "has no function G.step" end
-luasnap_game = G
-luasnap_frame = 0
-local step = G.step
-function luasnap_step(inputs)
-  step(inputs)
-  luasnap_frame = luasnap_frame + 1
+/// The runtime's glue, run as its own chunk ([`RUNTIME_CHUNK`]) after the game's script ran
+/// as its own: it returns the function that checks the game contract on the script's result
+/// and installs `luasnap_game`, `luasnap_frame` and `luasnap_step`.
+const DRIVER: &str = r#"return function(G)
+  if type(G) ~= "table" then return "returned " .. type(G) .. ", not a table" end
+  if type(G.init) ~= "function" then return "has no function G.init" end
+  if type(G.step) ~= "function" then return "has no function G.step" end
+  luasnap_game = G
+  luasnap_frame = 0
+  local step = G.step
+  function luasnap_step(inputs)
+    step(inputs)
+    luasnap_frame = luasnap_frame + 1
+  end
+  return nil
 end
-return nil
 "#;
+
+/// The chunk name of the runtime's glue (what tracebacks show for `luasnap_step`).
+pub const RUNTIME_CHUNK: &str = "=[luasnap runtime]";
+
+/// The script as Lua's standalone loader reads a file: a first line starting with `#` (a
+/// `#!` line) is skipped. It becomes a comment so line numbers stay those of the file.
+pub fn script_source(script: &str) -> std::borrow::Cow<'_, str> {
+    if script.starts_with('#') {
+        std::borrow::Cow::Owned(format!("--{script}"))
+    } else {
+        std::borrow::Cow::Borrowed(script)
+    }
+}
 
 /// A game running in its own deterministic VM.
 pub struct Game {
@@ -189,6 +234,7 @@ pub struct Game {
     seed: u64,
     frame: u64,
     has_digest: bool,
+    capacity: usize,
 }
 
 impl std::fmt::Debug for Game {
@@ -206,6 +252,13 @@ impl Game {
             return Err(GameError::Config(format!(
                 "players must be 1..=16, got {}",
                 cfg.players
+            )));
+        }
+        if cfg.seed > i64::MAX as u64 {
+            return Err(GameError::Config(format!(
+                "the seed must be 0..={} (G.init receives it as a Lua integer), got {}",
+                i64::MAX,
+                cfg.seed
             )));
         }
         let mode = match backend {
@@ -228,25 +281,29 @@ impl Game {
     /// functions; `luasnap_game` is set).
     pub fn load_script(cfg: &GameConfig, backend: Backend) -> Result<Vm, GameError> {
         let vm = Self::build_vm(cfg, backend)?;
-        let wrapper = format!(
-            "local G = (function(...) {script}\nend)(...)\nreturn (function(...) {DRIVER} end)(G)",
-            script = cfg.script
-        );
-        let verdict = vm
-            .exec(&wrapper, &cfg.chunk_name)
-            .map_err(|source| match source {
-                VmError::Lua {
-                    kind: crate::error::LuaErrorKind::Syntax,
-                    message,
-                    ..
-                } => GameError::Syntax { message },
-                VmError::Lua { .. } => GameError::Script {
-                    frame: 0,
-                    source: explain_missing_library(source),
-                },
-                e => GameError::Vm(e),
-            })?;
-        if let Some(Value::String(what)) = verdict.first() {
+        let lua_error = |source: VmError| match source {
+            VmError::Lua {
+                kind: crate::error::LuaErrorKind::Syntax,
+                message,
+                ..
+            } => GameError::Syntax { message },
+            VmError::Lua { .. } => GameError::Script {
+                frame: 0,
+                source: explain_missing_library(source),
+            },
+            e => GameError::Vm(e),
+        };
+        // The script is its own chunk under its own name (lines and messages as `lua` gives
+        // them); the glue is another chunk, so tracebacks never put its lines under the
+        // script's name.
+        let verdict = {
+            let g = vm
+                .load(script_source(&cfg.script).as_bytes(), &cfg.chunk_name)
+                .map_err(lua_error)?;
+            let driver = vm.load(DRIVER, RUNTIME_CHUNK)?.into_function()?;
+            driver.call::<Value>(&g).map_err(lua_error)?
+        };
+        if let Value::String(what) = &verdict {
             return Err(GameError::Contract {
                 what: String::from_utf8_lossy(what).into_owned(),
             });
@@ -272,6 +329,7 @@ impl Game {
             seed: cfg.seed,
             frame: 0,
             has_digest,
+            capacity: cfg.capacity,
         };
         game.vm
             .call::<()>(
@@ -281,10 +339,7 @@ impl Game {
                     Value::Integer(cfg.seed as i64),
                 ],
             )
-            .map_err(|source| GameError::Script {
-                frame: 0,
-                source: explain_missing_library(source),
-            })?;
+            .map_err(|source| game.script_error(source))?;
         game.vm
             .set("luasnap_players", Value::Integer(cfg.players as i64))?;
         game.vm.gc_collect()?;
@@ -317,6 +372,7 @@ impl Game {
             seed: cfg.seed,
             frame: frame as u64,
             has_digest,
+            capacity: cfg.capacity,
         })
     }
 
@@ -364,12 +420,28 @@ impl Game {
         );
         self.vm
             .call::<()>("luasnap_step", &[Value::Table(t)])
-            .map_err(|source| GameError::Script {
-                frame: self.frame,
-                source: explain_missing_library(source),
-            })?;
+            .map_err(|source| self.script_error(source))?;
         self.frame += 1;
         Ok(())
+    }
+
+    /// The error for a failure of the game's code at the current frame.
+    fn script_error(&self, source: VmError) -> GameError {
+        match source {
+            VmError::Lua {
+                kind: crate::error::LuaErrorKind::Memory,
+                ..
+            } => GameError::OutOfMemory {
+                frame: self.frame,
+                run: self.backend.name().into(),
+                heap_bytes: self.vm.lua_memory(),
+                capacity: self.capacity,
+            },
+            source => GameError::Script {
+                frame: self.frame,
+                source: explain_missing_library(source),
+            },
+        }
     }
 
     /// Saves the current state with this game's backend.
@@ -439,23 +511,16 @@ impl Game {
         let v = self
             .vm
             .call::<Value>("luasnap_game.digest", ())
-            .map_err(|source| GameError::Script {
+            .map_err(|source| GameError::DigestFailed {
                 frame: self.frame,
-                source,
+                source: explain_missing_library(source),
             })?;
         match v {
             Value::Integer(i) => Ok(Some(i)),
             Value::String(s) => Ok(Some(xxhash_rust::xxh3::xxh3_64(&s) as i64)),
-            other => Err(GameError::Contract {
-                what: format!(
-                    "returned {} from G.digest (frame {}), not an integer or a string",
-                    if other == Value::Nil {
-                        "nothing".to_string()
-                    } else {
-                        format!("{other:?}")
-                    },
-                    self.frame
-                ),
+            other => Err(GameError::Digest {
+                frame: self.frame,
+                returned: describe_lua_value(&other),
             }),
         }
     }
@@ -463,6 +528,44 @@ impl Game {
     /// The VM (statistics, snapshots).
     pub fn vm(&self) -> &Vm {
         &self.vm
+    }
+}
+
+/// A value as a Lua programmer would name it in a message: `nil`, `the float 0.5`,
+/// `a table`, `the string "abc"`.
+pub fn describe_lua_value(v: &Value) -> String {
+    match v {
+        Value::Nil => "nil".into(),
+        Value::Boolean(b) => format!("the boolean {b}"),
+        Value::Integer(i) => format!("the integer {i}"),
+        Value::Number(f) => format!("the float {}", lua_float(*f)),
+        Value::String(s) => {
+            let text = String::from_utf8_lossy(&s[..s.len().min(40)]).into_owned();
+            let more = if s.len() > 40 { "..." } else { "" };
+            format!("the string {text:?}{more}")
+        }
+        Value::Table(_) => "a table".into(),
+        Value::UserData(_) => "a userdata".into(),
+        Value::Opaque(t) => format!("a {t}"),
+    }
+}
+
+/// A float as Lua's `tostring` writes it (`%.14g`, with `.0` on integral values).
+fn lua_float(f: f64) -> String {
+    if f.is_nan() {
+        return if f.is_sign_negative() { "-nan" } else { "nan" }.into();
+    }
+    if f.is_infinite() {
+        return if f > 0.0 { "inf" } else { "-inf" }.into();
+    }
+    if f.fract() == 0.0 && f.abs() < 1e15 {
+        return format!("{f:.1}");
+    }
+    let s = format!("{f}");
+    if s.len() > 17 {
+        format!("{f:.14e}")
+    } else {
+        s
     }
 }
 

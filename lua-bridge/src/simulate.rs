@@ -172,6 +172,8 @@ impl Simulation {
     pub fn new(opts: SimOptions) -> Result<Simulation, GameError> {
         opts.validate()?;
         let game = opts.new_game(Backend::ArenaFull)?;
+        // Before the capture: every run starts from the state this call leaves.
+        game.game_digest()?;
         let start = game.capture();
         let start_frame = game.frame();
         Ok(Simulation {
@@ -215,7 +217,20 @@ impl Simulation {
             let start = game.frame();
             let t = std::time::Instant::now();
             for f in start..start + self.opts.frames {
-                game.step(&self.opts.actual(f))?;
+                game.step(&self.opts.actual(f)).map_err(|e| match e {
+                    GameError::OutOfMemory {
+                        frame,
+                        heap_bytes,
+                        capacity,
+                        ..
+                    } => GameError::OutOfMemory {
+                        frame,
+                        run: "reference (lockstep)".into(),
+                        heap_bytes,
+                        capacity,
+                    },
+                    e => e,
+                })?;
                 if let Some(p) = &mut self.progress {
                     p("reference", f - start + 1, self.opts.frames);
                 }
@@ -234,6 +249,10 @@ impl Simulation {
             } else {
                 None
             };
+            // G.digest() must work (an integer or a string) where the explanation and the
+            // network checksums call it: checked at the start (in `new`) and here, after the
+            // digests, since calling it may allocate.
+            game.game_digest()?;
             Ok((r, save))
         })();
         self.game = Some(game);

@@ -103,7 +103,7 @@ impl ValueGraph {
         };
         if !equal {
             d.walk(self.root, other.root);
-            if d.out.is_empty() {
+            if d.out.is_empty() && !d.truncated {
                 d.out.push(Difference {
                     path: "(globals)".into(),
                     left: "a state".into(),
@@ -152,7 +152,10 @@ impl Differ<'_> {
     fn describe(&self, left: bool, it: Item) -> String {
         let g = if left { self.a } else { self.b };
         match it {
-            Item::Prim { at, .. } => g.prims[at as usize].to_string(),
+            Item::Prim { at, .. } => match &g.prims[at as usize] {
+                Prim::Str(b) => str_window(b, 0, 57),
+                p => p.to_string(),
+            },
             Item::Ref(id) => match &g.nodes[id as usize].kind {
                 Some(k) => k.to_string(),
                 None => "object".into(),
@@ -170,6 +173,7 @@ impl Differ<'_> {
                     format!("{base}.{name}")
                 }
             }
+            Some(Prim::Str(b)) => format!("{base}[{}]", str_window(b, 0, 57)),
             Some(p) => format!("{base}[{p}]"),
             None => format!("{base}[{}]", self.describe(true, key)),
         }
@@ -185,8 +189,39 @@ impl Differ<'_> {
         } else {
             note
         };
-        let left = a.map_or("(absent)".into(), |i| self.describe(true, i));
-        let right = b.map_or("(absent)".into(), |i| self.describe(false, i));
+        let strings = match (
+            a.and_then(|i| self.a.prim(i)),
+            b.and_then(|i| self.b.prim(i)),
+        ) {
+            (Some(Prim::Str(x)), Some(Prim::Str(y))) => Some((x, y)),
+            _ => None,
+        };
+        let (left, right, note) = match strings {
+            // Two strings: a window around the first differing byte, the same on both sides.
+            Some((x, y)) => {
+                let at = x.iter().zip(y.iter()).take_while(|(p, q)| p == q).count();
+                let from = if x.len().max(y.len()) <= 57 {
+                    0
+                } else {
+                    at.saturating_sub(20)
+                };
+                let what = format!(
+                    "strings of {} and {} bytes, first differing at byte {at}",
+                    x.len(),
+                    y.len()
+                );
+                let note = Some(match note {
+                    Some(n) => format!("{n}; {what}"),
+                    None => what,
+                });
+                (str_window(x, from, 57), str_window(y, from, 57), note)
+            }
+            None => (
+                a.map_or("(absent)".into(), |i| self.describe(true, i)),
+                b.map_or("(absent)".into(), |i| self.describe(false, i)),
+                note,
+            ),
+        };
         self.out.push(Difference {
             path: if path.is_empty() {
                 "(globals)".into()
@@ -280,6 +315,46 @@ impl Differ<'_> {
             }
         }
     }
+}
+
+/// Up to `width` bytes of `b` from byte `from`, quoted the way Lua source would write them:
+/// printable ASCII and valid UTF-8 as is, other bytes as `\xNN`; `...` marks cut ends.
+fn str_window(b: &[u8], from: usize, width: usize) -> String {
+    let from = from.min(b.len());
+    let mut end = (from + width).min(b.len());
+    // Do not cut a UTF-8 sequence in two at the end (the start may fall inside one: its
+    // continuation bytes then show as escapes).
+    while end < b.len() && end > from && (b[end] & 0xc0) == 0x80 {
+        end -= 1;
+    }
+    let mut out = String::new();
+    if from > 0 {
+        out.push_str("...");
+    }
+    out.push('"');
+    for chunk in b[from..end].utf8_chunks() {
+        for c in chunk.valid().chars() {
+            match c {
+                '"' => out.push_str("\\\""),
+                '\\' => out.push_str("\\\\"),
+                '\n' => out.push_str("\\n"),
+                '\t' => out.push_str("\\t"),
+                '\r' => out.push_str("\\r"),
+                c if (c as u32) < 0x20 || c as u32 == 0x7f => {
+                    out.push_str(&format!("\\x{:02X}", c as u32))
+                }
+                c => out.push(c),
+            }
+        }
+        for &x in chunk.invalid() {
+            out.push_str(&format!("\\x{x:02X}"));
+        }
+    }
+    out.push('"');
+    if end < b.len() {
+        out.push_str(&format!("... ({} bytes)", b.len()));
+    }
+    out
 }
 
 fn other_key(g: &Graph, k: Item) -> Option<String> {

@@ -129,11 +129,30 @@ fn diff(args: &DiffArgs) -> Result<bool, String> {
         )),
         None => None,
     };
+    if a == b {
+        // Identical bytes hold identical values: nothing to load (no code, no trust needed).
+        if args.json {
+            println!(
+                "{}",
+                json!({
+                    "left": args.left.display().to_string(),
+                    "right": args.right.display().to_string(),
+                    "equal": true,
+                    "byte_identical": true,
+                    "differences": [],
+                    "truncated": false,
+                })
+            );
+        } else {
+            println!("equal: the two saves are byte-identical");
+        }
+        return Ok(true);
+    }
     let ga = graph_of(&a, script.as_ref(), args.trust.into())
         .map_err(|e| format!("{}: {e}", args.left.display()))?;
     let gb = graph_of(&b, script.as_ref(), args.trust.into())
         .map_err(|e| format!("{}: {e}", args.right.display()))?;
-    let d = ga.diff(&gb, args.limit.max(1));
+    let d = ga.diff(&gb, args.limit);
     if args.json {
         let diffs: Vec<_> = d
             .differences
@@ -163,7 +182,9 @@ fn diff(args: &DiffArgs) -> Result<bool, String> {
         for x in &d.differences {
             println!("  {x}");
         }
-        if d.truncated {
+        if d.truncated && d.differences.is_empty() {
+            println!("  (not listed: --limit {})", args.limit);
+        } else if d.truncated {
             println!("  ... (more; raise --limit)");
         }
     }

@@ -3,7 +3,8 @@
 use luasnap::bridge::runtime::{Backend, GameConfig, GameError};
 use luasnap::bridge::simulate::{ModeReport, SimOptions, Simulation};
 use serde_json::json;
-use std::io::IsTerminal;
+use std::fmt::Write as _;
+use std::io::{IsTerminal, Write as _};
 use std::path::PathBuf;
 
 /// Options of `luasnap simulate`.
@@ -38,7 +39,33 @@ pub struct SimulateArgs {
     /// Start from this save-game (continuing its frame count) instead of G.init.
     #[arg(long)]
     pub load: Option<PathBuf>,
+    /// The game's arena (the most its Lua heap can grow to), in bytes, or with a K, M or G
+    /// suffix (1024-based): `--memory-limit 4G`.
+    #[arg(long, default_value = "2G", value_parser = parse_size)]
+    pub memory_limit: usize,
 }
+
+/// Parses `123`, `64K`, `512M`, `4G` (1024-based) into bytes.
+pub fn parse_size(s: &str) -> Result<usize, String> {
+    let t = s.trim();
+    let (num, mult) = match t.char_indices().last() {
+        Some((i, c)) if c.eq_ignore_ascii_case(&'k') => (&t[..i], 1usize << 10),
+        Some((i, c)) if c.eq_ignore_ascii_case(&'m') => (&t[..i], 1 << 20),
+        Some((i, c)) if c.eq_ignore_ascii_case(&'g') => (&t[..i], 1 << 30),
+        _ => (t, 1),
+    };
+    let n: usize = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a size; give bytes or a number with K, M or G"))?;
+    let bytes = n
+        .checked_mul(mult)
+        .filter(|&b| (1 << 20..=1 << 40).contains(&b))
+        .ok_or_else(|| format!("{s:?}: the memory limit must be between 1M and 1024G"))?;
+    Ok(bytes)
+}
+
+/// What a one-player run says about rollbacks.
+const ONE_PLAYER: &str = "with --players 1 every input is local and known at once: nothing is predicted, so no rollback happens; use --players 2 or more to exercise rollbacks";
 
 /// Fails now, before a long run, if `path` cannot be written; leaves no file behind.
 fn check_writable(path: &std::path::Path) -> Result<(), String> {
@@ -71,6 +98,7 @@ pub fn run(args: SimulateArgs) -> Result<(), String> {
         game.chunk_name = format!("@{}", path.display());
     }
     game.window = args.window;
+    game.capacity = args.memory_limit;
     let start = match &args.load {
         Some(path) => Some(super::diff::read_save(path)?),
         None => None,
@@ -129,13 +157,35 @@ pub fn run(args: SimulateArgs) -> Result<(), String> {
     }
     if let (Some(path), Some(bytes)) = (&args.save, &save) {
         std::fs::write(path, bytes).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-        note(&format!(
-            "saved frame {} to {} ({})",
+        eprintln!(
+            "luasnap: saved frame {} to {} ({})",
             reference.end_frame,
             path.display(),
             human_bytes(bytes.len() as u64)
-        ));
+        );
     }
+    // A mismatch is explained before printing, so --json carries the explanation too.
+    let divergence = match reports.iter().find(|r| !r.matches_reference) {
+        Some(r) => {
+            note(&format!(
+                "locating where mode {} diverges...",
+                r.backend.name()
+            ));
+            Some(sim.explain(r.backend, 20).map_err(err)?)
+        }
+        None => None,
+    };
+    let divergence_json = divergence.as_ref().map(|d| {
+        json!({
+            "mode": d.backend.name(),
+            "first_differing_frame": d.frame,
+            "values_equal": d.diff.equal,
+            "differences": d.diff.differences.iter().map(|x| json!({"path": x.path, "left": x.left, "right": x.right, "note": x.note})).collect::<Vec<_>>(),
+            "truncated": d.diff.truncated,
+            "explanation": d.to_string().trim_end(),
+        })
+    });
+    let mut text = String::new();
     let tracker = luasnap::alloc::probe_trackers()
         .best()
         .map(|k| k.to_string());
@@ -175,10 +225,13 @@ pub fn run(args: SimulateArgs) -> Result<(), String> {
             "reference_digest": format!("{:016x}", reference.arena_digest),
             "reference_value_digest": format!("{:016x}", reference.value_digest),
             "modes": modes,
+            "divergence": divergence_json,
+            "note": if args.players == 1 { Some(ONE_PLAYER) } else { None },
         });
-        println!("{out}");
+        let _ = writeln!(text, "{out}");
     } else {
-        println!(
+        let _ = writeln!(
+            text,
             "luasnap simulate: {} | frames {}..{} | {} players | delay {} | seed {} | heap {} | G.step {:.0} µs | tracker {}",
             args.game.as_ref().map(|p| p.display().to_string()).unwrap_or_else(|| "the embedded default game".into()),
             reference.start_frame,
@@ -190,14 +243,17 @@ pub fn run(args: SimulateArgs) -> Result<(), String> {
             reference.step_us,
             tracker.as_deref().unwrap_or("none"),
         );
-        println!(
+        let _ = writeln!(
+            text,
             "reference: arena digest {:016x}, value digest {:016x}\n",
             reference.arena_digest, reference.value_digest
         );
-        println!("| mode | rollbacks | re-simulated frames | save µs median / p99 | load µs median / p99 | rollback overhead µs median / p99 | pages written per frame (median) | arena extent | snapshot memory | matches reference |");
-        println!("|---|---|---|---|---|---|---|---|---|---|");
+        let _ = writeln!(
+            text,"| mode | rollbacks | re-simulated frames | save µs median / p99 | load µs median / p99 | rollback overhead µs median / p99 | pages written per frame (median) | arena extent | snapshot memory | matches reference |");
+        let _ = writeln!(text, "|---|---|---|---|---|---|---|---|---|---|");
         for r in &reports {
-            println!(
+            let _ = writeln!(
+            text,
                 "| {} | {} | {} | {:.0} / {:.0} | {:.0} / {:.0} | {:.0} / {:.0} | {} | {} | {} | {} |",
                 r.backend.name(),
                 r.rollbacks,
@@ -215,13 +271,21 @@ pub fn run(args: SimulateArgs) -> Result<(), String> {
             );
         }
     }
-    let failed: Vec<&ModeReport> = reports.iter().filter(|r| !r.matches_reference).collect();
-    if let Some(r) = failed.first() {
-        note(&format!(
-            "locating where mode {} diverges...",
-            r.backend.name()
-        ));
-        let why = sim.explain(r.backend, 20).map_err(err)?;
+    if args.players == 1 && !args.json {
+        let _ = writeln!(text, "\nnote: {ONE_PLAYER}");
+    }
+    // Written at once; a closed pipe (`| head`) ends the output quietly.
+    {
+        let mut stdout = std::io::stdout().lock();
+        match stdout
+            .write_all(text.as_bytes())
+            .and_then(|()| stdout.flush())
+        {
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
+            r => r.map_err(|e| format!("cannot write the report: {e}"))?,
+        }
+    }
+    if let Some(why) = divergence {
         return Err(why.to_string().trim_end().to_string());
     }
     Ok(())
