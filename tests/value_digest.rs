@@ -190,5 +190,5 @@ fn a_string_from_g_digest_is_used() {
         .game_digest()
         .unwrap_err()
         .to_string();
-    assert!(e.contains("not an integer or a string"), "{e}");
+    assert!(e.contains("must return an integer or a string"), "{e}");
 }
