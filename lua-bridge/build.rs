@@ -6,6 +6,7 @@ fn main() {
         .file("csrc/internals.c")
         .file("csrc/chunks.c")
         .file("csrc/readline.c")
+        .file("csrc/detsort.c")
         .include("csrc/lua-5.5.1")
         .define("LUA_USE_LINUX", None)
         .warnings(true)

@@ -30,8 +30,9 @@ pub enum Profile {
     /// For games that must replay identically across runs, processes and peers:
     /// a fixed string-hash seed and `math.random` seed derived from `seed`; no `io`, `os`,
     /// `debug`, `package`, `dofile` or `loadfile`; `load` accepts source text only (never
-    /// bytecode); and `table.sort` is a stable merge sort whose result depends only on the
-    /// input and the comparator. See `docs/determinism.md` for what it guarantees.
+    /// bytecode); and `table.sort` is Lua's own quicksort with a deterministic pivot (stock
+    /// Lua re-randomizes it from the clock on badly imbalanced partitions), so its result
+    /// depends only on the input and the comparator. See `docs/determinism.md` for what it guarantees.
     Deterministic {
         /// Seeds the string hash and `math.random`.
         seed: u64,
@@ -318,6 +319,11 @@ impl Drop for Vm {
     }
 }
 
+unsafe extern "C-unwind" {
+    /// `table.sort` with a deterministic pivot (`csrc/detsort.c`).
+    fn luasnap_det_sort(L: *mut lua_State) -> c_int;
+}
+
 const DETERMINISTIC_PRELUDE: &str = r##"
 local seed = ...
 math.randomseed(seed)
@@ -327,44 +333,6 @@ local rawload, select = load, select
 function load(chunk, name, mode, ...)
   if select("#", ...) > 0 then return rawload(chunk, name, "t", ...) end
   return rawload(chunk, name, "t")
-end
-local type, error, min = type, error, math.min
-local function default_lt(a, b) return a < b end
--- Stable merge sort: the result depends only on the input and the comparator.
-function table.sort(t, lt)
-  if lt == nil then lt = default_lt
-  elseif type(lt) ~= "function" then
-    error("bad argument #2 to 'sort' (function expected, got " .. type(lt) .. ")", 2)
-  end
-  local n = #t
-  if n < 2 then return end
-  local a, b = {}, {}
-  for i = 1, n do a[i] = t[i] end
-  local RUN = 12
-  for lo = 1, n, RUN do
-    local hi = min(lo + RUN - 1, n)
-    for i = lo + 1, hi do
-      local v, j = a[i], i - 1
-      while j >= lo and lt(v, a[j]) do a[j + 1] = a[j]; j = j - 1 end
-      a[j + 1] = v
-    end
-  end
-  local width = RUN
-  while width < n do
-    for lo = 1, n, 2 * width do
-      local mid, hi = min(lo + width, n + 1), min(lo + 2 * width, n + 1)
-      local i, j, k = lo, mid, lo
-      while i < mid and j < hi do
-        if lt(a[j], a[i]) then b[k] = a[j]; j = j + 1 else b[k] = a[i]; i = i + 1 end
-        k = k + 1
-      end
-      while i < mid do b[k] = a[i]; i = i + 1; k = k + 1 end
-      while j < hi do b[k] = a[j]; j = j + 1; k = k + 1 end
-    end
-    a, b = b, a
-    width = width * 2
-  end
-  for i = 1, n do t[i] = a[i] end
 end
 "##;
 
@@ -479,6 +447,17 @@ impl Vm {
             &mut |L| {
                 // SAFETY: protected body; may raise a memory error with nothing to drop.
                 unsafe { crate::chunks::luasnap_chunks_install(L) };
+                if deterministic {
+                    // table.sort with a deterministic pivot (csrc/detsort.c).
+                    // SAFETY: protected body; the libraries are open, so `table` is a table.
+                    unsafe {
+                        if ffi::lua_getglobal(L, c"table".as_ptr()) == ffi::LUA_TTABLE {
+                            ffi::lua_pushcclosure(L, luasnap_det_sort, 0);
+                            ffi::lua_setfield(L, -2, c"sort".as_ptr());
+                        }
+                        ffi::lua_settop(L, -2);
+                    }
+                }
                 0
             },
             |_, _| (),
