@@ -924,3 +924,25 @@ fn hostile_tables_are_refused_not_allocated() {
         Err(VmError::BadPath { at: 1, .. })
     ));
 }
+
+/// A module loaded with `Vm::require` lives in `package.loaded`: its state goes into
+/// `save_game` and comes back with `load_game`.
+#[test]
+fn required_module_state_survives_save_game() {
+    use luasnap::bridge::persist::Trust;
+    const GAME: &str = "local G = { tick = 0 } function G.step() G.tick = G.tick + 1 end return G";
+    let vm = vm();
+    let g = vm.require("game", GAME).unwrap().into_table().unwrap();
+    for _ in 0..5 {
+        g.call_function::<()>("step", ()).unwrap();
+    }
+    drop(g);
+    let save = vm.save_game().unwrap();
+    let mut vm2 = self::vm();
+    vm2.require("game", GAME).unwrap();
+    vm2.load_game(&save, Trust::Own).unwrap();
+    let g2 = vm2.require("game", GAME).unwrap().into_table().unwrap();
+    assert_eq!(g2.get::<_, i64>("tick").unwrap(), 5);
+    g2.call_function::<()>("step", ()).unwrap();
+    assert_eq!(g2.get::<_, i64>("tick").unwrap(), 6);
+}

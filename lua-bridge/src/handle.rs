@@ -40,7 +40,9 @@ use mlua::ffi::{self, lua_State};
 use std::ffi::{c_int, CString};
 
 const ANCHORS_KEY: &std::ffi::CStr = c"luasnap.anchors";
-const MODULES_KEY: &std::ffi::CStr = c"luasnap.modules";
+/// Where [`Vm::require`] remembers modules: Lua's own `package.loaded` (`registry._LOADED`),
+/// so Lua's `require` sees them and save-games (which hold `package.loaded`) keep their state.
+const MODULES_KEY: &std::ffi::CStr = c"_LOADED";
 
 // ----- the anchor thread -----
 
@@ -531,12 +533,13 @@ impl Vm {
 
     /// Like [`load`](Vm::load) for a module, once: the first call runs the chunk (passing
     /// `name` as its `...`) and remembers its result (`true` if it returned nothing) in
-    /// `registry["luasnap.modules"]`, like `require` does in `package.loaded`; later calls
-    /// with the same name return that value without running anything. The remembered value
-    /// is Lua state: it rolls back and is dropped by a rollback to before the first call. It
-    /// is not part of save-games (they hold the globals); after `load_game`, a module cached
-    /// before the load is still the pre-load value, so require modules before loading or
-    /// reach them through the globals.
+    /// `package.loaded[name]`, like Lua's `require` (which, where the package library is open,
+    /// finds it too); later calls with the same name return that value without running
+    /// anything. The remembered value is Lua state: it rolls back (a rollback to before the
+    /// first call drops it), and [`save_game`](Vm::save_game) saves it with the rest of
+    /// `package.loaded`, so a module's state survives save and load. After
+    /// [`load_game`](Vm::load_game), `require(name, ..)` returns the loaded module table
+    /// (handles taken before the load still point to the pre-load table).
     pub fn require(&self, name: &str, source: impl AsRef<[u8]>) -> Result<LuaRef<'_>, VmError> {
         self.load_module(source.as_ref(), name, Some(name))
     }
