@@ -946,3 +946,50 @@ fn required_module_state_survives_save_game() {
     g2.call_function::<()>("step", ()).unwrap();
     assert_eq!(g2.get::<_, i64>("tick").unwrap(), 6);
 }
+
+/// `FrameSession` and `PredictiveClient` take any `GameInput`, here a serde struct that
+/// reaches `G.step` as a table; a rollback re-simulates with the corrected structured inputs.
+#[test]
+fn frame_session_and_predictive_client_take_structured_inputs() {
+    use luasnap::bridge::runtime::{
+        Backend, FrameSession, Game, GameConfig, GameInput, PredictiveClient,
+    };
+    #[derive(Clone, Copy, Default, serde::Serialize)]
+    struct Pad {
+        dx: i8,
+        fire: bool,
+    }
+    impl GameInput for Pad {}
+    let mut cfg = GameConfig::default_game(2, 1);
+    cfg.base_address = None;
+    cfg.capacity = 64 * MIB;
+    cfg.script = "G = { x = 0, shots = 0 }
+        function G.init(players, seed) end
+        function G.step(inputs)
+          for _, p in ipairs(inputs) do
+            G.x = G.x + p.dx
+            if p.fire then G.shots = G.shots + 1 end
+          end
+        end
+        return G"
+        .into();
+    let pad = |dx, fire| Pad { dx, fire };
+    let mut fs: FrameSession<Pad> =
+        FrameSession::new(Game::new(&cfg, Backend::ArenaIncremental).unwrap(), 8);
+    fs.advance(&[pad(1, false), pad(2, true)]).unwrap();
+    fs.advance(&[pad(1, false), pad(2, true)]).unwrap();
+    assert_eq!(fs.game().vm().get::<i64>("G.x").unwrap(), 6);
+    fs.rollback_and_resimulate(1, |_| vec![pad(-1, false), pad(0, false)])
+        .unwrap();
+    assert_eq!(fs.game().vm().get::<i64>("G.x").unwrap(), 2);
+    assert_eq!(fs.game().vm().get::<i64>("G.shots").unwrap(), 1);
+
+    let mut client: PredictiveClient<Pad> =
+        PredictiveClient::new(Game::new(&cfg, Backend::Serialize).unwrap()).unwrap();
+    client.predict(vec![pad(5, true), pad(0, false)]).unwrap();
+    client
+        .confirm(&[pad(1, false), pad(1, false)], |_| unreachable!())
+        .unwrap();
+    assert_eq!(client.game().vm().get::<i64>("G.x").unwrap(), 2);
+    assert_eq!(client.game().vm().get::<i64>("G.shots").unwrap(), 0);
+}

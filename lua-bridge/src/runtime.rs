@@ -549,8 +549,9 @@ pub fn quantile_us(d: &[Duration], q: f64) -> f64 {
 }
 
 /// The GGPO model: a state saved every frame within a window; a misprediction loads the frame
-/// of the first wrong prediction and re-simulates from there.
-pub struct FrameSession {
+/// of the first wrong prediction and re-simulates from there. Inputs are any [`GameInput`]
+/// (`u8` by default), as for [`Game::step`].
+pub struct FrameSession<I: GameInput = u8> {
     game: Game,
     window: usize,
     saves: VecDeque<(u64, SaveHandle)>,
@@ -560,12 +561,14 @@ pub struct FrameSession {
     pub resimulated: u64,
     /// Durations.
     pub timings: Timings,
+    inputs: std::marker::PhantomData<fn(&I)>,
 }
 
-impl FrameSession {
+impl<I: GameInput> FrameSession<I> {
     /// A session over a game; `window` frames are kept (at least 1).
-    pub fn new(game: Game, window: usize) -> FrameSession {
+    pub fn new(game: Game, window: usize) -> FrameSession<I> {
         FrameSession {
+            inputs: std::marker::PhantomData,
             game,
             window: window.max(1),
             saves: VecDeque::new(),
@@ -616,7 +619,7 @@ impl FrameSession {
     }
 
     /// Saves, then simulates one frame.
-    pub fn advance(&mut self, inputs: &[u8]) -> Result<(), GameError> {
+    pub fn advance(&mut self, inputs: &[I]) -> Result<(), GameError> {
         self.save_frame()?;
         self.game.step(inputs)
     }
@@ -626,7 +629,7 @@ impl FrameSession {
     pub fn rollback_and_resimulate(
         &mut self,
         frame: u64,
-        mut inputs_of: impl FnMut(u64) -> Vec<u8>,
+        mut inputs_of: impl FnMut(u64) -> Vec<I>,
     ) -> Result<(), GameError> {
         let now = self.game.frame();
         let saves_before = self.timings.saves.len();
@@ -659,11 +662,12 @@ impl FrameSession {
 }
 
 /// Predictive re-execution: a synchronous form (confirmed state, saved) and an asynchronous
-/// form (the synchronous state plus the pending commands, what the player sees).
-pub struct PredictiveClient {
+/// form (the synchronous state plus the pending commands, what the player sees). Inputs are
+/// any [`GameInput`] (`u8` by default), as for [`Game::step`].
+pub struct PredictiveClient<I: GameInput = u8> {
     game: Game,
     sync: Option<(u64, SaveHandle)>,
-    pending: VecDeque<Vec<u8>>,
+    pending: VecDeque<Vec<I>>,
     /// Times the client went back to its synchronous form.
     pub rollbacks: u64,
     /// Pending frames applied again after rollbacks.
@@ -672,9 +676,9 @@ pub struct PredictiveClient {
     pub timings: Timings,
 }
 
-impl PredictiveClient {
+impl<I: GameInput> PredictiveClient<I> {
     /// A client whose synchronous form is the game's current state.
-    pub fn new(game: Game) -> Result<PredictiveClient, GameError> {
+    pub fn new(game: Game) -> Result<PredictiveClient<I>, GameError> {
         let mut c = PredictiveClient {
             game,
             sync: None,
@@ -696,7 +700,7 @@ impl PredictiveClient {
     }
 
     /// Applies a predicted (unacknowledged) frame on top of the current form.
-    pub fn predict(&mut self, inputs: Vec<u8>) -> Result<(), GameError> {
+    pub fn predict(&mut self, inputs: Vec<I>) -> Result<(), GameError> {
         self.game.step(&inputs)?;
         self.pending.push_back(inputs);
         Ok(())
@@ -707,8 +711,8 @@ impl PredictiveClient {
     /// confirmed frame's own prediction is dropped; the others are replaced by `repredict`).
     pub fn confirm(
         &mut self,
-        inputs: &[u8],
-        mut repredict: impl FnMut(u64) -> Vec<u8>,
+        inputs: &[I],
+        mut repredict: impl FnMut(u64) -> Vec<I>,
     ) -> Result<(), GameError> {
         let (sync_frame, handle) = self.sync.clone().expect("a synchronous form exists");
         let had_pending = !self.pending.is_empty();
@@ -722,7 +726,7 @@ impl PredictiveClient {
         }
         self.game.step(inputs)?;
         self.take_sync()?;
-        let again: Vec<Vec<u8>> = (0..self.pending.len() as u64)
+        let again: Vec<Vec<I>> = (0..self.pending.len() as u64)
             .map(|i| repredict(sync_frame + 1 + i))
             .collect();
         self.pending.clear();
