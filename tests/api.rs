@@ -993,3 +993,43 @@ fn frame_session_and_predictive_client_take_structured_inputs() {
     assert_eq!(client.game().vm().get::<i64>("G.x").unwrap(), 2);
     assert_eq!(client.game().vm().get::<i64>("G.shots").unwrap(), 0);
 }
+
+/// A native over a standard library function is refused unless asked for explicitly.
+#[test]
+fn native_over_a_library_function_needs_native_override() {
+    let err = Vm::builder()
+        .capacity(64 * MIB)
+        .deterministic(1)
+        .native("math.floor", |c| {
+            c.ret(7i64);
+            Ok(())
+        })
+        .build()
+        .err()
+        .expect("math.floor exists");
+    assert!(
+        matches!(&err, VmError::NativeOverride { name, found } if name == "math.floor" && found == "function"),
+        "{err}"
+    );
+    assert!(err.to_string().contains("native_override"), "{err}");
+    let vm = Vm::builder()
+        .capacity(64 * MIB)
+        .deterministic(1)
+        .native_override("math.floor", |c| {
+            c.ret(7i64);
+            Ok(())
+        })
+        .native("mylib.helper", |c| {
+            c.ret(1i64);
+            Ok(())
+        })
+        .build()
+        .unwrap();
+    assert_eq!(
+        vm.load("return math.floor(2.5) + mylib.helper()", "t")
+            .unwrap()
+            .get::<i64>()
+            .unwrap(),
+        8
+    );
+}

@@ -44,6 +44,14 @@ pub enum VmError {
         /// The name being registered.
         name: String,
     },
+    /// A native's path already holds a value (a standard library function, a global).
+    #[error("cannot register native '{name}': that path already holds a {found} (a standard library function or a global); choose another name, or use VmBuilder::native_override to replace it on purpose")]
+    NativeOverride {
+        /// The path.
+        name: String,
+        /// The Lua type of the value there.
+        found: String,
+    },
     /// A native or userdata type with this name exists already.
     #[error("'{name}' is already registered; choose another name")]
     DuplicateName {
