@@ -1033,3 +1033,28 @@ fn native_over_a_library_function_needs_native_override() {
         8
     );
 }
+
+/// Conversion errors through handles name the key, index or result that failed.
+#[test]
+fn handle_errors_name_the_key_and_the_result() {
+    let vm = vm();
+    vm.exec(
+        "t = { { name = 'ann' }, n = 'x' } function t.f() return 'str' end",
+        "setup",
+    )
+    .unwrap();
+    let t = vm.table("t").unwrap();
+    let msg = |e: VmError| e.to_string();
+    let e = msg(t.get::<_, u8>("nope").unwrap_err());
+    assert!(e.contains("'table.nope' is nil"), "{e}");
+    let e = msg(t.get::<_, u8>(1).unwrap_err());
+    assert!(e.contains("'table[1]'"), "{e}");
+    let e = msg(t.table(1).unwrap().table("name").unwrap_err());
+    assert!(e.contains("'table.name'") && e.contains("string"), "{e}");
+    let e = msg(t.handle("f").unwrap().get::<u8>().unwrap_err());
+    assert!(e.contains("'the value'") && e.contains("function"), "{e}");
+    let e = msg(t.call_function::<u8>("f", ()).unwrap_err());
+    assert!(e.contains("'f() result #1'"), "{e}");
+    let e = msg(t.function("f").unwrap().call::<u8>(()).unwrap_err());
+    assert!(e.contains("'result #1'"), "{e}");
+}

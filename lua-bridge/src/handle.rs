@@ -628,6 +628,14 @@ impl Vm {
     }
 }
 
+/// How a key reads in an error path: `.name`, `[1]`, `["a b"]`, `[<handle>]`.
+fn arg_label(key: &Arg<'_>) -> String {
+    match &key.kind {
+        ArgKind::Value(v) => crate::convert::key_suffix(v),
+        ArgKind::Anchored { .. } => "[<handle>]".into(),
+    }
+}
+
 /// Puts the path into a handle-conversion error.
 fn named(e: VmError, path: &str) -> VmError {
     match e {
@@ -712,7 +720,7 @@ impl<'vm> LuaRef<'vm> {
     /// Copies the value out and converts it.
     pub fn get<T: FromLua>(&self) -> Result<T, VmError> {
         let v = self.with(&mut |_| 1, |L, n| self.vm.collect_values(L, n))??;
-        T::from_lua(v.into_iter().next().unwrap_or(Value::Nil))
+        T::from_lua(v.into_iter().next().unwrap_or(Value::Nil)).map_err(|e| at(e, "the value"))
     }
 
     fn expect(self, expected: &'static str, ok: bool) -> Result<Self, VmError> {
@@ -720,7 +728,7 @@ impl<'vm> LuaRef<'vm> {
             Ok(self)
         } else {
             Err(VmError::NotFound {
-                path: "the handle".into(),
+                path: "the value".into(),
                 expected,
                 found: self.type_name().into(),
             })
@@ -817,7 +825,8 @@ impl<'vm> LuaTable<'vm> {
             },
             |L, n| self.0.vm.collect_values(L, n),
         )??;
-        V::from_lua(v.into_iter().next().unwrap_or(Value::Nil)).map_err(|e| at(e, "table: "))
+        V::from_lua(v.into_iter().next().unwrap_or(Value::Nil))
+            .map_err(|e| at(e, &format!("table{}", arg_label(&key[0]))))
     }
 
     /// Reads the value at a path relative to this table (`players[1].hp`) and converts it.
@@ -859,7 +868,11 @@ impl<'vm> LuaTable<'vm> {
 
     /// A handle to `t[key]` (any type).
     pub fn handle<'h, K: IntoLua<'h>>(&self, key: K) -> Result<LuaRef<'vm>, VmError> {
-        let key = [key.into_lua()?];
+        self.handle_arg(key.into_lua()?)
+    }
+
+    fn handle_arg(&self, key: Arg<'_>) -> Result<LuaRef<'vm>, VmError> {
+        let key = [key];
         self.0.vm.own_args(&key)?;
         let shared: &Shared = &self.0.vm.shared;
         let slot = self.0.with(
@@ -884,12 +897,20 @@ impl<'vm> LuaTable<'vm> {
 
     /// A handle to the table `t[key]` (nested access without copying).
     pub fn table<'h, K: IntoLua<'h>>(&self, key: K) -> Result<LuaTable<'vm>, VmError> {
-        self.handle(key)?.into_table()
+        let key = key.into_lua()?;
+        let label = format!("table{}", arg_label(&key));
+        self.handle_arg(key)?
+            .into_table()
+            .map_err(|e| named(e, &label))
     }
 
     /// A handle to the function `t[key]`.
     pub fn function<'h, K: IntoLua<'h>>(&self, key: K) -> Result<Function<'vm>, VmError> {
-        self.handle(key)?.into_function()
+        let key = key.into_lua()?;
+        let label = format!("table{}", arg_label(&key));
+        self.handle_arg(key)?
+            .into_function()
+            .map_err(|e| named(e, &label))
     }
 
     /// Sets `t[key] = value` (running `__newindex`). Values may be handles.
@@ -958,7 +979,10 @@ impl<'vm> LuaTable<'vm> {
         name: &str,
         args: impl IntoLuaMulti<'h>,
     ) -> Result<R, VmError> {
-        self.function(name).map_err(|e| named(e, name))?.call(args)
+        self.function(name)
+            .map_err(|e| named(e, name))?
+            .call(args)
+            .map_err(|e| at(e, &format!("{name}() ")))
     }
 
     /// Calls the method `t:name(args...)`: `t` is passed as `self`.
@@ -970,7 +994,7 @@ impl<'vm> LuaTable<'vm> {
         let f = self.function(name).map_err(|e| named(e, name))?;
         let mut all = vec![(&self.0).into_lua()?];
         all.extend(args.into_lua_multi()?);
-        f.call(all)
+        f.call(all).map_err(|e| at(e, &format!(":{name}() ")))
     }
 
     /// Copies the whole table out (deeply).
@@ -997,7 +1021,7 @@ impl<'vm> Function<'vm> {
             },
             |L, n| self.0.vm.values::<R>(L, n),
         )?;
-        out.map_err(|e| at(e, "function: "))
+        out
     }
 }
 
@@ -1126,7 +1150,7 @@ impl<'vm> Thread<'vm> {
             },
             |L, n| self.0.vm.values::<R>(L, n),
         )?;
-        out.map_err(|e| at(e, "coroutine: "))
+        out.map_err(|e| at(e, "coroutine "))
     }
 }
 
