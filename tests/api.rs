@@ -1058,3 +1058,48 @@ fn handle_errors_name_the_key_and_the_result() {
     let e = msg(t.function("f").unwrap().call::<u8>(()).unwrap_err());
     assert!(e.contains("'result #1'"), "{e}");
 }
+
+/// serde: sequences holding `None` read back whole (holes and trailing `None`s, through the
+/// explicit `n` the writer adds), and a failing field names its own type.
+#[test]
+fn serde_option_sequences_round_trip_and_errors_name_the_field_type() {
+    use luasnap::bridge::Serde;
+    #[derive(serde::Serialize, serde::Deserialize, Debug, PartialEq)]
+    struct Player {
+        hp: u8,
+        slots: Vec<Option<u32>>,
+    }
+    let vm = vm();
+    let p = Player {
+        hp: 3,
+        slots: vec![Some(1), None, Some(3), None],
+    };
+    vm.set("p", Serde(&p)).unwrap();
+    assert_eq!(vm.get::<Option<i64>>("p.slots[2]").unwrap(), None);
+    assert_eq!(vm.get::<i64>("p.slots.n").unwrap(), 4);
+    assert_eq!(vm.get::<Serde<Player>>("p").unwrap().0, p);
+    // A Lua-made sequence with a hole (no `n`) reads up to its largest key.
+    vm.exec("p.slots = { 1, nil, 3 }", "t").unwrap();
+    assert_eq!(
+        vm.get::<Serde<Player>>("p").unwrap().0.slots,
+        vec![Some(1), None, Some(3)]
+    );
+    // The plain conversion reads the same table, `n` included.
+    vm.set("p", Serde(&p)).unwrap();
+    assert_eq!(
+        vm.get::<Vec<Option<u32>>>("p.slots").unwrap(),
+        vec![Some(1), None, Some(3), None]
+    );
+    // No `None`s: a plain sequence, no `n`.
+    vm.set("q", Serde(vec![1, 2])).unwrap();
+    assert_eq!(vm.get::<Option<i64>>("q.n").unwrap(), None);
+    // Hostile lengths are refused.
+    vm.exec("p.slots = { n = 1e12 // 1 }", "t").unwrap();
+    assert!(vm.get::<Serde<Player>>("p").is_err());
+    vm.exec("p.slots = {} p.hp = 300", "t").unwrap();
+    let e = vm.get::<Serde<Player>>("p").unwrap_err();
+    assert!(
+        matches!(&e, VmError::Type { path, expected, .. } if path == "p.hp" && expected == "u8"),
+        "{e}"
+    );
+}
