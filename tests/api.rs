@@ -1103,3 +1103,21 @@ fn serde_option_sequences_round_trip_and_errors_name_the_field_type() {
         "{e}"
     );
 }
+
+/// The plain Vm explains a library the deterministic profile leaves out, once.
+#[test]
+fn deterministic_vm_explains_a_missing_library() {
+    let vm = vm();
+    let e = vm
+        .exec("return os.time()", "clock")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("'os' is left out of the deterministic profile"),
+        "{e}"
+    );
+    assert_eq!(e.matches("left out").count(), 1, "{e}");
+    let full = Vm::builder().capacity(64 * MIB).build().unwrap();
+    let e = full.exec("return nope.x", "t").unwrap_err().to_string();
+    assert!(!e.contains("left out"), "{e}");
+}

@@ -480,8 +480,10 @@ fn explain_missing_library(e: VmError) -> VmError {
             message,
             traceback,
         } => {
+            // The Vm explains it already (one explanation, not two).
             let missing = LEFT_OUT.iter().find(|n| {
-                message.contains(&format!("(global '{n}')"))
+                !message.contains(crate::error::LEFT_OUT_MARK)
+                    && message.contains(&format!("(global '{n}')"))
                     || message.contains(&format!("(field '{n}')"))
             });
             let message = match missing {

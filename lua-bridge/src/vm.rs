@@ -436,7 +436,10 @@ impl Vm {
                 traceback,
             }) => Err(VmError::Lua {
                 kind,
-                message,
+                message: match self.profile {
+                    Profile::Deterministic { .. } => crate::error::explain_left_out(message),
+                    _ => message,
+                },
                 traceback,
             }),
         };
