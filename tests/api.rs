@@ -1121,3 +1121,27 @@ fn deterministic_vm_explains_a_missing_library() {
     let e = full.exec("return nope.x", "t").unwrap_err().to_string();
     assert!(!e.contains("left out"), "{e}");
 }
+
+/// A second game at default_game's fixed base address gets advice, and `None` works.
+#[test]
+fn a_second_game_at_the_fixed_base_address_is_told_to_use_none() {
+    use luasnap::bridge::runtime::{Backend, Game, GameConfig, GameError};
+    let mut cfg = GameConfig::default_game(2, 1);
+    cfg.capacity = 64 * MIB;
+    cfg.script =
+        "G = {} function G.init() G.x = 0 end function G.step(i) G.x = G.x + i[1] end return G"
+            .into();
+    let mut first = Game::new(&cfg, Backend::ArenaIncremental).unwrap();
+    first.step(&[1u8, 2]).unwrap();
+    let save = first.save_game().unwrap();
+    let err = Game::from_save(&cfg, Backend::ArenaIncremental, &save)
+        .err()
+        .expect("the fixed address is taken");
+    assert!(
+        matches!(&err, GameError::Config(m) if m.contains("base_address: None")),
+        "{err}"
+    );
+    cfg.base_address = None;
+    let second = Game::from_save(&cfg, Backend::ArenaIncremental, &save).unwrap();
+    assert_eq!(second.frame(), 1);
+}

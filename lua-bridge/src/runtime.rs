@@ -116,7 +116,10 @@ pub struct GameConfig {
     pub players: usize,
     /// Seeds the VM's deterministic profile and `G.init`.
     pub seed: u64,
-    /// Arena base address (default [`GAME_BASE_ADDRESS`]); `None` lets the OS choose.
+    /// Arena base address (default [`GAME_BASE_ADDRESS`]); `None` lets the OS choose. A fixed
+    /// address can hold one arena at a time: a second live game in the same process (two
+    /// peers, `Game::from_save` beside the running game) needs `None`, or fails with a
+    /// [`GameError::Config`] saying so.
     pub base_address: Option<usize>,
     /// Snapshots retained (at least the rollback depth + 2).
     pub window: usize,
@@ -263,7 +266,7 @@ impl Game {
 
     /// Loads the script and calls `G.init(players, seed)`.
     pub fn new(cfg: &GameConfig, backend: Backend) -> Result<Game, GameError> {
-        let vm = Self::load_script(cfg, backend)?;
+        let vm = Self::load_script(cfg, backend).map_err(explain_base_in_use)?;
         let has_digest = Self::has_digest(&vm)?;
         let game = Game {
             vm,
@@ -294,7 +297,7 @@ impl Game {
     /// Starts from a save-game written by [`Game::save_game`]: the script is loaded (for its
     /// functions), then the saved state replaces its globals; the frame count continues.
     pub fn from_save(cfg: &GameConfig, backend: Backend, save: &[u8]) -> Result<Game, GameError> {
-        let mut vm = Self::load_script(cfg, backend)?;
+        let mut vm = Self::load_script(cfg, backend).map_err(explain_base_in_use)?;
         vm.load_game(save, crate::persist::Trust::Own)?;
         let frame = vm.get::<Value>("luasnap_frame")?.as_integer();
         let players = vm.get::<Value>("luasnap_players")?.as_integer();
@@ -463,6 +466,19 @@ impl Game {
     /// The VM (statistics, snapshots).
     pub fn vm(&self) -> &Vm {
         &self.vm
+    }
+}
+
+/// Turns "address in use" at a game's fixed base address into advice: a second game in the
+/// process needs `base_address: None`.
+fn explain_base_in_use(e: GameError) -> GameError {
+    match e {
+        GameError::Vm(VmError::Arena(luasnap_alloc::ArenaError::AddressInUse { address, .. })) => {
+            GameError::Config(format!(
+                "the game's arena base address {address:#x} (GameConfig::base_address, fixed by default_game so that runs lay out memory identically) is already in use in this process, by another live Game or Vm; set `base_address: None` in the GameConfig to let the OS choose (needed for a second game in one process, e.g. Game::from_save while the first game lives), or drop the other game first"
+            ))
+        }
+        e => e,
     }
 }
 
