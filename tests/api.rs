@@ -997,7 +997,7 @@ fn frame_session_and_predictive_client_take_structured_inputs() {
 /// A native over a standard library function is refused unless asked for explicitly.
 #[test]
 fn native_over_a_library_function_needs_native_override() {
-    let err = Vm::builder()
+    let Err(err) = Vm::builder()
         .capacity(64 * MIB)
         .deterministic(1)
         .native("math.floor", |c| {
@@ -1005,8 +1005,9 @@ fn native_over_a_library_function_needs_native_override() {
             Ok(())
         })
         .build()
-        .err()
-        .expect("math.floor exists");
+    else {
+        panic!("math.floor exists: the native must be refused");
+    };
     assert!(
         matches!(&err, VmError::NativeOverride { name, found } if name == "math.floor" && found == "function"),
         "{err}"
@@ -1134,9 +1135,9 @@ fn a_second_game_at_the_fixed_base_address_is_told_to_use_none() {
     let mut first = Game::new(&cfg, Backend::ArenaIncremental).unwrap();
     first.step(&[1u8, 2]).unwrap();
     let save = first.save_game().unwrap();
-    let err = Game::from_save(&cfg, Backend::ArenaIncremental, &save)
-        .err()
-        .expect("the fixed address is taken");
+    let Err(err) = Game::from_save(&cfg, Backend::ArenaIncremental, &save) else {
+        panic!("the fixed address is taken: the second game must be refused");
+    };
     assert!(
         matches!(&err, GameError::Config(m) if m.contains("base_address: None")),
         "{err}"

@@ -1014,14 +1014,13 @@ impl<'vm> Function<'vm> {
         let args = args.into_lua_multi()?;
         self.0.vm.own_args(&args)?;
         let shared: &Shared = &self.0.vm.shared;
-        let out = self.0.with(
+        self.0.with(
             &mut |L| {
                 // SAFETY: protected body, the function at 1.
                 unsafe { call_args(L, &args, shared, 0) }
             },
             |L, n| self.0.vm.values::<R>(L, n),
-        )?;
-        out
+        )?
     }
 }
 

@@ -323,7 +323,7 @@ impl SeqSer {
             .items
             .iter()
             .any(|v| matches!(v, Value::Nil))
-            .then(|| self.items.len());
+            .then_some(self.items.len());
         let mut t = Table::from_array(self.items);
         if let Some(n) = n {
             t = t.with("n", n as i64);
