@@ -1146,3 +1146,52 @@ fn a_second_game_at_the_fixed_base_address_is_told_to_use_none() {
     let second = Game::from_save(&cfg, Backend::ArenaIncremental, &save).unwrap();
     assert_eq!(second.frame(), 1);
 }
+
+/// An error value that is not a string, raised in a callback a native calls, reaches the
+/// Lua `pcall` around the native as the value itself (as in plain Lua); strings keep the
+/// native's name prefix.
+#[test]
+fn error_values_pass_through_a_natives_callback() {
+    let vm = Vm::builder()
+        .capacity(64 * MIB)
+        .deterministic(1)
+        .native("host.call", |c| {
+            let n: i64 = c.call_function(0, ())?;
+            c.ret(n);
+            Ok(())
+        })
+        .native("host.swallow", |c| {
+            let first = c.call_function::<()>(0, ()).is_err();
+            c.ret(first);
+            let n: i64 = c.call_function(1, ())?;
+            c.ret(n);
+            Ok(())
+        })
+        .build()
+        .unwrap();
+    let r = vm
+        .exec(
+            "local ok, e = pcall(host.call, function() error({ code = 7 }) end)
+             local ok2, e2 = pcall(host.call, function() error('plain') end)
+             local ok3, a, b = pcall(host.swallow, function() error({}) end, function() return 5 end)
+             local ok4, e4 = pcall(host.swallow, function() error({}) end,
+                                   function() error({ code = 9 }) end)
+             return ok, type(e), e.code, e2, ok3, a, b, ok4, e4.code",
+            "t",
+        )
+        .unwrap();
+    assert_eq!(
+        r,
+        vec![
+            Value::Boolean(false),
+            Value::from("table"),
+            Value::Integer(7),
+            Value::from("host.call: t:2: plain"),
+            Value::Boolean(true),
+            Value::Boolean(true),
+            Value::Integer(5),
+            Value::Boolean(false),
+            Value::Integer(9),
+        ]
+    );
+}
