@@ -924,3 +924,274 @@ fn hostile_tables_are_refused_not_allocated() {
         Err(VmError::BadPath { at: 1, .. })
     ));
 }
+
+/// A module loaded with `Vm::require` lives in `package.loaded`: its state goes into
+/// `save_game` and comes back with `load_game`.
+#[test]
+fn required_module_state_survives_save_game() {
+    use luasnap::bridge::persist::Trust;
+    const GAME: &str = "local G = { tick = 0 } function G.step() G.tick = G.tick + 1 end return G";
+    let vm = vm();
+    let g = vm.require("game", GAME).unwrap().into_table().unwrap();
+    for _ in 0..5 {
+        g.call_function::<()>("step", ()).unwrap();
+    }
+    drop(g);
+    let save = vm.save_game().unwrap();
+    let mut vm2 = self::vm();
+    vm2.require("game", GAME).unwrap();
+    vm2.load_game(&save, Trust::Own).unwrap();
+    let g2 = vm2.require("game", GAME).unwrap().into_table().unwrap();
+    assert_eq!(g2.get::<_, i64>("tick").unwrap(), 5);
+    g2.call_function::<()>("step", ()).unwrap();
+    assert_eq!(g2.get::<_, i64>("tick").unwrap(), 6);
+}
+
+/// `FrameSession` and `PredictiveClient` take any `GameInput`, here a serde struct that
+/// reaches `G.step` as a table; a rollback re-simulates with the corrected structured inputs.
+#[test]
+fn frame_session_and_predictive_client_take_structured_inputs() {
+    use luasnap::bridge::runtime::{
+        Backend, FrameSession, Game, GameConfig, GameInput, PredictiveClient,
+    };
+    #[derive(Clone, Copy, Default, serde::Serialize)]
+    struct Pad {
+        dx: i8,
+        fire: bool,
+    }
+    impl GameInput for Pad {}
+    let mut cfg = GameConfig::default_game(2, 1);
+    cfg.base_address = None;
+    cfg.capacity = 64 * MIB;
+    cfg.script = "G = { x = 0, shots = 0 }
+        function G.init(players, seed) end
+        function G.step(inputs)
+          for _, p in ipairs(inputs) do
+            G.x = G.x + p.dx
+            if p.fire then G.shots = G.shots + 1 end
+          end
+        end
+        return G"
+        .into();
+    let pad = |dx, fire| Pad { dx, fire };
+    let mut fs: FrameSession<Pad> =
+        FrameSession::new(Game::new(&cfg, Backend::ArenaIncremental).unwrap(), 8);
+    fs.advance(&[pad(1, false), pad(2, true)]).unwrap();
+    fs.advance(&[pad(1, false), pad(2, true)]).unwrap();
+    assert_eq!(fs.game().vm().get::<i64>("G.x").unwrap(), 6);
+    fs.rollback_and_resimulate(1, |_| vec![pad(-1, false), pad(0, false)])
+        .unwrap();
+    assert_eq!(fs.game().vm().get::<i64>("G.x").unwrap(), 2);
+    assert_eq!(fs.game().vm().get::<i64>("G.shots").unwrap(), 1);
+
+    let mut client: PredictiveClient<Pad> =
+        PredictiveClient::new(Game::new(&cfg, Backend::Serialize).unwrap()).unwrap();
+    client.predict(vec![pad(5, true), pad(0, false)]).unwrap();
+    client
+        .confirm(&[pad(1, false), pad(1, false)], |_| unreachable!())
+        .unwrap();
+    assert_eq!(client.game().vm().get::<i64>("G.x").unwrap(), 2);
+    assert_eq!(client.game().vm().get::<i64>("G.shots").unwrap(), 0);
+}
+
+/// A native over a standard library function is refused unless asked for explicitly.
+#[test]
+fn native_over_a_library_function_needs_native_override() {
+    let Err(err) = Vm::builder()
+        .capacity(64 * MIB)
+        .deterministic(1)
+        .native("math.floor", |c| {
+            c.ret(7i64);
+            Ok(())
+        })
+        .build()
+    else {
+        panic!("math.floor exists: the native must be refused");
+    };
+    assert!(
+        matches!(&err, VmError::NativeOverride { name, found } if name == "math.floor" && found == "function"),
+        "{err}"
+    );
+    assert!(err.to_string().contains("native_override"), "{err}");
+    let vm = Vm::builder()
+        .capacity(64 * MIB)
+        .deterministic(1)
+        .native_override("math.floor", |c| {
+            c.ret(7i64);
+            Ok(())
+        })
+        .native("mylib.helper", |c| {
+            c.ret(1i64);
+            Ok(())
+        })
+        .build()
+        .unwrap();
+    assert_eq!(
+        vm.load("return math.floor(2.5) + mylib.helper()", "t")
+            .unwrap()
+            .get::<i64>()
+            .unwrap(),
+        8
+    );
+}
+
+/// Conversion errors through handles name the key, index or result that failed.
+#[test]
+fn handle_errors_name_the_key_and_the_result() {
+    let vm = vm();
+    vm.exec(
+        "t = { { name = 'ann' }, n = 'x' } function t.f() return 'str' end",
+        "setup",
+    )
+    .unwrap();
+    let t = vm.table("t").unwrap();
+    let msg = |e: VmError| e.to_string();
+    let e = msg(t.get::<_, u8>("nope").unwrap_err());
+    assert!(e.contains("'table.nope' is nil"), "{e}");
+    let e = msg(t.get::<_, u8>(1).unwrap_err());
+    assert!(e.contains("'table[1]'"), "{e}");
+    let e = msg(t.table(1).unwrap().table("name").unwrap_err());
+    assert!(e.contains("'table.name'") && e.contains("string"), "{e}");
+    let e = msg(t.handle("f").unwrap().get::<u8>().unwrap_err());
+    assert!(e.contains("'the value'") && e.contains("function"), "{e}");
+    let e = msg(t.call_function::<u8>("f", ()).unwrap_err());
+    assert!(e.contains("'f() result #1'"), "{e}");
+    let e = msg(t.function("f").unwrap().call::<u8>(()).unwrap_err());
+    assert!(e.contains("'result #1'"), "{e}");
+}
+
+/// serde: sequences holding `None` read back whole (holes and trailing `None`s, through the
+/// explicit `n` the writer adds), and a failing field names its own type.
+#[test]
+fn serde_option_sequences_round_trip_and_errors_name_the_field_type() {
+    use luasnap::bridge::Serde;
+    #[derive(serde::Serialize, serde::Deserialize, Debug, PartialEq)]
+    struct Player {
+        hp: u8,
+        slots: Vec<Option<u32>>,
+    }
+    let vm = vm();
+    let p = Player {
+        hp: 3,
+        slots: vec![Some(1), None, Some(3), None],
+    };
+    vm.set("p", Serde(&p)).unwrap();
+    assert_eq!(vm.get::<Option<i64>>("p.slots[2]").unwrap(), None);
+    assert_eq!(vm.get::<i64>("p.slots.n").unwrap(), 4);
+    assert_eq!(vm.get::<Serde<Player>>("p").unwrap().0, p);
+    // A Lua-made sequence with a hole (no `n`) reads up to its largest key.
+    vm.exec("p.slots = { 1, nil, 3 }", "t").unwrap();
+    assert_eq!(
+        vm.get::<Serde<Player>>("p").unwrap().0.slots,
+        vec![Some(1), None, Some(3)]
+    );
+    // The plain conversion reads the same table, `n` included.
+    vm.set("p", Serde(&p)).unwrap();
+    assert_eq!(
+        vm.get::<Vec<Option<u32>>>("p.slots").unwrap(),
+        vec![Some(1), None, Some(3), None]
+    );
+    // No `None`s: a plain sequence, no `n`.
+    vm.set("q", Serde(vec![1, 2])).unwrap();
+    assert_eq!(vm.get::<Option<i64>>("q.n").unwrap(), None);
+    // Hostile lengths are refused.
+    vm.exec("p.slots = { n = 1e12 // 1 }", "t").unwrap();
+    assert!(vm.get::<Serde<Player>>("p").is_err());
+    vm.exec("p.slots = {} p.hp = 300", "t").unwrap();
+    let e = vm.get::<Serde<Player>>("p").unwrap_err();
+    assert!(
+        matches!(&e, VmError::Type { path, expected, .. } if path == "p.hp" && expected == "u8"),
+        "{e}"
+    );
+}
+
+/// The plain Vm explains a library the deterministic profile leaves out, once.
+#[test]
+fn deterministic_vm_explains_a_missing_library() {
+    let vm = vm();
+    let e = vm
+        .exec("return os.time()", "clock")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("'os' is left out of the deterministic profile"),
+        "{e}"
+    );
+    assert_eq!(e.matches("left out").count(), 1, "{e}");
+    let full = Vm::builder().capacity(64 * MIB).build().unwrap();
+    let e = full.exec("return nope.x", "t").unwrap_err().to_string();
+    assert!(!e.contains("left out"), "{e}");
+}
+
+/// A second game at default_game's fixed base address gets advice, and `None` works.
+#[test]
+fn a_second_game_at_the_fixed_base_address_is_told_to_use_none() {
+    use luasnap::bridge::runtime::{Backend, Game, GameConfig, GameError};
+    let mut cfg = GameConfig::default_game(2, 1);
+    cfg.capacity = 64 * MIB;
+    cfg.script =
+        "G = {} function G.init() G.x = 0 end function G.step(i) G.x = G.x + i[1] end return G"
+            .into();
+    let mut first = Game::new(&cfg, Backend::ArenaIncremental).unwrap();
+    first.step(&[1u8, 2]).unwrap();
+    let save = first.save_game().unwrap();
+    let Err(err) = Game::from_save(&cfg, Backend::ArenaIncremental, &save) else {
+        panic!("the fixed address is taken: the second game must be refused");
+    };
+    assert!(
+        matches!(&err, GameError::Config(m) if m.contains("base_address: None")),
+        "{err}"
+    );
+    cfg.base_address = None;
+    let second = Game::from_save(&cfg, Backend::ArenaIncremental, &save).unwrap();
+    assert_eq!(second.frame(), 1);
+}
+
+/// An error value that is not a string, raised in a callback a native calls, reaches the
+/// Lua `pcall` around the native as the value itself (as in plain Lua); strings keep the
+/// native's name prefix.
+#[test]
+fn error_values_pass_through_a_natives_callback() {
+    let vm = Vm::builder()
+        .capacity(64 * MIB)
+        .deterministic(1)
+        .native("host.call", |c| {
+            let n: i64 = c.call_function(0, ())?;
+            c.ret(n);
+            Ok(())
+        })
+        .native("host.swallow", |c| {
+            let first = c.call_function::<()>(0, ()).is_err();
+            c.ret(first);
+            let n: i64 = c.call_function(1, ())?;
+            c.ret(n);
+            Ok(())
+        })
+        .build()
+        .unwrap();
+    let r = vm
+        .exec(
+            "local ok, e = pcall(host.call, function() error({ code = 7 }) end)
+             local ok2, e2 = pcall(host.call, function() error('plain') end)
+             local ok3, a, b = pcall(host.swallow, function() error({}) end, function() return 5 end)
+             local ok4, e4 = pcall(host.swallow, function() error({}) end,
+                                   function() error({ code = 9 }) end)
+             return ok, type(e), e.code, e2, ok3, a, b, ok4, e4.code",
+            "t",
+        )
+        .unwrap();
+    assert_eq!(
+        r,
+        vec![
+            Value::Boolean(false),
+            Value::from("table"),
+            Value::Integer(7),
+            Value::from("host.call: t:2: plain"),
+            Value::Boolean(true),
+            Value::Boolean(true),
+            Value::Integer(5),
+            Value::Boolean(false),
+            Value::Integer(9),
+        ]
+    );
+}

@@ -201,17 +201,21 @@ impl FromLua for Table {
 }
 
 impl<T: FromLua> FromLua for Vec<T> {
-    /// A sequence: positive integer keys only. Holes read as `nil` (so `Vec<Option<T>>` reads
-    /// `{1, nil, 3}`); a table with other keys, or one sparser than twice its entry count (plus
-    /// 64), is refused rather than read as a huge vector.
+    /// A sequence: positive integer keys, plus an optional integer `n` giving the length (as
+    /// `table.pack` and serde's writer of sequences holding `None` leave it). Holes read as
+    /// `nil` (so `Vec<Option<T>>` reads `{1, nil, 3}` and `{1, nil, n = 2}`); a table with
+    /// other keys, or one sparser than twice its entry count (plus 64), is refused rather than
+    /// read as a huge vector.
     fn from_lua(value: Value) -> Result<Self, VmError> {
         let Value::Table(t) = value else {
             return Err(type_error(&value, "a sequence table", None));
         };
         let mut max = 0u64;
+        let mut n = None;
         for (k, v) in &t.entries {
-            match k.as_integer() {
-                Some(i) if i >= 1 => max = max.max(i as u64),
+            match (k.as_integer(), k.as_str(), v.as_integer()) {
+                (Some(i), _, _) if i >= 1 => max = max.max(i as u64),
+                (_, Some("n"), Some(len)) if len >= 0 => n = Some(len as u64),
                 _ => {
                     return Err(VmError::Type {
                         path: key_suffix(k),
@@ -224,6 +228,16 @@ impl<T: FromLua> FromLua for Vec<T> {
                 }
             }
         }
+        if let Some(n) = n {
+            if n < max {
+                return Err(type_error(
+                    &Value::Table(t),
+                    "a sequence table",
+                    Some(format!("its `n` ({n}) is below its largest key ({max})")),
+                ));
+            }
+            max = n;
+        }
         if max > 2 * t.entries.len() as u64 + 64 {
             return Err(type_error(
                 &Value::Table(t),
@@ -235,8 +249,9 @@ impl<T: FromLua> FromLua for Vec<T> {
         }
         let mut slots: Vec<Option<Value>> = (0..max).map(|_| None).collect();
         for (k, v) in t.entries {
-            let i = k.as_integer().expect("checked above") as usize;
-            slots[i - 1] = Some(v);
+            if let Some(i) = k.as_integer() {
+                slots[i as usize - 1] = Some(v);
+            }
         }
         slots
             .into_iter()

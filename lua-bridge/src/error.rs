@@ -44,6 +44,14 @@ pub enum VmError {
         /// The name being registered.
         name: String,
     },
+    /// A native's path already holds a value (a standard library function, a global).
+    #[error("cannot register native '{name}': that path already holds a {found} (a standard library function or a global); choose another name, or use VmBuilder::native_override to replace it on purpose")]
+    NativeOverride {
+        /// The path.
+        name: String,
+        /// The Lua type of the value there.
+        found: String,
+    },
     /// A native or userdata type with this name exists already.
     #[error("'{name}' is already registered; choose another name")]
     DuplicateName {
@@ -209,5 +217,30 @@ impl From<ArenaError> for Error {
 impl From<SnapError> for Error {
     fn from(e: SnapError) -> Error {
         Error::Vm(e.into())
+    }
+}
+
+/// Names the deterministic profile leaves out.
+const LEFT_OUT: [&str; 7] = [
+    "os", "io", "debug", "package", "require", "dofile", "loadfile",
+];
+
+/// Marks a message already explained by [`explain_left_out`].
+pub(crate) const LEFT_OUT_MARK: &str = "is left out of the deterministic profile";
+
+/// Adds to a Lua error about a nil global the deterministic profile leaves out (`os`, `io`,
+/// ...) why it is nil, instead of the bare "attempt to index a nil value (global 'os')".
+pub(crate) fn explain_left_out(message: String) -> String {
+    if message.contains(LEFT_OUT_MARK) {
+        return message;
+    }
+    let missing = LEFT_OUT.iter().find(|n| {
+        message.contains(&format!("(global '{n}')")) || message.contains(&format!("(field '{n}')"))
+    });
+    match missing {
+        Some(n) => format!(
+            "{message} ('{n}' {LEFT_OUT_MARK} this VM was built with: no io, os, debug, package, require, dofile or loadfile, so a script cannot read the clock, files or the environment; use the seed and math.random instead of os.time and keep state in Lua values, or build with Vm::builder().build() for the full standard library)"
+        ),
+        None => message,
     }
 }

@@ -175,6 +175,10 @@ pub struct Call<'a> {
     L: *mut lua_State,
     shared: &'a Shared,
     nargs: usize,
+    /// The last error value that was not a string, raised by a callback of
+    /// [`call_function`](Call::call_function): kept at this stack index of the native's own
+    /// frame, with the text the native got for it. Returning that error raises the value.
+    kept_error: Option<(c_int, String)>,
 }
 
 impl<'a> Call<'a> {
@@ -293,7 +297,10 @@ impl<'a> Call<'a> {
     /// results: comparators, event handlers and other callbacks passed in from Lua.
     ///
     /// The call is protected: an error inside it comes back as an `Err` (with Lua's message),
-    /// which the native may handle or return (`?`) to raise it further. The Lua code it runs
+    /// which the native may handle or return (`?`) to raise it further. An error value that
+    /// is not a string (`error({ code = 7 })`) reads `(error object is a table value)` here,
+    /// and returning that error raises the original value, so Lua's `pcall` around the native
+    /// gets the table as in plain Lua. The Lua code it runs
     /// may call natives in turn; it cannot yield across this call (Lua's rule for C calls
     /// without continuations) and, like any native, cannot snapshot the VM.
     ///
@@ -339,6 +346,7 @@ impl<'a> Call<'a> {
             body: &mut body,
             panic: None,
         };
+        let mut kept: Option<(c_int, String)> = None;
         // SAFETY: this native's own stack. The pushes below do not allocate (light C
         // functions, a light userdata and a copy) and the stack is checked first; lua_pcallk
         // catches every error raised inside. Results are copied with non-raising calls, then
@@ -349,7 +357,7 @@ impl<'a> Call<'a> {
                 return Err(NativeError::new("Lua stack overflow calling back into Lua"));
             }
             let base = ffi::lua_gettop(L);
-            ffi::lua_pushcclosure(L, traceback_handler, 0);
+            ffi::lua_pushcclosure(L, callback_handler, 0);
             ffi::lua_pushcclosure(L, run_job, 0);
             ffi::lua_pushlightuserdata(L, (&mut job as *mut Job<'_>).cast());
             ffi::lua_pushvalue(L, idx);
@@ -363,7 +371,13 @@ impl<'a> Call<'a> {
                 let mut len = 0;
                 let p = ffi::lua_tolstring(L, -1, &mut len);
                 let text = if p.is_null() {
-                    "(error object is not a string)".to_string()
+                    // Not a string: keep the value itself just above the native's stack
+                    // (where the handler sat), so returning this error raises the value.
+                    let tn = std::ffi::CStr::from_ptr(ffi::lua_typename(L, ffi::lua_type(L, -1)));
+                    let text = format!("(error object is a {} value)", tn.to_string_lossy());
+                    ffi::lua_copy(L, -1, base + 1);
+                    kept = Some((base + 1, text.clone()));
+                    text
                 } else {
                     String::from_utf8_lossy(std::slice::from_raw_parts(p.cast::<u8>(), len))
                         .into_owned()
@@ -377,8 +391,19 @@ impl<'a> Call<'a> {
                     None => message,
                 }))
             };
-            ffi::lua_settop(L, base);
-            scrub_above_top(L, top - base + 3);
+            match kept {
+                Some(_) => {
+                    ffi::lua_settop(L, base + 1);
+                    scrub_above_top(L, top - base + 2);
+                }
+                None => {
+                    ffi::lua_settop(L, base);
+                    scrub_above_top(L, top - base + 3);
+                }
+            }
+            if kept.is_some() {
+                self.kept_error = kept;
+            }
             let values = outcome?;
             R::from_lua_multi(values, "callback result").map_err(NativeError::from)
         }
@@ -470,6 +495,8 @@ unsafe fn userdata_ptr(
 enum Outcome {
     Return(c_int),
     Raise,
+    /// Raise the value at this index of the native's stack.
+    RaiseValue(c_int),
 }
 
 /// The C function behind every native. Upvalue 1 is the native's index.
@@ -489,6 +516,12 @@ pub(crate) unsafe extern "C-unwind" fn native_trampoline(L: *mut lua_State) -> c
         Outcome::Return(base) => unsafe { push_results(L, shared, base as usize) },
         // SAFETY: as above; lua_error never returns.
         Outcome::Raise => unsafe { raise_staged_error(L, shared) },
+        // SAFETY: the index holds the kept error value (call_function left a free slot above
+        // it); pushing a copy does not allocate, and lua_error never returns.
+        Outcome::RaiseValue(idx) => unsafe {
+            ffi::lua_pushvalue(L, idx);
+            ffi::lua_error(L)
+        },
     }
 }
 
@@ -502,13 +535,26 @@ unsafe fn run_native(L: *mut lua_State, shared: &Shared, index: usize, nargs: us
     };
     // SAFETY: as above for results.
     let base = unsafe { (*shared.results.get()).len() };
-    let mut call = Call { L, shared, nargs };
+    let mut call = Call {
+        L,
+        shared,
+        nargs,
+        kept_error: None,
+    };
     IN_NATIVE.with(|n| n.set(n.get() + 1));
     let result = catch_unwind(AssertUnwindSafe(|| (native.f)(&mut call)));
     IN_NATIVE.with(|n| n.set(n.get() - 1));
     let message = match result {
         Ok(Ok(())) => return Outcome::Return(base as c_int),
-        Ok(Err(e)) => format!("{}: {}", native.name, e.0),
+        Ok(Err(e)) => match call.kept_error.take() {
+            // The callback's error value itself, not its text (as `pcall` in Lua gives it).
+            Some((idx, text)) if text == e.0 => {
+                // SAFETY: only this (innermost) trampoline touches these buffers now.
+                unsafe { (*shared.results.get()).truncate(base) };
+                return Outcome::RaiseValue(idx);
+            }
+            _ => format!("{}: {}", native.name, e.0),
+        },
         Err(panic) => {
             let what = panic
                 .downcast_ref::<&str>()
@@ -786,6 +832,21 @@ pub(crate) struct LuaFailure {
     pub kind: LuaErrorKind,
     pub message: String,
     pub traceback: Option<String>,
+}
+
+/// Message handler of [`Call::call_function`]: a traceback for string messages (dropped
+/// later, as for [`traceback_handler`]); any other error value passes through unchanged so
+/// the native can raise the value itself.
+unsafe extern "C-unwind" fn callback_handler(L: *mut lua_State) -> c_int {
+    // SAFETY: called by Lua as a message handler with the error object at index 1.
+    unsafe {
+        if ffi::lua_tolstring(L, 1, std::ptr::null_mut()).is_null() {
+            ffi::lua_settop(L, 1);
+            1
+        } else {
+            traceback_handler(L)
+        }
+    }
 }
 
 /// Message handler: appends a traceback to string messages, as the standalone `lua` does.

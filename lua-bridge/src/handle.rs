@@ -40,7 +40,9 @@ use mlua::ffi::{self, lua_State};
 use std::ffi::{c_int, CString};
 
 const ANCHORS_KEY: &std::ffi::CStr = c"luasnap.anchors";
-const MODULES_KEY: &std::ffi::CStr = c"luasnap.modules";
+/// Where [`Vm::require`] remembers modules: Lua's own `package.loaded` (`registry._LOADED`),
+/// so Lua's `require` sees them and save-games (which hold `package.loaded`) keep their state.
+const MODULES_KEY: &std::ffi::CStr = c"_LOADED";
 
 // ----- the anchor thread -----
 
@@ -531,12 +533,13 @@ impl Vm {
 
     /// Like [`load`](Vm::load) for a module, once: the first call runs the chunk (passing
     /// `name` as its `...`) and remembers its result (`true` if it returned nothing) in
-    /// `registry["luasnap.modules"]`, like `require` does in `package.loaded`; later calls
-    /// with the same name return that value without running anything. The remembered value
-    /// is Lua state: it rolls back and is dropped by a rollback to before the first call. It
-    /// is not part of save-games (they hold the globals); after `load_game`, a module cached
-    /// before the load is still the pre-load value, so require modules before loading or
-    /// reach them through the globals.
+    /// `package.loaded[name]`, like Lua's `require` (which, where the package library is open,
+    /// finds it too); later calls with the same name return that value without running
+    /// anything. The remembered value is Lua state: it rolls back (a rollback to before the
+    /// first call drops it), and [`save_game`](Vm::save_game) saves it with the rest of
+    /// `package.loaded`, so a module's state survives save and load. After
+    /// [`load_game`](Vm::load_game), `require(name, ..)` returns the loaded module table
+    /// (handles taken before the load still point to the pre-load table).
     pub fn require(&self, name: &str, source: impl AsRef<[u8]>) -> Result<LuaRef<'_>, VmError> {
         self.load_module(source.as_ref(), name, Some(name))
     }
@@ -625,6 +628,14 @@ impl Vm {
     }
 }
 
+/// How a key reads in an error path: `.name`, `[1]`, `["a b"]`, `[<handle>]`.
+fn arg_label(key: &Arg<'_>) -> String {
+    match &key.kind {
+        ArgKind::Value(v) => crate::convert::key_suffix(v),
+        ArgKind::Anchored { .. } => "[<handle>]".into(),
+    }
+}
+
 /// Puts the path into a handle-conversion error.
 fn named(e: VmError, path: &str) -> VmError {
     match e {
@@ -709,7 +720,7 @@ impl<'vm> LuaRef<'vm> {
     /// Copies the value out and converts it.
     pub fn get<T: FromLua>(&self) -> Result<T, VmError> {
         let v = self.with(&mut |_| 1, |L, n| self.vm.collect_values(L, n))??;
-        T::from_lua(v.into_iter().next().unwrap_or(Value::Nil))
+        T::from_lua(v.into_iter().next().unwrap_or(Value::Nil)).map_err(|e| at(e, "the value"))
     }
 
     fn expect(self, expected: &'static str, ok: bool) -> Result<Self, VmError> {
@@ -717,7 +728,7 @@ impl<'vm> LuaRef<'vm> {
             Ok(self)
         } else {
             Err(VmError::NotFound {
-                path: "the handle".into(),
+                path: "the value".into(),
                 expected,
                 found: self.type_name().into(),
             })
@@ -814,7 +825,8 @@ impl<'vm> LuaTable<'vm> {
             },
             |L, n| self.0.vm.collect_values(L, n),
         )??;
-        V::from_lua(v.into_iter().next().unwrap_or(Value::Nil)).map_err(|e| at(e, "table: "))
+        V::from_lua(v.into_iter().next().unwrap_or(Value::Nil))
+            .map_err(|e| at(e, &format!("table{}", arg_label(&key[0]))))
     }
 
     /// Reads the value at a path relative to this table (`players[1].hp`) and converts it.
@@ -856,7 +868,11 @@ impl<'vm> LuaTable<'vm> {
 
     /// A handle to `t[key]` (any type).
     pub fn handle<'h, K: IntoLua<'h>>(&self, key: K) -> Result<LuaRef<'vm>, VmError> {
-        let key = [key.into_lua()?];
+        self.handle_arg(key.into_lua()?)
+    }
+
+    fn handle_arg(&self, key: Arg<'_>) -> Result<LuaRef<'vm>, VmError> {
+        let key = [key];
         self.0.vm.own_args(&key)?;
         let shared: &Shared = &self.0.vm.shared;
         let slot = self.0.with(
@@ -881,12 +897,20 @@ impl<'vm> LuaTable<'vm> {
 
     /// A handle to the table `t[key]` (nested access without copying).
     pub fn table<'h, K: IntoLua<'h>>(&self, key: K) -> Result<LuaTable<'vm>, VmError> {
-        self.handle(key)?.into_table()
+        let key = key.into_lua()?;
+        let label = format!("table{}", arg_label(&key));
+        self.handle_arg(key)?
+            .into_table()
+            .map_err(|e| named(e, &label))
     }
 
     /// A handle to the function `t[key]`.
     pub fn function<'h, K: IntoLua<'h>>(&self, key: K) -> Result<Function<'vm>, VmError> {
-        self.handle(key)?.into_function()
+        let key = key.into_lua()?;
+        let label = format!("table{}", arg_label(&key));
+        self.handle_arg(key)?
+            .into_function()
+            .map_err(|e| named(e, &label))
     }
 
     /// Sets `t[key] = value` (running `__newindex`). Values may be handles.
@@ -955,7 +979,10 @@ impl<'vm> LuaTable<'vm> {
         name: &str,
         args: impl IntoLuaMulti<'h>,
     ) -> Result<R, VmError> {
-        self.function(name).map_err(|e| named(e, name))?.call(args)
+        self.function(name)
+            .map_err(|e| named(e, name))?
+            .call(args)
+            .map_err(|e| at(e, &format!("{name}() ")))
     }
 
     /// Calls the method `t:name(args...)`: `t` is passed as `self`.
@@ -967,7 +994,7 @@ impl<'vm> LuaTable<'vm> {
         let f = self.function(name).map_err(|e| named(e, name))?;
         let mut all = vec![(&self.0).into_lua()?];
         all.extend(args.into_lua_multi()?);
-        f.call(all)
+        f.call(all).map_err(|e| at(e, &format!(":{name}() ")))
     }
 
     /// Copies the whole table out (deeply).
@@ -987,14 +1014,13 @@ impl<'vm> Function<'vm> {
         let args = args.into_lua_multi()?;
         self.0.vm.own_args(&args)?;
         let shared: &Shared = &self.0.vm.shared;
-        let out = self.0.with(
+        self.0.with(
             &mut |L| {
                 // SAFETY: protected body, the function at 1.
                 unsafe { call_args(L, &args, shared, 0) }
             },
             |L, n| self.0.vm.values::<R>(L, n),
-        )?;
-        out.map_err(|e| at(e, "function: "))
+        )?
     }
 }
 
@@ -1123,7 +1149,7 @@ impl<'vm> Thread<'vm> {
             },
             |L, n| self.0.vm.values::<R>(L, n),
         )?;
-        out.map_err(|e| at(e, "coroutine: "))
+        out.map_err(|e| at(e, "coroutine "))
     }
 }
 

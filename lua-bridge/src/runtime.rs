@@ -145,7 +145,10 @@ pub struct GameConfig {
     /// Seeds the VM's deterministic profile and `G.init` (0..=`i64::MAX`: `G.init` receives
     /// it as a Lua integer; larger seeds are refused).
     pub seed: u64,
-    /// Arena base address (default [`GAME_BASE_ADDRESS`]); `None` lets the OS choose.
+    /// Arena base address (default [`GAME_BASE_ADDRESS`]); `None` lets the OS choose. A fixed
+    /// address can hold one arena at a time: a second live game in the same process (two
+    /// peers, `Game::from_save` beside the running game) needs `None`, or fails with a
+    /// [`GameError::Config`] saying so.
     pub base_address: Option<usize>,
     /// Snapshots retained (at least the rollback depth + 2).
     pub window: usize,
@@ -320,7 +323,7 @@ impl Game {
 
     /// Loads the script and calls `G.init(players, seed)`.
     pub fn new(cfg: &GameConfig, backend: Backend) -> Result<Game, GameError> {
-        let vm = Self::load_script(cfg, backend)?;
+        let vm = Self::load_script(cfg, backend).map_err(explain_base_in_use)?;
         let has_digest = Self::has_digest(&vm)?;
         let game = Game {
             vm,
@@ -349,7 +352,7 @@ impl Game {
     /// Starts from a save-game written by [`Game::save_game`]: the script is loaded (for its
     /// functions), then the saved state replaces its globals; the frame count continues.
     pub fn from_save(cfg: &GameConfig, backend: Backend, save: &[u8]) -> Result<Game, GameError> {
-        let mut vm = Self::load_script(cfg, backend)?;
+        let mut vm = Self::load_script(cfg, backend).map_err(explain_base_in_use)?;
         vm.load_game(save, crate::persist::Trust::Own)?;
         let frame = vm.get::<Value>("luasnap_frame")?.as_integer();
         let players = vm.get::<Value>("luasnap_players")?.as_integer();
@@ -569,6 +572,19 @@ fn lua_float(f: f64) -> String {
     }
 }
 
+/// Turns "address in use" at a game's fixed base address into advice: a second game in the
+/// process needs `base_address: None`.
+fn explain_base_in_use(e: GameError) -> GameError {
+    match e {
+        GameError::Vm(VmError::Arena(luasnap_alloc::ArenaError::AddressInUse { address, .. })) => {
+            GameError::Config(format!(
+                "the game's arena base address {address:#x} (GameConfig::base_address, fixed by default_game so that runs lay out memory identically) is already in use in this process, by another live Game or Vm; set `base_address: None` in the GameConfig to let the OS choose (needed for a second game in one process, e.g. Game::from_save while the first game lives), or drop the other game first"
+            ))
+        }
+        e => e,
+    }
+}
+
 /// Names left out of the deterministic profile.
 const LEFT_OUT: [&str; 7] = [
     "os", "io", "debug", "package", "require", "dofile", "loadfile",
@@ -583,8 +599,10 @@ fn explain_missing_library(e: VmError) -> VmError {
             message,
             traceback,
         } => {
+            // The Vm explains it already (one explanation, not two).
             let missing = LEFT_OUT.iter().find(|n| {
-                message.contains(&format!("(global '{n}')"))
+                !message.contains(crate::error::LEFT_OUT_MARK)
+                    && message.contains(&format!("(global '{n}')"))
                     || message.contains(&format!("(field '{n}')"))
             });
             let message = match missing {
@@ -652,8 +670,9 @@ pub fn quantile_us(d: &[Duration], q: f64) -> f64 {
 }
 
 /// The GGPO model: a state saved every frame within a window; a misprediction loads the frame
-/// of the first wrong prediction and re-simulates from there.
-pub struct FrameSession {
+/// of the first wrong prediction and re-simulates from there. Inputs are any [`GameInput`]
+/// (`u8` by default), as for [`Game::step`].
+pub struct FrameSession<I: GameInput = u8> {
     game: Game,
     window: usize,
     saves: VecDeque<(u64, SaveHandle)>,
@@ -663,12 +682,14 @@ pub struct FrameSession {
     pub resimulated: u64,
     /// Durations.
     pub timings: Timings,
+    inputs: std::marker::PhantomData<fn(&I)>,
 }
 
-impl FrameSession {
+impl<I: GameInput> FrameSession<I> {
     /// A session over a game; `window` frames are kept (at least 1).
-    pub fn new(game: Game, window: usize) -> FrameSession {
+    pub fn new(game: Game, window: usize) -> FrameSession<I> {
         FrameSession {
+            inputs: std::marker::PhantomData,
             game,
             window: window.max(1),
             saves: VecDeque::new(),
@@ -719,7 +740,7 @@ impl FrameSession {
     }
 
     /// Saves, then simulates one frame.
-    pub fn advance(&mut self, inputs: &[u8]) -> Result<(), GameError> {
+    pub fn advance(&mut self, inputs: &[I]) -> Result<(), GameError> {
         self.save_frame()?;
         self.game.step(inputs)
     }
@@ -729,7 +750,7 @@ impl FrameSession {
     pub fn rollback_and_resimulate(
         &mut self,
         frame: u64,
-        mut inputs_of: impl FnMut(u64) -> Vec<u8>,
+        mut inputs_of: impl FnMut(u64) -> Vec<I>,
     ) -> Result<(), GameError> {
         let now = self.game.frame();
         let saves_before = self.timings.saves.len();
@@ -762,11 +783,12 @@ impl FrameSession {
 }
 
 /// Predictive re-execution: a synchronous form (confirmed state, saved) and an asynchronous
-/// form (the synchronous state plus the pending commands, what the player sees).
-pub struct PredictiveClient {
+/// form (the synchronous state plus the pending commands, what the player sees). Inputs are
+/// any [`GameInput`] (`u8` by default), as for [`Game::step`].
+pub struct PredictiveClient<I: GameInput = u8> {
     game: Game,
     sync: Option<(u64, SaveHandle)>,
-    pending: VecDeque<Vec<u8>>,
+    pending: VecDeque<Vec<I>>,
     /// Times the client went back to its synchronous form.
     pub rollbacks: u64,
     /// Pending frames applied again after rollbacks.
@@ -775,9 +797,9 @@ pub struct PredictiveClient {
     pub timings: Timings,
 }
 
-impl PredictiveClient {
+impl<I: GameInput> PredictiveClient<I> {
     /// A client whose synchronous form is the game's current state.
-    pub fn new(game: Game) -> Result<PredictiveClient, GameError> {
+    pub fn new(game: Game) -> Result<PredictiveClient<I>, GameError> {
         let mut c = PredictiveClient {
             game,
             sync: None,
@@ -799,7 +821,7 @@ impl PredictiveClient {
     }
 
     /// Applies a predicted (unacknowledged) frame on top of the current form.
-    pub fn predict(&mut self, inputs: Vec<u8>) -> Result<(), GameError> {
+    pub fn predict(&mut self, inputs: Vec<I>) -> Result<(), GameError> {
         self.game.step(&inputs)?;
         self.pending.push_back(inputs);
         Ok(())
@@ -810,8 +832,8 @@ impl PredictiveClient {
     /// confirmed frame's own prediction is dropped; the others are replaced by `repredict`).
     pub fn confirm(
         &mut self,
-        inputs: &[u8],
-        mut repredict: impl FnMut(u64) -> Vec<u8>,
+        inputs: &[I],
+        mut repredict: impl FnMut(u64) -> Vec<I>,
     ) -> Result<(), GameError> {
         let (sync_frame, handle) = self.sync.clone().expect("a synchronous form exists");
         let had_pending = !self.pending.is_empty();
@@ -825,7 +847,7 @@ impl PredictiveClient {
         }
         self.game.step(inputs)?;
         self.take_sync()?;
-        let again: Vec<Vec<u8>> = (0..self.pending.len() as u64)
+        let again: Vec<Vec<I>> = (0..self.pending.len() as u64)
             .map(|i| repredict(sync_frame + 1 + i))
             .collect();
         self.pending.clear();

@@ -6,6 +6,14 @@
 //! form). Integers keep Lua's integer type, floats its float type; a float holding an exact
 //! integer reads into an integer field, an integer into a float field.
 //!
+//! A sequence holding `None`s (`vec![Some(1), None]`) would leave holes or lose its trailing
+//! `None`s, so it is written with its length in `n`, like `table.pack` does:
+//! `{ 1, nil, n = 2 }`. Sequences are read up to `n` when present, else up to the largest
+//! integer key, holes reading as `None` (`{ 1, nil, 3 }` from Lua reads as
+//! `[Some(1), None, Some(3)]`); other keys, or lengths far beyond the entries, are refused.
+//! A conversion error names the failing part's path and its own type (`'p.hp' is the integer
+//! 300, expected u8`).
+//!
 //! ```
 //! use luasnap_bridge::{Serde, Vm};
 //! use serde::{Deserialize, Serialize};
@@ -65,7 +73,10 @@ pub fn from_value<T: DeserializeOwned>(value: Value) -> Result<T, VmError> {
     })
     .map_err(|e| VmError::Type {
         path: e.path.unwrap_or_default(),
-        expected: std::any::type_name::<T>().to_string(),
+        // The failing part's type (`u8` for a struct's `hp` field), else the whole type.
+        expected: e
+            .expected
+            .unwrap_or_else(|| std::any::type_name::<T>().to_string()),
         found: e.found.unwrap_or_else(|| "a value".into()),
         reason: Some(e.message),
     })
@@ -77,6 +88,8 @@ pub struct Error {
     message: String,
     path: Option<String>,
     found: Option<String>,
+    /// What the failing part expected (`u8`), when serde says.
+    expected: Option<String>,
 }
 
 impl fmt::Display for Error {
@@ -93,6 +106,7 @@ impl ser::Error for Error {
             message: msg.to_string(),
             path: None,
             found: None,
+            expected: None,
         }
     }
 }
@@ -100,6 +114,20 @@ impl ser::Error for Error {
 impl de::Error for Error {
     fn custom<T: fmt::Display>(msg: T) -> Self {
         <Error as ser::Error>::custom(msg)
+    }
+
+    fn invalid_type(unexp: de::Unexpected<'_>, exp: &dyn de::Expected) -> Self {
+        Error {
+            expected: Some(exp.to_string()),
+            ..<Error as ser::Error>::custom(format_args!("invalid type: {unexp}, expected {exp}"))
+        }
+    }
+
+    fn invalid_value(unexp: de::Unexpected<'_>, exp: &dyn de::Expected) -> Self {
+        Error {
+            expected: Some(exp.to_string()),
+            ..<Error as ser::Error>::custom(format_args!("invalid value: {unexp}, expected {exp}"))
+        }
     }
 }
 
@@ -122,6 +150,7 @@ fn ser_err(msg: impl Into<String>) -> Error {
         message: msg.into(),
         path: None,
         found: None,
+        expected: None,
     }
 }
 
@@ -288,7 +317,18 @@ impl SeqSer {
         Ok(())
     }
     fn finish(self) -> Value {
-        let t = Value::Table(Table::from_array(self.items));
+        // A `nil` element (a `None`) would leave a hole, or shorten the sequence if last:
+        // the length goes in `n` (like `table.pack`) so the sequence reads back whole.
+        let n = self
+            .items
+            .iter()
+            .any(|v| matches!(v, Value::Nil))
+            .then_some(self.items.len());
+        let mut t = Table::from_array(self.items);
+        if let Some(n) = n {
+            t = t.with("n", n as i64);
+        }
+        let t = Value::Table(t);
         match self.variant {
             Some(v) => variant(v, t),
             None => t,
@@ -432,11 +472,15 @@ impl Deserializer {
             message: message.into(),
             path: Some(self.path.clone()),
             found: Some(describe(&self.value)),
+            expected: None,
         }
     }
 
     fn invalid(&self, expected: &str) -> Error {
-        self.fail(format!("expected {expected}"))
+        Error {
+            expected: Some(expected.to_string()),
+            ..self.fail(format!("expected {expected}"))
+        }
     }
 
     /// The table's entries as a sequence, if its keys are exactly 1..n.
@@ -454,6 +498,34 @@ impl Deserializer {
         } else {
             Err(t)
         }
+    }
+
+    /// The table as a sequence that may have holes (`nil`s, read as `None` by `Option`
+    /// elements): positive integer keys, plus an optional integer `n` giving the length
+    /// (written by [`to_value`] when a sequence holds `nil`s; without it the length is the
+    /// largest key). Refused (the table given back) with other keys, an `n` below the
+    /// largest key, or a length beyond twice the entries plus 65536 (a hostile table).
+    fn sequence_with_holes(t: Table) -> Result<Vec<Value>, Table> {
+        let mut max = 0i64;
+        let mut n = None;
+        for (k, v) in &t.entries {
+            match (k.as_integer(), k.as_str(), v.as_integer()) {
+                (Some(i), _, _) if i >= 1 => max = max.max(i),
+                (_, Some("n"), Some(len)) if len >= 0 => n = Some(len),
+                _ => return Err(t),
+            }
+        }
+        let len = n.unwrap_or(max);
+        if len < max || len as u64 > 2 * t.entries.len() as u64 + 65536 {
+            return Err(t);
+        }
+        let mut items = vec![Value::Nil; len as usize];
+        for (k, v) in t.entries {
+            if let Some(i) = k.as_integer() {
+                items[i as usize - 1] = v;
+            }
+        }
+        Ok(items)
     }
 }
 
@@ -602,7 +674,7 @@ impl<'de> de::Deserializer<'de> for Deserializer {
     fn deserialize_seq<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
         let path = self.path.clone();
         match self.value {
-            Value::Table(t) => match Deserializer::sequence(t) {
+            Value::Table(t) => match Deserializer::sequence_with_holes(t) {
                 Ok(items) => visitor
                     .visit_seq(SeqDe {
                         items: items.into_iter().enumerate(),
@@ -613,7 +685,7 @@ impl<'de> de::Deserializer<'de> for Deserializer {
                     value: Value::Table(t),
                     path,
                 }
-                .invalid("a sequence table (keys 1..n)")),
+                .invalid("a sequence table (keys 1..n, optionally `n` = the length)")),
             },
             _ => Err(self.invalid("a sequence table")),
         }

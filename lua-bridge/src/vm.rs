@@ -80,6 +80,7 @@ impl GcMode {
 type PendingNative = (
     String,
     Box<dyn Fn(&mut Call<'_>) -> Result<(), NativeError>>,
+    bool,
 );
 type PendingUserData = Box<dyn FnOnce(&mut Vm) -> Result<(), VmError>>;
 
@@ -156,12 +157,27 @@ impl VmBuilder {
     /// on the way are created). Arguments are read from the [`Call`] (typed with
     /// [`Call::get`]), results added with [`Call::ret`], and Lua functions passed in can be
     /// called with [`Call::call_function`]; an `Err` or a panic becomes a Lua error.
+    ///
+    /// A path that already holds a value (`math.floor`, a global the profile defines) is
+    /// refused when the VM is built ([`VmError::NativeOverride`]); use
+    /// [`native_override`](VmBuilder::native_override) to replace it on purpose.
     pub fn native(
         mut self,
         name: &str,
         f: impl Fn(&mut Call<'_>) -> Result<(), NativeError> + 'static,
     ) -> Self {
-        self.natives.push((name.to_string(), Box::new(f)));
+        self.natives.push((name.to_string(), Box::new(f), false));
+        self
+    }
+
+    /// Like [`native`](VmBuilder::native), but replaces the value already at `name` (a
+    /// standard library function, say) instead of refusing to.
+    pub fn native_override(
+        mut self,
+        name: &str,
+        f: impl Fn(&mut Call<'_>) -> Result<(), NativeError> + 'static,
+    ) -> Self {
+        self.natives.push((name.to_string(), Box::new(f), true));
         self
     }
 
@@ -242,8 +258,8 @@ impl VmBuilder {
         };
         vm.open_libraries(seed)?;
         vm.install_anchors()?;
-        for (name, f) in self.natives {
-            vm.register_boxed_native(name, f)?;
+        for (name, f, replace) in self.natives {
+            vm.register_boxed_native(name, f, replace)?;
         }
         for register in self.userdata {
             register(&mut vm)?;
@@ -388,7 +404,10 @@ impl Vm {
                 traceback,
             }) => Err(VmError::Lua {
                 kind,
-                message,
+                message: match self.profile {
+                    Profile::Deterministic { .. } => crate::error::explain_left_out(message),
+                    _ => message,
+                },
                 traceback,
             }),
         };
@@ -542,13 +561,14 @@ impl Vm {
 
     // ----- natives and userdata -----
 
-    /// Registers a native after building (before the first snapshot only).
+    /// Registers a native after building (before the first snapshot only). Like
+    /// [`VmBuilder::native`], a path that already holds a value is refused.
     pub fn register_native(
         &mut self,
         name: &str,
         f: impl Fn(&mut Call<'_>) -> Result<(), NativeError> + 'static,
     ) -> Result<(), VmError> {
-        self.register_boxed_native(name.to_string(), Box::new(f))
+        self.register_boxed_native(name.to_string(), Box::new(f), false)
     }
 
     fn check_open(&self, name: &str) -> Result<(), VmError> {
@@ -570,7 +590,12 @@ impl Vm {
         natives.len() - 1
     }
 
-    fn register_boxed_native(&mut self, name: String, f: NativeFn) -> Result<(), VmError> {
+    fn register_boxed_native(
+        &mut self,
+        name: String,
+        f: NativeFn,
+        replace: bool,
+    ) -> Result<(), VmError> {
         self.check_open(&name)?;
         if !raw::valid_path(&name) {
             return Err(VmError::BadName { name });
@@ -581,6 +606,34 @@ impl Vm {
             .any(|n| n.name == name)
         {
             return Err(VmError::DuplicateName { name });
+        }
+        if !replace {
+            let cname = CString::new(name.clone()).expect("validated");
+            let mut existing: Option<String> = None;
+            self.run(
+                &mut |L| {
+                    // SAFETY: protected body; raw reads along the path, no metamethods.
+                    unsafe {
+                        ffi::lua_rawgeti(L, ffi::LUA_REGISTRYINDEX, ffi::LUA_RIDX_GLOBALS);
+                        for part in cname.to_bytes().split(|&b| b == b'.') {
+                            if ffi::lua_type(L, -1) != ffi::LUA_TTABLE {
+                                ffi::lua_pushnil(L);
+                                break;
+                            }
+                            ffi::lua_pushlstring(L, part.as_ptr().cast(), part.len());
+                            ffi::lua_rawget(L, -2);
+                        }
+                        if ffi::lua_type(L, -1) != ffi::LUA_TNIL {
+                            existing = Some(raw::type_name(L, -1));
+                        }
+                    }
+                    0
+                },
+                |_, _| (),
+            )?;
+            if let Some(found) = existing {
+                return Err(VmError::NativeOverride { name, found });
+            }
         }
         let index = self.add_native(name.clone(), f);
         let cname = CString::new(name.clone()).expect("validated");
