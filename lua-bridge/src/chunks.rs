@@ -48,3 +48,29 @@ unsafe extern "C" {
         ud: *mut c_void,
     );
 }
+
+/// Compiles `source` as a text chunk named `chunkname` through the registry (so saves can carry
+/// its text) and, if it compiled, keeps it for the VM's life as the host's own code. Leaves the
+/// main function, or the error message, on top and returns `lua_load`'s status.
+///
+/// # Safety
+/// Protected context (may raise a memory error) on a VM built by this crate, with a free slot.
+pub(crate) unsafe fn load_host_chunk(
+    L: *mut lua_State,
+    source: &[u8],
+    chunkname: &std::ffi::CStr,
+) -> c_int {
+    use mlua::ffi;
+    // SAFETY: callers' contract; the source string stays on the stack while it is compiled,
+    // then is removed from under the result.
+    unsafe {
+        ffi::lua_pushlstring(L, source.as_ptr().cast(), source.len());
+        let st = luasnap_loadstring(L, -1, chunkname.as_ptr(), c"t".as_ptr());
+        ffi::lua_rotate(L, -2, 1);
+        ffi::lua_settop(L, -2);
+        if st == ffi::LUA_OK {
+            luasnap_chunk_keep(L, -1);
+        }
+        st
+    }
+}

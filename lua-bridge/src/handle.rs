@@ -575,18 +575,13 @@ impl Vm {
                         ffi::lua_settop(L, -2);
                     }
                     let base = ffi::lua_gettop(L);
-                    // The source goes in as a string: the chunk registry keeps it (saves
-                    // carry it), and the host's chunks are kept for the VM's life.
-                    ffi::lua_pushlstring(L, source.as_ptr().cast(), source.len());
-                    let st =
-                        crate::chunks::luasnap_loadstring(L, -1, cname.as_ptr(), c"t".as_ptr());
-                    ffi::lua_rotate(L, -2, 1);
-                    ffi::lua_settop(L, -2);
+                    // Through the chunk registry (saves carry the source text); the host's
+                    // chunks are kept for the VM's life.
+                    let st = crate::chunks::load_host_chunk(L, source, &cname);
                     if st != ffi::LUA_OK {
                         syntax_error = st == ffi::LUA_ERRSYNTAX;
                         ffi::lua_error(L);
                     }
-                    crate::chunks::luasnap_chunk_keep(L, -1);
                     let n = match module {
                         Some(m) => {
                             ffi::lua_pushlstring(L, m.as_ptr().cast(), m.len());

@@ -521,17 +521,12 @@ impl Vm {
                 // SAFETY: protected body; raising skips only this frame and the ones above it,
                 // which hold only references.
                 unsafe {
-                    // The source goes in as a string: the chunk registry keeps it.
-                    ffi::lua_pushlstring(L, source.as_ptr().cast(), source.len());
-                    let st =
-                        crate::chunks::luasnap_loadstring(L, -1, chunkname.as_ptr(), c"t".as_ptr());
-                    ffi::lua_rotate(L, -2, 1);
-                    ffi::lua_settop(L, -2);
+                    // Through the chunk registry, which keeps the source text for saves.
+                    let st = crate::chunks::load_host_chunk(L, source, &chunkname);
                     if st != ffi::LUA_OK {
                         syntax_error = st == ffi::LUA_ERRSYNTAX;
                         ffi::lua_error(L);
                     }
-                    crate::chunks::luasnap_chunk_keep(L, -1);
                     raw::call_with(L, args, shared)
                 }
             },
@@ -736,19 +731,14 @@ impl Vm {
                     }
                     if getters || setters {
                         // __index and __newindex are Lua closures over the three tables.
-                        ffi::lua_pushlstring(L, factory.as_ptr().cast(), factory.len());
-                        let st = crate::chunks::luasnap_loadstring(
+                        let st = crate::chunks::load_host_chunk(
                             L,
-                            -1,
-                            c"=luasnap.userdata".as_ptr(),
-                            c"t".as_ptr(),
+                            factory.as_bytes(),
+                            c"=luasnap.userdata",
                         );
-                        ffi::lua_rotate(L, -2, 1);
-                        ffi::lua_settop(L, -2);
                         if st != ffi::LUA_OK {
                             ffi::lua_error(L);
                         }
-                        crate::chunks::luasnap_chunk_keep(L, -1);
                         ffi::lua_pushvalue(L, 2);
                         ffi::lua_pushvalue(L, 3);
                         ffi::lua_pushvalue(L, 4);
