@@ -27,7 +27,7 @@ use super::{
 use crate::ffi::Shared;
 use mlua::ffi::{self, lua_State};
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
-use std::ffi::{c_int, c_void, CString};
+use std::ffi::{c_int, c_void, CStr, CString};
 
 unsafe extern "C" {
     fn luasnap_table_next(L: *mut lua_State, t: *const c_void, pos: *mut u32) -> c_int;
@@ -889,6 +889,18 @@ impl<'a> Persister<'a> {
                 } else {
                     "attempt to persist a C closure whose function is not a permanent: add the function to the permanents table".to_string()
                 };
+                return Err(self.fail(L, what));
+            }
+            // string.gmatch's iterator keeps a match state with raw pointers into its
+            // subject and pattern (a userdata without __persist): say so, not that.
+            if ffi::lua_type(L, -1) == ffi::LUA_TSTRING
+                && CStr::from_ptr(ffi::lua_tostring(L, -1)) == super::GMATCH_AUX
+            {
+                ffi::lua_settop(L, -2);
+                let what = "a string.gmatch iterator cannot be saved: its match state points into \
+                     Lua's memory; iterate it to completion before the frame ends, or keep the \
+                     string and the position (string.find with an init argument) instead"
+                    .to_string();
                 return Err(self.fail(L, what));
             }
             self.w.tag(Tag::CClosure);
