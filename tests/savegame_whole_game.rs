@@ -29,7 +29,7 @@ const GAME: &str = r#"
 
 fn check(vm: &Vm, expr: &str) {
     let out = vm
-        .exec(&format!("return {expr}"), "check")
+        .exec(format!("return {expr}"), "check")
         .unwrap_or_else(|e| panic!("{expr}: {e}"));
     assert_eq!(out, vec![Value::Boolean(true)], "check failed: {expr}");
 }

@@ -1464,23 +1464,6 @@ unsafe fn malformed_game(L: *mut lua_State) -> ! {
     }
 }
 
-/// Replaces the table on top with a raw shallow copy of it.
-unsafe fn shallow_copy(L: *mut lua_State) {
-    // SAFETY: protected context; a table on top.
-    unsafe {
-        let src = ffi::lua_gettop(L);
-        ffi::lua_createtable(L, 0, 64);
-        ffi::lua_pushnil(L);
-        while ffi::lua_next(L, src) != 0 {
-            ffi::lua_pushvalue(L, -2);
-            ffi::lua_rotate(L, -2, 1);
-            ffi::lua_rawset(L, -4);
-        }
-        ffi::lua_rotate(L, -2, 1);
-        ffi::lua_settop(L, -2);
-    }
-}
-
 /// Stores the loaded value (on top) at the global path.
 unsafe fn store_at_path(L: *mut lua_State, path: &CStr) {
     // SAFETY: protected context; the value is on top.
