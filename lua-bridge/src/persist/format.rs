@@ -99,6 +99,8 @@ pub enum Tag {
     UdPlain = 24,
     Thunk = 25,
     TwoPhase = 26,
+    /// Ends a table's entries like `Nil`, followed by the layout of its hash part (bytes).
+    Layout = 27,
     Thread = 29,
     MainThread = 32,
     UpvalNew = 40,
@@ -127,6 +129,7 @@ impl Tag {
             24 => UdPlain,
             25 => Thunk,
             26 => TwoPhase,
+            27 => Layout,
             29 => Thread,
             32 => MainThread,
             40 => UpvalNew,

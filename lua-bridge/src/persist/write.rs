@@ -55,6 +55,16 @@ unsafe extern "C" {
         first: ffi::lua_Integer,
     );
     fn luasnap_push_metatable(L: *mut lua_State, t: *const c_void);
+    fn luasnap_table_layout(
+        L: *mut lua_State,
+        t: *const c_void,
+        codes: *mut u32,
+        nexts: *mut i32,
+        idx: *mut u32,
+        cap: u32,
+        lastfree: *mut u32,
+        seed: *mut u32,
+    ) -> u32;
     fn luasnap_thread_tbc(co: *mut lua_State, out: *mut i32, max: c_int) -> c_int;
     fn luasnap_closure_scan(
         f: *const c_void,
@@ -185,7 +195,27 @@ enum Seg {
     Stack(c_int),
 }
 
+/// Scratch buffers for tables' layouts (see `Persister::end_table`).
+#[derive(Default)]
+struct LayoutBufs {
+    codes: Vec<u32>,
+    nexts: Vec<i32>,
+    idx: Vec<u32>,
+    blob: Vec<u8>,
+}
+
+/// Appends `v` as a varint (the format's).
+fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
 pub(crate) struct Persister<'a> {
+    /// Scratch for tables' layouts.
+    layout: LayoutBufs,
     pub w: Writer,
     refs: IdMap,
     /// Strings written, by identity, to their string id.
@@ -276,6 +306,7 @@ impl<'a> Persister<'a> {
             opts,
             shared,
             dump: Vec::new(),
+            layout: LayoutBufs::default(),
         }
     }
 
@@ -546,6 +577,59 @@ impl<'a> Persister<'a> {
                 unsafe { self.write_plain(&v) };
             }
         }
+    }
+
+    /// Ends a table's entries: with its hash part's layout (`Tag::Layout`) when its keys
+    /// allow one (see `luasnap_table_layout`), so that a load keeps `next`'s order; else
+    /// with `Tag::Nil`.
+    ///
+    /// # Safety
+    /// `t` is a live table; no Lua code runs meanwhile.
+    unsafe fn end_table(&mut self, L: *mut lua_State, t: *const c_void) {
+        let (mut narr, mut nhash, mut mt) = (0, 0, std::ptr::null());
+        // SAFETY: t is a live table (caller); spkey_str is live.
+        unsafe { luasnap_table_info(t, self.spkey_str, &mut narr, &mut nhash, &mut mt) };
+        let size = nhash as usize;
+        if size < 2 {
+            self.w.tag(Tag::Nil);
+            return;
+        }
+        let mut lay = std::mem::take(&mut self.layout);
+        lay.codes.resize(size, 0);
+        lay.nexts.resize(size, 0);
+        lay.idx.resize(size, 0);
+        let (mut lastfree, mut seed) = (0u32, 0u32);
+        // SAFETY: the buffers hold `size` entries each; t is live; reads only.
+        let n = unsafe {
+            luasnap_table_layout(
+                L,
+                t,
+                lay.codes.as_mut_ptr(),
+                lay.nexts.as_mut_ptr(),
+                lay.idx.as_mut_ptr(),
+                size as u32,
+                &mut lastfree,
+                &mut seed,
+            )
+        } as usize;
+        if n != size {
+            self.w.tag(Tag::Nil);
+        } else {
+            lay.blob.clear();
+            put_varint(&mut lay.blob, seed as u64);
+            put_varint(&mut lay.blob, size as u64);
+            put_varint(&mut lay.blob, lastfree as u64);
+            for (&c, &nx) in lay.codes.iter().zip(&lay.nexts) {
+                put_varint(&mut lay.blob, c as u64);
+                if c != 0 {
+                    let nx = nx as i64;
+                    put_varint(&mut lay.blob, ((nx << 1) ^ (nx >> 63)) as u64);
+                }
+            }
+            self.w.tag(Tag::Layout);
+            self.w.bytes(&lay.blob);
+        }
+        self.layout = lay;
     }
 
     /// Writes a table's header and (if nil or written already) its metatable, and pushes the
@@ -1145,7 +1229,7 @@ impl<'a> Persister<'a> {
                                     return Ok(true);
                                 }
                             }
-                            self.w.tag(Tag::Nil);
+                            self.end_table(L, t);
                             Ok(false)
                         }
                     }
