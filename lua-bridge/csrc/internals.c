@@ -1364,8 +1364,11 @@ static void sort_nodes(const Table *t, uint32_t *idx, unsigned int n) {
 ** if the hash part has fewer than 2 nodes or a live key whose position depends on an address
 ** (a table, function, userdata or light userdata as key). Else, with size = the node count
 ** (<= cap, the length of codes, nexts and idx; else returns 0), fills for each node i:
-** codes[i] = 0 free (nil key), 1 a removed entry (a key, empty value: it stays in its chain),
-** 2 + r a live entry whose key has rank r (keycmp order) among the live keys; nexts[i] = its
+** codes[i] = 0 free (nil key), 1 a removed entry whose key is dead (collected, or an object:
+** it stays in its chain and matches nothing), 2 a removed entry whose key is a number,
+** boolean or string (a later t[k] = v reuses its node: the saver writes the key, see
+** luasnap_node_key), 3 + r a live entry whose key has rank r (keycmp order) among the live
+** keys; nexts[i] = its
 ** chain offset; *lastfree = the index below which insertions look for free nodes (size if
 ** the table keeps no such pointer), *seed = the VM's hash seed; returns size. Reads only. */
 unsigned int luasnap_table_layout(lua_State *L, const void *tp, uint32_t *codes, int32_t *nexts,
@@ -1380,14 +1383,14 @@ unsigned int luasnap_table_layout(lua_State *L, const void *tp, uint32_t *codes,
     const Node *n = gnode(t, i);
     nexts[i] = gnext(n);
     if (keyisnil(n)) codes[i] = 0;
-    else if (isempty(gval(n))) codes[i] = 1;
+    else if (isempty(gval(n))) codes[i] = layout_key(n) ? 2 : 1;
     else {
       if (!layout_key(n)) return 0;
       idx[m++] = i;
     }
   }
   sort_nodes(t, idx, m);
-  for (i = 0; i < m; i++) codes[idx[i]] = 2 + i;
+  for (i = 0; i < m; i++) codes[idx[i]] = 3 + i;
   *lastfree = ls_haslastfree(t) ? (unsigned int)(ls_getlastfree(t) - t->node) : size;
   *seed = G(L)->seed;
   return size;
@@ -1395,7 +1398,8 @@ unsigned int luasnap_table_layout(lua_State *L, const void *tp, uint32_t *codes,
 
 /* For the loader: moves the entries of the table at idx (just built by inserting the saved
 ** entries into a table of the saved sizes) into the nodes of a layout read from the file
-** (codes, nexts: size entries each; lastfree; seed: as luasnap_table_layout wrote them).
+** (codes, nexts: size entries each; lastfree; seed: as luasnap_table_layout wrote them; the
+** keys of the removed entries of code 2, in node order, at keys[1..] of the table at keys).
 ** Returns 0 when done; 1 when the layout does not apply and the table keeps the layout its
 ** insertions gave (written under another hash seed, where every key's position differs, or
 ** for a hash part of another size: the loader capped the file's size hint); -1 when the
@@ -1404,9 +1408,10 @@ unsigned int luasnap_table_layout(lua_State *L, const void *tp, uint32_t *codes,
 ** file can leave a chain that loops, leaves the node array or hides a key. May raise a
 ** memory error (before changing anything). */
 int luasnap_table_relayout(lua_State *L, int idx, const uint32_t *codes, const int32_t *nexts,
-                           unsigned int size, unsigned int lastfree, unsigned int seed) {
-  Table *t;
-  unsigned int i, m = 0, used = 0, visited = 0;
+                           unsigned int size, unsigned int lastfree, unsigned int seed,
+                           int keys) {
+  Table *t, *kt;
+  unsigned int i, m = 0, used = 0, visited = 0, nkeys = 0;
   uint32_t *live;
   lu_byte *indeg, *seen;
   Node *nw, *bk;
@@ -1414,8 +1419,10 @@ int luasnap_table_relayout(lua_State *L, int idx, const uint32_t *codes, const i
   char *scratch;
   int ok = 1;
   idx = lua_absindex(L, idx);
+  keys = lua_absindex(L, keys);
   t = (Table *)luasnap_table_at(L, idx);
-  if (t == NULL) return -1;
+  kt = (Table *)luasnap_table_at(L, keys);
+  if (t == NULL || kt == NULL) return -1;
   if (seed != G(L)->seed) return 1;
   if (isdummy(t) || sizenode(t) != size) return 1;
   /* lastfree: a node index, or size (all below it may be searched). */
@@ -1449,9 +1456,9 @@ int luasnap_table_relayout(lua_State *L, int idx, const uint32_t *codes, const i
       continue;
     }
     used++;
-    if (c >= 2) {
-      if (c - 2 >= m || seen[c - 2]) goto bad;
-      seen[c - 2] = 1;
+    if (c >= 3) {
+      if (c - 3 >= m || seen[c - 3]) goto bad;
+      seen[c - 3] = 1;
     }
     if (nexts[i] != 0) {
       int64_t j = (int64_t)i + nexts[i];
@@ -1478,7 +1485,24 @@ int luasnap_table_relayout(lua_State *L, int idx, const uint32_t *codes, const i
   for (i = 0; i < size; i++) {
     Node *d = &nw[i];
     uint32_t c = codes[i];
-    if (c >= 2) *d = *gnode(t, live[c - 2]);
+    if (c >= 3) *d = *gnode(t, live[c - 3]);
+    else if (c == 2) {
+      /* A removed entry's key: a number, boolean or string (as the saver only writes),
+      ** kept alive by the keys table until the collector clears it, as Lua does. */
+      TValue k;
+      if (tagisempty(luaH_getint(kt, (lua_Integer)++nkeys, &k))) goto bad;
+      switch (ttypetag(&k)) {
+        case LUA_VNUMINT: case LUA_VFALSE: case LUA_VTRUE: case LUA_VSHRSTR: case LUA_VLNGSTR:
+          break;
+        case LUA_VNUMFLT:
+          if (luai_numisnan(fltvalue(&k))) goto bad;
+          break;
+        default:
+          goto bad;
+      }
+      setnodekey(d, &k);
+      setempty(gval(d));
+    }
     else {
       setempty(gval(d));
       if (c == 0) setnilkey(d);
@@ -1486,6 +1510,7 @@ int luasnap_table_relayout(lua_State *L, int idx, const uint32_t *codes, const i
     }
     gnext(d) = nexts[i];
   }
+  if (nkeys != luaH_getn(L, kt)) goto bad;
   memcpy(bk, t->node, (size_t)size * sizeof(Node));
   memcpy(t->node, nw, (size_t)size * sizeof(Node));
   if (ls_haslastfree(t)) {
@@ -1496,10 +1521,10 @@ int luasnap_table_relayout(lua_State *L, int idx, const uint32_t *codes, const i
   ** lookups (which neither allocate nor raise), then put back. This proves every key sits in
   ** the chain of its main position, ahead of any equal key, and outside the array part. */
   for (i = 0; i < size; i++)
-    if (codes[i] >= 2) setivalue(gval(gnode(t, i)), (lua_Integer)i);
+    if (codes[i] >= 3) setivalue(gval(gnode(t, i)), (lua_Integer)i);
   for (i = 0; i < size && ok; i++) {
     TValue k, res;
-    if (codes[i] < 2) continue;
+    if (codes[i] < 3) continue;
     getnodekey(L, &k, gnode(t, i));
     if (luaH_get(t, &k, &res) != LUA_VNUMINT || ivalue(&res) != (lua_Integer)i) ok = 0;
   }
@@ -1510,11 +1535,30 @@ int luasnap_table_relayout(lua_State *L, int idx, const uint32_t *codes, const i
     return -1;
   }
   for (i = 0; i < size; i++)
-    if (codes[i] >= 2) setobj(L, gval(gnode(t, i)), gval(&nw[i]));
+    if (codes[i] >= 3) setobj(L, gval(gnode(t, i)), gval(&nw[i]));
+  /* A removed entry's string key is new to t: if t was traversed already in this cycle, it
+  ** must be traversed again (which marks the key dead before the string can be swept, as
+  ** for Lua's own removed entries). */
+  for (i = 0; i < size; i++) {
+    if (codes[i] == 2) {
+      TValue k;
+      getnodekey(L, &k, gnode(t, i));
+      luaC_barrierback(L, obj2gco(t), &k);
+    }
+  }
   invalidateTMcache(t);
   lua_pop(L, 1);
   return 0;
 bad:
   lua_pop(L, 1);
   return -1;
+}
+
+/* For the saver: describes the key of node i of the table tp (i < its node count), a removed
+** entry's (code 2 of luasnap_table_layout). Reads only. */
+void luasnap_node_key(lua_State *L, const void *tp, unsigned int i, luasnap_val *out) {
+  const Table *t = (const Table *)tp;
+  TValue k;
+  getnodekey(L, &k, gnode(t, i));
+  describe(&k, out);
 }

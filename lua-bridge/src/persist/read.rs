@@ -51,6 +51,7 @@ unsafe extern "C" {
         size: u32,
         lastfree: u32,
         seed: u32,
+        keys: c_int,
     ) -> c_int;
     fn luasnap_table_build(
         L: *mut lua_State,
@@ -319,8 +320,15 @@ impl<'a> Loader<'a> {
         }
         let mut codes = Vec::with_capacity(size as usize);
         let mut nexts = Vec::with_capacity(size as usize);
+        // The removed entries' keys go to a table (keys[1..]) for the C side.
+        // SAFETY: protected context; room checked.
+        unsafe {
+            ffi::luaL_checkstack(L, 4, c"load".as_ptr());
+            ffi::lua_createtable(L, 0, 0);
+        }
+        let mut nkeys = 0;
         for _ in 0..size {
-            let Some(c) = r.varint().filter(|&c| c <= size + 1) else {
+            let Some(c) = r.varint().filter(|&c| c <= size + 2) else {
                 return Err(self.malformed(bad));
             };
             let nx = if c != 0 {
@@ -335,6 +343,40 @@ impl<'a> Loader<'a> {
             } else {
                 0
             };
+            if c == 2 {
+                let Some(k) = r.varint() else {
+                    return Err(self.malformed(bad));
+                };
+                // SAFETY: protected context; the keys table is on top.
+                unsafe {
+                    match k {
+                        kind::FALSE | kind::TRUE => {
+                            ffi::lua_pushboolean(L, (k == kind::TRUE) as c_int)
+                        }
+                        kind::INT => match r.varint() {
+                            Some(z) => {
+                                ffi::lua_pushinteger(L, ((z >> 1) as i64) ^ -((z & 1) as i64))
+                            }
+                            None => return Err(self.malformed(bad)),
+                        },
+                        kind::FLOAT => match r.varint() {
+                            Some(b) if !f64::from_bits(b).is_nan() => {
+                                ffi::lua_pushnumber(L, f64::from_bits(b))
+                            }
+                            _ => return Err(self.malformed(bad)),
+                        },
+                        kind::STR => match r.bytes() {
+                            Some(b) => {
+                                ffi::lua_pushlstring(L, b.as_ptr().cast(), b.len());
+                            }
+                            None => return Err(self.malformed(bad)),
+                        },
+                        _ => return Err(self.malformed(bad)),
+                    }
+                    nkeys += 1;
+                    ffi::lua_rawseti(L, -2, nkeys);
+                }
+            }
             codes.push(c as u32);
             nexts.push(nx);
         }
@@ -354,8 +396,9 @@ impl<'a> Loader<'a> {
                 size as u32,
                 lastfree as u32,
                 seed as u32,
+                -2,
             );
-            ffi::lua_settop(L, -2);
+            ffi::lua_settop(L, -3);
             rc
         };
         if rc < 0 {

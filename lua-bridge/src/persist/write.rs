@@ -65,6 +65,7 @@ unsafe extern "C" {
         lastfree: *mut u32,
         seed: *mut u32,
     ) -> u32;
+    fn luasnap_node_key(L: *mut lua_State, t: *const c_void, i: u32, out: *mut RawVal);
     fn luasnap_thread_tbc(co: *mut lua_State, out: *mut i32, max: c_int) -> c_int;
     fn luasnap_closure_scan(
         f: *const c_void,
@@ -619,11 +620,34 @@ impl<'a> Persister<'a> {
             put_varint(&mut lay.blob, seed as u64);
             put_varint(&mut lay.blob, size as u64);
             put_varint(&mut lay.blob, lastfree as u64);
-            for (&c, &nx) in lay.codes.iter().zip(&lay.nexts) {
+            for (i, (&c, &nx)) in lay.codes.iter().zip(&lay.nexts).enumerate() {
                 put_varint(&mut lay.blob, c as u64);
                 if c != 0 {
                     let nx = nx as i64;
                     put_varint(&mut lay.blob, ((nx << 1) ^ (nx >> 63)) as u64);
+                }
+                if c == 2 {
+                    // A removed entry's key (a number, boolean or string).
+                    let mut k = RawVal::EMPTY;
+                    // SAFETY: i < the node count; t is live; reads only.
+                    unsafe { luasnap_node_key(L, t, i as u32, &mut k) };
+                    put_varint(&mut lay.blob, k.kind);
+                    match k.kind {
+                        kind::INT => {
+                            let v = k.bits as i64;
+                            put_varint(&mut lay.blob, ((v << 1) ^ (v >> 63)) as u64);
+                        }
+                        kind::FLOAT => put_varint(&mut lay.blob, k.bits),
+                        kind::STR => {
+                            put_varint(&mut lay.blob, k.len);
+                            // SAFETY: describe() gave the live string's bytes and length.
+                            let b = unsafe {
+                                std::slice::from_raw_parts(k.s.cast::<u8>(), k.len as usize)
+                            };
+                            lay.blob.extend_from_slice(b);
+                        }
+                        _ => {}
+                    }
                 }
             }
             self.w.tag(Tag::Layout);
