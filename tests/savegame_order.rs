@@ -382,8 +382,12 @@ fn forged_layouts_are_refused_and_the_honest_one_loads() {
             "{what}"
         );
     }
-    // The untouched file still loads (the forgeries were refused for what was changed).
+    // The untouched file still loads (the forgeries were refused for what was changed), but
+    // not as a format-4 file (layouts came with format 5).
     let mut b = vm(11);
-    b.unpersist(&forge::file(&honest), "t", Trust::Foreign)
-        .unwrap();
+    let mut file = forge::file(&honest);
+    b.unpersist(&file, "t", Trust::Foreign).unwrap();
+    file[8..10].copy_from_slice(&4u16.to_le_bytes());
+    let err = b.unpersist(&file, "t", Trust::Foreign).unwrap_err();
+    assert!(err.to_string().contains("layout"), "{err}");
 }

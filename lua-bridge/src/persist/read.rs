@@ -1241,6 +1241,10 @@ impl<'a> Loader<'a> {
                         if end == Some(Tag::Nil as u8) || end == Some(Tag::Layout as u8) {
                             self.r.pos += 1;
                             if end == Some(Tag::Layout as u8) {
+                                if self.format < 5 {
+                                    return Err(self
+                                        .malformed("a table layout (format 5) in an older file"));
+                                }
                                 self.apply_layout(L, s, id)?;
                             }
                             if at > 0 {
