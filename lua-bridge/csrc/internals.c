@@ -1361,8 +1361,9 @@ static void sort_nodes(const Table *t, uint32_t *idx, unsigned int n) {
 }
 
 /* The layout of the hash part of the table tp, for the saver. Returns 0 (no layout to save)
-** if the hash part has fewer than 2 nodes or a live key whose position depends on an address
-** (a table, function, userdata or light userdata as key). Else, with size = the node count
+** if the hash part has fewer than 2 nodes, a live key whose position depends on an address
+** (a table, function, userdata or light userdata as key), or the layout that inserting its
+** keys into a fresh table gives anyway (see below). Else, with size = the node count
 ** (<= cap, the length of codes, nexts and idx; else returns 0), fills for each node i:
 ** codes[i] = 0 free (nil key), 1 a removed entry whose key is dead (collected, or an object:
 ** it stays in its chain and matches nothing), 2 a removed entry whose key is a number,
@@ -1386,12 +1387,22 @@ unsigned int luasnap_table_layout(lua_State *L, const void *tp, uint32_t *codes,
     else if (isempty(gval(n))) codes[i] = layout_key(n) ? 2 : 1;
     else {
       if (!layout_key(n)) return 0;
+      codes[i] = 3;  /* its rank comes after the sort */
       idx[m++] = i;
     }
   }
+  *lastfree = ls_haslastfree(t) ? (unsigned int)(ls_getlastfree(t) - t->node) : size;
+  /* No layout needed when inserting the keys into a fresh table of this size gives this one:
+  ** no chain, no removed entry, lastfree untouched (no collision since the last resize).
+  ** Every key then sits in its main position, whatever the order of insertion. */
+  {
+    int plain = (*lastfree == size);
+    for (i = 0; i < size && plain; i++)
+      if (codes[i] == 1 || codes[i] == 2 || nexts[i] != 0) plain = 0;
+    if (plain) return 0;
+  }
   sort_nodes(t, idx, m);
   for (i = 0; i < m; i++) codes[idx[i]] = 3 + i;
-  *lastfree = ls_haslastfree(t) ? (unsigned int)(ls_getlastfree(t) - t->node) : size;
   *seed = G(L)->seed;
   return size;
 }
