@@ -353,11 +353,11 @@ fn repeated_strings_are_written_once_and_format_1_files_still_load() {
             .unwrap(),
         vec![Value::String(b"abcdabcd abcdab".to_vec())]
     );
-    // Format 5 is refused, naming what this build reads.
-    v1[8..10].copy_from_slice(&5u16.to_le_bytes());
+    // Format 6 is refused, naming what this build reads.
+    v1[8..10].copy_from_slice(&6u16.to_le_bytes());
     let err = a.unpersist(&v1, "x", Trust::Own).unwrap_err().to_string();
     assert!(
-        err.contains("format 5 is not supported") && err.contains("1 to 4"),
+        err.contains("format 6 is not supported") && err.contains("1 to 5"),
         "{err}"
     );
     // A hostile reference to a string that was never written is a clear error.

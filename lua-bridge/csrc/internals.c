@@ -1275,3 +1275,301 @@ const char *luasnap_thread_set_tbc(lua_State *co, const int32_t *slots, int n) {
   }
   return NULL;
 }
+
+/* ------------------------------------------------------------------------------------------
+** Iteration order across save and load (docs/save-games.md, "Iteration order").
+** `next` visits a table's array part, then its nodes by index. A hash part's layout (which
+** node each key sits in, the collision chains, and where insertions look for free nodes next)
+** depends on the table's history, not only on its keys, so a loader that inserts the keys
+** anew may order them differently. For tables whose keys are numbers, booleans and strings
+** (positions that depend on the key's contents and the VM's hash seed, not on addresses) the
+** save records the layout and the loader puts every entry back in its node.
+**
+** A live key's identity in the layout is its rank r among the table's live hash keys in
+** `keycmp` order, which saver and loader compute alike: the loader needs no key twice.
+** ------------------------------------------------------------------------------------------ */
+
+/* Mirrors ltable.c (5.5.1): hash parts of 2^LIMFORLAST nodes or more keep 'lastfree' (where
+** insertions look for a free node next, downwards) in a Limbox just before the node array;
+** smaller ones search from the end. */
+#define LS_LIMFORLAST 3
+typedef struct { Node *dummy; Node follows_pNode; } ls_Limbox_aux;
+typedef union {
+  Node *lastfree;
+  char padding[offsetof(ls_Limbox_aux, follows_pNode)];
+} ls_Limbox;
+#define ls_haslastfree(t) ((t)->lsizenode >= LS_LIMFORLAST)
+#define ls_getlastfree(t) ((cast(ls_Limbox *, (t)->node) - 1)->lastfree)
+
+/* Whether node n's key has a position independent of addresses. */
+static int layout_key(const Node *n) {
+  switch (keytt(n)) {
+    case LUA_VNUMINT: case LUA_VNUMFLT: case LUA_VFALSE: case LUA_VTRUE:
+    case ctb(LUA_VSHRSTR): case ctb(LUA_VLNGSTR):
+      return 1;
+    default:
+      return 0;
+  }
+}
+
+/* A total order on layout keys (tag, then value; strings by length, then bytes). */
+static int keycmp(const Node *a, const Node *b) {
+  int ta = keytt(a), tb = keytt(b);
+  if (ta != tb) return ta < tb ? -1 : 1;
+  switch (ta) {
+    case LUA_VNUMINT: {
+      lua_Integer x = keyival(a), y = keyival(b);
+      return x < y ? -1 : x > y;
+    }
+    case LUA_VNUMFLT: {
+      lua_Number x = fltvalueraw(keyval(a)), y = fltvalueraw(keyval(b));
+      return x < y ? -1 : x > y;  /* never NaN: NaN is not a key */
+    }
+    case ctb(LUA_VSHRSTR): case ctb(LUA_VLNGSTR): {
+      TString *x = keystrval(a), *y = keystrval(b);
+      size_t lx = tsslen(x), ly = tsslen(y);
+      if (lx != ly) return lx < ly ? -1 : 1;
+      return memcmp(getstr(x), getstr(y), lx);
+    }
+    default:
+      return 0;  /* booleans: the tag decides */
+  }
+}
+
+/* Sorts idx[0..n) (node indices of t) by keycmp: heap sort (no recursion, no allocation). */
+static void sort_nodes(const Table *t, uint32_t *idx, unsigned int n) {
+  unsigned int i, end;
+#define NLT(a, b) (keycmp(gnode(t, idx[a]), gnode(t, idx[b])) < 0)
+#define SIFT(start, stop) do { \
+    unsigned int r_ = (start); \
+    for (;;) { \
+      unsigned int c_ = 2 * r_ + 1; \
+      uint32_t tmp_; \
+      if (c_ >= (stop)) break; \
+      if (c_ + 1 < (stop) && NLT(c_, c_ + 1)) c_++; \
+      if (!NLT(r_, c_)) break; \
+      tmp_ = idx[r_]; idx[r_] = idx[c_]; idx[c_] = tmp_; r_ = c_; \
+    } } while (0)
+  if (n < 2) return;
+  for (i = n / 2; i-- > 0;) SIFT(i, n);
+  for (end = n - 1; end > 0; end--) {
+    uint32_t tmp = idx[0]; idx[0] = idx[end]; idx[end] = tmp;
+    SIFT(0, end);
+  }
+#undef SIFT
+#undef NLT
+}
+
+/* The layout of the hash part of the table tp, for the saver. Returns 0 (no layout to save)
+** if the hash part has fewer than 2 nodes, a live key whose position depends on an address
+** (a table, function, userdata or light userdata as key), or the layout that inserting its
+** keys into a fresh table gives anyway (see below). Else, with size = the node count
+** (<= cap, the length of codes, nexts and idx; else returns 0), fills for each node i:
+** codes[i] = 0 free (nil key), 1 a removed entry whose key is dead (collected, or an object:
+** it stays in its chain and matches nothing), 2 a removed entry whose key is a number,
+** boolean or string (a later t[k] = v reuses its node: the saver writes the key, see
+** luasnap_node_key), 3 + r a live entry whose key has rank r (keycmp order) among the live
+** keys; nexts[i] = its
+** chain offset; *lastfree = the index below which insertions look for free nodes (size if
+** the table keeps no such pointer), *seed = the VM's hash seed; returns size. Reads only. */
+unsigned int luasnap_table_layout(lua_State *L, const void *tp, uint32_t *codes, int32_t *nexts,
+                                  uint32_t *idx, unsigned int cap, unsigned int *lastfree,
+                                  unsigned int *seed) {
+  const Table *t = (const Table *)tp;
+  unsigned int size, i, m = 0;
+  if (t == NULL || isdummy(t)) return 0;
+  size = sizenode(t);
+  if (size < 2 || size > cap) return 0;
+  for (i = 0; i < size; i++) {
+    const Node *n = gnode(t, i);
+    nexts[i] = gnext(n);
+    if (keyisnil(n)) codes[i] = 0;
+    else if (isempty(gval(n))) codes[i] = layout_key(n) ? 2 : 1;
+    else {
+      if (!layout_key(n)) return 0;
+      codes[i] = 3;  /* its rank comes after the sort */
+      idx[m++] = i;
+    }
+  }
+  *lastfree = ls_haslastfree(t) ? (unsigned int)(ls_getlastfree(t) - t->node) : size;
+  /* No layout needed when inserting the keys into a fresh table of this size gives this one:
+  ** no chain, no removed entry, lastfree untouched (no collision since the last resize).
+  ** Every key then sits in its main position, whatever the order of insertion. */
+  {
+    int plain = (*lastfree == size);
+    for (i = 0; i < size && plain; i++)
+      if (codes[i] == 1 || codes[i] == 2 || nexts[i] != 0) plain = 0;
+    if (plain) return 0;
+  }
+  sort_nodes(t, idx, m);
+  for (i = 0; i < m; i++) codes[idx[i]] = 3 + i;
+  *seed = G(L)->seed;
+  return size;
+}
+
+/* For the loader: moves the entries of the table at idx (just built by inserting the saved
+** entries into a table of the saved sizes) into the nodes of a layout read from the file
+** (codes, nexts: size entries each; lastfree; seed: as luasnap_table_layout wrote them; the
+** keys of the removed entries of code 2, in node order, at keys[1..] of the table at keys).
+** Returns 0 when done; 1 when the layout does not apply and the table keeps the layout its
+** insertions gave (written under another hash seed, where every key's position differs, or
+** for a hash part of another size: the loader capped the file's size hint); -1 when the
+** layout is inconsistent with the table or with itself (a damaged or forged file), the table
+** left as it was. Changes the table only once every check below passed, so no layout from a
+** file can leave a chain that loops, leaves the node array or hides a key. May raise a
+** memory error (before changing anything). */
+int luasnap_table_relayout(lua_State *L, int idx, const uint32_t *codes, const int32_t *nexts,
+                           unsigned int size, unsigned int lastfree, unsigned int seed,
+                           int keys) {
+  Table *t, *kt;
+  unsigned int i, m = 0, used = 0, visited = 0, nkeys = 0;
+  uint32_t *live;
+  lu_byte *indeg, *seen;
+  Node *nw, *bk;
+  Node *oldlf = NULL;
+  char *scratch;
+  int ok = 1;
+  idx = lua_absindex(L, idx);
+  keys = lua_absindex(L, keys);
+  t = (Table *)luasnap_table_at(L, idx);
+  kt = (Table *)luasnap_table_at(L, keys);
+  if (t == NULL || kt == NULL) return -1;
+  if (seed != G(L)->seed) return 1;
+  if (isdummy(t) || sizenode(t) != size) return 1;
+  /* lastfree: a node index, or size (all below it may be searched). */
+  if (lastfree > size) return -1;
+  scratch = (char *)lua_newuserdatauv(L, (size_t)size * (2 * sizeof(Node) + sizeof(uint32_t) + 2), 0);
+  nw = (Node *)scratch;
+  bk = nw + size;
+  live = (uint32_t *)(bk + size);
+  indeg = (lu_byte *)(live + size);
+  seen = indeg + size;
+  memset(indeg, 0, size);
+  memset(seen, 0, size);
+  /* The table's live entries, all with keys whose position depends on no address. */
+  for (i = 0; i < size; i++) {
+    const Node *n = gnode(t, i);
+    if (!isempty(gval(n))) {
+      if (!layout_key(n)) { ok = 0; break; }
+      live[m++] = i;
+    }
+  }
+  if (!ok) goto bad;
+  sort_nodes(t, live, m);
+  /* The layout on its own: every rank names a distinct live entry, every live entry is named;
+  ** free nodes (nil key) are in no chain (insertkey relies on a free node's next being 0);
+  ** a chain link stays inside the array and leads to a node in use, and no node has two
+  ** predecessors. */
+  for (i = 0; i < size; i++) {
+    uint32_t c = codes[i];
+    if (c == 0) {
+      if (nexts[i] != 0) goto bad;
+      continue;
+    }
+    used++;
+    if (c >= 3) {
+      if (c - 3 >= m || seen[c - 3]) goto bad;
+      seen[c - 3] = 1;
+    }
+    if (nexts[i] != 0) {
+      int64_t j = (int64_t)i + nexts[i];
+      if (j < 0 || j >= (int64_t)size || codes[j] == 0 || indeg[j]) goto bad;
+      indeg[j] = 1;
+    }
+  }
+  for (i = 0; i < m; i++)
+    if (!seen[i]) goto bad;
+  /* No loops: with at most one successor and one predecessor per node, the chains are paths
+  ** or cycles; walking the paths from their heads must reach every node in use. */
+  for (i = 0; i < size; i++) {
+    unsigned int j = i, steps = 0;
+    if (codes[i] == 0 || indeg[i]) continue;
+    for (;;) {
+      visited++;
+      if (nexts[j] == 0 || ++steps > size) break;
+      j = (unsigned int)((int64_t)j + nexts[j]);
+    }
+  }
+  if (visited != used) goto bad;
+  /* The new node array: removed entries become dead keys (they keep their place in their
+  ** chain, match no key, and are never freed: as Lua's own after a collection). */
+  for (i = 0; i < size; i++) {
+    Node *d = &nw[i];
+    uint32_t c = codes[i];
+    if (c >= 3) *d = *gnode(t, live[c - 3]);
+    else if (c == 2) {
+      /* A removed entry's key: a number, boolean or string (as the saver only writes),
+      ** kept alive by the keys table until the collector clears it, as Lua does. */
+      TValue k;
+      if (tagisempty(luaH_getint(kt, (lua_Integer)++nkeys, &k))) goto bad;
+      switch (ttypetag(&k)) {
+        case LUA_VNUMINT: case LUA_VFALSE: case LUA_VTRUE: case LUA_VSHRSTR: case LUA_VLNGSTR:
+          break;
+        case LUA_VNUMFLT:
+          if (luai_numisnan(fltvalue(&k))) goto bad;
+          break;
+        default:
+          goto bad;
+      }
+      setnodekey(d, &k);
+      setempty(gval(d));
+    }
+    else {
+      setempty(gval(d));
+      if (c == 0) setnilkey(d);
+      else { keytt(d) = LUA_TDEADKEY; keyval(d).gc = NULL; }
+    }
+    gnext(d) = nexts[i];
+  }
+  if (nkeys != luaH_getn(L, kt)) goto bad;
+  memcpy(bk, t->node, (size_t)size * sizeof(Node));
+  memcpy(t->node, nw, (size_t)size * sizeof(Node));
+  if (ls_haslastfree(t)) {
+    oldlf = ls_getlastfree(t);
+    ls_getlastfree(t) = gnode(t, lastfree);
+  }
+  /* Every key is found where it was put: each value is replaced by its node index for the
+  ** lookups (which neither allocate nor raise), then put back. This proves every key sits in
+  ** the chain of its main position, ahead of any equal key, and outside the array part. */
+  for (i = 0; i < size; i++)
+    if (codes[i] >= 3) setivalue(gval(gnode(t, i)), (lua_Integer)i);
+  for (i = 0; i < size && ok; i++) {
+    TValue k, res;
+    if (codes[i] < 3) continue;
+    getnodekey(L, &k, gnode(t, i));
+    if (luaH_get(t, &k, &res) != LUA_VNUMINT || ivalue(&res) != (lua_Integer)i) ok = 0;
+  }
+  if (!ok) {
+    memcpy(t->node, bk, (size_t)size * sizeof(Node));
+    if (ls_haslastfree(t)) ls_getlastfree(t) = oldlf;
+    lua_pop(L, 1);
+    return -1;
+  }
+  for (i = 0; i < size; i++)
+    if (codes[i] >= 3) setobj(L, gval(gnode(t, i)), gval(&nw[i]));
+  /* A removed entry's string key is new to t: if t was traversed already in this cycle, it
+  ** must be traversed again (which marks the key dead before the string can be swept, as
+  ** for Lua's own removed entries). */
+  for (i = 0; i < size; i++) {
+    if (codes[i] == 2) {
+      TValue k;
+      getnodekey(L, &k, gnode(t, i));
+      luaC_barrierback(L, obj2gco(t), &k);
+    }
+  }
+  invalidateTMcache(t);
+  lua_pop(L, 1);
+  return 0;
+bad:
+  lua_pop(L, 1);
+  return -1;
+}
+
+/* For the saver: describes the key of node i of the table tp (i < its node count), a removed
+** entry's (code 2 of luasnap_table_layout). Reads only. */
+void luasnap_node_key(lua_State *L, const void *tp, unsigned int i, luasnap_val *out) {
+  const Table *t = (const Table *)tp;
+  TValue k;
+  getnodekey(L, &k, gnode(t, i));
+  describe(&k, out);
+}

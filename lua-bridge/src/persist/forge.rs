@@ -39,6 +39,9 @@ pub enum Node {
     Ref(u64),
     /// A permanent, by its key.
     Perm(Box<Node>),
+    /// A table's hash-part layout (the bytes after `Tag::Layout`): as the key of a table's
+    /// last entry (whose value is ignored), it ends the entries instead of `Nil`.
+    Layout(Vec<u8>),
     Table {
         narr: u64,
         nhash: u64,
@@ -193,6 +196,7 @@ impl Decoder<'_> {
         let r = &mut self.r;
         Some(match Tag::from_u8(r.u8()?)? {
             Tag::Nil => Node::Nil,
+            Tag::Layout => Node::Layout(r.bytes()?.to_vec()),
             Tag::False => Node::False,
             Tag::True => Node::True,
             Tag::Int => Node::Int(r.i64()?),
@@ -209,6 +213,12 @@ impl Decoder<'_> {
                 loop {
                     if self.r.data.get(self.r.pos) == Some(&(Tag::Nil as u8)) {
                         self.r.pos += 1;
+                        break;
+                    }
+                    if self.r.data.get(self.r.pos) == Some(&(Tag::Layout as u8)) {
+                        self.r.pos += 1;
+                        let b = self.r.bytes()?.to_vec();
+                        entries.push((Node::Layout(b), Node::Nil));
                         break;
                     }
                     let k = self.node(depth + 1)?;
@@ -389,6 +399,10 @@ pub fn file(node: &Node) -> Vec<u8> {
 fn put(w: &mut Writer, node: &Node) {
     match node {
         Node::Nil => w.tag(Tag::Nil),
+        Node::Layout(b) => {
+            w.tag(Tag::Layout);
+            w.bytes(b);
+        }
         Node::False => w.tag(Tag::False),
         Node::True => w.tag(Tag::True),
         Node::Int(v) => {
@@ -431,6 +445,9 @@ fn put(w: &mut Writer, node: &Node) {
             put(w, meta);
             for (k, v) in entries {
                 put(w, k);
+                if let Node::Layout(_) = k {
+                    return;
+                }
                 put(w, v);
             }
             w.tag(Tag::Nil);

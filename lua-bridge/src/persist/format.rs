@@ -42,7 +42,7 @@ use xxhash_rust::xxh3::xxh3_64;
 /// Identifies a save-game.
 pub const MAGIC: &[u8; 8] = b"LUASNAPS";
 /// Version of this format. Files of other versions are refused with a clear error.
-pub const FORMAT_VERSION: u16 = 4;
+pub const FORMAT_VERSION: u16 = 5;
 /// The oldest format version this build still reads (formats 2 and 3 only added and widened
 /// `StrRef`).
 pub const OLDEST_FORMAT_VERSION: u16 = 1;
@@ -99,6 +99,8 @@ pub enum Tag {
     UdPlain = 24,
     Thunk = 25,
     TwoPhase = 26,
+    /// Ends a table's entries like `Nil`, followed by the layout of its hash part (bytes).
+    Layout = 27,
     Thread = 29,
     MainThread = 32,
     UpvalNew = 40,
@@ -127,6 +129,7 @@ impl Tag {
             24 => UdPlain,
             25 => Thunk,
             26 => TwoPhase,
+            27 => Layout,
             29 => Thread,
             32 => MainThread,
             40 => UpvalNew,

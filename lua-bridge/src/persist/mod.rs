@@ -1336,12 +1336,14 @@ impl Vm {
 unsafe fn push_game_root(L: *mut lua_State) {
     // SAFETY: protected context.
     unsafe {
-        ffi::lua_createtable(L, 0, 2);
+        ffi::lua_createtable(L, 0, 4);
         ffi::lua_rawgeti(L, ffi::LUA_REGISTRYINDEX, ffi::LUA_RIDX_GLOBALS);
-        shallow_copy(L);
+        shallow_copy_keeping(L);
+        ffi::lua_setfield(L, -3, c"globals_kept".as_ptr());
         ffi::lua_setfield(L, -2, c"globals".as_ptr());
         if ffi::lua_getfield(L, ffi::LUA_REGISTRYINDEX, c"_LOADED".as_ptr()) == ffi::LUA_TTABLE {
-            shallow_copy(L);
+            shallow_copy_keeping(L);
+            ffi::lua_setfield(L, -3, c"loaded_kept".as_ptr());
             ffi::lua_setfield(L, -2, c"loaded".as_ptr());
         } else {
             ffi::lua_settop(L, -2);
@@ -1349,20 +1351,116 @@ unsafe fn push_game_root(L: *mut lua_State) {
     }
 }
 
-/// Replaces the table on top with a raw shallow copy of it.
-unsafe fn shallow_copy(L: *mut lua_State) {
+/// Replaces the table on top with a raw shallow copy of it without its "own bindings" (a
+/// string key `N` whose value is the permanent named `N`, such as `_G.os == os`), and pushes
+/// the array of those names: [.., t] -> [.., copy, names]. A game save writes the names
+/// instead of the permanents, and a load keeps the loading VM's own binding for each (see
+/// `restore_kept`), so a foreign load, which denies `os` and the like, still restores an
+/// ordinary game while refusing such a permanent anywhere else.
+unsafe fn shallow_copy_keeping(L: *mut lua_State) {
     // SAFETY: protected context; a table on top.
     unsafe {
         let src = ffi::lua_gettop(L);
-        ffi::lua_createtable(L, 0, 64);
+        ffi::lua_createtable(L, 0, 64); // src + 1: the copy
+        ffi::lua_createtable(L, 16, 0); // src + 2: the names
+        if ffi::lua_getfield(L, ffi::LUA_REGISTRYINDEX, PERMS_KEY.as_ptr()) != ffi::LUA_TTABLE {
+            ffi::lua_settop(L, -2);
+            ffi::lua_createtable(L, 0, 0);
+        }
+        let perms = src + 3;
+        let mut kept = 0;
         ffi::lua_pushnil(L);
         while ffi::lua_next(L, src) != 0 {
-            ffi::lua_pushvalue(L, -2);
-            ffi::lua_rotate(L, -2, 1);
-            ffi::lua_rawset(L, -4);
+            // [.., k, v]
+            let mut own = false;
+            if ffi::lua_type(L, -2) == ffi::LUA_TSTRING {
+                ffi::lua_pushvalue(L, -1);
+                if ffi::lua_rawget(L, perms) == ffi::LUA_TSTRING {
+                    own = ffi::lua_rawequal(L, -1, -3) != 0;
+                }
+                ffi::lua_settop(L, -2);
+            }
+            if own {
+                kept += 1;
+                ffi::lua_pushvalue(L, -2);
+                ffi::lua_rawseti(L, src + 2, kept);
+                ffi::lua_settop(L, -2);
+            } else {
+                ffi::lua_pushvalue(L, -2);
+                ffi::lua_rotate(L, -2, 1);
+                ffi::lua_rawset(L, src + 1);
+            }
         }
-        ffi::lua_rotate(L, -2, 1);
+        ffi::lua_settop(L, src + 2);
+        ffi::lua_rotate(L, src, -1);
         ffi::lua_settop(L, -2);
+    }
+}
+
+/// [.., saved, live] -> for each name in the root's field `field` (written by
+/// `shallow_copy_keeping`), sets `saved[name]` to `live[name]` if that is the loading VM's
+/// own permanent named `name`; otherwise the name stays absent (a host that removed `os`
+/// from its globals keeps it removed). Raises on a malformed list. Leaves the stack as is.
+unsafe fn restore_kept(L: *mut lua_State, root: c_int, field: &CStr) {
+    // SAFETY: protected context; two tables on top, the game root at `root`.
+    unsafe {
+        let live = ffi::lua_gettop(L);
+        let saved = live - 1;
+        match ffi::lua_getfield(L, root, field.as_ptr()) {
+            ffi::LUA_TNIL => {
+                ffi::lua_settop(L, live);
+                return;
+            }
+            ffi::LUA_TTABLE => {}
+            _ => malformed_game(L),
+        }
+        let names = live + 1;
+        ffi::lua_getfield(L, ffi::LUA_REGISTRYINDEX, UNPERMS_KEY.as_ptr());
+        let unperms = live + 2;
+        let n = ffi::lua_rawlen(L, names);
+        // Only the array 1..n: anything else in the list is refused.
+        ffi::lua_pushnil(L);
+        let mut count = 0usize;
+        while ffi::lua_next(L, names) != 0 {
+            count += 1;
+            ffi::lua_settop(L, -2);
+        }
+        if count != n {
+            malformed_game(L);
+        }
+        for i in 1..=n {
+            if ffi::lua_rawgeti(L, names, i as ffi::lua_Integer) != ffi::LUA_TSTRING {
+                malformed_game(L);
+            }
+            // [.., name]
+            ffi::lua_pushvalue(L, -1);
+            ffi::lua_rawget(L, live);
+            ffi::lua_pushvalue(L, -2);
+            let own = ffi::lua_type(L, unperms) == ffi::LUA_TTABLE
+                && ffi::lua_rawget(L, unperms) != ffi::LUA_TNIL
+                && ffi::lua_rawequal(L, -1, -2) != 0;
+            ffi::lua_settop(L, -2);
+            // [.., name, live[name]]
+            if own {
+                ffi::lua_rawset(L, saved);
+            } else {
+                ffi::lua_settop(L, -3);
+            }
+        }
+        ffi::lua_settop(L, live);
+    }
+}
+
+/// Raises the error for a game root whose list of kept bindings is not an array of names.
+unsafe fn malformed_game(L: *mut lua_State) -> ! {
+    // SAFETY: protected context.
+    unsafe {
+        ffi::lua_pushstring(
+            L,
+            c"malformed game save: its list of kept library bindings is not an array of names"
+                .as_ptr(),
+        );
+        ffi::lua_error(L)
     }
 }
 
@@ -1402,10 +1500,12 @@ unsafe fn restore_game(L: *mut lua_State) {
             ffi::lua_error(L);
         }
         ffi::lua_rawgeti(L, ffi::LUA_REGISTRYINDEX, ffi::LUA_RIDX_GLOBALS);
+        restore_kept(L, root, c"globals_kept");
         replace_contents(L);
         if ffi::lua_getfield(L, root, c"loaded".as_ptr()) == ffi::LUA_TTABLE
             && ffi::lua_getfield(L, ffi::LUA_REGISTRYINDEX, c"_LOADED".as_ptr()) == ffi::LUA_TTABLE
         {
+            restore_kept(L, root, c"loaded_kept");
             replace_contents(L);
         }
         ffi::lua_settop(L, root - 1);

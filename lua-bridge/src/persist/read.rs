@@ -43,6 +43,16 @@ unsafe extern "C" {
         slots: *const i32,
         n: c_int,
     ) -> *const std::ffi::c_char;
+    fn luasnap_table_relayout(
+        L: *mut lua_State,
+        idx: c_int,
+        codes: *const u32,
+        nexts: *const i32,
+        size: u32,
+        lastfree: u32,
+        seed: u32,
+        keys: c_int,
+    ) -> c_int;
     fn luasnap_table_build(
         L: *mut lua_State,
         strs: c_int,
@@ -286,6 +296,120 @@ impl<'a> Loader<'a> {
         Fail
     }
 
+    /// Reads a table's layout (after `Tag::Layout`) and puts the entries of the table
+    /// objs[id], complete now, into the nodes it gives (`luasnap_table_relayout`, which
+    /// checks it against the table), so `next` visits them in the saved order.
+    unsafe fn apply_layout(&mut self, L: *mut lua_State, s: Slots, id: u32) -> Result<(), Fail> {
+        let Some(blob) = self.r.bytes() else {
+            return Err(self.malformed("truncated table layout"));
+        };
+        let mut r = Reader::new(blob);
+        let bad = "a table layout that is not one (bad sizes or links)";
+        let (Some(seed), Some(size), Some(lastfree)) = (r.varint(), r.varint(), r.varint()) else {
+            return Err(self.malformed(bad));
+        };
+        // Every node takes at least one byte; sizes are powers of two below 2^31.
+        if seed > u32::MAX as u64
+            || size < 2
+            || !size.is_power_of_two()
+            || size > (1 << 30)
+            || size > blob.len() as u64
+            || lastfree > size
+        {
+            return Err(self.malformed(bad));
+        }
+        let mut codes = Vec::with_capacity(size as usize);
+        let mut nexts = Vec::with_capacity(size as usize);
+        // The removed entries' keys go to a table (keys[1..]) for the C side.
+        // SAFETY: protected context; room checked.
+        unsafe {
+            ffi::luaL_checkstack(L, 4, c"load".as_ptr());
+            ffi::lua_createtable(L, 0, 0);
+        }
+        let mut nkeys = 0;
+        for _ in 0..size {
+            let Some(c) = r.varint().filter(|&c| c <= size + 2) else {
+                return Err(self.malformed(bad));
+            };
+            let nx = if c != 0 {
+                let Some(z) = r.varint() else {
+                    return Err(self.malformed(bad));
+                };
+                let v = ((z >> 1) as i64) ^ -((z & 1) as i64);
+                if v.unsigned_abs() >= size {
+                    return Err(self.malformed(bad));
+                }
+                v as i32
+            } else {
+                0
+            };
+            if c == 2 {
+                let Some(k) = r.varint() else {
+                    return Err(self.malformed(bad));
+                };
+                // SAFETY: protected context; the keys table is on top.
+                unsafe {
+                    match k {
+                        kind::FALSE | kind::TRUE => {
+                            ffi::lua_pushboolean(L, (k == kind::TRUE) as c_int)
+                        }
+                        kind::INT => match r.varint() {
+                            Some(z) => {
+                                ffi::lua_pushinteger(L, ((z >> 1) as i64) ^ -((z & 1) as i64))
+                            }
+                            None => return Err(self.malformed(bad)),
+                        },
+                        kind::FLOAT => match r.varint() {
+                            Some(b) if !f64::from_bits(b).is_nan() => {
+                                ffi::lua_pushnumber(L, f64::from_bits(b))
+                            }
+                            _ => return Err(self.malformed(bad)),
+                        },
+                        kind::STR => match r.bytes() {
+                            Some(b) => {
+                                ffi::lua_pushlstring(L, b.as_ptr().cast(), b.len());
+                            }
+                            None => return Err(self.malformed(bad)),
+                        },
+                        _ => return Err(self.malformed(bad)),
+                    }
+                    nkeys += 1;
+                    ffi::lua_rawseti(L, -2, nkeys);
+                }
+            }
+            codes.push(c as u32);
+            nexts.push(nx);
+        }
+        if r.pos != blob.len() {
+            return Err(self.malformed(bad));
+        }
+        // SAFETY: protected context; objs[id] is the table (registered when it was read);
+        // codes and nexts hold `size` entries; the C side checks everything else.
+        let rc = unsafe {
+            ffi::luaL_checkstack(L, 3, c"load".as_ptr());
+            ffi::lua_rawgeti(L, s.objs, id as ffi::lua_Integer);
+            let rc = luasnap_table_relayout(
+                L,
+                -1,
+                codes.as_ptr(),
+                nexts.as_ptr(),
+                size as u32,
+                lastfree as u32,
+                seed as u32,
+                -2,
+            );
+            ffi::lua_settop(L, -3);
+            rc
+        };
+        if rc < 0 {
+            return Err(self.malformed(
+                "a table's layout does not match its entries (a damaged or forged file; \
+                 nothing was placed)",
+            ));
+        }
+        Ok(())
+    }
+
     fn malformed(&mut self, what: &str) -> Fail {
         self.fail(format!("malformed save-game: {what}"))
     }
@@ -501,6 +625,9 @@ impl<'a> Loader<'a> {
                 return Err(self.malformed(&format!("unknown tag {tag}")));
             };
             match tag {
+                Tag::Layout => {
+                    return Err(self.malformed("a table layout where a value belongs"));
+                }
                 Tag::Nil => ffi::lua_pushnil(L),
                 Tag::False => ffi::lua_pushboolean(L, 0),
                 Tag::True => ffi::lua_pushboolean(L, 1),
@@ -1109,9 +1236,17 @@ impl<'a> Loader<'a> {
                             // Frames may have been pushed: on from the top one.
                             return Ok(false);
                         }
-                        // End of entries?
-                        if self.r.data.get(self.r.pos) == Some(&(Tag::Nil as u8)) {
+                        // End of entries (with the hash part's layout, or without)?
+                        let end = self.r.data.get(self.r.pos).copied();
+                        if end == Some(Tag::Nil as u8) || end == Some(Tag::Layout as u8) {
                             self.r.pos += 1;
+                            if end == Some(Tag::Layout as u8) {
+                                if self.format < 5 {
+                                    return Err(self
+                                        .malformed("a table layout (format 5) in an older file"));
+                                }
+                                self.apply_layout(L, s, id)?;
+                            }
                             if at > 0 {
                                 self.frames.pop();
                                 ffi::lua_settop(L, at);

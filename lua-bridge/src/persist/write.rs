@@ -27,7 +27,7 @@ use super::{
 use crate::ffi::Shared;
 use mlua::ffi::{self, lua_State};
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
-use std::ffi::{c_int, c_void, CString};
+use std::ffi::{c_int, c_void, CStr, CString};
 
 unsafe extern "C" {
     fn luasnap_table_next(L: *mut lua_State, t: *const c_void, pos: *mut u32) -> c_int;
@@ -55,6 +55,17 @@ unsafe extern "C" {
         first: ffi::lua_Integer,
     );
     fn luasnap_push_metatable(L: *mut lua_State, t: *const c_void);
+    fn luasnap_table_layout(
+        L: *mut lua_State,
+        t: *const c_void,
+        codes: *mut u32,
+        nexts: *mut i32,
+        idx: *mut u32,
+        cap: u32,
+        lastfree: *mut u32,
+        seed: *mut u32,
+    ) -> u32;
+    fn luasnap_node_key(L: *mut lua_State, t: *const c_void, i: u32, out: *mut RawVal);
     fn luasnap_thread_tbc(co: *mut lua_State, out: *mut i32, max: c_int) -> c_int;
     fn luasnap_closure_scan(
         f: *const c_void,
@@ -185,7 +196,27 @@ enum Seg {
     Stack(c_int),
 }
 
+/// Scratch buffers for tables' layouts (see `Persister::end_table`).
+#[derive(Default)]
+struct LayoutBufs {
+    codes: Vec<u32>,
+    nexts: Vec<i32>,
+    idx: Vec<u32>,
+    blob: Vec<u8>,
+}
+
+/// Appends `v` as a varint (the format's).
+fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
 pub(crate) struct Persister<'a> {
+    /// Scratch for tables' layouts.
+    layout: LayoutBufs,
     pub w: Writer,
     refs: IdMap,
     /// Strings written, by identity, to their string id.
@@ -276,6 +307,7 @@ impl<'a> Persister<'a> {
             opts,
             shared,
             dump: Vec::new(),
+            layout: LayoutBufs::default(),
         }
     }
 
@@ -546,6 +578,82 @@ impl<'a> Persister<'a> {
                 unsafe { self.write_plain(&v) };
             }
         }
+    }
+
+    /// Ends a table's entries: with its hash part's layout (`Tag::Layout`) when its keys
+    /// allow one (see `luasnap_table_layout`), so that a load keeps `next`'s order; else
+    /// with `Tag::Nil`.
+    ///
+    /// # Safety
+    /// `t` is a live table; no Lua code runs meanwhile.
+    unsafe fn end_table(&mut self, L: *mut lua_State, t: *const c_void) {
+        let (mut narr, mut nhash, mut mt) = (0, 0, std::ptr::null());
+        // SAFETY: t is a live table (caller); spkey_str is live.
+        unsafe { luasnap_table_info(t, self.spkey_str, &mut narr, &mut nhash, &mut mt) };
+        let size = nhash as usize;
+        if size < 2 {
+            self.w.tag(Tag::Nil);
+            return;
+        }
+        let mut lay = std::mem::take(&mut self.layout);
+        lay.codes.resize(size, 0);
+        lay.nexts.resize(size, 0);
+        lay.idx.resize(size, 0);
+        let (mut lastfree, mut seed) = (0u32, 0u32);
+        // SAFETY: the buffers hold `size` entries each; t is live; reads only.
+        let n = unsafe {
+            luasnap_table_layout(
+                L,
+                t,
+                lay.codes.as_mut_ptr(),
+                lay.nexts.as_mut_ptr(),
+                lay.idx.as_mut_ptr(),
+                size as u32,
+                &mut lastfree,
+                &mut seed,
+            )
+        } as usize;
+        if n != size {
+            self.w.tag(Tag::Nil);
+        } else {
+            lay.blob.clear();
+            put_varint(&mut lay.blob, seed as u64);
+            put_varint(&mut lay.blob, size as u64);
+            put_varint(&mut lay.blob, lastfree as u64);
+            for (i, (&c, &nx)) in lay.codes.iter().zip(&lay.nexts).enumerate() {
+                put_varint(&mut lay.blob, c as u64);
+                if c != 0 {
+                    let nx = nx as i64;
+                    put_varint(&mut lay.blob, ((nx << 1) ^ (nx >> 63)) as u64);
+                }
+                if c == 2 {
+                    // A removed entry's key (a number, boolean or string).
+                    let mut k = RawVal::EMPTY;
+                    // SAFETY: i < the node count; t is live; reads only.
+                    unsafe { luasnap_node_key(L, t, i as u32, &mut k) };
+                    put_varint(&mut lay.blob, k.kind);
+                    match k.kind {
+                        kind::INT => {
+                            let v = k.bits as i64;
+                            put_varint(&mut lay.blob, ((v << 1) ^ (v >> 63)) as u64);
+                        }
+                        kind::FLOAT => put_varint(&mut lay.blob, k.bits),
+                        kind::STR => {
+                            put_varint(&mut lay.blob, k.len);
+                            // SAFETY: describe() gave the live string's bytes and length.
+                            let b = unsafe {
+                                std::slice::from_raw_parts(k.s.cast::<u8>(), k.len as usize)
+                            };
+                            lay.blob.extend_from_slice(b);
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            self.w.tag(Tag::Layout);
+            self.w.bytes(&lay.blob);
+        }
+        self.layout = lay;
     }
 
     /// Writes a table's header and (if nil or written already) its metatable, and pushes the
@@ -891,6 +999,18 @@ impl<'a> Persister<'a> {
                 };
                 return Err(self.fail(L, what));
             }
+            // string.gmatch's iterator keeps a match state with raw pointers into its
+            // subject and pattern (a userdata without __persist): say so, not that.
+            if ffi::lua_type(L, -1) == ffi::LUA_TSTRING
+                && CStr::from_ptr(ffi::lua_tostring(L, -1)) == super::GMATCH_AUX
+            {
+                ffi::lua_settop(L, -2);
+                let what = "a string.gmatch iterator cannot be saved: its match state points into \
+                     Lua's memory; iterate it to completion before the frame ends, or keep the \
+                     string and the position (string.find with an init argument) instead"
+                    .to_string();
+                return Err(self.fail(L, what));
+            }
             self.w.tag(Tag::CClosure);
             self.value(L, s)?;
             self.w.varint(n as u64);
@@ -1133,7 +1253,7 @@ impl<'a> Persister<'a> {
                                     return Ok(true);
                                 }
                             }
-                            self.w.tag(Tag::Nil);
+                            self.end_table(L, t);
                             Ok(false)
                         }
                     }
