@@ -201,9 +201,12 @@ fn next_order_and_later_insertions_match_the_saving_vm() {
     b.unpersist(&bytes, "t", Trust::Foreign).unwrap();
     assert_eq!(order(&a), order(&b));
     // Insertions after the load (into free nodes, reusing removed ones, growing the table)
-    // land where they land in the saving VM.
-    a.exec("more(t)", "m").unwrap();
-    b.exec("more(t)", "m").unwrap();
+    // land where they land in the saving VM. A removed string key's node is reused only until
+    // the collector marks the key dead, which happens at another time after a load than in a
+    // straight run (docs/save-games.md, "Iteration order"): a full collection in both VMs
+    // first puts them in the same state, whatever collector work ran before.
+    a.exec("collectgarbage() more(t)", "m").unwrap();
+    b.exec("collectgarbage() more(t)", "m").unwrap();
     assert_eq!(order(&a), order(&b));
 }
 
