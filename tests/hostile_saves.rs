@@ -996,3 +996,58 @@ fn measure_worst_case_heap_growth_of_100_kb_files() {
         assert!(grown < (256 * MIB) as u64);
     }
 }
+
+/// Found by an independent attack: a loaded table whose metatable has `__gc` is marked for
+/// finalization, and the collector runs the finalizer after the load (hooks off): a library
+/// function on attacker data (`table.sort` with a forged `__len` hung the load; `table.concat`
+/// grew the heap past the cap) or a game function that is no constructor. Foreign loads refuse
+/// such metatables, in the batched and the general path; own loads keep Eris's behaviour.
+#[test]
+fn foreign_loads_give_no_object_a_finalizer() {
+    let vm = vm();
+    vm.exec(
+        r#"
+        finalized = 0
+        function note() finalized = finalized + 1 end
+        local function save(obj, mt)
+          setmetatable(obj, mt)
+          mt.__gc = note            -- after setmetatable: no finalizer in this VM
+          return eris.persist(setmetatable({ obj }, { __mode = "v" }))
+        end
+        plain = save({ 1, 2, 3 }, {})                                   -- batched path
+        general = save({ f = function() return 1 end }, { __index = print }) -- general path
+        "#,
+        "make",
+    )
+    .unwrap();
+    for which in ["plain", "general"] {
+        let out = vm
+            .exec(
+                format!(
+                    r#"
+                    eris.settings("trust", "foreign")
+                    local ok, err = pcall(eris.unpersist, {which})
+                    eris.settings("trust", "own")
+                    collectgarbage() collectgarbage()
+                    return ok, tostring(err), finalized
+                    "#
+                ),
+                "foreign",
+            )
+            .unwrap();
+        assert_eq!(out[0], Value::Boolean(false), "{which}: {out:?}");
+        assert!(
+            matches!(&out[1], Value::String(s) if String::from_utf8_lossy(s).contains("finalizer")),
+            "{which}: {out:?}"
+        );
+        assert_eq!(out[2], Value::Integer(0), "{which}: a finalizer ran");
+    }
+    // An own load keeps Eris's behaviour: the finalizer is the file's to choose.
+    let out = vm
+        .exec(
+            "local r = eris.unpersist(plain) r = nil collectgarbage() collectgarbage() return finalized",
+            "own",
+        )
+        .unwrap();
+    assert_eq!(out[0], Value::Integer(1));
+}

@@ -588,7 +588,8 @@ int luasnap_table_scan(lua_State *L, const void *tp, unsigned int pos, luasnap_e
 ** closure with that upvalue). Raises like lua_rawset (memory, NaN key). The
 ** caller guarantees stack room for 2 + 2 * (the tables the program leaves open) values;
 ** strs and objs are absolute indices. */
-int luasnap_table_build(lua_State *L, int strs, int objs, const luasnap_val *ops, int n) {
+int luasnap_table_build(lua_State *L, int strs, int objs, const luasnap_val *ops, int n,
+                        int nofinal) {
   Table *st = (Table *)luasnap_table_at(L, strs);
   Table *ot = (Table *)luasnap_table_at(L, objs);
   int i;
@@ -634,6 +635,11 @@ int luasnap_table_build(lua_State *L, int strs, int objs, const luasnap_val *ops
         t = hvalue(s2v(L->top.p - 2));
         if (ttisnil(mt)) t->metatable = NULL;
         else if (ttistable(mt)) {
+          /* Invariant checked: with nofinal (foreign loads), no loaded object is marked for
+          ** finalization. Lua marks an object only if its metatable has __gc when it is set
+          ** (luaC_checkfinalizer), so refusing such a metatable here is exact. */
+          if (nofinal && !isabstkey(luaH_Hgetshortstr(hvalue(mt), G(L)->tmname[TM_GC])))
+            return -2 - i;
           t->metatable = hvalue(mt);
           luaC_objbarrier(L, t, hvalue(mt));
           luaC_checkfinalizer(L, obj2gco(t), hvalue(mt));

@@ -1,6 +1,6 @@
 //! `luasnap diff A.sav B.sav`: the values that differ between two save-games, by path.
 
-use luasnap::bridge::persist::{Trust, MAGIC};
+use luasnap::bridge::persist::{LoadOptions, Trust, MAGIC};
 use luasnap::bridge::runtime::{Backend, Game, GameConfig};
 use luasnap::bridge::value_diff::ValueGraph;
 use luasnap::bridge::Vm;
@@ -78,8 +78,12 @@ fn graph_of(
     };
     let attempt = |mut vm: Vm| -> Result<ValueGraph, String> {
         // Saves to compare often come from another peer: no code from the file unless the
-        // user vouches for it.
-        vm.load_game(bytes, trust).map_err(|e| e.to_string())?;
+        // user vouches for it. Finalizers are allowed even in foreign loads: this VM only
+        // lives to be read, it has the deterministic profile (no io, os, debug), and games
+        // keep finalizers in their state.
+        let mut opts = LoadOptions::new(trust);
+        opts.finalizers = true;
+        vm.load_game_with(bytes, &opts).map_err(|e| e.to_string())?;
         vm.value_graph().map_err(|e| e.to_string())
     };
     match script {

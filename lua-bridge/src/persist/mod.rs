@@ -379,6 +379,11 @@ pub struct LoadOptions {
     /// Defaults: none for own saves, [`DEFAULT_FOREIGN_DENIED`] for foreign ones (remove
     /// names to allow more).
     pub denied_permanents: Vec<String>,
+    /// May loaded objects get finalizers (a metatable with `__gc` when it is set)? The collector
+    /// runs finalizers whenever it likes, with hooks off: outside the load's instruction budget
+    /// and constructor rules, even after a load that failed. Default: true for own saves,
+    /// false for foreign ones (such a file is refused).
+    pub finalizers: bool,
 }
 
 impl LoadOptions {
@@ -393,6 +398,7 @@ impl LoadOptions {
                 Trust::Own => DEFAULT_OWN_HEAP_GROWTH,
                 Trust::Foreign => DEFAULT_FOREIGN_HEAP_GROWTH,
             }),
+            finalizers: trust == Trust::Own,
             denied_permanents: match trust {
                 Trust::Own => Vec::new(),
                 Trust::Foreign => DEFAULT_FOREIGN_DENIED

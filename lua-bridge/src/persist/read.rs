@@ -59,7 +59,26 @@ unsafe extern "C" {
         objs: c_int,
         ops: *const RawVal,
         n: c_int,
+        nofinal: c_int,
     ) -> c_int;
+}
+
+/// Why a load refused a metatable with `__gc` (see [`LoadOptions::finalizers`]).
+const NO_FINALIZERS: &str = "the save-game gives an object a finalizer (a metatable with __gc), which the collector would run after the load, outside its instruction budget and constructor rules; foreign loads refuse them: if you trust the file, load it as your own (Trust::Own) or set LoadOptions::finalizers";
+
+/// Whether the table on top has a raw `__gc` field (the metatable about to be set).
+///
+/// # Safety
+/// Protected context (the loader's), a table on top and a free slot.
+unsafe fn has_gc(L: *mut lua_State) -> bool {
+    // SAFETY: raw access on the table on top; pushes and pops one value ("__gc" is one of
+    // Lua's fixed strings, so pushing it finds it without allocating).
+    unsafe {
+        ffi::lua_pushstring(L, c"__gc".as_ptr());
+        let found = ffi::lua_rawget(L, -2) != ffi::LUA_TNIL;
+        ffi::lua_settop(L, -2);
+        found
+    }
 }
 
 /// Allows emergency collections again (a load stops them while it holds raw pointers).
@@ -1597,7 +1616,13 @@ impl<'a> Loader<'a> {
                     s.objs,
                     self.ops.as_ptr(),
                     self.ops.len() as c_int,
+                    (!self.opts.finalizers) as c_int,
                 );
+                if failed <= -2 {
+                    let op = self.ops[(-2 - failed) as usize];
+                    self.r.pos = op.len as usize; // where its bytes are
+                    return Err(self.fail(NO_FINALIZERS));
+                }
                 if failed >= 0 {
                     let op = self.ops[failed as usize];
                     if matches!(op.kind, kind::META | kind::REF) {
@@ -1865,6 +1890,10 @@ impl<'a> Loader<'a> {
                                 ffi::lua_settop(L, -2);
                                 return Err(self.malformed("a metatable must be a table"));
                             }
+                            if t == ffi::LUA_TTABLE && !self.opts.finalizers && has_gc(L) {
+                                ffi::lua_settop(L, -2);
+                                return Err(self.fail(NO_FINALIZERS));
+                            }
                             if at > 0 {
                                 ffi::lua_setmetatable(L, at);
                             } else {
@@ -1953,6 +1982,10 @@ impl<'a> Loader<'a> {
                         if t != ffi::LUA_TTABLE && t != ffi::LUA_TNIL {
                             ffi::lua_settop(L, -3);
                             return Err(self.malformed("a metatable must be a table"));
+                        }
+                        if t == ffi::LUA_TTABLE && !self.opts.finalizers && has_gc(L) {
+                            ffi::lua_settop(L, -3);
+                            return Err(self.fail(NO_FINALIZERS));
                         }
                         ffi::lua_setmetatable(L, -2);
                     } else {
