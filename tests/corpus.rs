@@ -3,26 +3,16 @@
 //! plus more frames equals a straight run. The games use what real Lua game code uses (the
 //! string library, `math.random`, weak caches, coroutines, metatables, `utf8`, `goto`, ...).
 
-use luasnap::bridge::runtime::{scripted_input, Backend, Game, GameConfig, DEFAULT_GAME};
+mod common;
+
+use common::{config, continuation};
+use luasnap::bridge::runtime::{Backend, DEFAULT_GAME};
 use luasnap::bridge::simulate::{SimOptions, Simulation};
 
 const ARENA_SHOOTER: &str = include_str!("../lua-bridge/games/arena_shooter.lua");
 const AI_VILLAGE: &str = include_str!("../lua-bridge/games/ai_village.lua");
 const BULK_MARKET: &str = include_str!("../lua-bridge/games/bulk_market.lua");
 const DUNGEON_CRAWL: &str = include_str!("../lua-bridge/games/dungeon_crawl.lua");
-
-fn config(name: &str, script: &str, players: usize, seed: u64) -> GameConfig {
-    GameConfig {
-        script: script.into(),
-        chunk_name: format!("={name}"),
-        players,
-        seed,
-        base_address: None,
-        window: 8,
-        capacity: 1 << 30,
-        setup: Default::default(),
-    }
-}
 
 /// Runs the reference and `backends` on each (players, delay, seed); panics with the
 /// divergence explained by path if one does not match.
@@ -88,45 +78,6 @@ fn ai_village_matches_with_the_serializer() {
 #[test]
 fn the_default_game_matches_on_every_backend() {
     check("default", DEFAULT_GAME, 20, &[(2, 3, 3)], &Backend::ALL);
-}
-
-/// A save at frame `at` plus `more` frames, in a new VM, equals `at + more` frames straight.
-fn continuation(name: &str, script: &str, at: u64, more: u64) {
-    let cfg = config(name, script, 2, 9);
-    let input = |f: u64| vec![scripted_input(9, f, 0), scripted_input(9, f, 1)];
-    let mut straight = Game::new(&cfg, Backend::ArenaFull).unwrap();
-    for f in 0..at + more {
-        straight.step(&input(f)).unwrap();
-    }
-    let mut first = Game::new(&cfg, Backend::ArenaFull).unwrap();
-    for f in 0..at {
-        first.step(&input(f)).unwrap();
-    }
-    let save = first.save_game().unwrap();
-    drop(first);
-    let mut resumed = Game::from_save(&cfg, Backend::Serialize, &save).unwrap();
-    assert_eq!(resumed.frame(), at);
-    for f in at..at + more {
-        resumed.step(&input(f)).unwrap();
-    }
-    let (a, b) = (
-        straight.value_graph().unwrap(),
-        resumed.value_graph().unwrap(),
-    );
-    let d = a.diff(&b, 10);
-    assert!(
-        d.equal,
-        "{name}: save at {at} + {more} frames differs from a straight run:\n{}",
-        d.differences
-            .iter()
-            .map(|x| x.to_string())
-            .collect::<Vec<_>>()
-            .join("\n")
-    );
-    assert_eq!(
-        straight.game_digest().unwrap(),
-        resumed.game_digest().unwrap()
-    );
 }
 
 #[test]

@@ -3,9 +3,12 @@
 //! iterates with `pairs` goes on after a load exactly as a straight run, and later insertions
 //! land in the same nodes. Forged layouts are refused before anything is placed.
 
+mod common;
+
+use common::{config, continuation};
 use luasnap::bridge::persist::forge::{self, Node};
 use luasnap::bridge::persist::{body_of, Trust};
-use luasnap::bridge::runtime::{scripted_input, Backend, Game, GameConfig};
+use luasnap::bridge::runtime::Backend;
 use luasnap::bridge::simulate::{SimOptions, Simulation};
 use luasnap::bridge::{Value, Vm};
 
@@ -81,19 +84,6 @@ end
 return G
 "#;
 
-fn config(name: &str, script: &str, seed: u64) -> GameConfig {
-    GameConfig {
-        script: script.into(),
-        chunk_name: format!("={name}"),
-        players: 2,
-        seed,
-        base_address: None,
-        window: 8,
-        capacity: 1 << 30,
-        setup: Default::default(),
-    }
-}
-
 #[test]
 fn games_that_iterate_with_pairs_match_with_the_serializer() {
     for (name, script) in [
@@ -102,7 +92,7 @@ fn games_that_iterate_with_pairs_match_with_the_serializer() {
         ("churn", CHURN),
     ] {
         let mut sim = Simulation::new(SimOptions {
-            game: config(name, script, 5),
+            game: config(name, script, 2, 5),
             frames: 100,
             delay: 3,
             start: None,
@@ -114,43 +104,6 @@ fn games_that_iterate_with_pairs_match_with_the_serializer() {
             panic!("{name}: {}", sim.explain(Backend::Serialize, 10).unwrap());
         }
     }
-}
-
-/// A save at frame `at` plus `more` frames, in a new VM, equals `at + more` frames straight.
-fn continuation(name: &str, script: &str, at: u64, more: u64) {
-    let cfg = config(name, script, 9);
-    let input = |f: u64| vec![scripted_input(9, f, 0), scripted_input(9, f, 1)];
-    let mut straight = Game::new(&cfg, Backend::ArenaFull).unwrap();
-    for f in 0..at + more {
-        straight.step(&input(f)).unwrap();
-    }
-    let mut first = Game::new(&cfg, Backend::ArenaFull).unwrap();
-    for f in 0..at {
-        first.step(&input(f)).unwrap();
-    }
-    let save = first.save_game().unwrap();
-    drop(first);
-    let mut resumed = Game::from_save(&cfg, Backend::Serialize, &save).unwrap();
-    for f in at..at + more {
-        resumed.step(&input(f)).unwrap();
-    }
-    let d = straight
-        .value_graph()
-        .unwrap()
-        .diff(&resumed.value_graph().unwrap(), 10);
-    assert!(
-        d.equal,
-        "{name}: save at {at} + {more} frames differs from a straight run:\n{}",
-        d.differences
-            .iter()
-            .map(|x| x.to_string())
-            .collect::<Vec<_>>()
-            .join("\n")
-    );
-    assert_eq!(
-        straight.game_digest().unwrap(),
-        resumed.game_digest().unwrap()
-    );
 }
 
 #[test]

@@ -450,7 +450,7 @@ pub(crate) unsafe fn scrub_above_top(L: *mut lua_State, n: c_int) {
 ///
 /// # Safety
 /// Valid state and index, two free stack slots.
-unsafe fn is_callable(L: *mut lua_State, idx: c_int) -> bool {
+pub(crate) unsafe fn is_callable(L: *mut lua_State, idx: c_int) -> bool {
     // SAFETY: raw reads; pops what it pushes.
     unsafe {
         if ffi::lua_type(L, idx) == ffi::LUA_TFUNCTION {

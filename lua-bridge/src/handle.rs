@@ -157,24 +157,6 @@ unsafe fn call_args(L: *mut lua_State, args: &[Arg<'_>], shared: &Shared, extra:
     }
 }
 
-/// Whether the value at `idx` can be called (a function, or `__call`). Does not raise.
-unsafe fn callable(L: *mut lua_State, idx: c_int) -> bool {
-    // SAFETY: raw reads; pops what it pushes.
-    unsafe {
-        if ffi::lua_type(L, idx) == ffi::LUA_TFUNCTION {
-            return true;
-        }
-        if ffi::lua_getmetatable(L, idx) == 0 {
-            return false;
-        }
-        ffi::lua_pushstring(L, c"__call".as_ptr());
-        ffi::lua_rawget(L, -2);
-        let yes = ffi::lua_type(L, -1) == ffi::LUA_TFUNCTION;
-        ffi::lua_settop(L, -3);
-        yes
-    }
-}
-
 fn type_name_of(t: c_int) -> &'static str {
     match t {
         ffi::LUA_TNIL => "nil",
@@ -398,7 +380,7 @@ impl Vm {
                         extra = 1;
                     }
                     let f = -1 - extra;
-                    if !callable(L, f) {
+                    if !raw::is_callable(L, f) {
                         miss = Some(Miss::Final(raw::type_name(L, f)));
                         return 0;
                     }
@@ -740,7 +722,7 @@ impl<'vm> LuaRef<'vm> {
     pub fn into_function(self) -> Result<Function<'vm>, VmError> {
         let A = self.vm.shared.anchors.get();
         // SAFETY: a live slot; `callable` only reads (and the anchor stack has spare slots).
-        let ok = unsafe { callable(A, self.slot) };
+        let ok = unsafe { raw::is_callable(A, self.slot) };
         self.expect("function", ok).map(Function)
     }
 

@@ -1,0 +1,58 @@
+//! Helpers shared by the integration tests that run whole games.
+#![allow(dead_code)] // each test binary uses its own subset
+
+use luasnap::bridge::runtime::{scripted_input, Backend, Game, GameConfig};
+
+/// A game of `players` from `script`, at an address the OS chooses.
+pub fn config(name: &str, script: &str, players: usize, seed: u64) -> GameConfig {
+    GameConfig {
+        script: script.into(),
+        chunk_name: format!("={name}"),
+        players,
+        seed,
+        base_address: None,
+        window: 8,
+        capacity: 1 << 30,
+        setup: Default::default(),
+    }
+}
+
+/// A save at frame `at` of a two-player game, loaded with the serializer backend and run
+/// `more` frames, must equal `at + more` frames straight: values by path and `G.digest`.
+pub fn continuation(name: &str, script: &str, at: u64, more: u64) {
+    let cfg = config(name, script, 2, 9);
+    let input = |f: u64| vec![scripted_input(9, f, 0), scripted_input(9, f, 1)];
+    let mut straight = Game::new(&cfg, Backend::ArenaFull).unwrap();
+    for f in 0..at + more {
+        straight.step(&input(f)).unwrap();
+    }
+    let mut first = Game::new(&cfg, Backend::ArenaFull).unwrap();
+    for f in 0..at {
+        first.step(&input(f)).unwrap();
+    }
+    let save = first.save_game().unwrap();
+    drop(first);
+    let mut resumed = Game::from_save(&cfg, Backend::Serialize, &save).unwrap();
+    assert_eq!(resumed.frame(), at);
+    for f in at..at + more {
+        resumed.step(&input(f)).unwrap();
+    }
+    let (a, b) = (
+        straight.value_graph().unwrap(),
+        resumed.value_graph().unwrap(),
+    );
+    let d = a.diff(&b, 10);
+    assert!(
+        d.equal,
+        "{name}: save at {at} + {more} frames differs from a straight run:\n{}",
+        d.differences
+            .iter()
+            .map(|x| x.to_string())
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    assert_eq!(
+        straight.game_digest().unwrap(),
+        resumed.game_digest().unwrap()
+    );
+}
