@@ -290,10 +290,7 @@ impl Game {
                 message,
                 ..
             } => GameError::Syntax { message },
-            VmError::Lua { .. } => GameError::Script {
-                frame: 0,
-                source: explain_missing_library(source),
-            },
+            VmError::Lua { .. } => GameError::Script { frame: 0, source },
             e => GameError::Vm(e),
         };
         // The script is its own chunk under its own name (lines and messages as `lua` gives
@@ -442,7 +439,7 @@ impl Game {
             },
             source => GameError::Script {
                 frame: self.frame,
-                source: explain_missing_library(source),
+                source,
             },
         }
     }
@@ -516,7 +513,7 @@ impl Game {
             .call::<Value>("luasnap_game.digest", ())
             .map_err(|source| GameError::DigestFailed {
                 frame: self.frame,
-                source: explain_missing_library(source),
+                source,
             })?;
         match v {
             Value::Integer(i) => Ok(Some(i)),
@@ -580,42 +577,6 @@ fn explain_base_in_use(e: GameError) -> GameError {
             GameError::Config(format!(
                 "the game's arena base address {address:#x} (GameConfig::base_address, fixed by default_game so that runs lay out memory identically) is already in use in this process, by another live Game or Vm; set `base_address: None` in the GameConfig to let the OS choose (needed for a second game in one process, e.g. Game::from_save while the first game lives), or drop the other game first"
             ))
-        }
-        e => e,
-    }
-}
-
-/// Names left out of the deterministic profile.
-const LEFT_OUT: [&str; 7] = [
-    "os", "io", "debug", "package", "require", "dofile", "loadfile",
-];
-
-/// Adds to a Lua error about a nil global that the deterministic profile leaves out (`os`,
-/// `io`, ...) why it is nil, instead of the bare "attempt to index a nil value".
-fn explain_missing_library(e: VmError) -> VmError {
-    match e {
-        VmError::Lua {
-            kind,
-            message,
-            traceback,
-        } => {
-            // The Vm explains it already (one explanation, not two).
-            let missing = LEFT_OUT.iter().find(|n| {
-                !message.contains(crate::error::LEFT_OUT_MARK)
-                    && message.contains(&format!("(global '{n}')"))
-                    || message.contains(&format!("(field '{n}')"))
-            });
-            let message = match missing {
-                Some(n) => format!(
-                    "{message} ('{n}' is left out of the deterministic profile games run in: no io, os, debug, package, require, dofile or loadfile, so a game cannot read the clock, files or the environment; use G.init's seed and math.random instead of os.time, and keep state in Lua values)"
-                ),
-                None => message,
-            };
-            VmError::Lua {
-                kind,
-                message,
-                traceback,
-            }
         }
         e => e,
     }
