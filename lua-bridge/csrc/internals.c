@@ -940,7 +940,7 @@ int luasnap_is_weak_removable(lua_State *L, int idx) {
 ** shrinking in the collector's atomic phase or when coroutine.close resets it), and the old
 ** block goes back to the allocator with whatever its slots held, live or dead: a luaL_Buffer
 ** placeholder, or the light userdata a host call pushes, would stay in freed arena memory.
-** The allocator layer in lua-bridge/src/canonical.rs (scrubbing_alloc) sits in front of the
+** The allocator layer in lua-bridge/src/bridge/canonical.rs (scrubbing_alloc) sits in front of the
 ** arena's: a block that may be a stack (at least the smallest stack Lua makes) is scrubbed of
 ** light userdata when it is freed, and is resized by allocate-copy-scrub-free so the old block
 ** is scrubbed too. The two helpers below are its C half. Scrubbing zeroes only slots

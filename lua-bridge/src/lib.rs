@@ -45,41 +45,30 @@
 #![deny(unsafe_op_in_unsafe_fn, missing_docs)]
 #![allow(non_snake_case)] // `L` for a lua_State, as in Lua's own sources
 
-mod canonical;
-mod chunks;
-mod convert;
-pub mod digest;
-mod error;
-mod ffi;
-#[cfg(feature = "ggrs")]
-pub mod ggrs_adapter;
-mod handle;
-mod input;
-mod path;
+mod bridge;
 pub mod persist;
-mod random_state;
 pub mod runtime;
-pub mod serde_value;
-pub mod simulate;
-mod standalone;
-mod userdata;
-mod value;
-pub mod value_diff;
-mod vm;
 pub mod workloads;
 
-pub use convert::{
+// The runtime's modules keep their paths at the crate root.
+#[cfg(feature = "ggrs")]
+pub use runtime::ggrs_adapter;
+pub use runtime::{digest, simulate, value_diff};
+
+pub use bridge::serde_value;
+
+pub use bridge::convert::{
     type_error, Arg, FromLua, FromLuaMulti, IntoLua, IntoLuaMulti, UserData, Values,
 };
-pub use error::{Error, LuaErrorKind, NativeError, VmError};
-pub use ffi::Call;
+pub use bridge::error::{Error, LuaErrorKind, NativeError, VmError};
+pub use bridge::ffi::Call;
+pub use bridge::handle::{Function, LuaRef, LuaTable, Thread, ThreadStatus};
+pub use bridge::serde_value::{from_value, to_value, Serde};
+pub use bridge::standalone::{readline, ReplOutcome, Step};
+pub use bridge::userdata::{Method, PlainData, UserDataMethods};
+pub use bridge::value::{Table, UserDataValue, Value};
+pub use bridge::vm::{GcMode, Profile, Vm, VmBuilder, DEFAULT_CAPACITY, NATIVES_KEY};
 /// The `ggrs` crate, at exactly the version the adapter is built with.
 #[cfg(feature = "ggrs")]
 pub use ggrs;
-pub use handle::{Function, LuaRef, LuaTable, Thread, ThreadStatus};
 pub use luasnap_snap::{CopyStrategy, SnapshotId, SnapshotMode};
-pub use serde_value::{from_value, to_value, Serde};
-pub use standalone::{readline, ReplOutcome, Step};
-pub use userdata::{Method, PlainData, UserDataMethods};
-pub use value::{Table, UserDataValue, Value};
-pub use vm::{GcMode, Profile, Vm, VmBuilder, DEFAULT_CAPACITY, NATIVES_KEY};

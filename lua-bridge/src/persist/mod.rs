@@ -44,9 +44,9 @@ pub mod fuzz;
 mod read;
 mod write;
 
-use crate::error::VmError;
-use crate::ffi::{self as raw, Job};
-use crate::vm::Vm;
+use crate::bridge::error::VmError;
+use crate::bridge::ffi::{self as raw, Job};
+use crate::bridge::vm::Vm;
 use mlua::ffi::{self, lua_State};
 use std::ffi::{c_int, CStr, CString};
 

@@ -19,7 +19,7 @@ use super::{kind, LoadOptions, RawVal, Slots, Trust};
 use super::{luasnap_chunk_find, luasnap_proto_child};
 use super::{luasnap_proto, luasnap_proto_hash, luasnap_proto_nupvalues};
 use super::{luasnap_thread_restore, luasnap_upval_join_open, CiRecord};
-use crate::ffi::Shared;
+use crate::bridge::ffi::Shared;
 use mlua::ffi::{self, lua_State};
 use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
@@ -986,7 +986,7 @@ impl<'a> Loader<'a> {
                 ffi::lua_pushlstring(L, code.as_ptr().cast(), code.len());
                 let cname = ffi::lua_tolstring(L, -2, std::ptr::null_mut());
                 let mode = if kind == 1 { c"b" } else { c"t" };
-                let st = crate::chunks::luasnap_loadstring(L, -1, cname, mode.as_ptr());
+                let st = crate::bridge::chunks::luasnap_loadstring(L, -1, cname, mode.as_ptr());
                 if st != ffi::LUA_OK {
                     // [name, code, message]: the message is read below, then popped.
                     Err(false)
@@ -1102,7 +1102,7 @@ impl<'a> Loader<'a> {
             let mut index = HashMap::new();
             let ud = (&mut index as *mut HashMap<u64, *const c_void>).cast();
             // SAFETY: reads the anchored chunks; the collector is stopped for the load.
-            unsafe { crate::chunks::luasnap_chunks_each_proto(L, collect_proto, ud) };
+            unsafe { crate::bridge::chunks::luasnap_chunks_each_proto(L, collect_proto, ud) };
             self.index = Some(index);
         }
         let mut found = self.index.as_ref().and_then(|i| i.get(&hash).copied());

@@ -24,7 +24,7 @@ use super::{luasnap_proto, luasnap_proto_hash, luasnap_proto_nupvalues};
 use super::{
     luasnap_thread_ci, luasnap_thread_info, luasnap_thread_push_slot, luasnap_upval_open, CiRecord,
 };
-use crate::ffi::Shared;
+use crate::bridge::ffi::Shared;
 use mlua::ffi::{self, lua_State};
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use std::ffi::{c_int, c_void, CStr, CString};
@@ -802,7 +802,7 @@ impl<'a> Persister<'a> {
                         L,
                         format!(
                             "cannot persist a value of type {}",
-                            crate::ffi::type_name(L, -1)
+                            crate::bridge::ffi::type_name(L, -1)
                         ),
                     ))
                 }
@@ -829,7 +829,7 @@ impl<'a> Persister<'a> {
                     ffi::lua_settop(L, -2);
                     let what = format!(
                         "{} refuses to be persisted ({} is false)",
-                        crate::ffi::type_name(L, -1),
+                        crate::bridge::ffi::type_name(L, -1),
                         self.opts.spkey
                     );
                     Err(self.fail(L, what))
@@ -893,7 +893,7 @@ impl<'a> Persister<'a> {
                         self.w.bytes(src);
                         if self.opts.bytecode {
                             self.dump.clear();
-                            crate::chunks::luasnap_dump(
+                            crate::bridge::chunks::luasnap_dump(
                                 L,
                                 dump_writer,
                                 (&mut self.dump as *mut Vec<u8>).cast(),
@@ -1423,7 +1423,9 @@ unsafe fn key_text(L: *mut lua_State) -> String {
                 let p = ffi::lua_tolstring(L, -1, &mut len);
                 let b = std::slice::from_raw_parts(p.cast::<u8>(), len);
                 match std::str::from_utf8(b) {
-                    Ok(s) if crate::ffi::valid_path(s) && !s.contains('.') => format!(".{s}"),
+                    Ok(s) if crate::bridge::ffi::valid_path(s) && !s.contains('.') => {
+                        format!(".{s}")
+                    }
                     Ok(s) => format!("[{s:?}]"),
                     Err(_) => "[<bytes>]".into(),
                 }
@@ -1434,7 +1436,7 @@ unsafe fn key_text(L: *mut lua_State) -> String {
             ffi::LUA_TNUMBER => format!("[{}]", ffi::lua_tonumberx(L, -1, std::ptr::null_mut())),
             ffi::LUA_TBOOLEAN => format!("[{}]", ffi::lua_toboolean(L, -1) != 0),
             ffi::LUA_TNIL => String::new(),
-            _ => format!("[<{}>]", crate::ffi::type_name(L, -1)),
+            _ => format!("[<{}>]", crate::bridge::ffi::type_name(L, -1)),
         }
     }
 }

@@ -32,9 +32,9 @@
 //! # Ok::<(), luasnap_bridge::VmError>(())
 //! ```
 
-use crate::convert::{describe, Arg, FromLua, IntoLua};
-use crate::error::VmError;
-use crate::value::{Table, Value};
+use crate::bridge::convert::{describe, Arg, FromLua, IntoLua};
+use crate::bridge::error::VmError;
+use crate::bridge::value::{Table, Value};
 use serde::de::{self, DeserializeOwned, DeserializeSeed, IntoDeserializer, Visitor};
 use serde::ser::{self, Serialize};
 use std::fmt;
@@ -806,7 +806,7 @@ impl<'de> de::MapAccess<'de> for MapDe {
         match self.entries.next() {
             None => Ok(None),
             Some((k, v)) => {
-                let path = child(&self.path, &crate::convert::key_suffix(&k));
+                let path = child(&self.path, &crate::bridge::convert::key_suffix(&k));
                 let key = seed.deserialize(Deserializer {
                     value: k,
                     path: format!("{path} (the key)"),

@@ -13,8 +13,8 @@
 //!   generator. A save without a holder (written before this existed) leaves the generator as
 //!   it is.
 
-use crate::error::VmError;
-use crate::vm::Vm;
+use crate::bridge::error::VmError;
+use crate::bridge::vm::Vm;
 use mlua::ffi::{self, lua_State};
 
 const HOLDER: &std::ffi::CStr = c"luasnap.random_state";

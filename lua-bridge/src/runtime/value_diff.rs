@@ -1,6 +1,6 @@
 //! Value-level differences between two game states, by path.
 //!
-//! [`Vm::value_graph`] extracts the graph the value digest hashes ([`crate::digest`]: the
+//! [`Vm::value_graph`] extracts the graph the value digest hashes ([`crate::runtime::digest`]: the
 //! same coverage, weak-table rules included); [`ValueGraph::diff`] walks two of them from
 //! their roots in parallel, breadth first, descending only where the refined hashes differ,
 //! and reports each differing value once, at the shortest path that reaches it:
@@ -15,14 +15,14 @@
 //! name), `@metatable`, `@uservalue[i]`, `@stack[i]` for a coroutine's stack slot.
 //! Table keys that are objects are matched by their content.
 
-use crate::digest::{Graph, Item, Kind, Part, Prim};
-use crate::error::VmError;
-use crate::vm::Vm;
+use crate::bridge::error::VmError;
+use crate::bridge::vm::Vm;
+use crate::runtime::digest::{Graph, Item, Kind, Part, Prim};
 use luasnap_snap::Snapshot;
 use mlua::ffi;
 use std::collections::{HashMap, HashSet, VecDeque};
 
-/// The values reachable from the globals, as a graph (see [`crate::digest`]).
+/// The values reachable from the globals, as a graph (see [`crate::runtime::digest`]).
 pub struct ValueGraph {
     graph: Graph,
     root: Item,
@@ -378,7 +378,7 @@ impl Vm {
                 // SAFETY: protected body; the state is restored below whatever happens.
                 unsafe {
                     ffi::lua_rawgeti(L, ffi::LUA_REGISTRYINDEX, ffi::LUA_RIDX_GLOBALS);
-                    root = Some(crate::digest::extract(L, &mut graph));
+                    root = Some(crate::runtime::digest::extract(L, &mut graph));
                 }
                 0
             },

@@ -3,7 +3,7 @@
 //! Values cross the boundary by copy: a [`Value`] never refers into the Lua heap, so it stays
 //! valid across any snapshot or rollback.
 
-use crate::userdata::PlainData;
+use crate::bridge::userdata::PlainData;
 
 /// A Lua value copied out of (or into) the VM.
 ///

@@ -1,10 +1,10 @@
 //! What a game's host supplies: per-player inputs of a type the game chooses, and a setup hook
 //! that registers natives and userdata on the game's VM.
 
-use crate::error::VmError;
-use crate::userdata::PlainData;
-use crate::value::Value;
-use crate::vm::VmBuilder;
+use crate::bridge::error::VmError;
+use crate::bridge::userdata::PlainData;
+use crate::bridge::value::Value;
+use crate::bridge::vm::VmBuilder;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::sync::Arc;
 
@@ -13,7 +13,7 @@ use std::sync::Arc;
 ///
 /// Integers and `bool` are implemented (a number, a boolean). For your own type, derive serde
 /// and write `impl GameInput for Pad {}`: it reaches Lua as a table (see
-/// [`serde_value`](crate::serde_value)). Wrap a plain-data type in [`PodInput`] to hand Lua a
+/// [`serde_value`](crate::bridge::serde_value)). Wrap a plain-data type in [`PodInput`] to hand Lua a
 /// userdata instead. GGRS needs `Copy + PartialEq + Default + Serialize + Deserialize` too.
 ///
 /// ```
@@ -29,7 +29,7 @@ use std::sync::Arc;
 pub trait GameInput: Clone + Serialize {
     /// The Lua value of this input (a serde conversion unless overridden).
     fn to_lua(&self) -> Result<Value, VmError> {
-        crate::serde_value::to_value(self)
+        crate::bridge::serde_value::to_value(self)
     }
 }
 

@@ -1,9 +1,9 @@
 //! The VM: a Lua 5.5 state whose every allocation comes from one arena.
 
-use crate::error::{LuaErrorKind, NativeError, VmError};
-use crate::ffi::{self as raw, Call, LuaFailure, Native, NativeFn, Shared, UserDataType};
-use crate::userdata::{EntryKind, PlainData, UserDataMethods};
-use crate::value::Value;
+use crate::bridge::error::{LuaErrorKind, NativeError, VmError};
+use crate::bridge::ffi::{self as raw, Call, LuaFailure, Native, NativeFn, Shared, UserDataType};
+use crate::bridge::userdata::{EntryKind, PlainData, UserDataMethods};
+use crate::bridge::value::Value;
 use luasnap_alloc::{Arena, ArenaStats, TrackerPreference};
 use luasnap_snap::{CopyStrategy, RingConfig, Snapshot, SnapshotId, SnapshotMode, SnapshotRing};
 use mlua::ffi::{self, lua_State};
@@ -217,7 +217,7 @@ impl VmBuilder {
         })?;
         let (_, ud) = arena.lua_alloc();
         // The arena's allocator, behind a layer that scrubs freed stacks.
-        let alloc: luasnap_alloc::LuaAllocFn = crate::canonical::scrubbing_alloc;
+        let alloc: luasnap_alloc::LuaAllocFn = crate::bridge::canonical::scrubbing_alloc;
         let hash_seed = (seed ^ (seed >> 32)) as u32;
         // SAFETY: the allocator and its ud come from `arena`, which the Vm owns and drops after
         // closing the state; Lua calls it only from this thread.
@@ -405,7 +405,9 @@ impl Vm {
             }) => Err(VmError::Lua {
                 kind,
                 message: match self.profile {
-                    Profile::Deterministic { .. } => crate::error::explain_left_out(message),
+                    Profile::Deterministic { .. } => {
+                        crate::bridge::error::explain_left_out(message)
+                    }
                     _ => message,
                 },
                 traceback,
@@ -453,8 +455,8 @@ impl Vm {
                 // SAFETY: protected body; may raise a memory error with nothing to drop.
                 unsafe {
                     ffi::luaL_openselectedlibs(L, mask, 0);
-                    crate::canonical::install(L);
-                    crate::random_state::install(L);
+                    crate::bridge::canonical::install(L);
+                    crate::bridge::random_state::install(L);
                     ffi::lua_createtable(L, 0, 0);
                     ffi::lua_setfield(L, ffi::LUA_REGISTRYINDEX, c"luasnap.natives".as_ptr());
                 }
@@ -465,7 +467,7 @@ impl Vm {
         self.run(
             &mut |L| {
                 // SAFETY: protected body; may raise a memory error with nothing to drop.
-                unsafe { crate::chunks::luasnap_chunks_install(L) };
+                unsafe { crate::bridge::chunks::luasnap_chunks_install(L) };
                 if deterministic {
                     // table.sort with a deterministic pivot (csrc/detsort.c).
                     // SAFETY: protected body; the libraries are open, so `table` is a table.
@@ -522,7 +524,7 @@ impl Vm {
                 // which hold only references.
                 unsafe {
                     // Through the chunk registry, which keeps the source text for saves.
-                    let st = crate::chunks::load_host_chunk(L, source, &chunkname);
+                    let st = crate::bridge::chunks::load_host_chunk(L, source, &chunkname);
                     if st != ffi::LUA_OK {
                         syntax_error = st == ffi::LUA_ERRSYNTAX;
                         ffi::lua_error(L);
@@ -682,7 +684,7 @@ impl Vm {
         }
         let mut m = UserDataMethods::<T>::new();
         methods(&mut m);
-        crate::userdata::check_entries::<T>(&m.methods)?;
+        crate::bridge::userdata::check_entries::<T>(&m.methods)?;
         let has = |k: EntryKind| m.methods.iter().any(|(_, kind, _)| *kind == k);
         let (getters, setters) = (has(EntryKind::Get), has(EntryKind::Set));
         let first = {
@@ -707,7 +709,7 @@ impl Vm {
         let tname = CString::new(T::NAME).map_err(|_| VmError::BadName {
             name: T::NAME.into(),
         })?;
-        let factory = crate::userdata::FIELD_ACCESS;
+        let factory = crate::bridge::userdata::FIELD_ACCESS;
         let metatable = self.run(
             &mut |L| {
                 // SAFETY: protected body.
@@ -731,7 +733,7 @@ impl Vm {
                     }
                     if getters || setters {
                         // __index and __newindex are Lua closures over the three tables.
-                        let st = crate::chunks::load_host_chunk(
+                        let st = crate::bridge::chunks::load_host_chunk(
                             L,
                             factory.as_bytes(),
                             c"=luasnap.userdata",
@@ -869,7 +871,7 @@ impl Vm {
 
     /// A canonical hash of the values reachable from the globals table: independent of
     /// addresses and `pairs()` order, so equal for equal states across processes and across a
-    /// save and load. See [`crate::digest`] for exactly what it covers.
+    /// save and load. See [`crate::runtime::digest`] for exactly what it covers.
     ///
     /// It walks the heap through the Lua API, which writes to it, so the VM is captured first
     /// and restored after: the arena is byte-identical afterwards. Cost: two copies of the
@@ -887,7 +889,7 @@ impl Vm {
     fn value_digest_at(&mut self, path: Option<CString>) -> Result<u64, VmError> {
         self.check_idle("compute a value digest")?;
         let saved = Snapshot::capture(&self.arena);
-        let mut graph = crate::digest::Graph::default();
+        let mut graph = crate::runtime::digest::Graph::default();
         let mut root = None;
         let result = self.run(
             &mut |L| {
@@ -899,7 +901,7 @@ impl Vm {
                             ffi::lua_rawgeti(L, ffi::LUA_REGISTRYINDEX, ffi::LUA_RIDX_GLOBALS);
                         }
                     }
-                    root = Some(crate::digest::extract(L, &mut graph));
+                    root = Some(crate::runtime::digest::extract(L, &mut graph));
                 }
                 0
             },

@@ -16,9 +16,9 @@
 //! 4. **Every entry from the host is protected** (`lua_pcall`), so an error never reaches Lua's
 //!    panic function.
 
-use crate::error::{LuaErrorKind, NativeError};
-use crate::userdata::PlainData;
-use crate::value::{Table, UserDataValue, Value};
+use crate::bridge::error::{LuaErrorKind, NativeError};
+use crate::bridge::userdata::PlainData;
+use crate::bridge::value::{Table, UserDataValue, Value};
 use mlua::ffi::{self, lua_State};
 use std::cell::{Cell, UnsafeCell};
 use std::ffi::{c_char, c_int, c_void, CStr};
@@ -325,17 +325,17 @@ impl<'a> Call<'a> {
     /// assert_eq!(n, 2);
     /// # Ok::<(), VmError>(())
     /// ```
-    pub fn call_function<'h, R: crate::convert::FromLuaMulti>(
+    pub fn call_function<'h, R: crate::bridge::convert::FromLuaMulti>(
         &mut self,
         i: usize,
-        args: impl crate::convert::IntoLuaMulti<'h>,
+        args: impl crate::bridge::convert::IntoLuaMulti<'h>,
     ) -> Result<R, NativeError> {
         let idx = self.index(i).ok_or_else(|| self.bad(i, "function"))?;
         // SAFETY: valid slot; the check only reads the metatable.
         if !unsafe { is_callable(self.L, idx) } {
             return Err(self.bad(i, "function"));
         }
-        let args = crate::convert::plain_args(args)?;
+        let args = crate::bridge::convert::plain_args(args)?;
         let (L, shared) = (self.L, self.shared);
         let mut body = |L: *mut lua_State| {
             // SAFETY: runs inside run_job under lua_pcallk with the callee at index 1; only
@@ -410,10 +410,10 @@ impl<'a> Call<'a> {
     }
 
     /// Argument `i` converted to `T` (see [`FromLua`](crate::FromLua)).
-    pub fn get<T: crate::convert::FromLua>(&self, i: usize) -> Result<T, NativeError> {
+    pub fn get<T: crate::bridge::convert::FromLua>(&self, i: usize) -> Result<T, NativeError> {
         let v = self.value(i)?;
         T::from_lua(v)
-            .map_err(|e| crate::convert::at(e, &format!("argument #{}", i + 1)))
+            .map_err(|e| crate::bridge::convert::at(e, &format!("argument #{}", i + 1)))
             .map_err(NativeError::from)
     }
 

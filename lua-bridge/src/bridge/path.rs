@@ -14,7 +14,7 @@
 //! A trailing `:name` makes [`Vm::call`](crate::Vm::call) a method call: the value before the
 //! colon is passed as the first argument (`self`).
 
-use crate::error::VmError;
+use crate::bridge::error::VmError;
 use mlua::ffi::{self, lua_State};
 
 /// One key of a path.
@@ -293,7 +293,7 @@ pub(crate) unsafe fn not_found(L: *mut lua_State, path: &Path, i: usize) -> VmEr
         path: at,
         expected: "table",
         // SAFETY: callers' contract.
-        found: unsafe { crate::ffi::type_name(L, -1) },
+        found: unsafe { crate::bridge::ffi::type_name(L, -1) },
     }
 }
 

@@ -4,10 +4,10 @@
 //! valid. Its bytes live in the arena, so it rolls back with everything else, can be persisted
 //! byte for byte, and no Rust memory is ever reachable from Lua.
 
-use crate::convert::FromLua;
-use crate::error::{NativeError, VmError};
-use crate::ffi::Call;
-use crate::value::Value;
+use crate::bridge::convert::FromLua;
+use crate::bridge::error::{NativeError, VmError};
+use crate::bridge::ffi::Call;
+use crate::bridge::value::Value;
 
 /// A Rust type usable as Lua userdata: plain data with a unique name.
 ///

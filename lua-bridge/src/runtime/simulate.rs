@@ -12,10 +12,10 @@
 //! the same bytes, and an arena run that ends byte-identical to the reference has shown the
 //! rollbacks left no trace.
 
+use crate::runtime::value_diff::ValueDiff;
 use crate::runtime::{
     quantile_us, scripted_input, Backend, FrameSession, Game, GameConfig, GameError, Timings,
 };
-use crate::value_diff::ValueDiff;
 use luasnap_snap::Snapshot;
 
 /// What to simulate.

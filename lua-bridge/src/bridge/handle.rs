@@ -30,12 +30,12 @@
 //! world.get::<_, i64>("hp").unwrap();
 //! ```
 
-use crate::convert::{at, Arg, ArgKind, FromLua, FromLuaMulti, IntoLua, IntoLuaMulti};
-use crate::error::{LuaErrorKind, VmError};
-use crate::ffi::{self as raw, Shared};
-use crate::path::{self, Path};
-use crate::value::Value;
-use crate::vm::Vm;
+use crate::bridge::convert::{at, Arg, ArgKind, FromLua, FromLuaMulti, IntoLua, IntoLuaMulti};
+use crate::bridge::error::{LuaErrorKind, VmError};
+use crate::bridge::ffi::{self as raw, Shared};
+use crate::bridge::path::{self, Path};
+use crate::bridge::value::Value;
+use crate::bridge::vm::Vm;
 use mlua::ffi::{self, lua_State};
 use std::ffi::{c_int, CString};
 
@@ -559,7 +559,7 @@ impl Vm {
                     let base = ffi::lua_gettop(L);
                     // Through the chunk registry (saves carry the source text); the host's
                     // chunks are kept for the VM's life.
-                    let st = crate::chunks::load_host_chunk(L, source, &cname);
+                    let st = crate::bridge::chunks::load_host_chunk(L, source, &cname);
                     if st != ffi::LUA_OK {
                         syntax_error = st == ffi::LUA_ERRSYNTAX;
                         ffi::lua_error(L);
@@ -608,7 +608,7 @@ impl Vm {
 /// How a key reads in an error path: `.name`, `[1]`, `["a b"]`, `[<handle>]`.
 fn arg_label(key: &Arg<'_>) -> String {
     match &key.kind {
-        ArgKind::Value(v) => crate::convert::key_suffix(v),
+        ArgKind::Value(v) => crate::bridge::convert::key_suffix(v),
         ArgKind::Anchored { .. } => "[<handle>]".into(),
     }
 }
@@ -930,11 +930,11 @@ impl<'vm> LuaTable<'vm> {
     /// All entries, converted (a raw traversal with `next`, in Lua's order; `__pairs` is not
     /// consulted). Each value is copied, so large nested tables are better read by key.
     pub fn pairs<K: FromLua, V: FromLua>(&self) -> Result<Vec<(K, V)>, VmError> {
-        let t = self.0.get::<crate::value::Table>()?;
+        let t = self.0.get::<crate::bridge::value::Table>()?;
         t.entries
             .into_iter()
             .map(|(k, v)| {
-                let suffix = crate::convert::key_suffix(&k);
+                let suffix = crate::bridge::convert::key_suffix(&k);
                 let key = K::from_lua(k).map_err(|e| at(e, &format!("table{suffix} (the key)")))?;
                 let val = V::from_lua(v).map_err(|e| at(e, &format!("table{suffix}")))?;
                 Ok((key, val))
@@ -975,7 +975,7 @@ impl<'vm> LuaTable<'vm> {
     }
 
     /// Copies the whole table out (deeply).
-    pub fn to_value(&self) -> Result<crate::value::Table, VmError> {
+    pub fn to_value(&self) -> Result<crate::bridge::value::Table, VmError> {
         self.0.get()
     }
 }
@@ -1105,11 +1105,11 @@ impl<'vm> Thread<'vm> {
                     if st == ffi::LUA_OK || st == ffi::LUA_YIELD {
                         if ffi::lua_checkstack(L, nres + 1) == 0 {
                             ffi::lua_settop(co, -nres - 1);
-                            crate::canonical::settle_thread(co);
+                            crate::bridge::canonical::settle_thread(co);
                             raise(L, "too many results from the coroutine");
                         }
                         ffi::lua_xmove(co, L, nres);
-                        crate::canonical::settle_thread(co);
+                        crate::bridge::canonical::settle_thread(co);
                         nres
                     } else {
                         // The error object is on the coroutine's top: add its traceback,
@@ -1119,7 +1119,7 @@ impl<'vm> Thread<'vm> {
                         if !msg.is_null() {
                             ffi::luaL_traceback(L, co, msg, 0);
                         }
-                        crate::canonical::settle_thread(co);
+                        crate::bridge::canonical::settle_thread(co);
                         ffi::lua_error(L)
                     }
                 }

@@ -16,11 +16,18 @@
 //!   commands. When acknowledgements arrive, roll back to the synchronous form, apply them,
 //!   take a new synchronous snapshot, and re-apply what is still pending.
 
-use crate::error::VmError;
-pub use crate::input::{GameInput, PodInput, VmSetup};
+pub mod digest;
+#[cfg(feature = "ggrs")]
+pub mod ggrs_adapter;
+pub(crate) mod input;
+pub mod simulate;
+pub mod value_diff;
+
+use crate::bridge::error::VmError;
+use crate::bridge::value::{Table, Value};
+use crate::bridge::vm::{GcMode, Vm};
 use crate::persist::{LoadError, SaveError};
-use crate::value::{Table, Value};
-use crate::vm::{GcMode, Vm};
+pub use crate::runtime::input::{GameInput, PodInput, VmSetup};
 use luasnap_alloc::TrackerPreference;
 use luasnap_snap::{SnapshotId, SnapshotMode};
 use std::collections::VecDeque;
@@ -28,7 +35,7 @@ use std::time::{Duration, Instant};
 
 /// The embedded default game (about 10 MB of heap: thousands of entities with closures,
 /// metatables, AI coroutines and strings).
-pub const DEFAULT_GAME: &str = include_str!("../games/arena_brawl.lua");
+pub const DEFAULT_GAME: &str = include_str!("../../games/arena_brawl.lua");
 /// Where game VMs put their arena by default, so runs in one process lay out memory
 /// identically and can be compared byte for byte.
 pub const GAME_BASE_ADDRESS: usize = 0x3e00_0000_0000;
@@ -286,7 +293,7 @@ impl Game {
         let vm = Self::build_vm(cfg, backend)?;
         let lua_error = |source: VmError| match source {
             VmError::Lua {
-                kind: crate::error::LuaErrorKind::Syntax,
+                kind: crate::bridge::error::LuaErrorKind::Syntax,
                 message,
                 ..
             } => GameError::Syntax { message },
@@ -429,7 +436,7 @@ impl Game {
     fn script_error(&self, source: VmError) -> GameError {
         match source {
             VmError::Lua {
-                kind: crate::error::LuaErrorKind::Memory,
+                kind: crate::bridge::error::LuaErrorKind::Memory,
                 ..
             } => GameError::OutOfMemory {
                 frame: self.frame,
@@ -498,7 +505,7 @@ impl Game {
     }
 
     /// The values reachable from the globals, for a path-by-path diff with another state.
-    pub fn value_graph(&mut self) -> Result<crate::value_diff::ValueGraph, GameError> {
+    pub fn value_graph(&mut self) -> Result<crate::runtime::value_diff::ValueGraph, GameError> {
         Ok(self.vm.value_graph()?)
     }
 

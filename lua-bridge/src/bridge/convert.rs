@@ -29,10 +29,10 @@
 //! # Ok::<(), luasnap_bridge::VmError>(())
 //! ```
 
-use crate::error::VmError;
-use crate::ffi::Shared;
-use crate::userdata::PlainData;
-use crate::value::{Table, Value};
+use crate::bridge::error::VmError;
+use crate::bridge::ffi::Shared;
+use crate::bridge::userdata::PlainData;
+use crate::bridge::value::{Table, Value};
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::c_int;
 use std::hash::{BuildHasher, Hash};
@@ -95,7 +95,7 @@ pub(crate) fn key_suffix(k: &Value) -> String {
     match k {
         Value::Integer(i) => format!("[{i}]"),
         Value::String(s) => match std::str::from_utf8(s) {
-            Ok(t) if crate::ffi::valid_path(t) && !t.contains('.') => format!(".{t}"),
+            Ok(t) if crate::bridge::ffi::valid_path(t) && !t.contains('.') => format!(".{t}"),
             _ => format!("[{:?}]", String::from_utf8_lossy(s)),
         },
         other => format!("[{}]", describe(other)),

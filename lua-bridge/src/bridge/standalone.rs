@@ -3,8 +3,8 @@
 //! that appends a traceback (and honours `__tostring` on error objects), and the read-eval-print
 //! loop's evaluation of one input.
 
-use crate::chunks::luasnap_loadstring;
-use crate::vm::Vm;
+use crate::bridge::chunks::luasnap_loadstring;
+use crate::bridge::vm::Vm;
 use crate::VmError;
 use mlua::ffi::{self, lua_State};
 use std::ffi::{c_int, CString};

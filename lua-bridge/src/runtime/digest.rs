@@ -1,5 +1,5 @@
 //! The value digest: a canonical hash of the Lua values reachable from a root, and the graph
-//! it is computed from (which [`crate::value_diff`] compares path by path).
+//! it is computed from (which [`crate::runtime::value_diff`] compares path by path).
 //!
 //! Unlike the arena digest it depends neither on addresses nor on `pairs()` order, so it is
 //! equal for equal game states across processes, machines and save/load round trips.
@@ -30,7 +30,7 @@
 //! 2. Refine hashes over it Weisfeiler-Lehman style: each round, a node's hash becomes a hash
 //!    of its kind, its ordered parts and the *order-independent* combination (wrapping sum of
 //!    mixed pairs) of its table entries, using the previous round's hashes for references.
-//!    The digest uses [`ROUNDS`] rounds; [`crate::value_diff`] refines until the partition into
+//!    The digest uses [`ROUNDS`] rounds; [`crate::runtime::value_diff`] refines until the partition into
 //!    equal hashes stops growing (at most [`MAX_ROUNDS`]), so that equal hashes mean equal
 //!    subgraphs as far as it needs to prune.
 //! 3. The digest combines the root's hash with the order-independent sum of *every* node's
@@ -41,7 +41,7 @@
 //! state), so the VM is captured before and restored after: the arena is byte-identical
 //! afterwards.
 
-use crate::ffi::{self as raw};
+use crate::bridge::ffi::{self as raw};
 use mlua::ffi::{self, lua_State};
 use std::collections::HashMap;
 use std::ffi::{c_int, c_void, CStr};
@@ -400,7 +400,7 @@ impl Walk<'_> {
     unsafe fn weak_part_kept(&self, L: *mut lua_State, idx: c_int) -> bool {
         // SAFETY: valid absolute index (caller's contract); reads only.
         unsafe {
-            !crate::canonical::is_weak_removable(L, idx)
+            !crate::bridge::canonical::is_weak_removable(L, idx)
                 || self.g.ids.contains_key(&ffi::lua_topointer(L, idx))
         }
     }

@@ -1,0 +1,17 @@
+//! The VM bridge: the Lua state on the arena, the C API boundary, values and handles that cross
+//! it, natives, plain-data userdata, the deterministic profile's canonical bytes and the chunk
+//! registry. `persist/` (save-games) and `runtime/` (rollback sessions) build on it.
+
+pub(crate) mod canonical;
+pub(crate) mod chunks;
+pub(crate) mod convert;
+pub(crate) mod error;
+pub(crate) mod ffi;
+pub(crate) mod handle;
+pub(crate) mod path;
+pub(crate) mod random_state;
+pub mod serde_value;
+pub(crate) mod standalone;
+pub(crate) mod userdata;
+pub(crate) mod value;
+pub(crate) mod vm;
