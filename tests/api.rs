@@ -585,6 +585,9 @@ fn userdata_fields_and_methods_share_index() {
         "{out:?}"
     );
     assert!(out[6].as_str().unwrap().contains("field 'x'"), "{out:?}");
+    // Both errors point at the assignment in the game's code.
+    assert!(out[5].as_str().unwrap().starts_with("fields:4:"), "{out:?}");
+    assert!(out[6].as_str().unwrap().starts_with("fields:5:"), "{out:?}");
 }
 
 #[test]

@@ -194,6 +194,21 @@ fn natives_errors_and_panics_become_lua_errors() {
         out,
         vec![Value::Boolean(false), Value::from("host.fail: refused 9")]
     );
+    // Called from Lua code, a native's error starts with the caller's position, as a C
+    // function's `luaL_error` does; called by `pcall` itself (above), it has none.
+    let out = vm
+        .exec(
+            "return pcall(function()\n return host.fail(7) end)",
+            "where",
+        )
+        .unwrap();
+    assert_eq!(
+        out,
+        vec![
+            Value::Boolean(false),
+            Value::from("where:2: host.fail: refused 7")
+        ]
+    );
     let out = vm.exec("return pcall(host.boom)", "boom").unwrap();
     assert_eq!(out[0], Value::Boolean(false));
     assert!(

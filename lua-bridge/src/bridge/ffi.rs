@@ -514,8 +514,13 @@ pub(crate) unsafe extern "C-unwind" fn native_trampoline(L: *mut lua_State) -> c
     match unsafe { run_native(L, shared, index, nargs) } {
         // SAFETY: pushes values staged in Shared; a memory error here unwinds a POF.
         Outcome::Return(base) => unsafe { push_results(L, shared, base as usize) },
-        // SAFETY: as above; lua_error never returns.
-        Outcome::Raise => unsafe { raise_staged_error(L, shared) },
+        // SAFETY: as above; lua_error never returns. Like `luaL_error` in a C function, the
+        // message starts with the position of the Lua code that called the native (empty when
+        // a C function such as `pcall` called it).
+        Outcome::Raise => unsafe {
+            ffi::luaL_where(L, 1);
+            raise_staged_error_at(L, shared)
+        },
         // SAFETY: the index holds the kept error value (call_function left a free slot above
         // it); pushing a copy does not allocate, and lua_error never returns.
         Outcome::RaiseValue(idx) => unsafe {
@@ -622,6 +627,21 @@ unsafe fn raise_staged_error(L: *mut lua_State, shared: &Shared) -> ! {
     unsafe {
         let msg = &*shared.error.get();
         ffi::lua_pushlstring(L, msg.as_ptr().cast(), msg.len());
+        ffi::lua_error(L)
+    }
+}
+
+/// [`raise_staged_error`] after a position prefix that the caller pushed (`luaL_where`).
+///
+/// # Safety
+/// As for [`raise_staged_error`], with one string pushed by the caller.
+unsafe fn raise_staged_error_at(L: *mut lua_State, shared: &Shared) -> ! {
+    // SAFETY: the prefix is on top; concatenating two strings only allocates (a memory error
+    // unwinds plain old frames), then lua_error never returns.
+    unsafe {
+        let msg = &*shared.error.get();
+        ffi::lua_pushlstring(L, msg.as_ptr().cast(), msg.len());
+        ffi::lua_concat(L, 2);
         ffi::lua_error(L)
     }
 }

@@ -145,7 +145,7 @@ impl<T: PlainData> UserDataMethods<T> {
 /// with fields. Its arguments are the methods, getters and setters tables and the type name.
 pub(crate) const FIELD_ACCESS: &str = r#"
 local methods, getters, setters, tname = ...
-local error, tostring = error, tostring
+local error, tostring, pcall = error, tostring, pcall
 local function index(self, k)
   local m = methods[k]
   if m ~= nil then return m end
@@ -158,7 +158,9 @@ local function newindex(self, k, v)
   if s == nil then
     error("cannot set '" .. tostring(k) .. "' on a " .. tname .. ": it has no field setter", 2)
   end
-  s(self, v)
+  -- A setter's error points at the assignment, not at this function.
+  local ok, e = pcall(s, self, v)
+  if not ok then error(e, 2) end
 end
 return index, newindex
 "#;
