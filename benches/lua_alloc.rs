@@ -5,7 +5,7 @@
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use luasnap::bridge::{Value, Vm};
-use mlua::ffi;
+use mlua_sys as ffi;
 use std::ffi::CString;
 
 const WORKLOADS: [(&str, &str, i64); 3] = [

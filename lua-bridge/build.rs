@@ -1,13 +1,35 @@
-//! Compiles the serializer's C helper against the internal headers of the Lua release that
-//! mlua vendors (csrc/lua-5.5.1; lua-src is pinned to match in Cargo.toml).
+//! Builds Lua 5.5.1 from `csrc/lua-5.5.1` (the release's sources with the small patches listed in
+//! `csrc/lua-5.5.1/LUASNAP-PATCHES.md`), then the C helpers that reach into Lua's internals,
+//! against the same headers. mlua-sys (feature `external`) declares the C API and leaves the
+//! library to this script.
+use std::path::Path;
+
 fn main() {
     println!("cargo:rerun-if-changed=csrc");
+    let lua_dir = Path::new("csrc/lua-5.5.1");
+    let mut lua = cc::Build::new();
+    for entry in std::fs::read_dir(lua_dir).expect("csrc/lua-5.5.1 holds Lua's sources") {
+        let path = entry.expect("a readable directory entry").path();
+        if path.extension().is_some_and(|e| e == "c") {
+            lua.file(path);
+        }
+    }
+    // As lua-src builds it for mlua: Linux features, API checks in debug builds.
+    if std::env::var("PROFILE").as_deref() == Ok("debug") {
+        lua.define("LUA_USE_APICHECK", None);
+    }
+    lua.include(lua_dir)
+        .define("LUA_USE_LINUX", None)
+        .flag_if_supported("-fno-common")
+        .warnings(false)
+        .compile("lua5.5");
+
     cc::Build::new()
         .file("csrc/internals.c")
         .file("csrc/chunks.c")
         .file("csrc/readline.c")
         .file("csrc/detsort.c")
-        .include("csrc/lua-5.5.1")
+        .include(lua_dir)
         .define("LUA_USE_LINUX", None)
         .warnings(true)
         .compile("luasnap_internals");

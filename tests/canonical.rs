@@ -160,6 +160,69 @@ fn os_and_io_leave_the_same_bytes_too_in_the_standard_profile() {
 }
 
 #[test]
+fn booleans_and_nils_stored_from_reused_registers_carry_no_host_bytes() {
+    // A luaL_Buffer function leaves its placeholder (a C stack address) in a dead slot; the
+    // next Lua call reuses that slot as a register, and `local a = false` in stock Lua rewrites
+    // only the tag, so `t[i] = a` copied the address into the table (fixed in lobject.h,
+    // csrc/lua-5.5.1/LUASNAP-PATCHES.md). Fails on stock Lua: the arenas differ by depth.
+    let body = "local s = string.format('%5.1f %s', x * 1.5, 'abc'):upper() .. ('x'):rep(3)
+                local t = keep({})
+                kept[#kept % 16 + 1] = t
+                return #s + #t";
+    let mut vm = vm(Profile::Deterministic { seed: 3 });
+    vm.exec(
+        "kept = {}
+         function keep(t)
+           local a, b, c, d, e, f, g, h = false, true, nil, false, true, false, true, false
+           t[1] = a; t[2] = b; t[3] = d; t[4] = e; t[5] = f; t[6] = g; t[7] = h; t.x = a
+           local u = { a, b, c, d }
+           t.u = u
+           return t
+         end",
+        "keep",
+    )
+    .unwrap();
+    vm.exec(format!("body = function(x) {body} end"), "reuse")
+        .unwrap();
+    let start = vm.capture();
+    let mut per_depth = Vec::new();
+    for depth in [0usize, 7, 41] {
+        vm.restore(&start).unwrap();
+        for x in 0..4 {
+            at_depth(depth, &mut || {
+                vm.call::<Value>("body", Value::Integer(x)).unwrap()
+            });
+        }
+        per_depth.push(vm.digest());
+    }
+    assert!(
+        per_depth.windows(2).all(|w| w[0] == w[1]),
+        "the arena depends on the host's stack depth: {per_depth:x?}"
+    );
+}
+
+#[test]
+fn two_vms_built_alike_have_the_same_bytes() {
+    // lua_newstate stores registry[1] = false from a C stack variable whose payload stock Lua
+    // never sets: each VM got different host bytes there. Build VMs at different host stack
+    // depths (different garbage) and compare.
+    let digests: Vec<u64> = [0usize, 13, 2, 57]
+        .iter()
+        .map(|&depth| {
+            at_depth(depth, &mut || {
+                let vm = vm(Profile::Deterministic { seed: 9 });
+                vm.exec("x = string.format('%d', 42)", "same").unwrap();
+                vm.digest()
+            })
+        })
+        .collect();
+    assert!(
+        digests.windows(2).all(|w| w[0] == w[1]),
+        "VMs built alike differ: {digests:x?}"
+    );
+}
+
+#[test]
 fn a_settled_coroutine_still_runs_as_before() {
     // Zeroing dead slots and the C-call count must not change behaviour: generators,
     // errors through wrap, close with pending __close, yields across pcall.

@@ -113,6 +113,18 @@ typedef struct TValue {
 /* set a value's tag */
 #define settt_(o,t)	((o)->tt_=(t))
 
+/*
+** luasnap patch (see LUASNAP-PATCHES.md): a value that is nil, empty, false or true gets an
+** all-zero payload, not only its tag. Stock Lua rewrites only the tag, so the payload keeps
+** whatever the slot held before: a register that last held a luaL_Buffer placeholder (a C
+** stack address) and is then set to false, and copied into a table, puts a host address into
+** the heap. luasnap's snapshots compare and copy heap bytes, which must not depend on the host.
+*/
+l_sinline void luasnap_settag0 (TValue *o, lu_byte t) {
+  o->value_.i = 0;
+  o->tt_ = t;
+}
+
 
 /* main macro to copy values (from 'obj2' to 'obj1') */
 #define setobj(L,obj1,obj2) \
@@ -208,7 +220,7 @@ typedef union {
 #define ttisstrictnil(o)	checktag((o), LUA_VNIL)
 
 
-#define setnilvalue(obj)	settt_(obj, LUA_VNIL)
+#define setnilvalue(obj)	luasnap_settag0(obj, LUA_VNIL)
 #define setnilvalue2s(stk)	setnilvalue(s2v(stk))
 
 
@@ -234,7 +246,7 @@ typedef union {
 
 
 /* mark an entry as empty */
-#define setempty(v)		settt_(v, LUA_VEMPTY)
+#define setempty(v)		luasnap_settag0(v, LUA_VEMPTY)
 
 
 
@@ -261,8 +273,8 @@ typedef union {
 
 
 
-#define setbfvalue(obj)		settt_(obj, LUA_VFALSE)
-#define setbtvalue(obj)		settt_(obj, LUA_VTRUE)
+#define setbfvalue(obj)		luasnap_settag0(obj, LUA_VFALSE)
+#define setbtvalue(obj)		luasnap_settag0(obj, LUA_VTRUE)
 
 /* }================================================================== */
 

@@ -20,7 +20,7 @@
 //! Not covered: a coroutine resumed with `lua_resume` by host code (natives cannot; the
 //! persistence tests' own resumes settle nothing, which is harmless outside rollback).
 
-use mlua::ffi::{self, lua_State};
+use mlua_sys::{self as ffi, lua_State};
 use std::ffi::{c_int, c_void};
 
 unsafe extern "C" {

@@ -12,7 +12,7 @@
 //! the stock behaviour (hooks, `debug.getinfo`, messages and tracebacks as in `lua`), and
 //! `string.dump` writes a function as if no record were attached.
 
-use mlua::ffi::{lua_State, lua_Writer};
+use mlua_sys::{lua_State, lua_Writer};
 use std::ffi::{c_char, c_int, c_void};
 
 unsafe extern "C-unwind" {
@@ -60,7 +60,7 @@ pub(crate) unsafe fn load_host_chunk(
     source: &[u8],
     chunkname: &std::ffi::CStr,
 ) -> c_int {
-    use mlua::ffi;
+    use mlua_sys as ffi;
     // SAFETY: callers' contract; the source string stays on the stack while it is compiled,
     // then is removed from under the result.
     unsafe {

@@ -19,7 +19,7 @@
 use crate::bridge::error::{LuaErrorKind, NativeError};
 use crate::bridge::userdata::PlainData;
 use crate::bridge::value::{Table, UserDataValue, Value};
-use mlua::ffi::{self, lua_State};
+use mlua_sys::{self as ffi, lua_State};
 use std::cell::{Cell, UnsafeCell};
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};

@@ -36,7 +36,7 @@ use crate::bridge::ffi::{self as raw, Shared};
 use crate::bridge::path::{self, Path};
 use crate::bridge::value::Value;
 use crate::bridge::vm::Vm;
-use mlua::ffi::{self, lua_State};
+use mlua_sys::{self as ffi, lua_State};
 use std::ffi::{c_int, CString};
 
 const ANCHORS_KEY: &std::ffi::CStr = c"luasnap.anchors";

@@ -15,7 +15,7 @@
 //! colon is passed as the first argument (`self`).
 
 use crate::bridge::error::VmError;
-use mlua::ffi::{self, lua_State};
+use mlua_sys::{self as ffi, lua_State};
 
 /// One key of a path.
 #[derive(Debug, Clone, PartialEq)]

@@ -15,7 +15,7 @@
 
 use crate::bridge::error::VmError;
 use crate::bridge::vm::Vm;
-use mlua::ffi::{self, lua_State};
+use mlua_sys::{self as ffi, lua_State};
 
 const HOLDER: &std::ffi::CStr = c"luasnap.random_state";
 const ANCHOR: &std::ffi::CStr = c"luasnap.random";

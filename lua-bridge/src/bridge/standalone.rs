@@ -6,7 +6,7 @@
 use crate::bridge::chunks::luasnap_loadstring;
 use crate::bridge::vm::Vm;
 use crate::VmError;
-use mlua::ffi::{self, lua_State};
+use mlua_sys::{self as ffi, lua_State};
 use std::ffi::{c_int, CString};
 
 unsafe extern "C-unwind" {

@@ -6,7 +6,7 @@ use crate::bridge::userdata::{EntryKind, PlainData, UserDataMethods};
 use crate::bridge::value::Value;
 use luasnap_alloc::{Arena, ArenaStats, TrackerPreference};
 use luasnap_snap::{CopyStrategy, RingConfig, Snapshot, SnapshotId, SnapshotMode, SnapshotRing};
-use mlua::ffi::{self, lua_State};
+use mlua_sys::{self as ffi, lua_State};
 use std::cell::Cell;
 use std::ffi::{c_int, CString};
 use std::hash::{BuildHasher, RandomState};

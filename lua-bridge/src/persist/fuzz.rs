@@ -15,7 +15,7 @@
 use super::forge::{self, FrameRec, Node, Proto, Upval};
 use super::{seal_body, LoadOptions, UNPERMS_KEY};
 use crate::bridge::vm::Vm;
-use mlua::ffi::{self, lua_State};
+use mlua_sys::{self as ffi, lua_State};
 use std::cell::Cell;
 use std::ffi::c_int;
 

@@ -47,7 +47,7 @@ mod write;
 use crate::bridge::error::VmError;
 use crate::bridge::ffi::{self as raw, Job};
 use crate::bridge::vm::Vm;
-use mlua::ffi::{self, lua_State};
+use mlua_sys::{self as ffi, lua_State};
 use std::ffi::{c_int, CStr, CString};
 
 pub use format::{FORMAT_VERSION, HEADER_LEN, LUA_RELEASE, MAGIC};

@@ -25,7 +25,7 @@ use super::{
     luasnap_thread_ci, luasnap_thread_info, luasnap_thread_push_slot, luasnap_upval_open, CiRecord,
 };
 use crate::bridge::ffi::Shared;
-use mlua::ffi::{self, lua_State};
+use mlua_sys::{self as ffi, lua_State};
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use std::ffi::{c_int, c_void, CStr, CString};
 

@@ -42,7 +42,7 @@
 //! afterwards.
 
 use crate::bridge::ffi::{self as raw};
-use mlua::ffi::{self, lua_State};
+use mlua_sys::{self as ffi, lua_State};
 use std::collections::HashMap;
 use std::ffi::{c_int, c_void, CStr};
 use xxhash_rust::xxh3::Xxh3;

@@ -19,7 +19,7 @@ use crate::bridge::error::VmError;
 use crate::bridge::vm::Vm;
 use crate::runtime::digest::{Graph, Item, Kind, Part, Prim};
 use luasnap_snap::Snapshot;
-use mlua::ffi;
+use mlua_sys as ffi;
 use std::collections::{HashMap, HashSet, VecDeque};
 
 /// The values reachable from the globals, as a graph (see [`crate::runtime::digest`]).
