@@ -240,7 +240,8 @@ pub struct Header {
     magic: u64,
     version: u32,
     /// Pages held by large blocks and spans (free runs inside the extent, holes left by moved
-    /// blocks, do not count). Bounded by `HELD_FACTOR` times the limit.
+    /// blocks, do not count). New pages are taken only while this stays within `HELD_FACTOR`
+    /// times the limit.
     run_pages: u32,
     capacity: u64,
     data_offset: u64,
@@ -302,7 +303,7 @@ pub struct HeapCounters {
     pub limit_pages: u32,
     pub max_pages: u32,
     pub data_offset: usize,
-    /// Pages held by large blocks and spans (at most `HELD_FACTOR` times the limit).
+    /// Pages held by large blocks and spans (grown only within `HELD_FACTOR` times the limit).
     pub run_pages: u32,
 }
 
