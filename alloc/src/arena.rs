@@ -53,8 +53,10 @@ impl ArenaBuilder {
         self
     }
 
-    /// Cap the data region at this many bytes (rounded down to whole pages); allocations past it
-    /// fail. Default: the whole capacity.
+    /// Cap the bytes of live blocks at this many (rounded down to whole pages); allocations
+    /// past it fail. Free slots in partly used spans and holes between blocks do not count, as
+    /// free chunks in a malloc'd heap do not count against a cap on live allocations; the
+    /// pages held by blocks stay within twice the limit. Default: the whole capacity.
     pub fn limit(mut self, bytes: usize) -> Self {
         self.limit = Some(bytes);
         self
@@ -107,7 +109,8 @@ pub struct ArenaStats {
     pub bytes_in_use: u64,
     /// Highest `bytes_in_use` has been.
     pub peak_bytes_in_use: u64,
-    /// Bytes in the blocks handed out, after rounding up to size classes and pages.
+    /// Bytes in the blocks handed out, after rounding up to size classes and pages: what the
+    /// limit bounds.
     pub bytes_allocated: u64,
     /// Blocks currently live.
     pub live_blocks: u64,
@@ -115,9 +118,11 @@ pub struct ArenaStats {
     pub extent_bytes: u64,
     /// Highest the extent has been.
     pub peak_extent_bytes: u64,
-    /// Bytes of the pages held by blocks (large blocks and spans): what the limit bounds.
+    /// Bytes of the pages held by blocks (large blocks and spans, free slots in spans
+    /// included; free runs inside the extent are not). New pages are taken only while this
+    /// stays within twice the limit.
     pub held_bytes: u64,
-    /// Current limit on the pages held by blocks (free runs inside the extent do not count).
+    /// Current limit on [`bytes_allocated`](Self::bytes_allocated), the bytes of live blocks.
     pub limit_bytes: u64,
     /// Requests refused (limit or capacity reached).
     pub failed_allocations: u64,
@@ -315,13 +320,13 @@ impl Arena {
         self.heap_ref().counters().max_pages as usize * PAGE_SIZE
     }
 
-    /// Changes the limit on the pages held by blocks (large blocks and spans of small ones;
-    /// free runs inside the extent do not count). The limit is part of the arena's state: a
-    /// rollback restores the limit that was in force when the snapshot was taken.
+    /// Changes the limit on the bytes of live blocks (see [`ArenaBuilder::limit`]). The limit
+    /// is part of the arena's state: a rollback restores the limit that was in force when the
+    /// snapshot was taken.
     pub fn set_limit(&mut self, bytes: usize) -> Result<(), ArenaError> {
         let c = self.heap_ref().counters();
         let usable = c.max_pages as usize * PAGE_SIZE;
-        let in_use = c.run_pages as usize * PAGE_SIZE;
+        let in_use = c.allocated as usize;
         if bytes > usable {
             return Err(ArenaError::LimitAboveCapacity {
                 limit: bytes,

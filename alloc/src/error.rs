@@ -69,11 +69,11 @@ pub enum ArenaError {
         usable: usize,
     },
     /// The memory limit is below what the arena already uses.
-    #[error("memory limit {limit} bytes is below the {in_use} bytes the arena already spans; free memory first or choose a higher limit")]
+    #[error("memory limit {limit} bytes is below the {in_use} bytes of live blocks the arena already holds; free memory first or choose a higher limit")]
     LimitBelowUsage {
         /// The limit that was asked for.
         limit: usize,
-        /// Bytes of the data region currently spanned.
+        /// Bytes of live blocks (after rounding to size classes and pages).
         in_use: usize,
     },
     /// The system page size is not the 4 KiB the allocator's map is laid out for.

@@ -239,13 +239,16 @@ impl Desc {
 pub struct Header {
     magic: u64,
     version: u32,
-    /// Pages held by large blocks and spans: what the limit bounds. Free runs inside the
-    /// extent (holes left by moved blocks) do not count, as a malloc'd heap's holes do not
-    /// count against a cap on what Lua asked for.
+    /// Pages held by large blocks and spans (free runs inside the extent, holes left by moved
+    /// blocks, do not count). New pages are taken only while this stays within `HELD_FACTOR`
+    /// times the limit.
     run_pages: u32,
     capacity: u64,
     data_offset: u64,
     max_pages: u32,
+    /// The limit, in pages: it bounds `allocated`, the bytes of live blocks (small ones at
+    /// their class size, large ones in whole pages). Free slots in spans and free runs do not
+    /// count, as free chunks in a malloc'd heap do not count against a cap on what Lua holds.
     limit_pages: u32,
     top: u32,
     peak_top: u32,
@@ -278,6 +281,15 @@ const THRASH_RUN: u32 = 32;
 
 const _: () = assert!(std::mem::size_of::<Header>() <= PAGE_SIZE);
 
+/// The pages held by spans and large blocks may exceed the limit (which bounds the bytes of
+/// live blocks) by free slots in partly used spans, up to this many times the limit. Lua
+/// frees its spare CallInfo records every other one (`luaE_shrinkCI`), so a deep recursion
+/// leaves spans half empty: a limit on held pages counted them (after a stack overflow, a
+/// growing array reached half of what it reaches without one, and of stock Lua under the same
+/// cap, which counts live malloc chunks). The factor keeps a program that fragments spans on
+/// purpose from holding pages without bound.
+const HELD_FACTOR: u64 = 2;
+
 /// Counters read from the header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct HeapCounters {
@@ -291,7 +303,7 @@ pub struct HeapCounters {
     pub limit_pages: u32,
     pub max_pages: u32,
     pub data_offset: usize,
-    /// Pages held by large blocks and spans (what the limit bounds).
+    /// Pages held by large blocks and spans (grown only within `HELD_FACTOR` times the limit).
     pub run_pages: u32,
 }
 
@@ -320,6 +332,9 @@ pub struct HeapUsage {
 /// indices it dereferences are always `< top <= max_pages`.
 pub struct Heap {
     base: *mut u8,
+    /// Pages a large block being moved by `resize_block` gives back right after the copy: the
+    /// new block is charged only its growth (limit and held pages alike).
+    moving: u32,
 }
 
 impl Heap {
@@ -354,7 +369,7 @@ impl Heap {
         // SAFETY: the caller guarantees base is writable for at least one page, and Header fits
         // in one page and needs 8-byte alignment, which a page-aligned mapping has.
         unsafe { ptr::write(base.cast::<Header>(), header) };
-        Heap { base }
+        Heap { base, moving: 0 }
     }
 
     /// A view of an arena initialized earlier.
@@ -363,7 +378,7 @@ impl Heap {
     /// `base` must point to an arena initialized by [`Heap::init`], mapped and not accessed by
     /// anyone else for as long as the returned `Heap` is used.
     pub unsafe fn attach(base: *mut u8) -> Heap {
-        Heap { base }
+        Heap { base, moving: 0 }
     }
 
     fn hdr(&mut self) -> &mut Header {
@@ -447,7 +462,7 @@ impl Heap {
         h.magic == MAGIC && h.version == VERSION
     }
 
-    /// Sets the limit on the pages held by blocks (large blocks and spans), in pages.
+    /// Sets the limit on the bytes of live blocks, in pages (see `Header::limit_pages`).
     pub fn set_limit_pages(&mut self, pages: u32) {
         self.hdr().limit_pages = pages;
     }
@@ -582,10 +597,14 @@ impl Heap {
     fn alloc_block(&mut self, size: usize) -> *mut u8 {
         let (p, bytes) = if size <= MAX_SMALL {
             let c = class_of(size);
-            (self.alloc_small(c), CLASS_SIZES[c] as usize)
+            let bytes = CLASS_SIZES[c] as usize;
+            if !self.fits_limit(bytes as u64) {
+                return ptr::null_mut();
+            }
+            (self.alloc_small(c), bytes)
         } else {
             let pages = size.div_ceil(PAGE_SIZE);
-            if pages >= NIL as usize {
+            if pages >= NIL as usize || !self.fits_limit((pages * PAGE_SIZE) as u64) {
                 return ptr::null_mut();
             }
             (self.alloc_large(pages as u32), pages * PAGE_SIZE)
@@ -596,6 +615,19 @@ impl Heap {
             h.live_blocks += 1;
         }
         p
+    }
+
+    /// Whether live blocks of `bytes` more stay within the limit.
+    #[inline]
+    fn fits_limit(&self, bytes: u64) -> bool {
+        let h = self.hdr_ref();
+        h.allocated + bytes <= (h.limit_pages as u64 + self.moving as u64) * PAGE_SIZE as u64
+    }
+
+    /// Whether `pages` more held pages stay within `HELD_FACTOR` times the limit.
+    fn fits_held(&self, pages: u32) -> bool {
+        let h = self.hdr_ref();
+        h.run_pages as u64 + pages as u64 <= h.limit_pages as u64 * HELD_FACTOR + self.moving as u64
     }
 
     fn free_block(&mut self, ptr: *mut u8) -> bool {
@@ -654,10 +686,9 @@ impl Heap {
         } else {
             0
         };
-        let limit = self.hdr_ref().limit_pages;
-        self.hdr().limit_pages = limit.saturating_add(lift);
+        self.moving = lift;
         let fresh = self.alloc_block(nsize);
-        self.hdr().limit_pages = limit;
+        self.moving = 0;
         if fresh.is_null() {
             if nsize < cap {
                 // Shrinking never fails: keep the block (a large one gives back its tail pages).
@@ -690,7 +721,7 @@ impl Heap {
         let end = head + old_pages;
         let h = self.hdr_ref();
         let (top, max) = (h.top, h.max_pages);
-        if h.run_pages as u64 + extra as u64 > h.limit_pages as u64 {
+        if !self.fits_limit((extra as usize * PAGE_SIZE) as u64) || !self.fits_held(extra) {
             return false;
         }
         if end == top {
@@ -739,7 +770,8 @@ impl Heap {
         let end = head + old_pages;
         let h = self.hdr_ref();
         let (top, limit) = (h.top, h.max_pages);
-        if h.run_pages as u64 + (want - old_pages) as u64 > h.limit_pages as u64 {
+        let extra = want - old_pages;
+        if !self.fits_limit((extra as usize * PAGE_SIZE) as u64) || !self.fits_held(extra) {
             return None;
         }
         let have = llen + old_pages;
@@ -934,7 +966,8 @@ impl Heap {
     /// this keeps fragmentation lowest in practice (Johnstone & Wilson, ISMM '98). Runs are few
     /// (they are maximal and spans/large blocks are rare), so the scan is cheap.
     fn alloc_run(&mut self, pages: u32) -> Option<u32> {
-        if self.hdr_ref().run_pages as u64 + pages as u64 > self.hdr_ref().limit_pages as u64 {
+        // The limit itself (on live bytes) was checked by the caller for the block it serves.
+        if !self.fits_held(pages) {
             return None;
         }
         let first_bin = bin_of(pages);

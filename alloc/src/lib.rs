@@ -15,8 +15,10 @@
 //!   have no header: Lua passes the old size on free and realloc, and the page map knows the
 //!   rest. 16-byte alignment. Empty spans go back to the page heap, free runs at the top shrink
 //!   the extent, so long churn at a steady live size does not grow the arena.
-//! - **Limit**: allocations that would take the data extent past it return null, which Lua
-//!   turns into a memory error.
+//! - **Limit**: allocations that would take the bytes of live blocks past it return null,
+//!   which Lua turns into a memory error. Free slots in spans and holes between blocks do not
+//!   count (as free chunks do not count against a cap on what a malloc'd heap holds); the
+//!   pages held by blocks stay within twice the limit.
 //! - **Page tracking** ([`track`]): which pages were written since a point in time, with
 //!   userfaultfd + `PAGEMAP_SCAN` or an mprotect fallback, for incremental snapshots.
 //!

@@ -1222,7 +1222,8 @@ impl Vm {
             .map_err(LoadError::Lua)?;
         let old_limit = self.arena.stats().limit_bytes as usize;
         if let Some(growth) = opts.max_heap_growth {
-            let cap = (self.arena.stats().extent_bytes as usize)
+            // The arena's limit bounds the bytes of live blocks.
+            let cap = (self.arena.stats().bytes_allocated as usize)
                 .saturating_add(growth)
                 .min(old_limit);
             let _ = self.arena.set_limit(
