@@ -44,6 +44,7 @@ fn report(r: Result<(), String>) -> ExitCode {
 }
 
 fn main() -> ExitCode {
+    luasnap::bridge::default_sigpipe();
     let argv: Vec<String> = std::env::args().collect();
     // `luasnap run` takes lua's command line, parsed by hand; so does the binary run as `lua`.
     let invoked_as = std::path::Path::new(argv.first().map(String::as_str).unwrap_or(""))

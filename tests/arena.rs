@@ -36,6 +36,15 @@ fn bad_configurations_get_typed_errors() {
             .build(),
         Err(ArenaError::MisalignedBase { .. })
     ));
+    for low in [0, 0x1000] {
+        let err = Arena::builder()
+            .capacity(MIB)
+            .base_address(low)
+            .build()
+            .unwrap_err();
+        assert!(matches!(err, ArenaError::BaseTooLow { .. }), "{err}");
+        assert!(err.to_string().contains("too low"), "{err}");
+    }
     let mut a = Arena::new(4 * MIB).unwrap();
     let _p = a.alloc(3 * PAGE_SIZE * 16).unwrap();
     assert!(matches!(

@@ -79,6 +79,23 @@ fn diff_of_two_saves_lists_paths_bounded_with_exit_status_1() {
     let bad = luasnap(&["diff", text_file.to_str().unwrap(), a]);
     assert_eq!(bad.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&bad.stderr).contains("is not a luasnap save-game"));
+    // Without --game: the error names the game's own function (not the runtime's glue) and
+    // says what to pass; with --trust own the code comes from the saves.
+    let blind = luasnap(&["diff", a, b]);
+    assert_eq!(blind.status.code(), Some(2));
+    let e = String::from_utf8_lossy(&blind.stderr);
+    assert!(
+        e.contains("dungeon_crawl.lua") && e.contains("--game"),
+        "{e}"
+    );
+    assert!(!e.contains("luasnap runtime"), "{e}");
+    let own = luasnap(&["diff", a, b, "--trust", "own"]);
+    assert_eq!(
+        own.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&own.stderr)
+    );
     std::fs::remove_dir_all(&dir).ok();
 }
 

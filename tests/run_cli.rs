@@ -106,6 +106,25 @@ fn stdin_dash_and_the_repl() {
     );
     assert!(o.status.success(), "{}", err(&o));
     assert!(out(&o).contains("42\n"), "{}", out(&o));
+    // As lua.c's REPL: an error message inside the loop has no program name before it.
+    let o = run(&["-i"], "error('x')\n");
+    assert!(
+        err(&o).lines().any(|l| l.starts_with("stdin:1: x")),
+        "{}",
+        err(&o)
+    );
+}
+
+#[test]
+fn the_deterministic_profile_explains_a_missing_library() {
+    let o = run(&["--deterministic", "1", "-e", "print(os.time())"], "");
+    assert_eq!(o.status.code(), Some(1));
+    let first = err(&o).lines().next().unwrap_or("").to_string();
+    assert!(
+        first.contains("(global 'os')") && first.contains("left out of the deterministic profile"),
+        "{}",
+        err(&o)
+    );
 }
 
 #[test]

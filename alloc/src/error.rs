@@ -42,6 +42,14 @@ pub enum ArenaError {
         /// The system page size.
         page_size: usize,
     },
+    /// A fixed base address below the lowest address Linux lets a program map.
+    #[error("base address {address:#x} is too low: Linux keeps addresses below {min:#x} unmapped (vm.mmap_min_addr); choose a higher base address, for example 0x3e0000000000")]
+    BaseTooLow {
+        /// The address that was asked for.
+        address: usize,
+        /// The lowest address that can be asked for (Linux's default `vm.mmap_min_addr`).
+        min: usize,
+    },
     /// A fixed base address whose range does not fit in user address space.
     #[error("base address {address:#x} with {capacity} bytes of capacity is out of range: user address space ends at {end:#x}; choose a lower base address (for example 0x3e0000000000) or a smaller capacity")]
     BaseOutOfRange {

@@ -26,6 +26,9 @@ unsafe impl Send for Reservation {}
 /// fixed range past it is refused before asking the kernel.
 const ADDRESS_SPACE_END: usize = 1 << 56;
 
+/// Linux's default `vm.mmap_min_addr`: no program maps below it.
+const MIN_FIXED_ADDRESS: usize = 0x10000;
+
 impl Reservation {
     /// Reserves `len` bytes (rounded up to whole pages), at `fixed` if given.
     ///
@@ -38,7 +41,13 @@ impl Reservation {
         let mut flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE;
         let hint = match fixed {
             Some(address) => {
-                if address % PAGE_SIZE != 0 || address == 0 {
+                if address < MIN_FIXED_ADDRESS {
+                    return Err(ArenaError::BaseTooLow {
+                        address,
+                        min: MIN_FIXED_ADDRESS,
+                    });
+                }
+                if address % PAGE_SIZE != 0 {
                     return Err(ArenaError::MisalignedBase {
                         address,
                         page_size: PAGE_SIZE,

@@ -64,6 +64,12 @@ static void laction(int i) {
   if (interrupted_L != NULL) lua_sethook(interrupted_L, lstop, flag, 1);
 }
 
+/* A command-line program ends quietly when the reader of its output goes away (`| head`), as
+** C programs and stock lua do; Rust's runtime ignores SIGPIPE, so a write would fail instead. */
+void luasnap_default_sigpipe(void) {
+  signal(SIGPIPE, SIG_DFL);
+}
+
 /* Around a step: on = 1 installs the handler for L, on = 0 restores the default. */
 void luasnap_interruptible(lua_State *L, int on) {
   interrupted_L = on ? L : NULL;

@@ -64,7 +64,7 @@ pub use bridge::error::{Error, LuaErrorKind, NativeError, VmError};
 pub use bridge::ffi::Call;
 pub use bridge::handle::{Function, LuaRef, LuaTable, Thread, ThreadStatus};
 pub use bridge::serde_value::{from_value, to_value, Serde};
-pub use bridge::standalone::{readline, ReplOutcome, Step};
+pub use bridge::standalone::{default_sigpipe, readline, ReplOutcome, Step};
 pub use bridge::userdata::{Method, PlainData, UserDataMethods};
 pub use bridge::value::{Table, UserDataValue, Value};
 pub use bridge::vm::{GcMode, Profile, Vm, VmBuilder, DEFAULT_CAPACITY, NATIVES_KEY};

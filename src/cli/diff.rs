@@ -94,15 +94,28 @@ fn graph_of(
                 .deterministic(0)
                 .build()
                 .map_err(|e| e.to_string())?;
-            match attempt(plain) {
-                Ok(g) => Ok(g),
-                Err(first) => {
-                    let d = GameConfig::default_game(1, 0);
-                    attempt(game_vm(d.script, d.chunk_name)?).map_err(|_| {
-                        format!("{first} (if the save holds a game's functions, pass --game SCRIPT with the script that wrote it)")
-                    })
-                }
+            if let Ok(g) = attempt(plain) {
+                return Ok(g);
             }
+            // Saves written by the runtime (`simulate --save`, the GGRS adapter) hold its glue
+            // functions too: a runtime VM with an empty game names the game's own functions in
+            // its error, the thing the user can act on.
+            let empty = "return { init = function() end, step = function() end }";
+            let runtime_error = match attempt(game_vm(empty.into(), "=[empty game]".into())?) {
+                Ok(g) => return Ok(g),
+                Err(e) => e,
+            };
+            let d = GameConfig::default_game(1, 0);
+            attempt(game_vm(d.script, d.chunk_name)?).map_err(|_| {
+                let hint = match trust {
+                    Trust::Foreign => {
+                        "pass --game SCRIPT with the script that wrote the saves, or --trust own \
+                         if you trust them (they carry their code)"
+                    }
+                    Trust::Own => "pass --game SCRIPT with the script that wrote the saves",
+                };
+                format!("{runtime_error} ({hint})")
+            })
         }
     }
 }

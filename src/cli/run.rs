@@ -355,11 +355,11 @@ fn run_vm(
         }
     }
     if p.interactive {
-        repl(vm, progname, p.ignore_env)?;
+        repl(vm, p.ignore_env)?;
     } else if p.script.is_none() && !p.exec && !p.version {
         if std::io::stdin().is_terminal() {
             println!("{VERSION}");
-            repl(vm, progname, p.ignore_env)?;
+            repl(vm, p.ignore_env)?;
         } else if !step(Step::File(None))? {
             return Ok(false);
         }
@@ -369,7 +369,7 @@ fn run_vm(
 
 /// The read-eval-print loop: readline if it loads, `_PROMPT`/`_PROMPT2`, multi-line input,
 /// results printed.
-fn repl(vm: &Vm, progname: &str, ignore_env: bool) -> Result<(), luasnap::bridge::VmError> {
+fn repl(vm: &Vm, ignore_env: bool) -> Result<(), luasnap::bridge::VmError> {
     let lib = (!ignore_env)
         .then(|| std::env::var("LUA_READLINELIB").ok())
         .flatten()
@@ -405,13 +405,14 @@ fn repl(vm: &Vm, progname: &str, ignore_env: bool) -> Result<(), luasnap::bridge
                         input.push_str(&more);
                     }
                     None => {
-                        message(progname, &m);
+                        eprintln!("{m}");
                         break;
                     }
                 },
                 ReplOutcome::Done => break,
+                // As lua.c's doREPL: messages inside the loop carry no program name.
                 ReplOutcome::Failed(m) => {
-                    message(progname, &m);
+                    eprintln!("{m}");
                     break;
                 }
             }

@@ -233,7 +233,11 @@ pub fn run(args: SimulateArgs) -> Result<(), String> {
         let _ = writeln!(
             text,
             "luasnap simulate: {} | frames {}..{} | {} players | delay {} | seed {} | heap {} | G.step {:.0} µs | tracker {}",
-            args.game.as_ref().map(|p| p.display().to_string()).unwrap_or_else(|| "the embedded default game".into()),
+            match (&args.game, &args.load) {
+                (Some(p), _) => p.display().to_string(),
+                (None, Some(save)) => format!("the game saved in {}", save.display()),
+                (None, None) => "the embedded default game".into(),
+            },
             reference.start_frame,
             reference.end_frame,
             args.players,

@@ -238,9 +238,16 @@ pub(crate) fn explain_left_out(message: String) -> String {
         message.contains(&format!("(global '{n}')")) || message.contains(&format!("(field '{n}')"))
     });
     match missing {
-        Some(n) => format!(
-            "{message} ('{n}' {LEFT_OUT_MARK} this VM was built with: no io, os, debug, package, require, dofile or loadfile, so a script cannot read the clock, files or the environment; use the seed and math.random instead of os.time and keep state in Lua values, or build with Vm::builder().build() for the full standard library)"
-        ),
+        Some(n) => {
+            let note = format!(
+                " ('{n}' {LEFT_OUT_MARK} this VM was built with: no io, os, debug, package, require, dofile or loadfile, so a script cannot read the clock, files or the environment; use the seed and math.random instead of os.time and keep state in Lua values, or build with Vm::builder().build() for the full standard library)"
+            );
+            // Before a traceback that the message carries, right after the message itself.
+            match message.find("\nstack traceback:") {
+                Some(at) => format!("{}{note}{}", &message[..at], &message[at..]),
+                None => format!("{message}{note}"),
+            }
+        }
         None => message,
     }
 }

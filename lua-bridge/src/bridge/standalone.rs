@@ -149,7 +149,17 @@ impl Vm {
             },
             |_, _| (),
         )?;
-        Ok(out)
+        Ok(out.map_err(|m| self.explain(m)))
+    }
+
+    /// A deterministic VM's message about a global it leaves out (`os`, `io`, ...) says so.
+    fn explain(&self, message: String) -> String {
+        match self.profile() {
+            crate::bridge::vm::Profile::Deterministic { .. } => {
+                crate::bridge::error::explain_left_out(message)
+            }
+            _ => message,
+        }
     }
 
     /// Evaluates one read-eval-print input as `lua`'s REPL does: a first line first as
@@ -165,7 +175,10 @@ impl Vm {
             },
             |_, _| (),
         )?;
-        Ok(out)
+        Ok(match out {
+            ReplOutcome::Failed(m) => ReplOutcome::Failed(self.explain(m)),
+            o => o,
+        })
     }
 }
 
@@ -307,6 +320,16 @@ unsafe extern "C" {
     fn luasnap_readline(prompt: *const std::ffi::c_char, line: *mut *mut std::ffi::c_char)
         -> c_int;
     fn luasnap_readline_done(line: *mut std::ffi::c_char);
+    fn luasnap_default_sigpipe();
+}
+
+/// Gives SIGPIPE its default action, so a command-line program ends quietly when the reader
+/// of its output goes away (`luasnap diff a b | head`), as C programs and stock `lua` do.
+/// Rust's runtime ignores the signal, which turns such a write into an error (a panic in
+/// `println!`). Call it first thing in `main`.
+pub fn default_sigpipe() {
+    // SAFETY: sets a process-wide signal disposition to SIG_DFL; no handler runs Rust code.
+    unsafe { luasnap_default_sigpipe() }
 }
 
 impl Vm {
