@@ -348,13 +348,15 @@ impl<'a> Persister<'a> {
     }
 
     fn fail(&mut self, L: *mut lua_State, what: String) -> Fail {
-        let path = if self.opts.path {
+        self.error = Some(if self.opts.path {
             // SAFETY: reads the keys table; formatting only inspects primitives.
-            unsafe { self.path(L) }
+            format!("{what} at {}", unsafe { self.path(L) })
         } else {
-            "(set the 'path' option for the location)".to_string()
-        };
-        self.error = Some(format!("{what} at {path}"));
+            format!(
+                "{what} (for where it is in the value, turn on paths: PersistOptions::path, \
+                 or eris.settings(\"path\", true))"
+            )
+        });
         Fail
     }
 
