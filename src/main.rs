@@ -44,17 +44,19 @@ fn report(r: Result<(), String>) -> ExitCode {
 }
 
 fn main() -> ExitCode {
-    luasnap::bridge::default_sigpipe();
     let argv: Vec<String> = std::env::args().collect();
     // `luasnap run` takes lua's command line, parsed by hand; so does the binary run as `lua`.
     let invoked_as = std::path::Path::new(argv.first().map(String::as_str).unwrap_or(""))
         .file_name()
         .and_then(|n| n.to_str())
         .unwrap_or("");
+    // The drop-in `lua` ends on a closed pipe as stock lua (a C program) does.
     if invoked_as.starts_with("lua") && !invoked_as.starts_with("luasnap") {
+        luasnap::bridge::default_sigpipe();
         return cli::run::lua_main(&argv, 1);
     }
     if argv.get(1).map(String::as_str) == Some("run") {
+        luasnap::bridge::default_sigpipe();
         return cli::run::lua_main(&argv, 2);
     }
     let cli = Cli::parse();

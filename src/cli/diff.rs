@@ -8,6 +8,14 @@ use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+/// `println!` that ignores a closed stdout (`luasnap diff a b | head -1` ends quietly).
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($arg)*);
+    }};
+}
+
 /// Options of `luasnap diff`.
 #[derive(Debug, clap::Args)]
 pub struct DiffArgs {
@@ -149,7 +157,7 @@ fn diff(args: &DiffArgs) -> Result<bool, String> {
     if a == b {
         // Identical bytes hold identical values: nothing to load (no code, no trust needed).
         if args.json {
-            println!(
+            out!(
                 "{}",
                 json!({
                     "left": args.left.display().to_string(),
@@ -161,7 +169,7 @@ fn diff(args: &DiffArgs) -> Result<bool, String> {
                 })
             );
         } else {
-            println!("equal: the two saves are byte-identical");
+            out!("equal: the two saves are byte-identical");
         }
         return Ok(true);
     }
@@ -176,7 +184,7 @@ fn diff(args: &DiffArgs) -> Result<bool, String> {
             .iter()
             .map(|x| json!({"path": x.path, "left": x.left, "right": x.right, "note": x.note}))
             .collect();
-        println!(
+        out!(
             "{}",
             json!({
                 "left": args.left.display().to_string(),
@@ -189,20 +197,20 @@ fn diff(args: &DiffArgs) -> Result<bool, String> {
             })
         );
     } else if d.equal {
-        println!("equal: the two saves hold the same values");
+        out!("equal: the two saves hold the same values");
     } else {
-        println!(
+        out!(
             "{} vs {}: differing values",
             args.left.display(),
             args.right.display()
         );
         for x in &d.differences {
-            println!("  {x}");
+            out!("  {x}");
         }
         if d.truncated && d.differences.is_empty() {
-            println!("  (not listed: --limit {})", args.limit);
+            out!("  (not listed: --limit {})", args.limit);
         } else if d.truncated {
-            println!("  ... (more; raise --limit)");
+            out!("  ... (more; raise --limit)");
         }
     }
     Ok(d.equal)
