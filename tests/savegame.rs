@@ -171,6 +171,41 @@ fn objects_written_before_a_persist_function_runs_stay_distinct() {
     );
 }
 
+/// The writer keeps the rest of a table's scanned entries while it writes a child (see
+/// `Frame::Table` in persist/write.rs); a `__persist` function that replaces the entries
+/// still to come (freeing the old objects, whose addresses come back for the new ones) must
+/// have them written as they are when they are reached, not as they were scanned.
+#[test]
+fn entries_replaced_by_a_persist_function_are_written_as_they_are_then() {
+    let code = "
+        parent = {}
+        parent[1] = { first = true }
+        parent[2] = setmetatable({}, { __persist = function()
+          for i = 3, 200 do parent[i] = nil end
+          collectgarbage() collectgarbage()
+          for i = 3, 200 do parent[i] = { 'new ' .. i, n = i } end
+          return function() return { rebuilt = true } end
+        end })
+        for i = 3, 200 do parent[i] = { 'old ' .. i, old = i } end";
+    let mut a = vm();
+    a.exec(code, "game").unwrap();
+    let bytes = a.persist("parent").unwrap();
+    a.unpersist(&bytes, "copy", Trust::Own).unwrap();
+    assert_eq!(
+        a.exec(
+            "assert(copy[1].first and copy[2].rebuilt)
+             for i = 3, 200 do
+               local e = copy[i]
+               assert(e[1] == 'new ' .. i and e.n == i and e.old == nil, e[1])
+             end
+             return #copy",
+            "check",
+        )
+        .unwrap(),
+        vec![Value::Integer(200)]
+    );
+}
+
 #[test]
 fn closures_share_prototypes_and_upvalues_and_keep_env() {
     round_trip(

@@ -175,6 +175,9 @@ pub(crate) mod kind {
     pub const JOINUPVAL: u64 = 17;
     /// Scan only: a Lua closure, `bits` its identity.
     pub const LCLOSURE: u64 = 18;
+    /// Build only: `[t]`: t's hash part takes the layout at offset `bits` of the batch's
+    /// layout buffers (`len`: the body position, for errors).
+    pub const LAYOUT: u64 = 19;
 }
 
 unsafe extern "C" {
