@@ -996,9 +996,14 @@ unsafe fn load_protected(
             merge_permanents(L, UNPERMS_KEY);
             // [unperms, data|nil]: a data string stays on the stack while the loader reads it.
             ffi::lua_settop(L, 2);
-            for _ in 0..5 {
+            // objs and strs presized from the body's length (every object and string takes
+            // a few bytes of it): growing them by doubling costs a rehash each time.
+            let (nobjs, nstrs) = loader.helper_sizes();
+            ffi::lua_createtable(L, nobjs, 0);
+            for _ in 0..3 {
                 ffi::lua_createtable(L, 0, 0);
             }
+            ffi::lua_createtable(L, nstrs, 0);
             let s = Slots {
                 perms: 1,
                 seen: 3,

@@ -325,6 +325,14 @@ impl<'a> Loader<'a> {
         }
     }
 
+    /// Array sizes for the object and string tables of the load: about what an honest body
+    /// of this length needs (an object takes 6 bytes or more, a string 8 or more), so at most
+    /// a few bytes of heap per body byte.
+    pub fn helper_sizes(&self) -> (c_int, c_int) {
+        let n = self.r.remaining().min(1 << 30);
+        ((n / 6) as c_int, (n / 8) as c_int)
+    }
+
     fn fail(&mut self, what: impl Into<String>) -> Fail {
         self.error = Some(format!(
             "{} (at byte {} of the body)",
