@@ -136,6 +136,28 @@ impl IdMap {
         };
     }
 
+    /// The id of `p`, or None after giving it `id` (one probe for both).
+    #[inline]
+    fn get_or_insert(&mut self, p: *const c_void, id: u32) -> Option<u32> {
+        use std::collections::hash_map::Entry;
+        match self.key(p) {
+            Ok(k) => match self.near.entry(k) {
+                Entry::Occupied(o) => Some(*o.get()),
+                Entry::Vacant(v) => {
+                    v.insert(id);
+                    None
+                }
+            },
+            Err(k) => match self.far.entry(k) {
+                Entry::Occupied(o) => Some(*o.get()),
+                Entry::Vacant(v) => {
+                    v.insert(id);
+                    None
+                }
+            },
+        }
+    }
+
     fn len(&self) -> usize {
         self.near.len() + self.far.len()
     }
@@ -455,15 +477,19 @@ impl<'a> Persister<'a> {
         if bytes.len() < MIN_STRREF_LEN {
             self.w.tag(Tag::Str);
             self.w.bytes(bytes);
-        } else if let Some(sid) = self.strs.get(obj) {
-            self.w.tag(Tag::StrRef);
-            self.w.varint(sid as u64);
         } else {
-            self.w.tag(Tag::Str);
-            self.w.bytes(bytes);
             let sid = self.strs.len() as u32;
-            self.strs.insert(obj, sid);
-            self.unanchored.push(obj);
+            match self.strs.get_or_insert(obj, sid) {
+                Some(old) => {
+                    self.w.tag(Tag::StrRef);
+                    self.w.varint(old as u64);
+                }
+                None => {
+                    self.w.tag(Tag::Str);
+                    self.w.bytes(bytes);
+                    self.unanchored.push(obj);
+                }
+            }
         }
     }
 
@@ -504,15 +530,14 @@ impl<'a> Persister<'a> {
         self.unanchored_ids.clear();
     }
 
-    /// For a scanned value that is a table not written yet and that can be written by
+    /// For a scanned table `t` not written yet (its id looked up), that can be written by
     /// identity, without pushing it (not a permanent, no special persistence): records it
     /// (a new id, anchored later) and returns its sizes and metatable for `table_header`.
     ///
     /// # Safety
-    /// `v` was just described by `luasnap_table_scan`; no Lua code ran since.
-    unsafe fn new_table_info(&mut self, v: &RawVal) -> Option<(u32, u32, *const c_void)> {
-        let t = v.bits as usize as *const c_void;
-        if v.kind != kind::TABLE || !self.unwritten(t) {
+    /// `t` was just described by `luasnap_table_scan`; no Lua code ran since.
+    unsafe fn unseen_table_info(&mut self, t: *const c_void) -> Option<(u32, u32, *const c_void)> {
+        if self.perm_ptrs.as_ref().is_some_and(|set| set.contains(&t)) {
             return None;
         }
         let (mut narr, mut nhash, mut mt) = (0u32, 0u32, std::ptr::null());
@@ -697,6 +722,39 @@ impl<'a> Persister<'a> {
             hi: floor,
             gen: self.scan_gen,
         });
+    }
+
+    /// What a scanned value is to the table loop: `Ok(None)` a primitive or a string,
+    /// `Ok(Some(id))` an object written already, `Err(true)` an object not written yet,
+    /// `Err(false)` anything else (for the general path). One id lookup per object.
+    #[inline]
+    fn classify(&self, v: &RawVal) -> Result<Option<u32>, bool> {
+        match v.kind {
+            kind::FALSE..=kind::STR | kind::NIL => Ok(None),
+            kind::OBJ | kind::TABLE | kind::LCLOSURE => {
+                match self.refs.get(v.bits as usize as *const c_void) {
+                    Some(id) => Ok(Some(id)),
+                    None => Err(true),
+                }
+            }
+            _ => Err(false),
+        }
+    }
+
+    /// Writes a value `classify` found plain: by its id if it has one.
+    ///
+    /// # Safety
+    /// As for `write_plain`.
+    #[inline]
+    unsafe fn write_classified(&mut self, v: &RawVal, id: Option<u32>) {
+        match id {
+            Some(id) => {
+                self.w.tag(Tag::Ref);
+                self.w.varint(id as u64);
+            }
+            // SAFETY: callers' contract.
+            None => unsafe { self.write_plain(v) },
+        }
     }
 
     /// Whether a scanned value can be written without the general path: a primitive, a
@@ -1227,30 +1285,38 @@ impl<'a> Persister<'a> {
                                 let e = self.scan[i];
                                 i += 1;
                                 let mut opened = None;
-                                if self.plain(&e.k) {
-                                    if self.plain(&e.v) {
-                                        self.write_plain(&e.k);
-                                        self.write_plain(&e.v);
-                                        at = e.pos;
-                                        continue;
+                                match self.classify(&e.k) {
+                                    Ok(kid) => match self.classify(&e.v) {
+                                        Ok(vid) => {
+                                            self.write_classified(&e.k, kid);
+                                            self.write_classified(&e.v, vid);
+                                            at = e.pos;
+                                            continue;
+                                        }
+                                        Err(true) if e.v.kind == kind::TABLE => {
+                                            let v = e.v.bits as usize as *const c_void;
+                                            if let Some(info) = self.unseen_table_info(v) {
+                                                self.write_classified(&e.k, kid);
+                                                opened = Some((v, info, 1, std::ptr::null()));
+                                            }
+                                        }
+                                        Err(true) => {
+                                            if let Some(info) = self.closure_info(&e.v) {
+                                                self.write_classified(&e.k, kid);
+                                                self.write_closure(e.v.bits as usize as _, info);
+                                                at = e.pos;
+                                                continue;
+                                            }
+                                        }
+                                        Err(false) => {}
+                                    },
+                                    Err(true) if e.k.kind == kind::TABLE => {
+                                        let k = e.k.bits as usize as *const c_void;
+                                        if let Some(info) = self.unseen_table_info(k) {
+                                            opened = Some((k, info, 2, k));
+                                        }
                                     }
-                                    if let Some(info) = self.new_table_info(&e.v) {
-                                        self.write_plain(&e.k);
-                                        opened = Some((
-                                            e.v.bits as usize as _,
-                                            info,
-                                            1,
-                                            std::ptr::null(),
-                                        ));
-                                    } else if let Some(info) = self.closure_info(&e.v) {
-                                        self.write_plain(&e.k);
-                                        self.write_closure(e.v.bits as usize as _, info);
-                                        at = e.pos;
-                                        continue;
-                                    }
-                                } else if let Some(info) = self.new_table_info(&e.k) {
-                                    let k = e.k.bits as usize as *const c_void;
-                                    opened = Some((k, info, 2, k));
+                                    Err(_) => {}
                                 }
                                 if i == end || self.scan.len() > SCAN_KEEP {
                                     // Nothing left to keep, or too much kept already.
