@@ -1202,11 +1202,16 @@ int luasnap_thread_check_upvals(lua_State *co) {
   return 0;
 }
 
-/* Stops (on != 0) or allows emergency collections. While a load resolves prototypes through
-** raw pointers, no collection may run behind its back; it re-allows them at the end, and
-** after any Lua code it called (a collection there invalidates what it looked up). */
-void luasnap_gc_stopem(lua_State *L, int on) {
-  G(L)->gcstopem = on ? 1 : 0;
+/* Stops (on > 0) or allows (on == 0) emergency collections, or only asks (on < 0); returns
+** whether they were stopped. While a load resolves prototypes through raw pointers, no
+** collection may run behind its back; it re-allows them at the end, and stops them again after
+** any Lua code it called (a collection there invalidates what it looked up, and resets the
+** flag). A persist stops them too: it keeps objects' addresses (ids, scanned batches) that a
+** collection clearing a weak table could free. */
+int luasnap_gc_stopem(lua_State *L, int on) {
+  int old = G(L)->gcstopem;
+  if (on >= 0) G(L)->gcstopem = on ? 1 : 0;
+  return old;
 }
 
 /* Bytes the VM has allocated (for a load's heap-growth cap). */

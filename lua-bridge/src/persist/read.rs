@@ -14,11 +14,12 @@ use super::format::{
     min_strref_len, Opened, Reader, Tag, FLAG_BYTECODE, THREAD_DEAD, THREAD_NOT_STARTED,
     THREAD_SUSPENDED,
 };
-use super::{budget_hook_intact, luasnap_heap_bytes, CTORS_KEY, GMATCH_AUX, WRAP_AUX};
+use super::{budget_hook_intact, luasnap_gc_stopem, luasnap_heap_bytes};
 use super::{kind, LoadOptions, RawVal, Slots, Trust};
 use super::{luasnap_chunk_find, luasnap_proto_child};
 use super::{luasnap_proto, luasnap_proto_hash, luasnap_proto_nupvalues};
 use super::{luasnap_thread_restore, luasnap_upval_join_open, CiRecord};
+use super::{CTORS_KEY, GMATCH_AUX, WRAP_AUX};
 use crate::ffi::Shared;
 use mlua::ffi::{self, lua_State};
 use std::collections::HashMap;
@@ -36,7 +37,6 @@ unsafe extern "C" {
         f: unsafe extern "C" fn(*const c_void, *mut c_void),
         ud: *mut c_void,
     );
-    fn luasnap_gc_stopem(L: *mut lua_State, on: c_int);
     fn luasnap_thread_check_upvals(co: *mut lua_State) -> c_int;
     fn luasnap_thread_set_tbc(
         co: *mut lua_State,

@@ -18,7 +18,7 @@
 use super::format::{
     Tag, Writer, MIN_STRREF_LEN, THREAD_DEAD, THREAD_NOT_STARTED, THREAD_SUSPENDED,
 };
-use super::{kind, ChunkDesc, PersistOptions, RawEntry, RawVal, Slots};
+use super::{kind, luasnap_gc_stopem, ChunkDesc, PersistOptions, RawEntry, RawVal, Slots};
 use super::{luasnap_chunk_describe, luasnap_proto_child, luasnap_proto_nchildren};
 use super::{luasnap_proto, luasnap_proto_hash, luasnap_proto_nupvalues};
 use super::{
@@ -351,6 +351,10 @@ impl<'a> Persister<'a> {
     pub unsafe fn run(&mut self, L: *mut lua_State, s: Slots) -> Result<(), Fail> {
         // SAFETY: protected context (callers' contract).
         unsafe {
+            // No emergency collection while objects are known by address (ids, kept scan
+            // batches): one clearing a weak table could free what they point to. The caller
+            // puts the flag back.
+            luasnap_gc_stopem(L, 1);
             // Collect the permanents' identities once (a few hundred entries).
             let mut set = HashSet::default();
             ffi::lua_pushnil(L);
@@ -916,6 +920,8 @@ impl<'a> Persister<'a> {
                     self.anchor(L, s);
                     ffi::lua_pushvalue(L, -2);
                     ffi::lua_callk(L, 1, 2, 0, None);
+                    // A collection in there resets the flag.
+                    luasnap_gc_stopem(L, 1);
                     let two = ffi::lua_type(L, -1) != ffi::LUA_TNIL;
                     if ffi::lua_type(L, -2) != ffi::LUA_TFUNCTION
                         || (two && ffi::lua_type(L, -1) != ffi::LUA_TFUNCTION)
