@@ -171,6 +171,89 @@ fn objects_written_before_a_persist_function_runs_stay_distinct() {
     );
 }
 
+/// The writer keeps the rest of a table's scanned entries while it writes a child (see
+/// `Frame::Table` in persist/write.rs); a `__persist` function that replaces the entries
+/// still to come (freeing the old objects, whose addresses come back for the new ones) must
+/// have them written as they are when they are reached, not as they were scanned.
+#[test]
+fn entries_replaced_by_a_persist_function_are_written_as_they_are_then() {
+    let code = "
+        parent = {}
+        parent[1] = { first = true }
+        parent[2] = setmetatable({}, { __persist = function()
+          for i = 3, 200 do parent[i] = nil end
+          collectgarbage() collectgarbage()
+          for i = 3, 200 do parent[i] = { 'new ' .. i, n = i } end
+          return function() return { rebuilt = true } end
+        end })
+        for i = 3, 200 do parent[i] = { 'old ' .. i, old = i } end";
+    let mut a = vm();
+    a.exec(code, "game").unwrap();
+    let bytes = a.persist("parent").unwrap();
+    a.unpersist(&bytes, "copy", Trust::Own).unwrap();
+    assert_eq!(
+        a.exec(
+            "assert(copy[1].first and copy[2].rebuilt)
+             for i = 3, 200 do
+               local e = copy[i]
+               assert(e[1] == 'new ' .. i and e.n == i and e.old == nil, e[1])
+             end
+             return #copy",
+            "check",
+        )
+        .unwrap(),
+        vec![Value::Integer(200)]
+    );
+}
+
+/// The writer knows objects by address while it writes (ids, kept batches of scanned entries).
+/// An emergency collection (an allocation at the memory limit) could clear the entries of a
+/// weak table being written and free them; persist stops those collections, so running out
+/// of memory there is a clean error.
+#[test]
+fn a_persist_at_the_memory_limit_never_frees_what_it_is_writing() {
+    let limit = 8 * MIB;
+    let a = Vm::builder()
+        .capacity(64 * MIB)
+        .memory_limit(limit)
+        .build()
+        .unwrap();
+    // w[1] holds many coroutines (each written through the general path, which allocates);
+    // w[2..] are held by w alone once `strong` goes. The heap is filled up to the limit,
+    // then a little is freed.
+    let setup = format!(
+        "local w = setmetatable({{}}, {{ __mode = 'v' }})
+         local first = {{}}
+         for i = 1, 3000 do first[i] = coroutine.create(function() end) end
+         keep = first
+         w[1] = first
+         local strong = {{}}
+         for i = 2, 200 do local t = {{ i, tag = 'weak' .. i, pad = ('x'):rep(4000) .. i }} strong[i] = t w[i] = t end
+         saved = {{ w = w }}
+         pad = nil
+         pcall(function() while true do pad = {{ next = pad }} end end)
+         for _ = 1, {} do pad = pad.next end
+         collectgarbage()
+         strong = nil",
+        300
+    );
+    a.exec(&setup, "setup").unwrap();
+    match a.persist("saved") {
+        Err(e) => assert!(e.to_string().contains("memory"), "{e}"),
+        Ok(bytes) => {
+            // Whatever the collector left in w was written whole.
+            a.exec("pad = nil collectgarbage()", "free").unwrap();
+            let mut b = Vm::builder().capacity(64 * MIB).build().unwrap();
+            b.unpersist(&bytes, "copy", Trust::Own).unwrap();
+            let ok = "for i = 2, 200 do local t = copy.w[i]
+                        assert(t == nil or (t[1] == i and t.tag == 'weak' .. i))
+                      end
+                      return #copy.w[1] == 3000";
+            assert_eq!(b.exec(ok, "check").unwrap(), vec![Value::Boolean(true)]);
+        }
+    }
+}
+
 #[test]
 fn closures_share_prototypes_and_upvalues_and_keep_env() {
     round_trip(

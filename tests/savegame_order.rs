@@ -347,3 +347,105 @@ fn forged_layouts_are_refused_and_the_honest_one_loads() {
     let err = b.unpersist(&file, "t", Trust::Foreign).unwrap_err();
     assert!(err.to_string().contains("layout"), "{err}");
 }
+
+/// Records of string keys (collisions, no removals): their layouts are placed by the loader's
+/// batched build, not the general path.
+const RECORDS: &str = r#"
+    holder = { list = {} }
+    for j = 1, 60 do
+      local r = {}
+      for i = 1, 12 do r["f" .. (i * j)] = i end
+      holder.list[j] = r
+    end
+    function orders(h)
+      local o = {}
+      for j, r in ipairs(h.list) do
+        for k in pairs(r) do o[#o + 1] = k end
+        o[#o + 1] = "|"
+      end
+      return table.concat(o, " ")
+    end
+"#;
+
+/// The layout blob of the first table below the root that carries one.
+fn nested_layout(node: &mut Node, root: bool) -> Option<&mut Vec<u8>> {
+    let Node::Table { entries, .. } = node else {
+        return None;
+    };
+    if !root && matches!(entries.last(), Some((Node::Layout(_), _))) {
+        return match entries.last_mut() {
+            Some((Node::Layout(b), _)) => Some(b),
+            _ => None,
+        };
+    }
+    entries
+        .iter_mut()
+        .find_map(|(_, v)| nested_layout(v, false))
+}
+
+#[test]
+fn nested_tables_keep_their_order_and_forged_nested_layouts_are_refused() {
+    let a = vm(11);
+    a.exec(RECORDS, "h").unwrap();
+    let bytes = a.persist("holder").unwrap();
+    let mut b = vm(11);
+    b.exec(RECORDS, "h").unwrap();
+    b.exec("holder = nil", "forget").unwrap();
+    b.unpersist(&bytes, "holder", Trust::Foreign).unwrap();
+    let orders = |vm: &Vm| vm.exec("return orders(holder)", "o").unwrap();
+    assert_eq!(orders(&a), orders(&b));
+
+    let honest = forge::decode(body_of(&bytes).unwrap()).unwrap();
+    let mut node = honest.clone();
+    let lay = decode_layout(nested_layout(&mut node, true).expect("no nested layout"));
+    assert!(
+        lay.2.iter().all(|n| n.0 != 2),
+        "a removed entry (general path)"
+    );
+    let live: Vec<usize> = (0..lay.2.len()).filter(|&i| lay.2[i].0 >= 3).collect();
+    let chained = lay.2.iter().position(|n| n.0 >= 3 && n.1 != 0).unwrap();
+    let free = lay.2.iter().position(|n| n.0 == 0).unwrap();
+    let mut forgeries: Vec<(&str, Layout)> = Vec::new();
+    let mut f = lay.clone();
+    let (r0, r1) = (f.2[live[0]].0, f.2[live[1]].0);
+    (f.2[live[0]].0, f.2[live[1]].0) = (r1, r0);
+    forgeries.push(("keys swapped", f));
+    let mut f = lay.clone();
+    f.2[chained].1 = -(chained as i64);
+    f.2[0] = (f.2[0].0.max(1), chained as i64, f.2[0].2.clone());
+    forgeries.push(("a loop", f));
+    let mut f = lay.clone();
+    f.2[chained].1 = free as i64 - chained as i64;
+    forgeries.push(("a link to a free node", f));
+    let mut f = lay.clone();
+    let r = f.2[live[0]].0;
+    f.2[live[1]].0 = r;
+    forgeries.push(("a rank twice", f));
+    let mut f = lay.clone();
+    f.2[live[0]].0 = 3 + live.len() as u64;
+    forgeries.push(("a rank out of range", f));
+    let mut f = lay.clone();
+    f.1 = f.2.len() as u64 + 1;
+    forgeries.push(("lastfree out of range", f));
+    let mut f = lay.clone();
+    f.2[chained].1 = 1 << 40;
+    forgeries.push(("a link out of range", f));
+    let mut f = lay.clone();
+    f.2[live[0]].0 = 1; // a live entry's node marked dead: an entry left over
+    forgeries.push(("an entry without a node", f));
+    for (what, f) in forgeries {
+        let mut node = honest.clone();
+        *nested_layout(&mut node, true).unwrap() = encode_layout(&f);
+        let mut b = vm(11);
+        b.exec("holder = 'untouched'", "h").unwrap();
+        match b.unpersist(&forge::file(&node), "holder", Trust::Foreign) {
+            Err(e) => assert!(e.to_string().contains("layout"), "{what}: {e}"),
+            Ok(()) => panic!("{what}: a forged layout was accepted"),
+        }
+        assert_eq!(
+            b.exec("return holder", "c").unwrap(),
+            vec![Value::String("untouched".into())],
+            "{what}"
+        );
+    }
+}

@@ -488,6 +488,7 @@ void luasnap_clear_slots_above_top(lua_State *L, int n) {
 #define LS_SETUPVAL 16
 #define LS_JOINUPVAL 17
 #define LS_LCLOSURE 18    /* scan only: a Lua closure, bits its identity */
+#define LS_LAYOUT 19      /* build only */
 
 typedef struct luasnap_val {
   uint64_t kind;
@@ -531,10 +532,10 @@ static void describe(const TValue *o, luasnap_val *out) {
 }
 
 /* Describes up to `max` entries of the table tp from position `pos` on (positions as in
-** luasnap_table_next), for the persister to write without pushing them. Stops after the
-** first entry holding an object or a light userdata, which the persister may have to write
-** through the general path. Returns the number described; 0 after the last entry. Reads
-** only, and checks bounds like luasnap_table_next. */
+** luasnap_table_next), for the persister to write without pushing them (objects by
+** identity: the persister keeps a batch while no Lua code runs, so what it describes stays
+** as it is). Returns the number described; 0 after the last entry. Reads only, and checks
+** bounds like luasnap_table_next. */
 int luasnap_table_scan(lua_State *L, const void *tp, unsigned int pos, luasnap_entry *out, int max) {
   const Table *t = (const Table *)tp;
   unsigned int asize, i;
@@ -550,7 +551,7 @@ int luasnap_table_scan(lua_State *L, const void *tp, unsigned int pos, luasnap_e
       e->k.kind = LS_INT; e->k.bits = (uint64_t)i + 1; e->k.len = 0; e->k.s = NULL;
       describe(&v, &e->v);
       e->pos = i + 1;
-      if (e->v.kind >= LS_OBJ || n == max) return n;
+      if (n == max) return n;
     }
   }
   for (i -= asize; i < (unsigned int)sizenode(t); i++) {  /* i >= asize here */
@@ -562,7 +563,7 @@ int luasnap_table_scan(lua_State *L, const void *tp, unsigned int pos, luasnap_e
       describe(&k, &e->k);
       describe(gval(nd), &e->v);
       e->pos = asize + i + 1;
-      if (e->k.kind >= LS_OBJ || e->v.kind >= LS_OBJ || n == max) return n;
+      if (n == max) return n;
     }
   }
   return n;
@@ -581,15 +582,24 @@ int luasnap_table_scan(lua_State *L, const void *tp, unsigned int pos, luasnap_e
 **     the VM's own, with fresh upvalues), and store it at objs[len];
 **   LS_SETUPVAL: [f, v] -> upvalue bits of the Lua closure f = v, popping v;
 **   LS_JOINUPVAL: [f] -> upvalue len >> 32 of f becomes upvalue len & 0xffffffff of the Lua
-**     closure objs[bits] (shared, as lua_upvaluejoin).
+**     closure objs[bits] (shared, as lua_upvaluejoin);
+**   LS_LAYOUT: [t] -> the hash part of t (complete) takes the layout at lay[bits]: the node
+**     count, lastfree and the hash seed, then the node codes, with the chain links at
+**     laynx[bits + 3] (a layout without removed keys; see luasnap_table_relayout, whose checks
+**     all run), using scratch (luasnap_relayout_scratch bytes for the largest).
 ** Tables and keys whose values are still to come stay on the stack, for the loader's general
 ** path. Returns -1, or the index of the step that failed (an LS_REF to an absent object, an
 ** LS_META whose metatable is not a table, an LS_JOINUPVAL to something else than a Lua
-** closure with that upvalue). Raises like lua_rawset (memory, NaN key). The
+** closure with that upvalue, an LS_LAYOUT that does not match its table). Raises like
+** lua_rawset (memory, NaN key). The
 ** caller guarantees stack room for 2 + 2 * (the tables the program leaves open) values;
 ** strs and objs are absolute indices. */
+static int relayout(lua_State *L, Table *t, const uint32_t *codes, const int32_t *nexts,
+                    unsigned int size, unsigned int lastfree, unsigned int seed, Table *kt,
+                    char *scratch);
+
 int luasnap_table_build(lua_State *L, int strs, int objs, const luasnap_val *ops, int n,
-                        int nofinal) {
+                        int nofinal, const uint32_t *lay, const int32_t *laynx, char *scratch) {
   Table *st = (Table *)luasnap_table_at(L, strs);
   Table *ot = (Table *)luasnap_table_at(L, objs);
   int i;
@@ -690,6 +700,14 @@ int luasnap_table_build(lua_State *L, int strs, int objs, const luasnap_val *ops
           goto fail;
         cl->upvals[n1 - 1] = other->upvals[n2 - 1];
         luaC_objbarrier(L, cl, cl->upvals[n1 - 1]);
+        continue;
+      }
+      case LS_LAYOUT: {
+        const uint32_t *h = lay + x->bits;
+        if (!ttistable(s2v(L->top.p - 1))) goto fail;  /* cannot happen: defensive */
+        if (relayout(L, hvalue(s2v(L->top.p - 1)), h + 3, laynx + x->bits + 3, h[0], h[1], h[2],
+                     NULL, scratch) < 0)
+          goto fail;
         continue;
       }
       default:
@@ -1184,11 +1202,16 @@ int luasnap_thread_check_upvals(lua_State *co) {
   return 0;
 }
 
-/* Stops (on != 0) or allows emergency collections. While a load resolves prototypes through
-** raw pointers, no collection may run behind its back; it re-allows them at the end, and
-** after any Lua code it called (a collection there invalidates what it looked up). */
-void luasnap_gc_stopem(lua_State *L, int on) {
-  G(L)->gcstopem = on ? 1 : 0;
+/* Stops (on > 0) or allows (on == 0) emergency collections, or only asks (on < 0); returns
+** whether they were stopped. While a load resolves prototypes through raw pointers, no
+** collection may run behind its back; it re-allows them at the end, and stops them again after
+** any Lua code it called (a collection there invalidates what it looked up, and resets the
+** flag). A persist stops them too: it keeps objects' addresses (ids, scanned batches) that a
+** collection clearing a weak table could free. */
+int luasnap_gc_stopem(lua_State *L, int on) {
+  int old = G(L)->gcstopem;
+  if (on >= 0) G(L)->gcstopem = on ? 1 : 0;
+  return old;
 }
 
 /* Bytes the VM has allocated (for a load's heap-growth cap). */
@@ -1342,7 +1365,9 @@ static int keycmp(const Node *a, const Node *b) {
   }
 }
 
-/* Sorts idx[0..n) (node indices of t) by keycmp: heap sort (no recursion, no allocation). */
+/* Sorts idx[0..n) (node indices of t) by keycmp: insertion sort for a few, else heap sort
+** (no recursion, no allocation). The live keys of a table are distinct, so every correct sort
+** gives the same order: saver and loader need not sort alike. */
 static void sort_nodes(const Table *t, uint32_t *idx, unsigned int n) {
   unsigned int i, end;
 #define NLT(a, b) (keycmp(gnode(t, idx[a]), gnode(t, idx[b])) < 0)
@@ -1357,6 +1382,18 @@ static void sort_nodes(const Table *t, uint32_t *idx, unsigned int n) {
       tmp_ = idx[r_]; idx[r_] = idx[c_]; idx[c_] = tmp_; r_ = c_; \
     } } while (0)
   if (n < 2) return;
+  if (n <= 16) {  /* small (most tables): insertion sort makes fewer comparisons */
+    for (i = 1; i < n; i++) {
+      uint32_t x = idx[i];
+      unsigned int j = i;
+      while (j > 0 && keycmp(gnode(t, x), gnode(t, idx[j - 1])) < 0) {
+        idx[j] = idx[j - 1];
+        j--;
+      }
+      idx[j] = x;
+    }
+    return;
+  }
   for (i = n / 2; i-- > 0;) SIFT(i, n);
   for (end = n - 1; end > 0; end--) {
     uint32_t tmp = idx[0]; idx[0] = idx[end]; idx[end] = tmp;
@@ -1413,38 +1450,28 @@ unsigned int luasnap_table_layout(lua_State *L, const void *tp, uint32_t *codes,
   return size;
 }
 
-/* For the loader: moves the entries of the table at idx (just built by inserting the saved
-** entries into a table of the saved sizes) into the nodes of a layout read from the file
-** (codes, nexts: size entries each; lastfree; seed: as luasnap_table_layout wrote them; the
-** keys of the removed entries of code 2, in node order, at keys[1..] of the table at keys).
-** Returns 0 when done; 1 when the layout does not apply and the table keeps the layout its
-** insertions gave (written under another hash seed, where every key's position differs, or
-** for a hash part of another size: the loader capped the file's size hint); -1 when the
-** layout is inconsistent with the table or with itself (a damaged or forged file), the table
-** left as it was. Changes the table only once every check below passed, so no layout from a
-** file can leave a chain that loops, leaves the node array or hides a key. May raise a
-** memory error (before changing anything). */
-int luasnap_table_relayout(lua_State *L, int idx, const uint32_t *codes, const int32_t *nexts,
-                           unsigned int size, unsigned int lastfree, unsigned int seed,
-                           int keys) {
-  Table *t, *kt;
+/* Scratch bytes relayout needs for a hash part of `size` nodes (the loader provides them, so
+** a load allocates no scratch per table). */
+size_t luasnap_relayout_scratch(unsigned int size) {
+  return (size_t)size * (2 * sizeof(Node) + sizeof(uint32_t) + 2);
+}
+
+/* The work of luasnap_table_relayout on the table t, with kt the table of removed entries'
+** keys (NULL: the layout may have none) and scratch of luasnap_relayout_scratch(size) bytes.
+** Neither allocates nor raises. */
+static int relayout(lua_State *L, Table *t, const uint32_t *codes, const int32_t *nexts,
+                    unsigned int size, unsigned int lastfree, unsigned int seed, Table *kt,
+                    char *scratch) {
   unsigned int i, m = 0, used = 0, visited = 0, nkeys = 0;
   uint32_t *live;
   lu_byte *indeg, *seen;
   Node *nw, *bk;
   Node *oldlf = NULL;
-  char *scratch;
   int ok = 1;
-  idx = lua_absindex(L, idx);
-  keys = lua_absindex(L, keys);
-  t = (Table *)luasnap_table_at(L, idx);
-  kt = (Table *)luasnap_table_at(L, keys);
-  if (t == NULL || kt == NULL) return -1;
   if (seed != G(L)->seed) return 1;
   if (isdummy(t) || sizenode(t) != size) return 1;
   /* lastfree: a node index, or size (all below it may be searched). */
   if (lastfree > size) return -1;
-  scratch = (char *)lua_newuserdatauv(L, (size_t)size * (2 * sizeof(Node) + sizeof(uint32_t) + 2), 0);
   nw = (Node *)scratch;
   bk = nw + size;
   live = (uint32_t *)(bk + size);
@@ -1456,11 +1483,10 @@ int luasnap_table_relayout(lua_State *L, int idx, const uint32_t *codes, const i
   for (i = 0; i < size; i++) {
     const Node *n = gnode(t, i);
     if (!isempty(gval(n))) {
-      if (!layout_key(n)) { ok = 0; break; }
+      if (!layout_key(n)) return -1;
       live[m++] = i;
     }
   }
-  if (!ok) goto bad;
   sort_nodes(t, live, m);
   /* The layout on its own: every rank names a distinct live entry, every live entry is named;
   ** free nodes (nil key) are in no chain (insertkey relies on a free node's next being 0);
@@ -1469,22 +1495,22 @@ int luasnap_table_relayout(lua_State *L, int idx, const uint32_t *codes, const i
   for (i = 0; i < size; i++) {
     uint32_t c = codes[i];
     if (c == 0) {
-      if (nexts[i] != 0) goto bad;
+      if (nexts[i] != 0) return -1;
       continue;
     }
     used++;
     if (c >= 3) {
-      if (c - 3 >= m || seen[c - 3]) goto bad;
+      if (c - 3 >= m || seen[c - 3]) return -1;
       seen[c - 3] = 1;
     }
     if (nexts[i] != 0) {
       int64_t j = (int64_t)i + nexts[i];
-      if (j < 0 || j >= (int64_t)size || codes[j] == 0 || indeg[j]) goto bad;
+      if (j < 0 || j >= (int64_t)size || codes[j] == 0 || indeg[j]) return -1;
       indeg[j] = 1;
     }
   }
   for (i = 0; i < m; i++)
-    if (!seen[i]) goto bad;
+    if (!seen[i]) return -1;
   /* No loops: with at most one successor and one predecessor per node, the chains are paths
   ** or cycles; walking the paths from their heads must reach every node in use. */
   for (i = 0; i < size; i++) {
@@ -1496,7 +1522,7 @@ int luasnap_table_relayout(lua_State *L, int idx, const uint32_t *codes, const i
       j = (unsigned int)((int64_t)j + nexts[j]);
     }
   }
-  if (visited != used) goto bad;
+  if (visited != used) return -1;
   /* The new node array: removed entries become dead keys (they keep their place in their
   ** chain, match no key, and are never freed: as Lua's own after a collection). */
   for (i = 0; i < size; i++) {
@@ -1507,15 +1533,15 @@ int luasnap_table_relayout(lua_State *L, int idx, const uint32_t *codes, const i
       /* A removed entry's key: a number, boolean or string (as the saver only writes),
       ** kept alive by the keys table until the collector clears it, as Lua does. */
       TValue k;
-      if (tagisempty(luaH_getint(kt, (lua_Integer)++nkeys, &k))) goto bad;
+      if (kt == NULL || tagisempty(luaH_getint(kt, (lua_Integer)++nkeys, &k))) return -1;
       switch (ttypetag(&k)) {
         case LUA_VNUMINT: case LUA_VFALSE: case LUA_VTRUE: case LUA_VSHRSTR: case LUA_VLNGSTR:
           break;
         case LUA_VNUMFLT:
-          if (luai_numisnan(fltvalue(&k))) goto bad;
+          if (luai_numisnan(fltvalue(&k))) return -1;
           break;
         default:
-          goto bad;
+          return -1;
       }
       setnodekey(d, &k);
       setempty(gval(d));
@@ -1527,7 +1553,7 @@ int luasnap_table_relayout(lua_State *L, int idx, const uint32_t *codes, const i
     }
     gnext(d) = nexts[i];
   }
-  if (nkeys != luaH_getn(L, kt)) goto bad;
+  if (kt != NULL && nkeys != luaH_getn(L, kt)) return -1;
   memcpy(bk, t->node, (size_t)size * sizeof(Node));
   memcpy(t->node, nw, (size_t)size * sizeof(Node));
   if (ls_haslastfree(t)) {
@@ -1548,7 +1574,6 @@ int luasnap_table_relayout(lua_State *L, int idx, const uint32_t *codes, const i
   if (!ok) {
     memcpy(t->node, bk, (size_t)size * sizeof(Node));
     if (ls_haslastfree(t)) ls_getlastfree(t) = oldlf;
-    lua_pop(L, 1);
     return -1;
   }
   for (i = 0; i < size; i++)
@@ -1564,11 +1589,31 @@ int luasnap_table_relayout(lua_State *L, int idx, const uint32_t *codes, const i
     }
   }
   invalidateTMcache(t);
-  lua_pop(L, 1);
   return 0;
-bad:
-  lua_pop(L, 1);
-  return -1;
+}
+
+/* For the loader: moves the entries of the table at idx (just built by inserting the saved
+** entries into a table of the saved sizes) into the nodes of a layout read from the file
+** (codes, nexts: size entries each; lastfree; seed: as luasnap_table_layout wrote them; the
+** keys of the removed entries of code 2, in node order, at keys[1..] of the table at keys, or
+** keys == 0 when there are none). scratch holds luasnap_relayout_scratch(size) bytes.
+** Returns 0 when done; 1 when the layout does not apply and the table keeps the layout its
+** insertions gave (written under another hash seed, where every key's position differs, or
+** for a hash part of another size: the loader capped the file's size hint); -1 when the
+** layout is inconsistent with the table or with itself (a damaged or forged file), the table
+** left as it was. Changes the table only once every check above passed, so no layout from a
+** file can leave a chain that loops, leaves the node array or hides a key. Neither allocates
+** nor raises. */
+int luasnap_table_relayout(lua_State *L, int idx, const uint32_t *codes, const int32_t *nexts,
+                           unsigned int size, unsigned int lastfree, unsigned int seed,
+                           int keys, char *scratch) {
+  Table *t = (Table *)luasnap_table_at(L, idx), *kt = NULL;
+  if (t == NULL) return -1;
+  if (keys != 0) {
+    kt = (Table *)luasnap_table_at(L, keys);
+    if (kt == NULL) return -1;
+  }
+  return relayout(L, t, codes, nexts, size, lastfree, seed, kt, scratch);
 }
 
 /* For the saver: describes the key of node i of the table tp (i < its node count), a removed

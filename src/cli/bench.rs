@@ -18,6 +18,35 @@ pub struct BenchArgs {
     /// Also draw cost against heap size as an SVG here.
     #[arg(long)]
     pub plot: Option<PathBuf>,
+    /// Time everything (the memcpy reference included) by the thread's CPU time instead of
+    /// the wall clock: on a shared machine, time spent waiting for a core is not counted.
+    #[arg(long)]
+    pub cpu_time: bool,
+}
+
+/// The clock every measurement of a run reads (see `BenchArgs::cpu_time`).
+#[derive(Debug, Clone, Copy)]
+enum Clock {
+    Wall,
+    ThreadCpu,
+}
+
+impl Clock {
+    /// Milliseconds `f` takes on this clock.
+    fn ms(self, f: impl FnOnce()) -> f64 {
+        match self {
+            Clock::Wall => {
+                let t = Instant::now();
+                f();
+                t.elapsed().as_secs_f64() * 1e3
+            }
+            Clock::ThreadCpu => {
+                let t = cpu_time::ThreadTime::now();
+                f();
+                t.elapsed().as_secs_f64() * 1e3
+            }
+        }
+    }
 }
 
 /// One size's measurements.
@@ -40,19 +69,11 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-fn time_ms(runs: usize, mut f: impl FnMut()) -> f64 {
-    median(
-        (0..runs)
-            .map(|_| {
-                let t = Instant::now();
-                f();
-                t.elapsed().as_secs_f64() * 1e3
-            })
-            .collect(),
-    )
+fn time_ms(clock: Clock, runs: usize, mut f: impl FnMut()) -> f64 {
+    median((0..runs).map(|_| clock.ms(&mut f)).collect())
 }
 
-fn measure(mb: usize, progress: &dyn Fn(&str)) -> Result<Row, String> {
+fn measure(mb: usize, clock: Clock, progress: &dyn Fn(&str)) -> Result<Row, String> {
     let e = |e: luasnap::bridge::VmError| e.to_string();
     let vm = Vm::builder()
         .capacity((mb * 4 + 256) << 20)
@@ -78,7 +99,9 @@ fn measure(mb: usize, progress: &dyn Fn(&str)) -> Result<Row, String> {
     progress(&format!("{mb} MB: memcpy and full snapshots"));
     let src: Vec<u8> = vec![7; arena_bytes];
     let mut dst: Vec<u8> = vec![1; arena_bytes];
-    let memcpy_ms = time_ms(runs, || dst.copy_from_slice(std::hint::black_box(&src)));
+    let memcpy_ms = time_ms(clock, runs, || {
+        dst.copy_from_slice(std::hint::black_box(&src))
+    });
     // Full copies through the VM's snapshot ring (full mode), as a game would use them.
     let mut vm = vm;
     vm.reconfigure_snapshots(SnapshotMode::Full, 4).map_err(e)?;
@@ -88,8 +111,8 @@ fn measure(mb: usize, progress: &dyn Fn(&str)) -> Result<Row, String> {
         last = vm.snapshot().map_err(e)?;
         vm.rollback(last).map_err(e)?;
     }
-    let snapshot_full_ms = time_ms(runs, || last = vm.snapshot().expect("snapshot"));
-    let rollback_full_ms = time_ms(runs, || vm.rollback(last).expect("rollback"));
+    let snapshot_full_ms = time_ms(clock, runs, || last = vm.snapshot().expect("snapshot"));
+    let rollback_full_ms = time_ms(clock, runs, || vm.rollback(last).expect("rollback"));
     drop(dst);
     vm.reconfigure_snapshots(
         SnapshotMode::Incremental(luasnap::alloc::TrackerPreference::Auto),
@@ -100,14 +123,26 @@ fn measure(mb: usize, progress: &dyn Fn(&str)) -> Result<Row, String> {
 
     progress(&format!("{mb} MB: incremental frames"));
     let frames = 60;
-    let t = Instant::now();
-    for _ in 0..frames {
-        vm.call::<()>("H.touch", &[Value::Integer(10)]).map_err(e)?;
-        let id = vm.snapshot().map_err(e)?;
-        vm.call::<()>("H.touch", &[Value::Integer(10)]).map_err(e)?;
-        vm.rollback(id).map_err(e)?;
+    let mut failed = None;
+    let total_ms = clock.ms(|| {
+        for _ in 0..frames {
+            let r = vm
+                .call::<()>("H.touch", &[Value::Integer(10)])
+                .and_then(|_| vm.snapshot())
+                .and_then(|id| {
+                    vm.call::<()>("H.touch", &[Value::Integer(10)])?;
+                    vm.rollback(id)
+                });
+            if let Err(err) = r {
+                failed = Some(err);
+                return;
+            }
+        }
+    });
+    if let Some(err) = failed {
+        return Err(e(err));
     }
-    let incremental_frame_us = t.elapsed().as_secs_f64() * 1e6 / frames as f64;
+    let incremental_frame_us = total_ms * 1e3 / frames as f64;
     let tracker = vm.snapshot_strategy().to_string();
 
     progress(&format!("{mb} MB: graph persist and load"));
@@ -119,17 +154,18 @@ fn measure(mb: usize, progress: &dyn Fn(&str)) -> Result<Row, String> {
     let mut loads = Vec::new();
     for _ in 0..runs.min(9) {
         vm.gc_collect().map_err(e)?;
-        let t = Instant::now();
-        bytes = vm.persist("H").map_err(|e| e.to_string())?;
-        persists.push(t.elapsed().as_secs_f64() * 1e3);
+        let mut r = Ok(Vec::new());
+        persists.push(clock.ms(|| r = vm.persist("H")));
+        bytes = r.map_err(|e| e.to_string())?;
     }
     for _ in 0..runs.min(9) {
         vm.exec("H2 = nil", "=bench").map_err(e)?;
         vm.gc_collect().map_err(e)?;
-        let t = Instant::now();
-        vm.unpersist(&bytes, "H2", luasnap::bridge::persist::Trust::Own)
-            .map_err(|e| e.to_string())?;
-        loads.push(t.elapsed().as_secs_f64() * 1e3);
+        let mut r = Ok(());
+        loads.push(
+            clock.ms(|| r = vm.unpersist(&bytes, "H2", luasnap::bridge::persist::Trust::Own)),
+        );
+        r.map_err(|e| e.to_string())?;
     }
     let (persist_ms, unpersist_ms) = (median(persists), median(loads));
     Ok(Row {
@@ -157,9 +193,14 @@ pub fn run(args: BenchArgs) -> Result<(), String> {
             eprint!("\r\x1b[2K  {m}...");
         }
     };
+    let clock = if args.cpu_time {
+        Clock::ThreadCpu
+    } else {
+        Clock::Wall
+    };
     let mut rows = Vec::new();
     for &mb in &args.sizes {
-        let row = measure(mb, &progress)?;
+        let row = measure(mb, clock, &progress)?;
         if args.json {
             println!(
                 "{}",

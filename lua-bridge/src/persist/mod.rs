@@ -175,6 +175,9 @@ pub(crate) mod kind {
     pub const JOINUPVAL: u64 = 17;
     /// Scan only: a Lua closure, `bits` its identity.
     pub const LCLOSURE: u64 = 18;
+    /// Build only: `[t]`: t's hash part takes the layout at offset `bits` of the batch's
+    /// layout buffers (`len`: the body position, for errors).
+    pub const LAYOUT: u64 = 19;
 }
 
 unsafe extern "C" {
@@ -219,6 +222,9 @@ unsafe extern "C" {
     fn luasnap_thread_k(co: *mut lua_State, level: c_int) -> *const std::ffi::c_void;
     /// Bytes the VM has allocated.
     pub(crate) fn luasnap_heap_bytes(L: *mut lua_State) -> u64;
+    /// Stops (`on` > 0) or allows (0) emergency collections, or only asks (< 0); returns
+    /// whether they were stopped.
+    pub(crate) fn luasnap_gc_stopem(L: *mut lua_State, on: c_int) -> c_int;
     /// Describes the chunk of a prototype (csrc/chunks.c); 0 if it has no chunk record.
     pub(crate) fn luasnap_chunk_describe(p: *const std::ffi::c_void, out: *mut ChunkDesc) -> c_int;
     pub(crate) fn luasnap_proto_nchildren(p: *const std::ffi::c_void) -> c_int;
@@ -832,6 +838,8 @@ unsafe fn persist_protected(
     let mut out: Vec<u8> = Vec::new();
     // SAFETY: queries only.
     let running = unsafe { ffi::lua_gc(L, ffi::LUA_GCISRUNNING) } != 0;
+    // SAFETY: reads a flag of the global state.
+    let stopem = unsafe { luasnap_gc_stopem(L, -1) };
     let mut body = |L: *mut lua_State| -> c_int {
         // SAFETY: protected body; all Rust state lives in `p` and `out`, outside this frame.
         unsafe {
@@ -871,6 +879,10 @@ unsafe fn persist_protected(
     };
     // SAFETY: perms and value are the two values on top (callers' contract).
     let st = unsafe { call_job(L, &mut body, running) };
+    // Emergency collections as they were before (the persister stops them; a load around
+    // this persist, if any, wants them stopped).
+    // SAFETY: sets a flag of the global state.
+    unsafe { luasnap_gc_stopem(L, stopem) };
     let file = (st == ffi::LUA_OK && !as_string).then_some(out);
     (st, p.error.take(), file)
 }
@@ -993,9 +1005,14 @@ unsafe fn load_protected(
             merge_permanents(L, UNPERMS_KEY);
             // [unperms, data|nil]: a data string stays on the stack while the loader reads it.
             ffi::lua_settop(L, 2);
-            for _ in 0..5 {
+            // objs and strs presized from the body's length (every object and string takes
+            // a few bytes of it): growing them by doubling costs a rehash each time.
+            let (nobjs, nstrs) = loader.helper_sizes();
+            ffi::lua_createtable(L, nobjs, 0);
+            for _ in 0..3 {
                 ffi::lua_createtable(L, 0, 0);
             }
+            ffi::lua_createtable(L, nstrs, 0);
             let s = Slots {
                 perms: 1,
                 seen: 3,

@@ -14,11 +14,12 @@ use super::format::{
     min_strref_len, Opened, Reader, Tag, FLAG_BYTECODE, THREAD_DEAD, THREAD_NOT_STARTED,
     THREAD_SUSPENDED,
 };
-use super::{budget_hook_intact, luasnap_heap_bytes, CTORS_KEY, GMATCH_AUX, WRAP_AUX};
+use super::{budget_hook_intact, luasnap_gc_stopem, luasnap_heap_bytes};
 use super::{kind, LoadOptions, RawVal, Slots, Trust};
 use super::{luasnap_chunk_find, luasnap_proto_child};
 use super::{luasnap_proto, luasnap_proto_hash, luasnap_proto_nupvalues};
 use super::{luasnap_thread_restore, luasnap_upval_join_open, CiRecord};
+use super::{CTORS_KEY, GMATCH_AUX, WRAP_AUX};
 use crate::bridge::ffi::Shared;
 use mlua_sys::{self as ffi, lua_State};
 use std::collections::HashMap;
@@ -36,7 +37,6 @@ unsafe extern "C" {
         f: unsafe extern "C" fn(*const c_void, *mut c_void),
         ud: *mut c_void,
     );
-    fn luasnap_gc_stopem(L: *mut lua_State, on: c_int);
     fn luasnap_thread_check_upvals(co: *mut lua_State) -> c_int;
     fn luasnap_thread_set_tbc(
         co: *mut lua_State,
@@ -52,7 +52,9 @@ unsafe extern "C" {
         lastfree: u32,
         seed: u32,
         keys: c_int,
+        scratch: *mut c_void,
     ) -> c_int;
+    fn luasnap_relayout_scratch(size: u32) -> usize;
     fn luasnap_table_build(
         L: *mut lua_State,
         strs: c_int,
@@ -60,6 +62,9 @@ unsafe extern "C" {
         ops: *const RawVal,
         n: c_int,
         nofinal: c_int,
+        lay: *const u32,
+        laynx: *const i32,
+        scratch: *mut c_void,
     ) -> c_int;
 }
 
@@ -115,6 +120,9 @@ const PREALLOC_BASE: u64 = 1 << 16;
 const BUILD_OPS: usize = 1024;
 /// How deep tables nest within one batch built by `luasnap_table_build`.
 const PLAIN_DEPTH: usize = 16;
+/// Layout words (node codes and links, plus three per table) one batch may carry; a table
+/// with a larger layout ends the batch and the general path places it.
+const BATCH_LAYOUT: usize = 1 << 14;
 
 /// Where a table opened by a batch is (see `Loader::plain_entries`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -209,6 +217,14 @@ pub(crate) struct Loader<'a> {
     inits: u32,
     /// Steps decoded for `luasnap_table_build`.
     ops: Vec<RawVal>,
+    /// Table layouts decoded for the steps (see `plain_layout`), or for `apply_layout`: per
+    /// table its node count, lastfree and hash seed, then its node codes; `laynx` holds the
+    /// chain links at the same offsets.
+    lay: Vec<u32>,
+    laynx: Vec<i32>,
+    /// Scratch for placing a layout's entries (`luasnap_relayout_scratch`), kept between
+    /// tables; u64 words for the alignment of Lua's nodes.
+    scratch: Vec<u64>,
     /// The VM's continuations and pcall's (see `continuations`), once looked up.
     known_k: Option<(Vec<*const c_void>, *const c_void)>,
     pub error: Option<String>,
@@ -289,6 +305,9 @@ impl<'a> Loader<'a> {
             frames: Vec::new(),
             inits: 0,
             ops: Vec::with_capacity(BUILD_OPS + 8),
+            lay: Vec::new(),
+            laynx: Vec::new(),
+            scratch: Vec::new(),
             known_k: None,
             error: None,
             shared,
@@ -306,6 +325,14 @@ impl<'a> Loader<'a> {
         }
     }
 
+    /// Array sizes for the object and string tables of the load: about what an honest body
+    /// of this length needs (an object takes 6 bytes or more, a string 8 or more), so at most
+    /// a few bytes of heap per body byte.
+    pub fn helper_sizes(&self) -> (c_int, c_int) {
+        let n = self.r.remaining().min(1 << 30);
+        ((n / 6) as c_int, (n / 8) as c_int)
+    }
+
     fn fail(&mut self, what: impl Into<String>) -> Fail {
         self.error = Some(format!(
             "{} (at byte {} of the body)",
@@ -313,6 +340,46 @@ impl<'a> Loader<'a> {
             self.r.pos
         ));
         Fail
+    }
+
+    /// Scratch for placing a layout of `size` nodes, for the C side (grown, never shrunk).
+    fn scratch_for(&mut self, size: u32) -> *mut c_void {
+        // SAFETY: a pure size computation.
+        let words = unsafe { luasnap_relayout_scratch(size) }.div_ceil(8);
+        if self.scratch.len() < words {
+            self.scratch.resize(words, 0);
+        }
+        self.scratch.as_mut_ptr().cast()
+    }
+
+    /// Reads a layout's header (seed, node count, lastfree) and checks it against the blob
+    /// that holds it (every node takes at least one byte; sizes are powers of two below 2^31).
+    fn layout_header(r: &mut Reader<'_>, blob_len: usize) -> Option<(u32, u32, u32)> {
+        let (seed, size, lastfree) = (r.varint()?, r.varint()?, r.varint()?);
+        if seed > u32::MAX as u64
+            || size < 2
+            || !size.is_power_of_two()
+            || size > (1 << 30)
+            || size > blob_len as u64
+            || lastfree > size
+        {
+            return None;
+        }
+        Some((seed as u32, size as u32, lastfree as u32))
+    }
+
+    /// Reads one node of a layout: its code and chain link (see `luasnap_table_layout`).
+    fn layout_node(r: &mut Reader<'_>, size: u32) -> Option<(u32, i32)> {
+        let c = r.varint().filter(|&c| c <= size as u64 + 2)?;
+        if c == 0 {
+            return Some((0, 0));
+        }
+        let z = r.varint()?;
+        let v = ((z >> 1) as i64) ^ -((z & 1) as i64);
+        if v.unsigned_abs() >= size as u64 {
+            return None;
+        }
+        Some((c as u32, v as i32))
     }
 
     /// Reads a table's layout (after `Tag::Layout`) and puts the entries of the table
@@ -324,50 +391,28 @@ impl<'a> Loader<'a> {
         };
         let mut r = Reader::new(blob);
         let bad = "a table layout that is not one (bad sizes or links)";
-        let (Some(seed), Some(size), Some(lastfree)) = (r.varint(), r.varint(), r.varint()) else {
+        let Some((seed, size, lastfree)) = Self::layout_header(&mut r, blob.len()) else {
             return Err(self.malformed(bad));
         };
-        // Every node takes at least one byte; sizes are powers of two below 2^31.
-        if seed > u32::MAX as u64
-            || size < 2
-            || !size.is_power_of_two()
-            || size > (1 << 30)
-            || size > blob.len() as u64
-            || lastfree > size
-        {
-            return Err(self.malformed(bad));
-        }
-        let mut codes = Vec::with_capacity(size as usize);
-        let mut nexts = Vec::with_capacity(size as usize);
-        // The removed entries' keys go to a table (keys[1..]) for the C side.
-        // SAFETY: protected context; room checked.
-        unsafe {
-            ffi::luaL_checkstack(L, 4, c"load".as_ptr());
-            ffi::lua_createtable(L, 0, 0);
-        }
+        self.lay.clear();
+        self.laynx.clear();
+        // The removed entries' keys go to a table (keys[1..]) for the C side, made at the
+        // first one.
         let mut nkeys = 0;
         for _ in 0..size {
-            let Some(c) = r.varint().filter(|&c| c <= size + 2) else {
+            let Some((c, nx)) = Self::layout_node(&mut r, size) else {
                 return Err(self.malformed(bad));
-            };
-            let nx = if c != 0 {
-                let Some(z) = r.varint() else {
-                    return Err(self.malformed(bad));
-                };
-                let v = ((z >> 1) as i64) ^ -((z & 1) as i64);
-                if v.unsigned_abs() >= size {
-                    return Err(self.malformed(bad));
-                }
-                v as i32
-            } else {
-                0
             };
             if c == 2 {
                 let Some(k) = r.varint() else {
                     return Err(self.malformed(bad));
                 };
-                // SAFETY: protected context; the keys table is on top.
+                // SAFETY: protected context; room checked; the keys table is on top once made.
                 unsafe {
+                    if nkeys == 0 {
+                        ffi::luaL_checkstack(L, 4, c"load".as_ptr());
+                        ffi::lua_createtable(L, 0, 0);
+                    }
                     match k {
                         kind::FALSE | kind::TRUE => {
                             ffi::lua_pushboolean(L, (k == kind::TRUE) as c_int)
@@ -396,28 +441,31 @@ impl<'a> Loader<'a> {
                     ffi::lua_rawseti(L, -2, nkeys);
                 }
             }
-            codes.push(c as u32);
-            nexts.push(nx);
+            self.lay.push(c);
+            self.laynx.push(nx);
         }
         if r.pos != blob.len() {
             return Err(self.malformed(bad));
         }
+        let scratch = self.scratch_for(size);
         // SAFETY: protected context; objs[id] is the table (registered when it was read);
-        // codes and nexts hold `size` entries; the C side checks everything else.
+        // lay and laynx hold `size` entries, scratch the bytes the C side asks for; the C side
+        // checks everything else and neither allocates nor raises.
         let rc = unsafe {
             ffi::luaL_checkstack(L, 3, c"load".as_ptr());
             ffi::lua_rawgeti(L, s.objs, id as ffi::lua_Integer);
             let rc = luasnap_table_relayout(
                 L,
                 -1,
-                codes.as_ptr(),
-                nexts.as_ptr(),
-                size as u32,
-                lastfree as u32,
-                seed as u32,
-                -2,
+                self.lay.as_ptr(),
+                self.laynx.as_ptr(),
+                size,
+                lastfree,
+                seed,
+                if nkeys > 0 { -2 } else { 0 },
+                scratch,
             );
-            ffi::lua_settop(L, -3);
+            ffi::lua_settop(L, if nkeys > 0 { -3 } else { -2 });
             rc
         };
         if rc < 0 {
@@ -427,6 +475,49 @@ impl<'a> Loader<'a> {
             ));
         }
         Ok(())
+    }
+
+    /// Decodes the layout at the reader (its `Tag::Layout` next) into `lay`/`laynx` for a
+    /// `kind::LAYOUT` step, which it pushes. None, with the reader and buffers where they were,
+    /// for what the general path must place or report: a layout with removed keys, one too
+    /// large for the batch, or malformed bytes.
+    fn plain_layout(&mut self) -> Option<()> {
+        let (mark, len) = (self.r.pos, self.lay.len());
+        let done = self.plain_layout_inner(mark);
+        if done.is_none() {
+            self.r.pos = mark;
+            self.lay.truncate(len);
+            self.laynx.truncate(len);
+        }
+        done
+    }
+
+    fn plain_layout_inner(&mut self, mark: usize) -> Option<()> {
+        self.r.pos += 1; // the tag
+        let blob = self.r.bytes()?;
+        let mut r = Reader::new(blob);
+        let (seed, size, lastfree) = Self::layout_header(&mut r, blob.len())?;
+        let off = self.lay.len();
+        if off + size as usize + 3 > BATCH_LAYOUT {
+            return None;
+        }
+        self.lay.extend_from_slice(&[size, lastfree, seed]);
+        self.laynx.extend_from_slice(&[0, 0, 0]);
+        for _ in 0..size {
+            let (c, nx) = Self::layout_node(&mut r, size).filter(|&(c, _)| c != 2)?;
+            self.lay.push(c);
+            self.laynx.push(nx);
+        }
+        if r.pos != blob.len() {
+            return None;
+        }
+        self.scratch_for(size);
+        let mut step = RawVal::EMPTY;
+        step.kind = kind::LAYOUT;
+        step.bits = off as u64;
+        step.len = mark as u64;
+        self.ops.push(step);
+        Some(())
     }
 
     fn malformed(&mut self, what: &str) -> Fail {
@@ -1540,8 +1631,10 @@ impl<'a> Loader<'a> {
             let mut stage0 = Stage::Key;
             let room = nopen_room(depth);
             let mut full = false;
+            self.lay.clear();
+            self.laynx.clear();
             loop {
-                if self.ops.len() >= BUILD_OPS {
+                if self.ops.len() >= BUILD_OPS || self.lay.len() >= BATCH_LAYOUT / 2 {
                     full = true;
                     break;
                 }
@@ -1561,6 +1654,14 @@ impl<'a> Loader<'a> {
                         break;
                     }
                     self.r.pos += 1;
+                    nopen -= 1;
+                    kind::SET
+                } else if next == Some(Tag::Layout as u8) {
+                    // An end marker with the table's layout: placed by the batch (which then
+                    // sets the table in its parent) when it can be, else by the general path.
+                    if nopen == 0 || self.format < 5 || self.plain_layout().is_none() {
+                        break;
+                    }
                     nopen -= 1;
                     kind::SET
                 } else {
@@ -1617,6 +1718,9 @@ impl<'a> Loader<'a> {
                     self.ops.as_ptr(),
                     self.ops.len() as c_int,
                     (!self.opts.finalizers) as c_int,
+                    self.lay.as_ptr(),
+                    self.laynx.as_ptr(),
+                    self.scratch.as_mut_ptr().cast(),
                 );
                 if failed <= -2 {
                     let op = self.ops[(-2 - failed) as usize];
@@ -1625,11 +1729,15 @@ impl<'a> Loader<'a> {
                 }
                 if failed >= 0 {
                     let op = self.ops[failed as usize];
-                    if matches!(op.kind, kind::META | kind::REF) {
+                    if matches!(op.kind, kind::META | kind::REF | kind::LAYOUT) {
                         self.r.pos = op.len as usize; // where its bytes are
                     }
                     return Err(match op.kind {
                         kind::META => self.malformed("a metatable must be a table"),
+                        kind::LAYOUT => self.malformed(
+                            "a table's layout does not match its entries (a damaged or forged \
+                             file; nothing was placed)",
+                        ),
                         kind::REF => self.fail(REBUILDING),
                         kind::JOINUPVAL => self.malformed("bad shared upvalue"),
                         _ => self.malformed("internal: a table build step out of place"),

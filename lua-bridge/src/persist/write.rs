@@ -18,7 +18,7 @@
 use super::format::{
     Tag, Writer, MIN_STRREF_LEN, THREAD_DEAD, THREAD_NOT_STARTED, THREAD_SUSPENDED,
 };
-use super::{kind, ChunkDesc, PersistOptions, RawEntry, RawVal, Slots};
+use super::{kind, luasnap_gc_stopem, ChunkDesc, PersistOptions, RawEntry, RawVal, Slots};
 use super::{luasnap_chunk_describe, luasnap_proto_child, luasnap_proto_nchildren};
 use super::{luasnap_proto, luasnap_proto_hash, luasnap_proto_nupvalues};
 use super::{
@@ -81,6 +81,10 @@ const MAX_UPVALUES: usize = 255;
 
 /// Table entries described per `luasnap_table_scan` call.
 const SCAN_BATCH: usize = 64;
+/// Scanned entries kept for tables waiting on a child (see `Frame::Table`); past this many,
+/// a table opening a child drops the rest of its batch and scans it again later, so deep
+/// nesting costs no more memory than a frame each.
+const SCAN_KEEP: usize = 1 << 15;
 
 /// Object identities (addresses) to ids. Keys are offsets into the VM's arena, where every Lua
 /// object lives, in 8-byte units: 32-bit keys make 8-byte entries, half a pointer-keyed map's,
@@ -132,6 +136,28 @@ impl IdMap {
         };
     }
 
+    /// The id of `p`, or None after giving it `id` (one probe for both).
+    #[inline]
+    fn get_or_insert(&mut self, p: *const c_void, id: u32) -> Option<u32> {
+        use std::collections::hash_map::Entry;
+        match self.key(p) {
+            Ok(k) => match self.near.entry(k) {
+                Entry::Occupied(o) => Some(*o.get()),
+                Entry::Vacant(v) => {
+                    v.insert(id);
+                    None
+                }
+            },
+            Err(k) => match self.far.entry(k) {
+                Entry::Occupied(o) => Some(*o.get()),
+                Entry::Vacant(v) => {
+                    v.insert(id);
+                    None
+                }
+            },
+        }
+    }
+
     fn len(&self) -> usize {
         self.near.len() + self.far.len()
     }
@@ -148,11 +174,22 @@ enum Frame {
     /// The table `t` (kept alive by the graph, or anchored: see `anchor`).
     /// state 0: metatable next; 1: next entry; 2: the key at `pos - 1` (the object `key`) has
     /// been written, its value next. `pos`: the position after the current entry.
+    ///
+    /// Its scanned entries live in `Persister::scan` from `floor` on; those still to write are
+    /// `scan[lo..hi]`, the ones from `pos` on. Invariant: they describe the table as it is
+    /// while `gen` equals `Persister::scan_gen`, which changes before Lua code runs (only Lua
+    /// code can change a table being written or free what its entries point to; the collector
+    /// is stopped); a stale or empty batch is scanned again from `pos`. Child frames scan
+    /// above `hi` and truncate back to their own floor when done.
     Table {
         t: *const c_void,
         state: u8,
         pos: u32,
         key: *const c_void,
+        floor: u32,
+        lo: u32,
+        hi: u32,
+        gen: u32,
     },
     LClosure {
         id: u32,
@@ -230,8 +267,10 @@ pub(crate) struct Persister<'a> {
     unanchored_ids: Vec<ffi::lua_Integer>,
     /// The spkey string (anchored in `strs[0]`).
     spkey_str: *const c_void,
-    /// Entries described by the last table scan.
+    /// Entries described by table scans, a stack of batches (see `Frame::Table`).
     scan: Vec<RawEntry>,
+    /// Changes whenever Lua code may run (see `anchor`): older batches are stale.
+    scan_gen: u32,
     /// Upvalues (identity, value) described by the last closure scan.
     cl_uids: Vec<*const c_void>,
     cl_vals: Vec<RawVal>,
@@ -282,14 +321,8 @@ impl<'a> Persister<'a> {
             unanchored_objs: Vec::new(),
             unanchored_ids: Vec::new(),
             spkey_str: std::ptr::null(),
-            scan: vec![
-                RawEntry {
-                    k: RawVal::EMPTY,
-                    v: RawVal::EMPTY,
-                    pos: 0,
-                };
-                SCAN_BATCH
-            ],
+            scan: Vec::with_capacity(4 * SCAN_BATCH),
+            scan_gen: 0,
             cl_uids: vec![std::ptr::null(); MAX_UPVALUES],
             cl_vals: vec![RawVal::EMPTY; MAX_UPVALUES],
             perm_ptrs: None,
@@ -318,6 +351,10 @@ impl<'a> Persister<'a> {
     pub unsafe fn run(&mut self, L: *mut lua_State, s: Slots) -> Result<(), Fail> {
         // SAFETY: protected context (callers' contract).
         unsafe {
+            // No emergency collection while objects are known by address (ids, kept scan
+            // batches): one clearing a weak table could free what they point to. The caller
+            // puts the flag back.
+            luasnap_gc_stopem(L, 1);
             // Collect the permanents' identities once (a few hundred entries).
             let mut set = HashSet::default();
             ffi::lua_pushnil(L);
@@ -446,15 +483,19 @@ impl<'a> Persister<'a> {
         if bytes.len() < MIN_STRREF_LEN {
             self.w.tag(Tag::Str);
             self.w.bytes(bytes);
-        } else if let Some(sid) = self.strs.get(obj) {
-            self.w.tag(Tag::StrRef);
-            self.w.varint(sid as u64);
         } else {
-            self.w.tag(Tag::Str);
-            self.w.bytes(bytes);
             let sid = self.strs.len() as u32;
-            self.strs.insert(obj, sid);
-            self.unanchored.push(obj);
+            match self.strs.get_or_insert(obj, sid) {
+                Some(old) => {
+                    self.w.tag(Tag::StrRef);
+                    self.w.varint(old as u64);
+                }
+                None => {
+                    self.w.tag(Tag::Str);
+                    self.w.bytes(bytes);
+                    self.unanchored.push(obj);
+                }
+            }
         }
     }
 
@@ -487,21 +528,22 @@ impl<'a> Persister<'a> {
                 0,
             );
         }
+        // Lua code runs next: scanned batches waiting in parent frames are stale.
+        self.scan_gen = self.scan_gen.wrapping_add(1);
         self.anchored += self.unanchored.len() as u32;
         self.unanchored.clear();
         self.unanchored_objs.clear();
         self.unanchored_ids.clear();
     }
 
-    /// For a scanned value that is a table not written yet and that can be written by
+    /// For a scanned table `t` not written yet (its id looked up), that can be written by
     /// identity, without pushing it (not a permanent, no special persistence): records it
     /// (a new id, anchored later) and returns its sizes and metatable for `table_header`.
     ///
     /// # Safety
-    /// `v` was just described by `luasnap_table_scan`; no Lua code ran since.
-    unsafe fn new_table_info(&mut self, v: &RawVal) -> Option<(u32, u32, *const c_void)> {
-        let t = v.bits as usize as *const c_void;
-        if v.kind != kind::TABLE || !self.unwritten(t) {
+    /// `t` was just described by `luasnap_table_scan`; no Lua code ran since.
+    unsafe fn unseen_table_info(&mut self, t: *const c_void) -> Option<(u32, u32, *const c_void)> {
+        if self.perm_ptrs.as_ref().is_some_and(|set| set.contains(&t)) {
             return None;
         }
         let (mut narr, mut nhash, mut mt) = (0u32, 0u32, std::ptr::null());
@@ -675,12 +717,50 @@ impl<'a> Persister<'a> {
             self.w.varint(mid as u64);
             state = 1;
         }
+        let floor = self.scan.len() as u32;
         self.frames.push(Frame::Table {
             t,
             state,
             pos: 0,
             key: std::ptr::null(),
+            floor,
+            lo: floor,
+            hi: floor,
+            gen: self.scan_gen,
         });
+    }
+
+    /// What a scanned value is to the table loop: `Ok(None)` a primitive or a string,
+    /// `Ok(Some(id))` an object written already, `Err(true)` an object not written yet,
+    /// `Err(false)` anything else (for the general path). One id lookup per object.
+    #[inline]
+    fn classify(&self, v: &RawVal) -> Result<Option<u32>, bool> {
+        match v.kind {
+            kind::FALSE..=kind::STR | kind::NIL => Ok(None),
+            kind::OBJ | kind::TABLE | kind::LCLOSURE => {
+                match self.refs.get(v.bits as usize as *const c_void) {
+                    Some(id) => Ok(Some(id)),
+                    None => Err(true),
+                }
+            }
+            _ => Err(false),
+        }
+    }
+
+    /// Writes a value `classify` found plain: by its id if it has one.
+    ///
+    /// # Safety
+    /// As for `write_plain`.
+    #[inline]
+    unsafe fn write_classified(&mut self, v: &RawVal, id: Option<u32>) {
+        match id {
+            Some(id) => {
+                self.w.tag(Tag::Ref);
+                self.w.varint(id as u64);
+            }
+            // SAFETY: callers' contract.
+            None => unsafe { self.write_plain(v) },
+        }
     }
 
     /// Whether a scanned value can be written without the general path: a primitive, a
@@ -842,6 +922,8 @@ impl<'a> Persister<'a> {
                     self.anchor(L, s);
                     ffi::lua_pushvalue(L, -2);
                     ffi::lua_callk(L, 1, 2, 0, None);
+                    // A collection in there resets the flag.
+                    luasnap_gc_stopem(L, 1);
                     let two = ffi::lua_type(L, -1) != ffi::LUA_TNIL;
                     if ffi::lua_type(L, -2) != ffi::LUA_TFUNCTION
                         || (two && ffi::lua_type(L, -1) != ffi::LUA_TFUNCTION)
@@ -1137,7 +1219,16 @@ impl<'a> Persister<'a> {
         // SAFETY: protected context; each arm pushes one child value and writes it.
         unsafe {
             match self.frames.last_mut().expect("non-empty") {
-                Frame::Table { t, state, pos, key } => {
+                Frame::Table {
+                    t,
+                    state,
+                    pos,
+                    key,
+                    floor,
+                    lo,
+                    hi,
+                    gen,
+                } => {
                     let (t, st) = (*t, *state);
                     match st {
                         0 => {
@@ -1170,71 +1261,97 @@ impl<'a> Persister<'a> {
                             // Entries from `pos` on. Those of primitives, strings, objects
                             // already written and new tables go from a scan of the table
                             // straight to the buffer (a new table's entries by its own
-                            // frame); the rest one at a time, pushed: [v, k].
+                            // frame, the rest of the batch kept for when it is done); the
+                            // rest one at a time, pushed: [v, k].
                             self.segs.push(Seg::Key);
                             let mut at = *pos;
+                            let floor = *floor as usize;
+                            let (mut i, mut end) = (*lo as usize, *hi as usize);
+                            if *gen != self.scan_gen || end > self.scan.len() {
+                                i = end; // stale: scan again from `pos`
+                            }
                             loop {
-                                let n = luasnap_table_scan(
-                                    L,
-                                    t,
-                                    at,
-                                    self.scan.as_mut_ptr(),
-                                    SCAN_BATCH as c_int,
-                                ) as usize;
-                                if n == 0 {
-                                    break;
-                                }
-                                let mut general = false;
-                                let mut opened = None;
-                                let scan = std::mem::take(&mut self.scan);
-                                for e in &scan[..n] {
-                                    if self.plain(&e.k) {
-                                        if self.plain(&e.v) {
-                                            self.write_plain(&e.k);
-                                            self.write_plain(&e.v);
-                                            at = e.pos;
-                                            continue;
-                                        }
-                                        if let Some(info) = self.new_table_info(&e.v) {
-                                            self.write_plain(&e.k);
-                                            self.table_header(e.v.bits as usize as _, info);
-                                            opened = Some((e.pos, 1, std::ptr::null()));
-                                            break;
-                                        }
-                                        if let Some(info) = self.closure_info(&e.v) {
-                                            self.write_plain(&e.k);
-                                            self.write_closure(e.v.bits as usize as _, info);
-                                            at = e.pos;
-                                            continue;
-                                        }
-                                    } else if let Some(info) = self.new_table_info(&e.k) {
-                                        let k = e.k.bits as usize as *const c_void;
-                                        self.table_header(k, info);
-                                        opened = Some((e.pos, 2, k));
+                                if i >= end {
+                                    self.scan.truncate(floor);
+                                    self.scan.reserve(SCAN_BATCH);
+                                    // SAFETY: room for SCAN_BATCH entries past `floor`; the C
+                                    // side fills every field of the `n` entries it returns
+                                    // (plain data), which set_len then covers.
+                                    let n = luasnap_table_scan(
+                                        L,
+                                        t,
+                                        at,
+                                        self.scan.as_mut_ptr().add(floor),
+                                        SCAN_BATCH as c_int,
+                                    ) as usize;
+                                    if n == 0 {
                                         break;
                                     }
-                                    general = true;
-                                    break;
+                                    self.scan.set_len(floor + n);
+                                    (i, end) = (floor, floor + n);
                                 }
-                                self.scan = scan;
-                                if let Some((p, st, k)) = opened {
-                                    // A new table's frame is on top: this one goes on after it.
-                                    if let Some(Frame::Table {
-                                        pos, state, key, ..
-                                    }) = self.frames.get_mut(depth - 1)
-                                    {
-                                        (*pos, *state, *key) = (p, st, k);
+                                let e = self.scan[i];
+                                i += 1;
+                                let mut opened = None;
+                                match self.classify(&e.k) {
+                                    Ok(kid) => match self.classify(&e.v) {
+                                        Ok(vid) => {
+                                            self.write_classified(&e.k, kid);
+                                            self.write_classified(&e.v, vid);
+                                            at = e.pos;
+                                            continue;
+                                        }
+                                        Err(true) if e.v.kind == kind::TABLE => {
+                                            let v = e.v.bits as usize as *const c_void;
+                                            if let Some(info) = self.unseen_table_info(v) {
+                                                self.write_classified(&e.k, kid);
+                                                opened = Some((v, info, 1, std::ptr::null()));
+                                            }
+                                        }
+                                        Err(true) => {
+                                            if let Some(info) = self.closure_info(&e.v) {
+                                                self.write_classified(&e.k, kid);
+                                                self.write_closure(e.v.bits as usize as _, info);
+                                                at = e.pos;
+                                                continue;
+                                            }
+                                        }
+                                        Err(false) => {}
+                                    },
+                                    Err(true) if e.k.kind == kind::TABLE => {
+                                        let k = e.k.bits as usize as *const c_void;
+                                        if let Some(info) = self.unseen_table_info(k) {
+                                            opened = Some((k, info, 2, k));
+                                        }
                                     }
+                                    Err(_) => {}
+                                }
+                                if i == end || self.scan.len() > SCAN_KEEP {
+                                    // Nothing left to keep, or too much kept already.
+                                    self.scan.truncate(floor);
+                                    (i, end) = (floor, floor);
+                                }
+                                let gen_now = self.scan_gen;
+                                if let Some(Frame::Table {
+                                    pos, lo, hi, gen, ..
+                                }) = self.frames.get_mut(depth - 1)
+                                {
+                                    (*pos, *lo, *hi, *gen) = (e.pos, i as u32, end as u32, gen_now);
+                                }
+                                if let Some((child, info, st, k)) = opened {
+                                    // A new table's frame goes on top: this one goes on after it.
+                                    if let Some(Frame::Table { state, key, .. }) =
+                                        self.frames.get_mut(depth - 1)
+                                    {
+                                        (*state, *key) = (st, k);
+                                    }
+                                    self.table_header(child, info);
                                     return Ok(true);
                                 }
+                                // The general path, for this entry: pushed, then written.
                                 let base = ffi::lua_gettop(L);
-                                if !general || luasnap_table_next(L, t, &mut at) == 0 {
-                                    continue;
-                                }
-                                if let Some(Frame::Table { pos, .. }) =
-                                    self.frames.get_mut(depth - 1)
-                                {
-                                    *pos = at;
+                                if luasnap_table_next(L, t, &mut at) == 0 {
+                                    break; // cannot happen: the entry was just scanned
                                 }
                                 let key_ptr = ffi::lua_topointer(L, -1);
                                 self.value(L, s)?;
@@ -1254,7 +1371,11 @@ impl<'a> Persister<'a> {
                                     ffi::lua_settop(L, base);
                                     return Ok(true);
                                 }
+                                if self.scan_gen != gen_now {
+                                    i = end; // Lua code ran: scan again from `at`
+                                }
                             }
+                            self.scan.truncate(floor);
                             self.end_table(L, t);
                             Ok(false)
                         }

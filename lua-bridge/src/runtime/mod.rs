@@ -463,7 +463,13 @@ impl Game {
     pub fn load(&mut self, handle: &SaveHandle, frame: u64) -> Result<(), GameError> {
         match handle {
             SaveHandle::Snapshot(id) => self.vm.rollback(*id)?,
-            SaveHandle::Bytes(b) => self.vm.load_game(b, crate::persist::Trust::Own)?,
+            SaveHandle::Bytes(b) => {
+                self.vm.load_game(b, crate::persist::Trust::Own)?;
+                // The replaced state is garbage now, a whole heap of it: collected here, or
+                // loads pile it up (Arena Brawl: a 153 MB arena extent after 16 loads of a
+                // 9.5 MiB heap, 24 MB with this; later saves run faster too).
+                self.vm.gc_collect()?;
+            }
         }
         self.frame = frame;
         Ok(())
