@@ -208,20 +208,53 @@ impl SaveHandle {
 /// The runtime's glue, run as its own chunk ([`RUNTIME_CHUNK`]) after the game's script ran
 /// as its own: it returns the function that checks the game contract on the script's result
 /// and installs `luasnap_game`, `luasnap_frame` and `luasnap_step`.
-const DRIVER: &str = r#"return function(G)
+///
+/// `luasnap_step` also decides when the collector works (docs/gc.md, "When the collector
+/// runs"). At the first frame, if the live heap is at least [`MANAGED_GC_MIN_KIB`] and the game
+/// left the collector as the runtime set it (generational, running), automatic collection is
+/// stopped and the runtime runs a full collection right after `G.step` whenever the heap has
+/// grown by `max(live, MANAGED_GC_MIN_GROWTH_KIB)` since the last one. New objects then fill
+/// fresh pages instead of holes spread over the heap, so a frame writes the pages the game
+/// writes, and the collector's writes come together in the rare frame that collects. The
+/// state of this (live heap, whether it is on) lives in upvalues, in the arena: it rolls back
+/// and is saved with the game, so the reference and every re-simulation collect at the same
+/// frames. The arguments are the two thresholds in KiB.
+const DRIVER: &str = r#"return function(G, min_kib, growth_kib)
   if type(G) ~= "table" then return "returned " .. type(G) .. ", not a table" end
   if type(G.init) ~= "function" then return "has no function G.init" end
   if type(G.step) ~= "function" then return "has no function G.step" end
   luasnap_game = G
   luasnap_frame = 0
   local step = G.step
+  local gc, max = collectgarbage, math.max
+  local managed, live = nil, 0
   function luasnap_step(inputs)
+    if managed == nil then
+      local kib = gc("count")
+      local was = gc("incremental")
+      managed = kib >= min_kib and was == "generational" and gc("isrunning")
+      if managed then live = kib else gc(was) end
+    end
+    -- A save-game keeps these upvalues but not the collector's settings: set them again.
+    if managed and gc("isrunning") then gc("incremental"); gc("stop") end
     step(inputs)
     luasnap_frame = luasnap_frame + 1
+    if managed and gc("count") >= live + max(live, growth_kib) then
+      gc("collect")
+      live = gc("count")
+    end
   end
   return nil
 end
 "#;
+
+/// The live heap, in KiB, from which the runtime runs the collector itself (see [`DRIVER`]):
+/// below it, a whole copy of the heap costs about as much as the pages a frame writes, and
+/// Lua's generational collector keeps the heap compact.
+pub const MANAGED_GC_MIN_KIB: i64 = 1024;
+/// The least growth of the heap, in KiB, between two collections the runtime runs (the
+/// growth is the live heap after the last collection if that is more).
+pub const MANAGED_GC_MIN_GROWTH_KIB: i64 = 8 * 1024;
 
 /// The chunk name of the runtime's glue (what tracebacks show for `luasnap_step`).
 pub const RUNTIME_CHUNK: &str = "=[luasnap runtime]";
@@ -308,7 +341,9 @@ impl Game {
                 .load(script_source(&cfg.script).as_bytes(), &cfg.chunk_name)
                 .map_err(lua_error)?;
             let driver = vm.load(DRIVER, RUNTIME_CHUNK)?.into_function()?;
-            driver.call::<Value>(&g).map_err(lua_error)?
+            driver
+                .call::<Value>((&g, MANAGED_GC_MIN_KIB, MANAGED_GC_MIN_GROWTH_KIB))
+                .map_err(lua_error)?
         };
         if let Value::String(what) = &verdict {
             return Err(GameError::Contract {
@@ -733,6 +768,15 @@ impl<I: GameInput> FrameSession<I> {
         self.rollbacks += 1;
         self.resimulated += now - frame;
         self.timings.close_rollback(loads_before, saves_before);
+        if std::env::var("LUASNAP_TRACE").is_ok() {
+            eprintln!(
+                "rollback {frame}..{now}: load {:?} saves {:?} strategy {} dirty {}",
+                &self.timings.loads[loads_before..],
+                &self.timings.saves[saves_before..],
+                self.game.vm().snapshot_strategy(),
+                self.game.vm().snapshots().stats().last_dirty_pages
+            );
+        }
         Ok(())
     }
 
