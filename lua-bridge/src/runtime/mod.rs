@@ -209,17 +209,14 @@ impl SaveHandle {
 /// as its own: it returns the function that checks the game contract on the script's result
 /// and installs `luasnap_game`, `luasnap_frame` and `luasnap_step`.
 ///
-/// `luasnap_step` also decides when the collector works (docs/gc.md, "When the collector
-/// runs"). At the first frame, if the live heap is at least [`MANAGED_GC_MIN_KIB`] and the game
-/// left the collector as the runtime set it (generational, running), automatic collection is
-/// stopped and the runtime runs a full collection right after `G.step` whenever the heap has
-/// grown by `max(live, MANAGED_GC_MIN_GROWTH_KIB)` since the last one. New objects then fill
-/// fresh pages instead of holes spread over the heap, so a frame writes the pages the game
-/// writes, and the collector's writes come together in the rare frame that collects. The
-/// state of this (live heap, whether it is on) lives in upvalues, in the arena: it rolls back
-/// and is saved with the game, so the reference and every re-simulation collect at the same
-/// frames. The arguments are the two thresholds in KiB.
-const DRIVER: &str = r#"return function(G, min_kib, growth_kib)
+/// `luasnap_step` also runs the collector when the runtime manages it (see
+/// [`Game::manage_collector`] and docs/gc.md, "When the collector runs"): while automatic
+/// collection is stopped, it runs a full collection right after `G.step` whenever the heap has
+/// grown by `max(live, growth_kib)` since the last one (`live`: the heap after it). The
+/// bookkeeping (`gc_live`) is an upvalue, in the arena: it rolls back with the game, so the
+/// reference and every re-simulation collect at the same frames. The value digest leaves it
+/// out (it depends on the garbage in the heap, not on the game).
+const DRIVER: &str = r#"return function(G, growth_kib)
   if type(G) ~= "table" then return "returned " .. type(G) .. ", not a table" end
   if type(G.init) ~= "function" then return "has no function G.init" end
   if type(G.step) ~= "function" then return "has no function G.step" end
@@ -227,31 +224,25 @@ const DRIVER: &str = r#"return function(G, min_kib, growth_kib)
   luasnap_frame = 0
   local step = G.step
   local gc, max = collectgarbage, math.max
-  local managed, live = nil, 0
+  local gc_live
   function luasnap_step(inputs)
-    if managed == nil then
-      local kib = gc("count")
-      local was = gc("incremental")
-      managed = kib >= min_kib and was == "generational" and gc("isrunning")
-      if managed then live = kib else gc(was) end
-    end
-    -- A save-game keeps these upvalues but not the collector's settings: set them again.
-    if managed and gc("isrunning") then gc("incremental"); gc("stop") end
+    local managed = not gc("isrunning")
+    if managed and gc_live == nil then gc_live = gc("count") end
     step(inputs)
     luasnap_frame = luasnap_frame + 1
-    if managed and gc("count") >= live + max(live, growth_kib) then
+    if managed and gc("count") >= gc_live + max(gc_live, growth_kib) then
       gc("collect")
-      live = gc("count")
+      gc_live = gc("count")
     end
   end
   return nil
 end
 "#;
 
-/// The live heap, in KiB, from which the runtime runs the collector itself (see [`DRIVER`]):
-/// below it, a whole copy of the heap costs about as much as the pages a frame writes, and
-/// Lua's generational collector keeps the heap compact.
-pub const MANAGED_GC_MIN_KIB: i64 = 1024;
+/// The live heap, in KiB, from which the runtime runs the collector itself
+/// ([`Game::manage_collector`]): below it, a whole copy of the heap costs about as much as
+/// the pages a frame writes, and Lua's generational collector keeps the heap compact.
+pub const MANAGED_GC_MIN_KIB: usize = 1024;
 /// The least growth of the heap, in KiB, between two collections the runtime runs (the
 /// growth is the live heap after the last collection if that is more).
 pub const MANAGED_GC_MIN_GROWTH_KIB: i64 = 8 * 1024;
@@ -342,7 +333,7 @@ impl Game {
                 .map_err(lua_error)?;
             let driver = vm.load(DRIVER, RUNTIME_CHUNK)?.into_function()?;
             driver
-                .call::<Value>((&g, MANAGED_GC_MIN_KIB, MANAGED_GC_MIN_GROWTH_KIB))
+                .call::<Value>((&g, MANAGED_GC_MIN_GROWTH_KIB))
                 .map_err(lua_error)?
         };
         if let Value::String(what) = &verdict {
@@ -364,7 +355,7 @@ impl Game {
     pub fn new(cfg: &GameConfig, backend: Backend) -> Result<Game, GameError> {
         let vm = Self::load_script(cfg, backend).map_err(explain_base_in_use)?;
         let has_digest = Self::has_digest(&vm)?;
-        let game = Game {
+        let mut game = Game {
             vm,
             backend,
             players: cfg.players,
@@ -385,6 +376,7 @@ impl Game {
         game.vm
             .set("luasnap_players", Value::Integer(cfg.players as i64))?;
         game.vm.gc_collect()?;
+        game.manage_collector()?;
         Ok(game)
     }
 
@@ -407,7 +399,7 @@ impl Game {
             )));
         }
         let has_digest = Self::has_digest(&vm)?;
-        Ok(Game {
+        let mut game = Game {
             vm,
             backend,
             players: cfg.players,
@@ -415,7 +407,37 @@ impl Game {
             frame: frame as u64,
             has_digest,
             capacity: cfg.capacity,
-        })
+        };
+        game.vm.gc_collect()?;
+        game.manage_collector()?;
+        Ok(game)
+    }
+
+    /// Decides who runs the collector, once the game's state is built (after `G.init`, or
+    /// after loading a save). With a live heap of at least [`MANAGED_GC_MIN_KIB`], the runtime
+    /// does: the collector goes to incremental mode with automatic collection stopped, and
+    /// `luasnap_step` runs a full collection after `G.step` when the heap has grown enough
+    /// (see [`DRIVER`]). New objects then fill fresh pages instead of holes spread over the
+    /// heap, so a frame writes about the pages the game itself writes, and the collector's
+    /// writes come together in the frames that collect. Smaller heaps keep Lua's generational
+    /// collector, which keeps them compact: a whole copy of them is cheap. A game that stops
+    /// or switches the collector itself in `G.init` keeps its choice. docs/gc.md has the
+    /// measurements.
+    fn manage_collector(&mut self) -> Result<(), GameError> {
+        if self.vm.lua_memory() < MANAGED_GC_MIN_KIB * 1024 {
+            return Ok(());
+        }
+        // The game's own choice stands: the runtime sets generational, running.
+        let chosen = self.vm.exec(
+            "local was = collectgarbage('incremental'); collectgarbage(was); return was, collectgarbage('isrunning')",
+            "=[luasnap runtime]",
+        )?;
+        if chosen != vec![Value::String(b"generational".to_vec().into()), Value::Boolean(true)] {
+            return Ok(());
+        }
+        self.vm.set_gc_mode(GcMode::INCREMENTAL)?;
+        self.vm.gc_running(false);
+        Ok(())
     }
 
     /// Restores a [`Vm::capture`] of this game taken at `frame` and switches to `backend`:
