@@ -643,7 +643,6 @@ impl SnapshotRing {
         let target = self.entries[k].extent.clone();
         let armed = matches!(self.tracking, Tracking::On { armed: true, .. });
 
-        let t0 = std::time::Instant::now();
         // 1. Tracker first: the pages written since the latest snapshot. Peeked, not re-armed:
         //    the restore below writes them, and they are re-armed after it (step 4).
         let mut dirty = std::mem::take(&mut self.dirty);
@@ -662,8 +661,6 @@ impl SnapshotRing {
             }
         }
 
-        let t1 = t0.elapsed();
-        let nd = dirty.iter().map(|r| r.len()).sum::<usize>() / PAGE_SIZE;
         // 2. Restore.
         let oldest_applied = match full_at {
             Some(j) => {
@@ -712,8 +709,6 @@ impl SnapshotRing {
             }
         }
 
-        let t2 = t0.elapsed();
-        let nu = dirty.iter().map(|r| r.len()).sum::<usize>() / PAGE_SIZE;
         // 3. Forget what was undone.
         for i in k..=n {
             let undo = self.entries[i].undo.take();
@@ -735,9 +730,6 @@ impl SnapshotRing {
             if let Err(e) = rearmed {
                 let _ = self.lose_tracking(arena, e);
             }
-        }
-        if std::env::var("LUASNAP_TRACE").is_ok() {
-            eprintln!("ring rollback: peek {t1:?} ({nd} pages) restore {:?} ({nu} pages, {} runs, full_at {full_at:?}) rearm {:?} extent {}", t2 - t1, dirty.len(), t0.elapsed() - t2, target.bytes() / PAGE_SIZE);
         }
         self.dirty = dirty;
         Ok(())

@@ -243,6 +243,14 @@ end
 /// ([`Game::manage_collector`]): below it, a whole copy of the heap costs about as much as
 /// the pages a frame writes, and Lua's generational collector keeps the heap compact.
 pub const MANAGED_GC_MIN_KIB: usize = 1024;
+/// Fraction of the arena's pages written in a frame above which a game's snapshot copies the
+/// whole arena instead of the written pages (the snapshot ring's `full_copy_above`). The
+/// tracker's own break-even (a fifth of the pages with userfaultfd) compares the cost of one
+/// save; for a client that rolls back, a whole copy also makes the next rollback restore the
+/// whole arena, and an incremental save copies each written page twice (the old contents to
+/// the undo record, the new to the mirror) against once per page for a whole copy, so whole
+/// copies pay off only from about half the pages. Measured in docs/gc.md.
+pub const FULL_COPY_ABOVE: f64 = 0.5;
 /// The least growth of the heap, in KiB, between two collections the runtime runs (the
 /// growth is the live heap after the last collection if that is more).
 pub const MANAGED_GC_MIN_GROWTH_KIB: i64 = 8 * 1024;
@@ -304,7 +312,8 @@ impl Game {
             .deterministic(cfg.seed)
             .window(cfg.window.max(2))
             .snapshot_mode(mode)
-            .gc(GcMode::GENERATIONAL);
+            .gc(GcMode::GENERATIONAL)
+            .full_copy_above(FULL_COPY_ABOVE);
         if let Some(base) = cfg.base_address {
             b = b.base_address(base);
         }
@@ -790,15 +799,6 @@ impl<I: GameInput> FrameSession<I> {
         self.rollbacks += 1;
         self.resimulated += now - frame;
         self.timings.close_rollback(loads_before, saves_before);
-        if std::env::var("LUASNAP_TRACE").is_ok() {
-            eprintln!(
-                "rollback {frame}..{now}: load {:?} saves {:?} strategy {} dirty {}",
-                &self.timings.loads[loads_before..],
-                &self.timings.saves[saves_before..],
-                self.game.vm().snapshot_strategy(),
-                self.game.vm().snapshots().stats().last_dirty_pages
-            );
-        }
         Ok(())
     }
 
