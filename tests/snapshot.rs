@@ -627,7 +627,11 @@ fn a_rollback_over_several_frames_restores_pages_written_in_many_of_them() {
         snaps.push((r.snapshot(&mut a).unwrap(), digest(&a)));
         frame(&mut a, f);
     }
-    assert_eq!(r.stats().incremental_snapshots, 5, "page records, no full copy");
+    assert_eq!(
+        r.stats().incremental_snapshots,
+        5,
+        "page records, no full copy"
+    );
     r.rollback(&mut a, snaps[1].0).unwrap();
     assert_eq!(digest(&a), snaps[1].1, "straight back over 4 frames");
     a.verify().unwrap();

@@ -32,7 +32,12 @@ impl Counts {
         self.fresh.push(grown.min(total));
     }
     fn line(&self) -> String {
-        let tot: Vec<usize> = self.old.iter().zip(&self.fresh).map(|(a, b)| a + b).collect();
+        let tot: Vec<usize> = self
+            .old
+            .iter()
+            .zip(&self.fresh)
+            .map(|(a, b)| a + b)
+            .collect();
         let mean = tot.iter().sum::<usize>() as f64 / tot.len().max(1) as f64;
         format!(
             "median {:5} (old {:5} + fresh {:4}), mean {:7.1}, max {:5}",
@@ -90,7 +95,8 @@ fn main() {
     let warm = 40u64;
 
     let gen = GcMode::GENERATIONAL;
-    let settings: [(&str, GcMode); 2] = [("generational", gen), ("incremental", GcMode::INCREMENTAL)];
+    let settings: [(&str, GcMode); 2] =
+        [("generational", gen), ("incremental", GcMode::INCREMENTAL)];
     for (label, mode) in settings {
         let mut vm = build(&script, mode);
         for f in 0..warm {

@@ -441,7 +441,12 @@ impl Game {
             "local was = collectgarbage('incremental'); collectgarbage(was); return was, collectgarbage('isrunning')",
             "=[luasnap runtime]",
         )?;
-        if chosen != vec![Value::String(b"generational".to_vec().into()), Value::Boolean(true)] {
+        if chosen
+            != vec![
+                Value::String(b"generational".to_vec()),
+                Value::Boolean(true),
+            ]
+        {
             return Ok(());
         }
         self.vm.set_gc_mode(GcMode::INCREMENTAL)?;
