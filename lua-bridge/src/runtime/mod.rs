@@ -223,16 +223,21 @@ const DRIVER: &str = r#"return function(G, growth_kib)
   luasnap_game = G
   luasnap_frame = 0
   local step = G.step
-  local gc, max = collectgarbage, math.max
   local gc_live
   function luasnap_step(inputs)
-    local managed = not gc("isrunning")
+    -- The global, not an upvalue: save-games would refer to it, and foreign loads (`luasnap
+    -- diff`) refuse the collector's controls.
+    local gc = collectgarbage
+    local managed = type(gc) == "function" and not gc("isrunning")
     if managed and gc_live == nil then gc_live = gc("count") end
     step(inputs)
     luasnap_frame = luasnap_frame + 1
-    if managed and gc("count") >= gc_live + max(gc_live, growth_kib) then
-      gc("collect")
-      gc_live = gc("count")
+    if managed then
+      local growth = gc_live > growth_kib and gc_live or growth_kib
+      if gc("count") >= gc_live + growth then
+        gc("collect")
+        gc_live = gc("count")
+      end
     end
   end
   return nil
