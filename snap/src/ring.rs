@@ -13,14 +13,17 @@
 //!
 //! - **Snapshot** `S_{n+1}`: collect the written pages `D`; for each run of `D`, append
 //!   `mirror[run]` to `S_n`'s undo record, then copy `arena[run]` into the mirror. When `D` is
-//!   larger than the tracker's break-even fraction, copying page by page costs more than one
-//!   contiguous copy: the whole extent is copied into a fresh mirror and the old mirror becomes
-//!   `S_n`'s (full) undo record, and tracking pauses for a few snapshots (its fault cost would
-//!   be wasted too), then resumes.
-//! - **Rollback** to `S_k`: restore `D` from the mirror (now the arena is `S_n`), then apply the
-//!   undo records `n-1 ..= k` newest first, to the arena and the mirror alike. If one of them is
-//!   a full record, start from the oldest such one instead. Snapshots newer than `S_k` are
-//!   invalidated; their ids give [`SnapError::Invalidated`].
+//!   larger than the break-even fraction (the tracker's, or [`RingConfig::full_copy_above`]),
+//!   copying page by page costs more than one contiguous copy: the whole extent is copied into
+//!   a fresh mirror and the old mirror becomes `S_n`'s (full) undo record. Tracking goes on
+//!   after one such snapshot (a full collection, a level load among light frames); after two
+//!   in a row it pauses for a few snapshots (its fault cost would be wasted too), then resumes.
+//! - **Rollback** to `S_k`: if one of the undo records `k..n` is a full record, start from the
+//!   oldest such one and apply the page records older than it. Otherwise restore each page
+//!   once: from the oldest of the records `k..n` that holds it (its contents at `S_k`), else,
+//!   for pages only in `D`, from the mirror; pages outside `S_k`'s extent are skipped. The
+//!   mirror gets the records' pages too. Snapshots newer than `S_k` are invalidated; their ids
+//!   give [`SnapError::Invalidated`].
 //!
 //! The extent grows with the arena; pages newly inside it count as written. After a rollback it
 //! shrinks back to the snapshot's.
