@@ -13,14 +13,17 @@
 //!
 //! - **Snapshot** `S_{n+1}`: collect the written pages `D`; for each run of `D`, append
 //!   `mirror[run]` to `S_n`'s undo record, then copy `arena[run]` into the mirror. When `D` is
-//!   larger than the tracker's break-even fraction, copying page by page costs more than one
-//!   contiguous copy: the whole extent is copied into a fresh mirror and the old mirror becomes
-//!   `S_n`'s (full) undo record, and tracking pauses for a few snapshots (its fault cost would
-//!   be wasted too), then resumes.
-//! - **Rollback** to `S_k`: restore `D` from the mirror (now the arena is `S_n`), then apply the
-//!   undo records `n-1 ..= k` newest first, to the arena and the mirror alike. If one of them is
-//!   a full record, start from the oldest such one instead. Snapshots newer than `S_k` are
-//!   invalidated; their ids give [`SnapError::Invalidated`].
+//!   larger than the break-even fraction (the tracker's, or [`RingConfig::full_copy_above`]),
+//!   copying page by page costs more than one contiguous copy: the whole extent is copied into
+//!   a fresh mirror and the old mirror becomes `S_n`'s (full) undo record. Tracking goes on
+//!   after one such snapshot (a full collection, a level load among light frames); after two
+//!   in a row it pauses for a few snapshots (its fault cost would be wasted too), then resumes.
+//! - **Rollback** to `S_k`: if one of the undo records `k..n` is a full record, start from the
+//!   oldest such one and apply the page records older than it. Otherwise restore each page
+//!   once: from the oldest of the records `k..n` that holds it (its contents at `S_k`), else,
+//!   for pages only in `D`, from the mirror; pages outside `S_k`'s extent are skipped. The
+//!   mirror gets the records' pages too. Snapshots newer than `S_k` are invalidated; their ids
+//!   give [`SnapError::Invalidated`].
 //!
 //! The extent grows with the arena; pages newly inside it count as written. After a rollback it
 //! shrinks back to the snapshot's.
@@ -40,8 +43,10 @@ pub const DEFAULT_WINDOW: usize = 8;
 /// snapshots, doubling on each repeat up to [`MAX_BACKOFF`].
 const MIN_BACKOFF: u32 = 4;
 const MAX_BACKOFF: u32 = 64;
-/// Above this many restored runs, one re-arming scan is cheaper than one call per run.
-const REARM_RUNS_MAX: usize = 32;
+/// Restored runs closer than this are re-armed by one call: re-arming a clean page between
+/// them costs less than another call. (Re-arming the whole extent instead costs in proportion
+/// to the extent, milliseconds on a heap of a few MB.)
+const REARM_GAP: usize = 8 * PAGE_SIZE;
 
 static NEXT_RING_ID: AtomicU64 = AtomicU64::new(1);
 
@@ -228,6 +233,8 @@ enum Tracking {
         armed: bool,
         paused_left: u32,
         next_pause: u32,
+        /// Whether the previous snapshot wrote more than the break-even fraction.
+        heavy_before: bool,
     },
 }
 
@@ -266,6 +273,8 @@ pub struct SnapshotRing {
     spare_full: Vec<Reservation>,
     spare_pages: Vec<PageUndo>,
     dirty: Vec<Range<usize>>,
+    /// Scratch for rollbacks: one bit per page of the extent, set once the page is restored.
+    restored_pages: Vec<u64>,
     stats: RingStats,
 }
 
@@ -306,6 +315,7 @@ impl SnapshotRing {
                     armed: false,
                     paused_left: 0,
                     next_pause: MIN_BACKOFF,
+                    heavy_before: false,
                 },
                 Err(e) => Tracking::Off(CopyStrategy::FullNoTracker(e.to_string())),
             },
@@ -324,6 +334,7 @@ impl SnapshotRing {
             spare_full: Vec::new(),
             spare_pages: Vec::new(),
             dirty: Vec::new(),
+            restored_pages: Vec::new(),
             stats: RingStats::default(),
         })
     }
@@ -519,6 +530,7 @@ impl SnapshotRing {
             armed,
             paused_left,
             next_pause,
+            heavy_before,
             ..
         } = self.tracking
         else {
@@ -551,15 +563,29 @@ impl SnapshotRing {
             }
         }
         let dirty_bytes: usize = dirty.iter().map(|r| r.len()).sum();
-        if dirty_bytes as f64 > limit * new_extent.bytes() as f64 {
-            // Heavy writes: one contiguous copy beats page runs, and tracking faults would be
-            // wasted on the next frames too. Pause tracking for a while.
+        let heavy = dirty_bytes as f64 > limit * new_extent.bytes() as f64;
+        self.set_heavy(heavy);
+        if heavy && !heavy_before {
+            // One heavy frame (a full collection, a level load) among light ones: one
+            // contiguous copy beats page runs, and the pages written are re-armed already, so
+            // tracking goes on for the next frames.
+            return Ok(true);
+        }
+        if heavy {
+            // Heavy writes again: tracking faults would be wasted on the next frames too.
+            // Pause tracking for a while.
             tracker.disarm_all(new_extent)?;
             self.set_tracking(false, next_pause, (next_pause * 2).min(MAX_BACKOFF));
             return Ok(true);
         }
         self.set_tracking(true, 0, MIN_BACKOFF);
         Ok(false)
+    }
+
+    fn set_heavy(&mut self, heavy: bool) {
+        if let Tracking::On { heavy_before, .. } = &mut self.tracking {
+            *heavy_before = heavy;
+        }
     }
 
     fn set_tracking(&mut self, now_armed: bool, pause: u32, next: u32) {
@@ -651,15 +677,30 @@ impl SnapshotRing {
                 self.recycle(Some(Undo::Full(old)));
                 j
             }
+            None if armed => {
+                // Each page is written once, from the oldest record that holds it (records
+                // `k..n`, whose content as of `S_k` wins) or else from the mirror (pages only
+                // written since `S_n`, unchanged from `S_k` to `S_n`); pages outside the
+                // target's extent are skipped (they are above the allocator's top there, never
+                // read, and count as written when the extent grows again).
+                let restored = restore_once(
+                    arena,
+                    &mut self.mirror,
+                    &target,
+                    (k..n).filter_map(|i| match &self.entries[i].undo {
+                        Some(Undo::Pages(p)) => Some(p),
+                        _ => None,
+                    }),
+                    &dirty,
+                    &mut self.restored_pages,
+                );
+                dirty.clear();
+                dirty.extend(restored);
+                k
+            }
             None => {
-                if armed {
-                    for run in &dirty {
-                        restore_bytes(arena, run.start, &self.mirror.as_slice()[run.clone()]);
-                    }
-                } else {
-                    for r in target.ranges() {
-                        restore_bytes(arena, r.start, &self.mirror.as_slice()[r.clone()]);
-                    }
+                for r in target.ranges() {
+                    restore_bytes(arena, r.start, &self.mirror.as_slice()[r.clone()]);
                 }
                 n
             }
@@ -683,10 +724,10 @@ impl SnapshotRing {
         // 4. Re-arm what the restore wrote: arena and mirror agree there now.
         if armed {
             let rearmed = self.tracker(arena).and_then(|t| {
-                if full_at.is_some() || dirty.len() > REARM_RUNS_MAX {
+                if full_at.is_some() {
                     t.arm_all(&target)
                 } else {
-                    t.rearm_runs(&dirty)
+                    t.rearm_runs(&coalesce(&dirty, REARM_GAP))
                 }
             });
             if let Err(e) = rearmed {
@@ -711,6 +752,105 @@ impl ArmExtent for PageTracker {
     fn disarm_all(&mut self, extent: &Extent) -> Result<(), TrackError> {
         extent.ranges().into_iter().try_for_each(|r| self.disarm(r))
     }
+}
+
+/// Restores, for a rollback to `target` while tracking is armed, every page of `records`
+/// (oldest first: the first record holding a page gives its content) and of `since_latest`
+/// (restored from the mirror unless a record holds them), each page once and only inside
+/// `target`; records also update the mirror. Returns the restored pages as sorted, merged
+/// runs.
+fn restore_once<'a>(
+    arena: &mut Arena,
+    mirror: &mut Reservation,
+    target: &Extent,
+    records: impl Iterator<Item = &'a PageUndo>,
+    since_latest: &[Range<usize>],
+    bits: &mut Vec<u64>,
+) -> Vec<Range<usize>> {
+    let mut set = PageSet::new(target, bits);
+    for rec in records {
+        let mut at = 0;
+        for run in &rec.runs {
+            for off in run.clone().step_by(PAGE_SIZE) {
+                if set.claim(off) {
+                    let src = &rec.bytes[at + off - run.start..][..PAGE_SIZE];
+                    restore_bytes(arena, off, src);
+                    mirror.as_mut_slice()[off..off + PAGE_SIZE].copy_from_slice(src);
+                }
+            }
+            at += run.len();
+        }
+    }
+    for run in since_latest {
+        for off in run.clone().step_by(PAGE_SIZE) {
+            if set.claim(off) {
+                restore_bytes(arena, off, &mirror.as_slice()[off..off + PAGE_SIZE]);
+            }
+        }
+    }
+    set.runs()
+}
+
+/// One bit per page of an extent.
+struct PageSet<'b> {
+    meta_end: usize,
+    data: Range<usize>,
+    bits: &'b mut Vec<u64>,
+}
+
+impl<'b> PageSet<'b> {
+    fn new(target: &Extent, bits: &'b mut Vec<u64>) -> PageSet<'b> {
+        let pages = target.data.end.max(target.meta_end).div_ceil(PAGE_SIZE);
+        bits.clear();
+        bits.resize(pages.div_ceil(64), 0);
+        PageSet {
+            meta_end: target.meta_end,
+            data: target.data.clone(),
+            bits,
+        }
+    }
+
+    /// Adds the page at offset `off`; false if it was in already or lies outside the extent.
+    fn claim(&mut self, off: usize) -> bool {
+        if !(off < self.meta_end || self.data.contains(&off)) {
+            return false;
+        }
+        let p = off / PAGE_SIZE;
+        let (w, b) = (p / 64, 1u64 << (p % 64));
+        let fresh = self.bits[w] & b == 0;
+        self.bits[w] |= b;
+        fresh
+    }
+
+    /// The pages in the set as sorted, merged runs.
+    fn runs(&self) -> Vec<Range<usize>> {
+        let mut out: Vec<Range<usize>> = Vec::new();
+        for (w, &word) in self.bits.iter().enumerate() {
+            let mut word = word;
+            while word != 0 {
+                let b = word.trailing_zeros() as usize;
+                word &= word - 1;
+                let off = (w * 64 + b) * PAGE_SIZE;
+                match out.last_mut() {
+                    Some(last) if last.end == off => last.end = off + PAGE_SIZE,
+                    _ => out.push(off..off + PAGE_SIZE),
+                }
+            }
+        }
+        out
+    }
+}
+
+/// Merges sorted runs separated by at most `gap` bytes.
+fn coalesce(runs: &[Range<usize>], gap: usize) -> Vec<Range<usize>> {
+    let mut out: Vec<Range<usize>> = Vec::with_capacity(runs.len());
+    for r in runs {
+        match out.last_mut() {
+            Some(last) if r.start <= last.end + gap => last.end = last.end.max(r.end),
+            _ => out.push(r.clone()),
+        }
+    }
+    out
 }
 
 fn copy_extent(arena: &Arena, extent: &Extent, dst: &mut Reservation) {

@@ -208,20 +208,57 @@ impl SaveHandle {
 /// The runtime's glue, run as its own chunk ([`RUNTIME_CHUNK`]) after the game's script ran
 /// as its own: it returns the function that checks the game contract on the script's result
 /// and installs `luasnap_game`, `luasnap_frame` and `luasnap_step`.
-const DRIVER: &str = r#"return function(G)
+///
+/// `luasnap_step` also runs the collector when the runtime manages it (see
+/// [`Game::manage_collector`] and docs/gc.md, "When the collector runs"): while automatic
+/// collection is stopped, it runs a full collection right after `G.step` whenever the heap has
+/// grown by `max(live, growth_kib)` since the last one (`live`: the heap after it). The
+/// bookkeeping (`gc_live`) is an upvalue, in the arena: it rolls back with the game, so the
+/// reference and every re-simulation collect at the same frames. The value digest leaves it
+/// out (it depends on the garbage in the heap, not on the game).
+const DRIVER: &str = r#"return function(G, growth_kib)
   if type(G) ~= "table" then return "returned " .. type(G) .. ", not a table" end
   if type(G.init) ~= "function" then return "has no function G.init" end
   if type(G.step) ~= "function" then return "has no function G.step" end
   luasnap_game = G
   luasnap_frame = 0
   local step = G.step
+  local gc_live
   function luasnap_step(inputs)
+    -- The global, not an upvalue: save-games would refer to it, and foreign loads (`luasnap
+    -- diff`) refuse the collector's controls.
+    local gc = collectgarbage
+    local managed = type(gc) == "function" and not gc("isrunning")
+    if managed and gc_live == nil then gc_live = gc("count") end
     step(inputs)
     luasnap_frame = luasnap_frame + 1
+    if managed then
+      local growth = gc_live > growth_kib and gc_live or growth_kib
+      if gc("count") >= gc_live + growth then
+        gc("collect")
+        gc_live = gc("count")
+      end
+    end
   end
   return nil
 end
 "#;
+
+/// The live heap, in KiB, from which the runtime runs the collector itself
+/// ([`Game::manage_collector`]): below it, a whole copy of the heap costs about as much as
+/// the pages a frame writes, and Lua's generational collector keeps the heap compact.
+pub const MANAGED_GC_MIN_KIB: usize = 1024;
+/// Fraction of the arena's pages written in a frame above which a game's snapshot copies the
+/// whole arena instead of the written pages (the snapshot ring's `full_copy_above`). The
+/// tracker's own break-even (a fifth of the pages with userfaultfd) compares the cost of one
+/// save; for a client that rolls back, a whole copy also makes the next rollback restore the
+/// whole arena, and an incremental save copies each written page twice (the old contents to
+/// the undo record, the new to the mirror) against once per page for a whole copy, so whole
+/// copies pay off only from about half the pages. Measured in docs/gc.md.
+pub const FULL_COPY_ABOVE: f64 = 0.5;
+/// The least growth of the heap, in KiB, between two collections the runtime runs (the
+/// growth is the live heap after the last collection if that is more).
+pub const MANAGED_GC_MIN_GROWTH_KIB: i64 = 8 * 1024;
 
 /// The chunk name of the runtime's glue (what tracebacks show for `luasnap_step`).
 pub const RUNTIME_CHUNK: &str = "=[luasnap runtime]";
@@ -280,7 +317,8 @@ impl Game {
             .deterministic(cfg.seed)
             .window(cfg.window.max(2))
             .snapshot_mode(mode)
-            .gc(GcMode::GENERATIONAL);
+            .gc(GcMode::GENERATIONAL)
+            .full_copy_above(FULL_COPY_ABOVE);
         if let Some(base) = cfg.base_address {
             b = b.base_address(base);
         }
@@ -308,7 +346,9 @@ impl Game {
                 .load(script_source(&cfg.script).as_bytes(), &cfg.chunk_name)
                 .map_err(lua_error)?;
             let driver = vm.load(DRIVER, RUNTIME_CHUNK)?.into_function()?;
-            driver.call::<Value>(&g).map_err(lua_error)?
+            driver
+                .call::<Value>((&g, MANAGED_GC_MIN_GROWTH_KIB))
+                .map_err(lua_error)?
         };
         if let Value::String(what) = &verdict {
             return Err(GameError::Contract {
@@ -329,7 +369,7 @@ impl Game {
     pub fn new(cfg: &GameConfig, backend: Backend) -> Result<Game, GameError> {
         let vm = Self::load_script(cfg, backend).map_err(explain_base_in_use)?;
         let has_digest = Self::has_digest(&vm)?;
-        let game = Game {
+        let mut game = Game {
             vm,
             backend,
             players: cfg.players,
@@ -350,6 +390,7 @@ impl Game {
         game.vm
             .set("luasnap_players", Value::Integer(cfg.players as i64))?;
         game.vm.gc_collect()?;
+        game.manage_collector()?;
         Ok(game)
     }
 
@@ -372,7 +413,7 @@ impl Game {
             )));
         }
         let has_digest = Self::has_digest(&vm)?;
-        Ok(Game {
+        let mut game = Game {
             vm,
             backend,
             players: cfg.players,
@@ -380,7 +421,42 @@ impl Game {
             frame: frame as u64,
             has_digest,
             capacity: cfg.capacity,
-        })
+        };
+        game.vm.gc_collect()?;
+        game.manage_collector()?;
+        Ok(game)
+    }
+
+    /// Decides who runs the collector, once the game's state is built (after `G.init`, or
+    /// after loading a save). With a live heap of at least [`MANAGED_GC_MIN_KIB`], the runtime
+    /// does: the collector goes to incremental mode with automatic collection stopped, and
+    /// `luasnap_step` runs a full collection after `G.step` when the heap has grown enough
+    /// (see [`DRIVER`]). New objects then fill fresh pages instead of holes spread over the
+    /// heap, so a frame writes about the pages the game itself writes, and the collector's
+    /// writes come together in the frames that collect. Smaller heaps keep Lua's generational
+    /// collector, which keeps them compact: a whole copy of them is cheap. A game that stops
+    /// or switches the collector itself in `G.init` keeps its choice. docs/gc.md has the
+    /// measurements.
+    fn manage_collector(&mut self) -> Result<(), GameError> {
+        if self.vm.lua_memory() < MANAGED_GC_MIN_KIB * 1024 {
+            return Ok(());
+        }
+        // The game's own choice stands: the runtime sets generational, running.
+        let chosen = self.vm.exec(
+            "local was = collectgarbage('incremental'); collectgarbage(was); return was, collectgarbage('isrunning')",
+            "=[luasnap runtime]",
+        )?;
+        if chosen
+            != vec![
+                Value::String(b"generational".to_vec()),
+                Value::Boolean(true),
+            ]
+        {
+            return Ok(());
+        }
+        self.vm.set_gc_mode(GcMode::INCREMENTAL)?;
+        self.vm.gc_running(false);
+        Ok(())
     }
 
     /// Restores a [`Vm::capture`] of this game taken at `frame` and switches to `backend`:
