@@ -1051,3 +1051,236 @@ fn foreign_loads_give_no_object_a_finalizer() {
         .unwrap();
     assert_eq!(out[0], Value::Integer(1));
 }
+
+// ----- registers a resumed frame trusts, open upvalues that are never closed, userdata -----
+
+/// The stack values of every suspended coroutine in `node`, edited by `f`.
+fn stack_of(node: &mut Node, f: &mut dyn FnMut(&mut Vec<Node>)) {
+    forge::walk_mut(node, &mut |n| {
+        if let Node::ThreadSuspended { stack, .. } = n {
+            f(stack);
+        }
+    });
+}
+
+/// Resumes `loaded.co` with 1 until it ends; returns its last result.
+fn finish_co(vm: &Vm) -> Vec<Value> {
+    let out = vm
+        .exec(
+            "local co, r = loaded.co
+             repeat local ok, v = coroutine.resume(co, 1) assert(ok, v) r = v until coroutine.status(co) == 'dead'
+             collectgarbage() collectgarbage('generational') collectgarbage() collectgarbage('incremental')
+             return r",
+            "finish",
+        )
+        .unwrap();
+    vm.arena().verify().unwrap();
+    out
+}
+
+/// Found by this attack: a coroutine suspended inside a numeric for loop, or in a function
+/// with a vararg table, resumed with registers the VM never checks again. `OP_FORLOOP`
+/// updates the loop's count and control variable in place (the value, not the tag: a table
+/// there got a counter as its pointer) and `OP_VARARG` reads the vararg table as a table;
+/// both crashed the VM at the first resume. The loader now checks that these registers hold
+/// what `OP_FORPREP` and `OP_VARARGPREP` put there.
+#[test]
+fn registers_a_resumed_frame_trusts_hold_what_the_vm_put_there() {
+    in_child(
+        "registers_a_resumed_frame_trusts_hold_what_the_vm_put_there",
+        || {
+            let int_loop = "co = coroutine.create(function() local s = 0 for i = 1, 10 do s = s + coroutine.yield(i) end return s end) coroutine.resume(co)";
+            let float_loop = "co = coroutine.create(function() local s = 0 for x = 0.5, 9.5 do s = s + coroutine.yield(x) end return s end) coroutine.resume(co)";
+            let nested = "co = coroutine.create(function() local s = 0 for i = 1, 2 do for j = 1, 5 do s = s + coroutine.yield(i) end end return s end) coroutine.resume(co)";
+            let vatab = "co = coroutine.create(function(...t) local u = t local n = coroutine.yield() return select('#', ...) + n + u.n end) coroutine.resume(co, 1, 2, 3)";
+            for (shape, expect) in [(int_loop, 10), (float_loop, 10), (nested, 10), (vatab, 7)] {
+                let (good, mut b) = suspended(shape);
+                for trust in [Trust::Own, Trust::Foreign] {
+                    load(&mut b, &good, trust).unwrap();
+                    let r = finish_co(&b);
+                    assert!(
+                        r == vec![Value::Integer(expect)] || r == vec![Value::Number(expect as f64)],
+                        "{shape}: {r:?}"
+                    );
+                }
+                // Every stack value that is a number or a table, replaced by values of other
+                // types (and, for loops, integers by floats and back).
+                let n = match &good {
+                    Node::Table { entries, .. } => match &entries[0].1 {
+                        Node::ThreadSuspended { stack, .. } => stack.len(),
+                        _ => panic!("a suspended coroutine"),
+                    },
+                    _ => panic!("a table"),
+                };
+                let mut forged = 0;
+                for slot in 1..n {
+                    for with in [forge::table(vec![]), forge::str("x"), Node::Int(3), Node::Float(2.5f64.to_bits())] {
+                        let mut bad = good.clone();
+                        let mut changed = false;
+                        stack_of(&mut bad, &mut |st| {
+                            let old = &st[slot];
+                            let kind = |n: &Node| std::mem::discriminant(n);
+                            if matches!(old, Node::Int(_) | Node::Float(_) | Node::Table { .. })
+                                && kind(old) != kind(&with)
+                            {
+                                st[slot] = with.clone();
+                                changed = true;
+                            }
+                            // References to a replaced table name nothing now.
+                            for v in st.iter_mut().skip(slot + 1) {
+                                if matches!(v, Node::Ref(_)) {
+                                    *v = Node::Nil;
+                                }
+                            }
+                        });
+                        if !changed {
+                            continue;
+                        }
+                        for trust in [Trust::Own, Trust::Foreign] {
+                            match load(&mut b, &bad, trust) {
+                                // A local the VM does not trust: the game's code sees it.
+                                Ok(()) => {
+                                    let _ = b.exec(
+                                        "local co = loaded.co for _ = 1, 12 do coroutine.resume(co, 1) end collectgarbage() collectgarbage()",
+                                        "use",
+                                    );
+                                    b.arena().verify().unwrap();
+                                }
+                                Err(e) => {
+                                    forged += 1;
+                                    assert!(e.contains("suspended coroutine"), "{shape}: {e}");
+                                }
+                            }
+                        }
+                    }
+                }
+                assert!(forged > 0, "{shape}: no forged register was refused");
+            }
+        },
+    );
+}
+
+/// Found by this attack: an open upvalue into a live local of a frame whose function has no
+/// captured local, so its return does not close upvalues (no `k` flag). The frame returned,
+/// the upvalue stayed open above the stack's top, and once the collector shrank the stack it
+/// pointed outside it. Honest saves only capture locals of functions that close them.
+#[test]
+fn open_upvalues_only_into_frames_that_close_them() {
+    in_child("open_upvalues_only_into_frames_that_close_them", || {
+        let locals: Vec<String> = (1..=180).map(|i| format!("a{i}")).collect();
+        let game = format!(
+            "local x = 0 function bump(v) if v ~= nil then x = v end return x end
+             local function plain(a) local {} = a coroutine.yield() return a end
+             co = coroutine.create(function() local r = plain(5) return r end) coroutine.resume(co)",
+            locals.join(", ")
+        );
+        let a = vm();
+        a.exec(&game, "game").unwrap();
+        a.exec("saved = { co, bump }", "s").unwrap();
+        let good = decoded(&a, "saved");
+        let mut b = vm();
+        b.exec(&game, "game").unwrap();
+        load(&mut b, &good, Trust::Own).unwrap();
+        use_it(&b);
+        let mut bad = good.clone();
+        let mut level = 0;
+        forge::walk_mut(&mut bad, &mut |n| {
+            if let Node::ThreadSuspended { frames, .. } = n {
+                level = frames[1].func + 150; // a local of `plain`, well inside its frame
+            }
+        });
+        forge::walk_mut(&mut bad, &mut |n| {
+            if let Node::Table { entries, .. } = n {
+                for (k, v) in entries.iter_mut() {
+                    if let (Node::Int(2), Node::LClosure { upvals, .. }) = (k, v) {
+                        // The coroutine is object 1 (the table's first entry).
+                        upvals[0] = Upval::Open {
+                            level,
+                            thread: Node::Ref(1),
+                        };
+                    }
+                }
+            }
+        });
+        for trust in [Trust::Own, Trust::Foreign] {
+            let r = load(&mut b, &bad, trust);
+            if r.is_ok() {
+                // Before the fix: the frame returns, the stack shrinks, bump writes outside it.
+                let _ = b.exec(
+                    "local co, f = loaded[1], loaded[2] coroutine.resume(co) collectgarbage() collectgarbage()
+                     for i = 1, 100 do f({ i }) end collectgarbage()",
+                    "use",
+                );
+            }
+            let e = refused(r, "an open upvalue into a frame that never closes it");
+            assert!(e.contains("open upvalue"), "{e}");
+            use_it(&b);
+        }
+    });
+}
+
+/// Found by this attack: a userdata rebuilt from the file's bytes could take the metatable of
+/// a C library's type (io's `FILE*`, reached through a rebuild function returning
+/// `getmetatable(io.stdout)`). io's functions and its `__gc` then read the bytes as a
+/// `luaL_Stream`: the collector called the file's close-function pointer (0x4242...) with no
+/// game code involved. Lua code cannot give a userdata a metatable; neither can a save now.
+#[test]
+fn userdata_from_bytes_never_take_a_c_library_metatable() {
+    in_child("userdata_from_bytes_never_take_a_c_library_metatable", || {
+        let game = "function getfmt() return getmetatable(io.stdout) end";
+        let a = vm();
+        a.exec(game, "game").unwrap();
+        let ctor = closure_node(&a, "getfmt", 0);
+        let mut bytes = vec![0x41u8; 8];
+        bytes.extend_from_slice(&[0x42u8; 8]);
+        let file = |meta: Node| Node::Table {
+            narr: 0,
+            nhash: 2,
+            meta: Box::new(Node::Nil),
+            entries: vec![
+                (forge::str("m"), Node::Thunk(Box::new(ctor.clone()))),
+                (
+                    forge::str("u"),
+                    Node::UdBytes {
+                        bytes: bytes.clone(),
+                        nuv: 0,
+                        meta: Box::new(meta),
+                        uvs: vec![],
+                    },
+                ),
+            ],
+        };
+        let mut b = vm();
+        b.exec(game, "game").unwrap();
+        b.register_constructor("getfmt").unwrap();
+        // Foreign loads refuse io's metatable for its __gc already; with finalizers allowed,
+        // its methods (f:close() calls the forged pointer) are what the check stops.
+        let foreign_with_gc = LoadOptions {
+            finalizers: true,
+            ..LoadOptions::foreign()
+        };
+        for opts in [LoadOptions::own(), foreign_with_gc] {
+            let r = load_with(&mut b, &file(Node::Ref(1)), &opts);
+            if r.is_ok() {
+                let _ = b.exec(
+                    "print(loaded.u) loaded = nil collectgarbage() collectgarbage()",
+                    "use",
+                );
+            }
+            let e = refused(r, "a forged userdata with io's metatable");
+            assert!(e.contains("C library"), "{e}");
+            use_it(&b);
+        }
+        // An ordinary metatable is still the file's to give.
+        let plain = file(forge::table(vec![("kind", forge::str("blob"))]));
+        load(&mut b, &plain, Trust::Foreign).unwrap();
+        let out = b
+            .exec("return getmetatable(loaded.u).kind", "check")
+            .unwrap();
+        assert!(
+            matches!(&out[..], [Value::String(s)] if String::from_utf8_lossy(s) == "blob"),
+            "{out:?}"
+        );
+        use_it(&b);
+    });
+}

@@ -1038,6 +1038,43 @@ static const char *check_constructor_tables(lua_State *co, const luasnap_ci *r) 
   return NULL;
 }
 
+/* The other registers a resumed Lua frame trusts without checking their types:
+**   - the control registers of every numeric for loop the frame is suspended inside (the
+**     loop's OP_FORLOOP at q jumps back to q + 1 - Bx, so its body is [q + 1 - Bx, q]):
+**     OP_FORLOOP updates R[A] and R[A+2] in place with chgivalue/chgfltvalue, which keep the
+**     tag (a table there would get a counter as its pointer). Invariant checked: what
+**     OP_FORPREP leaves (lvm.c, forprep): with an integer step R[A+1], the count R[A] and the
+**     control variable R[A+2] are integers; otherwise all three are floats;
+**   - the vararg table of a function that has one (PF_VATAB): OP_VARARG reads register
+**     'numparams' with hvalue (luaT_getvarargs). Invariant checked: it holds a table, as
+**     OP_VARARGPREP (the first instruction, before any yield) leaves it; the parameter is
+**     read-only, so the function's code never changes it.
+** Returns NULL or a static message. */
+static const char *check_trusted_registers(lua_State *co, const luasnap_ci *r) {
+  const Proto *p = clLvalue(s2v(co->stack.p + r->func))->p;
+  StkId base = co->stack.p + r->func + 1;
+  int at = r->pc - 1;  /* the instruction the frame is suspended in (pc checked >= 1) */
+  int q;
+  if ((p->flag & PF_VATAB)
+      && (r->func + 1 + p->numparams >= r->top || !ttistable(s2v(base + p->numparams))))
+    return "a vararg function whose vararg table is not a table";
+  for (q = at; q < p->sizecode; q++) {
+    Instruction ins = p->code[q];
+    if (GET_OPCODE(ins) == OP_FORLOOP && q + 1 - GETARG_Bx(ins) <= at) {
+      int a = GETARG_A(ins);
+      const TValue *count, *step, *ctl;
+      if (r->func + 1 + a + 2 >= r->top) return "a numeric for loop outside its frame";
+      count = s2v(base + a);
+      step = s2v(base + a + 1);
+      ctl = s2v(base + a + 2);
+      if (ttisinteger(step) ? !(ttisinteger(count) && ttisinteger(ctl))
+                            : !(ttisfloat(step) && ttisfloat(count) && ttisfloat(ctl)))
+        return "a numeric for loop whose control registers are not the numbers it keeps there";
+    }
+  }
+  return NULL;
+}
+
 /* Checks every frame of a suspended coroutine against the instruction (or the C function)
 ** its caller is suspended in: the callee's function slot and the results it was asked for
 ** must be exactly those the VM would have used, so that returning, 'luaV_finishOp' and
@@ -1070,6 +1107,7 @@ const char *luasnap_check_call_sites(lua_State *co, const luasnap_ci *cis, int n
     int fresh = (r->callstatus & CIST_FRESH) != 0;
     if (callee_lua) {
       const char *bad = check_constructor_tables(co, r);
+      if (bad == NULL) bad = check_trusted_registers(co, r);
       if (bad != NULL) return bad;
     }
     if (i == 0) {
@@ -1166,19 +1204,48 @@ const char *luasnap_check_call_sites(lua_State *co, const luasnap_ci *cis, int n
   return NULL;
 }
 
+/* Whether every return of p closes the upvalues still open in its frame. With a captured
+** local (lparser.c: 'needclose'), luaK_finish gives OP_RETURN and OP_TAILCALL the k flag and
+** turns OP_RETURN0/OP_RETURN1 into OP_RETURN; without one, a return leaves them open. */
+static int proto_closes(const Proto *p) {
+  int q;
+  for (q = 0; q < p->sizecode; q++) {
+    Instruction ins = p->code[q];
+    switch (GET_OPCODE(ins)) {
+      case OP_RETURN0: case OP_RETURN1: return 0;
+      case OP_RETURN: case OP_TAILCALL: if (!TESTARG_k(ins)) return 0; break;
+      default: break;
+    }
+  }
+  return 1;
+}
+
 /* Checks that every open upvalue of a loaded suspended coroutine is a live local of one of
-** its Lua frames (above the function slot, below the frame's top). The loader joins open
-** upvalues into loaded coroutines only, and calls this once the whole file is read: a level
-** outside every frame could be cut off when the collector shrinks the stack. Returns 0 if
-** all are in place, -1 otherwise. */
-int luasnap_thread_check_upvals(lua_State *co) {
+** its Lua frames (above the function slot, below the frame's top) whose function closes its
+** upvalues when it returns. The loader joins open upvalues into loaded coroutines only, and
+** calls this once the whole file is read. Invariants checked: a level outside every frame
+** could be cut off when the collector shrinks the stack; so could one in a frame whose
+** function never closes (an honest one only captures locals of a function that does): the
+** frame returns, the upvalue stays open above the top, and luaD_shrinkstack moves it out of
+** the stack (a dangling pointer into the arena). `memo` (nmemo bytes, zeroed) caches
+** proto_closes per frame, innermost first, so the check is O(upvalues x frames + code).
+** Returns 0 if all are in place, -1 otherwise. */
+int luasnap_thread_check_upvals(lua_State *co, unsigned char *memo, int nmemo) {
   UpVal *uv;
   for (uv = co->openupval; uv != NULL; uv = uv->u.open.next) {
     StkId level = uplevel(uv);
     CallInfo *ci;
-    int ok = 0;
-    for (ci = co->ci; ci != &co->base_ci && !ok; ci = ci->previous)
-      ok = isLua(ci) && level > ci->func.p && level < ci->top.p;
+    int ok = 0, d = 0;
+    for (ci = co->ci; ci != &co->base_ci && !ok; ci = ci->previous, d++) {
+      int closes;
+      if (!isLua(ci) || level <= ci->func.p || level >= ci->top.p) continue;
+      if (d < nmemo && memo[d] != 0) closes = memo[d] == 1;
+      else {
+        closes = proto_closes(clLvalue(s2v(ci->func.p))->p);
+        if (d < nmemo) memo[d] = closes ? 1 : 2;
+      }
+      ok = closes;
+    }
     if (!ok) return -1;
   }
   return 0;

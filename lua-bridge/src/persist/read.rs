@@ -37,7 +37,7 @@ unsafe extern "C" {
         ud: *mut c_void,
     );
     fn luasnap_gc_stopem(L: *mut lua_State, on: c_int);
-    fn luasnap_thread_check_upvals(co: *mut lua_State) -> c_int;
+    fn luasnap_thread_check_upvals(co: *mut lua_State, memo: *mut u8, nmemo: c_int) -> c_int;
     fn luasnap_thread_set_tbc(
         co: *mut lua_State,
         slots: *const i32,
@@ -78,6 +78,32 @@ unsafe fn has_gc(L: *mut lua_State) -> bool {
         let found = ffi::lua_rawget(L, -2) != ffi::LUA_TNIL;
         ffi::lua_settop(L, -2);
         found
+    }
+}
+
+/// Why a userdata rebuilt from the file's bytes may not take a C library's metatable.
+const LIBRARY_METATABLE: &str = "a userdata rebuilt from bytes with the metatable of a C library's type (luaL_newmetatable: io's FILE*, say); that library's functions and __gc would trust the forged bytes as its own struct (a file handle's close function pointer, for one)";
+
+/// Whether the table on top is a metatable a C library registered for its userdata
+/// (`luaL_newmetatable`: `registry[mt.__name] == mt`). Such a library finds its userdata by
+/// that metatable (`luaL_checkudata`) and trusts their payload, so a userdata whose bytes
+/// come from a file must not get it.
+///
+/// # Safety
+/// Protected context, a table on top and two free slots.
+unsafe fn library_metatable(L: *mut lua_State) -> bool {
+    // SAFETY: raw reads; pushes and pops two values ("__name" is a short string: pushing
+    // it may allocate, which the protected context allows).
+    unsafe {
+        ffi::lua_pushstring(L, c"__name".as_ptr());
+        if ffi::lua_rawget(L, -2) != ffi::LUA_TSTRING {
+            ffi::lua_settop(L, -2);
+            return false;
+        }
+        ffi::lua_rawget(L, ffi::LUA_REGISTRYINDEX);
+        let same = ffi::lua_rawequal(L, -1, -2) != 0;
+        ffi::lua_settop(L, -2);
+        same
     }
 }
 
@@ -466,9 +492,12 @@ impl<'a> Loader<'a> {
             // Open upvalues point into live locals of the coroutines' frames: a level above
             // every frame could be cut off when the collector shrinks the stack.
             for &co in &self.threads {
-                if luasnap_thread_check_upvals(co) != 0 {
+                let (mut size, mut nci, mut tbc, mut errfunc) = (0, 0, 0, 0);
+                super::luasnap_thread_info(co, &mut size, &mut nci, &mut tbc, &mut errfunc);
+                let mut memo = vec![0u8; nci.max(0) as usize];
+                if luasnap_thread_check_upvals(co, memo.as_mut_ptr(), nci) != 0 {
                     return Err(self.malformed(
-                        "an open upvalue outside the live locals of its coroutine's frames",
+                        "an open upvalue outside the live locals of its coroutine's frames, or in a frame whose function does not close its upvalues when it returns",
                     ));
                 }
             }
@@ -1986,6 +2015,10 @@ impl<'a> Loader<'a> {
                         if t == ffi::LUA_TTABLE && !self.opts.finalizers && has_gc(L) {
                             ffi::lua_settop(L, -3);
                             return Err(self.fail(NO_FINALIZERS));
+                        }
+                        if t == ffi::LUA_TTABLE && library_metatable(L) {
+                            ffi::lua_settop(L, -3);
+                            return Err(self.malformed(LIBRARY_METATABLE));
                         }
                         ffi::lua_setmetatable(L, -2);
                     } else {
