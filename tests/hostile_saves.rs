@@ -1284,3 +1284,106 @@ fn userdata_from_bytes_never_take_a_c_library_metatable() {
         use_it(&b);
     });
 }
+
+/// Found by this attack: a pending to-be-closed entry at a register the frame never declared
+/// `<close>` (here a temporary above a later `local x <close>`). `luaF_newtbcupval` trusts
+/// every new variable to be above the newest entry; one below made its loop of dummy nodes
+/// run on past the stack (SIGSEGV at the first resume). Entries must now be locals in scope
+/// whose first instruction marks them to be closed (or be under the `OP_CLOSE`/return the
+/// frame is suspended in). Honest coroutines suspended everywhere a `<close>` can be pending
+/// still load and close each variable once.
+#[test]
+fn to_be_closed_entries_are_variables_the_frame_declared() {
+    in_child(
+        "to_be_closed_entries_are_variables_the_frame_declared",
+        || {
+            let closer = "closed = 0 local mt = { __close = function() closed = closed + 1 end }
+                 function C() return setmetatable({}, mt) end
+                 local ymt = { __close = function() closed = closed + 1 coroutine.yield('in close') end }
+                 function Y() return setmetatable({}, ymt) end ";
+            let honest = [
+                // yield with two pending variables, in a nested block, after a plain local
+                "co = coroutine.create(function() local p = 1 local a <close> = C() do local b <close> = C() coroutine.yield() end coroutine.yield() return p end)",
+                // a generic for whose closing value is pending, yield in the body
+                "co = coroutine.create(function() for i in function(_, i) i = i + 1 if i <= 3 then return i end end, nil, 0, C() do coroutine.yield(i) end return 0 end)",
+                // yield inside __close at a block's end, another variable still pending
+                "co = coroutine.create(function() local a <close> = C() do local b <close> = C() local y <close> = Y() end coroutine.yield() return 1 end)",
+                // yield inside __close while returning
+                "co = coroutine.create(function() local a <close> = C() local y <close> = Y() return 7 end)",
+                // frames in frames, each with its own
+                "local function inner() local x <close> = C() coroutine.yield() return 1 end
+                 co = coroutine.create(function() local a <close> = C() local r = inner() coroutine.yield() return r end)",
+            ];
+            for shape in honest {
+                let game = format!("{closer} {shape} coroutine.resume(co)");
+                let a = vm();
+                a.exec(&game, "game").unwrap();
+                a.exec("saved = { co = co }", "s").unwrap();
+                let node = decoded(&a, "saved");
+                // What the rest of a straight run closes.
+                let expect = a
+                    .exec(
+                        "local before = closed
+                         repeat local ok, e = coroutine.resume(co) assert(ok, e) until coroutine.status(co) == 'dead'
+                         return closed - before",
+                        "run",
+                    )
+                    .unwrap();
+                let mut b = vm();
+                b.exec(&game, "game").unwrap();
+                for trust in [Trust::Own, Trust::Foreign] {
+                    b.exec("closed = 0", "reset").unwrap();
+                    load(&mut b, &node, trust).unwrap_or_else(|e| panic!("{shape}: {e}"));
+                    let got = b
+                        .exec(
+                            "local co = loaded.co
+                             repeat local ok, e = coroutine.resume(co) assert(ok, e) until coroutine.status(co) == 'dead'
+                             collectgarbage() return closed",
+                            "run",
+                        )
+                        .unwrap();
+                    assert_eq!(got, expect, "{shape}");
+                    b.arena().verify().unwrap();
+                }
+            }
+            // The attack: an entry at a temporary above a later <close> local.
+            let game = "co = coroutine.create(function() coroutine.yield() local x <close> = setmetatable({}, { __close = function() end }) return 1 end) coroutine.resume(co)";
+            let (good, mut b) = suspended(game);
+            let mut bad = good.clone();
+            forge::walk_mut(&mut bad, &mut |n| {
+                if let Node::ThreadSuspended {
+                    stack,
+                    n: count,
+                    tbc,
+                    ..
+                } = n
+                {
+                    let closable = Node::Table {
+                        narr: 0,
+                        nhash: 0,
+                        meta: Box::new(forge::table(vec![(
+                            "__close",
+                            forge::perm("tostring"),
+                        )])),
+                        entries: vec![],
+                    };
+                    while stack.len() < 4 {
+                        stack.push(Node::Nil);
+                    }
+                    stack[3] = closable;
+                    *count = stack.len() as u64;
+                    tbc.push(4);
+                }
+            });
+            for trust in [Trust::Own, Trust::Foreign] {
+                let r = load(&mut b, &bad, trust);
+                if r.is_ok() {
+                    let _ = b.exec("coroutine.resume(loaded.co) collectgarbage()", "use");
+                }
+                let e = refused(r, "a to-be-closed entry the frame never declared");
+                assert!(e.contains("to-be-closed"), "{e}");
+                use_it(&b);
+            }
+        },
+    );
+}

@@ -1306,6 +1306,38 @@ int luasnap_thread_tbc(lua_State *co, int32_t *out, int max) {
   return n;
 }
 
+/* Whether register r of the Lua frame ci may be a pending to-be-closed variable where the
+** frame is suspended (the instruction before savedpc), as lparser.c makes them:
+**   - the frame is suspended in a __close call of OP_CLOSE A with r >= A, or of a return that
+**     closes (OP_RETURN k): finishOp repeats the instruction, which closes every entry at or
+**     above A (the frame's base for a return) before anything else runs;
+**   - or r is a local variable in scope there (the debug information's locvars, as
+**     luaF_getlocalname counts them: the n-th local in scope is register n - 1) whose first
+**     instruction marks it to be closed: OP_TBC r (localstat: adjustlocalvars, then
+**     checktoclose) or OP_TFORPREP r - 2 (forlist: the closing variable of a generic for).
+**     Locals leave scope (endpc) at the OP_CLOSE of their block, which pops them.
+** A function without debug information (a stripped binary chunk) has no such record: its
+** frames cannot have pending to-be-closed variables restored. */
+static int tbc_in_scope(CallInfo *ci, int r) {
+  const Proto *p = clLvalue(s2v(ci->func.p))->p;
+  int pc = (int)(ci->u.l.savedpc - p->code) - 1;  /* restored: 0 <= pc < sizecode */
+  Instruction ins = p->code[pc];
+  int i, n = r + 1;
+  if (GET_OPCODE(ins) == OP_CLOSE && r >= GETARG_A(ins)) return 1;
+  if (GET_OPCODE(ins) == OP_RETURN && TESTARG_k(ins)) return 1;
+  for (i = 0; i < p->sizelocvars && p->locvars[i].startpc <= pc; i++) {
+    if (pc < p->locvars[i].endpc && --n == 0) {
+      int start = p->locvars[i].startpc;
+      Instruction mark;
+      if (start < 0 || start >= p->sizecode) return 0;
+      mark = p->code[start];
+      return (GET_OPCODE(mark) == OP_TBC && GETARG_A(mark) == r)
+          || (GET_OPCODE(mark) == OP_TFORPREP && GETARG_A(mark) + 2 == r);
+    }
+  }
+  return 0;
+}
+
 /* Rebuilds the to-be-closed list of a coroutine restored by luasnap_thread_restore (frames in
 ** place, list empty) from `n` stack offsets, oldest first. Returns NULL, or why the offsets
 ** are refused (nothing changed then). */
@@ -1332,6 +1364,12 @@ const char *luasnap_thread_set_tbc(lua_State *co, const int32_t *slots, int n) {
         break;
       }
     if (!inframe) return "a to-be-closed variable outside the locals of a Lua frame";
+    /* Invariant checked: the innermost Lua frame holding it declared it to be closed and it
+    ** is in scope where the frame is suspended (see tbc_in_scope). luaF_newtbcupval trusts
+    ** that every later OP_TBC is above the newest entry: one below it (or at it) made the
+    ** loop that adds dummy nodes run on past the stack. */
+    if (!tbc_in_scope(ci, (int)(level - (ci->func.p + 1))))
+      return "a to-be-closed variable that its frame did not declare or that is out of scope";
     /* Invariant checked: the value has a __close metamethod (false and nil never enter the
     ** list; other values are refused by OP_TBC). */
     if (l_isfalse(s2v(level)) || notm(luaT_gettmbyobj(co, s2v(level), TM_CLOSE)))
