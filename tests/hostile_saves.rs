@@ -1387,3 +1387,156 @@ fn to_be_closed_entries_are_variables_the_frame_declared() {
         },
     );
 }
+
+/// Found by this attack: open upvalues were checked once the whole file was read, but Lua code
+/// the load runs before that (a rebuild function later in the file, here one that resumes the
+/// coroutine and keeps the closure) could use a coroutine whose open upvalue sat in a frame
+/// that never closes it: the frame returned, a collection shrank the stack, and the kept
+/// closure pointed outside it even though the load then failed. Now an open upvalue into a
+/// complete coroutine is checked before it is joined, a coroutine's own are checked as soon
+/// as its frames are, and a coroutine still being read cannot be resumed at all.
+#[test]
+fn no_load_time_code_sees_an_unchecked_coroutine() {
+    in_child("no_load_time_code_sees_an_unchecked_coroutine", || {
+        let locals: Vec<String> = (1..=60).map(|i| format!("a{i}")).collect();
+        let game = format!(
+            "local x = 0 function bump(v) if v ~= nil then x = v end return x end
+             local function plain(a) local {} = a coroutine.yield() return a end
+             co = coroutine.create(function() local r = plain(5) return r end) coroutine.resume(co)
+             local CO, F = 'CO', 'F'
+             function evil() ran = true keep = F resumed = coroutine.resume(CO) collectgarbage() return 1 end",
+            locals.join(", ")
+        );
+        let a = vm();
+        a.exec(&game, "game").unwrap();
+        a.exec("saved = { co }", "s").unwrap();
+        let with_co = decoded(&a, "saved");
+        let (co_node, level) = match &with_co {
+            Node::Table { entries, .. } => match &entries[0].1 {
+                t @ Node::ThreadSuspended { frames, .. } => (t.clone(), frames[1].func + 40),
+                other => panic!("{other:?}"),
+            },
+            other => panic!("{other:?}"),
+        };
+        let nprotos = protos_in(&co_node);
+        // evil's prototype is listed before those of its upvalues.
+        let evil = closure_node(&a, "evil", nprotos);
+        let bump = closure_node(&a, "bump", nprotos + 1);
+        // evil's upvalues: F becomes a closure of bump with an open upvalue into a local of
+        // `plain` (no captured local: its return leaves upvalues open), CO the coroutine.
+        let mut evil = evil;
+        if let Node::LClosure { upvals, .. } = &mut evil {
+            for u in upvals.iter_mut() {
+                match u {
+                    Upval::New(Node::Str(s)) if s == b"F" => {
+                        let mut f = bump.clone();
+                        if let Node::LClosure { upvals, .. } = &mut f {
+                            upvals[0] = Upval::Open {
+                                level,
+                                thread: Node::Ref(1),
+                            };
+                        }
+                        *u = Upval::New(f);
+                    }
+                    Upval::New(Node::Str(s)) if s == b"CO" => *u = Upval::New(Node::Ref(1)),
+                    _ => {}
+                }
+            }
+        }
+        let file = Node::Table {
+            narr: 2,
+            nhash: 0,
+            meta: Box::new(Node::Nil),
+            entries: vec![
+                (Node::Int(1), co_node.clone()),
+                (Node::Int(2), Node::Thunk(Box::new(evil.clone()))),
+            ],
+        };
+        let mut b = vm();
+        b.exec(&game, "game").unwrap();
+        b.register_constructor("evil").unwrap();
+        for trust in [Trust::Own, Trust::Foreign] {
+            b.exec("ran, keep, resumed = nil", "reset").unwrap();
+            let r = load(&mut b, &file, trust);
+            let out = b
+                .exec("local k = keep keep = nil return ran, resumed, k ~= nil", "probe")
+                .unwrap();
+            if out[0] == Value::Boolean(true) {
+                // Before the fix: the kept closure writes outside the shrunk stack.
+                let _ = b.exec("for i = 1, 100 do if keep then keep({ i }) end end", "use");
+            }
+            assert_eq!(out, vec![Value::Nil, Value::Nil, Value::Boolean(false)], "{r:?}");
+            let e = refused(r, "an open upvalue into a frame that never closes it");
+            assert!(e.contains("open upvalue"), "{e}");
+            use_it(&b);
+        }
+        // A coroutine still being read is not resumable: the rebuild function sits in its own
+        // stack (a local of `plain`), so it runs while the coroutine's values are arriving.
+        let mut building = co_node.clone();
+        let mut evil_inside = with_index_of(&evil, nprotos);
+        if let Node::LClosure { upvals, .. } = &mut evil_inside {
+            for u in upvals.iter_mut() {
+                if let Upval::New(Node::LClosure { .. }) = u {
+                    *u = Upval::New(Node::Nil);
+                }
+            }
+        }
+        stack_of(&mut building, &mut |st| {
+            let slot = level as usize - 1; // stack[0] is slot 1
+            st[slot] = Node::Thunk(Box::new(evil_inside.clone()));
+        });
+        let file = Node::Table {
+            narr: 1,
+            nhash: 0,
+            meta: Box::new(Node::Nil),
+            entries: vec![(Node::Int(1), building)],
+        };
+        for trust in [Trust::Own, Trust::Foreign] {
+            b.exec("ran, keep, resumed = nil", "reset").unwrap();
+            let r = load(&mut b, &file, trust);
+            let out = b.exec("return ran, resumed", "probe").unwrap();
+            assert_eq!(
+                out,
+                vec![Value::Boolean(true), Value::Boolean(false)],
+                "the coroutine was resumed while it was being read ({r:?})"
+            );
+            r.unwrap();
+            let out = b
+                .exec(
+                    "local co = loaded[1] local ok = coroutine.resume(co) collectgarbage() return ok, coroutine.status(co)",
+                    "finish",
+                )
+                .unwrap();
+            assert_eq!(out[0], Value::Boolean(true), "{out:?}");
+            use_it(&b);
+        }
+    });
+}
+
+/// A closure node whose (detached) prototype is listed under `index`.
+fn with_index_of(closure: &Node, index: u64) -> Node {
+    match closure {
+        Node::LClosure { proto, n, upvals } => Node::LClosure {
+            proto: with_index(proto, index),
+            n: *n,
+            upvals: upvals.clone(),
+        },
+        other => other.clone(),
+    }
+}
+
+/// How many prototypes a tree lists (the next new one gets this index).
+fn protos_in(node: &Node) -> u64 {
+    let mut n = node.clone();
+    let mut count = 0;
+    forge::walk_mut(&mut n, &mut |x| {
+        if let Node::LClosure {
+            proto: Proto::New { .. },
+            ..
+        } = x
+        {
+            count += 1;
+        }
+    });
+    count
+}

@@ -1230,24 +1230,50 @@ static int proto_closes(const Proto *p) {
 ** the stack (a dangling pointer into the arena). `memo` (nmemo bytes, zeroed) caches
 ** proto_closes per frame, innermost first, so the check is O(upvalues x frames + code).
 ** Returns 0 if all are in place, -1 otherwise. */
+static int upval_level_ok(lua_State *co, StkId level, unsigned char *memo, int nmemo) {
+  CallInfo *ci;
+  int d = 0;
+  for (ci = co->ci; ci != &co->base_ci; ci = ci->previous, d++) {
+    int closes;
+    if (!isLua(ci) || level <= ci->func.p || level >= ci->top.p) continue;
+    if (d < nmemo && memo[d] != 0) closes = memo[d] == 1;
+    else {
+      closes = proto_closes(clLvalue(s2v(ci->func.p))->p);
+      if (d < nmemo) memo[d] = closes ? 1 : 2;
+    }
+    if (closes) return 1;
+  }
+  return 0;
+}
+
 int luasnap_thread_check_upvals(lua_State *co, unsigned char *memo, int nmemo) {
   UpVal *uv;
-  for (uv = co->openupval; uv != NULL; uv = uv->u.open.next) {
-    StkId level = uplevel(uv);
-    CallInfo *ci;
-    int ok = 0, d = 0;
-    for (ci = co->ci; ci != &co->base_ci && !ok; ci = ci->previous, d++) {
-      int closes;
-      if (!isLua(ci) || level <= ci->func.p || level >= ci->top.p) continue;
-      if (d < nmemo && memo[d] != 0) closes = memo[d] == 1;
-      else {
-        closes = proto_closes(clLvalue(s2v(ci->func.p))->p);
-        if (d < nmemo) memo[d] = closes ? 1 : 2;
-      }
-      ok = closes;
-    }
-    if (!ok) return -1;
+  for (uv = co->openupval; uv != NULL; uv = uv->u.open.next)
+    if (!upval_level_ok(co, uplevel(uv), memo, nmemo)) return -1;
+  return 0;
+}
+
+/* The same check for the one open upvalue at stack slot `level` of co, whose frames are
+** restored: the loader joins an upvalue into such a coroutine only after this says 0, since
+** Lua code the load runs later (a rebuild function) may resume the coroutine. */
+int luasnap_thread_check_upval(lua_State *co, int level) {
+  if (level < 1 || level >= (int)(co->top.p - co->stack.p)) return -1;
+  return upval_level_ok(co, co->stack.p + level, NULL, 0) ? 0 : -1;
+}
+
+/* Marks (on != 0) a coroutine the loader is still building (its stack values arrive one by
+** one, interleaved with Lua code the load runs, such as rebuild functions; its frames and
+** open upvalues are checked when it is complete), or ends the mark. Invariant kept: nothing
+** resumes it meanwhile: lua_resume refuses every status but LUA_OK and LUA_YIELD ("cannot
+** resume dead coroutine"). Ending it returns -1 if Lua code reset the coroutine meanwhile
+** (coroutine.close or a coroutine.wrap call, through luaE_resetthread), else 0. */
+int luasnap_thread_building(lua_State *co, int on) {
+  if (on) {
+    co->status = LUA_ERRERR;
+    return 0;
   }
+  if (co->status != LUA_ERRERR || co->ci != &co->base_ci) return -1;
+  co->status = LUA_OK;
   return 0;
 }
 

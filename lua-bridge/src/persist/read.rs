@@ -38,6 +38,8 @@ unsafe extern "C" {
     );
     fn luasnap_gc_stopem(L: *mut lua_State, on: c_int);
     fn luasnap_thread_check_upvals(co: *mut lua_State, memo: *mut u8, nmemo: c_int) -> c_int;
+    fn luasnap_thread_check_upval(co: *mut lua_State, level: c_int) -> c_int;
+    fn luasnap_thread_building(co: *mut lua_State, on: c_int) -> c_int;
     fn luasnap_thread_set_tbc(
         co: *mut lua_State,
         slots: *const i32,
@@ -78,6 +80,24 @@ unsafe fn has_gc(L: *mut lua_State) -> bool {
         let found = ffi::lua_rawget(L, -2) != ffi::LUA_TNIL;
         ffi::lua_settop(L, -2);
         found
+    }
+}
+
+/// Why an open upvalue is refused (see `luasnap_thread_check_upvals`).
+const OPEN_UPVALUE: &str = "an open upvalue outside the live locals of its coroutine's frames, or in a frame whose function does not close its upvalues when it returns";
+
+/// `luasnap_thread_check_upvals` for the restored coroutine `co`: 0 if every open upvalue
+/// is in place.
+///
+/// # Safety
+/// `co` is a coroutine whose frames the loader restored.
+unsafe fn check_upvals(co: *mut lua_State) -> c_int {
+    // SAFETY: reads co's frames and upvalues; the memo holds one byte per frame.
+    unsafe {
+        let (mut size, mut nci, mut tbc, mut errfunc) = (0, 0, 0, 0);
+        super::luasnap_thread_info(co, &mut size, &mut nci, &mut tbc, &mut errfunc);
+        let mut memo = vec![0u8; nci.max(0) as usize];
+        luasnap_thread_check_upvals(co, memo.as_mut_ptr(), nci)
     }
 }
 
@@ -492,13 +512,8 @@ impl<'a> Loader<'a> {
             // Open upvalues point into live locals of the coroutines' frames: a level above
             // every frame could be cut off when the collector shrinks the stack.
             for &co in &self.threads {
-                let (mut size, mut nci, mut tbc, mut errfunc) = (0, 0, 0, 0);
-                super::luasnap_thread_info(co, &mut size, &mut nci, &mut tbc, &mut errfunc);
-                let mut memo = vec![0u8; nci.max(0) as usize];
-                if luasnap_thread_check_upvals(co, memo.as_mut_ptr(), nci) != 0 {
-                    return Err(self.malformed(
-                        "an open upvalue outside the live locals of its coroutine's frames, or in a frame whose function does not close its upvalues when it returns",
-                    ));
+                if check_upvals(co) != 0 {
+                    return Err(self.malformed(OPEN_UPVALUE));
                 }
             }
             // Two-phase initializers run last, in creation order, on the complete graph.
@@ -829,6 +844,10 @@ impl<'a> Loader<'a> {
                     self.all_threads.push(co);
                     if kind == THREAD_SUSPENDED {
                         self.threads.push(co);
+                    }
+                    if kind == THREAD_SUSPENDED || kind == THREAD_NOT_STARTED {
+                        // Unresumable until complete and checked (see Frame::Thread).
+                        luasnap_thread_building(co, 1);
                     }
                     self.register(L, s, id)?;
                     match kind {
@@ -1389,9 +1408,21 @@ impl<'a> Loader<'a> {
                 } => {
                     let (id, i, n, errfunc) = (*id, *next, *n, *errfunc);
                     if i > n {
+                        ffi::lua_rawgeti(L, s.objs, id as ffi::lua_Integer);
+                        let co = ffi::lua_tothread(L, -1);
+                        ffi::lua_settop(L, -2);
+                        if luasnap_thread_building(co, 0) != 0 {
+                            return Err(self.malformed(
+                                "a load-time function reset a coroutine the load was still building",
+                            ));
+                        }
                         self.join_pending(L, s, id)?;
                         if let Some(errfunc) = errfunc {
                             self.restore_frames(L, s, id, errfunc)?;
+                            // Checked now, before any Lua code the load runs could resume it.
+                            if check_upvals(co) != 0 {
+                                return Err(self.malformed(OPEN_UPVALUE));
+                            }
                         }
                         return Ok(self.finish(L, s, id));
                     }
@@ -1982,6 +2013,14 @@ impl<'a> Loader<'a> {
                             if co.is_null() || !self.threads.contains(&co) {
                                 ffi::lua_settop(L, -3);
                                 return Err(self.malformed("bad open upvalue"));
+                            }
+                            // Into a coroutine already complete: checked at once, since
+                            // Lua code the load runs next could resume it.
+                            if ffi::lua_status(co) == ffi::LUA_YIELD
+                                && luasnap_thread_check_upval(co, level) != 0
+                            {
+                                ffi::lua_settop(L, -3);
+                                return Err(self.malformed(OPEN_UPVALUE));
                             }
                             if luasnap_upval_join_open(L, -2, i, co, level) != 0 {
                                 // A slot of a coroutine whose stack is still being read (a
