@@ -1540,3 +1540,57 @@ fn protos_in(node: &Node) -> u64 {
     });
     count
 }
+
+/// Found by this attack: foreign loads refused metatables with `__gc` only where the loader
+/// sets them, but a registered constructor sets metatables too, and a foreign file chooses its
+/// closure's upvalues: `_ENV` (or a local class) replaced by a table whose `Vec` has `__gc`
+/// made the rebuilt object finalizable, and after the load the collector called a game
+/// function that was no constructor. Foreign loads now mark nothing for finalization at all.
+#[test]
+fn constructors_give_no_finalizer_in_foreign_loads() {
+    let game = "Vec = {} Vec.__index = Vec
+        Vec.__persist = function(v) local x, y = v.x, v.y return function() return setmetatable({ x = x, y = y }, Vec) end end
+        function note() noted = (noted or 0) + 1 end";
+    let a = vm();
+    a.exec(game, "game").unwrap();
+    a.exec("v = setmetatable({ x = 1, y = 2 }, Vec)", "v").unwrap();
+    let rebuild = match decoded(&a, "v") {
+        Node::Thunk(c) => with_index_of(&c, 0),
+        other => panic!("{other:?}"),
+    };
+    let note = closure_node(&a, "note", 1);
+    let mut b = vm();
+    b.exec(game, "game").unwrap();
+    b.register_constructor("Vec.__persist").unwrap();
+    // The rebuild closure's upvalues: _ENV, x, y. Its _ENV now holds a Vec with __gc.
+    let mut forged = rebuild.clone();
+    if let Node::LClosure { upvals, .. } = &mut forged {
+        upvals[0] = Upval::New(forge::table(vec![
+            ("setmetatable", forge::perm("setmetatable")),
+            ("Vec", forge::table(vec![("__gc", note)])),
+        ]));
+    }
+    let file = forge::table(vec![("v", Node::Thunk(Box::new(forged)))]);
+    load(&mut b, &file, Trust::Foreign).unwrap();
+    let out = b
+        .exec(
+            "local x = loaded.v.x loaded = nil collectgarbage() collectgarbage() return x, noted",
+            "gc",
+        )
+        .unwrap();
+    assert_eq!(out, vec![Value::Integer(1), Value::Nil], "a finalizer ran");
+    // The collector runs again after the load, and own loads keep Eris's behaviour.
+    let out = b
+        .exec(
+            "local before = collectgarbage('count') for i = 1, 1e5 do local t = {} end
+             return collectgarbage('isrunning')",
+            "running",
+        )
+        .unwrap();
+    assert_eq!(out, vec![Value::Boolean(true)]);
+    load(&mut b, &file, Trust::Own).unwrap();
+    let out = b
+        .exec("loaded = nil collectgarbage() collectgarbage() return noted", "gc")
+        .unwrap();
+    assert_eq!(out, vec![Value::Integer(1)]);
+}

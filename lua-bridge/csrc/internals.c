@@ -1284,6 +1284,22 @@ void luasnap_gc_stopem(lua_State *L, int on) {
   G(L)->gcstopem = on ? 1 : 0;
 }
 
+/* Marks (on != 0) or unmarks the state as one where no object may be marked for finalization,
+** returning whether it was marked. A foreign load without finalizers marks it for the whole
+** load: luaC_checkfinalizer marks nothing while GCSTPCLS is set (lgc.c: "no extra finalizers
+** after here", as when a state closes), so a metatable with __gc that a registered
+** constructor sets (setmetatable with a class from the file's upvalues) gives no finalizer
+** either, not only those the loader sets and refuses. Invariant kept: nothing else runs with
+** the bit: lua_gc ignores every call while it is set (the load has stopped the collector
+** before, and restarts it after unmarking). */
+int luasnap_gc_nofinal(lua_State *L, int on) {
+  global_State *g = G(L);
+  int was = (g->gcstp & GCSTPCLS) != 0;
+  if (on) g->gcstp |= GCSTPCLS;
+  else g->gcstp &= (lu_byte)~GCSTPCLS;
+  return was;
+}
+
 /* Bytes the VM has allocated (for a load's heap-growth cap). */
 uint64_t luasnap_heap_bytes(lua_State *L) {
   return (uint64_t)gettotalbytes(G(L));

@@ -37,6 +37,7 @@ unsafe extern "C" {
         ud: *mut c_void,
     );
     fn luasnap_gc_stopem(L: *mut lua_State, on: c_int);
+    fn luasnap_gc_nofinal(L: *mut lua_State, on: c_int) -> c_int;
     fn luasnap_thread_check_upvals(co: *mut lua_State, memo: *mut u8, nmemo: c_int) -> c_int;
     fn luasnap_thread_check_upval(co: *mut lua_State, level: c_int) -> c_int;
     fn luasnap_thread_building(co: *mut lua_State, on: c_int) -> c_int;
@@ -272,6 +273,9 @@ pub(crate) struct Loader<'a> {
     all_threads: Vec<*mut lua_State>,
     /// The C functions of `coroutine.wrap`'s and `string.gmatch`'s helpers, once looked up.
     aux: Option<(usize, usize)>,
+    /// Whether this load marked the state as one without new finalizers (its caller unmarks
+    /// it: [`Loader::end_nofinal`]).
+    nofinal_marked: bool,
 }
 
 /// A chunk a file names (format 4).
@@ -349,7 +353,22 @@ impl<'a> Loader<'a> {
             pending_open: Vec::new(),
             all_threads: Vec::new(),
             aux: None,
+            nofinal_marked: false,
         }
+    }
+
+    /// Unmarks the state this load marked as one without new finalizers; returns whether it
+    /// did (the collector must then be restarted, if it ran before: `lua_gc` ignored it).
+    ///
+    /// # Safety
+    /// `L` is a thread of the VM the load ran in, the load over.
+    pub(crate) unsafe fn end_nofinal(&mut self, L: *mut lua_State) -> bool {
+        let marked = std::mem::take(&mut self.nofinal_marked);
+        if marked {
+            // SAFETY: clears one bit of the global state.
+            unsafe { luasnap_gc_nofinal(L, 0) };
+        }
+        marked
     }
 
     fn fail(&mut self, what: impl Into<String>) -> Fail {
@@ -489,6 +508,11 @@ impl<'a> Loader<'a> {
             // No emergency collection while prototypes are looked up by raw pointer (the
             // caller allows them again when the load ends, whatever its outcome).
             luasnap_gc_stopem(L, 1);
+            if !self.opts.finalizers {
+                // No finalizer from anything the load runs (see luasnap_gc_nofinal); the
+                // caller unmarks it after the load (`nofinal_marked`).
+                self.nofinal_marked = luasnap_gc_nofinal(L, 1) == 0;
+            }
             let mut ready = self.value(L, s)?;
             loop {
                 if ready {
