@@ -92,7 +92,10 @@ fn the_structured_target_generates_table_layouts() {
     let generated = (0..2000u32)
         .map(|i| {
             let input: Vec<u8> = (0..64u32)
-                .map(|j| (i.wrapping_mul(2654435761) ^ j.wrapping_mul(40503)).to_le_bytes()[j as usize % 4])
+                .map(|j| {
+                    (i.wrapping_mul(2654435761) ^ j.wrapping_mul(40503)).to_le_bytes()
+                        [j as usize % 4]
+                })
                 .collect();
             layouts(&structured(&input, &seeds, &dict))
         })

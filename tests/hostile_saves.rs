@@ -136,12 +136,19 @@ fn refused(r: Result<(), String>, what: &str) -> String {
 /// not crash at once shows here.
 fn use_it(vm: &Vm) {
     let _ = vm.exec(
-        "if type(loaded) == 'table' then
+        "local threads = {}
+         if type(loaded) == 'table' then
            for _, v in pairs(loaded) do
              if type(v) == 'function' then for _ = 1, 50 do pcall(v, 1, 2) end
-             elseif type(v) == 'thread' then for _ = 1, 3 do coroutine.resume(v, 1, 2, 3) end end
+             elseif type(v) == 'thread' then
+               for _ = 1, 3 do coroutine.resume(v, 1, 2, 3) end
+               threads[#threads + 1] = v
+             end
            end
          end
+         pcall(eris.persist, loaded)
+         collectgarbage('generational') collectgarbage() collectgarbage('incremental')
+         for _, co in ipairs(threads) do pcall(coroutine.close, co) end
          loaded = nil collectgarbage() collectgarbage()",
         "use",
     );
@@ -1099,7 +1106,8 @@ fn registers_a_resumed_frame_trusts_hold_what_the_vm_put_there() {
                     load(&mut b, &good, trust).unwrap();
                     let r = finish_co(&b);
                     assert!(
-                        r == vec![Value::Integer(expect)] || r == vec![Value::Number(expect as f64)],
+                        r == vec![Value::Integer(expect)]
+                            || r == vec![Value::Number(expect as f64)],
                         "{shape}: {r:?}"
                     );
                 }
@@ -1114,7 +1122,12 @@ fn registers_a_resumed_frame_trusts_hold_what_the_vm_put_there() {
                 };
                 let mut forged = 0;
                 for slot in 1..n {
-                    for with in [forge::table(vec![]), forge::str("x"), Node::Int(3), Node::Float(2.5f64.to_bits())] {
+                    for with in [
+                        forge::table(vec![]),
+                        forge::str("x"),
+                        Node::Int(3),
+                        Node::Float(2.5f64.to_bits()),
+                    ] {
                         let mut bad = good.clone();
                         let mut changed = false;
                         stack_of(&mut bad, &mut |st| {
@@ -1226,63 +1239,66 @@ fn open_upvalues_only_into_frames_that_close_them() {
 /// game code involved. Lua code cannot give a userdata a metatable; neither can a save now.
 #[test]
 fn userdata_from_bytes_never_take_a_c_library_metatable() {
-    in_child("userdata_from_bytes_never_take_a_c_library_metatable", || {
-        let game = "function getfmt() return getmetatable(io.stdout) end";
-        let a = vm();
-        a.exec(game, "game").unwrap();
-        let ctor = closure_node(&a, "getfmt", 0);
-        let mut bytes = vec![0x41u8; 8];
-        bytes.extend_from_slice(&[0x42u8; 8]);
-        let file = |meta: Node| Node::Table {
-            narr: 0,
-            nhash: 2,
-            meta: Box::new(Node::Nil),
-            entries: vec![
-                (forge::str("m"), Node::Thunk(Box::new(ctor.clone()))),
-                (
-                    forge::str("u"),
-                    Node::UdBytes {
-                        bytes: bytes.clone(),
-                        nuv: 0,
-                        meta: Box::new(meta),
-                        uvs: vec![],
-                    },
-                ),
-            ],
-        };
-        let mut b = vm();
-        b.exec(game, "game").unwrap();
-        b.register_constructor("getfmt").unwrap();
-        // Foreign loads refuse io's metatable for its __gc already; with finalizers allowed,
-        // its methods (f:close() calls the forged pointer) are what the check stops.
-        let foreign_with_gc = LoadOptions {
-            finalizers: true,
-            ..LoadOptions::foreign()
-        };
-        for opts in [LoadOptions::own(), foreign_with_gc] {
-            let r = load_with(&mut b, &file(Node::Ref(1)), &opts);
-            if r.is_ok() {
-                let _ = b.exec(
-                    "print(loaded.u) loaded = nil collectgarbage() collectgarbage()",
-                    "use",
-                );
+    in_child(
+        "userdata_from_bytes_never_take_a_c_library_metatable",
+        || {
+            let game = "function getfmt() return getmetatable(io.stdout) end";
+            let a = vm();
+            a.exec(game, "game").unwrap();
+            let ctor = closure_node(&a, "getfmt", 0);
+            let mut bytes = vec![0x41u8; 8];
+            bytes.extend_from_slice(&[0x42u8; 8]);
+            let file = |meta: Node| Node::Table {
+                narr: 0,
+                nhash: 2,
+                meta: Box::new(Node::Nil),
+                entries: vec![
+                    (forge::str("m"), Node::Thunk(Box::new(ctor.clone()))),
+                    (
+                        forge::str("u"),
+                        Node::UdBytes {
+                            bytes: bytes.clone(),
+                            nuv: 0,
+                            meta: Box::new(meta),
+                            uvs: vec![],
+                        },
+                    ),
+                ],
+            };
+            let mut b = vm();
+            b.exec(game, "game").unwrap();
+            b.register_constructor("getfmt").unwrap();
+            // Foreign loads refuse io's metatable for its __gc already; with finalizers allowed,
+            // its methods (f:close() calls the forged pointer) are what the check stops.
+            let foreign_with_gc = LoadOptions {
+                finalizers: true,
+                ..LoadOptions::foreign()
+            };
+            for opts in [LoadOptions::own(), foreign_with_gc] {
+                let r = load_with(&mut b, &file(Node::Ref(1)), &opts);
+                if r.is_ok() {
+                    let _ = b.exec(
+                        "print(loaded.u) loaded = nil collectgarbage() collectgarbage()",
+                        "use",
+                    );
+                }
+                let e = refused(r, "a forged userdata with io's metatable");
+                assert!(e.contains("C library"), "{e}");
+                use_it(&b);
             }
-            let e = refused(r, "a forged userdata with io's metatable");
-            assert!(e.contains("C library"), "{e}");
+            // An ordinary metatable is still the file's to give.
+            let plain = file(forge::table(vec![("kind", forge::str("blob"))]));
+            load(&mut b, &plain, Trust::Foreign).unwrap();
+            let out = b
+                .exec("return getmetatable(loaded.u).kind", "check")
+                .unwrap();
+            assert!(
+                matches!(&out[..], [Value::String(s)] if String::from_utf8_lossy(s) == "blob"),
+                "{out:?}"
+            );
             use_it(&b);
-        }
-        // An ordinary metatable is still the file's to give.
-        let plain = file(forge::table(vec![("kind", forge::str("blob"))]));
-        load(&mut b, &plain, Trust::Foreign).unwrap();
-        let out = b
-            .exec("return getmetatable(loaded.u).kind", "check")
-            .unwrap();
-        assert!(
-            matches!(&out[..], [Value::String(s)] if String::from_utf8_lossy(s) == "blob"),
-            "{out:?}"
-        );
-        use_it(&b);
-    });
+        },
+    );
 }
 
 /// Found by this attack: a pending to-be-closed entry at a register the frame never declared
@@ -1361,10 +1377,7 @@ fn to_be_closed_entries_are_variables_the_frame_declared() {
                     let closable = Node::Table {
                         narr: 0,
                         nhash: 0,
-                        meta: Box::new(forge::table(vec![(
-                            "__close",
-                            forge::perm("tostring"),
-                        )])),
+                        meta: Box::new(forge::table(vec![("__close", forge::perm("tostring"))])),
                         entries: vec![],
                     };
                     while stack.len() < 4 {
@@ -1459,13 +1472,20 @@ fn no_load_time_code_sees_an_unchecked_coroutine() {
             b.exec("ran, keep, resumed = nil", "reset").unwrap();
             let r = load(&mut b, &file, trust);
             let out = b
-                .exec("local k = keep keep = nil return ran, resumed, k ~= nil", "probe")
+                .exec(
+                    "local k = keep keep = nil return ran, resumed, k ~= nil",
+                    "probe",
+                )
                 .unwrap();
             if out[0] == Value::Boolean(true) {
                 // Before the fix: the kept closure writes outside the shrunk stack.
                 let _ = b.exec("for i = 1, 100 do if keep then keep({ i }) end end", "use");
             }
-            assert_eq!(out, vec![Value::Nil, Value::Nil, Value::Boolean(false)], "{r:?}");
+            assert_eq!(
+                out,
+                vec![Value::Nil, Value::Nil, Value::Boolean(false)],
+                "{r:?}"
+            );
             let e = refused(r, "an open upvalue into a frame that never closes it");
             assert!(e.contains("open upvalue"), "{e}");
             use_it(&b);
@@ -1553,7 +1573,8 @@ fn constructors_give_no_finalizer_in_foreign_loads() {
         function note() noted = (noted or 0) + 1 end";
     let a = vm();
     a.exec(game, "game").unwrap();
-    a.exec("v = setmetatable({ x = 1, y = 2 }, Vec)", "v").unwrap();
+    a.exec("v = setmetatable({ x = 1, y = 2 }, Vec)", "v")
+        .unwrap();
     let rebuild = match decoded(&a, "v") {
         Node::Thunk(c) => with_index_of(&c, 0),
         other => panic!("{other:?}"),
@@ -1590,7 +1611,10 @@ fn constructors_give_no_finalizer_in_foreign_loads() {
     assert_eq!(out, vec![Value::Boolean(true)]);
     load(&mut b, &file, Trust::Own).unwrap();
     let out = b
-        .exec("loaded = nil collectgarbage() collectgarbage() return noted", "gc")
+        .exec(
+            "loaded = nil collectgarbage() collectgarbage() return noted",
+            "gc",
+        )
         .unwrap();
     assert_eq!(out, vec![Value::Integer(1)]);
 }

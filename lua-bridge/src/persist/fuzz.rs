@@ -791,7 +791,7 @@ fn poke(vm: &Vm) {
 
 #[doc(hidden)]
 const POKE: &str = r#"
-local seen, budget = {}, 2000
+local seen, budget, threads = {}, 2000, {}
 local function poke(v, depth)
   budget = budget - 1
   if budget < 0 or depth > 20 or seen[v] then return end
@@ -808,7 +808,13 @@ local function poke(v, depth)
     seen[v] = true
     fuzz_hook(v)
     for _ = 1, 3 do coroutine.resume(v, 1, "x") end
+    threads[#threads + 1] = v
   end
 end
 pcall(poke, loaded, 0)
+-- What loaded must also survive: saving it again, both collectors, closing its coroutines.
+pcall(eris.persist, loaded)
+collectgarbage("generational") collectgarbage("step") collectgarbage()
+collectgarbage("incremental")
+for _, co in ipairs(threads) do pcall(coroutine.close, co) end
 "#;
