@@ -1618,3 +1618,29 @@ fn constructors_give_no_finalizer_in_foreign_loads() {
         .unwrap();
     assert_eq!(out, vec![Value::Integer(1)]);
 }
+
+/// Noticed during this attack: the suspended C frame's saved error handler (set only by
+/// `pcall`) was written from whatever an earlier frame left in its `CallInfo` (here a Lua
+/// frame's saved pc, an arena address), so a save of the same state depended on its history.
+#[test]
+fn saves_of_a_suspended_coroutine_carry_no_stale_frame_fields() {
+    let vm = vm();
+    vm.exec(
+        "local function deep(n) if n > 0 then return deep(n - 1) + 1 end return 0 end
+         co = coroutine.create(function() for i = 1, 3 do deep(20) coroutine.yield(i) end end)
+         coroutine.resume(co)",
+        "game",
+    )
+    .unwrap();
+    let mut node = decoded(&vm, "co");
+    let mut seen = 0;
+    frames_of(&mut node, &mut |frames, _| {
+        for f in frames.iter() {
+            if f.callstatus & cist::YPCALL as u64 == 0 {
+                assert!(f.old_errfunc == -1, "a stale saved error handler: {f:?}");
+                seen += 1;
+            }
+        }
+    });
+    assert!(seen >= 2, "{seen}");
+}

@@ -170,7 +170,13 @@ void luasnap_thread_ci(lua_State *co, int level, luasnap_ci *out) {
     out->old_errfunc = -1;
   } else {
     out->k = (const void *)ci->u.c.k;
-    out->old_errfunc = ci->u.c.old_errfunc == 0 ? -1 : (int64_t)(ci->u.c.old_errfunc / (ptrdiff_t)sizeof(StackValue));
+    /* Only lua_pcallk sets old_errfunc (with CIST_YPCALL); in any other C frame (the one
+    ** suspended in coroutine.yield) the field holds what an earlier frame left in this
+    ** CallInfo, such as a Lua frame's savedpc: written as is, it made saves of one state
+    ** differ with its history and put an arena address in the file. */
+    out->old_errfunc = !(ci->callstatus & CIST_YPCALL) || ci->u.c.old_errfunc == 0
+                           ? -1
+                           : (int64_t)(ci->u.c.old_errfunc / (ptrdiff_t)sizeof(StackValue));
     out->ctx = (int64_t)ci->u.c.ctx;
   }
 }
