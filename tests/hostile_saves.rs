@@ -136,12 +136,19 @@ fn refused(r: Result<(), String>, what: &str) -> String {
 /// not crash at once shows here.
 fn use_it(vm: &Vm) {
     let _ = vm.exec(
-        "if type(loaded) == 'table' then
+        "local threads = {}
+         if type(loaded) == 'table' then
            for _, v in pairs(loaded) do
              if type(v) == 'function' then for _ = 1, 50 do pcall(v, 1, 2) end
-             elseif type(v) == 'thread' then for _ = 1, 3 do coroutine.resume(v, 1, 2, 3) end end
+             elseif type(v) == 'thread' then
+               for _ = 1, 3 do coroutine.resume(v, 1, 2, 3) end
+               threads[#threads + 1] = v
+             end
            end
          end
+         pcall(eris.persist, loaded)
+         collectgarbage('generational') collectgarbage() collectgarbage('incremental')
+         for _, co in ipairs(threads) do pcall(coroutine.close, co) end
          loaded = nil collectgarbage() collectgarbage()",
         "use",
     );
@@ -1050,4 +1057,590 @@ fn foreign_loads_give_no_object_a_finalizer() {
         )
         .unwrap();
     assert_eq!(out[0], Value::Integer(1));
+}
+
+// ----- registers a resumed frame trusts, open upvalues that are never closed, userdata -----
+
+/// The stack values of every suspended coroutine in `node`, edited by `f`.
+fn stack_of(node: &mut Node, f: &mut dyn FnMut(&mut Vec<Node>)) {
+    forge::walk_mut(node, &mut |n| {
+        if let Node::ThreadSuspended { stack, .. } = n {
+            f(stack);
+        }
+    });
+}
+
+/// Resumes `loaded.co` with 1 until it ends; returns its last result.
+fn finish_co(vm: &Vm) -> Vec<Value> {
+    let out = vm
+        .exec(
+            "local co, r = loaded.co
+             repeat local ok, v = coroutine.resume(co, 1) assert(ok, v) r = v until coroutine.status(co) == 'dead'
+             collectgarbage() collectgarbage('generational') collectgarbage() collectgarbage('incremental')
+             return r",
+            "finish",
+        )
+        .unwrap();
+    vm.arena().verify().unwrap();
+    out
+}
+
+/// Found by this attack: a coroutine suspended inside a numeric for loop, or in a function
+/// with a vararg table, resumed with registers the VM never checks again. `OP_FORLOOP`
+/// updates the loop's count and control variable in place (the value, not the tag: a table
+/// there got a counter as its pointer) and `OP_VARARG` reads the vararg table as a table;
+/// both crashed the VM at the first resume. The loader now checks that these registers hold
+/// what `OP_FORPREP` and `OP_VARARGPREP` put there.
+#[test]
+fn registers_a_resumed_frame_trusts_hold_what_the_vm_put_there() {
+    in_child(
+        "registers_a_resumed_frame_trusts_hold_what_the_vm_put_there",
+        || {
+            let int_loop = "co = coroutine.create(function() local s = 0 for i = 1, 10 do s = s + coroutine.yield(i) end return s end) coroutine.resume(co)";
+            let float_loop = "co = coroutine.create(function() local s = 0 for x = 0.5, 9.5 do s = s + coroutine.yield(x) end return s end) coroutine.resume(co)";
+            let nested = "co = coroutine.create(function() local s = 0 for i = 1, 2 do for j = 1, 5 do s = s + coroutine.yield(i) end end return s end) coroutine.resume(co)";
+            let vatab = "co = coroutine.create(function(...t) local u = t local n = coroutine.yield() return select('#', ...) + n + u.n end) coroutine.resume(co, 1, 2, 3)";
+            for (shape, expect) in [(int_loop, 10), (float_loop, 10), (nested, 10), (vatab, 7)] {
+                let (good, mut b) = suspended(shape);
+                for trust in [Trust::Own, Trust::Foreign] {
+                    load(&mut b, &good, trust).unwrap();
+                    let r = finish_co(&b);
+                    assert!(
+                        r == vec![Value::Integer(expect)]
+                            || r == vec![Value::Number(expect as f64)],
+                        "{shape}: {r:?}"
+                    );
+                }
+                // Every stack value that is a number or a table, replaced by values of other
+                // types (and, for loops, integers by floats and back).
+                let n = match &good {
+                    Node::Table { entries, .. } => match &entries[0].1 {
+                        Node::ThreadSuspended { stack, .. } => stack.len(),
+                        _ => panic!("a suspended coroutine"),
+                    },
+                    _ => panic!("a table"),
+                };
+                let mut forged = 0;
+                for slot in 1..n {
+                    for with in [
+                        forge::table(vec![]),
+                        forge::str("x"),
+                        Node::Int(3),
+                        Node::Float(2.5f64.to_bits()),
+                    ] {
+                        let mut bad = good.clone();
+                        let mut changed = false;
+                        stack_of(&mut bad, &mut |st| {
+                            let old = &st[slot];
+                            let kind = |n: &Node| std::mem::discriminant(n);
+                            if matches!(old, Node::Int(_) | Node::Float(_) | Node::Table { .. })
+                                && kind(old) != kind(&with)
+                            {
+                                st[slot] = with.clone();
+                                changed = true;
+                            }
+                            // References to a replaced table name nothing now.
+                            for v in st.iter_mut().skip(slot + 1) {
+                                if matches!(v, Node::Ref(_)) {
+                                    *v = Node::Nil;
+                                }
+                            }
+                        });
+                        if !changed {
+                            continue;
+                        }
+                        for trust in [Trust::Own, Trust::Foreign] {
+                            match load(&mut b, &bad, trust) {
+                                // A local the VM does not trust: the game's code sees it.
+                                Ok(()) => {
+                                    let _ = b.exec(
+                                        "local co = loaded.co for _ = 1, 12 do coroutine.resume(co, 1) end collectgarbage() collectgarbage()",
+                                        "use",
+                                    );
+                                    b.arena().verify().unwrap();
+                                }
+                                Err(e) => {
+                                    forged += 1;
+                                    assert!(e.contains("suspended coroutine"), "{shape}: {e}");
+                                }
+                            }
+                        }
+                    }
+                }
+                assert!(forged > 0, "{shape}: no forged register was refused");
+            }
+        },
+    );
+}
+
+/// Found by this attack: an open upvalue into a live local of a frame whose function has no
+/// captured local, so its return does not close upvalues (no `k` flag). The frame returned,
+/// the upvalue stayed open above the stack's top, and once the collector shrank the stack it
+/// pointed outside it. Honest saves only capture locals of functions that close them.
+#[test]
+fn open_upvalues_only_into_frames_that_close_them() {
+    in_child("open_upvalues_only_into_frames_that_close_them", || {
+        let locals: Vec<String> = (1..=180).map(|i| format!("a{i}")).collect();
+        let game = format!(
+            "local x = 0 function bump(v) if v ~= nil then x = v end return x end
+             local function plain(a) local {} = a coroutine.yield() return a end
+             co = coroutine.create(function() local r = plain(5) return r end) coroutine.resume(co)",
+            locals.join(", ")
+        );
+        let a = vm();
+        a.exec(&game, "game").unwrap();
+        a.exec("saved = { co, bump }", "s").unwrap();
+        let good = decoded(&a, "saved");
+        let mut b = vm();
+        b.exec(&game, "game").unwrap();
+        load(&mut b, &good, Trust::Own).unwrap();
+        use_it(&b);
+        let mut bad = good.clone();
+        let mut level = 0;
+        forge::walk_mut(&mut bad, &mut |n| {
+            if let Node::ThreadSuspended { frames, .. } = n {
+                level = frames[1].func + 150; // a local of `plain`, well inside its frame
+            }
+        });
+        forge::walk_mut(&mut bad, &mut |n| {
+            if let Node::Table { entries, .. } = n {
+                for (k, v) in entries.iter_mut() {
+                    if let (Node::Int(2), Node::LClosure { upvals, .. }) = (k, v) {
+                        // The coroutine is object 1 (the table's first entry).
+                        upvals[0] = Upval::Open {
+                            level,
+                            thread: Node::Ref(1),
+                        };
+                    }
+                }
+            }
+        });
+        for trust in [Trust::Own, Trust::Foreign] {
+            let r = load(&mut b, &bad, trust);
+            if r.is_ok() {
+                // Before the fix: the frame returns, the stack shrinks, bump writes outside it.
+                let _ = b.exec(
+                    "local co, f = loaded[1], loaded[2] coroutine.resume(co) collectgarbage() collectgarbage()
+                     for i = 1, 100 do f({ i }) end collectgarbage()",
+                    "use",
+                );
+            }
+            let e = refused(r, "an open upvalue into a frame that never closes it");
+            assert!(e.contains("open upvalue"), "{e}");
+            use_it(&b);
+        }
+    });
+}
+
+/// Found by this attack: a userdata rebuilt from the file's bytes could take the metatable of
+/// a C library's type (io's `FILE*`, reached through a rebuild function returning
+/// `getmetatable(io.stdout)`). io's functions and its `__gc` then read the bytes as a
+/// `luaL_Stream`: the collector called the file's close-function pointer (0x4242...) with no
+/// game code involved. Lua code cannot give a userdata a metatable; neither can a save now.
+#[test]
+fn userdata_from_bytes_never_take_a_c_library_metatable() {
+    in_child(
+        "userdata_from_bytes_never_take_a_c_library_metatable",
+        || {
+            let game = "function getfmt() return getmetatable(io.stdout) end";
+            let a = vm();
+            a.exec(game, "game").unwrap();
+            let ctor = closure_node(&a, "getfmt", 0);
+            let mut bytes = vec![0x41u8; 8];
+            bytes.extend_from_slice(&[0x42u8; 8]);
+            let file = |meta: Node| Node::Table {
+                narr: 0,
+                nhash: 2,
+                meta: Box::new(Node::Nil),
+                entries: vec![
+                    (forge::str("m"), Node::Thunk(Box::new(ctor.clone()))),
+                    (
+                        forge::str("u"),
+                        Node::UdBytes {
+                            bytes: bytes.clone(),
+                            nuv: 0,
+                            meta: Box::new(meta),
+                            uvs: vec![],
+                        },
+                    ),
+                ],
+            };
+            let mut b = vm();
+            b.exec(game, "game").unwrap();
+            b.register_constructor("getfmt").unwrap();
+            // Foreign loads refuse io's metatable for its __gc already; with finalizers allowed,
+            // its methods (f:close() calls the forged pointer) are what the check stops.
+            let foreign_with_gc = LoadOptions {
+                finalizers: true,
+                ..LoadOptions::foreign()
+            };
+            for opts in [LoadOptions::own(), foreign_with_gc] {
+                let r = load_with(&mut b, &file(Node::Ref(1)), &opts);
+                if r.is_ok() {
+                    let _ = b.exec(
+                        "print(loaded.u) loaded = nil collectgarbage() collectgarbage()",
+                        "use",
+                    );
+                }
+                let e = refused(r, "a forged userdata with io's metatable");
+                assert!(e.contains("C library"), "{e}");
+                use_it(&b);
+            }
+            // An ordinary metatable is still the file's to give.
+            let plain = file(forge::table(vec![("kind", forge::str("blob"))]));
+            load(&mut b, &plain, Trust::Foreign).unwrap();
+            let out = b
+                .exec("return getmetatable(loaded.u).kind", "check")
+                .unwrap();
+            assert!(
+                matches!(&out[..], [Value::String(s)] if String::from_utf8_lossy(s) == "blob"),
+                "{out:?}"
+            );
+            use_it(&b);
+        },
+    );
+}
+
+/// Found by this attack: a pending to-be-closed entry at a register the frame never declared
+/// `<close>` (here a temporary above a later `local x <close>`). `luaF_newtbcupval` trusts
+/// every new variable to be above the newest entry; one below made its loop of dummy nodes
+/// run on past the stack (SIGSEGV at the first resume). Entries must now be locals in scope
+/// whose first instruction marks them to be closed (or be under the `OP_CLOSE`/return the
+/// frame is suspended in). Honest coroutines suspended everywhere a `<close>` can be pending
+/// still load and close each variable once.
+#[test]
+fn to_be_closed_entries_are_variables_the_frame_declared() {
+    in_child(
+        "to_be_closed_entries_are_variables_the_frame_declared",
+        || {
+            let closer = "closed = 0 local mt = { __close = function() closed = closed + 1 end }
+                 function C() return setmetatable({}, mt) end
+                 local ymt = { __close = function() closed = closed + 1 coroutine.yield('in close') end }
+                 function Y() return setmetatable({}, ymt) end ";
+            let honest = [
+                // yield with two pending variables, in a nested block, after a plain local
+                "co = coroutine.create(function() local p = 1 local a <close> = C() do local b <close> = C() coroutine.yield() end coroutine.yield() return p end)",
+                // a generic for whose closing value is pending, yield in the body
+                "co = coroutine.create(function() for i in function(_, i) i = i + 1 if i <= 3 then return i end end, nil, 0, C() do coroutine.yield(i) end return 0 end)",
+                // yield inside __close at a block's end, another variable still pending
+                "co = coroutine.create(function() local a <close> = C() do local b <close> = C() local y <close> = Y() end coroutine.yield() return 1 end)",
+                // yield inside __close while returning
+                "co = coroutine.create(function() local a <close> = C() local y <close> = Y() return 7 end)",
+                // frames in frames, each with its own
+                "local function inner() local x <close> = C() coroutine.yield() return 1 end
+                 co = coroutine.create(function() local a <close> = C() local r = inner() coroutine.yield() return r end)",
+            ];
+            for shape in honest {
+                let game = format!("{closer} {shape} coroutine.resume(co)");
+                let a = vm();
+                a.exec(&game, "game").unwrap();
+                a.exec("saved = { co = co }", "s").unwrap();
+                let node = decoded(&a, "saved");
+                // What the rest of a straight run closes.
+                let expect = a
+                    .exec(
+                        "local before = closed
+                         repeat local ok, e = coroutine.resume(co) assert(ok, e) until coroutine.status(co) == 'dead'
+                         return closed - before",
+                        "run",
+                    )
+                    .unwrap();
+                let mut b = vm();
+                b.exec(&game, "game").unwrap();
+                for trust in [Trust::Own, Trust::Foreign] {
+                    b.exec("closed = 0", "reset").unwrap();
+                    load(&mut b, &node, trust).unwrap_or_else(|e| panic!("{shape}: {e}"));
+                    let got = b
+                        .exec(
+                            "local co = loaded.co
+                             repeat local ok, e = coroutine.resume(co) assert(ok, e) until coroutine.status(co) == 'dead'
+                             collectgarbage() return closed",
+                            "run",
+                        )
+                        .unwrap();
+                    assert_eq!(got, expect, "{shape}");
+                    b.arena().verify().unwrap();
+                }
+            }
+            // The attack: an entry at a temporary above a later <close> local.
+            let game = "co = coroutine.create(function() coroutine.yield() local x <close> = setmetatable({}, { __close = function() end }) return 1 end) coroutine.resume(co)";
+            let (good, mut b) = suspended(game);
+            let mut bad = good.clone();
+            forge::walk_mut(&mut bad, &mut |n| {
+                if let Node::ThreadSuspended {
+                    stack,
+                    n: count,
+                    tbc,
+                    ..
+                } = n
+                {
+                    let closable = Node::Table {
+                        narr: 0,
+                        nhash: 0,
+                        meta: Box::new(forge::table(vec![("__close", forge::perm("tostring"))])),
+                        entries: vec![],
+                    };
+                    while stack.len() < 4 {
+                        stack.push(Node::Nil);
+                    }
+                    stack[3] = closable;
+                    *count = stack.len() as u64;
+                    tbc.push(4);
+                }
+            });
+            for trust in [Trust::Own, Trust::Foreign] {
+                let r = load(&mut b, &bad, trust);
+                if r.is_ok() {
+                    let _ = b.exec("coroutine.resume(loaded.co) collectgarbage()", "use");
+                }
+                let e = refused(r, "a to-be-closed entry the frame never declared");
+                assert!(e.contains("to-be-closed"), "{e}");
+                use_it(&b);
+            }
+        },
+    );
+}
+
+/// Found by this attack: open upvalues were checked once the whole file was read, but Lua code
+/// the load runs before that (a rebuild function later in the file, here one that resumes the
+/// coroutine and keeps the closure) could use a coroutine whose open upvalue sat in a frame
+/// that never closes it: the frame returned, a collection shrank the stack, and the kept
+/// closure pointed outside it even though the load then failed. Now an open upvalue into a
+/// complete coroutine is checked before it is joined, a coroutine's own are checked as soon
+/// as its frames are, and a coroutine still being read cannot be resumed at all.
+#[test]
+fn no_load_time_code_sees_an_unchecked_coroutine() {
+    in_child("no_load_time_code_sees_an_unchecked_coroutine", || {
+        let locals: Vec<String> = (1..=60).map(|i| format!("a{i}")).collect();
+        let game = format!(
+            "local x = 0 function bump(v) if v ~= nil then x = v end return x end
+             local function plain(a) local {} = a coroutine.yield() return a end
+             co = coroutine.create(function() local r = plain(5) return r end) coroutine.resume(co)
+             local CO, F = 'CO', 'F'
+             function evil() ran = true keep = F resumed = coroutine.resume(CO) collectgarbage() return 1 end",
+            locals.join(", ")
+        );
+        let a = vm();
+        a.exec(&game, "game").unwrap();
+        a.exec("saved = { co }", "s").unwrap();
+        let with_co = decoded(&a, "saved");
+        let (co_node, level) = match &with_co {
+            Node::Table { entries, .. } => match &entries[0].1 {
+                t @ Node::ThreadSuspended { frames, .. } => (t.clone(), frames[1].func + 40),
+                other => panic!("{other:?}"),
+            },
+            other => panic!("{other:?}"),
+        };
+        let nprotos = protos_in(&co_node);
+        // evil's prototype is listed before those of its upvalues.
+        let evil = closure_node(&a, "evil", nprotos);
+        let bump = closure_node(&a, "bump", nprotos + 1);
+        // evil's upvalues: F becomes a closure of bump with an open upvalue into a local of
+        // `plain` (no captured local: its return leaves upvalues open), CO the coroutine.
+        let mut evil = evil;
+        if let Node::LClosure { upvals, .. } = &mut evil {
+            for u in upvals.iter_mut() {
+                match u {
+                    Upval::New(Node::Str(s)) if s == b"F" => {
+                        let mut f = bump.clone();
+                        if let Node::LClosure { upvals, .. } = &mut f {
+                            upvals[0] = Upval::Open {
+                                level,
+                                thread: Node::Ref(1),
+                            };
+                        }
+                        *u = Upval::New(f);
+                    }
+                    Upval::New(Node::Str(s)) if s == b"CO" => *u = Upval::New(Node::Ref(1)),
+                    _ => {}
+                }
+            }
+        }
+        let file = Node::Table {
+            narr: 2,
+            nhash: 0,
+            meta: Box::new(Node::Nil),
+            entries: vec![
+                (Node::Int(1), co_node.clone()),
+                (Node::Int(2), Node::Thunk(Box::new(evil.clone()))),
+            ],
+        };
+        let mut b = vm();
+        b.exec(&game, "game").unwrap();
+        b.register_constructor("evil").unwrap();
+        for trust in [Trust::Own, Trust::Foreign] {
+            b.exec("ran, keep, resumed = nil", "reset").unwrap();
+            let r = load(&mut b, &file, trust);
+            let out = b
+                .exec(
+                    "local k = keep keep = nil return ran, resumed, k ~= nil",
+                    "probe",
+                )
+                .unwrap();
+            if out[0] == Value::Boolean(true) {
+                // Before the fix: the kept closure writes outside the shrunk stack.
+                let _ = b.exec("for i = 1, 100 do if keep then keep({ i }) end end", "use");
+            }
+            assert_eq!(
+                out,
+                vec![Value::Nil, Value::Nil, Value::Boolean(false)],
+                "{r:?}"
+            );
+            let e = refused(r, "an open upvalue into a frame that never closes it");
+            assert!(e.contains("open upvalue"), "{e}");
+            use_it(&b);
+        }
+        // A coroutine still being read is not resumable: the rebuild function sits in its own
+        // stack (a local of `plain`), so it runs while the coroutine's values are arriving.
+        let mut building = co_node.clone();
+        let mut evil_inside = with_index_of(&evil, nprotos);
+        if let Node::LClosure { upvals, .. } = &mut evil_inside {
+            for u in upvals.iter_mut() {
+                if let Upval::New(Node::LClosure { .. }) = u {
+                    *u = Upval::New(Node::Nil);
+                }
+            }
+        }
+        stack_of(&mut building, &mut |st| {
+            let slot = level as usize - 1; // stack[0] is slot 1
+            st[slot] = Node::Thunk(Box::new(evil_inside.clone()));
+        });
+        let file = Node::Table {
+            narr: 1,
+            nhash: 0,
+            meta: Box::new(Node::Nil),
+            entries: vec![(Node::Int(1), building)],
+        };
+        for trust in [Trust::Own, Trust::Foreign] {
+            b.exec("ran, keep, resumed = nil", "reset").unwrap();
+            let r = load(&mut b, &file, trust);
+            let out = b.exec("return ran, resumed", "probe").unwrap();
+            assert_eq!(
+                out,
+                vec![Value::Boolean(true), Value::Boolean(false)],
+                "the coroutine was resumed while it was being read ({r:?})"
+            );
+            r.unwrap();
+            let out = b
+                .exec(
+                    "local co = loaded[1] local ok = coroutine.resume(co) collectgarbage() return ok, coroutine.status(co)",
+                    "finish",
+                )
+                .unwrap();
+            assert_eq!(out[0], Value::Boolean(true), "{out:?}");
+            use_it(&b);
+        }
+    });
+}
+
+/// A closure node whose (detached) prototype is listed under `index`.
+fn with_index_of(closure: &Node, index: u64) -> Node {
+    match closure {
+        Node::LClosure { proto, n, upvals } => Node::LClosure {
+            proto: with_index(proto, index),
+            n: *n,
+            upvals: upvals.clone(),
+        },
+        other => other.clone(),
+    }
+}
+
+/// How many prototypes a tree lists (the next new one gets this index).
+fn protos_in(node: &Node) -> u64 {
+    let mut n = node.clone();
+    let mut count = 0;
+    forge::walk_mut(&mut n, &mut |x| {
+        if let Node::LClosure {
+            proto: Proto::New { .. },
+            ..
+        } = x
+        {
+            count += 1;
+        }
+    });
+    count
+}
+
+/// Found by this attack: foreign loads refused metatables with `__gc` only where the loader
+/// sets them, but a registered constructor sets metatables too, and a foreign file chooses its
+/// closure's upvalues: `_ENV` (or a local class) replaced by a table whose `Vec` has `__gc`
+/// made the rebuilt object finalizable, and after the load the collector called a game
+/// function that was no constructor. Foreign loads now mark nothing for finalization at all.
+#[test]
+fn constructors_give_no_finalizer_in_foreign_loads() {
+    let game = "Vec = {} Vec.__index = Vec
+        Vec.__persist = function(v) local x, y = v.x, v.y return function() return setmetatable({ x = x, y = y }, Vec) end end
+        function note() noted = (noted or 0) + 1 end";
+    let a = vm();
+    a.exec(game, "game").unwrap();
+    a.exec("v = setmetatable({ x = 1, y = 2 }, Vec)", "v")
+        .unwrap();
+    let rebuild = match decoded(&a, "v") {
+        Node::Thunk(c) => with_index_of(&c, 0),
+        other => panic!("{other:?}"),
+    };
+    let note = closure_node(&a, "note", 1);
+    let mut b = vm();
+    b.exec(game, "game").unwrap();
+    b.register_constructor("Vec.__persist").unwrap();
+    // The rebuild closure's upvalues: _ENV, x, y. Its _ENV now holds a Vec with __gc.
+    let mut forged = rebuild.clone();
+    if let Node::LClosure { upvals, .. } = &mut forged {
+        upvals[0] = Upval::New(forge::table(vec![
+            ("setmetatable", forge::perm("setmetatable")),
+            ("Vec", forge::table(vec![("__gc", note)])),
+        ]));
+    }
+    let file = forge::table(vec![("v", Node::Thunk(Box::new(forged)))]);
+    load(&mut b, &file, Trust::Foreign).unwrap();
+    let out = b
+        .exec(
+            "local x = loaded.v.x loaded = nil collectgarbage() collectgarbage() return x, noted",
+            "gc",
+        )
+        .unwrap();
+    assert_eq!(out, vec![Value::Integer(1), Value::Nil], "a finalizer ran");
+    // The collector runs again after the load, and own loads keep Eris's behaviour.
+    let out = b
+        .exec(
+            "local before = collectgarbage('count') for i = 1, 1e5 do local t = {} end
+             return collectgarbage('isrunning')",
+            "running",
+        )
+        .unwrap();
+    assert_eq!(out, vec![Value::Boolean(true)]);
+    load(&mut b, &file, Trust::Own).unwrap();
+    let out = b
+        .exec(
+            "loaded = nil collectgarbage() collectgarbage() return noted",
+            "gc",
+        )
+        .unwrap();
+    assert_eq!(out, vec![Value::Integer(1)]);
+}
+
+/// Noticed during this attack: the suspended C frame's saved error handler (set only by
+/// `pcall`) was written from whatever an earlier frame left in its `CallInfo` (here a Lua
+/// frame's saved pc, an arena address), so a save of the same state depended on its history.
+#[test]
+fn saves_of_a_suspended_coroutine_carry_no_stale_frame_fields() {
+    let vm = vm();
+    vm.exec(
+        "local function deep(n) if n > 0 then return deep(n - 1) + 1 end return 0 end
+         co = coroutine.create(function() for i = 1, 3 do deep(20) coroutine.yield(i) end end)
+         coroutine.resume(co)",
+        "game",
+    )
+    .unwrap();
+    let mut node = decoded(&vm, "co");
+    let mut seen = 0;
+    frames_of(&mut node, &mut |frames, _| {
+        for f in frames.iter() {
+            if f.callstatus & cist::YPCALL as u64 == 0 {
+                assert!(f.old_errfunc == -1, "a stale saved error handler: {f:?}");
+                seen += 1;
+            }
+        }
+    });
+    assert!(seen >= 2, "{seen}");
 }

@@ -170,7 +170,13 @@ void luasnap_thread_ci(lua_State *co, int level, luasnap_ci *out) {
     out->old_errfunc = -1;
   } else {
     out->k = (const void *)ci->u.c.k;
-    out->old_errfunc = ci->u.c.old_errfunc == 0 ? -1 : (int64_t)(ci->u.c.old_errfunc / (ptrdiff_t)sizeof(StackValue));
+    /* Only lua_pcallk sets old_errfunc (with CIST_YPCALL); in any other C frame (the one
+    ** suspended in coroutine.yield) the field holds what an earlier frame left in this
+    ** CallInfo, such as a Lua frame's savedpc: written as is, it made saves of one state
+    ** differ with its history and put an arena address in the file. */
+    out->old_errfunc = !(ci->callstatus & CIST_YPCALL) || ci->u.c.old_errfunc == 0
+                           ? -1
+                           : (int64_t)(ci->u.c.old_errfunc / (ptrdiff_t)sizeof(StackValue));
     out->ctx = (int64_t)ci->u.c.ctx;
   }
 }
@@ -1056,6 +1062,43 @@ static const char *check_constructor_tables(lua_State *co, const luasnap_ci *r) 
   return NULL;
 }
 
+/* The other registers a resumed Lua frame trusts without checking their types:
+**   - the control registers of every numeric for loop the frame is suspended inside (the
+**     loop's OP_FORLOOP at q jumps back to q + 1 - Bx, so its body is [q + 1 - Bx, q]):
+**     OP_FORLOOP updates R[A] and R[A+2] in place with chgivalue/chgfltvalue, which keep the
+**     tag (a table there would get a counter as its pointer). Invariant checked: what
+**     OP_FORPREP leaves (lvm.c, forprep): with an integer step R[A+1], the count R[A] and the
+**     control variable R[A+2] are integers; otherwise all three are floats;
+**   - the vararg table of a function that has one (PF_VATAB): OP_VARARG reads register
+**     'numparams' with hvalue (luaT_getvarargs). Invariant checked: it holds a table, as
+**     OP_VARARGPREP (the first instruction, before any yield) leaves it; the parameter is
+**     read-only, so the function's code never changes it.
+** Returns NULL or a static message. */
+static const char *check_trusted_registers(lua_State *co, const luasnap_ci *r) {
+  const Proto *p = clLvalue(s2v(co->stack.p + r->func))->p;
+  StkId base = co->stack.p + r->func + 1;
+  int at = r->pc - 1;  /* the instruction the frame is suspended in (pc checked >= 1) */
+  int q;
+  if ((p->flag & PF_VATAB)
+      && (r->func + 1 + p->numparams >= r->top || !ttistable(s2v(base + p->numparams))))
+    return "a vararg function whose vararg table is not a table";
+  for (q = at; q < p->sizecode; q++) {
+    Instruction ins = p->code[q];
+    if (GET_OPCODE(ins) == OP_FORLOOP && q + 1 - GETARG_Bx(ins) <= at) {
+      int a = GETARG_A(ins);
+      const TValue *count, *step, *ctl;
+      if (r->func + 1 + a + 2 >= r->top) return "a numeric for loop outside its frame";
+      count = s2v(base + a);
+      step = s2v(base + a + 1);
+      ctl = s2v(base + a + 2);
+      if (ttisinteger(step) ? !(ttisinteger(count) && ttisinteger(ctl))
+                            : !(ttisfloat(step) && ttisfloat(count) && ttisfloat(ctl)))
+        return "a numeric for loop whose control registers are not the numbers it keeps there";
+    }
+  }
+  return NULL;
+}
+
 /* Checks every frame of a suspended coroutine against the instruction (or the C function)
 ** its caller is suspended in: the callee's function slot and the results it was asked for
 ** must be exactly those the VM would have used, so that returning, 'luaV_finishOp' and
@@ -1088,6 +1131,7 @@ const char *luasnap_check_call_sites(lua_State *co, const luasnap_ci *cis, int n
     int fresh = (r->callstatus & CIST_FRESH) != 0;
     if (callee_lua) {
       const char *bad = check_constructor_tables(co, r);
+      if (bad == NULL) bad = check_trusted_registers(co, r);
       if (bad != NULL) return bad;
     }
     if (i == 0) {
@@ -1184,21 +1228,76 @@ const char *luasnap_check_call_sites(lua_State *co, const luasnap_ci *cis, int n
   return NULL;
 }
 
-/* Checks that every open upvalue of a loaded suspended coroutine is a live local of one of
-** its Lua frames (above the function slot, below the frame's top). The loader joins open
-** upvalues into loaded coroutines only, and calls this once the whole file is read: a level
-** outside every frame could be cut off when the collector shrinks the stack. Returns 0 if
-** all are in place, -1 otherwise. */
-int luasnap_thread_check_upvals(lua_State *co) {
-  UpVal *uv;
-  for (uv = co->openupval; uv != NULL; uv = uv->u.open.next) {
-    StkId level = uplevel(uv);
-    CallInfo *ci;
-    int ok = 0;
-    for (ci = co->ci; ci != &co->base_ci && !ok; ci = ci->previous)
-      ok = isLua(ci) && level > ci->func.p && level < ci->top.p;
-    if (!ok) return -1;
+/* Whether every return of p closes the upvalues still open in its frame. With a captured
+** local (lparser.c: 'needclose'), luaK_finish gives OP_RETURN and OP_TAILCALL the k flag and
+** turns OP_RETURN0/OP_RETURN1 into OP_RETURN; without one, a return leaves them open. */
+static int proto_closes(const Proto *p) {
+  int q;
+  for (q = 0; q < p->sizecode; q++) {
+    Instruction ins = p->code[q];
+    switch (GET_OPCODE(ins)) {
+      case OP_RETURN0: case OP_RETURN1: return 0;
+      case OP_RETURN: case OP_TAILCALL: if (!TESTARG_k(ins)) return 0; break;
+      default: break;
+    }
   }
+  return 1;
+}
+
+/* Checks that every open upvalue of a loaded suspended coroutine is a live local of one of
+** its Lua frames (above the function slot, below the frame's top) whose function closes its
+** upvalues when it returns. The loader joins open upvalues into loaded coroutines only, and
+** calls this once the whole file is read. Invariants checked: a level outside every frame
+** could be cut off when the collector shrinks the stack; so could one in a frame whose
+** function never closes (an honest one only captures locals of a function that does): the
+** frame returns, the upvalue stays open above the top, and luaD_shrinkstack moves it out of
+** the stack (a dangling pointer into the arena). `memo` (nmemo bytes, zeroed) caches
+** proto_closes per frame, innermost first, so the check is O(upvalues x frames + code).
+** Returns 0 if all are in place, -1 otherwise. */
+static int upval_level_ok(lua_State *co, StkId level, unsigned char *memo, int nmemo) {
+  CallInfo *ci;
+  int d = 0;
+  for (ci = co->ci; ci != &co->base_ci; ci = ci->previous, d++) {
+    int closes;
+    if (!isLua(ci) || level <= ci->func.p || level >= ci->top.p) continue;
+    if (d < nmemo && memo[d] != 0) closes = memo[d] == 1;
+    else {
+      closes = proto_closes(clLvalue(s2v(ci->func.p))->p);
+      if (d < nmemo) memo[d] = closes ? 1 : 2;
+    }
+    if (closes) return 1;
+  }
+  return 0;
+}
+
+int luasnap_thread_check_upvals(lua_State *co, unsigned char *memo, int nmemo) {
+  UpVal *uv;
+  for (uv = co->openupval; uv != NULL; uv = uv->u.open.next)
+    if (!upval_level_ok(co, uplevel(uv), memo, nmemo)) return -1;
+  return 0;
+}
+
+/* The same check for the one open upvalue at stack slot `level` of co, whose frames are
+** restored: the loader joins an upvalue into such a coroutine only after this says 0, since
+** Lua code the load runs later (a rebuild function) may resume the coroutine. */
+int luasnap_thread_check_upval(lua_State *co, int level) {
+  if (level < 1 || level >= (int)(co->top.p - co->stack.p)) return -1;
+  return upval_level_ok(co, co->stack.p + level, NULL, 0) ? 0 : -1;
+}
+
+/* Marks (on != 0) a coroutine the loader is still building (its stack values arrive one by
+** one, interleaved with Lua code the load runs, such as rebuild functions; its frames and
+** open upvalues are checked when it is complete), or ends the mark. Invariant kept: nothing
+** resumes it meanwhile: lua_resume refuses every status but LUA_OK and LUA_YIELD ("cannot
+** resume dead coroutine"). Ending it returns -1 if Lua code reset the coroutine meanwhile
+** (coroutine.close or a coroutine.wrap call, through luaE_resetthread), else 0. */
+int luasnap_thread_building(lua_State *co, int on) {
+  if (on) {
+    co->status = LUA_ERRERR;
+    return 0;
+  }
+  if (co->status != LUA_ERRERR || co->ci != &co->base_ci) return -1;
+  co->status = LUA_OK;
   return 0;
 }
 
@@ -1212,6 +1311,22 @@ int luasnap_gc_stopem(lua_State *L, int on) {
   int old = G(L)->gcstopem;
   if (on >= 0) G(L)->gcstopem = on ? 1 : 0;
   return old;
+}
+
+/* Marks (on != 0) or unmarks the state as one where no object may be marked for finalization,
+** returning whether it was marked. A foreign load without finalizers marks it for the whole
+** load: luaC_checkfinalizer marks nothing while GCSTPCLS is set (lgc.c: "no extra finalizers
+** after here", as when a state closes), so a metatable with __gc that a registered
+** constructor sets (setmetatable with a class from the file's upvalues) gives no finalizer
+** either, not only those the loader sets and refuses. Invariant kept: nothing else runs with
+** the bit: lua_gc ignores every call while it is set (the load has stopped the collector
+** before, and restarts it after unmarking). */
+int luasnap_gc_nofinal(lua_State *L, int on) {
+  global_State *g = G(L);
+  int was = (g->gcstp & GCSTPCLS) != 0;
+  if (on) g->gcstp |= GCSTPCLS;
+  else g->gcstp &= (lu_byte)~GCSTPCLS;
+  return was;
 }
 
 /* Bytes the VM has allocated (for a load's heap-growth cap). */
@@ -1262,6 +1377,38 @@ int luasnap_thread_tbc(lua_State *co, int32_t *out, int max) {
   return n;
 }
 
+/* Whether register r of the Lua frame ci may be a pending to-be-closed variable where the
+** frame is suspended (the instruction before savedpc), as lparser.c makes them:
+**   - the frame is suspended in a __close call of OP_CLOSE A with r >= A, or of a return that
+**     closes (OP_RETURN k): finishOp repeats the instruction, which closes every entry at or
+**     above A (the frame's base for a return) before anything else runs;
+**   - or r is a local variable in scope there (the debug information's locvars, as
+**     luaF_getlocalname counts them: the n-th local in scope is register n - 1) whose first
+**     instruction marks it to be closed: OP_TBC r (localstat: adjustlocalvars, then
+**     checktoclose) or OP_TFORPREP r - 2 (forlist: the closing variable of a generic for).
+**     Locals leave scope (endpc) at the OP_CLOSE of their block, which pops them.
+** A function without debug information (a stripped binary chunk) has no such record: its
+** frames cannot have pending to-be-closed variables restored. */
+static int tbc_in_scope(CallInfo *ci, int r) {
+  const Proto *p = clLvalue(s2v(ci->func.p))->p;
+  int pc = (int)(ci->u.l.savedpc - p->code) - 1;  /* restored: 0 <= pc < sizecode */
+  Instruction ins = p->code[pc];
+  int i, n = r + 1;
+  if (GET_OPCODE(ins) == OP_CLOSE && r >= GETARG_A(ins)) return 1;
+  if (GET_OPCODE(ins) == OP_RETURN && TESTARG_k(ins)) return 1;
+  for (i = 0; i < p->sizelocvars && p->locvars[i].startpc <= pc; i++) {
+    if (pc < p->locvars[i].endpc && --n == 0) {
+      int start = p->locvars[i].startpc;
+      Instruction mark;
+      if (start < 0 || start >= p->sizecode) return 0;
+      mark = p->code[start];
+      return (GET_OPCODE(mark) == OP_TBC && GETARG_A(mark) == r)
+          || (GET_OPCODE(mark) == OP_TFORPREP && GETARG_A(mark) + 2 == r);
+    }
+  }
+  return 0;
+}
+
 /* Rebuilds the to-be-closed list of a coroutine restored by luasnap_thread_restore (frames in
 ** place, list empty) from `n` stack offsets, oldest first. Returns NULL, or why the offsets
 ** are refused (nothing changed then). */
@@ -1288,6 +1435,12 @@ const char *luasnap_thread_set_tbc(lua_State *co, const int32_t *slots, int n) {
         break;
       }
     if (!inframe) return "a to-be-closed variable outside the locals of a Lua frame";
+    /* Invariant checked: the innermost Lua frame holding it declared it to be closed and it
+    ** is in scope where the frame is suspended (see tbc_in_scope). luaF_newtbcupval trusts
+    ** that every later OP_TBC is above the newest entry: one below it (or at it) made the
+    ** loop that adds dummy nodes run on past the stack. */
+    if (!tbc_in_scope(ci, (int)(level - (ci->func.p + 1))))
+      return "a to-be-closed variable that its frame did not declare or that is out of scope";
     /* Invariant checked: the value has a __close metamethod (false and nil never enter the
     ** list; other values are refused by OP_TBC). */
     if (l_isfalse(s2v(level)) || notm(luaT_gettmbyobj(co, s2v(level), TM_CLOSE)))

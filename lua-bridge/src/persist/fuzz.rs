@@ -68,6 +68,29 @@ function shapes()
   s.weak = setmetatable({ {} }, { __mode = "k" })
   return s
 end
+-- Registers the VM trusts in a resumed frame, and a frame without a captured local.
+function shapes2()
+  local s = {}
+  s.fornum = started(function() local n = 0 for i = 1, 10 do n = n + coroutine.yield(i) end return n end)
+  s.forfloat = started(function() local n = 0 for x = 0.5, 9.5 do n = n + coroutine.yield(x) end return n end)
+  s.vatab = started(function(...t) local u = t coroutine.yield(u.n) return select('#', ...) end, 1, 2)
+  s.noclose = started(function(a) local b, c = a, a coroutine.yield(b) return c end, 4)
+  s.bump = function() return s end
+  return s
+end
+-- Tables whose hash parts keep a layout (format 5): collisions, removed entries, lastfree.
+function layouts()
+  local t = {}
+  for i = 1, 40 do t["k" .. i] = i end
+  for i = 1, 40, 3 do t["k" .. i] = nil end
+  t.z = true
+  local u = { [1.5] = 1, [true] = 2, [false] = 3, [-7] = 4, [2^53] = 5, x = 6 }
+  u[-7] = nil
+  local w = {}
+  for i = 1, 12 do w[i * 1000] = i end
+  w[2000] = nil w[5000] = nil w.s = "s"
+  return { t = t, u = u, w = w, list = { 1, 2, 3, key = "v" } }
+end
 "#;
 
 /// Permanents the fuzz VM's own-save loads may not name: what would touch the process
@@ -139,6 +162,9 @@ pub fn fuzz_seeds(vm: &Vm) -> Vec<Node> {
         "local s = shapes() fuzz_saved = { s.concat, s.forin, s.tail, s.vararg }",
         "local s = shapes() fuzz_saved = { s.shared, s.get, s.wrap, s.bump }",
         "fuzz_saved = { 1, -2, 3.5, 'str', true, false, { a = { b = {} } } }",
+        "fuzz_saved = shapes2()",
+        "fuzz_saved = layouts()",
+        "local s = shapes2() fuzz_saved = { s.fornum, s.forfloat, s.vatab, s.noclose, s.bump }",
     ] {
         if vm.exec(code, "seed").is_err() {
             continue;
@@ -214,6 +240,7 @@ pub fn structured(data: &[u8], seeds: &[Node], dict: &[String]) -> Node {
         pos: 0,
         dict,
         protos: Vec::new(),
+        layouts: Vec::new(),
     };
     let mut node = if seeds.is_empty() || g.below(8) == 7 {
         forge::table(vec![])
@@ -221,6 +248,7 @@ pub fn structured(data: &[u8], seeds: &[Node], dict: &[String]) -> Node {
         seeds[g.below(seeds.len())].clone()
     };
     g.protos = protos_of(&node);
+    g.layouts = layouts_of(&node);
     // Edits in place: ids and prototype numbers stay consistent, so most files get deep.
     let edits = g.below(6);
     for _ in 0..edits {
@@ -237,6 +265,7 @@ pub fn structured(data: &[u8], seeds: &[Node], dict: &[String]) -> Node {
                     pos: 0,
                     dict: g.dict,
                     protos: g.protos.clone(),
+                    layouts: g.layouts.clone(),
                 };
                 edit_node(n, edit, &mut sub);
                 gen_data = &[];
@@ -272,12 +301,30 @@ fn protos_of(node: &Node) -> Vec<Proto> {
     out
 }
 
+/// The table layouts (format 5) in a tree, in order.
+fn layouts_of(node: &Node) -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    let mut n = node.clone();
+    forge::walk_mut(&mut n, &mut |x| {
+        if let Node::Table { entries, .. } = x {
+            for (k, _) in entries.iter() {
+                if let Node::Layout(b) = k {
+                    out.push(b.clone());
+                }
+            }
+        }
+    });
+    out
+}
+
 /// Input bytes as choices (zeros once they run out).
 struct Gen<'a> {
     data: &'a [u8],
     pos: usize,
     dict: &'a [String],
     protos: Vec<Proto>,
+    /// Honest table layouts of the tree (their hash seed is the VM's).
+    layouts: Vec<Vec<u8>>,
 }
 
 impl<'a> Gen<'a> {
@@ -348,11 +395,80 @@ impl<'a> Gen<'a> {
         }
     }
 
+    /// A table layout (the bytes after `Tag::Layout`): an honest one of the tree with a few
+    /// bytes changed, or one generated node by node (free, removed with a dead key, removed
+    /// with an inline key, or a live entry by rank; chain links; `lastfree`), with the VM's
+    /// hash seed when the tree has one (else the layout is skipped, not checked).
+    fn layout(&mut self) -> Vec<u8> {
+        if !self.layouts.is_empty() && self.below(3) == 0 {
+            let i = self.below(self.layouts.len());
+            let mut b = self.layouts[i].clone();
+            for _ in 0..1 + self.below(3) {
+                if !b.is_empty() {
+                    let i = self.below(b.len());
+                    b[i] = match self.below(3) {
+                        0 => b[i].wrapping_add(1),
+                        1 => b[i].wrapping_sub(1),
+                        _ => self.u8(),
+                    };
+                }
+            }
+            return b;
+        }
+        let honest = self.below(8) != 0;
+        let seed = match self.layouts.first() {
+            Some(b) if honest => super::format::Reader::new(b).varint().unwrap_or(0),
+            _ => self.small(),
+        };
+        let size: u64 = if self.below(8) == 0 {
+            self.small()
+        } else {
+            2u64 << self.below(4)
+        };
+        let mut w = super::format::Writer::default();
+        w.varint(seed);
+        w.varint(size);
+        w.varint(self.delta(size));
+        for _ in 0..size.min(64) {
+            let code = match self.below(5) {
+                0 => 0,
+                1 => 1,
+                2 => 2,
+                _ => 3 + self.below(size.min(64) as usize) as u64,
+            };
+            w.varint(code);
+            if code != 0 {
+                let span = 2 * size.min(64) as usize;
+                w.i64(self.below(span + 1) as i64 - size.min(64) as i64);
+            }
+            if code == 2 {
+                match self.below(4) {
+                    0 => w.varint(super::kind::TRUE),
+                    1 => {
+                        w.varint(super::kind::INT);
+                        w.i64(self.small() as i64);
+                    }
+                    2 => {
+                        w.varint(super::kind::FLOAT);
+                        w.varint((self.small() as f64 + 0.5).to_bits());
+                    }
+                    _ => {
+                        w.varint(super::kind::STR);
+                        let n = self.below(6);
+                        let b = self.take(n).to_vec();
+                        w.bytes(&b);
+                    }
+                }
+            }
+        }
+        w.buf
+    }
+
     fn node(&mut self, depth: usize) -> Node {
         let pick = if depth > 5 {
             self.below(8)
         } else {
-            self.below(22)
+            self.below(23)
         };
         match pick {
             0 => Node::Nil,
@@ -468,6 +584,27 @@ impl<'a> Gen<'a> {
                 }
             }
             20 => Node::MainThread,
+            21 => {
+                // A table whose entries end with a layout of its hash part.
+                let n = self.below(6);
+                let mut entries: Vec<(Node, Node)> = (0..n)
+                    .map(|i| {
+                        let k = match self.below(3) {
+                            0 => Node::Int(self.small() as i64),
+                            1 => forge::str(&format!("k{i}")),
+                            _ => self.node(depth + 1),
+                        };
+                        (k, self.node(depth + 1))
+                    })
+                    .collect();
+                entries.push((Node::Layout(self.layout()), Node::Nil));
+                Node::Table {
+                    narr: self.small(),
+                    nhash: self.small(),
+                    meta: Box::new(Node::Nil),
+                    entries,
+                }
+            }
             _ => Node::UdPlain {
                 name: self.take(4).to_vec(),
                 bytes: self.take(8).to_vec(),
@@ -567,6 +704,7 @@ fn edit_node(n: &mut Node, edit: usize, g: &mut Gen<'_>) {
                 };
             }
         }
+        Node::Layout(b) if edit < 70 => *b = g.layout(),
         Node::Table { narr, nhash, .. } if edit < 40 => {
             *narr = g.delta(*narr);
             *nhash = g.delta(*nhash);
@@ -653,7 +791,7 @@ fn poke(vm: &Vm) {
 
 #[doc(hidden)]
 const POKE: &str = r#"
-local seen, budget = {}, 2000
+local seen, budget, threads = {}, 2000, {}
 local function poke(v, depth)
   budget = budget - 1
   if budget < 0 or depth > 20 or seen[v] then return end
@@ -670,7 +808,13 @@ local function poke(v, depth)
     seen[v] = true
     fuzz_hook(v)
     for _ = 1, 3 do coroutine.resume(v, 1, "x") end
+    threads[#threads + 1] = v
   end
 end
 pcall(poke, loaded, 0)
+-- What loaded must also survive: saving it again, both collectors, closing its coroutines.
+pcall(eris.persist, loaded)
+collectgarbage("generational") collectgarbage("step") collectgarbage()
+collectgarbage("incremental")
+for _, co in ipairs(threads) do pcall(coroutine.close, co) end
 "#;

@@ -1033,6 +1033,12 @@ unsafe fn load_protected(
     // SAFETY: unperms and the file are the two values on top (callers' contract); the count
     // hook bounds Lua code run meanwhile.
     let st = unsafe { call_job(L, &mut body, running) };
+    // SAFETY: L is a thread of this VM; the load is over.
+    unsafe {
+        if loader.end_nofinal(L) && running {
+            ffi::lua_gc(L, ffi::LUA_GCRESTART); // ignored by call_job while the mark was on
+        }
+    }
     let used = budget - shared.budget.get().min(budget);
     shared.loading.set(outer);
     // SAFETY: L is a thread of this VM; emergency collections were stopped by the loader.

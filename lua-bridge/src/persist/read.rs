@@ -37,7 +37,10 @@ unsafe extern "C" {
         f: unsafe extern "C" fn(*const c_void, *mut c_void),
         ud: *mut c_void,
     );
-    fn luasnap_thread_check_upvals(co: *mut lua_State) -> c_int;
+    fn luasnap_gc_nofinal(L: *mut lua_State, on: c_int) -> c_int;
+    fn luasnap_thread_check_upvals(co: *mut lua_State, memo: *mut u8, nmemo: c_int) -> c_int;
+    fn luasnap_thread_check_upval(co: *mut lua_State, level: c_int) -> c_int;
+    fn luasnap_thread_building(co: *mut lua_State, on: c_int) -> c_int;
     fn luasnap_thread_set_tbc(
         co: *mut lua_State,
         slots: *const i32,
@@ -83,6 +86,50 @@ unsafe fn has_gc(L: *mut lua_State) -> bool {
         let found = ffi::lua_rawget(L, -2) != ffi::LUA_TNIL;
         ffi::lua_settop(L, -2);
         found
+    }
+}
+
+/// Why an open upvalue is refused (see `luasnap_thread_check_upvals`).
+const OPEN_UPVALUE: &str = "an open upvalue outside the live locals of its coroutine's frames, or in a frame whose function does not close its upvalues when it returns";
+
+/// `luasnap_thread_check_upvals` for the restored coroutine `co`: 0 if every open upvalue
+/// is in place.
+///
+/// # Safety
+/// `co` is a coroutine whose frames the loader restored.
+unsafe fn check_upvals(co: *mut lua_State) -> c_int {
+    // SAFETY: reads co's frames and upvalues; the memo holds one byte per frame.
+    unsafe {
+        let (mut size, mut nci, mut tbc, mut errfunc) = (0, 0, 0, 0);
+        super::luasnap_thread_info(co, &mut size, &mut nci, &mut tbc, &mut errfunc);
+        let mut memo = vec![0u8; nci.max(0) as usize];
+        luasnap_thread_check_upvals(co, memo.as_mut_ptr(), nci)
+    }
+}
+
+/// Why a userdata rebuilt from the file's bytes may not take a C library's metatable.
+const LIBRARY_METATABLE: &str = "a userdata rebuilt from bytes with the metatable of a C library's type (luaL_newmetatable: io's FILE*, say); that library's functions and __gc would trust the forged bytes as its own struct (a file handle's close function pointer, for one)";
+
+/// Whether the table on top is a metatable a C library registered for its userdata
+/// (`luaL_newmetatable`: `registry[mt.__name] == mt`). Such a library finds its userdata by
+/// that metatable (`luaL_checkudata`) and trusts their payload, so a userdata whose bytes
+/// come from a file must not get it.
+///
+/// # Safety
+/// Protected context, a table on top and two free slots.
+unsafe fn library_metatable(L: *mut lua_State) -> bool {
+    // SAFETY: raw reads; pushes and pops two values ("__name" is a short string: pushing
+    // it may allocate, which the protected context allows).
+    unsafe {
+        ffi::lua_pushstring(L, c"__name".as_ptr());
+        if ffi::lua_rawget(L, -2) != ffi::LUA_TSTRING {
+            ffi::lua_settop(L, -2);
+            return false;
+        }
+        ffi::lua_rawget(L, ffi::LUA_REGISTRYINDEX);
+        let same = ffi::lua_rawequal(L, -1, -2) != 0;
+        ffi::lua_settop(L, -2);
+        same
     }
 }
 
@@ -242,6 +289,9 @@ pub(crate) struct Loader<'a> {
     all_threads: Vec<*mut lua_State>,
     /// The C functions of `coroutine.wrap`'s and `string.gmatch`'s helpers, once looked up.
     aux: Option<(usize, usize)>,
+    /// Whether this load marked the state as one without new finalizers (its caller unmarks
+    /// it: [`Loader::end_nofinal`]).
+    nofinal_marked: bool,
 }
 
 /// A chunk a file names (format 4).
@@ -322,6 +372,7 @@ impl<'a> Loader<'a> {
             pending_open: Vec::new(),
             all_threads: Vec::new(),
             aux: None,
+            nofinal_marked: false,
         }
     }
 
@@ -331,6 +382,20 @@ impl<'a> Loader<'a> {
     pub fn helper_sizes(&self) -> (c_int, c_int) {
         let n = self.r.remaining().min(1 << 30);
         ((n / 6) as c_int, (n / 8) as c_int)
+    }
+
+    /// Unmarks the state this load marked as one without new finalizers; returns whether it
+    /// did (the collector must then be restarted, if it ran before: `lua_gc` ignored it).
+    ///
+    /// # Safety
+    /// `L` is a thread of the VM the load ran in, the load over.
+    pub(crate) unsafe fn end_nofinal(&mut self, L: *mut lua_State) -> bool {
+        let marked = std::mem::take(&mut self.nofinal_marked);
+        if marked {
+            // SAFETY: clears one bit of the global state.
+            unsafe { luasnap_gc_nofinal(L, 0) };
+        }
+        marked
     }
 
     fn fail(&mut self, what: impl Into<String>) -> Fail {
@@ -534,6 +599,11 @@ impl<'a> Loader<'a> {
             // No emergency collection while prototypes are looked up by raw pointer (the
             // caller allows them again when the load ends, whatever its outcome).
             luasnap_gc_stopem(L, 1);
+            if !self.opts.finalizers {
+                // No finalizer from anything the load runs (see luasnap_gc_nofinal); the
+                // caller unmarks it after the load (`nofinal_marked`).
+                self.nofinal_marked = luasnap_gc_nofinal(L, 1) == 0;
+            }
             let mut ready = self.value(L, s)?;
             loop {
                 if ready {
@@ -557,10 +627,8 @@ impl<'a> Loader<'a> {
             // Open upvalues point into live locals of the coroutines' frames: a level above
             // every frame could be cut off when the collector shrinks the stack.
             for &co in &self.threads {
-                if luasnap_thread_check_upvals(co) != 0 {
-                    return Err(self.malformed(
-                        "an open upvalue outside the live locals of its coroutine's frames",
-                    ));
+                if check_upvals(co) != 0 {
+                    return Err(self.malformed(OPEN_UPVALUE));
                 }
             }
             // Two-phase initializers run last, in creation order, on the complete graph.
@@ -891,6 +959,10 @@ impl<'a> Loader<'a> {
                     self.all_threads.push(co);
                     if kind == THREAD_SUSPENDED {
                         self.threads.push(co);
+                    }
+                    if kind == THREAD_SUSPENDED || kind == THREAD_NOT_STARTED {
+                        // Unresumable until complete and checked (see Frame::Thread).
+                        luasnap_thread_building(co, 1);
                     }
                     self.register(L, s, id)?;
                     match kind {
@@ -1451,9 +1523,21 @@ impl<'a> Loader<'a> {
                 } => {
                     let (id, i, n, errfunc) = (*id, *next, *n, *errfunc);
                     if i > n {
+                        ffi::lua_rawgeti(L, s.objs, id as ffi::lua_Integer);
+                        let co = ffi::lua_tothread(L, -1);
+                        ffi::lua_settop(L, -2);
+                        if luasnap_thread_building(co, 0) != 0 {
+                            return Err(self.malformed(
+                                "a load-time function reset a coroutine the load was still building",
+                            ));
+                        }
                         self.join_pending(L, s, id)?;
                         if let Some(errfunc) = errfunc {
                             self.restore_frames(L, s, id, errfunc)?;
+                            // Checked now, before any Lua code the load runs could resume it.
+                            if check_upvals(co) != 0 {
+                                return Err(self.malformed(OPEN_UPVALUE));
+                            }
                         }
                         return Ok(self.finish(L, s, id));
                     }
@@ -2062,6 +2146,14 @@ impl<'a> Loader<'a> {
                                 ffi::lua_settop(L, -3);
                                 return Err(self.malformed("bad open upvalue"));
                             }
+                            // Into a coroutine already complete: checked at once, since
+                            // Lua code the load runs next could resume it.
+                            if ffi::lua_status(co) == ffi::LUA_YIELD
+                                && luasnap_thread_check_upval(co, level) != 0
+                            {
+                                ffi::lua_settop(L, -3);
+                                return Err(self.malformed(OPEN_UPVALUE));
+                            }
                             if luasnap_upval_join_open(L, -2, i, co, level) != 0 {
                                 // A slot of a coroutine whose stack is still being read (a
                                 // closure on it naming a local at or above itself, as a
@@ -2094,6 +2186,10 @@ impl<'a> Loader<'a> {
                         if t == ffi::LUA_TTABLE && !self.opts.finalizers && has_gc(L) {
                             ffi::lua_settop(L, -3);
                             return Err(self.fail(NO_FINALIZERS));
+                        }
+                        if t == ffi::LUA_TTABLE && library_metatable(L) {
+                            ffi::lua_settop(L, -3);
+                            return Err(self.malformed(LIBRARY_METATABLE));
                         }
                         ffi::lua_setmetatable(L, -2);
                     } else {
