@@ -70,8 +70,8 @@ fn ai_village_matches_on_the_arena_backends() {
 }
 
 #[test]
-#[ignore = "the serializer refuses coroutines suspended with pending <close> variables (issue 11)"]
 fn ai_village_matches_with_the_serializer() {
+    // 300 coroutines, some suspended with pending `<close>` variables, through save-games.
     check("ai_village", AI_VILLAGE, 40, &SETUPS, &[Backend::Serialize]);
 }
 
