@@ -111,7 +111,10 @@ impl VmBuilder {
     }
 
     /// Cap the Lua heap: past it, allocations fail with Lua's "not enough memory" error,
-    /// which `pcall` can catch.
+    /// which `pcall` can catch. The cap counts the bytes of live blocks (a small block at its
+    /// size class, a large one in whole pages), as a capping `lua_Alloc` wrapper around malloc
+    /// counts them; the pages the arena holds for them (free slots of partly used spans
+    /// included) may reach at most twice the cap.
     pub fn memory_limit(mut self, bytes: usize) -> Self {
         self.limit = Some(bytes);
         self
