@@ -256,3 +256,38 @@ fn deterministic_sort_behaves_as_stock_and_repeats_its_order() {
     // in a second VM.
     assert_eq!(a[4], run()[4]);
 }
+
+#[test]
+fn randomseed_without_a_seed_is_an_error_not_the_clock() {
+    // Lua 5.5's math.randomseed() with no argument seeds from the clock and an address: each
+    // run and each peer would draw different numbers (an independent newcomer's game desynced
+    // in p2p while simulate, seeding once in G.init, could not see it).
+    let v = vm(3);
+    let err = v
+        .exec("math.randomseed()", "noseed")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("without a seed") && err.contains("math.randomseed(seed)"),
+        "{err}"
+    );
+    // With a seed it is the library's own: same numbers, same returned seeds.
+    let a = v
+        .exec(
+            "local s1, s2 = math.randomseed(7, 9) return s1, s2, math.random(1000), math.random()",
+            "seeded",
+        )
+        .unwrap();
+    let b = Vm::builder()
+        .build()
+        .unwrap()
+        .exec(
+            "local s1, s2 = math.randomseed(7, 9) return s1, s2, math.random(1000), math.random()",
+            "stock",
+        )
+        .unwrap();
+    assert_eq!(a, b);
+    // The standard profile keeps stock behaviour (seeding from the clock is allowed there).
+    let std_vm = Vm::builder().build().unwrap();
+    std_vm.exec("math.randomseed()", "stdnoseed").unwrap();
+}

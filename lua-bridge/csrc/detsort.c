@@ -217,3 +217,18 @@ int luasnap_det_sort (lua_State *L) {
   }
   return 0;
 }
+
+/* math.randomseed for the deterministic profile. With no argument, Lua 5.5's randomseed seeds
+** from the clock and an address (luai_makeseed), which differs between runs and peers; here it
+** is an error saying what to do. With arguments it is the library's own function (upvalue 1),
+** called with the same arguments, so its results and the generator state are unchanged. */
+int luasnap_det_randomseed (lua_State *L) {
+  if (lua_isnone(L, 1))
+    return luaL_error(L, "math.randomseed() without a seed reads the clock, which the "
+                         "deterministic profile leaves out; pass a seed, e.g. the one G.init "
+                         "gets: math.randomseed(seed)");
+  lua_pushvalue(L, lua_upvalueindex(1));
+  lua_insert(L, 1);
+  lua_call(L, lua_gettop(L) - 1, LUA_MULTRET);
+  return lua_gettop(L);
+}

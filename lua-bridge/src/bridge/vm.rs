@@ -341,6 +341,8 @@ impl Drop for Vm {
 unsafe extern "C-unwind" {
     /// `table.sort` with a deterministic pivot (`csrc/detsort.c`).
     fn luasnap_det_sort(L: *mut lua_State) -> c_int;
+    /// `math.randomseed` that refuses to seed from the clock (`csrc/detsort.c`).
+    fn luasnap_det_randomseed(L: *mut lua_State) -> c_int;
 }
 
 const DETERMINISTIC_PRELUDE: &str = r##"
@@ -473,13 +475,24 @@ impl Vm {
                 unsafe { crate::bridge::chunks::luasnap_chunks_install(L) };
                 if deterministic {
                     // table.sort with a deterministic pivot (csrc/detsort.c).
-                    // SAFETY: protected body; the libraries are open, so `table` is a table.
+                    // SAFETY: protected body; the libraries are open; balanced pushes.
                     unsafe {
+                        let top = ffi::lua_gettop(L);
                         if ffi::lua_getglobal(L, c"table".as_ptr()) == ffi::LUA_TTABLE {
                             ffi::lua_pushcclosure(L, luasnap_det_sort, 0);
                             ffi::lua_setfield(L, -2, c"sort".as_ptr());
                         }
-                        ffi::lua_settop(L, -2);
+                        ffi::lua_settop(L, top);
+                        // math.randomseed(): no seeding from the clock. The library's
+                        // function becomes the wrapper's upvalue.
+                        if ffi::lua_getglobal(L, c"math".as_ptr()) == ffi::LUA_TTABLE
+                            && ffi::lua_getfield(L, -1, c"randomseed".as_ptr())
+                                == ffi::LUA_TFUNCTION
+                        {
+                            ffi::lua_pushcclosure(L, luasnap_det_randomseed, 1);
+                            ffi::lua_setfield(L, -2, c"randomseed".as_ptr());
+                        }
+                        ffi::lua_settop(L, top);
                     }
                 }
                 0
