@@ -268,6 +268,17 @@ fn simulate_checks_g_digest_at_the_start_and_the_end() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("returned the float 10.0 at frame 20"), "{err}");
+    // A digest that changes the state (an in-place sort, a random draw) would desync peers
+    // that checksum at other frames; simulate restores the VM around it, so it checks.
+    let err = run("G.n = G.n + 1 return G.n").unwrap_err().to_string();
+    assert!(
+        err.contains("G.digest() changed the game's state at frame 20"),
+        "{err}"
+    );
+    let err = run("return math.random(1000)").unwrap_err().to_string();
+    assert!(err.contains("changed the game's state"), "{err}");
+    run("local c = {} for k, v in pairs(G) do c[#c + 1] = tostring(k) end table.sort(c) return #c")
+        .unwrap();
     let err = run("error('no digest today')").unwrap_err().to_string();
     assert!(
         err.contains("G.digest() failed at frame 0") && err.contains("no digest today"),

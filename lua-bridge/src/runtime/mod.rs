@@ -84,6 +84,13 @@ pub enum GameError {
         /// What is wrong.
         what: String,
     },
+    /// `G.digest()` changed the game's state (sorted a list in place, drew from
+    /// `math.random`, ...): peers that checksum at different frames would then desync.
+    #[error("G.digest() changed the game's state at frame {frame}: it must only read it (sort a copy, draw no random numbers); peers that compute checksums at different frames would desync")]
+    DigestChangesState {
+        /// The frame after which it was called.
+        frame: u64,
+    },
     /// The game's Lua code failed.
     #[error("the game failed at frame {frame}: {source}")]
     Script {

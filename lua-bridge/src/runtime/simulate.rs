@@ -251,8 +251,14 @@ impl Simulation {
             };
             // G.digest() must work (an integer or a string) where the explanation and the
             // network checksums call it: checked at the start (in `new`) and here, after the
-            // digests, since calling it may allocate.
-            game.game_digest()?;
+            // digests, since calling it may allocate. It must also leave the game's values as
+            // they were: simulate restores the VM around it, a network session does not.
+            let before = game.value_digest()?;
+            if game.game_digest()?.is_some() && game.value_digest()? != before {
+                return Err(GameError::DigestChangesState {
+                    frame: game.frame(),
+                });
+            }
             Ok((r, save))
         })();
         self.game = Some(game);
