@@ -234,7 +234,12 @@ pub fn run(args: SimulateArgs) -> Result<(), String> {
             text,
             "luasnap simulate: {} | frames {}..{} | {} players | delay {} | seed {} | heap {} | G.step {:.0} µs | tracker {}",
             match (&args.game, &args.load) {
-                (Some(p), _) => p.display().to_string(),
+                (Some(p), Some(save)) => format!(
+                    "{} with the state saved in {} (saved functions run the code saved with them)",
+                    p.display(),
+                    save.display()
+                ),
+                (Some(p), None) => p.display().to_string(),
                 (None, Some(save)) => format!("the game saved in {}", save.display()),
                 (None, None) => "the embedded default game".into(),
             },

@@ -536,10 +536,35 @@ impl Game {
 
     /// Saves the current state with this game's backend.
     pub fn save(&mut self) -> Result<SaveHandle, GameError> {
-        Ok(match self.backend {
-            Backend::Serialize => SaveHandle::Bytes(self.vm.save_game()?),
-            _ => SaveHandle::Snapshot(self.vm.snapshot()?),
-        })
+        let saved = match self.backend {
+            Backend::Serialize => self
+                .vm
+                .save_game()
+                .map(SaveHandle::Bytes)
+                .map_err(Into::into),
+            _ => self
+                .vm
+                .snapshot()
+                .map(SaveHandle::Snapshot)
+                .map_err(Into::into),
+        };
+        saved.map_err(|e| self.memory_failure(e))
+    }
+
+    /// A save or a load that ran out of the arena is [`GameError::OutOfMemory`], naming the
+    /// frame and the run, like a `G.step` that does. (Lua's memory error reaches here through
+    /// the serializer's error types, whose message is Lua's own "not enough memory".)
+    fn memory_failure(&self, e: GameError) -> GameError {
+        if e.to_string().contains("not enough memory") {
+            GameError::OutOfMemory {
+                frame: self.frame,
+                run: self.backend.name().into(),
+                heap_bytes: self.vm.lua_memory(),
+                capacity: self.capacity,
+            }
+        } else {
+            e
+        }
     }
 
     /// Restores a state saved with [`Game::save`] at `frame`.
@@ -547,7 +572,9 @@ impl Game {
         match handle {
             SaveHandle::Snapshot(id) => self.vm.rollback(*id)?,
             SaveHandle::Bytes(b) => {
-                self.vm.load_game(b, crate::persist::Trust::Own)?;
+                self.vm
+                    .load_game(b, crate::persist::Trust::Own)
+                    .map_err(|e| self.memory_failure(e.into()))?;
                 // The replaced state is garbage now, a whole heap of it: collected here, or
                 // loads pile it up (Arena Brawl: a 153 MB arena extent after 16 loads of a
                 // 9.5 MiB heap, 24 MB with this; later saves run faster too).
