@@ -180,6 +180,15 @@ fn bad_games_get_clear_messages() {
         }
         other => panic!("{other:?}"),
     }
+    // G.init's errors are not blamed on a frame.
+    cfg.script =
+        "local G = {} function G.init() error('bad init') end function G.step() end return G"
+            .into();
+    let err = Game::new(&cfg, Backend::ArenaFull).unwrap_err();
+    assert!(
+        matches!(err, GameError::Init { .. }) && err.to_string().contains("bad init"),
+        "{err:?}"
+    );
     cfg.script = "syntax error here".into();
     let err = Game::new(&cfg, Backend::ArenaFull).unwrap_err();
     assert!(matches!(err, GameError::Syntax { .. }), "{err:?}");

@@ -91,8 +91,14 @@ pub enum GameError {
         /// The frame after which it was called.
         frame: u64,
     },
-    /// The game's Lua code failed.
-    #[error("the game failed at frame {frame}: {source}")]
+    /// The script's top level or `G.init(players, seed)` failed.
+    #[error("the game failed while its script ran or in G.init(players, seed): {source}")]
+    Init {
+        /// Lua's error with its traceback.
+        source: VmError,
+    },
+    /// The game's Lua code failed in `G.step`.
+    #[error("the game failed in G.step at frame {frame} (frames count from 0: G.step's call number {}): {source}", frame + 1)]
     Script {
         /// The frame being simulated (or 0 during init).
         frame: u64,
@@ -342,7 +348,7 @@ impl Game {
                 message,
                 ..
             } => GameError::Syntax { message },
-            VmError::Lua { .. } => GameError::Script { frame: 0, source },
+            VmError::Lua { .. } => GameError::Init { source },
             e => GameError::Vm(e),
         };
         // The script is its own chunk under its own name (lines and messages as `lua` gives
@@ -393,7 +399,10 @@ impl Game {
                     Value::Integer(cfg.seed as i64),
                 ],
             )
-            .map_err(|source| game.script_error(source))?;
+            .map_err(|source| match game.script_error(source) {
+                GameError::Script { source, .. } => GameError::Init { source },
+                e => e,
+            })?;
         game.vm
             .set("luasnap_players", Value::Integer(cfg.players as i64))?;
         game.vm.gc_collect()?;
