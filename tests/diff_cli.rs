@@ -167,3 +167,46 @@ fn diff_of_plain_saves_respects_limit_0_and_identical_files_are_equal() {
     );
     assert!(String::from_utf8_lossy(&same.stdout).contains("byte-identical"));
 }
+
+#[test]
+fn simulate_reports_a_failing_mode_beside_the_others() {
+    // A gmatch iterator in the state: the serializer refuses it, the arena modes do not care.
+    let dir = std::env::temp_dir().join(format!("luasnap-failmode-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let game = dir.join("words.lua");
+    std::fs::write(
+        &game,
+        "local G = {} local it
+         function G.init() it = ('a b c d e f g h'):gmatch('%a') end
+         function G.step(i) G.last = it() or G.last end
+         return G",
+    )
+    .unwrap();
+    let out = luasnap(&[
+        "simulate",
+        game.to_str().unwrap(),
+        "--frames",
+        "30",
+        "--mode",
+        "all",
+        "--json",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let modes: Vec<&str> = v["modes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["mode"].as_str().unwrap())
+        .collect();
+    assert_eq!(modes, ["full", "incremental"], "{v}");
+    assert_eq!(v["failed_modes"][0]["mode"], "serialize", "{v}");
+    assert!(
+        v["failed_modes"][0]["error"]
+            .as_str()
+            .unwrap()
+            .contains("gmatch"),
+        "{v}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}

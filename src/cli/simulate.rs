@@ -152,8 +152,15 @@ pub fn run(args: SimulateArgs) -> Result<(), String> {
     let err = |e: GameError| e.to_string();
     let (reference, save) = sim.reference(args.save.is_some()).map_err(err)?;
     let mut reports: Vec<ModeReport> = Vec::new();
+    // With several modes, one that fails (out of memory, a value the serializer refuses)
+    // is reported beside the others' results, not instead of them.
+    let mut failures: Vec<(Backend, String)> = Vec::new();
     for b in &backends {
-        reports.push(sim.run(*b, &reference).map_err(err)?);
+        match sim.run(*b, &reference) {
+            Ok(r) => reports.push(r),
+            Err(e) if backends.len() > 1 => failures.push((*b, e.to_string())),
+            Err(e) => return Err(err(e)),
+        }
     }
     if let (Some(path), Some(bytes)) = (&args.save, &save) {
         std::fs::write(path, bytes).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
@@ -225,6 +232,7 @@ pub fn run(args: SimulateArgs) -> Result<(), String> {
             "reference_digest": format!("{:016x}", reference.arena_digest),
             "reference_value_digest": format!("{:016x}", reference.value_digest),
             "modes": modes,
+            "failed_modes": failures.iter().map(|(b, e)| json!({"mode": b.name(), "error": e})).collect::<Vec<_>>(),
             "divergence": divergence_json,
             "note": if args.players == 1 { Some(ONE_PLAYER) } else { None },
         });
@@ -280,6 +288,11 @@ pub fn run(args: SimulateArgs) -> Result<(), String> {
             );
         }
     }
+    if !args.json {
+        for (b, e) in &failures {
+            let _ = writeln!(text, "| {} | failed: {e} |", b.name());
+        }
+    }
     if args.players == 1 && !args.json {
         let _ = writeln!(text, "\nnote: {ONE_PLAYER}");
     }
@@ -296,6 +309,9 @@ pub fn run(args: SimulateArgs) -> Result<(), String> {
     }
     if let Some(why) = divergence {
         return Err(why.to_string().trim_end().to_string());
+    }
+    if let Some((b, e)) = failures.first() {
+        return Err(format!("mode {} failed: {e}", b.name()));
     }
     Ok(())
 }
