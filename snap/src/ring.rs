@@ -647,7 +647,7 @@ impl SnapshotRing {
         let armed = matches!(self.tracking, Tracking::On { armed: true, .. });
 
         // 1. Tracker first: the pages written since the latest snapshot. Peeked, not re-armed:
-        //    the restore below writes them, and they are re-armed after it (step 4).
+        //    the restore below writes them, and they are re-armed after it (step 5).
         let mut dirty = std::mem::take(&mut self.dirty);
         dirty.clear();
         if armed && full_at.is_none() {
@@ -664,7 +664,28 @@ impl SnapshotRing {
             }
         }
 
-        // 2. Restore.
+        // 2. Open the pages about to be restored for writing, one call per run: writing them
+        //    while armed would take a write fault per page. They are re-armed in step 4.
+        if armed {
+            let open = match full_at {
+                Some(_) => target.ranges().to_vec(),
+                None => coalesce(
+                    &plan_restore(
+                        &target,
+                        page_records(&self.entries, k..n),
+                        &dirty,
+                        &mut self.restored_pages,
+                    ),
+                    REARM_GAP,
+                ),
+            };
+            if let Err(e) = self.tracker(arena).and_then(|t| t.open_runs(&open)) {
+                self.dirty = dirty;
+                return Err(self.lose_tracking(arena, e));
+            }
+        }
+
+        // 3. Restore.
         let oldest_applied = match full_at {
             Some(j) => {
                 let Some(Undo::Full(buf)) = self.entries[j].undo.take() else {
@@ -687,10 +708,7 @@ impl SnapshotRing {
                     arena,
                     &mut self.mirror,
                     &target,
-                    (k..n).filter_map(|i| match &self.entries[i].undo {
-                        Some(Undo::Pages(p)) => Some(p),
-                        _ => None,
-                    }),
+                    page_records(&self.entries, k..n),
                     &dirty,
                     &mut self.restored_pages,
                 );
@@ -712,7 +730,7 @@ impl SnapshotRing {
             }
         }
 
-        // 3. Forget what was undone.
+        // 4. Forget what was undone.
         for i in k..=n {
             let undo = self.entries[i].undo.take();
             self.recycle(undo);
@@ -721,7 +739,7 @@ impl SnapshotRing {
         self.extent = target.clone();
         self.stats.rollbacks += 1;
 
-        // 4. Re-arm what the restore wrote: arena and mirror agree there now.
+        // 5. Re-arm what the restore wrote (and step 2 opened): arena and mirror agree there.
         if armed {
             let rearmed = self.tracker(arena).and_then(|t| {
                 if full_at.is_some() {
@@ -737,6 +755,14 @@ impl SnapshotRing {
         self.dirty = dirty;
         Ok(())
     }
+}
+
+/// The page records of `entries[range]`, oldest first.
+fn page_records(entries: &VecDeque<Entry>, range: Range<usize>) -> impl Iterator<Item = &PageUndo> {
+    entries.range(range).filter_map(|e| match &e.undo {
+        Some(Undo::Pages(p)) => Some(p),
+        _ => None,
+    })
 }
 
 trait ArmExtent {
@@ -791,6 +817,29 @@ fn restore_once<'a>(
     set.runs()
 }
 
+/// The pages [`restore_once`] will write for the same arguments that are still armed (those
+/// of `records` not in `since_latest`: the latter are writable already), as sorted, merged
+/// runs.
+fn plan_restore<'a>(
+    target: &Extent,
+    records: impl Iterator<Item = &'a PageUndo>,
+    since_latest: &[Range<usize>],
+    bits: &mut Vec<u64>,
+) -> Vec<Range<usize>> {
+    let mut set = PageSet::new(target, bits);
+    for run in records.flat_map(|rec| rec.runs.iter()) {
+        for off in run.clone().step_by(PAGE_SIZE) {
+            set.claim(off);
+        }
+    }
+    for run in since_latest {
+        for off in run.clone().step_by(PAGE_SIZE) {
+            set.remove(off);
+        }
+    }
+    set.runs()
+}
+
 /// One bit per page of an extent.
 struct PageSet<'b> {
     meta_end: usize,
@@ -820,6 +869,14 @@ impl<'b> PageSet<'b> {
         let fresh = self.bits[w] & b == 0;
         self.bits[w] |= b;
         fresh
+    }
+
+    /// Takes the page at offset `off` out of the set, if it is in.
+    fn remove(&mut self, off: usize) {
+        let p = off / PAGE_SIZE;
+        if let Some(w) = self.bits.get_mut(p / 64) {
+            *w &= !(1u64 << (p % 64));
+        }
     }
 
     /// The pages in the set as sorted, merged runs.
