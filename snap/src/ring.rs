@@ -47,10 +47,9 @@ pub const DEFAULT_WINDOW: usize = 8;
 /// snapshots, doubling on each repeat up to [`MAX_BACKOFF`].
 const MIN_BACKOFF: u32 = 4;
 const MAX_BACKOFF: u32 = 64;
-/// Restored runs closer than this are re-armed by one call: re-arming a clean page between
-/// them costs less than another call. (Re-arming the whole extent instead costs in proportion
-/// to the extent, milliseconds on a heap of a few MB.)
-const REARM_GAP: usize = 8 * PAGE_SIZE;
+/// Runs a rollback opens for writing closer than this are opened by one call: opening a clean
+/// page between them (re-armed afterwards by the scan) costs less than another call.
+const OPEN_GAP: usize = 8 * PAGE_SIZE;
 
 static NEXT_RING_ID: AtomicU64 = AtomicU64::new(1);
 
@@ -747,7 +746,6 @@ impl SnapshotRing {
         //    would take a write fault per page. They are re-armed in step 5.
         let mut bits = std::mem::take(&mut self.restored_pages);
         let mut set = PageSet::new(&target, &mut bits);
-        let mut written = Vec::new();
         let opened = if exact {
             for rec in page_records(&self.entries, k + 1..n + 1) {
                 for run in &rec.runs {
@@ -763,8 +761,7 @@ impl SnapshotRing {
             for run in &dirty {
                 run.clone().step_by(PAGE_SIZE).for_each(|off| set.add(off));
             }
-            written = set.runs();
-            let open = coalesce(&armed_runs, REARM_GAP);
+            let open = coalesce(&armed_runs, OPEN_GAP);
             self.tracker(arena).and_then(|t| t.open_runs(&open))
         } else if armed {
             let open = target.ranges();
@@ -829,11 +826,18 @@ impl SnapshotRing {
         self.extent = target.clone();
         self.stats.rollbacks += 1;
 
-        // 5. Re-arm what the restore wrote (and step 2 opened): the arena is `S_k` there.
+        // 5. Re-arm what the restore wrote (and step 2 opened): the arena is `S_k` there. Every
+        //    page of the target's extent the tracker reports as written now was restored, so a
+        //    scan that re-arms the written pages re-arms exactly those; it only reads the
+        //    entries of the others, where re-arming runs rewrites every entry they span.
         if armed {
             let rearmed = self.tracker(arena).and_then(|t| {
                 if exact {
-                    t.rearm_runs(&coalesce(&written, REARM_GAP))
+                    let mut rearmed_runs = Vec::new();
+                    target
+                        .ranges()
+                        .into_iter()
+                        .try_for_each(|r| t.collect(r, &mut rearmed_runs))
                 } else {
                     t.arm_all(&target)
                 }
