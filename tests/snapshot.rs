@@ -164,6 +164,60 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    /// Small windows (every snapshot soon leaves the window and its successor's record is
+    /// folded into the base) and low full-copy thresholds (full records, paused tracking, and
+    /// rollbacks across them), with rollbacks to any retained snapshot, the oldest included.
+    #[test]
+    fn folds_full_records_and_pauses_restore_exactly(seed in any::<u64>(), window in 1usize..5, above in 0u8..6, script in proptest::collection::vec((0u8..10, any::<u16>()), 10..60)) {
+        let modes = modes();
+        let mut worlds: Vec<World> = modes.iter().map(|_| World::new(32 * MIB, seed)).collect();
+        let mut rings: Vec<SnapshotRing> = worlds
+            .iter_mut()
+            .zip(&modes)
+            .map(|(w, &mode)| {
+                SnapshotRing::new(
+                    &mut w.arena,
+                    RingConfig { window, mode, full_copy_above: Some(f64::from(above) * 0.02) },
+                )
+                .unwrap()
+            })
+            .collect();
+        let mut history: Vec<(Vec<SnapshotId>, u64, Model)> = Vec::new();
+        for (action, arg) in script {
+            match action {
+                0..=4 => {
+                    let steps = 1 + arg as usize % 60;
+                    for w in &mut worlds { for _ in 0..steps { w.step(); } }
+                }
+                5..=7 => {
+                    let ids: Vec<SnapshotId> = rings.iter_mut().zip(&mut worlds).map(|(r, w)| r.snapshot(&mut w.arena).unwrap()).collect();
+                    history.push((ids, digest(&worlds[0].arena), worlds[0].model()));
+                    if history.len() > window { history.remove(0); }
+                }
+                _ if !history.is_empty() => {
+                    let k = if arg % 3 == 0 { 0 } else { arg as usize % history.len() };
+                    let (ids, want, model) = history[k].clone();
+                    for ((r, w), id) in rings.iter_mut().zip(&mut worlds).zip(&ids) {
+                        r.rollback(&mut w.arena, *id).unwrap();
+                        prop_assert_eq!(digest(&w.arena), want, "{:?}", r.strategy());
+                        w.arena.verify().map_err(|e| TestCaseError::fail(e.to_string()))?;
+                        w.restore_model(&model);
+                    }
+                    history.truncate(k + 1);
+                }
+                _ => {}
+            }
+            let d0 = digest(&worlds[0].arena);
+            for (w, m) in worlds.iter().zip(&modes) {
+                prop_assert_eq!(digest(&w.arena), d0, "mode {:?} diverged from full", m);
+            }
+        }
+    }
+}
+
 #[test]
 fn rollback_to_each_retained_snapshot_in_random_order() {
     for mode in modes() {

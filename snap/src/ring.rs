@@ -2,28 +2,32 @@
 //!
 //! # How it works
 //!
-//! The ring keeps a *mirror*: a copy of the arena as it was at the latest snapshot, in a buffer
-//! as large as the arena's reservation but committed only where written. Each older retained
-//! snapshot `S_i` keeps an *undo record*: the contents, as of `S_i`, of the pages that changed
-//! between `S_i` and `S_{i+1}`. Memory is one base copy plus the changed pages.
+//! The ring keeps a *base*: a copy of the arena as it was at the oldest retained snapshot
+//! `S_0`, in a buffer as large as the arena's reservation but committed only where written.
+//! Each newer snapshot `S_i` keeps a *record*: the contents, as of `S_i`, of the pages written
+//! between `S_{i-1}` and `S_i` (a page record), or of the whole extent (a full record). Memory
+//! is one base copy plus the changed pages; a snapshot copies each written page once.
 //!
 //! Invariant (while tracking is armed): for every page `p` in the tracked extent, either the
-//! tracker reports `p` as written since the latest snapshot, or `mirror[p] == arena[p]`.
-//! Without armed tracking, every page counts as written.
+//! tracker reports `p` as written since the latest snapshot `S_n`, or `arena[p]` is `p`'s
+//! content at `S_n`: that of the newest record holding `p`, else the base's. Without armed
+//! tracking, every page counts as written.
 //!
-//! - **Snapshot** `S_{n+1}`: collect the written pages `D`; for each run of `D`, append
-//!   `mirror[run]` to `S_n`'s undo record, then copy `arena[run]` into the mirror. When `D` is
-//!   larger than the break-even fraction (the tracker's, or [`RingConfig::full_copy_above`]),
-//!   copying page by page costs more than one contiguous copy: the whole extent is copied into
-//!   a fresh mirror and the old mirror becomes `S_n`'s (full) undo record. Tracking goes on
-//!   after one such snapshot (a full collection, a level load among light frames); after two
-//!   in a row it pauses for a few snapshots (its fault cost would be wasted too), then resumes.
-//! - **Rollback** to `S_k`: if one of the undo records `k..n` is a full record, start from the
-//!   oldest such one and apply the page records older than it. Otherwise restore each page
-//!   once: from the oldest of the records `k..n` that holds it (its contents at `S_k`), else,
-//!   for pages only in `D`, from the mirror; pages outside `S_k`'s extent are skipped. The
-//!   mirror gets the records' pages too. Snapshots newer than `S_k` are invalidated; their ids
-//!   give [`SnapError::Invalidated`].
+//! - **Snapshot** `S_{n+1}`: collect the written pages `D` and copy `arena[D]` into a new page
+//!   record. When `D` is larger than the break-even fraction (the tracker's, or
+//!   [`RingConfig::full_copy_above`]), copying page by page costs more than one contiguous
+//!   copy: the whole extent goes into a full record. Tracking goes on after one such snapshot
+//!   (a full collection, a level load among light frames); after two in a row it pauses for a
+//!   few snapshots (its fault cost would be wasted too), then resumes. When a snapshot leaves
+//!   the window, the next one's record is folded into the base (a page record is copied in, a
+//!   full record becomes the base).
+//! - **Rollback** to `S_k`, when tracking was armed without a break since `S_k` (every record
+//!   after `S_k` is a page record): the pages written since `S_k` are those of the records
+//!   after it plus `D`; each is restored once, from the newest record up to `S_k` that holds it
+//!   (its content at `S_k`), else from the base; pages outside `S_k`'s extent are skipped.
+//!   Otherwise the whole extent is restored from the newest full record up to `S_k` (or the
+//!   base), then the page records after that one up to `S_k` are applied. Snapshots newer
+//!   than `S_k` are invalidated; their ids give [`SnapError::Invalidated`].
 //!
 //! The extent grows with the arena; pages newly inside it count as written. After a rollback it
 //! shrinks back to the snapshot's.
@@ -43,10 +47,9 @@ pub const DEFAULT_WINDOW: usize = 8;
 /// snapshots, doubling on each repeat up to [`MAX_BACKOFF`].
 const MIN_BACKOFF: u32 = 4;
 const MAX_BACKOFF: u32 = 64;
-/// Restored runs closer than this are re-armed by one call: re-arming a clean page between
-/// them costs less than another call. (Re-arming the whole extent instead costs in proportion
-/// to the extent, milliseconds on a heap of a few MB.)
-const REARM_GAP: usize = 8 * PAGE_SIZE;
+/// Runs a rollback opens for writing closer than this are opened by one call: opening a clean
+/// page between them (re-armed afterwards by the scan) costs less than another call.
+const OPEN_GAP: usize = 8 * PAGE_SIZE;
 
 static NEXT_RING_ID: AtomicU64 = AtomicU64::new(1);
 
@@ -139,14 +142,15 @@ pub struct RingStats {
     pub last_dirty_pages: usize,
     /// Snapshots currently retained.
     pub retained: usize,
-    /// Bytes of the base copy (the mirror's extent).
+    /// Bytes of the snapshots' extent (what a full copy copies; the base copy holds at most
+    /// this).
     pub base_bytes: usize,
-    /// Bytes held by undo records of older snapshots.
+    /// Bytes held by the records of the snapshots after the oldest.
     pub undo_bytes: usize,
 }
 
 impl RingStats {
-    /// Total snapshot memory: base copy plus undo records.
+    /// Total snapshot memory: base copy plus records.
     pub fn memory_bytes(&self) -> usize {
         self.base_bytes + self.undo_bytes
     }
@@ -192,36 +196,83 @@ impl Extent {
     }
 }
 
-/// Contents of pages at one snapshot, for the pages that changed before the next one.
-#[derive(Default)]
-struct PageUndo {
+/// Contents of pages at one snapshot, for the pages written since the previous one.
+///
+/// The bytes live in a reservation as large as the arena's, reused from record to record:
+/// its pages stay committed, where a heap buffer's memory is given back and faulted in again
+/// (a zeroed page per fault, a fifth of a save's time when measured).
+struct PageRecord {
     runs: Vec<Range<usize>>,
-    bytes: Vec<u8>,
+    buf: Reservation,
+    len: usize,
 }
 
-impl PageUndo {
-    fn apply(&self, arena: &mut Arena, mirror: &mut Reservation) {
+impl PageRecord {
+    fn new(capacity: usize) -> Result<PageRecord, SnapError> {
+        Ok(PageRecord {
+            runs: Vec::new(),
+            buf: Reservation::new(capacity, None)?,
+            len: 0,
+        })
+    }
+
+    /// Replaces the contents with `runs` of the arena.
+    fn capture(&mut self, arena: &Arena, runs: &[Range<usize>]) {
+        self.runs.clear();
+        self.runs.extend(runs.iter().cloned());
+        let mut at = 0;
+        let out = self.buf.as_mut_slice();
+        for run in runs {
+            out[at..at + run.len()].copy_from_slice(arena.bytes(run.clone()));
+            at += run.len();
+        }
+        self.len = at;
+    }
+
+    fn bytes(&self) -> &[u8] {
+        &self.buf.as_slice()[..self.len]
+    }
+
+    /// The record's pages with their contents, in address order.
+    fn pages(&self) -> impl Iterator<Item = (usize, &[u8])> + '_ {
+        let mut at = 0;
+        self.runs.iter().flat_map(move |run| {
+            let first = at;
+            at += run.len();
+            run.clone()
+                .step_by(PAGE_SIZE)
+                .map(move |off| (off, &self.bytes()[first + off - run.start..][..PAGE_SIZE]))
+        })
+    }
+
+    fn apply(&self, arena: &mut Arena) {
         let mut at = 0;
         for run in &self.runs {
-            let src = &self.bytes[at..at + run.len()];
-            restore_bytes(arena, run.start, src);
-            mirror.as_mut_slice()[run.clone()].copy_from_slice(src);
+            restore_bytes(arena, run.start, &self.bytes()[at..at + run.len()]);
+            at += run.len();
+        }
+    }
+
+    fn fold_into(&self, base: &mut Reservation) {
+        let mut at = 0;
+        for run in &self.runs {
+            base.as_mut_slice()[run.clone()].copy_from_slice(&self.bytes()[at..at + run.len()]);
             at += run.len();
         }
     }
 }
 
-enum Undo {
-    Pages(PageUndo),
-    /// A whole former mirror: the arena at that snapshot, over that snapshot's extent.
+enum Record {
+    Pages(PageRecord),
+    /// The arena at that snapshot, over that snapshot's extent.
     Full(Reservation),
 }
 
 struct Entry {
     seq: u64,
     extent: Extent,
-    /// `None` for the latest snapshot, whose state is the mirror.
-    undo: Option<Undo>,
+    /// `None` for the oldest retained snapshot, whose state is the base.
+    record: Option<Record>,
 }
 
 enum Tracking {
@@ -265,13 +316,14 @@ pub struct SnapshotRing {
     window: usize,
     threshold: Option<f64>,
     tracking: Tracking,
-    mirror: Reservation,
+    /// The arena at the oldest retained snapshot.
+    base: Reservation,
     extent: Extent,
     entries: VecDeque<Entry>,
     next_seq: u64,
     evicted_below: u64,
     spare_full: Vec<Reservation>,
-    spare_pages: Vec<PageUndo>,
+    spare_pages: Vec<PageRecord>,
     dirty: Vec<Range<usize>>,
     /// Scratch for rollbacks: one bit per page of the extent, set once the page is restored.
     restored_pages: Vec<u64>,
@@ -326,7 +378,7 @@ impl SnapshotRing {
             window: config.window,
             threshold: config.full_copy_above,
             tracking,
-            mirror: Reservation::new(arena.capacity(), None)?,
+            base: Reservation::new(arena.capacity(), None)?,
             extent: Extent::default(),
             entries: VecDeque::with_capacity(config.window + 1),
             next_seq: 0,
@@ -373,9 +425,9 @@ impl SnapshotRing {
         s.undo_bytes = self
             .entries
             .iter()
-            .map(|e| match &e.undo {
-                Some(Undo::Pages(p)) => p.bytes.len(),
-                Some(Undo::Full(_)) => e.extent.bytes(),
+            .map(|e| match &e.record {
+                Some(Record::Pages(p)) => p.len,
+                Some(Record::Full(_)) => e.extent.bytes(),
                 None => 0,
             })
             .sum();
@@ -444,6 +496,13 @@ impl SnapshotRing {
         SnapError::TrackerLost { source: e }
     }
 
+    fn fresh_page_record(&mut self, capacity: usize) -> Result<PageRecord, SnapError> {
+        match self.spare_pages.pop() {
+            Some(r) => Ok(r),
+            None => PageRecord::new(capacity),
+        }
+    }
+
     fn fresh_full_buffer(&mut self, capacity: usize) -> Result<Reservation, SnapError> {
         match self.spare_full.pop() {
             Some(r) => Ok(r),
@@ -463,6 +522,15 @@ impl SnapshotRing {
             self.extent.union(&current)
         };
 
+        // 0. A buffer for a page record, before the tracker re-arms anything: failing to map
+        //    one must leave the written pages reported.
+        let mut rec = match self.tracking {
+            Tracking::On { armed: true, .. } if !self.entries.is_empty() => {
+                Some(self.fresh_page_record(arena.capacity())?)
+            }
+            _ => None,
+        };
+
         // 1. Tracker work first: if it fails, nothing has been changed yet.
         let mut dirty = std::mem::take(&mut self.dirty);
         dirty.clear();
@@ -470,35 +538,29 @@ impl SnapshotRing {
             Ok(full) => full,
             Err(e) => {
                 self.dirty = dirty;
+                self.recycle(rec.map(Record::Pages));
                 return Err(self.lose_tracking(arena, e));
             }
         };
 
-        // 2. Copies.
-        if self.entries.is_empty() {
-            copy_extent(arena, &new_extent, &mut self.mirror);
+        // 2. Copies: each written page once.
+        let record = if self.entries.is_empty() {
+            copy_extent(arena, &new_extent, &mut self.base);
             self.stats.last_dirty_pages = new_extent.bytes() / PAGE_SIZE;
+            None
         } else if full {
+            self.recycle(rec.take().map(Record::Pages));
             let mut fresh = self.fresh_full_buffer(arena.capacity())?;
             copy_extent(arena, &new_extent, &mut fresh);
-            let old = std::mem::replace(&mut self.mirror, fresh);
-            self.entries.back_mut().expect("non-empty").undo = Some(Undo::Full(old));
             self.stats.last_dirty_pages = new_extent.bytes() / PAGE_SIZE;
+            Some(Record::Full(fresh))
         } else {
-            let mut undo = self.spare_pages.pop().unwrap_or_default();
-            undo.runs.clear();
-            undo.bytes.clear();
-            undo.bytes.reserve(dirty.iter().map(|r| r.len()).sum());
-            let mirror = self.mirror.as_mut_slice();
-            for run in &dirty {
-                undo.bytes.extend_from_slice(&mirror[run.clone()]);
-                mirror[run.clone()].copy_from_slice(arena.bytes(run.clone()));
-            }
-            self.stats.last_dirty_pages = undo.bytes.len() / PAGE_SIZE;
-            undo.runs.extend(dirty.iter().cloned());
-            self.entries.back_mut().expect("non-empty").undo = Some(Undo::Pages(undo));
+            let mut rec = rec.take().expect("incremental only while armed");
+            rec.capture(arena, &dirty);
+            self.stats.last_dirty_pages = rec.len / PAGE_SIZE;
             self.stats.incremental_snapshots += 1;
-        }
+            Some(Record::Pages(rec))
+        };
         self.dirty = dirty;
         self.extent = new_extent.clone();
         let seq = self.next_seq;
@@ -506,12 +568,25 @@ impl SnapshotRing {
         self.entries.push_back(Entry {
             seq,
             extent: new_extent,
-            undo: None,
+            record,
         });
         while self.entries.len() > self.window {
+            // The oldest leaves (its state is the base's); the next one's record becomes part
+            // of the base.
             let old = self.entries.pop_front().expect("non-empty");
             self.evicted_below = old.seq + 1;
-            self.recycle(old.undo);
+            self.recycle(old.record);
+            match self.entries.front_mut().expect("window >= 1").record.take() {
+                Some(Record::Pages(p)) => {
+                    p.fold_into(&mut self.base);
+                    self.recycle(Some(Record::Pages(p)));
+                }
+                Some(Record::Full(r)) => {
+                    let old = std::mem::replace(&mut self.base, r);
+                    self.recycle(Some(Record::Full(old)));
+                }
+                None => {}
+            }
         }
         self.stats.snapshots += 1;
         Ok(SnapshotId { ring: self.id, seq })
@@ -602,12 +677,12 @@ impl SnapshotRing {
         }
     }
 
-    fn recycle(&mut self, undo: Option<Undo>) {
-        match undo {
-            Some(Undo::Pages(p)) if self.spare_pages.len() < self.window => {
+    fn recycle(&mut self, record: Option<Record>) {
+        match record {
+            Some(Record::Pages(p)) if self.spare_pages.len() < self.window => {
                 self.spare_pages.push(p)
             }
-            Some(Undo::Full(r)) if self.spare_full.len() < 2 => self.spare_full.push(r),
+            Some(Record::Full(r)) if self.spare_full.len() < 2 => self.spare_full.push(r),
             _ => {}
         }
     }
@@ -642,15 +717,17 @@ impl SnapshotRing {
         }
         let k = self.find(id)?;
         let n = self.entries.len() - 1;
-        let full_at = (k..n).find(|&i| matches!(self.entries[i].undo, Some(Undo::Full(_))));
         let target = self.entries[k].extent.clone();
         let armed = matches!(self.tracking, Tracking::On { armed: true, .. });
+        // Page by page only if tracking saw every write since `S_k`.
+        let exact =
+            armed && (k + 1..=n).all(|i| matches!(self.entries[i].record, Some(Record::Pages(_))));
 
         // 1. Tracker first: the pages written since the latest snapshot. Peeked, not re-armed:
-        //    the restore below writes them, and they are re-armed after it (step 4).
+        //    the restore below writes them, and they are re-armed after it (step 5).
         let mut dirty = std::mem::take(&mut self.dirty);
         dirty.clear();
-        if armed && full_at.is_none() {
+        if exact {
             let extent = self.extent.clone();
             let collected = self.tracker(arena).and_then(|t| {
                 extent
@@ -664,70 +741,105 @@ impl SnapshotRing {
             }
         }
 
-        // 2. Restore.
-        let oldest_applied = match full_at {
-            Some(j) => {
-                let Some(Undo::Full(buf)) = self.entries[j].undo.take() else {
-                    unreachable!("full_at points at a full record");
-                };
-                for r in target.ranges() {
-                    restore_bytes(arena, r.start, &buf.as_slice()[r.clone()]);
+        // 2. The pages to restore (exact: those written since `S_k`, inside its extent), and
+        //    opening the armed ones for writing, one call per run: writing them while armed
+        //    would take a write fault per page. They are re-armed in step 5.
+        let mut bits = std::mem::take(&mut self.restored_pages);
+        let mut set = PageSet::new(&target, &mut bits);
+        let opened = if exact {
+            for rec in page_records(&self.entries, k + 1..n + 1) {
+                for run in &rec.runs {
+                    run.clone().step_by(PAGE_SIZE).for_each(|off| set.add(off));
                 }
-                let old = std::mem::replace(&mut self.mirror, buf);
-                self.recycle(Some(Undo::Full(old)));
-                j
             }
-            None if armed => {
-                // Each page is written once, from the oldest record that holds it (records
-                // `k..n`, whose content as of `S_k` wins) or else from the mirror (pages only
-                // written since `S_n`, unchanged from `S_k` to `S_n`); pages outside the
-                // target's extent are skipped (they are above the allocator's top there, never
-                // read, and count as written when the extent grows again).
-                let restored = restore_once(
-                    arena,
-                    &mut self.mirror,
-                    &target,
-                    (k..n).filter_map(|i| match &self.entries[i].undo {
-                        Some(Undo::Pages(p)) => Some(p),
-                        _ => None,
-                    }),
-                    &dirty,
-                    &mut self.restored_pages,
-                );
-                dirty.clear();
-                dirty.extend(restored);
-                k
+            for run in &dirty {
+                run.clone().step_by(PAGE_SIZE).for_each(|off| {
+                    set.take(off);
+                });
             }
-            None => {
-                for r in target.ranges() {
-                    restore_bytes(arena, r.start, &self.mirror.as_slice()[r.clone()]);
-                }
-                n
+            let armed_runs = set.runs();
+            for run in &dirty {
+                run.clone().step_by(PAGE_SIZE).for_each(|off| set.add(off));
             }
+            let open = coalesce(&armed_runs, OPEN_GAP);
+            self.tracker(arena).and_then(|t| t.open_runs(&open))
+        } else if armed {
+            let open = target.ranges();
+            self.tracker(arena).and_then(|t| t.open_runs(&open))
+        } else {
+            Ok(())
         };
-        for i in (k..oldest_applied).rev() {
-            if let Some(Undo::Pages(p)) = &self.entries[i].undo {
-                p.apply(arena, &mut self.mirror);
-                dirty.extend(p.runs.iter().cloned());
-            }
+        if let Err(e) = opened {
+            self.dirty = dirty;
+            self.restored_pages = bits;
+            return Err(self.lose_tracking(arena, e));
         }
 
-        // 3. Forget what was undone.
-        for i in k..=n {
-            let undo = self.entries[i].undo.take();
-            self.recycle(undo);
+        // 3. Restore.
+        if exact {
+            // Each page once, from the newest record up to `S_k` that holds it (its content
+            // at `S_k`), else from the newest full state up to `S_k`.
+            let mut source = &self.base;
+            for i in (1..=k).rev() {
+                match &self.entries[i].record {
+                    Some(Record::Pages(p)) => {
+                        for (off, bytes) in p.pages() {
+                            if set.take(off) {
+                                restore_bytes(arena, off, bytes);
+                            }
+                        }
+                    }
+                    Some(Record::Full(r)) => {
+                        source = r;
+                        break;
+                    }
+                    None => unreachable!("only the oldest entry has no record"),
+                }
+            }
+            for run in set.runs() {
+                restore_bytes(arena, run.start, &source.as_slice()[run]);
+            }
+        } else {
+            let j = (1..=k)
+                .rev()
+                .find(|&i| matches!(self.entries[i].record, Some(Record::Full(_))))
+                .unwrap_or(0);
+            let source = match &self.entries[j].record {
+                Some(Record::Full(r)) => r,
+                _ => &self.base,
+            };
+            for r in target.ranges() {
+                restore_bytes(arena, r.start, &source.as_slice()[r.clone()]);
+            }
+            for rec in page_records(&self.entries, j + 1..k + 1) {
+                rec.apply(arena);
+            }
+        }
+        self.restored_pages = bits;
+
+        // 4. Forget what was undone.
+        for i in k + 1..=n {
+            let record = self.entries[i].record.take();
+            self.recycle(record);
         }
         self.entries.truncate(k + 1);
         self.extent = target.clone();
         self.stats.rollbacks += 1;
 
-        // 4. Re-arm what the restore wrote: arena and mirror agree there now.
+        // 5. Re-arm what the restore wrote (and step 2 opened): the arena is `S_k` there. Every
+        //    page of the target's extent the tracker reports as written now was restored, so a
+        //    scan that re-arms the written pages re-arms exactly those; it only reads the
+        //    entries of the others, where re-arming runs rewrites every entry they span.
         if armed {
             let rearmed = self.tracker(arena).and_then(|t| {
-                if full_at.is_some() {
-                    t.arm_all(&target)
+                if exact {
+                    let mut rearmed_runs = Vec::new();
+                    target
+                        .ranges()
+                        .into_iter()
+                        .try_for_each(|r| t.collect(r, &mut rearmed_runs))
                 } else {
-                    t.rearm_runs(&coalesce(&dirty, REARM_GAP))
+                    t.arm_all(&target)
                 }
             });
             if let Err(e) = rearmed {
@@ -737,6 +849,17 @@ impl SnapshotRing {
         self.dirty = dirty;
         Ok(())
     }
+}
+
+/// The page records of `entries[range]`, oldest first.
+fn page_records(
+    entries: &VecDeque<Entry>,
+    range: Range<usize>,
+) -> impl Iterator<Item = &PageRecord> {
+    entries.range(range).filter_map(|e| match &e.record {
+        Some(Record::Pages(p)) => Some(p),
+        _ => None,
+    })
 }
 
 trait ArmExtent {
@@ -752,43 +875,6 @@ impl ArmExtent for PageTracker {
     fn disarm_all(&mut self, extent: &Extent) -> Result<(), TrackError> {
         extent.ranges().into_iter().try_for_each(|r| self.disarm(r))
     }
-}
-
-/// Restores, for a rollback to `target` while tracking is armed, every page of `records`
-/// (oldest first: the first record holding a page gives its content) and of `since_latest`
-/// (restored from the mirror unless a record holds them), each page once and only inside
-/// `target`; records also update the mirror. Returns the restored pages as sorted, merged
-/// runs.
-fn restore_once<'a>(
-    arena: &mut Arena,
-    mirror: &mut Reservation,
-    target: &Extent,
-    records: impl Iterator<Item = &'a PageUndo>,
-    since_latest: &[Range<usize>],
-    bits: &mut Vec<u64>,
-) -> Vec<Range<usize>> {
-    let mut set = PageSet::new(target, bits);
-    for rec in records {
-        let mut at = 0;
-        for run in &rec.runs {
-            for off in run.clone().step_by(PAGE_SIZE) {
-                if set.claim(off) {
-                    let src = &rec.bytes[at + off - run.start..][..PAGE_SIZE];
-                    restore_bytes(arena, off, src);
-                    mirror.as_mut_slice()[off..off + PAGE_SIZE].copy_from_slice(src);
-                }
-            }
-            at += run.len();
-        }
-    }
-    for run in since_latest {
-        for off in run.clone().step_by(PAGE_SIZE) {
-            if set.claim(off) {
-                restore_bytes(arena, off, &mirror.as_slice()[off..off + PAGE_SIZE]);
-            }
-        }
-    }
-    set.runs()
 }
 
 /// One bit per page of an extent.
@@ -810,16 +896,24 @@ impl<'b> PageSet<'b> {
         }
     }
 
-    /// Adds the page at offset `off`; false if it was in already or lies outside the extent.
-    fn claim(&mut self, off: usize) -> bool {
-        if !(off < self.meta_end || self.data.contains(&off)) {
-            return false;
+    /// Adds the page at offset `off`, unless it lies outside the extent.
+    fn add(&mut self, off: usize) {
+        if off < self.meta_end || self.data.contains(&off) {
+            let p = off / PAGE_SIZE;
+            self.bits[p / 64] |= 1u64 << (p % 64);
         }
+    }
+
+    /// Takes the page at offset `off` out of the set; whether it was in.
+    fn take(&mut self, off: usize) -> bool {
         let p = off / PAGE_SIZE;
-        let (w, b) = (p / 64, 1u64 << (p % 64));
-        let fresh = self.bits[w] & b == 0;
-        self.bits[w] |= b;
-        fresh
+        match self.bits.get_mut(p / 64) {
+            Some(w) if *w & (1u64 << (p % 64)) != 0 => {
+                *w &= !(1u64 << (p % 64));
+                true
+            }
+            _ => false,
+        }
     }
 
     /// The pages in the set as sorted, merged runs.
