@@ -1599,3 +1599,55 @@ unsafe fn key_text(L: *mut lua_State) -> String {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{IdMap, Kind, DENSE_SPAN, LEAF, STR_BIT};
+    use std::ffi::c_void;
+
+    const BASE: usize = 0x7000_0000_0000;
+
+    fn at(off: usize) -> *const c_void {
+        BASE.wrapping_add(off) as *const c_void
+    }
+
+    #[test]
+    fn ids_in_the_table_keep_their_kind() {
+        let mut m = IdMap::new(BASE);
+        m.insert(at(0), Kind::Obj, 0);
+        m.insert(at(16), Kind::Str, 0);
+        m.insert(at(16 * LEAF * 3 + 32), Kind::Obj, 7);
+        assert_eq!(m.get(at(0), Kind::Obj), Some(0));
+        assert_eq!(m.get(at(0), Kind::Str), None);
+        assert_eq!(m.get(at(16), Kind::Str), Some(0));
+        assert_eq!(m.get(at(16), Kind::Obj), None);
+        assert!(!m.contains(at(16)));
+        assert_eq!(m.get(at(16 * LEAF * 3 + 32), Kind::Obj), Some(7));
+        assert_eq!(m.get(at(16 * LEAF * 3 + 48), Kind::Obj), None);
+        assert_eq!(m.get(at(16 * LEAF * 9), Kind::Obj), None);
+        assert_eq!(m.get_or_insert(at(64), Kind::Str, 5), None);
+        assert_eq!(m.get_or_insert(at(64), Kind::Str, 6), Some(5));
+        assert!(!m.far_dense && m.far.is_empty());
+    }
+
+    #[test]
+    fn identities_the_table_cannot_hold_go_to_the_map() {
+        let mut m = IdMap::new(BASE);
+        // Not 16-byte aligned (a userdata's memory), below the arena, past the span.
+        for (p, id) in [(at(8), 1), (at(usize::MAX - 15), 2), (at(DENSE_SPAN), 3)] {
+            m.insert(p, Kind::Obj, id);
+            assert_eq!(m.get(p, Kind::Obj), Some(id));
+            assert_eq!(m.get(p, Kind::Str), None);
+        }
+        assert!(!m.far_dense);
+        // An id too large for a slot, and a slot the other kind holds.
+        m.insert(at(32), Kind::Obj, STR_BIT - 1);
+        assert!(m.far_dense);
+        assert_eq!(m.get(at(32), Kind::Obj), Some(STR_BIT - 1));
+        m.insert(at(48), Kind::Obj, 4);
+        m.insert(at(48), Kind::Str, 9);
+        assert_eq!(m.get(at(48), Kind::Obj), Some(4));
+        assert_eq!(m.get(at(48), Kind::Str), Some(9));
+        assert_eq!(m.get(at(64), Kind::Obj), None);
+    }
+}
