@@ -86,84 +86,119 @@ const SCAN_BATCH: usize = 64;
 /// nesting costs no more memory than a frame each.
 const SCAN_KEEP: usize = 1 << 15;
 
-/// Object identities (addresses) to ids. Keys are offsets into the VM's arena, where every Lua
-/// object lives, in 8-byte units: 32-bit keys make 8-byte entries, half a pointer-keyed map's,
-/// so twice as many stay in the cache (lookups here are most of the writer's cache misses).
-/// The rare identity outside the arena (a C function's address) goes to a pointer-keyed map.
+/// Object identities (addresses) to ids, for objects (`Kind::Obj`) and strings (`Kind::Str`),
+/// which have separate id spaces. Every Lua object lives in the VM's arena, 16-byte aligned,
+/// and is visited in about the order it was allocated, so ids sit in a table indexed by arena
+/// offset / 16 (one 4-byte slot per 16 bytes of arena, in leaves of `LEAF` slots allocated
+/// when first used): a lookup is an index, and objects allocated together have their slots
+/// together, where a hash map scattered them (its lookups were most of the writer's cache
+/// misses). Both kinds share the table (a slot holds the id + 1 and the kind in its top bit):
+/// no two objects alive share an address, and nothing is freed while a persist runs (see
+/// `Persister::anchor`). Whatever does not fit (an identity outside the arena's first
+/// `DENSE_SPAN` bytes or not 16-byte aligned, such as a C function or a userdata's memory, an
+/// id past 2^31 - 2, a slot taken by the other kind) goes to a hash map.
 struct IdMap {
     base: usize,
-    near: HashMap<u32, u32>,
-    far: HashMap<usize, u32>,
+    leaves: Vec<Option<Box<[u32; LEAF]>>>,
+    far: HashMap<(usize, bool), u32>,
+    /// Whether `far` holds an identity the table could have held (then misses look there too).
+    far_dense: bool,
+}
+
+/// Slots per leaf of `IdMap` (a leaf covers 16 KiB of arena).
+const LEAF: usize = 1024;
+/// Arena offsets `IdMap` indexes directly (past this, identities go to its hash map).
+const DENSE_SPAN: usize = 1 << 34;
+/// A slot's kind bit (set: a string's id).
+const STR_BIT: u32 = 1 << 31;
+
+/// Which id space of `IdMap`.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Obj,
+    Str,
 }
 
 impl IdMap {
     fn new(base: usize) -> Self {
         IdMap {
             base,
-            near: HashMap::default(),
+            leaves: Vec::new(),
             far: HashMap::default(),
+            far_dense: false,
         }
     }
 
+    /// The table index of `p`, if the table can hold it.
     #[inline]
-    fn key(&self, p: *const c_void) -> Result<u32, usize> {
+    fn key(&self, p: *const c_void) -> Option<usize> {
         let off = (p as usize).wrapping_sub(self.base);
-        if off & 7 == 0 && off >> 3 <= u32::MAX as usize {
-            Ok((off >> 3) as u32)
-        } else {
-            Err(p as usize)
+        (off & 15 == 0 && off < DENSE_SPAN).then_some(off >> 4)
+    }
+
+    #[inline]
+    fn bit(kind: Kind) -> u32 {
+        match kind {
+            Kind::Obj => 0,
+            Kind::Str => STR_BIT,
         }
     }
 
     #[inline]
-    fn get(&self, p: *const c_void) -> Option<u32> {
-        match self.key(p) {
-            Ok(k) => self.near.get(&k).copied(),
-            Err(k) => self.far.get(&k).copied(),
+    fn get(&self, p: *const c_void, kind: Kind) -> Option<u32> {
+        if let Some(k) = self.key(p) {
+            if let Some(Some(leaf)) = self.leaves.get(k / LEAF) {
+                let e = leaf[k % LEAF];
+                if e != 0 && e & STR_BIT == Self::bit(kind) {
+                    return Some((e & !STR_BIT) - 1);
+                }
+            }
+            if !self.far_dense {
+                return None;
+            }
         }
+        self.far.get(&(p as usize, kind == Kind::Str)).copied()
     }
 
     #[inline]
     fn contains(&self, p: *const c_void) -> bool {
-        self.get(p).is_some()
+        self.get(p, Kind::Obj).is_some()
     }
 
     #[inline]
-    fn insert(&mut self, p: *const c_void, id: u32) {
-        match self.key(p) {
-            Ok(k) => self.near.insert(k, id),
-            Err(k) => self.far.insert(k, id),
-        };
-    }
-
-    /// The id of `p`, or None after giving it `id` (one probe for both).
-    #[inline]
-    fn get_or_insert(&mut self, p: *const c_void, id: u32) -> Option<u32> {
-        use std::collections::hash_map::Entry;
-        match self.key(p) {
-            Ok(k) => match self.near.entry(k) {
-                Entry::Occupied(o) => Some(*o.get()),
-                Entry::Vacant(v) => {
-                    v.insert(id);
-                    None
+    fn insert(&mut self, p: *const c_void, kind: Kind, id: u32) {
+        if let Some(k) = self.key(p) {
+            if id < STR_BIT - 1 {
+                let i = k / LEAF;
+                if i >= self.leaves.len() {
+                    self.leaves.resize_with(i + 1, || None);
                 }
-            },
-            Err(k) => match self.far.entry(k) {
-                Entry::Occupied(o) => Some(*o.get()),
-                Entry::Vacant(v) => {
-                    v.insert(id);
-                    None
+                let leaf = self.leaves[i].get_or_insert_with(|| Box::new([0; LEAF]));
+                let e = &mut leaf[k % LEAF];
+                if *e == 0 || *e & STR_BIT == Self::bit(kind) {
+                    *e = Self::bit(kind) | (id + 1);
+                    return;
                 }
-            },
+            }
+            self.far_dense = true;
         }
+        self.far.insert((p as usize, kind == Kind::Str), id);
     }
 
-    fn len(&self) -> usize {
-        self.near.len() + self.far.len()
+    /// The id of `p`, or None after giving it `id`.
+    #[inline]
+    fn get_or_insert(&mut self, p: *const c_void, kind: Kind, id: u32) -> Option<u32> {
+        let old = self.get(p, kind);
+        if old.is_none() {
+            self.insert(p, kind, id);
+        }
+        old
     }
 
-    fn reserve(&mut self, n: usize) {
-        self.near.reserve(n);
+    /// Room in the top level for an arena of `bytes`.
+    fn reserve(&mut self, bytes: usize) {
+        self.leaves
+            .reserve((bytes / 16 / LEAF).min(DENSE_SPAN / 16 / LEAF));
     }
 }
 
@@ -255,9 +290,10 @@ pub(crate) struct Persister<'a> {
     /// Scratch for tables' layouts.
     layout: LayoutBufs,
     pub w: Writer,
+    /// Objects written by identity, to their id, and strings written, to their string id.
     refs: IdMap,
-    /// Strings written, by identity, to their string id.
-    strs: IdMap,
+    /// String ids given so far.
+    nstrs: u32,
     /// String ids from this one on are not anchored yet (see `anchor`).
     anchored: u32,
     /// Their identities, in id order.
@@ -315,7 +351,7 @@ impl<'a> Persister<'a> {
         Persister {
             w: Writer::file(),
             refs: IdMap::new(shared.arena_base),
-            strs: IdMap::new(shared.arena_base),
+            nstrs: 0,
             anchored: 0,
             unanchored: Vec::new(),
             unanchored_objs: Vec::new(),
@@ -373,7 +409,7 @@ impl<'a> Persister<'a> {
             ffi::lua_rawseti(L, s.strs, 0);
             let used = ffi::lua_gc(L, ffi::LUA_GCCOUNT) as usize * 1024;
             self.w.buf.reserve(used / 4);
-            self.refs.reserve(used / 256);
+            self.refs.reserve(used);
             self.value(L, s)?;
             while !self.frames.is_empty() {
                 if !self.advance(L, s)? {
@@ -429,7 +465,7 @@ impl<'a> Persister<'a> {
     fn new_id(&mut self, p: *const c_void) -> u32 {
         let id = self.next_id;
         self.next_id += 1;
-        self.refs.insert(p, id);
+        self.refs.insert(p, Kind::Obj, id);
         id
     }
 
@@ -484,13 +520,13 @@ impl<'a> Persister<'a> {
             self.w.tag(Tag::Str);
             self.w.bytes(bytes);
         } else {
-            let sid = self.strs.len() as u32;
-            match self.strs.get_or_insert(obj, sid) {
+            match self.refs.get_or_insert(obj, Kind::Str, self.nstrs) {
                 Some(old) => {
                     self.w.tag(Tag::StrRef);
                     self.w.varint(old as u64);
                 }
                 None => {
+                    self.nstrs += 1;
                     self.w.tag(Tag::Str);
                     self.w.bytes(bytes);
                     self.unanchored.push(obj);
@@ -712,7 +748,7 @@ impl<'a> Persister<'a> {
         if mt.is_null() {
             self.w.tag(Tag::Nil);
             state = 1;
-        } else if let Some(mid) = self.refs.get(mt) {
+        } else if let Some(mid) = self.refs.get(mt, Kind::Obj) {
             self.w.tag(Tag::Ref);
             self.w.varint(mid as u64);
             state = 1;
@@ -738,7 +774,7 @@ impl<'a> Persister<'a> {
         match v.kind {
             kind::FALSE..=kind::STR | kind::NIL => Ok(None),
             kind::OBJ | kind::TABLE | kind::LCLOSURE => {
-                match self.refs.get(v.bits as usize as *const c_void) {
+                match self.refs.get(v.bits as usize as *const c_void, Kind::Obj) {
                     Some(id) => Ok(Some(id)),
                     None => Err(true),
                 }
@@ -801,7 +837,7 @@ impl<'a> Persister<'a> {
             _ => {
                 let id = self
                     .refs
-                    .get(v.bits as usize as *const c_void)
+                    .get(v.bits as usize as *const c_void, Kind::Obj)
                     .expect("`plain` checked that the object is written");
                 self.w.tag(Tag::Ref);
                 self.w.varint(id as u64);
@@ -847,7 +883,7 @@ impl<'a> Persister<'a> {
         // SAFETY: protected context; the object is on top.
         unsafe {
             let ptr = ffi::lua_topointer(L, -1);
-            if let Some(id) = self.refs.get(ptr) {
+            if let Some(id) = self.refs.get(ptr, Kind::Obj) {
                 self.w.tag(Tag::Ref);
                 self.w.varint(id as u64);
                 ffi::lua_settop(L, -2);
@@ -1561,5 +1597,57 @@ unsafe fn key_text(L: *mut lua_State) -> String {
             ffi::LUA_TNIL => String::new(),
             _ => format!("[<{}>]", crate::bridge::ffi::type_name(L, -1)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{IdMap, Kind, DENSE_SPAN, LEAF, STR_BIT};
+    use std::ffi::c_void;
+
+    const BASE: usize = 0x7000_0000_0000;
+
+    fn at(off: usize) -> *const c_void {
+        BASE.wrapping_add(off) as *const c_void
+    }
+
+    #[test]
+    fn ids_in_the_table_keep_their_kind() {
+        let mut m = IdMap::new(BASE);
+        m.insert(at(0), Kind::Obj, 0);
+        m.insert(at(16), Kind::Str, 0);
+        m.insert(at(16 * LEAF * 3 + 32), Kind::Obj, 7);
+        assert_eq!(m.get(at(0), Kind::Obj), Some(0));
+        assert_eq!(m.get(at(0), Kind::Str), None);
+        assert_eq!(m.get(at(16), Kind::Str), Some(0));
+        assert_eq!(m.get(at(16), Kind::Obj), None);
+        assert!(!m.contains(at(16)));
+        assert_eq!(m.get(at(16 * LEAF * 3 + 32), Kind::Obj), Some(7));
+        assert_eq!(m.get(at(16 * LEAF * 3 + 48), Kind::Obj), None);
+        assert_eq!(m.get(at(16 * LEAF * 9), Kind::Obj), None);
+        assert_eq!(m.get_or_insert(at(64), Kind::Str, 5), None);
+        assert_eq!(m.get_or_insert(at(64), Kind::Str, 6), Some(5));
+        assert!(!m.far_dense && m.far.is_empty());
+    }
+
+    #[test]
+    fn identities_the_table_cannot_hold_go_to_the_map() {
+        let mut m = IdMap::new(BASE);
+        // Not 16-byte aligned (a userdata's memory), below the arena, past the span.
+        for (p, id) in [(at(8), 1), (at(usize::MAX - 15), 2), (at(DENSE_SPAN), 3)] {
+            m.insert(p, Kind::Obj, id);
+            assert_eq!(m.get(p, Kind::Obj), Some(id));
+            assert_eq!(m.get(p, Kind::Str), None);
+        }
+        assert!(!m.far_dense);
+        // An id too large for a slot, and a slot the other kind holds.
+        m.insert(at(32), Kind::Obj, STR_BIT - 1);
+        assert!(m.far_dense);
+        assert_eq!(m.get(at(32), Kind::Obj), Some(STR_BIT - 1));
+        m.insert(at(48), Kind::Obj, 4);
+        m.insert(at(48), Kind::Str, 9);
+        assert_eq!(m.get(at(48), Kind::Obj), Some(4));
+        assert_eq!(m.get(at(48), Kind::Str), Some(9));
+        assert_eq!(m.get(at(64), Kind::Obj), None);
     }
 }
