@@ -210,3 +210,40 @@ fn simulate_reports_a_failing_mode_beside_the_others() {
     );
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[test]
+fn simulate_says_when_g_step_seems_to_loop_forever() {
+    use std::io::{BufRead, BufReader};
+    let dir = std::env::temp_dir().join(format!("luasnap-stall-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let game = dir.join("loop.lua");
+    std::fs::write(
+        &game,
+        "local G = {} local n = 0
+         function G.init() end
+         function G.step(i) n = n + 1 if n == 5 then while true do end end end
+         return G",
+    )
+    .unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_luasnap"))
+        .args(["simulate", game.to_str().unwrap(), "--frames", "10"])
+        .env("LUASNAP_STALL_WARNING_SECS", "1")
+        .stderr(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Read until the warning (the game never ends by itself), then stop it.
+    let stderr = BufReader::new(child.stderr.take().unwrap());
+    let line = stderr
+        .lines()
+        .map_while(Result::ok)
+        .find(|l| l.contains("no frame has finished"));
+    child.kill().ok();
+    child.wait().ok();
+    let line = line.expect("a stall warning before stderr closed");
+    assert!(
+        line.contains("reference run (at frame 4)") && line.contains("endless loop"),
+        "{line}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}

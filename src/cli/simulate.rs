@@ -6,6 +6,9 @@ use serde_json::json;
 use std::fmt::Write as _;
 use std::io::{IsTerminal, Write as _};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 /// Options of `luasnap simulate`.
 #[derive(Debug, clap::Parser)]
@@ -125,7 +128,9 @@ pub fn run(args: SimulateArgs) -> Result<(), String> {
             eprintln!("  {m}");
         }
     };
-    if progress {
+    // Where the runs are: a progress bar on a terminal, and a watchdog that says so when no
+    // frame has finished for a while (an endless loop in G.step would otherwise hang silently).
+    let bar = progress.then(|| {
         let bar = indicatif::ProgressBar::new(frames);
         bar.set_style(
             indicatif::ProgressStyle::with_template(
@@ -135,8 +140,18 @@ pub fn run(args: SimulateArgs) -> Result<(), String> {
             .progress_chars("=> "),
         );
         bar.set_prefix("reference");
+        bar
+    });
+    let watch = Arc::new(Mutex::new(("reference".to_string(), 0u64, Instant::now())));
+    let finished = Arc::new(AtomicBool::new(false));
+    {
+        let watch = Arc::clone(&watch);
         let mut current = String::from("reference");
         sim.set_progress(Box::new(move |what, done, total| {
+            if let Ok(mut w) = watch.lock() {
+                *w = (what.to_string(), done, Instant::now());
+            }
+            let Some(bar) = &bar else { return };
             if what != current {
                 current = what.to_string();
                 bar.reset();
@@ -149,13 +164,57 @@ pub fn run(args: SimulateArgs) -> Result<(), String> {
             }
         }));
     }
+    let start_frame = sim.start_frame();
+    let watchdog = {
+        let (watch, finished) = (Arc::clone(&watch), Arc::clone(&finished));
+        let stall = stall_warning();
+        std::thread::spawn(move || {
+            let mut warned_at = None;
+            while !finished.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(200));
+                let Ok(w) = watch.lock() else { return };
+                let (run, done, at) = (&w.0, w.1, w.2);
+                if at.elapsed() >= stall && warned_at != Some(at) {
+                    warned_at = Some(at);
+                    eprintln!(
+                        "\nluasnap: no frame has finished for {} s in the {run} run (at frame {}): \
+                         is G.step in an endless loop? Ctrl-C stops the run",
+                        stall.as_secs(),
+                        start_frame + done
+                    );
+                }
+            }
+        })
+    };
+    let result = run_modes(&args, &mut sim, &backends, note);
+    finished.store(true, Ordering::Relaxed);
+    let _ = watchdog.join();
+    result
+}
+
+/// How long without a finished frame before `simulate` asks about an endless loop: 10 s, or
+/// `LUASNAP_STALL_WARNING_SECS`.
+fn stall_warning() -> Duration {
+    let secs = std::env::var("LUASNAP_STALL_WARNING_SECS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10);
+    Duration::from_secs(secs)
+}
+
+fn run_modes(
+    args: &SimulateArgs,
+    sim: &mut Simulation,
+    backends: &[Backend],
+    note: impl Fn(&str),
+) -> Result<(), String> {
     let err = |e: GameError| e.to_string();
     let (reference, save) = sim.reference(args.save.is_some()).map_err(err)?;
     let mut reports: Vec<ModeReport> = Vec::new();
     // With several modes, one that fails (out of memory, a value the serializer refuses)
     // is reported beside the others' results, not instead of them.
     let mut failures: Vec<(Backend, String)> = Vec::new();
-    for b in &backends {
+    for b in backends {
         match sim.run(*b, &reference) {
             Ok(r) => reports.push(r),
             Err(e) if backends.len() > 1 => failures.push((*b, e.to_string())),

@@ -185,6 +185,11 @@ impl Simulation {
         })
     }
 
+    /// The frame the runs start from (0, or the frame of the start save).
+    pub fn start_frame(&self) -> u64 {
+        self.start_frame
+    }
+
     /// Reports progress to `p` (called once per frame simulated, rollbacks aside).
     pub fn set_progress(&mut self, p: Progress) {
         self.progress = Some(p);
