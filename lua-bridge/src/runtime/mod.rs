@@ -561,10 +561,17 @@ impl Game {
     }
 
     /// A save or a load that ran out of the arena is [`GameError::OutOfMemory`], naming the
-    /// frame and the run, like a `G.step` that does. (Lua's memory error reaches here through
-    /// the serializer's error types, whose message is Lua's own "not enough memory".)
+    /// frame and the run, like a `G.step` that does.
     fn memory_failure(&self, e: GameError) -> GameError {
-        if e.to_string().contains("not enough memory") {
+        use crate::bridge::error::LuaErrorKind::Memory;
+        let memory = |v: &VmError| matches!(v, VmError::Lua { kind: Memory, .. });
+        let out_of_memory = match &e {
+            GameError::Vm(v)
+            | GameError::Save(SaveError::Lua(v))
+            | GameError::Load(LoadError::Lua(v)) => memory(v),
+            _ => false,
+        };
+        if out_of_memory {
             GameError::OutOfMemory {
                 frame: self.frame,
                 run: self.backend.name().into(),
