@@ -311,7 +311,7 @@ fn functions_come_from_any_value_and_can_be_passed_back() {
     assert_eq!(add5.call::<i64>(1).unwrap(), 6);
     assert_eq!(vm.call::<i64>("apply", (&add5, 10)).unwrap(), 15);
     // A handle of another VM is refused.
-    let other = self::vm();
+    let mut other = self::vm();
     other.exec("function f() end", "o").unwrap();
     let foreign = other.function("f").unwrap();
     assert!(matches!(
@@ -1124,6 +1124,70 @@ fn deterministic_vm_explains_a_missing_library() {
     let full = Vm::builder().capacity(64 * MIB).build().unwrap();
     let e = full.exec("return nope.x", "t").unwrap_err().to_string();
     assert!(!e.contains("left out"), "{e}");
+}
+
+/// The deterministic profile keeps `debug.traceback` (for `xpcall(f, debug.traceback)`, the
+/// error handler game code uses everywhere) and nothing else of `debug`, and says so.
+#[test]
+fn deterministic_vm_has_debug_traceback_only() {
+    let vm = vm();
+    let out = vm
+        .exec(
+            "local ok, tb = xpcall(function() error('boom') end, debug.traceback)
+             return ok, tb",
+            "=game",
+        )
+        .unwrap();
+    assert_eq!(out[0], Value::Boolean(false));
+    let Value::String(tb) = &out[1] else {
+        panic!("{out:?}")
+    };
+    let tb = String::from_utf8_lossy(tb);
+    assert!(tb.starts_with("game:1: boom\nstack traceback:"), "{tb}");
+    assert!(tb.contains("in global 'xpcall'"), "{tb}");
+    // No addresses: the same text from a second VM.
+    let again = self::vm()
+        .exec(
+            "local ok, tb = xpcall(function() error('boom') end, debug.traceback)
+             return tb",
+            "=game",
+        )
+        .unwrap();
+    assert_eq!(again[0], out[1]);
+    let n = vm
+        .exec(
+            "local n = 0 for _ in pairs(debug) do n = n + 1 end return n",
+            "t",
+        )
+        .unwrap();
+    assert_eq!(n, vec![Value::Integer(1)]);
+    let e = vm
+        .exec("return debug.getinfo(1)", "t")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("(field 'getinfo')")
+            && e.contains("if this is debug.getinfo: it is left out of the deterministic profile"),
+        "{e}"
+    );
+    // The function is a permanent: a save refers to it by name (a foreign file may not name
+    // anything of `debug`).
+    vm.exec("F = { handler = debug.traceback }", "t").unwrap();
+    let bytes = vm.persist("F").unwrap();
+    let mut other = self::vm();
+    let e = other
+        .unpersist(&bytes, "F2", luasnap::bridge::persist::Trust::Foreign)
+        .unwrap_err();
+    assert!(e.to_string().contains("\"debug.traceback\""), "{e}");
+    other
+        .unpersist(&bytes, "F2", luasnap::bridge::persist::Trust::Own)
+        .unwrap();
+    assert_eq!(
+        other
+            .exec("return F2.handler == debug.traceback", "t")
+            .unwrap(),
+        vec![Value::Boolean(true)]
+    );
 }
 
 /// A second game at default_game's fixed base address gets advice, and `None` works.

@@ -87,7 +87,7 @@ fn graph_of(
     let attempt = |mut vm: Vm| -> Result<ValueGraph, String> {
         // Saves to compare often come from another peer: no code from the file unless the
         // user vouches for it. Finalizers are allowed even in foreign loads: this VM only
-        // lives to be read, it has the deterministic profile (no io, os, debug), and games
+        // lives to be read, it has the deterministic profile (no io or os; debug.traceback only), and games
         // keep finalizers in their state.
         let mut opts = LoadOptions::new(trust);
         opts.finalizers = true;

@@ -221,15 +221,34 @@ impl From<SnapError> for Error {
 }
 
 /// Names the deterministic profile leaves out.
-const LEFT_OUT: [&str; 7] = [
-    "os", "io", "debug", "package", "require", "dofile", "loadfile",
+const LEFT_OUT: [&str; 6] = ["os", "io", "package", "require", "dofile", "loadfile"];
+
+/// The `debug` library's functions other than `traceback`, which the deterministic profile
+/// leaves out of its `debug` table.
+const DEBUG_LEFT_OUT: [&str; 15] = [
+    "debug",
+    "gethook",
+    "getinfo",
+    "getlocal",
+    "getmetatable",
+    "getregistry",
+    "getupvalue",
+    "getuservalue",
+    "sethook",
+    "setlocal",
+    "setmetatable",
+    "setupvalue",
+    "setuservalue",
+    "upvalueid",
+    "upvaluejoin",
 ];
 
 /// Marks a message already explained by [`explain_left_out`].
 pub(crate) const LEFT_OUT_MARK: &str = "is left out of the deterministic profile";
 
 /// Adds to a Lua error about a nil global the deterministic profile leaves out (`os`, `io`,
-/// ...) why it is nil, instead of the bare "attempt to index a nil value (global 'os')".
+/// ...) or a nil field that may be a left-out `debug` function, why it is nil, instead of the
+/// bare "attempt to index a nil value (global 'os')".
 pub(crate) fn explain_left_out(message: String) -> String {
     if message.contains(LEFT_OUT_MARK) {
         return message;
@@ -237,17 +256,25 @@ pub(crate) fn explain_left_out(message: String) -> String {
     let missing = LEFT_OUT.iter().find(|n| {
         message.contains(&format!("(global '{n}')")) || message.contains(&format!("(field '{n}')"))
     });
-    match missing {
-        Some(n) => {
-            let note = format!(
-                " ('{n}' {LEFT_OUT_MARK} this VM was built with: no io, os, debug, package, require, dofile or loadfile, so a script cannot read the clock, files or the environment; use the seed and math.random instead of os.time and keep state in Lua values, or build with Vm::builder().build() for the full standard library)"
-            );
-            // Before a traceback that the message carries, right after the message itself.
-            match message.find("\nstack traceback:") {
-                Some(at) => format!("{}{note}{}", &message[..at], &message[at..]),
-                None => format!("{message}{note}"),
-            }
-        }
-        None => message,
+    let debug_fn = DEBUG_LEFT_OUT
+        .iter()
+        .find(|n| message.contains(&format!("(field '{n}')")));
+    let note = match (missing, debug_fn) {
+        (Some(n), _) => format!(
+            " ('{n}' {LEFT_OUT_MARK} this VM was built with: no io, os, package, require, dofile or loadfile, and of debug only debug.traceback, so a script cannot read the clock, files or the environment; use the seed and math.random instead of os.time and keep state in Lua values, or build with Vm::builder().build() for the full standard library)"
+        ),
+        // A nil field of some table: say so only if it may be the debug library's.
+        (None, Some(n)) if message.contains("nil value") => format!(
+            " (if this is debug.{n}: it {LEFT_OUT_MARK} this VM was built with, whose debug table has only debug.traceback, since the rest reads and writes locals, upvalues, hooks and the registry; build with Vm::builder().build() for the full standard library)"
+        ),
+        _ => String::new(),
+    };
+    if note.is_empty() {
+        return message;
+    }
+    // Before a traceback that the message carries, right after the message itself.
+    match message.find("\nstack traceback:") {
+        Some(at) => format!("{}{note}{}", &message[..at], &message[at..]),
+        None => format!("{message}{note}"),
     }
 }

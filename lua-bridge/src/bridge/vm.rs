@@ -29,7 +29,7 @@ pub enum Profile {
     Standard,
     /// For games that must replay identically across runs, processes and peers:
     /// a fixed string-hash seed and `math.random` seed derived from `seed`; no `io`, `os`,
-    /// `debug`, `package`, `dofile` or `loadfile`; `load` accepts source text only (never
+    /// `package`, `dofile` or `loadfile`, and of `debug` only `debug.traceback`; `load` accepts source text only (never
     /// bytecode); and `table.sort` is Lua's own quicksort with a deterministic pivot (stock
     /// Lua re-randomizes it from the clock on badly imbalanced partitions), so its result
     /// depends only on the input and the comparator. See `docs/determinism.md` for what it guarantees.
@@ -492,6 +492,18 @@ impl Vm {
                             ffi::lua_pushcclosure(L, luasnap_det_randomseed, 1);
                             ffi::lua_setfield(L, -2, c"randomseed".as_ptr());
                         }
+                        ffi::lua_settop(L, top);
+                        // `debug` holds `traceback` alone: error handlers written as
+                        // `xpcall(f, debug.traceback)` are everywhere in game code, and a
+                        // traceback names sources, lines and functions, never addresses.
+                        // The rest of the library reads and writes locals, upvalues,
+                        // hooks and the registry, so it stays out.
+                        ffi::lua_pushcclosure(L, ffi::luaopen_debug, 0);
+                        ffi::lua_callk(L, 0, 1, 0, None);
+                        ffi::lua_createtable(L, 0, 1);
+                        ffi::lua_getfield(L, -2, c"traceback".as_ptr());
+                        ffi::lua_setfield(L, -2, c"traceback".as_ptr());
+                        ffi::lua_setglobal(L, c"debug".as_ptr());
                         ffi::lua_settop(L, top);
                     }
                 }
