@@ -311,7 +311,7 @@ fn functions_come_from_any_value_and_can_be_passed_back() {
     assert_eq!(add5.call::<i64>(1).unwrap(), 6);
     assert_eq!(vm.call::<i64>("apply", (&add5, 10)).unwrap(), 15);
     // A handle of another VM is refused.
-    let mut other = self::vm();
+    let other = self::vm();
     other.exec("function f() end", "o").unwrap();
     let foreign = other.function("f").unwrap();
     assert!(matches!(
