@@ -15,8 +15,16 @@ fn main() {
         }
     }
     // As lua-src builds it for mlua: Linux features, API checks in debug builds.
-    if std::env::var("PROFILE").as_deref() == Ok("debug") {
+    // `LUASNAP_LUA_ASSERTS=1` also turns on Lua's internal assertions (`lua_assert`) and API
+    // checks in any build, in Lua and in the helpers that build its objects directly: the
+    // test suite run that way checks those helpers against Lua's own invariants.
+    println!("cargo:rerun-if-env-changed=LUASNAP_LUA_ASSERTS");
+    let asserts = std::env::var("LUASNAP_LUA_ASSERTS").is_ok_and(|v| v == "1");
+    if asserts || std::env::var("PROFILE").as_deref() == Ok("debug") {
         lua.define("LUA_USE_APICHECK", None);
+    }
+    if asserts {
+        lua.define("LUAI_ASSERT", None);
     }
     lua.include(lua_dir)
         .define("LUA_USE_LINUX", None)
@@ -24,7 +32,13 @@ fn main() {
         .warnings(false)
         .compile("lua5.5");
 
-    cc::Build::new()
+    let mut helpers = cc::Build::new();
+    if asserts {
+        helpers
+            .define("LUAI_ASSERT", None)
+            .define("LUA_USE_APICHECK", None);
+    }
+    helpers
         .file("csrc/internals.c")
         .file("csrc/chunks.c")
         .file("csrc/readline.c")

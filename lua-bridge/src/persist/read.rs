@@ -636,6 +636,9 @@ impl<'a> Loader<'a> {
                 ffi::lua_rawgeti(L, s.inits, i as ffi::lua_Integer);
                 ffi::lua_rawgeti(L, -1, 2); // init
                 ffi::lua_rawgeti(L, -2, 1); // object
+                // Lua code may collect: the collector must find the flag clear (lgc.c's
+                // singlestep asserts it); after_call stops emergencies again.
+                luasnap_gc_stopem(L, 0);
                 ffi::lua_callk(L, 1, 0, 0, None);
                 self.after_call(L)?;
                 ffi::lua_settop(L, -2);
@@ -2209,7 +2212,9 @@ impl<'a> Loader<'a> {
                         return Err(self.fail("a foreign save-game names a load-time function that is not a registered constructor (Vm::register_constructor, eris.constructor)"));
                     }
                     if st == 0 {
-                        // Call the rebuild (or create) function: the object.
+                        // Call the rebuild (or create) function: the object. The flag
+                        // clear while Lua code runs, as in the initializers above.
+                        luasnap_gc_stopem(L, 0);
                         ffi::lua_callk(L, 0, 1, 0, None);
                         self.after_call(L)?;
                         if ffi::lua_type(L, -1) == ffi::LUA_TNIL {

@@ -957,8 +957,10 @@ impl<'a> Persister<'a> {
                     // initializer (two-phase).
                     self.anchor(L, s);
                     ffi::lua_pushvalue(L, -2);
+                    // Lua code may collect (everything written is anchored above): the
+                    // collector must find the flag clear (lgc.c's singlestep asserts it).
+                    luasnap_gc_stopem(L, 0);
                     ffi::lua_callk(L, 1, 2, 0, None);
-                    // A collection in there resets the flag.
                     luasnap_gc_stopem(L, 1);
                     let two = ffi::lua_type(L, -1) != ffi::LUA_TNIL;
                     if ffi::lua_type(L, -2) != ffi::LUA_TFUNCTION
