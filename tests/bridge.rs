@@ -594,14 +594,21 @@ fn registration_is_closed_by_the_first_snapshot() {
 fn the_deterministic_profile_removes_nondeterministic_libraries() {
     let vm = vm();
     let out = vm
-        .exec("return io, os, package, dofile, loadfile, debug.getinfo", "libs")
+        .exec(
+            "return io, os, package, dofile, loadfile, debug.getinfo",
+            "libs",
+        )
         .unwrap();
     assert!(out.iter().all(|v| *v == Value::Nil), "{out:?}");
     // Of `debug`, only the traceback (tests/api.rs: deterministic_vm_has_debug_traceback_only).
     let out = vm
         .exec("return next(debug), next(debug, 'traceback')", "libs")
         .unwrap();
-    assert_eq!(out[0], Value::String(b"traceback".to_vec().into()), "{out:?}");
+    assert_eq!(
+        out[0],
+        Value::String(b"traceback".to_vec().into()),
+        "{out:?}"
+    );
     assert_eq!(out[1], Value::Nil, "{out:?}");
     // load refuses bytecode even when asked for it.
     let out = vm.exec(
@@ -621,4 +628,62 @@ fn the_deterministic_profile_removes_nondeterministic_libraries() {
         )
         .unwrap();
     assert_eq!(out, vec![Value::Integer(1), Value::Integer(9)]);
+}
+
+/// `coroutine.resume` of a running or normal coroutine fails without running it, and must
+/// leave it as it is: settling it there (as after a real resume) reset its C-call count, which
+/// let it yield across `table.sort`'s C frame (a crash on the next resume) and recurse in C
+/// without limit. Found by an independent attacker; the messages are stock Lua 5.5.1's.
+#[test]
+fn resuming_a_running_or_normal_coroutine_leaves_it_alone() {
+    let vm = vm();
+    let out = vm
+        .exec(
+            "local r = {}
+             local function add(_, m) r[#r + 1] = m end
+             local co = coroutine.create(function()
+               table.sort({3, 2, 1, 5, 4}, function(a, b)
+                 add(coroutine.resume(coroutine.running()))
+                 coroutine.yield('in sort')
+                 return a < b
+               end)
+             end)
+             add(coroutine.resume(co))
+             add(coroutine.resume(co))
+             -- A is normal while B runs.
+             local A
+             A = coroutine.create(function()
+               table.sort({3, 2, 1}, function(a, b)
+                 coroutine.resume(coroutine.create(function()
+                   add(coroutine.resume(A))
+                 end))
+                 coroutine.yield('in sort')
+                 return a < b
+               end)
+             end)
+             add(coroutine.resume(A))
+             -- C recursion stays bounded.
+             local deep = coroutine.create(function()
+               local mt = {}
+               mt.__tostring = function()
+                 coroutine.resume(coroutine.running())
+                 return tostring(setmetatable({}, mt))
+               end
+               return tostring(setmetatable({}, mt))
+             end)
+             add(coroutine.resume(deep))
+             return table.concat(r, '|')",
+            "resume",
+        )
+        .unwrap();
+    assert_eq!(
+        out,
+        vec![Value::String(
+            b"cannot resume non-suspended coroutine|attempt to yield across a C-call boundary|\
+cannot resume dead coroutine|cannot resume non-suspended coroutine|\
+attempt to yield across a C-call boundary|C stack overflow"
+                .to_vec()
+                .into()
+        )]
+    );
 }

@@ -803,7 +803,7 @@ int luasnap_closure_scan(const void *f, const void **proto, const void **uids, l
 ** returns how many it wrote. Comparing first keeps pages whose dead slots are clean unwritten
 ** (no tracking fault, no dirty page for incremental snapshots).
 ** Invariant relied on: th is not running (idle main thread, or a coroutine that has just
-** yielded, returned or failed), so slots from th->top.p to stack_last + EXTRA_STACK are dead:
+** yielded, returned or failed; checked below for coroutines), so slots from th->top.p to stack_last + EXTRA_STACK are dead:
 ** Lua never reads a slot above the top before writing it, and its collector treats that slice
 ** as dead too (traversethread clears it). All-zero bytes are a nil (LUA_VNIL == 0). */
 int luasnap_settle_thread(lua_State *th) {
@@ -811,6 +811,12 @@ int luasnap_settle_thread(lua_State *th) {
   StkId p = th->top.p, end = th->stack_last.p + EXTRA_STACK;
   int n = 0;
   lua_assert(LUA_VNIL == 0);
+  /* Checked, not assumed: a coroutine that is running or normal (status LUA_OK with a call in
+  ** progress: ci above base_ci) is left alone. coroutine.resume of such a coroutine fails
+  ** ("cannot resume non-suspended coroutine") without running it, and resetting its nCcalls
+  ** would erase its non-yieldable count and C-call depth while it is still active (a yield
+  ** across table.sort's C frame, unbounded C recursion). It is settled when it stops. */
+  if (th != mainthread(G(th)) && th->status == LUA_OK && th->ci != &th->base_ci) return 0;
   for (; p < end; p++) {
     if (memcmp(p, &zero, sizeof zero) != 0) {
       memset(p, 0, sizeof zero);
