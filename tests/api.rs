@@ -1214,6 +1214,50 @@ fn a_second_game_at_the_fixed_base_address_is_told_to_use_none() {
     assert_eq!(second.frame(), 1);
 }
 
+/// `Game::from_save` takes no code from the file (it may come from another player): a save
+/// whose functions are not the script's is refused with the trust level that would accept
+/// it, and `from_save_with` and `Trust::Own` runs the saved version's code. (An attacker's
+/// file ran its own code through `luasnap simulate --load`.)
+#[test]
+fn from_save_takes_no_code_from_the_file_unless_trusted() {
+    use luasnap::bridge::persist::{LoadOptions, Trust};
+    use luasnap::bridge::runtime::{Backend, Game, GameConfig};
+    let mut cfg = GameConfig::default_game(1, 0);
+    cfg.capacity = 64 * MIB;
+    cfg.base_address = None;
+    cfg.script = "G = {} function G.init() W = { f = function(x) return x + 1 end, x = 0 } end
+                  function G.step(i) W.x = W.f(W.x) end return G"
+        .into();
+    let mut v1 = Game::new(&cfg, Backend::ArenaFull).unwrap();
+    v1.step(&[0u8]).unwrap();
+    let save = v1.save_game().unwrap();
+    drop(v1);
+    // The same script: its functions match.
+    let mut same = Game::from_save(&cfg, Backend::ArenaFull, &save).unwrap();
+    same.step(&[0u8]).unwrap();
+    drop(same);
+    // Version 2 of the script: the saved closure's code is not in it.
+    cfg.script = cfg.script.replace("x + 1", "x + 2");
+    let err = Game::from_save(&cfg, Backend::ArenaFull, &save)
+        .err()
+        .expect("a save of another script version brings code")
+        .to_string();
+    assert!(err.contains("Trust::Own"), "{err}");
+    let mut own = Game::from_save_with(
+        &cfg,
+        Backend::ArenaFull,
+        &save,
+        &LoadOptions::new(Trust::Own),
+    )
+    .unwrap();
+    own.step(&[0u8]).unwrap();
+    assert_eq!(
+        own.vm().exec("return W.x", "t").unwrap(),
+        vec![Value::Integer(2)],
+        "the saved closure runs version 1's code"
+    );
+}
+
 /// An error value that is not a string, raised in a callback a native calls, reaches the
 /// Lua `pcall` around the native as the value itself (as in plain Lua); strings keep the
 /// native's name prefix.

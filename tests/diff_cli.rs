@@ -247,3 +247,51 @@ fn simulate_says_when_g_step_seems_to_loop_forever() {
     );
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// `luasnap diff` reads files from anyone: it never runs a function the file names, neither a
+/// finalizer (`__gc`, which ran when the diff's VM closed, outside the load's budget: an
+/// attacker's `__gc = table.concat` took 2.9 GB) nor the root's `__index` (looked up after
+/// the load's checks ended).
+#[test]
+fn diff_runs_no_function_the_files_name() {
+    let dir = std::env::temp_dir().join(format!("luasnap-diff-code-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let script = dir.join("mk.lua");
+    std::fs::write(
+        &script,
+        r#"
+        local function write(name, v)
+          local f = assert(io.open(name, "wb")) f:write(eris.persist(v)) f:close()
+        end
+        write("gc.sav", { globals = { x = setmetatable({}, { __gc = print }) } })
+        write("root.sav", setmetatable({}, { __index = print }))
+        write("plain.sav", { globals = { x = 1 } })
+        "#,
+    )
+    .unwrap();
+    let made = Command::new(env!("CARGO_BIN_EXE_luasnap"))
+        .current_dir(&dir)
+        .args(["run", "mk.lua"])
+        .output()
+        .unwrap();
+    assert!(made.status.success(), "{made:?}");
+    let at = |f: &str| dir.join(f).to_str().unwrap().to_string();
+    let gc = luasnap(&["diff", &at("gc.sav"), &at("plain.sav")]);
+    assert_eq!(gc.status.code(), Some(1), "{gc:?}");
+    let out = String::from_utf8_lossy(&gc.stdout);
+    assert!(
+        out.contains("x: table vs 1") && !out.contains("table: 0x"),
+        "{out}"
+    );
+    let root = luasnap(&["diff", &at("root.sav"), &at("plain.sav")]);
+    assert_eq!(root.status.code(), Some(2), "{root:?}");
+    assert!(
+        !String::from_utf8_lossy(&root.stdout).contains("table: 0x"),
+        "{root:?}"
+    );
+    assert!(
+        String::from_utf8_lossy(&root.stderr).contains("not a whole-game save"),
+        "{root:?}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}

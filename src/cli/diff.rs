@@ -86,11 +86,12 @@ fn graph_of(
     };
     let attempt = |mut vm: Vm| -> Result<ValueGraph, String> {
         // Saves to compare often come from another peer: no code from the file unless the
-        // user vouches for it. Finalizers are allowed even in foreign loads: this VM only
-        // lives to be read, it has the deterministic profile (no io or os; debug.traceback only), and games
-        // keep finalizers in their state.
+        // user vouches for it. Games keep objects with finalizers in their state: this VM
+        // only lives to be read, so it takes them but never runs their finalizers (a file's
+        // __gc would run outside the load's budget, when the VM collects or closes).
         let mut opts = LoadOptions::new(trust);
-        opts.finalizers = true;
+        opts.finalizers = false;
+        opts.inert_finalizers = true;
         vm.load_game_with(bytes, &opts).map_err(|e| e.to_string())?;
         vm.value_graph().map_err(|e| e.to_string())
     };

@@ -390,6 +390,11 @@ pub struct LoadOptions {
     /// and constructor rules, even after a load that failed. Default: true for own saves,
     /// false for foreign ones (such a file is refused).
     pub finalizers: bool,
+    /// With `finalizers` false: accept objects whose metatable has `__gc` instead of refusing
+    /// the file, but never mark them for finalization, so their finalizers never run (not at
+    /// a collection, not when the VM closes). For VMs that only read what they load, like
+    /// `luasnap diff`'s. Default: false.
+    pub inert_finalizers: bool,
 }
 
 impl LoadOptions {
@@ -405,6 +410,7 @@ impl LoadOptions {
                 Trust::Foreign => DEFAULT_FOREIGN_HEAP_GROWTH,
             }),
             finalizers: trust == Trust::Own,
+            inert_finalizers: false,
             denied_permanents: match trust {
                 Trust::Own => Vec::new(),
                 Trust::Foreign => DEFAULT_FOREIGN_DENIED
@@ -1436,7 +1442,7 @@ unsafe fn restore_kept(L: *mut lua_State, root: c_int, field: &CStr) {
     unsafe {
         let live = ffi::lua_gettop(L);
         let saved = live - 1;
-        match ffi::lua_getfield(L, root, field.as_ptr()) {
+        match raw_field(L, root, field) {
             ffi::LUA_TNIL => {
                 ffi::lua_settop(L, live);
                 return;
@@ -1514,13 +1520,24 @@ unsafe fn store_at_path(L: *mut lua_State, path: &CStr) {
     }
 }
 
+/// Pushes `t[name]` for the table at absolute index `t`, without metamethods, and returns its
+/// type. The game root comes from the file: a metatable with `__index` there would run a
+/// function the file names after the load's budget and constructor rules ended.
+unsafe fn raw_field(L: *mut lua_State, t: c_int, name: &CStr) -> c_int {
+    // SAFETY: protected context (the push may raise a memory error); `t` is a table.
+    unsafe {
+        ffi::lua_pushstring(L, name.as_ptr());
+        ffi::lua_rawget(L, t)
+    }
+}
+
 /// Restores `_G` and `package.loaded` from a loaded game root (on top) in place.
 unsafe fn restore_game(L: *mut lua_State) {
     // SAFETY: protected context; raises a clear error if the root is not a game save.
     unsafe {
         let root = ffi::lua_gettop(L);
         if ffi::lua_type(L, root) != ffi::LUA_TTABLE
-            || ffi::lua_getfield(L, root, c"globals".as_ptr()) != ffi::LUA_TTABLE
+            || raw_field(L, root, c"globals") != ffi::LUA_TTABLE
         {
             ffi::lua_pushstring(
                 L,
@@ -1532,7 +1549,7 @@ unsafe fn restore_game(L: *mut lua_State) {
         ffi::lua_rawgeti(L, ffi::LUA_REGISTRYINDEX, ffi::LUA_RIDX_GLOBALS);
         restore_kept(L, root, c"globals_kept");
         replace_contents(L);
-        if ffi::lua_getfield(L, root, c"loaded".as_ptr()) == ffi::LUA_TTABLE
+        if raw_field(L, root, c"loaded") == ffi::LUA_TTABLE
             && ffi::lua_getfield(L, ffi::LUA_REGISTRYINDEX, c"_LOADED".as_ptr()) == ffi::LUA_TTABLE
         {
             restore_kept(L, root, c"loaded_kept");

@@ -585,6 +585,12 @@ impl<'a> Loader<'a> {
         Some(())
     }
 
+    /// Whether a metatable with `__gc` fails the load (see [`LoadOptions::finalizers`]; with
+    /// `inert_finalizers` the whole load runs marked as one without new finalizers instead).
+    fn refuses_finalizers(&self) -> bool {
+        !self.opts.finalizers && !self.opts.inert_finalizers
+    }
+
     fn malformed(&mut self, what: &str) -> Fail {
         self.fail(format!("malformed save-game: {what}"))
     }
@@ -1804,7 +1810,7 @@ impl<'a> Loader<'a> {
                     s.objs,
                     self.ops.as_ptr(),
                     self.ops.len() as c_int,
-                    (!self.opts.finalizers) as c_int,
+                    self.refuses_finalizers() as c_int,
                     self.lay.as_ptr(),
                     self.laynx.as_ptr(),
                     self.scratch.as_mut_ptr().cast(),
@@ -2085,7 +2091,7 @@ impl<'a> Loader<'a> {
                                 ffi::lua_settop(L, -2);
                                 return Err(self.malformed("a metatable must be a table"));
                             }
-                            if t == ffi::LUA_TTABLE && !self.opts.finalizers && has_gc(L) {
+                            if t == ffi::LUA_TTABLE && self.refuses_finalizers() && has_gc(L) {
                                 ffi::lua_settop(L, -2);
                                 return Err(self.fail(NO_FINALIZERS));
                             }
@@ -2186,7 +2192,7 @@ impl<'a> Loader<'a> {
                             ffi::lua_settop(L, -3);
                             return Err(self.malformed("a metatable must be a table"));
                         }
-                        if t == ffi::LUA_TTABLE && !self.opts.finalizers && has_gc(L) {
+                        if t == ffi::LUA_TTABLE && self.refuses_finalizers() && has_gc(L) {
                             ffi::lua_settop(L, -3);
                             return Err(self.fail(NO_FINALIZERS));
                         }

@@ -412,9 +412,29 @@ impl Game {
 
     /// Starts from a save-game written by [`Game::save_game`]: the script is loaded (for its
     /// functions), then the saved state replaces its globals; the frame count continues.
+    ///
+    /// The file is treated as foreign (it may come from another player): no code is taken
+    /// from it, its functions are matched against the script just loaded (so the save must
+    /// come from the same version of the script), and the budgets of
+    /// [`LoadOptions::new`](crate::persist::LoadOptions::new)`(Trust::Foreign)` apply, except
+    /// that the game's objects may keep their finalizers (`__gc`). To load a save of an older
+    /// version of the script, whose code travels in the file, trust it explicitly with
+    /// [`Game::from_save_with`] and `Trust::Own`.
     pub fn from_save(cfg: &GameConfig, backend: Backend, save: &[u8]) -> Result<Game, GameError> {
+        let mut opts = crate::persist::LoadOptions::new(crate::persist::Trust::Foreign);
+        opts.finalizers = true;
+        Self::from_save_with(cfg, backend, save, &opts)
+    }
+
+    /// [`Game::from_save`] with the load's options (trust level, budgets) given.
+    pub fn from_save_with(
+        cfg: &GameConfig,
+        backend: Backend,
+        save: &[u8],
+        opts: &crate::persist::LoadOptions,
+    ) -> Result<Game, GameError> {
         let mut vm = Self::load_script(cfg, backend).map_err(explain_base_in_use)?;
-        vm.load_game(save, crate::persist::Trust::Own)?;
+        vm.load_game_with(save, opts)?;
         let frame = vm.get::<Value>("luasnap_frame")?.as_integer();
         let players = vm.get::<Value>("luasnap_players")?.as_integer();
         let (Some(frame), Some(players)) = (frame, players) else {
