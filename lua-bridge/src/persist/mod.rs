@@ -178,6 +178,10 @@ pub(crate) mod kind {
     /// Build only: `[t]`: t's hash part takes the layout at offset `bits` of the batch's
     /// layout buffers (`len`: the body position, for errors).
     pub const LAYOUT: u64 = 19;
+    /// Build only: as `NEWTABLE`, for a table whose `LAYOUT` step follows in the same batch,
+    /// with the node count and hash seed of the table: its entries go into its nodes in
+    /// order, unhashed, until that step places them.
+    pub const NEWTABLE_PLACED: u64 = 20;
 }
 
 unsafe extern "C" {
