@@ -496,6 +496,7 @@ void luasnap_clear_slots_above_top(lua_State *L, int n) {
 #define LS_LCLOSURE 18    /* scan only: a Lua closure, bits its identity */
 #define LS_LAYOUT 19      /* build only */
 #define LS_NEWTABLE_PLACED 20  /* build only */
+#define LS_SETKV 21       /* build only; with a key and a value kind in the upper bits */
 
 typedef struct luasnap_val {
   uint64_t kind;
@@ -591,6 +592,10 @@ int luasnap_table_scan(lua_State *L, const void *tp, unsigned int pos, luasnap_e
 **     the nodes as they are;
 **   LS_META: [t, mt] -> setmetatable(t, mt) (mt nil or a table), popping mt;
 **   LS_SET: [t, k, v] -> t[k] = v (raw), popping k and v;
+**   LS_SETKV | vkind << 8 | kkind << 16 | kval << 32: [t] -> t[k] = v (as LS_SET) for the key
+**     k of kind kkind (LS_INT: the integer kval; LS_STRREF: strs[kval]) and the value v of
+**     kind vkind (LS_FALSE, LS_TRUE, LS_INT, LS_FLOAT, LS_STR or LS_STRREF, with bits, len
+**     and s as that kind's own step has them): one step instead of three;
 **   LS_NEWCLOSURE: push a new Lua closure of the prototype bits (one the loader found among
 **     the VM's own, with fresh upvalues), and store it at objs[len];
 **   LS_SETUPVAL: [f, v] -> upvalue bits of the Lua closure f = v, popping v;
@@ -662,7 +667,8 @@ int luasnap_table_build(lua_State *L, int strs, int objs, const luasnap_val *ops
   for (i = 0; i < n; i++) {
     const luasnap_val *x = &ops[i];
     TValue *slot = s2v(L->top.p);
-    switch (x->kind) {
+    Table *t;
+    switch (x->kind & 0xff) {
       case LS_NIL: setnilvalue(slot); break;
       case LS_FALSE: setbfvalue(slot); break;
       case LS_TRUE: setbtvalue(slot); break;
@@ -705,7 +711,6 @@ int luasnap_table_build(lua_State *L, int strs, int objs, const luasnap_val *ops
       }
       case LS_META: {
         const TValue *mt = s2v(L->top.p - 1);
-        Table *t;
         if (!ttistable(s2v(L->top.p - 2))) goto fail;  /* cannot happen: defensive */
         t = hvalue(s2v(L->top.p - 2));
         if (ttisnil(mt)) t->metatable = NULL;
@@ -723,8 +728,44 @@ int luasnap_table_build(lua_State *L, int strs, int objs, const luasnap_val *ops
         L->top.p--;
         continue;
       }
-      case LS_SET: {
-        Table *t;
+      case LS_SETKV: {
+        uint64_t vk = (x->kind >> 8) & 0xff, kk = (x->kind >> 16) & 0xff;
+        lua_Integer kv = (lua_Integer)(x->kind >> 32);
+        if (kk == LS_INT) { setivalue(slot, kv); }
+        else if (kk != LS_STRREF || tagisempty(luaH_getint(st, kv, slot))) goto fail;
+        L->top.p++;  /* the key: anchored while the value is made */
+        slot = s2v(L->top.p);
+        switch (vk) {
+          case LS_FALSE: setbfvalue(slot); break;
+          case LS_TRUE: setbtvalue(slot); break;
+          case LS_INT: setivalue(slot, (lua_Integer)x->bits); break;
+          case LS_FLOAT: {
+            lua_Number d;
+            memcpy(&d, &x->bits, sizeof d);
+            setfltvalue(slot, d);
+            break;
+          }
+          case LS_STR: {
+            TString *ts = luaS_newlstr(L, x->s, (size_t)x->len);
+            setsvalue(L, slot, ts);
+            if (x->bits != 0) {
+              L->top.p++;  /* anchored while strs may grow */
+              luaH_setint(L, st, (lua_Integer)x->bits, slot);
+              luaC_barrierback(L, obj2gco(st), slot);
+              L->top.p--;
+            }
+            break;
+          }
+          case LS_STRREF:
+            if (tagisempty(luaH_getint(st, (lua_Integer)x->bits, slot))) goto fail;
+            break;
+          default:
+            goto fail;  /* cannot happen: defensive */
+        }
+        L->top.p++;
+        goto set;
+      }
+      case LS_SET: set: {
         if (!ttistable(s2v(L->top.p - 3))) goto fail;  /* cannot happen: defensive */
         t = hvalue(s2v(L->top.p - 3));
         {

@@ -182,6 +182,10 @@ pub(crate) mod kind {
     /// with the node count and hash seed of the table: its entries go into its nodes in
     /// order, unhashed, until that step places them.
     pub const NEWTABLE_PLACED: u64 = 20;
+    /// Build only: `[t]`: `t[k] = v`, with `SETKV | vkind << 8 | kkind << 16 | kval << 32`
+    /// the kind: the key `kval` (an integer; for `STRREF`, a string id + 1), the value as a
+    /// step of kind `vkind` (a boolean, number or string) would carry it.
+    pub const SETKV: u64 = 21;
 }
 
 unsafe extern "C" {

@@ -1597,11 +1597,79 @@ impl<'a> Loader<'a> {
         k
     }
 
+    /// Turns the last step, an entry's key, and its value `v` (decoded, not pushed) into one
+    /// `kind::SETKV` step when they fit one: the key a string already read or an integer in
+    /// 0..2^32. Returns whether it did (else the caller pushes `v` and a `SET`). The step is
+    /// written field by field from registers: reading a just-written step back as a whole
+    /// stalls on store forwarding.
+    #[inline(always)]
+    fn fuse_entry(&mut self, v: RawVal) -> bool {
+        let Some(k) = self.ops.last_mut() else {
+            return false;
+        };
+        let (kk, kb) = (k.kind, k.bits);
+        if !matches!(kk, kind::STRREF | kind::INT) || kb > u32::MAX as u64 {
+            return false;
+        }
+        k.kind = kind::SETKV | v.kind << 8 | kk << 16 | kb << 32;
+        k.len = v.len;
+        k.bits = v.bits;
+        k.s = v.s;
+        true
+    }
+
+    /// Decodes a boolean, number, string or reference to a string without pushing it (see
+    /// `plain_item`). None, with the reader where it was, for anything else.
+    #[inline(always)]
+    fn simple_value(&mut self) -> Option<RawVal> {
+        let pos = self.r.pos;
+        let v = self.simple_value_inner();
+        if v.is_none() {
+            self.r.pos = pos;
+        }
+        v
+    }
+
+    #[inline(always)]
+    fn simple_value_inner(&mut self) -> Option<RawVal> {
+        let tag = self.r.u8()?;
+        let (kind, bits, len, s) = match tag {
+            t if t == Tag::False as u8 => (kind::FALSE, 0, 0, std::ptr::null()),
+            t if t == Tag::True as u8 => (kind::TRUE, 0, 0, std::ptr::null()),
+            t if t == Tag::Int as u8 => (kind::INT, self.r.i64()? as u64, 0, std::ptr::null()),
+            t if t == Tag::Float as u8 => (kind::FLOAT, self.r.u64()?, 0, std::ptr::null()),
+            t if t == Tag::Str as u8 => {
+                let b = self.r.bytes()?;
+                let sid = if b.len() >= self.strref_len {
+                    self.strs += 1;
+                    self.strs as u64
+                } else {
+                    0
+                };
+                (kind::STR, sid, b.len() as u64, b.as_ptr().cast())
+            }
+            t if t == Tag::StrRef as u8 => {
+                let sid = self.r.varint()?;
+                if sid >= self.strs as u64 {
+                    return None;
+                }
+                (kind::STRREF, sid + 1, 0, std::ptr::null())
+            }
+            _ => return None,
+        };
+        Some(RawVal { kind, len, bits, s })
+    }
+
     /// Drops the steps from `len` on, and the string and object ids they took. (Counting
     /// them here keeps the decoding loop from saving the counters before every item.)
     fn unread_ops(&mut self, len: usize) {
         for op in &self.ops[len.min(self.ops.len())..] {
-            match op.kind {
+            let value_kind = if op.kind & 0xff == kind::SETKV {
+                op.kind >> 8 & 0xff
+            } else {
+                op.kind
+            };
+            match value_kind {
                 kind::STR if op.bits != 0 => self.strs -= 1,
                 kind::NEWTABLE | kind::NEWTABLE_PLACED => {
                     self.next_id -= 1;
@@ -1789,6 +1857,24 @@ impl<'a> Loader<'a> {
                         self.place_hint(at);
                     }
                     kind::SET
+                } else if let Some(v) = (stage == Stage::Value)
+                    .then(|| self.simple_value())
+                    .flatten()
+                {
+                    // An entry of a plain value: one step with its key when they fit one.
+                    if !self.fuse_entry(v) {
+                        self.ops.push(v);
+                        let mut step = RawVal::EMPTY;
+                        step.kind = kind::SET;
+                        step.len = self.r.pos as u64;
+                        self.ops.push(step);
+                    }
+                    if nopen == 0 {
+                        stage0 = Stage::Key;
+                    } else {
+                        open[nopen - 1].1 = Stage::Key;
+                    }
+                    continue;
                 } else {
                     let value = stage == Stage::Value;
                     let Some(k) = self.plain_item(value && nopen < room, value) else {
@@ -1858,7 +1944,12 @@ impl<'a> Loader<'a> {
                     if matches!(op.kind, kind::META | kind::REF | kind::LAYOUT) {
                         self.r.pos = op.len as usize; // where its bytes are
                     }
-                    return Err(match op.kind {
+                    let k = if op.kind & 0xff == kind::SETKV {
+                        kind::SET
+                    } else {
+                        op.kind
+                    };
+                    return Err(match k {
                         kind::META => self.malformed("a metatable must be a table"),
                         kind::SET => self.malformed(
                             "a table entry with a NaN key, or more keys than its layout has \
