@@ -470,8 +470,11 @@ const INT_RECORDS: &str = r#"
     end
 "#;
 
+/// A table's entries in a forged tree.
+type Entries = Vec<(Node, Node)>;
+
 /// The entries of the first table below the root that carries a layout (the layout last).
-fn nested_entries(node: &mut Node, root: bool) -> Option<&mut Vec<(Node, Node)>> {
+fn nested_entries(node: &mut Node, root: bool) -> Option<&mut Entries> {
     let Node::Table { entries, .. } = node else {
         return None;
     };
@@ -503,7 +506,7 @@ fn placed_entries_in_any_order_load_and_forged_ones_are_refused() {
         unreachable!()
     };
     let layout_at = entries.len() - 1;
-    let forge_with = |f: &dyn Fn(&mut Vec<(Node, Node)>)| {
+    let forge_with = |f: &dyn Fn(&mut Entries)| {
         let mut node = honest.clone();
         f(nested_entries(&mut node, true).unwrap());
         forge::file(&node)
@@ -518,7 +521,7 @@ fn placed_entries_in_any_order_load_and_forged_ones_are_refused() {
     assert_eq!(orders(&a), orders(&b));
 
     let extra = |n: i64| {
-        move |e: &mut Vec<(Node, Node)>| {
+        move |e: &mut Entries| {
             for i in 0..n {
                 e.insert(layout_at, (Node::Int(7 + 2 * i), Node::Int(i)));
             }
