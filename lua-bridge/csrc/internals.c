@@ -608,7 +608,9 @@ int luasnap_table_scan(lua_State *L, const void *tp, unsigned int pos, luasnap_e
 ** Tables and keys whose values are still to come stay on the stack, for the loader's general
 ** path. Returns -1, or the index of the step that failed (an LS_REF to an absent object, an
 ** LS_META whose metatable is not a table, an LS_JOINUPVAL to something else than a Lua
-** closure with that upvalue, an LS_LAYOUT that does not match its table). Raises like
+** closure with that upvalue, an LS_LAYOUT that does not match its table or, for a placed table,
+** does not apply; an LS_SET or LS_SETKV into a placed table with a NaN key or more keys than
+** nodes). Raises like
 ** lua_rawset (memory, NaN key). The
 ** caller guarantees stack room for 2 + 2 * (the tables the program leaves open) values;
 ** strs and objs are absolute indices. */
