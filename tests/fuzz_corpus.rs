@@ -104,6 +104,45 @@ fn the_structured_target_generates_table_layouts() {
     assert!(generated > 100, "{generated} of 2000 inputs had a layout");
 }
 
+/// The structured target edits the entries of tables that carry a layout (which the loader
+/// puts into their nodes in the order they come): reordered, doubled or dropped entries load
+/// or fail cleanly.
+#[test]
+fn edited_entries_of_tables_with_layouts_load_or_fail_cleanly() {
+    let mut vm = fuzz_vm();
+    let seeds = fuzz_seeds(&vm);
+    let dict = permanent_names(&vm);
+    let entries_of_layout_tables = |n: &forge::Node| {
+        let mut n = n.clone();
+        let mut out = Vec::new();
+        forge::walk_mut(&mut n, &mut |x| {
+            if let forge::Node::Table { entries, .. } = x {
+                if matches!(entries.last(), Some((forge::Node::Layout(_), _))) {
+                    out.push(entries.clone());
+                }
+            }
+        });
+        out
+    };
+    let honest: Vec<_> = seeds.iter().flat_map(entries_of_layout_tables).collect();
+    let mut edited = 0;
+    for i in 0..3000u32 {
+        let input: Vec<u8> = (0..64u32)
+            .map(|j| (i.wrapping_mul(2246822519) ^ j.wrapping_mul(3266489917)).to_le_bytes()[1])
+            .collect();
+        let tree = structured(&input, &seeds, &dict);
+        if entries_of_layout_tables(&tree)
+            .iter()
+            .any(|e| !honest.contains(e))
+        {
+            edited += 1;
+            fuzz_structured(&mut vm, &input, &seeds, &dict);
+        }
+    }
+    vm.arena().verify().unwrap();
+    assert!(edited > 30, "{edited} of 3000 inputs edited such entries");
+}
+
 /// Regenerates the seed files of both corpora and the byte target's dictionary (every
 /// permanent's name, and the format's tags): `cargo test --test fuzz_corpus -- --ignored`.
 #[test]

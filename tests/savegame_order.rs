@@ -449,3 +449,127 @@ fn nested_tables_keep_their_order_and_forged_nested_layouts_are_refused() {
         );
     }
 }
+
+/// Records with an array part and sparse integer keys in the hash part (collisions, no
+/// removals): the loader puts their entries into the nodes unhashed, in the order they come,
+/// and the layout moves them (`LS_NEWTABLE_PLACED` in csrc/internals.c).
+const INT_RECORDS: &str = r#"
+    holder = { list = {} }
+    for j = 1, 40 do
+      local r = { "a", "b" }
+      for i = 1, 12 do r[1000 + i * j * 7919] = i end
+      holder.list[j] = r
+    end
+    function orders(h)
+      local o = {}
+      for j, r in ipairs(h.list) do
+        for k, v in pairs(r) do o[#o + 1] = k .. "=" .. v end
+        o[#o + 1] = "|"
+      end
+      return table.concat(o, " ")
+    end
+"#;
+
+/// A table's entries in a forged tree.
+type Entries = Vec<(Node, Node)>;
+
+/// The entries of the first table below the root that carries a layout (the layout last).
+fn nested_entries(node: &mut Node, root: bool) -> Option<&mut Entries> {
+    let Node::Table { entries, .. } = node else {
+        return None;
+    };
+    if !root && matches!(entries.last(), Some((Node::Layout(_), _))) {
+        return Some(entries);
+    }
+    entries
+        .iter_mut()
+        .find_map(|(_, v)| nested_entries(v, false))
+}
+
+#[test]
+fn placed_entries_in_any_order_load_and_forged_ones_are_refused() {
+    let a = vm(11);
+    a.exec(INT_RECORDS, "h").unwrap();
+    let bytes = a.persist("holder").unwrap();
+    let orders = |vm: &Vm| vm.exec("return orders(holder)", "o").unwrap();
+    let honest = forge::decode(body_of(&bytes).unwrap()).unwrap();
+    let mut node = honest.clone();
+    let entries = nested_entries(&mut node, true)
+        .expect("no nested layout")
+        .clone();
+    // The hash part's entries: integer keys past the array part.
+    let hash: Vec<usize> = (0..entries.len())
+        .filter(|&i| matches!(entries[i].0, Node::Int(k) if k > 2))
+        .collect();
+    assert!(hash.len() >= 8, "{entries:?}");
+    let Node::Int(k0) = entries[hash[0]].0 else {
+        unreachable!()
+    };
+    let layout_at = entries.len() - 1;
+    let forge_with = |f: &dyn Fn(&mut Entries)| {
+        let mut node = honest.clone();
+        f(nested_entries(&mut node, true).unwrap());
+        forge::file(&node)
+    };
+
+    // The same entries in another order load as the honest file: the layout places them.
+    let reversed = forge_with(&|e| e[hash[0]..=hash[hash.len() - 1]].reverse());
+    let mut b = vm(11);
+    b.exec(INT_RECORDS, "h").unwrap();
+    b.exec("holder = nil", "forget").unwrap();
+    b.unpersist(&reversed, "holder", Trust::Foreign).unwrap();
+    assert_eq!(orders(&a), orders(&b));
+
+    let extra = |n: i64| {
+        move |e: &mut Entries| {
+            for i in 0..n {
+                e.insert(layout_at, (Node::Int(7 + 2 * i), Node::Int(i)));
+            }
+        }
+    };
+    let forgeries: Vec<(&str, Vec<u8>)> = vec![
+        (
+            "a key twice",
+            forge_with(&|e| e[hash[1]].0 = e[hash[0]].0.clone()),
+        ),
+        (
+            "a NaN key",
+            forge_with(&|e| e[hash[0]].0 = Node::Float(f64::NAN.to_bits())),
+        ),
+        (
+            "a float key equal to an integer",
+            forge_with(&|e| e[hash[0]].0 = Node::Float((k0 as f64).to_bits())),
+        ),
+        (
+            "an array part's key among the nodes",
+            forge_with(&|e| e[hash[0]].0 = Node::Int(1)),
+        ),
+        (
+            "an entry missing",
+            forge_with(&|e| {
+                e.remove(hash[0]);
+            }),
+        ),
+        ("one key more", forge_with(&extra(1))),
+        ("more keys than nodes", forge_with(&extra(40))),
+    ];
+    for (what, file) in forgeries {
+        let mut b = vm(11);
+        b.exec("holder = 'untouched'", "h").unwrap();
+        match b.unpersist(&file, "holder", Trust::Foreign) {
+            Err(e) => {
+                let msg = e.to_string();
+                assert!(
+                    msg.contains("layout") || msg.contains("NaN key"),
+                    "{what}: {msg}"
+                );
+            }
+            Ok(()) => panic!("{what}: forged entries were accepted"),
+        }
+        assert_eq!(
+            b.exec("return holder", "c").unwrap(),
+            vec![Value::String("untouched".into())],
+            "{what}"
+        );
+    }
+}

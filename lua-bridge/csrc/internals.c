@@ -495,6 +495,8 @@ void luasnap_clear_slots_above_top(lua_State *L, int n) {
 #define LS_JOINUPVAL 17
 #define LS_LCLOSURE 18    /* scan only: a Lua closure, bits its identity */
 #define LS_LAYOUT 19      /* build only */
+#define LS_NEWTABLE_PLACED 20  /* build only */
+#define LS_SETKV 21       /* build only; with a key and a value kind in the upper bits */
 
 typedef struct luasnap_val {
   uint64_t kind;
@@ -582,8 +584,18 @@ int luasnap_table_scan(lua_State *L, const void *tp, unsigned int pos, luasnap_e
 **     stored at strs[bits]; LS_STRREF pushes strs[bits], LS_REF objs[bits];
 **   LS_NEWTABLE: push a new table presized to len >> 32 array and len & 0xffffffff hash
 **     slots, and store it at objs[bits];
+**   LS_NEWTABLE_PLACED: as LS_NEWTABLE, for a table whose LS_LAYOUT step follows in this
+**     program (the loader checked that the layout's node count and hash seed are the
+**     table's): its LS_SET steps put each entry whose key is not in the array part into the
+**     next node in order, without hashing; the LS_LAYOUT step then places them (its checks,
+**     a lookup of every key included, run as for any table), and fails rather than leave
+**     the nodes as they are;
 **   LS_META: [t, mt] -> setmetatable(t, mt) (mt nil or a table), popping mt;
 **   LS_SET: [t, k, v] -> t[k] = v (raw), popping k and v;
+**   LS_SETKV | vkind << 8 | kkind << 16 | kval << 32: [t] -> t[k] = v (as LS_SET) for the key
+**     k of kind kkind (LS_INT: the integer kval; LS_STRREF: strs[kval]) and the value v of
+**     kind vkind (LS_FALSE, LS_TRUE, LS_INT, LS_FLOAT, LS_STR or LS_STRREF, with bits, len
+**     and s as that kind's own step has them): one step instead of three;
 **   LS_NEWCLOSURE: push a new Lua closure of the prototype bits (one the loader found among
 **     the VM's own, with fresh upvalues), and store it at objs[len];
 **   LS_SETUPVAL: [f, v] -> upvalue bits of the Lua closure f = v, popping v;
@@ -596,7 +608,9 @@ int luasnap_table_scan(lua_State *L, const void *tp, unsigned int pos, luasnap_e
 ** Tables and keys whose values are still to come stay on the stack, for the loader's general
 ** path. Returns -1, or the index of the step that failed (an LS_REF to an absent object, an
 ** LS_META whose metatable is not a table, an LS_JOINUPVAL to something else than a Lua
-** closure with that upvalue, an LS_LAYOUT that does not match its table). Raises like
+** closure with that upvalue, an LS_LAYOUT that does not match its table or, for a placed table,
+** does not apply; an LS_SET or LS_SETKV into a placed table with a NaN key or more keys than
+** nodes). Raises like
 ** lua_rawset (memory, NaN key). The
 ** caller guarantees stack room for 2 + 2 * (the tables the program leaves open) values;
 ** strs and objs are absolute indices. */
@@ -604,16 +618,59 @@ static int relayout(lua_State *L, Table *t, const uint32_t *codes, const int32_t
                     unsigned int size, unsigned int lastfree, unsigned int seed, Table *kt,
                     char *scratch);
 
+/* t[k] = v for a placed table (see LS_NEWTABLE_PLACED): a key in the array part goes there
+** (as luaH_setint, which touches no node); any other key takes node *cursor (the next one),
+** key and value as they are, with no chain: the layout step that follows moves every entry
+** to its node and checks, by a lookup of each key, that it is found there (which refuses a
+** duplicate key, and a float key with an integer value: no lookup finds it). A nil value
+** adds nothing (as luaH_set). Returns -1 for a nil or NaN key, or more keys than nodes;
+** neither allocates nor raises. Nodes keep valid keys and values throughout (the collector
+** may traverse t). */
+static int place_entry(lua_State *L, Table *t, const TValue *k, const TValue *v,
+                       unsigned int *cursor) {
+  Node *n;
+  if (ttisnil(v)) return 0;
+  if (ttisinteger(k) && l_castS2U(ivalue(k)) - 1u < t->asize) {
+    luaH_setint(L, t, ivalue(k), (TValue *)v);
+    return 0;
+  }
+  if (ttisnil(k) || (ttisfloat(k) && luai_numisnan(fltvalue(k)))) return -1;
+  if (isextstr(k)) return -1;  /* the loader makes none: defensive */
+  if (isdummy(t) || *cursor >= sizenode(t)) return -1;
+  n = gnode(t, (*cursor)++);
+  setnodekey(n, k);
+  setobj2t(L, gval(n), v);
+  luaC_barrierback(L, obj2gco(t), k);
+  return 0;
+}
+
+/* The VM's hash seed (a table layout applies only under the seed it was saved with). */
+unsigned int luasnap_hash_seed(lua_State *L) {
+  return G(L)->seed;
+}
+
+/* How deep tables nest in one luasnap_table_build program (the loader's PLAIN_DEPTH is 16),
+** counting the table it starts on. */
+#define LS_BUILD_DEPTH 18
+
 int luasnap_table_build(lua_State *L, int strs, int objs, const luasnap_val *ops, int n,
                         int nofinal, const uint32_t *lay, const int32_t *laynx, char *scratch) {
   Table *st = (Table *)luasnap_table_at(L, strs);
   Table *ot = (Table *)luasnap_table_at(L, objs);
   int i;
+  /* The tables the program opens sit at base + 2d (d = 1, 2, ...: each after its key), the
+  ** one it starts on at base; an offset, since a collection may move the stack. For each
+  ** depth: whether its table is placed (LS_NEWTABLE_PLACED) and its next free node. */
+  ptrdiff_t base = (L->top.p - 1) - L->stack.p;
+  lu_byte placed[LS_BUILD_DEPTH] = {0};
+  unsigned int cursor[LS_BUILD_DEPTH];
+#define LS_DEPTH(sp) (((sp) - L->stack.p - base) / 2)
   if (st == NULL || ot == NULL || !ttistable(s2v(L->top.p - 1))) return 0;
   for (i = 0; i < n; i++) {
     const luasnap_val *x = &ops[i];
     TValue *slot = s2v(L->top.p);
-    switch (x->kind) {
+    Table *t;
+    switch (x->kind & 0xff) {
       case LS_NIL: setnilvalue(slot); break;
       case LS_FALSE: setbfvalue(slot); break;
       case LS_TRUE: setbtvalue(slot); break;
@@ -639,14 +696,23 @@ int luasnap_table_build(lua_State *L, int strs, int objs, const luasnap_val *ops
         if (tagisempty(luaH_getint(x->kind == LS_REF ? ot : st, (lua_Integer)x->bits, slot)))
           goto fail;
         break;
-      case LS_NEWTABLE:
+      case LS_NEWTABLE: case LS_NEWTABLE_PLACED: {
+        ptrdiff_t d;
         lua_createtable(L, (int)(x->len >> 32), (int)(x->len & 0xffffffffu));
         luaH_setint(L, ot, (lua_Integer)x->bits, s2v(L->top.p - 1));
         luaC_barrierback(L, obj2gco(ot), s2v(L->top.p - 1));
+        d = LS_DEPTH(L->top.p - 1);
+        if (d < 1 || d >= LS_BUILD_DEPTH) {
+          if (x->kind == LS_NEWTABLE_PLACED) goto fail;  /* cannot happen: defensive */
+        }
+        else {
+          placed[d] = x->kind == LS_NEWTABLE_PLACED;
+          cursor[d] = 0;
+        }
         continue;  /* already pushed */
+      }
       case LS_META: {
         const TValue *mt = s2v(L->top.p - 1);
-        Table *t;
         if (!ttistable(s2v(L->top.p - 2))) goto fail;  /* cannot happen: defensive */
         t = hvalue(s2v(L->top.p - 2));
         if (ttisnil(mt)) t->metatable = NULL;
@@ -664,11 +730,54 @@ int luasnap_table_build(lua_State *L, int strs, int objs, const luasnap_val *ops
         L->top.p--;
         continue;
       }
-      case LS_SET: {
-        Table *t;
+      case LS_SETKV: {
+        uint64_t vk = (x->kind >> 8) & 0xff, kk = (x->kind >> 16) & 0xff;
+        lua_Integer kv = (lua_Integer)(x->kind >> 32);
+        if (kk == LS_INT) { setivalue(slot, kv); }
+        else if (kk != LS_STRREF || tagisempty(luaH_getint(st, kv, slot))) goto fail;
+        L->top.p++;  /* the key: anchored while the value is made */
+        slot = s2v(L->top.p);
+        switch (vk) {
+          case LS_FALSE: setbfvalue(slot); break;
+          case LS_TRUE: setbtvalue(slot); break;
+          case LS_INT: setivalue(slot, (lua_Integer)x->bits); break;
+          case LS_FLOAT: {
+            lua_Number d;
+            memcpy(&d, &x->bits, sizeof d);
+            setfltvalue(slot, d);
+            break;
+          }
+          case LS_STR: {
+            TString *ts = luaS_newlstr(L, x->s, (size_t)x->len);
+            setsvalue(L, slot, ts);
+            if (x->bits != 0) {
+              L->top.p++;  /* anchored while strs may grow */
+              luaH_setint(L, st, (lua_Integer)x->bits, slot);
+              luaC_barrierback(L, obj2gco(st), slot);
+              L->top.p--;
+            }
+            break;
+          }
+          case LS_STRREF:
+            if (tagisempty(luaH_getint(st, (lua_Integer)x->bits, slot))) goto fail;
+            break;
+          default:
+            goto fail;  /* cannot happen: defensive */
+        }
+        L->top.p++;
+        goto set;
+      }
+      case LS_SET: set: {
         if (!ttistable(s2v(L->top.p - 3))) goto fail;  /* cannot happen: defensive */
         t = hvalue(s2v(L->top.p - 3));
-        luaH_set(L, t, s2v(L->top.p - 2), s2v(L->top.p - 1));
+        {
+          ptrdiff_t d = LS_DEPTH(L->top.p - 3);
+          if (d >= 1 && d < LS_BUILD_DEPTH && placed[d]) {
+            if (place_entry(L, t, s2v(L->top.p - 2), s2v(L->top.p - 1), &cursor[d]) < 0)
+              goto fail;
+          }
+          else luaH_set(L, t, s2v(L->top.p - 2), s2v(L->top.p - 1));
+        }
         invalidateTMcache(t);
         luaC_barrierback(L, obj2gco(t), s2v(L->top.p - 1));
         L->top.p -= 2;
@@ -710,10 +819,17 @@ int luasnap_table_build(lua_State *L, int strs, int objs, const luasnap_val *ops
       }
       case LS_LAYOUT: {
         const uint32_t *h = lay + x->bits;
+        ptrdiff_t d = LS_DEPTH(L->top.p - 1);
+        int was_placed = d >= 1 && d < LS_BUILD_DEPTH && placed[d];
+        int rc;
         if (!ttistable(s2v(L->top.p - 1))) goto fail;  /* cannot happen: defensive */
-        if (relayout(L, hvalue(s2v(L->top.p - 1)), h + 3, laynx + x->bits + 3, h[0], h[1], h[2],
-                     NULL, scratch) < 0)
-          goto fail;
+        rc = relayout(L, hvalue(s2v(L->top.p - 1)), h + 3, laynx + x->bits + 3, h[0], h[1], h[2],
+                      NULL, scratch);
+        /* Invariant checked: a placed table's nodes hold its entries in arrival order, with no
+        ** chains, until its layout places them; a layout that does not apply (1: another
+        ** seed or size, which the loader ruled out) would leave them unfindable. */
+        if (rc < 0 || (rc != 0 && was_placed)) goto fail;
+        if (was_placed) placed[d] = 0;
         continue;
       }
       default:
@@ -724,6 +840,7 @@ int luasnap_table_build(lua_State *L, int strs, int objs, const luasnap_val *ops
   return -1;
 fail:
   return i;
+#undef LS_DEPTH
 }
 
 /* Stores the objects ps[0..n) at tbl[keys[i]] (or tbl[first + i] if keys is NULL), tbl

@@ -705,6 +705,26 @@ fn edit_node(n: &mut Node, edit: usize, g: &mut Gen<'_>) {
             }
         }
         Node::Layout(b) if edit < 70 => *b = g.layout(),
+        Node::Table { entries, .. }
+            if (40..60).contains(&edit)
+                && entries.len() > 2
+                && matches!(entries.last(), Some((Node::Layout(_), _))) =>
+        {
+            // A table that carries its layout, whose entries the loader may put into its
+            // nodes in the order they come: in another order, one twice, or one fewer.
+            let n = entries.len() - 1;
+            let (i, j) = (g.below(n), g.below(n));
+            match edit % 3 {
+                0 => entries.swap(i, j),
+                1 => {
+                    let e = entries[i].clone();
+                    entries.insert(j, e);
+                }
+                _ => {
+                    entries.remove(i);
+                }
+            }
+        }
         Node::Table { narr, nhash, .. } if edit < 40 => {
             *narr = g.delta(*narr);
             *nhash = g.delta(*nhash);

@@ -178,6 +178,14 @@ pub(crate) mod kind {
     /// Build only: `[t]`: t's hash part takes the layout at offset `bits` of the batch's
     /// layout buffers (`len`: the body position, for errors).
     pub const LAYOUT: u64 = 19;
+    /// Build only: as `NEWTABLE`, for a table whose `LAYOUT` step follows in the same batch,
+    /// with the node count and hash seed of the table: its entries go into its nodes in
+    /// order, unhashed, until that step places them.
+    pub const NEWTABLE_PLACED: u64 = 20;
+    /// Build only: `[t]`: `t[k] = v`, with `SETKV | vkind << 8 | kkind << 16 | kval << 32`
+    /// the kind: the key `kval` (an integer; for `STRREF`, a string id + 1), the value as a
+    /// step of kind `vkind` (a boolean, number or string) would carry it.
+    pub const SETKV: u64 = 21;
 }
 
 unsafe extern "C" {

@@ -58,6 +58,7 @@ unsafe extern "C" {
         scratch: *mut c_void,
     ) -> c_int;
     fn luasnap_relayout_scratch(size: u32) -> usize;
+    fn luasnap_hash_seed(L: *mut lua_State) -> u32;
     fn luasnap_table_build(
         L: *mut lua_State,
         strs: c_int,
@@ -272,6 +273,10 @@ pub(crate) struct Loader<'a> {
     /// Scratch for placing a layout's entries (`luasnap_relayout_scratch`), kept between
     /// tables; u64 words for the alignment of Lua's nodes.
     scratch: Vec<u64>,
+    /// The VM's hash seed: layouts saved under another are not placed (see `place_hint`).
+    seed: u32,
+    /// Whether `table_sizes` cut the last table's size hints.
+    capped: bool,
     /// The VM's continuations and pcall's (see `continuations`), once looked up.
     known_k: Option<(Vec<*const c_void>, *const c_void)>,
     pub error: Option<String>,
@@ -358,6 +363,8 @@ impl<'a> Loader<'a> {
             lay: Vec::new(),
             laynx: Vec::new(),
             scratch: Vec::new(),
+            seed: 0,
+            capped: false,
             known_k: None,
             error: None,
             shared,
@@ -591,6 +598,30 @@ impl<'a> Loader<'a> {
         !self.opts.finalizers && !self.opts.inert_finalizers
     }
 
+    /// After `plain_layout` pushed the `LAYOUT` step of the table whose `NEWTABLE` step is
+    /// `ops[at]`: marks the table as placed (`kind::NEWTABLE_PLACED`: its entries go into its
+    /// nodes unhashed, and the layout step moves them) when the layout will apply, i.e. it
+    /// was saved under this VM's hash seed for a hash part of the table's node count (a
+    /// layout that does not apply leaves the table as its insertions built it, which a placed
+    /// table cannot be). The C side checks the layout against the entries as for any table.
+    fn place_hint(&mut self, at: usize) {
+        let Some(&layout) = self.ops.last() else {
+            return;
+        };
+        let off = layout.bits as usize;
+        let (size, seed) = (self.lay[off], self.lay[off + 2]);
+        let op = &mut self.ops[at];
+        let nhash = op.len & 0xffff_ffff;
+        if op.kind == kind::NEWTABLE
+            && layout.kind == kind::LAYOUT
+            && seed == self.seed
+            && nhash > 0
+            && nhash.next_power_of_two() == size as u64
+        {
+            op.kind = kind::NEWTABLE_PLACED;
+        }
+    }
+
     fn malformed(&mut self, what: &str) -> Fail {
         self.fail(format!("malformed save-game: {what}"))
     }
@@ -605,6 +636,7 @@ impl<'a> Loader<'a> {
             // No emergency collection while prototypes are looked up by raw pointer (the
             // caller allows them again when the load ends, whatever its outcome).
             luasnap_gc_stopem(L, 1);
+            self.seed = luasnap_hash_seed(L);
             if !self.opts.finalizers {
                 // No finalizer from anything the load runs (see luasnap_gc_nofinal); the
                 // caller unmarks it after the load (`nofinal_marked`).
@@ -1574,13 +1606,81 @@ impl<'a> Loader<'a> {
         k
     }
 
+    /// Turns the last step, an entry's key, and its value `v` (decoded, not pushed) into one
+    /// `kind::SETKV` step when they fit one: the key a string already read or an integer in
+    /// 0..2^32. Returns whether it did (else the caller pushes `v` and a `SET`). The step is
+    /// written field by field from registers: reading a just-written step back as a whole
+    /// stalls on store forwarding.
+    #[inline(always)]
+    fn fuse_entry(&mut self, v: RawVal) -> bool {
+        let Some(k) = self.ops.last_mut() else {
+            return false;
+        };
+        let (kk, kb) = (k.kind, k.bits);
+        if !matches!(kk, kind::STRREF | kind::INT) || kb > u32::MAX as u64 {
+            return false;
+        }
+        k.kind = kind::SETKV | v.kind << 8 | kk << 16 | kb << 32;
+        k.len = v.len;
+        k.bits = v.bits;
+        k.s = v.s;
+        true
+    }
+
+    /// Decodes a boolean, number, string or reference to a string without pushing it (see
+    /// `plain_item`). None, with the reader where it was, for anything else.
+    #[inline(always)]
+    fn simple_value(&mut self) -> Option<RawVal> {
+        let pos = self.r.pos;
+        let v = self.simple_value_inner();
+        if v.is_none() {
+            self.r.pos = pos;
+        }
+        v
+    }
+
+    #[inline(always)]
+    fn simple_value_inner(&mut self) -> Option<RawVal> {
+        let tag = self.r.u8()?;
+        let (kind, bits, len, s) = match tag {
+            t if t == Tag::False as u8 => (kind::FALSE, 0, 0, std::ptr::null()),
+            t if t == Tag::True as u8 => (kind::TRUE, 0, 0, std::ptr::null()),
+            t if t == Tag::Int as u8 => (kind::INT, self.r.i64()? as u64, 0, std::ptr::null()),
+            t if t == Tag::Float as u8 => (kind::FLOAT, self.r.u64()?, 0, std::ptr::null()),
+            t if t == Tag::Str as u8 => {
+                let b = self.r.bytes()?;
+                let sid = if b.len() >= self.strref_len {
+                    self.strs += 1;
+                    self.strs as u64
+                } else {
+                    0
+                };
+                (kind::STR, sid, b.len() as u64, b.as_ptr().cast())
+            }
+            t if t == Tag::StrRef as u8 => {
+                let sid = self.r.varint()?;
+                if sid >= self.strs as u64 {
+                    return None;
+                }
+                (kind::STRREF, sid + 1, 0, std::ptr::null())
+            }
+            _ => return None,
+        };
+        Some(RawVal { kind, len, bits, s })
+    }
+
     /// Drops the steps from `len` on, and the string and object ids they took. (Counting
     /// them here keeps the decoding loop from saving the counters before every item.)
     fn unread_ops(&mut self, len: usize) {
         for op in &self.ops[len.min(self.ops.len())..] {
-            match op.kind {
+            let value_kind = if op.kind & 0xff == kind::SETKV {
+                op.kind >> 8 & 0xff
+            } else {
+                op.kind
+            };
+            match value_kind {
                 kind::STR if op.bits != 0 => self.strs -= 1,
-                kind::NEWTABLE => {
+                kind::NEWTABLE | kind::NEWTABLE_PLACED => {
                     self.next_id -= 1;
                     // Its hints are charged again when the general path reads it.
                     self.prealloc_left += (op.len >> 32) + 2 * (op.len & 0xffff_ffff);
@@ -1692,12 +1792,15 @@ impl<'a> Loader<'a> {
     /// the file can hold (2+ bytes per entry).
     /// Hints are also charged to the load's total preallocation budget (hash nodes twice):
     /// nested tables cannot each ask for the whole rest of the file.
+    /// Sets `capped` when it cut a hint.
     fn table_sizes(&mut self, narr: u64, nhash: u64) -> (c_int, c_int) {
         let cap = (self.r.remaining() / 2).min(c_int::MAX as usize) as u64;
+        let (narr0, nhash0) = (narr, nhash);
         let narr = narr.min(cap).min(self.prealloc_left);
         self.prealloc_left -= narr;
         let nhash = nhash.min(cap).min(self.prealloc_left / 2);
         self.prealloc_left -= nhash * 2;
+        self.capped = narr != narr0 || nhash != nhash0;
         (narr as c_int, nhash as c_int)
     }
 
@@ -1719,7 +1822,10 @@ impl<'a> Loader<'a> {
         loop {
             self.ops.clear();
             // The tables opened by this batch: id and stage; `stage0` is the frame's table's.
-            let mut open: [(u32, Stage); PLAIN_DEPTH] = [(0, Stage::Key); PLAIN_DEPTH];
+            // And the index of its `NEWTABLE` step, if its size hints were not capped (else
+            // its entries may not fit its nodes: it is never placed).
+            let mut open: [(u32, Stage, Option<usize>); PLAIN_DEPTH] =
+                [(0, Stage::Key, None); PLAIN_DEPTH];
             let mut nopen = 0;
             let mut stage0 = Stage::Key;
             let room = nopen_room(depth);
@@ -1756,7 +1862,28 @@ impl<'a> Loader<'a> {
                         break;
                     }
                     nopen -= 1;
+                    if let Some(at) = open[nopen].2 {
+                        self.place_hint(at);
+                    }
                     kind::SET
+                } else if let Some(v) = (stage == Stage::Value)
+                    .then(|| self.simple_value())
+                    .flatten()
+                {
+                    // An entry of a plain value: one step with its key when they fit one.
+                    if !self.fuse_entry(v) {
+                        self.ops.push(v);
+                        let mut step = RawVal::EMPTY;
+                        step.kind = kind::SET;
+                        step.len = self.r.pos as u64;
+                        self.ops.push(step);
+                    }
+                    if nopen == 0 {
+                        stage0 = Stage::Key;
+                    } else {
+                        open[nopen - 1].1 = Stage::Key;
+                    }
+                    continue;
                 } else {
                     let value = stage == Stage::Value;
                     let Some(k) = self.plain_item(value && nopen < room, value) else {
@@ -1764,7 +1891,8 @@ impl<'a> Loader<'a> {
                     };
                     if k == kind::NEWTABLE {
                         let id = self.ops.last().map_or(0, |v| v.bits);
-                        open[nopen] = (id as u32, Stage::Meta);
+                        let at = (!self.capped).then(|| self.ops.len() - 1);
+                        open[nopen] = (id as u32, Stage::Meta, at);
                         nopen += 1;
                         continue;
                     }
@@ -1825,8 +1953,17 @@ impl<'a> Loader<'a> {
                     if matches!(op.kind, kind::META | kind::REF | kind::LAYOUT) {
                         self.r.pos = op.len as usize; // where its bytes are
                     }
-                    return Err(match op.kind {
+                    let k = if op.kind & 0xff == kind::SETKV {
+                        kind::SET
+                    } else {
+                        op.kind
+                    };
+                    return Err(match k {
                         kind::META => self.malformed("a metatable must be a table"),
+                        kind::SET => self.malformed(
+                            "a table entry with a NaN key, or more keys than its layout has \
+                             nodes",
+                        ),
                         kind::LAYOUT => self.malformed(
                             "a table's layout does not match its entries (a damaged or forged \
                              file; nothing was placed)",
@@ -1849,7 +1986,7 @@ impl<'a> Loader<'a> {
             if let Some(Frame::Table { state, .. }) = self.frames.last_mut() {
                 *state = if nopen > 0 { 2 } else { stage0.state() };
             }
-            for (i, &(id, stage)) in open[..nopen].iter().enumerate() {
+            for (i, &(id, stage, _)) in open[..nopen].iter().enumerate() {
                 self.frames.push(Frame::Table {
                     id,
                     state: stage.state(),
