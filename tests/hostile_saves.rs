@@ -1644,3 +1644,45 @@ fn saves_of_a_suspended_coroutine_carry_no_stale_frame_fields() {
     });
     assert!(seen >= 2, "{seen}");
 }
+
+/// A table layout's node count comes from the file: a layout for another count than the
+/// table's is skipped before its nodes are read into host memory, which the load's heap cap
+/// does not cover (an attacker's 4 MB file claiming 4 million nodes took 273 MB).
+#[test]
+fn a_layout_is_read_only_for_the_tables_own_node_count() {
+    in_child(
+        "a_layout_is_read_only_for_the_tables_own_node_count",
+        || {
+            let mut vm = vm();
+            let size: u64 = 1 << 22;
+            let varint = |mut v: u64, out: &mut Vec<u8>| {
+                while v >= 0x80 {
+                    out.push((v as u8 & 0x7f) | 0x80);
+                    v >>= 7;
+                }
+                out.push(v as u8);
+            };
+            let mut blob = Vec::new();
+            varint(0, &mut blob);
+            varint(size, &mut blob);
+            varint(size, &mut blob);
+            blob.resize(blob.len() + size as usize, 0);
+            let node = Node::Table {
+                narr: 0,
+                nhash: 0,
+                meta: Box::new(Node::Nil),
+                entries: vec![(Node::Layout(blob), Node::Nil)],
+            };
+            let rss = || {
+                // SAFETY: getrusage fills the struct it is given.
+                let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+                unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) };
+                u.ru_maxrss as usize * 1024
+            };
+            let before = rss();
+            load(&mut vm, &node, Trust::Foreign).unwrap();
+            let grew = rss().saturating_sub(before);
+            assert!(grew < 64 * MIB, "the load's peak grew by {grew} bytes");
+        },
+    );
+}

@@ -1868,6 +1868,13 @@ static int relayout(lua_State *L, Table *t, const uint32_t *codes, const int32_t
   return 0;
 }
 
+/* The node count of the table at idx (0 for the dummy node), for the loader to check a
+** layout's declared size against before it reads the layout into host memory. Reads only. */
+unsigned int luasnap_table_nodes(lua_State *L, int idx) {
+  const Table *t = (const Table *)lua_topointer(L, idx);
+  return isdummy(t) ? 0 : sizenode(t);
+}
+
 /* For the loader: moves the entries of the table at idx (just built by inserting the saved
 ** entries into a table of the saved sizes) into the nodes of a layout read from the file
 ** (codes, nexts: size entries each; lastfree; seed: as luasnap_table_layout wrote them; the

@@ -46,6 +46,7 @@ unsafe extern "C" {
         slots: *const i32,
         n: c_int,
     ) -> *const std::ffi::c_char;
+    fn luasnap_table_nodes(L: *mut lua_State, idx: c_int) -> u32;
     fn luasnap_table_relayout(
         L: *mut lua_State,
         idx: c_int,
@@ -466,6 +467,22 @@ impl<'a> Loader<'a> {
         let Some((seed, size, lastfree)) = Self::layout_header(&mut r, blob.len()) else {
             return Err(self.malformed(bad));
         };
+        // A layout for another node count does not apply (the table keeps the order its
+        // insertions gave it, as luasnap_table_relayout would decide): skipped before its
+        // nodes are read into host memory (about 60 bytes a node with the scratch), so that
+        // memory is bounded by the heap the table takes (under the load's growth cap), not
+        // by what the file claims (an attacker's 4 MB file took 273 MB outside the cap).
+        // SAFETY: protected context; objs[id] is a table (registered when it was read).
+        let nodes = unsafe {
+            ffi::luaL_checkstack(L, 1, c"load".as_ptr());
+            ffi::lua_rawgeti(L, s.objs, id as ffi::lua_Integer);
+            let n = luasnap_table_nodes(L, -1);
+            ffi::lua_settop(L, -2);
+            n
+        };
+        if nodes != size {
+            return Ok(());
+        }
         self.lay.clear();
         self.laynx.clear();
         // The removed entries' keys go to a table (keys[1..]) for the C side, made at the
