@@ -1,7 +1,7 @@
 //! The public arena: a reservation, the allocator inside it, and optional page tracking.
 
 use crate::error::{ArenaError, CorruptionError, TrackError};
-use crate::heap::{Heap, HeapUsage, Layout, NGROUPS};
+use crate::heap::{Heap, HeapUsage, Layout, PageOwner, NGROUPS};
 use crate::mapping::{Reservation, PAGE_SIZE};
 use crate::track::{PageTracker, TrackerKind, TrackerPreference};
 use std::ffi::c_void;
@@ -255,6 +255,20 @@ impl Arena {
     /// Allocates `size` bytes, 16-byte aligned. `None` when the limit or capacity is reached.
     pub fn alloc(&mut self, size: usize) -> Option<NonNull<u8>> {
         NonNull::new(self.heap().alloc(size, 0))
+    }
+
+    /// What holds the page at byte `offset` from the base: a span (with its block size and
+    /// placement group), a large block, a free run, or nothing of the data region. For
+    /// finding out whose pages a workload writes (with `SnapshotRing::last_written`).
+    pub fn page_owner(&self, offset: usize) -> PageOwner {
+        let heap = self.heap_ref();
+        let start = heap.counters().data_offset;
+        match offset.checked_sub(start) {
+            Some(off) if off / PAGE_SIZE < u32::MAX as usize => {
+                heap.page_owner((off / PAGE_SIZE) as u32)
+            }
+            _ => PageOwner::Outside,
+        }
     }
 
     /// Allocates `size` bytes in placement group `group`: a small block shares its page only

@@ -317,6 +317,24 @@ pub struct HeapCounters {
     pub run_pages: u32,
 }
 
+/// What holds a page of the data region; see [`Arena::page_owner`](crate::Arena::page_owner).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum PageOwner {
+    /// A span of small blocks of this size, in this placement group.
+    Span {
+        /// Block size of the span's class.
+        block_size: u32,
+        /// Placement group (below [`NGROUPS`]).
+        group: u8,
+    },
+    /// A large block, or an interior page of a free run.
+    Large,
+    /// The first or last page of a free run.
+    Free,
+    /// Not a data page of the extent (the allocator's map, or above the extent).
+    Outside,
+}
+
 /// Where the bytes of the extent go; see [`Heap::usage`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct HeapUsage {
@@ -1099,6 +1117,26 @@ impl Heap {
         let h = self.hdr();
         if h.bins[bin] == NIL {
             h.bin_map &= !(1 << bin);
+        }
+    }
+
+    /// What holds data page `page` (below `top`), from its descriptor.
+    pub fn page_owner(&self, page: u32) -> PageOwner {
+        if page >= self.hdr_ref().top {
+            return PageOwner::Outside;
+        }
+        let d = self.desc(page);
+        let head = match d.kind() {
+            Kind::SmallHead => d,
+            Kind::SmallInner => self.desc(d.len),
+            // Interior pages of free runs and large blocks carry stale descriptors; a free
+            // run's first and last pages say so, and no other page is read as one.
+            Kind::FreeHead | Kind::FreeTail => return PageOwner::Free,
+            _ => return PageOwner::Large,
+        };
+        PageOwner::Span {
+            block_size: CLASS_SIZES[head.class as usize],
+            group: head.group,
         }
     }
 
