@@ -4,8 +4,8 @@
 use luasnap::alloc::{
     lua_alloc, Arena, ArenaError, MAX_CAPACITY, MAX_SMALL, MIN_CAPACITY, NGROUPS, PAGE_SIZE,
 };
-use std::collections::HashMap;
 use proptest::prelude::*;
+use std::collections::HashMap;
 use std::ffi::c_void;
 use std::ptr::NonNull;
 
@@ -303,7 +303,10 @@ fn alloc_in_refuses_an_unknown_group() {
     assert!(a.alloc_in(64, NGROUPS).is_none());
     let p = a.alloc_in(64, NGROUPS - 1).unwrap();
     let q = a.alloc(64).unwrap();
-    assert_ne!(p.as_ptr() as usize / PAGE_SIZE, q.as_ptr() as usize / PAGE_SIZE);
+    assert_ne!(
+        p.as_ptr() as usize / PAGE_SIZE,
+        q.as_ptr() as usize / PAGE_SIZE
+    );
     a.verify().unwrap();
 }
 
@@ -374,7 +377,11 @@ fn check_disjoint(a: &Arena, live: &[Live]) {
         let start = b.ptr.as_ptr() as usize;
         for page in start / PAGE_SIZE..=(start + cap - 1) / PAGE_SIZE {
             let g = *owner.entry(page).or_insert(b.group);
-            assert_eq!(g, b.group, "page {page:#x} holds blocks of groups {g} and {}", b.group);
+            assert_eq!(
+                g, b.group,
+                "page {page:#x} holds blocks of groups {g} and {}",
+                b.group
+            );
         }
     }
 }

@@ -23,7 +23,10 @@ fn vm() -> Option<Vm> {
 
 /// Pages the latest snapshot copied as written since the one before.
 fn written_pages(vm: &Vm) -> usize {
-    let runs = vm.snapshots().last_written().expect("an incremental snapshot");
+    let runs = vm
+        .snapshots()
+        .last_written()
+        .expect("an incremental snapshot");
     runs.iter().map(|r| r.len() / PAGE_SIZE).sum()
 }
 

@@ -536,4 +536,3 @@ pub unsafe fn refuse_next_growth(ud: *mut c_void) {
     let mut heap = unsafe { Heap::attach(ud.cast()) };
     heap.refuse_next_growth();
 }
-

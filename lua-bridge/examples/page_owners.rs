@@ -119,7 +119,10 @@ fn main() {
     }
     let n = frames as f64;
     println!("pages written per frame: {:.1}", total as f64 / n);
-    println!("{:>28} {:>8} {:>8} {:>8}", "owner", "written", "changed", "blocks");
+    println!(
+        "{:>28} {:>8} {:>8} {:>8}",
+        "owner", "written", "changed", "blocks"
+    );
     for (owner, c) in &counts {
         let name = match owner {
             Owner::Page(PageOwner::Span { block_size, group }) => {
