@@ -1,8 +1,11 @@
 //! The arena and its allocator: placement, bad input, exhaustion, Lua's `lua_Alloc` semantics,
 //! and random operation sequences checked against a model.
 
-use luasnap::alloc::{lua_alloc, Arena, ArenaError, MAX_CAPACITY, MIN_CAPACITY, PAGE_SIZE};
+use luasnap::alloc::{
+    lua_alloc, Arena, ArenaError, MAX_CAPACITY, MAX_SMALL, MIN_CAPACITY, NGROUPS, PAGE_SIZE,
+};
 use proptest::prelude::*;
+use std::collections::HashMap;
 use std::ffi::c_void;
 use std::ptr::NonNull;
 
@@ -266,9 +269,50 @@ fn lua_alloc_follows_luas_contract() {
     a.verify().unwrap();
 }
 
+#[test]
+fn lua_alloc_puts_upvalues_on_pages_of_their_own() {
+    // Lua allocates upvalues (type tag 9, 40 bytes) between tables (tag 5) and closures (tag
+    // 6) of the same size class; an open upvalue is rewritten whenever its thread captures or
+    // closes another local, so upvalues mixed in spread the pages a frame writes.
+    let mut a = Arena::new(64 * MIB).unwrap();
+    let (_, ud) = a.lua_alloc();
+    let mut upvals = Vec::new();
+    let mut others = Vec::new();
+    for _ in 0..300 {
+        upvals.push(lua(ud, std::ptr::null_mut(), 9, 40));
+        others.push(lua(ud, std::ptr::null_mut(), 5, 48));
+        others.push(lua(ud, std::ptr::null_mut(), 6, 40));
+    }
+    let page = |p: *mut u8| p as usize / PAGE_SIZE;
+    let up_pages: std::collections::BTreeSet<usize> = upvals.iter().map(|&p| page(p)).collect();
+    assert!(others.iter().all(|&p| !up_pages.contains(&page(p))));
+    // 300 blocks of 48 bytes fill four pages, not the 12 they would share with the others.
+    assert!(up_pages.len() <= 4, "upvalues on {} pages", up_pages.len());
+    a.verify().unwrap();
+    // Growing or shrinking a block moves it within its group: a 40-byte upvalue-group block
+    // reallocated to 100 bytes lands on no page of group 0.
+    let moved = lua(ud, upvals[0], 40, 100);
+    let g0 = lua(ud, std::ptr::null_mut(), 0, 100);
+    assert_ne!(page(moved), page(g0));
+    a.verify().unwrap();
+}
+
+#[test]
+fn alloc_in_refuses_an_unknown_group() {
+    let mut a = Arena::new(8 * MIB).unwrap();
+    assert!(a.alloc_in(64, NGROUPS).is_none());
+    let p = a.alloc_in(64, NGROUPS - 1).unwrap();
+    let q = a.alloc(64).unwrap();
+    assert_ne!(
+        p.as_ptr() as usize / PAGE_SIZE,
+        q.as_ptr() as usize / PAGE_SIZE
+    );
+    a.verify().unwrap();
+}
+
 #[derive(Debug, Clone)]
 enum Op {
-    Alloc(usize),
+    Alloc(usize, usize),
     Free(usize),
     Realloc(usize, usize),
 }
@@ -284,7 +328,7 @@ fn size() -> impl Strategy<Value = usize> {
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        5 => size().prop_map(Op::Alloc),
+        5 => (size(), 0..NGROUPS).prop_map(|(s, g)| Op::Alloc(s, g)),
         3 => any::<usize>().prop_map(Op::Free),
         3 => (any::<usize>(), size()).prop_map(|(i, s)| Op::Realloc(i, s)),
     ]
@@ -294,6 +338,7 @@ struct Live {
     ptr: NonNull<u8>,
     size: usize,
     tag: u8,
+    group: usize,
 }
 
 fn fill(b: &Live) {
@@ -322,6 +367,23 @@ fn check_disjoint(a: &Arena, live: &[Live]) {
     for w in spans.windows(2) {
         assert!(w[0].0 + w[0].1 <= w[1].0, "blocks overlap: {w:?}");
     }
+    // Small blocks of different placement groups never share a page.
+    let mut owner: HashMap<usize, usize> = HashMap::new();
+    for b in live {
+        let cap = a.block_size(b.ptr.as_ptr()).unwrap();
+        if cap > MAX_SMALL {
+            continue;
+        }
+        let start = b.ptr.as_ptr() as usize;
+        for page in start / PAGE_SIZE..=(start + cap - 1) / PAGE_SIZE {
+            let g = *owner.entry(page).or_insert(b.group);
+            assert_eq!(
+                g, b.group,
+                "page {page:#x} holds blocks of groups {g} and {}",
+                b.group
+            );
+        }
+    }
 }
 
 proptest! {
@@ -336,11 +398,11 @@ proptest! {
         let mut tag = 0u8;
         for (step, op) in ops.into_iter().enumerate() {
             match op {
-                Op::Alloc(size) => {
-                    if let Some(ptr) = a.alloc(size) {
+                Op::Alloc(size, group) => {
+                    if let Some(ptr) = a.alloc_in(size, group) {
                         prop_assert_eq!(ptr.as_ptr() as usize % 16, 0);
                         tag = tag.wrapping_add(1);
-                        let b = Live { ptr, size, tag };
+                        let b = Live { ptr, size, tag, group };
                         fill(&b);
                         live.push(b);
                         model_bytes += size;
@@ -358,6 +420,7 @@ proptest! {
                     let i = i % live.len();
                     let old = &live[i];
                     check(old);
+                    let old_cap = a.block_size(old.ptr.as_ptr()).unwrap();
                     // SAFETY: old is live with its last requested size.
                     match unsafe { a.realloc(old.ptr, old.size, size) } {
                         Some(ptr) => {
@@ -368,7 +431,10 @@ proptest! {
                             prop_assert!(bytes.iter().all(|&x| x == old.tag), "realloc lost contents");
                             model_bytes = model_bytes - old.size + size;
                             tag = tag.wrapping_add(1);
-                            live[i] = Live { ptr, size, tag };
+                            // A small block keeps its group; a large one (whole pages) has
+                            // none, and one shrunk into a size class lands in group 0.
+                            let group = if old_cap > MAX_SMALL { 0 } else { old.group };
+                            live[i] = Live { ptr, size, tag, group };
                             fill(&live[i]);
                         }
                         None => {

@@ -1,7 +1,7 @@
 //! The public arena: a reservation, the allocator inside it, and optional page tracking.
 
 use crate::error::{ArenaError, CorruptionError, TrackError};
-use crate::heap::{Heap, HeapUsage, Layout};
+use crate::heap::{Heap, HeapUsage, Layout, PageOwner, NGROUPS};
 use crate::mapping::{Reservation, PAGE_SIZE};
 use crate::track::{PageTracker, TrackerKind, TrackerPreference};
 use std::ffi::c_void;
@@ -254,7 +254,33 @@ impl Arena {
 
     /// Allocates `size` bytes, 16-byte aligned. `None` when the limit or capacity is reached.
     pub fn alloc(&mut self, size: usize) -> Option<NonNull<u8>> {
-        NonNull::new(self.heap().alloc(size))
+        NonNull::new(self.heap().alloc(size, 0))
+    }
+
+    /// What holds the page at byte `offset` from the base: a span (with its block size and
+    /// placement group), a large block, a free run, or nothing of the data region. For
+    /// finding out whose pages a workload writes (with `SnapshotRing::last_written`).
+    pub fn page_owner(&self, offset: usize) -> PageOwner {
+        let heap = self.heap_ref();
+        let start = heap.counters().data_offset;
+        match offset.checked_sub(start) {
+            Some(off) if off / PAGE_SIZE < u32::MAX as usize => {
+                heap.page_owner((off / PAGE_SIZE) as u32)
+            }
+            _ => PageOwner::Outside,
+        }
+    }
+
+    /// Allocates `size` bytes in placement group `group`: a small block shares its page only
+    /// with blocks of the same group (see [`NGROUPS`]; [`alloc`](Self::alloc) is group 0). A
+    /// small block keeps its group when [`realloc`](Self::realloc) moves it (a large block has
+    /// whole pages and no group; shrunk into a size class, it goes to group 0). `None` when the limit
+    /// or capacity is reached, or `group` is not below [`NGROUPS`].
+    pub fn alloc_in(&mut self, size: usize, group: usize) -> Option<NonNull<u8>> {
+        if group >= NGROUPS {
+            return None;
+        }
+        NonNull::new(self.heap().alloc(size, group))
     }
 
     /// Frees a block. Returns false, changing nothing, if `ptr` is not the start of a live block
@@ -475,10 +501,28 @@ pub unsafe extern "C" fn lua_alloc(
         return std::ptr::null_mut();
     }
     if ptr.is_null() {
-        return heap.alloc(nsize).cast();
+        return heap.alloc(nsize, group_of_lua_tag(osize)).cast();
     }
     // SAFETY: ptr is a live block of this arena with requested size osize (lua_Alloc contract).
     unsafe { heap.realloc(ptr, osize, nsize) }.cast()
+}
+
+/// Lua's internal type tag of an upvalue (`LUA_TUPVAL` in `lobject.h`: one past the last
+/// public type, `LUA_NUMTYPES`; the same in Lua 5.4 and 5.5).
+const LUA_TUPVAL: usize = 9;
+
+/// The placement group of a new Lua object, from the type tag Lua passes as `osize`.
+///
+/// Upvalues get a group of their own. An open upvalue (a local captured by a closure while its
+/// function runs) is relinked every time another local of that thread is captured and closed:
+/// a coroutine that captures a local on each resume rewrites the upvalues it holds open, and
+/// those were allocated one at a time over many frames, between tables, closures and strings
+/// of the same size class. Mixed in, the few hot upvalues spread over many pages; apart,
+/// they share a few (the AI village game: 514 -> 449 pages written per frame, see
+/// `docs/gc.md`). Every other object, and Lua's raw buffers (stacks, call records, arrays,
+/// hash parts: tag 0), stay in group 0.
+fn group_of_lua_tag(tag: usize) -> usize {
+    usize::from(tag == LUA_TUPVAL)
 }
 
 /// Makes the next growing request of the arena whose base is `ud`, and Lua's retry of it after

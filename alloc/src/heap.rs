@@ -17,7 +17,7 @@
 //!   of free and large runs are stale; every page of a span carries `SmallInner` back to its head.
 //! - Free runs are maximal: no two free runs are adjacent, and no free run ends at `top` (it is
 //!   returned to the wilderness instead). So `top` only grows when nothing free fits.
-//! - A span is in its class's partial list iff it has a free block.
+//! - A span is in the partial list of its class and group iff it has a free block.
 //! - Pages are zeroed as they enter the extent, so the extent's bytes depend only on the
 //!   operations that produced it, never on leftovers above `top`.
 //!
@@ -36,11 +36,17 @@ pub const GRAIN: usize = 16;
 pub const MAX_SMALL: usize = 32 * 1024;
 const NIL: u32 = u32::MAX;
 const MAGIC: u64 = u64::from_le_bytes(*b"LSNARENA");
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
 const DESC_SIZE: usize = 32;
 /// Number of small size classes.
 pub const NCLASSES: usize = 16 + 7 * 4;
 const NBINS: usize = 59;
+/// Placement groups: a small block goes into a span of its size class *and* of the group it was
+/// asked for in, so small blocks of different groups never share a page. A caller that knows
+/// which blocks are written apart from their neighbours (for Lua, its upvalues: see
+/// `lua_alloc`) keeps them on fewer pages, and an incremental snapshot copies fewer. Group 0 is
+/// the default; large blocks have whole pages anyway and ignore the group.
+pub const NGROUPS: usize = 2;
 
 /// Block size of each class: 16..=256 in steps of 16, then four classes per doubling up to
 /// 32 KiB (at most 25% lost to rounding). Eight per doubling lost less to rounding on mid-sized
@@ -189,7 +195,9 @@ enum Kind {
 struct Desc {
     kind: u8,
     class: u8,
-    _pad: u16,
+    /// Span: the placement group its blocks were asked for in (see [`NGROUPS`]).
+    group: u8,
+    _pad: u8,
     len: u32,
     prev: u32,
     next: u32,
@@ -209,6 +217,7 @@ impl Desc {
         Desc {
             kind: kind as u8,
             class: 0,
+            group: 0,
             _pad: 0,
             len,
             prev: NIL,
@@ -258,7 +267,8 @@ pub struct Header {
     live_blocks: u64,
     failures: u64,
     bin_map: u64,
-    partial: [u32; NCLASSES],
+    /// Spans with a free block, per group and class (`group * NCLASSES + class`).
+    partial: [u32; NCLASSES * NGROUPS],
     bins: [u32; NBINS],
     /// Bytes allocated since the last refused request.
     since_failure: u64,
@@ -305,6 +315,24 @@ pub struct HeapCounters {
     pub data_offset: usize,
     /// Pages held by large blocks and spans (grown only within `HELD_FACTOR` times the limit).
     pub run_pages: u32,
+}
+
+/// What holds a page of the data region; see [`Arena::page_owner`](crate::Arena::page_owner).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum PageOwner {
+    /// A span of small blocks of this size, in this placement group.
+    Span {
+        /// Block size of the span's class.
+        block_size: u32,
+        /// Placement group (below [`NGROUPS`]).
+        group: u8,
+    },
+    /// A large block, or an interior page of a free run.
+    Large,
+    /// The first or last page of a free run.
+    Free,
+    /// Not a data page of the extent (the allocator's map, or above the extent).
+    Outside,
 }
 
 /// Where the bytes of the extent go; see [`Heap::usage`].
@@ -360,7 +388,7 @@ impl Heap {
             live_blocks: 0,
             failures: 0,
             bin_map: 0,
-            partial: [NIL; NCLASSES],
+            partial: [NIL; NCLASSES * NGROUPS],
             bins: [NIL; NBINS],
             since_failure: 0,
             thrash: 0,
@@ -469,12 +497,14 @@ impl Heap {
 
     // ----- public operations -----
 
-    /// Allocates `size` bytes (16-byte aligned). Null when the limit or capacity is reached.
-    pub fn alloc(&mut self, size: usize) -> *mut u8 {
+    /// Allocates `size` bytes (16-byte aligned) in placement group `group` (below
+    /// [`NGROUPS`]; see there). Null when the limit or capacity is reached.
+    pub fn alloc(&mut self, size: usize, group: usize) -> *mut u8 {
+        debug_assert!(group < NGROUPS);
         if self.refuse_thrashing_retry() {
             return ptr::null_mut();
         }
-        let p = self.alloc_block(size.max(1));
+        let p = self.alloc_block(size.max(1), group);
         let h = self.hdr();
         if p.is_null() {
             self.note_failure();
@@ -594,14 +624,14 @@ impl Heap {
 
     // ----- blocks -----
 
-    fn alloc_block(&mut self, size: usize) -> *mut u8 {
+    fn alloc_block(&mut self, size: usize, group: usize) -> *mut u8 {
         let (p, bytes) = if size <= MAX_SMALL {
             let c = class_of(size);
             let bytes = CLASS_SIZES[c] as usize;
             if !self.fits_limit(bytes as u64) {
                 return ptr::null_mut();
             }
-            (self.alloc_small(c), bytes)
+            (self.alloc_small(c, group), bytes)
         } else {
             let pages = size.div_ceil(PAGE_SIZE);
             if pages >= NIL as usize || !self.fits_limit((pages * PAGE_SIZE) as u64) {
@@ -656,6 +686,8 @@ impl Heap {
     fn resize_block(&mut self, ptr: *mut u8, cap: usize, osize: usize, nsize: usize) -> *mut u8 {
         let page = self.page_of(ptr).expect("caller checked the block");
         let is_large = self.desc(page).kind() == Kind::Large;
+        // A block moved to another class stays in its group.
+        let group = self.group_of(page);
         if !is_large {
             if nsize <= MAX_SMALL && CLASS_SIZES[class_of(nsize)] as usize == cap {
                 return ptr;
@@ -687,7 +719,7 @@ impl Heap {
             0
         };
         self.moving = lift;
-        let fresh = self.alloc_block(nsize);
+        let fresh = self.alloc_block(nsize, group);
         self.moving = 0;
         if fresh.is_null() {
             if nsize < cap {
@@ -840,8 +872,19 @@ impl Heap {
         unsafe { self.page_ptr(head).add(index as usize * size) }
     }
 
-    fn alloc_small(&mut self, class: usize) -> *mut u8 {
-        let mut head = self.hdr_ref().partial[class];
+    /// The group of the block on `page` (0 for large blocks, which have none).
+    fn group_of(&self, page: u32) -> usize {
+        let d = self.desc(page);
+        match d.kind() {
+            Kind::SmallHead => d.group as usize,
+            Kind::SmallInner => self.desc(d.len).group as usize,
+            _ => 0,
+        }
+    }
+
+    fn alloc_small(&mut self, class: usize, group: usize) -> *mut u8 {
+        let list = group * NCLASSES + class;
+        let mut head = self.hdr_ref().partial[list];
         if head == NIL {
             let pages = SPAN_PAGES[class];
             let Some(h) = self.alloc_run(pages) else {
@@ -849,11 +892,12 @@ impl Heap {
             };
             let mut d = Desc::new(Kind::SmallHead, pages);
             d.class = class as u8;
+            d.group = group as u8;
             self.set_desc(h, d);
             for p in h + 1..h + pages {
                 self.set_desc(p, Desc::new(Kind::SmallInner, h));
             }
-            self.push_partial(class, h);
+            self.push_partial(list, h);
             head = h;
         }
         let size = CLASS_SIZES[class] as usize;
@@ -870,7 +914,7 @@ impl Heap {
         let dm = self.desc_mut(head);
         dm.live += 1;
         if dm.live == blocks_per_span(class) {
-            self.unlink_partial(class, head);
+            self.unlink_partial(list, head);
         }
         self.block_ptr(head, index, size)
     }
@@ -878,6 +922,7 @@ impl Heap {
     fn free_small(&mut self, head: u32, ptr: *mut u8) {
         let d = self.desc(head);
         let class = d.class as usize;
+        let list = d.group as usize * NCLASSES + class;
         let size = CLASS_SIZES[class] as usize;
         let index = ((ptr as usize - self.page_ptr(head) as usize) / size) as u32;
         // SAFETY: ptr is a live block of this span (checked by block_capacity), at least 16 bytes.
@@ -889,10 +934,10 @@ impl Heap {
             dm.live -= 1;
         }
         if was_full {
-            self.push_partial(class, head);
+            self.push_partial(list, head);
         }
         if d.live - 1 == 0 {
-            let only = self.hdr_ref().partial[class] == head && self.desc(head).next == NIL;
+            let only = self.hdr_ref().partial[list] == head && self.desc(head).next == NIL;
             if only && SPAN_PAGES[class] == 1 {
                 // Keep one empty one-page span per class, so alloc/free churn at a span boundary
                 // doesn't thrash the page heap; bigger spans (big classes, rarely churned) go back
@@ -901,14 +946,15 @@ impl Heap {
                 dm.free = NIL;
                 dm.bump = 0;
             } else {
-                self.unlink_partial(class, head);
+                self.unlink_partial(list, head);
                 self.free_run(head, d.len);
             }
         }
     }
 
-    fn push_partial(&mut self, class: usize, head: u32) {
-        let first = self.hdr_ref().partial[class];
+    /// `list` is `group * NCLASSES + class`.
+    fn push_partial(&mut self, list: usize, head: u32) {
+        let first = self.hdr_ref().partial[list];
         {
             let d = self.desc_mut(head);
             d.prev = NIL;
@@ -917,15 +963,15 @@ impl Heap {
         if first != NIL {
             self.desc_mut(first).prev = head;
         }
-        self.hdr().partial[class] = head;
+        self.hdr().partial[list] = head;
     }
 
-    fn unlink_partial(&mut self, class: usize, head: u32) {
+    fn unlink_partial(&mut self, list: usize, head: u32) {
         let d = self.desc(head);
         if d.prev != NIL {
             self.desc_mut(d.prev).next = d.next;
         } else {
-            self.hdr().partial[class] = d.next;
+            self.hdr().partial[list] = d.next;
         }
         if d.next != NIL {
             self.desc_mut(d.next).prev = d.prev;
@@ -1074,6 +1120,26 @@ impl Heap {
         }
     }
 
+    /// What holds data page `page` (below `top`), from its descriptor.
+    pub fn page_owner(&self, page: u32) -> PageOwner {
+        if page >= self.hdr_ref().top {
+            return PageOwner::Outside;
+        }
+        let d = self.desc(page);
+        let head = match d.kind() {
+            Kind::SmallHead => d,
+            Kind::SmallInner => self.desc(d.len),
+            // Interior pages of free runs and large blocks carry stale descriptors; a free
+            // run's first and last pages say so, and no other page is read as one.
+            Kind::FreeHead | Kind::FreeTail => return PageOwner::Free,
+            _ => return PageOwner::Large,
+        };
+        PageOwner::Span {
+            block_size: CLASS_SIZES[head.class as usize],
+            group: head.group,
+        }
+    }
+
     /// Where the extent's bytes go, by walking the map.
     pub fn usage(&self) -> HeapUsage {
         let top = self.hdr_ref().top;
@@ -1124,7 +1190,7 @@ impl Heap {
             );
         }
         let (mut free_runs, mut allocated, mut live, mut partial_spans) =
-            (0u64, 0u64, 0u64, [0u32; NCLASSES]);
+            (0u64, 0u64, 0u64, [0u32; NCLASSES * NGROUPS]);
         let mut held = 0u64;
         let mut prev_free = false;
         let mut p = 0u32;
@@ -1153,8 +1219,12 @@ impl Heap {
                 }
                 Kind::SmallHead => {
                     let class = d.class as usize;
-                    if class >= NCLASSES || len != SPAN_PAGES[class] {
-                        return fail(p, format!("span with class {class} and {len} pages"));
+                    if class >= NCLASSES || len != SPAN_PAGES[class] || d.group as usize >= NGROUPS
+                    {
+                        return fail(
+                            p,
+                            format!("span with class {class}, group {} and {len} pages", d.group),
+                        );
                     }
                     held += len as u64;
                     for q in p + 1..p + len {
@@ -1191,7 +1261,7 @@ impl Heap {
                         );
                     }
                     if d.live < blocks {
-                        partial_spans[class] += 1;
+                        partial_spans[d.group as usize * NCLASSES + class] += 1;
                     }
                     allocated += d.live as u64 * size as u64;
                     live += d.live as u64;
@@ -1252,19 +1322,21 @@ impl Heap {
         if listed != free_runs {
             return fail(0, format!("{free_runs} free runs but {listed} in bins"));
         }
-        for (class, &expected) in partial_spans.iter().enumerate() {
+        for (list, &expected) in partial_spans.iter().enumerate() {
+            let (group, class) = (list / NCLASSES, list % NCLASSES);
             let mut count = 0;
-            let mut span = h.partial[class];
+            let mut span = h.partial[list];
             while span != NIL {
                 let d = self.desc(span);
                 if span >= top
                     || count > expected
                     || d.kind() != Kind::SmallHead
                     || d.class as usize != class
+                    || d.group as usize != group
                 {
                     return fail(
                         span,
-                        format!("partial list of class {class} holds a bad entry"),
+                        format!("partial list of class {class}, group {group} holds a bad entry"),
                     );
                 }
                 count += 1;
@@ -1273,7 +1345,9 @@ impl Heap {
             if count != expected {
                 return fail(
                     0,
-                    format!("class {class} has {expected} spans with room, {count} listed"),
+                    format!(
+                        "class {class}, group {group} has {expected} spans with room, {count} listed"
+                    ),
                 );
             }
         }

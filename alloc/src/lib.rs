@@ -14,7 +14,9 @@
 //!   32 KiB) carved from page spans, and best-fit page runs above that, with coalescing. Blocks
 //!   have no header: Lua passes the old size on free and realloc, and the page map knows the
 //!   rest. 16-byte alignment. Empty spans go back to the page heap, free runs at the top shrink
-//!   the extent, so long churn at a steady live size does not grow the arena.
+//!   the extent, so long churn at a steady live size does not grow the arena. Small blocks
+//!   of different placement groups ([`Arena::alloc_in`]) never share a page: [`lua_alloc`]
+//!   puts Lua's upvalues in a group of their own, so the few a frame rewrites lie together.
 //! - **Limit**: allocations that would take the bytes of live blocks past it return null,
 //!   which Lua turns into a memory error. Free slots in spans and holes between blocks do not
 //!   count (as free chunks do not count against a cap on what a malloc'd heap holds); the
@@ -54,7 +56,7 @@ pub use arena::{
     StateRanges, MAX_CAPACITY, MIN_CAPACITY,
 };
 pub use error::{ArenaError, CorruptionError, TrackError};
-pub use heap::{HeapUsage, CLASS_SIZES, GRAIN, MAX_SMALL};
+pub use heap::{HeapUsage, PageOwner, CLASS_SIZES, GRAIN, MAX_SMALL, NGROUPS};
 pub use mapping::{Reservation, PAGE_SIZE};
 pub use track::{
     probe as probe_trackers, PageTracker, TrackerKind, TrackerPreference, TrackerSupport,

@@ -450,6 +450,16 @@ impl SnapshotRing {
         })
     }
 
+    /// The pages the latest snapshot copied as written since the one before (merged runs of
+    /// arena offsets), or `None` when it copied the whole extent (or is the only one). For
+    /// finding out who writes a frame's pages: map the offsets to the allocator's blocks.
+    pub fn last_written(&self) -> Option<&[Range<usize>]> {
+        match &self.entries.back()?.record {
+            Some(Record::Pages(p)) => Some(&p.runs),
+            _ => None,
+        }
+    }
+
     /// The window size.
     pub fn window(&self) -> usize {
         self.window
