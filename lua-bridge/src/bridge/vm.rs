@@ -357,6 +357,47 @@ function load(chunk, name, mode, ...)
 end
 "##;
 
+/// Instructions of one thread between two calls of the instruction-budget hook
+/// ([`Vm::call_with_budget`]).
+pub const BUDGET_HOOK_PERIOD: u64 = 1000;
+
+unsafe extern "C" {
+    /// Tells `coroutine.resume`, `coroutine.wrap` and `coroutine.close` which hook to pass on
+    /// to the coroutines they run (csrc/internals.c).
+    fn luasnap_register_step_hook(h: Option<ffi::lua_Hook>);
+}
+
+/// The instruction-budget hook of [`Vm::call_with_budget`]: called every
+/// [`BUDGET_HOOK_PERIOD`] instructions of a thread; fails once the call's budget is spent,
+/// then at every instruction (a `pcall` catches one error, not one per instruction outside
+/// it). Left on a coroutine after its budgeted call ended, it removes itself.
+unsafe extern "C-unwind" fn step_hook(L: *mut lua_State, _ar: *mut ffi::lua_Debug) {
+    // SAFETY: installed only on threads of VMs built by this crate, which are alive while
+    // their Lua code runs.
+    let shared = unsafe { raw::shared_of(L) };
+    if !shared.step_active.get() {
+        // SAFETY: removing the running thread's hook from inside it is allowed.
+        unsafe { ffi::lua_sethook(L, None, 0, 0) };
+        return;
+    }
+    let left = shared.step_left.get();
+    if left >= BUDGET_HOOK_PERIOD && !shared.step_spent.get() {
+        shared.step_left.set(left - BUDGET_HOOK_PERIOD);
+        return;
+    }
+    shared.step_spent.set(true);
+    // SAFETY: raising from a count hook is allowed (Lua's pcalls restore `allowhook`); this
+    // frame holds nothing with a destructor, so the longjmp skips a plain old frame.
+    unsafe {
+        ffi::lua_sethook(L, Some(step_hook), ffi::LUA_MASKCOUNT, 1);
+        ffi::lua_pushstring(
+            L,
+            c"instruction budget spent (Vm::call_with_budget)".as_ptr(),
+        );
+        ffi::lua_error(L);
+    }
+}
+
 impl Vm {
     /// Starts building a VM.
     pub fn builder() -> VmBuilder {
@@ -377,6 +418,93 @@ impl Vm {
 
     fn L(&self) -> *mut lua_State {
         self.state.as_ptr()
+    }
+
+    /// Calls the function at `path` like [`Vm::call`], stopping its Lua code once it has run
+    /// more than `budget` Lua VM instructions: the call then fails with
+    /// [`VmError::InstructionBudget`] and the VM stays usable (roll back to a snapshot taken
+    /// before the call to undo what it did half-way). The runtime runs `G.step` this way
+    /// ([`GameConfig::step_budget`](crate::runtime::GameConfig::step_budget)).
+    ///
+    /// What is counted: the instructions of Lua functions run by the call, on the main thread
+    /// and in every coroutine it resumes with `coroutine.resume`, `coroutine.wrap` or closes
+    /// with `coroutine.close` (each resume passes the budget on, so a coroutine created before
+    /// the call is covered too). A count hook counts each thread in steps of
+    /// [`BUDGET_HOOK_PERIOD`] instructions and a coroutine's count restarts at each resume,
+    /// so up to that many instructions per resume go uncounted: a loop that never ends is
+    /// always stopped, within about `budget + BUDGET_HOOK_PERIOD` instructions of its thread.
+    /// Not counted: time inside C functions (a long `string.rep`), finalizers (`__gc`: Lua
+    /// runs them with hooks off), and a coroutine that has a debug hook of its own.
+    ///
+    /// Once the budget is spent, every counted thread fails at each instruction, so a `pcall`
+    /// in the game catches the error only to fail again at the next instruction outside it:
+    /// the error reaches the host. The main thread's own hook (if any) is put back after the
+    /// call. The hook's counters live in the `lua_State`s, inside the arena: they are reset at
+    /// the start of each budgeted call and on each resume, so they are the same in every run
+    /// of the same calls, and calls without a budget leave them alone.
+    ///
+    /// ```
+    /// # use luasnap_bridge::{Vm, VmError};
+    /// let mut vm = Vm::builder().capacity(64 << 20).build()?;
+    /// vm.exec("n = 0 function spin() while true do n = n + 1 end end
+    ///          function count(k) for _ = 1, k do n = n + 1 end end", "setup")?;
+    /// let before = vm.snapshot()?;
+    /// let e = vm.call_with_budget::<()>("spin", (), 1_000_000).unwrap_err();
+    /// assert!(matches!(e, VmError::InstructionBudget { budget: 1_000_000, .. }));
+    /// vm.rollback(before)?;
+    /// vm.call_with_budget::<()>("count", 1000, 1_000_000)?; // well within the budget
+    /// assert_eq!(vm.get::<i64>("n")?, 1000);
+    /// # Ok::<(), VmError>(())
+    /// ```
+    pub fn call_with_budget<'h, R: crate::bridge::convert::FromLuaMulti>(
+        &self,
+        path: &str,
+        args: impl crate::bridge::convert::IntoLuaMulti<'h>,
+        budget: u64,
+    ) -> Result<R, VmError> {
+        let shared = &self.shared;
+        if shared.depth.get() != 0 {
+            return Err(VmError::LuaRunning {
+                operation: "call into Lua from inside a native",
+            });
+        }
+        let L = self.L();
+        // SAFETY: registers a function that lives as long as the program; our main thread is
+        // idle (depth 0), so its hook may change; the old hook is put back below.
+        let saved = unsafe {
+            luasnap_register_step_hook(Some(step_hook));
+            let saved = (
+                ffi::lua_gethook(L),
+                ffi::lua_gethookmask(L),
+                ffi::lua_gethookcount(L),
+            );
+            ffi::lua_sethook(
+                L,
+                Some(step_hook),
+                ffi::LUA_MASKCOUNT,
+                BUDGET_HOOK_PERIOD as c_int,
+            );
+            saved
+        };
+        shared.step_left.set(budget);
+        shared.step_spent.set(false);
+        shared.step_active.set(true);
+        let out = self.call(path, args);
+        shared.step_active.set(false);
+        // SAFETY: the call is over; our idle main thread gets its own hook back.
+        unsafe { ffi::lua_sethook(L, saved.0, saved.1, saved.2) };
+        if !shared.step_spent.replace(false) {
+            return out;
+        }
+        // Spent, even if a pcall in the callee swallowed the last error: what it did is
+        // incomplete.
+        Err(VmError::InstructionBudget {
+            budget,
+            traceback: match out {
+                Err(VmError::Lua { traceback, .. }) => traceback,
+                _ => None,
+            },
+        })
     }
 
     /// Runs `body` protected, counting it as Lua running.
