@@ -138,6 +138,17 @@ pub enum GameError {
         /// Where it was stopped.
         traceback: Option<String>,
     },
+    /// The game's snapshot window is smaller than the frames a GGRS session may load back
+    /// (checked by `GgrsGame::new`, before the session runs).
+    #[error("the game's snapshot window holds {window} snapshots, but {session} may load a frame that needs {needed} of them: use a window of at least {needed} (GameConfig::window), or let the session roll back less")]
+    WindowTooSmall {
+        /// The game's window ([`GameConfig::window`]).
+        window: usize,
+        /// The window the session needs.
+        needed: usize,
+        /// The session (`a P2P session with max prediction 8`).
+        session: String,
+    },
     /// `G.digest()` raised an error.
     #[error("G.digest() failed at frame {frame} (luasnap calls it to compare states; it must not raise): {source}")]
     DigestFailed {
