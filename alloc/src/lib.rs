@@ -54,7 +54,7 @@ pub use arena::{
     StateRanges, MAX_CAPACITY, MIN_CAPACITY,
 };
 pub use error::{ArenaError, CorruptionError, TrackError};
-pub use heap::{HeapUsage, CLASS_SIZES, GRAIN, MAX_SMALL};
+pub use heap::{HeapUsage, CLASS_SIZES, GRAIN, HELD_SLACK_BYTES, MAX_SMALL};
 pub use mapping::{Reservation, PAGE_SIZE};
 pub use track::{
     probe as probe_trackers, PageTracker, TrackerKind, TrackerPreference, TrackerSupport,

@@ -112,9 +112,14 @@ impl VmBuilder {
 
     /// Cap the Lua heap: past it, allocations fail with Lua's "not enough memory" error,
     /// which `pcall` can catch. The cap counts the bytes of live blocks (a small block at its
-    /// size class, a large one in whole pages), as a capping `lua_Alloc` wrapper around malloc
-    /// counts them; the pages the arena holds for them (free slots of partly used spans
-    /// included) may reach at most twice the cap.
+    /// size class, a large one in whole pages; the cap itself is counted in whole 4 KiB
+    /// pages), as a capping `lua_Alloc` wrapper around malloc counts them, from the Lua state
+    /// with its standard library on: what luasnap itself adds when it builds the VM (the
+    /// save-game permanents, the `eris` module, the chunk registry, natives and userdata
+    /// types, about 27 KB) is not counted, so a cap means what it means for stock Lua. The
+    /// pages the arena holds for the blocks (free slots of partly used spans included) may
+    /// reach at most twice the cap plus one span per size class. A cap below what the
+    /// standard library needs fails [`build`](VmBuilder::build) with a memory error.
     pub fn memory_limit(mut self, bytes: usize) -> Self {
         self.limit = Some(bytes);
         self
@@ -203,9 +208,7 @@ impl VmBuilder {
             if let Some(base) = self.base {
                 b = b.base_address(base);
             }
-            if let Some(limit) = self.limit {
-                b = b.limit(limit);
-            }
+            // The limit is set once the VM is built (see `memory_limit`).
             b.build()?
         };
         let seed = match self.profile {
@@ -259,7 +262,7 @@ impl VmBuilder {
             profile: self.profile,
             sealed: Cell::new(false),
         };
-        vm.open_libraries(seed)?;
+        let stock_bytes = vm.open_libraries(seed)?;
         vm.install_anchors()?;
         for (name, f, replace) in self.natives {
             vm.register_boxed_native(name, f, replace)?;
@@ -276,6 +279,9 @@ impl VmBuilder {
         unsafe { raw::finish_host_call(vm.L()) };
         // SAFETY: as above.
         unsafe { luasnap_clear_dead_stack(vm.L()) };
+        if let Some(limit) = self.limit {
+            vm.apply_memory_limit(limit, stock_bytes)?;
+        }
         Ok(vm)
     }
 }
@@ -570,7 +576,41 @@ impl Vm {
             .collect()
     }
 
-    fn open_libraries(&mut self, seed: u64) -> Result<(), VmError> {
+    /// Sets the arena's limit to `limit` plus what the VM holds beyond `stock_bytes` (the bytes
+    /// of live blocks once the standard library was open), after collecting what the build left
+    /// as garbage: luasnap's own tables do not count against a user's cap.
+    fn apply_memory_limit(&mut self, limit: usize, stock_bytes: u64) -> Result<(), VmError> {
+        use luasnap_alloc::{ArenaError, PAGE_SIZE};
+        self.gc_collect()?;
+        let built = self.arena.stats().bytes_allocated;
+        let own = (built.saturating_sub(stock_bytes) as usize).next_multiple_of(PAGE_SIZE);
+        let too_small = || {
+            VmError::Lua {
+            kind: LuaErrorKind::Memory,
+            message: format!(
+                "not enough memory to create the Lua state under a memory limit of {limit} bytes (its standard library alone holds {stock_bytes} bytes of blocks)"
+            ),
+            traceback: None,
+        }
+        };
+        let rounded = limit / PAGE_SIZE * PAGE_SIZE;
+        if (rounded as u64) < stock_bytes {
+            return Err(too_small());
+        }
+        match self.arena.set_limit(rounded.saturating_add(own)) {
+            Ok(()) => Ok(()),
+            Err(ArenaError::LimitBelowUsage { .. }) => Err(too_small()),
+            // Above the capacity: the arena's error says so, with the user's figure.
+            Err(ArenaError::LimitAboveCapacity { usable, .. }) => {
+                Err(ArenaError::LimitAboveCapacity { limit, usable }.into())
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Opens the profile's libraries and luasnap's own tables; returns the bytes of live
+    /// blocks right after the standard library opened (what a stock state holds).
+    fn open_libraries(&mut self, seed: u64) -> Result<u64, VmError> {
         let (mask, deterministic) = match self.profile {
             Profile::Standard => (!0, false),
             Profile::Deterministic { .. } => (
@@ -583,11 +623,14 @@ impl Vm {
                 true,
             ),
         };
+        let mut stock_bytes = 0;
+        let arena = &self.arena;
         self.run(
             &mut |L| {
                 // SAFETY: protected body; may raise a memory error with nothing to drop.
                 unsafe {
                     ffi::luaL_openselectedlibs(L, mask, 0);
+                    stock_bytes = arena.stats().bytes_allocated;
                     crate::bridge::canonical::install(L);
                     crate::bridge::random_state::install(L);
                     ffi::lua_createtable(L, 0, 0);
@@ -635,7 +678,7 @@ impl Vm {
             )?;
         }
         crate::persist::install(self)?;
-        Ok(())
+        Ok(stock_bytes)
     }
 
     // ----- running Lua -----
