@@ -79,9 +79,15 @@ fn expect_budget_error(e: GameError, frame: u64, budget: u64) -> String {
         GameError::StepBudget {
             frame: f,
             budget: b,
+            location,
             ..
         } => {
             assert_eq!((f, b), (frame, budget), "{text}");
+            // The loop itself (`spin`, line 6 of GAME), even where a pcall caught the first
+            // error and a later one, outside it, stopped the frame.
+            let location = location.expect("where the budget ran out");
+            assert!(location.ends_with(":6"), "{location}");
+            assert!(text.contains(&format!("stopped at {location}")), "{text}");
         }
         other => panic!("expected GameError::StepBudget, got {other:?}"),
     }
@@ -149,9 +155,20 @@ fn an_endless_loop_in_a_coroutine_made_before_the_budget_is_stopped() {
 #[test]
 fn a_pcall_does_not_swallow_the_budget_error() {
     stopped_then_rolled_back("pcall", None, 2_000_000);
-    stopped_then_rolled_back("pcall_loop", None, 2_000_000);
     stopped_then_rolled_back("xpcall", None, 2_000_000);
     stopped_then_rolled_back("wrap_in_pcall", None, 2_000_000);
+}
+
+/// `while true do pcall(spin) end`: the loop around the pcall is stopped too.
+#[test]
+fn a_loop_of_pcalls_is_stopped() {
+    let cfg = game("pcall_loop", None, Some(2_000_000));
+    let mut g = Game::new(&cfg, Backend::ArenaFull).unwrap();
+    g.step(&[1, 1]).unwrap();
+    match g.step(&[1, 99]).unwrap_err() {
+        GameError::StepBudget { frame: 1, .. } => {}
+        other => panic!("{other:?}"),
+    }
 }
 
 #[test]

@@ -42,8 +42,11 @@ pub struct SimulateArgs {
     /// Start from this save-game (continuing its frame count) instead of G.init.
     #[arg(long)]
     pub load: Option<PathBuf>,
-    /// The game's arena (the most its Lua heap can grow to), in bytes, or with a K, M or G
-    /// suffix (1024-based): `--memory-limit 4G`.
+    /// The size of the game's arena: the address space its VM reserves, which the Lua heap
+    /// with the allocator's rounding and free space must fit in (GameConfig::capacity); in
+    /// bytes, or with a K, M or G suffix (1024-based): `--memory-limit 4G`. Not the cap on live
+    /// bytes as `luasnap run --memory-limit` is: it is what `luasnap run --capacity` sets.
+    /// Running out names the frame and the run.
     #[arg(long, default_value = "2G", value_parser = parse_size)]
     pub memory_limit: usize,
     /// Lua instructions one G.step may run before it is stopped with an error naming the

@@ -377,7 +377,7 @@ unsafe extern "C" {
 /// [`BUDGET_HOOK_PERIOD`] instructions of a thread; fails once the call's budget is spent,
 /// then at every instruction (a `pcall` catches one error, not one per instruction outside
 /// it). Left on a coroutine after its budgeted call ended, it removes itself.
-unsafe extern "C-unwind" fn step_hook(L: *mut lua_State, _ar: *mut ffi::lua_Debug) {
+unsafe extern "C-unwind" fn step_hook(L: *mut lua_State, ar: *mut ffi::lua_Debug) {
     // SAFETY: installed only on threads of VMs built by this crate, which are alive while
     // their Lua code runs.
     let shared = unsafe { raw::shared_of(L) };
@@ -391,7 +391,20 @@ unsafe extern "C-unwind" fn step_hook(L: *mut lua_State, _ar: *mut ffi::lua_Debu
         shared.step_left.set(left - BUDGET_HOOK_PERIOD);
         return;
     }
-    shared.step_spent.set(true);
+    if !shared.step_spent.replace(true) {
+        // Where the budget ran out: the loop itself, which a later error (raised outside a
+        // pcall that caught this one) would not show.
+        // SAFETY: `ar` is the hook's activation record, valid for lua_getinfo inside the hook;
+        // "Sl" fills `short_src` (NUL-terminated) and `currentline` without allocating.
+        let place = unsafe {
+            ffi::lua_getinfo(L, c"Sl".as_ptr(), ar);
+            let src = std::ffi::CStr::from_ptr((*ar).short_src.as_ptr()).to_string_lossy();
+            format!("{src}:{}", (*ar).currentline)
+        };
+        // SAFETY: no other reference to the slot is alive (hooks do not nest, and the host
+        // reads it only after the call).
+        unsafe { *shared.step_where.get() = Some(place) };
+    }
     // SAFETY: raising from a count hook is allowed (Lua's pcalls restore `allowhook`); this
     // frame holds nothing with a destructor, so the longjmp skips a plain old frame.
     unsafe {
@@ -494,6 +507,8 @@ impl Vm {
         };
         shared.step_left.set(budget);
         shared.step_spent.set(false);
+        // SAFETY: no Lua code runs, so the hook holds no reference to the slot.
+        unsafe { *shared.step_where.get() = None };
         shared.step_active.set(true);
         let out = self.call(path, args);
         shared.step_active.set(false);
@@ -506,6 +521,8 @@ impl Vm {
         // incomplete.
         Err(VmError::InstructionBudget {
             budget,
+            // SAFETY: the call is over; nothing else refers to the slot.
+            location: unsafe { (*shared.step_where.get()).take() },
             traceback: match out {
                 Err(VmError::Lua { traceback, .. }) => traceback,
                 _ => None,
@@ -577,11 +594,13 @@ impl Vm {
     }
 
     /// Sets the arena's limit to `limit` plus what the VM holds beyond `stock_bytes` (the bytes
-    /// of live blocks once the standard library was open), after collecting what the build left
-    /// as garbage: luasnap's own tables do not count against a user's cap.
+    /// of live blocks once the standard library was open): luasnap's own tables do not count
+    /// against a user's cap. Not collected first: the build's garbage (the permanents' probes,
+    /// about 10 KB) counts as luasnap's until a collection frees it (a VM built with
+    /// [`VmBuilder::gc`] has collected it already: switching modes runs a full cycle), and
+    /// collecting here would change what a fresh VM holds.
     fn apply_memory_limit(&mut self, limit: usize, stock_bytes: u64) -> Result<(), VmError> {
         use luasnap_alloc::{ArenaError, PAGE_SIZE};
-        self.gc_collect()?;
         let built = self.arena.stats().bytes_allocated;
         let own = (built.saturating_sub(stock_bytes) as usize).next_multiple_of(PAGE_SIZE);
         let too_small = || {

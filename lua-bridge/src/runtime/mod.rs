@@ -129,13 +129,15 @@ pub enum GameError {
     /// stopped: an endless loop (or far more work than a frame should do). The game's state
     /// is what the frame left half-way; the VM stays usable, so roll back to the last snapshot
     /// (a [`FrameSession`] or [`Game::load`] does) to go on.
-    #[error("G.step did not finish frame {frame} (frames count from 0: G.step's call number {}) within its instruction budget of {budget} Lua instructions and was stopped: look for an endless loop (the traceback says where it was); if the frame really needs that much work, raise the budget (`luasnap simulate --step-budget`, GameConfig::step_budget); the state is what the frame left half-way, so roll back to the last snapshot to go on{}", frame + 1, traceback.as_deref().map(|t| format!("\n{t}")).unwrap_or_default())]
+    #[error("G.step did not finish frame {frame} (frames count from 0: G.step's call number {}) within its instruction budget of {budget} Lua instructions and was stopped{}: look for an endless loop there; if the frame really needs that much work, raise the budget (`luasnap simulate --step-budget`, GameConfig::step_budget); the state is what the frame left half-way, so roll back to the last snapshot to go on{}", frame + 1, location.as_deref().map(|l| format!(" at {l}")).unwrap_or_default(), traceback.as_deref().map(|t| format!("\n{t}")).unwrap_or_default())]
     StepBudget {
         /// The frame being simulated.
         frame: u64,
         /// The budget, in Lua VM instructions.
         budget: u64,
-        /// Where it was stopped.
+        /// Where the budget ran out (`chunk:line`).
+        location: Option<String>,
+        /// Lua's traceback of the error that stopped the frame.
         traceback: Option<String>,
     },
     /// The game's snapshot window is smaller than the frames a GGRS session may load back
@@ -588,9 +590,14 @@ impl Game {
                 heap_bytes: self.vm.lua_memory(),
                 capacity: self.capacity,
             },
-            VmError::InstructionBudget { budget, traceback } => GameError::StepBudget {
+            VmError::InstructionBudget {
+                budget,
+                location,
+                traceback,
+            } => GameError::StepBudget {
                 frame: self.frame,
                 budget,
+                location,
                 traceback,
             },
             source => GameError::Script {
