@@ -205,7 +205,7 @@ pub struct GameConfig {
     /// Lua instructions one `G.step` may run before it is stopped with
     /// [`GameError::StepBudget`] (counted as [`Vm::call_with_budget`] says, coroutines
     /// included); `None`: no limit, what [`GameConfig::default_game`] sets. The count hook
-    /// behind it makes `G.step` 1.15-1.5× slower (see [`DEFAULT_STEP_BUDGET`]), a price worth
+    /// behind it makes `G.step` 1.1-1.55× slower (see [`DEFAULT_STEP_BUDGET`]), a price worth
     /// paying while a game is developed (`luasnap simulate` sets [`DEFAULT_STEP_BUDGET`]
     /// unless told otherwise), less so in a shipped client.
     pub step_budget: Option<u64>,
@@ -315,7 +315,7 @@ pub const MANAGED_GC_MIN_GROWTH_KIB: i64 = 8 * 1024;
 /// (10 s) while no real frame comes near it.
 ///
 /// It is not on by default in [`GameConfig`]: Lua's count hook sends every instruction
-/// through the hook check, which costs `G.step` 1.15× (AI village, bulk market) to 1.5×
+/// through the hook check, which costs `G.step` 1.1× (AI village) to 1.55×
 /// (Arena Brawl) its CPU time (`cargo run --release --example step_budget_cost`).
 pub const DEFAULT_STEP_BUDGET: u64 = 100_000_000;
 
