@@ -460,7 +460,9 @@ impl Vm {
     /// the error reaches the host. The main thread's own hook (if any) is put back after the
     /// call. The hook's counters live in the `lua_State`s, inside the arena: they are reset at
     /// the start of each budgeted call and on each resume, so they are the same in every run
-    /// of the same calls, and calls without a budget leave them alone.
+    /// of the same calls. A coroutine keeps the hook fields after the call until it is next
+    /// resumed: a resume outside a budgeted call removes them (the coroutine then runs
+    /// unbounded), and the hook removes itself if it fires outside one.
     ///
     /// ```
     /// # use luasnap_bridge::{Vm, VmError};
