@@ -195,7 +195,7 @@ fn sync_test(frames: u64) -> Result<(), Box<dyn std::error::Error>> {
         .with_num_players(2)?
         .with_check_distance(6)
         .start_synctest_session()?;
-    let mut driver = GgrsGame::<LuaGgrs<Pad>>::new(game, Checksum::Auto)?;
+    let mut driver = GgrsGame::<LuaGgrs<Pad>>::new(game, Checksum::Auto, &session)?;
     for f in 0..frames {
         for p in 0..2 {
             session.add_local_input(p, pad(cfg.seed, f, p))?;

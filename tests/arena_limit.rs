@@ -95,7 +95,8 @@ fn half_empty_spans_do_not_count_against_the_limit() {
 }
 
 /// Free slots in spans do not count against the limit, but the pages held stay within twice
-/// it: a program that fragments every class on purpose cannot hold pages without bound.
+/// it (plus one span per size class): a program that fragments every class on purpose cannot
+/// hold pages without bound.
 #[test]
 fn pages_held_by_fragmented_spans_stay_within_twice_the_limit() {
     let limit = 4 * MIB;
@@ -136,7 +137,10 @@ fn pages_held_by_fragmented_spans_stay_within_twice_the_limit() {
         a.stats()
     );
     let s = a.stats();
-    assert!(s.held_bytes <= 2 * limit as u64, "{s:?}");
+    assert!(
+        s.held_bytes <= 2 * limit as u64 + luasnap::alloc::HELD_SLACK_BYTES,
+        "{s:?}"
+    );
     // Refused by the bound on held pages, with the live bytes well under the limit.
     assert!(s.bytes_allocated <= limit as u64 * 3 / 4, "{s:?}");
     a.verify().unwrap();

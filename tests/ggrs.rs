@@ -76,7 +76,7 @@ fn two_p2p_peers_on_loopback_report_no_desync() {
 }
 
 use luasnap::bridge::ggrs_adapter::{
-    p2p_pair_with, sync_test_with, Checksum, GgrsGame, LuaGgrs, SessionOptions,
+    p2p_pair_with, sync_test_with, Checksum, GgrsGame, LuaGgrs, MaxPrediction, SessionOptions,
 };
 use luasnap::bridge::runtime::{scripted_input, Game, GameInput, PodInput, VmSetup};
 use luasnap::bridge::PlainData;
@@ -107,7 +107,7 @@ fn the_serializer_backend_passes_sync_test_with_the_default_checksum() {
     assert!(driver.loads >= 30, "{}", driver.loads);
     // The combination that cannot work is refused with what to use instead.
     let game = Game::new(&tiny(), Backend::Serialize).unwrap();
-    let err = GgrsGame::<LuaGgrs>::new(game, Checksum::Arena)
+    let err = GgrsGame::<LuaGgrs>::new(game, Checksum::Arena, &MaxPrediction(8))
         .err()
         .expect("refused")
         .to_string();
@@ -343,7 +343,7 @@ fn host_reads_between_frames_do_not_break_sync_test() {
         .with_check_distance(4)
         .start_synctest_session()
         .unwrap();
-    let mut driver = GgrsGame::<LuaGgrs<Pad>>::new(game, Checksum::Arena).unwrap();
+    let mut driver = GgrsGame::<LuaGgrs<Pad>>::new(game, Checksum::Arena, &session).unwrap();
     let mut shots = 0;
     for f in 0..80u64 {
         for p in 0..2 {

@@ -19,6 +19,7 @@ fn tiny(players: usize, seed: u64) -> GameConfig {
         window: 10,
         capacity: 256 << 20,
         setup: Default::default(),
+        step_budget: Some(luasnap::bridge::runtime::DEFAULT_STEP_BUDGET),
     }
 }
 

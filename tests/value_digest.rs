@@ -173,6 +173,7 @@ fn a_string_from_g_digest_is_used() {
         window: 4,
         capacity: 128 << 20,
         setup: Default::default(),
+        step_budget: Some(luasnap::bridge::runtime::DEFAULT_STEP_BUDGET),
     };
     let mut g = Game::new(&cfg, Backend::ArenaFull).unwrap();
     let d0 = g.game_digest().unwrap();

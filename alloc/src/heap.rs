@@ -299,6 +299,25 @@ const _: () = assert!(std::mem::size_of::<Header>() <= PAGE_SIZE);
 /// cap, which counts live malloc chunks). The factor keeps a program that fragments spans on
 /// purpose from holding pages without bound.
 const HELD_FACTOR: u64 = 2;
+/// Pages held beyond `HELD_FACTOR` times the limit: one span of every size class, the slack a
+/// span allocator keeps whatever the limit (428 KiB). Without it, a small limit was bound by
+/// the spans its first blocks open rather than by their bytes: a Lua state with its standard
+/// library holds 20 KB of blocks in some 40 partly used spans, so `luasnap run` needed a cap
+/// of 80 KB to start.
+const HELD_SLACK_PAGES: u64 = held_slack_pages();
+/// [`HELD_SLACK_PAGES`] in bytes: the pages held by blocks stay within twice the limit plus
+/// this.
+pub const HELD_SLACK_BYTES: u64 = HELD_SLACK_PAGES * PAGE_SIZE as u64;
+
+const fn held_slack_pages() -> u64 {
+    let mut sum = 0;
+    let mut c = 0;
+    while c < NCLASSES {
+        sum += SPAN_PAGES[c] as u64;
+        c += 1;
+    }
+    sum
+}
 
 /// Counters read from the header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -654,10 +673,12 @@ impl Heap {
         h.allocated + bytes <= (h.limit_pages as u64 + self.moving as u64) * PAGE_SIZE as u64
     }
 
-    /// Whether `pages` more held pages stay within `HELD_FACTOR` times the limit.
+    /// Whether `pages` more held pages stay within `HELD_FACTOR` times the limit (plus
+    /// `HELD_SLACK_PAGES`).
     fn fits_held(&self, pages: u32) -> bool {
         let h = self.hdr_ref();
-        h.run_pages as u64 + pages as u64 <= h.limit_pages as u64 * HELD_FACTOR + self.moving as u64
+        h.run_pages as u64 + pages as u64
+            <= h.limit_pages as u64 * HELD_FACTOR + HELD_SLACK_PAGES + self.moving as u64
     }
 
     fn free_block(&mut self, ptr: *mut u8) -> bool {

@@ -56,7 +56,7 @@ pub use arena::{
     StateRanges, MAX_CAPACITY, MIN_CAPACITY,
 };
 pub use error::{ArenaError, CorruptionError, TrackError};
-pub use heap::{HeapUsage, PageOwner, CLASS_SIZES, GRAIN, MAX_SMALL, NGROUPS};
+pub use heap::{HeapUsage, PageOwner, CLASS_SIZES, GRAIN, HELD_SLACK_BYTES, MAX_SMALL, NGROUPS};
 pub use mapping::{Reservation, PAGE_SIZE};
 pub use track::{
     probe as probe_trackers, PageTracker, TrackerKind, TrackerPreference, TrackerSupport,

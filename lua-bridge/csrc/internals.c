@@ -946,8 +946,34 @@ int luasnap_settle_thread(lua_State *th) {
   return n;
 }
 
+/* The host's instruction-budget hook (the runtime's G.step budget), registered once by the
+** host; NULL until then. */
+static lua_Hook step_hook;
+
+void luasnap_register_step_hook(lua_Hook h) {
+  __atomic_store_n(&step_hook, h, __ATOMIC_RELAXED);
+}
+
+/* A count hook belongs to one thread (lua_sethook), and a coroutine created before the host set
+** it does not inherit it: so the resumer passes the budget hook on at each resume, with its own
+** period (1 once the budget is spent, so the coroutine fails at its first instruction). A
+** coroutine resumed by a thread without it drops a budget hook left from an earlier call, so
+** the hook fields of every thread are a function of the calls that ran under the budget. A
+** coroutine with another hook of its own (debug.sethook) keeps it. */
+static void ls_pass_step_hook(lua_State *L, lua_State *co) {
+  lua_Hook h = __atomic_load_n(&step_hook, __ATOMIC_RELAXED);
+  if (h == NULL) return;
+  if (L->hook == h) {
+    if (co->hook == NULL || co->hook == h)
+      lua_sethook(co, h, LUA_MASKCOUNT, L->basehookcount);
+  }
+  else if (co->hook == h)
+    lua_sethook(co, NULL, 0, 0);
+}
+
 /* The coroutine library's resume, wrap and close (lcorolib.c, Lua 5.5.1), unchanged except
-** that each settles the coroutine once it stops running. */
+** that each settles the coroutine once it stops running and passes the host's instruction
+** budget on to it. */
 static int ls_auxresume(lua_State *L, lua_State *co, int narg) {
   int status, nres;
   if (l_unlikely(!lua_checkstack(co, narg))) {
@@ -955,6 +981,7 @@ static int ls_auxresume(lua_State *L, lua_State *co, int narg) {
     return -1;
   }
   lua_xmove(L, co, narg);
+  ls_pass_step_hook(L, co);
   status = lua_resume(co, L, narg, &nres);
   if (l_likely(status == LUA_OK || status == LUA_YIELD)) {
     if (l_unlikely(!lua_checkstack(L, nres + 1))) {
@@ -1049,6 +1076,7 @@ int luasnap_co_close(lua_State *L) {
   int status = ls_auxstatus(L, co);
   switch (status) {
     case LS_COS_DEAD: case LS_COS_YIELD: {
+      ls_pass_step_hook(L, co);  /* its __close handlers run under the budget too */
       status = lua_closethread(co, L);
       if (status == LUA_OK) {
         luasnap_settle_thread(co);

@@ -67,7 +67,9 @@ pub use bridge::serde_value::{from_value, to_value, Serde};
 pub use bridge::standalone::{default_sigpipe, readline, ReplOutcome, Step};
 pub use bridge::userdata::{Method, PlainData, UserDataMethods};
 pub use bridge::value::{Table, UserDataValue, Value};
-pub use bridge::vm::{GcMode, Profile, Vm, VmBuilder, DEFAULT_CAPACITY, NATIVES_KEY};
+pub use bridge::vm::{
+    GcMode, Profile, Vm, VmBuilder, BUDGET_HOOK_PERIOD, DEFAULT_CAPACITY, NATIVES_KEY,
+};
 /// The `ggrs` crate, at exactly the version the adapter is built with.
 #[cfg(feature = "ggrs")]
 pub use ggrs;

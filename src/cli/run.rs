@@ -183,8 +183,10 @@ Available options are:
   --        stop handling options
   -         stop handling options and execute stdin
 luasnap options (before lua's):
-  --memory-limit SIZE   cap the Lua heap (64M, 2G); running out is Lua's \"not enough memory\"
-  --capacity SIZE       arena reservation (address space; default 1T, 4G with --deterministic)
+  --memory-limit SIZE   cap the bytes of live Lua blocks (64M, 2G), as a cap on malloc would;
+                        luasnap's own tables are not charged; past it, Lua's \"not enough memory\"
+  --capacity SIZE       arena reservation: the address space the heap may span (default 1T,
+                        4G with --deterministic); the same error when the heap reaches it
   --deterministic SEED  the deterministic profile (no io/os, seeded math.random)
   --base-address ADDR   place the arena at this address (hex with 0x)
   --digest              print the arena and value digests to stderr at the end"

@@ -1,6 +1,6 @@
 //! `luasnap simulate`: a networked client that predicts and rolls back, on each backend.
 
-use luasnap::bridge::runtime::{Backend, GameConfig, GameError};
+use luasnap::bridge::runtime::{Backend, GameConfig, GameError, DEFAULT_STEP_BUDGET};
 use luasnap::bridge::simulate::{ModeReport, SimOptions, Simulation};
 use serde_json::json;
 use std::fmt::Write as _;
@@ -42,10 +42,44 @@ pub struct SimulateArgs {
     /// Start from this save-game (continuing its frame count) instead of G.init.
     #[arg(long)]
     pub load: Option<PathBuf>,
-    /// The game's arena (the most its Lua heap can grow to), in bytes, or with a K, M or G
-    /// suffix (1024-based): `--memory-limit 4G`.
+    /// The size of the game's arena: the address space its VM reserves, which the Lua heap
+    /// with the allocator's rounding and free space must fit in (GameConfig::capacity); in
+    /// bytes, or with a K, M or G suffix (1024-based): `--memory-limit 4G`. Not the cap on live
+    /// bytes as `luasnap run --memory-limit` is: it is what `luasnap run --capacity` sets.
+    /// Running out names the frame and the run.
     #[arg(long, default_value = "2G", value_parser = parse_size)]
     pub memory_limit: usize,
+    /// Lua instructions one G.step may run before it is stopped with an error naming the
+    /// frame (an endless loop), counting the coroutines it resumes; `off` for no limit.
+    #[arg(long, default_value_t = StepBudget(Some(DEFAULT_STEP_BUDGET)), value_parser = parse_step_budget)]
+    pub step_budget: StepBudget,
+}
+
+/// `--step-budget`: a number of Lua instructions, or `off`.
+#[derive(Debug, Clone, Copy)]
+pub struct StepBudget(pub Option<u64>);
+
+impl std::fmt::Display for StepBudget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            Some(n) => write!(f, "{n}"),
+            None => f.write_str("off"),
+        }
+    }
+}
+
+/// Parses `--step-budget`: `off`, or a positive count of instructions (`_` separators allowed).
+pub fn parse_step_budget(s: &str) -> Result<StepBudget, String> {
+    let t = s.trim();
+    if t.eq_ignore_ascii_case("off") {
+        return Ok(StepBudget(None));
+    }
+    match t.replace('_', "").parse::<u64>() {
+        Ok(n) if n > 0 => Ok(StepBudget(Some(n))),
+        _ => Err(format!(
+            "{s:?} is not a step budget; give a number of Lua instructions (e.g. 100000000) or `off`"
+        )),
+    }
 }
 
 /// Parses `123`, `64K`, `512M`, `4G` (1024-based) into bytes.
@@ -102,6 +136,7 @@ pub fn run(args: SimulateArgs) -> Result<(), String> {
     }
     game.window = args.window;
     game.capacity = args.memory_limit;
+    game.step_budget = args.step_budget.0;
     let start = match &args.load {
         Some(path) => Some(super::diff::read_save(path)?),
         None => None,
@@ -178,7 +213,8 @@ pub fn run(args: SimulateArgs) -> Result<(), String> {
                     warned_at = Some(at);
                     eprintln!(
                         "\nluasnap: no frame has finished for {} s in the {run} run (at frame {}): \
-                         is G.step in an endless loop? Ctrl-C stops the run",
+                         is G.step in an endless loop? Ctrl-C stops the run \
+                         (--step-budget stops such a frame with an error)",
                         stall.as_secs(),
                         start_frame + done
                     );

@@ -127,6 +127,20 @@ pub enum VmError {
         /// `dead`, `running` or `normal`.
         status: &'static str,
     },
+    /// A call under an instruction budget ([`Vm::call_with_budget`](crate::Vm::call_with_budget))
+    /// ran more Lua instructions than it allows and was stopped (an endless loop, or more work
+    /// than the budget was chosen for). The VM stays usable; the state is what the call left
+    /// half-way, so roll back to a snapshot taken before it.
+    #[error("stopped after {budget} Lua instructions (the call's instruction budget){}: an endless loop, or more work than the budget allows{}", location.as_deref().map(|l| format!(" at {l}")).unwrap_or_default(), traceback.as_deref().map(|t| format!("\n{t}")).unwrap_or_default())]
+    InstructionBudget {
+        /// The budget, in Lua VM instructions.
+        budget: u64,
+        /// Where the budget ran out (`chunk:line`): in the loop, even when a `pcall` caught
+        /// the first error and the traceback shows a later one.
+        location: Option<String>,
+        /// Where it was stopped: `stack traceback:` and the frames.
+        traceback: Option<String>,
+    },
     /// A userdata type cannot be stored inline.
     #[error("userdata type '{name}' needs alignment {align}, above the 8 bytes Lua guarantees")]
     UserDataAlignment {

@@ -64,6 +64,14 @@ pub(crate) struct Shared {
     pub budget: Cell<u64>,
     /// Save-game loads in progress (nested through `eris.unpersist` in a load-time call).
     pub loading: Cell<u32>,
+    /// Whether a call under an instruction budget ([`crate::Vm::call_with_budget`]) runs.
+    pub step_active: Cell<bool>,
+    /// Instructions that call may still run.
+    pub step_left: Cell<u64>,
+    /// Whether that call used up its budget (set by the hook; read when the call fails).
+    pub step_spent: Cell<bool>,
+    /// Where Lua code was when the budget ran out (`chunk:line`), set with `step_spent`.
+    pub step_where: UnsafeCell<Option<String>>,
     /// During a load: the heap size (bytes) past which the load fails (`u64::MAX`: none).
     pub heap_cap: Cell<u64>,
     /// Warn-function state: bit 0 on, bit 1 continuing a message.
@@ -90,6 +98,10 @@ impl Shared {
             depth: Cell::new(0),
             budget: Cell::new(0),
             loading: Cell::new(0),
+            step_active: Cell::new(false),
+            step_left: Cell::new(0),
+            step_spent: Cell::new(false),
+            step_where: UnsafeCell::new(None),
             heap_cap: Cell::new(u64::MAX),
             warn: Cell::new(0),
             arena_base,

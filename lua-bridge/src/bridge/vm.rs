@@ -112,9 +112,14 @@ impl VmBuilder {
 
     /// Cap the Lua heap: past it, allocations fail with Lua's "not enough memory" error,
     /// which `pcall` can catch. The cap counts the bytes of live blocks (a small block at its
-    /// size class, a large one in whole pages), as a capping `lua_Alloc` wrapper around malloc
-    /// counts them; the pages the arena holds for them (free slots of partly used spans
-    /// included) may reach at most twice the cap.
+    /// size class, a large one in whole pages; the cap itself is counted in whole 4 KiB
+    /// pages), as a capping `lua_Alloc` wrapper around malloc counts them, from the Lua state
+    /// with its standard library on: what luasnap itself adds when it builds the VM (the
+    /// save-game permanents, the `eris` module, the chunk registry, natives and userdata
+    /// types, about 27 KB) is not counted, so a cap means what it means for stock Lua. The
+    /// pages the arena holds for the blocks (free slots of partly used spans included) may
+    /// reach at most twice the cap plus one span per size class. A cap below what the
+    /// standard library needs fails [`build`](VmBuilder::build) with a memory error.
     pub fn memory_limit(mut self, bytes: usize) -> Self {
         self.limit = Some(bytes);
         self
@@ -203,9 +208,7 @@ impl VmBuilder {
             if let Some(base) = self.base {
                 b = b.base_address(base);
             }
-            if let Some(limit) = self.limit {
-                b = b.limit(limit);
-            }
+            // The limit is set once the VM is built (see `memory_limit`).
             b.build()?
         };
         let seed = match self.profile {
@@ -259,7 +262,7 @@ impl VmBuilder {
             profile: self.profile,
             sealed: Cell::new(false),
         };
-        vm.open_libraries(seed)?;
+        let stock_bytes = vm.open_libraries(seed)?;
         vm.install_anchors()?;
         for (name, f, replace) in self.natives {
             vm.register_boxed_native(name, f, replace)?;
@@ -276,6 +279,9 @@ impl VmBuilder {
         unsafe { raw::finish_host_call(vm.L()) };
         // SAFETY: as above.
         unsafe { luasnap_clear_dead_stack(vm.L()) };
+        if let Some(limit) = self.limit {
+            vm.apply_memory_limit(limit, stock_bytes)?;
+        }
         Ok(vm)
     }
 }
@@ -357,6 +363,60 @@ function load(chunk, name, mode, ...)
 end
 "##;
 
+/// Instructions of one thread between two calls of the instruction-budget hook
+/// ([`Vm::call_with_budget`]).
+pub const BUDGET_HOOK_PERIOD: u64 = 1000;
+
+unsafe extern "C" {
+    /// Tells `coroutine.resume`, `coroutine.wrap` and `coroutine.close` which hook to pass on
+    /// to the coroutines they run (csrc/internals.c).
+    fn luasnap_register_step_hook(h: Option<ffi::lua_Hook>);
+}
+
+/// The instruction-budget hook of [`Vm::call_with_budget`]: called every
+/// [`BUDGET_HOOK_PERIOD`] instructions of a thread; fails once the call's budget is spent,
+/// then at every instruction (a `pcall` catches one error, not one per instruction outside
+/// it). Left on a coroutine after its budgeted call ended, it removes itself.
+unsafe extern "C-unwind" fn step_hook(L: *mut lua_State, ar: *mut ffi::lua_Debug) {
+    // SAFETY: installed only on threads of VMs built by this crate, which are alive while
+    // their Lua code runs.
+    let shared = unsafe { raw::shared_of(L) };
+    if !shared.step_active.get() {
+        // SAFETY: removing the running thread's hook from inside it is allowed.
+        unsafe { ffi::lua_sethook(L, None, 0, 0) };
+        return;
+    }
+    let left = shared.step_left.get();
+    if left >= BUDGET_HOOK_PERIOD && !shared.step_spent.get() {
+        shared.step_left.set(left - BUDGET_HOOK_PERIOD);
+        return;
+    }
+    if !shared.step_spent.replace(true) {
+        // Where the budget ran out: the loop itself, which a later error (raised outside a
+        // pcall that caught this one) would not show.
+        // SAFETY: `ar` is the hook's activation record, valid for lua_getinfo inside the hook;
+        // "Sl" fills `short_src` (NUL-terminated) and `currentline` without allocating.
+        let place = unsafe {
+            ffi::lua_getinfo(L, c"Sl".as_ptr(), ar);
+            let src = std::ffi::CStr::from_ptr((*ar).short_src.as_ptr()).to_string_lossy();
+            format!("{src}:{}", (*ar).currentline)
+        };
+        // SAFETY: no other reference to the slot is alive (hooks do not nest, and the host
+        // reads it only after the call).
+        unsafe { *shared.step_where.get() = Some(place) };
+    }
+    // SAFETY: raising from a count hook is allowed (Lua's pcalls restore `allowhook`); this
+    // frame holds nothing with a destructor, so the longjmp skips a plain old frame.
+    unsafe {
+        ffi::lua_sethook(L, Some(step_hook), ffi::LUA_MASKCOUNT, 1);
+        ffi::lua_pushstring(
+            L,
+            c"instruction budget spent (Vm::call_with_budget)".as_ptr(),
+        );
+        ffi::lua_error(L);
+    }
+}
+
 impl Vm {
     /// Starts building a VM.
     pub fn builder() -> VmBuilder {
@@ -377,6 +437,99 @@ impl Vm {
 
     fn L(&self) -> *mut lua_State {
         self.state.as_ptr()
+    }
+
+    /// Calls the function at `path` like [`Vm::call`], stopping its Lua code once it has run
+    /// more than `budget` Lua VM instructions: the call then fails with
+    /// [`VmError::InstructionBudget`] and the VM stays usable (roll back to a snapshot taken
+    /// before the call to undo what it did half-way). The runtime runs `G.step` this way
+    /// ([`GameConfig::step_budget`](crate::runtime::GameConfig::step_budget)).
+    ///
+    /// What is counted: the instructions of Lua functions run by the call, on the main thread
+    /// and in every coroutine it resumes with `coroutine.resume`, `coroutine.wrap` or closes
+    /// with `coroutine.close` (each resume passes the budget on, so a coroutine created before
+    /// the call is covered too). A count hook counts each thread in steps of
+    /// [`BUDGET_HOOK_PERIOD`] instructions and a coroutine's count restarts at each resume,
+    /// so up to that many instructions per resume go uncounted: a loop that never ends is
+    /// always stopped, within about `budget + BUDGET_HOOK_PERIOD` instructions of its thread.
+    /// Not counted: time inside C functions (a long `string.rep`), finalizers (`__gc`: Lua
+    /// runs them with hooks off), and a coroutine that has a debug hook of its own.
+    ///
+    /// Once the budget is spent, every counted thread fails at each instruction, so a `pcall`
+    /// in the game catches the error only to fail again at the next instruction outside it:
+    /// the error reaches the host. The main thread's own hook (if any) is put back after the
+    /// call. The hook's counters live in the `lua_State`s, inside the arena: they are reset at
+    /// the start of each budgeted call and on each resume, so they are the same in every run
+    /// of the same calls. A coroutine keeps the hook fields after the call until it is next
+    /// resumed: a resume outside a budgeted call removes them (the coroutine then runs
+    /// unbounded), and the hook removes itself if it fires outside one.
+    ///
+    /// ```
+    /// # use luasnap_bridge::{Vm, VmError};
+    /// let mut vm = Vm::builder().capacity(64 << 20).build()?;
+    /// vm.exec("n = 0 function spin() while true do n = n + 1 end end
+    ///          function count(k) for _ = 1, k do n = n + 1 end end", "setup")?;
+    /// let before = vm.snapshot()?;
+    /// let e = vm.call_with_budget::<()>("spin", (), 1_000_000).unwrap_err();
+    /// assert!(matches!(e, VmError::InstructionBudget { budget: 1_000_000, .. }));
+    /// vm.rollback(before)?;
+    /// vm.call_with_budget::<()>("count", 1000, 1_000_000)?; // well within the budget
+    /// assert_eq!(vm.get::<i64>("n")?, 1000);
+    /// # Ok::<(), VmError>(())
+    /// ```
+    pub fn call_with_budget<'h, R: crate::bridge::convert::FromLuaMulti>(
+        &self,
+        path: &str,
+        args: impl crate::bridge::convert::IntoLuaMulti<'h>,
+        budget: u64,
+    ) -> Result<R, VmError> {
+        let shared = &self.shared;
+        if shared.depth.get() != 0 {
+            return Err(VmError::LuaRunning {
+                operation: "call into Lua from inside a native",
+            });
+        }
+        let L = self.L();
+        // SAFETY: registers a function that lives as long as the program; our main thread is
+        // idle (depth 0), so its hook may change; the old hook is put back below.
+        let saved = unsafe {
+            luasnap_register_step_hook(Some(step_hook));
+            let saved = (
+                ffi::lua_gethook(L),
+                ffi::lua_gethookmask(L),
+                ffi::lua_gethookcount(L),
+            );
+            ffi::lua_sethook(
+                L,
+                Some(step_hook),
+                ffi::LUA_MASKCOUNT,
+                BUDGET_HOOK_PERIOD as c_int,
+            );
+            saved
+        };
+        shared.step_left.set(budget);
+        shared.step_spent.set(false);
+        // SAFETY: no Lua code runs, so the hook holds no reference to the slot.
+        unsafe { *shared.step_where.get() = None };
+        shared.step_active.set(true);
+        let out = self.call(path, args);
+        shared.step_active.set(false);
+        // SAFETY: the call is over; our idle main thread gets its own hook back.
+        unsafe { ffi::lua_sethook(L, saved.0, saved.1, saved.2) };
+        if !shared.step_spent.replace(false) {
+            return out;
+        }
+        // Spent, even if a pcall in the callee swallowed the last error: what it did is
+        // incomplete.
+        Err(VmError::InstructionBudget {
+            budget,
+            // SAFETY: the call is over; nothing else refers to the slot.
+            location: unsafe { (*shared.step_where.get()).take() },
+            traceback: match out {
+                Err(VmError::Lua { traceback, .. }) => traceback,
+                _ => None,
+            },
+        })
     }
 
     /// Runs `body` protected, counting it as Lua running.
@@ -442,7 +595,43 @@ impl Vm {
             .collect()
     }
 
-    fn open_libraries(&mut self, seed: u64) -> Result<(), VmError> {
+    /// Sets the arena's limit to `limit` plus what the VM holds beyond `stock_bytes` (the bytes
+    /// of live blocks once the standard library was open): luasnap's own tables do not count
+    /// against a user's cap. Not collected first: the build's garbage (the permanents' probes,
+    /// about 10 KB) counts as luasnap's until a collection frees it (a VM built with
+    /// [`VmBuilder::gc`] has collected it already: switching modes runs a full cycle), and
+    /// collecting here would change what a fresh VM holds.
+    fn apply_memory_limit(&mut self, limit: usize, stock_bytes: u64) -> Result<(), VmError> {
+        use luasnap_alloc::{ArenaError, PAGE_SIZE};
+        let built = self.arena.stats().bytes_allocated;
+        let own = (built.saturating_sub(stock_bytes) as usize).next_multiple_of(PAGE_SIZE);
+        let too_small = || {
+            VmError::Lua {
+            kind: LuaErrorKind::Memory,
+            message: format!(
+                "not enough memory to create the Lua state under a memory limit of {limit} bytes (its standard library alone holds {stock_bytes} bytes of blocks)"
+            ),
+            traceback: None,
+        }
+        };
+        let rounded = limit / PAGE_SIZE * PAGE_SIZE;
+        if (rounded as u64) < stock_bytes {
+            return Err(too_small());
+        }
+        match self.arena.set_limit(rounded.saturating_add(own)) {
+            Ok(()) => Ok(()),
+            Err(ArenaError::LimitBelowUsage { .. }) => Err(too_small()),
+            // Above the capacity: the arena's error says so, with the user's figure.
+            Err(ArenaError::LimitAboveCapacity { usable, .. }) => {
+                Err(ArenaError::LimitAboveCapacity { limit, usable }.into())
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Opens the profile's libraries and luasnap's own tables; returns the bytes of live
+    /// blocks right after the standard library opened (what a stock state holds).
+    fn open_libraries(&mut self, seed: u64) -> Result<u64, VmError> {
         let (mask, deterministic) = match self.profile {
             Profile::Standard => (!0, false),
             Profile::Deterministic { .. } => (
@@ -455,11 +644,14 @@ impl Vm {
                 true,
             ),
         };
+        let mut stock_bytes = 0;
+        let arena = &self.arena;
         self.run(
             &mut |L| {
                 // SAFETY: protected body; may raise a memory error with nothing to drop.
                 unsafe {
                     ffi::luaL_openselectedlibs(L, mask, 0);
+                    stock_bytes = arena.stats().bytes_allocated;
                     crate::bridge::canonical::install(L);
                     crate::bridge::random_state::install(L);
                     ffi::lua_createtable(L, 0, 0);
@@ -519,7 +711,7 @@ impl Vm {
             )?;
         }
         crate::persist::install(self)?;
-        Ok(())
+        Ok(stock_bytes)
     }
 
     // ----- running Lua -----

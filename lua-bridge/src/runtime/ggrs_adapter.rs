@@ -63,6 +63,74 @@ pub enum Checksum {
     Game,
 }
 
+/// How far back a GGRS session may ask to load a frame, and so how many snapshots an
+/// arena-backed [`GgrsGame`] must retain ([`GameConfig::window`]) to serve it:
+/// [`GgrsGame::new`] checks it up front.
+///
+/// Read from ggrs 0.13's sessions:
+/// - [`ggrs::P2PSession`]: `max_prediction() + 1`. It loads frames down to
+///   `current - max_prediction`, and at the prediction threshold it has already saved the
+///   current frame when that load comes.
+/// - [`ggrs::SyncTestSession`]: `check_distance()`. Each frame it loads the frame
+///   `check_distance` back before saving the current one.
+/// - [`ggrs::SpectatorSession`]: 0 (it never loads).
+/// - [`MaxPrediction`]: a driver of your own that loads like a P2P session.
+pub trait RollbackDepth {
+    /// Snapshots that must be retained at once.
+    fn snapshots_needed(&self) -> usize;
+    /// The session, for messages (`a P2P session with max prediction 8`).
+    fn describe(&self) -> String;
+}
+
+impl<C: ggrs::Config> RollbackDepth for ggrs::P2PSession<C> {
+    fn snapshots_needed(&self) -> usize {
+        MaxPrediction(self.max_prediction()).snapshots_needed()
+    }
+    fn describe(&self) -> String {
+        MaxPrediction(self.max_prediction()).describe()
+    }
+}
+
+impl<C: ggrs::Config> RollbackDepth for ggrs::SyncTestSession<C> {
+    fn snapshots_needed(&self) -> usize {
+        self.check_distance()
+    }
+    fn describe(&self) -> String {
+        format!(
+            "a SyncTest session with check distance {}",
+            self.check_distance()
+        )
+    }
+}
+
+impl<C: ggrs::Config> RollbackDepth for ggrs::SpectatorSession<C> {
+    fn snapshots_needed(&self) -> usize {
+        0
+    }
+    fn describe(&self) -> String {
+        "a spectator session".into()
+    }
+}
+
+/// A session that loads as a P2P session with this max prediction does (for drivers that
+/// serve [`GgrsGame::handle`] from a session type of their own).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MaxPrediction(pub usize);
+
+impl RollbackDepth for MaxPrediction {
+    fn snapshots_needed(&self) -> usize {
+        // Lockstep (0) never loads.
+        if self.0 == 0 {
+            0
+        } else {
+            self.0 + 1
+        }
+    }
+    fn describe(&self) -> String {
+        format!("a P2P session with max prediction {}", self.0)
+    }
+}
+
 /// Save-games kept for desync reports (see [`GgrsGame::keep_desync_saves`]).
 struct DesyncSaves {
     every: u64,
@@ -101,9 +169,30 @@ where
     C: ggrs::Config<State = SaveHandle>,
     C::Input: GameInput,
 {
-    /// Wraps a game. [`Checksum::Arena`] with [`Backend::Serialize`] is refused: a save-game
-    /// load rebuilds the heap at other addresses, so every re-simulated frame would mismatch.
-    pub fn new(game: Game, checksum: Checksum) -> Result<GgrsGame<C>, GameError> {
+    /// Wraps a game driven by `session` (a [`ggrs::P2PSession`], [`ggrs::SyncTestSession`],
+    /// [`ggrs::SpectatorSession`] or a [`MaxPrediction`]).
+    ///
+    /// Refused up front, rather than failing mid-session:
+    /// - an arena backend whose snapshot window ([`GameConfig::window`]) is smaller than the
+    ///   frames the session may load back ([`RollbackDepth`]):
+    ///   [`GameError::WindowTooSmall`] says which window to use (the serializer keeps its
+    ///   save-games in GGRS's cells and has no window);
+    /// - [`Checksum::Arena`] with [`Backend::Serialize`]: a save-game load rebuilds the heap at
+    ///   other addresses, so every re-simulated frame would mismatch.
+    pub fn new(
+        game: Game,
+        checksum: Checksum,
+        session: &impl RollbackDepth,
+    ) -> Result<GgrsGame<C>, GameError> {
+        let needed = session.snapshots_needed();
+        let window = game.vm().snapshots().window();
+        if game.backend() != Backend::Serialize && window < needed {
+            return Err(GameError::WindowTooSmall {
+                window,
+                needed,
+                session: session.describe(),
+            });
+        }
         let checksum = match (checksum, game.backend()) {
             (Checksum::Arena, Backend::Serialize) => return Err(GameError::Config(
                 "Checksum::Arena compares heap bytes, and a save-game load (Backend::Serialize) \
@@ -365,7 +454,7 @@ where
         .with_check_distance(check_distance)
         .start_synctest_session()
         .map_err(|e| e.to_string())?;
-    let mut driver = GgrsGame::new(game, options.checksum).map_err(|e| e.to_string())?;
+    let mut driver = GgrsGame::new(game, options.checksum, &session).map_err(|e| e.to_string())?;
     if options.desync_dir.is_some() {
         driver.keep_desync_saves(1);
     }
@@ -516,7 +605,7 @@ where
         .start_p2p_session(socket)
         .map_err(|e| e.to_string())?;
     let mut driver =
-        GgrsGame::<LuaGgrs<I>>::new(game, Checksum::Game).map_err(|e| e.to_string())?;
+        GgrsGame::<LuaGgrs<I>>::new(game, Checksum::Game, &session).map_err(|e| e.to_string())?;
     if options.desync_dir.is_some() {
         driver.keep_desync_saves(DESYNC_INTERVAL as u64);
     }
@@ -622,7 +711,9 @@ mod tests {
             .into();
         let window = cfg.window;
         let game = Game::new(&cfg, Backend::ArenaIncremental).unwrap();
-        let mut driver = GgrsGame::<LuaGgrs>::new(game, Checksum::Arena).unwrap();
+        // Loads frame 0 from frame 8, as a P2P session with max prediction 8 may.
+        let mut driver =
+            GgrsGame::<LuaGgrs>::new(game, Checksum::Arena, &MaxPrediction(8)).unwrap();
         let cells: Vec<GameStateCell<SaveHandle>> = (0..9).map(|_| Default::default()).collect();
         for (f, cell) in cells.iter().enumerate().take(8) {
             driver
@@ -650,5 +741,66 @@ mod tests {
         assert_eq!(driver.game.arena_digest(), at_8);
         // Only the stalled saves were repeats: a save after a load or an advance is new.
         assert_eq!(driver.repeated_saves, window as u64 * 5 - 1);
+    }
+
+    /// A window too small for the session is refused when the driver is made, with the window
+    /// to use, instead of "snapshot #1 is older than the 5 retained snapshots" mid-session.
+    #[test]
+    fn a_window_smaller_than_the_sessions_rollback_is_refused_up_front() {
+        let game_with_window = |window, backend| {
+            let mut cfg = GameConfig::default_game(2, 1);
+            cfg.base_address = None;
+            cfg.window = window;
+            cfg.script = "local G = {} function G.init() end function G.step() end return G".into();
+            Game::new(&cfg, backend).unwrap()
+        };
+        let synctest = |d| {
+            SessionBuilder::<LuaGgrs>::new()
+                .with_num_players(2)
+                .unwrap()
+                .with_check_distance(d)
+                .start_synctest_session()
+                .unwrap()
+        };
+        let refused = |r: Result<GgrsGame, GameError>| match r {
+            Err(e @ GameError::WindowTooSmall { .. }) => e.to_string(),
+            Err(e) => panic!("{e}"),
+            Ok(_) => panic!("accepted"),
+        };
+        let e = refused(GgrsGame::new(
+            game_with_window(5, Backend::ArenaIncremental),
+            Checksum::Auto,
+            &synctest(6),
+        ));
+        assert!(e.contains("window of at least 6"), "{e}");
+        assert!(e.contains("check distance 6"), "{e}");
+        let e = refused(GgrsGame::new(
+            game_with_window(8, Backend::ArenaFull),
+            Checksum::Auto,
+            &MaxPrediction(8),
+        ));
+        assert!(e.contains("window of at least 9"), "{e}");
+        assert!(e.contains("GameConfig::window"), "{e}");
+        // What the check asks for is enough: the session runs to the end.
+        let mut cfg = GameConfig::default_game(2, 1);
+        cfg.base_address = None;
+        cfg.window = 6;
+        cfg.script = "local G, s = {}, 0 function G.init() end
+            function G.step(i) s = s * 31 + i[1] + 7 * i[2] end return G"
+            .into();
+        sync_test(&cfg, Backend::ArenaIncremental, 40, 6).unwrap();
+        // The serializer has no window; spectators and lockstep never load.
+        GgrsGame::<LuaGgrs>::new(
+            game_with_window(2, Backend::Serialize),
+            Checksum::Auto,
+            &synctest(6),
+        )
+        .unwrap();
+        GgrsGame::<LuaGgrs>::new(
+            game_with_window(2, Backend::ArenaFull),
+            Checksum::Auto,
+            &MaxPrediction(0),
+        )
+        .unwrap();
     }
 }

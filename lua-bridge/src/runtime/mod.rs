@@ -125,6 +125,32 @@ pub enum GameError {
         /// The arena's address space, bytes.
         capacity: usize,
     },
+    /// `G.step` ran more Lua instructions than [`GameConfig::step_budget`] allows and was
+    /// stopped: an endless loop (or far more work than a frame should do). The game's state
+    /// is what the frame left half-way; the VM stays usable, so roll back to the last snapshot
+    /// (a [`FrameSession`] or [`Game::load`] does) to go on.
+    #[error("G.step did not finish frame {frame} (frames count from 0: G.step's call number {}) within its instruction budget of {budget} Lua instructions and was stopped{}: look for an endless loop there; if the frame really needs that much work, raise the budget (`luasnap simulate --step-budget`, GameConfig::step_budget); the state is what the frame left half-way, so roll back to the last snapshot to go on{}", frame + 1, location.as_deref().map(|l| format!(" at {l}")).unwrap_or_default(), traceback.as_deref().map(|t| format!("\n{t}")).unwrap_or_default())]
+    StepBudget {
+        /// The frame being simulated.
+        frame: u64,
+        /// The budget, in Lua VM instructions.
+        budget: u64,
+        /// Where the budget ran out (`chunk:line`).
+        location: Option<String>,
+        /// Lua's traceback of the error that stopped the frame.
+        traceback: Option<String>,
+    },
+    /// The game's snapshot window is smaller than the frames a GGRS session may load back
+    /// (checked by `GgrsGame::new`, before the session runs).
+    #[error("the game's snapshot window holds {window} snapshots, but {session} may load a frame that needs {needed} of them: use a window of at least {needed} (GameConfig::window), or let the session roll back less")]
+    WindowTooSmall {
+        /// The game's window ([`GameConfig::window`]).
+        window: usize,
+        /// The window the session needs.
+        needed: usize,
+        /// The session (`a P2P session with max prediction 8`).
+        session: String,
+    },
     /// `G.digest()` raised an error.
     #[error("G.digest() failed at frame {frame} (luasnap calls it to compare states; it must not raise): {source}")]
     DigestFailed {
@@ -176,6 +202,13 @@ pub struct GameConfig {
     pub capacity: usize,
     /// Registers natives and userdata types on the game's VM (before the script runs).
     pub setup: VmSetup,
+    /// Lua instructions one `G.step` may run before it is stopped with
+    /// [`GameError::StepBudget`] (counted as [`Vm::call_with_budget`] says, coroutines
+    /// included); `None`: no limit, what [`GameConfig::default_game`] sets. The count hook
+    /// behind it makes `G.step` 1.1-1.55× slower (see [`DEFAULT_STEP_BUDGET`]), a price worth
+    /// paying while a game is developed (`luasnap simulate` sets [`DEFAULT_STEP_BUDGET`]
+    /// unless told otherwise), less so in a shipped client.
+    pub step_budget: Option<u64>,
 }
 
 impl GameConfig {
@@ -190,6 +223,7 @@ impl GameConfig {
             window: 10,
             capacity: 2 << 30,
             setup: VmSetup::default(),
+            step_budget: None,
         }
     }
 }
@@ -273,6 +307,18 @@ pub const FULL_COPY_ABOVE: f64 = 0.5;
 /// growth is the live heap after the last collection if that is more).
 pub const MANAGED_GC_MIN_GROWTH_KIB: i64 = 8 * 1024;
 
+/// The instruction budget of one `G.step` that `luasnap simulate` uses unless told otherwise
+/// (`--step-budget`), and a sensible [`GameConfig::step_budget`]: 100 million Lua
+/// instructions, about 300 times the busiest frame of the corpus games (the AI village's
+/// frames run up to 0.33 million, Arena Brawl's 11,000) and a fraction of a second to a few
+/// seconds of work, so an endless loop is stopped long before the stall warning of `simulate`
+/// (10 s) while no real frame comes near it.
+///
+/// It is not on by default in [`GameConfig`]: Lua's count hook sends every instruction
+/// through the hook check, which costs `G.step` 1.1× (AI village) to 1.55×
+/// (Arena Brawl) its CPU time (`cargo run --release --example step_budget_cost`).
+pub const DEFAULT_STEP_BUDGET: u64 = 100_000_000;
+
 /// The chunk name of the runtime's glue (what tracebacks show for `luasnap_step`).
 pub const RUNTIME_CHUNK: &str = "=[luasnap runtime]";
 
@@ -295,6 +341,7 @@ pub struct Game {
     frame: u64,
     has_digest: bool,
     capacity: usize,
+    step_budget: Option<u64>,
 }
 
 impl std::fmt::Debug for Game {
@@ -390,6 +437,7 @@ impl Game {
             frame: 0,
             has_digest,
             capacity: cfg.capacity,
+            step_budget: cfg.step_budget,
         };
         game.vm
             .call::<()>(
@@ -457,6 +505,7 @@ impl Game {
             frame: frame as u64,
             has_digest,
             capacity: cfg.capacity,
+            step_budget: cfg.step_budget,
         };
         game.vm.gc_collect()?;
         game.manage_collector()?;
@@ -537,9 +586,14 @@ impl Game {
                 .map(GameInput::to_lua)
                 .collect::<Result<Vec<_>, _>>()?,
         );
-        self.vm
-            .call::<()>("luasnap_step", &[Value::Table(t)])
-            .map_err(|source| self.script_error(source))?;
+        let args = [Value::Table(t)];
+        match self.step_budget {
+            Some(budget) => self
+                .vm
+                .call_with_budget::<()>("luasnap_step", &args, budget),
+            None => self.vm.call::<()>("luasnap_step", &args),
+        }
+        .map_err(|source| self.script_error(source))?;
         self.frame += 1;
         Ok(())
     }
@@ -555,6 +609,16 @@ impl Game {
                 run: self.backend.name().into(),
                 heap_bytes: self.vm.lua_memory(),
                 capacity: self.capacity,
+            },
+            VmError::InstructionBudget {
+                budget,
+                location,
+                traceback,
+            } => GameError::StepBudget {
+                frame: self.frame,
+                budget,
+                location,
+                traceback,
             },
             source => GameError::Script {
                 frame: self.frame,

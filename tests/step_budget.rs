@@ -1,0 +1,319 @@
+//! The instruction budget of `G.step`: a runaway frame is stopped with a typed error that names
+//! the frame, wherever the loop is (the step itself, a coroutine made before the budget was
+//! set, a `pcall`), the game rolls back and goes on, and the budget's counters in the arena
+//! never make two runs of the same frames differ.
+
+mod common;
+
+use luasnap::bridge::runtime::{
+    scripted_input, Backend, FrameSession, Game, GameConfig, GameError, DEFAULT_STEP_BUDGET,
+};
+use luasnap::bridge::simulate::{SimOptions, Simulation};
+use luasnap::{Vm, VmError};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// A game whose `G.step` runs `LOOP(kind)` when player 1's input is 99: `kind` picks where the
+/// endless (or long) loop is. The coroutines are made in `G.init`, before any budget is set.
+const GAME: &str = r#"
+local G = {}
+local n, gen, co = 0, nil, nil
+local function spin(limit)
+  local i = 0
+  while limit == nil or i < limit do i = i + 1 end
+  return i
+end
+function G.init()
+  gen = coroutine.wrap(function()
+    while true do
+      local limit = coroutine.yield(n)
+      if limit then spin(limit > 0 and limit or nil) end
+    end
+  end)
+  gen()
+  co = coroutine.create(function(limit)
+    while true do
+      if limit then spin(limit > 0 and limit or nil) end
+      limit = coroutine.yield()
+    end
+  end)
+end
+local kinds = {
+  plain = function(limit) spin(limit) end,
+  wrap = function(limit) gen(limit or 0) end,
+  resume = function(limit) assert(coroutine.resume(co, limit or 0)) end,
+  pcall = function(limit) pcall(spin, limit) end,
+  pcall_loop = function() while true do pcall(spin) end end,
+  xpcall = function(limit) xpcall(spin, function(m) return m end, limit) end,
+  wrap_in_pcall = function(limit) pcall(gen, limit or 0) end,
+  close = function()
+    local c = coroutine.create(function()
+      local guard <close> = setmetatable({}, { __close = function() spin() end })
+      coroutine.yield()
+    end)
+    coroutine.resume(c)
+    coroutine.close(c)
+  end,
+}
+function G.step(inputs)
+  n = n + inputs[1]
+  if inputs[2] == 99 then kinds[LOOP_KIND](LOOP_LIMIT) end
+  gen()
+end
+function G.digest() return n end
+return G
+"#;
+
+fn game(kind: &str, limit: Option<u64>, budget: Option<u64>) -> GameConfig {
+    let script = GAME.replace("LOOP_KIND", &format!("{kind:?}")).replace(
+        "LOOP_LIMIT",
+        &limit.map_or("nil".to_string(), |l| l.to_string()),
+    );
+    let mut cfg = common::config(kind, &script, 2, 3);
+    cfg.step_budget = budget;
+    cfg
+}
+
+fn expect_budget_error(e: GameError, frame: u64, budget: u64) -> String {
+    let text = e.to_string();
+    match e {
+        GameError::StepBudget {
+            frame: f,
+            budget: b,
+            location,
+            ..
+        } => {
+            assert_eq!((f, b), (frame, budget), "{text}");
+            // The loop itself (`spin`, line 6 of GAME), even where a pcall caught the first
+            // error and a later one, outside it, stopped the frame.
+            let location = location.expect("where the budget ran out");
+            assert!(location.ends_with(":6"), "{location}");
+            assert!(text.contains(&format!("stopped at {location}")), "{text}");
+        }
+        other => panic!("expected GameError::StepBudget, got {other:?}"),
+    }
+    assert!(text.contains(&format!("frame {frame}")), "{text}");
+    assert!(text.contains("endless loop"), "{text}");
+    assert!(text.contains("roll back"), "{text}");
+    text
+}
+
+/// Runs frames 0..3 normally, then frame 3 loops; the error names frame 3. Rolls back to the
+/// snapshot of frame 3 and replays it without the loop: the arena equals that of a game that
+/// never looped (the budget left nothing behind), and the game goes on.
+fn stopped_then_rolled_back(kind: &str, limit: Option<u64>, budget: u64) -> String {
+    let mut cfg = game(kind, limit, Some(budget));
+    // Arena digests compare only at one base address: one per call (tests run in parallel),
+    // used by the straight run and then by the session.
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    cfg.base_address = Some(0x3a00_0000_0000 + (NEXT.fetch_add(1, Ordering::Relaxed) << 32));
+    let calm = |f: u64| vec![scripted_input(3, f, 0), 1];
+    let (straight_arena, straight_digest) = {
+        let mut straight = Game::new(&cfg, Backend::ArenaIncremental).unwrap();
+        for f in 0..6 {
+            straight.step(&calm(f)).unwrap();
+        }
+        (straight.arena_digest(), straight.game_digest().unwrap())
+    };
+    let mut session: FrameSession =
+        FrameSession::new(Game::new(&cfg, Backend::ArenaIncremental).unwrap(), 8);
+    for f in 0..3 {
+        session.advance(&calm(f)).unwrap();
+    }
+    let e = session.advance(&[5, 99]).unwrap_err();
+    let text = expect_budget_error(e, 3, budget);
+    // The VM is usable before the rollback too.
+    session.game_mut().value_digest().unwrap();
+    session.load_frame(3).unwrap();
+    for f in 3..6 {
+        session.advance(&calm(f)).unwrap();
+    }
+    assert_eq!(
+        session.game().arena_digest(),
+        straight_arena,
+        "{kind}: after the rollback the arena is not that of a run that never looped"
+    );
+    assert_eq!(session.game().game_digest().unwrap(), straight_digest);
+    text
+}
+
+#[test]
+fn an_endless_loop_in_g_step_is_stopped_and_the_game_rolls_back() {
+    let text = stopped_then_rolled_back("plain", None, 2_000_000);
+    // Lua's traceback says where the loop was.
+    assert!(
+        text.contains("in upvalue 'spin'") || text.contains("spin"),
+        "{text}"
+    );
+}
+
+#[test]
+fn an_endless_loop_in_a_coroutine_made_before_the_budget_is_stopped() {
+    stopped_then_rolled_back("wrap", None, 2_000_000);
+    stopped_then_rolled_back("resume", None, 2_000_000);
+}
+
+#[test]
+fn a_pcall_does_not_swallow_the_budget_error() {
+    stopped_then_rolled_back("pcall", None, 2_000_000);
+    stopped_then_rolled_back("xpcall", None, 2_000_000);
+    stopped_then_rolled_back("wrap_in_pcall", None, 2_000_000);
+}
+
+/// `while true do pcall(spin) end`: the loop around the pcall is stopped too.
+#[test]
+fn a_loop_of_pcalls_is_stopped() {
+    let cfg = game("pcall_loop", None, Some(2_000_000));
+    let mut g = Game::new(&cfg, Backend::ArenaFull).unwrap();
+    g.step(&[1, 1]).unwrap();
+    match g.step(&[1, 99]).unwrap_err() {
+        GameError::StepBudget { frame: 1, .. } => {}
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn close_handlers_of_a_coroutine_run_under_the_budget() {
+    stopped_then_rolled_back("close", None, 2_000_000);
+}
+
+/// Finite loops: over the budget they are stopped (these would pass, not hang, if a kind of
+/// thread escaped the budget); under it, or with no budget, they finish.
+#[test]
+fn long_loops_count_against_the_budget_in_every_thread() {
+    for kind in ["plain", "wrap", "resume", "pcall", "wrap_in_pcall"] {
+        for (budget, stopped) in [
+            (Some(1_000_000), true),
+            (Some(20_000_000), false),
+            (None, false),
+        ] {
+            let cfg = game(kind, Some(2_000_000), budget);
+            let mut g = Game::new(&cfg, Backend::ArenaFull).unwrap();
+            g.step(&[1, 1]).unwrap();
+            let r = g.step(&[1, 99]);
+            if stopped {
+                expect_budget_error(r.unwrap_err(), 1, budget.unwrap());
+            } else {
+                r.unwrap_or_else(|e| panic!("{kind} {budget:?}: {e}"));
+                g.step(&[1, 1]).unwrap();
+            }
+        }
+    }
+}
+
+/// The budget's counters live in the threads (in the arena): the same frames give the same
+/// bytes whatever the budget's size, and host calls without a budget between frames (which
+/// resume the coroutines) do not make runs differ.
+#[test]
+fn the_budget_leaves_the_same_bytes_in_every_run() {
+    let run = |budget: Option<u64>, peek: bool| {
+        // One base address for every run (they run one after the other).
+        let mut cfg = game("wrap", Some(3000), budget);
+        cfg.base_address = Some(0x3b00_0000_0000);
+        let mut g = Game::new(&cfg, Backend::ArenaFull).unwrap();
+        for f in 0..20 {
+            g.step(&[scripted_input(3, f, 0), if f % 3 == 0 { 99 } else { 1 }])
+                .unwrap();
+            if peek {
+                g.game_digest().unwrap();
+            }
+        }
+        g.arena_digest()
+    };
+    let small = run(Some(1_000_000), false);
+    assert_eq!(small, run(Some(DEFAULT_STEP_BUDGET), false));
+    assert_eq!(small, run(Some(u64::MAX), false));
+    assert_eq!(
+        run(Some(1_000_000), true),
+        run(Some(DEFAULT_STEP_BUDGET), true)
+    );
+}
+
+/// Every backend still ends in the reference state with the budget on (the default) on a game
+/// whose coroutines are resumed every frame.
+#[test]
+fn every_backend_matches_the_reference_under_the_budget() {
+    let opts = SimOptions {
+        game: game("wrap", Some(3000), Some(DEFAULT_STEP_BUDGET)),
+        frames: 120,
+        delay: 3,
+        start: None,
+    };
+    let mut sim = Simulation::new(opts).unwrap();
+    let (reference, _) = sim.reference(false).unwrap();
+    for b in Backend::ALL {
+        let r = sim.run(b, &reference).unwrap();
+        assert!(r.matches_reference, "{b:?}");
+    }
+}
+
+#[test]
+fn simulate_names_the_frame_of_a_runaway_step() {
+    let dir = std::env::temp_dir().join(format!("luasnap-budget-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("runaway.lua");
+    std::fs::write(
+        &path,
+        "local G, n = {}, 0 function G.init() end
+         function G.step(i) n = n + 1 if n == 8 then while true do end end end
+         return G",
+    )
+    .unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_luasnap"))
+        .args(["simulate", path.to_str().unwrap(), "--frames", "20"])
+        .args(["--step-budget", "5000000"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains("frame 7"), "{err}");
+    assert!(err.contains("instruction budget of 5000000"), "{err}");
+    assert!(err.contains("runaway.lua:2:"), "{err}");
+    // Off: the same game would run for ever, so only the flag's parsing is checked.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_luasnap"))
+        .args(["simulate", "--frames", "2", "--step-budget", "lots"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains("--step-budget"), "{err}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// `Vm::call_with_budget` on its own: the main thread's hook is put back, a coroutine keeps
+/// no budget after the call, and a spent budget does not leak into the next call.
+#[test]
+fn vm_calls_with_a_budget() {
+    let mut vm = Vm::builder().capacity(64 << 20).build().unwrap();
+    vm.exec(
+        "co = coroutine.wrap(function(k) while true do
+            for _ = 1, k do end
+            k = coroutine.yield()
+          end end)
+         function spin() while true do end end
+         function work(k) return co(k) end",
+        "setup",
+    )
+    .unwrap();
+    let before = vm.snapshot().unwrap();
+    let e = vm.call_with_budget::<()>("spin", (), 100_000).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            VmError::InstructionBudget {
+                budget: 100_000,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    assert!(e.to_string().contains("endless loop"), "{e}");
+    // The coroutine ran under a budget and was over it; without one it runs freely.
+    assert!(matches!(
+        vm.call_with_budget::<()>("work", 2_000_000, 100_000),
+        Err(VmError::InstructionBudget { .. })
+    ));
+    vm.rollback(before).unwrap();
+    vm.call_with_budget::<()>("work", 1000, 100_000).unwrap();
+    vm.call::<()>("work", 2_000_000).unwrap();
+    vm.call_with_budget::<()>("work", 1000, 100_000).unwrap();
+}
