@@ -29,6 +29,7 @@ fn check(
             frames,
             delay,
             start: None,
+            start_trust: luasnap::bridge::persist::Trust::Foreign,
         };
         let mut sim = Simulation::new(opts).unwrap();
         let (reference, _) = sim.reference(false).unwrap();

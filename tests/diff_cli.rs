@@ -298,3 +298,62 @@ fn diff_runs_no_function_the_files_name() {
     );
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// `simulate --load` takes no code from the file unless told to trust it: a save of an older
+/// script version is refused with the flag that accepts it, and `--trust own` runs it.
+#[test]
+fn simulate_load_trusts_the_file_only_when_told() {
+    let dir = std::env::temp_dir().join(format!("luasnap-sim-trust-{}", std::process::id()));
+    std::fs::create_dir_all(dir.join("v2")).unwrap();
+    let v1 = "local G = {}
+W = {}
+function G.init() W.x = 0 W.f = function(x) return x + 1 end end
+function G.step(i) W.x = W.f(W.x) end
+return G
+";
+    std::fs::write(dir.join("game.lua"), v1).unwrap();
+    std::fs::write(dir.join("v2/game.lua"), v1.replace("x + 1", "x + 50")).unwrap();
+    let at = |f: &str| dir.join(f).to_str().unwrap().to_string();
+    let save = at("v1.sav");
+    let out = luasnap(&[
+        "simulate",
+        &at("game.lua"),
+        "--frames",
+        "10",
+        "--mode",
+        "full",
+        "--save",
+        &save,
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    // The same script: loads as a foreign file.
+    let same = luasnap(&[
+        "simulate",
+        &at("game.lua"),
+        "--frames",
+        "5",
+        "--mode",
+        "full",
+        "--load",
+        &save,
+    ]);
+    assert!(same.status.success(), "{same:?}");
+    // Version 2 of the script: the saved closure's code is not in it.
+    let v2 = at("v2/game.lua");
+    let refused = luasnap(&[
+        "simulate", &v2, "--frames", "5", "--mode", "full", "--load", &save,
+    ]);
+    assert!(!refused.status.success(), "{refused:?}");
+    let e = String::from_utf8_lossy(&refused.stderr);
+    assert!(e.contains("pass --trust own"), "{e}");
+    let own = luasnap(&[
+        "simulate", &v2, "--frames", "5", "--mode", "full", "--load", &save, "--trust", "own",
+    ]);
+    assert!(own.status.success(), "{own:?}");
+    assert!(
+        String::from_utf8_lossy(&own.stdout)
+            .contains("saved functions run the code saved with them"),
+        "{own:?}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -31,6 +31,7 @@ fn every_backend_ends_in_the_reference_state() {
             frames: 200,
             delay,
             start: None,
+            start_trust: luasnap::bridge::persist::Trust::Foreign,
         };
         let mut sim = Simulation::new(opts).unwrap();
         let (reference, _) = sim.reference(false).unwrap();
@@ -65,6 +66,7 @@ fn the_embedded_game_rolls_back_exactly_on_every_backend() {
         frames: 40,
         delay: 2,
         start: None,
+        start_trust: luasnap::bridge::persist::Trust::Foreign,
     };
     let mut sim = Simulation::new(opts).unwrap();
     let (reference, _) = sim.reference(false).unwrap();
@@ -89,6 +91,7 @@ fn save_then_load_continues_exactly() {
             frames: 60,
             delay: 0,
             start: None,
+            start_trust: luasnap::bridge::persist::Trust::Foreign,
         })
         .unwrap();
         sim.reference(false).unwrap().0
@@ -99,6 +102,7 @@ fn save_then_load_continues_exactly() {
             frames: 30,
             delay: 0,
             start: None,
+            start_trust: luasnap::bridge::persist::Trust::Foreign,
         })
         .unwrap();
         sim.reference(true).unwrap()
@@ -109,6 +113,7 @@ fn save_then_load_continues_exactly() {
         frames: 30,
         delay: 3,
         start: save,
+        start_trust: luasnap::bridge::persist::Trust::Foreign,
     })
     .unwrap();
     let (second, _) = sim.reference(false).unwrap();
@@ -168,6 +173,7 @@ fn bad_games_get_clear_messages() {
         frames: 500,
         delay: 0,
         start: None,
+        start_trust: luasnap::bridge::persist::Trust::Foreign,
     })
     .unwrap();
     match sim.reference(false) {
@@ -256,6 +262,7 @@ fn simulate_checks_g_digest_at_the_start_and_the_end() {
             frames: 20,
             delay: 0,
             start: None,
+            start_trust: luasnap::bridge::persist::Trust::Foreign,
         })?
         .reference(false)
         .map(|_| ())

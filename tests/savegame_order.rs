@@ -96,6 +96,7 @@ fn games_that_iterate_with_pairs_match_with_the_serializer() {
             frames: 100,
             delay: 3,
             start: None,
+            start_trust: luasnap::bridge::persist::Trust::Foreign,
         })
         .unwrap();
         let (reference, _) = sim.reference(false).unwrap();

@@ -237,6 +237,7 @@ fn every_backend_matches_the_reference_under_the_budget() {
         frames: 120,
         delay: 3,
         start: None,
+        start_trust: luasnap::bridge::persist::Trust::Foreign,
     };
     let mut sim = Simulation::new(opts).unwrap();
     let (reference, _) = sim.reference(false).unwrap();

@@ -42,6 +42,12 @@ pub struct SimulateArgs {
     /// Start from this save-game (continuing its frame count) instead of G.init.
     #[arg(long)]
     pub load: Option<PathBuf>,
+    /// Who wrote the --load file: `foreign` (the default: no code from the file, so its
+    /// functions must be the game script's, the same version) or `own` (the code it carries
+    /// is compiled: a save of an older version of the script, whose functions keep running
+    /// the code they were saved with).
+    #[arg(long, value_enum, default_value = "foreign", requires = "load")]
+    pub trust: super::diff::TrustArg,
     /// The size of the game's arena: the address space its VM reserves, which the Lua heap
     /// with the allocator's rounding and free space must fit in (GameConfig::capacity); in
     /// bytes, or with a K, M or G suffix (1024-based): `--memory-limit 4G`. Not the cap on live
@@ -149,10 +155,19 @@ pub fn run(args: SimulateArgs) -> Result<(), String> {
         frames: args.frames,
         delay: args.delay,
         start,
+        start_trust: args.trust.into(),
     };
     opts.validate().map_err(|e| e.to_string())?;
     let frames = opts.frames;
-    let mut sim = Simulation::new(opts).map_err(|e| e.to_string())?;
+    let mut sim = Simulation::new(opts).map_err(|e| {
+        let e = e.to_string();
+        // The load's advice names the Rust API; on the command line it is a flag.
+        if args.load.is_some() && e.contains("own-trust load") {
+            format!("{e}\n(luasnap simulate: if you trust the file, pass --trust own to run the code it carries)")
+        } else {
+            e
+        }
+    })?;
     let backends: Vec<Backend> = match args.mode.as_str() {
         "all" => Backend::ALL.to_vec(),
         name => vec![Backend::from_name(name).expect("clap checked the value")],
@@ -338,9 +353,15 @@ fn run_modes(
             "luasnap simulate: {} | frames {}..{} | {} players | delay {} | seed {} | heap {} | G.step {:.0} µs | tracker {}",
             match (&args.game, &args.load) {
                 (Some(p), Some(save)) => format!(
-                    "{} with the state saved in {} (saved functions run the code saved with them)",
+                    "{} with the state saved in {} ({})",
                     p.display(),
-                    save.display()
+                    save.display(),
+                    match args.trust {
+                        super::diff::TrustArg::Own =>
+                            "--trust own: saved functions run the code saved with them",
+                        super::diff::TrustArg::Foreign =>
+                            "saved functions are the script's own",
+                    }
                 ),
                 (Some(p), None) => p.display().to_string(),
                 (None, Some(save)) => format!("the game saved in {}", save.display()),

@@ -29,6 +29,11 @@ pub struct SimOptions {
     pub delay: u64,
     /// Start from this save-game instead of `G.init` (continuing its frame count).
     pub start: Option<Vec<u8>>,
+    /// Who wrote `start`: [`Trust::Foreign`](crate::persist::Trust) takes no code from it
+    /// (its functions must be the game script's, the same version), `Trust::Own` compiles
+    /// the code it carries (a save of an older version of the script). See
+    /// [`Game::from_save`].
+    pub start_trust: crate::persist::Trust,
 }
 
 impl SimOptions {
@@ -67,7 +72,15 @@ impl SimOptions {
 
     fn new_game(&self, backend: Backend) -> Result<Game, GameError> {
         match &self.start {
-            Some(save) => Game::from_save(&self.game, backend, save),
+            Some(save) => match self.start_trust {
+                crate::persist::Trust::Foreign => Game::from_save(&self.game, backend, save),
+                crate::persist::Trust::Own => Game::from_save_with(
+                    &self.game,
+                    backend,
+                    save,
+                    &crate::persist::LoadOptions::new(crate::persist::Trust::Own),
+                ),
+            },
             None => Game::new(&self.game, backend),
         }
     }
