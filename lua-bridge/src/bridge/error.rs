@@ -275,11 +275,11 @@ pub(crate) fn explain_left_out(message: String) -> String {
         .find(|n| message.contains(&format!("(field '{n}')")));
     let note = match (missing, debug_fn) {
         (Some(n), _) => format!(
-            " ('{n}' {LEFT_OUT_MARK} this VM was built with: no io, os, package, require, dofile or loadfile, and of debug only debug.traceback, so a script cannot read the clock, files or the environment; use the seed and math.random instead of os.time and keep state in Lua values, or build with Vm::builder().build() for the full standard library)"
+            " ('{n}' {LEFT_OUT_MARK} this VM was built with: no io, os, package, require, dofile or loadfile, and of debug only debug.traceback, so a script cannot read the clock, files or the environment; use the seed and math.random instead of os.time and keep state in Lua values, or use the full standard library: luasnap run without --deterministic, or in Rust a VM built without .deterministic(seed); a game under luasnap simulate always runs deterministic)"
         ),
         // A nil field of some table: say so only if it may be the debug library's.
         (None, Some(n)) if message.contains("nil value") => format!(
-            " (if this is debug.{n}: it {LEFT_OUT_MARK} this VM was built with, whose debug table has only debug.traceback, since the rest reads and writes locals, upvalues, hooks and the registry; build with Vm::builder().build() for the full standard library)"
+            " (if this is debug.{n}: it {LEFT_OUT_MARK} this VM was built with, whose debug table has only debug.traceback, since the rest reads and writes locals, upvalues, hooks and the registry; luasnap run without --deterministic, or in Rust a VM built without .deterministic(seed), has the whole library)"
         ),
         _ => String::new(),
     };

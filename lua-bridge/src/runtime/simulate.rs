@@ -455,9 +455,13 @@ impl std::fmt::Display for Divergence {
                 f,
                 "mode {mode} did not end in the reference state. The state first differs after frame {fr} when saved and restored with this backend around every frame"
             )?,
+            None if self.backend == Backend::Serialize => write!(
+                f,
+                "mode {mode} did not end in the reference state. Saving and loading around every frame, without rollbacks, keeps the state equal to a straight run, so the difference comes from frames re-simulated after a rollback, from a state this backend rebuilt at other addresses and with another collector history. The game's results likely depend on object addresses (`pairs` over a table whose keys are tables, functions or coroutines; `tostring` of a table; `%p`) or on collector timing (`collectgarbage(\"count\")`, what weak tables still hold, side effects of `__gc`): see docs/determinism.md. The end states differ"
+            )?,
             None => write!(
                 f,
-                "mode {mode} did not end in the reference state, though saving and restoring around every frame agrees with a straight run; the end states differ"
+                "mode {mode} did not end in the reference state, though saving and restoring around every frame agrees with a straight run, and a rollback restores the same bytes; this is probably a luasnap bug (please report it with the game). The end states differ"
             )?,
         }
         if self.diff.equal {
