@@ -564,7 +564,29 @@ fn running_out_of_memory_names_the_frame_the_run_and_the_limit() {
         e.contains("the game ran out of memory at frame ")
             && e.contains("in the reference (lockstep) run")
             && e.contains("of a 16777216-byte arena")
-            && e.contains("--memory-limit"),
+            && e.contains("--memory-limit")
+            && e.contains("look for state that grows every frame"),
         "{e}"
     );
+    // One huge request in a small heap is not blamed on growing state (a newcomer's
+    // `string.rep("x", 1 << 34)` was).
+    std::fs::write(
+        &path,
+        "local G = {} function G.init() end
+         function G.step(i) local s = string.rep('x', 1 << 34) end
+         return G",
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_luasnap"))
+        .args(["simulate", path.to_str().unwrap(), "--frames", "10"])
+        .args(["--memory-limit", "16M"])
+        .output()
+        .unwrap();
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        e.contains("one allocation asked for more than the rest of the arena")
+            && !e.contains("grows every frame"),
+        "{e}"
+    );
+    std::fs::remove_file(&path).ok();
 }

@@ -114,7 +114,7 @@ pub enum GameError {
         returned: String,
     },
     /// The game's heap reached the arena's limit.
-    #[error("the game ran out of memory at frame {frame} in the {run} run: the Lua heap held {heap_bytes} bytes of a {capacity}-byte arena; if the game needs more, raise the limit (`luasnap simulate --memory-limit`, GameConfig::capacity), else look for state that grows every frame")]
+    #[error("the game ran out of memory at frame {frame} in the {run} run: the Lua heap held {heap_bytes} bytes of a {capacity}-byte arena; {}", oom_advice(*heap_bytes, *capacity, run))]
     OutOfMemory {
         /// The frame being simulated (0 during init).
         frame: u64,
@@ -1059,5 +1059,18 @@ impl<I: GameInput> PredictiveClient<I> {
     /// Frames predicted and not yet confirmed.
     pub fn pending(&self) -> usize {
         self.pending.len()
+    }
+}
+
+/// What to do about [`GameError::OutOfMemory`], from how full the heap was.
+fn oom_advice(heap_bytes: usize, capacity: usize, run: &str) -> String {
+    let raise = "raise the limit (`luasnap simulate --memory-limit`, GameConfig::capacity)";
+    if heap_bytes < capacity / 4 {
+        // The heap was far from the arena's end: one request larger than what was left.
+        format!("the heap was far from full, so one allocation asked for more than the rest of the arena (a `string.rep`, a table or a string built far bigger than meant?); if the game really needs it, {raise}")
+    } else if run == "serialize" {
+        format!("the serialize backend holds a loaded state beside the one it replaces until it collects it, so its arena needs room for about twice the game's heap (the arena modes do not); {raise}, else look for state that grows every frame")
+    } else {
+        format!("if the game needs more, {raise}, else look for state that grows every frame")
     }
 }
