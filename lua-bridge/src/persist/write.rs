@@ -26,7 +26,7 @@ use super::{
 };
 use crate::bridge::ffi::Shared;
 use mlua_sys::{self as ffi, lua_State};
-use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
+use rustc_hash::FxHashMap as HashMap;
 use std::ffi::{c_int, c_void, CStr, CString};
 
 unsafe extern "C" {
@@ -86,21 +86,25 @@ const SCAN_BATCH: usize = 64;
 /// nesting costs no more memory than a frame each.
 const SCAN_KEEP: usize = 1 << 15;
 
-/// Object identities (addresses) to ids, for objects (`Kind::Obj`) and strings (`Kind::Str`),
-/// which have separate id spaces. Every Lua object lives in the VM's arena, 16-byte aligned,
-/// and is visited in about the order it was allocated, so ids sit in a table indexed by arena
-/// offset / 16 (one 4-byte slot per 16 bytes of arena, in leaves of `LEAF` slots allocated
-/// when first used): a lookup is an index, and objects allocated together have their slots
-/// together, where a hash map scattered them (its lookups were most of the writer's cache
-/// misses). Both kinds share the table (a slot holds the id + 1 and the kind in its top bit):
-/// no two objects alive share an address, and nothing is freed while a persist runs (see
-/// `Persister::anchor`). Whatever does not fit (an identity outside the arena's first
-/// `DENSE_SPAN` bytes or not 16-byte aligned, such as a C function or a userdata's memory, an
-/// id past 2^31 - 2, a slot taken by the other kind) goes to a hash map.
+/// Object identities (addresses) to ids, in four id spaces (see [`Kind`]). Every Lua object
+/// lives in the VM's arena, 16-byte aligned, and is visited in about the order it was
+/// allocated, so ids sit in a table indexed by arena offset / 16 (one 4-byte slot per 16 bytes
+/// of arena, in leaves of `LEAF` slots allocated when first used): a lookup is an index, and
+/// objects allocated together have their slots together, where a hash map scattered them (its
+/// lookups were most of the writer's cache misses). The kinds share the table (a slot holds
+/// the id + 1 and the kind in its top two bits): no two objects alive share an address, and
+/// nothing is freed while a persist runs (see `Persister::anchor`). Whatever does not fit (an
+/// identity outside the arena's first `DENSE_SPAN` bytes or not 16-byte aligned, such as a C
+/// function or a userdata's memory, an id past `ID_MASK - 1`, a slot taken by another kind)
+/// goes to a hash map.
+///
+/// The table outlives a persist (see [`Scratch`]): [`IdMap::reset`] empties it for the next,
+/// zeroing the leaves it keeps.
+#[derive(Default)]
 struct IdMap {
     base: usize,
     leaves: Vec<Option<Box<[u32; LEAF]>>>,
-    far: HashMap<(usize, bool), u32>,
+    far: HashMap<(usize, Kind), u32>,
     /// Whether `far` holds an identity the table could have held (then misses look there too).
     far_dense: bool,
 }
@@ -109,24 +113,40 @@ struct IdMap {
 const LEAF: usize = 1024;
 /// Arena offsets `IdMap` indexes directly (past this, identities go to its hash map).
 const DENSE_SPAN: usize = 1 << 34;
-/// A slot's kind bit (set: a string's id).
-const STR_BIT: u32 = 1 << 31;
+/// Where a slot's kind starts.
+const KIND_SHIFT: u32 = 30;
+/// A slot's id + 1 (the rest is its kind).
+const ID_MASK: u32 = (1 << KIND_SHIFT) - 1;
 
 /// Which id space of `IdMap`.
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 enum Kind {
-    Obj,
-    Str,
+    /// An object written (its object id).
+    Obj = 0,
+    /// A string written (its string id).
+    Str = 1,
+    /// An upvalue written (its index in `Persister::upval_homes`).
+    Upval = 2,
+    /// A permanent (id 0): written by name, by the general path, until it has an object id.
+    Perm = 3,
 }
 
 impl IdMap {
-    fn new(base: usize) -> Self {
-        IdMap {
-            base,
-            leaves: Vec::new(),
-            far: HashMap::default(),
-            far_dense: false,
+    /// Empties the map for a persist of the arena at `base`, keeping its memory.
+    fn reset(&mut self, base: usize) {
+        self.base = base;
+        for leaf in self.leaves.iter_mut().flatten() {
+            leaf.fill(0);
         }
+        self.far.clear();
+        self.far_dense = false;
+    }
+
+    /// Bytes it holds.
+    fn footprint(&self) -> usize {
+        self.leaves.capacity() * std::mem::size_of::<Option<Box<[u32; LEAF]>>>()
+            + self.leaves.iter().flatten().count() * LEAF * 4
+            + self.far.capacity() * 24
     }
 
     /// The table index of `p`, if the table can hold it.
@@ -137,27 +157,19 @@ impl IdMap {
     }
 
     #[inline]
-    fn bit(kind: Kind) -> u32 {
-        match kind {
-            Kind::Obj => 0,
-            Kind::Str => STR_BIT,
-        }
-    }
-
-    #[inline]
     fn get(&self, p: *const c_void, kind: Kind) -> Option<u32> {
         if let Some(k) = self.key(p) {
             if let Some(Some(leaf)) = self.leaves.get(k / LEAF) {
                 let e = leaf[k % LEAF];
-                if e != 0 && e & STR_BIT == Self::bit(kind) {
-                    return Some((e & !STR_BIT) - 1);
+                if e != 0 && e >> KIND_SHIFT == kind as u32 {
+                    return Some((e & ID_MASK) - 1);
                 }
             }
             if !self.far_dense {
                 return None;
             }
         }
-        self.far.get(&(p as usize, kind == Kind::Str)).copied()
+        self.far.get(&(p as usize, kind)).copied()
     }
 
     #[inline]
@@ -165,24 +177,27 @@ impl IdMap {
         self.get(p, Kind::Obj).is_some()
     }
 
+    /// Gives `p` the id `id` of `kind`. A permanent's slot takes the object id it gets.
     #[inline]
     fn insert(&mut self, p: *const c_void, kind: Kind, id: u32) {
         if let Some(k) = self.key(p) {
-            if id < STR_BIT - 1 {
+            if id < ID_MASK - 1 {
                 let i = k / LEAF;
                 if i >= self.leaves.len() {
                     self.leaves.resize_with(i + 1, || None);
                 }
                 let leaf = self.leaves[i].get_or_insert_with(|| Box::new([0; LEAF]));
                 let e = &mut leaf[k % LEAF];
-                if *e == 0 || *e & STR_BIT == Self::bit(kind) {
-                    *e = Self::bit(kind) | (id + 1);
+                let old = *e >> KIND_SHIFT;
+                if *e == 0 || old == kind as u32 || (old == Kind::Perm as u32 && kind == Kind::Obj)
+                {
+                    *e = (kind as u32) << KIND_SHIFT | (id + 1);
                     return;
                 }
             }
             self.far_dense = true;
         }
-        self.far.insert((p as usize, kind == Kind::Str), id);
+        self.far.insert((p as usize, kind), id);
     }
 
     /// The id of `p`, or None after giving it `id`.
@@ -310,14 +325,14 @@ pub(crate) struct Persister<'a> {
     /// Upvalues (identity, value) described by the last closure scan.
     cl_uids: Vec<*const c_void>,
     cl_vals: Vec<RawVal>,
-    /// Identities of the permanents (objects only), to skip the Lua lookup for the rest.
-    perm_ptrs: Option<HashSet<*const c_void>>,
     next_id: u32,
     protos: HashMap<*const c_void, u32>,
     /// Chunks written (by record): their index in the file, and the path to each prototype of
     /// the chunk's tree by fingerprint.
     chunks: HashMap<*const c_void, (u32, HashMap<u64, Vec<u32>>)>,
-    upvals: HashMap<*const c_void, (u32, c_int)>,
+    /// Upvalues written (by `IdMap` index, `Kind::Upval`): the closure (object id) and the
+    /// upvalue number that wrote each first.
+    upval_homes: Vec<(u32, c_int)>,
     frames: Vec<Frame>,
     segs: Vec<Seg>,
     pub error: Option<String>,
@@ -346,28 +361,127 @@ unsafe extern "C-unwind" fn dump_writer(
     0
 }
 
+/// The writer's working memory: kept between persists on a thread (up to `SCRATCH_KEEP`
+/// bytes), so a save does not pay again for allocating, growing and page-faulting what the
+/// last one already had, the id table first (a quarter of the arena's used extent).
+#[derive(Default)]
+struct Scratch {
+    refs: IdMap,
+    unanchored: Vec<*const c_void>,
+    unanchored_objs: Vec<*const c_void>,
+    unanchored_ids: Vec<ffi::lua_Integer>,
+    scan: Vec<RawEntry>,
+    upval_homes: Vec<(u32, c_int)>,
+    protos: HashMap<*const c_void, u32>,
+    chunks: HashMap<*const c_void, (u32, HashMap<u64, Vec<u32>>)>,
+    frames: Vec<Frame>,
+    segs: Vec<Seg>,
+    layout: LayoutBufs,
+    cl_uids: Vec<*const c_void>,
+    cl_vals: Vec<RawVal>,
+}
+
+/// The most scratch memory a thread keeps between persists (enough for arenas of about
+/// 64 MiB); a persist that needed more frees it when done.
+const SCRATCH_KEEP: usize = 16 << 20;
+
+thread_local! {
+    /// The scratch of the last persist on this thread (a nested persist, from a `__persist`
+    /// function, finds none and makes its own).
+    static SCRATCH: std::cell::Cell<Option<Scratch>> = const { std::cell::Cell::new(None) };
+}
+
+impl Scratch {
+    /// This thread's kept scratch, emptied, or a new one.
+    fn take(arena_base: usize) -> Scratch {
+        let mut sc = SCRATCH.with(|c| c.take()).unwrap_or_default();
+        sc.refs.reset(arena_base);
+        sc.unanchored.clear();
+        sc.unanchored_objs.clear();
+        sc.unanchored_ids.clear();
+        sc.scan.clear();
+        sc.scan.reserve(4 * SCAN_BATCH);
+        sc.upval_homes.clear();
+        sc.protos.clear();
+        sc.chunks.clear();
+        sc.frames.clear();
+        sc.segs.clear();
+        sc.cl_uids.resize(MAX_UPVALUES, std::ptr::null());
+        sc.cl_vals.resize(MAX_UPVALUES, RawVal::EMPTY);
+        sc
+    }
+
+    /// Bytes it holds.
+    fn footprint(&self) -> usize {
+        fn bytes<T>(v: &Vec<T>) -> usize {
+            v.capacity() * std::mem::size_of::<T>()
+        }
+        self.refs.footprint()
+            + bytes(&self.unanchored)
+            + bytes(&self.unanchored_objs)
+            + bytes(&self.unanchored_ids)
+            + bytes(&self.scan)
+            + bytes(&self.upval_homes)
+            + self.protos.capacity() * 16
+            + bytes(&self.frames)
+            + bytes(&self.segs)
+            + bytes(&self.layout.codes)
+            + bytes(&self.layout.nexts)
+            + bytes(&self.layout.idx)
+            + bytes(&self.layout.blob)
+    }
+
+    /// Keeps it for the thread's next persist, if it is not too large.
+    fn keep(self) {
+        if self.footprint() <= SCRATCH_KEEP {
+            SCRATCH.with(|c| c.set(Some(self)));
+        }
+    }
+}
+
+impl Drop for Persister<'_> {
+    fn drop(&mut self) {
+        Scratch {
+            refs: std::mem::take(&mut self.refs),
+            unanchored: std::mem::take(&mut self.unanchored),
+            unanchored_objs: std::mem::take(&mut self.unanchored_objs),
+            unanchored_ids: std::mem::take(&mut self.unanchored_ids),
+            scan: std::mem::take(&mut self.scan),
+            upval_homes: std::mem::take(&mut self.upval_homes),
+            protos: std::mem::take(&mut self.protos),
+            chunks: std::mem::take(&mut self.chunks),
+            frames: std::mem::take(&mut self.frames),
+            segs: std::mem::take(&mut self.segs),
+            layout: std::mem::take(&mut self.layout),
+            cl_uids: std::mem::take(&mut self.cl_uids),
+            cl_vals: std::mem::take(&mut self.cl_vals),
+        }
+        .keep();
+    }
+}
+
 impl<'a> Persister<'a> {
     pub fn new(opts: &'a PersistOptions, shared: &'a Shared) -> Self {
+        let sc = Scratch::take(shared.arena_base);
         Persister {
             w: Writer::file(),
-            refs: IdMap::new(shared.arena_base),
+            refs: sc.refs,
             nstrs: 0,
             anchored: 0,
-            unanchored: Vec::new(),
-            unanchored_objs: Vec::new(),
-            unanchored_ids: Vec::new(),
+            unanchored: sc.unanchored,
+            unanchored_objs: sc.unanchored_objs,
+            unanchored_ids: sc.unanchored_ids,
             spkey_str: std::ptr::null(),
-            scan: Vec::with_capacity(4 * SCAN_BATCH),
+            scan: sc.scan,
             scan_gen: 0,
-            cl_uids: vec![std::ptr::null(); MAX_UPVALUES],
-            cl_vals: vec![RawVal::EMPTY; MAX_UPVALUES],
-            perm_ptrs: None,
+            cl_uids: sc.cl_uids,
+            cl_vals: sc.cl_vals,
             next_id: 0,
-            protos: HashMap::default(),
-            chunks: HashMap::default(),
-            upvals: HashMap::default(),
-            frames: Vec::new(),
-            segs: Vec::new(),
+            protos: sc.protos,
+            chunks: sc.chunks,
+            upval_homes: sc.upval_homes,
+            frames: sc.frames,
+            segs: sc.segs,
             error: None,
             has_bytecode: false,
             has_source: false,
@@ -376,8 +490,29 @@ impl<'a> Persister<'a> {
             opts,
             shared,
             dump: Vec::new(),
-            layout: LayoutBufs::default(),
+            layout: sc.layout,
         }
+    }
+
+    /// The closure (object id) and upvalue number that wrote the upvalue `uid` first.
+    #[inline]
+    fn upval_home(&self, uid: *const c_void) -> Option<(u32, c_int)> {
+        let i = self.refs.get(uid, Kind::Upval)?;
+        Some(self.upval_homes[i as usize])
+    }
+
+    /// Records that upvalue number `at` of the closure `owner` wrote the upvalue `uid`.
+    fn set_upval_home(&mut self, uid: *const c_void, owner: u32, at: c_int) {
+        self.refs
+            .insert(uid, Kind::Upval, self.upval_homes.len() as u32);
+        self.upval_homes.push((owner, at));
+    }
+
+    /// Whether `p` is the identity of a permanent not written yet (then the general path
+    /// writes it, by name).
+    #[inline]
+    fn is_permanent(&self, p: *const c_void) -> bool {
+        self.refs.get(p, Kind::Perm).is_some()
     }
 
     /// Writes the value on top of the stack (popped). `slots` locates the helper tables.
@@ -392,7 +527,6 @@ impl<'a> Persister<'a> {
             // puts the flag back.
             luasnap_gc_stopem(L, 1);
             // Collect the permanents' identities once (a few hundred entries).
-            let mut set = HashSet::default();
             ffi::lua_pushnil(L);
             while ffi::lua_next(L, s.perms) != 0 {
                 ffi::lua_settop(L, -2);
@@ -400,10 +534,9 @@ impl<'a> Persister<'a> {
                     ffi::lua_type(L, -1),
                     ffi::LUA_TNIL | ffi::LUA_TBOOLEAN | ffi::LUA_TNUMBER | ffi::LUA_TSTRING
                 ) {
-                    set.insert(ffi::lua_topointer(L, -1));
+                    self.refs.insert(ffi::lua_topointer(L, -1), Kind::Perm, 0);
                 }
             }
-            self.perm_ptrs = Some(set);
             ffi::lua_pushlstring(L, self.spkey.as_ptr(), self.spkey.as_bytes().len());
             self.spkey_str = ffi::lua_topointer(L, -1);
             ffi::lua_rawseti(L, s.strs, 0);
@@ -579,7 +712,7 @@ impl<'a> Persister<'a> {
     /// # Safety
     /// `t` was just described by `luasnap_table_scan`; no Lua code ran since.
     unsafe fn unseen_table_info(&mut self, t: *const c_void) -> Option<(u32, u32, *const c_void)> {
-        if self.perm_ptrs.as_ref().is_some_and(|set| set.contains(&t)) {
+        if self.is_permanent(t) {
             return None;
         }
         let (mut narr, mut nhash, mut mt) = (0u32, 0u32, std::ptr::null());
@@ -594,7 +727,7 @@ impl<'a> Persister<'a> {
     /// Whether the object `p` is neither written yet nor a permanent (which the general path
     /// writes by name).
     fn unwritten(&self, p: *const c_void) -> bool {
-        !self.refs.contains(p) && !self.perm_ptrs.as_ref().is_some_and(|set| set.contains(&p))
+        !self.refs.contains(p) && !self.is_permanent(p)
     }
 
     /// Gives the object `p`, written by identity, its id, and lists it for `anchor`.
@@ -632,7 +765,7 @@ impl<'a> Persister<'a> {
         let n = usize::try_from(n).ok()?;
         let index = *self.protos.get(&proto)?;
         let plain = (0..n)
-            .all(|i| self.upvals.contains_key(&self.cl_uids[i]) || self.plain(&self.cl_vals[i]));
+            .all(|i| self.upval_home(self.cl_uids[i]).is_some() || self.plain(&self.cl_vals[i]));
         plain.then_some((index, n))
     }
 
@@ -647,12 +780,12 @@ impl<'a> Persister<'a> {
         self.w.varint(n as u64);
         for i in 0..n {
             let (uid, v) = (self.cl_uids[i], self.cl_vals[i]);
-            if let Some(&(owner, at)) = self.upvals.get(&uid) {
+            if let Some((owner, at)) = self.upval_home(uid) {
                 self.w.tag(Tag::UpvalRef);
                 self.w.varint(owner as u64);
                 self.w.varint(at as u64);
             } else {
-                self.upvals.insert(uid, (id, i as c_int + 1));
+                self.set_upval_home(uid, id, i as c_int + 1);
                 self.w.tag(Tag::UpvalNew);
                 // SAFETY: v was described by the closure scan; nothing ran since.
                 unsafe { self.write_plain(&v) };
@@ -849,12 +982,10 @@ impl<'a> Persister<'a> {
     unsafe fn permanent(&mut self, L: *mut lua_State, s: Slots) -> bool {
         // SAFETY: rawget on the permanents table (value -> key) does not raise.
         unsafe {
-            if ffi::lua_type(L, -1) != ffi::LUA_TLIGHTUSERDATA {
-                if let Some(set) = &self.perm_ptrs {
-                    if !set.contains(&ffi::lua_topointer(L, -1)) {
-                        return false;
-                    }
-                }
+            if ffi::lua_type(L, -1) != ffi::LUA_TLIGHTUSERDATA
+                && !self.is_permanent(ffi::lua_topointer(L, -1))
+            {
+                return false;
             }
             ffi::lua_pushvalue(L, -1);
             if ffi::lua_rawget(L, s.perms) == ffi::LUA_TNIL {
@@ -1445,14 +1576,14 @@ impl<'a> Persister<'a> {
                             ffi::lua_rawgeti(L, s.seen, id as ffi::lua_Integer);
                         }
                         let uid = ffi::lua_upvalueid(L, -1, i) as *const c_void;
-                        if let Some(&(owner, index)) = self.upvals.get(&uid) {
+                        if let Some((owner, index)) = self.upval_home(uid) {
                             ffi::lua_settop(L, -2);
                             self.w.tag(Tag::UpvalRef);
                             self.w.varint(owner as u64);
                             self.w.varint(index as u64);
                             return Ok(true);
                         }
-                        self.upvals.insert(uid, (id, i));
+                        self.set_upval_home(uid, id, i);
                         self.w.tag(Tag::UpvalNew);
                     }
                     ffi::lua_getupvalue(L, -1, i);
@@ -1602,7 +1733,7 @@ unsafe fn key_text(L: *mut lua_State) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{IdMap, Kind, DENSE_SPAN, LEAF, STR_BIT};
+    use super::{IdMap, Kind, DENSE_SPAN, ID_MASK, LEAF};
     use std::ffi::c_void;
 
     const BASE: usize = 0x7000_0000_0000;
@@ -1611,17 +1742,26 @@ mod tests {
         BASE.wrapping_add(off) as *const c_void
     }
 
+    fn map() -> IdMap {
+        let mut m = IdMap::default();
+        m.reset(BASE);
+        m
+    }
+
     #[test]
     fn ids_in_the_table_keep_their_kind() {
-        let mut m = IdMap::new(BASE);
+        let mut m = map();
         m.insert(at(0), Kind::Obj, 0);
         m.insert(at(16), Kind::Str, 0);
+        m.insert(at(32), Kind::Upval, 3);
         m.insert(at(16 * LEAF * 3 + 32), Kind::Obj, 7);
         assert_eq!(m.get(at(0), Kind::Obj), Some(0));
         assert_eq!(m.get(at(0), Kind::Str), None);
         assert_eq!(m.get(at(16), Kind::Str), Some(0));
         assert_eq!(m.get(at(16), Kind::Obj), None);
         assert!(!m.contains(at(16)));
+        assert_eq!(m.get(at(32), Kind::Upval), Some(3));
+        assert_eq!(m.get(at(32), Kind::Obj), None);
         assert_eq!(m.get(at(16 * LEAF * 3 + 32), Kind::Obj), Some(7));
         assert_eq!(m.get(at(16 * LEAF * 3 + 48), Kind::Obj), None);
         assert_eq!(m.get(at(16 * LEAF * 9), Kind::Obj), None);
@@ -1631,8 +1771,47 @@ mod tests {
     }
 
     #[test]
+    fn a_permanent_takes_its_object_id() {
+        let mut m = map();
+        m.insert(at(80), Kind::Perm, 0);
+        assert_eq!(m.get(at(80), Kind::Perm), Some(0));
+        assert!(!m.contains(at(80)));
+        m.insert(at(80), Kind::Obj, 12);
+        assert_eq!(m.get(at(80), Kind::Obj), Some(12));
+        assert_eq!(m.get(at(80), Kind::Perm), None);
+        // Outside the table (a light C function): both stay, apart.
+        let f = 0x1234_5678 as *const c_void;
+        m.insert(f, Kind::Perm, 0);
+        m.insert(f, Kind::Obj, 13);
+        assert_eq!(m.get(f, Kind::Obj), Some(13));
+        assert!(!m.far_dense);
+    }
+
+    #[test]
+    fn reset_forgets_every_identity() {
+        let mut m = map();
+        m.insert(at(0), Kind::Obj, 1);
+        m.insert(at(16 * LEAF * 5), Kind::Str, 2);
+        m.insert(at(8), Kind::Obj, 3);
+        m.insert(at(32), Kind::Obj, ID_MASK - 1);
+        assert!(m.far_dense);
+        let leaves = m.leaves.iter().flatten().count();
+        m.reset(BASE + 16 * LEAF);
+        assert_eq!(m.leaves.iter().flatten().count(), leaves, "leaves are kept");
+        for p in [at(0), at(16 * LEAF * 5), at(8), at(32), at(16 * LEAF * 6)] {
+            assert_eq!(m.get(p, Kind::Obj), None);
+            assert_eq!(m.get(p, Kind::Str), None);
+        }
+        assert!(!m.far_dense && m.far.is_empty());
+        // The new base counts offsets from there.
+        m.insert(at(16 * LEAF), Kind::Obj, 4);
+        assert_eq!(m.get(at(16 * LEAF), Kind::Obj), Some(4));
+        assert!(m.leaves[0].as_ref().is_some_and(|l| l[0] != 0));
+    }
+
+    #[test]
     fn identities_the_table_cannot_hold_go_to_the_map() {
-        let mut m = IdMap::new(BASE);
+        let mut m = map();
         // Not 16-byte aligned (a userdata's memory), below the arena, past the span.
         for (p, id) in [(at(8), 1), (at(usize::MAX - 15), 2), (at(DENSE_SPAN), 3)] {
             m.insert(p, Kind::Obj, id);
@@ -1640,14 +1819,17 @@ mod tests {
             assert_eq!(m.get(p, Kind::Str), None);
         }
         assert!(!m.far_dense);
-        // An id too large for a slot, and a slot the other kind holds.
-        m.insert(at(32), Kind::Obj, STR_BIT - 1);
+        // An id too large for a slot, and a slot another kind holds.
+        m.insert(at(32), Kind::Obj, ID_MASK - 1);
         assert!(m.far_dense);
-        assert_eq!(m.get(at(32), Kind::Obj), Some(STR_BIT - 1));
+        assert_eq!(m.get(at(32), Kind::Obj), Some(ID_MASK - 1));
         m.insert(at(48), Kind::Obj, 4);
         m.insert(at(48), Kind::Str, 9);
         assert_eq!(m.get(at(48), Kind::Obj), Some(4));
         assert_eq!(m.get(at(48), Kind::Str), Some(9));
+        m.insert(at(96), Kind::Obj, 5);
+        m.insert(at(96), Kind::Perm, 0);
+        assert_eq!(m.get(at(96), Kind::Obj), Some(5));
         assert_eq!(m.get(at(64), Kind::Obj), None);
     }
 }
