@@ -64,7 +64,10 @@ unsafe extern "C" {
         cap: u32,
         lastfree: *mut u32,
         seed: *mut u32,
+        cache: *mut c_void,
     ) -> u32;
+    fn luasnap_layout_cache_size() -> usize;
+    fn luasnap_layout_cache_reset(cache: *mut c_void);
     fn luasnap_node_key(L: *mut lua_State, t: *const c_void, i: u32, out: *mut RawVal);
     fn luasnap_thread_tbc(co: *mut lua_State, out: *mut i32, max: c_int) -> c_int;
     fn luasnap_closure_scan(
@@ -290,6 +293,22 @@ struct LayoutBufs {
     nexts: Vec<i32>,
     idx: Vec<u32>,
     blob: Vec<u8>,
+    /// The layout cache of `luasnap_table_layout` (zeroed: empty).
+    cache: Vec<u64>,
+}
+
+impl LayoutBufs {
+    /// Starts a new epoch of the layout cache: Lua code may run next, or a new persist
+    /// starts (either may free a string and give its address to another).
+    fn forget_layouts(&mut self) {
+        if self.cache.is_empty() {
+            // SAFETY: a size query.
+            let bytes = unsafe { luasnap_layout_cache_size() };
+            self.cache = vec![0; bytes.div_ceil(8)];
+        }
+        // SAFETY: the cache has luasnap_layout_cache_size() bytes, 8-byte aligned.
+        unsafe { luasnap_layout_cache_reset(self.cache.as_mut_ptr().cast()) };
+    }
 }
 
 /// Appends `v` as a varint (the format's).
@@ -408,6 +427,7 @@ impl Scratch {
         sc.segs.clear();
         sc.cl_uids.resize(MAX_UPVALUES, std::ptr::null());
         sc.cl_vals.resize(MAX_UPVALUES, RawVal::EMPTY);
+        sc.layout.forget_layouts();
         sc
     }
 
@@ -429,6 +449,7 @@ impl Scratch {
             + bytes(&self.layout.nexts)
             + bytes(&self.layout.idx)
             + bytes(&self.layout.blob)
+            + bytes(&self.layout.cache)
     }
 
     /// Keeps it for the thread's next persist, if it is not too large.
@@ -697,8 +718,10 @@ impl<'a> Persister<'a> {
                 0,
             );
         }
-        // Lua code runs next: scanned batches waiting in parent frames are stale.
+        // Lua code runs next: scanned batches waiting in parent frames are stale, and so are
+        // the layouts cached by string identity.
         self.scan_gen = self.scan_gen.wrapping_add(1);
+        self.layout.forget_layouts();
         self.anchored += self.unanchored.len() as u32;
         self.unanchored.clear();
         self.unanchored_objs.clear();
@@ -813,7 +836,8 @@ impl<'a> Persister<'a> {
         lay.nexts.resize(size, 0);
         lay.idx.resize(size, 0);
         let (mut lastfree, mut seed) = (0u32, 0u32);
-        // SAFETY: the buffers hold `size` entries each; t is live; reads only.
+        // SAFETY: the buffers hold `size` entries each, the cache its size; t is live; reads
+        // only the table.
         let n = unsafe {
             luasnap_table_layout(
                 L,
@@ -824,6 +848,7 @@ impl<'a> Persister<'a> {
                 size as u32,
                 &mut lastfree,
                 &mut seed,
+                lay.cache.as_mut_ptr().cast(),
             )
         } as usize;
         if n != size {
