@@ -206,6 +206,20 @@ impl IdMap {
     /// The id of `p`, or None after giving it `id`.
     #[inline]
     fn get_or_insert(&mut self, p: *const c_void, kind: Kind, id: u32) -> Option<u32> {
+        // The common cases in one look at the slot: found, or free (and, with nothing of the
+        // table's span in the hash map, not there either).
+        if let Some(k) = self.key(p) {
+            if let Some(Some(leaf)) = self.leaves.get_mut(k / LEAF) {
+                let e = &mut leaf[k % LEAF];
+                if *e != 0 && *e >> KIND_SHIFT == kind as u32 {
+                    return Some((*e & ID_MASK) - 1);
+                }
+                if *e == 0 && !self.far_dense && id < ID_MASK - 1 {
+                    *e = (kind as u32) << KIND_SHIFT | (id + 1);
+                    return None;
+                }
+            }
+        }
         let old = self.get(p, kind);
         if old.is_none() {
             self.insert(p, kind, id);
@@ -309,6 +323,27 @@ impl LayoutBufs {
         // SAFETY: the cache has luasnap_layout_cache_size() bytes, 8-byte aligned.
         unsafe { luasnap_layout_cache_reset(self.cache.as_mut_ptr().cast()) };
     }
+}
+
+/// Appends a tag and a varint (the hot paths' `Writer::tag` + `Writer::varint`, with one
+/// capacity check for the usual one- or two-byte varint).
+#[inline]
+fn put_tagged(out: &mut Vec<u8>, tag: Tag, v: u64) {
+    if v < 0x80 {
+        out.extend_from_slice(&[tag as u8, v as u8]);
+    } else {
+        out.push(tag as u8);
+        put_varint(out, v);
+    }
+}
+
+/// Appends a tag and 8 little-endian bytes.
+#[inline]
+fn put_tagged_u64(out: &mut Vec<u8>, tag: Tag, v: u64) {
+    let mut b = [0u8; 9];
+    b[0] = tag as u8;
+    b[1..].copy_from_slice(&v.to_le_bytes());
+    out.extend_from_slice(&b);
 }
 
 /// Appends `v` as a varint (the format's).
@@ -675,14 +710,11 @@ impl<'a> Persister<'a> {
             self.w.bytes(bytes);
         } else {
             match self.refs.get_or_insert(obj, Kind::Str, self.nstrs) {
-                Some(old) => {
-                    self.w.tag(Tag::StrRef);
-                    self.w.varint(old as u64);
-                }
+                Some(old) => put_tagged(&mut self.w.buf, Tag::StrRef, old as u64),
                 None => {
                     self.nstrs += 1;
-                    self.w.tag(Tag::Str);
-                    self.w.bytes(bytes);
+                    put_tagged(&mut self.w.buf, Tag::Str, bytes.len() as u64);
+                    self.w.buf.extend_from_slice(bytes);
                     self.unanchored.push(obj);
                 }
             }
@@ -897,8 +929,7 @@ impl<'a> Persister<'a> {
     /// Writes a table's header and (if nil or written already) its metatable, and pushes the
     /// frame for the rest.
     fn table_header(&mut self, t: *const c_void, (narr, nhash, mt): (u32, u32, *const c_void)) {
-        self.w.tag(Tag::Table);
-        self.w.varint(narr as u64);
+        put_tagged(&mut self.w.buf, Tag::Table, narr as u64);
         self.w.varint(nhash as u64);
         // The metatable comes first: written here when it is nil or already written (the
         // common case: shared metatables), else by the frame.
@@ -907,8 +938,7 @@ impl<'a> Persister<'a> {
             self.w.tag(Tag::Nil);
             state = 1;
         } else if let Some(mid) = self.refs.get(mt, Kind::Obj) {
-            self.w.tag(Tag::Ref);
-            self.w.varint(mid as u64);
+            put_tagged(&mut self.w.buf, Tag::Ref, mid as u64);
             state = 1;
         }
         let floor = self.scan.len() as u32;
@@ -948,10 +978,7 @@ impl<'a> Persister<'a> {
     #[inline]
     unsafe fn write_classified(&mut self, v: &RawVal, id: Option<u32>) {
         match id {
-            Some(id) => {
-                self.w.tag(Tag::Ref);
-                self.w.varint(id as u64);
-            }
+            Some(id) => put_tagged(&mut self.w.buf, Tag::Ref, id as u64),
             // SAFETY: callers' contract.
             None => unsafe { self.write_plain(v) },
         }
@@ -980,13 +1007,10 @@ impl<'a> Persister<'a> {
             kind::FALSE => self.w.tag(Tag::False),
             kind::TRUE => self.w.tag(Tag::True),
             kind::INT => {
-                self.w.tag(Tag::Int);
-                self.w.i64(v.bits as i64);
+                let i = v.bits as i64;
+                put_tagged(&mut self.w.buf, Tag::Int, ((i << 1) ^ (i >> 63)) as u64);
             }
-            kind::FLOAT => {
-                self.w.tag(Tag::Float);
-                self.w.u64(v.bits);
-            }
+            kind::FLOAT => put_tagged_u64(&mut self.w.buf, Tag::Float, v.bits),
             kind::STR => {
                 // SAFETY: the scan pointed at the live string's bytes (callers' contract).
                 let bytes = unsafe { std::slice::from_raw_parts(v.s.cast::<u8>(), v.len as usize) };
@@ -997,8 +1021,7 @@ impl<'a> Persister<'a> {
                     .refs
                     .get(v.bits as usize as *const c_void, Kind::Obj)
                     .expect("`plain` checked that the object is written");
-                self.w.tag(Tag::Ref);
-                self.w.varint(id as u64);
+                put_tagged(&mut self.w.buf, Tag::Ref, id as u64);
             }
         }
     }
@@ -1758,8 +1781,37 @@ unsafe fn key_text(L: *mut lua_State) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{IdMap, Kind, DENSE_SPAN, ID_MASK, LEAF};
+    use super::{put_tagged, put_tagged_u64, IdMap, Kind, DENSE_SPAN, ID_MASK, LEAF};
+    use crate::persist::format::{Tag, Writer};
     use std::ffi::c_void;
+
+    #[test]
+    fn tagged_writes_are_the_writers_bytes() {
+        for v in [
+            0,
+            1,
+            0x7f,
+            0x80,
+            0x3fff,
+            0x4000,
+            1 << 35,
+            u64::MAX >> 1,
+            u64::MAX,
+        ] {
+            let mut w = Writer::default();
+            w.tag(Tag::StrRef);
+            w.varint(v);
+            let mut out = Vec::new();
+            put_tagged(&mut out, Tag::StrRef, v);
+            assert_eq!(out, w.buf, "{v:#x}");
+            let mut w = Writer::default();
+            w.tag(Tag::Float);
+            w.u64(v);
+            out.clear();
+            put_tagged_u64(&mut out, Tag::Float, v);
+            assert_eq!(out, w.buf, "{v:#x}");
+        }
+    }
 
     const BASE: usize = 0x7000_0000_0000;
 
