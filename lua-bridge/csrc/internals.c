@@ -744,6 +744,12 @@ void luasnap_anchor(lua_State *L, int idx, const void *const *ps, const lua_Inte
   }
 }
 
+/* Whether the table mt (a metatable) has a non-nil field `key` (a live string). Reads only. */
+int luasnap_meta_has(const void *mt, const void *key) {
+  TValue tmp;
+  return !tagisempty(luaH_getstr((Table *)mt, (TString *)key, &tmp));
+}
+
 /* Pushes the metatable of the table tp, or nil. */
 void luasnap_push_metatable(lua_State *L, const void *tp) {
   const Table *t = (const Table *)tp;
@@ -754,16 +760,15 @@ void luasnap_push_metatable(lua_State *L, const void *tp) {
 
 /* Sizes of the array and hash parts of the table tp, and its metatable (NULL if none).
 ** Returns whether that metatable has a non-nil field `key` (the persister's spkey, a string
-** it keeps alive). Reads only. */
+** it keeps alive; NULL: 0, no lookup). Reads only. */
 int luasnap_table_info(const void *tp, const void *key, unsigned int *narr, unsigned int *nhash,
                        const void **mt) {
   const Table *t = (const Table *)tp;
-  TValue tmp;
   *narr = t->asize;
   *nhash = isdummy(t) ? 0 : (1u << t->lsizenode);
   *mt = t->metatable;
-  if (t->metatable == NULL) return 0;
-  return !tagisempty(luaH_getstr(t->metatable, (TString *)key, &tmp));
+  if (t->metatable == NULL || key == NULL) return 0;
+  return luasnap_meta_has(t->metatable, key);
 }
 
 /* For the persister: the prototype of the Lua closure f (alive) and, for each of its n

@@ -20,10 +20,7 @@
 ** may have any of these metamethods. (First access that fails after the
 ** clearing will set the bit again.)
 */
-/* luasnap patch (see LUASNAP-PATCHES.md): clears them only if one is set, so a table whose
-** cache is already clear is not written (every assignment to an absent key calls this). */
-#define invalidateTMcache(t)	((void)(((t)->flags & maskflags) && \
-                                 ((t)->flags &= cast_byte(~maskflags))))
+#define invalidateTMcache(t)	((t)->flags &= cast_byte(~maskflags))
 
 
 /*

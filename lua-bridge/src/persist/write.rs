@@ -55,6 +55,7 @@ unsafe extern "C" {
         first: ffi::lua_Integer,
     );
     fn luasnap_push_metatable(L: *mut lua_State, t: *const c_void);
+    fn luasnap_meta_has(mt: *const c_void, key: *const c_void) -> c_int;
     fn luasnap_table_layout(
         L: *mut lua_State,
         t: *const c_void,
@@ -372,6 +373,8 @@ pub(crate) struct Persister<'a> {
     unanchored_ids: Vec<ffi::lua_Integer>,
     /// The spkey string (anchored in `strs[0]`).
     spkey_str: *const c_void,
+    /// The last metatable `meta_has_spkey` looked in, and its answer.
+    last_meta: (*const c_void, bool),
     /// Entries described by table scans, a stack of batches (see `Frame::Table`).
     scan: Vec<RawEntry>,
     /// Changes whenever Lua code may run (see `anchor`): older batches are stale.
@@ -528,6 +531,7 @@ impl<'a> Persister<'a> {
             unanchored_objs: sc.unanchored_objs,
             unanchored_ids: sc.unanchored_ids,
             spkey_str: std::ptr::null(),
+            last_meta: (std::ptr::null(), false),
             scan: sc.scan,
             scan_gen: 0,
             cl_uids: sc.cl_uids,
@@ -754,6 +758,7 @@ impl<'a> Persister<'a> {
         // the layouts cached by string identity.
         self.scan_gen = self.scan_gen.wrapping_add(1);
         self.layout.forget_layouts();
+        self.last_meta = (std::ptr::null(), false);
         self.anchored += self.unanchored.len() as u32;
         self.unanchored.clear();
         self.unanchored_objs.clear();
@@ -771,12 +776,30 @@ impl<'a> Persister<'a> {
             return None;
         }
         let (mut narr, mut nhash, mut mt) = (0u32, 0u32, std::ptr::null());
-        // SAFETY: t is a live table, spkey_str a live string (callers' contract).
-        if unsafe { luasnap_table_info(t, self.spkey_str, &mut narr, &mut nhash, &mut mt) } != 0 {
+        // SAFETY: t is a live table (callers' contract); no key, no lookup.
+        unsafe { luasnap_table_info(t, std::ptr::null(), &mut narr, &mut nhash, &mut mt) };
+        // SAFETY: t's metatable is live; nothing ran since t was described.
+        if !mt.is_null() && unsafe { self.meta_has_spkey(mt) } {
             return None;
         }
         self.record(t);
         Some((narr, nhash, mt))
+    }
+
+    /// Whether the metatable `mt` (of a table being written) has the special-persistence key.
+    /// The last answer is kept: tables of one class share their metatable, and no metatable
+    /// changes until Lua code runs (`anchor` forgets it).
+    ///
+    /// # Safety
+    /// `mt` is a live table; no Lua code ran since the table that has it was described.
+    #[inline]
+    unsafe fn meta_has_spkey(&mut self, mt: *const c_void) -> bool {
+        if mt != self.last_meta.0 {
+            // SAFETY: mt is a live table (callers' contract), spkey_str a live string.
+            let has = unsafe { luasnap_meta_has(mt, self.spkey_str) } != 0;
+            self.last_meta = (mt, has);
+        }
+        self.last_meta.1
     }
 
     /// Whether the object `p` is neither written yet nor a permanent (which the general path
@@ -856,8 +879,8 @@ impl<'a> Persister<'a> {
     /// `t` is a live table; no Lua code runs meanwhile.
     unsafe fn end_table(&mut self, L: *mut lua_State, t: *const c_void) {
         let (mut narr, mut nhash, mut mt) = (0, 0, std::ptr::null());
-        // SAFETY: t is a live table (caller); spkey_str is live.
-        unsafe { luasnap_table_info(t, self.spkey_str, &mut narr, &mut nhash, &mut mt) };
+        // SAFETY: t is a live table (caller); no key, no lookup.
+        unsafe { luasnap_table_info(t, std::ptr::null(), &mut narr, &mut nhash, &mut mt) };
         let size = nhash as usize;
         if size < 2 {
             self.w.tag(Tag::Nil);
@@ -1082,7 +1105,7 @@ impl<'a> Persister<'a> {
                     }
                     // Anchored in seen[id] above.
                     let (mut narr, mut nhash, mut mt) = (0u32, 0u32, std::ptr::null());
-                    luasnap_table_info(ptr, self.spkey_str, &mut narr, &mut nhash, &mut mt);
+                    luasnap_table_info(ptr, std::ptr::null(), &mut narr, &mut nhash, &mut mt);
                     self.table_header(ptr, (narr, nhash, mt));
                 }
                 ffi::LUA_TFUNCTION => {
