@@ -58,29 +58,35 @@ static uint64_t finish(uint64_t x) {
   return x ^ (x >> 31);
 }
 
+/* Everything of p that its fingerprint covers but its nested prototypes. */
+static void proto_hash_fields(Hash *h, const Proto *p) {
+  int i;
+  hu64(h, (uint64_t)p->numparams); hu64(h, (uint64_t)p->flag); hu64(h, (uint64_t)p->maxstacksize);
+  hu64(h, (uint64_t)p->linedefined); hu64(h, (uint64_t)p->lastlinedefined);
+  if (p->source) hbytes(h, getstr(p->source), tsslen(p->source));
+  hu64(h, (uint64_t)p->sizecode);
+  hbytes(h, p->code, sizeof(Instruction) * (size_t)p->sizecode);
+  hu64(h, (uint64_t)luasnap_nconsts(p));  /* the chunk record's anchor is not code */
+  for (i = 0; i < luasnap_nconsts(p); i++) {
+    const TValue *k = &p->k[i];
+    hu64(h, (uint64_t)ttypetag(k));
+    if (ttisstring(k)) hbytes(h, getstr(tsvalue(k)), tsslen(tsvalue(k)));
+    else if (ttisinteger(k)) hu64(h, (uint64_t)ivalue(k));
+    else if (ttisfloat(k)) { lua_Number n = fltvalue(k); hbytes(h, &n, sizeof n); }
+  }
+  hu64(h, (uint64_t)p->sizeupvalues);
+  for (i = 0; i < p->sizeupvalues; i++) {
+    hu64(h, (uint64_t)p->upvalues[i].instack);
+    hu64(h, (uint64_t)p->upvalues[i].idx);
+    hu64(h, (uint64_t)p->upvalues[i].kind);
+  }
+  hu64(h, (uint64_t)p->sizep);
+}
+
 static uint64_t proto_hash(const Proto *p, int depth) {
   Hash h = { 0xcbf29ce484222325ULL };
   int i;
-  hu64(&h, (uint64_t)p->numparams); hu64(&h, (uint64_t)p->flag); hu64(&h, (uint64_t)p->maxstacksize);
-  hu64(&h, (uint64_t)p->linedefined); hu64(&h, (uint64_t)p->lastlinedefined);
-  if (p->source) hbytes(&h, getstr(p->source), tsslen(p->source));
-  hu64(&h, (uint64_t)p->sizecode);
-  hbytes(&h, p->code, sizeof(Instruction) * (size_t)p->sizecode);
-  hu64(&h, (uint64_t)luasnap_nconsts(p));  /* the chunk record's anchor is not code */
-  for (i = 0; i < luasnap_nconsts(p); i++) {
-    const TValue *k = &p->k[i];
-    hu64(&h, (uint64_t)ttypetag(k));
-    if (ttisstring(k)) hbytes(&h, getstr(tsvalue(k)), tsslen(tsvalue(k)));
-    else if (ttisinteger(k)) hu64(&h, (uint64_t)ivalue(k));
-    else if (ttisfloat(k)) { lua_Number n = fltvalue(k); hbytes(&h, &n, sizeof n); }
-  }
-  hu64(&h, (uint64_t)p->sizeupvalues);
-  for (i = 0; i < p->sizeupvalues; i++) {
-    hu64(&h, (uint64_t)p->upvalues[i].instack);
-    hu64(&h, (uint64_t)p->upvalues[i].idx);
-    hu64(&h, (uint64_t)p->upvalues[i].kind);
-  }
-  hu64(&h, (uint64_t)p->sizep);
+  proto_hash_fields(&h, p);
   for (i = 0; i < p->sizep; i++)
     hu64(&h, depth < 200 ? proto_hash(p->p[i], depth + 1) : 0);
   return finish(h.h);
@@ -88,6 +94,33 @@ static uint64_t proto_hash(const Proto *p, int depth) {
 
 uint64_t luasnap_proto_hash(const void *p) {
   return proto_hash((const Proto *)p, 0);
+}
+
+/* Deepest nesting below a prototype for which luasnap_proto_tree_hashes answers (far inside
+** proto_hash's cut at 200: a prototype's fingerprint then equals the contribution it makes
+** to its parent's). */
+#define LS_TREE_HASH_DEPTH 100
+
+static uint64_t tree_hashes(const Proto *p, int depth, uint64_t *hs, int max, int *n, int *deep) {
+  Hash h = { 0xcbf29ce484222325ULL };
+  int i, at = (*n)++;
+  if (depth > LS_TREE_HASH_DEPTH) { *deep = 1; return 0; }
+  proto_hash_fields(&h, p);
+  for (i = 0; i < p->sizep; i++) hu64(&h, tree_hashes(p->p[i], depth + 1, hs, max, n, deep));
+  h.h = finish(h.h);
+  if (at < max) hs[at] = h.h;
+  return h.h;
+}
+
+/* The fingerprints (luasnap_proto_hash) of the prototype p and of every prototype nested in
+** it, in pre-order (p, then each child's tree in turn) into hs[0..max), each prototype hashed
+** once (where hashing each alone hashes a prototype again for every one it is nested in).
+** Returns how many prototypes the tree has, or -1 if it nests deeper than
+** LS_TREE_HASH_DEPTH (then hash each alone). */
+int luasnap_proto_tree_hashes(const void *p, uint64_t *hs, int max) {
+  int n = 0, deep = 0;
+  tree_hashes((const Proto *)p, 0, hs, max, &n, &deep);
+  return deep ? -1 : n;
 }
 
 /* Pushes a new closure of prototype p with fresh (nil) upvalues, as lundump does. */

@@ -69,6 +69,7 @@ unsafe extern "C" {
     ) -> u32;
     fn luasnap_layout_cache_size() -> usize;
     fn luasnap_layout_cache_reset(cache: *mut c_void);
+    fn luasnap_proto_tree_hashes(p: *const c_void, hs: *mut u64, max: c_int) -> c_int;
     fn luasnap_node_key(L: *mut lua_State, t: *const c_void, i: u32, out: *mut RawVal);
     fn luasnap_thread_tbc(co: *mut lua_State, out: *mut i32, max: c_int) -> c_int;
     fn luasnap_closure_scan(
@@ -387,6 +388,9 @@ pub(crate) struct Persister<'a> {
     /// Chunks written (by record): their index in the file, and the path to each prototype of
     /// the chunk's tree by fingerprint.
     chunks: HashMap<*const c_void, (u32, HashMap<u64, Vec<u32>>)>,
+    /// Fingerprints of the prototypes of the chunks written, by identity (forgotten before
+    /// Lua code runs, which could free a prototype and give its address to another).
+    proto_hashes: HashMap<*const c_void, u64>,
     /// Upvalues written (by `IdMap` index, `Kind::Upval`): the closure (object id) and the
     /// upvalue number that wrote each first.
     upval_homes: Vec<(u32, c_int)>,
@@ -539,6 +543,7 @@ impl<'a> Persister<'a> {
             next_id: 0,
             protos: sc.protos,
             chunks: sc.chunks,
+            proto_hashes: HashMap::default(),
             upval_homes: sc.upval_homes,
             frames: sc.frames,
             segs: sc.segs,
@@ -759,6 +764,7 @@ impl<'a> Persister<'a> {
         self.scan_gen = self.scan_gen.wrapping_add(1);
         self.layout.forget_layouts();
         self.last_meta = (std::ptr::null(), false);
+        self.proto_hashes.clear();
         self.anchored += self.unanchored.len() as u32;
         self.unanchored.clear();
         self.unanchored_objs.clear();
@@ -1202,7 +1208,10 @@ impl<'a> Persister<'a> {
                     let index = self.protos.len() as u32;
                     self.protos.insert(proto, index);
                     self.w.varint(index as u64);
-                    let hash = luasnap_proto_hash(proto);
+                    let hash = match self.proto_hashes.get(&proto) {
+                        Some(&h) => h,
+                        None => luasnap_proto_hash(proto),
+                    };
                     self.w.u64(hash);
                     let mut ar: ffi::lua_Debug = std::mem::zeroed();
                     ffi::lua_pushvalue(L, -1);
@@ -1248,8 +1257,29 @@ impl<'a> Persister<'a> {
         if !self.chunks.contains_key(&d.rec) {
             let mut paths = HashMap::default();
             let mut path = Vec::new();
-            // SAFETY: d.main is the record's live main prototype.
-            unsafe { tree_paths(d.main, &mut path, &mut paths) };
+            // SAFETY: d.main is the record's live main prototype; the buffer holds `max`.
+            let hashes = unsafe {
+                let mut hs = vec![0u64; 64];
+                let mut n = luasnap_proto_tree_hashes(d.main, hs.as_mut_ptr(), hs.len() as c_int);
+                if n > hs.len() as c_int {
+                    hs.resize(n as usize, 0);
+                    n = luasnap_proto_tree_hashes(d.main, hs.as_mut_ptr(), n);
+                }
+                hs.truncate(n.max(0) as usize);
+                (n >= 0).then_some(hs)
+            };
+            let mut at = 0;
+            // SAFETY: as above.
+            unsafe {
+                tree_paths(
+                    d.main,
+                    &mut path,
+                    &mut paths,
+                    hashes.as_deref(),
+                    &mut at,
+                    &mut self.proto_hashes,
+                )
+            };
             if !paths.contains_key(&hash) {
                 return false;
             }
@@ -1269,8 +1299,11 @@ impl<'a> Persister<'a> {
             let binary = src.first() == Some(&0x1b);
             self.w.u8(binary as u8);
             self.w.bytes(name);
-            // SAFETY: as above.
-            self.w.u64(unsafe { luasnap_proto_hash(d.main) });
+            match self.proto_hashes.get(&d.main) {
+                Some(&h) => self.w.u64(h),
+                // SAFETY: as above.
+                None => self.w.u64(unsafe { luasnap_proto_hash(d.main) }),
+            }
             if (binary && self.opts.bytecode) || (!binary && self.opts.code) {
                 self.w.bytes(src);
                 if binary {
@@ -1755,26 +1788,40 @@ impl<'a> Persister<'a> {
     }
 }
 
-/// A short text for the key on top of the stack, as a path segment (`.name` or `[repr]`).
 /// Records the path (child indices from the main prototype) of `p` and of every prototype
 /// below it, by fingerprint; the first of equal fingerprints wins (equal fingerprints are
-/// equal functions).
+/// equal functions). `hashes`: the fingerprints of `p`'s tree in pre-order (from
+/// `luasnap_proto_tree_hashes`, read from `*at` on), or None to hash each prototype alone.
+/// Every fingerprint also goes to `memo`, by prototype.
 ///
 /// # Safety
 /// `p` is a live prototype.
-unsafe fn tree_paths(p: *const c_void, path: &mut Vec<u32>, out: &mut HashMap<u64, Vec<u32>>) {
+unsafe fn tree_paths(
+    p: *const c_void,
+    path: &mut Vec<u32>,
+    out: &mut HashMap<u64, Vec<u32>>,
+    hashes: Option<&[u64]>,
+    at: &mut usize,
+    memo: &mut HashMap<*const c_void, u64>,
+) {
     // SAFETY: callers' contract; children of a live prototype are alive.
     unsafe {
-        out.entry(luasnap_proto_hash(p))
-            .or_insert_with(|| path.clone());
+        let hash = match hashes.and_then(|hs| hs.get(*at)) {
+            Some(&h) => h,
+            None => luasnap_proto_hash(p),
+        };
+        *at += 1;
+        memo.insert(p, hash);
+        out.entry(hash).or_insert_with(|| path.clone());
         for i in 0..luasnap_proto_nchildren(p) {
             path.push(i as u32);
-            tree_paths(luasnap_proto_child(p, i), path, out);
+            tree_paths(luasnap_proto_child(p, i), path, out, hashes, at, memo);
             path.pop();
         }
     }
 }
 
+/// A short text for the key on top of the stack, as a path segment (`.name` or `[repr]`).
 unsafe fn key_text(L: *mut lua_State) -> String {
     // SAFETY: reads a primitive without conversion.
     unsafe {
