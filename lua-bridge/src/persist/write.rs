@@ -104,7 +104,8 @@ const SCAN_KEEP: usize = 1 << 15;
 /// goes to a hash map.
 ///
 /// The table outlives a persist (see [`Scratch`]): [`IdMap::reset`] empties it for the next,
-/// zeroing the leaves it keeps.
+/// zeroing the leaves written since the last reset (a small save after a large one zeroes
+/// the large one's leaves once, not at every save).
 #[derive(Default)]
 struct IdMap {
     base: usize,
@@ -112,6 +113,8 @@ struct IdMap {
     far: HashMap<(usize, Kind), u32>,
     /// Whether `far` holds an identity the table could have held (then misses look there too).
     far_dense: bool,
+    /// Leaves `dirty.0..dirty.1` may hold slots written since the last reset.
+    dirty: (usize, usize),
 }
 
 /// Slots per leaf of `IdMap` (a leaf covers 16 KiB of arena).
@@ -140,11 +143,19 @@ impl IdMap {
     /// Empties the map for a persist of the arena at `base`, keeping its memory.
     fn reset(&mut self, base: usize) {
         self.base = base;
-        for leaf in self.leaves.iter_mut().flatten() {
+        let (lo, hi) = self.dirty;
+        for leaf in self.leaves.iter_mut().take(hi).skip(lo).flatten() {
             leaf.fill(0);
         }
+        self.dirty = (usize::MAX, 0);
         self.far.clear();
         self.far_dense = false;
+    }
+
+    /// Notes that leaf `i` gets a slot written.
+    #[inline]
+    fn touch(&mut self, i: usize) {
+        self.dirty = (self.dirty.0.min(i), self.dirty.1.max(i + 1));
     }
 
     /// Bytes it holds.
@@ -197,6 +208,7 @@ impl IdMap {
                 if *e == 0 || old == kind as u32 || (old == Kind::Perm as u32 && kind == Kind::Obj)
                 {
                     *e = (kind as u32) << KIND_SHIFT | (id + 1);
+                    self.touch(i);
                     return;
                 }
             }
@@ -218,6 +230,7 @@ impl IdMap {
                 }
                 if *e == 0 && !self.far_dense && id < ID_MASK - 1 {
                     *e = (kind as u32) << KIND_SHIFT | (id + 1);
+                    self.touch(k / LEAF);
                     return None;
                 }
             }
@@ -1954,6 +1967,15 @@ mod tests {
         m.insert(at(16 * LEAF), Kind::Obj, 4);
         assert_eq!(m.get(at(16 * LEAF), Kind::Obj), Some(4));
         assert!(m.leaves[0].as_ref().is_some_and(|l| l[0] != 0));
+        assert_eq!(m.dirty, (0, 1));
+        // Leaf 5 is kept from before: the one-look path writes it and notes it too.
+        assert!(m.leaves[5].is_some());
+        assert_eq!(m.get_or_insert(at(16 * LEAF * 6), Kind::Str, 5), None);
+        assert_eq!(m.dirty, (0, 6));
+        // The next reset zeroes only the leaves written since this one.
+        m.reset(BASE);
+        assert_eq!(m.dirty, (usize::MAX, 0));
+        assert!(m.leaves.iter().flatten().all(|l| l.iter().all(|&e| e == 0)));
     }
 
     #[test]
