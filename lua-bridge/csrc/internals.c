@@ -58,29 +58,35 @@ static uint64_t finish(uint64_t x) {
   return x ^ (x >> 31);
 }
 
+/* Everything of p that its fingerprint covers but its nested prototypes. */
+static void proto_hash_fields(Hash *h, const Proto *p) {
+  int i;
+  hu64(h, (uint64_t)p->numparams); hu64(h, (uint64_t)p->flag); hu64(h, (uint64_t)p->maxstacksize);
+  hu64(h, (uint64_t)p->linedefined); hu64(h, (uint64_t)p->lastlinedefined);
+  if (p->source) hbytes(h, getstr(p->source), tsslen(p->source));
+  hu64(h, (uint64_t)p->sizecode);
+  hbytes(h, p->code, sizeof(Instruction) * (size_t)p->sizecode);
+  hu64(h, (uint64_t)luasnap_nconsts(p));  /* the chunk record's anchor is not code */
+  for (i = 0; i < luasnap_nconsts(p); i++) {
+    const TValue *k = &p->k[i];
+    hu64(h, (uint64_t)ttypetag(k));
+    if (ttisstring(k)) hbytes(h, getstr(tsvalue(k)), tsslen(tsvalue(k)));
+    else if (ttisinteger(k)) hu64(h, (uint64_t)ivalue(k));
+    else if (ttisfloat(k)) { lua_Number n = fltvalue(k); hbytes(h, &n, sizeof n); }
+  }
+  hu64(h, (uint64_t)p->sizeupvalues);
+  for (i = 0; i < p->sizeupvalues; i++) {
+    hu64(h, (uint64_t)p->upvalues[i].instack);
+    hu64(h, (uint64_t)p->upvalues[i].idx);
+    hu64(h, (uint64_t)p->upvalues[i].kind);
+  }
+  hu64(h, (uint64_t)p->sizep);
+}
+
 static uint64_t proto_hash(const Proto *p, int depth) {
   Hash h = { 0xcbf29ce484222325ULL };
   int i;
-  hu64(&h, (uint64_t)p->numparams); hu64(&h, (uint64_t)p->flag); hu64(&h, (uint64_t)p->maxstacksize);
-  hu64(&h, (uint64_t)p->linedefined); hu64(&h, (uint64_t)p->lastlinedefined);
-  if (p->source) hbytes(&h, getstr(p->source), tsslen(p->source));
-  hu64(&h, (uint64_t)p->sizecode);
-  hbytes(&h, p->code, sizeof(Instruction) * (size_t)p->sizecode);
-  hu64(&h, (uint64_t)luasnap_nconsts(p));  /* the chunk record's anchor is not code */
-  for (i = 0; i < luasnap_nconsts(p); i++) {
-    const TValue *k = &p->k[i];
-    hu64(&h, (uint64_t)ttypetag(k));
-    if (ttisstring(k)) hbytes(&h, getstr(tsvalue(k)), tsslen(tsvalue(k)));
-    else if (ttisinteger(k)) hu64(&h, (uint64_t)ivalue(k));
-    else if (ttisfloat(k)) { lua_Number n = fltvalue(k); hbytes(&h, &n, sizeof n); }
-  }
-  hu64(&h, (uint64_t)p->sizeupvalues);
-  for (i = 0; i < p->sizeupvalues; i++) {
-    hu64(&h, (uint64_t)p->upvalues[i].instack);
-    hu64(&h, (uint64_t)p->upvalues[i].idx);
-    hu64(&h, (uint64_t)p->upvalues[i].kind);
-  }
-  hu64(&h, (uint64_t)p->sizep);
+  proto_hash_fields(&h, p);
   for (i = 0; i < p->sizep; i++)
     hu64(&h, depth < 200 ? proto_hash(p->p[i], depth + 1) : 0);
   return finish(h.h);
@@ -88,6 +94,33 @@ static uint64_t proto_hash(const Proto *p, int depth) {
 
 uint64_t luasnap_proto_hash(const void *p) {
   return proto_hash((const Proto *)p, 0);
+}
+
+/* Deepest nesting below a prototype for which luasnap_proto_tree_hashes answers (far inside
+** proto_hash's cut at 200: a prototype's fingerprint then equals the contribution it makes
+** to its parent's). */
+#define LS_TREE_HASH_DEPTH 100
+
+static uint64_t tree_hashes(const Proto *p, int depth, uint64_t *hs, int max, int *n, int *deep) {
+  Hash h = { 0xcbf29ce484222325ULL };
+  int i, at = (*n)++;
+  if (depth > LS_TREE_HASH_DEPTH) { *deep = 1; return 0; }
+  proto_hash_fields(&h, p);
+  for (i = 0; i < p->sizep; i++) hu64(&h, tree_hashes(p->p[i], depth + 1, hs, max, n, deep));
+  h.h = finish(h.h);
+  if (at < max) hs[at] = h.h;
+  return h.h;
+}
+
+/* The fingerprints (luasnap_proto_hash) of the prototype p and of every prototype nested in
+** it, in pre-order (p, then each child's tree in turn) into hs[0..max), each prototype hashed
+** once (where hashing each alone hashes a prototype again for every one it is nested in).
+** Returns how many prototypes the tree has, or -1 if it nests deeper than
+** LS_TREE_HASH_DEPTH (then hash each alone). */
+int luasnap_proto_tree_hashes(const void *p, uint64_t *hs, int max) {
+  int n = 0, deep = 0;
+  tree_hashes((const Proto *)p, 0, hs, max, &n, &deep);
+  return deep ? -1 : n;
 }
 
 /* Pushes a new closure of prototype p with fresh (nil) upvalues, as lundump does. */
@@ -861,6 +894,12 @@ void luasnap_anchor(lua_State *L, int idx, const void *const *ps, const lua_Inte
   }
 }
 
+/* Whether the table mt (a metatable) has a non-nil field `key` (a live string). Reads only. */
+int luasnap_meta_has(const void *mt, const void *key) {
+  TValue tmp;
+  return !tagisempty(luaH_getstr((Table *)mt, (TString *)key, &tmp));
+}
+
 /* Pushes the metatable of the table tp, or nil. */
 void luasnap_push_metatable(lua_State *L, const void *tp) {
   const Table *t = (const Table *)tp;
@@ -871,16 +910,15 @@ void luasnap_push_metatable(lua_State *L, const void *tp) {
 
 /* Sizes of the array and hash parts of the table tp, and its metatable (NULL if none).
 ** Returns whether that metatable has a non-nil field `key` (the persister's spkey, a string
-** it keeps alive). Reads only. */
+** it keeps alive; NULL: 0, no lookup). Reads only. */
 int luasnap_table_info(const void *tp, const void *key, unsigned int *narr, unsigned int *nhash,
                        const void **mt) {
   const Table *t = (const Table *)tp;
-  TValue tmp;
   *narr = t->asize;
   *nhash = isdummy(t) ? 0 : (1u << t->lsizenode);
   *mt = t->metatable;
-  if (t->metatable == NULL) return 0;
-  return !tagisempty(luaH_getstr(t->metatable, (TString *)key, &tmp));
+  if (t->metatable == NULL || key == NULL) return 0;
+  return luasnap_meta_has(t->metatable, key);
 }
 
 /* For the persister: the prototype of the Lua closure f (alive) and, for each of its n
@@ -1707,6 +1745,63 @@ static void sort_nodes(const Table *t, uint32_t *idx, unsigned int n) {
 #undef NLT
 }
 
+/* Layouts of recent tables, for the saver: objects built alike (by one constructor) have
+** hash parts alike, the same keys in the same nodes, and their ranks need sorting once.
+** A table takes the codes of an entry whose node count, lastfree, chain links and node
+** classes (free, removed, live) are its own and whose live keys are the same values (a string
+** by identity) in the same nodes: live ranks depend on those keys alone. Direct-mapped, by
+** the first live key. Invariant: an entry is valid only in the epoch it was made in; the
+** saver starts a new epoch (luasnap_layout_cache_reset) for each persist and before Lua code
+** runs, after which a string could be freed and another take its address. */
+#define LS_LC_WAYS 64
+#define LS_LC_NODES 32
+typedef struct {
+  uint32_t epoch, size, m, lastfree;
+  uint32_t codes[LS_LC_NODES];
+  int32_t nexts[LS_LC_NODES];
+  uint64_t bits[LS_LC_NODES];
+  lu_byte tags[LS_LC_NODES];
+} ls_lcentry;
+typedef struct {
+  uint32_t epoch;
+  ls_lcentry e[LS_LC_WAYS];
+} ls_lcache;
+
+/* Bytes of a layout cache; zeroed bytes are an empty cache. */
+size_t luasnap_layout_cache_size(void) { return sizeof(ls_lcache); }
+
+/* Forgets every layout of the cache c (luasnap_layout_cache_size bytes). */
+void luasnap_layout_cache_reset(void *c) {
+  ls_lcache *lc = (ls_lcache *)c;
+  if (++lc->epoch == 0) {  /* wrapped: entries of an old epoch 1 must not come back */
+    memset(lc, 0, sizeof *lc);
+    lc->epoch = 1;
+  }
+}
+
+/* A live key's value bits (every layout key but a boolean, whose tag says all). */
+static uint64_t ls_keybits(const Node *n) {
+  uint64_t b = 0;
+  if (keytt(n) != LUA_VFALSE && keytt(n) != LUA_VTRUE) memcpy(&b, &keyval(n), sizeof b);
+  return b;
+}
+
+/* Whether the cached entry e describes the table t, whose node classes (0 free, 1 and 2
+** removed, 3 live) and chain links are codes and nexts. */
+static int ls_lc_same(const Table *t, const ls_lcentry *e, const uint32_t *codes,
+                      const int32_t *nexts, unsigned int size) {
+  unsigned int i;
+  for (i = 0; i < size; i++) {
+    uint32_t c = e->codes[i] < 3 ? e->codes[i] : 3;
+    if (c != codes[i] || e->nexts[i] != nexts[i]) return 0;
+    if (c == 3) {
+      const Node *n = gnode(t, i);
+      if (e->tags[i] != keytt(n) || e->bits[i] != ls_keybits(n)) return 0;
+    }
+  }
+  return 1;
+}
+
 /* The layout of the hash part of the table tp, for the saver. Returns 0 (no layout to save)
 ** if the hash part has fewer than 2 nodes, a live key whose position depends on an address
 ** (a table, function, userdata or light userdata as key), or the layout that inserting its
@@ -1718,11 +1813,15 @@ static void sort_nodes(const Table *t, uint32_t *idx, unsigned int n) {
 ** luasnap_node_key), 3 + r a live entry whose key has rank r (keycmp order) among the live
 ** keys; nexts[i] = its
 ** chain offset; *lastfree = the index below which insertions look for free nodes (size if
-** the table keeps no such pointer), *seed = the VM's hash seed; returns size. Reads only. */
+** the table keeps no such pointer), *seed = the VM's hash seed; returns size. cache: NULL,
+** or a layout cache (see ls_lcache) that saves the sort for tables laid out like one before.
+** Reads only (the table). */
 unsigned int luasnap_table_layout(lua_State *L, const void *tp, uint32_t *codes, int32_t *nexts,
                                   uint32_t *idx, unsigned int cap, unsigned int *lastfree,
-                                  unsigned int *seed) {
+                                  unsigned int *seed, void *cache) {
   const Table *t = (const Table *)tp;
+  ls_lcache *lc = (ls_lcache *)cache;
+  ls_lcentry *e = NULL;
   unsigned int size, i, m = 0;
   if (t == NULL || isdummy(t)) return 0;
   size = sizenode(t);
@@ -1748,9 +1847,29 @@ unsigned int luasnap_table_layout(lua_State *L, const void *tp, uint32_t *codes,
       if (codes[i] == 1 || codes[i] == 2 || nexts[i] != 0) plain = 0;
     if (plain) return 0;
   }
+  *seed = G(L)->seed;
+  if (lc != NULL && size <= LS_LC_NODES && lc->epoch != 0) {
+    uint64_t h = (m > 0 ? ls_keybits(gnode(t, idx[0])) : 0) ^ ((uint64_t)size << 40)
+                 ^ ((uint64_t)m << 48) ^ (m > 0 ? idx[0] : 0);
+    e = &lc->e[(h * 0x9E3779B97F4A7C15ull) >> 58];  /* one of LS_LC_WAYS (2^6) */
+    if (e->epoch == lc->epoch && e->size == size && e->m == m && e->lastfree == *lastfree
+        && ls_lc_same(t, e, codes, nexts, size)) {
+      memcpy(codes, e->codes, size * sizeof *codes);
+      return size;
+    }
+  }
   sort_nodes(t, idx, m);
   for (i = 0; i < m; i++) codes[idx[i]] = 3 + i;
-  *seed = G(L)->seed;
+  if (e != NULL) {
+    e->epoch = lc->epoch; e->size = size; e->m = m; e->lastfree = *lastfree;
+    for (i = 0; i < size; i++) {
+      const Node *n = gnode(t, i);
+      e->codes[i] = codes[i];
+      e->nexts[i] = nexts[i];
+      e->tags[i] = codes[i] >= 3 ? keytt(n) : 0;
+      e->bits[i] = codes[i] >= 3 ? ls_keybits(n) : 0;
+    }
+  }
   return size;
 }
 

@@ -26,7 +26,7 @@ use super::{
 };
 use crate::bridge::ffi::Shared;
 use mlua_sys::{self as ffi, lua_State};
-use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
+use rustc_hash::FxHashMap as HashMap;
 use std::ffi::{c_int, c_void, CStr, CString};
 
 unsafe extern "C" {
@@ -55,6 +55,7 @@ unsafe extern "C" {
         first: ffi::lua_Integer,
     );
     fn luasnap_push_metatable(L: *mut lua_State, t: *const c_void);
+    fn luasnap_meta_has(mt: *const c_void, key: *const c_void) -> c_int;
     fn luasnap_table_layout(
         L: *mut lua_State,
         t: *const c_void,
@@ -64,7 +65,11 @@ unsafe extern "C" {
         cap: u32,
         lastfree: *mut u32,
         seed: *mut u32,
+        cache: *mut c_void,
     ) -> u32;
+    fn luasnap_layout_cache_size() -> usize;
+    fn luasnap_layout_cache_reset(cache: *mut c_void);
+    fn luasnap_proto_tree_hashes(p: *const c_void, hs: *mut u64, max: c_int) -> c_int;
     fn luasnap_node_key(L: *mut lua_State, t: *const c_void, i: u32, out: *mut RawVal);
     fn luasnap_thread_tbc(co: *mut lua_State, out: *mut i32, max: c_int) -> c_int;
     fn luasnap_closure_scan(
@@ -86,47 +91,78 @@ const SCAN_BATCH: usize = 64;
 /// nesting costs no more memory than a frame each.
 const SCAN_KEEP: usize = 1 << 15;
 
-/// Object identities (addresses) to ids, for objects (`Kind::Obj`) and strings (`Kind::Str`),
-/// which have separate id spaces. Every Lua object lives in the VM's arena, 16-byte aligned,
-/// and is visited in about the order it was allocated, so ids sit in a table indexed by arena
-/// offset / 16 (one 4-byte slot per 16 bytes of arena, in leaves of `LEAF` slots allocated
-/// when first used): a lookup is an index, and objects allocated together have their slots
-/// together, where a hash map scattered them (its lookups were most of the writer's cache
-/// misses). Both kinds share the table (a slot holds the id + 1 and the kind in its top bit):
-/// no two objects alive share an address, and nothing is freed while a persist runs (see
-/// `Persister::anchor`). Whatever does not fit (an identity outside the arena's first
-/// `DENSE_SPAN` bytes or not 16-byte aligned, such as a C function or a userdata's memory, an
-/// id past 2^31 - 2, a slot taken by the other kind) goes to a hash map.
+/// Object identities (addresses) to ids, in four id spaces (see [`Kind`]). Every Lua object
+/// lives in the VM's arena, 16-byte aligned, and is visited in about the order it was
+/// allocated, so ids sit in a table indexed by arena offset / 16 (one 4-byte slot per 16 bytes
+/// of arena, in leaves of `LEAF` slots allocated when first used): a lookup is an index, and
+/// objects allocated together have their slots together, where a hash map scattered them (its
+/// lookups were most of the writer's cache misses). The kinds share the table (a slot holds
+/// the id + 1 and the kind in its top two bits): no two objects alive share an address, and
+/// nothing is freed while a persist runs (see `Persister::anchor`). Whatever does not fit (an
+/// identity outside the arena's first `DENSE_SPAN` bytes or not 16-byte aligned, such as a C
+/// function or a userdata's memory, an id past `ID_MASK - 1`, a slot taken by another kind)
+/// goes to a hash map.
+///
+/// The table outlives a persist (see [`Scratch`]): [`IdMap::reset`] empties it for the next,
+/// zeroing the leaves written since the last reset (a small save after a large one zeroes
+/// the large one's leaves once, not at every save).
+#[derive(Default)]
 struct IdMap {
     base: usize,
     leaves: Vec<Option<Box<[u32; LEAF]>>>,
-    far: HashMap<(usize, bool), u32>,
+    far: HashMap<(usize, Kind), u32>,
     /// Whether `far` holds an identity the table could have held (then misses look there too).
     far_dense: bool,
+    /// Leaves `dirty.0..dirty.1` may hold slots written since the last reset.
+    dirty: (usize, usize),
 }
 
 /// Slots per leaf of `IdMap` (a leaf covers 16 KiB of arena).
 const LEAF: usize = 1024;
 /// Arena offsets `IdMap` indexes directly (past this, identities go to its hash map).
 const DENSE_SPAN: usize = 1 << 34;
-/// A slot's kind bit (set: a string's id).
-const STR_BIT: u32 = 1 << 31;
+/// Where a slot's kind starts.
+const KIND_SHIFT: u32 = 30;
+/// A slot's id + 1 (the rest is its kind).
+const ID_MASK: u32 = (1 << KIND_SHIFT) - 1;
 
 /// Which id space of `IdMap`.
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 enum Kind {
-    Obj,
-    Str,
+    /// An object written (its object id).
+    Obj = 0,
+    /// A string written (its string id).
+    Str = 1,
+    /// An upvalue written (its index in `Persister::upval_homes`).
+    Upval = 2,
+    /// A permanent (id 0): written by name, by the general path, until it has an object id.
+    Perm = 3,
 }
 
 impl IdMap {
-    fn new(base: usize) -> Self {
-        IdMap {
-            base,
-            leaves: Vec::new(),
-            far: HashMap::default(),
-            far_dense: false,
+    /// Empties the map for a persist of the arena at `base`, keeping its memory.
+    fn reset(&mut self, base: usize) {
+        self.base = base;
+        let (lo, hi) = self.dirty;
+        for leaf in self.leaves.iter_mut().take(hi).skip(lo).flatten() {
+            leaf.fill(0);
         }
+        self.dirty = (usize::MAX, 0);
+        self.far.clear();
+        self.far_dense = false;
+    }
+
+    /// Notes that leaf `i` gets a slot written.
+    #[inline]
+    fn touch(&mut self, i: usize) {
+        self.dirty = (self.dirty.0.min(i), self.dirty.1.max(i + 1));
+    }
+
+    /// Bytes it holds.
+    fn footprint(&self) -> usize {
+        self.leaves.capacity() * std::mem::size_of::<Option<Box<[u32; LEAF]>>>()
+            + self.leaves.iter().flatten().count() * LEAF * 4
+            + self.far.capacity() * 24
     }
 
     /// The table index of `p`, if the table can hold it.
@@ -137,27 +173,19 @@ impl IdMap {
     }
 
     #[inline]
-    fn bit(kind: Kind) -> u32 {
-        match kind {
-            Kind::Obj => 0,
-            Kind::Str => STR_BIT,
-        }
-    }
-
-    #[inline]
     fn get(&self, p: *const c_void, kind: Kind) -> Option<u32> {
         if let Some(k) = self.key(p) {
             if let Some(Some(leaf)) = self.leaves.get(k / LEAF) {
                 let e = leaf[k % LEAF];
-                if e != 0 && e & STR_BIT == Self::bit(kind) {
-                    return Some((e & !STR_BIT) - 1);
+                if e != 0 && e >> KIND_SHIFT == kind as u32 {
+                    return Some((e & ID_MASK) - 1);
                 }
             }
             if !self.far_dense {
                 return None;
             }
         }
-        self.far.get(&(p as usize, kind == Kind::Str)).copied()
+        self.far.get(&(p as usize, kind)).copied()
     }
 
     #[inline]
@@ -165,29 +193,48 @@ impl IdMap {
         self.get(p, Kind::Obj).is_some()
     }
 
+    /// Gives `p` the id `id` of `kind`. A permanent's slot takes the object id it gets.
     #[inline]
     fn insert(&mut self, p: *const c_void, kind: Kind, id: u32) {
         if let Some(k) = self.key(p) {
-            if id < STR_BIT - 1 {
+            if id < ID_MASK - 1 {
                 let i = k / LEAF;
                 if i >= self.leaves.len() {
                     self.leaves.resize_with(i + 1, || None);
                 }
                 let leaf = self.leaves[i].get_or_insert_with(|| Box::new([0; LEAF]));
                 let e = &mut leaf[k % LEAF];
-                if *e == 0 || *e & STR_BIT == Self::bit(kind) {
-                    *e = Self::bit(kind) | (id + 1);
+                let old = *e >> KIND_SHIFT;
+                if *e == 0 || old == kind as u32 || (old == Kind::Perm as u32 && kind == Kind::Obj)
+                {
+                    *e = (kind as u32) << KIND_SHIFT | (id + 1);
+                    self.touch(i);
                     return;
                 }
             }
             self.far_dense = true;
         }
-        self.far.insert((p as usize, kind == Kind::Str), id);
+        self.far.insert((p as usize, kind), id);
     }
 
     /// The id of `p`, or None after giving it `id`.
     #[inline]
     fn get_or_insert(&mut self, p: *const c_void, kind: Kind, id: u32) -> Option<u32> {
+        // The common cases in one look at the slot: found, or free (and, with nothing of the
+        // table's span in the hash map, not there either).
+        if let Some(k) = self.key(p) {
+            if let Some(Some(leaf)) = self.leaves.get_mut(k / LEAF) {
+                let e = &mut leaf[k % LEAF];
+                if *e != 0 && *e >> KIND_SHIFT == kind as u32 {
+                    return Some((*e & ID_MASK) - 1);
+                }
+                if *e == 0 && !self.far_dense && id < ID_MASK - 1 {
+                    *e = (kind as u32) << KIND_SHIFT | (id + 1);
+                    self.touch(k / LEAF);
+                    return None;
+                }
+            }
+        }
         let old = self.get(p, kind);
         if old.is_none() {
             self.insert(p, kind, id);
@@ -275,6 +322,43 @@ struct LayoutBufs {
     nexts: Vec<i32>,
     idx: Vec<u32>,
     blob: Vec<u8>,
+    /// The layout cache of `luasnap_table_layout` (zeroed: empty).
+    cache: Vec<u64>,
+}
+
+impl LayoutBufs {
+    /// Starts a new epoch of the layout cache: Lua code may run next, or a new persist
+    /// starts (either may free a string and give its address to another).
+    fn forget_layouts(&mut self) {
+        if self.cache.is_empty() {
+            // SAFETY: a size query.
+            let bytes = unsafe { luasnap_layout_cache_size() };
+            self.cache = vec![0; bytes.div_ceil(8)];
+        }
+        // SAFETY: the cache has luasnap_layout_cache_size() bytes, 8-byte aligned.
+        unsafe { luasnap_layout_cache_reset(self.cache.as_mut_ptr().cast()) };
+    }
+}
+
+/// Appends a tag and a varint (the hot paths' `Writer::tag` + `Writer::varint`, with one
+/// capacity check for the usual one- or two-byte varint).
+#[inline]
+fn put_tagged(out: &mut Vec<u8>, tag: Tag, v: u64) {
+    if v < 0x80 {
+        out.extend_from_slice(&[tag as u8, v as u8]);
+    } else {
+        out.push(tag as u8);
+        put_varint(out, v);
+    }
+}
+
+/// Appends a tag and 8 little-endian bytes.
+#[inline]
+fn put_tagged_u64(out: &mut Vec<u8>, tag: Tag, v: u64) {
+    let mut b = [0u8; 9];
+    b[0] = tag as u8;
+    b[1..].copy_from_slice(&v.to_le_bytes());
+    out.extend_from_slice(&b);
 }
 
 /// Appends `v` as a varint (the format's).
@@ -303,6 +387,8 @@ pub(crate) struct Persister<'a> {
     unanchored_ids: Vec<ffi::lua_Integer>,
     /// The spkey string (anchored in `strs[0]`).
     spkey_str: *const c_void,
+    /// The last metatable `meta_has_spkey` looked in, and its answer.
+    last_meta: (*const c_void, bool),
     /// Entries described by table scans, a stack of batches (see `Frame::Table`).
     scan: Vec<RawEntry>,
     /// Changes whenever Lua code may run (see `anchor`): older batches are stale.
@@ -310,14 +396,17 @@ pub(crate) struct Persister<'a> {
     /// Upvalues (identity, value) described by the last closure scan.
     cl_uids: Vec<*const c_void>,
     cl_vals: Vec<RawVal>,
-    /// Identities of the permanents (objects only), to skip the Lua lookup for the rest.
-    perm_ptrs: Option<HashSet<*const c_void>>,
     next_id: u32,
     protos: HashMap<*const c_void, u32>,
     /// Chunks written (by record): their index in the file, and the path to each prototype of
     /// the chunk's tree by fingerprint.
     chunks: HashMap<*const c_void, (u32, HashMap<u64, Vec<u32>>)>,
-    upvals: HashMap<*const c_void, (u32, c_int)>,
+    /// Fingerprints of the prototypes of the chunks written, by identity (forgotten before
+    /// Lua code runs, which could free a prototype and give its address to another).
+    proto_hashes: HashMap<*const c_void, u64>,
+    /// Upvalues written (by `IdMap` index, `Kind::Upval`): the closure (object id) and the
+    /// upvalue number that wrote each first.
+    upval_homes: Vec<(u32, c_int)>,
     frames: Vec<Frame>,
     segs: Vec<Seg>,
     pub error: Option<String>,
@@ -346,28 +435,131 @@ unsafe extern "C-unwind" fn dump_writer(
     0
 }
 
+/// The writer's working memory: kept between persists on a thread (up to `SCRATCH_KEEP`
+/// bytes), so a save does not pay again for allocating, growing and page-faulting what the
+/// last one already had, the id table first (a quarter of the arena's used extent).
+#[derive(Default)]
+struct Scratch {
+    refs: IdMap,
+    unanchored: Vec<*const c_void>,
+    unanchored_objs: Vec<*const c_void>,
+    unanchored_ids: Vec<ffi::lua_Integer>,
+    scan: Vec<RawEntry>,
+    upval_homes: Vec<(u32, c_int)>,
+    protos: HashMap<*const c_void, u32>,
+    chunks: HashMap<*const c_void, (u32, HashMap<u64, Vec<u32>>)>,
+    frames: Vec<Frame>,
+    segs: Vec<Seg>,
+    layout: LayoutBufs,
+    cl_uids: Vec<*const c_void>,
+    cl_vals: Vec<RawVal>,
+}
+
+/// The most scratch memory a thread keeps between persists (enough for arenas of about
+/// 64 MiB); a persist that needed more frees it when done.
+const SCRATCH_KEEP: usize = 16 << 20;
+
+thread_local! {
+    /// The scratch of the last persist on this thread (a nested persist, from a `__persist`
+    /// function, finds none and makes its own).
+    static SCRATCH: std::cell::Cell<Option<Scratch>> = const { std::cell::Cell::new(None) };
+}
+
+impl Scratch {
+    /// This thread's kept scratch, emptied, or a new one.
+    fn take(arena_base: usize) -> Scratch {
+        let mut sc = SCRATCH.with(|c| c.take()).unwrap_or_default();
+        sc.refs.reset(arena_base);
+        sc.unanchored.clear();
+        sc.unanchored_objs.clear();
+        sc.unanchored_ids.clear();
+        sc.scan.clear();
+        sc.scan.reserve(4 * SCAN_BATCH);
+        sc.upval_homes.clear();
+        sc.protos.clear();
+        sc.chunks.clear();
+        sc.frames.clear();
+        sc.segs.clear();
+        sc.cl_uids.resize(MAX_UPVALUES, std::ptr::null());
+        sc.cl_vals.resize(MAX_UPVALUES, RawVal::EMPTY);
+        sc.layout.forget_layouts();
+        sc
+    }
+
+    /// Bytes it holds.
+    fn footprint(&self) -> usize {
+        fn bytes<T>(v: &Vec<T>) -> usize {
+            v.capacity() * std::mem::size_of::<T>()
+        }
+        self.refs.footprint()
+            + bytes(&self.unanchored)
+            + bytes(&self.unanchored_objs)
+            + bytes(&self.unanchored_ids)
+            + bytes(&self.scan)
+            + bytes(&self.upval_homes)
+            + self.protos.capacity() * 16
+            + bytes(&self.frames)
+            + bytes(&self.segs)
+            + bytes(&self.layout.codes)
+            + bytes(&self.layout.nexts)
+            + bytes(&self.layout.idx)
+            + bytes(&self.layout.blob)
+            + bytes(&self.layout.cache)
+    }
+
+    /// Keeps it for the thread's next persist, if it is not too large.
+    fn keep(self) {
+        if self.footprint() <= SCRATCH_KEEP {
+            SCRATCH.with(|c| c.set(Some(self)));
+        }
+    }
+}
+
+impl Drop for Persister<'_> {
+    fn drop(&mut self) {
+        Scratch {
+            refs: std::mem::take(&mut self.refs),
+            unanchored: std::mem::take(&mut self.unanchored),
+            unanchored_objs: std::mem::take(&mut self.unanchored_objs),
+            unanchored_ids: std::mem::take(&mut self.unanchored_ids),
+            scan: std::mem::take(&mut self.scan),
+            upval_homes: std::mem::take(&mut self.upval_homes),
+            protos: std::mem::take(&mut self.protos),
+            chunks: std::mem::take(&mut self.chunks),
+            frames: std::mem::take(&mut self.frames),
+            segs: std::mem::take(&mut self.segs),
+            layout: std::mem::take(&mut self.layout),
+            cl_uids: std::mem::take(&mut self.cl_uids),
+            cl_vals: std::mem::take(&mut self.cl_vals),
+        }
+        .keep();
+    }
+}
+
 impl<'a> Persister<'a> {
     pub fn new(opts: &'a PersistOptions, shared: &'a Shared) -> Self {
+        let sc = Scratch::take(shared.arena_base);
         Persister {
             w: Writer::file(),
-            refs: IdMap::new(shared.arena_base),
+            refs: sc.refs,
             nstrs: 0,
             anchored: 0,
-            unanchored: Vec::new(),
-            unanchored_objs: Vec::new(),
-            unanchored_ids: Vec::new(),
+            unanchored: sc.unanchored,
+            unanchored_objs: sc.unanchored_objs,
+            unanchored_ids: sc.unanchored_ids,
             spkey_str: std::ptr::null(),
-            scan: Vec::with_capacity(4 * SCAN_BATCH),
+            last_meta: (std::ptr::null(), false),
+            scan: sc.scan,
             scan_gen: 0,
-            cl_uids: vec![std::ptr::null(); MAX_UPVALUES],
-            cl_vals: vec![RawVal::EMPTY; MAX_UPVALUES],
-            perm_ptrs: None,
+            cl_uids: sc.cl_uids,
+            cl_vals: sc.cl_vals,
             next_id: 0,
-            protos: HashMap::default(),
-            chunks: HashMap::default(),
-            upvals: HashMap::default(),
-            frames: Vec::new(),
-            segs: Vec::new(),
+            protos: sc.protos,
+            chunks: sc.chunks,
+            proto_hashes: HashMap::default(),
+            upval_homes: sc.upval_homes,
+            frames: sc.frames,
+            segs: sc.segs,
             error: None,
             has_bytecode: false,
             has_source: false,
@@ -376,8 +568,29 @@ impl<'a> Persister<'a> {
             opts,
             shared,
             dump: Vec::new(),
-            layout: LayoutBufs::default(),
+            layout: sc.layout,
         }
+    }
+
+    /// The closure (object id) and upvalue number that wrote the upvalue `uid` first.
+    #[inline]
+    fn upval_home(&self, uid: *const c_void) -> Option<(u32, c_int)> {
+        let i = self.refs.get(uid, Kind::Upval)?;
+        Some(self.upval_homes[i as usize])
+    }
+
+    /// Records that upvalue number `at` of the closure `owner` wrote the upvalue `uid`.
+    fn set_upval_home(&mut self, uid: *const c_void, owner: u32, at: c_int) {
+        self.refs
+            .insert(uid, Kind::Upval, self.upval_homes.len() as u32);
+        self.upval_homes.push((owner, at));
+    }
+
+    /// Whether `p` is the identity of a permanent not written yet (then the general path
+    /// writes it, by name).
+    #[inline]
+    fn is_permanent(&self, p: *const c_void) -> bool {
+        self.refs.get(p, Kind::Perm).is_some()
     }
 
     /// Writes the value on top of the stack (popped). `slots` locates the helper tables.
@@ -392,7 +605,6 @@ impl<'a> Persister<'a> {
             // puts the flag back.
             luasnap_gc_stopem(L, 1);
             // Collect the permanents' identities once (a few hundred entries).
-            let mut set = HashSet::default();
             ffi::lua_pushnil(L);
             while ffi::lua_next(L, s.perms) != 0 {
                 ffi::lua_settop(L, -2);
@@ -400,10 +612,9 @@ impl<'a> Persister<'a> {
                     ffi::lua_type(L, -1),
                     ffi::LUA_TNIL | ffi::LUA_TBOOLEAN | ffi::LUA_TNUMBER | ffi::LUA_TSTRING
                 ) {
-                    set.insert(ffi::lua_topointer(L, -1));
+                    self.refs.insert(ffi::lua_topointer(L, -1), Kind::Perm, 0);
                 }
             }
-            self.perm_ptrs = Some(set);
             ffi::lua_pushlstring(L, self.spkey.as_ptr(), self.spkey.as_bytes().len());
             self.spkey_str = ffi::lua_topointer(L, -1);
             ffi::lua_rawseti(L, s.strs, 0);
@@ -521,14 +732,11 @@ impl<'a> Persister<'a> {
             self.w.bytes(bytes);
         } else {
             match self.refs.get_or_insert(obj, Kind::Str, self.nstrs) {
-                Some(old) => {
-                    self.w.tag(Tag::StrRef);
-                    self.w.varint(old as u64);
-                }
+                Some(old) => put_tagged(&mut self.w.buf, Tag::StrRef, old as u64),
                 None => {
                     self.nstrs += 1;
-                    self.w.tag(Tag::Str);
-                    self.w.bytes(bytes);
+                    put_tagged(&mut self.w.buf, Tag::Str, bytes.len() as u64);
+                    self.w.buf.extend_from_slice(bytes);
                     self.unanchored.push(obj);
                 }
             }
@@ -564,8 +772,12 @@ impl<'a> Persister<'a> {
                 0,
             );
         }
-        // Lua code runs next: scanned batches waiting in parent frames are stale.
+        // Lua code runs next: scanned batches waiting in parent frames are stale, and so are
+        // the layouts cached by string identity.
         self.scan_gen = self.scan_gen.wrapping_add(1);
+        self.layout.forget_layouts();
+        self.last_meta = (std::ptr::null(), false);
+        self.proto_hashes.clear();
         self.anchored += self.unanchored.len() as u32;
         self.unanchored.clear();
         self.unanchored_objs.clear();
@@ -579,22 +791,40 @@ impl<'a> Persister<'a> {
     /// # Safety
     /// `t` was just described by `luasnap_table_scan`; no Lua code ran since.
     unsafe fn unseen_table_info(&mut self, t: *const c_void) -> Option<(u32, u32, *const c_void)> {
-        if self.perm_ptrs.as_ref().is_some_and(|set| set.contains(&t)) {
+        if self.is_permanent(t) {
             return None;
         }
         let (mut narr, mut nhash, mut mt) = (0u32, 0u32, std::ptr::null());
-        // SAFETY: t is a live table, spkey_str a live string (callers' contract).
-        if unsafe { luasnap_table_info(t, self.spkey_str, &mut narr, &mut nhash, &mut mt) } != 0 {
+        // SAFETY: t is a live table (callers' contract); no key, no lookup.
+        unsafe { luasnap_table_info(t, std::ptr::null(), &mut narr, &mut nhash, &mut mt) };
+        // SAFETY: t's metatable is live; nothing ran since t was described.
+        if !mt.is_null() && unsafe { self.meta_has_spkey(mt) } {
             return None;
         }
         self.record(t);
         Some((narr, nhash, mt))
     }
 
+    /// Whether the metatable `mt` (of a table being written) has the special-persistence key.
+    /// The last answer is kept: tables of one class share their metatable, and no metatable
+    /// changes until Lua code runs (`anchor` forgets it).
+    ///
+    /// # Safety
+    /// `mt` is a live table; no Lua code ran since the table that has it was described.
+    #[inline]
+    unsafe fn meta_has_spkey(&mut self, mt: *const c_void) -> bool {
+        if mt != self.last_meta.0 {
+            // SAFETY: mt is a live table (callers' contract), spkey_str a live string.
+            let has = unsafe { luasnap_meta_has(mt, self.spkey_str) } != 0;
+            self.last_meta = (mt, has);
+        }
+        self.last_meta.1
+    }
+
     /// Whether the object `p` is neither written yet nor a permanent (which the general path
     /// writes by name).
     fn unwritten(&self, p: *const c_void) -> bool {
-        !self.refs.contains(p) && !self.perm_ptrs.as_ref().is_some_and(|set| set.contains(&p))
+        !self.refs.contains(p) && !self.is_permanent(p)
     }
 
     /// Gives the object `p`, written by identity, its id, and lists it for `anchor`.
@@ -632,7 +862,7 @@ impl<'a> Persister<'a> {
         let n = usize::try_from(n).ok()?;
         let index = *self.protos.get(&proto)?;
         let plain = (0..n)
-            .all(|i| self.upvals.contains_key(&self.cl_uids[i]) || self.plain(&self.cl_vals[i]));
+            .all(|i| self.upval_home(self.cl_uids[i]).is_some() || self.plain(&self.cl_vals[i]));
         plain.then_some((index, n))
     }
 
@@ -647,12 +877,12 @@ impl<'a> Persister<'a> {
         self.w.varint(n as u64);
         for i in 0..n {
             let (uid, v) = (self.cl_uids[i], self.cl_vals[i]);
-            if let Some(&(owner, at)) = self.upvals.get(&uid) {
+            if let Some((owner, at)) = self.upval_home(uid) {
                 self.w.tag(Tag::UpvalRef);
                 self.w.varint(owner as u64);
                 self.w.varint(at as u64);
             } else {
-                self.upvals.insert(uid, (id, i as c_int + 1));
+                self.set_upval_home(uid, id, i as c_int + 1);
                 self.w.tag(Tag::UpvalNew);
                 // SAFETY: v was described by the closure scan; nothing ran since.
                 unsafe { self.write_plain(&v) };
@@ -668,8 +898,8 @@ impl<'a> Persister<'a> {
     /// `t` is a live table; no Lua code runs meanwhile.
     unsafe fn end_table(&mut self, L: *mut lua_State, t: *const c_void) {
         let (mut narr, mut nhash, mut mt) = (0, 0, std::ptr::null());
-        // SAFETY: t is a live table (caller); spkey_str is live.
-        unsafe { luasnap_table_info(t, self.spkey_str, &mut narr, &mut nhash, &mut mt) };
+        // SAFETY: t is a live table (caller); no key, no lookup.
+        unsafe { luasnap_table_info(t, std::ptr::null(), &mut narr, &mut nhash, &mut mt) };
         let size = nhash as usize;
         if size < 2 {
             self.w.tag(Tag::Nil);
@@ -680,7 +910,8 @@ impl<'a> Persister<'a> {
         lay.nexts.resize(size, 0);
         lay.idx.resize(size, 0);
         let (mut lastfree, mut seed) = (0u32, 0u32);
-        // SAFETY: the buffers hold `size` entries each; t is live; reads only.
+        // SAFETY: the buffers hold `size` entries each, the cache its size; t is live; reads
+        // only the table.
         let n = unsafe {
             luasnap_table_layout(
                 L,
@@ -691,6 +922,7 @@ impl<'a> Persister<'a> {
                 size as u32,
                 &mut lastfree,
                 &mut seed,
+                lay.cache.as_mut_ptr().cast(),
             )
         } as usize;
         if n != size {
@@ -739,8 +971,7 @@ impl<'a> Persister<'a> {
     /// Writes a table's header and (if nil or written already) its metatable, and pushes the
     /// frame for the rest.
     fn table_header(&mut self, t: *const c_void, (narr, nhash, mt): (u32, u32, *const c_void)) {
-        self.w.tag(Tag::Table);
-        self.w.varint(narr as u64);
+        put_tagged(&mut self.w.buf, Tag::Table, narr as u64);
         self.w.varint(nhash as u64);
         // The metatable comes first: written here when it is nil or already written (the
         // common case: shared metatables), else by the frame.
@@ -749,8 +980,7 @@ impl<'a> Persister<'a> {
             self.w.tag(Tag::Nil);
             state = 1;
         } else if let Some(mid) = self.refs.get(mt, Kind::Obj) {
-            self.w.tag(Tag::Ref);
-            self.w.varint(mid as u64);
+            put_tagged(&mut self.w.buf, Tag::Ref, mid as u64);
             state = 1;
         }
         let floor = self.scan.len() as u32;
@@ -790,10 +1020,7 @@ impl<'a> Persister<'a> {
     #[inline]
     unsafe fn write_classified(&mut self, v: &RawVal, id: Option<u32>) {
         match id {
-            Some(id) => {
-                self.w.tag(Tag::Ref);
-                self.w.varint(id as u64);
-            }
+            Some(id) => put_tagged(&mut self.w.buf, Tag::Ref, id as u64),
             // SAFETY: callers' contract.
             None => unsafe { self.write_plain(v) },
         }
@@ -822,13 +1049,10 @@ impl<'a> Persister<'a> {
             kind::FALSE => self.w.tag(Tag::False),
             kind::TRUE => self.w.tag(Tag::True),
             kind::INT => {
-                self.w.tag(Tag::Int);
-                self.w.i64(v.bits as i64);
+                let i = v.bits as i64;
+                put_tagged(&mut self.w.buf, Tag::Int, ((i << 1) ^ (i >> 63)) as u64);
             }
-            kind::FLOAT => {
-                self.w.tag(Tag::Float);
-                self.w.u64(v.bits);
-            }
+            kind::FLOAT => put_tagged_u64(&mut self.w.buf, Tag::Float, v.bits),
             kind::STR => {
                 // SAFETY: the scan pointed at the live string's bytes (callers' contract).
                 let bytes = unsafe { std::slice::from_raw_parts(v.s.cast::<u8>(), v.len as usize) };
@@ -839,8 +1063,7 @@ impl<'a> Persister<'a> {
                     .refs
                     .get(v.bits as usize as *const c_void, Kind::Obj)
                     .expect("`plain` checked that the object is written");
-                self.w.tag(Tag::Ref);
-                self.w.varint(id as u64);
+                put_tagged(&mut self.w.buf, Tag::Ref, id as u64);
             }
         }
     }
@@ -849,12 +1072,10 @@ impl<'a> Persister<'a> {
     unsafe fn permanent(&mut self, L: *mut lua_State, s: Slots) -> bool {
         // SAFETY: rawget on the permanents table (value -> key) does not raise.
         unsafe {
-            if ffi::lua_type(L, -1) != ffi::LUA_TLIGHTUSERDATA {
-                if let Some(set) = &self.perm_ptrs {
-                    if !set.contains(&ffi::lua_topointer(L, -1)) {
-                        return false;
-                    }
-                }
+            if ffi::lua_type(L, -1) != ffi::LUA_TLIGHTUSERDATA
+                && !self.is_permanent(ffi::lua_topointer(L, -1))
+            {
+                return false;
             }
             ffi::lua_pushvalue(L, -1);
             if ffi::lua_rawget(L, s.perms) == ffi::LUA_TNIL {
@@ -903,7 +1124,7 @@ impl<'a> Persister<'a> {
                     }
                     // Anchored in seen[id] above.
                     let (mut narr, mut nhash, mut mt) = (0u32, 0u32, std::ptr::null());
-                    luasnap_table_info(ptr, self.spkey_str, &mut narr, &mut nhash, &mut mt);
+                    luasnap_table_info(ptr, std::ptr::null(), &mut narr, &mut nhash, &mut mt);
                     self.table_header(ptr, (narr, nhash, mt));
                 }
                 ffi::LUA_TFUNCTION => {
@@ -1002,7 +1223,10 @@ impl<'a> Persister<'a> {
                     let index = self.protos.len() as u32;
                     self.protos.insert(proto, index);
                     self.w.varint(index as u64);
-                    let hash = luasnap_proto_hash(proto);
+                    let hash = match self.proto_hashes.get(&proto) {
+                        Some(&h) => h,
+                        None => luasnap_proto_hash(proto),
+                    };
                     self.w.u64(hash);
                     let mut ar: ffi::lua_Debug = std::mem::zeroed();
                     ffi::lua_pushvalue(L, -1);
@@ -1048,8 +1272,29 @@ impl<'a> Persister<'a> {
         if !self.chunks.contains_key(&d.rec) {
             let mut paths = HashMap::default();
             let mut path = Vec::new();
-            // SAFETY: d.main is the record's live main prototype.
-            unsafe { tree_paths(d.main, &mut path, &mut paths) };
+            // SAFETY: d.main is the record's live main prototype; the buffer holds `max`.
+            let hashes = unsafe {
+                let mut hs = vec![0u64; 64];
+                let mut n = luasnap_proto_tree_hashes(d.main, hs.as_mut_ptr(), hs.len() as c_int);
+                if n > hs.len() as c_int {
+                    hs.resize(n as usize, 0);
+                    n = luasnap_proto_tree_hashes(d.main, hs.as_mut_ptr(), n);
+                }
+                hs.truncate(n.max(0) as usize);
+                (n >= 0).then_some(hs)
+            };
+            let mut at = 0;
+            // SAFETY: as above.
+            unsafe {
+                tree_paths(
+                    d.main,
+                    &mut path,
+                    &mut paths,
+                    hashes.as_deref(),
+                    &mut at,
+                    &mut self.proto_hashes,
+                )
+            };
             if !paths.contains_key(&hash) {
                 return false;
             }
@@ -1069,8 +1314,11 @@ impl<'a> Persister<'a> {
             let binary = src.first() == Some(&0x1b);
             self.w.u8(binary as u8);
             self.w.bytes(name);
-            // SAFETY: as above.
-            self.w.u64(unsafe { luasnap_proto_hash(d.main) });
+            match self.proto_hashes.get(&d.main) {
+                Some(&h) => self.w.u64(h),
+                // SAFETY: as above.
+                None => self.w.u64(unsafe { luasnap_proto_hash(d.main) }),
+            }
             if (binary && self.opts.bytecode) || (!binary && self.opts.code) {
                 self.w.bytes(src);
                 if binary {
@@ -1447,14 +1695,14 @@ impl<'a> Persister<'a> {
                             ffi::lua_rawgeti(L, s.seen, id as ffi::lua_Integer);
                         }
                         let uid = ffi::lua_upvalueid(L, -1, i) as *const c_void;
-                        if let Some(&(owner, index)) = self.upvals.get(&uid) {
+                        if let Some((owner, index)) = self.upval_home(uid) {
                             ffi::lua_settop(L, -2);
                             self.w.tag(Tag::UpvalRef);
                             self.w.varint(owner as u64);
                             self.w.varint(index as u64);
                             return Ok(true);
                         }
-                        self.upvals.insert(uid, (id, i));
+                        self.set_upval_home(uid, id, i);
                         self.w.tag(Tag::UpvalNew);
                     }
                     ffi::lua_getupvalue(L, -1, i);
@@ -1555,26 +1803,40 @@ impl<'a> Persister<'a> {
     }
 }
 
-/// A short text for the key on top of the stack, as a path segment (`.name` or `[repr]`).
 /// Records the path (child indices from the main prototype) of `p` and of every prototype
 /// below it, by fingerprint; the first of equal fingerprints wins (equal fingerprints are
-/// equal functions).
+/// equal functions). `hashes`: the fingerprints of `p`'s tree in pre-order (from
+/// `luasnap_proto_tree_hashes`, read from `*at` on), or None to hash each prototype alone.
+/// Every fingerprint also goes to `memo`, by prototype.
 ///
 /// # Safety
 /// `p` is a live prototype.
-unsafe fn tree_paths(p: *const c_void, path: &mut Vec<u32>, out: &mut HashMap<u64, Vec<u32>>) {
+unsafe fn tree_paths(
+    p: *const c_void,
+    path: &mut Vec<u32>,
+    out: &mut HashMap<u64, Vec<u32>>,
+    hashes: Option<&[u64]>,
+    at: &mut usize,
+    memo: &mut HashMap<*const c_void, u64>,
+) {
     // SAFETY: callers' contract; children of a live prototype are alive.
     unsafe {
-        out.entry(luasnap_proto_hash(p))
-            .or_insert_with(|| path.clone());
+        let hash = match hashes.and_then(|hs| hs.get(*at)) {
+            Some(&h) => h,
+            None => luasnap_proto_hash(p),
+        };
+        *at += 1;
+        memo.insert(p, hash);
+        out.entry(hash).or_insert_with(|| path.clone());
         for i in 0..luasnap_proto_nchildren(p) {
             path.push(i as u32);
-            tree_paths(luasnap_proto_child(p, i), path, out);
+            tree_paths(luasnap_proto_child(p, i), path, out, hashes, at, memo);
             path.pop();
         }
     }
 }
 
+/// A short text for the key on top of the stack, as a path segment (`.name` or `[repr]`).
 unsafe fn key_text(L: *mut lua_State) -> String {
     // SAFETY: reads a primitive without conversion.
     unsafe {
@@ -1604,8 +1866,37 @@ unsafe fn key_text(L: *mut lua_State) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{IdMap, Kind, DENSE_SPAN, LEAF, STR_BIT};
+    use super::{put_tagged, put_tagged_u64, IdMap, Kind, DENSE_SPAN, ID_MASK, LEAF};
+    use crate::persist::format::{Tag, Writer};
     use std::ffi::c_void;
+
+    #[test]
+    fn tagged_writes_are_the_writers_bytes() {
+        for v in [
+            0,
+            1,
+            0x7f,
+            0x80,
+            0x3fff,
+            0x4000,
+            1 << 35,
+            u64::MAX >> 1,
+            u64::MAX,
+        ] {
+            let mut w = Writer::default();
+            w.tag(Tag::StrRef);
+            w.varint(v);
+            let mut out = Vec::new();
+            put_tagged(&mut out, Tag::StrRef, v);
+            assert_eq!(out, w.buf, "{v:#x}");
+            let mut w = Writer::default();
+            w.tag(Tag::Float);
+            w.u64(v);
+            out.clear();
+            put_tagged_u64(&mut out, Tag::Float, v);
+            assert_eq!(out, w.buf, "{v:#x}");
+        }
+    }
 
     const BASE: usize = 0x7000_0000_0000;
 
@@ -1613,17 +1904,26 @@ mod tests {
         BASE.wrapping_add(off) as *const c_void
     }
 
+    fn map() -> IdMap {
+        let mut m = IdMap::default();
+        m.reset(BASE);
+        m
+    }
+
     #[test]
     fn ids_in_the_table_keep_their_kind() {
-        let mut m = IdMap::new(BASE);
+        let mut m = map();
         m.insert(at(0), Kind::Obj, 0);
         m.insert(at(16), Kind::Str, 0);
+        m.insert(at(32), Kind::Upval, 3);
         m.insert(at(16 * LEAF * 3 + 32), Kind::Obj, 7);
         assert_eq!(m.get(at(0), Kind::Obj), Some(0));
         assert_eq!(m.get(at(0), Kind::Str), None);
         assert_eq!(m.get(at(16), Kind::Str), Some(0));
         assert_eq!(m.get(at(16), Kind::Obj), None);
         assert!(!m.contains(at(16)));
+        assert_eq!(m.get(at(32), Kind::Upval), Some(3));
+        assert_eq!(m.get(at(32), Kind::Obj), None);
         assert_eq!(m.get(at(16 * LEAF * 3 + 32), Kind::Obj), Some(7));
         assert_eq!(m.get(at(16 * LEAF * 3 + 48), Kind::Obj), None);
         assert_eq!(m.get(at(16 * LEAF * 9), Kind::Obj), None);
@@ -1633,8 +1933,56 @@ mod tests {
     }
 
     #[test]
+    fn a_permanent_takes_its_object_id() {
+        let mut m = map();
+        m.insert(at(80), Kind::Perm, 0);
+        assert_eq!(m.get(at(80), Kind::Perm), Some(0));
+        assert!(!m.contains(at(80)));
+        m.insert(at(80), Kind::Obj, 12);
+        assert_eq!(m.get(at(80), Kind::Obj), Some(12));
+        assert_eq!(m.get(at(80), Kind::Perm), None);
+        // Outside the table (a light C function): both stay, apart.
+        let f = 0x1234_5678 as *const c_void;
+        m.insert(f, Kind::Perm, 0);
+        m.insert(f, Kind::Obj, 13);
+        assert_eq!(m.get(f, Kind::Obj), Some(13));
+        assert!(!m.far_dense);
+    }
+
+    #[test]
+    fn reset_forgets_every_identity() {
+        let mut m = map();
+        m.insert(at(0), Kind::Obj, 1);
+        m.insert(at(16 * LEAF * 5), Kind::Str, 2);
+        m.insert(at(8), Kind::Obj, 3);
+        m.insert(at(32), Kind::Obj, ID_MASK - 1);
+        assert!(m.far_dense);
+        let leaves = m.leaves.iter().flatten().count();
+        m.reset(BASE + 16 * LEAF);
+        assert_eq!(m.leaves.iter().flatten().count(), leaves, "leaves are kept");
+        for p in [at(0), at(16 * LEAF * 5), at(8), at(32), at(16 * LEAF * 6)] {
+            assert_eq!(m.get(p, Kind::Obj), None);
+            assert_eq!(m.get(p, Kind::Str), None);
+        }
+        assert!(!m.far_dense && m.far.is_empty());
+        // The new base counts offsets from there.
+        m.insert(at(16 * LEAF), Kind::Obj, 4);
+        assert_eq!(m.get(at(16 * LEAF), Kind::Obj), Some(4));
+        assert!(m.leaves[0].as_ref().is_some_and(|l| l[0] != 0));
+        assert_eq!(m.dirty, (0, 1));
+        // Leaf 5 is kept from before: the one-look path writes it and notes it too.
+        assert!(m.leaves[5].is_some());
+        assert_eq!(m.get_or_insert(at(16 * LEAF * 6), Kind::Str, 5), None);
+        assert_eq!(m.dirty, (0, 6));
+        // The next reset zeroes only the leaves written since this one.
+        m.reset(BASE);
+        assert_eq!(m.dirty, (usize::MAX, 0));
+        assert!(m.leaves.iter().flatten().all(|l| l.iter().all(|&e| e == 0)));
+    }
+
+    #[test]
     fn identities_the_table_cannot_hold_go_to_the_map() {
-        let mut m = IdMap::new(BASE);
+        let mut m = map();
         // Not 16-byte aligned (a userdata's memory), below the arena, past the span.
         for (p, id) in [(at(8), 1), (at(usize::MAX - 15), 2), (at(DENSE_SPAN), 3)] {
             m.insert(p, Kind::Obj, id);
@@ -1642,14 +1990,17 @@ mod tests {
             assert_eq!(m.get(p, Kind::Str), None);
         }
         assert!(!m.far_dense);
-        // An id too large for a slot, and a slot the other kind holds.
-        m.insert(at(32), Kind::Obj, STR_BIT - 1);
+        // An id too large for a slot, and a slot another kind holds.
+        m.insert(at(32), Kind::Obj, ID_MASK - 1);
         assert!(m.far_dense);
-        assert_eq!(m.get(at(32), Kind::Obj), Some(STR_BIT - 1));
+        assert_eq!(m.get(at(32), Kind::Obj), Some(ID_MASK - 1));
         m.insert(at(48), Kind::Obj, 4);
         m.insert(at(48), Kind::Str, 9);
         assert_eq!(m.get(at(48), Kind::Obj), Some(4));
         assert_eq!(m.get(at(48), Kind::Str), Some(9));
+        m.insert(at(96), Kind::Obj, 5);
+        m.insert(at(96), Kind::Perm, 0);
+        assert_eq!(m.get(at(96), Kind::Obj), Some(5));
         assert_eq!(m.get(at(64), Kind::Obj), None);
     }
 }
