@@ -604,11 +604,7 @@ fn the_deterministic_profile_removes_nondeterministic_libraries() {
     let out = vm
         .exec("return next(debug), next(debug, 'traceback')", "libs")
         .unwrap();
-    assert_eq!(
-        out[0],
-        Value::String(b"traceback".to_vec().into()),
-        "{out:?}"
-    );
+    assert_eq!(out[0], Value::String(b"traceback".to_vec()), "{out:?}");
     assert_eq!(out[1], Value::Nil, "{out:?}");
     // load refuses bytecode even when asked for it.
     let out = vm.exec(
@@ -683,7 +679,6 @@ fn resuming_a_running_or_normal_coroutine_leaves_it_alone() {
 cannot resume dead coroutine|cannot resume non-suspended coroutine|\
 attempt to yield across a C-call boundary|C stack overflow"
                 .to_vec()
-                .into()
         )]
     );
 }
