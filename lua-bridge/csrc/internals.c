@@ -1628,8 +1628,9 @@ typedef union {
 
 #include "lmem.h"
 
-/* Sizes up to which new_sized_table builds the parts itself; bigger ones (which a load caps
-** far below this anyway) go through luaH_resize, which refuses what Lua refuses. */
+/* Sizes up to which new_sized_table builds the parts itself; bigger ones (the loader caps
+** size hints by what the rest of the file can hold: only files over 32 MB ask for them) go
+** through luaH_resize, which refuses what Lua refuses. */
 #define LS_DIRECT_MAX (1u << 24)
 
 /* Pushes a new table with na array slots and room for nh hash entries (rounded up to a power
