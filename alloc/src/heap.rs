@@ -126,8 +126,23 @@ pub fn class_of(size: usize) -> usize {
     }
 }
 
+/// Blocks per span of each class, computed once: `alloc_small` asks on every allocation, and a
+/// division there cost 7 of the allocator's ~80 instructions per block (callgrind, loads).
+const BLOCKS_PER_SPAN: [u32; NCLASSES] = blocks_per_span_table();
+
+const fn blocks_per_span_table() -> [u32; NCLASSES] {
+    let mut out = [0u32; NCLASSES];
+    let mut c = 0;
+    while c < NCLASSES {
+        out[c] = (SPAN_PAGES[c] as usize * PAGE_SIZE / CLASS_SIZES[c] as usize) as u32;
+        c += 1;
+    }
+    out
+}
+
+#[inline]
 fn blocks_per_span(class: usize) -> u32 {
-    (SPAN_PAGES[class] as usize * PAGE_SIZE / CLASS_SIZES[class] as usize) as u32
+    BLOCKS_PER_SPAN[class]
 }
 
 fn bin_of(pages: u32) -> usize {

@@ -650,6 +650,7 @@ int luasnap_table_scan(lua_State *L, const void *tp, unsigned int pos, luasnap_e
 static int relayout(lua_State *L, Table *t, const uint32_t *codes, const int32_t *nexts,
                     unsigned int size, unsigned int lastfree, unsigned int seed, Table *kt,
                     char *scratch);
+static void new_sized_table(lua_State *L, unsigned int na, unsigned int nh);
 
 /* t[k] = v for a placed table (see LS_NEWTABLE_PLACED): a key in the array part goes there
 ** (as luaH_setint, which touches no node); any other key takes node *cursor (the next one),
@@ -686,6 +687,25 @@ unsigned int luasnap_hash_seed(lua_State *L) {
 ** counting the table it starts on. */
 #define LS_BUILD_DEPTH 18
 
+/* luaH_getint and luaH_setint with the array part's case inline, as theirs (the same
+** results): the build helper looks up and stores every object and string by its id in the
+** load's id tables, which the loader presizes, so nearly every id is in their array parts. */
+static l_inline lu_byte ls_getint(Table *t, lua_Integer k, TValue *res) {
+  lua_Unsigned i = l_castS2U(k) - 1u;
+  if (i < t->asize) {
+    lu_byte tag = *getArrTag(t, i);
+    if (!tagisempty(tag)) farr2val(t, i, tag, res);
+    return tag;
+  }
+  return luaH_getint(t, k, res);
+}
+
+static l_inline void ls_setint(lua_State *L, Table *t, lua_Integer k, TValue *v) {
+  lua_Unsigned i = l_castS2U(k) - 1u;
+  if (i < t->asize) obj2arr(t, i, v);
+  else luaH_setint(L, t, k, v);
+}
+
 int luasnap_table_build(lua_State *L, int strs, int objs, const luasnap_val *ops, int n,
                         int nofinal, const uint32_t *lay, const int32_t *laynx, char *scratch) {
   Table *st = (Table *)luasnap_table_at(L, strs);
@@ -719,20 +739,20 @@ int luasnap_table_build(lua_State *L, int strs, int objs, const luasnap_val *ops
         setsvalue(L, slot, ts);
         if (x->bits != 0) {
           L->top.p++;  /* anchored while strs may grow */
-          luaH_setint(L, st, (lua_Integer)x->bits, slot);
+          ls_setint(L, st, (lua_Integer)x->bits, slot);
           luaC_barrierback(L, obj2gco(st), slot);
           L->top.p--;
         }
         break;
       }
       case LS_STRREF: case LS_REF:
-        if (tagisempty(luaH_getint(x->kind == LS_REF ? ot : st, (lua_Integer)x->bits, slot)))
+        if (tagisempty(ls_getint(x->kind == LS_REF ? ot : st, (lua_Integer)x->bits, slot)))
           goto fail;
         break;
       case LS_NEWTABLE: case LS_NEWTABLE_PLACED: {
         ptrdiff_t d;
-        lua_createtable(L, (int)(x->len >> 32), (int)(x->len & 0xffffffffu));
-        luaH_setint(L, ot, (lua_Integer)x->bits, s2v(L->top.p - 1));
+        new_sized_table(L, (unsigned int)(x->len >> 32), (unsigned int)(x->len & 0xffffffffu));
+        ls_setint(L, ot, (lua_Integer)x->bits, s2v(L->top.p - 1));
         luaC_barrierback(L, obj2gco(ot), s2v(L->top.p - 1));
         d = LS_DEPTH(L->top.p - 1);
         if (d < 1 || d >= LS_BUILD_DEPTH) {
@@ -767,7 +787,7 @@ int luasnap_table_build(lua_State *L, int strs, int objs, const luasnap_val *ops
         uint64_t vk = (x->kind >> 8) & 0xff, kk = (x->kind >> 16) & 0xff;
         lua_Integer kv = (lua_Integer)(x->kind >> 32);
         if (kk == LS_INT) { setivalue(slot, kv); }
-        else if (kk != LS_STRREF || tagisempty(luaH_getint(st, kv, slot))) goto fail;
+        else if (kk != LS_STRREF || tagisempty(ls_getint(st, kv, slot))) goto fail;
         L->top.p++;  /* the key: anchored while the value is made */
         slot = s2v(L->top.p);
         switch (vk) {
@@ -785,14 +805,14 @@ int luasnap_table_build(lua_State *L, int strs, int objs, const luasnap_val *ops
             setsvalue(L, slot, ts);
             if (x->bits != 0) {
               L->top.p++;  /* anchored while strs may grow */
-              luaH_setint(L, st, (lua_Integer)x->bits, slot);
+              ls_setint(L, st, (lua_Integer)x->bits, slot);
               luaC_barrierback(L, obj2gco(st), slot);
               L->top.p--;
             }
             break;
           }
           case LS_STRREF:
-            if (tagisempty(luaH_getint(st, (lua_Integer)x->bits, slot))) goto fail;
+            if (tagisempty(ls_getint(st, (lua_Integer)x->bits, slot))) goto fail;
             break;
           default:
             goto fail;  /* cannot happen: defensive */
@@ -818,7 +838,7 @@ int luasnap_table_build(lua_State *L, int strs, int objs, const luasnap_val *ops
       }
       case LS_NEWCLOSURE: {
         push_closure(L, (Proto *)(uintptr_t)x->bits);
-        luaH_setint(L, ot, (lua_Integer)x->len, s2v(L->top.p - 1));
+        ls_setint(L, ot, (lua_Integer)x->len, s2v(L->top.p - 1));
         luaC_barrierback(L, obj2gco(ot), s2v(L->top.p - 1));
         continue;
       }
@@ -842,7 +862,7 @@ int luasnap_table_build(lua_State *L, int strs, int objs, const luasnap_val *ops
         TValue o;
         if (!ttisLclosure(f)) goto fail;  /* cannot happen: defensive */
         cl = clLvalue(f);
-        if (tagisempty(luaH_getint(ot, (lua_Integer)x->bits, &o)) || !ttisLclosure(&o)) goto fail;
+        if (tagisempty(ls_getint(ot, (lua_Integer)x->bits, &o)) || !ttisLclosure(&o)) goto fail;
         other = clLvalue(&o);
         if (n1 < 1 || n1 > (unsigned int)cl->nupvalues || n2 < 1 || n2 > (unsigned int)other->nupvalues)
           goto fail;
@@ -1671,6 +1691,65 @@ typedef union {
 } ls_Limbox;
 #define ls_haslastfree(t) ((t)->lsizenode >= LS_LIMFORLAST)
 #define ls_getlastfree(t) ((cast(ls_Limbox *, (t)->node) - 1)->lastfree)
+
+#include "lmem.h"
+
+/* Sizes up to which new_sized_table builds the parts itself; bigger ones (the loader caps
+** size hints by what the rest of the file can hold: only files over 32 MB ask for them) go
+** through luaH_resize, which refuses what Lua refuses. */
+#define LS_DIRECT_MAX (1u << 24)
+
+/* Pushes a new table with na array slots and room for nh hash entries (rounded up to a power
+** of 2), as lua_createtable(L, na, nh) makes it, but without luaH_resize's general path: a new
+** table has no entries to move, so its parts are allocated at their final sizes and cleared
+** once (mirrors setnodevector and resizearray of ltable.c, 5.5.1). For the loader's build
+** helper, which makes a table per LS_NEWTABLE step. Raises like lua_createtable (memory).
+** Invariant kept: the table is valid before each allocation that may raise or collect (it is
+** anchored on the stack; first with the dummy hash part and no array, then with its cleared
+** hash part), and every node is empty with no chain, lastfree at the end, when it is linked. */
+static void new_sized_table(lua_State *L, unsigned int na, unsigned int nh) {
+  Table *t = luaH_new(L);
+  sethvalue2s(L, L->top.p, t);
+  L->top.p++;
+  if (na > LS_DIRECT_MAX || nh > LS_DIRECT_MAX) {
+    luaH_resize(L, t, na, nh);
+  }
+  else {
+    if (nh > 0) {
+      int lsize = luaO_ceillog2(nh);
+      unsigned int size = 1u << lsize, j;
+      Node *node;
+      if (lsize < LS_LIMFORLAST) node = luaM_newvector(L, size, Node);
+      else {
+        char *b = luaM_newblock(L, size * sizeof(Node) + sizeof(ls_Limbox));
+        node = cast(Node *, b + sizeof(ls_Limbox));
+      }
+      for (j = 0; j < size; j++) {
+        Node *n = &node[j];
+        gnext(n) = 0;
+        setnilkey(n);
+        setempty(gval(n));
+      }
+      t->node = node;
+      t->lsizenode = cast_byte(lsize);
+      if (lsize >= LS_LIMFORLAST) ls_getlastfree(t) = gnode(t, size);  /* all free */
+      setnodummy(t);
+    }
+    if (na > 0) {
+      /* The values below the pointer, then the length hint, then one tag per slot. */
+      size_t bytes = (size_t)na * (sizeof(Value) + 1) + sizeof(unsigned);
+      Value *np = cast(Value *, luaM_newblock(L, bytes)) + na;
+      lu_byte *tags = cast(lu_byte *, np) + sizeof(unsigned);
+      unsigned int j;
+      for (j = 0; j < na; j++) tags[j] = LUA_VEMPTY;
+      *cast(unsigned *, np) = na / 2u;  /* the initial length hint, as luaH_resize sets it */
+      t->array = np;
+      t->asize = na;
+      lua_assert(getArrTag(t, na - 1) == &tags[na - 1] && lenhint(t) == cast(unsigned *, np));
+    }
+  }
+  luaC_checkGC(L);
+}
 
 /* Whether node n's key has a position independent of addresses. */
 static int layout_key(const Node *n) {
