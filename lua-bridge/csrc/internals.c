@@ -706,6 +706,38 @@ static l_inline void ls_setint(lua_State *L, Table *t, lua_Integer k, TValue *v)
   else luaH_setint(L, t, k, v);
 }
 
+/* Writes the plain value of build step x, of kind `kind` (false, true, an integer, a float, a
+** new string, a string reference), into slot, the free slot at the top of L's stack; returns
+** 0 for another kind or a string reference that strs does not hold. A new string the file
+** numbers (x->bits != 0) is recorded in strs, anchored above the top while strs may grow. */
+static l_inline int ls_plain_value(lua_State *L, Table *st, unsigned int kind,
+                                   const luasnap_val *x, TValue *slot) {
+  switch (kind) {
+    case LS_FALSE: setbfvalue(slot); return 1;
+    case LS_TRUE: setbtvalue(slot); return 1;
+    case LS_INT: setivalue(slot, (lua_Integer)x->bits); return 1;
+    case LS_FLOAT: {
+      lua_Number d;
+      memcpy(&d, &x->bits, sizeof d);
+      setfltvalue(slot, d);
+      return 1;
+    }
+    case LS_STR: {
+      TString *ts = luaS_newlstr(L, x->s, (size_t)x->len);
+      setsvalue(L, slot, ts);
+      if (x->bits != 0) {
+        L->top.p++;  /* anchored while strs may grow */
+        ls_setint(L, st, (lua_Integer)x->bits, slot);
+        luaC_barrierback(L, obj2gco(st), slot);
+        L->top.p--;
+      }
+      return 1;
+    }
+    case LS_STRREF: return !tagisempty(ls_getint(st, (lua_Integer)x->bits, slot));
+    default: return 0;
+  }
+}
+
 int luasnap_table_build(lua_State *L, int strs, int objs, const luasnap_val *ops, int n,
                         int nofinal, const uint32_t *lay, const int32_t *laynx, char *scratch) {
   Table *st = (Table *)luasnap_table_at(L, strs);
@@ -725,29 +757,11 @@ int luasnap_table_build(lua_State *L, int strs, int objs, const luasnap_val *ops
     Table *t;
     switch (x->kind & 0xff) {
       case LS_NIL: setnilvalue(slot); break;
-      case LS_FALSE: setbfvalue(slot); break;
-      case LS_TRUE: setbtvalue(slot); break;
-      case LS_INT: setivalue(slot, (lua_Integer)x->bits); break;
-      case LS_FLOAT: {
-        lua_Number d;
-        memcpy(&d, &x->bits, sizeof d);
-        setfltvalue(slot, d);
+      case LS_FALSE: case LS_TRUE: case LS_INT: case LS_FLOAT: case LS_STR: case LS_STRREF:
+        if (!ls_plain_value(L, st, (unsigned int)(x->kind & 0xff), x, slot)) goto fail;
         break;
-      }
-      case LS_STR: {
-        TString *ts = luaS_newlstr(L, x->s, (size_t)x->len);
-        setsvalue(L, slot, ts);
-        if (x->bits != 0) {
-          L->top.p++;  /* anchored while strs may grow */
-          ls_setint(L, st, (lua_Integer)x->bits, slot);
-          luaC_barrierback(L, obj2gco(st), slot);
-          L->top.p--;
-        }
-        break;
-      }
-      case LS_STRREF: case LS_REF:
-        if (tagisempty(ls_getint(x->kind == LS_REF ? ot : st, (lua_Integer)x->bits, slot)))
-          goto fail;
+      case LS_REF:
+        if (tagisempty(ls_getint(ot, (lua_Integer)x->bits, slot))) goto fail;
         break;
       case LS_NEWTABLE: case LS_NEWTABLE_PLACED: {
         ptrdiff_t d;
@@ -790,33 +804,8 @@ int luasnap_table_build(lua_State *L, int strs, int objs, const luasnap_val *ops
         else if (kk != LS_STRREF || tagisempty(ls_getint(st, kv, slot))) goto fail;
         L->top.p++;  /* the key: anchored while the value is made */
         slot = s2v(L->top.p);
-        switch (vk) {
-          case LS_FALSE: setbfvalue(slot); break;
-          case LS_TRUE: setbtvalue(slot); break;
-          case LS_INT: setivalue(slot, (lua_Integer)x->bits); break;
-          case LS_FLOAT: {
-            lua_Number d;
-            memcpy(&d, &x->bits, sizeof d);
-            setfltvalue(slot, d);
-            break;
-          }
-          case LS_STR: {
-            TString *ts = luaS_newlstr(L, x->s, (size_t)x->len);
-            setsvalue(L, slot, ts);
-            if (x->bits != 0) {
-              L->top.p++;  /* anchored while strs may grow */
-              ls_setint(L, st, (lua_Integer)x->bits, slot);
-              luaC_barrierback(L, obj2gco(st), slot);
-              L->top.p--;
-            }
-            break;
-          }
-          case LS_STRREF:
-            if (tagisempty(ls_getint(st, (lua_Integer)x->bits, slot))) goto fail;
-            break;
-          default:
-            goto fail;  /* cannot happen: defensive */
-        }
+        /* Another kind cannot happen (the loader fuses only these): defensive. */
+        if (!ls_plain_value(L, st, (unsigned int)vk, x, slot)) goto fail;
         L->top.p++;
         goto set;
       }
