@@ -1659,13 +1659,29 @@ impl<'a> Loader<'a> {
     #[inline(always)]
     fn simple_value_inner(&mut self) -> Option<RawVal> {
         let tag = self.r.u8()?;
+        self.simple_payload(tag)?
+    }
+
+    /// The step for a value whose tag `tag` was just read, if it is a boolean, number, string
+    /// or string reference: `Some(None)` if its payload is malformed, `None` for another tag.
+    #[inline(always)]
+    fn simple_payload(&mut self, tag: u8) -> Option<Option<RawVal>> {
+        let null = std::ptr::null();
         let (kind, bits, len, s) = match tag {
-            t if t == Tag::False as u8 => (kind::FALSE, 0, 0, std::ptr::null()),
-            t if t == Tag::True as u8 => (kind::TRUE, 0, 0, std::ptr::null()),
-            t if t == Tag::Int as u8 => (kind::INT, self.r.i64()? as u64, 0, std::ptr::null()),
-            t if t == Tag::Float as u8 => (kind::FLOAT, self.r.u64()?, 0, std::ptr::null()),
+            t if t == Tag::False as u8 => (kind::FALSE, 0, 0, null),
+            t if t == Tag::True as u8 => (kind::TRUE, 0, 0, null),
+            t if t == Tag::Int as u8 => match self.r.i64() {
+                Some(i) => (kind::INT, i as u64, 0, null),
+                None => return Some(None),
+            },
+            t if t == Tag::Float as u8 => match self.r.u64() {
+                Some(b) => (kind::FLOAT, b, 0, null),
+                None => return Some(None),
+            },
             t if t == Tag::Str as u8 => {
-                let b = self.r.bytes()?;
+                let Some(b) = self.r.bytes() else {
+                    return Some(None);
+                };
                 let sid = if b.len() >= self.strref_len {
                     self.strs += 1;
                     self.strs as u64
@@ -1674,16 +1690,13 @@ impl<'a> Loader<'a> {
                 };
                 (kind::STR, sid, b.len() as u64, b.as_ptr().cast())
             }
-            t if t == Tag::StrRef as u8 => {
-                let sid = self.r.varint()?;
-                if sid >= self.strs as u64 {
-                    return None;
-                }
-                (kind::STRREF, sid + 1, 0, std::ptr::null())
-            }
+            t if t == Tag::StrRef as u8 => match self.r.varint() {
+                Some(sid) if sid < self.strs as u64 => (kind::STRREF, sid + 1, 0, null),
+                _ => return Some(None),
+            },
             _ => return None,
         };
-        Some(RawVal { kind, len, bits, s })
+        Some(Some(RawVal { kind, len, bits, s }))
     }
 
     /// Drops the steps from `len` on, and the string and object ids they took. (Counting
@@ -1712,30 +1725,15 @@ impl<'a> Loader<'a> {
     #[inline(always)]
     fn plain_item_inner(&mut self, table: bool, closure: bool) -> Option<u64> {
         let pos = self.r.pos;
-        let tag = Tag::from_u8(self.r.u8()?)?;
+        let byte = self.r.u8()?;
+        if let Some(v) = self.simple_payload(byte) {
+            let v = v?;
+            self.ops.push(v);
+            return Some(v.kind);
+        }
+        let tag = Tag::from_u8(byte)?;
         let (kind, bits, len, s) = match tag {
             Tag::Nil => (kind::NIL, 0, 0, std::ptr::null()),
-            Tag::False => (kind::FALSE, 0, 0, std::ptr::null()),
-            Tag::True => (kind::TRUE, 0, 0, std::ptr::null()),
-            Tag::Int => (kind::INT, self.r.i64()? as u64, 0, std::ptr::null()),
-            Tag::Float => (kind::FLOAT, self.r.u64()?, 0, std::ptr::null()),
-            Tag::Str => {
-                let b = self.r.bytes()?;
-                let sid = if b.len() >= self.strref_len {
-                    self.strs += 1;
-                    self.strs as u64
-                } else {
-                    0
-                };
-                (kind::STR, sid, b.len() as u64, b.as_ptr().cast())
-            }
-            Tag::StrRef => {
-                let sid = self.r.varint()?;
-                if sid >= self.strs as u64 {
-                    return None;
-                }
-                (kind::STRREF, sid + 1, 0, std::ptr::null())
-            }
             Tag::Ref => {
                 let id = self.r.varint()?;
                 if id >= self.next_id as u64 {
