@@ -1779,74 +1779,124 @@ const OPEN_UPVALUE_GAMES: [&str; 6] = [
      saved = { co, G.gett, G.box(), G.box2() }",
 ];
 
-/// Found by attack round 3 (reproducers 02, 02b, 05, 12): an open upvalue could point at any
-/// register of a frame, not only a local variable, and be joined to any closure. A game's own
-/// setter then wrote a string into a table constructor's register (OP_SETLIST wrote through
-/// it), into the frame's function slot (the running LClosure* became a TString*), or the
-/// callee's own closure was opened onto its caller's temporary. Now an open upvalue must be a
-/// local variable active where its frame is suspended, shared only by closures compiled for
-/// that very variable: every other (closure, upvalue, slot) of these games is refused.
-#[test]
-fn open_upvalues_are_locals_shared_only_by_their_closures() {
-    in_child("open_upvalues_are_locals_shared_only_by_their_closures", || {
-        for game in OPEN_UPVALUE_GAMES {
-            let a = vm();
-            a.exec(game, "game").unwrap();
-            let good = decoded(&a, "saved");
-            let mut b = vm();
-            b.exec(game, "game").unwrap();
-            for trust in [Trust::Own, Trust::Foreign] {
-                load(&mut b, &good, trust).unwrap();
-                poke(&b);
-            }
-            let (size, tid) = coroutine_of(&good);
-            let honest: Vec<_> = upvals_of(&good)
-                .into_iter()
-                .filter(|(_, _, u)| matches!(u, Upval::Open { .. }))
-                .map(|(c, j, u)| match u {
-                    Upval::Open { level, .. } => (c, j, level),
-                    _ => unreachable!(),
-                })
-                .collect();
-            let mut forged = 0;
-            for (c, j, u) in upvals_of(&good) {
-                if !replaceable(&u) {
-                    continue;
-                }
-                for level in 1..=size {
-                    if honest.contains(&(c, j, level)) {
-                        continue;
-                    }
-                    let with = Upval::Open {
-                        level,
-                        thread: Node::Ref(tid),
-                    };
-                    let bad = with_upval(&good, c, j, &with);
-                    for trust in [Trust::Own, Trust::Foreign] {
-                        let r = load(&mut b, &bad, trust);
-                        if r.is_ok() {
-                            poke(&b); // before the fix: crashed here
-                        }
-                        let e = refused(r, &format!("closure {c} upvalue {j} at slot {level}"));
-                        assert!(e.contains("open upvalue"), "{e}");
-                        forged += 1;
-                    }
-                }
-            }
-            assert!(forged >= 6, "{forged} forged loads for {game}");
+/// Loads `game`'s save with every replaceable upvalue of every closure made an open upvalue
+/// into every slot of its coroutine (both trust levels): only the honest ones may load. A
+/// forged one that loads is used the way the game would (`poke`), which crashed before the
+/// fix.
+fn only_honest_open_upvalues_load(game: &str) {
+    let a = vm();
+    a.exec(game, "game").unwrap();
+    let good = decoded(&a, "saved");
+    let mut b = vm();
+    b.exec(game, "game").unwrap();
+    for trust in [Trust::Own, Trust::Foreign] {
+        load(&mut b, &good, trust).unwrap();
+        poke(&b);
+    }
+    let (size, tid) = coroutine_of(&good);
+    let honest: Vec<_> = upvals_of(&good)
+        .into_iter()
+        .filter_map(|(c, j, u)| match u {
+            Upval::Open { level, .. } => Some((c, j, level)),
+            _ => None,
+        })
+        .collect();
+    let mut forged = 0;
+    for (c, j, u) in upvals_of(&good) {
+        if !replaceable(&u) {
+            continue;
         }
+        for level in 1..=size {
+            if honest.contains(&(c, j, level)) {
+                continue;
+            }
+            let with = Upval::Open {
+                level,
+                thread: Node::Ref(tid),
+            };
+            let bad = with_upval(&good, c, j, &with);
+            for trust in [Trust::Own, Trust::Foreign] {
+                let r = load(&mut b, &bad, trust);
+                if r.is_ok() {
+                    poke(&b); // before the fix: crashed here
+                }
+                let e = refused(r, &format!("closure {c} upvalue {j} at slot {level}"));
+                assert!(e.contains("open upvalue"), "{e}");
+                forged += 1;
+            }
+        }
+    }
+    assert!(forged >= 6, "{forged} forged loads for {game}");
+}
+
+/// Found by attack round 3 (reproducer 02): an open upvalue could point at any register of a
+/// frame whose function closes its upvalues, not only at a local variable: the game's own
+/// setter then wrote a string into a table constructor's register, and OP_SETLIST wrote
+/// through it as a Table*. An open upvalue must now be a local variable active where its
+/// frame is suspended, shared only by closures compiled for that very variable.
+#[test]
+fn open_upvalues_only_on_local_variables() {
+    in_child("open_upvalues_only_on_local_variables", || {
+        only_honest_open_upvalues_load(OPEN_UPVALUE_GAMES[0])
     });
 }
 
-/// Found by attack round 3 (reproducers 03 and 06): a closure of an unrelated function (a
-/// game's own setter) joined by reference (`UpvalRef`, through lua_upvaluejoin or the table
-/// builder's LS_JOINUPVAL) to an honest open upvalue on a read-only local: a numeric for
-/// loop's control variable (OP_FORLOOP then changed a table pointer in place) or a named
-/// vararg table (OP_VARARG read a forged Table*). Saves never share open upvalues by reference
-/// (each closure names its coroutine's slot), so loads refuse it, whichever closure it names.
+/// Found by attack round 3 (reproducer 02b): the callee frame's own closure had its upvalue
+/// opened onto its caller's table-constructor register; the game only had to resume.
 #[test]
-fn open_upvalues_are_never_shared_by_reference() {
-    in_child("open_upvalues_are_never_shared_by_reference", || {
+fn open_upvalues_only_in_closures_made_for_the_variable() {
+    in_child("open_upvalues_only_in_closures_made_for_the_variable", || {
+        only_honest_open_upvalues_load(OPEN_UPVALUE_GAMES[1])
+    });
+}
+
+/// Found by attack round 3 (reproducer 12): the coroutine of 02b reached through a
+/// coroutine.wrap function (what `luasnap diff --game` loads and calls by itself).
+#[test]
+fn open_upvalues_of_wrapped_coroutines_are_checked_alike() {
+    in_child("open_upvalues_of_wrapped_coroutines_are_checked_alike", || {
+        only_honest_open_upvalues_load(OPEN_UPVALUE_GAMES[2])
+    });
+}
+
+/// Found by attack round 3 (reproducer 05): an open upvalue on a frame's function slot (a
+/// register of the caller's frame): the game's setter replaced the running LClosure* by a
+/// TString*, and the VM read a Proto* and UpVal*s from the string's bytes.
+#[test]
+fn open_upvalues_never_on_a_frame_function_slot() {
+    in_child("open_upvalues_never_on_a_frame_function_slot", || {
+        only_honest_open_upvalues_load(OPEN_UPVALUE_GAMES[3])
+    });
+}
+
+/// Found by attack round 3 (reproducer 03): a closure of an unrelated function (a setter) on
+/// a numeric for loop's control variable, which the compiler lets no closure write:
+/// OP_FORLOOP then changed a table's pointer in place. Here as an open upvalue of the setter
+/// itself; `read_only_locals_are_never_shared_by_reference` joins it by reference.
+#[test]
+fn for_loop_variables_only_in_closures_made_for_them() {
+    in_child("for_loop_variables_only_in_closures_made_for_them", || {
+        only_honest_open_upvalues_load(OPEN_UPVALUE_GAMES[4])
+    });
+}
+
+/// Found by attack round 3 (reproducer 06): the same with a named vararg table, which
+/// OP_VARARG reads as a Table* (0x4141414141414141 from the setter).
+#[test]
+fn vararg_tables_only_in_closures_made_for_them() {
+    in_child("vararg_tables_only_in_closures_made_for_them", || {
+        only_honest_open_upvalues_load(OPEN_UPVALUE_GAMES[5])
+    });
+}
+
+/// Found by attack round 3 (reproducers 03 and 06): a setter joined by reference (`UpvalRef`,
+/// through lua_upvaluejoin or the table builder's LS_JOINUPVAL) to an honest open upvalue on
+/// a for loop's control variable or a named vararg table. Saves never share open upvalues by
+/// reference (each closure names its coroutine's slot), so loads refuse it, whichever
+/// closure it names.
+#[test]
+fn read_only_locals_are_never_shared_by_reference() {
+    in_child("read_only_locals_are_never_shared_by_reference", || {
         for game in &OPEN_UPVALUE_GAMES[4..] {
             let a = vm();
             a.exec(game, "game").unwrap();
