@@ -1977,36 +1977,46 @@ fn deep_coroutines_with_captured_locals_round_trip() {
 #[test]
 fn errors_while_building_a_coroutine_stay_inside_the_load() {
     in_child("errors_while_building_a_coroutine_stay_inside_the_load", || {
-        let n = 1_000_000;
-        let big = Node::ThreadNotStarted {
-            n,
-            stack: vec![Node::Nil; n as usize],
-        };
-        let vm = vm();
-        let out = vm
-            .exec_with_args(
-                "local bigstack = ...
-                 eris.settings('trust', 'foreign')
-                 local inner = coroutine.wrap(function() return 'returned', pcall(eris.unpersist, bigstack) end)
-                 local ok, where, ok2, msg = pcall(inner)
-                 local running = collectgarbage('isrunning')
-                 local again = eris.unpersist(eris.persist({ 1, 2, 3 }))
-                 return ok, where, ok2, tostring(msg), running, #again",
-                "load in a coroutine",
-                &[Value::String(forge::file(&big))],
-            )
-            .unwrap();
-        assert_eq!(out[0], Value::Boolean(true), "{out:?}");
-        assert_eq!(out[1], Value::String(b"returned".to_vec()), "{out:?}");
-        assert_eq!(out[2], Value::Boolean(false), "{out:?}");
-        match &out[3] {
-            Value::String(m) => assert!(
-                String::from_utf8_lossy(m).contains("larger than Lua allows"),
-                "{out:?}"
-            ),
-            other => panic!("{other:?}"),
+        // Too many stack values for Lua, and out of memory while growing the coroutine's
+        // stack.
+        for (n, limit, expect) in [
+            (1_000_000, 1536 * MIB, "larger than Lua allows"),
+            (900_000, 12 * MIB, "not enough memory"),
+        ] {
+            let big = Node::ThreadNotStarted {
+                n,
+                stack: vec![Node::Nil; n as usize],
+            };
+            let vm = Vm::builder()
+                .capacity(2048 * MIB)
+                .memory_limit(limit)
+                .build()
+                .unwrap();
+            let out = vm
+                .exec_with_args(
+                    "local bigstack = ...
+                     eris.settings('trust', 'foreign')
+                     local inner = coroutine.wrap(function() return 'returned', pcall(eris.unpersist, bigstack) end)
+                     local ok, where, ok2, msg = pcall(inner)
+                     bigstack, inner = nil collectgarbage()
+                     local running = collectgarbage('isrunning')
+                     local again = eris.unpersist(eris.persist({ 1, 2, 3 }))
+                     return ok, where, ok2, tostring(msg), running, #again",
+                    "load in a coroutine",
+                    &[Value::String(forge::file(&big))],
+                )
+                .unwrap();
+            assert_eq!(out[0], Value::Boolean(true), "{out:?}");
+            assert_eq!(out[1], Value::String(b"returned".to_vec()), "{out:?}");
+            assert_eq!(out[2], Value::Boolean(false), "{out:?}");
+            match &out[3] {
+                Value::String(m) => {
+                    assert!(String::from_utf8_lossy(m).contains(expect), "{out:?}")
+                }
+                other => panic!("{other:?}"),
+            }
+            assert_eq!(&out[4..], &[Value::Boolean(true), Value::Integer(3)]);
+            vm.arena().verify().unwrap();
         }
-        assert_eq!(&out[4..], &[Value::Boolean(true), Value::Integer(3)]);
-        vm.arena().verify().unwrap();
     });
 }
