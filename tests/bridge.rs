@@ -594,14 +594,17 @@ fn registration_is_closed_by_the_first_snapshot() {
 fn the_deterministic_profile_removes_nondeterministic_libraries() {
     let vm = vm();
     let out = vm
-        .exec("return io, os, package, dofile, loadfile, debug.getinfo", "libs")
+        .exec(
+            "return io, os, package, dofile, loadfile, debug.getinfo",
+            "libs",
+        )
         .unwrap();
     assert!(out.iter().all(|v| *v == Value::Nil), "{out:?}");
     // Of `debug`, only the traceback (tests/api.rs: deterministic_vm_has_debug_traceback_only).
     let out = vm
         .exec("return next(debug), next(debug, 'traceback')", "libs")
         .unwrap();
-    assert_eq!(out[0], Value::String(b"traceback".to_vec().into()), "{out:?}");
+    assert_eq!(out[0], Value::String(b"traceback".to_vec()), "{out:?}");
     assert_eq!(out[1], Value::Nil, "{out:?}");
     // load refuses bytecode even when asked for it.
     let out = vm.exec(

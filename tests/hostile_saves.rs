@@ -1730,7 +1730,10 @@ fn coroutine_of(node: &Node) -> (u64, u64) {
         } => Some(id),
         _ => None,
     });
-    (size.expect("a suspended coroutine"), id.expect("an honest open upvalue"))
+    (
+        size.expect("a suspended coroutine"),
+        id.expect("an honest open upvalue"),
+    )
 }
 
 /// Games whose saved coroutines have honest open upvalues, each saved as `saved`: the
@@ -1845,18 +1848,20 @@ fn open_upvalues_only_on_local_variables() {
 /// opened onto its caller's table-constructor register; the game only had to resume.
 #[test]
 fn open_upvalues_only_in_closures_made_for_the_variable() {
-    in_child("open_upvalues_only_in_closures_made_for_the_variable", || {
-        only_honest_open_upvalues_load(OPEN_UPVALUE_GAMES[1])
-    });
+    in_child(
+        "open_upvalues_only_in_closures_made_for_the_variable",
+        || only_honest_open_upvalues_load(OPEN_UPVALUE_GAMES[1]),
+    );
 }
 
 /// Found by attack round 3 (reproducer 12): the coroutine of 02b reached through a
 /// coroutine.wrap function (what `luasnap diff --game` loads and calls by itself).
 #[test]
 fn open_upvalues_of_wrapped_coroutines_are_checked_alike() {
-    in_child("open_upvalues_of_wrapped_coroutines_are_checked_alike", || {
-        only_honest_open_upvalues_load(OPEN_UPVALUE_GAMES[2])
-    });
+    in_child(
+        "open_upvalues_of_wrapped_coroutines_are_checked_alike",
+        || only_honest_open_upvalues_load(OPEN_UPVALUE_GAMES[2]),
+    );
 }
 
 /// Found by attack round 3 (reproducer 05): an open upvalue on a frame's function slot (a
@@ -1976,23 +1981,25 @@ fn deep_coroutines_with_captured_locals_round_trip() {
 /// Nothing the loader does on a coroutine it builds raises there now.
 #[test]
 fn errors_while_building_a_coroutine_stay_inside_the_load() {
-    in_child("errors_while_building_a_coroutine_stay_inside_the_load", || {
-        // Too many stack values for Lua, and out of memory while growing the coroutine's
-        // stack.
-        for (n, limit, expect) in [
-            (1_000_000, 1536 * MIB, "larger than Lua allows"),
-            (900_000, 12 * MIB, "not enough memory"),
-        ] {
-            let big = Node::ThreadNotStarted {
-                n,
-                stack: vec![Node::Nil; n as usize],
-            };
-            let vm = Vm::builder()
-                .capacity(2048 * MIB)
-                .memory_limit(limit)
-                .build()
-                .unwrap();
-            let out = vm
+    in_child(
+        "errors_while_building_a_coroutine_stay_inside_the_load",
+        || {
+            // Too many stack values for Lua, and out of memory while growing the coroutine's
+            // stack.
+            for (n, limit, expect) in [
+                (1_000_000, 1536 * MIB, "larger than Lua allows"),
+                (900_000, 12 * MIB, "not enough memory"),
+            ] {
+                let big = Node::ThreadNotStarted {
+                    n,
+                    stack: vec![Node::Nil; n as usize],
+                };
+                let vm = Vm::builder()
+                    .capacity(2048 * MIB)
+                    .memory_limit(limit)
+                    .build()
+                    .unwrap();
+                let out = vm
                 .exec_with_args(
                     "local bigstack = ...
                      eris.settings('trust', 'foreign')
@@ -2006,17 +2013,18 @@ fn errors_while_building_a_coroutine_stay_inside_the_load() {
                     &[Value::String(forge::file(&big))],
                 )
                 .unwrap();
-            assert_eq!(out[0], Value::Boolean(true), "{out:?}");
-            assert_eq!(out[1], Value::String(b"returned".to_vec()), "{out:?}");
-            assert_eq!(out[2], Value::Boolean(false), "{out:?}");
-            match &out[3] {
-                Value::String(m) => {
-                    assert!(String::from_utf8_lossy(m).contains(expect), "{out:?}")
+                assert_eq!(out[0], Value::Boolean(true), "{out:?}");
+                assert_eq!(out[1], Value::String(b"returned".to_vec()), "{out:?}");
+                assert_eq!(out[2], Value::Boolean(false), "{out:?}");
+                match &out[3] {
+                    Value::String(m) => {
+                        assert!(String::from_utf8_lossy(m).contains(expect), "{out:?}")
+                    }
+                    other => panic!("{other:?}"),
                 }
-                other => panic!("{other:?}"),
+                assert_eq!(&out[4..], &[Value::Boolean(true), Value::Integer(3)]);
+                vm.arena().verify().unwrap();
             }
-            assert_eq!(&out[4..], &[Value::Boolean(true), Value::Integer(3)]);
-            vm.arena().verify().unwrap();
-        }
-    });
+        },
+    );
 }

@@ -661,8 +661,8 @@ impl<'a> Loader<'a> {
                 ffi::lua_rawgeti(L, s.inits, i as ffi::lua_Integer);
                 ffi::lua_rawgeti(L, -1, 2); // init
                 ffi::lua_rawgeti(L, -2, 1); // object
-                // Lua code may collect: the collector must find the flag clear (lgc.c's
-                // singlestep asserts it); after_call stops emergencies again.
+                                            // Lua code may collect: the collector must find the flag clear (lgc.c's
+                                            // singlestep asserts it); after_call stops emergencies again.
                 luasnap_gc_stopem(L, 0);
                 ffi::lua_callk(L, 1, 0, 0, None);
                 self.after_call(L)?;
