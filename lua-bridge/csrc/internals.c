@@ -264,18 +264,26 @@ int luasnap_thread_put(lua_State *L, lua_State *co, int i) {
 /* Makes upvalue n of the Lua closure at idx the (open) upvalue of co's stack slot `level`,
 ** extending co's stack (nil) to that slot if its values have not all arrived yet (the loader
 ** bounds level by the stack size the file declares, and checks the upvalue against co's
-** frames: luasnap_open_upval_check). `above` is the open upvalue of co with the lowest level
-** above `level`, or NULL if there is none (the loader keeps co's open upvalues by level, so a
-** file listing them in any order costs O(log n) each, not a walk down co's list). Returns the
-** upvalue (a new one or the one already at that slot), or NULL if the arguments are invalid
-** (`above` included: it must be open in co above level, with nothing in between). Raises a
-** memory error on L, never on co. */
-void *luasnap_upval_join_at(lua_State *L, int idx, int n, lua_State *co, int level, void *above) {
+** frames: luasnap_open_upval_check). The loader keeps co's open upvalues by level, each as a
+** closure joined to it, so a file listing them in any order costs O(log n) each, not a walk
+** down co's list: upvalue an of the Lua closure at aidx (aidx 0: none) is the open upvalue of
+** co with the lowest level above `level`. Returns the upvalue, or NULL if the arguments are
+** invalid (that one included: it must be open in co above level with nothing in between;
+** taking it from a live closure keeps it alive even if Lua code swapped it out meanwhile).
+** Raises a memory error on L, never on co. */
+void *luasnap_upval_join_at(lua_State *L, int idx, int n, lua_State *co, int level, int aidx,
+                            int an) {
   const TValue *o = (idx > 0) ? s2v(L->ci->func.p + idx) : s2v(L->top.p + idx);
   LClosure *cl;
-  UpVal *uv, *up = (UpVal *)above, **pp, *next;
+  UpVal *uv, *up = NULL, **pp, *next;
   GCObject *g;
   StkId at;
+  if (aidx != 0) {
+    const TValue *ao = (aidx > 0) ? s2v(L->ci->func.p + aidx) : s2v(L->top.p + aidx);
+    if (!ttisLclosure(ao) || an < 1 || an > clLvalue(ao)->nupvalues) return NULL;
+    up = clLvalue(ao)->upvals[an - 1];
+    if (up == NULL) return NULL;
+  }
   if (!ttisLclosure(o)) return NULL;
   cl = clLvalue(o);
   if (n < 1 || n > cl->nupvalues || level < 1 || ls_extend(L, co, level) != 0) return NULL;

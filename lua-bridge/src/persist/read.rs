@@ -48,7 +48,8 @@ unsafe extern "C" {
         n: c_int,
         co: *mut lua_State,
         level: c_int,
-        above: *mut c_void,
+        aidx: c_int,
+        an: c_int,
     ) -> *mut c_void;
     fn luasnap_upval_shareable(L: *mut lua_State, idx: c_int, n: c_int) -> c_int;
     fn luasnap_upmemo_size() -> usize;
@@ -129,8 +130,9 @@ struct LoadedCo {
     /// Open upvalues joined while its stack was still arriving, checked once its frames are
     /// restored: (closure id, upvalue index, level).
     unchecked: Vec<(u32, c_int, c_int)>,
-    /// Its open upvalues by level, to link a new one in O(log n) (see `luasnap_upval_join_at`).
-    open: BTreeMap<c_int, *mut c_void>,
+    /// Its open upvalues by level, each as a closure joined to it (id, upvalue index), to link
+    /// a new one in O(log n) (see `luasnap_upval_join_at`).
+    open: BTreeMap<c_int, (u32, c_int)>,
 }
 
 /// Why a userdata rebuilt from the file's bytes may not take a C library's metatable.
@@ -661,8 +663,9 @@ impl<'a> Loader<'a> {
                 ffi::lua_rawgeti(L, s.inits, i as ffi::lua_Integer);
                 ffi::lua_rawgeti(L, -1, 2); // init
                 ffi::lua_rawgeti(L, -2, 1); // object
-                                            // Lua code may collect: the collector must find the flag clear (lgc.c's
-                                            // singlestep asserts it); after_call stops emergencies again.
+
+                // Lua code may collect: the collector must find the flag clear (lgc.c's
+                // singlestep asserts it); after_call stops emergencies again.
                 luasnap_gc_stopem(L, 0);
                 ffi::lua_callk(L, 1, 0, 0, None);
                 self.after_call(L)?;
@@ -2074,6 +2077,9 @@ impl<'a> Loader<'a> {
     /// coroutine `co` (checked to be in its declared stack). Into a coroutine whose frames are
     /// restored, the upvalue is checked first (Lua code the load runs next may call the
     /// closure); into one still arriving, once its frames are.
+    ///
+    /// # Safety
+    /// Protected context; the closure at -2; `co` one of `loaded_cos`; `s` this load's slots.
     unsafe fn join_open(
         &mut self,
         L: *mut lua_State,
@@ -2083,7 +2089,6 @@ impl<'a> Loader<'a> {
         i: c_int,
         level: c_int,
     ) -> Result<(), Fail> {
-        let _ = s;
         let strict = (self.opts.trust == Trust::Foreign) as c_int;
         let memo = self.upmemo_ptr();
         let Some(lc) = self.loaded_cos.get_mut(&co) else {
@@ -2091,9 +2096,7 @@ impl<'a> Loader<'a> {
         };
         // SAFETY: protected context; the closure is at -2; co is a coroutine this load made,
         // alive (objs holds it); `lc.frames` are its frames, which cannot change while the
-        // load holds it (the check verifies it was not reset); every upvalue in `lc.open` is
-        // one of its open upvalues, alive (the closures joined to it are in objs), unless Lua
-        // code reset co, which the status checks refuse first.
+        // load holds it (the check verifies it was not reset).
         let err = unsafe {
             match &lc.frames {
                 Some(frames) => luasnap_open_upval_check(
@@ -2116,17 +2119,24 @@ impl<'a> Loader<'a> {
             let msg = unsafe { std::ffi::CStr::from_ptr(err) }.to_string_lossy();
             return Err(self.malformed(&msg));
         }
-        let above = lc
-            .open
-            .range(level + 1..)
-            .next()
-            .map_or(std::ptr::null_mut(), |(_, &u)| u);
-        // SAFETY: as above; `above` is co's open upvalue closest above level, or null.
-        let uv = unsafe { luasnap_upval_join_at(L, -2, i, co, level, above) };
+        let above = lc.open.range(level + 1..).next().map(|(_, &a)| a);
+        // SAFETY: as above; objs[aid] is a closure joined to co's open upvalue closest above
+        // level (the C side checks that it still is); balanced pushes.
+        let uv = unsafe {
+            match above {
+                Some((aid, an)) => {
+                    ffi::lua_rawgeti(L, s.objs, aid as ffi::lua_Integer);
+                    let uv = luasnap_upval_join_at(L, -3, i, co, level, -1, an);
+                    ffi::lua_settop(L, -2);
+                    uv
+                }
+                None => luasnap_upval_join_at(L, -2, i, co, level, 0, 0),
+            }
+        };
         if uv.is_null() {
             return Err(self.malformed("bad open upvalue"));
         }
-        lc.open.insert(level, uv);
+        lc.open.insert(level, (id, i));
         if lc.frames.is_none() {
             lc.unchecked.push((id, i, level));
         }
@@ -2145,6 +2155,9 @@ impl<'a> Loader<'a> {
 
     /// Indexes the frames of the loaded coroutine `co`, just restored (and held), and checks
     /// the open upvalues joined into it while its stack was arriving.
+    ///
+    /// # Safety
+    /// Protected context; `co` one of `loaded_cos`, its frames restored; `s` this load's slots.
     unsafe fn check_open_upvalues(
         &mut self,
         L: *mut lua_State,
