@@ -161,7 +161,8 @@ static void thread_ci(lua_State *co, CallInfo *ci, luasnap_ci *out);
 void luasnap_thread_cis(lua_State *co, luasnap_ci *out, int n) {
   CallInfo *ci = co->base_ci.next;
   int i;
-  for (i = 0; i < n && ci != NULL; i++, ci = ci->next) thread_ci(co, ci, &out[i]);
+  for (i = 0; i < n && ci != NULL && ci != co->ci->next; i++, ci = ci->next)
+    thread_ci(co, ci, &out[i]);
 }
 
 static void thread_ci(lua_State *co, CallInfo *ci, luasnap_ci *out) {
