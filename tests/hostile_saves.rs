@@ -1686,3 +1686,394 @@ fn a_layout_is_read_only_for_the_tables_own_node_count() {
         },
     );
 }
+
+// ----- open upvalues of loaded coroutines: which register, which closures (attack round 3) -----
+
+/// Every upvalue of every Lua closure in `node`, in walk order: (closure number, upvalue
+/// index from 0, the upvalue).
+fn upvals_of(node: &Node) -> Vec<(usize, usize, Upval)> {
+    let mut n = node.clone();
+    let (mut out, mut c) = (Vec::new(), 0);
+    forge::walk_mut(&mut n, &mut |x| {
+        if let Node::LClosure { upvals, .. } = x {
+            for (j, u) in upvals.iter().enumerate() {
+                out.push((c, j, u.clone()));
+            }
+            c += 1;
+        }
+    });
+    out
+}
+
+/// `node` with upvalue `j` of its `c`-th Lua closure (walk order) replaced by `with`.
+fn with_upval(node: &Node, c: usize, j: usize, with: &Upval) -> Node {
+    let mut n = node.clone();
+    let mut at = 0;
+    forge::walk_mut(&mut n, &mut |x| {
+        if let Node::LClosure { upvals, .. } = x {
+            if at == c {
+                upvals[j] = with.clone();
+            }
+            at += 1;
+        }
+    });
+    n
+}
+
+/// An upvalue the sweeps below may replace without shifting the ids of later objects: a
+/// primitive value (no object or string id) or an open upvalue into a coroutine named by id.
+fn replaceable(u: &Upval) -> bool {
+    match u {
+        Upval::New(v) => matches!(
+            v,
+            Node::Nil | Node::False | Node::True | Node::Int(_) | Node::Float(_)
+        ),
+        Upval::Open { thread, .. } => matches!(thread, Node::Ref(_)),
+        Upval::Ref { .. } => false,
+    }
+}
+
+/// Uses a loaded table of coroutines and functions the way a game would: every function is
+/// called with a string, a table, an integer and a forged pointer's bits, each time followed
+/// by resuming every coroutine. A forged open upvalue shows here: it writes through the
+/// game's own setters into registers the VM trusts.
+fn poke(vm: &Vm) {
+    let _ = vm.exec(
+        "local fns, cos = {}, {}
+         for _, v in pairs(loaded) do
+           if type(v) == 'function' then fns[#fns + 1] = v
+           elseif type(v) == 'thread' then cos[#cos + 1] = v end
+         end
+         for _, arg in ipairs({ string.rep('A', 80), {}, 1, 0x4141414141414141 }) do
+           for _, f in ipairs(fns) do pcall(f, arg) end
+           for _, co in ipairs(cos) do coroutine.resume(co, 3) end
+           collectgarbage()
+         end
+         loaded = nil collectgarbage() collectgarbage()",
+        "poke",
+    );
+    vm.arena().verify().unwrap();
+}
+
+/// The stack size of the first suspended coroutine in `node`, and the id its honest open
+/// upvalues name it by.
+fn coroutine_of(node: &Node) -> (u64, u64) {
+    let mut n = node.clone();
+    let mut size = None;
+    forge::walk_mut(&mut n, &mut |x| {
+        if let Node::ThreadSuspended { stack, .. } = x {
+            size.get_or_insert(stack.len() as u64);
+        }
+    });
+    let id = upvals_of(node).into_iter().find_map(|(_, _, u)| match u {
+        Upval::Open {
+            thread: Node::Ref(id),
+            ..
+        } => Some(id),
+        _ => None,
+    });
+    (
+        size.expect("a suspended coroutine"),
+        id.expect("an honest open upvalue"),
+    )
+}
+
+/// Games whose saved coroutines have honest open upvalues, each saved as `saved`: the
+/// reproducers of attack round 3 (02: a table constructor's register; 02b and 12: the
+/// callee's own closure, a coroutine reached through coroutine.wrap; 05: a frame's function
+/// slot; 03 and 06: a numeric for loop's control variable and a named vararg table, which the
+/// VM updates or reads as a table without a check).
+const OPEN_UPVALUE_GAMES: [&str; 6] = [
+    "G = {}
+     function G.job()
+       local progress = 0
+       G.setp = function(v) progress = v end
+       local t = {1, 2, coroutine.yield('waiting'), 4}
+       return t, progress
+     end
+     co = coroutine.create(G.job) coroutine.resume(co)
+     saved = { co, G.setp }",
+    "G = {}
+     local busy = false
+     function G.work() busy = true coroutine.yield('working') busy = false return 1 end
+     function G.build() local n = 0 G.count = function() return n end local t = {G.work(), 2} return t end
+     co = coroutine.create(G.build) coroutine.resume(co)
+     saved = { co, G.count }",
+    "G = {}
+     local busy = false
+     function G.work() busy = true coroutine.yield('working') busy = false return 1 end
+     function G.build() local n = 0 G.count = function() return n end local t = {G.work(), 2} return t end
+     w = coroutine.wrap(G.build) w()
+     saved = { w, G.count }",
+    "G = {}
+     function G.inner() coroutine.yield('in') return G.inner ~= nil end
+     function G.outer() local x = 0 G.set = function(v) x = v end local r = G.inner() return r, x end
+     co = coroutine.create(G.outer) coroutine.resume(co)
+     saved = { co, G.set }",
+    "G = {}
+     function G.loop() for i = 1, 10 do G.geti = function() return i end coroutine.yield(i) end end
+     function G.box() local v return function(x) v = x end end
+     function G.box2() local v, w = nil, {} return function(x) v = x return w end end
+     co = coroutine.create(G.loop) coroutine.resume(co)
+     saved = { co, G.geti, G.box(), G.box2() }",
+    "G = {}
+     function G.va(...t) G.gett = function() return t end coroutine.yield(#t) return ... end
+     function G.box() local v return function(x) v = x end end
+     function G.box2() local v, w = nil, {} return function(x) v = x return w end end
+     co = coroutine.create(G.va) coroutine.resume(co, 1, 2, 3)
+     saved = { co, G.gett, G.box(), G.box2() }",
+];
+
+/// Loads `game`'s save with every replaceable upvalue of every closure made an open upvalue
+/// into every slot of its coroutine (both trust levels): only the honest ones may load. A
+/// forged one that loads is used the way the game would (`poke`), which crashed before the
+/// fix.
+fn only_honest_open_upvalues_load(game: &str) {
+    let a = vm();
+    a.exec(game, "game").unwrap();
+    let good = decoded(&a, "saved");
+    let mut b = vm();
+    b.exec(game, "game").unwrap();
+    for trust in [Trust::Own, Trust::Foreign] {
+        load(&mut b, &good, trust).unwrap();
+        poke(&b);
+    }
+    let (size, tid) = coroutine_of(&good);
+    let honest: Vec<_> = upvals_of(&good)
+        .into_iter()
+        .filter_map(|(c, j, u)| match u {
+            Upval::Open { level, .. } => Some((c, j, level)),
+            _ => None,
+        })
+        .collect();
+    let mut forged = 0;
+    for (c, j, u) in upvals_of(&good) {
+        if !replaceable(&u) {
+            continue;
+        }
+        for level in 1..=size {
+            if honest.contains(&(c, j, level)) {
+                continue;
+            }
+            let with = Upval::Open {
+                level,
+                thread: Node::Ref(tid),
+            };
+            let bad = with_upval(&good, c, j, &with);
+            for trust in [Trust::Own, Trust::Foreign] {
+                let r = load(&mut b, &bad, trust);
+                if r.is_ok() {
+                    poke(&b); // before the fix: crashed here
+                }
+                let e = refused(r, &format!("closure {c} upvalue {j} at slot {level}"));
+                assert!(e.contains("open upvalue"), "{e}");
+                forged += 1;
+            }
+        }
+    }
+    assert!(forged >= 6, "{forged} forged loads for {game}");
+}
+
+/// Found by attack round 3 (reproducer 02): an open upvalue could point at any register of a
+/// frame whose function closes its upvalues, not only at a local variable: the game's own
+/// setter then wrote a string into a table constructor's register, and OP_SETLIST wrote
+/// through it as a Table*. An open upvalue must now be a local variable active where its
+/// frame is suspended, shared only by closures compiled for that very variable.
+#[test]
+fn open_upvalues_only_on_local_variables() {
+    in_child("open_upvalues_only_on_local_variables", || {
+        only_honest_open_upvalues_load(OPEN_UPVALUE_GAMES[0])
+    });
+}
+
+/// Found by attack round 3 (reproducer 02b): the callee frame's own closure had its upvalue
+/// opened onto its caller's table-constructor register; the game only had to resume.
+#[test]
+fn open_upvalues_only_in_closures_made_for_the_variable() {
+    in_child(
+        "open_upvalues_only_in_closures_made_for_the_variable",
+        || only_honest_open_upvalues_load(OPEN_UPVALUE_GAMES[1]),
+    );
+}
+
+/// Found by attack round 3 (reproducer 12): the coroutine of 02b reached through a
+/// coroutine.wrap function (what `luasnap diff --game` loads and calls by itself).
+#[test]
+fn open_upvalues_of_wrapped_coroutines_are_checked_alike() {
+    in_child(
+        "open_upvalues_of_wrapped_coroutines_are_checked_alike",
+        || only_honest_open_upvalues_load(OPEN_UPVALUE_GAMES[2]),
+    );
+}
+
+/// Found by attack round 3 (reproducer 05): an open upvalue on a frame's function slot (a
+/// register of the caller's frame): the game's setter replaced the running LClosure* by a
+/// TString*, and the VM read a Proto* and UpVal*s from the string's bytes.
+#[test]
+fn open_upvalues_never_on_a_frame_function_slot() {
+    in_child("open_upvalues_never_on_a_frame_function_slot", || {
+        only_honest_open_upvalues_load(OPEN_UPVALUE_GAMES[3])
+    });
+}
+
+/// Found by attack round 3 (reproducer 03): a closure of an unrelated function (a setter) on
+/// a numeric for loop's control variable, which the compiler lets no closure write:
+/// OP_FORLOOP then changed a table's pointer in place. Here as an open upvalue of the setter
+/// itself; `read_only_locals_are_never_shared_by_reference` joins it by reference.
+#[test]
+fn for_loop_variables_only_in_closures_made_for_them() {
+    in_child("for_loop_variables_only_in_closures_made_for_them", || {
+        only_honest_open_upvalues_load(OPEN_UPVALUE_GAMES[4])
+    });
+}
+
+/// Found by attack round 3 (reproducer 06): the same with a named vararg table, which
+/// OP_VARARG reads as a Table* (0x4141414141414141 from the setter).
+#[test]
+fn vararg_tables_only_in_closures_made_for_them() {
+    in_child("vararg_tables_only_in_closures_made_for_them", || {
+        only_honest_open_upvalues_load(OPEN_UPVALUE_GAMES[5])
+    });
+}
+
+/// Found by attack round 3 (reproducers 03 and 06): a setter joined by reference (`UpvalRef`,
+/// through lua_upvaluejoin or the table builder's LS_JOINUPVAL) to an honest open upvalue on
+/// a for loop's control variable or a named vararg table. Saves never share open upvalues by
+/// reference (each closure names its coroutine's slot), so loads refuse it, whichever
+/// closure it names.
+#[test]
+fn read_only_locals_are_never_shared_by_reference() {
+    in_child("read_only_locals_are_never_shared_by_reference", || {
+        for game in &OPEN_UPVALUE_GAMES[4..] {
+            let a = vm();
+            a.exec(game, "game").unwrap();
+            let good = decoded(&a, "saved");
+            let mut b = vm();
+            b.exec(game, "game").unwrap();
+            let mut by_reference = 0;
+            for (c, j, u) in upvals_of(&good) {
+                if !matches!(u, Upval::New(Node::Nil)) {
+                    continue;
+                }
+                // Every object id the file may name, with the index of a one-upvalue closure.
+                for closure in 0..40 {
+                    let bad = with_upval(&good, c, j, &Upval::Ref { closure, index: 1 });
+                    for trust in [Trust::Own, Trust::Foreign] {
+                        match load(&mut b, &bad, trust) {
+                            // Sharing a closed upvalue is what saves do.
+                            Ok(()) => poke(&b),
+                            Err(e) if e.contains("open upvalue by reference") => by_reference += 1,
+                            Err(_) => {}
+                        }
+                    }
+                }
+            }
+            // Both setters (one read by the table builder, one by the general path), in both
+            // trust levels.
+            assert!(by_reference >= 4, "{by_reference} for {game}");
+        }
+    });
+}
+
+/// Found by attack round 3 (reproducer 04): loading a coroutine with many frames that capture
+/// locals checked each open upvalue against every frame, and saving one read each frame by
+/// walking to it: 99,000 frames took 15 s to load and 12 s to save. Closures joined after the
+/// coroutine, deepest frame first (as a table of them is written), walked the coroutine's list
+/// of open upvalues from the top each time: 41 s. All linear now (figures in
+/// docs/save-games.md); this checks that such a coroutine round-trips whole, its upvalues
+/// shared with closures outside it, loaded and saved again, in both trust levels.
+#[test]
+fn deep_coroutines_with_captured_locals_round_trip() {
+    let game = "G = { fs = {} }
+        function G.r(n)
+          local x = n
+          local f = function() return x end
+          G.fs[n + 1] = function() x = x + 1 return x end
+          if n == 0 then coroutine.yield('bottom') else G.r(n - 1) end
+          return f()
+        end
+        co = coroutine.create(function(n) return G.r(n) end)
+        assert(coroutine.resume(co, 20000))
+        saved = { co, G.fs }";
+    let a = vm();
+    a.exec(game, "game").unwrap();
+    let file = a.persist("saved").unwrap();
+    for trust in [Trust::Own, Trust::Foreign] {
+        let mut b = vm();
+        b.exec(game, "game").unwrap();
+        b.unpersist(&file, "loaded", trust).unwrap();
+        let again = b.persist("loaded").unwrap();
+        b.unpersist(&again, "loaded2", trust).unwrap();
+        let out = b
+            .exec(
+                "local r = {}
+                 for _, t in ipairs({ loaded, loaded2 }) do
+                   local fs = t[2]
+                   r[#r + 1] = fs[1]() + fs[#fs]() -- the deepest frame's x and the outermost's
+                   local ok, v = coroutine.resume(t[1])
+                   r[#r + 1] = ok and v
+                 end
+                 return table.unpack(r)",
+                "finish",
+            )
+            .unwrap();
+        let want = [1 + 20001, 20001, 1 + 20001, 20001].map(Value::Integer);
+        assert_eq!(out, want);
+        b.arena().verify().unwrap();
+    }
+}
+
+/// Found by attack round 3 (reproducer 10): the loader grew a coroutine's stack with
+/// luaL_checkstack on that coroutine, which has no error handler of its own: the "stack
+/// overflow" error went to the main thread's handler instead, past the load's protected call
+/// when the load ran inside a coroutine (the collector stayed stopped, the next save aborted).
+/// Nothing the loader does on a coroutine it builds raises there now.
+#[test]
+fn errors_while_building_a_coroutine_stay_inside_the_load() {
+    in_child(
+        "errors_while_building_a_coroutine_stay_inside_the_load",
+        || {
+            // Too many stack values for Lua, and out of memory while growing the coroutine's
+            // stack.
+            for (n, limit, expect) in [
+                (1_000_000, 1536 * MIB, "larger than Lua allows"),
+                (900_000, 12 * MIB, "not enough memory"),
+            ] {
+                let big = Node::ThreadNotStarted {
+                    n,
+                    stack: vec![Node::Nil; n as usize],
+                };
+                let vm = Vm::builder()
+                    .capacity(2048 * MIB)
+                    .memory_limit(limit)
+                    .build()
+                    .unwrap();
+                let out = vm
+                .exec_with_args(
+                    "local bigstack = ...
+                     eris.settings('trust', 'foreign')
+                     local inner = coroutine.wrap(function() return 'returned', pcall(eris.unpersist, bigstack) end)
+                     local ok, where, ok2, msg = pcall(inner)
+                     bigstack, inner = nil collectgarbage()
+                     local running = collectgarbage('isrunning')
+                     local again = eris.unpersist(eris.persist({ 1, 2, 3 }))
+                     return ok, where, ok2, tostring(msg), running, #again",
+                    "load in a coroutine",
+                    &[Value::String(forge::file(&big))],
+                )
+                .unwrap();
+                assert_eq!(out[0], Value::Boolean(true), "{out:?}");
+                assert_eq!(out[1], Value::String(b"returned".to_vec()), "{out:?}");
+                assert_eq!(out[2], Value::Boolean(false), "{out:?}");
+                match &out[3] {
+                    Value::String(m) => {
+                        assert!(String::from_utf8_lossy(m).contains(expect), "{out:?}")
+                    }
+                    other => panic!("{other:?}"),
+                }
+                assert_eq!(&out[4..], &[Value::Boolean(true), Value::Integer(3)]);
+                vm.arena().verify().unwrap();
+            }
+        },
+    );
+}

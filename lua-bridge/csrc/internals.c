@@ -187,10 +187,18 @@ void luasnap_thread_push_slot(lua_State *L, lua_State *co, int i) {
   L->top.p++;
 }
 
-/* Frame `level` (0 = the first above base_ci). */
-void luasnap_thread_ci(lua_State *co, int level, luasnap_ci *out) {
+static void thread_ci(lua_State *co, CallInfo *ci, luasnap_ci *out);
+
+/* The first n frames above base_ci, in one walk (a function returning frame `level` walked
+** to it: the writer's loop over the frames was quadratic in their number). */
+void luasnap_thread_cis(lua_State *co, luasnap_ci *out, int n) {
   CallInfo *ci = co->base_ci.next;
-  while (level-- > 0) ci = ci->next;
+  int i;
+  for (i = 0; i < n && ci != NULL && ci != co->ci->next; i++, ci = ci->next)
+    thread_ci(co, ci, &out[i]);
+}
+
+static void thread_ci(lua_State *co, CallInfo *ci, luasnap_ci *out) {
   memset(out, 0, sizeof *out);
   out->func = (int32_t)(ci->func.p - co->stack.p);
   out->top = (int32_t)(ci->top.p - co->stack.p);
@@ -240,19 +248,121 @@ int luasnap_upval_open(lua_State *L, int idx, int n, lua_State **owner, int *lev
   return 0;
 }
 
-/* Makes upvalue n of the Lua closure at idx the (open) upvalue of co's stack slot `level`.
-** Returns 0 on success, -1 if the arguments are invalid. */
-int luasnap_upval_join_open(lua_State *L, int idx, int n, lua_State *co, int level) {
+/* ===================== building loaded coroutines without raising on them =====================
+** A coroutine the loader builds has no error handler of its own: an error raised with L = co
+** (luaL_checkstack on co, a memory error while allocating through co) finds co->errorJmp NULL,
+** and luaD_throw then resets co and rethrows on the *main thread's* handler, past the load's
+** protected call when the load itself runs inside a coroutine (the collector stays stopped,
+** the load's marks stay set). Invariant kept by the helpers below: nothing they do on co
+** raises on co. They grow co's stack with luaD_reallocstack(co, n, 0) (reports failure,
+** never raises) and allocate objects through the loading thread L, whose errors the load's
+** protected call catches (luaC_newobj only uses L to reach the global state and to raise). */
+
+#if defined(LUAI_MAXSTACK)
+#define LS_MAXSTACK LUAI_MAXSTACK
+#else
+#define LS_MAXSTACK 1000000  /* ldo.c's default */
+#endif
+
+/* Makes slots [0, upto] of co's stack exist (nil from its top up), so its top is at least
+** upto + 1. Returns 0, or -1 if that is larger than Lua lets a stack grow (LUAI_MAXSTACK:
+** a file cannot hold such a coroutine, luaD_growstack refuses one); raises a memory error
+** on L, never on co. */
+static int ls_extend(lua_State *L, lua_State *co, int upto) {
+  int used = (int)(co->top.p - co->stack.p);
+  if (upto < used) return 0;
+  if (upto + 1 > LS_MAXSTACK) return -1;
+  if (upto + 1 > stacksize(co)) {
+    int newsize = stacksize(co) + (stacksize(co) >> 1);
+    if (newsize > LS_MAXSTACK) newsize = LS_MAXSTACK;
+    if (newsize < upto + 1) newsize = upto + 1;
+    if (!luaD_reallocstack(co, newsize, 0)) luaD_throw(L, LUA_ERRMEM);
+  }
+  for (; used <= upto; used++) setnilvalue(s2v(co->stack.p + used));
+  co->top.p = co->stack.p + upto + 1;
+  /* As lua_checkstack: the (base) frame's top covers the slots in use. */
+  if (co->ci->top.p < co->top.p) co->ci->top.p = co->top.p;
+  return 0;
+}
+
+/* Pops the value on top of L into slot i (>= 1) of the coroutine co, extending co's stack to
+** it if needed. Returns 0, or -1 if slot i is beyond the largest stack Lua allows. Raises a
+** memory error on L, never on co. */
+int luasnap_thread_put(lua_State *L, lua_State *co, int i) {
+  if (i < 1 || ls_extend(L, co, i) != 0) return -1;
+  setobj2s(co, co->stack.p + i, s2v(L->top.p - 1));
+  L->top.p--;
+  return 0;
+}
+
+/* Makes upvalue n of the Lua closure at idx the (open) upvalue of co's stack slot `level`,
+** extending co's stack (nil) to that slot if its values have not all arrived yet (the loader
+** bounds level by the stack size the file declares, and checks the upvalue against co's
+** frames: luasnap_open_upval_check). The loader keeps co's open upvalues by level, each as a
+** closure joined to it, so a file listing them in any order costs O(log n) each, not a walk
+** down co's list: upvalue an of the Lua closure at aidx (aidx 0: none) is the open upvalue of
+** co with the lowest level above `level`. Returns the upvalue, or NULL if the arguments are
+** invalid (that one included: it must be open in co above level with nothing in between;
+** taking it from a live closure keeps it alive even if Lua code swapped it out meanwhile).
+** Raises a memory error on L, never on co. */
+void *luasnap_upval_join_at(lua_State *L, int idx, int n, lua_State *co, int level, int aidx,
+                            int an) {
   const TValue *o = (idx > 0) ? s2v(L->ci->func.p + idx) : s2v(L->top.p + idx);
   LClosure *cl;
-  UpVal *uv;
-  if (!ttisLclosure(o)) return -1;
+  UpVal *uv, *up = NULL, **pp, *next;
+  GCObject *g;
+  StkId at;
+  if (aidx != 0) {
+    const TValue *ao = (aidx > 0) ? s2v(L->ci->func.p + aidx) : s2v(L->top.p + aidx);
+    if (!ttisLclosure(ao) || an < 1 || an > clLvalue(ao)->nupvalues) return NULL;
+    up = clLvalue(ao)->upvals[an - 1];
+    if (up == NULL) return NULL;
+  }
+  if (!ttisLclosure(o)) return NULL;
   cl = clLvalue(o);
-  if (n < 1 || n > cl->nupvalues || level < 1 || level >= (int)(co->top.p - co->stack.p)) return -1;
-  uv = luaF_findupval(co, co->stack.p + level);
+  if (n < 1 || n > cl->nupvalues || level < 1 || ls_extend(L, co, level) != 0) return NULL;
+  at = co->stack.p + level;
+  if (up != NULL && (!upisopen(up) || uplevel(up) <= at || uplevel(up) >= co->top.p))
+    return NULL;
+  pp = up == NULL ? &co->openupval : &up->u.open.next;
+  next = *pp;
+  /* Invariant checked: the list stays sorted by decreasing level (luaF_findupval's search
+  ** and luaF_closeupval rely on it). */
+  if (next != NULL && uplevel(next) > at) return NULL;
+  if (next != NULL && uplevel(next) == at) {
+    uv = next;
+  } else {
+    g = luaC_newobj(L, LUA_VUPVAL, sizeof(UpVal));
+    uv = gco2upv(g);
+    /* No collection ran meanwhile (emergency ones neither move stacks nor touch open
+    ** upvalues), so pp and next still hold. */
+    uv->v.p = s2v(co->stack.p + level);
+    uv->u.open.next = next;
+    uv->u.open.previous = pp;
+    if (next) next->u.open.previous = &uv->u.open.next;
+    *pp = uv;
+    if (!isintwups(co)) {  /* as newupval: co joins the threads with open upvalues */
+      co->twups = G(co)->twups;
+      G(co)->twups = co;
+    }
+  }
   cl->upvals[n - 1] = uv;
   luaC_objbarrier(L, cl, uv);
-  return 0;
+  return uv;
+}
+
+/* Whether upvalue n of the Lua closure at idx may be shared by reference (lua_upvaluejoin,
+** LS_JOINUPVAL): 1 if it exists and is closed, 0 if it is open (in any thread's stack: a
+** loaded closure that shared it would reach that stack slot without the checks of
+** luasnap_open_upval_check; saves name an open upvalue by its coroutine and slot, never by
+** reference) or absent. */
+int luasnap_upval_shareable(lua_State *L, int idx, int n) {
+  const TValue *o = (idx > 0) ? s2v(L->ci->func.p + idx) : s2v(L->top.p + idx);
+  const LClosure *cl;
+  if (!ttisLclosure(o)) return 0;
+  cl = clLvalue(o);
+  if (n < 1 || n > cl->nupvalues || cl->upvals[n - 1] == NULL) return 0;
+  return !upisopen(cl->upvals[n - 1]);
 }
 
 static int yieldable_op(OpCode op) {
@@ -298,6 +408,9 @@ const char *luasnap_thread_restore(lua_State *L, lua_State *co, const luasnap_ci
     if (cis[i].top < 0 || cis[i].top > stacksize + 100000) return "frame top too high";
     if (cis[i].top > need) need = cis[i].top;
   }
+  /* Invariant checked: no stack grows past LUAI_MAXSTACK (luaD_growstack), so no frame's top
+  ** is beyond it (a larger stack reads to luaD_growstack as one handling an overflow). */
+  if (need > LS_MAXSTACK) return "frames above the largest stack Lua allows";
   for (i = 0; i < nci; i++) {
     const luasnap_ci *r = &cis[i];
     const TValue *f;
@@ -361,7 +474,8 @@ const char *luasnap_thread_restore(lua_State *L, lua_State *co, const luasnap_ci
   /* Make room for the highest frame top. */
   {
     if (need + EXTRA_STACK > stacksize(co)) {
-      if (!luaD_reallocstack(co, need + EXTRA_STACK, 0)) return "not enough memory for the coroutine's stack";
+      int newsize = need + EXTRA_STACK > LS_MAXSTACK ? LS_MAXSTACK : need + EXTRA_STACK;
+      if (!luaD_reallocstack(co, newsize, 0)) return "not enough memory for the coroutine's stack";
     }
     for (i = stacksize; i < need; i++) setnilvalue(s2v(co->stack.p + i));
   }
@@ -855,6 +969,9 @@ int luasnap_table_build(lua_State *L, int strs, int objs, const luasnap_val *ops
         other = clLvalue(&o);
         if (n1 < 1 || n1 > (unsigned int)cl->nupvalues || n2 < 1 || n2 > (unsigned int)other->nupvalues)
           goto fail;
+        /* Invariant checked: only closed upvalues are shared by reference (see
+        ** luasnap_upval_shareable). */
+        if (other->upvals[n2 - 1] == NULL || upisopen(other->upvals[n2 - 1])) goto fail;
         cl->upvals[n1 - 1] = other->upvals[n2 - 1];
         luaC_objbarrier(L, cl, cl->upvals[n1 - 1]);
         continue;
@@ -1426,6 +1543,40 @@ const char *luasnap_check_call_sites(lua_State *co, const luasnap_ci *cis, int n
   return NULL;
 }
 
+/* ----- open upvalues of loaded coroutines -----
+** An open upvalue is a pointer into a coroutine's stack that its closures read and write
+** without any check. In an honest state it is a local variable of the frame of the function
+** that declared it, shared only by closures that function made for that variable; the VM
+** trusts that nothing else writes the registers it keeps for itself (table constructors'
+** temporaries, a frame's function slot) and that nothing writes the locals the compiler
+** refuses assignment to (a numeric for loop's control variable, which OP_FORLOOP updates in
+** place with chgivalue; a named vararg table, which OP_VARARG reads as a Table*). The
+** loader's rule (luasnap_open_upval_check) rebuilds that invariant for each closure an open
+** upvalue of a loaded coroutine is joined to:
+**   1. the slot is a register of the Lua frame with the highest function slot below it, and
+**      that register holds a local variable active where the frame is suspended (debug
+**      information: locvars with startpc <= pc < endpc; the n-th active one is register
+**      n - 1, as luaF_getlocalname counts them);
+**   2. the frame is not suspended where its upvalues are already closed (a __close call of
+**      OP_CLOSE A for r >= A, of a closing OP_RETURN, or a closing OP_TAILCALL), and its
+**      function closes its upvalues when it returns (proto_closes: otherwise the upvalue
+**      stays open above the stack once the frame returns, and a collection shrinking the
+**      stack leaves it dangling);
+**   3. the closure's prototype is nested in the frame's function, and its upvalue's
+**      descriptor chain (instack = 0 with the index of the enclosing function's upvalue, up
+**      to the frame's function's child, with instack = 1) names that register;
+**   4. that child (OP_CLOSURE at pc_c in the frame's function) was made while that same
+**      variable was active (startpc <= pc_c < endpc), or it is the variable's own recursive
+**      local function (localfunc sets startpc just after the OP_CLOSURE storing into it).
+** With 3 and 4 the closure's code was compiled for that very variable, so it writes it only
+** if the language lets it (lparser.c's check_readonly refuses assignment to const, for-loop
+** control and vararg-table variables, in nested functions too: their upvalue descriptors
+** carry the variable's kind). Registers that hold no active local (constructor temporaries,
+** function slots, arguments being passed) pass neither 1 nor 3. A prototype without debug
+** information (a stripped binary chunk) has no locvars: foreign loads refuse open upvalues
+** into its frames; own loads check 2 and 3 only. Prototypes are the VM's own (foreign loads
+** find them among its live ones), so their code is what Lua's compiler produced. */
+
 /* Whether every return of p closes the upvalues still open in its frame. With a captured
 ** local (lparser.c: 'needclose'), luaK_finish gives OP_RETURN and OP_TAILCALL the k flag and
 ** turns OP_RETURN0/OP_RETURN1 into OP_RETURN; without one, a return leaves them open. */
@@ -1442,45 +1593,166 @@ static int proto_closes(const Proto *p) {
   return 1;
 }
 
-/* Checks that every open upvalue of a loaded suspended coroutine is a live local of one of
-** its Lua frames (above the function slot, below the frame's top) whose function closes its
-** upvalues when it returns. The loader joins open upvalues into loaded coroutines only, and
-** calls this once the whole file is read. Invariants checked: a level outside every frame
-** could be cut off when the collector shrinks the stack; so could one in a frame whose
-** function never closes (an honest one only captures locals of a function that does): the
-** frame returns, the upvalue stays open above the top, and luaD_shrinkstack moves it out of
-** the stack (a dangling pointer into the arena). `memo` (nmemo bytes, zeroed) caches
-** proto_closes per frame, innermost first, so the check is O(upvalues x frames + code).
-** Returns 0 if all are in place, -1 otherwise. */
-static int upval_level_ok(lua_State *co, StkId level, unsigned char *memo, int nmemo) {
+/* What the check computed last, per kind of question: honest coroutines ask the same ones
+** for frame after frame (a recursion), so each costs O(1) after the first. */
+typedef struct ls_upmemo {
+  const Proto *vp;       /* reg2var holds, for vp at vpc, the locvar of each register */
+  int vpc;
+  short reg2var[256];    /* maxstacksize is a byte */
+  const Proto *cp;       /* proto_closes(cp) == closes */
+  int closes;
+  const Proto *df, *dx;  /* closure proto dx, upvalue dn, register dr: child dk of df */
+  int dn, dr, dk;
+  const Proto *kp;       /* OP_CLOSURE of child kk of kp is at kpc (-1: none) */
+  int kk, kpc;
+} ls_upmemo;
+
+/* Size of the memo luasnap_open_upval_check takes (zeroed by the caller). */
+size_t luasnap_upmemo_size(void) { return sizeof(ls_upmemo); }
+
+/* Stores co's frames (CallInfo pointers, the first above base_ci first) in out (at most max);
+** returns their number. For luasnap_open_upval_check, while co cannot run. */
+int luasnap_thread_frames(lua_State *co, const void **out, int max) {
   CallInfo *ci;
-  int d = 0;
-  for (ci = co->ci; ci != &co->base_ci; ci = ci->previous, d++) {
-    int closes;
-    if (!isLua(ci) || level <= ci->func.p || level >= ci->top.p) continue;
-    if (d < nmemo && memo[d] != 0) closes = memo[d] == 1;
-    else {
-      closes = proto_closes(clLvalue(s2v(ci->func.p))->p);
-      if (d < nmemo) memo[d] = closes ? 1 : 2;
-    }
-    if (closes) return 1;
+  int n = 0;
+  for (ci = co->base_ci.next; ci != NULL && ci != co->ci->next; ci = ci->next) {
+    if (n < max) out[n] = ci;
+    n++;
+  }
+  return n;
+}
+
+/* Finds the path from root down to the nested prototype target (path[0] = root); returns its
+** length, or 0 if target is not nested in root. Lua nests functions at most LUAI_MAXCCALLS
+** (200) deep; deeper paths (none) are not followed. */
+static int proto_path(const Proto *root, const Proto *target, const Proto **path, int depth) {
+  int i;
+  if (depth >= 250) return 0;
+  path[depth] = root;
+  if (root == target) return depth + 1;
+  for (i = 0; i < root->sizep; i++) {
+    int len = proto_path(root->p[i], target, path, depth + 1);
+    if (len > 0) return len;
   }
   return 0;
 }
 
-int luasnap_thread_check_upvals(lua_State *co, unsigned char *memo, int nmemo) {
-  UpVal *uv;
-  for (uv = co->openupval; uv != NULL; uv = uv->u.open.next)
-    if (!upval_level_ok(co, uplevel(uv), memo, nmemo)) return -1;
-  return 0;
+/* Rule 3: the index of fp's child through which upvalue n of a closure of xp names register
+** r of fp's frame, or -1. */
+static int captures(ls_upmemo *m, const Proto *fp, const Proto *xp, int n, int r) {
+  const Proto *path[256];
+  int len, j, k = -1;
+  const Upvaldesc *d;
+  if (m->df == fp && m->dx == xp && m->dn == n && m->dr == r) return m->dk;
+  len = proto_path(fp, xp, path, 0);
+  if (len >= 2 && n >= 1 && n <= xp->sizeupvalues) {
+    d = &xp->upvalues[n - 1];
+    for (j = len - 1; j > 1 && !d->instack && d->idx < path[j - 1]->sizeupvalues; j--)
+      d = &path[j - 1]->upvalues[d->idx];
+    if (j == 1 && d->instack && d->idx == r) {
+      for (k = 0; k < fp->sizep && fp->p[k] != path[1]; k++) {}
+      if (k == fp->sizep) k = -1;
+    }
+  }
+  m->df = fp; m->dx = xp; m->dn = n; m->dr = r; m->dk = k;
+  return k;
 }
 
-/* The same check for the one open upvalue at stack slot `level` of co, whose frames are
-** restored: the loader joins an upvalue into such a coroutine only after this says 0, since
-** Lua code the load runs later (a rebuild function) may resume the coroutine. */
-int luasnap_thread_check_upval(lua_State *co, int level) {
-  if (level < 1 || level >= (int)(co->top.p - co->stack.p)) return -1;
-  return upval_level_ok(co, co->stack.p + level, NULL, 0) ? 0 : -1;
+/* The pc of the OP_CLOSURE that makes child k of p, or -1. */
+static int closure_pc(ls_upmemo *m, const Proto *p, int k) {
+  int q;
+  if (m->kp == p && m->kk == k) return m->kpc;
+  m->kp = p; m->kk = k; m->kpc = -1;
+  for (q = 0; q < p->sizecode; q++)
+    if (GET_OPCODE(p->code[q]) == OP_CLOSURE && GETARG_Bx(p->code[q]) == k) {
+      m->kpc = q;
+      break;
+    }
+  return m->kpc;
+}
+
+/* Rule 1: the locvar active in register r of p at pc, or -1 (see tbc_in_scope). */
+static int active_var(ls_upmemo *m, const Proto *p, int pc, int r) {
+  if (m->vp != p || m->vpc != pc) {
+    int i, n = 0;
+    for (i = 0; i < 256; i++) m->reg2var[i] = -1;
+    for (i = 0; i < p->sizelocvars && p->locvars[i].startpc <= pc; i++)
+      if (pc < p->locvars[i].endpc && n < 256) m->reg2var[n++] = (short)i;
+    m->vp = p;
+    m->vpc = pc;
+  }
+  return r < 256 ? m->reg2var[r] : -1;
+}
+
+/* Checks that the Lua closure at idx may have its upvalue n open at slot `level` of the loaded
+** coroutine co (rules 1-4 above), co's frames being frames[0..nframes) (luasnap_thread_frames,
+** taken when its frames were restored; co has not run since: the loader keeps it unresumable
+** until the load ends, and this checks it was not reset). `strict` (foreign loads) refuses
+** frames without debug information. `memo` is luasnap_upmemo_size() bytes, zeroed before the
+** first call for a load. O(log frames) per call, plus a scan of the frame's function (its
+** locals, code and nested prototypes) when the question differs from the last one. Reads
+** only. Returns NULL or why the upvalue is refused. */
+const char *luasnap_open_upval_check(lua_State *L, int idx, int n, lua_State *co, int level,
+                                     const void *const *frames, int nframes, int strict,
+                                     void *memo) {
+  ls_upmemo *m = (ls_upmemo *)memo;
+  const TValue *o = (idx > 0) ? s2v(L->ci->func.p + idx) : s2v(L->top.p + idx);
+  const LClosure *cl;
+  const CallInfo *ci;
+  const Proto *p;
+  int lo = 0, hi = nframes, r, pc, var, k;
+  Instruction ins;
+  if (!ttisLclosure(o)) return "internal: an open upvalue of something else than a Lua closure";
+  cl = clLvalue(o);
+  if (n < 1 || n > cl->nupvalues) return "internal: no such upvalue";
+  if (co->status != LUA_ERRERR || nframes < 1 || co->ci != (const CallInfo *)frames[nframes - 1])
+    return "an open upvalue into a coroutine that load-time code reset";
+  if (level < 1 || level >= (int)(co->top.p - co->stack.p))
+    return "an open upvalue outside its coroutine's stack";
+  /* The frame with the highest function slot below level (frames ascend: restore checks). */
+  while (hi - lo > 1) {
+    int mid = (lo + hi) / 2;
+    if (((const CallInfo *)frames[mid])->func.p - co->stack.p < level) lo = mid;
+    else hi = mid;
+  }
+  ci = (const CallInfo *)frames[lo];
+  if (ci->func.p - co->stack.p >= level || !isLua(ci))
+    return "an open upvalue outside the local variables of its coroutine's Lua frames";
+  p = clLvalue(s2v(ci->func.p))->p;
+  r = level - (int)(ci->func.p - co->stack.p) - 1;
+  if (r >= p->maxstacksize)
+    return "an open upvalue outside the local variables of its coroutine's Lua frames";
+  pc = (int)(ci->u.l.savedpc - p->code) - 1;  /* restored: 0 <= pc < sizecode */
+  ins = p->code[pc];
+  if ((GET_OPCODE(ins) == OP_CLOSE && r >= GETARG_A(ins))
+      || ((GET_OPCODE(ins) == OP_RETURN || GET_OPCODE(ins) == OP_TAILCALL) && TESTARG_k(ins)))
+    return "an open upvalue in a frame suspended where it has closed its upvalues";
+  if (m->cp != p) {
+    m->cp = p;
+    m->closes = proto_closes(p);
+  }
+  if (!m->closes)
+    return "an open upvalue in a frame whose function does not close its upvalues when it returns";
+  var = -1;
+  if (p->sizelocvars == 0) {
+    if (strict)
+      return "an open upvalue into a frame of a function without debug information (stripped): foreign loads cannot check which local it is";
+  } else {
+    var = active_var(m, p, pc, r);
+    if (var < 0)
+      return "an open upvalue on a register that holds no local variable where its frame is suspended";
+  }
+  k = captures(m, p, cl->p, n, r);
+  if (k < 0)
+    return "an open upvalue shared by a closure whose function cannot capture that local (not nested in the frame's function with an upvalue for it)";
+  if (var >= 0) {
+    const LocVar *v = &p->locvars[var];
+    int at = closure_pc(m, p, k);
+    if (at < 0 || !((v->startpc <= at && at < v->endpc)
+                    || (at + 1 == v->startpc && GETARG_A(p->code[at]) == r)))
+      return "an open upvalue shared by a closure made for another variable of that register";
+  }
+  return NULL;
 }
 
 /* Marks (on != 0) a coroutine the loader is still building (its stack values arrive one by
@@ -1496,6 +1768,23 @@ int luasnap_thread_building(lua_State *co, int on) {
   }
   if (co->status != LUA_ERRERR || co->ci != &co->base_ci) return -1;
   co->status = LUA_OK;
+  return 0;
+}
+
+/* Holds (on != 0) a suspended coroutine whose frames the loader restored, or releases it
+** (on == 0) when the load ends. Held, it cannot run (status LUA_ERRERR, as while building),
+** so its frames stay those the loader checked and indexed (luasnap_thread_frames) while the
+** load runs Lua code (rebuild functions) and joins later closures' open upvalues into it.
+** Releasing returns -1 if Lua code reset the coroutine meanwhile (luaE_resetthread: status
+** LUA_OK, frames gone; a reset coroutine cannot run again), else makes it suspended
+** (LUA_YIELD) and returns 0. */
+int luasnap_thread_hold(lua_State *co, int on) {
+  if (on) {
+    co->status = LUA_ERRERR;
+    return 0;
+  }
+  if (co->status != LUA_ERRERR || co->ci == &co->base_ci) return -1;
+  co->status = LUA_YIELD;
   return 0;
 }
 

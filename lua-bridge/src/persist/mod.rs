@@ -202,20 +202,14 @@ unsafe extern "C" {
         errfunc: *mut i64,
     );
     pub(crate) fn luasnap_thread_push_slot(L: *mut lua_State, co: *mut lua_State, i: c_int);
-    pub(crate) fn luasnap_thread_ci(co: *mut lua_State, level: c_int, out: *mut CiRecord);
+    /// The first n frames of a coroutine (one walk: quadratic if asked frame by frame).
+    pub(crate) fn luasnap_thread_cis(co: *mut lua_State, out: *mut CiRecord, n: c_int);
     pub(crate) fn luasnap_upval_open(
         L: *mut lua_State,
         idx: c_int,
         n: c_int,
         owner: *mut *mut lua_State,
         level: *mut c_int,
-    ) -> c_int;
-    pub(crate) fn luasnap_upval_join_open(
-        L: *mut lua_State,
-        idx: c_int,
-        n: c_int,
-        co: *mut lua_State,
-        level: c_int,
     ) -> c_int;
     pub(crate) fn luasnap_thread_restore(
         L: *mut lua_State,

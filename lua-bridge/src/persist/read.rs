@@ -18,11 +18,11 @@ use super::{budget_hook_intact, luasnap_gc_stopem, luasnap_heap_bytes};
 use super::{kind, LoadOptions, RawVal, Slots, Trust};
 use super::{luasnap_chunk_find, luasnap_proto_child};
 use super::{luasnap_proto, luasnap_proto_hash, luasnap_proto_nupvalues};
-use super::{luasnap_thread_restore, luasnap_upval_join_open, CiRecord};
+use super::{luasnap_thread_restore, CiRecord};
 use super::{CTORS_KEY, GMATCH_AUX, WRAP_AUX};
 use crate::bridge::ffi::Shared;
 use mlua_sys::{self as ffi, lua_State};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::ffi::{c_int, c_void};
 
 unsafe extern "C" {
@@ -38,9 +38,32 @@ unsafe extern "C" {
         ud: *mut c_void,
     );
     fn luasnap_gc_nofinal(L: *mut lua_State, on: c_int) -> c_int;
-    fn luasnap_thread_check_upvals(co: *mut lua_State, memo: *mut u8, nmemo: c_int) -> c_int;
-    fn luasnap_thread_check_upval(co: *mut lua_State, level: c_int) -> c_int;
     fn luasnap_thread_building(co: *mut lua_State, on: c_int) -> c_int;
+    fn luasnap_thread_hold(co: *mut lua_State, on: c_int) -> c_int;
+    fn luasnap_thread_put(L: *mut lua_State, co: *mut lua_State, i: c_int) -> c_int;
+    fn luasnap_thread_frames(co: *mut lua_State, out: *mut *const c_void, max: c_int) -> c_int;
+    fn luasnap_upval_join_at(
+        L: *mut lua_State,
+        idx: c_int,
+        n: c_int,
+        co: *mut lua_State,
+        level: c_int,
+        aidx: c_int,
+        an: c_int,
+    ) -> *mut c_void;
+    fn luasnap_upval_shareable(L: *mut lua_State, idx: c_int, n: c_int) -> c_int;
+    fn luasnap_upmemo_size() -> usize;
+    fn luasnap_open_upval_check(
+        L: *mut lua_State,
+        idx: c_int,
+        n: c_int,
+        co: *mut lua_State,
+        level: c_int,
+        frames: *const *const c_void,
+        nframes: c_int,
+        strict: c_int,
+        memo: *mut c_void,
+    ) -> *const std::ffi::c_char;
     fn luasnap_thread_set_tbc(
         co: *mut lua_State,
         slots: *const i32,
@@ -91,22 +114,27 @@ unsafe fn has_gc(L: *mut lua_State) -> bool {
     }
 }
 
-/// Why an open upvalue is refused (see `luasnap_thread_check_upvals`).
-const OPEN_UPVALUE: &str = "an open upvalue outside the live locals of its coroutine's frames, or in a frame whose function does not close its upvalues when it returns";
+/// Why a load refuses a coroutine that load-time code reset while the load built it.
+const RESET: &str =
+    "a load-time function reset a coroutine the load was still building (coroutine.close)";
 
-/// `luasnap_thread_check_upvals` for the restored coroutine `co`: 0 if every open upvalue
-/// is in place.
-///
-/// # Safety
-/// `co` is a coroutine whose frames the loader restored.
-unsafe fn check_upvals(co: *mut lua_State) -> c_int {
-    // SAFETY: reads co's frames and upvalues; the memo holds one byte per frame.
-    unsafe {
-        let (mut size, mut nci, mut tbc, mut errfunc) = (0, 0, 0, 0);
-        super::luasnap_thread_info(co, &mut size, &mut nci, &mut tbc, &mut errfunc);
-        let mut memo = vec![0u8; nci.max(0) as usize];
-        luasnap_thread_check_upvals(co, memo.as_mut_ptr(), nci)
-    }
+/// `RESET` for the C side's messages.
+const RESET_C: &std::ffi::CStr =
+    c"an open upvalue into a coroutine that load-time code reset (coroutine.close)";
+
+/// A suspended coroutine this load builds, for the open upvalues joined into it.
+struct LoadedCo {
+    /// The stack size the file declares: open upvalues go into slots 1..=len.
+    len: c_int,
+    /// Its frames (`luasnap_thread_frames`) once restored: from then on the coroutine is held
+    /// unresumable until the load ends (`luasnap_thread_hold`), so they stay as indexed.
+    frames: Option<Vec<*const c_void>>,
+    /// Open upvalues joined while its stack was still arriving, checked once its frames are
+    /// restored: (closure id, upvalue index, level).
+    unchecked: Vec<(u32, c_int, c_int)>,
+    /// Its open upvalues by level, each as a closure joined to it (id, upvalue index), to link
+    /// a new one in O(log n) (see `luasnap_upval_join_at`).
+    open: BTreeMap<c_int, (u32, c_int)>,
 }
 
 /// Why a userdata rebuilt from the file's bytes may not take a C library's metatable.
@@ -286,11 +314,12 @@ pub(crate) struct Loader<'a> {
     opts: &'a LoadOptions,
     /// Preallocation units the file's hints may still ask for (see [`PREALLOC_PER_BYTE`]).
     prealloc_left: u64,
-    /// Suspended coroutines this load created: the only threads open upvalues may point into.
+    /// Suspended coroutines this load created, in creation order: the only threads open
+    /// upvalues may point into (`loaded_cos` by address).
     threads: Vec<*mut lua_State>,
-    /// Open upvalues into a coroutine whose stack was still being read: (closure id, upvalue
-    /// index, coroutine, level), joined when the coroutine's stack is complete.
-    pending_open: Vec<(u32, c_int, *mut lua_State, c_int)>,
+    loaded_cos: HashMap<*mut lua_State, LoadedCo>,
+    /// Memo of `luasnap_open_upval_check` (u64 words for its alignment).
+    upmemo: Vec<u64>,
     /// Coroutines this load created, whose budget hook goes when the load ends.
     all_threads: Vec<*mut lua_State>,
     /// The C functions of `coroutine.wrap`'s and `string.gmatch`'s helpers, once looked up.
@@ -377,7 +406,8 @@ impl<'a> Loader<'a> {
                 .saturating_mul(PREALLOC_PER_BYTE)
                 .saturating_add(PREALLOC_BASE),
             threads: Vec::new(),
-            pending_open: Vec::new(),
+            loaded_cos: HashMap::new(),
+            upmemo: Vec::new(),
             all_threads: Vec::new(),
             aux: None,
             nofinal_marked: false,
@@ -676,23 +706,21 @@ impl<'a> Loader<'a> {
             if self.r.remaining() != 0 {
                 return Err(self.malformed("trailing bytes after the root value"));
             }
-            if !self.pending_open.is_empty() {
-                return Err(self.malformed("an open upvalue into a coroutine never completed"));
-            }
-            // Open upvalues point into live locals of the coroutines' frames: a level above
-            // every frame could be cut off when the collector shrinks the stack.
-            for &co in &self.threads {
-                if check_upvals(co) != 0 {
-                    return Err(self.malformed(OPEN_UPVALUE));
+            // Every suspended coroutine is complete (its frame ended), its open upvalues
+            // checked: they may run from now on (the initializers below may resume them).
+            for i in 0..self.threads.len() {
+                if luasnap_thread_hold(self.threads[i], 0) != 0 {
+                    return Err(self.malformed(RESET));
                 }
             }
             // Two-phase initializers run last, in creation order, on the complete graph.
             for i in 1..=self.inits {
                 ffi::lua_rawgeti(L, s.inits, i as ffi::lua_Integer);
-                ffi::lua_rawgeti(L, -1, 2); // init
-                ffi::lua_rawgeti(L, -2, 1); // object
-                                            // Lua code may collect: the collector must find the flag clear (lgc.c's
-                                            // singlestep asserts it); after_call stops emergencies again.
+                // [.., pair, init, object]
+                ffi::lua_rawgeti(L, -1, 2);
+                ffi::lua_rawgeti(L, -2, 1);
+                // Lua code may collect: the collector must find the flag clear (lgc.c's
+                // singlestep asserts it); after_call stops emergencies again.
                 luasnap_gc_stopem(L, 0);
                 ffi::lua_callk(L, 1, 0, 0, None);
                 self.after_call(L)?;
@@ -1031,6 +1059,17 @@ impl<'a> Loader<'a> {
                             };
                             if n == 0 || n > self.r.remaining() as u64 || n > 1_000_000 {
                                 return Err(self.malformed("bad coroutine stack size"));
+                            }
+                            if kind == THREAD_SUSPENDED {
+                                self.loaded_cos.insert(
+                                    co,
+                                    LoadedCo {
+                                        len: n as c_int,
+                                        frames: None,
+                                        unchecked: Vec::new(),
+                                        open: BTreeMap::new(),
+                                    },
+                                );
                             }
                             let errfunc = if kind == THREAD_SUSPENDED {
                                 match self.r.i64() {
@@ -1526,6 +1565,14 @@ impl<'a> Loader<'a> {
                                 ffi::lua_settop(L, -3);
                                 return Err(self.malformed("bad shared upvalue"));
                             }
+                            // Open upvalues are shared through their coroutine's slot, each
+                            // closure checked (`join_open`), never by reference.
+                            if luasnap_upval_shareable(L, -1, index as c_int) == 0 {
+                                ffi::lua_settop(L, -3);
+                                return Err(self.malformed(
+                                    "a closure shares an open upvalue by reference (saves name open upvalues by their coroutine's stack slot)",
+                                ));
+                            }
                             ffi::lua_upvaluejoin(L, -2, i, -1, index as c_int);
                             ffi::lua_settop(L, -3);
                             if let Some(Frame::Closure { next, .. }) = self.frames.last_mut() {
@@ -1585,17 +1632,16 @@ impl<'a> Loader<'a> {
                         let co = ffi::lua_tothread(L, -1);
                         ffi::lua_settop(L, -2);
                         if luasnap_thread_building(co, 0) != 0 {
-                            return Err(self.malformed(
-                                "a load-time function reset a coroutine the load was still building",
-                            ));
+                            return Err(self.malformed(RESET));
                         }
-                        self.join_pending(L, s, id)?;
                         if let Some(errfunc) = errfunc {
-                            self.restore_frames(L, s, id, errfunc)?;
-                            // Checked now, before any Lua code the load runs could resume it.
-                            if check_upvals(co) != 0 {
-                                return Err(self.malformed(OPEN_UPVALUE));
-                            }
+                            let restored = self.restore_frames(L, s, id, errfunc);
+                            // Held unresumable until the load ends, restored or not: its open
+                            // upvalues are checked against these frames (now and as later
+                            // closures join them) before anything can run it.
+                            luasnap_thread_hold(co, 1);
+                            restored?;
+                            self.check_open_upvalues(L, s, co)?;
                         }
                         return Ok(self.finish(L, s, id));
                     }
@@ -2185,32 +2231,138 @@ impl<'a> Loader<'a> {
         Ok(())
     }
 
-    /// Joins the open upvalues waiting for coroutine `id`'s stack, now complete.
-    unsafe fn join_pending(&mut self, L: *mut lua_State, s: Slots, id: u32) -> Result<(), Fail> {
-        if self.pending_open.is_empty() {
-            return Ok(());
-        }
-        // SAFETY: protected context; objs[id] is the coroutine, objs of the closures exist
-        // (their ids were read before); pushes are balanced.
-        unsafe {
-            ffi::lua_rawgeti(L, s.objs, id as ffi::lua_Integer);
-            let co = ffi::lua_tothread(L, -1);
-            ffi::lua_settop(L, -2);
-            let mut k = 0;
-            while k < self.pending_open.len() {
-                let (cid, i, pco, level) = self.pending_open[k];
-                if pco != co {
-                    k += 1;
-                    continue;
-                }
-                self.pending_open.swap_remove(k);
-                ffi::lua_rawgeti(L, s.objs, cid as ffi::lua_Integer);
-                let st = luasnap_upval_join_open(L, -1, i, co, level);
-                ffi::lua_settop(L, -2);
-                if st != 0 {
-                    return Err(self.malformed("bad open upvalue"));
-                }
+    /// Joins upvalue `i` of the closure at -2 (object `id`) to slot `level` of the loaded
+    /// coroutine `co` (checked to be in its declared stack). Into a coroutine whose frames are
+    /// restored, the upvalue is checked first (Lua code the load runs next may call the
+    /// closure); into one still arriving, once its frames are.
+    ///
+    /// # Safety
+    /// Protected context; the closure at -2; `co` one of `loaded_cos`; `s` this load's slots.
+    unsafe fn join_open(
+        &mut self,
+        L: *mut lua_State,
+        s: Slots,
+        co: *mut lua_State,
+        id: u32,
+        i: c_int,
+        level: c_int,
+    ) -> Result<(), Fail> {
+        let strict = (self.opts.trust == Trust::Foreign) as c_int;
+        let memo = self.upmemo_ptr();
+        let Some(lc) = self.loaded_cos.get_mut(&co) else {
+            return Err(self.malformed("bad open upvalue"));
+        };
+        // SAFETY: protected context; the closure is at -2; co is a coroutine this load made,
+        // alive (objs holds it); `lc.frames` are its frames, which cannot change while the
+        // load holds it (the check verifies it was not reset).
+        let err = unsafe {
+            match &lc.frames {
+                Some(frames) => luasnap_open_upval_check(
+                    L,
+                    -2,
+                    i,
+                    co,
+                    level,
+                    frames.as_ptr(),
+                    frames.len() as c_int,
+                    strict,
+                    memo,
+                ),
+                None if ffi::lua_status(co) != ffi::LUA_ERRERR => RESET_C.as_ptr(),
+                None => std::ptr::null(),
             }
+        };
+        if !err.is_null() {
+            // SAFETY: a static C string from the check.
+            let msg = unsafe { std::ffi::CStr::from_ptr(err) }.to_string_lossy();
+            return Err(self.malformed(&msg));
+        }
+        let above = lc.open.range(level + 1..).next().map(|(_, &a)| a);
+        // SAFETY: as above; objs[aid] is a closure joined to co's open upvalue closest above
+        // level (the C side checks that it still is); balanced pushes.
+        let uv = unsafe {
+            match above {
+                Some((aid, an)) => {
+                    ffi::lua_rawgeti(L, s.objs, aid as ffi::lua_Integer);
+                    let uv = luasnap_upval_join_at(L, -3, i, co, level, -1, an);
+                    ffi::lua_settop(L, -2);
+                    uv
+                }
+                None => luasnap_upval_join_at(L, -2, i, co, level, 0, 0),
+            }
+        };
+        if uv.is_null() {
+            return Err(self.malformed("bad open upvalue"));
+        }
+        lc.open.insert(level, (id, i));
+        if lc.frames.is_none() {
+            lc.unchecked.push((id, i, level));
+        }
+        Ok(())
+    }
+
+    /// The memo of `luasnap_open_upval_check`, zeroed the first time.
+    fn upmemo_ptr(&mut self) -> *mut c_void {
+        if self.upmemo.is_empty() {
+            // SAFETY: a pure size query.
+            let words = unsafe { luasnap_upmemo_size() }.div_ceil(8);
+            self.upmemo = vec![0; words];
+        }
+        self.upmemo.as_mut_ptr().cast()
+    }
+
+    /// Indexes the frames of the loaded coroutine `co`, just restored (and held), and checks
+    /// the open upvalues joined into it while its stack was arriving.
+    ///
+    /// # Safety
+    /// Protected context; `co` one of `loaded_cos`, its frames restored; `s` this load's slots.
+    unsafe fn check_open_upvalues(
+        &mut self,
+        L: *mut lua_State,
+        s: Slots,
+        co: *mut lua_State,
+    ) -> Result<(), Fail> {
+        let strict = (self.opts.trust == Trust::Foreign) as c_int;
+        let memo = self.upmemo_ptr();
+        // SAFETY: co's frames are restored; the walk reads its CallInfo list.
+        let frames = unsafe {
+            let n = luasnap_thread_frames(co, std::ptr::null_mut(), 0);
+            let mut frames = vec![std::ptr::null(); n.max(0) as usize];
+            luasnap_thread_frames(co, frames.as_mut_ptr(), n);
+            frames
+        };
+        let Some(lc) = self.loaded_cos.get_mut(&co) else {
+            return Err(self.malformed("internal: a coroutine the load did not make"));
+        };
+        let unchecked = std::mem::take(&mut lc.unchecked);
+        let mut err = std::ptr::null();
+        for (cid, i, level) in unchecked {
+            // SAFETY: protected context; objs[cid] is the closure (ids are checked when
+            // read); one push, popped.
+            unsafe {
+                ffi::lua_rawgeti(L, s.objs, cid as ffi::lua_Integer);
+                err = luasnap_open_upval_check(
+                    L,
+                    -1,
+                    i,
+                    co,
+                    level,
+                    frames.as_ptr(),
+                    frames.len() as c_int,
+                    strict,
+                    memo,
+                );
+                ffi::lua_settop(L, -2);
+            }
+            if !err.is_null() {
+                break;
+            }
+        }
+        lc.frames = Some(frames);
+        if !err.is_null() {
+            // SAFETY: a static C string from the check.
+            let msg = unsafe { std::ffi::CStr::from_ptr(err) }.to_string_lossy();
+            return Err(self.malformed(&format!("suspended coroutine: {msg}")));
         }
         Ok(())
     }
@@ -2300,32 +2452,17 @@ impl<'a> Loader<'a> {
                             // The child is the thread whose stack slot `level` the upvalue is:
                             // only a suspended coroutine this load builds (never the loading
                             // thread, the main thread or one that exists already: their stacks
-                            // change under the load); the level is checked against its frames
-                            // once the whole file is read.
+                            // change under the load), inside the stack the file declares.
                             let co = ffi::lua_tothread(L, -1);
-                            if co.is_null() || !self.threads.contains(&co) {
+                            let inside = !co.is_null()
+                                && self.loaded_cos.get(&co).is_some_and(|c| level <= c.len);
+                            if !inside {
                                 ffi::lua_settop(L, -3);
                                 return Err(self.malformed("bad open upvalue"));
                             }
-                            // Into a coroutine already complete: checked at once, since
-                            // Lua code the load runs next could resume it.
-                            if ffi::lua_status(co) == ffi::LUA_YIELD
-                                && luasnap_thread_check_upval(co, level) != 0
-                            {
-                                ffi::lua_settop(L, -3);
-                                return Err(self.malformed(OPEN_UPVALUE));
-                            }
-                            if luasnap_upval_join_open(L, -2, i, co, level) != 0 {
-                                // A slot of a coroutine whose stack is still being read (a
-                                // closure on it naming a local at or above itself, as a
-                                // recursive local function does): joined when it is complete.
-                                if ffi::lua_gettop(co) >= level {
-                                    ffi::lua_settop(L, -3);
-                                    return Err(self.malformed("bad open upvalue"));
-                                }
-                                self.pending_open.push((id, i, co, level));
-                            }
+                            let joined = self.join_open(L, s, co, id, i, level);
                             ffi::lua_settop(L, -3);
+                            joined?;
                         }
                         None => {
                             ffi::lua_setupvalue(L, -2, i);
@@ -2394,13 +2531,17 @@ impl<'a> Loader<'a> {
                     }
                 }
                 Frame::Thread { id, next, .. } => {
-                    let id = *id;
+                    let (id, slot) = (*id, *next);
                     *next += 1;
                     ffi::lua_rawgeti(L, s.objs, id as ffi::lua_Integer);
                     let co = ffi::lua_tothread(L, -1);
                     ffi::lua_settop(L, -2);
-                    ffi::luaL_checkstack(co, 2, c"load".as_ptr());
-                    ffi::lua_xmove(L, co, 1);
+                    // Nothing raises on co (it has no error handler: see luasnap_thread_put).
+                    if luasnap_thread_put(L, co, slot) != 0 {
+                        return Err(self.malformed(
+                            "a coroutine stack larger than Lua allows (LUAI_MAXSTACK slots)",
+                        ));
+                    }
                 }
             }
         }

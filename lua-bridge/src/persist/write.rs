@@ -22,7 +22,7 @@ use super::{kind, luasnap_gc_stopem, ChunkDesc, PersistOptions, RawEntry, RawVal
 use super::{luasnap_chunk_describe, luasnap_proto_child, luasnap_proto_nchildren};
 use super::{luasnap_proto, luasnap_proto_hash, luasnap_proto_nupvalues};
 use super::{
-    luasnap_thread_ci, luasnap_thread_info, luasnap_thread_push_slot, luasnap_upval_open, CiRecord,
+    luasnap_thread_cis, luasnap_thread_info, luasnap_thread_push_slot, luasnap_upval_open, CiRecord,
 };
 use crate::bridge::ffi::Shared;
 use mlua_sys::{self as ffi, lua_State};
@@ -1755,9 +1755,9 @@ impl<'a> Persister<'a> {
                         // Suspended: the frames, after the stack values they refer to.
                         if nci > 0 {
                             self.w.varint(nci as u64);
-                            for level in 0..nci {
-                                let mut r: CiRecord = std::mem::zeroed();
-                                luasnap_thread_ci(co, level, &mut r);
+                            let mut cis = vec![std::mem::zeroed::<CiRecord>(); nci as usize];
+                            luasnap_thread_cis(co, cis.as_mut_ptr(), nci);
+                            for r in cis {
                                 self.w.varint(r.func as u64);
                                 self.w.varint(r.top as u64);
                                 self.w.varint(r.callstatus as u64);
