@@ -1140,6 +1140,15 @@ static void ls_pass_step_hook(lua_State *L, lua_State *co) {
 ** budget on to it. */
 static int ls_auxresume(lua_State *L, lua_State *co, int narg) {
   int status, nres;
+  /* Checked here, before co's stack is touched: a coroutine dead by an error, or one a load is
+  ** building or holding (luasnap_thread_building, luasnap_thread_hold: status LUA_ERRERR),
+  ** cannot run. lua_resume would say the same ("cannot resume dead coroutine") but push the
+  ** message on co's stack, whose top a held coroutine may have at its frame's limit (Lua's
+  ** api_incr_top asserts against that). */
+  if (l_unlikely(co->status != LUA_OK && co->status != LUA_YIELD)) {
+    lua_pushliteral(L, "cannot resume dead coroutine");
+    return -1;
+  }
   if (l_unlikely(!lua_checkstack(co, narg))) {
     lua_pushliteral(L, "too many arguments to resume");
     return -1;

@@ -1096,6 +1096,13 @@ impl<'vm> Thread<'vm> {
                     for a in &args {
                         push_arg(L, a, shared);
                     }
+                    // Before the coroutine's stack is touched, as coroutine.resume does
+                    // (csrc/internals.c, ls_auxresume): one dead by an error, or one a load is
+                    // building or holding, cannot run.
+                    let st = ffi::lua_status(co);
+                    if st != ffi::LUA_OK && st != ffi::LUA_YIELD {
+                        raise(L, "cannot resume dead coroutine");
+                    }
                     if ffi::lua_checkstack(co, args.len() as c_int + 1) == 0 {
                         raise(L, "not enough memory for the coroutine's arguments");
                     }

@@ -1958,7 +1958,24 @@ impl<'a> Loader<'a> {
                         continue;
                     }
                     match stage {
-                        Stage::Meta => kind::META,
+                        Stage::Meta => {
+                            // A table still open in this batch given as a metatable is not
+                            // placed: until its layout step, its entries sit in nodes
+                            // unhashed, and setting a metatable looks `__gc` up in it (the
+                            // finalizer check and mark), as the collector looks up `__mode`
+                            // and caches what it did not find. Found by an independent
+                            // attacker: a class whose instance is among its own entries lost
+                            // its finalizer.
+                            // (Placement is decided when the table ends: dropping its
+                            // step index here keeps it a plain NEWTABLE.)
+                            if let Some(mt) = self.ops.last().filter(|v| v.kind == kind::REF) {
+                                let mt = mt.bits;
+                                for o in open[..nopen].iter_mut().filter(|o| o.0 as u64 == mt) {
+                                    o.2 = None;
+                                }
+                            }
+                            kind::META
+                        }
                         Stage::Key => {
                             if nopen == 0 {
                                 stage0 = Stage::Value;
