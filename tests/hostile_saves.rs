@@ -2023,6 +2023,71 @@ fn deep_coroutines_with_captured_locals_round_trip() {
     }
 }
 
+/// Found by an attack on the loader's speed: the open-upvalue check memoised only its last
+/// answer per kind of question, so closures of two prototypes made alternately over two
+/// locals of one suspended frame (a, b, a, b...) missed it every time, and each miss walked
+/// the frame function's whole prototype tree and scanned its code: O(closures * code), 4.9 s
+/// for a 2.1 MB save. Each distinct question is now answered once per load: this counts the
+/// tree walks (2 here, one per closure prototype; 2 * N before) and checks the load is right.
+#[test]
+fn alternating_closures_over_open_upvalues_are_checked_once_per_question() {
+    const N: i64 = 2000;
+    let mut game = String::from(
+        "G = {}
+         function G.f(n)
+           local a, b = 0, 0
+           local t, junk = {}, {}\n",
+    );
+    for i in 0..300 {
+        game.push_str(&format!("junk[{i}] = function() return {i} end\n"));
+    }
+    game.push_str(
+        "  junk = nil
+           for i = 1, n do
+             t[#t + 1] = function() a = a + 1 return a end
+             t[#t + 1] = function() b = b + 10 return b end
+           end
+           G.t = t
+           coroutine.yield(#t)
+           return a + b
+         end
+         co = coroutine.create(G.f)
+         assert(coroutine.resume(co, N))
+         saved = { co, t = G.t }",
+    );
+    let game = game.replace("N))", &format!("{N}))"));
+    let a = vm();
+    a.exec(&game, "game").unwrap();
+    let file = a.persist("saved").unwrap();
+    for trust in [Trust::Own, Trust::Foreign] {
+        let mut b = vm();
+        b.exec(&game, "game").unwrap();
+        b.unpersist(&file, "loaded", trust).unwrap();
+        let walks = luasnap::bridge::persist::last_load_open_upvalue_walks();
+        assert_eq!(
+            walks, 2,
+            "{trust:?}: prototype-tree walks of the open-upvalue check"
+        );
+        // Every closure shares its frame's a or b: the coroutine returns their sum.
+        let out = b
+            .exec(
+                "local t, last = loaded.t, nil
+                 for i = 1, #t do last = t[i]() end
+                 return #t, last, coroutine.resume(loaded[1])",
+                "finish",
+            )
+            .unwrap();
+        let want = [
+            Value::Integer(2 * N),
+            Value::Integer(10 * N),
+            Value::Boolean(true),
+            Value::Integer(11 * N),
+        ];
+        assert_eq!(out, want, "{trust:?}");
+        b.arena().verify().unwrap();
+    }
+}
+
 /// Found by attack round 3 (reproducer 10): the loader grew a coroutine's stack with
 /// luaL_checkstack on that coroutine, which has no error handler of its own: the "stack
 /// overflow" error went to the main thread's handler instead, past the load's protected call

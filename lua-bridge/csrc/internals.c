@@ -10,6 +10,7 @@
 ** with lua-src pinned in Cargo.toml); the #if below refuses any other.
 */
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "lua.h"
@@ -1602,22 +1603,105 @@ static int proto_closes(const Proto *p) {
   return 1;
 }
 
-/* What the check computed last, per kind of question: honest coroutines ask the same ones
-** for frame after frame (a recursion), so each costs O(1) after the first. */
+/* The check's answers, per load, keyed by the full question (kind, two prototypes, two ints):
+** each distinct question is computed once per load, whatever order the file asks them in.
+** Questions (every key is made of the game's code, never of the file's data):
+**   LS_Q_CLOSES   (p)              proto_closes(p): one per prototype;
+**   LS_Q_VAR      (p, pc, r)       active_var: at most sizecode * maxstacksize per prototype;
+**   LS_Q_CAPTURES (fp, xp, n, r)   captures: xp nested in fp (else not cached: see captures),
+**                                  n <= xp's upvalues (<= 255), r < fp's maxstacksize (<= 255);
+**   LS_Q_CLOSURE  (p, k)           closure_pc: k < p's sizep.
+** So the number of entries is at most the number of calls times 4 (the file) and also bounded
+** by the code of the prototypes the load's coroutines run; each computation scans one
+** prototype (its locvars or code) or one prototype tree (captures' walk) once. The table is
+** malloc'd (not the Lua arena: it is the loader's, gone when the load ends:
+** luasnap_upmemo_free), open addressing with linear probing, at most half full. */
+enum { LS_Q_NONE, LS_Q_CLOSES, LS_Q_VAR, LS_Q_CAPTURES, LS_Q_CLOSURE };
+
+typedef struct ls_upent {
+  const void *a, *b;
+  int c, d;
+  int kind;  /* LS_Q_NONE: empty slot */
+  int val;
+} ls_upent;
+
 typedef struct ls_upmemo {
-  const Proto *vp;       /* reg2var holds, for vp at vpc, the locvar of each register */
-  int vpc;
-  short reg2var[256];    /* maxstacksize is a byte */
-  const Proto *cp;       /* proto_closes(cp) == closes */
-  int closes;
-  const Proto *df, *dx;  /* closure proto dx, upvalue dn, register dr: child dk of df */
-  int dn, dr, dk;
-  const Proto *kp;       /* OP_CLOSURE of child kk of kp is at kpc (-1: none) */
-  int kk, kpc;
+  ls_upent *ent;  /* NULL or mask + 1 entries */
+  size_t mask, used;
+  size_t walks;   /* prototype-tree walks (captures' misses), for tests */
 } ls_upmemo;
 
 /* Size of the memo luasnap_open_upval_check takes (zeroed by the caller). */
 size_t luasnap_upmemo_size(void) { return sizeof(ls_upmemo); }
+
+/* Frees the memo's table (memo zeroed or used by luasnap_open_upval_check) and zeroes it. */
+void luasnap_upmemo_free(void *memo) {
+  ls_upmemo *m = (ls_upmemo *)memo;
+  free(m->ent);
+  memset(m, 0, sizeof(*m));
+}
+
+/* Prototype-tree walks the memo's load made so far (a test's work counter). */
+size_t luasnap_upmemo_walks(const void *memo) { return ((const ls_upmemo *)memo)->walks; }
+
+static size_t ls_uphash(int kind, const void *a, const void *b, int c, int d) {
+  uint64_t h = (uint64_t)(uintptr_t)a * 0x9E3779B97F4A7C15u;
+  h ^= (uint64_t)(uintptr_t)b + 0x632BE59BD9B4E019u + (h << 6) + (h >> 2);
+  h ^= ((uint64_t)(unsigned)c << 32 | (unsigned)d) + (uint64_t)kind * 0xBF58476D1CE4E5B9u;
+  h ^= h >> 31;
+  h *= 0x94D049BB133111EBu;
+  h ^= h >> 29;
+  return (size_t)h;
+}
+
+/* The slot of the question (its entry, or the empty slot where it goes); m->ent non-NULL. */
+static ls_upent *ls_upslot(ls_upmemo *m, int kind, const void *a, const void *b, int c, int d) {
+  size_t i = ls_uphash(kind, a, b, c, d) & m->mask;
+  for (;; i = (i + 1) & m->mask) {
+    ls_upent *e = &m->ent[i];
+    if (e->kind == LS_Q_NONE
+        || (e->kind == kind && e->a == a && e->b == b && e->c == c && e->d == d))
+      return e;
+  }
+}
+
+/* Whether the answer is known (then *val is it). */
+static int ls_upget(ls_upmemo *m, int kind, const void *a, const void *b, int c, int d,
+                    int *val) {
+  ls_upent *e;
+  if (m->ent == NULL) return 0;
+  e = ls_upslot(m, kind, a, b, c, d);
+  if (e->kind == LS_Q_NONE) return 0;
+  *val = e->val;
+  return 1;
+}
+
+/* Records an answer not yet known; 0 if the table cannot grow (out of memory). Invariant
+** kept: used <= (mask + 1) / 2, so probes end at an empty slot. */
+static int ls_upput(ls_upmemo *m, int kind, const void *a, const void *b, int c, int d,
+                    int val) {
+  ls_upent *e;
+  if (m->ent == NULL || 2 * (m->used + 1) > m->mask + 1) {
+    size_t n = (m->ent == NULL) ? 64 : 2 * (m->mask + 1), i;
+    ls_upmemo g;
+    if (n > SIZE_MAX / 2 / sizeof(ls_upent)) return 0;
+    g.ent = (ls_upent *)calloc(n, sizeof(ls_upent));  /* kind 0: LS_Q_NONE */
+    if (g.ent == NULL) return 0;
+    g.mask = n - 1;
+    g.used = m->used;
+    g.walks = m->walks;
+    for (i = 0; m->ent != NULL && i <= m->mask; i++) {
+      ls_upent *o = &m->ent[i];
+      if (o->kind != LS_Q_NONE) *ls_upslot(&g, o->kind, o->a, o->b, o->c, o->d) = *o;
+    }
+    free(m->ent);
+    *m = g;
+  }
+  e = ls_upslot(m, kind, a, b, c, d);
+  e->kind = kind; e->a = a; e->b = b; e->c = c; e->d = d; e->val = val;
+  m->used++;
+  return 1;
+}
 
 /* Stores co's frames (CallInfo pointers, the first above base_ci first) in out (at most max);
 ** returns their number. For luasnap_open_upval_check, while co cannot run. */
@@ -1647,12 +1731,15 @@ static int proto_path(const Proto *root, const Proto *target, const Proto **path
 }
 
 /* Rule 3: the index of fp's child through which upvalue n of a closure of xp names register
-** r of fp's frame, or -1. */
+** r of fp's frame, or -1; -2 if out of memory. Answers for xp nested in fp are kept (their
+** number is bounded by the code); a refusal for xp not nested in fp is not (the pair would be
+** the file's choice, and the load ends with that refusal anyway). */
 static int captures(ls_upmemo *m, const Proto *fp, const Proto *xp, int n, int r) {
   const Proto *path[256];
   int len, j, k = -1;
   const Upvaldesc *d;
-  if (m->df == fp && m->dx == xp && m->dn == n && m->dr == r) return m->dk;
+  if (ls_upget(m, LS_Q_CAPTURES, fp, xp, n, r, &k)) return k;
+  m->walks++;
   len = proto_path(fp, xp, path, 0);
   if (len >= 2 && n >= 1 && n <= xp->sizeupvalues) {
     d = &xp->upvalues[n - 1];
@@ -1663,34 +1750,38 @@ static int captures(ls_upmemo *m, const Proto *fp, const Proto *xp, int n, int r
       if (k == fp->sizep) k = -1;
     }
   }
-  m->df = fp; m->dx = xp; m->dn = n; m->dr = r; m->dk = k;
+  if (len >= 2 && !ls_upput(m, LS_Q_CAPTURES, fp, xp, n, r, k)) return -2;
   return k;
 }
 
-/* The pc of the OP_CLOSURE that makes child k of p, or -1. */
+/* The pc of the OP_CLOSURE that makes child k of p, or -1; -2 if out of memory. */
 static int closure_pc(ls_upmemo *m, const Proto *p, int k) {
-  int q;
-  if (m->kp == p && m->kk == k) return m->kpc;
-  m->kp = p; m->kk = k; m->kpc = -1;
+  int q, at = -1;
+  if (ls_upget(m, LS_Q_CLOSURE, p, NULL, k, 0, &at)) return at;
   for (q = 0; q < p->sizecode; q++)
     if (GET_OPCODE(p->code[q]) == OP_CLOSURE && GETARG_Bx(p->code[q]) == k) {
-      m->kpc = q;
+      at = q;
       break;
     }
-  return m->kpc;
+  if (!ls_upput(m, LS_Q_CLOSURE, p, NULL, k, 0, at)) return -2;
+  return at;
 }
 
-/* Rule 1: the locvar active in register r of p at pc, or -1 (see tbc_in_scope). */
+/* Rule 1: the locvar active in register r of p at pc, or -1 (see tbc_in_scope: the n-th
+** active one, in locvars order, is register n - 1); -2 if out of memory. 0 <= r < 256. */
 static int active_var(ls_upmemo *m, const Proto *p, int pc, int r) {
-  if (m->vp != p || m->vpc != pc) {
-    int i, n = 0;
-    for (i = 0; i < 256; i++) m->reg2var[i] = -1;
-    for (i = 0; i < p->sizelocvars && p->locvars[i].startpc <= pc; i++)
-      if (pc < p->locvars[i].endpc && n < 256) m->reg2var[n++] = (short)i;
-    m->vp = p;
-    m->vpc = pc;
-  }
-  return r < 256 ? m->reg2var[r] : -1;
+  int i, n = 0, var = -1;
+  if (ls_upget(m, LS_Q_VAR, p, NULL, pc, r, &var)) return var;
+  for (i = 0; i < p->sizelocvars && p->locvars[i].startpc <= pc; i++)
+    if (pc < p->locvars[i].endpc) {
+      if (n == r) {
+        var = i;
+        break;
+      }
+      n++;
+    }
+  if (!ls_upput(m, LS_Q_VAR, p, NULL, pc, r, var)) return -2;
+  return var;
 }
 
 /* Checks that the Lua closure at idx may have its upvalue n open at slot `level` of the loaded
@@ -1698,9 +1789,13 @@ static int active_var(ls_upmemo *m, const Proto *p, int pc, int r) {
 ** taken when its frames were restored; co has not run since: the loader keeps it unresumable
 ** until the load ends, and this checks it was not reset). `strict` (foreign loads) refuses
 ** frames without debug information. `memo` is luasnap_upmemo_size() bytes, zeroed before the
-** first call for a load. O(log frames) per call, plus a scan of the frame's function (its
-** locals, code and nested prototypes) when the question differs from the last one. Reads
-** only. Returns NULL or why the upvalue is refused. */
+** first call for a load and given to luasnap_upmemo_free when the load ends. O(log frames)
+** per call, plus, the first time the load asks a question (see ls_upmemo), a scan of the
+** frame's function (its locals or code) or a walk of its nested prototypes. Reads only Lua's
+** state. Returns NULL or why the upvalue is refused (LS_UPMEMO_OOM: the memo's table could
+** not grow). */
+#define LS_UPMEMO_OOM \
+  "out of memory for the open-upvalue check's tables (the process cannot allocate; free memory and load again)"
 const char *luasnap_open_upval_check(lua_State *L, int idx, int n, lua_State *co, int level,
                                      const void *const *frames, int nframes, int strict,
                                      void *memo) {
@@ -1709,7 +1804,7 @@ const char *luasnap_open_upval_check(lua_State *L, int idx, int n, lua_State *co
   const LClosure *cl;
   const CallInfo *ci;
   const Proto *p;
-  int lo = 0, hi = nframes, r, pc, var, k;
+  int lo = 0, hi = nframes, r, pc, var, k, closes;
   Instruction ins;
   if (!ttisLclosure(o)) return "internal: an open upvalue of something else than a Lua closure";
   cl = clLvalue(o);
@@ -1736,11 +1831,11 @@ const char *luasnap_open_upval_check(lua_State *L, int idx, int n, lua_State *co
   if ((GET_OPCODE(ins) == OP_CLOSE && r >= GETARG_A(ins))
       || ((GET_OPCODE(ins) == OP_RETURN || GET_OPCODE(ins) == OP_TAILCALL) && TESTARG_k(ins)))
     return "an open upvalue in a frame suspended where it has closed its upvalues";
-  if (m->cp != p) {
-    m->cp = p;
-    m->closes = proto_closes(p);
+  if (!ls_upget(m, LS_Q_CLOSES, p, NULL, 0, 0, &closes)) {
+    closes = proto_closes(p);
+    if (!ls_upput(m, LS_Q_CLOSES, p, NULL, 0, 0, closes)) return LS_UPMEMO_OOM;
   }
-  if (!m->closes)
+  if (!closes)
     return "an open upvalue in a frame whose function does not close its upvalues when it returns";
   var = -1;
   if (p->sizelocvars == 0) {
@@ -1748,15 +1843,18 @@ const char *luasnap_open_upval_check(lua_State *L, int idx, int n, lua_State *co
       return "an open upvalue into a frame of a function without debug information (stripped): foreign loads cannot check which local it is";
   } else {
     var = active_var(m, p, pc, r);
+    if (var == -2) return LS_UPMEMO_OOM;
     if (var < 0)
       return "an open upvalue on a register that holds no local variable where its frame is suspended";
   }
   k = captures(m, p, cl->p, n, r);
+  if (k == -2) return LS_UPMEMO_OOM;
   if (k < 0)
     return "an open upvalue shared by a closure whose function cannot capture that local (not nested in the frame's function with an upvalue for it)";
   if (var >= 0) {
     const LocVar *v = &p->locvars[var];
     int at = closure_pc(m, p, k);
+    if (at == -2) return LS_UPMEMO_OOM;
     if (at < 0 || !((v->startpc <= at && at < v->endpc)
                     || (at + 1 == v->startpc && GETARG_A(p->code[at]) == r)))
       return "an open upvalue shared by a closure made for another variable of that register";
