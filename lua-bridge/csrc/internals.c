@@ -1615,7 +1615,10 @@ static int proto_closes(const Proto *p) {
 ** by the code of the prototypes the load's coroutines run; each computation scans one
 ** prototype (its locvars or code) or one prototype tree (captures' walk) once. The table is
 ** malloc'd (not the Lua arena: it is the loader's, gone when the load ends:
-** luasnap_upmemo_free), open addressing with linear probing, at most half full. */
+** luasnap_upmemo_free), open addressing with linear probing, at most half full. Invariant
+** the keys rely on: every prototype in them is a loaded frame's function or nested in one,
+** or a joined closure's, and the load's object table keeps those closures until the load
+** ends, so no key's address is reused for another prototype while the table lives. */
 enum { LS_Q_NONE, LS_Q_CLOSES, LS_Q_VAR, LS_Q_CAPTURES, LS_Q_CLOSURE };
 
 typedef struct ls_upent {
