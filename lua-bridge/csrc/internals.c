@@ -10,6 +10,7 @@
 ** with lua-src pinned in Cargo.toml); the #if below refuses any other.
 */
 #include <stdint.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -1610,7 +1611,8 @@ static int proto_closes(const Proto *p) {
 **   LS_Q_VAR      (p, pc, r)       active_var: at most sizecode * maxstacksize per prototype;
 **   LS_Q_CAPTURES (fp, xp, n, r)   captures: xp nested in fp (else not cached: see captures),
 **                                  n <= xp's upvalues (<= 255), r < fp's maxstacksize (<= 255);
-**   LS_Q_CLOSURE  (p, k)           closure_pc: k < p's sizep.
+**   LS_Q_CLOSURE  (p, k)           closure_pc: k < p's sizep;
+**   LS_Q_VARTAB   (p)              p's locals index (locals_index; O(p's locvars) memory).
 ** So the number of entries is at most the number of calls times 4 (the file) and also bounded
 ** by the code of the prototypes the load's coroutines run; each computation scans one
 ** prototype (its locvars or code) or one prototype tree (captures' walk) once. The table is
@@ -1619,7 +1621,7 @@ static int proto_closes(const Proto *p) {
 ** the keys rely on: every prototype in them is a loaded frame's function or nested in one,
 ** or a joined closure's, and the load's object table keeps those closures until the load
 ** ends, so no key's address is reused for another prototype while the table lives. */
-enum { LS_Q_NONE, LS_Q_CLOSES, LS_Q_VAR, LS_Q_CAPTURES, LS_Q_CLOSURE };
+enum { LS_Q_NONE, LS_Q_CLOSES, LS_Q_VAR, LS_Q_CAPTURES, LS_Q_CLOSURE, LS_Q_VARTAB };
 
 typedef struct ls_upent {
   const void *a, *b;
@@ -1628,10 +1630,21 @@ typedef struct ls_upent {
   int val;
 } ls_upent;
 
+/* A prototype's locals by register (see locals_index): its locvars indices sorted by register
+** (depth: how many locals contain each), then by startpc; off[d] .. off[d + 1] are those of
+** register d. NULL in the memo's list: its locvars are not nested that way (checked). */
+typedef struct ls_vartab {
+  int ndepth;  /* registers with locals: off has ndepth + 1 entries */
+  int *off;
+  int *byd;
+} ls_vartab;
+
 typedef struct ls_upmemo {
   ls_upent *ent;  /* NULL or mask + 1 entries */
   size_t mask, used;
   size_t walks;   /* prototype-tree walks (captures' misses), for tests */
+  ls_vartab **tabs;  /* locals indexes (LS_Q_VARTAB answers index it), one per prototype */
+  size_t ntabs, captabs;
 } ls_upmemo;
 
 /* Size of the memo luasnap_open_upval_check takes (zeroed by the caller). */
@@ -1640,7 +1653,10 @@ size_t luasnap_upmemo_size(void) { return sizeof(ls_upmemo); }
 /* Frees the memo's table (memo zeroed or used by luasnap_open_upval_check) and zeroes it. */
 void luasnap_upmemo_free(void *memo) {
   ls_upmemo *m = (ls_upmemo *)memo;
+  size_t i;
   free(m->ent);
+  for (i = 0; i < m->ntabs; i++) free(m->tabs[i]);
+  free(m->tabs);
   memset(m, 0, sizeof(*m));
 }
 
@@ -1693,6 +1709,9 @@ static int ls_upput(ls_upmemo *m, int kind, const void *a, const void *b, int c,
     g.mask = n - 1;
     g.used = m->used;
     g.walks = m->walks;
+    g.tabs = m->tabs;
+    g.ntabs = m->ntabs;
+    g.captabs = m->captabs;
     for (i = 0; m->ent != NULL && i <= m->mask; i++) {
       ls_upent *o = &m->ent[i];
       if (o->kind != LS_Q_NONE) *ls_upslot(&g, o->kind, o->a, o->b, o->c, o->d) = *o;
@@ -1770,20 +1789,124 @@ static int closure_pc(ls_upmemo *m, const Proto *p, int k) {
   return at;
 }
 
-/* Rule 1: the locvar active in register r of p at pc, or -1 (see tbc_in_scope: the n-th
-** active one, in locvars order, is register n - 1); -2 if out of memory. 0 <= r < 256. */
-static int active_var(ls_upmemo *m, const Proto *p, int pc, int r) {
-  int i, n = 0, var = -1;
-  if (ls_upget(m, LS_Q_VAR, p, NULL, pc, r, &var)) return var;
+/* Rule 1 by a scan: the locvar active in register r of p at pc, or -1: the (r + 1)-th of
+** p's locvars (in order, stopping at the first with startpc > pc) with startpc <= pc < endpc,
+** as luaF_getlocalname counts them (see tbc_in_scope). 0 <= r < 256. */
+static int active_var_scan(const Proto *p, int pc, int r) {
+  int i, n = 0;
   for (i = 0; i < p->sizelocvars && p->locvars[i].startpc <= pc; i++)
     if (pc < p->locvars[i].endpc) {
-      if (n == r) {
-        var = i;
-        break;
-      }
+      if (n == r) return i;
       n++;
     }
-  if (!ls_upput(m, LS_Q_VAR, p, NULL, pc, r, var)) return -2;
+  return -1;
+}
+
+/* Builds p's locals index, or NULL (*oom set if out of memory) when p's locvars are not
+** nested as Lua's compiler makes them: startpc never decreasing, and each nonempty one either
+** inside every earlier one that is still open at its startpc (startpc < endpc) or after it.
+** Then the locals active at any pc are a chain, each inside the ones before it, so the one in
+** register d (the (d + 1)-th active, active_var_scan) is the one with d earlier locals
+** containing it (its depth) whose range holds pc; those of one depth do not overlap and are
+** sorted by startpc. O(p's locvars). */
+static ls_vartab *locals_index(const Proto *p, int *oom) {
+  int L = p->sizelocvars, i, top = 0, ndepth = 0;
+  int *depth, *stack, *fill;
+  ls_vartab *t = NULL;
+  *oom = 0;
+  for (i = 1; i < L; i++)
+    if (p->locvars[i].startpc < p->locvars[i - 1].startpc) return NULL;
+  depth = (int *)malloc(2 * (size_t)(L > 0 ? L : 1) * sizeof(int));
+  if (depth == NULL) {
+    *oom = 1;
+    return NULL;
+  }
+  stack = depth + L;
+  for (i = 0; i < L; i++) {
+    const LocVar *v = &p->locvars[i];
+    depth[i] = -1;  /* empty: never active */
+    if (v->startpc >= v->endpc) continue;
+    while (top > 0 && p->locvars[stack[top - 1]].endpc <= v->startpc) top--;
+    if (top > 0 && v->endpc > p->locvars[stack[top - 1]].endpc) {
+      free(depth);
+      return NULL;  /* overlaps an earlier one without being inside it */
+    }
+    if (top < 256) {  /* registers above 255 are never asked */
+      depth[i] = top;
+      if (top + 1 > ndepth) ndepth = top + 1;
+    }
+    stack[top++] = i;
+  }
+  t = (ls_vartab *)malloc(sizeof(ls_vartab) + ((size_t)ndepth + 1 + (size_t)L) * sizeof(int));
+  if (t == NULL) {
+    free(depth);
+    *oom = 1;
+    return NULL;
+  }
+  t->ndepth = ndepth;
+  t->off = (int *)(t + 1);
+  t->byd = t->off + ndepth + 1;
+  for (i = 0; i <= ndepth; i++) t->off[i] = 0;
+  for (i = 0; i < L; i++)
+    if (depth[i] >= 0) t->off[depth[i] + 1]++;
+  for (i = 0; i < ndepth; i++) t->off[i + 1] += t->off[i];
+  fill = stack;  /* reused: next free place per depth */
+  for (i = 0; i < ndepth; i++) fill[i] = t->off[i];
+  for (i = 0; i < L; i++)
+    if (depth[i] >= 0) t->byd[fill[depth[i]]++] = i;
+  free(depth);
+  return t;
+}
+
+/* Rule 1: the locvar active in register r of p at pc, or -1 (active_var_scan's answer);
+** -2 if out of memory. 0 <= r < 256. O(log locvars) with p's locals index, built on p's first
+** question; a prototype whose locvars are not nested as the compiler makes them (a binary
+** chunk's) answers each distinct question by a scan, once. */
+static int active_var(ls_upmemo *m, const Proto *p, int pc, int r) {
+  int ti, var = -1, oom;
+  const ls_vartab *t;
+  if (!ls_upget(m, LS_Q_VARTAB, p, NULL, 0, 0, &ti)) {
+    ls_vartab *nt = locals_index(p, &oom);
+    if (oom) return -2;
+    ti = -1;
+    if (nt != NULL) {
+      if (m->ntabs == m->captabs) {
+        size_t cap = m->captabs ? 2 * m->captabs : 16;
+        ls_vartab **g = (cap <= SIZE_MAX / sizeof(*g) && cap <= INT_MAX)
+                            ? (ls_vartab **)realloc(m->tabs, cap * sizeof(*g)) : NULL;
+        if (g == NULL) {
+          free(nt);
+          return -2;
+        }
+        m->tabs = g;
+        m->captabs = cap;
+      }
+      ti = (int)m->ntabs;
+      m->tabs[m->ntabs++] = nt;
+    }
+    if (!ls_upput(m, LS_Q_VARTAB, p, NULL, 0, 0, ti)) return -2;
+  }
+  if (ti < 0) {  /* not nested as compiled: the scan, once per question */
+    if (ls_upget(m, LS_Q_VAR, p, NULL, pc, r, &var)) return var;
+    var = active_var_scan(p, pc, r);
+    if (!ls_upput(m, LS_Q_VAR, p, NULL, pc, r, var)) return -2;
+    return var;
+  }
+  t = m->tabs[ti];
+  if (r < t->ndepth) {
+    int lo = t->off[r], hi = t->off[r + 1];  /* last one of depth r starting at or before pc */
+    while (hi - lo > 1) {
+      int mid = (lo + hi) / 2;
+      if (p->locvars[t->byd[mid]].startpc <= pc) lo = mid;
+      else hi = mid;
+    }
+    if (lo < t->off[r + 1]) {
+      const LocVar *v = &p->locvars[t->byd[lo]];
+      if (v->startpc <= pc && pc < v->endpc) var = t->byd[lo];
+    }
+  }
+  /* Invariant the index relies on (checked by locals_index), tested in assertion builds. */
+  lua_assert(var == active_var_scan(p, pc, r));
   return var;
 }
 
