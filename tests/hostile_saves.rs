@@ -2065,7 +2065,7 @@ fn alternating_closures_over_open_upvalues_are_checked_once_per_question() {
         b.unpersist(&file, "loaded", trust).unwrap();
         let walks = luasnap::bridge::persist::last_load_open_upvalue_walks();
         assert_eq!(
-            walks, 2,
+            walks, 1,
             "{trust:?}: prototype-tree walks of the open-upvalue check"
         );
         // Every closure shares its frame's a or b: the coroutine returns their sum.
@@ -2082,6 +2082,64 @@ fn alternating_closures_over_open_upvalues_are_checked_once_per_question() {
             Value::Integer(10 * N),
             Value::Boolean(true),
             Value::Integer(11 * N),
+        ];
+        assert_eq!(out, want, "{trust:?}");
+        b.arena().verify().unwrap();
+    }
+}
+
+/// The same attack with every question distinct: frames of one function suspended at as
+/// many call sites, each with a closure of its own over a local of its own. Each distinct
+/// question cost a walk of the function's prototype tree and a scan of its code or locals
+/// (M walks here); now the tree is walked once and the code and locals indexed once.
+#[test]
+fn frames_at_distinct_call_sites_walk_their_function_once() {
+    const M: i64 = 300;
+    let mut game = String::from(
+        "G = { t = {} }
+         function G.f(k)
+           if k == 0 then coroutine.yield() return 0 end\n",
+    );
+    for i in 1..=M {
+        game.push_str(&format!(
+            "do local x{i} = {i} if k == {i} then
+               G.t[#G.t + 1] = function() x{i} = x{i} + 1 return x{i} end G.f(k - 1)
+             end end\n"
+        ));
+    }
+    game.push_str(&format!(
+        "  return k
+         end
+         co = coroutine.create(G.f)
+         assert(coroutine.resume(co, {M}))
+         saved = {{ co, t = G.t }}"
+    ));
+    let a = vm();
+    a.exec(&game, "game").unwrap();
+    let file = a.persist("saved").unwrap();
+    for trust in [Trust::Own, Trust::Foreign] {
+        let mut b = vm();
+        b.exec(&game, "game").unwrap();
+        b.unpersist(&file, "loaded", trust).unwrap();
+        let walks = luasnap::bridge::persist::last_load_open_upvalue_walks();
+        assert_eq!(
+            walks, 1,
+            "{trust:?}: prototype-tree walks of the open-upvalue check"
+        );
+        // G.t[j] was made by the frame of k = M + 1 - j over x(M + 1 - j).
+        let out = b
+            .exec(
+                "local t, sum = loaded.t, 0
+                 for j = 1, #t do sum = sum + t[j]() - (#t + 1 - j) end
+                 return #t, sum, coroutine.resume(loaded[1])",
+                "finish",
+            )
+            .unwrap();
+        let want = [
+            Value::Integer(M),
+            Value::Integer(M),
+            Value::Boolean(true),
+            Value::Integer(M),
         ];
         assert_eq!(out, want, "{trust:?}");
         b.arena().verify().unwrap();

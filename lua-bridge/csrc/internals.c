@@ -1612,7 +1612,11 @@ static int proto_closes(const Proto *p) {
 **   LS_Q_CAPTURES (fp, xp, n, r)   captures: xp nested in fp (else not cached: see captures),
 **                                  n <= xp's upvalues (<= 255), r < fp's maxstacksize (<= 255);
 **   LS_Q_CLOSURE  (p, k)           closure_pc: k < p's sizep;
-**   LS_Q_VARTAB   (p)              p's locals index (locals_index; O(p's locvars) memory).
+**   LS_Q_VARTAB   (p)              p's locals index (locals_index; O(p's locvars) memory);
+**   LS_Q_CLOSURES (p)              closure_pc scanned p's code once (its LS_Q_CLOSURE answers
+**                                  are all in: one per child);
+**   LS_Q_PARENT   (x)              x's parent prototype (v) and x's index in its p (val);
+**   LS_Q_MAPPED   (x)              the parents of x's whole subtree are in (map_tree).
 ** So the number of entries is at most the number of calls times 4 (the file) and also bounded
 ** by the code of the prototypes the load's coroutines run; each computation scans one
 ** prototype (its locvars or code) or one prototype tree (captures' walk) once. The table is
@@ -1621,13 +1625,17 @@ static int proto_closes(const Proto *p) {
 ** the keys rely on: every prototype in them is a loaded frame's function or nested in one,
 ** or a joined closure's, and the load's object table keeps those closures until the load
 ** ends, so no key's address is reused for another prototype while the table lives. */
-enum { LS_Q_NONE, LS_Q_CLOSES, LS_Q_VAR, LS_Q_CAPTURES, LS_Q_CLOSURE, LS_Q_VARTAB };
+enum {
+  LS_Q_NONE, LS_Q_CLOSES, LS_Q_VAR, LS_Q_CAPTURES, LS_Q_CLOSURE, LS_Q_VARTAB,
+  LS_Q_CLOSURES, LS_Q_PARENT, LS_Q_MAPPED
+};
 
 typedef struct ls_upent {
   const void *a, *b;
   int c, d;
   int kind;  /* LS_Q_NONE: empty slot */
   int val;
+  const void *v;  /* LS_Q_PARENT's parent */
 } ls_upent;
 
 /* A prototype's locals by register (see locals_index): its locvars indices sorted by register
@@ -1645,6 +1653,7 @@ typedef struct ls_upmemo {
   size_t walks;   /* prototype-tree walks (captures' misses), for tests */
   ls_vartab **tabs;  /* locals indexes (LS_Q_VARTAB answers index it), one per prototype */
   size_t ntabs, captabs;
+  int nomap;  /* a prototype tree is not a tree (map_tree): captures walks it each time */
 } ls_upmemo;
 
 /* Size of the memo luasnap_open_upval_check takes (zeroed by the caller). */
@@ -1712,6 +1721,7 @@ static int ls_upput(ls_upmemo *m, int kind, const void *a, const void *b, int c,
     g.tabs = m->tabs;
     g.ntabs = m->ntabs;
     g.captabs = m->captabs;
+    g.nomap = m->nomap;
     for (i = 0; m->ent != NULL && i <= m->mask; i++) {
       ls_upent *o = &m->ent[i];
       if (o->kind != LS_Q_NONE) *ls_upslot(&g, o->kind, o->a, o->b, o->c, o->d) = *o;
@@ -1720,7 +1730,7 @@ static int ls_upput(ls_upmemo *m, int kind, const void *a, const void *b, int c,
     *m = g;
   }
   e = ls_upslot(m, kind, a, b, c, d);
-  e->kind = kind; e->a = a; e->b = b; e->c = c; e->d = d; e->val = val;
+  e->kind = kind; e->a = a; e->b = b; e->c = c; e->d = d; e->val = val; e->v = NULL;
   m->used++;
   return 1;
 }
@@ -1752,41 +1762,105 @@ static int proto_path(const Proto *root, const Proto *target, const Proto **path
   return 0;
 }
 
+/* Records the parent and index of every prototype in x's subtree (x at depth `depth` of the
+** walk), once per load for each subtree. Sets m->nomap if the prototypes do not form a tree
+** (a prototype in two places) or nest 250 deep (Lua nests functions at most 200 deep), so
+** captures keeps proto_path's answers exactly. Returns 0 if out of memory. */
+static int map_tree(ls_upmemo *m, const Proto *x, int depth) {
+  int i, val;
+  if (m->nomap || ls_upget(m, LS_Q_MAPPED, x, NULL, 0, 0, &val)) return 1;
+  if (depth >= 250) {
+    m->nomap = 1;
+    return 1;
+  }
+  for (i = 0; i < x->sizep; i++) {
+    const Proto *c = x->p[i];
+    if (ls_upget(m, LS_Q_PARENT, c, NULL, 0, 0, &val)) {
+      if (val != i || ls_upslot(m, LS_Q_PARENT, c, NULL, 0, 0)->v != (const void *)x) {
+        m->nomap = 1;  /* c is in two places */
+        return 1;
+      }
+    } else {
+      if (!ls_upput(m, LS_Q_PARENT, c, NULL, 0, 0, i)) return 0;
+      ls_upslot(m, LS_Q_PARENT, c, NULL, 0, 0)->v = x;
+    }
+    if (!map_tree(m, c, depth + 1)) return 0;
+  }
+  return ls_upput(m, LS_Q_MAPPED, x, NULL, 0, 0, 0);
+}
+
+/* proto_path by the parents map_tree recorded: the path from root down to target, or 0. Its
+** answer is proto_path's when the prototypes form a tree (m->nomap unset): the one path, if
+** target is at most 249 levels under root. */
+static int proto_path_mapped(ls_upmemo *m, const Proto *root, const Proto *target,
+                             const Proto **path) {
+  const Proto *up[250];
+  const Proto *x = target;
+  int n = 0, j, val;
+  while (x != root) {
+    if (n >= 249 || !ls_upget(m, LS_Q_PARENT, x, NULL, 0, 0, &val)) return 0;
+    up[n++] = x;
+    x = (const Proto *)ls_upslot(m, LS_Q_PARENT, x, NULL, 0, 0)->v;
+  }
+  path[0] = root;
+  for (j = 0; j < n; j++) path[j + 1] = up[n - 1 - j];
+  return n + 1;
+}
+
 /* Rule 3: the index of fp's child through which upvalue n of a closure of xp names register
 ** r of fp's frame, or -1; -2 if out of memory. Answers for xp nested in fp are kept (their
 ** number is bounded by the code); a refusal for xp not nested in fp is not (the pair would be
-** the file's choice, and the load ends with that refusal anyway). */
+** the file's choice, and the load ends with that refusal anyway). The path from fp to xp
+** comes from the parents map_tree records (fp's tree walked once per load), or from a walk
+** (proto_path) if the prototypes are not a tree. */
 static int captures(ls_upmemo *m, const Proto *fp, const Proto *xp, int n, int r) {
   const Proto *path[256];
-  int len, j, k = -1;
+  int len, j, k = -1, mapped;
   const Upvaldesc *d;
   if (ls_upget(m, LS_Q_CAPTURES, fp, xp, n, r, &k)) return k;
-  m->walks++;
-  len = proto_path(fp, xp, path, 0);
+  mapped = ls_upget(m, LS_Q_MAPPED, fp, NULL, 0, 0, &j);
+  if (!mapped && !m->nomap) {
+    m->walks++;
+    if (!map_tree(m, fp, 0)) return -2;
+  }
+  if (m->nomap) {
+    m->walks++;
+    len = proto_path(fp, xp, path, 0);
+  } else {
+    len = proto_path_mapped(m, fp, xp, path);
+  }
   if (len >= 2 && n >= 1 && n <= xp->sizeupvalues) {
     d = &xp->upvalues[n - 1];
     for (j = len - 1; j > 1 && !d->instack && d->idx < path[j - 1]->sizeupvalues; j--)
       d = &path[j - 1]->upvalues[d->idx];
     if (j == 1 && d->instack && d->idx == r) {
-      for (k = 0; k < fp->sizep && fp->p[k] != path[1]; k++) {}
-      if (k == fp->sizep) k = -1;
+      if (!m->nomap) {  /* path[1] is fp's child, in one place: its index is recorded */
+        if (!ls_upget(m, LS_Q_PARENT, path[1], NULL, 0, 0, &k)) k = -1;
+      } else {
+        for (k = 0; k < fp->sizep && fp->p[k] != path[1]; k++) {}
+        if (k == fp->sizep) k = -1;
+      }
     }
   }
   if (len >= 2 && !ls_upput(m, LS_Q_CAPTURES, fp, xp, n, r, k)) return -2;
   return k;
 }
 
-/* The pc of the OP_CLOSURE that makes child k of p, or -1; -2 if out of memory. */
+/* The pc of the first OP_CLOSURE that makes child k of p, or -1; -2 if out of memory. p's
+** code is scanned once per load, recording the first OP_CLOSURE of each child. */
 static int closure_pc(ls_upmemo *m, const Proto *p, int k) {
-  int q, at = -1;
+  int q, at = -1, done;
   if (ls_upget(m, LS_Q_CLOSURE, p, NULL, k, 0, &at)) return at;
+  if (ls_upget(m, LS_Q_CLOSURES, p, NULL, 0, 0, &done)) return -1;
   for (q = 0; q < p->sizecode; q++)
-    if (GET_OPCODE(p->code[q]) == OP_CLOSURE && GETARG_Bx(p->code[q]) == k) {
-      at = q;
-      break;
+    if (GET_OPCODE(p->code[q]) == OP_CLOSURE) {
+      int c = GETARG_Bx(p->code[q]);
+      if (!ls_upget(m, LS_Q_CLOSURE, p, NULL, c, 0, &done)
+          && !ls_upput(m, LS_Q_CLOSURE, p, NULL, c, 0, q))
+        return -2;
     }
-  if (!ls_upput(m, LS_Q_CLOSURE, p, NULL, k, 0, at)) return -2;
-  return at;
+  if (!ls_upput(m, LS_Q_CLOSURES, p, NULL, 0, 0, 1)) return -2;
+  return ls_upget(m, LS_Q_CLOSURE, p, NULL, k, 0, &at) ? at : -1;
 }
 
 /* Rule 1 by a scan: the locvar active in register r of p at pc, or -1: the (r + 1)-th of
