@@ -1616,10 +1616,13 @@ static int proto_closes(const Proto *p) {
 **   LS_Q_CLOSURES (p)              closure_pc scanned p's code once (its LS_Q_CLOSURE answers
 **                                  are all in: one per child);
 **   LS_Q_PARENT   (x)              x's parent prototype (v) and x's index in its p (val);
-**   LS_Q_MAPPED   (x)              the parents of x's whole subtree are in (map_tree).
-** So the number of entries is at most the number of calls times 4 (the file) and also bounded
-** by the code of the prototypes the load's coroutines run; each computation scans one
-** prototype (its locvars or code) or one prototype tree (captures' walk) once. The table is
+**   LS_Q_MAPPED   (x)              the parents of x's whole subtree are in (map_tree);
+**   LS_Q_WALKS    (fp)             captures' walks of fp's tree so far (LS_WALKS_BEFORE_MAP).
+** So the number of entries is bounded by the code of the prototypes the load's coroutines run
+** (a few per instruction, local and nested prototype; the question kinds also by the calls);
+** each prototype's code and locvars are scanned once and each frame function's tree walked
+** once per load (the fallbacks for prototypes not as the compiler makes them: once per
+** distinct question). The table is
 ** malloc'd (not the Lua arena: it is the loader's, gone when the load ends:
 ** luasnap_upmemo_free), open addressing with linear probing, at most half full. Invariant
 ** the keys rely on: every prototype in them is a loaded frame's function or nested in one,
@@ -1627,7 +1630,7 @@ static int proto_closes(const Proto *p) {
 ** ends, so no key's address is reused for another prototype while the table lives. */
 enum {
   LS_Q_NONE, LS_Q_CLOSES, LS_Q_VAR, LS_Q_CAPTURES, LS_Q_CLOSURE, LS_Q_VARTAB,
-  LS_Q_CLOSURES, LS_Q_PARENT, LS_Q_MAPPED
+  LS_Q_CLOSURES, LS_Q_PARENT, LS_Q_MAPPED, LS_Q_WALKS
 };
 
 typedef struct ls_upent {
@@ -1807,6 +1810,11 @@ static int proto_path_mapped(ls_upmemo *m, const Proto *root, const Proto *targe
   return n + 1;
 }
 
+/* captures walks fp's tree (proto_path) for its first LS_WALKS_BEFORE_MAP distinct questions
+** (a few: honest coroutines ask one or two per frame function), then maps it (map_tree: more
+** memory and time than one walk, less than many). */
+#define LS_WALKS_BEFORE_MAP 4
+
 /* Rule 3: the index of fp's child through which upvalue n of a closure of xp names register
 ** r of fp's frame, or -1; -2 if out of memory. Answers for xp nested in fp are kept (their
 ** number is bounded by the code); a refusal for xp not nested in fp is not (the pair would be
@@ -1820,10 +1828,19 @@ static int captures(ls_upmemo *m, const Proto *fp, const Proto *xp, int n, int r
   if (ls_upget(m, LS_Q_CAPTURES, fp, xp, n, r, &k)) return k;
   mapped = ls_upget(m, LS_Q_MAPPED, fp, NULL, 0, 0, &j);
   if (!mapped && !m->nomap) {
-    m->walks++;
-    if (!map_tree(m, fp, 0)) return -2;
+    int walked = 0;
+    if (!ls_upget(m, LS_Q_WALKS, fp, NULL, 0, 0, &walked)
+        && !ls_upput(m, LS_Q_WALKS, fp, NULL, 0, 0, 0))
+      return -2;
+    if (walked < LS_WALKS_BEFORE_MAP) {
+      ls_upslot(m, LS_Q_WALKS, fp, NULL, 0, 0)->val = walked + 1;
+      mapped = -1;  /* walk this time */
+    } else {
+      m->walks++;
+      if (!map_tree(m, fp, 0)) return -2;
+    }
   }
-  if (m->nomap) {
+  if (m->nomap || mapped == -1) {
     m->walks++;
     len = proto_path(fp, xp, path, 0);
   } else {
@@ -1834,7 +1851,7 @@ static int captures(ls_upmemo *m, const Proto *fp, const Proto *xp, int n, int r
     for (j = len - 1; j > 1 && !d->instack && d->idx < path[j - 1]->sizeupvalues; j--)
       d = &path[j - 1]->upvalues[d->idx];
     if (j == 1 && d->instack && d->idx == r) {
-      if (!m->nomap) {  /* path[1] is fp's child, in one place: its index is recorded */
+      if (!m->nomap && mapped != -1) {  /* path[1], fp's child in one place: index recorded */
         if (!ls_upget(m, LS_Q_PARENT, path[1], NULL, 0, 0, &k)) k = -1;
       } else {
         for (k = 0; k < fp->sizep && fp->p[k] != path[1]; k++) {}
@@ -1990,8 +2007,9 @@ static int active_var(ls_upmemo *m, const Proto *p, int pc, int r) {
 ** until the load ends, and this checks it was not reset). `strict` (foreign loads) refuses
 ** frames without debug information. `memo` is luasnap_upmemo_size() bytes, zeroed before the
 ** first call for a load and given to luasnap_upmemo_free when the load ends. O(log frames)
-** per call, plus, the first time the load asks a question (see ls_upmemo), a scan of the
-** frame's function (its locals or code) or a walk of its nested prototypes. Reads only Lua's
+** + log locals per call, plus, the first time the load asks about a prototype (see
+** ls_upmemo), a scan of the frame's function (its locals or code) or a walk of its nested
+** prototypes. Reads only Lua's
 ** state. Returns NULL or why the upvalue is refused (LS_UPMEMO_OOM: the memo's table could
 ** not grow). */
 #define LS_UPMEMO_OOM \
