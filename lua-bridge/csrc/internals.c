@@ -1613,8 +1613,8 @@ static int proto_closes(const Proto *p) {
 **                                  n <= xp's upvalues (<= 255), r < fp's maxstacksize (<= 255);
 **   LS_Q_CLOSURE  (p, k)           closure_pc: k < p's sizep;
 **   LS_Q_VARTAB   (p)              p's locals index (locals_index; O(p's locvars) memory);
-**   LS_Q_CLOSURES (p)              closure_pc scanned p's code once (its LS_Q_CLOSURE answers
-**                                  are all in: one per child);
+**   LS_Q_CLOSURES (p)              closure_pc's scans of p's code (-1: all its LS_Q_CLOSURE
+**                                  answers are in, one per child);
 **   LS_Q_PARENT   (x)              x's parent prototype (v) and x's index in its p (val);
 **   LS_Q_MAPPED   (x)              the parents of x's whole subtree are in (map_tree);
 **   LS_Q_WALKS    (fp)             captures' walks of fp's tree so far (LS_WALKS_BEFORE_MAP).
@@ -1863,12 +1863,26 @@ static int captures(ls_upmemo *m, const Proto *fp, const Proto *xp, int n, int r
   return k;
 }
 
-/* The pc of the first OP_CLOSURE that makes child k of p, or -1; -2 if out of memory. p's
-** code is scanned once per load, recording the first OP_CLOSURE of each child. */
+/* The pc of the first OP_CLOSURE that makes child k of p, or -1; -2 if out of memory. The
+** first LS_WALKS_BEFORE_MAP distinct questions about p scan its code up to the answer; the
+** next one records the first OP_CLOSURE of every child in one scan (LS_Q_CLOSURES: the scans
+** so far, -1 once all are recorded). */
 static int closure_pc(ls_upmemo *m, const Proto *p, int k) {
-  int q, at = -1, done;
+  int q, at = -1, done = 0;
   if (ls_upget(m, LS_Q_CLOSURE, p, NULL, k, 0, &at)) return at;
-  if (ls_upget(m, LS_Q_CLOSURES, p, NULL, 0, 0, &done)) return -1;
+  if (!ls_upget(m, LS_Q_CLOSURES, p, NULL, 0, 0, &done)
+      && !ls_upput(m, LS_Q_CLOSURES, p, NULL, 0, 0, 0))
+    return -2;
+  if (done < 0) return -1;
+  if (done < LS_WALKS_BEFORE_MAP) {
+    ls_upslot(m, LS_Q_CLOSURES, p, NULL, 0, 0)->val = done + 1;
+    for (q = 0; q < p->sizecode; q++)
+      if (GET_OPCODE(p->code[q]) == OP_CLOSURE && GETARG_Bx(p->code[q]) == k) {
+        at = q;
+        break;
+      }
+    return ls_upput(m, LS_Q_CLOSURE, p, NULL, k, 0, at) ? at : -2;
+  }
   for (q = 0; q < p->sizecode; q++)
     if (GET_OPCODE(p->code[q]) == OP_CLOSURE) {
       int c = GETARG_Bx(p->code[q]);
@@ -1876,7 +1890,7 @@ static int closure_pc(ls_upmemo *m, const Proto *p, int k) {
           && !ls_upput(m, LS_Q_CLOSURE, p, NULL, c, 0, q))
         return -2;
     }
-  if (!ls_upput(m, LS_Q_CLOSURES, p, NULL, 0, 0, 1)) return -2;
+  ls_upslot(m, LS_Q_CLOSURES, p, NULL, 0, 0)->val = -1;
   return ls_upget(m, LS_Q_CLOSURE, p, NULL, k, 0, &at) ? at : -1;
 }
 
