@@ -2023,6 +2023,130 @@ fn deep_coroutines_with_captured_locals_round_trip() {
     }
 }
 
+/// Found by an attack on the loader's speed: the open-upvalue check memoised only its last
+/// answer per kind of question, so closures of two prototypes made alternately over two
+/// locals of one suspended frame (a, b, a, b...) missed it every time, and each miss walked
+/// the frame function's whole prototype tree and scanned its code: O(closures * code), 4.9 s
+/// for a 2.1 MB save. Each distinct question is now answered once per load: this counts the
+/// tree walks (2 here, one per closure prototype; 2 * N before) and checks the load is right.
+#[test]
+fn alternating_closures_over_open_upvalues_are_checked_once_per_question() {
+    const N: i64 = 2000;
+    let mut game = String::from(
+        "G = {}
+         function G.f(n)
+           local a, b = 0, 0
+           local t, junk = {}, {}\n",
+    );
+    for i in 0..300 {
+        game.push_str(&format!("junk[{i}] = function() return {i} end\n"));
+    }
+    game.push_str(
+        "  junk = nil
+           for i = 1, n do
+             t[#t + 1] = function() a = a + 1 return a end
+             t[#t + 1] = function() b = b + 10 return b end
+           end
+           G.t = t
+           coroutine.yield(#t)
+           return a + b
+         end
+         co = coroutine.create(G.f)
+         assert(coroutine.resume(co, N))
+         saved = { co, t = G.t }",
+    );
+    let game = game.replace("N))", &format!("{N}))"));
+    let a = vm();
+    a.exec(&game, "game").unwrap();
+    let file = a.persist("saved").unwrap();
+    for trust in [Trust::Own, Trust::Foreign] {
+        let mut b = vm();
+        b.exec(&game, "game").unwrap();
+        b.unpersist(&file, "loaded", trust).unwrap();
+        let walks = luasnap::bridge::persist::last_load_open_upvalue_walks();
+        assert_eq!(
+            walks, 2,
+            "{trust:?}: prototype-tree walks of the open-upvalue check"
+        );
+        // Every closure shares its frame's a or b: the coroutine returns their sum.
+        let out = b
+            .exec(
+                "local t, last = loaded.t, nil
+                 for i = 1, #t do last = t[i]() end
+                 return #t, last, coroutine.resume(loaded[1])",
+                "finish",
+            )
+            .unwrap();
+        let want = [
+            Value::Integer(2 * N),
+            Value::Integer(10 * N),
+            Value::Boolean(true),
+            Value::Integer(11 * N),
+        ];
+        assert_eq!(out, want, "{trust:?}");
+        b.arena().verify().unwrap();
+    }
+}
+
+/// The same attack with every question distinct: frames of one function suspended at as
+/// many call sites, each with a closure of its own over a local of its own. Each distinct
+/// question cost a walk of the function's prototype tree and a scan of its code or locals
+/// (M walks here); now the tree is walked for the first 4 questions, then its parents are
+/// mapped by one more walk, and the code and locals are indexed once: 5 walks.
+#[test]
+fn frames_at_distinct_call_sites_walk_their_function_once() {
+    const M: i64 = 300;
+    let mut game = String::from(
+        "G = { t = {} }
+         function G.f(k)
+           if k == 0 then coroutine.yield() return 0 end\n",
+    );
+    for i in 1..=M {
+        game.push_str(&format!(
+            "do local x{i} = {i} if k == {i} then
+               G.t[#G.t + 1] = function() x{i} = x{i} + 1 return x{i} end G.f(k - 1)
+             end end\n"
+        ));
+    }
+    game.push_str(&format!(
+        "  return k
+         end
+         co = coroutine.create(G.f)
+         assert(coroutine.resume(co, {M}))
+         saved = {{ co, t = G.t }}"
+    ));
+    let a = vm();
+    a.exec(&game, "game").unwrap();
+    let file = a.persist("saved").unwrap();
+    for trust in [Trust::Own, Trust::Foreign] {
+        let mut b = vm();
+        b.exec(&game, "game").unwrap();
+        b.unpersist(&file, "loaded", trust).unwrap();
+        let walks = luasnap::bridge::persist::last_load_open_upvalue_walks();
+        assert_eq!(
+            walks, 5,
+            "{trust:?}: prototype-tree walks of the open-upvalue check"
+        );
+        // G.t[j] was made by the frame of k = M + 1 - j over x(M + 1 - j).
+        let out = b
+            .exec(
+                "local t, sum = loaded.t, 0
+                 for j = 1, #t do sum = sum + t[j]() - (#t + 1 - j) end
+                 return #t, sum, coroutine.resume(loaded[1])",
+                "finish",
+            )
+            .unwrap();
+        let want = [
+            Value::Integer(M),
+            Value::Integer(M),
+            Value::Boolean(true),
+            Value::Integer(M),
+        ];
+        assert_eq!(out, want, "{trust:?}");
+        b.arena().verify().unwrap();
+    }
+}
+
 /// Found by attack round 3 (reproducer 10): the loader grew a coroutine's stack with
 /// luaL_checkstack on that coroutine, which has no error handler of its own: the "stack
 /// overflow" error went to the main thread's handler instead, past the load's protected call

@@ -10,6 +10,8 @@
 ** with lua-src pinned in Cargo.toml); the #if below refuses any other.
 */
 #include <stdint.h>
+#include <limits.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "lua.h"
@@ -1602,22 +1604,139 @@ static int proto_closes(const Proto *p) {
   return 1;
 }
 
-/* What the check computed last, per kind of question: honest coroutines ask the same ones
-** for frame after frame (a recursion), so each costs O(1) after the first. */
+/* The check's answers, per load, keyed by the full question (kind, two prototypes, two ints):
+** each distinct question is computed once per load, whatever order the file asks them in.
+** Questions (every key is made of the game's code, never of the file's data):
+**   LS_Q_CLOSES   (p)              proto_closes(p): one per prototype;
+**   LS_Q_VAR      (p, pc, r)       active_var: at most sizecode * maxstacksize per prototype;
+**   LS_Q_CAPTURES (fp, xp, n, r)   captures: xp nested in fp (else not cached: see captures),
+**                                  n <= xp's upvalues (<= 255), r < fp's maxstacksize (<= 255);
+**   LS_Q_CLOSURE  (p, k)           closure_pc: k < p's sizep;
+**   LS_Q_VARTAB   (p)              p's locals index (locals_index; O(p's locvars) memory);
+**   LS_Q_CLOSURES (p)              closure_pc's scans of p's code (-1: all its LS_Q_CLOSURE
+**                                  answers are in, one per child);
+**   LS_Q_PARENT   (x)              x's parent prototype (v) and x's index in its p (val);
+**   LS_Q_MAPPED   (x)              the parents of x's whole subtree are in (map_tree);
+**   LS_Q_WALKS    (fp)             captures' walks of fp's tree so far (LS_WALKS_BEFORE_MAP).
+** So the number of entries is bounded by the code of the prototypes the load's coroutines run
+** (a few per instruction, local and nested prototype; the question kinds also by the calls);
+** each prototype's code and locvars are scanned once and each frame function's tree walked
+** once per load (the fallbacks for prototypes not as the compiler makes them: once per
+** distinct question). The table is
+** malloc'd (not the Lua arena: it is the loader's, gone when the load ends:
+** luasnap_upmemo_free), open addressing with linear probing, at most half full. Invariant
+** the keys rely on: every prototype in them is a loaded frame's function or nested in one,
+** or a joined closure's, and the load's object table keeps those closures until the load
+** ends, so no key's address is reused for another prototype while the table lives. */
+enum {
+  LS_Q_NONE, LS_Q_CLOSES, LS_Q_VAR, LS_Q_CAPTURES, LS_Q_CLOSURE, LS_Q_VARTAB,
+  LS_Q_CLOSURES, LS_Q_PARENT, LS_Q_MAPPED, LS_Q_WALKS
+};
+
+typedef struct ls_upent {
+  const void *a, *b;
+  int c, d;
+  int kind;  /* LS_Q_NONE: empty slot */
+  int val;
+  const void *v;  /* LS_Q_PARENT's parent */
+} ls_upent;
+
+/* A prototype's locals by register (see locals_index): its locvars indices sorted by register
+** (depth: how many locals contain each), then by startpc; off[d] .. off[d + 1] are those of
+** register d. NULL in the memo's list: its locvars are not nested that way (checked). */
+typedef struct ls_vartab {
+  int ndepth;  /* registers with locals: off has ndepth + 1 entries */
+  int *off;
+  int *byd;
+} ls_vartab;
+
 typedef struct ls_upmemo {
-  const Proto *vp;       /* reg2var holds, for vp at vpc, the locvar of each register */
-  int vpc;
-  short reg2var[256];    /* maxstacksize is a byte */
-  const Proto *cp;       /* proto_closes(cp) == closes */
-  int closes;
-  const Proto *df, *dx;  /* closure proto dx, upvalue dn, register dr: child dk of df */
-  int dn, dr, dk;
-  const Proto *kp;       /* OP_CLOSURE of child kk of kp is at kpc (-1: none) */
-  int kk, kpc;
+  ls_upent *ent;  /* NULL or mask + 1 entries */
+  size_t mask, used;
+  size_t walks;   /* prototype-tree walks (captures' misses), for tests */
+  ls_vartab **tabs;  /* locals indexes (LS_Q_VARTAB answers index it), one per prototype */
+  size_t ntabs, captabs;
+  int nomap;  /* a prototype tree is not a tree (map_tree): captures walks it each time */
 } ls_upmemo;
 
 /* Size of the memo luasnap_open_upval_check takes (zeroed by the caller). */
 size_t luasnap_upmemo_size(void) { return sizeof(ls_upmemo); }
+
+/* Frees the memo's table (memo zeroed or used by luasnap_open_upval_check) and zeroes it. */
+void luasnap_upmemo_free(void *memo) {
+  ls_upmemo *m = (ls_upmemo *)memo;
+  size_t i;
+  free(m->ent);
+  for (i = 0; i < m->ntabs; i++) free(m->tabs[i]);
+  free(m->tabs);
+  memset(m, 0, sizeof(*m));
+}
+
+/* Prototype-tree walks the memo's load made so far (a test's work counter). */
+size_t luasnap_upmemo_walks(const void *memo) { return ((const ls_upmemo *)memo)->walks; }
+
+static size_t ls_uphash(int kind, const void *a, const void *b, int c, int d) {
+  uint64_t h = (uint64_t)(uintptr_t)a * 0x9E3779B97F4A7C15u;
+  h ^= (uint64_t)(uintptr_t)b + 0x632BE59BD9B4E019u + (h << 6) + (h >> 2);
+  h ^= ((uint64_t)(unsigned)c << 32 | (unsigned)d) + (uint64_t)kind * 0xBF58476D1CE4E5B9u;
+  h ^= h >> 31;
+  h *= 0x94D049BB133111EBu;
+  h ^= h >> 29;
+  return (size_t)h;
+}
+
+/* The slot of the question (its entry, or the empty slot where it goes); m->ent non-NULL. */
+static ls_upent *ls_upslot(ls_upmemo *m, int kind, const void *a, const void *b, int c, int d) {
+  size_t i = ls_uphash(kind, a, b, c, d) & m->mask;
+  for (;; i = (i + 1) & m->mask) {
+    ls_upent *e = &m->ent[i];
+    if (e->kind == LS_Q_NONE
+        || (e->kind == kind && e->a == a && e->b == b && e->c == c && e->d == d))
+      return e;
+  }
+}
+
+/* Whether the answer is known (then *val is it). */
+static int ls_upget(ls_upmemo *m, int kind, const void *a, const void *b, int c, int d,
+                    int *val) {
+  ls_upent *e;
+  if (m->ent == NULL) return 0;
+  e = ls_upslot(m, kind, a, b, c, d);
+  if (e->kind == LS_Q_NONE) return 0;
+  *val = e->val;
+  return 1;
+}
+
+/* Records an answer not yet known; 0 if the table cannot grow (out of memory). Invariant
+** kept: used <= (mask + 1) / 2, so probes end at an empty slot. */
+static int ls_upput(ls_upmemo *m, int kind, const void *a, const void *b, int c, int d,
+                    int val) {
+  ls_upent *e;
+  if (m->ent == NULL || 2 * (m->used + 1) > m->mask + 1) {
+    size_t n = (m->ent == NULL) ? 64 : 2 * (m->mask + 1), i;
+    ls_upmemo g;
+    if (n > SIZE_MAX / 2 / sizeof(ls_upent)) return 0;
+    g.ent = (ls_upent *)calloc(n, sizeof(ls_upent));  /* kind 0: LS_Q_NONE */
+    if (g.ent == NULL) return 0;
+    g.mask = n - 1;
+    g.used = m->used;
+    g.walks = m->walks;
+    g.tabs = m->tabs;
+    g.ntabs = m->ntabs;
+    g.captabs = m->captabs;
+    g.nomap = m->nomap;
+    for (i = 0; m->ent != NULL && i <= m->mask; i++) {
+      ls_upent *o = &m->ent[i];
+      if (o->kind != LS_Q_NONE) *ls_upslot(&g, o->kind, o->a, o->b, o->c, o->d) = *o;
+    }
+    free(m->ent);
+    *m = g;
+  }
+  e = ls_upslot(m, kind, a, b, c, d);
+  e->kind = kind; e->a = a; e->b = b; e->c = c; e->d = d; e->val = val; e->v = NULL;
+  m->used++;
+  return 1;
+}
 
 /* Stores co's frames (CallInfo pointers, the first above base_ci first) in out (at most max);
 ** returns their number. For luasnap_open_upval_check, while co cannot run. */
@@ -1646,51 +1765,254 @@ static int proto_path(const Proto *root, const Proto *target, const Proto **path
   return 0;
 }
 
+/* Records the parent and index of every prototype in x's subtree (x at depth `depth` of the
+** walk), once per load for each subtree. Sets m->nomap if the prototypes do not form a tree
+** (a prototype in two places) or nest 250 deep (Lua nests functions at most 200 deep), so
+** captures keeps proto_path's answers exactly. Returns 0 if out of memory. */
+static int map_tree(ls_upmemo *m, const Proto *x, int depth) {
+  int i, val;
+  if (m->nomap || ls_upget(m, LS_Q_MAPPED, x, NULL, 0, 0, &val)) return 1;
+  if (depth >= 250) {
+    m->nomap = 1;
+    return 1;
+  }
+  for (i = 0; i < x->sizep; i++) {
+    const Proto *c = x->p[i];
+    if (ls_upget(m, LS_Q_PARENT, c, NULL, 0, 0, &val)) {
+      if (val != i || ls_upslot(m, LS_Q_PARENT, c, NULL, 0, 0)->v != (const void *)x) {
+        m->nomap = 1;  /* c is in two places */
+        return 1;
+      }
+    } else {
+      if (!ls_upput(m, LS_Q_PARENT, c, NULL, 0, 0, i)) return 0;
+      ls_upslot(m, LS_Q_PARENT, c, NULL, 0, 0)->v = x;
+    }
+    if (!map_tree(m, c, depth + 1)) return 0;
+  }
+  return ls_upput(m, LS_Q_MAPPED, x, NULL, 0, 0, 0);
+}
+
+/* proto_path by the parents map_tree recorded: the path from root down to target, or 0. Its
+** answer is proto_path's when the prototypes form a tree (m->nomap unset): the one path, if
+** target is at most 249 levels under root. */
+static int proto_path_mapped(ls_upmemo *m, const Proto *root, const Proto *target,
+                             const Proto **path) {
+  const Proto *up[250];
+  const Proto *x = target;
+  int n = 0, j, val;
+  while (x != root) {
+    if (n >= 249 || !ls_upget(m, LS_Q_PARENT, x, NULL, 0, 0, &val)) return 0;
+    up[n++] = x;
+    x = (const Proto *)ls_upslot(m, LS_Q_PARENT, x, NULL, 0, 0)->v;
+  }
+  path[0] = root;
+  for (j = 0; j < n; j++) path[j + 1] = up[n - 1 - j];
+  return n + 1;
+}
+
+/* captures walks fp's tree (proto_path) for its first LS_WALKS_BEFORE_MAP distinct questions
+** (a few: honest coroutines ask one or two per frame function), then maps it (map_tree: more
+** memory and time than one walk, less than many). */
+#define LS_WALKS_BEFORE_MAP 4
+
 /* Rule 3: the index of fp's child through which upvalue n of a closure of xp names register
-** r of fp's frame, or -1. */
+** r of fp's frame, or -1; -2 if out of memory. Answers for xp nested in fp are kept (their
+** number is bounded by the code); a refusal for xp not nested in fp is not (the pair would be
+** the file's choice, and the load ends with that refusal anyway). The path from fp to xp
+** comes from the parents map_tree records (fp's tree walked once per load), or from a walk
+** (proto_path) if the prototypes are not a tree. */
 static int captures(ls_upmemo *m, const Proto *fp, const Proto *xp, int n, int r) {
   const Proto *path[256];
-  int len, j, k = -1;
+  int len, j, k = -1, mapped;
   const Upvaldesc *d;
-  if (m->df == fp && m->dx == xp && m->dn == n && m->dr == r) return m->dk;
-  len = proto_path(fp, xp, path, 0);
+  if (ls_upget(m, LS_Q_CAPTURES, fp, xp, n, r, &k)) return k;
+  mapped = ls_upget(m, LS_Q_MAPPED, fp, NULL, 0, 0, &j);
+  if (!mapped && !m->nomap) {
+    int walked = 0;
+    if (!ls_upget(m, LS_Q_WALKS, fp, NULL, 0, 0, &walked)
+        && !ls_upput(m, LS_Q_WALKS, fp, NULL, 0, 0, 0))
+      return -2;
+    if (walked < LS_WALKS_BEFORE_MAP) {
+      ls_upslot(m, LS_Q_WALKS, fp, NULL, 0, 0)->val = walked + 1;
+      mapped = -1;  /* walk this time */
+    } else {
+      m->walks++;
+      if (!map_tree(m, fp, 0)) return -2;
+    }
+  }
+  if (m->nomap || mapped == -1) {
+    m->walks++;
+    len = proto_path(fp, xp, path, 0);
+  } else {
+    len = proto_path_mapped(m, fp, xp, path);
+  }
   if (len >= 2 && n >= 1 && n <= xp->sizeupvalues) {
     d = &xp->upvalues[n - 1];
     for (j = len - 1; j > 1 && !d->instack && d->idx < path[j - 1]->sizeupvalues; j--)
       d = &path[j - 1]->upvalues[d->idx];
     if (j == 1 && d->instack && d->idx == r) {
-      for (k = 0; k < fp->sizep && fp->p[k] != path[1]; k++) {}
-      if (k == fp->sizep) k = -1;
+      if (!m->nomap && mapped != -1) {  /* path[1], fp's child in one place: index recorded */
+        if (!ls_upget(m, LS_Q_PARENT, path[1], NULL, 0, 0, &k)) k = -1;
+      } else {
+        for (k = 0; k < fp->sizep && fp->p[k] != path[1]; k++) {}
+        if (k == fp->sizep) k = -1;
+      }
     }
   }
-  m->df = fp; m->dx = xp; m->dn = n; m->dr = r; m->dk = k;
+  if (len >= 2 && !ls_upput(m, LS_Q_CAPTURES, fp, xp, n, r, k)) return -2;
   return k;
 }
 
-/* The pc of the OP_CLOSURE that makes child k of p, or -1. */
+/* The pc of the first OP_CLOSURE that makes child k of p, or -1; -2 if out of memory. The
+** first LS_WALKS_BEFORE_MAP distinct questions about p scan its code up to the answer; the
+** next one records the first OP_CLOSURE of every child in one scan (LS_Q_CLOSURES: the scans
+** so far, -1 once all are recorded). */
 static int closure_pc(ls_upmemo *m, const Proto *p, int k) {
-  int q;
-  if (m->kp == p && m->kk == k) return m->kpc;
-  m->kp = p; m->kk = k; m->kpc = -1;
+  int q, at = -1, done = 0;
+  if (ls_upget(m, LS_Q_CLOSURE, p, NULL, k, 0, &at)) return at;
+  if (!ls_upget(m, LS_Q_CLOSURES, p, NULL, 0, 0, &done)
+      && !ls_upput(m, LS_Q_CLOSURES, p, NULL, 0, 0, 0))
+    return -2;
+  if (done < 0) return -1;
+  if (done < LS_WALKS_BEFORE_MAP) {
+    ls_upslot(m, LS_Q_CLOSURES, p, NULL, 0, 0)->val = done + 1;
+    for (q = 0; q < p->sizecode; q++)
+      if (GET_OPCODE(p->code[q]) == OP_CLOSURE && GETARG_Bx(p->code[q]) == k) {
+        at = q;
+        break;
+      }
+    return ls_upput(m, LS_Q_CLOSURE, p, NULL, k, 0, at) ? at : -2;
+  }
   for (q = 0; q < p->sizecode; q++)
-    if (GET_OPCODE(p->code[q]) == OP_CLOSURE && GETARG_Bx(p->code[q]) == k) {
-      m->kpc = q;
-      break;
+    if (GET_OPCODE(p->code[q]) == OP_CLOSURE) {
+      int c = GETARG_Bx(p->code[q]);
+      if (!ls_upget(m, LS_Q_CLOSURE, p, NULL, c, 0, &done)
+          && !ls_upput(m, LS_Q_CLOSURE, p, NULL, c, 0, q))
+        return -2;
     }
-  return m->kpc;
+  ls_upslot(m, LS_Q_CLOSURES, p, NULL, 0, 0)->val = -1;
+  return ls_upget(m, LS_Q_CLOSURE, p, NULL, k, 0, &at) ? at : -1;
 }
 
-/* Rule 1: the locvar active in register r of p at pc, or -1 (see tbc_in_scope). */
-static int active_var(ls_upmemo *m, const Proto *p, int pc, int r) {
-  if (m->vp != p || m->vpc != pc) {
-    int i, n = 0;
-    for (i = 0; i < 256; i++) m->reg2var[i] = -1;
-    for (i = 0; i < p->sizelocvars && p->locvars[i].startpc <= pc; i++)
-      if (pc < p->locvars[i].endpc && n < 256) m->reg2var[n++] = (short)i;
-    m->vp = p;
-    m->vpc = pc;
+/* Rule 1 by a scan: the locvar active in register r of p at pc, or -1: the (r + 1)-th of
+** p's locvars (in order, stopping at the first with startpc > pc) with startpc <= pc < endpc,
+** as luaF_getlocalname counts them (see tbc_in_scope). 0 <= r < 256. */
+static int active_var_scan(const Proto *p, int pc, int r) {
+  int i, n = 0;
+  for (i = 0; i < p->sizelocvars && p->locvars[i].startpc <= pc; i++)
+    if (pc < p->locvars[i].endpc) {
+      if (n == r) return i;
+      n++;
+    }
+  return -1;
+}
+
+/* Builds p's locals index, or NULL (*oom set if out of memory) when p's locvars are not
+** nested as Lua's compiler makes them: startpc never decreasing, and each nonempty one either
+** inside every earlier one that is still open at its startpc (startpc < endpc) or after it.
+** Then the locals active at any pc are a chain, each inside the ones before it, so the one in
+** register d (the (d + 1)-th active, active_var_scan) is the one with d earlier locals
+** containing it (its depth) whose range holds pc; those of one depth do not overlap and are
+** sorted by startpc. O(p's locvars). */
+static ls_vartab *locals_index(const Proto *p, int *oom) {
+  int L = p->sizelocvars, i, top = 0, ndepth = 0;
+  int *depth, *stack, *fill;
+  ls_vartab *t = NULL;
+  *oom = 0;
+  for (i = 1; i < L; i++)
+    if (p->locvars[i].startpc < p->locvars[i - 1].startpc) return NULL;
+  depth = (int *)malloc(2 * (size_t)(L > 0 ? L : 1) * sizeof(int));
+  if (depth == NULL) {
+    *oom = 1;
+    return NULL;
   }
-  return r < 256 ? m->reg2var[r] : -1;
+  stack = depth + L;
+  for (i = 0; i < L; i++) {
+    const LocVar *v = &p->locvars[i];
+    depth[i] = -1;  /* empty: never active */
+    if (v->startpc >= v->endpc) continue;
+    while (top > 0 && p->locvars[stack[top - 1]].endpc <= v->startpc) top--;
+    if (top > 0 && v->endpc > p->locvars[stack[top - 1]].endpc) {
+      free(depth);
+      return NULL;  /* overlaps an earlier one without being inside it */
+    }
+    if (top < 256) {  /* registers above 255 are never asked */
+      depth[i] = top;
+      if (top + 1 > ndepth) ndepth = top + 1;
+    }
+    stack[top++] = i;
+  }
+  t = (ls_vartab *)malloc(sizeof(ls_vartab) + ((size_t)ndepth + 1 + (size_t)L) * sizeof(int));
+  if (t == NULL) {
+    free(depth);
+    *oom = 1;
+    return NULL;
+  }
+  t->ndepth = ndepth;
+  t->off = (int *)(t + 1);
+  t->byd = t->off + ndepth + 1;
+  for (i = 0; i <= ndepth; i++) t->off[i] = 0;
+  for (i = 0; i < L; i++)
+    if (depth[i] >= 0) t->off[depth[i] + 1]++;
+  for (i = 0; i < ndepth; i++) t->off[i + 1] += t->off[i];
+  fill = stack;  /* reused: next free place per depth */
+  for (i = 0; i < ndepth; i++) fill[i] = t->off[i];
+  for (i = 0; i < L; i++)
+    if (depth[i] >= 0) t->byd[fill[depth[i]]++] = i;
+  free(depth);
+  return t;
+}
+
+/* Rule 1: the locvar active in register r of p at pc, or -1 (active_var_scan's answer);
+** -2 if out of memory. 0 <= r < 256. O(log locvars) with p's locals index, built on p's first
+** question; a prototype whose locvars are not nested as the compiler makes them (a binary
+** chunk's) answers each distinct question by a scan, once. */
+static int active_var(ls_upmemo *m, const Proto *p, int pc, int r) {
+  int ti, var = -1, oom;
+  const ls_vartab *t;
+  if (!ls_upget(m, LS_Q_VARTAB, p, NULL, 0, 0, &ti)) {
+    ls_vartab *nt = locals_index(p, &oom);
+    if (oom) return -2;
+    ti = -1;
+    if (nt != NULL) {
+      if (m->ntabs == m->captabs) {
+        size_t cap = m->captabs ? 2 * m->captabs : 16;
+        ls_vartab **g = (cap <= SIZE_MAX / sizeof(*g) && cap <= INT_MAX)
+                            ? (ls_vartab **)realloc(m->tabs, cap * sizeof(*g)) : NULL;
+        if (g == NULL) {
+          free(nt);
+          return -2;
+        }
+        m->tabs = g;
+        m->captabs = cap;
+      }
+      ti = (int)m->ntabs;
+      m->tabs[m->ntabs++] = nt;
+    }
+    if (!ls_upput(m, LS_Q_VARTAB, p, NULL, 0, 0, ti)) return -2;
+  }
+  if (ti < 0) {  /* not nested as compiled: the scan, once per question */
+    if (ls_upget(m, LS_Q_VAR, p, NULL, pc, r, &var)) return var;
+    var = active_var_scan(p, pc, r);
+    if (!ls_upput(m, LS_Q_VAR, p, NULL, pc, r, var)) return -2;
+    return var;
+  }
+  t = m->tabs[ti];
+  if (r < t->ndepth) {
+    int lo = t->off[r], hi = t->off[r + 1];  /* last one of depth r starting at or before pc */
+    while (hi - lo > 1) {
+      int mid = (lo + hi) / 2;
+      if (p->locvars[t->byd[mid]].startpc <= pc) lo = mid;
+      else hi = mid;
+    }
+    if (lo < t->off[r + 1]) {
+      const LocVar *v = &p->locvars[t->byd[lo]];
+      if (v->startpc <= pc && pc < v->endpc) var = t->byd[lo];
+    }
+  }
+  /* Invariant the index relies on (checked by locals_index), tested in assertion builds. */
+  lua_assert(var == active_var_scan(p, pc, r));
+  return var;
 }
 
 /* Checks that the Lua closure at idx may have its upvalue n open at slot `level` of the loaded
@@ -1698,9 +2020,14 @@ static int active_var(ls_upmemo *m, const Proto *p, int pc, int r) {
 ** taken when its frames were restored; co has not run since: the loader keeps it unresumable
 ** until the load ends, and this checks it was not reset). `strict` (foreign loads) refuses
 ** frames without debug information. `memo` is luasnap_upmemo_size() bytes, zeroed before the
-** first call for a load. O(log frames) per call, plus a scan of the frame's function (its
-** locals, code and nested prototypes) when the question differs from the last one. Reads
-** only. Returns NULL or why the upvalue is refused. */
+** first call for a load and given to luasnap_upmemo_free when the load ends. O(log frames)
+** + log locals per call, plus, the first time the load asks about a prototype (see
+** ls_upmemo), a scan of the frame's function (its locals or code) or a walk of its nested
+** prototypes. Reads only Lua's
+** state. Returns NULL or why the upvalue is refused (LS_UPMEMO_OOM: the memo's table could
+** not grow). */
+#define LS_UPMEMO_OOM \
+  "out of memory for the open-upvalue check's tables (the process cannot allocate; free memory and load again)"
 const char *luasnap_open_upval_check(lua_State *L, int idx, int n, lua_State *co, int level,
                                      const void *const *frames, int nframes, int strict,
                                      void *memo) {
@@ -1709,7 +2036,7 @@ const char *luasnap_open_upval_check(lua_State *L, int idx, int n, lua_State *co
   const LClosure *cl;
   const CallInfo *ci;
   const Proto *p;
-  int lo = 0, hi = nframes, r, pc, var, k;
+  int lo = 0, hi = nframes, r, pc, var, k, closes;
   Instruction ins;
   if (!ttisLclosure(o)) return "internal: an open upvalue of something else than a Lua closure";
   cl = clLvalue(o);
@@ -1736,11 +2063,11 @@ const char *luasnap_open_upval_check(lua_State *L, int idx, int n, lua_State *co
   if ((GET_OPCODE(ins) == OP_CLOSE && r >= GETARG_A(ins))
       || ((GET_OPCODE(ins) == OP_RETURN || GET_OPCODE(ins) == OP_TAILCALL) && TESTARG_k(ins)))
     return "an open upvalue in a frame suspended where it has closed its upvalues";
-  if (m->cp != p) {
-    m->cp = p;
-    m->closes = proto_closes(p);
+  if (!ls_upget(m, LS_Q_CLOSES, p, NULL, 0, 0, &closes)) {
+    closes = proto_closes(p);
+    if (!ls_upput(m, LS_Q_CLOSES, p, NULL, 0, 0, closes)) return LS_UPMEMO_OOM;
   }
-  if (!m->closes)
+  if (!closes)
     return "an open upvalue in a frame whose function does not close its upvalues when it returns";
   var = -1;
   if (p->sizelocvars == 0) {
@@ -1748,15 +2075,18 @@ const char *luasnap_open_upval_check(lua_State *L, int idx, int n, lua_State *co
       return "an open upvalue into a frame of a function without debug information (stripped): foreign loads cannot check which local it is";
   } else {
     var = active_var(m, p, pc, r);
+    if (var == -2) return LS_UPMEMO_OOM;
     if (var < 0)
       return "an open upvalue on a register that holds no local variable where its frame is suspended";
   }
   k = captures(m, p, cl->p, n, r);
+  if (k == -2) return LS_UPMEMO_OOM;
   if (k < 0)
     return "an open upvalue shared by a closure whose function cannot capture that local (not nested in the frame's function with an upvalue for it)";
   if (var >= 0) {
     const LocVar *v = &p->locvars[var];
     int at = closure_pc(m, p, k);
+    if (at == -2) return LS_UPMEMO_OOM;
     if (at < 0 || !((v->startpc <= at && at < v->endpc)
                     || (at + 1 == v->startpc && GETARG_A(p->code[at]) == r)))
       return "an open upvalue shared by a closure made for another variable of that register";

@@ -44,6 +44,11 @@ pub mod fuzz;
 mod read;
 mod write;
 
+/// Prototype-tree walks the open-upvalue check of the last load this thread ended made (a
+/// test's work counter: at most one per distinct question of the load; docs/save-games.md).
+#[doc(hidden)]
+pub use read::last_load_open_upvalue_walks;
+
 use crate::bridge::error::VmError;
 use crate::bridge::ffi::{self as raw, Job};
 use crate::bridge::vm::Vm;

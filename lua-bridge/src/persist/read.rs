@@ -53,6 +53,8 @@ unsafe extern "C" {
     ) -> *mut c_void;
     fn luasnap_upval_shareable(L: *mut lua_State, idx: c_int, n: c_int) -> c_int;
     fn luasnap_upmemo_size() -> usize;
+    fn luasnap_upmemo_free(memo: *mut c_void);
+    fn luasnap_upmemo_walks(memo: *const c_void) -> usize;
     fn luasnap_open_upval_check(
         L: *mut lua_State,
         idx: c_int,
@@ -121,6 +123,65 @@ const RESET: &str =
 /// `RESET` for the C side's messages.
 const RESET_C: &std::ffi::CStr =
     c"an open upvalue into a coroutine that load-time code reset (coroutine.close)";
+
+/// The memo of `luasnap_open_upval_check` (u64 words for its alignment): its answers for
+/// this load, in a table the C side allocates (bounded by the game's code; see
+/// docs/save-games.md), freed when the load ends (dropped with the loader).
+#[derive(Default)]
+struct UpMemo(Vec<u64>);
+
+impl UpMemo {
+    /// The memo, zeroed the first time.
+    fn ptr(&mut self) -> *mut c_void {
+        if self.0.is_empty() {
+            // SAFETY: a pure size query.
+            let words = unsafe { luasnap_upmemo_size() }.div_ceil(8);
+            self.0 = vec![0; words];
+        }
+        self.0.as_mut_ptr().cast()
+    }
+
+    /// Prototype-tree walks the check made in this load so far.
+    fn walks(&self) -> usize {
+        if self.0.is_empty() {
+            return 0;
+        }
+        // SAFETY: a memo of luasnap_upmemo_size() bytes, zeroed then used only by the check.
+        unsafe { luasnap_upmemo_walks(self.0.as_ptr().cast()) }
+    }
+}
+
+thread_local! {
+    /// `UpMemo::walks` of the last load this thread ended (see
+    /// [`last_load_open_upvalue_walks`]).
+    static LAST_WALKS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// Prototype-tree walks the open-upvalue check made in the last load this thread ended: the
+/// work counter of a test (each distinct question walks at most once per load).
+pub fn last_load_open_upvalue_walks() -> usize {
+    LAST_WALKS.with(|w| w.get())
+}
+
+impl Drop for UpMemo {
+    fn drop(&mut self) {
+        LAST_WALKS.with(|w| w.set(self.walks()));
+        if !self.0.is_empty() {
+            // SAFETY: as in `walks`; the memo is not used after this.
+            unsafe { luasnap_upmemo_free(self.0.as_mut_ptr().cast()) }
+        }
+    }
+}
+
+/// Why the check refused, as the load's error: a refusal is a malformed file, the check's
+/// own allocation failing is not.
+fn check_error(msg: &str) -> String {
+    if msg.starts_with("out of memory") {
+        format!("cannot check the save-game's open upvalues: {msg}")
+    } else {
+        format!("malformed save-game: {msg}")
+    }
+}
 
 /// A suspended coroutine this load builds, for the open upvalues joined into it.
 struct LoadedCo {
@@ -318,8 +379,8 @@ pub(crate) struct Loader<'a> {
     /// upvalues may point into (`loaded_cos` by address).
     threads: Vec<*mut lua_State>,
     loaded_cos: HashMap<*mut lua_State, LoadedCo>,
-    /// Memo of `luasnap_open_upval_check` (u64 words for its alignment).
-    upmemo: Vec<u64>,
+    /// Memo of `luasnap_open_upval_check`.
+    upmemo: UpMemo,
     /// Coroutines this load created, whose budget hook goes when the load ends.
     all_threads: Vec<*mut lua_State>,
     /// The C functions of `coroutine.wrap`'s and `string.gmatch`'s helpers, once looked up.
@@ -407,7 +468,7 @@ impl<'a> Loader<'a> {
                 .saturating_add(PREALLOC_BASE),
             threads: Vec::new(),
             loaded_cos: HashMap::new(),
-            upmemo: Vec::new(),
+            upmemo: UpMemo::default(),
             all_threads: Vec::new(),
             aux: None,
             nofinal_marked: false,
@@ -2292,7 +2353,7 @@ impl<'a> Loader<'a> {
         if !err.is_null() {
             // SAFETY: a static C string from the check.
             let msg = unsafe { std::ffi::CStr::from_ptr(err) }.to_string_lossy();
-            return Err(self.malformed(&msg));
+            return Err(self.fail(check_error(&msg)));
         }
         let above = lc.open.range(level + 1..).next().map(|(_, &a)| a);
         // SAFETY: as above; objs[aid] is a closure joined to co's open upvalue closest above
@@ -2320,12 +2381,7 @@ impl<'a> Loader<'a> {
 
     /// The memo of `luasnap_open_upval_check`, zeroed the first time.
     fn upmemo_ptr(&mut self) -> *mut c_void {
-        if self.upmemo.is_empty() {
-            // SAFETY: a pure size query.
-            let words = unsafe { luasnap_upmemo_size() }.div_ceil(8);
-            self.upmemo = vec![0; words];
-        }
-        self.upmemo.as_mut_ptr().cast()
+        self.upmemo.ptr()
     }
 
     /// Indexes the frames of the loaded coroutine `co`, just restored (and held), and checks
@@ -2379,7 +2435,7 @@ impl<'a> Loader<'a> {
         if !err.is_null() {
             // SAFETY: a static C string from the check.
             let msg = unsafe { std::ffi::CStr::from_ptr(err) }.to_string_lossy();
-            return Err(self.malformed(&format!("suspended coroutine: {msg}")));
+            return Err(self.fail(check_error(&format!("suspended coroutine: {msg}"))));
         }
         Ok(())
     }
