@@ -371,44 +371,26 @@ fn put_varint(out: &mut Vec<u8>, mut v: u64) {
 }
 
 pub(crate) struct Persister<'a> {
-    /// Scratch for tables' layouts.
-    layout: LayoutBufs,
+    /// Working memory kept between persists on a thread: the id table (objects written by
+    /// identity, to their id; strings written, to their string id), the objects and strings
+    /// not anchored yet, table-scan batches, closure scans, prototypes and chunks written,
+    /// upvalue homes, the frame stack and layout buffers (see [`Scratch`]).
+    sc: Scratch,
     pub w: Writer,
-    /// Objects written by identity, to their id, and strings written, to their string id.
-    refs: IdMap,
     /// String ids given so far.
     nstrs: u32,
     /// String ids from this one on are not anchored yet (see `anchor`).
     anchored: u32,
-    /// Their identities, in id order.
-    unanchored: Vec<*const c_void>,
-    /// Tables and closures written without being anchored yet, and their ids.
-    unanchored_objs: Vec<*const c_void>,
-    unanchored_ids: Vec<ffi::lua_Integer>,
     /// The spkey string (anchored in `strs[0]`).
     spkey_str: *const c_void,
     /// The last metatable `meta_has_spkey` looked in, and its answer.
     last_meta: (*const c_void, bool),
-    /// Entries described by table scans, a stack of batches (see `Frame::Table`).
-    scan: Vec<RawEntry>,
     /// Changes whenever Lua code may run (see `anchor`): older batches are stale.
     scan_gen: u32,
-    /// Upvalues (identity, value) described by the last closure scan.
-    cl_uids: Vec<*const c_void>,
-    cl_vals: Vec<RawVal>,
     next_id: u32,
-    protos: HashMap<*const c_void, u32>,
-    /// Chunks written (by record): their index in the file, and the path to each prototype of
-    /// the chunk's tree by fingerprint.
-    chunks: HashMap<*const c_void, (u32, HashMap<u64, Vec<u32>>)>,
     /// Fingerprints of the prototypes of the chunks written, by identity (forgotten before
     /// Lua code runs, which could free a prototype and give its address to another).
     proto_hashes: HashMap<*const c_void, u64>,
-    /// Upvalues written (by `IdMap` index, `Kind::Upval`): the closure (object id) and the
-    /// upvalue number that wrote each first.
-    upval_homes: Vec<(u32, c_int)>,
-    frames: Vec<Frame>,
-    segs: Vec<Seg>,
     pub error: Option<String>,
     pub has_bytecode: bool,
     /// Whether the file carries source text.
@@ -440,17 +422,28 @@ unsafe extern "C-unwind" fn dump_writer(
 /// last one already had, the id table first (a quarter of the arena's used extent).
 #[derive(Default)]
 struct Scratch {
+    /// Objects written by identity, to their id, and strings written, to their string id.
     refs: IdMap,
+    /// Identities of the strings not anchored yet, in id order (see `Persister::anchor`).
     unanchored: Vec<*const c_void>,
+    /// Tables and closures written without being anchored yet, and their ids.
     unanchored_objs: Vec<*const c_void>,
     unanchored_ids: Vec<ffi::lua_Integer>,
+    /// Entries described by table scans, a stack of batches (see `Frame::Table`).
     scan: Vec<RawEntry>,
+    /// Upvalues written (by `IdMap` index, `Kind::Upval`): the closure (object id) and the
+    /// upvalue number that wrote each first.
     upval_homes: Vec<(u32, c_int)>,
+    /// Prototypes written, to their index in the file.
     protos: HashMap<*const c_void, u32>,
+    /// Chunks written (by record): their index in the file, and the path to each prototype of
+    /// the chunk's tree by fingerprint.
     chunks: HashMap<*const c_void, (u32, HashMap<u64, Vec<u32>>)>,
     frames: Vec<Frame>,
     segs: Vec<Seg>,
+    /// Scratch for tables' layouts.
     layout: LayoutBufs,
+    /// Upvalues (identity, value) described by the last closure scan.
     cl_uids: Vec<*const c_void>,
     cl_vals: Vec<RawVal>,
 }
@@ -517,49 +510,22 @@ impl Scratch {
 
 impl Drop for Persister<'_> {
     fn drop(&mut self) {
-        Scratch {
-            refs: std::mem::take(&mut self.refs),
-            unanchored: std::mem::take(&mut self.unanchored),
-            unanchored_objs: std::mem::take(&mut self.unanchored_objs),
-            unanchored_ids: std::mem::take(&mut self.unanchored_ids),
-            scan: std::mem::take(&mut self.scan),
-            upval_homes: std::mem::take(&mut self.upval_homes),
-            protos: std::mem::take(&mut self.protos),
-            chunks: std::mem::take(&mut self.chunks),
-            frames: std::mem::take(&mut self.frames),
-            segs: std::mem::take(&mut self.segs),
-            layout: std::mem::take(&mut self.layout),
-            cl_uids: std::mem::take(&mut self.cl_uids),
-            cl_vals: std::mem::take(&mut self.cl_vals),
-        }
-        .keep();
+        std::mem::take(&mut self.sc).keep();
     }
 }
 
 impl<'a> Persister<'a> {
     pub fn new(opts: &'a PersistOptions, shared: &'a Shared) -> Self {
-        let sc = Scratch::take(shared.arena_base);
         Persister {
+            sc: Scratch::take(shared.arena_base),
             w: Writer::file(),
-            refs: sc.refs,
             nstrs: 0,
             anchored: 0,
-            unanchored: sc.unanchored,
-            unanchored_objs: sc.unanchored_objs,
-            unanchored_ids: sc.unanchored_ids,
             spkey_str: std::ptr::null(),
             last_meta: (std::ptr::null(), false),
-            scan: sc.scan,
             scan_gen: 0,
-            cl_uids: sc.cl_uids,
-            cl_vals: sc.cl_vals,
             next_id: 0,
-            protos: sc.protos,
-            chunks: sc.chunks,
             proto_hashes: HashMap::default(),
-            upval_homes: sc.upval_homes,
-            frames: sc.frames,
-            segs: sc.segs,
             error: None,
             has_bytecode: false,
             has_source: false,
@@ -568,29 +534,29 @@ impl<'a> Persister<'a> {
             opts,
             shared,
             dump: Vec::new(),
-            layout: sc.layout,
         }
     }
 
     /// The closure (object id) and upvalue number that wrote the upvalue `uid` first.
     #[inline]
     fn upval_home(&self, uid: *const c_void) -> Option<(u32, c_int)> {
-        let i = self.refs.get(uid, Kind::Upval)?;
-        Some(self.upval_homes[i as usize])
+        let i = self.sc.refs.get(uid, Kind::Upval)?;
+        Some(self.sc.upval_homes[i as usize])
     }
 
     /// Records that upvalue number `at` of the closure `owner` wrote the upvalue `uid`.
     fn set_upval_home(&mut self, uid: *const c_void, owner: u32, at: c_int) {
-        self.refs
-            .insert(uid, Kind::Upval, self.upval_homes.len() as u32);
-        self.upval_homes.push((owner, at));
+        self.sc
+            .refs
+            .insert(uid, Kind::Upval, self.sc.upval_homes.len() as u32);
+        self.sc.upval_homes.push((owner, at));
     }
 
     /// Whether `p` is the identity of a permanent not written yet (then the general path
     /// writes it, by name).
     #[inline]
     fn is_permanent(&self, p: *const c_void) -> bool {
-        self.refs.get(p, Kind::Perm).is_some()
+        self.sc.refs.get(p, Kind::Perm).is_some()
     }
 
     /// Writes the value on top of the stack (popped). `slots` locates the helper tables.
@@ -612,7 +578,9 @@ impl<'a> Persister<'a> {
                     ffi::lua_type(L, -1),
                     ffi::LUA_TNIL | ffi::LUA_TBOOLEAN | ffi::LUA_TNUMBER | ffi::LUA_TSTRING
                 ) {
-                    self.refs.insert(ffi::lua_topointer(L, -1), Kind::Perm, 0);
+                    self.sc
+                        .refs
+                        .insert(ffi::lua_topointer(L, -1), Kind::Perm, 0);
                 }
             }
             ffi::lua_pushlstring(L, self.spkey.as_ptr(), self.spkey.as_bytes().len());
@@ -620,11 +588,11 @@ impl<'a> Persister<'a> {
             ffi::lua_rawseti(L, s.strs, 0);
             let used = ffi::lua_gc(L, ffi::LUA_GCCOUNT) as usize * 1024;
             self.w.buf.reserve(used / 4);
-            self.refs.reserve(used);
+            self.sc.refs.reserve(used);
             self.value(L, s)?;
-            while !self.frames.is_empty() {
+            while !self.sc.frames.is_empty() {
                 if !self.advance(L, s)? {
-                    self.frames.pop();
+                    self.sc.frames.pop();
                 }
             }
         }
@@ -646,10 +614,10 @@ impl<'a> Persister<'a> {
 
     unsafe fn path(&self, L: *mut lua_State) -> String {
         let mut out = String::from("root");
-        for (depth, seg) in self.segs.iter().enumerate() {
+        for (depth, seg) in self.sc.segs.iter().enumerate() {
             match *seg {
                 Seg::Key => {
-                    let Some(&Frame::Table { t, pos, .. }) = self.frames.get(depth) else {
+                    let Some(&Frame::Table { t, pos, .. }) = self.sc.frames.get(depth) else {
                         continue;
                     };
                     // SAFETY: the frame's table is alive; the current entry is at pos - 1; the
@@ -676,7 +644,7 @@ impl<'a> Persister<'a> {
     fn new_id(&mut self, p: *const c_void) -> u32 {
         let id = self.next_id;
         self.next_id += 1;
-        self.refs.insert(p, Kind::Obj, id);
+        self.sc.refs.insert(p, Kind::Obj, id);
         id
     }
 
@@ -731,13 +699,13 @@ impl<'a> Persister<'a> {
             self.w.tag(Tag::Str);
             self.w.bytes(bytes);
         } else {
-            match self.refs.get_or_insert(obj, Kind::Str, self.nstrs) {
+            match self.sc.refs.get_or_insert(obj, Kind::Str, self.nstrs) {
                 Some(old) => put_tagged(&mut self.w.buf, Tag::StrRef, old as u64),
                 None => {
                     self.nstrs += 1;
                     put_tagged(&mut self.w.buf, Tag::Str, bytes.len() as u64);
                     self.w.buf.extend_from_slice(bytes);
-                    self.unanchored.push(obj);
+                    self.sc.unanchored.push(obj);
                 }
             }
         }
@@ -758,30 +726,30 @@ impl<'a> Persister<'a> {
             luasnap_anchor(
                 L,
                 s.strs,
-                self.unanchored.as_ptr(),
+                self.sc.unanchored.as_ptr(),
                 std::ptr::null(),
-                self.unanchored.len() as c_int,
+                self.sc.unanchored.len() as c_int,
                 self.anchored as ffi::lua_Integer + 1,
             );
             luasnap_anchor(
                 L,
                 s.seen,
-                self.unanchored_objs.as_ptr(),
-                self.unanchored_ids.as_ptr(),
-                self.unanchored_objs.len() as c_int,
+                self.sc.unanchored_objs.as_ptr(),
+                self.sc.unanchored_ids.as_ptr(),
+                self.sc.unanchored_objs.len() as c_int,
                 0,
             );
         }
         // Lua code runs next: scanned batches waiting in parent frames are stale, and so are
         // the layouts cached by string identity.
         self.scan_gen = self.scan_gen.wrapping_add(1);
-        self.layout.forget_layouts();
+        self.sc.layout.forget_layouts();
         self.last_meta = (std::ptr::null(), false);
         self.proto_hashes.clear();
-        self.anchored += self.unanchored.len() as u32;
-        self.unanchored.clear();
-        self.unanchored_objs.clear();
-        self.unanchored_ids.clear();
+        self.anchored += self.sc.unanchored.len() as u32;
+        self.sc.unanchored.clear();
+        self.sc.unanchored_objs.clear();
+        self.sc.unanchored_ids.clear();
     }
 
     /// For a scanned table `t` not written yet (its id looked up), that can be written by
@@ -824,14 +792,14 @@ impl<'a> Persister<'a> {
     /// Whether the object `p` is neither written yet nor a permanent (which the general path
     /// writes by name).
     fn unwritten(&self, p: *const c_void) -> bool {
-        !self.refs.contains(p) && !self.is_permanent(p)
+        !self.sc.refs.contains(p) && !self.is_permanent(p)
     }
 
     /// Gives the object `p`, written by identity, its id, and lists it for `anchor`.
     fn record(&mut self, p: *const c_void) -> u32 {
         let id = self.new_id(p);
-        self.unanchored_objs.push(p);
-        self.unanchored_ids.push(id as ffi::lua_Integer);
+        self.sc.unanchored_objs.push(p);
+        self.sc.unanchored_ids.push(id as ffi::lua_Integer);
         id
     }
 
@@ -854,15 +822,16 @@ impl<'a> Persister<'a> {
             luasnap_closure_scan(
                 f,
                 &mut proto,
-                self.cl_uids.as_mut_ptr(),
-                self.cl_vals.as_mut_ptr(),
+                self.sc.cl_uids.as_mut_ptr(),
+                self.sc.cl_vals.as_mut_ptr(),
                 MAX_UPVALUES as c_int,
             )
         };
         let n = usize::try_from(n).ok()?;
-        let index = *self.protos.get(&proto)?;
-        let plain = (0..n)
-            .all(|i| self.upval_home(self.cl_uids[i]).is_some() || self.plain(&self.cl_vals[i]));
+        let index = *self.sc.protos.get(&proto)?;
+        let plain = (0..n).all(|i| {
+            self.upval_home(self.sc.cl_uids[i]).is_some() || self.plain(&self.sc.cl_vals[i])
+        });
         plain.then_some((index, n))
     }
 
@@ -876,7 +845,7 @@ impl<'a> Persister<'a> {
         self.w.varint(index as u64);
         self.w.varint(n as u64);
         for i in 0..n {
-            let (uid, v) = (self.cl_uids[i], self.cl_vals[i]);
+            let (uid, v) = (self.sc.cl_uids[i], self.sc.cl_vals[i]);
             if let Some((owner, at)) = self.upval_home(uid) {
                 self.w.tag(Tag::UpvalRef);
                 self.w.varint(owner as u64);
@@ -905,7 +874,7 @@ impl<'a> Persister<'a> {
             self.w.tag(Tag::Nil);
             return;
         }
-        let mut lay = std::mem::take(&mut self.layout);
+        let mut lay = std::mem::take(&mut self.sc.layout);
         lay.codes.resize(size, 0);
         lay.nexts.resize(size, 0);
         lay.idx.resize(size, 0);
@@ -965,7 +934,7 @@ impl<'a> Persister<'a> {
             self.w.tag(Tag::Layout);
             self.w.bytes(&lay.blob);
         }
-        self.layout = lay;
+        self.sc.layout = lay;
     }
 
     /// Writes a table's header and (if nil or written already) its metatable, and pushes the
@@ -979,12 +948,12 @@ impl<'a> Persister<'a> {
         if mt.is_null() {
             self.w.tag(Tag::Nil);
             state = 1;
-        } else if let Some(mid) = self.refs.get(mt, Kind::Obj) {
+        } else if let Some(mid) = self.sc.refs.get(mt, Kind::Obj) {
             put_tagged(&mut self.w.buf, Tag::Ref, mid as u64);
             state = 1;
         }
-        let floor = self.scan.len() as u32;
-        self.frames.push(Frame::Table {
+        let floor = self.sc.scan.len() as u32;
+        self.sc.frames.push(Frame::Table {
             t,
             state,
             pos: 0,
@@ -1004,7 +973,11 @@ impl<'a> Persister<'a> {
         match v.kind {
             kind::FALSE..=kind::STR | kind::NIL => Ok(None),
             kind::OBJ | kind::TABLE | kind::LCLOSURE => {
-                match self.refs.get(v.bits as usize as *const c_void, Kind::Obj) {
+                match self
+                    .sc
+                    .refs
+                    .get(v.bits as usize as *const c_void, Kind::Obj)
+                {
                     Some(id) => Ok(Some(id)),
                     None => Err(true),
                 }
@@ -1032,7 +1005,7 @@ impl<'a> Persister<'a> {
         match v.kind {
             kind::FALSE..=kind::STR => true,
             kind::OBJ | kind::TABLE | kind::LCLOSURE => {
-                self.refs.contains(v.bits as usize as *const c_void)
+                self.sc.refs.contains(v.bits as usize as *const c_void)
             }
             kind::NIL => true,
             _ => false,
@@ -1060,6 +1033,7 @@ impl<'a> Persister<'a> {
             }
             _ => {
                 let id = self
+                    .sc
                     .refs
                     .get(v.bits as usize as *const c_void, Kind::Obj)
                     .expect("`plain` checked that the object is written");
@@ -1104,7 +1078,7 @@ impl<'a> Persister<'a> {
         // SAFETY: protected context; the object is on top.
         unsafe {
             let ptr = ffi::lua_topointer(L, -1);
-            if let Some(id) = self.refs.get(ptr, Kind::Obj) {
+            if let Some(id) = self.sc.refs.get(ptr, Kind::Obj) {
                 self.w.tag(Tag::Ref);
                 self.w.varint(id as u64);
                 ffi::lua_settop(L, -2);
@@ -1198,7 +1172,7 @@ impl<'a> Persister<'a> {
                     ffi::lua_rawseti(L, -2, 1);
                     ffi::lua_rawseti(L, s.seen, -(id as ffi::lua_Integer) - 1);
                     self.w.tag(if two { Tag::TwoPhase } else { Tag::Thunk });
-                    self.frames.push(Frame::Special { id, state: 0, two });
+                    self.sc.frames.push(Frame::Special { id, state: 0, two });
                     ffi::lua_settop(L, -2);
                     Ok(true)
                 }
@@ -1217,11 +1191,11 @@ impl<'a> Persister<'a> {
             let proto = luasnap_proto(L, -1);
             let n = luasnap_proto_nupvalues(proto);
             self.w.tag(Tag::LClosure);
-            match self.protos.get(&proto) {
+            match self.sc.protos.get(&proto) {
                 Some(&index) => self.w.varint(index as u64),
                 None => {
-                    let index = self.protos.len() as u32;
-                    self.protos.insert(proto, index);
+                    let index = self.sc.protos.len() as u32;
+                    self.sc.protos.insert(proto, index);
                     self.w.varint(index as u64);
                     let hash = match self.proto_hashes.get(&proto) {
                         Some(&h) => h,
@@ -1254,7 +1228,7 @@ impl<'a> Persister<'a> {
                 }
             }
             self.w.varint(n as u64);
-            self.frames.push(Frame::LClosure { id, next: 1, n });
+            self.sc.frames.push(Frame::LClosure { id, next: 1, n });
         }
         Ok(())
     }
@@ -1269,7 +1243,7 @@ impl<'a> Persister<'a> {
         if unsafe { luasnap_chunk_describe(proto, &mut d) } == 0 {
             return false;
         }
-        if !self.chunks.contains_key(&d.rec) {
+        if !self.sc.chunks.contains_key(&d.rec) {
             let mut paths = HashMap::default();
             let mut path = Vec::new();
             // SAFETY: d.main is the record's live main prototype; the buffer holds `max`.
@@ -1298,7 +1272,7 @@ impl<'a> Persister<'a> {
             if !paths.contains_key(&hash) {
                 return false;
             }
-            let index = self.chunks.len() as u32;
+            let index = self.sc.chunks.len() as u32;
             self.w.varint(index as u64 + 1);
             // SAFETY: the record's text and name, alive with it (see above).
             let (src, name) = unsafe {
@@ -1329,15 +1303,15 @@ impl<'a> Persister<'a> {
             } else {
                 self.w.bytes(&[]);
             }
-            self.chunks.insert(d.rec, (index, paths));
+            self.sc.chunks.insert(d.rec, (index, paths));
         } else {
-            let (index, paths) = &self.chunks[&d.rec];
+            let (index, paths) = &self.sc.chunks[&d.rec];
             if !paths.contains_key(&hash) {
                 return false;
             }
             self.w.varint(*index as u64 + 1);
         }
-        let path = &self.chunks[&d.rec].1[&hash];
+        let path = &self.sc.chunks[&d.rec].1[&hash];
         self.w.varint(path.len() as u64);
         for &i in path {
             self.w.varint(i as u64);
@@ -1384,7 +1358,7 @@ impl<'a> Persister<'a> {
             self.w.tag(Tag::CClosure);
             self.value(L, s)?;
             self.w.varint(n as u64);
-            self.frames.push(Frame::CClosure { id, next: 1, n });
+            self.sc.frames.push(Frame::CClosure { id, next: 1, n });
         }
         Ok(())
     }
@@ -1432,7 +1406,7 @@ impl<'a> Persister<'a> {
             self.w.tag(Tag::UdBytes);
             self.w.bytes(std::slice::from_raw_parts(p, len));
             self.w.varint(nuv as u64);
-            self.frames.push(Frame::UdBytes { id, state: 0, nuv });
+            self.sc.frames.push(Frame::UdBytes { id, state: 0, nuv });
         }
         Ok(())
     }
@@ -1467,7 +1441,7 @@ impl<'a> Persister<'a> {
                 self.w.tag(Tag::Thread);
                 self.w.u8(THREAD_NOT_STARTED);
                 self.w.varint((size - 1) as u64);
-                self.frames.push(Frame::Thread {
+                self.sc.frames.push(Frame::Thread {
                     id,
                     next: 1,
                     n: size - 1,
@@ -1484,7 +1458,7 @@ impl<'a> Persister<'a> {
                 self.w.u8(THREAD_SUSPENDED);
                 self.w.varint((size - 1) as u64);
                 self.w.i64(errfunc);
-                self.frames.push(Frame::Thread {
+                self.sc.frames.push(Frame::Thread {
                     id,
                     next: 1,
                     n: size - 1,
@@ -1499,12 +1473,12 @@ impl<'a> Persister<'a> {
 
     /// Moves the top frame on by one child. Returns false when the frame is complete.
     unsafe fn advance(&mut self, L: *mut lua_State, s: Slots) -> Result<bool, Fail> {
-        let depth = self.frames.len();
+        let depth = self.sc.frames.len();
         // Path bookkeeping: the segment for this frame's current child.
-        self.segs.truncate(depth - 1);
+        self.sc.segs.truncate(depth - 1);
         // SAFETY: protected context; each arm pushes one child value and writes it.
         unsafe {
-            match self.frames.last_mut().expect("non-empty") {
+            match self.sc.frames.last_mut().expect("non-empty") {
                 Frame::Table {
                     t,
                     state,
@@ -1519,7 +1493,7 @@ impl<'a> Persister<'a> {
                     match st {
                         0 => {
                             *state = 1;
-                            self.segs.push(Seg::Meta);
+                            self.sc.segs.push(Seg::Meta);
                             luasnap_push_metatable(L, t);
                             self.value(L, s)?;
                             Ok(true)
@@ -1528,7 +1502,7 @@ impl<'a> Persister<'a> {
                             // The key (an object) has been written; now its value.
                             *state = 1;
                             let (at, written) = (*pos - 1, *key);
-                            self.segs.push(Seg::Key);
+                            self.sc.segs.push(Seg::Key);
                             // The entry must still be the key just written: a __persist
                             // function may have changed this table meanwhile.
                             let same = luasnap_table_entry(L, t, at, 0) != 0 && {
@@ -1549,17 +1523,17 @@ impl<'a> Persister<'a> {
                             // straight to the buffer (a new table's entries by its own
                             // frame, the rest of the batch kept for when it is done); the
                             // rest one at a time, pushed: [v, k].
-                            self.segs.push(Seg::Key);
+                            self.sc.segs.push(Seg::Key);
                             let mut at = *pos;
                             let floor = *floor as usize;
                             let (mut i, mut end) = (*lo as usize, *hi as usize);
-                            if *gen != self.scan_gen || end > self.scan.len() {
+                            if *gen != self.scan_gen || end > self.sc.scan.len() {
                                 i = end; // stale: scan again from `pos`
                             }
                             loop {
                                 if i >= end {
-                                    self.scan.truncate(floor);
-                                    self.scan.reserve(SCAN_BATCH);
+                                    self.sc.scan.truncate(floor);
+                                    self.sc.scan.reserve(SCAN_BATCH);
                                     // SAFETY: room for SCAN_BATCH entries past `floor`; the C
                                     // side fills every field of the `n` entries it returns
                                     // (plain data), which set_len then covers.
@@ -1567,16 +1541,16 @@ impl<'a> Persister<'a> {
                                         L,
                                         t,
                                         at,
-                                        self.scan.as_mut_ptr().add(floor),
+                                        self.sc.scan.as_mut_ptr().add(floor),
                                         SCAN_BATCH as c_int,
                                     ) as usize;
                                     if n == 0 {
                                         break;
                                     }
-                                    self.scan.set_len(floor + n);
+                                    self.sc.scan.set_len(floor + n);
                                     (i, end) = (floor, floor + n);
                                 }
-                                let e = self.scan[i];
+                                let e = self.sc.scan[i];
                                 i += 1;
                                 let mut opened = None;
                                 match self.classify(&e.k) {
@@ -1612,22 +1586,22 @@ impl<'a> Persister<'a> {
                                     }
                                     Err(_) => {}
                                 }
-                                if i == end || self.scan.len() > SCAN_KEEP {
+                                if i == end || self.sc.scan.len() > SCAN_KEEP {
                                     // Nothing left to keep, or too much kept already.
-                                    self.scan.truncate(floor);
+                                    self.sc.scan.truncate(floor);
                                     (i, end) = (floor, floor);
                                 }
                                 let gen_now = self.scan_gen;
                                 if let Some(Frame::Table {
                                     pos, lo, hi, gen, ..
-                                }) = self.frames.get_mut(depth - 1)
+                                }) = self.sc.frames.get_mut(depth - 1)
                                 {
                                     (*pos, *lo, *hi, *gen) = (e.pos, i as u32, end as u32, gen_now);
                                 }
                                 if let Some((child, info, st, k)) = opened {
                                     // A new table's frame goes on top: this one goes on after it.
                                     if let Some(Frame::Table { state, key, .. }) =
-                                        self.frames.get_mut(depth - 1)
+                                        self.sc.frames.get_mut(depth - 1)
                                     {
                                         (*state, *key) = (st, k);
                                     }
@@ -1641,11 +1615,11 @@ impl<'a> Persister<'a> {
                                 }
                                 let key_ptr = ffi::lua_topointer(L, -1);
                                 self.value(L, s)?;
-                                if self.frames.len() > depth {
+                                if self.sc.frames.len() > depth {
                                     // The key is a new object whose contents come first.
                                     ffi::lua_settop(L, base);
                                     if let Some(Frame::Table { state, key, .. }) =
-                                        self.frames.get_mut(depth - 1)
+                                        self.sc.frames.get_mut(depth - 1)
                                     {
                                         *state = 2;
                                         *key = key_ptr;
@@ -1653,7 +1627,7 @@ impl<'a> Persister<'a> {
                                     return Ok(true);
                                 }
                                 self.value(L, s)?;
-                                if self.frames.len() > depth {
+                                if self.sc.frames.len() > depth {
                                     ffi::lua_settop(L, base);
                                     return Ok(true);
                                 }
@@ -1661,7 +1635,7 @@ impl<'a> Persister<'a> {
                                     i = end; // Lua code ran: scan again from `at`
                                 }
                             }
-                            self.scan.truncate(floor);
+                            self.sc.scan.truncate(floor);
                             self.end_table(L, t);
                             Ok(false)
                         }
@@ -1673,7 +1647,7 @@ impl<'a> Persister<'a> {
                         return Ok(false);
                     }
                     *next += 1;
-                    self.segs.push(Seg::Upvalue(i));
+                    self.sc.segs.push(Seg::Upvalue(i));
                     ffi::lua_rawgeti(L, s.seen, id as ffi::lua_Integer);
                     let is_lua = ffi::lua_iscfunction(L, -1) == 0;
                     if is_lua {
@@ -1719,12 +1693,12 @@ impl<'a> Persister<'a> {
                     *state += 1;
                     ffi::lua_rawgeti(L, s.seen, id as ffi::lua_Integer);
                     if st == 0 {
-                        self.segs.push(Seg::Meta);
+                        self.sc.segs.push(Seg::Meta);
                         if ffi::lua_getmetatable(L, -1) == 0 {
                             ffi::lua_pushnil(L);
                         }
                     } else {
-                        self.segs.push(Seg::UserValue(st));
+                        self.sc.segs.push(Seg::UserValue(st));
                         ffi::lua_getiuservalue(L, -1, st);
                     }
                     ffi::lua_rotate(L, -2, 1);
@@ -1738,7 +1712,7 @@ impl<'a> Persister<'a> {
                         return Ok(false);
                     }
                     *state += 1;
-                    self.segs.push(Seg::Special(st));
+                    self.sc.segs.push(Seg::Special(st));
                     ffi::lua_rawgeti(L, s.seen, -(id as ffi::lua_Integer) - 1);
                     ffi::lua_rawgeti(L, -1, st as ffi::lua_Integer + 1);
                     ffi::lua_rotate(L, -2, 1);
@@ -1789,10 +1763,10 @@ impl<'a> Persister<'a> {
                         }
                         return Ok(false);
                     }
-                    if let Some(Frame::Thread { next, .. }) = self.frames.last_mut() {
+                    if let Some(Frame::Thread { next, .. }) = self.sc.frames.last_mut() {
                         *next += 1;
                     }
-                    self.segs.push(Seg::Stack(i));
+                    self.sc.segs.push(Seg::Stack(i));
                     ffi::luaL_checkstack(L, 2, c"persist".as_ptr());
                     luasnap_thread_push_slot(L, co, i);
                     self.value(L, s)?;
