@@ -1530,6 +1530,9 @@ unsafe fn store_at_path(L: *mut lua_State, path: &CStr) {
 /// Pushes `t[name]` for the table at absolute index `t`, without metamethods, and returns its
 /// type. The game root comes from the file: a metatable with `__index` there would run a
 /// function the file names after the load's budget and constructor rules ended.
+///
+/// # Safety
+/// A protected context of a VM built by this crate; `t` is the absolute index of a table.
 unsafe fn raw_field(L: *mut lua_State, t: c_int, name: &CStr) -> c_int {
     // SAFETY: protected context (the push may raise a memory error); `t` is a table.
     unsafe {
