@@ -4,6 +4,7 @@
 //!
 //! ```text
 //! cargo run --release --example persist_profile -- time MB RUNS   # persist the bench heap RUNS times
+//! cargo run --release --example persist_profile -- load MB RUNS   # load its save RUNS times
 //! cargo run --release --example persist_profile -- dump DIR        # write DIR/<state>.bin
 //! ```
 
@@ -138,6 +139,29 @@ fn time(mb: usize, runs: usize) {
     );
 }
 
+/// Loads the bench heap's save `runs` times into the same VM, as `luasnap bench` does (the
+/// previous copy collected first, untimed).
+fn load(mb: usize, runs: usize) {
+    let mut vm = heap(mb);
+    let bytes = vm.persist("H").expect("persist");
+    let mut ms = Vec::with_capacity(runs);
+    for _ in 0..runs {
+        vm.exec("H2 = nil", "=clear").expect("clear");
+        vm.gc_collect().expect("collect");
+        let t = cpu_time::ThreadTime::now();
+        vm.unpersist(&bytes, "H2", luasnap::bridge::persist::Trust::Own)
+            .expect("load");
+        ms.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    ms.sort_by(f64::total_cmp);
+    println!(
+        "{mb} MB: load median {:.3} ms (min {:.3}) CPU time, input {} bytes",
+        ms[ms.len() / 2],
+        ms[0],
+        bytes.len()
+    );
+}
+
 /// A save's fixed costs: a tiny value, persisted `runs` times after one save of the bench
 /// heap (whose working memory the thread keeps).
 fn fixed(mb: usize, runs: usize) {
@@ -166,10 +190,16 @@ fn main() {
             args.get(1).and_then(|a| a.parse().ok()).unwrap_or(1),
             args.get(2).and_then(|a| a.parse().ok()).unwrap_or(200),
         ),
+        Some("load") => load(
+            args.get(1).and_then(|a| a.parse().ok()).unwrap_or(1),
+            args.get(2).and_then(|a| a.parse().ok()).unwrap_or(200),
+        ),
         Some("fixed") => fixed(
             args.get(1).and_then(|a| a.parse().ok()).unwrap_or(1),
             args.get(2).and_then(|a| a.parse().ok()).unwrap_or(2000),
         ),
-        _ => eprintln!("usage: persist_profile (time MB RUNS | fixed MB RUNS | dump DIR)"),
+        _ => eprintln!(
+            "usage: persist_profile (time MB RUNS | load MB RUNS | fixed MB RUNS | dump DIR)"
+        ),
     }
 }
