@@ -630,3 +630,183 @@ fn placed_entries_in_any_order_load_and_forged_ones_are_refused() {
         );
     }
 }
+
+/// Records built alike: the same keys (integers and strings, with collisions) in the same
+/// order, so the loader places every record after the first from its memo of the last layout
+/// (`ls_rmemo` in internals.c) instead of sorting and checking again.
+const ALIKE_RECORDS: &str = r#"
+    holder = { list = {} }
+    for j = 1, 40 do
+      local r = { "a", "b" }
+      for i = 1, 12 do r[1000 + i * 7919] = i * j end
+      for i = 1, 5 do r["name" .. i] = j end
+      holder.list[j] = r
+    end
+    function orders(h)
+      local o = {}
+      for j, r in ipairs(h.list) do
+        for k, v in pairs(r) do o[#o + 1] = k .. "=" .. v end
+        o[#o + 1] = "|"
+      end
+      return table.concat(o, " ")
+    end
+    function lookups(h)
+      for j, r in ipairs(h.list) do
+        for i = 1, 12 do if r[1000 + i * 7919] ~= i * j then return false end end
+        for i = 1, 5 do if r["name" .. i] ~= j then return false end end
+      end
+      return true
+    end
+"#;
+
+/// The entries of the `n`th table (0-based, depth first) that carries a layout.
+fn nth_layout_entries(node: &mut Node, n: &mut usize) -> Option<*mut Entries> {
+    let Node::Table { entries, .. } = node else {
+        return None;
+    };
+    if matches!(entries.last(), Some((Node::Layout(_), _))) {
+        if *n == 0 {
+            return Some(entries as *mut Entries);
+        }
+        *n -= 1;
+    }
+    entries
+        .iter_mut()
+        .find_map(|(_, v)| nth_layout_entries(v, n))
+}
+
+#[test]
+fn records_laid_out_alike_load_and_forged_ones_after_them_are_refused() {
+    let a = vm(11);
+    a.exec(ALIKE_RECORDS, "h").unwrap();
+    let bytes = a.persist("holder").unwrap();
+    let orders = |vm: &Vm| vm.exec("return orders(holder)", "o").unwrap();
+    let honest = forge::decode(body_of(&bytes).unwrap()).unwrap();
+    let count = (0..)
+        .take_while(|&i| nth_layout_entries(&mut honest.clone(), &mut { i }).is_some())
+        .count();
+    assert!(count >= 30, "records with a layout: {count}");
+
+    let load = |file: &[u8]| {
+        let mut b = vm(11);
+        b.exec(ALIKE_RECORDS, "h").unwrap();
+        b.exec("holder = 'untouched'", "forget").unwrap();
+        let r = b.unpersist(file, "holder", Trust::Foreign);
+        (b, r)
+    };
+    let (b, r) = load(&bytes);
+    r.unwrap();
+    assert_eq!(orders(&a), orders(&b));
+    assert_eq!(
+        b.exec("return lookups(holder)", "l").unwrap(),
+        vec![Value::Boolean(true)]
+    );
+
+    // Forgeries of a record placed after others laid out alike: the memo of the last layout
+    // must neither place them as their predecessors nor skip a check.
+    let forge_nth = |n: usize, f: &dyn Fn(&mut Entries)| {
+        let mut node = honest.clone();
+        let e = nth_layout_entries(&mut node, &mut { n }).unwrap();
+        // SAFETY: points into `node`, which is borrowed by nothing else here.
+        f(unsafe { &mut *e });
+        forge::file(&node)
+    };
+    let hash_keys = |e: &Entries| -> Vec<usize> {
+        (0..e.len())
+            .filter(|&i| match &e[i].0 {
+                Node::Int(k) => *k > 2,
+                Node::Str(_) | Node::StrRef(_) => true,
+                _ => false,
+            })
+            .collect()
+    };
+    // Arrival order reversed: another permutation, the same table.
+    let reversed = forge_nth(5, &|e| {
+        let h = hash_keys(e);
+        e[h[0]..=h[h.len() - 1]].reverse();
+    });
+    let (b, r) = load(&reversed);
+    r.unwrap();
+    assert_eq!(orders(&a), orders(&b));
+    assert_eq!(
+        b.exec("return lookups(holder)", "l").unwrap(),
+        vec![Value::Boolean(true)]
+    );
+    // Two neighbours swapped in every record from the tenth: each differs from the memo of
+    // the one before in the first place (the memo is refreshed each time), and all load.
+    let mut node = honest.clone();
+    for n in 9..count {
+        let e = nth_layout_entries(&mut node, &mut { n }).unwrap();
+        // SAFETY: as above.
+        let e = unsafe { &mut *e };
+        let h = hash_keys(e);
+        e.swap(h[n % 4], h[n % 4 + 1]);
+    }
+    let (b, r) = load(&forge::file(&node));
+    r.unwrap();
+    assert_eq!(orders(&a), orders(&b));
+
+    let forgeries: Vec<(&str, Vec<u8>)> = vec![
+        (
+            "a key twice",
+            forge_nth(7, &|e| {
+                let h = hash_keys(e);
+                e[h[1]].0 = e[h[0]].0.clone();
+            }),
+        ),
+        (
+            "an array part's key among the nodes",
+            forge_nth(7, &|e| {
+                let h = hash_keys(e);
+                e[h[0]].0 = Node::Int(1);
+            }),
+        ),
+        (
+            "a float key equal to an integer",
+            forge_nth(7, &|e| {
+                let h = hash_keys(e);
+                if let Node::Int(k) = e[h[0]].0 {
+                    e[h[0]].0 = Node::Float((k as f64).to_bits());
+                }
+            }),
+        ),
+        (
+            "an entry missing",
+            forge_nth(7, &|e| {
+                let h = hash_keys(e);
+                e.remove(h[0]);
+            }),
+        ),
+    ];
+    for (what, file) in forgeries {
+        let (b, r) = load(&file);
+        match r {
+            Err(e) => {
+                let msg = e.to_string();
+                assert!(msg.contains("layout"), "{what}: {msg}");
+            }
+            Ok(()) => panic!("{what}: a forged record was accepted"),
+        }
+        assert_eq!(
+            b.exec("return holder", "c").unwrap(),
+            vec![Value::String("untouched".into())],
+            "{what}"
+        );
+    }
+    // Another key in a record's place: its rank among the keys changes, so the layout puts
+    // other entries in other nodes. Refused, or loaded with every key found where it is.
+    let other = forge_nth(7, &|e| {
+        let h = hash_keys(e);
+        e[h[0]].0 = Node::Int(3);
+    });
+    let (b, r) = load(&other);
+    match r {
+        Err(e) => assert!(e.to_string().contains("layout"), "{e}"),
+        Ok(()) => {
+            let found = "local r = holder.list[8] local n = 0
+                for k, v in pairs(r) do n = n + 1 if r[k] ~= v then return false end end
+                return n == 19 and r[3] ~= nil";
+            assert_eq!(b.exec(found, "f").unwrap(), vec![Value::Boolean(true)]);
+        }
+    }
+}

@@ -753,7 +753,9 @@ int luasnap_table_scan(lua_State *L, const void *tp, unsigned int pos, luasnap_e
 **   LS_LAYOUT: [t] -> the hash part of t (complete) takes the layout at lay[bits]: the node
 **     count, lastfree and the hash seed, then the node codes, with the chain links at
 **     laynx[bits + 3] (a layout without removed keys; see luasnap_table_relayout, whose checks
-**     all run), using scratch (luasnap_relayout_scratch bytes for the largest).
+**     all run), using scratch (luasnap_relayout_scratch bytes for the largest) and memo (a
+**     relayout memo, luasnap_relayout_memo_size bytes the caller keeps for a whole load: a
+**     table laid out like the last one placed skips the sort and checks, see ls_rmemo).
 ** Tables and keys whose values are still to come stay on the stack, for the loader's general
 ** path. Returns -1, or the index of the step that failed (an LS_REF to an absent object, an
 ** LS_META whose metatable is not a table, an LS_JOINUPVAL to something else than a Lua
@@ -763,9 +765,31 @@ int luasnap_table_scan(lua_State *L, const void *tp, unsigned int pos, luasnap_e
 ** lua_rawset (memory, NaN key). The
 ** caller guarantees stack room for 2 + 2 * (the tables the program leaves open) values;
 ** strs and objs are absolute indices. */
+/* The last layout relayout applied, for the next table laid out alike (objects made by one
+** constructor: same sizes, same keys arriving in the same order, same layout). Where a table
+** matches it, relayout's result is known without sorting or checking again: where the layout
+** puts each entry and that every lookup finds its key there depend on nothing else than what
+** the memo compares (see ls_rmemo_apply). Only layouts without removed entries' keys, of at
+** most LS_RM_NODES nodes, whose live keys are numbers, booleans or short strings. */
+#define LS_RM_NODES 32
+typedef struct ls_rmemo {
+  unsigned int size;  /* 0: empty */
+  unsigned int lastfree, m, asize;
+  uint32_t codes[LS_RM_NODES];
+  int32_t nexts[LS_RM_NODES];
+  /* The live keys in node order, as relayout collects them: tag, value bits, and for a short
+  ** string its hash (its address is its identity; the hash places it). */
+  lu_byte tags[LS_RM_NODES];
+  uint64_t bits[LS_RM_NODES];
+  unsigned int hashes[LS_RM_NODES];
+  lu_byte perm[LS_RM_NODES];  /* rank r (code 3 + r) -> the index of its key above */
+} ls_rmemo;
 static int relayout(lua_State *L, Table *t, const uint32_t *codes, const int32_t *nexts,
                     unsigned int size, unsigned int lastfree, unsigned int seed, Table *kt,
-                    char *scratch);
+                    char *scratch, ls_rmemo *memo);
+
+/* Bytes of a relayout memo (see ls_rmemo); zeroed bytes are an empty memo. */
+size_t luasnap_relayout_memo_size(void) { return sizeof(ls_rmemo); }
 static void new_sized_table(lua_State *L, unsigned int na, unsigned int nh);
 
 /* t[k] = v for a placed table (see LS_NEWTABLE_PLACED): a key in the array part goes there
@@ -855,7 +879,8 @@ static l_inline int ls_plain_value(lua_State *L, Table *st, unsigned int kind,
 }
 
 int luasnap_table_build(lua_State *L, int strs, int objs, const luasnap_val *ops, int n,
-                        int nofinal, const uint32_t *lay, const int32_t *laynx, char *scratch) {
+                        int nofinal, const uint32_t *lay, const int32_t *laynx, char *scratch,
+                        void *memo) {
   Table *st = (Table *)luasnap_table_at(L, strs);
   Table *ot = (Table *)luasnap_table_at(L, objs);
   int i;
@@ -930,11 +955,32 @@ int luasnap_table_build(lua_State *L, int strs, int objs, const luasnap_val *ops
         t = hvalue(s2v(L->top.p - 3));
         {
           ptrdiff_t d = LS_DEPTH(L->top.p - 3);
+          const TValue *k = s2v(L->top.p - 2);
           if (d >= 1 && d < LS_BUILD_DEPTH && placed[d]) {
-            if (place_entry(L, t, s2v(L->top.p - 2), s2v(L->top.p - 1), &cursor[d]) < 0)
+            if (place_entry(L, t, k, s2v(L->top.p - 1), &cursor[d]) < 0)
               goto fail;
           }
-          else luaH_set(L, t, s2v(L->top.p - 2), s2v(L->top.p - 1));
+          else if (ttisinteger(k) && l_castS2U(ivalue(k)) - 1u < t->asize) {
+            /* In the array part: as luaH_set does there (luaH_setint's case), which touches
+            ** neither a node nor the metamethod cache (integers name no metamethod). */
+            obj2arr(t, l_castS2U(ivalue(k)) - 1u, s2v(L->top.p - 1));
+            luaC_barrierback(L, obj2gco(t), s2v(L->top.p - 1));
+            L->top.p -= 2;
+            continue;
+          }
+          else if (ttisshrstring(k) && !isdummy(t) && !ttisnil(s2v(L->top.p - 1))
+                   && keyisnil(gnode(t, lmod(tsvalue(k)->hash, sizenode(t))))) {
+            /* A short string whose main position is a free node: luaH_set would find it
+            ** absent (its chain starts there and is empty) and insert it there (insertkey's
+            ** case without a collision); a raw set ignores __newindex. Invariant relied on:
+            ** a node with a nil key has never held one, so it heads no chain and links to no
+            ** other (Lua never clears a key; relayout makes its free nodes so, checked). */
+            Node *mp = gnode(t, lmod(tsvalue(k)->hash, sizenode(t)));
+            setnodekey(mp, k);
+            setobj2t(L, gval(mp), s2v(L->top.p - 1));
+            luaC_barrierback(L, obj2gco(t), k);
+          }
+          else luaH_set(L, t, k, s2v(L->top.p - 1));
         }
         invalidateTMcache(t);
         luaC_barrierback(L, obj2gco(t), s2v(L->top.p - 1));
@@ -985,7 +1031,7 @@ int luasnap_table_build(lua_State *L, int strs, int objs, const luasnap_val *ops
         int rc;
         if (!ttistable(s2v(L->top.p - 1))) goto fail;  /* cannot happen: defensive */
         rc = relayout(L, hvalue(s2v(L->top.p - 1)), h + 3, laynx + x->bits + 3, h[0], h[1], h[2],
-                      NULL, scratch);
+                      NULL, scratch, (ls_rmemo *)memo);
         /* Invariant checked: a placed table's nodes hold its entries in arrival order, with no
         ** chains, until its layout places them; a layout that does not apply (1: another
         ** seed or size, which the loader ruled out) would leave them unfindable. */
@@ -2575,12 +2621,58 @@ size_t luasnap_relayout_scratch(unsigned int size) {
   return (size_t)size * (2 * sizeof(Node) + sizeof(uint32_t) + 2);
 }
 
+/* Applies the memo mm to the table t (whose node count is size and hash seed the layout's) if
+** t matches it: the same layout (codes, chain links, lastfree), the same array size, and the
+** same live keys in node order (tag and value bits; a short string's hash too). Returns 1 when
+** applied, 0 (t untouched) otherwise; nw: scratch for size nodes. Neither allocates nor raises.
+** Invariant relied on: relayout succeeded on the memo's table, so its checks hold here too.
+** Those on the layout alone (ranks, chains) read only what is compared. The lookup check
+** depends on the final nodes' keys and chain links, the node count and the array size only: a
+** key's main position comes from its value (an integer, a float's bits, a boolean) or its
+** hash (a short string), and a short string compares by address; an address reused by another
+** string of the same hash would place and compare alike. So every key is found where the memo's
+** was, and the result is the one relayout's full run would give. */
+static int ls_rmemo_apply(Table *t, const ls_rmemo *mm, const uint32_t *codes,
+                          const int32_t *nexts, unsigned int size, unsigned int lastfree,
+                          Node *nw) {
+  uint32_t livecur[LS_RM_NODES];
+  unsigned int i, m = 0;
+  if (mm->size != size || mm->lastfree != lastfree || mm->asize != t->asize) return 0;
+  if (memcmp(mm->codes, codes, size * sizeof *codes) != 0
+      || memcmp(mm->nexts, nexts, size * sizeof *nexts) != 0)
+    return 0;
+  for (i = 0; i < size; i++) {
+    const Node *n = gnode(t, i);
+    if (isempty(gval(n))) continue;
+    if (m >= mm->m || keytt(n) != mm->tags[m] || ls_keybits(n) != mm->bits[m]) return 0;
+    if (keytt(n) == ctb(LUA_VSHRSTR) && keystrval(n)->hash != mm->hashes[m]) return 0;
+    livecur[m++] = i;
+  }
+  if (m != mm->m) return 0;
+  for (i = 0; i < size; i++) {
+    Node *d = &nw[i];
+    uint32_t c = codes[i];
+    if (c >= 3) *d = *gnode(t, livecur[mm->perm[c - 3]]);
+    else {  /* c is 0 or 1: the memo's layout had no removed entry's key (code 2) */
+      setempty(gval(d));
+      if (c == 0) setnilkey(d);
+      else { keytt(d) = LUA_TDEADKEY; keyval(d).gc = NULL; }
+    }
+    gnext(d) = nexts[i];
+  }
+  memcpy(t->node, nw, (size_t)size * sizeof(Node));
+  if (ls_haslastfree(t)) ls_getlastfree(t) = gnode(t, lastfree);
+  invalidateTMcache(t);
+  return 1;
+}
+
 /* The work of luasnap_table_relayout on the table t, with kt the table of removed entries'
 ** keys (NULL: the layout may have none) and scratch of luasnap_relayout_scratch(size) bytes.
+** memo: NULL, or the memo of the last layout applied (see ls_rmemo), used and updated.
 ** Neither allocates nor raises. */
 static int relayout(lua_State *L, Table *t, const uint32_t *codes, const int32_t *nexts,
                     unsigned int size, unsigned int lastfree, unsigned int seed, Table *kt,
-                    char *scratch) {
+                    char *scratch, ls_rmemo *memo) {
   unsigned int i, m = 0, used = 0, visited = 0, nkeys = 0;
   uint32_t *live;
   lu_byte *indeg, *seen;
@@ -2592,6 +2684,14 @@ static int relayout(lua_State *L, Table *t, const uint32_t *codes, const int32_t
   /* lastfree: a node index, or size (all below it may be searched). */
   if (lastfree > size) return -1;
   nw = (Node *)scratch;
+  if (memo != NULL && kt == NULL && ls_rmemo_apply(t, memo, codes, nexts, size, lastfree, nw))
+    return 0;
+  /* Memoizable: no removed entries' keys, a small hash part (and only short strings among
+  ** the keys, checked below). The memo is filled as the work goes and valid only at the end. */
+  if (memo != NULL) {
+    memo->size = 0;
+    if (kt != NULL || size > LS_RM_NODES) memo = NULL;
+  }
   bk = nw + size;
   live = (uint32_t *)(bk + size);
   indeg = (lu_byte *)(live + size);
@@ -2603,10 +2703,25 @@ static int relayout(lua_State *L, Table *t, const uint32_t *codes, const int32_t
     const Node *n = gnode(t, i);
     if (!isempty(gval(n))) {
       if (!layout_key(n)) return -1;
+      if (memo != NULL) {
+        if (keytt(n) == ctb(LUA_VLNGSTR)) memo = NULL;
+        else {
+          memo->tags[m] = keytt(n);
+          memo->bits[m] = ls_keybits(n);
+          memo->hashes[m] = keytt(n) == ctb(LUA_VSHRSTR) ? keystrval(n)->hash : 0;
+          indeg[i] = (lu_byte)m;  /* node -> its index among the live, until the sort */
+        }
+      }
       live[m++] = i;
     }
   }
   sort_nodes(t, live, m);
+  if (memo != NULL) {
+    for (i = 0; i < m; i++) seen[i] = indeg[live[i]];  /* rank -> index among the live */
+    memcpy(memo->perm, seen, m);
+  }
+  memset(indeg, 0, size);
+  memset(seen, 0, size);
   /* The layout on its own: every rank names a distinct live entry, every live entry is named;
   ** free nodes (nil key) are in no chain (insertkey relies on a free node's next being 0);
   ** a chain link stays inside the array and leads to a node in use, and no node has two
@@ -2708,6 +2823,14 @@ static int relayout(lua_State *L, Table *t, const uint32_t *codes, const int32_t
     }
   }
   invalidateTMcache(t);
+  if (memo != NULL) {  /* every check passed: the next table laid out alike can skip them */
+    memo->lastfree = lastfree;
+    memo->m = m;
+    memo->asize = t->asize;
+    memcpy(memo->codes, codes, size * sizeof *codes);
+    memcpy(memo->nexts, nexts, size * sizeof *nexts);
+    memo->size = size;
+  }
   return 0;
 }
 
@@ -2739,7 +2862,7 @@ int luasnap_table_relayout(lua_State *L, int idx, const uint32_t *codes, const i
     kt = (Table *)luasnap_table_at(L, keys);
     if (kt == NULL) return -1;
   }
-  return relayout(L, t, codes, nexts, size, lastfree, seed, kt, scratch);
+  return relayout(L, t, codes, nexts, size, lastfree, seed, kt, scratch, NULL);
 }
 
 /* For the saver: describes the key of node i of the table tp (i < its node count), a removed

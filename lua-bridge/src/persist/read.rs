@@ -95,7 +95,9 @@ unsafe extern "C" {
         lay: *const u32,
         laynx: *const i32,
         scratch: *mut c_void,
+        memo: *mut c_void,
     ) -> c_int;
+    fn luasnap_relayout_memo_size() -> usize;
 }
 
 /// Why a load refused a metatable with `__gc` (see [`LoadOptions::finalizers`]).
@@ -363,6 +365,9 @@ pub(crate) struct Loader<'a> {
     /// Scratch for placing a layout's entries (`luasnap_relayout_scratch`), kept between
     /// tables; u64 words for the alignment of Lua's nodes.
     scratch: Vec<u64>,
+    /// The last layout placed, for the next table laid out alike (`luasnap_relayout_memo_size`
+    /// bytes, zeroed: empty); valid for the whole load, whatever runs between the batches.
+    memo: Vec<u64>,
     /// The VM's hash seed: layouts saved under another are not placed (see `place_hint`).
     seed: u32,
     /// Whether `table_sizes` cut the last table's size hints.
@@ -454,6 +459,8 @@ impl<'a> Loader<'a> {
             lay: Vec::new(),
             laynx: Vec::new(),
             scratch: Vec::new(),
+            // SAFETY: a pure function.
+            memo: vec![0; unsafe { luasnap_relayout_memo_size() }.div_ceil(8)],
             seed: 0,
             capped: false,
             known_k: None,
@@ -2081,6 +2088,7 @@ impl<'a> Loader<'a> {
                     self.lay.as_ptr(),
                     self.laynx.as_ptr(),
                     self.scratch.as_mut_ptr().cast(),
+                    self.memo.as_mut_ptr().cast(),
                 );
                 if failed <= -2 {
                     let op = self.ops[(-2 - failed) as usize];
