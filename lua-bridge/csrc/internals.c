@@ -878,6 +878,39 @@ static l_inline int ls_plain_value(lua_State *L, Table *st, unsigned int kind,
   }
 }
 
+/* t[k] = v (raw) for a build step, with t the table at depth d of the program (see
+** luasnap_table_build: placed[d] and cursor[d] for a placed table). Returns -1 when a placed
+** table refuses the entry (see place_entry). Raises like lua_rawset (memory, NaN key). */
+static l_inline int ls_set(lua_State *L, Table *t, const TValue *k, const TValue *v,
+                           ptrdiff_t d, const lu_byte *placed, unsigned int *cursor) {
+  if (d >= 1 && d < LS_BUILD_DEPTH && placed[d]) {
+    if (place_entry(L, t, k, v, &cursor[d]) < 0) return -1;
+  }
+  else if (ttisinteger(k) && l_castS2U(ivalue(k)) - 1u < t->asize) {
+    /* In the array part: as luaH_set does there (luaH_setint's case), which touches neither
+    ** a node nor the metamethod cache (integers name no metamethod). */
+    obj2arr(t, l_castS2U(ivalue(k)) - 1u, v);
+    luaC_barrierback(L, obj2gco(t), v);
+    return 0;
+  }
+  else if (ttisshrstring(k) && !isdummy(t) && !ttisnil(v)
+           && keyisnil(gnode(t, lmod(tsvalue(k)->hash, sizenode(t))))) {
+    /* A short string whose main position is a free node: luaH_set would find it absent
+    ** (its chain starts there and is empty) and insert it there (insertkey's case without a
+    ** collision); a raw set ignores __newindex. Invariant relied on: a node with a nil key
+    ** has never held one, so it heads no chain and links to no other (Lua never clears a
+    ** key; relayout makes its free nodes so, checked). */
+    Node *mp = gnode(t, lmod(tsvalue(k)->hash, sizenode(t)));
+    setnodekey(mp, k);
+    setobj2t(L, gval(mp), v);
+    luaC_barrierback(L, obj2gco(t), k);
+  }
+  else luaH_set(L, t, k, (TValue *)v);
+  invalidateTMcache(t);
+  luaC_barrierback(L, obj2gco(t), v);
+  return 0;
+}
+
 int luasnap_table_build(lua_State *L, int strs, int objs, const luasnap_val *ops, int n,
                         int nofinal, const uint32_t *lay, const int32_t *laynx, char *scratch,
                         void *memo) {
@@ -939,51 +972,35 @@ int luasnap_table_build(lua_State *L, int strs, int objs, const luasnap_val *ops
         continue;
       }
       case LS_SETKV: {
-        uint64_t vk = (x->kind >> 8) & 0xff, kk = (x->kind >> 16) & 0xff;
+        unsigned int vk = (unsigned int)((x->kind >> 8) & 0xff);
+        unsigned int kk = (unsigned int)((x->kind >> 16) & 0xff);
         lua_Integer kv = (lua_Integer)(x->kind >> 32);
-        if (kk == LS_INT) { setivalue(slot, kv); }
-        else if (kk != LS_STRREF || tagisempty(ls_getint(st, kv, slot))) goto fail;
-        L->top.p++;  /* the key: anchored while the value is made */
-        slot = s2v(L->top.p);
-        /* Another kind cannot happen (the loader fuses only these): defensive. */
-        if (!ls_plain_value(L, st, (unsigned int)vk, x, slot)) goto fail;
-        L->top.p++;
-        goto set;
+        TValue k, v;
+        StkId top = L->top.p;
+        if (kk == LS_INT) { setivalue(&k, kv); }
+        else if (kk != LS_STRREF || tagisempty(ls_getint(st, kv, &k))) goto fail;
+        if (vk == LS_STR) {
+          /* A new string: made on the stack, the key anchored below it (see ls_plain_value). */
+          setobj2s(L, top, &k);
+          L->top.p++;
+          if (!ls_plain_value(L, st, vk, x, s2v(L->top.p))) goto fail;
+          L->top.p++;
+          goto set;
+        }
+        /* The other kinds allocate nothing, so key and value need no anchor: the key is an
+        ** integer or a string strs holds, the value a plain one or a string strs holds.
+        ** Another kind cannot happen (the loader fuses only these): defensive. */
+        if (!ls_plain_value(L, st, vk, x, &v)) goto fail;
+        if (!ttistable(s2v(top - 1))) goto fail;  /* cannot happen: defensive */
+        if (ls_set(L, hvalue(s2v(top - 1)), &k, &v, LS_DEPTH(top - 1), placed, cursor) < 0)
+          goto fail;
+        continue;
       }
       case LS_SET: set: {
         if (!ttistable(s2v(L->top.p - 3))) goto fail;  /* cannot happen: defensive */
-        t = hvalue(s2v(L->top.p - 3));
-        {
-          ptrdiff_t d = LS_DEPTH(L->top.p - 3);
-          const TValue *k = s2v(L->top.p - 2);
-          if (d >= 1 && d < LS_BUILD_DEPTH && placed[d]) {
-            if (place_entry(L, t, k, s2v(L->top.p - 1), &cursor[d]) < 0)
-              goto fail;
-          }
-          else if (ttisinteger(k) && l_castS2U(ivalue(k)) - 1u < t->asize) {
-            /* In the array part: as luaH_set does there (luaH_setint's case), which touches
-            ** neither a node nor the metamethod cache (integers name no metamethod). */
-            obj2arr(t, l_castS2U(ivalue(k)) - 1u, s2v(L->top.p - 1));
-            luaC_barrierback(L, obj2gco(t), s2v(L->top.p - 1));
-            L->top.p -= 2;
-            continue;
-          }
-          else if (ttisshrstring(k) && !isdummy(t) && !ttisnil(s2v(L->top.p - 1))
-                   && keyisnil(gnode(t, lmod(tsvalue(k)->hash, sizenode(t))))) {
-            /* A short string whose main position is a free node: luaH_set would find it
-            ** absent (its chain starts there and is empty) and insert it there (insertkey's
-            ** case without a collision); a raw set ignores __newindex. Invariant relied on:
-            ** a node with a nil key has never held one, so it heads no chain and links to no
-            ** other (Lua never clears a key; relayout makes its free nodes so, checked). */
-            Node *mp = gnode(t, lmod(tsvalue(k)->hash, sizenode(t)));
-            setnodekey(mp, k);
-            setobj2t(L, gval(mp), s2v(L->top.p - 1));
-            luaC_barrierback(L, obj2gco(t), k);
-          }
-          else luaH_set(L, t, k, s2v(L->top.p - 1));
-        }
-        invalidateTMcache(t);
-        luaC_barrierback(L, obj2gco(t), s2v(L->top.p - 1));
+        if (ls_set(L, hvalue(s2v(L->top.p - 3)), s2v(L->top.p - 2), s2v(L->top.p - 1),
+                   LS_DEPTH(L->top.p - 3), placed, cursor) < 0)
+          goto fail;
         L->top.p -= 2;
         continue;
       }

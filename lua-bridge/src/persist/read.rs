@@ -2026,6 +2026,14 @@ impl<'a> Loader<'a> {
                         continue;
                     }
                     match stage {
+                        Stage::Meta if self.ops.last().is_some_and(|v| v.kind == kind::NIL) => {
+                            // No metatable: the new table has none, so its two steps (push
+                            // nil, set it) would do nothing (most tables: 5,600 of 7,000 in a
+                            // 1 MB bench load, 15% of the steps).
+                            self.ops.pop();
+                            open[nopen - 1].1 = Stage::Key;
+                            continue;
+                        }
                         Stage::Meta => {
                             // A table still open in this batch given as a metatable is not
                             // placed: until its layout step, its entries sit in nodes
