@@ -50,3 +50,33 @@ fn binary_strings_are_escaped_not_replaced() {
     let text = diff("s = 'héllo'", "s = 42");
     assert_eq!(text, vec!["s: \"héllo\" vs 42"]);
 }
+
+/// Differences within a table are listed in key order, numbers by value (`[2]` before
+/// `[10]`, found by a newcomer), then strings; entries on one side only come first (they
+/// differ at the table's level, the values of common keys one level below), in the same order.
+#[test]
+fn differences_are_listed_in_key_order_numbers_by_value() {
+    let paths = |text: &[String]| -> Vec<String> {
+        text.iter()
+            .map(|t| t.split(':').next().unwrap().to_string())
+            .collect()
+    };
+    let text = diff(
+        "t = {} for i = 1, 12 do t[i] = i end t[2.5] = 0 t[-3] = 0 t.b = 1 t.a = 1",
+        "t = {} for i = 1, 12 do t[i] = -i end t[2.5] = 1 t[-3] = 1 t.b = 2 t.a = 2",
+    );
+    assert_eq!(
+        paths(&text),
+        ["t[-3]", "t[1]", "t[2]", "t[2.5]", "t[3]", "t[4]", "t[5]", "t[6]", "t[7]", "t[8]"],
+        "{text:#?}"
+    );
+    let text = diff(
+        "t = { [10] = 1, [2] = 1, b = 1, a = 1 }",
+        "t = { [1e300] = 1, [3] = 1, [-0.5] = 1 }",
+    );
+    assert_eq!(
+        paths(&text),
+        ["t[2]", "t[10]", "t.a", "t.b", "t[-0.5]", "t[3]", "t[1e300]"],
+        "{text:#?}"
+    );
+}

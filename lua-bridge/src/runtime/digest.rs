@@ -80,6 +80,9 @@ impl std::fmt::Display for Prim {
             Prim::Float(x) => {
                 if x.is_finite() && x.fract() == 0.0 && x.abs() < 1e15 {
                     write!(f, "{x:.1}")
+                } else if x.is_finite() && *x != 0.0 && (x.abs() >= 1e15 || x.abs() < 1e-4) {
+                    // Not 300 digits for 1e300.
+                    write!(f, "{x:e}")
                 } else {
                     write!(f, "{x}")
                 }

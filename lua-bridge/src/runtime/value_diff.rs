@@ -291,20 +291,25 @@ impl Differ<'_> {
             let mut matched = Vec::new();
             for &(k, v) in &a.entries {
                 match right.get_mut(&self.hash(true, k)).and_then(|l| l.pop()) {
-                    Some((_, w)) => matched.push((self.key_path(&path, k), v, w)),
+                    Some((_, w)) => matched.push((k, self.key_path(&path, k), v, w)),
                     None => left_only.push((k, v)),
                 }
             }
-            // In key order, so that of two equally short paths to a value the first in key
+            // In key order (numbers by value, so `[2]` comes before `[10]`, then strings, see
+            // `key_order`), so that of two equally short paths to a value the first in key
             // order names it, the same way every time.
-            matched.sort_by(|x, y| x.0.cmp(&y.0));
-            queue.extend(matched);
+            matched.sort_by(|x, y| key_order(self.a, x.0, self.a, y.0).then_with(|| x.1.cmp(&y.1)));
+            queue.extend(matched.into_iter().map(|(_, p, v, w)| (p, v, w)));
+            left_only.sort_by(|x, y| key_order(self.a, x.0, self.a, y.0));
             for (k, v) in left_only {
                 let p = self.key_path(&path, k);
                 self.report(p, Some(v), None, None);
             }
             let mut right_only: Vec<(Item, Item)> = right.into_values().flatten().collect();
-            right_only.sort_by_key(|(k, _)| self.describe(false, *k));
+            right_only.sort_by(|x, y| {
+                key_order(self.b, x.0, self.b, y.0)
+                    .then_with(|| self.describe(false, x.0).cmp(&self.describe(false, y.0)))
+            });
             for (k, w) in right_only {
                 let p = match other_key(self.b, k) {
                     Some(name) if is_ident(name.as_bytes()) && path.is_empty() => name,
@@ -355,6 +360,54 @@ fn str_window(b: &[u8], from: usize, width: usize) -> String {
         out.push_str(&format!("... ({} bytes)", b.len()));
     }
     out
+}
+
+/// The order differences are listed in within a table: numbers by value (an integer before
+/// an equal float), then strings by their bytes, then booleans (false first), then keys that
+/// are objects (their order left to the caller).
+fn key_order(ga: &Graph, a: Item, gb: &Graph, b: Item) -> std::cmp::Ordering {
+    use std::cmp::Ordering;
+    fn class(p: Option<&Prim>) -> u8 {
+        match p {
+            Some(Prim::Int(_) | Prim::Float(_)) => 0,
+            Some(Prim::Str(_)) => 1,
+            Some(Prim::Bool(_)) => 2,
+            _ => 3,
+        }
+    }
+    let (pa, pb) = (ga.prim(a), gb.prim(b));
+    class(pa).cmp(&class(pb)).then_with(|| match (pa, pb) {
+        (Some(Prim::Int(x)), Some(Prim::Int(y))) => x.cmp(y),
+        (Some(Prim::Float(x)), Some(Prim::Float(y))) => x.total_cmp(y),
+        // An integer and a float: by value, exactly (an i64 may not fit an f64).
+        (Some(Prim::Int(x)), Some(Prim::Float(y))) => int_float(*x, *y),
+        (Some(Prim::Float(x)), Some(Prim::Int(y))) => int_float(*y, *x).reverse(),
+        (Some(Prim::Str(x)), Some(Prim::Str(y))) => x.cmp(y),
+        (Some(Prim::Bool(x)), Some(Prim::Bool(y))) => x.cmp(y),
+        _ => Ordering::Equal,
+    })
+}
+
+/// An integer against a float, by value (NaN last; an integer before an equal float).
+fn int_float(i: i64, f: f64) -> std::cmp::Ordering {
+    use std::cmp::Ordering;
+    if f.is_nan() {
+        return Ordering::Less;
+    }
+    // 2^63 as a float: every i64 is below it, and a float at or above it is above every i64.
+    if f >= 9_223_372_036_854_775_808.0 {
+        return Ordering::Less;
+    }
+    if f < -9_223_372_036_854_775_808.0 {
+        return Ordering::Greater;
+    }
+    let t = f.trunc() as i64; // exact: |f| < 2^63
+    match i.cmp(&t) {
+        Ordering::Equal if f.fract() > 0.0 => Ordering::Less,
+        Ordering::Equal if f.fract() < 0.0 => Ordering::Greater,
+        Ordering::Equal => Ordering::Less,
+        o => o,
+    }
 }
 
 fn other_key(g: &Graph, k: Item) -> Option<String> {
