@@ -280,6 +280,37 @@ fn simulate_names_the_frame_of_a_runaway_step() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+#[test]
+fn p2p_stops_a_runaway_step_too() {
+    let dir = std::env::temp_dir().join(format!("luasnap-budget-p2p-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("runaway.lua");
+    std::fs::write(
+        &path,
+        "local G, n = {}, 0 function G.init() end
+         function G.step(i) n = n + 1 if n == 8 then while true do end end end
+         return G",
+    )
+    .unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_luasnap"))
+        .args([
+            "p2p",
+            path.to_str().unwrap(),
+            "--frames",
+            "40",
+            "--timeout",
+            "60",
+        ])
+        .args(["--step-budget", "5000000"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains("instruction budget of 5000000"), "{err}");
+    assert!(err.contains("runaway.lua:2:"), "{err}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
 /// `Vm::call_with_budget` on its own: the main thread's hook is put back, a coroutine keeps
 /// no budget after the call, and a spent budget does not leak into the next call.
 #[test]

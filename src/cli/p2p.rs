@@ -1,7 +1,8 @@
 //! `luasnap p2p`: two GGRS peers on 127.0.0.1 running the Lua game, with desync detection.
 
+use super::simulate::{parse_step_budget, StepBudget};
 use luasnap::bridge::ggrs_adapter::p2p_pair;
-use luasnap::bridge::runtime::GameConfig;
+use luasnap::bridge::runtime::{GameConfig, DEFAULT_STEP_BUDGET};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -19,12 +20,17 @@ pub struct P2pArgs {
     /// Give up after this many seconds.
     #[arg(long, default_value_t = 120, value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub timeout: u64,
+    /// Lua instructions one G.step may run before it is stopped with an error naming the
+    /// frame (an endless loop), counting the coroutines it resumes; `off` for no limit.
+    #[arg(long, default_value_t = StepBudget(Some(DEFAULT_STEP_BUDGET)), value_parser = parse_step_budget)]
+    pub step_budget: StepBudget,
 }
 
 /// Runs the two peers and reports.
 pub fn run(args: P2pArgs) -> Result<(), String> {
     let mut cfg = GameConfig::default_game(2, args.seed);
     cfg.base_address = None; // two VMs in one process
+    cfg.step_budget = args.step_budget.0;
     if let Some(path) = &args.game {
         cfg.script = std::fs::read_to_string(path)
             .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
