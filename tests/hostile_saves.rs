@@ -2201,3 +2201,54 @@ fn errors_while_building_a_coroutine_stay_inside_the_load() {
         },
     );
 }
+
+/// The checks of a suspended Lua frame (constructor tables, numeric for loops it is inside)
+/// read its function's code from where it is suspended to the end: frames × code size per
+/// load, which a forged file of thousands of frames (or coroutines) in one large function
+/// made seconds long. They read an index of each function built once per load now: the work
+/// grows with the code and the frames, not their product. Here a function with M call sites,
+/// a constructor and a loop around each, is suspended at all M of them.
+#[test]
+fn frame_checks_read_each_function_once_per_load() {
+    let reads = |m: i64| -> usize {
+        let mut game = String::from(
+            "G = {}
+             function G.f(k)
+               if k == 0 then coroutine.yield() return 0 end\n",
+        );
+        for i in 1..=m {
+            game.push_str(&format!(
+                "if k == {i} then
+                   for j = 1, 1 do local t = {{ {i}, G.f(k - 1), {i} }} end
+                 end\n"
+            ));
+        }
+        game.push_str(&format!(
+            "  return k
+             end
+             co = coroutine.create(G.f)
+             assert(coroutine.resume(co, {m}))
+             saved = {{ co }}"
+        ));
+        let a = vm();
+        a.exec(&game, "game").unwrap();
+        let file = a.persist("saved").unwrap();
+        let mut b = vm();
+        b.exec(&game, "game").unwrap();
+        b.unpersist(&file, "loaded", Trust::Foreign).unwrap();
+        let n = luasnap::bridge::persist::last_load_frame_check_reads();
+        // The frames are intact: the loaded coroutine finishes the recursion.
+        let out = b
+            .exec("return coroutine.resume(loaded[1])", "finish")
+            .unwrap();
+        assert_eq!(out, [Value::Boolean(true), Value::Integer(m)]);
+        n
+    };
+    let (small, large) = (reads(50), reads(200));
+    assert!(small > 0);
+    // 4× the code and 4× the frames: about 4× the reads (16× when each frame scanned).
+    assert!(
+        large < 6 * small,
+        "frame checks read {small} instructions for 50 frames, {large} for 200"
+    );
+}

@@ -384,17 +384,18 @@ static int yieldable_op(OpCode op) {
 }
 
 const char *luasnap_check_call_sites(lua_State *co, const luasnap_ci *cis, int nci,
-                                     int64_t errfunc, const void *pcall_k);
+                                     int64_t errfunc, const void *pcall_k, void *memo);
 static int virtual_func(lua_State *co, const luasnap_ci *r);
 
 /* Rebuilds the frames of a suspended coroutine whose stack values are already in place
 ** (co->top = stack + stacksize). Every frame is checked against the invariants 'resume',
 ** 'unroll', 'finishCcall' and 'luaV_finishOp' rely on; `known_k` lists the continuation
-** functions allowed (the permanents), `pcall_k` the one of pcall/xpcall. Returns NULL on
+** functions allowed (the permanents), `pcall_k` the one of pcall/xpcall; `memo` NULL or the
+** load's memo (see ls_upmemo: per-prototype indexes for the frame checks). Returns NULL on
 ** success or a static message. */
 const char *luasnap_thread_restore(lua_State *L, lua_State *co, const luasnap_ci *cis, int nci,
                                    int64_t errfunc, const void *const *known_k, int nknown,
-                                   const void *pcall_k) {
+                                   const void *pcall_k, void *memo) {
   int stacksize = (int)(co->top.p - co->stack.p);
   int i, prev_func = 0;
   /* No CIST_RECST: a nonzero recovery status only exists while an error unwinds through
@@ -470,7 +471,7 @@ const char *luasnap_thread_restore(lua_State *L, lua_State *co, const luasnap_ci
   if (errfunc < -1 || errfunc >= stacksize) return "bad error handler";
   {
     /* Each frame against the instruction or C function its caller is suspended in. */
-    const char *bad = luasnap_check_call_sites(co, cis, nci, errfunc, pcall_k);
+    const char *bad = luasnap_check_call_sites(co, cis, nci, errfunc, pcall_k, memo);
     if (bad != NULL) return bad;
   }
   /* Make room for the highest frame top. */
@@ -1428,6 +1429,12 @@ static int virtual_func(lua_State *co, const luasnap_ci *r) {
   return r->func;
 }
 
+typedef struct ls_siteidx ls_siteidx;
+static const ls_siteidx *ls_sites_of(void *memo, const Proto *p);
+static void ls_count_reads(void *memo, size_t n);
+static const char *ls_sites_check(const ls_siteidx *x, lua_State *co, const luasnap_ci *r,
+                                  const Proto *p);
+
 /* The registers a resumed Lua frame trusts to hold a table: OP_SETLIST writes into R[A]'s
 ** array without checking its type (the compiler made it with OP_NEWTABLE at the start of the
 ** constructor). A constructor is straight-line code from its OP_NEWTABLE to its last
@@ -1508,7 +1515,7 @@ static const char *check_trusted_registers(lua_State *co, const luasnap_ci *r) {
 **   - OP_MMBIN* resumes two instructions in (finishOp reads the one before it).
 ** Returns NULL or a static message. */
 const char *luasnap_check_call_sites(lua_State *co, const luasnap_ci *cis, int nci,
-                                     int64_t errfunc, const void *pcall_k) {
+                                     int64_t errfunc, const void *pcall_k, void *memo) {
   int i;
   int64_t handler = -1;  /* the error handler installed by the frames so far */
   int sz = (int)sizeof(StackValue);
@@ -1519,8 +1526,24 @@ const char *luasnap_check_call_sites(lua_State *co, const luasnap_ci *cis, int n
     int callee_lua = !(r->callstatus & CIST_C);
     int fresh = (r->callstatus & CIST_FRESH) != 0;
     if (callee_lua) {
-      const char *bad = check_constructor_tables(co, r);
-      if (bad == NULL) bad = check_trusted_registers(co, r);
+      /* With the load's memo, from the prototype's index (built once per load: linear in
+      ** the code and the frames); without one, or for code not as the compiler makes it, by
+      ** scanning the code after the resume point (the same answers). */
+      const Proto *fp = clLvalue(s2v(co->stack.p + r->func))->p;
+      const ls_siteidx *x = memo != NULL ? ls_sites_of(memo, fp) : NULL;
+      const char *bad = x != NULL ? ls_sites_check(x, co, r, fp) : NULL;
+      if (x == NULL) {
+        if (memo != NULL) ls_count_reads(memo, (size_t)(fp->sizecode - r->pc + 1) * 2);
+        bad = check_constructor_tables(co, r);
+        if (bad == NULL) bad = check_trusted_registers(co, r);
+      }
+#if defined(LUAI_ASSERT)
+      else {  /* the index answers as the scan (builds with Lua's assertions: CI) */
+        const char *scan = check_constructor_tables(co, r);
+        if (scan == NULL) scan = check_trusted_registers(co, r);
+        lua_assert((scan == NULL) == (bad == NULL) && (scan == NULL || strcmp(scan, bad) == 0));
+      }
+#endif
       if (bad != NULL) return bad;
     }
     if (i == 0) {
@@ -1680,7 +1703,9 @@ static int proto_closes(const Proto *p) {
 **                                  answers are in, one per child);
 **   LS_Q_PARENT   (x)              x's parent prototype (v) and x's index in its p (val);
 **   LS_Q_MAPPED   (x)              the parents of x's whole subtree are in (map_tree);
-**   LS_Q_WALKS    (fp)             captures' walks of fp's tree so far (LS_WALKS_BEFORE_MAP).
+**   LS_Q_WALKS    (fp)             captures' walks of fp's tree so far (LS_WALKS_BEFORE_MAP);
+**   LS_Q_SITES    (p)              the index of p's frame-check registers in m->sites, or -1
+**                                  (p's loops are not as the compiler makes them: scan).
 ** So the number of entries is bounded by the code of the prototypes the load's coroutines run
 ** (a few per instruction, local and nested prototype; the question kinds also by the calls);
 ** each prototype's code and locvars are scanned once and each frame function's tree walked
@@ -1693,7 +1718,7 @@ static int proto_closes(const Proto *p) {
 ** ends, so no key's address is reused for another prototype while the table lives. */
 enum {
   LS_Q_NONE, LS_Q_CLOSES, LS_Q_VAR, LS_Q_CAPTURES, LS_Q_CLOSURE, LS_Q_VARTAB,
-  LS_Q_CLOSURES, LS_Q_PARENT, LS_Q_MAPPED, LS_Q_WALKS
+  LS_Q_CLOSURES, LS_Q_PARENT, LS_Q_MAPPED, LS_Q_WALKS, LS_Q_SITES
 };
 
 typedef struct ls_upent {
@@ -1717,8 +1742,11 @@ typedef struct ls_upmemo {
   ls_upent *ent;  /* NULL or mask + 1 entries */
   size_t mask, used;
   size_t walks;   /* prototype-tree walks (captures' misses), for tests */
+  size_t reads;   /* instructions the frame checks read (index builds, scans), for tests */
   ls_vartab **tabs;  /* locals indexes (LS_Q_VARTAB answers index it), one per prototype */
   size_t ntabs, captabs;
+  ls_siteidx **sites;  /* frame-check indexes (LS_Q_SITES answers index it), one per prototype */
+  size_t nsites, capsites;
   int nomap;  /* a prototype tree is not a tree (map_tree): captures walks it each time */
 } ls_upmemo;
 
@@ -1732,11 +1760,16 @@ void luasnap_upmemo_free(void *memo) {
   free(m->ent);
   for (i = 0; i < m->ntabs; i++) free(m->tabs[i]);
   free(m->tabs);
+  for (i = 0; i < m->nsites; i++) free(m->sites[i]);
+  free(m->sites);
   memset(m, 0, sizeof(*m));
 }
 
 /* Prototype-tree walks the memo's load made so far (a test's work counter). */
 size_t luasnap_upmemo_walks(const void *memo) { return ((const ls_upmemo *)memo)->walks; }
+
+/* Instructions the frame checks of the memo's load read so far (a test's work counter). */
+size_t luasnap_upmemo_reads(const void *memo) { return ((const ls_upmemo *)memo)->reads; }
 
 static size_t ls_uphash(int kind, const void *a, const void *b, int c, int d) {
   uint64_t h = (uint64_t)(uintptr_t)a * 0x9E3779B97F4A7C15u;
@@ -1784,9 +1817,13 @@ static int ls_upput(ls_upmemo *m, int kind, const void *a, const void *b, int c,
     g.mask = n - 1;
     g.used = m->used;
     g.walks = m->walks;
+    g.reads = m->reads;
     g.tabs = m->tabs;
     g.ntabs = m->ntabs;
     g.captabs = m->captabs;
+    g.sites = m->sites;
+    g.nsites = m->nsites;
+    g.capsites = m->capsites;
     g.nomap = m->nomap;
     for (i = 0; m->ent != NULL && i <= m->mask; i++) {
       ls_upent *o = &m->ent[i];
@@ -2078,6 +2115,190 @@ static int active_var(ls_upmemo *m, const Proto *p, int pc, int r) {
   return var;
 }
 
+/* ----- frame checks by index -----
+** check_constructor_tables and check_trusted_registers scan a frame's function from where it
+** is suspended to its end: frames x code size per load, which a forged save with thousands of
+** frames in one large function (or thousands of coroutines suspended in it) turns into
+** seconds. The index answers the same questions per frame in O(registers x log code), built
+** once per prototype per load in O(code):
+**   - constructors: for each register that some OP_SETLIST writes, the positions of the
+**     OP_NEWTABLE and OP_SETLIST instructions with that register (ascending; bit 0 set for a
+**     SETLIST). A frame suspended at `at` must hold a table in register a iff the first such
+**     instruction at or after `at` is a SETLIST: exactly the scan's rule (a SETLIST whose
+**     NEWTABLE for the register is not between `at` and it);
+**   - loops: for each register, the bodies [s, q] of the OP_FORLOOPs at q with that register
+**     (s = q + 1 - Bx), sorted by s. The compiler gives loops at one level the same register
+**     one after another and nested loops other registers, so one register's bodies never
+**     overlap; then the loop enclosing `at` for register a, if any, is the last body starting
+**     at or before `at`. Invariant checked when building: the bodies of each register are
+**     disjoint; otherwise (a binary chunk's code) the index is not used and the frame scan
+**     runs, with the same answers. */
+struct ls_siteidx {
+  int ncreg, nlreg;
+  lu_byte creg[256], lreg[256];
+  int coff[257], loff[257];
+  int *cev;         /* constructors' events: position << 1 | (1 for OP_SETLIST) */
+  int64_t *lev;     /* loops: s * 2^32 + q, sorted (s may be negative, q < 2^31) */
+};
+
+static int ls_cmp_i64(const void *a, const void *b) {
+  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* Builds p's index (malloc'd); NULL and *oom = 0 when a register's loop bodies overlap, NULL
+** and *oom = 1 when out of memory. */
+static ls_siteidx *ls_sites_build(const Proto *p, int *oom) {
+  int ncnt[256], lcnt[256], fill[256];
+  lu_byte setl[256];
+  int q, i, nc = 0, nl = 0;
+  ls_siteidx *x;
+  *oom = 0;
+  memset(ncnt, 0, sizeof ncnt);
+  memset(lcnt, 0, sizeof lcnt);
+  memset(setl, 0, sizeof setl);
+  for (q = 0; q < p->sizecode; q++) {
+    Instruction ins = p->code[q];
+    int a = GETARG_A(ins) & 0xff;
+    switch (GET_OPCODE(ins)) {
+      case OP_NEWTABLE: ncnt[a]++; break;
+      case OP_SETLIST: ncnt[a]++; setl[a] = 1; break;
+      case OP_FORLOOP:
+        if ((int64_t)q + 1 - (int64_t)GETARG_Bx(ins) <= q) { lcnt[a]++; nl++; }  /* a body */
+        break;
+      default: break;
+    }
+  }
+  for (i = 0; i < 256; i++)
+    if (setl[i]) nc += ncnt[i];
+  x = (ls_siteidx *)malloc(sizeof *x + (size_t)nl * sizeof(int64_t) + (size_t)nc * sizeof(int));
+  if (x == NULL) { *oom = 1; return NULL; }
+  x->lev = (int64_t *)(x + 1);
+  x->cev = (int *)(x->lev + nl);
+  x->ncreg = x->nlreg = 0;
+  x->coff[0] = x->loff[0] = 0;
+  for (i = 0; i < 256; i++) {
+    fill[i] = -1;
+    if (setl[i]) {
+      x->creg[x->ncreg] = (lu_byte)i;
+      x->coff[x->ncreg + 1] = x->coff[x->ncreg] + ncnt[i];
+      fill[i] = x->coff[x->ncreg++];
+    }
+  }
+  for (q = 0; q < p->sizecode; q++) {  /* in code order: each register's events ascending */
+    Instruction ins = p->code[q];
+    OpCode op = GET_OPCODE(ins);
+    int a = GETARG_A(ins) & 0xff;
+    if ((op == OP_NEWTABLE || op == OP_SETLIST) && fill[a] >= 0)
+      x->cev[fill[a]++] = q << 1 | (op == OP_SETLIST);
+  }
+  for (i = 0; i < 256; i++) {
+    fill[i] = -1;
+    if (lcnt[i]) {
+      x->lreg[x->nlreg] = (lu_byte)i;
+      x->loff[x->nlreg + 1] = x->loff[x->nlreg] + lcnt[i];
+      fill[i] = x->loff[x->nlreg++];
+    }
+  }
+  for (q = 0; q < p->sizecode; q++) {
+    Instruction ins = p->code[q];
+    if (GET_OPCODE(ins) == OP_FORLOOP) {
+      int64_t start = (int64_t)q + 1 - (int64_t)GETARG_Bx(ins);
+      if (start <= q) x->lev[fill[GETARG_A(ins) & 0xff]++] = start * ((int64_t)1 << 32) + q;
+    }
+  }
+  for (i = 0; i < x->nlreg; i++) {
+    int64_t *e = x->lev + x->loff[i];
+    int j, n = x->loff[i + 1] - x->loff[i];
+    qsort(e, (size_t)n, sizeof *e, ls_cmp_i64);
+    for (j = 1; j < n; j++)  /* s of the next body after q of this one */
+      if ((e[j] >> 32) <= (int32_t)(e[j - 1] & 0xffffffff)) { free(x); return NULL; }
+  }
+  return x;
+}
+
+static void ls_count_reads(void *memo, size_t n) { ((ls_upmemo *)memo)->reads += n; }
+
+/* p's index from the load's memo (built on first use), or NULL: out of memory, or p's loops
+** not as the compiler makes them (the caller then scans). */
+static const ls_siteidx *ls_sites_of(void *memo, const Proto *p) {
+  ls_upmemo *m = (ls_upmemo *)memo;
+  int xi, oom;
+  if (!ls_upget(m, LS_Q_SITES, p, NULL, 0, 0, &xi)) {
+    ls_siteidx *nx = ls_sites_build(p, &oom);
+    m->reads += (size_t)p->sizecode;
+    if (oom) return NULL;
+    xi = -1;
+    if (nx != NULL) {
+      if (m->nsites == m->capsites) {
+        size_t cap = m->capsites ? 2 * m->capsites : 16;
+        ls_siteidx **g = (cap <= SIZE_MAX / sizeof(*g) && cap <= INT_MAX)
+                             ? (ls_siteidx **)realloc(m->sites, cap * sizeof(*g)) : NULL;
+        if (g == NULL) {
+          free(nx);
+          return NULL;
+        }
+        m->sites = g;
+        m->capsites = cap;
+      }
+      xi = (int)m->nsites;
+      m->sites[m->nsites++] = nx;
+    }
+    if (!ls_upput(m, LS_Q_SITES, p, NULL, 0, 0, xi)) return NULL;
+  }
+  return xi < 0 ? NULL : m->sites[xi];
+}
+
+/* check_constructor_tables, then check_trusted_registers, for the frame r of the function p
+** (the same answers, the same message when several apply: for loops, the one of the first
+** failing loop in code order, as the scan finds it). */
+static const char *ls_sites_check(const ls_siteidx *x, lua_State *co, const luasnap_ci *r,
+                                  const Proto *p) {
+  StkId base = co->stack.p + r->func + 1;
+  int at = r->pc - 1;  /* the instruction the frame is suspended in (pc checked >= 1) */
+  int i, bestq = INT_MAX;
+  const char *best = NULL;
+  for (i = 0; i < x->ncreg; i++) {
+    const int *e = x->cev + x->coff[i];
+    int lo = 0, hi = x->coff[i + 1] - x->coff[i];
+    int n = hi, a = x->creg[i];
+    while (lo < hi) {  /* the first event at or after at */
+      int mid = lo + (hi - lo) / 2;
+      if ((e[mid] >> 1) < at) lo = mid + 1;
+      else hi = mid;
+    }
+    if (lo < n && (e[lo] & 1)
+        && (r->func + 1 + a >= r->top || !ttistable(s2v(base + a))))
+      return "a table constructor whose table is not a table";
+  }
+  if ((p->flag & PF_VATAB)
+      && (r->func + 1 + p->numparams >= r->top || !ttistable(s2v(base + p->numparams))))
+    return "a vararg function whose vararg table is not a table";
+  for (i = 0; i < x->nlreg; i++) {
+    const int64_t *e = x->lev + x->loff[i];
+    int lo = 0, hi = x->loff[i + 1] - x->loff[i];
+    int a = x->lreg[i], q;
+    const char *bad = NULL;
+    while (lo < hi) {  /* the first body starting after at */
+      int mid = lo + (hi - lo) / 2;
+      if ((e[mid] >> 32) <= at) lo = mid + 1;
+      else hi = mid;
+    }
+    if (lo == 0) continue;
+    q = (int)(e[lo - 1] & 0xffffffff);
+    if (q < at) continue;  /* the last body starting at or before at ends before it */
+    if (r->func + 1 + a + 2 >= r->top) bad = "a numeric for loop outside its frame";
+    else {
+      const TValue *count = s2v(base + a), *step = s2v(base + a + 1), *ctl = s2v(base + a + 2);
+      if (ttisinteger(step) ? !(ttisinteger(count) && ttisinteger(ctl))
+                            : !(ttisfloat(step) && ttisfloat(count) && ttisfloat(ctl)))
+        bad = "a numeric for loop whose control registers are not the numbers it keeps there";
+    }
+    if (bad != NULL && q < bestq) { bestq = q; best = bad; }
+  }
+  return best;
+}
+
 /* Checks that the Lua closure at idx may have its upvalue n open at slot `level` of the loaded
 ** coroutine co (rules 1-4 above), co's frames being frames[0..nframes) (luasnap_thread_frames,
 ** taken when its frames were restored; co has not run since: the loader keeps it unresumable
@@ -2216,6 +2437,12 @@ int luasnap_gc_nofinal(lua_State *L, int on) {
   if (on) g->gcstp |= GCSTPCLS;
   else g->gcstp &= (lu_byte)~GCSTPCLS;
   return was;
+}
+
+/* Raises Lua's memory error, as an allocation failing would (for the loader, when restoring
+** a coroutine's stack or frames ran out of memory). */
+l_noret luasnap_raise_memerr(lua_State *L) {
+  luaM_error(L);
 }
 
 /* Bytes the VM has allocated (for a load's heap-growth cap). */

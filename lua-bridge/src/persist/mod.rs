@@ -44,10 +44,11 @@ pub mod fuzz;
 mod read;
 mod write;
 
-/// Prototype-tree walks the open-upvalue check of the last load this thread ended made (a
-/// test's work counter: at most one per distinct question of the load; docs/save-games.md).
+/// Work counters of the last load this thread ended, for tests: the open-upvalue check's
+/// prototype-tree walks (at most one per distinct question of the load) and the instructions
+/// the frame checks read (about each frame function's code once per load; docs/save-games.md).
 #[doc(hidden)]
-pub use read::last_load_open_upvalue_walks;
+pub use read::{last_load_frame_check_reads, last_load_open_upvalue_walks};
 
 use crate::bridge::error::VmError;
 use crate::bridge::ffi::{self as raw, Job};
@@ -225,7 +226,10 @@ unsafe extern "C" {
         known_k: *const *const std::ffi::c_void,
         nknown: c_int,
         pcall_k: *const std::ffi::c_void,
+        memo: *mut std::ffi::c_void,
     ) -> *const std::ffi::c_char;
+    /// Raises Lua's memory error (LUA_ERRMEM) on L.
+    pub(crate) fn luasnap_raise_memerr(L: *mut lua_State) -> !;
     fn luasnap_thread_k(co: *mut lua_State, level: c_int) -> *const std::ffi::c_void;
     /// Bytes the VM has allocated.
     pub(crate) fn luasnap_heap_bytes(L: *mut lua_State) -> u64;
@@ -1036,6 +1040,10 @@ unsafe fn load_protected(
                 strs: 7,
             };
             if loader.run(L, s).is_err() {
+                if loader.out_of_memory {
+                    // As any allocation failing in the load: a memory error, not a bad file.
+                    luasnap_raise_memerr(L);
+                }
                 let msg = loader.error.as_deref().unwrap_or("load failed");
                 ffi::lua_pushlstring(L, msg.as_ptr().cast(), msg.len());
                 ffi::lua_error(L);

@@ -55,6 +55,7 @@ unsafe extern "C" {
     fn luasnap_upmemo_size() -> usize;
     fn luasnap_upmemo_free(memo: *mut c_void);
     fn luasnap_upmemo_walks(memo: *const c_void) -> usize;
+    fn luasnap_upmemo_reads(memo: *const c_void) -> usize;
     fn luasnap_open_upval_check(
         L: *mut lua_State,
         idx: c_int,
@@ -151,12 +152,30 @@ impl UpMemo {
         // SAFETY: a memo of luasnap_upmemo_size() bytes, zeroed then used only by the check.
         unsafe { luasnap_upmemo_walks(self.0.as_ptr().cast()) }
     }
+
+    /// Instructions the frame checks read in this load so far.
+    fn reads(&self) -> usize {
+        if self.0.is_empty() {
+            return 0;
+        }
+        // SAFETY: as in `walks`.
+        unsafe { luasnap_upmemo_reads(self.0.as_ptr().cast()) }
+    }
 }
 
 thread_local! {
     /// `UpMemo::walks` of the last load this thread ended (see
     /// [`last_load_open_upvalue_walks`]).
     static LAST_WALKS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    /// `UpMemo::reads` of the last load this thread ended.
+    static LAST_READS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// Instructions the checks of suspended frames read in the last load this thread ended: the
+/// work counter of a test (about the code size of each function with a suspended frame, once
+/// per load, whatever the number of frames).
+pub fn last_load_frame_check_reads() -> usize {
+    LAST_READS.with(|w| w.get())
 }
 
 /// Prototype-tree walks the open-upvalue check made in the last load this thread ended: the
@@ -168,6 +187,7 @@ pub fn last_load_open_upvalue_walks() -> usize {
 impl Drop for UpMemo {
     fn drop(&mut self) {
         LAST_WALKS.with(|w| w.set(self.walks()));
+        LAST_READS.with(|w| w.set(self.reads()));
         if !self.0.is_empty() {
             // SAFETY: as in `walks`; the memo is not used after this.
             unsafe { luasnap_upmemo_free(self.0.as_mut_ptr().cast()) }
@@ -384,8 +404,11 @@ pub(crate) struct Loader<'a> {
     /// upvalues may point into (`loaded_cos` by address).
     threads: Vec<*mut lua_State>,
     loaded_cos: HashMap<*mut lua_State, LoadedCo>,
-    /// Memo of `luasnap_open_upval_check`.
+    /// Memo of `luasnap_open_upval_check` and of the frame checks' indexes.
     upmemo: UpMemo,
+    /// The load failed for want of memory (restoring a coroutine's stack or frames), not on a
+    /// bad file: the caller raises Lua's memory error.
+    pub out_of_memory: bool,
     /// Coroutines this load created, whose budget hook goes when the load ends.
     all_threads: Vec<*mut lua_State>,
     /// The C functions of `coroutine.wrap`'s and `string.gmatch`'s helpers, once looked up.
@@ -476,6 +499,7 @@ impl<'a> Loader<'a> {
             threads: Vec::new(),
             loaded_cos: HashMap::new(),
             upmemo: UpMemo::default(),
+            out_of_memory: false,
             all_threads: Vec::new(),
             aux: None,
             nofinal_marked: false,
@@ -2299,10 +2323,17 @@ impl<'a> Loader<'a> {
                 known.as_ptr(),
                 known.len() as c_int,
                 pcall_k,
+                self.upmemo_ptr(),
             );
             self.known_k = Some((known, pcall_k));
             if !err.is_null() {
                 let msg = std::ffi::CStr::from_ptr(err).to_string_lossy().into_owned();
+                if msg.starts_with("not enough memory") {
+                    // Its stack or frames could not grow: the VM is out of memory, the file
+                    // may be fine.
+                    self.out_of_memory = true;
+                    return Err(self.fail(format!("suspended coroutine: {msg}")));
+                }
                 return Err(self.malformed(&format!("suspended coroutine: {msg}")));
             }
             if self.format >= 4 {
