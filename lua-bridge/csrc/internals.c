@@ -659,7 +659,8 @@ typedef struct luasnap_entry {
   uint32_t pos;   /* the position just after this entry */
 } luasnap_entry;
 
-static void describe(const TValue *o, luasnap_val *out) {
+/* Inlined: the scan's hot loop calls it twice an entry. */
+static inline __attribute__((always_inline)) void describe(const TValue *o, luasnap_val *out) {
   out->len = 0; out->bits = 0; out->s = NULL;
   switch (ttypetag(o)) {
     case LUA_VFALSE: out->kind = LS_FALSE; break;
@@ -691,7 +692,8 @@ static void describe(const TValue *o, luasnap_val *out) {
 /* Describes up to `max` entries of the table tp from position `pos` on (positions as in
 ** luasnap_table_next), for the persister to write without pushing them (objects by
 ** identity: the persister keeps a batch while no Lua code runs, so what it describes stays
-** as it is). Returns the number described; 0 after the last entry. Reads only, and checks
+** as it is). Returns the number described: fewer than max only when it reached the last entry,
+** 0 after it. Reads only, and checks
 ** bounds like luasnap_table_next. */
 int luasnap_table_scan(lua_State *L, const void *tp, unsigned int pos, luasnap_entry *out, int max) {
   const Table *t = (const Table *)tp;

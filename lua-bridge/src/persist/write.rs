@@ -196,6 +196,23 @@ impl IdMap {
     /// Gives `p` the id `id` of `kind`. A permanent's slot takes the object id it gets.
     #[inline]
     fn insert(&mut self, p: *const c_void, kind: Kind, id: u32) {
+        // The common case in one look at the slot: its leaf exists and the slot is free.
+        if let Some(k) = self.key(p) {
+            if let Some(Some(leaf)) = self.leaves.get_mut(k / LEAF) {
+                let e = &mut leaf[k % LEAF];
+                if *e == 0 && id < ID_MASK - 1 {
+                    *e = (kind as u32) << KIND_SHIFT | (id + 1);
+                    self.touch(k / LEAF);
+                    return;
+                }
+            }
+        }
+        self.insert_slow(p, kind, id);
+    }
+
+    /// `insert`, every case.
+    #[inline(never)]
+    fn insert_slow(&mut self, p: *const c_void, kind: Kind, id: u32) {
         if let Some(k) = self.key(p) {
             if id < ID_MASK - 1 {
                 let i = k / LEAF;
@@ -215,6 +232,29 @@ impl IdMap {
             self.far_dense = true;
         }
         self.far.insert((p as usize, kind), id);
+    }
+
+    /// What the object `p` is to the writer: `Ok(id)` written, with that object id;
+    /// `Err(true)` neither written nor a permanent; `Err(false)` a permanent not written yet.
+    /// As `get(p, Kind::Obj)` then `get(p, Kind::Perm)`, in one look at the slot when it can.
+    #[inline]
+    fn obj_state(&self, p: *const c_void) -> Result<u32, bool> {
+        if let Some(k) = self.key(p) {
+            if let Some(Some(leaf)) = self.leaves.get(k / LEAF) {
+                let e = leaf[k % LEAF];
+                if e >> KIND_SHIFT == Kind::Obj as u32 && e != 0 {
+                    return Ok((e & ID_MASK) - 1);
+                }
+                if !self.far_dense {
+                    // Nothing of the table's span is in the hash map: the slot says all.
+                    return Err(!(e != 0 && e >> KIND_SHIFT == Kind::Perm as u32));
+                }
+            }
+        }
+        match self.get(p, Kind::Obj) {
+            Some(id) => Ok(id),
+            None => Err(self.get(p, Kind::Perm).is_none()),
+        }
     }
 
     /// The id of `p`, or None after giving it `id`.
@@ -350,6 +390,12 @@ fn put_tagged(out: &mut Vec<u8>, tag: Tag, v: u64) {
         out.push(tag as u8);
         put_varint(out, v);
     }
+}
+
+/// Whether a scanned value's kind is a primitive or a string (no id lookup to write it).
+#[inline(always)]
+fn is_prim(k: u64) -> bool {
+    matches!(k, kind::FALSE..=kind::STR | kind::NIL)
 }
 
 /// Appends a tag and 8 little-endian bytes.
@@ -694,7 +740,21 @@ impl<'a> Persister<'a> {
     /// Writes a string. Strings of MIN_STRREF_LEN bytes or more are written once and referred
     /// to afterwards (by identity `obj`: short strings are interned, so that is one object per
     /// content); shorter ones cost less to repeat than to look up.
+    #[inline]
     fn string(&mut self, obj: *const c_void, bytes: &[u8]) {
+        if bytes.len() >= MIN_STRREF_LEN {
+            // Most strings are written already: their reference, inline.
+            if let Some(old) = self.sc.refs.get(obj, Kind::Str) {
+                put_tagged(&mut self.w.buf, Tag::StrRef, old as u64);
+                return;
+            }
+        }
+        self.new_string(obj, bytes);
+    }
+
+    /// `string`, for a string to write whole (new, or too short to refer to).
+    #[inline(never)]
+    fn new_string(&mut self, obj: *const c_void, bytes: &[u8]) {
         if bytes.len() < MIN_STRREF_LEN {
             self.w.tag(Tag::Str);
             self.w.bytes(bytes);
@@ -762,6 +822,16 @@ impl<'a> Persister<'a> {
         if self.is_permanent(t) {
             return None;
         }
+        // SAFETY: callers' contract.
+        unsafe { self.new_table_info(t) }
+    }
+
+    /// `unseen_table_info` for a table known not to be a permanent.
+    ///
+    /// # Safety
+    /// As for `unseen_table_info`.
+    #[inline]
+    unsafe fn new_table_info(&mut self, t: *const c_void) -> Option<(u32, u32, *const c_void)> {
         let (mut narr, mut nhash, mut mt) = (0u32, 0u32, std::ptr::null());
         // SAFETY: t is a live table (callers' contract); no key, no lookup.
         unsafe { luasnap_table_info(t, std::ptr::null(), &mut narr, &mut nhash, &mut mt) };
@@ -1009,6 +1079,29 @@ impl<'a> Persister<'a> {
             }
             kind::NIL => true,
             _ => false,
+        }
+    }
+
+    /// Writes a scanned primitive or string (`is_prim` holds).
+    ///
+    /// # Safety
+    /// As for `write_plain`.
+    #[inline(always)]
+    unsafe fn write_prim(&mut self, v: &RawVal) {
+        match v.kind {
+            kind::STR => {
+                // SAFETY: the scan pointed at the live string's bytes (callers' contract).
+                let bytes = unsafe { std::slice::from_raw_parts(v.s.cast::<u8>(), v.len as usize) };
+                self.string(v.bits as usize as *const c_void, bytes);
+            }
+            kind::INT => {
+                let i = v.bits as i64;
+                put_tagged(&mut self.w.buf, Tag::Int, ((i << 1) ^ (i >> 63)) as u64);
+            }
+            kind::FALSE => self.w.tag(Tag::False),
+            kind::TRUE => self.w.tag(Tag::True),
+            kind::FLOAT => put_tagged_u64(&mut self.w.buf, Tag::Float, v.bits),
+            _ => self.w.tag(Tag::Nil),
         }
     }
 
@@ -1530,8 +1623,14 @@ impl<'a> Persister<'a> {
                             if *gen != self.scan_gen || end > self.sc.scan.len() {
                                 i = end; // stale: scan again from `pos`
                             }
+                            // Whether the last scan reached the table's end (it stops early
+                            // only when the batch is full): then no scan after it.
+                            let mut exhausted = false;
                             loop {
                                 if i >= end {
+                                    if exhausted {
+                                        break;
+                                    }
                                     self.sc.scan.truncate(floor);
                                     self.sc.scan.reserve(SCAN_BATCH);
                                     // SAFETY: room for SCAN_BATCH entries past `floor`; the C
@@ -1549,10 +1648,50 @@ impl<'a> Persister<'a> {
                                     }
                                     self.sc.scan.set_len(floor + n);
                                     (i, end) = (floor, floor + n);
+                                    exhausted = n < SCAN_BATCH;
                                 }
                                 let e = self.sc.scan[i];
                                 i += 1;
                                 let mut opened = None;
+                                if is_prim(e.k.kind) {
+                                    // The usual key (a primitive or a string): the value
+                                    // decides, with one look at its id slot if an object.
+                                    if is_prim(e.v.kind) {
+                                        self.write_prim(&e.k);
+                                        self.write_prim(&e.v);
+                                        at = e.pos;
+                                        continue;
+                                    }
+                                    if matches!(
+                                        e.v.kind,
+                                        kind::OBJ | kind::TABLE | kind::LCLOSURE
+                                    ) {
+                                        let v = e.v.bits as usize as *const c_void;
+                                        match self.sc.refs.obj_state(v) {
+                                            Ok(id) => {
+                                                self.write_prim(&e.k);
+                                                put_tagged(&mut self.w.buf, Tag::Ref, id as u64);
+                                                at = e.pos;
+                                                continue;
+                                            }
+                                            Err(true) if e.v.kind == kind::TABLE => {
+                                                if let Some(info) = self.new_table_info(v) {
+                                                    self.write_prim(&e.k);
+                                                    opened = Some((v, info, 1, std::ptr::null()));
+                                                }
+                                            }
+                                            Err(true) => {
+                                                if let Some(info) = self.closure_info(&e.v) {
+                                                    self.write_prim(&e.k);
+                                                    self.write_closure(v, info);
+                                                    at = e.pos;
+                                                    continue;
+                                                }
+                                            }
+                                            Err(false) => {}
+                                        }
+                                    }
+                                } else {
                                 match self.classify(&e.k) {
                                     Ok(kid) => match self.classify(&e.v) {
                                         Ok(vid) => {
@@ -1586,10 +1725,12 @@ impl<'a> Persister<'a> {
                                     }
                                     Err(_) => {}
                                 }
+                                }
                                 if i == end || self.sc.scan.len() > SCAN_KEEP {
                                     // Nothing left to keep, or too much kept already.
                                     self.sc.scan.truncate(floor);
                                     (i, end) = (floor, floor);
+                                    exhausted = false;
                                 }
                                 let gen_now = self.scan_gen;
                                 if let Some(Frame::Table {
@@ -1633,6 +1774,7 @@ impl<'a> Persister<'a> {
                                 }
                                 if self.scan_gen != gen_now {
                                     i = end; // Lua code ran: scan again from `at`
+                                    exhausted = false;
                                 }
                             }
                             self.sc.scan.truncate(floor);
