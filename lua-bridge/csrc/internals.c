@@ -2513,22 +2513,33 @@ static int ls_lc_same(const Table *t, const ls_lcentry *e, const uint32_t *codes
 ** chain offset; *lastfree = the index below which insertions look for free nodes (size if
 ** the table keeps no such pointer), *seed = the VM's hash seed; returns size. cache: NULL,
 ** or a layout cache (see ls_lcache) that saves the sort for tables laid out like one before.
+** Always sets *nodes = the node count (0 for the dummy node: when it exceeds cap, the caller
+** grows its buffers and asks again) and *way = -1 when the cache took no part, w when the
+** layout was computed and stored in entry w of the cache (LS_LC_WAYS of them), LS_LC_WAYS + w
+** when it was copied from entry w: within one epoch, a table that hits entry w has the size,
+** lastfree, chain links and codes of the table that filled it last (and, for codes other
+** than 2, the same saved layout: a caller may keep what it wrote for the fill and reuse it).
 ** Reads only (the table). */
 unsigned int luasnap_table_layout(lua_State *L, const void *tp, uint32_t *codes, int32_t *nexts,
                                   uint32_t *idx, unsigned int cap, unsigned int *lastfree,
-                                  unsigned int *seed, void *cache) {
+                                  unsigned int *seed, void *cache, unsigned int *nodes,
+                                  int *way) {
   const Table *t = (const Table *)tp;
   ls_lcache *lc = (ls_lcache *)cache;
   ls_lcentry *e = NULL;
   unsigned int size, i, m = 0;
+  uint32_t irregular = 0;  /* nonzero once a removed entry or a chain link is seen */
+  *way = -1;
+  *nodes = (t == NULL || isdummy(t)) ? 0 : sizenode(t);
   if (t == NULL || isdummy(t)) return 0;
   size = sizenode(t);
   if (size < 2 || size > cap) return 0;
   for (i = 0; i < size; i++) {
     const Node *n = gnode(t, i);
     nexts[i] = gnext(n);
+    irregular |= (uint32_t)gnext(n);
     if (keyisnil(n)) codes[i] = 0;
-    else if (isempty(gval(n))) codes[i] = layout_key(n) ? 2 : 1;
+    else if (isempty(gval(n))) { codes[i] = layout_key(n) ? 2 : 1; irregular = 1; }
     else {
       if (!layout_key(n)) return 0;
       codes[i] = 3;  /* its rank comes after the sort */
@@ -2539,22 +2550,20 @@ unsigned int luasnap_table_layout(lua_State *L, const void *tp, uint32_t *codes,
   /* No layout needed when inserting the keys into a fresh table of this size gives this one:
   ** no chain, no removed entry, lastfree untouched (no collision since the last resize).
   ** Every key then sits in its main position, whatever the order of insertion. */
-  {
-    int plain = (*lastfree == size);
-    for (i = 0; i < size && plain; i++)
-      if (codes[i] == 1 || codes[i] == 2 || nexts[i] != 0) plain = 0;
-    if (plain) return 0;
-  }
+  if (*lastfree == size && irregular == 0) return 0;
   *seed = G(L)->seed;
   if (lc != NULL && size <= LS_LC_NODES && lc->epoch != 0) {
     uint64_t h = (m > 0 ? ls_keybits(gnode(t, idx[0])) : 0) ^ ((uint64_t)size << 40)
                  ^ ((uint64_t)m << 48) ^ (m > 0 ? idx[0] : 0);
-    e = &lc->e[(h * 0x9E3779B97F4A7C15ull) >> 58];  /* one of LS_LC_WAYS (2^6) */
+    unsigned int w = (unsigned int)((h * 0x9E3779B97F4A7C15ull) >> 58);  /* of LS_LC_WAYS (2^6) */
+    e = &lc->e[w];
     if (e->epoch == lc->epoch && e->size == size && e->m == m && e->lastfree == *lastfree
         && ls_lc_same(t, e, codes, nexts, size)) {
       memcpy(codes, e->codes, size * sizeof *codes);
+      *way = LS_LC_WAYS + (int)w;
       return size;
     }
+    *way = (int)w;
   }
   sort_nodes(t, idx, m);
   for (i = 0; i < m; i++) codes[idx[i]] = 3 + i;

@@ -66,6 +66,8 @@ unsafe extern "C" {
         lastfree: *mut u32,
         seed: *mut u32,
         cache: *mut c_void,
+        nodes: *mut u32,
+        way: *mut c_int,
     ) -> u32;
     fn luasnap_layout_cache_size() -> usize;
     fn luasnap_layout_cache_reset(cache: *mut c_void);
@@ -364,7 +366,14 @@ struct LayoutBufs {
     blob: Vec<u8>,
     /// The layout cache of `luasnap_table_layout` (zeroed: empty).
     cache: Vec<u64>,
+    /// For each entry of that cache, the bytes written (tag, length, layout) for the table
+    /// that filled it in this epoch, or nothing (not filled since the epoch began, or its
+    /// layout has removed keys, which the cache does not compare).
+    written: Vec<Vec<u8>>,
 }
+
+/// Entries of `luasnap_table_layout`'s cache (LS_LC_WAYS in csrc/internals.c).
+const LAYOUT_WAYS: usize = 64;
 
 impl LayoutBufs {
     /// Starts a new epoch of the layout cache: Lua code may run next, or a new persist
@@ -377,12 +386,15 @@ impl LayoutBufs {
         }
         // SAFETY: the cache has luasnap_layout_cache_size() bytes, 8-byte aligned.
         unsafe { luasnap_layout_cache_reset(self.cache.as_mut_ptr().cast()) };
+        for w in &mut self.written {
+            w.clear();
+        }
     }
 }
 
 /// Appends a tag and a varint (the hot paths' `Writer::tag` + `Writer::varint`, with one
 /// capacity check for the usual one- or two-byte varint).
-#[inline]
+#[inline(always)]
 fn put_tagged(out: &mut Vec<u8>, tag: Tag, v: u64) {
     if v < 0x80 {
         out.extend_from_slice(&[tag as u8, v as u8]);
@@ -544,6 +556,7 @@ impl Scratch {
             + bytes(&self.layout.idx)
             + bytes(&self.layout.blob)
             + bytes(&self.layout.cache)
+            + self.layout.written.iter().map(bytes).sum::<usize>()
     }
 
     /// Keeps it for the thread's next persist, if it is not too large.
@@ -687,6 +700,7 @@ impl<'a> Persister<'a> {
         out
     }
 
+    #[inline]
     fn new_id(&mut self, p: *const c_void) -> u32 {
         let id = self.next_id;
         self.next_id += 1;
@@ -740,7 +754,7 @@ impl<'a> Persister<'a> {
     /// Writes a string. Strings of MIN_STRREF_LEN bytes or more are written once and referred
     /// to afterwards (by identity `obj`: short strings are interned, so that is one object per
     /// content); shorter ones cost less to repeat than to look up.
-    #[inline]
+    #[inline(always)]
     fn string(&mut self, obj: *const c_void, bytes: &[u8]) {
         if bytes.len() >= MIN_STRREF_LEN {
             // Most strings are written already: their reference, inline.
@@ -866,6 +880,7 @@ impl<'a> Persister<'a> {
     }
 
     /// Gives the object `p`, written by identity, its id, and lists it for `anchor`.
+    #[inline]
     fn record(&mut self, p: *const c_void) -> u32 {
         let id = self.new_id(p);
         self.sc.unanchored_objs.push(p);
@@ -936,75 +951,102 @@ impl<'a> Persister<'a> {
     /// # Safety
     /// `t` is a live table; no Lua code runs meanwhile.
     unsafe fn end_table(&mut self, L: *mut lua_State, t: *const c_void) {
-        let (mut narr, mut nhash, mut mt) = (0, 0, std::ptr::null());
-        // SAFETY: t is a live table (caller); no key, no lookup.
-        unsafe { luasnap_table_info(t, std::ptr::null(), &mut narr, &mut nhash, &mut mt) };
-        let size = nhash as usize;
-        if size < 2 {
-            self.w.tag(Tag::Nil);
+        let lay = &mut self.sc.layout;
+        let out = &mut self.w.buf;
+        let (mut lastfree, mut seed, mut nodes, mut way) = (0u32, 0u32, 0u32, -1i32);
+        let n = loop {
+            let cap = lay.codes.len();
+            // SAFETY: the buffers hold `cap` entries each, the cache its size; t is live;
+            // reads only the table.
+            let n = unsafe {
+                luasnap_table_layout(
+                    L,
+                    t,
+                    lay.codes.as_mut_ptr(),
+                    lay.nexts.as_mut_ptr(),
+                    lay.idx.as_mut_ptr(),
+                    cap as u32,
+                    &mut lastfree,
+                    &mut seed,
+                    lay.cache.as_mut_ptr().cast(),
+                    &mut nodes,
+                    &mut way,
+                )
+            } as usize;
+            let size = nodes as usize;
+            if size < 2 || size <= cap {
+                break n;
+            }
+            lay.codes.resize(size, 0);
+            lay.nexts.resize(size, 0);
+            lay.idx.resize(size, 0);
+        };
+        if n == 0 {
+            out.push(Tag::Nil as u8);
             return;
         }
-        let mut lay = std::mem::take(&mut self.sc.layout);
-        lay.codes.resize(size, 0);
-        lay.nexts.resize(size, 0);
-        lay.idx.resize(size, 0);
-        let (mut lastfree, mut seed) = (0u32, 0u32);
-        // SAFETY: the buffers hold `size` entries each, the cache its size; t is live; reads
-        // only the table.
-        let n = unsafe {
-            luasnap_table_layout(
-                L,
-                t,
-                lay.codes.as_mut_ptr(),
-                lay.nexts.as_mut_ptr(),
-                lay.idx.as_mut_ptr(),
-                size as u32,
-                &mut lastfree,
-                &mut seed,
-                lay.cache.as_mut_ptr().cast(),
-            )
-        } as usize;
-        if n != size {
-            self.w.tag(Tag::Nil);
-        } else {
-            lay.blob.clear();
-            put_varint(&mut lay.blob, seed as u64);
-            put_varint(&mut lay.blob, size as u64);
-            put_varint(&mut lay.blob, lastfree as u64);
-            for (i, (&c, &nx)) in lay.codes.iter().zip(&lay.nexts).enumerate() {
-                put_varint(&mut lay.blob, c as u64);
-                if c != 0 {
-                    let nx = nx as i64;
-                    put_varint(&mut lay.blob, ((nx << 1) ^ (nx >> 63)) as u64);
-                }
-                if c == 2 {
-                    // A removed entry's key (a number, boolean or string).
-                    let mut k = RawVal::EMPTY;
-                    // SAFETY: i < the node count; t is live; reads only.
-                    unsafe { luasnap_node_key(L, t, i as u32, &mut k) };
-                    put_varint(&mut lay.blob, k.kind);
-                    match k.kind {
-                        kind::INT => {
-                            let v = k.bits as i64;
-                            put_varint(&mut lay.blob, ((v << 1) ^ (v >> 63)) as u64);
-                        }
-                        kind::FLOAT => put_varint(&mut lay.blob, k.bits),
-                        kind::STR => {
-                            put_varint(&mut lay.blob, k.len);
-                            // SAFETY: describe() gave the live string's bytes and length.
-                            let b = unsafe {
-                                std::slice::from_raw_parts(k.s.cast::<u8>(), k.len as usize)
-                            };
-                            lay.blob.extend_from_slice(b);
-                        }
-                        _ => {}
+        // A table laid out like the one that filled this cache entry: the same bytes, unless
+        // that one had removed keys (their values are not compared).
+        let hit = way
+            .checked_sub(LAYOUT_WAYS as i32)
+            .and_then(|w| lay.written.get(w as usize))
+            .filter(|b| !b.is_empty());
+        if let Some(b) = hit {
+            out.extend_from_slice(b);
+            return;
+        }
+        let start = out.len();
+        lay.blob.clear();
+        put_varint(&mut lay.blob, seed as u64);
+        put_varint(&mut lay.blob, n as u64);
+        put_varint(&mut lay.blob, lastfree as u64);
+        let mut removed_keys = false;
+        for (i, (&c, &nx)) in lay.codes[..n].iter().zip(&lay.nexts[..n]).enumerate() {
+            put_varint(&mut lay.blob, c as u64);
+            if c != 0 {
+                let nx = nx as i64;
+                put_varint(&mut lay.blob, ((nx << 1) ^ (nx >> 63)) as u64);
+            }
+            if c == 2 {
+                removed_keys = true;
+                // A removed entry's key (a number, boolean or string).
+                let mut k = RawVal::EMPTY;
+                // SAFETY: i < the node count; t is live; reads only.
+                unsafe { luasnap_node_key(L, t, i as u32, &mut k) };
+                put_varint(&mut lay.blob, k.kind);
+                match k.kind {
+                    kind::INT => {
+                        let v = k.bits as i64;
+                        put_varint(&mut lay.blob, ((v << 1) ^ (v >> 63)) as u64);
                     }
+                    kind::FLOAT => put_varint(&mut lay.blob, k.bits),
+                    kind::STR => {
+                        put_varint(&mut lay.blob, k.len);
+                        // SAFETY: describe() gave the live string's bytes and length.
+                        let b =
+                            unsafe { std::slice::from_raw_parts(k.s.cast::<u8>(), k.len as usize) };
+                        lay.blob.extend_from_slice(b);
+                    }
+                    _ => {}
                 }
             }
-            self.w.tag(Tag::Layout);
-            self.w.bytes(&lay.blob);
         }
-        self.sc.layout = lay;
+        out.push(Tag::Layout as u8);
+        put_varint(out, lay.blob.len() as u64);
+        out.extend_from_slice(&lay.blob);
+        if let Ok(w) = usize::try_from(way) {
+            if w < LAYOUT_WAYS {
+                // This layout filled cache entry w: keep its bytes for the tables that hit it.
+                if lay.written.len() < LAYOUT_WAYS {
+                    lay.written.resize_with(LAYOUT_WAYS, Vec::new);
+                }
+                let keep = &mut lay.written[w];
+                keep.clear();
+                if !removed_keys {
+                    keep.extend_from_slice(&out[start..]);
+                }
+            }
+        }
     }
 
     /// Writes a table's header and (if nil or written already) its metatable, and pushes the
