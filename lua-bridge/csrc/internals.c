@@ -697,10 +697,14 @@ static inline __attribute__((always_inline)) void describe(const TValue *o, luas
 ** bounds like luasnap_table_next. */
 int luasnap_table_scan(lua_State *L, const void *tp, unsigned int pos, luasnap_entry *out, int max) {
   const Table *t = (const Table *)tp;
-  unsigned int asize, i;
+  unsigned int asize, nsize, i;
+  const Node *node;
   int n = 0;
   if (t == NULL) return 0;
   asize = t->asize;
+  /* Read once: the stores into out below could alias them for the compiler. */
+  nsize = (unsigned int)sizenode(t);
+  node = t->node;
   for (i = pos; i < asize; i++) {
     lu_byte tag = *getArrTag(t, i);
     if (!tagisempty(tag)) {
@@ -713,8 +717,8 @@ int luasnap_table_scan(lua_State *L, const void *tp, unsigned int pos, luasnap_e
       if (n == max) return n;
     }
   }
-  for (i -= asize; i < (unsigned int)sizenode(t); i++) {  /* i >= asize here */
-    const Node *nd = gnode(t, i);
+  for (i -= asize; i < nsize; i++) {  /* i >= asize here */
+    const Node *nd = &node[i];
     if (!isempty(gval(nd))) {
       TValue k;
       luasnap_entry *e = &out[n++];

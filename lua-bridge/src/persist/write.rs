@@ -700,7 +700,7 @@ impl<'a> Persister<'a> {
         out
     }
 
-    #[inline]
+    #[inline(always)]
     fn new_id(&mut self, p: *const c_void) -> u32 {
         let id = self.next_id;
         self.next_id += 1;
@@ -880,7 +880,7 @@ impl<'a> Persister<'a> {
     }
 
     /// Gives the object `p`, written by identity, its id, and lists it for `anchor`.
-    #[inline]
+    #[inline(always)]
     fn record(&mut self, p: *const c_void) -> u32 {
         let id = self.new_id(p);
         self.sc.unanchored_objs.push(p);
@@ -1051,6 +1051,7 @@ impl<'a> Persister<'a> {
 
     /// Writes a table's header and (if nil or written already) its metatable, and pushes the
     /// frame for the rest.
+    #[inline(always)]
     fn table_header(&mut self, t: *const c_void, (narr, nhash, mt): (u32, u32, *const c_void)) {
         put_tagged(&mut self.w.buf, Tag::Table, narr as u64);
         self.w.varint(nhash as u64);
