@@ -654,11 +654,6 @@ typedef struct luasnap_val {
   const char *s;
 } luasnap_val;
 
-typedef struct luasnap_entry {
-  luasnap_val k, v;
-  uint32_t pos;   /* the position just after this entry */
-} luasnap_entry;
-
 /* Inlined: the scan's hot loop calls it twice an entry. */
 static inline __attribute__((always_inline)) void describe(const TValue *o, luasnap_val *out) {
   out->len = 0; out->bits = 0; out->s = NULL;
@@ -689,17 +684,58 @@ static inline __attribute__((always_inline)) void describe(const TValue *o, luas
   }
 }
 
+/* A table entry for the persister's scan: each side's kind (an LS_* scan kind) and bits (the
+** integer, the float's bits, or the identity: a string's TString, as for describe; 0 for
+** nil and booleans). No string bytes: the persister refers to a string written before by its
+** identity alone, and asks luasnap_string_bytes for the few it writes whole. */
+typedef struct luasnap_sentry {
+  uint64_t kbits, vbits;
+  uint32_t pos;   /* the position just after this entry */
+  uint8_t kkind, vkind;
+} luasnap_sentry;
+
+/* The scan kind of o, its bits in *bits. */
+static inline __attribute__((always_inline)) uint8_t scan_val(const TValue *o, uint64_t *bits) {
+  switch (ttypetag(o)) {
+    case LUA_VFALSE: *bits = 0; return LS_FALSE;
+    case LUA_VTRUE: *bits = 0; return LS_TRUE;
+    case LUA_VNUMINT: *bits = (uint64_t)ivalue(o); return LS_INT;
+    case LUA_VNUMFLT: {
+      lua_Number d = fltvalue(o);
+      memcpy(bits, &d, sizeof d);
+      return LS_FLOAT;
+    }
+    case LUA_VSHRSTR: case LUA_VLNGSTR: *bits = (uint64_t)(uintptr_t)tsvalue(o); return LS_STR;
+    case LUA_VLCF: *bits = (uint64_t)(uintptr_t)fvalue(o); return LS_OBJ;
+    case LUA_VUSERDATA: *bits = (uint64_t)(uintptr_t)getudatamem(uvalue(o)); return LS_OBJ;
+    case LUA_VTABLE: *bits = (uint64_t)(uintptr_t)hvalue(o); return LS_TABLE;
+    case LUA_VLCL: *bits = (uint64_t)(uintptr_t)clLvalue(o); return LS_LCLOSURE;
+    case LUA_VNIL: *bits = 0; return LS_NIL;
+    default:
+      if (iscollectable(o)) { *bits = (uint64_t)(uintptr_t)gcvalue(o); return LS_OBJ; }
+      *bits = 0;
+      return LS_OTHER;
+  }
+}
+
+/* The bytes and length of the string ts (a live TString, as a scan gave its identity). */
+const char *luasnap_string_bytes(const void *ts, size_t *len) {
+  TString *s = (TString *)ts;
+  *len = tsslen(s);
+  return getstr(s);
+}
+
 /* Describes up to `max` entries of the table tp from position `pos` on (positions as in
 ** luasnap_table_next), for the persister to write without pushing them (objects by
 ** identity: the persister keeps a batch while no Lua code runs, so what it describes stays
 ** as it is). Returns the number described: fewer than max only when it reached the last entry,
-** 0 after it. Reads only, and checks
-** bounds like luasnap_table_next. */
-int luasnap_table_scan(lua_State *L, const void *tp, unsigned int pos, luasnap_entry *out, int max) {
+** 0 after it. Reads only, and checks bounds like luasnap_table_next. */
+int luasnap_table_scan(lua_State *L, const void *tp, unsigned int pos, luasnap_sentry *out, int max) {
   const Table *t = (const Table *)tp;
   unsigned int asize, nsize, i;
   const Node *node;
   int n = 0;
+  (void)L;
   if (t == NULL) return 0;
   asize = t->asize;
   /* Read once: the stores into out below could alias them for the compiler. */
@@ -709,10 +745,10 @@ int luasnap_table_scan(lua_State *L, const void *tp, unsigned int pos, luasnap_e
     lu_byte tag = *getArrTag(t, i);
     if (!tagisempty(tag)) {
       TValue v;
-      luasnap_entry *e = &out[n++];
+      luasnap_sentry *e = &out[n++];
       farr2val(t, i, tag, &v);
-      e->k.kind = LS_INT; e->k.bits = (uint64_t)i + 1; e->k.len = 0; e->k.s = NULL;
-      describe(&v, &e->v);
+      e->kkind = LS_INT; e->kbits = (uint64_t)i + 1;
+      e->vkind = scan_val(&v, &e->vbits);
       e->pos = i + 1;
       if (n == max) return n;
     }
@@ -721,10 +757,10 @@ int luasnap_table_scan(lua_State *L, const void *tp, unsigned int pos, luasnap_e
     const Node *nd = &node[i];
     if (!isempty(gval(nd))) {
       TValue k;
-      luasnap_entry *e = &out[n++];
+      luasnap_sentry *e = &out[n++];
       getnodekey(L, &k, nd);
-      describe(&k, &e->k);
-      describe(gval(nd), &e->v);
+      e->kkind = scan_val(&k, &e->kbits);
+      e->vkind = scan_val(gval(nd), &e->vbits);
       e->pos = asize + i + 1;
       if (n == max) return n;
     }

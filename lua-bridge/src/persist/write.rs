@@ -18,7 +18,7 @@
 use super::format::{
     Tag, Writer, MIN_STRREF_LEN, THREAD_DEAD, THREAD_NOT_STARTED, THREAD_SUSPENDED,
 };
-use super::{kind, luasnap_gc_stopem, ChunkDesc, PersistOptions, RawEntry, RawVal, Slots};
+use super::{kind, luasnap_gc_stopem, ChunkDesc, PersistOptions, RawVal, Slots};
 use super::{luasnap_chunk_describe, luasnap_proto_child, luasnap_proto_nchildren};
 use super::{luasnap_proto, luasnap_proto_hash, luasnap_proto_nupvalues};
 use super::{
@@ -36,9 +36,10 @@ unsafe extern "C" {
         L: *mut lua_State,
         t: *const c_void,
         pos: u32,
-        out: *mut RawEntry,
+        out: *mut ScanEntry,
         max: c_int,
     ) -> c_int;
+    fn luasnap_string_bytes(ts: *const c_void, len: *mut usize) -> *const std::ffi::c_char;
     fn luasnap_table_info(
         t: *const c_void,
         key: *const c_void,
@@ -410,6 +411,39 @@ fn is_prim(k: u64) -> bool {
     matches!(k, kind::FALSE..=kind::STR | kind::NIL)
 }
 
+/// A table entry described by `luasnap_table_scan` (mirrors `luasnap_sentry`): each side's
+/// [`kind`] and bits (see [`full_val`]); strings by identity alone.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct ScanEntry {
+    kbits: u64,
+    vbits: u64,
+    /// The entry's position plus one.
+    pos: u32,
+    kkind: u8,
+    vkind: u8,
+}
+
+/// A scanned value (`kind`, `bits` of a [`ScanEntry`]) as a [`RawVal`], a string's bytes
+/// included.
+///
+/// # Safety
+/// The value was just described by `luasnap_table_scan`; no Lua code ran since.
+unsafe fn full_val(kind: u64, bits: u64) -> RawVal {
+    let mut v = RawVal {
+        kind,
+        bits,
+        ..RawVal::EMPTY
+    };
+    if kind == kind::STR {
+        let mut len = 0usize;
+        // SAFETY: bits is a live TString (callers' contract); reads only.
+        v.s = unsafe { luasnap_string_bytes(bits as usize as *const c_void, &mut len) };
+        v.len = len as u64;
+    }
+    v
+}
+
 /// Appends a tag and 8 little-endian bytes.
 #[inline]
 fn put_tagged_u64(out: &mut Vec<u8>, tag: Tag, v: u64) {
@@ -488,7 +522,7 @@ struct Scratch {
     unanchored_objs: Vec<*const c_void>,
     unanchored_ids: Vec<ffi::lua_Integer>,
     /// Entries described by table scans, a stack of batches (see `Frame::Table`).
-    scan: Vec<RawEntry>,
+    scan: Vec<ScanEntry>,
     /// Upvalues written (by `IdMap` index, `Kind::Upval`): the closure (object id) and the
     /// upvalue number that wrote each first.
     upval_homes: Vec<(u32, c_int)>,
@@ -896,9 +930,8 @@ impl<'a> Persister<'a> {
     ///
     /// # Safety
     /// `v` was just described by `luasnap_table_scan`; no Lua code ran since.
-    unsafe fn closure_info(&mut self, v: &RawVal) -> Option<(u32, usize)> {
-        let f = v.bits as usize as *const c_void;
-        if v.kind != kind::LCLOSURE || !self.unwritten(f) {
+    unsafe fn closure_info(&mut self, vkind: u64, f: *const c_void) -> Option<(u32, usize)> {
+        if vkind != kind::LCLOSURE || !self.unwritten(f) {
             return None;
         }
         let mut proto = std::ptr::null();
@@ -1125,27 +1158,47 @@ impl<'a> Persister<'a> {
         }
     }
 
-    /// Writes a scanned primitive or string (`is_prim` holds).
+    /// Writes a scanned primitive or string (`is_prim(kind)` holds; `bits` as the scan gave
+    /// them: a string by identity).
     ///
     /// # Safety
-    /// As for `write_plain`.
+    /// The value was just described by `luasnap_table_scan`; no Lua code ran since.
     #[inline(always)]
-    unsafe fn write_prim(&mut self, v: &RawVal) {
-        match v.kind {
+    unsafe fn write_scanned(&mut self, kind: u64, bits: u64) {
+        match kind {
             kind::STR => {
-                // SAFETY: the scan pointed at the live string's bytes (callers' contract).
-                let bytes = unsafe { std::slice::from_raw_parts(v.s.cast::<u8>(), v.len as usize) };
-                self.string(v.bits as usize as *const c_void, bytes);
+                let obj = bits as usize as *const c_void;
+                // Most strings are written already: their reference, inline (a string without
+                // an id is new, or too short to refer to).
+                match self.sc.refs.get(obj, Kind::Str) {
+                    Some(id) => put_tagged(&mut self.w.buf, Tag::StrRef, id as u64),
+                    // SAFETY: a live string (callers' contract).
+                    None => unsafe { self.new_scanned_string(obj) },
+                }
             }
             kind::INT => {
-                let i = v.bits as i64;
+                let i = bits as i64;
                 put_tagged(&mut self.w.buf, Tag::Int, ((i << 1) ^ (i >> 63)) as u64);
             }
             kind::FALSE => self.w.tag(Tag::False),
             kind::TRUE => self.w.tag(Tag::True),
-            kind::FLOAT => put_tagged_u64(&mut self.w.buf, Tag::Float, v.bits),
+            kind::FLOAT => put_tagged_u64(&mut self.w.buf, Tag::Float, bits),
             _ => self.w.tag(Tag::Nil),
         }
+    }
+
+    /// Writes the scanned string `obj` that has no string id yet.
+    ///
+    /// # Safety
+    /// `obj` is a live string's identity from `luasnap_table_scan`; no Lua code ran since.
+    #[inline(never)]
+    unsafe fn new_scanned_string(&mut self, obj: *const c_void) {
+        let mut len = 0usize;
+        // SAFETY: obj is a live TString (callers' contract); reads only.
+        let p = unsafe { luasnap_string_bytes(obj, &mut len) };
+        // SAFETY: the string's bytes, alive while it is (nothing runs meanwhile).
+        let bytes = unsafe { std::slice::from_raw_parts(p.cast::<u8>(), len) };
+        self.new_string(obj, bytes);
     }
 
     /// Writes a scanned value for which `plain` holds.
@@ -1696,36 +1749,34 @@ impl<'a> Persister<'a> {
                                 let e = self.sc.scan[i];
                                 i += 1;
                                 let mut opened = None;
-                                if is_prim(e.k.kind) {
+                                let (kk, vk) = (e.kkind as u64, e.vkind as u64);
+                                if is_prim(kk) {
                                     // The usual key (a primitive or a string): the value
                                     // decides, with one look at its id slot if an object.
-                                    if is_prim(e.v.kind) {
-                                        self.write_prim(&e.k);
-                                        self.write_prim(&e.v);
+                                    if is_prim(vk) {
+                                        self.write_scanned(kk, e.kbits);
+                                        self.write_scanned(vk, e.vbits);
                                         at = e.pos;
                                         continue;
                                     }
-                                    if matches!(
-                                        e.v.kind,
-                                        kind::OBJ | kind::TABLE | kind::LCLOSURE
-                                    ) {
-                                        let v = e.v.bits as usize as *const c_void;
+                                    if matches!(vk, kind::OBJ | kind::TABLE | kind::LCLOSURE) {
+                                        let v = e.vbits as usize as *const c_void;
                                         match self.sc.refs.obj_state(v) {
                                             Ok(id) => {
-                                                self.write_prim(&e.k);
+                                                self.write_scanned(kk, e.kbits);
                                                 put_tagged(&mut self.w.buf, Tag::Ref, id as u64);
                                                 at = e.pos;
                                                 continue;
                                             }
-                                            Err(true) if e.v.kind == kind::TABLE => {
+                                            Err(true) if vk == kind::TABLE => {
                                                 if let Some(info) = self.new_table_info(v) {
-                                                    self.write_prim(&e.k);
+                                                    self.write_scanned(kk, e.kbits);
                                                     opened = Some((v, info, 1, std::ptr::null()));
                                                 }
                                             }
                                             Err(true) => {
-                                                if let Some(info) = self.closure_info(&e.v) {
-                                                    self.write_prim(&e.k);
+                                                if let Some(info) = self.closure_info(vk, v) {
+                                                    self.write_scanned(kk, e.kbits);
                                                     self.write_closure(v, info);
                                                     at = e.pos;
                                                     continue;
@@ -1735,39 +1786,42 @@ impl<'a> Persister<'a> {
                                         }
                                     }
                                 } else {
-                                match self.classify(&e.k) {
-                                    Ok(kid) => match self.classify(&e.v) {
-                                        Ok(vid) => {
-                                            self.write_classified(&e.k, kid);
-                                            self.write_classified(&e.v, vid);
-                                            at = e.pos;
-                                            continue;
-                                        }
-                                        Err(true) if e.v.kind == kind::TABLE => {
-                                            let v = e.v.bits as usize as *const c_void;
-                                            if let Some(info) = self.unseen_table_info(v) {
-                                                self.write_classified(&e.k, kid);
-                                                opened = Some((v, info, 1, std::ptr::null()));
-                                            }
-                                        }
-                                        Err(true) => {
-                                            if let Some(info) = self.closure_info(&e.v) {
-                                                self.write_classified(&e.k, kid);
-                                                self.write_closure(e.v.bits as usize as _, info);
+                                    // A key that is an object (or else): described in full.
+                                    let (ek, ev) = (full_val(kk, e.kbits), full_val(vk, e.vbits));
+                                    match self.classify(&ek) {
+                                        Ok(kid) => match self.classify(&ev) {
+                                            Ok(vid) => {
+                                                self.write_classified(&ek, kid);
+                                                self.write_classified(&ev, vid);
                                                 at = e.pos;
                                                 continue;
                                             }
+                                            Err(true) if vk == kind::TABLE => {
+                                                let v = e.vbits as usize as *const c_void;
+                                                if let Some(info) = self.unseen_table_info(v) {
+                                                    self.write_classified(&ek, kid);
+                                                    opened = Some((v, info, 1, std::ptr::null()));
+                                                }
+                                            }
+                                            Err(true) => {
+                                                let v = e.vbits as usize as *const c_void;
+                                                if let Some(info) = self.closure_info(vk, v) {
+                                                    self.write_classified(&ek, kid);
+                                                    self.write_closure(v, info);
+                                                    at = e.pos;
+                                                    continue;
+                                                }
+                                            }
+                                            Err(false) => {}
+                                        },
+                                        Err(true) if kk == kind::TABLE => {
+                                            let k = e.kbits as usize as *const c_void;
+                                            if let Some(info) = self.unseen_table_info(k) {
+                                                opened = Some((k, info, 2, k));
+                                            }
                                         }
-                                        Err(false) => {}
-                                    },
-                                    Err(true) if e.k.kind == kind::TABLE => {
-                                        let k = e.k.bits as usize as *const c_void;
-                                        if let Some(info) = self.unseen_table_info(k) {
-                                            opened = Some((k, info, 2, k));
-                                        }
+                                        Err(_) => {}
                                     }
-                                    Err(_) => {}
-                                }
                                 }
                                 if i == end || self.sc.scan.len() > SCAN_KEEP {
                                     // Nothing left to keep, or too much kept already.
