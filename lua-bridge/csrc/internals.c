@@ -2524,20 +2524,30 @@ static uint64_t ls_keybits(const Node *n) {
   return b;
 }
 
-/* Whether the cached entry e describes the table t, whose node classes (0 free, 1 and 2
-** removed, 3 live) and chain links are codes and nexts. */
-static int ls_lc_same(const Table *t, const ls_lcentry *e, const uint32_t *codes,
-                      const int32_t *nexts, unsigned int size) {
+/* Whether the cached entry e (of the table's size) describes the table t, read straight from
+** its nodes: each node's class (free, removed with a dead or object key: 1, removed with a
+** number, boolean or string key: 2, live), chain link and, for a live node, key (tag and
+** bits; the entry's live keys are all layout keys, so equal keys are too). */
+static int ls_lc_match(const Table *t, const ls_lcentry *e, unsigned int size) {
   unsigned int i;
   for (i = 0; i < size; i++) {
-    uint32_t c = e->codes[i] < 3 ? e->codes[i] : 3;
-    if (c != codes[i] || e->nexts[i] != nexts[i]) return 0;
-    if (c == 3) {
-      const Node *n = gnode(t, i);
-      if (e->tags[i] != keytt(n) || e->bits[i] != ls_keybits(n)) return 0;
-    }
+    const Node *n = gnode(t, i);
+    uint32_t c = e->codes[i];
+    if (gnext(n) != e->nexts[i]) return 0;
+    if (keyisnil(n)) { if (c != 0) return 0; }
+    else if (isempty(gval(n))) { if (c != (uint32_t)(layout_key(n) ? 2 : 1)) return 0; }
+    else if (c < 3 || e->tags[i] != keytt(n) || e->bits[i] != ls_keybits(n)) return 0;
   }
   return 1;
+}
+
+/* The cache entry for a table of `size` nodes and that lastfree whose first live node is f
+** (size if none). */
+static ls_lcentry *ls_lc_slot(ls_lcache *lc, const Table *t, unsigned int size,
+                              unsigned int lastfree, unsigned int f) {
+  uint64_t h = (f < size ? ls_keybits(gnode(t, f)) : 0) ^ ((uint64_t)size << 40)
+               ^ ((uint64_t)lastfree << 48) ^ f;
+  return &lc->e[(h * 0x9E3779B97F4A7C15ull) >> 58];  /* one of LS_LC_WAYS (2^6) */
 }
 
 /* The layout of the hash part of the table tp, for the saver. Returns 0 (no layout to save)
@@ -2559,11 +2569,13 @@ static int ls_lc_same(const Table *t, const ls_lcentry *e, const uint32_t *codes
 ** when it was copied from entry w: within one epoch, a table that hits entry w has the size,
 ** lastfree, chain links and codes of the table that filled it last (and, for codes other
 ** than 2, the same saved layout: a caller may keep what it wrote for the fill and reuse it).
+** kept: a bit set for each entry w whose layout the caller kept so: a hit on it leaves codes
+** and nexts unwritten.
 ** Reads only (the table). */
 unsigned int luasnap_table_layout(lua_State *L, const void *tp, uint32_t *codes, int32_t *nexts,
                                   uint32_t *idx, unsigned int cap, unsigned int *lastfree,
                                   unsigned int *seed, void *cache, unsigned int *nodes,
-                                  int *way) {
+                                  int *way, uint64_t kept) {
   const Table *t = (const Table *)tp;
   ls_lcache *lc = (ls_lcache *)cache;
   ls_lcentry *e = NULL;
@@ -2574,6 +2586,24 @@ unsigned int luasnap_table_layout(lua_State *L, const void *tp, uint32_t *codes,
   if (t == NULL || isdummy(t)) return 0;
   size = sizenode(t);
   if (size < 2 || size > cap) return 0;
+  *lastfree = ls_haslastfree(t) ? (unsigned int)(ls_getlastfree(t) - t->node) : size;
+  if (lc != NULL && size <= LS_LC_NODES && lc->epoch != 0) {
+    /* Tables built alike first: one pass comparing the nodes with the cached entry. */
+    unsigned int f = 0;
+    while (f < size && isempty(gval(gnode(t, f)))) f++;
+    e = ls_lc_slot(lc, t, size, *lastfree, f);
+    if (e->epoch == lc->epoch && e->size == size && e->lastfree == *lastfree
+        && ls_lc_match(t, e, size)) {
+      int w = (int)(e - lc->e);
+      if (!((kept >> w) & 1)) {
+        memcpy(codes, e->codes, size * sizeof *codes);
+        memcpy(nexts, e->nexts, size * sizeof *nexts);
+      }
+      *seed = G(L)->seed;
+      *way = LS_LC_WAYS + w;
+      return size;
+    }
+  }
   for (i = 0; i < size; i++) {
     const Node *n = gnode(t, i);
     nexts[i] = gnext(n);
@@ -2586,28 +2616,15 @@ unsigned int luasnap_table_layout(lua_State *L, const void *tp, uint32_t *codes,
       idx[m++] = i;
     }
   }
-  *lastfree = ls_haslastfree(t) ? (unsigned int)(ls_getlastfree(t) - t->node) : size;
   /* No layout needed when inserting the keys into a fresh table of this size gives this one:
   ** no chain, no removed entry, lastfree untouched (no collision since the last resize).
   ** Every key then sits in its main position, whatever the order of insertion. */
   if (*lastfree == size && irregular == 0) return 0;
   *seed = G(L)->seed;
-  if (lc != NULL && size <= LS_LC_NODES && lc->epoch != 0) {
-    uint64_t h = (m > 0 ? ls_keybits(gnode(t, idx[0])) : 0) ^ ((uint64_t)size << 40)
-                 ^ ((uint64_t)m << 48) ^ (m > 0 ? idx[0] : 0);
-    unsigned int w = (unsigned int)((h * 0x9E3779B97F4A7C15ull) >> 58);  /* of LS_LC_WAYS (2^6) */
-    e = &lc->e[w];
-    if (e->epoch == lc->epoch && e->size == size && e->m == m && e->lastfree == *lastfree
-        && ls_lc_same(t, e, codes, nexts, size)) {
-      memcpy(codes, e->codes, size * sizeof *codes);
-      *way = LS_LC_WAYS + (int)w;
-      return size;
-    }
-    *way = (int)w;
-  }
   sort_nodes(t, idx, m);
   for (i = 0; i < m; i++) codes[idx[i]] = 3 + i;
   if (e != NULL) {
+    *way = (int)(e - lc->e);
     e->epoch = lc->epoch; e->size = size; e->m = m; e->lastfree = *lastfree;
     for (i = 0; i < size; i++) {
       const Node *n = gnode(t, i);

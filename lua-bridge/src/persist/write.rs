@@ -69,6 +69,7 @@ unsafe extern "C" {
         cache: *mut c_void,
         nodes: *mut u32,
         way: *mut c_int,
+        kept: u64,
     ) -> u32;
     fn luasnap_layout_cache_size() -> usize;
     fn luasnap_layout_cache_reset(cache: *mut c_void);
@@ -371,6 +372,9 @@ struct LayoutBufs {
     /// that filled it in this epoch, or nothing (not filled since the epoch began, or its
     /// layout has removed keys, which the cache does not compare).
     written: Vec<Vec<u8>>,
+    /// Bit w set: `written[w]` holds bytes (`luasnap_table_layout` then skips copying the
+    /// entry's codes on a hit).
+    kept: u64,
 }
 
 /// Entries of `luasnap_table_layout`'s cache (LS_LC_WAYS in csrc/internals.c).
@@ -390,6 +394,7 @@ impl LayoutBufs {
         for w in &mut self.written {
             w.clear();
         }
+        self.kept = 0;
     }
 }
 
@@ -1004,6 +1009,7 @@ impl<'a> Persister<'a> {
                     lay.cache.as_mut_ptr().cast(),
                     &mut nodes,
                     &mut way,
+                    lay.kept,
                 )
             } as usize;
             let size = nodes as usize;
@@ -1075,8 +1081,10 @@ impl<'a> Persister<'a> {
                 }
                 let keep = &mut lay.written[w];
                 keep.clear();
+                lay.kept &= !(1 << w);
                 if !removed_keys {
                     keep.extend_from_slice(&out[start..]);
+                    lay.kept |= 1 << w;
                 }
             }
         }
