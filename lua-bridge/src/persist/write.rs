@@ -1670,355 +1670,375 @@ impl<'a> Persister<'a> {
 
     /// Moves the top frame on by one child. Returns false when the frame is complete.
     unsafe fn advance(&mut self, L: *mut lua_State, s: Slots) -> Result<bool, Fail> {
-        let depth = self.sc.frames.len();
-        // Path bookkeeping: the segment for this frame's current child.
-        self.sc.segs.truncate(depth - 1);
-        // SAFETY: protected context; each arm pushes one child value and writes it.
-        unsafe {
-            match self.sc.frames.last_mut().expect("non-empty") {
-                Frame::Table {
-                    t,
-                    state,
-                    pos,
-                    key,
-                    floor,
-                    lo,
-                    hi,
-                    gen,
-                } => {
-                    let (t, st) = (*t, *state);
-                    match st {
-                        0 => {
-                            *state = 1;
-                            self.sc.segs.push(Seg::Meta);
-                            luasnap_push_metatable(L, t);
-                            self.value(L, s)?;
-                            Ok(true)
-                        }
-                        2 => {
-                            // The key (an object) has been written; now its value.
-                            *state = 1;
-                            let (at, written) = (*pos - 1, *key);
-                            self.sc.segs.push(Seg::Key);
-                            // The entry must still be the key just written: a __persist
-                            // function may have changed this table meanwhile.
-                            let same = luasnap_table_entry(L, t, at, 0) != 0 && {
-                                let p = ffi::lua_topointer(L, -1);
-                                ffi::lua_settop(L, -2);
-                                p == written
-                            };
-                            if !same || luasnap_table_entry(L, t, at, 1) == 0 {
-                                let what = "a table changed while it was being persisted (by a __persist function?)".to_string();
-                                return Err(self.fail(L, what));
+        // A table frame that opens a child table or completes goes on with the new top frame
+        // here, without a return to `run` for each table.
+        'frames: loop {
+            let depth = self.sc.frames.len();
+            // Path bookkeeping: the segment for this frame's current child.
+            self.sc.segs.truncate(depth - 1);
+            // SAFETY: protected context; each arm pushes one child value and writes it.
+            unsafe {
+                return match self.sc.frames.last_mut().expect("non-empty") {
+                    Frame::Table {
+                        t,
+                        state,
+                        pos,
+                        key,
+                        floor,
+                        lo,
+                        hi,
+                        gen,
+                    } => {
+                        let (t, st) = (*t, *state);
+                        match st {
+                            0 => {
+                                *state = 1;
+                                self.sc.segs.push(Seg::Meta);
+                                luasnap_push_metatable(L, t);
+                                self.value(L, s)?;
+                                Ok(true)
                             }
-                            self.value(L, s)?;
-                            Ok(true)
-                        }
-                        _ => {
-                            // Entries from `pos` on. Those of primitives, strings, objects
-                            // already written and new tables go from a scan of the table
-                            // straight to the buffer (a new table's entries by its own
-                            // frame, the rest of the batch kept for when it is done); the
-                            // rest one at a time, pushed: [v, k].
-                            self.sc.segs.push(Seg::Key);
-                            let mut at = *pos;
-                            let floor = *floor as usize;
-                            let (mut i, mut end) = (*lo as usize, *hi as usize);
-                            if *gen != self.scan_gen || end > self.sc.scan.len() {
-                                i = end; // stale: scan again from `pos`
-                            }
-                            // Whether the last scan reached the table's end (it stops early
-                            // only when the batch is full): then no scan after it.
-                            let mut exhausted = false;
-                            loop {
-                                if i >= end {
-                                    if exhausted {
-                                        break;
-                                    }
-                                    self.sc.scan.truncate(floor);
-                                    self.sc.scan.reserve(SCAN_BATCH);
-                                    // SAFETY: room for SCAN_BATCH entries past `floor`; the C
-                                    // side fills every field of the `n` entries it returns
-                                    // (plain data), which set_len then covers.
-                                    let n = luasnap_table_scan(
-                                        L,
-                                        t,
-                                        at,
-                                        self.sc.scan.as_mut_ptr().add(floor),
-                                        SCAN_BATCH as c_int,
-                                    ) as usize;
-                                    if n == 0 {
-                                        break;
-                                    }
-                                    self.sc.scan.set_len(floor + n);
-                                    (i, end) = (floor, floor + n);
-                                    exhausted = n < SCAN_BATCH;
+                            2 => {
+                                // The key (an object) has been written; now its value.
+                                *state = 1;
+                                let (at, written) = (*pos - 1, *key);
+                                self.sc.segs.push(Seg::Key);
+                                // The entry must still be the key just written: a __persist
+                                // function may have changed this table meanwhile.
+                                let same = luasnap_table_entry(L, t, at, 0) != 0 && {
+                                    let p = ffi::lua_topointer(L, -1);
+                                    ffi::lua_settop(L, -2);
+                                    p == written
+                                };
+                                if !same || luasnap_table_entry(L, t, at, 1) == 0 {
+                                    let what = "a table changed while it was being persisted (by a __persist function?)".to_string();
+                                    return Err(self.fail(L, what));
                                 }
-                                let e = self.sc.scan[i];
-                                i += 1;
-                                let mut opened = None;
-                                let (kk, vk) = (e.kkind as u64, e.vkind as u64);
-                                if is_prim(kk) {
-                                    // The usual key (a primitive or a string): the value
-                                    // decides, with one look at its id slot if an object.
-                                    if is_prim(vk) {
-                                        self.write_scanned(kk, e.kbits);
-                                        self.write_scanned(vk, e.vbits);
-                                        at = e.pos;
-                                        continue;
+                                self.value(L, s)?;
+                                Ok(true)
+                            }
+                            _ => {
+                                // Entries from `pos` on. Those of primitives, strings, objects
+                                // already written and new tables go from a scan of the table
+                                // straight to the buffer (a new table's entries by its own
+                                // frame, the rest of the batch kept for when it is done); the
+                                // rest one at a time, pushed: [v, k].
+                                self.sc.segs.push(Seg::Key);
+                                let mut at = *pos;
+                                let floor = *floor as usize;
+                                let (mut i, mut end) = (*lo as usize, *hi as usize);
+                                if *gen != self.scan_gen || end > self.sc.scan.len() {
+                                    i = end; // stale: scan again from `pos`
+                                }
+                                // Whether the last scan reached the table's end (it stops early
+                                // only when the batch is full): then no scan after it.
+                                let mut exhausted = false;
+                                loop {
+                                    if i >= end {
+                                        if exhausted {
+                                            break;
+                                        }
+                                        self.sc.scan.truncate(floor);
+                                        self.sc.scan.reserve(SCAN_BATCH);
+                                        // SAFETY: room for SCAN_BATCH entries past `floor`; the C
+                                        // side fills every field of the `n` entries it returns
+                                        // (plain data), which set_len then covers.
+                                        let n = luasnap_table_scan(
+                                            L,
+                                            t,
+                                            at,
+                                            self.sc.scan.as_mut_ptr().add(floor),
+                                            SCAN_BATCH as c_int,
+                                        ) as usize;
+                                        if n == 0 {
+                                            break;
+                                        }
+                                        self.sc.scan.set_len(floor + n);
+                                        (i, end) = (floor, floor + n);
+                                        exhausted = n < SCAN_BATCH;
                                     }
-                                    if matches!(vk, kind::OBJ | kind::TABLE | kind::LCLOSURE) {
-                                        let v = e.vbits as usize as *const c_void;
-                                        match self.sc.refs.obj_state(v) {
-                                            Ok(id) => {
-                                                self.write_scanned(kk, e.kbits);
-                                                put_tagged(&mut self.w.buf, Tag::Ref, id as u64);
-                                                at = e.pos;
-                                                continue;
-                                            }
-                                            Err(true) if vk == kind::TABLE => {
-                                                if let Some(info) = self.new_table_info(v) {
+                                    let e = self.sc.scan[i];
+                                    i += 1;
+                                    let mut opened = None;
+                                    let (kk, vk) = (e.kkind as u64, e.vkind as u64);
+                                    if is_prim(kk) {
+                                        // The usual key (a primitive or a string): the value
+                                        // decides, with one look at its id slot if an object.
+                                        if is_prim(vk) {
+                                            self.write_scanned(kk, e.kbits);
+                                            self.write_scanned(vk, e.vbits);
+                                            at = e.pos;
+                                            continue;
+                                        }
+                                        if matches!(vk, kind::OBJ | kind::TABLE | kind::LCLOSURE) {
+                                            let v = e.vbits as usize as *const c_void;
+                                            match self.sc.refs.obj_state(v) {
+                                                Ok(id) => {
                                                     self.write_scanned(kk, e.kbits);
-                                                    opened = Some((v, info, 1, std::ptr::null()));
-                                                }
-                                            }
-                                            Err(true) => {
-                                                if let Some(info) = self.closure_info(vk, v) {
-                                                    self.write_scanned(kk, e.kbits);
-                                                    self.write_closure(v, info);
+                                                    put_tagged(
+                                                        &mut self.w.buf,
+                                                        Tag::Ref,
+                                                        id as u64,
+                                                    );
                                                     at = e.pos;
                                                     continue;
                                                 }
-                                            }
-                                            Err(false) => {}
-                                        }
-                                    }
-                                } else {
-                                    // A key that is an object (or else): described in full.
-                                    let (ek, ev) = (full_val(kk, e.kbits), full_val(vk, e.vbits));
-                                    match self.classify(&ek) {
-                                        Ok(kid) => match self.classify(&ev) {
-                                            Ok(vid) => {
-                                                self.write_classified(&ek, kid);
-                                                self.write_classified(&ev, vid);
-                                                at = e.pos;
-                                                continue;
-                                            }
-                                            Err(true) if vk == kind::TABLE => {
-                                                let v = e.vbits as usize as *const c_void;
-                                                if let Some(info) = self.unseen_table_info(v) {
-                                                    self.write_classified(&ek, kid);
-                                                    opened = Some((v, info, 1, std::ptr::null()));
+                                                Err(true) if vk == kind::TABLE => {
+                                                    if let Some(info) = self.new_table_info(v) {
+                                                        self.write_scanned(kk, e.kbits);
+                                                        opened =
+                                                            Some((v, info, 1, std::ptr::null()));
+                                                    }
                                                 }
+                                                Err(true) => {
+                                                    if let Some(info) = self.closure_info(vk, v) {
+                                                        self.write_scanned(kk, e.kbits);
+                                                        self.write_closure(v, info);
+                                                        at = e.pos;
+                                                        continue;
+                                                    }
+                                                }
+                                                Err(false) => {}
                                             }
-                                            Err(true) => {
-                                                let v = e.vbits as usize as *const c_void;
-                                                if let Some(info) = self.closure_info(vk, v) {
+                                        }
+                                    } else {
+                                        // A key that is an object (or else): described in full.
+                                        let (ek, ev) =
+                                            (full_val(kk, e.kbits), full_val(vk, e.vbits));
+                                        match self.classify(&ek) {
+                                            Ok(kid) => match self.classify(&ev) {
+                                                Ok(vid) => {
                                                     self.write_classified(&ek, kid);
-                                                    self.write_closure(v, info);
+                                                    self.write_classified(&ev, vid);
                                                     at = e.pos;
                                                     continue;
                                                 }
+                                                Err(true) if vk == kind::TABLE => {
+                                                    let v = e.vbits as usize as *const c_void;
+                                                    if let Some(info) = self.unseen_table_info(v) {
+                                                        self.write_classified(&ek, kid);
+                                                        opened =
+                                                            Some((v, info, 1, std::ptr::null()));
+                                                    }
+                                                }
+                                                Err(true) => {
+                                                    let v = e.vbits as usize as *const c_void;
+                                                    if let Some(info) = self.closure_info(vk, v) {
+                                                        self.write_classified(&ek, kid);
+                                                        self.write_closure(v, info);
+                                                        at = e.pos;
+                                                        continue;
+                                                    }
+                                                }
+                                                Err(false) => {}
+                                            },
+                                            Err(true) if kk == kind::TABLE => {
+                                                let k = e.kbits as usize as *const c_void;
+                                                if let Some(info) = self.unseen_table_info(k) {
+                                                    opened = Some((k, info, 2, k));
+                                                }
                                             }
-                                            Err(false) => {}
-                                        },
-                                        Err(true) if kk == kind::TABLE => {
-                                            let k = e.kbits as usize as *const c_void;
-                                            if let Some(info) = self.unseen_table_info(k) {
-                                                opened = Some((k, info, 2, k));
-                                            }
+                                            Err(_) => {}
                                         }
-                                        Err(_) => {}
                                     }
-                                }
-                                if i == end || self.sc.scan.len() > SCAN_KEEP {
-                                    // Nothing left to keep, or too much kept already.
-                                    self.sc.scan.truncate(floor);
-                                    (i, end) = (floor, floor);
-                                    exhausted = false;
-                                }
-                                let gen_now = self.scan_gen;
-                                if let Some(Frame::Table {
-                                    pos, lo, hi, gen, ..
-                                }) = self.sc.frames.get_mut(depth - 1)
-                                {
-                                    (*pos, *lo, *hi, *gen) = (e.pos, i as u32, end as u32, gen_now);
-                                }
-                                if let Some((child, info, st, k)) = opened {
-                                    // A new table's frame goes on top: this one goes on after it.
-                                    if let Some(Frame::Table { state, key, .. }) =
-                                        self.sc.frames.get_mut(depth - 1)
+                                    if i == end || self.sc.scan.len() > SCAN_KEEP {
+                                        // Nothing left to keep, or too much kept already.
+                                        self.sc.scan.truncate(floor);
+                                        (i, end) = (floor, floor);
+                                        exhausted = false;
+                                    }
+                                    let gen_now = self.scan_gen;
+                                    if let Some(Frame::Table {
+                                        pos, lo, hi, gen, ..
+                                    }) = self.sc.frames.get_mut(depth - 1)
                                     {
-                                        (*state, *key) = (st, k);
+                                        (*pos, *lo, *hi, *gen) =
+                                            (e.pos, i as u32, end as u32, gen_now);
                                     }
-                                    self.table_header(child, info);
-                                    return Ok(true);
-                                }
-                                // The general path, for this entry: pushed, then written.
-                                let base = ffi::lua_gettop(L);
-                                if luasnap_table_next(L, t, &mut at) == 0 {
-                                    break; // cannot happen: the entry was just scanned
-                                }
-                                let key_ptr = ffi::lua_topointer(L, -1);
-                                self.value(L, s)?;
-                                if self.sc.frames.len() > depth {
-                                    // The key is a new object whose contents come first.
-                                    ffi::lua_settop(L, base);
-                                    if let Some(Frame::Table { state, key, .. }) =
-                                        self.sc.frames.get_mut(depth - 1)
-                                    {
-                                        *state = 2;
-                                        *key = key_ptr;
+                                    if let Some((child, info, st, k)) = opened {
+                                        // A new table's frame goes on top: this one goes on after it.
+                                        if let Some(Frame::Table { state, key, .. }) =
+                                            self.sc.frames.get_mut(depth - 1)
+                                        {
+                                            (*state, *key) = (st, k);
+                                        }
+                                        self.table_header(child, info);
+                                        // Its entries next, here (as `run` would).
+                                        continue 'frames;
                                     }
-                                    return Ok(true);
-                                }
-                                self.value(L, s)?;
-                                if self.sc.frames.len() > depth {
-                                    ffi::lua_settop(L, base);
-                                    return Ok(true);
-                                }
-                                if self.scan_gen != gen_now {
-                                    i = end; // Lua code ran: scan again from `at`
-                                    exhausted = false;
-                                }
-                            }
-                            self.sc.scan.truncate(floor);
-                            self.end_table(L, t);
-                            Ok(false)
-                        }
-                    }
-                }
-                Frame::LClosure { id, next, n } | Frame::CClosure { id, next, n } => {
-                    let (id, i, n) = (*id, *next, *n);
-                    if i > n {
-                        return Ok(false);
-                    }
-                    *next += 1;
-                    self.sc.segs.push(Seg::Upvalue(i));
-                    ffi::lua_rawgeti(L, s.seen, id as ffi::lua_Integer);
-                    let is_lua = ffi::lua_iscfunction(L, -1) == 0;
-                    if is_lua {
-                        // An upvalue still open in a suspended coroutine's stack: keep the link.
-                        let (mut owner, mut level) = (std::ptr::null_mut(), 0);
-                        if luasnap_upval_open(L, -1, i, &mut owner, &mut level) != 0 && owner != L {
-                            ffi::lua_settop(L, -2);
-                            ffi::luaL_checkstack(L, 2, c"persist".as_ptr());
-                            let main = ffi::lua_pushthread(owner) == 1;
-                            ffi::lua_settop(owner, -2);
-                            if !main {
-                                self.w.tag(Tag::UpvalOpen);
-                                self.w.varint(level as u64);
-                                ffi::lua_pushthread(owner);
-                                ffi::lua_xmove(owner, L, 1);
-                                self.value(L, s)?;
-                                return Ok(true);
-                            }
-                            ffi::lua_rawgeti(L, s.seen, id as ffi::lua_Integer);
-                        }
-                        let uid = ffi::lua_upvalueid(L, -1, i) as *const c_void;
-                        if let Some((owner, index)) = self.upval_home(uid) {
-                            ffi::lua_settop(L, -2);
-                            self.w.tag(Tag::UpvalRef);
-                            self.w.varint(owner as u64);
-                            self.w.varint(index as u64);
-                            return Ok(true);
-                        }
-                        self.set_upval_home(uid, id, i);
-                        self.w.tag(Tag::UpvalNew);
-                    }
-                    ffi::lua_getupvalue(L, -1, i);
-                    ffi::lua_rotate(L, -2, 1);
-                    ffi::lua_settop(L, -2);
-                    self.value(L, s)?;
-                    Ok(true)
-                }
-                Frame::UdBytes { id, state, nuv } => {
-                    let (id, st, nuv) = (*id, *state, *nuv);
-                    if st > nuv {
-                        return Ok(false);
-                    }
-                    *state += 1;
-                    ffi::lua_rawgeti(L, s.seen, id as ffi::lua_Integer);
-                    if st == 0 {
-                        self.sc.segs.push(Seg::Meta);
-                        if ffi::lua_getmetatable(L, -1) == 0 {
-                            ffi::lua_pushnil(L);
-                        }
-                    } else {
-                        self.sc.segs.push(Seg::UserValue(st));
-                        ffi::lua_getiuservalue(L, -1, st);
-                    }
-                    ffi::lua_rotate(L, -2, 1);
-                    ffi::lua_settop(L, -2);
-                    self.value(L, s)?;
-                    Ok(true)
-                }
-                Frame::Special { id, state, two } => {
-                    let (id, st, two) = (*id, *state, *two);
-                    if st >= if two { 2 } else { 1 } {
-                        return Ok(false);
-                    }
-                    *state += 1;
-                    self.sc.segs.push(Seg::Special(st));
-                    ffi::lua_rawgeti(L, s.seen, -(id as ffi::lua_Integer) - 1);
-                    ffi::lua_rawgeti(L, -1, st as ffi::lua_Integer + 1);
-                    ffi::lua_rotate(L, -2, 1);
-                    ffi::lua_settop(L, -2);
-                    self.value(L, s)?;
-                    Ok(true)
-                }
-                Frame::Thread { id, next, n, nci } => {
-                    let (id, i, n, nci) = (*id, *next, *n, *nci);
-                    ffi::lua_rawgeti(L, s.seen, id as ffi::lua_Integer);
-                    let co = ffi::lua_tothread(L, -1);
-                    ffi::lua_settop(L, -2);
-                    if i > n {
-                        // Suspended: the frames, after the stack values they refer to.
-                        if nci > 0 {
-                            self.w.varint(nci as u64);
-                            let mut cis = vec![std::mem::zeroed::<CiRecord>(); nci as usize];
-                            luasnap_thread_cis(co, cis.as_mut_ptr(), nci);
-                            for r in cis {
-                                self.w.varint(r.func as u64);
-                                self.w.varint(r.top as u64);
-                                self.w.varint(r.callstatus as u64);
-                                self.w.i64(r.u2 as i64);
-                                self.w.varint(r.pc as u64);
-                                self.w.varint(r.nextraargs.max(0) as u64);
-                                self.w.i64(r.old_errfunc);
-                                self.w.i64(r.ctx);
-                                if r.k.is_null() {
-                                    self.w.tag(Tag::Nil);
-                                } else {
-                                    ffi::lua_pushlightuserdata(L, r.k.cast_mut());
-                                    if ffi::lua_rawget(L, s.perms) != ffi::LUA_TSTRING {
-                                        ffi::lua_settop(L, -2);
-                                        let what = "cannot persist a coroutine suspended inside a C function whose continuation is not a permanent (only pcall/xpcall and coroutine.yield are known)".to_string();
-                                        return Err(self.fail(L, what));
+                                    // The general path, for this entry: pushed, then written.
+                                    let base = ffi::lua_gettop(L);
+                                    if luasnap_table_next(L, t, &mut at) == 0 {
+                                        break; // cannot happen: the entry was just scanned
+                                    }
+                                    let key_ptr = ffi::lua_topointer(L, -1);
+                                    self.value(L, s)?;
+                                    if self.sc.frames.len() > depth {
+                                        // The key is a new object whose contents come first.
+                                        ffi::lua_settop(L, base);
+                                        if let Some(Frame::Table { state, key, .. }) =
+                                            self.sc.frames.get_mut(depth - 1)
+                                        {
+                                            *state = 2;
+                                            *key = key_ptr;
+                                        }
+                                        return Ok(true);
                                     }
                                     self.value(L, s)?;
+                                    if self.sc.frames.len() > depth {
+                                        ffi::lua_settop(L, base);
+                                        return Ok(true);
+                                    }
+                                    if self.scan_gen != gen_now {
+                                        i = end; // Lua code ran: scan again from `at`
+                                        exhausted = false;
+                                    }
                                 }
-                            }
-                            // Pending to-be-closed variables, as stack offsets, oldest first.
-                            let n = luasnap_thread_tbc(co, std::ptr::null_mut(), 0);
-                            let mut slots = vec![0i32; n.max(0) as usize];
-                            luasnap_thread_tbc(co, slots.as_mut_ptr(), n);
-                            self.w.varint(slots.len() as u64);
-                            for slot in slots {
-                                self.w.varint(slot as u64);
+                                self.sc.scan.truncate(floor);
+                                self.end_table(L, t);
+                                // Done: back to the frame below, here (as `run` would).
+                                self.sc.frames.pop();
+                                if self.sc.frames.is_empty() {
+                                    return Ok(true);
+                                }
+                                continue 'frames;
                             }
                         }
-                        return Ok(false);
                     }
-                    if let Some(Frame::Thread { next, .. }) = self.sc.frames.last_mut() {
+                    Frame::LClosure { id, next, n } | Frame::CClosure { id, next, n } => {
+                        let (id, i, n) = (*id, *next, *n);
+                        if i > n {
+                            return Ok(false);
+                        }
                         *next += 1;
+                        self.sc.segs.push(Seg::Upvalue(i));
+                        ffi::lua_rawgeti(L, s.seen, id as ffi::lua_Integer);
+                        let is_lua = ffi::lua_iscfunction(L, -1) == 0;
+                        if is_lua {
+                            // An upvalue still open in a suspended coroutine's stack: keep the link.
+                            let (mut owner, mut level) = (std::ptr::null_mut(), 0);
+                            if luasnap_upval_open(L, -1, i, &mut owner, &mut level) != 0
+                                && owner != L
+                            {
+                                ffi::lua_settop(L, -2);
+                                ffi::luaL_checkstack(L, 2, c"persist".as_ptr());
+                                let main = ffi::lua_pushthread(owner) == 1;
+                                ffi::lua_settop(owner, -2);
+                                if !main {
+                                    self.w.tag(Tag::UpvalOpen);
+                                    self.w.varint(level as u64);
+                                    ffi::lua_pushthread(owner);
+                                    ffi::lua_xmove(owner, L, 1);
+                                    self.value(L, s)?;
+                                    return Ok(true);
+                                }
+                                ffi::lua_rawgeti(L, s.seen, id as ffi::lua_Integer);
+                            }
+                            let uid = ffi::lua_upvalueid(L, -1, i) as *const c_void;
+                            if let Some((owner, index)) = self.upval_home(uid) {
+                                ffi::lua_settop(L, -2);
+                                self.w.tag(Tag::UpvalRef);
+                                self.w.varint(owner as u64);
+                                self.w.varint(index as u64);
+                                return Ok(true);
+                            }
+                            self.set_upval_home(uid, id, i);
+                            self.w.tag(Tag::UpvalNew);
+                        }
+                        ffi::lua_getupvalue(L, -1, i);
+                        ffi::lua_rotate(L, -2, 1);
+                        ffi::lua_settop(L, -2);
+                        self.value(L, s)?;
+                        Ok(true)
                     }
-                    self.sc.segs.push(Seg::Stack(i));
-                    ffi::luaL_checkstack(L, 2, c"persist".as_ptr());
-                    luasnap_thread_push_slot(L, co, i);
-                    self.value(L, s)?;
-                    Ok(true)
-                }
+                    Frame::UdBytes { id, state, nuv } => {
+                        let (id, st, nuv) = (*id, *state, *nuv);
+                        if st > nuv {
+                            return Ok(false);
+                        }
+                        *state += 1;
+                        ffi::lua_rawgeti(L, s.seen, id as ffi::lua_Integer);
+                        if st == 0 {
+                            self.sc.segs.push(Seg::Meta);
+                            if ffi::lua_getmetatable(L, -1) == 0 {
+                                ffi::lua_pushnil(L);
+                            }
+                        } else {
+                            self.sc.segs.push(Seg::UserValue(st));
+                            ffi::lua_getiuservalue(L, -1, st);
+                        }
+                        ffi::lua_rotate(L, -2, 1);
+                        ffi::lua_settop(L, -2);
+                        self.value(L, s)?;
+                        Ok(true)
+                    }
+                    Frame::Special { id, state, two } => {
+                        let (id, st, two) = (*id, *state, *two);
+                        if st >= if two { 2 } else { 1 } {
+                            return Ok(false);
+                        }
+                        *state += 1;
+                        self.sc.segs.push(Seg::Special(st));
+                        ffi::lua_rawgeti(L, s.seen, -(id as ffi::lua_Integer) - 1);
+                        ffi::lua_rawgeti(L, -1, st as ffi::lua_Integer + 1);
+                        ffi::lua_rotate(L, -2, 1);
+                        ffi::lua_settop(L, -2);
+                        self.value(L, s)?;
+                        Ok(true)
+                    }
+                    Frame::Thread { id, next, n, nci } => {
+                        let (id, i, n, nci) = (*id, *next, *n, *nci);
+                        ffi::lua_rawgeti(L, s.seen, id as ffi::lua_Integer);
+                        let co = ffi::lua_tothread(L, -1);
+                        ffi::lua_settop(L, -2);
+                        if i > n {
+                            // Suspended: the frames, after the stack values they refer to.
+                            if nci > 0 {
+                                self.w.varint(nci as u64);
+                                let mut cis = vec![std::mem::zeroed::<CiRecord>(); nci as usize];
+                                luasnap_thread_cis(co, cis.as_mut_ptr(), nci);
+                                for r in cis {
+                                    self.w.varint(r.func as u64);
+                                    self.w.varint(r.top as u64);
+                                    self.w.varint(r.callstatus as u64);
+                                    self.w.i64(r.u2 as i64);
+                                    self.w.varint(r.pc as u64);
+                                    self.w.varint(r.nextraargs.max(0) as u64);
+                                    self.w.i64(r.old_errfunc);
+                                    self.w.i64(r.ctx);
+                                    if r.k.is_null() {
+                                        self.w.tag(Tag::Nil);
+                                    } else {
+                                        ffi::lua_pushlightuserdata(L, r.k.cast_mut());
+                                        if ffi::lua_rawget(L, s.perms) != ffi::LUA_TSTRING {
+                                            ffi::lua_settop(L, -2);
+                                            let what = "cannot persist a coroutine suspended inside a C function whose continuation is not a permanent (only pcall/xpcall and coroutine.yield are known)".to_string();
+                                            return Err(self.fail(L, what));
+                                        }
+                                        self.value(L, s)?;
+                                    }
+                                }
+                                // Pending to-be-closed variables, as stack offsets, oldest first.
+                                let n = luasnap_thread_tbc(co, std::ptr::null_mut(), 0);
+                                let mut slots = vec![0i32; n.max(0) as usize];
+                                luasnap_thread_tbc(co, slots.as_mut_ptr(), n);
+                                self.w.varint(slots.len() as u64);
+                                for slot in slots {
+                                    self.w.varint(slot as u64);
+                                }
+                            }
+                            return Ok(false);
+                        }
+                        if let Some(Frame::Thread { next, .. }) = self.sc.frames.last_mut() {
+                            *next += 1;
+                        }
+                        self.sc.segs.push(Seg::Stack(i));
+                        ffi::luaL_checkstack(L, 2, c"persist".as_ptr());
+                        luasnap_thread_push_slot(L, co, i);
+                        self.value(L, s)?;
+                        Ok(true)
+                    }
+                };
             }
         }
     }
