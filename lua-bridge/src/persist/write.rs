@@ -2221,6 +2221,56 @@ mod tests {
         assert!(m.leaves.iter().flatten().all(|l| l.iter().all(|&e| e == 0)));
     }
 
+    /// `obj_state` (one look at the slot when it can) says what `get` for an object id, then
+    /// for a permanent, says: in the table, in the hash map, before and after the hash map
+    /// holds an identity of the table's span.
+    #[test]
+    fn obj_state_agrees_with_get() {
+        let expect = |m: &IdMap, p| match m.get(p, Kind::Obj) {
+            Some(id) => Ok(id),
+            None => Err(m.get(p, Kind::Perm).is_none()),
+        };
+        let probes = [
+            at(0),
+            at(16),
+            at(32),
+            at(48),
+            at(64),
+            at(8),
+            at(16 * LEAF * 7),
+            at(DENSE_SPAN),
+            0x1234_5678 as *const c_void,
+        ];
+        let mut m = map();
+        m.insert(at(0), Kind::Obj, 3);
+        m.insert(at(16), Kind::Perm, 0);
+        m.insert(at(32), Kind::Str, 1);
+        m.insert(at(8), Kind::Perm, 0);
+        m.insert(at(DENSE_SPAN), Kind::Obj, 4);
+        m.insert(0x1234_5678 as *const c_void, Kind::Perm, 0);
+        assert!(!m.far_dense);
+        for p in probes {
+            assert_eq!(m.obj_state(p), expect(&m, p), "{p:?}");
+        }
+        assert_eq!(m.obj_state(at(0)), Ok(3));
+        assert_eq!(m.obj_state(at(16)), Err(false));
+        assert_eq!(m.obj_state(at(32)), Err(true));
+        assert_eq!(m.obj_state(at(64)), Err(true));
+        // The hash map now holds identities of the span: a permanent whose slot a string
+        // holds, an object whose id does not fit a slot.
+        m.insert(at(32), Kind::Perm, 0);
+        m.insert(at(48), Kind::Obj, ID_MASK - 1);
+        assert!(m.far_dense);
+        for p in probes {
+            assert_eq!(m.obj_state(p), expect(&m, p), "{p:?}");
+        }
+        assert_eq!(m.obj_state(at(32)), Err(false));
+        assert_eq!(m.obj_state(at(48)), Ok(ID_MASK - 1));
+        // A permanent that gets its object id.
+        m.insert(at(16), Kind::Obj, 9);
+        assert_eq!(m.obj_state(at(16)), Ok(9));
+    }
+
     #[test]
     fn identities_the_table_cannot_hold_go_to_the_map() {
         let mut m = map();
