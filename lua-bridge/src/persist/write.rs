@@ -939,6 +939,32 @@ impl<'a> Persister<'a> {
         if vkind != kind::LCLOSURE || !self.unwritten(f) {
             return None;
         }
+        // SAFETY: callers' contract.
+        unsafe { self.new_closure_info(f) }
+    }
+
+    /// `closure_info` for a scanned value known to be neither written nor a permanent.
+    ///
+    /// # Safety
+    /// As for `closure_info`.
+    #[inline]
+    unsafe fn closure_info_scanned(
+        &mut self,
+        vkind: u64,
+        f: *const c_void,
+    ) -> Option<(u32, usize)> {
+        if vkind != kind::LCLOSURE {
+            return None;
+        }
+        // SAFETY: callers' contract.
+        unsafe { self.new_closure_info(f) }
+    }
+
+    /// `closure_info` for a Lua closure known to be neither written nor a permanent.
+    ///
+    /// # Safety
+    /// As for `closure_info`.
+    unsafe fn new_closure_info(&mut self, f: *const c_void) -> Option<(u32, usize)> {
         let mut proto = std::ptr::null();
         // SAFETY: f is a live Lua closure (callers' contract); the buffers hold MAX_UPVALUES.
         let n = unsafe {
@@ -1791,7 +1817,9 @@ impl<'a> Persister<'a> {
                                                     }
                                                 }
                                                 Err(true) => {
-                                                    if let Some(info) = self.closure_info(vk, v) {
+                                                    if let Some(info) =
+                                                        self.closure_info_scanned(vk, v)
+                                                    {
                                                         self.write_scanned(kk, e.kbits);
                                                         self.write_closure(v, info);
                                                         at = e.pos;
