@@ -1694,7 +1694,9 @@ impl<'a> Persister<'a> {
         Ok(())
     }
 
-    /// Moves the top frame on by one child. Returns false when the frame is complete.
+    /// Moves the top frame on by one child (a table frame: through its entries, and on into
+    /// the tables it opens and back, popping those it completes). Returns false when the top
+    /// frame is complete (the caller pops it).
     unsafe fn advance(&mut self, L: *mut lua_State, s: Slots) -> Result<bool, Fail> {
         // A table frame that opens a child table or completes goes on with the new top frame
         // here, without a return to `run` for each table.
