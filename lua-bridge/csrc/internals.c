@@ -693,6 +693,8 @@ typedef struct luasnap_sentry {
   uint32_t pos;   /* the position just after this entry */
   uint8_t kkind, vkind;
 } luasnap_sentry;
+/* The persister's mirror (ScanEntry in persist/write.rs) has this size too. */
+_Static_assert(sizeof(luasnap_sentry) == 24, "luasnap_sentry changed: update ScanEntry");
 
 /* The scan kind of o, its bits in *bits. */
 static inline __attribute__((always_inline)) uint8_t scan_val(const TValue *o, uint64_t *bits) {

@@ -429,6 +429,9 @@ struct ScanEntry {
     vkind: u8,
 }
 
+// The C side checks the same size for `luasnap_sentry`.
+const _: () = assert!(std::mem::size_of::<ScanEntry>() == 24);
+
 /// A scanned value (`kind`, `bits` of a [`ScanEntry`]) as a [`RawVal`], a string's bytes
 /// included.
 ///
