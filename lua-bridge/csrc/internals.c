@@ -655,12 +655,8 @@ typedef struct luasnap_val {
   const char *s;
 } luasnap_val;
 
-typedef struct luasnap_entry {
-  luasnap_val k, v;
-  uint32_t pos;   /* the position just after this entry */
-} luasnap_entry;
-
-static void describe(const TValue *o, luasnap_val *out) {
+/* Inlined: the scan's hot loop calls it twice an entry. */
+static inline __attribute__((always_inline)) void describe(const TValue *o, luasnap_val *out) {
   out->len = 0; out->bits = 0; out->s = NULL;
   switch (ttypetag(o)) {
     case LUA_VFALSE: out->kind = LS_FALSE; break;
@@ -689,37 +685,93 @@ static void describe(const TValue *o, luasnap_val *out) {
   }
 }
 
+/* A table entry for the persister's scan: each side's kind (an LS_* scan kind) and bits (the
+** integer, the float's bits, or the identity: a string's TString, as for describe; 0 for
+** nil and booleans). No string bytes: the persister refers to a string written before by its
+** identity alone, and asks luasnap_string_bytes for the few it writes whole. */
+typedef struct luasnap_sentry {
+  uint64_t kbits, vbits;
+  uint32_t pos;   /* the position just after this entry */
+  uint8_t kkind, vkind;
+} luasnap_sentry;
+/* The persister's mirror (ScanEntry in persist/write.rs) has this size too. */
+_Static_assert(sizeof(luasnap_sentry) == 24, "luasnap_sentry changed: update ScanEntry");
+
+/* The scan kind of o, its bits in *bits. */
+static inline __attribute__((always_inline)) uint8_t scan_val(const TValue *o, uint64_t *bits) {
+  switch (ttypetag(o)) {
+    case LUA_VFALSE: *bits = 0; return LS_FALSE;
+    case LUA_VTRUE: *bits = 0; return LS_TRUE;
+    case LUA_VNUMINT: *bits = (uint64_t)ivalue(o); return LS_INT;
+    case LUA_VNUMFLT: {
+      lua_Number d = fltvalue(o);
+      memcpy(bits, &d, sizeof d);
+      return LS_FLOAT;
+    }
+    case LUA_VSHRSTR: case LUA_VLNGSTR: *bits = (uint64_t)(uintptr_t)tsvalue(o); return LS_STR;
+    case LUA_VLCF: *bits = (uint64_t)(uintptr_t)fvalue(o); return LS_OBJ;
+    case LUA_VUSERDATA: *bits = (uint64_t)(uintptr_t)getudatamem(uvalue(o)); return LS_OBJ;
+    case LUA_VTABLE: *bits = (uint64_t)(uintptr_t)hvalue(o); return LS_TABLE;
+    case LUA_VLCL: *bits = (uint64_t)(uintptr_t)clLvalue(o); return LS_LCLOSURE;
+    case LUA_VNIL: *bits = 0; return LS_NIL;
+    default:
+      if (iscollectable(o)) { *bits = (uint64_t)(uintptr_t)gcvalue(o); return LS_OBJ; }
+      *bits = 0;
+      return LS_OTHER;
+  }
+}
+
+/* The bytes and length of the string ts (a live TString, as a scan gave its identity). */
+const char *luasnap_string_bytes(const void *ts, size_t *len) {
+  TString *s = (TString *)ts;
+  *len = tsslen(s);
+  return getstr(s);
+}
+
 /* Describes up to `max` entries of the table tp from position `pos` on (positions as in
 ** luasnap_table_next), for the persister to write without pushing them (objects by
 ** identity: the persister keeps a batch while no Lua code runs, so what it describes stays
-** as it is). Returns the number described; 0 after the last entry. Reads only, and checks
-** bounds like luasnap_table_next. */
-int luasnap_table_scan(lua_State *L, const void *tp, unsigned int pos, luasnap_entry *out, int max) {
+** as it is). Returns the number described: fewer than max only when it reached the last entry,
+** 0 after it. Reads only, and checks bounds like luasnap_table_next. */
+/* The writer reads a table or Lua closure met in a batch (its header) soon after the scan:
+** started now, the loads of a batch's objects overlap instead of each stalling in turn. */
+#define LS_PREFETCH_OBJ(e) \
+  do { if ((e)->vkind == LS_TABLE || (e)->vkind == LS_LCLOSURE) \
+         __builtin_prefetch((const void *)(uintptr_t)(e)->vbits); } while (0)
+
+int luasnap_table_scan(lua_State *L, const void *tp, unsigned int pos, luasnap_sentry *out, int max) {
   const Table *t = (const Table *)tp;
-  unsigned int asize, i;
+  unsigned int asize, nsize, i;
+  const Node *node;
   int n = 0;
+  (void)L;
   if (t == NULL) return 0;
   asize = t->asize;
+  /* Read once: the stores into out below could alias them for the compiler. */
+  nsize = (unsigned int)sizenode(t);
+  node = t->node;
   for (i = pos; i < asize; i++) {
     lu_byte tag = *getArrTag(t, i);
     if (!tagisempty(tag)) {
       TValue v;
-      luasnap_entry *e = &out[n++];
+      luasnap_sentry *e = &out[n++];
       farr2val(t, i, tag, &v);
-      e->k.kind = LS_INT; e->k.bits = (uint64_t)i + 1; e->k.len = 0; e->k.s = NULL;
-      describe(&v, &e->v);
+      e->kkind = LS_INT; e->kbits = (uint64_t)i + 1;
+      e->vkind = scan_val(&v, &e->vbits);
+      LS_PREFETCH_OBJ(e);
       e->pos = i + 1;
       if (n == max) return n;
     }
   }
-  for (i -= asize; i < (unsigned int)sizenode(t); i++) {  /* i >= asize here */
-    const Node *nd = gnode(t, i);
+  for (i -= asize; i < nsize; i++) {  /* i >= asize here */
+    const Node *nd = &node[i];
     if (!isempty(gval(nd))) {
       TValue k;
-      luasnap_entry *e = &out[n++];
+      luasnap_sentry *e = &out[n++];
       getnodekey(L, &k, nd);
-      describe(&k, &e->k);
-      describe(gval(nd), &e->v);
+      e->kkind = scan_val(&k, &e->kbits);
+      e->vkind = scan_val(gval(nd), &e->vbits);
+      LS_PREFETCH_OBJ(e);
       e->pos = asize + i + 1;
       if (n == max) return n;
     }
@@ -2772,20 +2824,30 @@ static uint64_t ls_keybits(const Node *n) {
   return b;
 }
 
-/* Whether the cached entry e describes the table t, whose node classes (0 free, 1 and 2
-** removed, 3 live) and chain links are codes and nexts. */
-static int ls_lc_same(const Table *t, const ls_lcentry *e, const uint32_t *codes,
-                      const int32_t *nexts, unsigned int size) {
+/* Whether the cached entry e (of the table's size) describes the table t, read straight from
+** its nodes: each node's class (free, removed with a dead or object key: 1, removed with a
+** number, boolean or string key: 2, live), chain link and, for a live node, key (tag and
+** bits; the entry's live keys are all layout keys, so equal keys are too). */
+static int ls_lc_match(const Table *t, const ls_lcentry *e, unsigned int size) {
   unsigned int i;
   for (i = 0; i < size; i++) {
-    uint32_t c = e->codes[i] < 3 ? e->codes[i] : 3;
-    if (c != codes[i] || e->nexts[i] != nexts[i]) return 0;
-    if (c == 3) {
-      const Node *n = gnode(t, i);
-      if (e->tags[i] != keytt(n) || e->bits[i] != ls_keybits(n)) return 0;
-    }
+    const Node *n = gnode(t, i);
+    uint32_t c = e->codes[i];
+    if (gnext(n) != e->nexts[i]) return 0;
+    if (keyisnil(n)) { if (c != 0) return 0; }
+    else if (isempty(gval(n))) { if (c != (uint32_t)(layout_key(n) ? 2 : 1)) return 0; }
+    else if (c < 3 || e->tags[i] != keytt(n) || e->bits[i] != ls_keybits(n)) return 0;
   }
   return 1;
+}
+
+/* The cache entry for a table of `size` nodes and that lastfree whose first live node is f
+** (size if none). */
+static ls_lcentry *ls_lc_slot(ls_lcache *lc, const Table *t, unsigned int size,
+                              unsigned int lastfree, unsigned int f) {
+  uint64_t h = (f < size ? ls_keybits(gnode(t, f)) : 0) ^ ((uint64_t)size << 40)
+               ^ ((uint64_t)lastfree << 48) ^ f;
+  return &lc->e[(h * 0x9E3779B97F4A7C15ull) >> 58];  /* one of LS_LC_WAYS (2^6) */
 }
 
 /* The layout of the hash part of the table tp, for the saver. Returns 0 (no layout to save)
@@ -2801,52 +2863,68 @@ static int ls_lc_same(const Table *t, const ls_lcentry *e, const uint32_t *codes
 ** chain offset; *lastfree = the index below which insertions look for free nodes (size if
 ** the table keeps no such pointer), *seed = the VM's hash seed; returns size. cache: NULL,
 ** or a layout cache (see ls_lcache) that saves the sort for tables laid out like one before.
+** Always sets *nodes = the node count (0 for the dummy node: when it exceeds cap, the caller
+** grows its buffers and asks again) and *way = -1 when the cache took no part, w when the
+** layout was computed and stored in entry w of the cache (LS_LC_WAYS of them), LS_LC_WAYS + w
+** when it was copied from entry w: within one epoch, a table that hits entry w has the size,
+** lastfree, chain links and codes of the table that filled it last (and, for codes other
+** than 2, the same saved layout: a caller may keep what it wrote for the fill and reuse it).
+** kept: a bit set for each entry w whose layout the caller kept so: a hit on it leaves codes
+** and nexts unwritten.
 ** Reads only (the table). */
 unsigned int luasnap_table_layout(lua_State *L, const void *tp, uint32_t *codes, int32_t *nexts,
                                   uint32_t *idx, unsigned int cap, unsigned int *lastfree,
-                                  unsigned int *seed, void *cache) {
+                                  unsigned int *seed, void *cache, unsigned int *nodes,
+                                  int *way, uint64_t kept) {
   const Table *t = (const Table *)tp;
   ls_lcache *lc = (ls_lcache *)cache;
   ls_lcentry *e = NULL;
   unsigned int size, i, m = 0;
+  uint32_t irregular = 0;  /* nonzero once a removed entry or a chain link is seen */
+  *way = -1;
+  *nodes = (t == NULL || isdummy(t)) ? 0 : sizenode(t);
   if (t == NULL || isdummy(t)) return 0;
   size = sizenode(t);
   if (size < 2 || size > cap) return 0;
+  *lastfree = ls_haslastfree(t) ? (unsigned int)(ls_getlastfree(t) - t->node) : size;
+  if (lc != NULL && size <= LS_LC_NODES && lc->epoch != 0) {
+    /* Tables built alike first: one pass comparing the nodes with the cached entry. */
+    unsigned int f = 0;
+    while (f < size && isempty(gval(gnode(t, f)))) f++;
+    e = ls_lc_slot(lc, t, size, *lastfree, f);
+    if (e->epoch == lc->epoch && e->size == size && e->lastfree == *lastfree
+        && ls_lc_match(t, e, size)) {
+      int w = (int)(e - lc->e);
+      if (!((kept >> w) & 1)) {
+        memcpy(codes, e->codes, size * sizeof *codes);
+        memcpy(nexts, e->nexts, size * sizeof *nexts);
+      }
+      *seed = G(L)->seed;
+      *way = LS_LC_WAYS + w;
+      return size;
+    }
+  }
   for (i = 0; i < size; i++) {
     const Node *n = gnode(t, i);
     nexts[i] = gnext(n);
+    irregular |= (uint32_t)gnext(n);
     if (keyisnil(n)) codes[i] = 0;
-    else if (isempty(gval(n))) codes[i] = layout_key(n) ? 2 : 1;
+    else if (isempty(gval(n))) { codes[i] = layout_key(n) ? 2 : 1; irregular = 1; }
     else {
       if (!layout_key(n)) return 0;
       codes[i] = 3;  /* its rank comes after the sort */
       idx[m++] = i;
     }
   }
-  *lastfree = ls_haslastfree(t) ? (unsigned int)(ls_getlastfree(t) - t->node) : size;
   /* No layout needed when inserting the keys into a fresh table of this size gives this one:
   ** no chain, no removed entry, lastfree untouched (no collision since the last resize).
   ** Every key then sits in its main position, whatever the order of insertion. */
-  {
-    int plain = (*lastfree == size);
-    for (i = 0; i < size && plain; i++)
-      if (codes[i] == 1 || codes[i] == 2 || nexts[i] != 0) plain = 0;
-    if (plain) return 0;
-  }
+  if (*lastfree == size && irregular == 0) return 0;
   *seed = G(L)->seed;
-  if (lc != NULL && size <= LS_LC_NODES && lc->epoch != 0) {
-    uint64_t h = (m > 0 ? ls_keybits(gnode(t, idx[0])) : 0) ^ ((uint64_t)size << 40)
-                 ^ ((uint64_t)m << 48) ^ (m > 0 ? idx[0] : 0);
-    e = &lc->e[(h * 0x9E3779B97F4A7C15ull) >> 58];  /* one of LS_LC_WAYS (2^6) */
-    if (e->epoch == lc->epoch && e->size == size && e->m == m && e->lastfree == *lastfree
-        && ls_lc_same(t, e, codes, nexts, size)) {
-      memcpy(codes, e->codes, size * sizeof *codes);
-      return size;
-    }
-  }
   sort_nodes(t, idx, m);
   for (i = 0; i < m; i++) codes[idx[i]] = 3 + i;
   if (e != NULL) {
+    *way = (int)(e - lc->e);
     e->epoch = lc->epoch; e->size = size; e->m = m; e->lastfree = *lastfree;
     for (i = 0; i < size; i++) {
       const Node *n = gnode(t, i);

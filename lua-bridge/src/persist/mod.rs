@@ -137,16 +137,6 @@ impl RawVal {
     };
 }
 
-/// A table entry described by `luasnap_table_scan` (mirrors `luasnap_entry`).
-#[repr(C)]
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct RawEntry {
-    pub k: RawVal,
-    pub v: RawVal,
-    /// The entry's position plus one.
-    pub pos: u32,
-}
-
 /// Kinds of [`RawVal`] (the `LS_*` constants of csrc/internals.c).
 pub(crate) mod kind {
     pub const FALSE: u64 = 1;

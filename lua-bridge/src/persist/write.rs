@@ -18,7 +18,7 @@
 use super::format::{
     Tag, Writer, MIN_STRREF_LEN, THREAD_DEAD, THREAD_NOT_STARTED, THREAD_SUSPENDED,
 };
-use super::{kind, luasnap_gc_stopem, ChunkDesc, PersistOptions, RawEntry, RawVal, Slots};
+use super::{kind, luasnap_gc_stopem, ChunkDesc, PersistOptions, RawVal, Slots};
 use super::{luasnap_chunk_describe, luasnap_proto_child, luasnap_proto_nchildren};
 use super::{luasnap_proto, luasnap_proto_hash, luasnap_proto_nupvalues};
 use super::{
@@ -36,9 +36,10 @@ unsafe extern "C" {
         L: *mut lua_State,
         t: *const c_void,
         pos: u32,
-        out: *mut RawEntry,
+        out: *mut ScanEntry,
         max: c_int,
     ) -> c_int;
+    fn luasnap_string_bytes(ts: *const c_void, len: *mut usize) -> *const std::ffi::c_char;
     fn luasnap_table_info(
         t: *const c_void,
         key: *const c_void,
@@ -66,6 +67,9 @@ unsafe extern "C" {
         lastfree: *mut u32,
         seed: *mut u32,
         cache: *mut c_void,
+        nodes: *mut u32,
+        way: *mut c_int,
+        kept: u64,
     ) -> u32;
     fn luasnap_layout_cache_size() -> usize;
     fn luasnap_layout_cache_reset(cache: *mut c_void);
@@ -196,6 +200,23 @@ impl IdMap {
     /// Gives `p` the id `id` of `kind`. A permanent's slot takes the object id it gets.
     #[inline]
     fn insert(&mut self, p: *const c_void, kind: Kind, id: u32) {
+        // The common case in one look at the slot: its leaf exists and the slot is free.
+        if let Some(k) = self.key(p) {
+            if let Some(Some(leaf)) = self.leaves.get_mut(k / LEAF) {
+                let e = &mut leaf[k % LEAF];
+                if *e == 0 && id < ID_MASK - 1 {
+                    *e = (kind as u32) << KIND_SHIFT | (id + 1);
+                    self.touch(k / LEAF);
+                    return;
+                }
+            }
+        }
+        self.insert_slow(p, kind, id);
+    }
+
+    /// `insert`, every case.
+    #[inline(never)]
+    fn insert_slow(&mut self, p: *const c_void, kind: Kind, id: u32) {
         if let Some(k) = self.key(p) {
             if id < ID_MASK - 1 {
                 let i = k / LEAF;
@@ -215,6 +236,29 @@ impl IdMap {
             self.far_dense = true;
         }
         self.far.insert((p as usize, kind), id);
+    }
+
+    /// What the object `p` is to the writer: `Ok(id)` written, with that object id;
+    /// `Err(true)` neither written nor a permanent; `Err(false)` a permanent not written yet.
+    /// As `get(p, Kind::Obj)` then `get(p, Kind::Perm)`, in one look at the slot when it can.
+    #[inline]
+    fn obj_state(&self, p: *const c_void) -> Result<u32, bool> {
+        if let Some(k) = self.key(p) {
+            if let Some(Some(leaf)) = self.leaves.get(k / LEAF) {
+                let e = leaf[k % LEAF];
+                if e >> KIND_SHIFT == Kind::Obj as u32 && e != 0 {
+                    return Ok((e & ID_MASK) - 1);
+                }
+                if !self.far_dense {
+                    // Nothing of the table's span is in the hash map: the slot says all.
+                    return Err(!(e != 0 && e >> KIND_SHIFT == Kind::Perm as u32));
+                }
+            }
+        }
+        match self.get(p, Kind::Obj) {
+            Some(id) => Ok(id),
+            None => Err(self.get(p, Kind::Perm).is_none()),
+        }
     }
 
     /// The id of `p`, or None after giving it `id`.
@@ -324,7 +368,17 @@ struct LayoutBufs {
     blob: Vec<u8>,
     /// The layout cache of `luasnap_table_layout` (zeroed: empty).
     cache: Vec<u64>,
+    /// For each entry of that cache, the bytes written (tag, length, layout) for the table
+    /// that filled it in this epoch, or nothing (not filled since the epoch began, or its
+    /// layout has removed keys, which the cache does not compare).
+    written: Vec<Vec<u8>>,
+    /// Bit w set: `written[w]` holds bytes (`luasnap_table_layout` then skips copying the
+    /// entry's codes on a hit).
+    kept: u64,
 }
+
+/// Entries of `luasnap_table_layout`'s cache (LS_LC_WAYS in csrc/internals.c).
+const LAYOUT_WAYS: usize = 64;
 
 impl LayoutBufs {
     /// Starts a new epoch of the layout cache: Lua code may run next, or a new persist
@@ -337,12 +391,16 @@ impl LayoutBufs {
         }
         // SAFETY: the cache has luasnap_layout_cache_size() bytes, 8-byte aligned.
         unsafe { luasnap_layout_cache_reset(self.cache.as_mut_ptr().cast()) };
+        for w in &mut self.written {
+            w.clear();
+        }
+        self.kept = 0;
     }
 }
 
 /// Appends a tag and a varint (the hot paths' `Writer::tag` + `Writer::varint`, with one
 /// capacity check for the usual one- or two-byte varint).
-#[inline]
+#[inline(always)]
 fn put_tagged(out: &mut Vec<u8>, tag: Tag, v: u64) {
     if v < 0x80 {
         out.extend_from_slice(&[tag as u8, v as u8]);
@@ -350,6 +408,48 @@ fn put_tagged(out: &mut Vec<u8>, tag: Tag, v: u64) {
         out.push(tag as u8);
         put_varint(out, v);
     }
+}
+
+/// Whether a scanned value's kind is a primitive or a string (no id lookup to write it).
+#[inline(always)]
+fn is_prim(k: u64) -> bool {
+    matches!(k, kind::FALSE..=kind::STR | kind::NIL)
+}
+
+/// A table entry described by `luasnap_table_scan` (mirrors `luasnap_sentry`): each side's
+/// [`kind`] and bits (see [`full_val`]); strings by identity alone.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct ScanEntry {
+    kbits: u64,
+    vbits: u64,
+    /// The entry's position plus one.
+    pos: u32,
+    kkind: u8,
+    vkind: u8,
+}
+
+// The C side checks the same size for `luasnap_sentry`.
+const _: () = assert!(std::mem::size_of::<ScanEntry>() == 24);
+
+/// A scanned value (`kind`, `bits` of a [`ScanEntry`]) as a [`RawVal`], a string's bytes
+/// included.
+///
+/// # Safety
+/// The value was just described by `luasnap_table_scan`; no Lua code ran since.
+unsafe fn full_val(kind: u64, bits: u64) -> RawVal {
+    let mut v = RawVal {
+        kind,
+        bits,
+        ..RawVal::EMPTY
+    };
+    if kind == kind::STR {
+        let mut len = 0usize;
+        // SAFETY: bits is a live TString (callers' contract); reads only.
+        v.s = unsafe { luasnap_string_bytes(bits as usize as *const c_void, &mut len) };
+        v.len = len as u64;
+    }
+    v
 }
 
 /// Appends a tag and 8 little-endian bytes.
@@ -430,7 +530,7 @@ struct Scratch {
     unanchored_objs: Vec<*const c_void>,
     unanchored_ids: Vec<ffi::lua_Integer>,
     /// Entries described by table scans, a stack of batches (see `Frame::Table`).
-    scan: Vec<RawEntry>,
+    scan: Vec<ScanEntry>,
     /// Upvalues written (by `IdMap` index, `Kind::Upval`): the closure (object id) and the
     /// upvalue number that wrote each first.
     upval_homes: Vec<(u32, c_int)>,
@@ -498,6 +598,7 @@ impl Scratch {
             + bytes(&self.layout.idx)
             + bytes(&self.layout.blob)
             + bytes(&self.layout.cache)
+            + self.layout.written.iter().map(bytes).sum::<usize>()
     }
 
     /// Keeps it for the thread's next persist, if it is not too large.
@@ -641,6 +742,7 @@ impl<'a> Persister<'a> {
         out
     }
 
+    #[inline(always)]
     fn new_id(&mut self, p: *const c_void) -> u32 {
         let id = self.next_id;
         self.next_id += 1;
@@ -694,7 +796,21 @@ impl<'a> Persister<'a> {
     /// Writes a string. Strings of MIN_STRREF_LEN bytes or more are written once and referred
     /// to afterwards (by identity `obj`: short strings are interned, so that is one object per
     /// content); shorter ones cost less to repeat than to look up.
+    #[inline(always)]
     fn string(&mut self, obj: *const c_void, bytes: &[u8]) {
+        if bytes.len() >= MIN_STRREF_LEN {
+            // Most strings are written already: their reference, inline.
+            if let Some(old) = self.sc.refs.get(obj, Kind::Str) {
+                put_tagged(&mut self.w.buf, Tag::StrRef, old as u64);
+                return;
+            }
+        }
+        self.new_string(obj, bytes);
+    }
+
+    /// `string`, for a string to write whole (new, or too short to refer to).
+    #[inline(never)]
+    fn new_string(&mut self, obj: *const c_void, bytes: &[u8]) {
         if bytes.len() < MIN_STRREF_LEN {
             self.w.tag(Tag::Str);
             self.w.bytes(bytes);
@@ -762,6 +878,16 @@ impl<'a> Persister<'a> {
         if self.is_permanent(t) {
             return None;
         }
+        // SAFETY: callers' contract.
+        unsafe { self.new_table_info(t) }
+    }
+
+    /// `unseen_table_info` for a table known not to be a permanent.
+    ///
+    /// # Safety
+    /// As for `unseen_table_info`.
+    #[inline]
+    unsafe fn new_table_info(&mut self, t: *const c_void) -> Option<(u32, u32, *const c_void)> {
         let (mut narr, mut nhash, mut mt) = (0u32, 0u32, std::ptr::null());
         // SAFETY: t is a live table (callers' contract); no key, no lookup.
         unsafe { luasnap_table_info(t, std::ptr::null(), &mut narr, &mut nhash, &mut mt) };
@@ -796,6 +922,7 @@ impl<'a> Persister<'a> {
     }
 
     /// Gives the object `p`, written by identity, its id, and lists it for `anchor`.
+    #[inline(always)]
     fn record(&mut self, p: *const c_void) -> u32 {
         let id = self.new_id(p);
         self.sc.unanchored_objs.push(p);
@@ -811,11 +938,36 @@ impl<'a> Persister<'a> {
     ///
     /// # Safety
     /// `v` was just described by `luasnap_table_scan`; no Lua code ran since.
-    unsafe fn closure_info(&mut self, v: &RawVal) -> Option<(u32, usize)> {
-        let f = v.bits as usize as *const c_void;
-        if v.kind != kind::LCLOSURE || !self.unwritten(f) {
+    unsafe fn closure_info(&mut self, vkind: u64, f: *const c_void) -> Option<(u32, usize)> {
+        if vkind != kind::LCLOSURE || !self.unwritten(f) {
             return None;
         }
+        // SAFETY: callers' contract.
+        unsafe { self.new_closure_info(f) }
+    }
+
+    /// `closure_info` for a scanned value known to be neither written nor a permanent.
+    ///
+    /// # Safety
+    /// As for `closure_info`.
+    #[inline]
+    unsafe fn closure_info_scanned(
+        &mut self,
+        vkind: u64,
+        f: *const c_void,
+    ) -> Option<(u32, usize)> {
+        if vkind != kind::LCLOSURE {
+            return None;
+        }
+        // SAFETY: callers' contract.
+        unsafe { self.new_closure_info(f) }
+    }
+
+    /// `closure_info` for a Lua closure known to be neither written nor a permanent.
+    ///
+    /// # Safety
+    /// As for `closure_info`.
+    unsafe fn new_closure_info(&mut self, f: *const c_void) -> Option<(u32, usize)> {
         let mut proto = std::ptr::null();
         // SAFETY: f is a live Lua closure (callers' contract); the buffers hold MAX_UPVALUES.
         let n = unsafe {
@@ -866,79 +1018,110 @@ impl<'a> Persister<'a> {
     /// # Safety
     /// `t` is a live table; no Lua code runs meanwhile.
     unsafe fn end_table(&mut self, L: *mut lua_State, t: *const c_void) {
-        let (mut narr, mut nhash, mut mt) = (0, 0, std::ptr::null());
-        // SAFETY: t is a live table (caller); no key, no lookup.
-        unsafe { luasnap_table_info(t, std::ptr::null(), &mut narr, &mut nhash, &mut mt) };
-        let size = nhash as usize;
-        if size < 2 {
-            self.w.tag(Tag::Nil);
+        let lay = &mut self.sc.layout;
+        let out = &mut self.w.buf;
+        let (mut lastfree, mut seed, mut nodes, mut way) = (0u32, 0u32, 0u32, -1i32);
+        let n = loop {
+            let cap = lay.codes.len();
+            // SAFETY: the buffers hold `cap` entries each, the cache its size; t is live;
+            // reads only the table.
+            let n = unsafe {
+                luasnap_table_layout(
+                    L,
+                    t,
+                    lay.codes.as_mut_ptr(),
+                    lay.nexts.as_mut_ptr(),
+                    lay.idx.as_mut_ptr(),
+                    cap as u32,
+                    &mut lastfree,
+                    &mut seed,
+                    lay.cache.as_mut_ptr().cast(),
+                    &mut nodes,
+                    &mut way,
+                    lay.kept,
+                )
+            } as usize;
+            let size = nodes as usize;
+            if size < 2 || size <= cap {
+                break n;
+            }
+            lay.codes.resize(size, 0);
+            lay.nexts.resize(size, 0);
+            lay.idx.resize(size, 0);
+        };
+        if n == 0 {
+            out.push(Tag::Nil as u8);
             return;
         }
-        let mut lay = std::mem::take(&mut self.sc.layout);
-        lay.codes.resize(size, 0);
-        lay.nexts.resize(size, 0);
-        lay.idx.resize(size, 0);
-        let (mut lastfree, mut seed) = (0u32, 0u32);
-        // SAFETY: the buffers hold `size` entries each, the cache its size; t is live; reads
-        // only the table.
-        let n = unsafe {
-            luasnap_table_layout(
-                L,
-                t,
-                lay.codes.as_mut_ptr(),
-                lay.nexts.as_mut_ptr(),
-                lay.idx.as_mut_ptr(),
-                size as u32,
-                &mut lastfree,
-                &mut seed,
-                lay.cache.as_mut_ptr().cast(),
-            )
-        } as usize;
-        if n != size {
-            self.w.tag(Tag::Nil);
-        } else {
-            lay.blob.clear();
-            put_varint(&mut lay.blob, seed as u64);
-            put_varint(&mut lay.blob, size as u64);
-            put_varint(&mut lay.blob, lastfree as u64);
-            for (i, (&c, &nx)) in lay.codes.iter().zip(&lay.nexts).enumerate() {
-                put_varint(&mut lay.blob, c as u64);
-                if c != 0 {
-                    let nx = nx as i64;
-                    put_varint(&mut lay.blob, ((nx << 1) ^ (nx >> 63)) as u64);
-                }
-                if c == 2 {
-                    // A removed entry's key (a number, boolean or string).
-                    let mut k = RawVal::EMPTY;
-                    // SAFETY: i < the node count; t is live; reads only.
-                    unsafe { luasnap_node_key(L, t, i as u32, &mut k) };
-                    put_varint(&mut lay.blob, k.kind);
-                    match k.kind {
-                        kind::INT => {
-                            let v = k.bits as i64;
-                            put_varint(&mut lay.blob, ((v << 1) ^ (v >> 63)) as u64);
-                        }
-                        kind::FLOAT => put_varint(&mut lay.blob, k.bits),
-                        kind::STR => {
-                            put_varint(&mut lay.blob, k.len);
-                            // SAFETY: describe() gave the live string's bytes and length.
-                            let b = unsafe {
-                                std::slice::from_raw_parts(k.s.cast::<u8>(), k.len as usize)
-                            };
-                            lay.blob.extend_from_slice(b);
-                        }
-                        _ => {}
+        // A table laid out like the one that filled this cache entry: the same bytes, unless
+        // that one had removed keys (their values are not compared).
+        let hit = way
+            .checked_sub(LAYOUT_WAYS as i32)
+            .and_then(|w| lay.written.get(w as usize))
+            .filter(|b| !b.is_empty());
+        if let Some(b) = hit {
+            out.extend_from_slice(b);
+            return;
+        }
+        let start = out.len();
+        lay.blob.clear();
+        put_varint(&mut lay.blob, seed as u64);
+        put_varint(&mut lay.blob, n as u64);
+        put_varint(&mut lay.blob, lastfree as u64);
+        let mut removed_keys = false;
+        for (i, (&c, &nx)) in lay.codes[..n].iter().zip(&lay.nexts[..n]).enumerate() {
+            put_varint(&mut lay.blob, c as u64);
+            if c != 0 {
+                let nx = nx as i64;
+                put_varint(&mut lay.blob, ((nx << 1) ^ (nx >> 63)) as u64);
+            }
+            if c == 2 {
+                removed_keys = true;
+                // A removed entry's key (a number, boolean or string).
+                let mut k = RawVal::EMPTY;
+                // SAFETY: i < the node count; t is live; reads only.
+                unsafe { luasnap_node_key(L, t, i as u32, &mut k) };
+                put_varint(&mut lay.blob, k.kind);
+                match k.kind {
+                    kind::INT => {
+                        let v = k.bits as i64;
+                        put_varint(&mut lay.blob, ((v << 1) ^ (v >> 63)) as u64);
                     }
+                    kind::FLOAT => put_varint(&mut lay.blob, k.bits),
+                    kind::STR => {
+                        put_varint(&mut lay.blob, k.len);
+                        // SAFETY: describe() gave the live string's bytes and length.
+                        let b =
+                            unsafe { std::slice::from_raw_parts(k.s.cast::<u8>(), k.len as usize) };
+                        lay.blob.extend_from_slice(b);
+                    }
+                    _ => {}
                 }
             }
-            self.w.tag(Tag::Layout);
-            self.w.bytes(&lay.blob);
         }
-        self.sc.layout = lay;
+        out.push(Tag::Layout as u8);
+        put_varint(out, lay.blob.len() as u64);
+        out.extend_from_slice(&lay.blob);
+        if let Ok(w) = usize::try_from(way) {
+            if w < LAYOUT_WAYS {
+                // This layout filled cache entry w: keep its bytes for the tables that hit it.
+                if lay.written.len() < LAYOUT_WAYS {
+                    lay.written.resize_with(LAYOUT_WAYS, Vec::new);
+                }
+                let keep = &mut lay.written[w];
+                keep.clear();
+                lay.kept &= !(1 << w);
+                if !removed_keys {
+                    keep.extend_from_slice(&out[start..]);
+                    lay.kept |= 1 << w;
+                }
+            }
+        }
     }
 
     /// Writes a table's header and (if nil or written already) its metatable, and pushes the
     /// frame for the rest.
+    #[inline(always)]
     fn table_header(&mut self, t: *const c_void, (narr, nhash, mt): (u32, u32, *const c_void)) {
         put_tagged(&mut self.w.buf, Tag::Table, narr as u64);
         self.w.varint(nhash as u64);
@@ -1010,6 +1193,49 @@ impl<'a> Persister<'a> {
             kind::NIL => true,
             _ => false,
         }
+    }
+
+    /// Writes a scanned primitive or string (`is_prim(kind)` holds; `bits` as the scan gave
+    /// them: a string by identity).
+    ///
+    /// # Safety
+    /// The value was just described by `luasnap_table_scan`; no Lua code ran since.
+    #[inline(always)]
+    unsafe fn write_scanned(&mut self, kind: u64, bits: u64) {
+        match kind {
+            kind::STR => {
+                let obj = bits as usize as *const c_void;
+                // Most strings are written already: their reference, inline (a string without
+                // an id is new, or too short to refer to).
+                match self.sc.refs.get(obj, Kind::Str) {
+                    Some(id) => put_tagged(&mut self.w.buf, Tag::StrRef, id as u64),
+                    // SAFETY: a live string (callers' contract).
+                    None => unsafe { self.new_scanned_string(obj) },
+                }
+            }
+            kind::INT => {
+                let i = bits as i64;
+                put_tagged(&mut self.w.buf, Tag::Int, ((i << 1) ^ (i >> 63)) as u64);
+            }
+            kind::FALSE => self.w.tag(Tag::False),
+            kind::TRUE => self.w.tag(Tag::True),
+            kind::FLOAT => put_tagged_u64(&mut self.w.buf, Tag::Float, bits),
+            _ => self.w.tag(Tag::Nil),
+        }
+    }
+
+    /// Writes the scanned string `obj` that has no string id yet.
+    ///
+    /// # Safety
+    /// `obj` is a live string's identity from `luasnap_table_scan`; no Lua code ran since.
+    #[inline(never)]
+    unsafe fn new_scanned_string(&mut self, obj: *const c_void) {
+        let mut len = 0usize;
+        // SAFETY: obj is a live TString (callers' contract); reads only.
+        let p = unsafe { luasnap_string_bytes(obj, &mut len) };
+        // SAFETY: the string's bytes, alive while it is (nothing runs meanwhile).
+        let bytes = unsafe { std::slice::from_raw_parts(p.cast::<u8>(), len) };
+        self.new_string(obj, bytes);
     }
 
     /// Writes a scanned value for which `plain` holds.
@@ -1471,307 +1697,381 @@ impl<'a> Persister<'a> {
         Ok(())
     }
 
-    /// Moves the top frame on by one child. Returns false when the frame is complete.
+    /// Moves the top frame on by one child (a table frame: through its entries, and on into
+    /// the tables it opens and back, popping those it completes). Returns false when the top
+    /// frame is complete (the caller pops it).
     unsafe fn advance(&mut self, L: *mut lua_State, s: Slots) -> Result<bool, Fail> {
-        let depth = self.sc.frames.len();
-        // Path bookkeeping: the segment for this frame's current child.
-        self.sc.segs.truncate(depth - 1);
-        // SAFETY: protected context; each arm pushes one child value and writes it.
-        unsafe {
-            match self.sc.frames.last_mut().expect("non-empty") {
-                Frame::Table {
-                    t,
-                    state,
-                    pos,
-                    key,
-                    floor,
-                    lo,
-                    hi,
-                    gen,
-                } => {
-                    let (t, st) = (*t, *state);
-                    match st {
-                        0 => {
-                            *state = 1;
-                            self.sc.segs.push(Seg::Meta);
-                            luasnap_push_metatable(L, t);
-                            self.value(L, s)?;
-                            Ok(true)
-                        }
-                        2 => {
-                            // The key (an object) has been written; now its value.
-                            *state = 1;
-                            let (at, written) = (*pos - 1, *key);
-                            self.sc.segs.push(Seg::Key);
-                            // The entry must still be the key just written: a __persist
-                            // function may have changed this table meanwhile.
-                            let same = luasnap_table_entry(L, t, at, 0) != 0 && {
-                                let p = ffi::lua_topointer(L, -1);
-                                ffi::lua_settop(L, -2);
-                                p == written
-                            };
-                            if !same || luasnap_table_entry(L, t, at, 1) == 0 {
-                                let what = "a table changed while it was being persisted (by a __persist function?)".to_string();
-                                return Err(self.fail(L, what));
+        // A table frame that opens a child table or completes goes on with the new top frame
+        // here, without a return to `run` for each table.
+        'frames: loop {
+            let depth = self.sc.frames.len();
+            // Path bookkeeping: the segment for this frame's current child.
+            self.sc.segs.truncate(depth - 1);
+            // SAFETY: protected context; each arm pushes one child value and writes it.
+            unsafe {
+                return match self.sc.frames.last_mut().expect("non-empty") {
+                    Frame::Table {
+                        t,
+                        state,
+                        pos,
+                        key,
+                        floor,
+                        lo,
+                        hi,
+                        gen,
+                    } => {
+                        let (t, st) = (*t, *state);
+                        match st {
+                            0 => {
+                                *state = 1;
+                                self.sc.segs.push(Seg::Meta);
+                                luasnap_push_metatable(L, t);
+                                self.value(L, s)?;
+                                Ok(true)
                             }
-                            self.value(L, s)?;
-                            Ok(true)
-                        }
-                        _ => {
-                            // Entries from `pos` on. Those of primitives, strings, objects
-                            // already written and new tables go from a scan of the table
-                            // straight to the buffer (a new table's entries by its own
-                            // frame, the rest of the batch kept for when it is done); the
-                            // rest one at a time, pushed: [v, k].
-                            self.sc.segs.push(Seg::Key);
-                            let mut at = *pos;
-                            let floor = *floor as usize;
-                            let (mut i, mut end) = (*lo as usize, *hi as usize);
-                            if *gen != self.scan_gen || end > self.sc.scan.len() {
-                                i = end; // stale: scan again from `pos`
-                            }
-                            loop {
-                                if i >= end {
-                                    self.sc.scan.truncate(floor);
-                                    self.sc.scan.reserve(SCAN_BATCH);
-                                    // SAFETY: room for SCAN_BATCH entries past `floor`; the C
-                                    // side fills every field of the `n` entries it returns
-                                    // (plain data), which set_len then covers.
-                                    let n = luasnap_table_scan(
-                                        L,
-                                        t,
-                                        at,
-                                        self.sc.scan.as_mut_ptr().add(floor),
-                                        SCAN_BATCH as c_int,
-                                    ) as usize;
-                                    if n == 0 {
-                                        break;
-                                    }
-                                    self.sc.scan.set_len(floor + n);
-                                    (i, end) = (floor, floor + n);
+                            2 => {
+                                // The key (an object) has been written; now its value.
+                                *state = 1;
+                                let (at, written) = (*pos - 1, *key);
+                                self.sc.segs.push(Seg::Key);
+                                // The entry must still be the key just written: a __persist
+                                // function may have changed this table meanwhile.
+                                let same = luasnap_table_entry(L, t, at, 0) != 0 && {
+                                    let p = ffi::lua_topointer(L, -1);
+                                    ffi::lua_settop(L, -2);
+                                    p == written
+                                };
+                                if !same || luasnap_table_entry(L, t, at, 1) == 0 {
+                                    let what = "a table changed while it was being persisted (by a __persist function?)".to_string();
+                                    return Err(self.fail(L, what));
                                 }
-                                let e = self.sc.scan[i];
-                                i += 1;
-                                let mut opened = None;
-                                match self.classify(&e.k) {
-                                    Ok(kid) => match self.classify(&e.v) {
-                                        Ok(vid) => {
-                                            self.write_classified(&e.k, kid);
-                                            self.write_classified(&e.v, vid);
+                                self.value(L, s)?;
+                                Ok(true)
+                            }
+                            _ => {
+                                // Entries from `pos` on. Those of primitives, strings, objects
+                                // already written and new tables go from a scan of the table
+                                // straight to the buffer (a new table's entries by its own
+                                // frame, the rest of the batch kept for when it is done); the
+                                // rest one at a time, pushed: [v, k].
+                                self.sc.segs.push(Seg::Key);
+                                let mut at = *pos;
+                                let floor = *floor as usize;
+                                let (mut i, mut end) = (*lo as usize, *hi as usize);
+                                if *gen != self.scan_gen || end > self.sc.scan.len() {
+                                    i = end; // stale: scan again from `pos`
+                                }
+                                // Whether the last scan reached the table's end (it stops early
+                                // only when the batch is full): then no scan after it.
+                                let mut exhausted = false;
+                                loop {
+                                    if i >= end {
+                                        if exhausted {
+                                            break;
+                                        }
+                                        self.sc.scan.truncate(floor);
+                                        self.sc.scan.reserve(SCAN_BATCH);
+                                        // SAFETY: room for SCAN_BATCH entries past `floor`; the C
+                                        // side fills every field of the `n` entries it returns
+                                        // (plain data), which set_len then covers.
+                                        let n = luasnap_table_scan(
+                                            L,
+                                            t,
+                                            at,
+                                            self.sc.scan.as_mut_ptr().add(floor),
+                                            SCAN_BATCH as c_int,
+                                        ) as usize;
+                                        if n == 0 {
+                                            break;
+                                        }
+                                        self.sc.scan.set_len(floor + n);
+                                        (i, end) = (floor, floor + n);
+                                        exhausted = n < SCAN_BATCH;
+                                    }
+                                    let e = self.sc.scan[i];
+                                    i += 1;
+                                    let mut opened = None;
+                                    let (kk, vk) = (e.kkind as u64, e.vkind as u64);
+                                    if is_prim(kk) {
+                                        // The usual key (a primitive or a string): the value
+                                        // decides, with one look at its id slot if an object.
+                                        if is_prim(vk) {
+                                            self.write_scanned(kk, e.kbits);
+                                            self.write_scanned(vk, e.vbits);
                                             at = e.pos;
                                             continue;
                                         }
-                                        Err(true) if e.v.kind == kind::TABLE => {
-                                            let v = e.v.bits as usize as *const c_void;
-                                            if let Some(info) = self.unseen_table_info(v) {
-                                                self.write_classified(&e.k, kid);
-                                                opened = Some((v, info, 1, std::ptr::null()));
+                                        if matches!(vk, kind::OBJ | kind::TABLE | kind::LCLOSURE) {
+                                            let v = e.vbits as usize as *const c_void;
+                                            match self.sc.refs.obj_state(v) {
+                                                Ok(id) => {
+                                                    self.write_scanned(kk, e.kbits);
+                                                    put_tagged(
+                                                        &mut self.w.buf,
+                                                        Tag::Ref,
+                                                        id as u64,
+                                                    );
+                                                    at = e.pos;
+                                                    continue;
+                                                }
+                                                Err(true) if vk == kind::TABLE => {
+                                                    if let Some(info) = self.new_table_info(v) {
+                                                        self.write_scanned(kk, e.kbits);
+                                                        opened =
+                                                            Some((v, info, 1, std::ptr::null()));
+                                                    }
+                                                }
+                                                Err(true) => {
+                                                    if let Some(info) =
+                                                        self.closure_info_scanned(vk, v)
+                                                    {
+                                                        self.write_scanned(kk, e.kbits);
+                                                        self.write_closure(v, info);
+                                                        at = e.pos;
+                                                        continue;
+                                                    }
+                                                }
+                                                Err(false) => {}
                                             }
                                         }
-                                        Err(true) => {
-                                            if let Some(info) = self.closure_info(&e.v) {
-                                                self.write_classified(&e.k, kid);
-                                                self.write_closure(e.v.bits as usize as _, info);
-                                                at = e.pos;
-                                                continue;
+                                    } else {
+                                        // A key that is an object (or else): described in full.
+                                        let (ek, ev) =
+                                            (full_val(kk, e.kbits), full_val(vk, e.vbits));
+                                        match self.classify(&ek) {
+                                            Ok(kid) => match self.classify(&ev) {
+                                                Ok(vid) => {
+                                                    self.write_classified(&ek, kid);
+                                                    self.write_classified(&ev, vid);
+                                                    at = e.pos;
+                                                    continue;
+                                                }
+                                                Err(true) if vk == kind::TABLE => {
+                                                    let v = e.vbits as usize as *const c_void;
+                                                    if let Some(info) = self.unseen_table_info(v) {
+                                                        self.write_classified(&ek, kid);
+                                                        opened =
+                                                            Some((v, info, 1, std::ptr::null()));
+                                                    }
+                                                }
+                                                Err(true) => {
+                                                    let v = e.vbits as usize as *const c_void;
+                                                    if let Some(info) = self.closure_info(vk, v) {
+                                                        self.write_classified(&ek, kid);
+                                                        self.write_closure(v, info);
+                                                        at = e.pos;
+                                                        continue;
+                                                    }
+                                                }
+                                                Err(false) => {}
+                                            },
+                                            Err(true) if kk == kind::TABLE => {
+                                                let k = e.kbits as usize as *const c_void;
+                                                if let Some(info) = self.unseen_table_info(k) {
+                                                    opened = Some((k, info, 2, k));
+                                                }
                                             }
-                                        }
-                                        Err(false) => {}
-                                    },
-                                    Err(true) if e.k.kind == kind::TABLE => {
-                                        let k = e.k.bits as usize as *const c_void;
-                                        if let Some(info) = self.unseen_table_info(k) {
-                                            opened = Some((k, info, 2, k));
+                                            Err(_) => {}
                                         }
                                     }
-                                    Err(_) => {}
-                                }
-                                if i == end || self.sc.scan.len() > SCAN_KEEP {
-                                    // Nothing left to keep, or too much kept already.
-                                    self.sc.scan.truncate(floor);
-                                    (i, end) = (floor, floor);
-                                }
-                                let gen_now = self.scan_gen;
-                                if let Some(Frame::Table {
-                                    pos, lo, hi, gen, ..
-                                }) = self.sc.frames.get_mut(depth - 1)
-                                {
-                                    (*pos, *lo, *hi, *gen) = (e.pos, i as u32, end as u32, gen_now);
-                                }
-                                if let Some((child, info, st, k)) = opened {
-                                    // A new table's frame goes on top: this one goes on after it.
-                                    if let Some(Frame::Table { state, key, .. }) =
-                                        self.sc.frames.get_mut(depth - 1)
-                                    {
-                                        (*state, *key) = (st, k);
+                                    if i == end || self.sc.scan.len() > SCAN_KEEP {
+                                        // Nothing left to keep, or too much kept already.
+                                        self.sc.scan.truncate(floor);
+                                        (i, end) = (floor, floor);
+                                        exhausted = false;
                                     }
-                                    self.table_header(child, info);
-                                    return Ok(true);
-                                }
-                                // The general path, for this entry: pushed, then written.
-                                let base = ffi::lua_gettop(L);
-                                if luasnap_table_next(L, t, &mut at) == 0 {
-                                    break; // cannot happen: the entry was just scanned
-                                }
-                                let key_ptr = ffi::lua_topointer(L, -1);
-                                self.value(L, s)?;
-                                if self.sc.frames.len() > depth {
-                                    // The key is a new object whose contents come first.
-                                    ffi::lua_settop(L, base);
-                                    if let Some(Frame::Table { state, key, .. }) =
-                                        self.sc.frames.get_mut(depth - 1)
+                                    let gen_now = self.scan_gen;
+                                    if let Some(Frame::Table {
+                                        pos, lo, hi, gen, ..
+                                    }) = self.sc.frames.get_mut(depth - 1)
                                     {
-                                        *state = 2;
-                                        *key = key_ptr;
+                                        (*pos, *lo, *hi, *gen) =
+                                            (e.pos, i as u32, end as u32, gen_now);
                                     }
-                                    return Ok(true);
-                                }
-                                self.value(L, s)?;
-                                if self.sc.frames.len() > depth {
-                                    ffi::lua_settop(L, base);
-                                    return Ok(true);
-                                }
-                                if self.scan_gen != gen_now {
-                                    i = end; // Lua code ran: scan again from `at`
-                                }
-                            }
-                            self.sc.scan.truncate(floor);
-                            self.end_table(L, t);
-                            Ok(false)
-                        }
-                    }
-                }
-                Frame::LClosure { id, next, n } | Frame::CClosure { id, next, n } => {
-                    let (id, i, n) = (*id, *next, *n);
-                    if i > n {
-                        return Ok(false);
-                    }
-                    *next += 1;
-                    self.sc.segs.push(Seg::Upvalue(i));
-                    ffi::lua_rawgeti(L, s.seen, id as ffi::lua_Integer);
-                    let is_lua = ffi::lua_iscfunction(L, -1) == 0;
-                    if is_lua {
-                        // An upvalue still open in a suspended coroutine's stack: keep the link.
-                        let (mut owner, mut level) = (std::ptr::null_mut(), 0);
-                        if luasnap_upval_open(L, -1, i, &mut owner, &mut level) != 0 && owner != L {
-                            ffi::lua_settop(L, -2);
-                            ffi::luaL_checkstack(L, 2, c"persist".as_ptr());
-                            let main = ffi::lua_pushthread(owner) == 1;
-                            ffi::lua_settop(owner, -2);
-                            if !main {
-                                self.w.tag(Tag::UpvalOpen);
-                                self.w.varint(level as u64);
-                                ffi::lua_pushthread(owner);
-                                ffi::lua_xmove(owner, L, 1);
-                                self.value(L, s)?;
-                                return Ok(true);
-                            }
-                            ffi::lua_rawgeti(L, s.seen, id as ffi::lua_Integer);
-                        }
-                        let uid = ffi::lua_upvalueid(L, -1, i) as *const c_void;
-                        if let Some((owner, index)) = self.upval_home(uid) {
-                            ffi::lua_settop(L, -2);
-                            self.w.tag(Tag::UpvalRef);
-                            self.w.varint(owner as u64);
-                            self.w.varint(index as u64);
-                            return Ok(true);
-                        }
-                        self.set_upval_home(uid, id, i);
-                        self.w.tag(Tag::UpvalNew);
-                    }
-                    ffi::lua_getupvalue(L, -1, i);
-                    ffi::lua_rotate(L, -2, 1);
-                    ffi::lua_settop(L, -2);
-                    self.value(L, s)?;
-                    Ok(true)
-                }
-                Frame::UdBytes { id, state, nuv } => {
-                    let (id, st, nuv) = (*id, *state, *nuv);
-                    if st > nuv {
-                        return Ok(false);
-                    }
-                    *state += 1;
-                    ffi::lua_rawgeti(L, s.seen, id as ffi::lua_Integer);
-                    if st == 0 {
-                        self.sc.segs.push(Seg::Meta);
-                        if ffi::lua_getmetatable(L, -1) == 0 {
-                            ffi::lua_pushnil(L);
-                        }
-                    } else {
-                        self.sc.segs.push(Seg::UserValue(st));
-                        ffi::lua_getiuservalue(L, -1, st);
-                    }
-                    ffi::lua_rotate(L, -2, 1);
-                    ffi::lua_settop(L, -2);
-                    self.value(L, s)?;
-                    Ok(true)
-                }
-                Frame::Special { id, state, two } => {
-                    let (id, st, two) = (*id, *state, *two);
-                    if st >= if two { 2 } else { 1 } {
-                        return Ok(false);
-                    }
-                    *state += 1;
-                    self.sc.segs.push(Seg::Special(st));
-                    ffi::lua_rawgeti(L, s.seen, -(id as ffi::lua_Integer) - 1);
-                    ffi::lua_rawgeti(L, -1, st as ffi::lua_Integer + 1);
-                    ffi::lua_rotate(L, -2, 1);
-                    ffi::lua_settop(L, -2);
-                    self.value(L, s)?;
-                    Ok(true)
-                }
-                Frame::Thread { id, next, n, nci } => {
-                    let (id, i, n, nci) = (*id, *next, *n, *nci);
-                    ffi::lua_rawgeti(L, s.seen, id as ffi::lua_Integer);
-                    let co = ffi::lua_tothread(L, -1);
-                    ffi::lua_settop(L, -2);
-                    if i > n {
-                        // Suspended: the frames, after the stack values they refer to.
-                        if nci > 0 {
-                            self.w.varint(nci as u64);
-                            let mut cis = vec![std::mem::zeroed::<CiRecord>(); nci as usize];
-                            luasnap_thread_cis(co, cis.as_mut_ptr(), nci);
-                            for r in cis {
-                                self.w.varint(r.func as u64);
-                                self.w.varint(r.top as u64);
-                                self.w.varint(r.callstatus as u64);
-                                self.w.i64(r.u2 as i64);
-                                self.w.varint(r.pc as u64);
-                                self.w.varint(r.nextraargs.max(0) as u64);
-                                self.w.i64(r.old_errfunc);
-                                self.w.i64(r.ctx);
-                                if r.k.is_null() {
-                                    self.w.tag(Tag::Nil);
-                                } else {
-                                    ffi::lua_pushlightuserdata(L, r.k.cast_mut());
-                                    if ffi::lua_rawget(L, s.perms) != ffi::LUA_TSTRING {
-                                        ffi::lua_settop(L, -2);
-                                        let what = "cannot persist a coroutine suspended inside a C function whose continuation is not a permanent (only pcall/xpcall and coroutine.yield are known)".to_string();
-                                        return Err(self.fail(L, what));
+                                    if let Some((child, info, st, k)) = opened {
+                                        // A new table's frame goes on top: this one goes on after it.
+                                        if let Some(Frame::Table { state, key, .. }) =
+                                            self.sc.frames.get_mut(depth - 1)
+                                        {
+                                            (*state, *key) = (st, k);
+                                        }
+                                        self.table_header(child, info);
+                                        // Its entries next, here (as `run` would).
+                                        continue 'frames;
+                                    }
+                                    // The general path, for this entry: pushed, then written.
+                                    let base = ffi::lua_gettop(L);
+                                    if luasnap_table_next(L, t, &mut at) == 0 {
+                                        break; // cannot happen: the entry was just scanned
+                                    }
+                                    let key_ptr = ffi::lua_topointer(L, -1);
+                                    self.value(L, s)?;
+                                    if self.sc.frames.len() > depth {
+                                        // The key is a new object whose contents come first.
+                                        ffi::lua_settop(L, base);
+                                        if let Some(Frame::Table { state, key, .. }) =
+                                            self.sc.frames.get_mut(depth - 1)
+                                        {
+                                            *state = 2;
+                                            *key = key_ptr;
+                                        }
+                                        return Ok(true);
                                     }
                                     self.value(L, s)?;
+                                    if self.sc.frames.len() > depth {
+                                        ffi::lua_settop(L, base);
+                                        return Ok(true);
+                                    }
+                                    if self.scan_gen != gen_now {
+                                        i = end; // Lua code ran: scan again from `at`
+                                        exhausted = false;
+                                    }
                                 }
-                            }
-                            // Pending to-be-closed variables, as stack offsets, oldest first.
-                            let n = luasnap_thread_tbc(co, std::ptr::null_mut(), 0);
-                            let mut slots = vec![0i32; n.max(0) as usize];
-                            luasnap_thread_tbc(co, slots.as_mut_ptr(), n);
-                            self.w.varint(slots.len() as u64);
-                            for slot in slots {
-                                self.w.varint(slot as u64);
+                                self.sc.scan.truncate(floor);
+                                self.end_table(L, t);
+                                // Done: back to the frame below, here (as `run` would).
+                                self.sc.frames.pop();
+                                if self.sc.frames.is_empty() {
+                                    return Ok(true);
+                                }
+                                continue 'frames;
                             }
                         }
-                        return Ok(false);
                     }
-                    if let Some(Frame::Thread { next, .. }) = self.sc.frames.last_mut() {
+                    Frame::LClosure { id, next, n } | Frame::CClosure { id, next, n } => {
+                        let (id, i, n) = (*id, *next, *n);
+                        if i > n {
+                            return Ok(false);
+                        }
                         *next += 1;
+                        self.sc.segs.push(Seg::Upvalue(i));
+                        ffi::lua_rawgeti(L, s.seen, id as ffi::lua_Integer);
+                        let is_lua = ffi::lua_iscfunction(L, -1) == 0;
+                        if is_lua {
+                            // An upvalue still open in a suspended coroutine's stack: keep the link.
+                            let (mut owner, mut level) = (std::ptr::null_mut(), 0);
+                            if luasnap_upval_open(L, -1, i, &mut owner, &mut level) != 0
+                                && owner != L
+                            {
+                                ffi::lua_settop(L, -2);
+                                ffi::luaL_checkstack(L, 2, c"persist".as_ptr());
+                                let main = ffi::lua_pushthread(owner) == 1;
+                                ffi::lua_settop(owner, -2);
+                                if !main {
+                                    self.w.tag(Tag::UpvalOpen);
+                                    self.w.varint(level as u64);
+                                    ffi::lua_pushthread(owner);
+                                    ffi::lua_xmove(owner, L, 1);
+                                    self.value(L, s)?;
+                                    return Ok(true);
+                                }
+                                ffi::lua_rawgeti(L, s.seen, id as ffi::lua_Integer);
+                            }
+                            let uid = ffi::lua_upvalueid(L, -1, i) as *const c_void;
+                            if let Some((owner, index)) = self.upval_home(uid) {
+                                ffi::lua_settop(L, -2);
+                                self.w.tag(Tag::UpvalRef);
+                                self.w.varint(owner as u64);
+                                self.w.varint(index as u64);
+                                return Ok(true);
+                            }
+                            self.set_upval_home(uid, id, i);
+                            self.w.tag(Tag::UpvalNew);
+                        }
+                        ffi::lua_getupvalue(L, -1, i);
+                        ffi::lua_rotate(L, -2, 1);
+                        ffi::lua_settop(L, -2);
+                        self.value(L, s)?;
+                        Ok(true)
                     }
-                    self.sc.segs.push(Seg::Stack(i));
-                    ffi::luaL_checkstack(L, 2, c"persist".as_ptr());
-                    luasnap_thread_push_slot(L, co, i);
-                    self.value(L, s)?;
-                    Ok(true)
-                }
+                    Frame::UdBytes { id, state, nuv } => {
+                        let (id, st, nuv) = (*id, *state, *nuv);
+                        if st > nuv {
+                            return Ok(false);
+                        }
+                        *state += 1;
+                        ffi::lua_rawgeti(L, s.seen, id as ffi::lua_Integer);
+                        if st == 0 {
+                            self.sc.segs.push(Seg::Meta);
+                            if ffi::lua_getmetatable(L, -1) == 0 {
+                                ffi::lua_pushnil(L);
+                            }
+                        } else {
+                            self.sc.segs.push(Seg::UserValue(st));
+                            ffi::lua_getiuservalue(L, -1, st);
+                        }
+                        ffi::lua_rotate(L, -2, 1);
+                        ffi::lua_settop(L, -2);
+                        self.value(L, s)?;
+                        Ok(true)
+                    }
+                    Frame::Special { id, state, two } => {
+                        let (id, st, two) = (*id, *state, *two);
+                        if st >= if two { 2 } else { 1 } {
+                            return Ok(false);
+                        }
+                        *state += 1;
+                        self.sc.segs.push(Seg::Special(st));
+                        ffi::lua_rawgeti(L, s.seen, -(id as ffi::lua_Integer) - 1);
+                        ffi::lua_rawgeti(L, -1, st as ffi::lua_Integer + 1);
+                        ffi::lua_rotate(L, -2, 1);
+                        ffi::lua_settop(L, -2);
+                        self.value(L, s)?;
+                        Ok(true)
+                    }
+                    Frame::Thread { id, next, n, nci } => {
+                        let (id, i, n, nci) = (*id, *next, *n, *nci);
+                        ffi::lua_rawgeti(L, s.seen, id as ffi::lua_Integer);
+                        let co = ffi::lua_tothread(L, -1);
+                        ffi::lua_settop(L, -2);
+                        if i > n {
+                            // Suspended: the frames, after the stack values they refer to.
+                            if nci > 0 {
+                                self.w.varint(nci as u64);
+                                let mut cis = vec![std::mem::zeroed::<CiRecord>(); nci as usize];
+                                luasnap_thread_cis(co, cis.as_mut_ptr(), nci);
+                                for r in cis {
+                                    self.w.varint(r.func as u64);
+                                    self.w.varint(r.top as u64);
+                                    self.w.varint(r.callstatus as u64);
+                                    self.w.i64(r.u2 as i64);
+                                    self.w.varint(r.pc as u64);
+                                    self.w.varint(r.nextraargs.max(0) as u64);
+                                    self.w.i64(r.old_errfunc);
+                                    self.w.i64(r.ctx);
+                                    if r.k.is_null() {
+                                        self.w.tag(Tag::Nil);
+                                    } else {
+                                        ffi::lua_pushlightuserdata(L, r.k.cast_mut());
+                                        if ffi::lua_rawget(L, s.perms) != ffi::LUA_TSTRING {
+                                            ffi::lua_settop(L, -2);
+                                            let what = "cannot persist a coroutine suspended inside a C function whose continuation is not a permanent (only pcall/xpcall and coroutine.yield are known)".to_string();
+                                            return Err(self.fail(L, what));
+                                        }
+                                        self.value(L, s)?;
+                                    }
+                                }
+                                // Pending to-be-closed variables, as stack offsets, oldest first.
+                                let n = luasnap_thread_tbc(co, std::ptr::null_mut(), 0);
+                                let mut slots = vec![0i32; n.max(0) as usize];
+                                luasnap_thread_tbc(co, slots.as_mut_ptr(), n);
+                                self.w.varint(slots.len() as u64);
+                                for slot in slots {
+                                    self.w.varint(slot as u64);
+                                }
+                            }
+                            return Ok(false);
+                        }
+                        if let Some(Frame::Thread { next, .. }) = self.sc.frames.last_mut() {
+                            *next += 1;
+                        }
+                        self.sc.segs.push(Seg::Stack(i));
+                        ffi::luaL_checkstack(L, 2, c"persist".as_ptr());
+                        luasnap_thread_push_slot(L, co, i);
+                        self.value(L, s)?;
+                        Ok(true)
+                    }
+                };
             }
         }
     }
@@ -1952,6 +2252,56 @@ mod tests {
         m.reset(BASE);
         assert_eq!(m.dirty, (usize::MAX, 0));
         assert!(m.leaves.iter().flatten().all(|l| l.iter().all(|&e| e == 0)));
+    }
+
+    /// `obj_state` (one look at the slot when it can) says what `get` for an object id, then
+    /// for a permanent, says: in the table, in the hash map, before and after the hash map
+    /// holds an identity of the table's span.
+    #[test]
+    fn obj_state_agrees_with_get() {
+        let expect = |m: &IdMap, p| match m.get(p, Kind::Obj) {
+            Some(id) => Ok(id),
+            None => Err(m.get(p, Kind::Perm).is_none()),
+        };
+        let probes = [
+            at(0),
+            at(16),
+            at(32),
+            at(48),
+            at(64),
+            at(8),
+            at(16 * LEAF * 7),
+            at(DENSE_SPAN),
+            0x1234_5678 as *const c_void,
+        ];
+        let mut m = map();
+        m.insert(at(0), Kind::Obj, 3);
+        m.insert(at(16), Kind::Perm, 0);
+        m.insert(at(32), Kind::Str, 1);
+        m.insert(at(8), Kind::Perm, 0);
+        m.insert(at(DENSE_SPAN), Kind::Obj, 4);
+        m.insert(0x1234_5678 as *const c_void, Kind::Perm, 0);
+        assert!(!m.far_dense);
+        for p in probes {
+            assert_eq!(m.obj_state(p), expect(&m, p), "{p:?}");
+        }
+        assert_eq!(m.obj_state(at(0)), Ok(3));
+        assert_eq!(m.obj_state(at(16)), Err(false));
+        assert_eq!(m.obj_state(at(32)), Err(true));
+        assert_eq!(m.obj_state(at(64)), Err(true));
+        // The hash map now holds identities of the span: a permanent whose slot a string
+        // holds, an object whose id does not fit a slot.
+        m.insert(at(32), Kind::Perm, 0);
+        m.insert(at(48), Kind::Obj, ID_MASK - 1);
+        assert!(m.far_dense);
+        for p in probes {
+            assert_eq!(m.obj_state(p), expect(&m, p), "{p:?}");
+        }
+        assert_eq!(m.obj_state(at(32)), Err(false));
+        assert_eq!(m.obj_state(at(48)), Ok(ID_MASK - 1));
+        // A permanent that gets its object id.
+        m.insert(at(16), Kind::Obj, 9);
+        assert_eq!(m.obj_state(at(16)), Ok(9));
     }
 
     #[test]
