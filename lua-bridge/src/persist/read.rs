@@ -355,8 +355,10 @@ struct Batch<'a, 'b> {
     ops: &'b mut [RawVal; OPS_CAP],
     /// Steps decoded (`ops[..n]`).
     n: usize,
+    /// The batch's layouts, `lay[..nlay]` (see `Loader::blay`), their links in `laynx`.
     lay: &'b mut Vec<u32>,
     laynx: &'b mut Vec<i32>,
+    nlay: usize,
     strs: u32,
     next_id: u32,
     prealloc_left: u64,
@@ -408,7 +410,7 @@ impl Batch<'_, '_> {
                     let Some((size, seed)) = self.layout() else {
                         break (Stage::Key, false);
                     };
-                    lay_full = self.lay.len() >= BATCH_LAYOUT / 2;
+                    lay_full = self.nlay >= BATCH_LAYOUT / 2;
                     if let Some(at) = open[nopen - 1].1 {
                         self.place_hint(at, size, seed);
                     }
@@ -418,39 +420,43 @@ impl Batch<'_, '_> {
                 self.push(kind::SET, self.r.pos as u64, 0, std::ptr::null());
                 continue;
             }
-            // The key.
+            // The key (its step pushed once the value shows whether one step takes both).
             let at = self.r.pos;
-            let Some((kk, kb)) = self.plain(tag) else {
+            let Some(key) = self.plain(tag) else {
                 self.r.pos = at;
                 break (Stage::Key, false);
             };
             // Its value.
             let Some(tag) = self.r.peek() else {
+                self.push_val(key);
                 break (Stage::Value, false);
             };
-            let mark = (self.r.pos, self.n);
+            let at = self.r.pos;
             self.r.pos += 1;
             match self.simple(tag) {
                 Some(Some(v)) => {
                     // An entry of a plain value: one step with its key when they fit one
                     // (the key a string already read or an integer in 0..2^32).
+                    let (kk, kb) = (key.kind, key.bits);
                     if matches!(kk, kind::STRREF | kind::INT) && kb <= u32::MAX as u64 {
-                        self.ops[self.n - 1] = RawVal {
-                            kind: kind::SETKV | v.kind << 8 | kk << 16 | kb << 32,
-                            ..v
-                        };
+                        let k = kind::SETKV | v.kind << 8 | kk << 16 | kb << 32;
+                        self.push(k, v.len, v.bits, v.s);
                     } else {
-                        self.push(v.kind, v.len, v.bits, v.s);
+                        self.push_val(key);
+                        self.push_val(v);
                         self.push(kind::SET, self.r.pos as u64, 0, std::ptr::null());
                     }
                     continue;
                 }
                 Some(None) => {
-                    self.r.pos = mark.0;
+                    self.r.pos = at;
+                    self.push_val(key);
                     break (Stage::Value, false);
                 }
-                None => self.r.pos = mark.0,
+                None => self.r.pos = at,
             }
+            self.push_val(key);
+            let mark = (at, self.n);
             if tag == Tag::Table as u8 && nopen < room {
                 let Some((id, placeable)) = self.new_table() else {
                     self.unread(mark);
@@ -463,10 +469,11 @@ impl Batch<'_, '_> {
                     break (Stage::Meta, false);
                 };
                 let at = self.r.pos;
-                let Some((k, mt)) = self.plain(tag) else {
+                let Some(mt) = self.plain(tag) else {
                     self.r.pos = at;
                     break (Stage::Meta, false);
                 };
+                self.push_val(mt);
                 // A table still open in this batch given as a metatable is not placed: until
                 // its layout step, its entries sit in nodes unhashed, and setting a metatable
                 // looks `__gc` up in it (the finalizer check and mark), as the collector looks
@@ -474,8 +481,8 @@ impl Batch<'_, '_> {
                 // attacker: a class whose instance is among its own entries lost its
                 // finalizer. (Placement is decided when the table ends: dropping its step
                 // index here keeps it a plain NEWTABLE.)
-                if k == kind::REF {
-                    for o in open[..nopen].iter_mut().filter(|o| o.0 as u64 == mt) {
+                if mt.kind == kind::REF {
+                    for o in open[..nopen].iter_mut().filter(|o| o.0 as u64 == mt.bits) {
                         o.1 = None;
                     }
                 }
@@ -485,7 +492,7 @@ impl Batch<'_, '_> {
             let read = if tag == Tag::LClosure as u8 {
                 self.closure()
             } else {
-                self.plain(tag).map(|_| ())
+                self.plain(tag).map(|v| self.push_val(v))
             };
             if read.is_none() {
                 self.unread(mark);
@@ -539,11 +546,17 @@ impl Batch<'_, '_> {
         Some(Some(RawVal { kind, len, bits, s }))
     }
 
-    /// Decodes one item at the reader, whose tag is `tag`, into one step: a boolean, number,
-    /// string, string reference, nil or a reference to an object already read. Returns its
-    /// kind and bits; None, having pushed nothing and counted no string, for anything else.
+    /// Appends a step.
     #[inline(always)]
-    fn plain(&mut self, tag: u8) -> Option<(u64, u64)> {
+    fn push_val(&mut self, v: RawVal) {
+        self.push(v.kind, v.len, v.bits, v.s);
+    }
+
+    /// Decodes one item at the reader, whose tag is `tag`, into its step (not pushed): a
+    /// boolean, number, string, string reference, nil or a reference to an object already
+    /// read. None, having counted no string, for anything else.
+    #[inline(always)]
+    fn plain(&mut self, tag: u8) -> Option<RawVal> {
         let at = self.r.pos;
         self.r.pos += 1;
         let v = match self.simple(tag) {
@@ -566,8 +579,7 @@ impl Batch<'_, '_> {
             }
             None => return None,
         };
-        self.push(v.kind, v.len, v.bits, v.s);
-        Some((v.kind, v.bits))
+        Some(v)
     }
 
     /// Decodes a new table's header (its tag next) into a `NEWTABLE` step, charging its size
@@ -611,7 +623,8 @@ impl Batch<'_, '_> {
         for i in 1..=n {
             let tag = self.r.u8()?;
             if tag == Tag::UpvalNew as u8 {
-                self.plain(self.r.peek()?)?;
+                let v = self.plain(self.r.peek()?)?;
+                self.push_val(v);
                 self.push(kind::SETUPVAL, 0, i, std::ptr::null());
             } else if tag == Tag::UpvalRef as u8 {
                 let (other, index) = (self.r.varint()?, self.r.varint()?);
@@ -628,15 +641,14 @@ impl Batch<'_, '_> {
 
     /// Decodes the layout at the reader (its `Tag::Layout` next) into `lay`/`laynx` for a
     /// `kind::LAYOUT` step, which it pushes; returns the layout's node count and hash seed.
-    /// None, with the reader and buffers where they were, for what the general path must place
-    /// or report: a layout with removed keys, one too large for the batch, or malformed bytes.
+    /// None, with the reader and the batch's layouts where they were, for what the general
+    /// path must place or report: a layout with removed keys, one too large for the batch, or
+    /// malformed bytes.
     fn layout(&mut self) -> Option<(u32, u32)> {
-        let (mark, len) = (self.r.pos, self.lay.len());
+        let mark = self.r.pos;
         let done = self.layout_inner(mark);
         if done.is_none() {
             self.r.pos = mark;
-            self.lay.truncate(len);
-            self.laynx.truncate(len);
         }
         done
     }
@@ -646,24 +658,24 @@ impl Batch<'_, '_> {
         let blob = self.r.bytes()?;
         let mut r = Reader::new(blob);
         let (seed, size, lastfree) = Loader::layout_header(&mut r, blob.len())?;
-        let off = self.lay.len();
-        if off + size as usize + 3 > BATCH_LAYOUT {
-            return None;
-        }
+        let off = self.nlay;
         let end = off + 3 + size as usize;
-        self.lay.extend_from_slice(&[size, lastfree, seed]);
-        self.laynx.extend_from_slice(&[0, 0, 0]);
-        self.lay.resize(end, 0);
-        self.laynx.resize(end, 0);
-        for (c, nx) in self.lay[off + 3..]
-            .iter_mut()
-            .zip(&mut self.laynx[off + 3..])
-        {
-            (*c, *nx) = Loader::layout_node(&mut r, size).filter(|&(c, _)| c != 2)?;
-        }
-        if r.pos != blob.len() {
+        if end > BATCH_LAYOUT {
             return None;
         }
+        if self.lay.len() < end {
+            // Grown as batches need it (up to BATCH_LAYOUT words), never shrunk.
+            let len = end.next_power_of_two().min(BATCH_LAYOUT);
+            self.lay.resize(len, 0);
+            self.laynx.resize(len, 0);
+        }
+        let (codes, links) = (&mut self.lay[off..end], &mut self.laynx[off..end]);
+        codes[..3].copy_from_slice(&[size, lastfree, seed]);
+        links[..3].copy_from_slice(&[0; 3]);
+        if layout_nodes(r, size, &mut codes[3..], &mut links[3..]) != Some(blob.len()) {
+            return None;
+        }
+        self.nlay = end;
         self.max_size = self.max_size.max(size);
         self.push(kind::LAYOUT, mark as u64, off as u64, std::ptr::null());
         Some((size, seed))
@@ -702,6 +714,36 @@ impl Batch<'_, '_> {
         self.n = len;
         self.r.pos = pos;
     }
+}
+
+/// Decodes the nodes of a layout of `size` nodes (see `Loader::layout_node`) into `codes` and
+/// `links` (one per node), refusing removed keys (code 2): the reader's position after them,
+/// or None. Apart from the decoding loop, and by value, for registers of its own.
+#[inline(never)]
+fn layout_nodes(
+    mut r: Reader<'_>,
+    size: u32,
+    codes: &mut [u32],
+    links: &mut [i32],
+) -> Option<usize> {
+    let size = size as u64;
+    for (c, nx) in codes.iter_mut().zip(links) {
+        let code = r.varint()?;
+        if code > size + 2 || code == 2 {
+            return None;
+        }
+        if code == 0 {
+            (*c, *nx) = (0, 0);
+            continue;
+        }
+        // The link, zigzag-coded: |link| = z / 2 + (z & 1), below the node count.
+        let z = r.varint()?;
+        if (z >> 1) + (z & 1) >= size {
+            return None;
+        }
+        (*c, *nx) = (code as u32, (((z >> 1) as i64) ^ -((z & 1) as i64)) as i32);
+    }
+    Some(r.pos)
 }
 
 /// The string ids, object ids and preallocation units the steps `ops` took (see
@@ -796,11 +838,14 @@ pub(crate) struct Loader<'a> {
     /// Steps decoded for `luasnap_table_build`: [`OPS_CAP`] once a batch is decoded (see
     /// [`Batch`]).
     ops: Vec<RawVal>,
-    /// Table layouts decoded for the steps (see `plain_layout`), or for `apply_layout`: per
-    /// table its node count, lastfree and hash seed, then its node codes; `laynx` holds the
-    /// chain links at the same offsets.
+    /// A table layout decoded for `apply_layout`: its node codes; `laynx` holds the chain
+    /// links at the same offsets.
     lay: Vec<u32>,
     laynx: Vec<i32>,
+    /// The layouts of a batch's steps (see [`Batch`]): per table its node count, lastfree and
+    /// hash seed, then its node codes; `blaynx` holds the chain links at the same offsets.
+    blay: Vec<u32>,
+    blaynx: Vec<i32>,
     /// Scratch for placing a layout's entries (`luasnap_relayout_scratch`), kept between
     /// tables; u64 words for the alignment of Lua's nodes.
     scratch: Vec<u64>,
@@ -892,6 +937,8 @@ impl<'a> Loader<'a> {
             ops: Vec::new(),
             lay: Vec::new(),
             laynx: Vec::new(),
+            blay: Vec::new(),
+            blaynx: Vec::new(),
             scratch: Vec::new(),
             seed: 0,
             known_k: None,
@@ -2112,8 +2159,6 @@ impl<'a> Loader<'a> {
             self.ops.resize(OPS_CAP, RawVal::EMPTY);
         }
         loop {
-            self.lay.clear();
-            self.laynx.clear();
             let Ok(ops) = <&mut [RawVal; OPS_CAP]>::try_from(&mut self.ops[..OPS_CAP]) else {
                 unreachable!("a slice of OPS_CAP steps");
             };
@@ -2121,8 +2166,9 @@ impl<'a> Loader<'a> {
                 r: self.r,
                 ops,
                 n: 0,
-                lay: &mut self.lay,
-                laynx: &mut self.laynx,
+                lay: &mut self.blay,
+                laynx: &mut self.blaynx,
+                nlay: 0,
                 strs: self.strs,
                 next_id: self.next_id,
                 prealloc_left: self.prealloc_left,
@@ -2158,8 +2204,8 @@ impl<'a> Loader<'a> {
                     self.ops.as_ptr(),
                     n as c_int,
                     self.refuses_finalizers() as c_int,
-                    self.lay.as_ptr(),
-                    self.laynx.as_ptr(),
+                    self.blay.as_ptr(),
+                    self.blaynx.as_ptr(),
                     self.scratch.as_mut_ptr().cast(),
                 );
                 if failed <= -2 {
