@@ -371,7 +371,8 @@ impl<'a> Reader<'a> {
     }
 }
 
-/// A varint of any length (at most ten bytes) at `pos`, and the position after it.
+/// A varint of any length (at most ten bytes) at `pos`, and the position after it (None, with
+/// the reader left where it was, if there is none).
 #[cold]
 #[inline(never)]
 fn varint_long(data: &[u8], mut pos: usize) -> Option<(u64, usize)> {
@@ -415,7 +416,12 @@ mod tests {
         }
         let mut r = Reader::new(&[0x81, 0x80, 0x00, 7]);
         assert_eq!((r.varint(), r.pos), (Some(1), 3));
-        assert_eq!(Reader::new(&[0x80]).varint(), None);
+        // A varint that is not one (truncated, or more than ten bytes) leaves the reader
+        // where it was: errors name the byte where it starts.
+        for bad in [&[0x80][..], &[0x80, 0x81], &[0xff; 10], &[0xff; 12]] {
+            let mut r = Reader::new(bad);
+            assert_eq!((r.varint(), r.pos), (None, 0), "{bad:?}");
+        }
     }
 
     #[test]

@@ -297,7 +297,7 @@ const MAX_UPVALUES: usize = 255;
 /// entry adds at most its key's step, a closure's steps (its `NEWCLOSURE`, then a value and a
 /// `SETUPVAL` for each of at most `MAX_UPVALUES` upvalues) and its `SET` (an end marker adds
 /// a `LAYOUT` and a `SET`; a new table its `NEWTABLE` and `META`).
-const OPS_CAP: usize = BUILD_OPS + 2 * MAX_UPVALUES + 3;
+const OPS_CAP: usize = BUILD_OPS + 2 * MAX_UPVALUES + 2;
 
 /// Array and hash sizes for a new table from a file's hints, capped by what the rest of the
 /// file (`remaining` bytes) can hold (2+ bytes per entry). Hints are also charged to the load's
@@ -2770,5 +2770,100 @@ unsafe fn perm_name(L: *mut lua_State) -> String {
             ffi::LUA_TNUMBER => format!("{}", ffi::lua_tonumberx(L, -1, std::ptr::null_mut())),
             _ => "(unnamed)".into(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{layout_nodes, MAX_UPVALUES};
+    use crate::bridge::vm::Vm;
+    use crate::persist::format::{Reader, Writer};
+    use crate::persist::Trust;
+    use crate::Value;
+
+    /// `make(seed)`: a closure with Lua's most upvalues (255: 150 locals of one function, 105
+    /// of an inner one). `R[2]`: a table of integers and such closures, with runs of 600 and
+    /// 1023 integers between them, so that batches come to start a run (after a closure that
+    /// filled one) and a closure starts at step 1023 of a batch and fills its buffer to the
+    /// end. (`R[1]` brings the prototype first: a closure whose prototype is new goes the
+    /// general way.)
+    fn wide_closures() -> String {
+        let (outer, inner) = (150, MAX_UPVALUES - 150);
+        let names = |p: &str, n: usize| (1..=n).map(|i| format!("{p}{i}")).collect::<Vec<_>>();
+        let vals = |n: usize| (1..=n).map(|i| format!("seed * {i}")).collect::<Vec<_>>();
+        let (a, b) = (names("a", outer), names("b", inner));
+        let sum = a.iter().chain(&b).cloned().collect::<Vec<_>>().join(" + ");
+        format!(
+            "local function make(seed)\n local {} = {}\n return (function()\n local {} = {}\n \
+             return function() return {sum} end\n end)()\nend\n\
+             R = {{ make(0) }}\n local t, n = {{}}, 0\n\
+             local function add(v) n = n + 1 t[n] = v end\n\
+             add(make(1))\n\
+             for k = 1, 6 do\n\
+               for _ = 1, 600 do add(n) end add(make(k))\n\
+               for _ = 1, 1023 do add(n) end add(make(k + 100))\n\
+             end\n\
+             R[2] = t\n\
+             function total(r) local s = r[1]() for _, v in ipairs(r[2]) do \
+             s = s + (type(v) == 'function' and v() or v) end return s end",
+            a.join(", "),
+            vals(outer).join(", "),
+            b.join(", "),
+            vals(inner).join(", ")
+        )
+    }
+
+    #[test]
+    fn closures_with_the_most_upvalues_fill_a_batch_to_its_end() {
+        let mut vm = Vm::builder().capacity(256 << 20).build().unwrap();
+        vm.exec(wide_closures(), "=wide").unwrap();
+        let want = vm.exec("return total(R)", "=total").unwrap();
+        let bytes = vm.persist("R").unwrap();
+        vm.unpersist(&bytes, "R2", Trust::Own).unwrap();
+        assert_eq!(vm.exec("return total(R2)", "=total").unwrap(), want);
+        // Each closure kept its own upvalues: seed * (1 + .. + 150 + 1 + .. + 105).
+        let (o, i) = (150, MAX_UPVALUES as i64 - 150);
+        assert_eq!(
+            vm.exec(
+                "local c = R2[2][1 + 601] R2 = nil return c(), R[2][602]()",
+                "=own"
+            )
+            .unwrap(),
+            vec![Value::Integer(o * (o + 1) / 2 + i * (i + 1) / 2); 2]
+        );
+    }
+
+    #[test]
+    fn layout_nodes_check_codes_and_links() {
+        let enc = |nodes: &[(u64, i64)]| {
+            let mut w = Writer::default();
+            for &(c, l) in nodes {
+                w.varint(c);
+                if c != 0 {
+                    w.i64(l);
+                }
+            }
+            w.buf
+        };
+        let run = |bytes: &[u8], size: u32| {
+            let (mut c, mut l) = (vec![9; size as usize], vec![9; size as usize]);
+            layout_nodes(Reader::new(bytes), size, &mut c, &mut l).map(|end| (end, c, l))
+        };
+        let ok = enc(&[(0, 0), (3, -3), (5, 3), (1, 0)]);
+        assert_eq!(
+            run(&ok, 4),
+            Some((ok.len(), vec![0, 3, 5, 1], vec![0, -3, 3, 0]))
+        );
+        // Links at the node count either way, codes past it, removed keys, truncation.
+        assert_eq!(run(&enc(&[(3, 4), (0, 0), (0, 0), (0, 0)]), 4), None);
+        assert_eq!(run(&enc(&[(3, -4), (0, 0), (0, 0), (0, 0)]), 4), None);
+        assert_eq!(run(&enc(&[(7, 0), (0, 0), (0, 0), (0, 0)]), 4), None);
+        assert_eq!(run(&enc(&[(2, 0), (0, 0), (0, 0), (0, 0)]), 4), None);
+        assert_eq!(run(&ok[..ok.len() - 1], 4), None);
+        // A link of i64::MIN (zigzag u64::MAX) is refused, not wrapped.
+        let mut w = Writer::default();
+        w.varint(3);
+        w.varint(u64::MAX);
+        assert_eq!(run(&w.buf, 1), None);
     }
 }
