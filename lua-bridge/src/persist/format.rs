@@ -293,7 +293,9 @@ pub fn open(file: &[u8]) -> Result<Opened<'_>, HeaderError> {
     })
 }
 
-/// Reads a body; every read is bounds-checked.
+/// Reads a body; every read is bounds-checked. `Copy`, so a hot loop can work on a local copy
+/// (kept in registers) and write its position back.
+#[derive(Clone, Copy)]
 pub struct Reader<'a> {
     pub data: &'a [u8],
     pub pos: usize,
@@ -308,6 +310,12 @@ impl<'a> Reader<'a> {
         self.data.len() - self.pos
     }
 
+    /// The next byte, not consumed.
+    #[inline]
+    pub fn peek(&self) -> Option<u8> {
+        self.data.get(self.pos).copied()
+    }
+
     #[inline]
     pub fn u8(&mut self) -> Option<u8> {
         let b = *self.data.get(self.pos)?;
@@ -317,26 +325,25 @@ impl<'a> Reader<'a> {
 
     #[inline]
     pub fn varint(&mut self) -> Option<u64> {
-        // Most varints (ids, lengths, small integers) are one byte.
-        match self.data.get(self.pos) {
-            Some(&b) if b < 0x80 => {
-                self.pos += 1;
-                Some(b as u64)
-            }
-            _ => self.varint_long(),
+        // Most varints (ids, lengths, small integers) are one byte, most others two.
+        let b0 = *self.data.get(self.pos)?;
+        if b0 < 0x80 {
+            self.pos += 1;
+            return Some(b0 as u64);
         }
-    }
-
-    fn varint_long(&mut self) -> Option<u64> {
-        let mut v = 0u64;
-        for shift in (0..64).step_by(7) {
-            let b = self.u8()?;
-            v |= ((b & 0x7f) as u64) << shift;
-            if b & 0x80 == 0 {
-                return Some(v);
+        match self.data.get(self.pos + 1) {
+            Some(&b1) if b1 < 0x80 => {
+                self.pos += 2;
+                Some((b0 & 0x7f) as u64 | (b1 as u64) << 7)
+            }
+            _ => {
+                // By value, not through `self`: a caller's copy of the reader stays in
+                // registers.
+                let (v, pos) = varint_long(self.data, self.pos)?;
+                self.pos = pos;
+                Some(v)
             }
         }
-        None
     }
 
     #[inline]
@@ -364,6 +371,23 @@ impl<'a> Reader<'a> {
     }
 }
 
+/// A varint of any length (at most ten bytes) at `pos`, and the position after it (None, with
+/// the reader left where it was, if there is none).
+#[cold]
+#[inline(never)]
+fn varint_long(data: &[u8], mut pos: usize) -> Option<(u64, usize)> {
+    let mut v = 0u64;
+    for shift in (0..64).step_by(7) {
+        let b = *data.get(pos)?;
+        pos += 1;
+        v |= ((b & 0x7f) as u64) << shift;
+        if b & 0x80 == 0 {
+            return Some((v, pos));
+        }
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -381,6 +405,23 @@ mod tests {
         }
         assert_eq!(r.remaining(), 0);
         assert_eq!(Reader::new(&[0xff; 11]).varint(), None);
+        // Every length, and encodings with needless continuation bytes, as before.
+        for v in [0u64, 127, 128, 16_383, 16_384, 1 << 35, u64::MAX] {
+            let mut w = Writer::default();
+            w.varint(v);
+            let mut r = Reader::new(&w.buf);
+            assert_eq!((r.varint(), r.remaining()), (Some(v), 0));
+            // Truncated: no value.
+            assert_eq!(Reader::new(&w.buf[..w.buf.len() - 1]).varint(), None);
+        }
+        let mut r = Reader::new(&[0x81, 0x80, 0x00, 7]);
+        assert_eq!((r.varint(), r.pos), (Some(1), 3));
+        // A varint that is not one (truncated, or more than ten bytes) leaves the reader
+        // where it was: errors name the byte where it starts.
+        for bad in [&[0x80][..], &[0x80, 0x81], &[0xff; 10], &[0xff; 12]] {
+            let mut r = Reader::new(bad);
+            assert_eq!((r.varint(), r.pos), (None, 0), "{bad:?}");
+        }
     }
 
     #[test]

@@ -312,6 +312,494 @@ fn nopen_room(depth: usize) -> usize {
     PLAIN_DEPTH.min(STACK_FRAMES.saturating_sub(depth + 1))
 }
 
+/// Lua's limit on a closure's upvalues (`MAXUPVAL`); a batch leaves a closure with more to the
+/// general path.
+const MAX_UPVALUES: usize = 255;
+/// Steps a batch's buffer holds: a batch takes no entry once it has `BUILD_OPS` steps, and one
+/// entry adds at most its key's step, a closure's steps (its `NEWCLOSURE`, then a value and a
+/// `SETUPVAL` for each of at most `MAX_UPVALUES` upvalues) and its `SET` (an end marker adds
+/// a `LAYOUT` and a `SET`; a new table its `NEWTABLE` and `META`).
+const OPS_CAP: usize = BUILD_OPS + 2 * MAX_UPVALUES + 2;
+
+/// Array and hash sizes for a new table from a file's hints, capped by what the rest of the
+/// file (`remaining` bytes) can hold (2+ bytes per entry). Hints are also charged to the load's
+/// total preallocation budget `left` (hash nodes twice): nested tables cannot each ask for the
+/// whole rest of the file. The third value says whether a hint was cut.
+#[inline(always)]
+fn table_sizes(remaining: usize, left: &mut u64, narr: u64, nhash: u64) -> (c_int, c_int, bool) {
+    let cap = (remaining / 2).min(c_int::MAX as usize) as u64;
+    let (narr0, nhash0) = (narr, nhash);
+    let narr = narr.min(cap).min(*left);
+    *left -= narr;
+    let nhash = nhash.min(cap).min(*left / 2);
+    *left -= nhash * 2;
+    (
+        narr as c_int,
+        nhash as c_int,
+        narr != narr0 || nhash != nhash0,
+    )
+}
+
+/// The tag bytes the batch decoder matches on.
+const T_NIL: u8 = Tag::Nil as u8;
+const T_FALSE: u8 = Tag::False as u8;
+const T_TRUE: u8 = Tag::True as u8;
+const T_INT: u8 = Tag::Int as u8;
+const T_FLOAT: u8 = Tag::Float as u8;
+const T_STR: u8 = Tag::Str as u8;
+const T_STRREF: u8 = Tag::StrRef as u8;
+const T_REF: u8 = Tag::Ref as u8;
+
+/// How a batch ended (see [`Batch::decode`]).
+struct BatchEnd {
+    /// The tables the batch opened and left open, outermost first: id, and the index of its
+    /// `NEWTABLE` step if its size hints were not capped (else its entries may not fit its
+    /// nodes: it is never placed) and no metatable step named it.
+    open: [(u32, Option<usize>); PLAIN_DEPTH],
+    nopen: usize,
+    /// Where the innermost table (the frame's own if none is open) is; the tables around it
+    /// each expect their value (the table they opened).
+    stage: Stage,
+    /// Whether it stopped because its buffers were full.
+    full: bool,
+}
+
+/// One batch of steps for `luasnap_table_build` being decoded (see `Loader::plain_entries`):
+/// a copy of the loader's reader and counters, written back when the batch ends, so the
+/// decoding loop keeps them in registers, and a buffer of fixed size for the steps. Decodes
+/// booleans, numbers, strings, string references, references to objects already read, nil,
+/// new tables and Lua closures of prototypes already read, each checked as the general path
+/// checks it; anything else, malformed bytes included, ends the batch before it, with the
+/// reader and counters as they were before it (the general path reads it and reports what
+/// is wrong).
+struct Batch<'a, 'b> {
+    r: Reader<'a>,
+    ops: &'b mut [RawVal; OPS_CAP],
+    /// Steps decoded (`ops[..n]`).
+    n: usize,
+    /// The batch's layouts, `lay[..nlay]` (see `Loader::blay`), their links in `laynx`.
+    lay: &'b mut Vec<u32>,
+    laynx: &'b mut Vec<i32>,
+    nlay: usize,
+    strs: u32,
+    next_id: u32,
+    prealloc_left: u64,
+    strref_len: usize,
+    protos: &'b [*const c_void],
+    format: u16,
+    /// The VM's hash seed (see `place_hint`).
+    seed: u32,
+    /// The node count of the largest layout decoded (0: none), for the scratch.
+    max_size: u32,
+}
+
+impl Batch<'_, '_> {
+    /// Appends a step. `n` stays below `OPS_CAP` (see there): the index check never fails.
+    #[inline(always)]
+    fn push(&mut self, kind: u64, len: u64, bits: u64, s: *const std::ffi::c_char) {
+        self.ops[self.n] = RawVal { kind, len, bits, s };
+        self.n += 1;
+    }
+
+    /// Decodes steps until the batch is full or the next item is not one it takes. An entry
+    /// is decoded in one trip around the loop (its key, then its value, and for a new table its
+    /// metatable), so the innermost table expects a key whenever the loop starts over.
+    fn decode(&mut self, room: usize) -> BatchEnd {
+        let mut open = [(0u32, None); PLAIN_DEPTH];
+        let mut nopen = 0;
+        // Whether the layouts fill half their buffer (checked as each is added).
+        let mut lay_full = false;
+        let (stage, full) = loop {
+            if self.n >= BUILD_OPS || lay_full {
+                break (Stage::Key, true);
+            }
+            let Some(tag) = self.r.peek() else {
+                break (Stage::Key, false);
+            };
+            if tag == T_NIL || tag == Tag::Layout as u8 {
+                // An end marker, with the hash part's layout or without: the frame's own is
+                // for the general path; a layout is placed by the batch (which then sets the
+                // table in its parent) when it can be, else by the general path.
+                if nopen == 0 {
+                    break (Stage::Key, false);
+                }
+                if tag == T_NIL {
+                    self.r.pos += 1;
+                } else {
+                    if self.format < 5 {
+                        break (Stage::Key, false);
+                    }
+                    let Some((size, seed)) = self.layout() else {
+                        break (Stage::Key, false);
+                    };
+                    lay_full = self.nlay >= BATCH_LAYOUT / 2;
+                    if let Some(at) = open[nopen - 1].1 {
+                        self.place_hint(at, size, seed);
+                    }
+                }
+                nopen -= 1;
+                // The parent got its entry and expects a key.
+                self.push(kind::SET, self.r.pos as u64, 0, std::ptr::null());
+                continue;
+            }
+            // The key (its step pushed once the value shows whether one step takes both).
+            let at = self.r.pos;
+            let Some(key) = self.plain(tag) else {
+                self.r.pos = at;
+                break (Stage::Key, false);
+            };
+            // Its value.
+            let Some(tag) = self.r.peek() else {
+                self.push_val(key);
+                break (Stage::Value, false);
+            };
+            let at = self.r.pos;
+            self.r.pos += 1;
+            match self.simple(tag) {
+                Some(Some(v)) => {
+                    // An entry of a plain value: one step with its key when they fit one
+                    // (the key a string already read or an integer in 0..2^32).
+                    let (kk, kb) = (key.kind, key.bits);
+                    if matches!(kk, kind::STRREF | kind::INT) && kb <= u32::MAX as u64 {
+                        let k = kind::SETKV | v.kind << 8 | kk << 16 | kb << 32;
+                        self.push(k, v.len, v.bits, v.s);
+                    } else {
+                        self.push_val(key);
+                        self.push_val(v);
+                        self.push(kind::SET, self.r.pos as u64, 0, std::ptr::null());
+                    }
+                    continue;
+                }
+                Some(None) => {
+                    self.r.pos = at;
+                    self.push_val(key);
+                    break (Stage::Value, false);
+                }
+                None => self.r.pos = at,
+            }
+            self.push_val(key);
+            let mark = (at, self.n);
+            if tag == Tag::Table as u8 && nopen < room {
+                let Some((id, placeable)) = self.new_table() else {
+                    self.unread(mark);
+                    break (Stage::Value, false);
+                };
+                open[nopen] = (id, placeable);
+                nopen += 1;
+                // Its metatable.
+                let Some(tag) = self.r.peek() else {
+                    break (Stage::Meta, false);
+                };
+                let at = self.r.pos;
+                let Some(mt) = self.plain(tag) else {
+                    self.r.pos = at;
+                    break (Stage::Meta, false);
+                };
+                if mt.kind == kind::NIL {
+                    // No metatable: the new table has none, so its two steps (push nil, set
+                    // it) would do nothing (most tables: 5,600 of 7,000 in a 1 MB bench load,
+                    // 15% of the steps).
+                    continue;
+                }
+                self.push_val(mt);
+                // A table still open in this batch given as a metatable is not placed: until
+                // its layout step, its entries sit in nodes unhashed, and setting a metatable
+                // looks `__gc` up in it (the finalizer check and mark), as the collector looks
+                // up `__mode` and caches what it did not find. Found by an independent
+                // attacker: a class whose instance is among its own entries lost its
+                // finalizer. (Placement is decided when the table ends: dropping its step
+                // index here keeps it a plain NEWTABLE.)
+                if mt.kind == kind::REF {
+                    for o in open[..nopen].iter_mut().filter(|o| o.0 as u64 == mt.bits) {
+                        o.1 = None;
+                    }
+                }
+                self.push(kind::META, self.r.pos as u64, 0, std::ptr::null());
+                continue;
+            }
+            let read = if tag == Tag::LClosure as u8 {
+                self.closure()
+            } else {
+                self.plain(tag).map(|v| self.push_val(v))
+            };
+            if read.is_none() {
+                self.unread(mark);
+                break (Stage::Value, false);
+            }
+            self.push(kind::SET, self.r.pos as u64, 0, std::ptr::null());
+        };
+        BatchEnd {
+            open,
+            nopen,
+            stage,
+            full,
+        }
+    }
+
+    /// The step of a boolean, number, string or string reference whose tag `tag` was just
+    /// read: `Some(None)` if its payload is malformed, `None` for another tag. Counts the
+    /// string id a new string takes.
+    #[inline(always)]
+    fn simple(&mut self, tag: u8) -> Option<Option<RawVal>> {
+        let null = std::ptr::null();
+        let (kind, bits, len, s) = match tag {
+            T_FALSE => (kind::FALSE, 0, 0, null),
+            T_TRUE => (kind::TRUE, 0, 0, null),
+            T_INT => match self.r.i64() {
+                Some(i) => (kind::INT, i as u64, 0, null),
+                None => return Some(None),
+            },
+            T_FLOAT => match self.r.u64() {
+                Some(b) => (kind::FLOAT, b, 0, null),
+                None => return Some(None),
+            },
+            T_STR => {
+                let Some(b) = self.r.bytes() else {
+                    return Some(None);
+                };
+                let sid = if b.len() >= self.strref_len {
+                    self.strs += 1;
+                    self.strs as u64
+                } else {
+                    0
+                };
+                (kind::STR, sid, b.len() as u64, b.as_ptr().cast())
+            }
+            T_STRREF => match self.r.varint() {
+                Some(sid) if sid < self.strs as u64 => (kind::STRREF, sid + 1, 0, null),
+                _ => return Some(None),
+            },
+            _ => return None,
+        };
+        Some(Some(RawVal { kind, len, bits, s }))
+    }
+
+    /// Appends a step.
+    #[inline(always)]
+    fn push_val(&mut self, v: RawVal) {
+        self.push(v.kind, v.len, v.bits, v.s);
+    }
+
+    /// Decodes one item at the reader, whose tag is `tag`, into its step (not pushed): a
+    /// boolean, number, string, string reference, nil or a reference to an object already
+    /// read. None, having counted no string, for anything else.
+    #[inline(always)]
+    fn plain(&mut self, tag: u8) -> Option<RawVal> {
+        let at = self.r.pos;
+        self.r.pos += 1;
+        let v = match self.simple(tag) {
+            Some(v) => v?,
+            None if tag == T_NIL => RawVal {
+                kind: kind::NIL,
+                ..RawVal::EMPTY
+            },
+            None if tag == T_REF => {
+                let id = self.r.varint()?;
+                if id >= self.next_id as u64 {
+                    return None;
+                }
+                RawVal {
+                    kind: kind::REF,
+                    len: at as u64,
+                    bits: id,
+                    s: std::ptr::null(),
+                }
+            }
+            None => return None,
+        };
+        Some(v)
+    }
+
+    /// Decodes a new table's header (its tag next) into a `NEWTABLE` step, charging its size
+    /// hints. Returns its id and whether it may be placed (its hints were not cut: see
+    /// [`BatchEnd::open`]), as the index of its step.
+    #[inline(always)]
+    fn new_table(&mut self) -> Option<(u32, Option<usize>)> {
+        self.r.pos += 1;
+        let (narr, nhash) = (self.r.varint()?, self.r.varint()?);
+        let (narr, nhash, capped) =
+            table_sizes(self.r.remaining(), &mut self.prealloc_left, narr, nhash);
+        let id = self.next_id;
+        self.next_id += 1;
+        self.push(
+            kind::NEWTABLE,
+            (narr as u64) << 32 | nhash as u64,
+            id as u64,
+            std::ptr::null(),
+        );
+        Some((id, (!capped).then_some(self.n - 1)))
+    }
+
+    /// Decodes a Lua closure (its tag next) of a prototype already read, whose upvalues are
+    /// plain items or shared, into its steps.
+    fn closure(&mut self) -> Option<()> {
+        self.r.pos += 1;
+        let p = *self.protos.get(usize::try_from(self.r.varint()?).ok()?)?;
+        let n = self.r.varint()?;
+        // SAFETY: p is a prototype of this VM, kept alive for the load.
+        if n > MAX_UPVALUES as u64 || n != unsafe { luasnap_proto_nupvalues(p) } as u64 {
+            return None;
+        }
+        let id = self.next_id;
+        self.next_id += 1;
+        self.push(
+            kind::NEWCLOSURE,
+            id as u64,
+            p as usize as u64,
+            std::ptr::null(),
+        );
+        for i in 1..=n {
+            let tag = self.r.u8()?;
+            if tag == Tag::UpvalNew as u8 {
+                let v = self.plain(self.r.peek()?)?;
+                self.push_val(v);
+                self.push(kind::SETUPVAL, 0, i, std::ptr::null());
+            } else if tag == Tag::UpvalRef as u8 {
+                let (other, index) = (self.r.varint()?, self.r.varint()?);
+                if other >= self.next_id as u64 || index > u32::MAX as u64 {
+                    return None;
+                }
+                self.push(kind::JOINUPVAL, i << 32 | index, other, std::ptr::null());
+            } else {
+                return None;
+            }
+        }
+        Some(())
+    }
+
+    /// Decodes the layout at the reader (its `Tag::Layout` next) into `lay`/`laynx` for a
+    /// `kind::LAYOUT` step, which it pushes; returns the layout's node count and hash seed.
+    /// None, with the reader and the batch's layouts where they were, for what the general
+    /// path must place or report: a layout with removed keys, one too large for the batch, or
+    /// malformed bytes.
+    fn layout(&mut self) -> Option<(u32, u32)> {
+        let mark = self.r.pos;
+        let done = self.layout_inner(mark);
+        if done.is_none() {
+            self.r.pos = mark;
+        }
+        done
+    }
+
+    fn layout_inner(&mut self, mark: usize) -> Option<(u32, u32)> {
+        self.r.pos += 1; // the tag
+        let blob = self.r.bytes()?;
+        let mut r = Reader::new(blob);
+        let (seed, size, lastfree) = Loader::layout_header(&mut r, blob.len())?;
+        let off = self.nlay;
+        let end = off + 3 + size as usize;
+        if end > BATCH_LAYOUT {
+            return None;
+        }
+        if self.lay.len() < end {
+            // Grown as batches need it (up to BATCH_LAYOUT words), never shrunk.
+            let len = end.next_power_of_two().min(BATCH_LAYOUT);
+            self.lay.resize(len, 0);
+            self.laynx.resize(len, 0);
+        }
+        let (codes, links) = (&mut self.lay[off..end], &mut self.laynx[off..end]);
+        codes[..3].copy_from_slice(&[size, lastfree, seed]);
+        links[..3].copy_from_slice(&[0; 3]);
+        if layout_nodes(r, size, &mut codes[3..], &mut links[3..]) != Some(blob.len()) {
+            return None;
+        }
+        self.nlay = end;
+        self.max_size = self.max_size.max(size);
+        self.push(kind::LAYOUT, mark as u64, off as u64, std::ptr::null());
+        Some((size, seed))
+    }
+
+    /// After `layout` pushed the `LAYOUT` step (node count `size`, hash seed `seed`) of the
+    /// table whose `NEWTABLE` step is `ops[at]`: marks the table as placed
+    /// (`kind::NEWTABLE_PLACED`: its entries go into its nodes unhashed, and the layout step
+    /// moves them) when the layout will apply, i.e. it was saved under this VM's hash seed for
+    /// a hash part of the table's node count (a layout that does not apply leaves the table as
+    /// its insertions built it, which a placed table cannot be). The C side checks the layout
+    /// against the entries as for any table.
+    fn place_hint(&mut self, at: usize, size: u32, seed: u32) {
+        let op = &mut self.ops[at];
+        let nhash = op.len & 0xffff_ffff;
+        if op.kind == kind::NEWTABLE
+            && seed == self.seed
+            && nhash > 0
+            && nhash.next_power_of_two() == size as u64
+        {
+            op.kind = kind::NEWTABLE_PLACED;
+        }
+    }
+
+    /// Back to `mark` (reader position, step count): drops the steps from there on, and the
+    /// string and object ids and preallocation they took. (Counting them here keeps the
+    /// decoding loop from saving the counters before every item.)
+    #[inline(always)]
+    fn unread(&mut self, mark: (usize, usize)) {
+        let (pos, len) = (mark.0, mark.1.min(self.n));
+        // By value: the batch stays in registers.
+        let (strs, ids, prealloc) = taken(&self.ops[len..self.n]);
+        self.strs -= strs;
+        self.next_id -= ids;
+        self.prealloc_left += prealloc;
+        self.n = len;
+        self.r.pos = pos;
+    }
+}
+
+/// Decodes the nodes of a layout of `size` nodes (see `Loader::layout_node`) into `codes` and
+/// `links` (one per node), refusing removed keys (code 2): the reader's position after them,
+/// or None. Apart from the decoding loop, and by value, for registers of its own.
+#[inline(never)]
+fn layout_nodes(
+    mut r: Reader<'_>,
+    size: u32,
+    codes: &mut [u32],
+    links: &mut [i32],
+) -> Option<usize> {
+    let size = size as u64;
+    for (c, nx) in codes.iter_mut().zip(links) {
+        let code = r.varint()?;
+        if code > size + 2 || code == 2 {
+            return None;
+        }
+        if code == 0 {
+            (*c, *nx) = (0, 0);
+            continue;
+        }
+        // The link, zigzag-coded: |link| = z / 2 + (z & 1), below the node count.
+        let z = r.varint()?;
+        if (z >> 1) + (z & 1) >= size {
+            return None;
+        }
+        (*c, *nx) = (code as u32, (((z >> 1) as i64) ^ -((z & 1) as i64)) as i32);
+    }
+    Some(r.pos)
+}
+
+/// The string ids, object ids and preallocation units the steps `ops` took (see
+/// `Batch::unread`).
+#[cold]
+#[inline(never)]
+fn taken(ops: &[RawVal]) -> (u32, u32, u64) {
+    let (mut strs, mut ids, mut prealloc) = (0, 0, 0);
+    for op in ops {
+        let value_kind = if op.kind & 0xff == kind::SETKV {
+            op.kind >> 8 & 0xff
+        } else {
+            op.kind
+        };
+        match value_kind {
+            kind::STR if op.bits != 0 => strs += 1,
+            kind::NEWTABLE | kind::NEWTABLE_PLACED => {
+                ids += 1;
+                // Its hints are charged again when the general path reads it.
+                prealloc += (op.len >> 32) + 2 * (op.len & 0xffff_ffff);
+            }
+            kind::NEWCLOSURE => ids += 1,
+            _ => {}
+        }
+    }
+    (strs, ids, prealloc)
+}
+
 const REBUILDING: &str = "a reference to an object that is still being rebuilt: a __persist rebuild function captured its own object; use two-phase persistence (return a create function and an init function)";
 
 pub(crate) struct Fail;
@@ -375,13 +863,17 @@ pub(crate) struct Loader<'a> {
     full_index: bool,
     frames: Vec<Frame>,
     inits: u32,
-    /// Steps decoded for `luasnap_table_build`.
+    /// Steps decoded for `luasnap_table_build`: [`OPS_CAP`] once a batch is decoded (see
+    /// [`Batch`]).
     ops: Vec<RawVal>,
-    /// Table layouts decoded for the steps (see `plain_layout`), or for `apply_layout`: per
-    /// table its node count, lastfree and hash seed, then its node codes; `laynx` holds the
-    /// chain links at the same offsets.
+    /// A table layout decoded for `apply_layout`: its node codes; `laynx` holds the chain
+    /// links at the same offsets.
     lay: Vec<u32>,
     laynx: Vec<i32>,
+    /// The layouts of a batch's steps (see [`Batch`]): per table its node count, lastfree and
+    /// hash seed, then its node codes; `blaynx` holds the chain links at the same offsets.
+    blay: Vec<u32>,
+    blaynx: Vec<i32>,
     /// Scratch for placing a layout's entries (`luasnap_relayout_scratch`), kept between
     /// tables; u64 words for the alignment of Lua's nodes.
     scratch: Vec<u64>,
@@ -390,8 +882,6 @@ pub(crate) struct Loader<'a> {
     memo: Vec<u64>,
     /// The VM's hash seed: layouts saved under another are not placed (see `place_hint`).
     seed: u32,
-    /// Whether `table_sizes` cut the last table's size hints.
-    capped: bool,
     /// The VM's continuations and pcall's (see `continuations`), once looked up.
     known_k: Option<(Vec<*const c_void>, *const c_void)>,
     pub error: Option<String>,
@@ -478,14 +968,15 @@ impl<'a> Loader<'a> {
             full_index: false,
             frames: Vec::new(),
             inits: 0,
-            ops: Vec::with_capacity(BUILD_OPS + 8),
+            ops: Vec::new(),
             lay: Vec::new(),
             laynx: Vec::new(),
+            blay: Vec::new(),
+            blaynx: Vec::new(),
             scratch: Vec::new(),
             // SAFETY: a pure function.
             memo: vec![0; unsafe { luasnap_relayout_memo_size() }.div_ceil(8)],
             seed: 0,
-            capped: false,
             known_k: None,
             error: None,
             shared,
@@ -551,6 +1042,7 @@ impl<'a> Loader<'a> {
 
     /// Reads a layout's header (seed, node count, lastfree) and checks it against the blob
     /// that holds it (every node takes at least one byte; sizes are powers of two below 2^31).
+    #[inline(always)]
     fn layout_header(r: &mut Reader<'_>, blob_len: usize) -> Option<(u32, u32, u32)> {
         let (seed, size, lastfree) = (r.varint()?, r.varint()?, r.varint()?);
         if seed > u32::MAX as u64
@@ -566,6 +1058,7 @@ impl<'a> Loader<'a> {
     }
 
     /// Reads one node of a layout: its code and chain link (see `luasnap_table_layout`).
+    #[inline(always)]
     fn layout_node(r: &mut Reader<'_>, size: u32) -> Option<(u32, i32)> {
         let c = r.varint().filter(|&c| c <= size as u64 + 2)?;
         if c == 0 {
@@ -690,77 +1183,10 @@ impl<'a> Loader<'a> {
         Ok(())
     }
 
-    /// Decodes the layout at the reader (its `Tag::Layout` next) into `lay`/`laynx` for a
-    /// `kind::LAYOUT` step, which it pushes. None, with the reader and buffers where they were,
-    /// for what the general path must place or report: a layout with removed keys, one too
-    /// large for the batch, or malformed bytes.
-    fn plain_layout(&mut self) -> Option<()> {
-        let (mark, len) = (self.r.pos, self.lay.len());
-        let done = self.plain_layout_inner(mark);
-        if done.is_none() {
-            self.r.pos = mark;
-            self.lay.truncate(len);
-            self.laynx.truncate(len);
-        }
-        done
-    }
-
-    fn plain_layout_inner(&mut self, mark: usize) -> Option<()> {
-        self.r.pos += 1; // the tag
-        let blob = self.r.bytes()?;
-        let mut r = Reader::new(blob);
-        let (seed, size, lastfree) = Self::layout_header(&mut r, blob.len())?;
-        let off = self.lay.len();
-        if off + size as usize + 3 > BATCH_LAYOUT {
-            return None;
-        }
-        self.lay.extend_from_slice(&[size, lastfree, seed]);
-        self.laynx.extend_from_slice(&[0, 0, 0]);
-        for _ in 0..size {
-            let (c, nx) = Self::layout_node(&mut r, size).filter(|&(c, _)| c != 2)?;
-            self.lay.push(c);
-            self.laynx.push(nx);
-        }
-        if r.pos != blob.len() {
-            return None;
-        }
-        self.scratch_for(size);
-        let mut step = RawVal::EMPTY;
-        step.kind = kind::LAYOUT;
-        step.bits = off as u64;
-        step.len = mark as u64;
-        self.ops.push(step);
-        Some(())
-    }
-
     /// Whether a metatable with `__gc` fails the load (see [`LoadOptions::finalizers`]; with
     /// `inert_finalizers` the whole load runs marked as one without new finalizers instead).
     fn refuses_finalizers(&self) -> bool {
         !self.opts.finalizers && !self.opts.inert_finalizers
-    }
-
-    /// After `plain_layout` pushed the `LAYOUT` step of the table whose `NEWTABLE` step is
-    /// `ops[at]`: marks the table as placed (`kind::NEWTABLE_PLACED`: its entries go into its
-    /// nodes unhashed, and the layout step moves them) when the layout will apply, i.e. it
-    /// was saved under this VM's hash seed for a hash part of the table's node count (a
-    /// layout that does not apply leaves the table as its insertions built it, which a placed
-    /// table cannot be). The C side checks the layout against the entries as for any table.
-    fn place_hint(&mut self, at: usize) {
-        let Some(&layout) = self.ops.last() else {
-            return;
-        };
-        let off = layout.bits as usize;
-        let (size, seed) = (self.lay[off], self.lay[off + 2]);
-        let op = &mut self.ops[at];
-        let nhash = op.len & 0xffff_ffff;
-        if op.kind == kind::NEWTABLE
-            && layout.kind == kind::LAYOUT
-            && seed == self.seed
-            && nhash > 0
-            && nhash.next_power_of_two() == size as u64
-        {
-            op.kind = kind::NEWTABLE_PLACED;
-        }
     }
 
     fn malformed(&mut self, what: &str) -> Fail {
@@ -1746,369 +2172,67 @@ impl<'a> Loader<'a> {
         }
     }
 
-    /// Decodes one item for `luasnap_table_build` into `self.ops`: a boolean, number, string,
-    /// reference to a string or an object, or (if `table`) the header of a new table, or (if
-    /// `closure`) a Lua closure of a prototype already read whose upvalues are such items
-    /// (no tables) or shared. Returns the item's kind. Anything else, malformed bytes
-    /// included, is `None`, with the reader, counters and steps where they were: the general
-    /// path reads it and reports what is wrong.
-    #[inline(always)]
-    fn plain_item(&mut self, table: bool, closure: bool) -> Option<u64> {
-        let mark = (self.r.pos, self.ops.len());
-        let k = self.plain_item_inner(table, closure);
-        if k.is_none() {
-            self.r.pos = mark.0;
-            self.unread_ops(mark.1);
-        }
-        k
-    }
-
-    /// Turns the last step, an entry's key, and its value `v` (decoded, not pushed) into one
-    /// `kind::SETKV` step when they fit one: the key a string already read or an integer in
-    /// 0..2^32. Returns whether it did (else the caller pushes `v` and a `SET`). The step is
-    /// written field by field from registers: reading a just-written step back as a whole
-    /// stalls on store forwarding.
-    #[inline(always)]
-    fn fuse_entry(&mut self, v: RawVal) -> bool {
-        let Some(k) = self.ops.last_mut() else {
-            return false;
-        };
-        let (kk, kb) = (k.kind, k.bits);
-        if !matches!(kk, kind::STRREF | kind::INT) || kb > u32::MAX as u64 {
-            return false;
-        }
-        k.kind = kind::SETKV | v.kind << 8 | kk << 16 | kb << 32;
-        k.len = v.len;
-        k.bits = v.bits;
-        k.s = v.s;
-        true
-    }
-
-    /// Decodes a boolean, number, string or reference to a string without pushing it (see
-    /// `plain_item`). None, with the reader where it was, for anything else.
-    #[inline(always)]
-    fn simple_value(&mut self) -> Option<RawVal> {
-        let pos = self.r.pos;
-        let v = self.simple_value_inner();
-        if v.is_none() {
-            self.r.pos = pos;
-        }
-        v
-    }
-
-    #[inline(always)]
-    fn simple_value_inner(&mut self) -> Option<RawVal> {
-        let tag = self.r.u8()?;
-        self.simple_payload(tag)?
-    }
-
-    /// The step for a value whose tag `tag` was just read, if it is a boolean, number, string
-    /// or string reference: `Some(None)` if its payload is malformed, `None` for another tag.
-    #[inline(always)]
-    fn simple_payload(&mut self, tag: u8) -> Option<Option<RawVal>> {
-        let null = std::ptr::null();
-        let (kind, bits, len, s) = match tag {
-            t if t == Tag::False as u8 => (kind::FALSE, 0, 0, null),
-            t if t == Tag::True as u8 => (kind::TRUE, 0, 0, null),
-            t if t == Tag::Int as u8 => match self.r.i64() {
-                Some(i) => (kind::INT, i as u64, 0, null),
-                None => return Some(None),
-            },
-            t if t == Tag::Float as u8 => match self.r.u64() {
-                Some(b) => (kind::FLOAT, b, 0, null),
-                None => return Some(None),
-            },
-            t if t == Tag::Str as u8 => {
-                let Some(b) = self.r.bytes() else {
-                    return Some(None);
-                };
-                let sid = if b.len() >= self.strref_len {
-                    self.strs += 1;
-                    self.strs as u64
-                } else {
-                    0
-                };
-                (kind::STR, sid, b.len() as u64, b.as_ptr().cast())
-            }
-            t if t == Tag::StrRef as u8 => match self.r.varint() {
-                Some(sid) if sid < self.strs as u64 => (kind::STRREF, sid + 1, 0, null),
-                _ => return Some(None),
-            },
-            _ => return None,
-        };
-        Some(Some(RawVal { kind, len, bits, s }))
-    }
-
-    /// Drops the steps from `len` on, and the string and object ids they took. (Counting
-    /// them here keeps the decoding loop from saving the counters before every item.)
-    fn unread_ops(&mut self, len: usize) {
-        for op in &self.ops[len.min(self.ops.len())..] {
-            let value_kind = if op.kind & 0xff == kind::SETKV {
-                op.kind >> 8 & 0xff
-            } else {
-                op.kind
-            };
-            match value_kind {
-                kind::STR if op.bits != 0 => self.strs -= 1,
-                kind::NEWTABLE | kind::NEWTABLE_PLACED => {
-                    self.next_id -= 1;
-                    // Its hints are charged again when the general path reads it.
-                    self.prealloc_left += (op.len >> 32) + 2 * (op.len & 0xffff_ffff);
-                }
-                kind::NEWCLOSURE => self.next_id -= 1,
-                _ => {}
-            }
-        }
-        self.ops.truncate(len);
-    }
-
-    #[inline(always)]
-    fn plain_item_inner(&mut self, table: bool, closure: bool) -> Option<u64> {
-        let pos = self.r.pos;
-        let byte = self.r.u8()?;
-        if let Some(v) = self.simple_payload(byte) {
-            let v = v?;
-            self.ops.push(v);
-            return Some(v.kind);
-        }
-        let tag = Tag::from_u8(byte)?;
-        let (kind, bits, len, s) = match tag {
-            Tag::Nil => (kind::NIL, 0, 0, std::ptr::null()),
-            Tag::Ref => {
-                let id = self.r.varint()?;
-                if id >= self.next_id as u64 {
-                    return None;
-                }
-                (kind::REF, id, pos as u64, std::ptr::null())
-            }
-            Tag::Table if table => {
-                let (narr, nhash) = (self.r.varint()?, self.r.varint()?);
-                let (narr, nhash) = self.table_sizes(narr, nhash);
-                let id = self.id() as u64;
-                (
-                    kind::NEWTABLE,
-                    id,
-                    (narr as u64) << 32 | nhash as u64,
-                    std::ptr::null(),
-                )
-            }
-            Tag::LClosure if closure => return self.plain_closure(),
-            _ => return None,
-        };
-        self.ops.push(RawVal { kind, len, bits, s });
-        Some(kind)
-    }
-
-    /// The rest of `plain_item` for a Lua closure (its tag read).
-    fn plain_closure(&mut self) -> Option<u64> {
-        let p = *self.protos.get(self.r.varint()? as usize)?;
-        let n = self.r.varint()?;
-        // SAFETY: p is a prototype of this VM, kept alive for the load.
-        if n != unsafe { luasnap_proto_nupvalues(p) } as u64 {
-            return None;
-        }
-        let id = self.id() as u64;
-        self.ops.push(RawVal {
-            kind: kind::NEWCLOSURE,
-            len: id,
-            bits: p as usize as u64,
-            s: std::ptr::null(),
-        });
-        for i in 1..=n {
-            match Tag::from_u8(self.r.u8()?)? {
-                Tag::UpvalNew => {
-                    self.plain_item_inner(false, false)?;
-                    self.ops.push(RawVal {
-                        kind: kind::SETUPVAL,
-                        len: 0,
-                        bits: i,
-                        s: std::ptr::null(),
-                    });
-                }
-                Tag::UpvalRef => {
-                    let (other, index) = (self.r.varint()?, self.r.varint()?);
-                    if other >= self.next_id as u64 || index > u32::MAX as u64 {
-                        return None;
-                    }
-                    self.ops.push(RawVal {
-                        kind: kind::JOINUPVAL,
-                        len: i << 32 | index,
-                        bits: other,
-                        s: std::ptr::null(),
-                    });
-                }
-                _ => return None,
-            }
-        }
-        Some(kind::NEWCLOSURE)
-    }
-
-    /// Array and hash sizes for a new table from a file's hints, capped by what the rest of
-    /// the file can hold (2+ bytes per entry).
-    /// Hints are also charged to the load's total preallocation budget (hash nodes twice):
-    /// nested tables cannot each ask for the whole rest of the file.
-    /// Sets `capped` when it cut a hint.
+    /// Array and hash sizes for a new table from a file's hints (see [`table_sizes`]).
     fn table_sizes(&mut self, narr: u64, nhash: u64) -> (c_int, c_int) {
-        let cap = (self.r.remaining() / 2).min(c_int::MAX as usize) as u64;
-        let (narr0, nhash0) = (narr, nhash);
-        let narr = narr.min(cap).min(self.prealloc_left);
-        self.prealloc_left -= narr;
-        let nhash = nhash.min(cap).min(self.prealloc_left / 2);
-        self.prealloc_left -= nhash * 2;
-        self.capped = narr != narr0 || nhash != nhash0;
-        (narr as c_int, nhash as c_int)
+        let (narr, nhash, _) =
+            table_sizes(self.r.remaining(), &mut self.prealloc_left, narr, nhash);
+        (narr, nhash)
     }
 
     /// Reads entries of the table at stack index `at` (its frame on top, between entries) in
     /// batches that `luasnap_table_build` builds without a step through the general path for
-    /// each value: entries of plain values (see `plain_item`) and the new tables among them,
+    /// each value: entries of plain values (see [`Batch`]) and the new tables among them,
     /// their metatables and entries, nested up to `PLAIN_DEPTH` deep. A batch stops before
-    /// anything else (a closure, say, or the table's end marker); the tables still open there
-    /// become frames of the general path, in its stack layout (table, then its key slot), which
-    /// goes on from that point. Returns whether it read anything.
+    /// anything else (a coroutine, say, or the table's end marker); the tables still open
+    /// there become frames of the general path, in its stack layout (table, then its key
+    /// slot), which goes on from that point. Returns whether it read anything.
     unsafe fn plain_entries(
         &mut self,
         L: *mut lua_State,
         s: Slots,
         at: c_int,
     ) -> Result<bool, Fail> {
-        let depth = self.frames.len();
+        let room = nopen_room(self.frames.len());
         let mut progress = false;
+        if self.ops.len() < OPS_CAP {
+            self.ops.resize(OPS_CAP, RawVal::EMPTY);
+        }
         loop {
-            self.ops.clear();
-            // The tables opened by this batch: id and stage; `stage0` is the frame's table's.
-            // And the index of its `NEWTABLE` step, if its size hints were not capped (else
-            // its entries may not fit its nodes: it is never placed).
-            let mut open: [(u32, Stage, Option<usize>); PLAIN_DEPTH] =
-                [(0, Stage::Key, None); PLAIN_DEPTH];
-            let mut nopen = 0;
-            let mut stage0 = Stage::Key;
-            let room = nopen_room(depth);
-            let mut full = false;
-            self.lay.clear();
-            self.laynx.clear();
-            loop {
-                if self.ops.len() >= BUILD_OPS || self.lay.len() >= BATCH_LAYOUT / 2 {
-                    full = true;
-                    break;
-                }
-                let stage = if nopen == 0 {
-                    stage0
-                } else {
-                    open[nopen - 1].1
-                };
-                let next = if stage == Stage::Key {
-                    self.r.data.get(self.r.pos).copied()
-                } else {
-                    None
-                };
-                let op = if next == Some(Tag::Nil as u8) {
-                    // An end marker: the frame's own is for the general path.
-                    if nopen == 0 {
-                        break;
-                    }
-                    self.r.pos += 1;
-                    nopen -= 1;
-                    kind::SET
-                } else if next == Some(Tag::Layout as u8) {
-                    // An end marker with the table's layout: placed by the batch (which then
-                    // sets the table in its parent) when it can be, else by the general path.
-                    if nopen == 0 || self.format < 5 || self.plain_layout().is_none() {
-                        break;
-                    }
-                    nopen -= 1;
-                    if let Some(at) = open[nopen].2 {
-                        self.place_hint(at);
-                    }
-                    kind::SET
-                } else if let Some(v) = (stage == Stage::Value)
-                    .then(|| self.simple_value())
-                    .flatten()
-                {
-                    // An entry of a plain value: one step with its key when they fit one.
-                    if !self.fuse_entry(v) {
-                        self.ops.push(v);
-                        let mut step = RawVal::EMPTY;
-                        step.kind = kind::SET;
-                        step.len = self.r.pos as u64;
-                        self.ops.push(step);
-                    }
-                    if nopen == 0 {
-                        stage0 = Stage::Key;
-                    } else {
-                        open[nopen - 1].1 = Stage::Key;
-                    }
-                    continue;
-                } else {
-                    let value = stage == Stage::Value;
-                    let Some(k) = self.plain_item(value && nopen < room, value) else {
-                        break;
-                    };
-                    if k == kind::NEWTABLE {
-                        let id = self.ops.last().map_or(0, |v| v.bits);
-                        let at = (!self.capped).then(|| self.ops.len() - 1);
-                        open[nopen] = (id as u32, Stage::Meta, at);
-                        nopen += 1;
-                        continue;
-                    }
-                    match stage {
-                        Stage::Meta if self.ops.last().is_some_and(|v| v.kind == kind::NIL) => {
-                            // No metatable: the new table has none, so its two steps (push
-                            // nil, set it) would do nothing (most tables: 5,600 of 7,000 in a
-                            // 1 MB bench load, 15% of the steps).
-                            self.ops.pop();
-                            open[nopen - 1].1 = Stage::Key;
-                            continue;
-                        }
-                        Stage::Meta => {
-                            // A table still open in this batch given as a metatable is not
-                            // placed: until its layout step, its entries sit in nodes
-                            // unhashed, and setting a metatable looks `__gc` up in it (the
-                            // finalizer check and mark), as the collector looks up `__mode`
-                            // and caches what it did not find. Found by an independent
-                            // attacker: a class whose instance is among its own entries lost
-                            // its finalizer.
-                            // (Placement is decided when the table ends: dropping its
-                            // step index here keeps it a plain NEWTABLE.)
-                            if let Some(mt) = self.ops.last().filter(|v| v.kind == kind::REF) {
-                                let mt = mt.bits;
-                                for o in open[..nopen].iter_mut().filter(|o| o.0 as u64 == mt) {
-                                    o.2 = None;
-                                }
-                            }
-                            kind::META
-                        }
-                        Stage::Key => {
-                            if nopen == 0 {
-                                stage0 = Stage::Value;
-                            } else {
-                                open[nopen - 1].1 = Stage::Value;
-                            }
-                            continue;
-                        }
-                        Stage::Value => kind::SET,
-                    }
-                };
-                let mut step = RawVal::EMPTY;
-                step.kind = op;
-                step.len = self.r.pos as u64;
-                self.ops.push(step);
-                // The table that got its metatable or an entry now expects a key.
-                if nopen == 0 {
-                    stage0 = Stage::Key;
-                } else {
-                    open[nopen - 1].1 = Stage::Key;
-                }
-            }
-            if self.ops.is_empty() {
+            let Ok(ops) = <&mut [RawVal; OPS_CAP]>::try_from(&mut self.ops[..OPS_CAP]) else {
+                unreachable!("a slice of OPS_CAP steps");
+            };
+            let mut b = Batch {
+                r: self.r,
+                ops,
+                n: 0,
+                lay: &mut self.blay,
+                laynx: &mut self.blaynx,
+                nlay: 0,
+                strs: self.strs,
+                next_id: self.next_id,
+                prealloc_left: self.prealloc_left,
+                strref_len: self.strref_len,
+                protos: &self.protos,
+                format: self.format,
+                seed: self.seed,
+                max_size: 0,
+            };
+            let end = b.decode(room);
+            let (n, max_size) = (b.n, b.max_size);
+            (self.r.pos, self.strs, self.next_id) = (b.r.pos, b.strs, b.next_id);
+            self.prealloc_left = b.prealloc_left;
+            if n == 0 {
                 return Ok(progress);
             }
             progress = true;
+            if max_size > 0 {
+                self.scratch_for(max_size);
+            }
             // SAFETY: protected context; the frame's table is at `at` with its key slot on
             // top, which goes (the steps work on the table on top); s.strs and s.objs are
             // absolute indices of tables; every id was checked against what had been read;
-            // the strings point into the body, alive for the load; stack room for the
-            // nesting (checked).
+            // the strings point into the body, alive for the load; the layouts' scratch has
+            // the size the largest asks for; stack room for the nesting (checked).
             unsafe {
                 ffi::lua_settop(L, at);
                 ffi::luaL_checkstack(L, 2 * PLAIN_DEPTH as c_int + 8, c"load".as_ptr());
@@ -2117,10 +2241,10 @@ impl<'a> Loader<'a> {
                     s.strs,
                     s.objs,
                     self.ops.as_ptr(),
-                    self.ops.len() as c_int,
+                    n as c_int,
                     self.refuses_finalizers() as c_int,
-                    self.lay.as_ptr(),
-                    self.laynx.as_ptr(),
+                    self.blay.as_ptr(),
+                    self.blaynx.as_ptr(),
                     self.scratch.as_mut_ptr().cast(),
                     self.memo.as_mut_ptr().cast(),
                 );
@@ -2155,26 +2279,32 @@ impl<'a> Loader<'a> {
                     });
                 }
                 // Back to the general layout: [t0, k1, t1, k2, t2, ..., tn, key slot].
-                let innermost = if nopen == 0 {
-                    stage0
-                } else {
-                    open[nopen - 1].1
-                };
-                if innermost != Stage::Value {
+                if end.stage != Stage::Value {
                     ffi::lua_pushnil(L);
                 }
             }
+            // The tables around the innermost one each expect their value (that table).
+            let nopen = end.nopen;
             if let Some(Frame::Table { state, .. }) = self.frames.last_mut() {
-                *state = if nopen > 0 { 2 } else { stage0.state() };
+                *state = if nopen > 0 {
+                    Stage::Value.state()
+                } else {
+                    end.stage.state()
+                };
             }
-            for (i, &(id, stage, _)) in open[..nopen].iter().enumerate() {
+            for (i, &(id, _)) in end.open[..nopen].iter().enumerate() {
+                let stage = if i + 1 == nopen {
+                    end.stage
+                } else {
+                    Stage::Value
+                };
                 self.frames.push(Frame::Table {
                     id,
                     state: stage.state(),
                     at: at + 2 * (i as c_int + 1),
                 });
             }
-            if !full || nopen > 0 || stage0 != Stage::Key {
+            if !end.full || nopen > 0 || end.stage != Stage::Key {
                 return Ok(true);
             }
         }
@@ -2687,5 +2817,100 @@ unsafe fn perm_name(L: *mut lua_State) -> String {
             ffi::LUA_TNUMBER => format!("{}", ffi::lua_tonumberx(L, -1, std::ptr::null_mut())),
             _ => "(unnamed)".into(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{layout_nodes, MAX_UPVALUES};
+    use crate::bridge::vm::Vm;
+    use crate::persist::format::{Reader, Writer};
+    use crate::persist::Trust;
+    use crate::Value;
+
+    /// `make(seed)`: a closure with Lua's most upvalues (255: 150 locals of one function, 105
+    /// of an inner one). `R[2]`: a table of integers and such closures, with runs of 600 and
+    /// 1023 integers between them, so that batches come to start a run (after a closure that
+    /// filled one) and a closure starts at step 1023 of a batch and fills its buffer to the
+    /// end. (`R[1]` brings the prototype first: a closure whose prototype is new goes the
+    /// general way.)
+    fn wide_closures() -> String {
+        let (outer, inner) = (150, MAX_UPVALUES - 150);
+        let names = |p: &str, n: usize| (1..=n).map(|i| format!("{p}{i}")).collect::<Vec<_>>();
+        let vals = |n: usize| (1..=n).map(|i| format!("seed * {i}")).collect::<Vec<_>>();
+        let (a, b) = (names("a", outer), names("b", inner));
+        let sum = a.iter().chain(&b).cloned().collect::<Vec<_>>().join(" + ");
+        format!(
+            "local function make(seed)\n local {} = {}\n return (function()\n local {} = {}\n \
+             return function() return {sum} end\n end)()\nend\n\
+             R = {{ make(0) }}\n local t, n = {{}}, 0\n\
+             local function add(v) n = n + 1 t[n] = v end\n\
+             add(make(1))\n\
+             for k = 1, 6 do\n\
+               for _ = 1, 600 do add(n) end add(make(k))\n\
+               for _ = 1, 1023 do add(n) end add(make(k + 100))\n\
+             end\n\
+             R[2] = t\n\
+             function total(r) local s = r[1]() for _, v in ipairs(r[2]) do \
+             s = s + (type(v) == 'function' and v() or v) end return s end",
+            a.join(", "),
+            vals(outer).join(", "),
+            b.join(", "),
+            vals(inner).join(", ")
+        )
+    }
+
+    #[test]
+    fn closures_with_the_most_upvalues_fill_a_batch_to_its_end() {
+        let mut vm = Vm::builder().capacity(256 << 20).build().unwrap();
+        vm.exec(wide_closures(), "=wide").unwrap();
+        let want = vm.exec("return total(R)", "=total").unwrap();
+        let bytes = vm.persist("R").unwrap();
+        vm.unpersist(&bytes, "R2", Trust::Own).unwrap();
+        assert_eq!(vm.exec("return total(R2)", "=total").unwrap(), want);
+        // Each closure kept its own upvalues: seed * (1 + .. + 150 + 1 + .. + 105).
+        let (o, i) = (150, MAX_UPVALUES as i64 - 150);
+        assert_eq!(
+            vm.exec(
+                "local c = R2[2][1 + 601] R2 = nil return c(), R[2][602]()",
+                "=own"
+            )
+            .unwrap(),
+            vec![Value::Integer(o * (o + 1) / 2 + i * (i + 1) / 2); 2]
+        );
+    }
+
+    #[test]
+    fn layout_nodes_check_codes_and_links() {
+        let enc = |nodes: &[(u64, i64)]| {
+            let mut w = Writer::default();
+            for &(c, l) in nodes {
+                w.varint(c);
+                if c != 0 {
+                    w.i64(l);
+                }
+            }
+            w.buf
+        };
+        let run = |bytes: &[u8], size: u32| {
+            let (mut c, mut l) = (vec![9; size as usize], vec![9; size as usize]);
+            layout_nodes(Reader::new(bytes), size, &mut c, &mut l).map(|end| (end, c, l))
+        };
+        let ok = enc(&[(0, 0), (3, -3), (5, 3), (1, 0)]);
+        assert_eq!(
+            run(&ok, 4),
+            Some((ok.len(), vec![0, 3, 5, 1], vec![0, -3, 3, 0]))
+        );
+        // Links at the node count either way, codes past it, removed keys, truncation.
+        assert_eq!(run(&enc(&[(3, 4), (0, 0), (0, 0), (0, 0)]), 4), None);
+        assert_eq!(run(&enc(&[(3, -4), (0, 0), (0, 0), (0, 0)]), 4), None);
+        assert_eq!(run(&enc(&[(7, 0), (0, 0), (0, 0), (0, 0)]), 4), None);
+        assert_eq!(run(&enc(&[(2, 0), (0, 0), (0, 0), (0, 0)]), 4), None);
+        assert_eq!(run(&ok[..ok.len() - 1], 4), None);
+        // A link of i64::MIN (zigzag u64::MAX) is refused, not wrapped.
+        let mut w = Writer::default();
+        w.varint(3);
+        w.varint(u64::MAX);
+        assert_eq!(run(&w.buf, 1), None);
     }
 }
