@@ -483,6 +483,7 @@ pub type LuaAllocFn = unsafe extern "C" fn(*mut c_void, *mut c_void, usize, usiz
 /// `ud` must be the value returned with this function by [`Arena::lua_alloc`] for an arena that
 /// is still alive, no other code may use that arena concurrently, and `ptr`/`osize` must follow
 /// the `lua_Alloc` contract.
+#[inline]
 pub unsafe extern "C" fn lua_alloc(
     ud: *mut c_void,
     ptr: *mut c_void,
@@ -505,6 +506,20 @@ pub unsafe extern "C" fn lua_alloc(
     }
     // SAFETY: ptr is a live block of this arena with requested size osize (lua_Alloc contract).
     unsafe { heap.realloc(ptr, osize, nsize) }.cast()
+}
+
+/// [`lua_alloc`]'s allocating case (a null `ptr`; `tag`, Lua's `osize` there, the object
+/// type), inline for a wrapping `lua_Alloc` (the bridge's scrubbing allocator): most requests
+/// take the allocator's inline fast path without a call.
+///
+/// # Safety
+/// As [`lua_alloc`]; `nsize` is not zero.
+#[inline(always)]
+pub unsafe fn lua_alloc_new(ud: *mut c_void, tag: usize, nsize: usize) -> *mut c_void {
+    debug_assert!(nsize != 0);
+    // SAFETY: the caller guarantees ud is the base of a live, initialized arena used by no one else.
+    let mut heap = unsafe { Heap::attach(ud.cast()) };
+    heap.alloc(nsize, group_of_lua_tag(tag)).cast()
 }
 
 /// Lua's internal type tag of an upvalue (`LUA_TUPVAL` in `lobject.h`: one past the last

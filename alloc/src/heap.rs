@@ -533,8 +533,53 @@ impl Heap {
 
     /// Allocates `size` bytes (16-byte aligned) in placement group `group` (below
     /// [`NGROUPS`]; see there). Null when the limit or capacity is reached.
+    #[inline]
     pub fn alloc(&mut self, size: usize, group: usize) -> *mut u8 {
         debug_assert!(group < NGROUPS);
+        match self.alloc_fast(size, group) {
+            Some(p) => p,
+            None => self.alloc_general(size, group),
+        }
+    }
+
+    /// The common case of [`Heap::alloc`], inline: a block of at most 256 bytes from the first
+    /// span of its class's partial list, with nothing refused. The same decisions and counts
+    /// as the general path (`alloc_small`'s own steps, `take_block`, then the counters of
+    /// `alloc_block` and `alloc`); `None` when any condition fails, having changed nothing.
+    /// (A load allocates about 18,000 blocks per MB: the general path's call levels cost a
+    /// fifth of its instructions.)
+    #[inline(always)]
+    fn alloc_fast(&mut self, size: usize, group: usize) -> Option<*mut u8> {
+        if size == 0 || size > 256 {
+            return None;
+        }
+        let h = self.hdr_ref();
+        if h.refuse_retry != 0 {
+            return None;
+        }
+        let class = size.div_ceil(GRAIN) - 1; // class_of, for sizes up to 256
+        let bytes = CLASS_SIZES[class] as u64;
+        if !self.fits_limit(bytes) {
+            return None;
+        }
+        let list = group * NCLASSES + class;
+        let head = h.partial[list];
+        if head == NIL {
+            return None;
+        }
+        let p = self.take_block(list, head, class);
+        let h = self.hdr();
+        h.allocated += bytes;
+        h.live_blocks += 1;
+        h.since_failure += size as u64;
+        h.requested += size as u64;
+        h.peak_requested = h.peak_requested.max(h.requested);
+        Some(p)
+    }
+
+    /// [`Heap::alloc`] for every case.
+    #[inline(never)]
+    fn alloc_general(&mut self, size: usize, group: usize) -> *mut u8 {
         if self.refuse_thrashing_retry() {
             return ptr::null_mut();
         }
@@ -598,6 +643,7 @@ impl Heap {
     /// # Safety
     /// `ptr` must not be used after this call; `osize` should be the size last requested for it
     /// (it only feeds the requested-bytes counter).
+    #[inline]
     pub unsafe fn free(&mut self, ptr: *mut u8, osize: usize) -> bool {
         if self.free_block(ptr) {
             let h = self.hdr();
@@ -936,6 +982,14 @@ impl Heap {
             self.push_partial(list, h);
             head = h;
         }
+        self.take_block(list, head, class)
+    }
+
+    /// Hands out a block of the span `head`, the first of the partial list `list` (of size
+    /// class `class`): its first free block, else its next never-used one; unlinks the span
+    /// once it is full.
+    #[inline(always)]
+    fn take_block(&mut self, list: usize, head: u32, class: usize) -> *mut u8 {
         let size = CLASS_SIZES[class] as usize;
         let d = self.desc(head);
         let index = if d.free != NIL {

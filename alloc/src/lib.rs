@@ -52,8 +52,8 @@ mod mapping;
 pub mod track;
 
 pub use arena::{
-    lua_alloc, refuse_next_growth, Arena, ArenaBuilder, ArenaId, ArenaStats, LuaAllocFn,
-    StateRanges, MAX_CAPACITY, MIN_CAPACITY,
+    lua_alloc, lua_alloc_new, refuse_next_growth, Arena, ArenaBuilder, ArenaId, ArenaStats,
+    LuaAllocFn, StateRanges, MAX_CAPACITY, MIN_CAPACITY,
 };
 pub use error::{ArenaError, CorruptionError, TrackError};
 pub use heap::{HeapUsage, PageOwner, CLASS_SIZES, GRAIN, HELD_SLACK_BYTES, MAX_SMALL, NGROUPS};

@@ -61,7 +61,11 @@ pub(crate) unsafe extern "C" fn scrubbing_alloc(
     // are live blocks of `osize` bytes (Lua passes the real size with a non-null pointer), and
     // the new block has `nsize` bytes.
     unsafe {
-        // A null pointer is a new block (osize is then a type tag); small blocks are no stacks.
+        // A null pointer is a new block (osize is then a type tag; Lua never asks for 0 bytes
+        // there); small blocks are no stacks.
+        if ptr.is_null() && nsize != 0 {
+            return luasnap_alloc::lua_alloc_new(ud, osize, nsize);
+        }
         if ptr.is_null() || osize < luasnap_min_stack_bytes {
             return luasnap_alloc::lua_alloc(ud, ptr, osize, nsize);
         }
