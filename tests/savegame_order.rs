@@ -178,11 +178,29 @@ fn another_hash_seed_loads_the_same_entries() {
     assert_eq!(b.exec(same, "c").unwrap(), vec![Value::Boolean(true)]);
 }
 
+/// `orders(x)`: the `pairs` order of every table in the list `x`, as a string.
+macro_rules! orders_of_tables {
+    () => {
+        r#"
+    function orders(x)
+      local o = {}
+      for i, t in ipairs(x) do
+        local ks = {}
+        for k in pairs(t) do ks[#ks + 1] = tostring(k) end
+        o[i] = table.concat(ks, ",")
+      end
+      return table.concat(o, ";")
+    end
+"#
+    };
+}
+
 /// Tables built alike (one constructor, as a game's objects are) share their layouts, which
 /// the writer sorts once and reuses (`luasnap_table_layout`'s cache); here they differ in
 /// removed keys, in which keys sit in the same nodes, and a `__persist` function runs Lua
 /// code (new strings, a full collection) halfway through the save.
-const ALIKE: &str = r#"
+const ALIKE: &str = concat!(
+    r#"
     local function shape(i)
       local t = { alpha = i, beta = i, gamma = i, delta = i, eps = i, zeta = i, eta = i }
       t["k" .. (i % 5)] = i
@@ -202,16 +220,9 @@ const ALIKE: &str = r#"
       return function() return {} end
     end })
     for i = 301, 600 do T[#T + 1] = shape(i) end
-    function orders(x)
-      local o = {}
-      for i, t in ipairs(x) do
-        local ks = {}
-        for k in pairs(t) do ks[#ks + 1] = tostring(k) end
-        o[i] = table.concat(ks, ",")
-      end
-      return table.concat(o, ";")
-    end
-"#;
+"#,
+    orders_of_tables!()
+);
 
 #[test]
 fn tables_built_alike_keep_their_own_order() {
@@ -239,7 +250,8 @@ fn tables_built_alike_keep_their_own_order() {
 /// matches them all, but the bytes it kept for the first must not serve the others (a removed
 /// key is part of a layout). Also empty strings (written whole every time) and a string value
 /// under a table key.
-const REMOVED_ALIKE: &str = r#"
+const REMOVED_ALIKE: &str = concat!(
+    r#"
     T = {}
     for i = 1, 60 do
       local t = { [1000] = true, alpha = 1, beta = 2 }
@@ -249,15 +261,9 @@ const REMOVED_ALIKE: &str = r#"
       T[i] = t
     end
     T.odd = { [{}] = "a string value under a table key", [""] = "", e = { "", "", "" } }
-    function orders(x)
-      local o = {}
-      for i, t in ipairs(x) do
-        local ks = {}
-        for k in pairs(t) do ks[#ks + 1] = tostring(k) end
-        o[i] = table.concat(ks, ",")
-      end
-      return table.concat(o, ";")
-    end
+"#,
+    orders_of_tables!(),
+    r#"
     function reinsert(x)
       for i, t in ipairs(x) do t[1003 + 3 * (i % 6)] = -i end
     end
@@ -268,17 +274,25 @@ const REMOVED_ALIKE: &str = r#"
       end
       return n == 1 and x.odd[""] == "" and #x.odd.e == 3 and x.odd.e[3] == "" and x[5][""] == ""
     end
-"#;
+"#
+);
+
+/// Runs `script` in two VMs, saves `global` from the first and loads it into the second
+/// (which forgets its own first): the saving VM, the loading VM and the save.
+fn saved_and_loaded(script: &str, global: &str, trust: Trust) -> (Vm, Vm, Vec<u8>) {
+    let a = vm(11);
+    a.exec(script, "h").unwrap();
+    let bytes = a.persist(global).unwrap();
+    let mut b = vm(11);
+    b.exec(script, "h").unwrap();
+    b.exec(&format!("{global} = nil"), "forget").unwrap();
+    b.unpersist(&bytes, global, trust).unwrap();
+    (a, b, bytes)
+}
 
 #[test]
 fn tables_alike_but_for_their_removed_keys_keep_them() {
-    let a = vm(11);
-    a.exec(REMOVED_ALIKE, "h").unwrap();
-    let bytes = a.persist("T").unwrap();
-    let mut b = vm(11);
-    b.exec(REMOVED_ALIKE, "h").unwrap();
-    b.exec("T = nil", "forget").unwrap();
-    b.unpersist(&bytes, "T", Trust::Own).unwrap();
+    let (a, b, _) = saved_and_loaded(REMOVED_ALIKE, "T", Trust::Own);
     let orders = |vm: &Vm| vm.exec("return orders(T)", "o").unwrap();
     assert_eq!(orders(&a), orders(&b));
     assert_eq!(
@@ -500,13 +514,7 @@ fn nested_layout(node: &mut Node, root: bool) -> Option<&mut Vec<u8>> {
 
 #[test]
 fn nested_tables_keep_their_order_and_forged_nested_layouts_are_refused() {
-    let a = vm(11);
-    a.exec(RECORDS, "h").unwrap();
-    let bytes = a.persist("holder").unwrap();
-    let mut b = vm(11);
-    b.exec(RECORDS, "h").unwrap();
-    b.exec("holder = nil", "forget").unwrap();
-    b.unpersist(&bytes, "holder", Trust::Foreign).unwrap();
+    let (a, b, bytes) = saved_and_loaded(RECORDS, "holder", Trust::Foreign);
     let orders = |vm: &Vm| vm.exec("return orders(holder)", "o").unwrap();
     assert_eq!(orders(&a), orders(&b));
 
@@ -565,16 +573,10 @@ fn nested_tables_keep_their_order_and_forged_nested_layouts_are_refused() {
     }
 }
 
-/// Records with an array part and sparse integer keys in the hash part (collisions, no
-/// removals): the loader puts their entries into the nodes unhashed, in the order they come,
-/// and the layout moves them (`LS_NEWTABLE_PLACED` in csrc/internals.c).
-const INT_RECORDS: &str = r#"
-    holder = { list = {} }
-    for j = 1, 40 do
-      local r = { "a", "b" }
-      for i = 1, 12 do r[1000 + i * j * 7919] = i end
-      holder.list[j] = r
-    end
+/// `orders(h)`: the `pairs` order of every record in `h.list`, as a string.
+macro_rules! orders_of_records {
+    () => {
+        r#"
     function orders(h)
       local o = {}
       for j, r in ipairs(h.list) do
@@ -583,22 +585,65 @@ const INT_RECORDS: &str = r#"
       end
       return table.concat(o, " ")
     end
-"#;
+"#
+    };
+}
+
+/// Records with an array part and sparse integer keys in the hash part (collisions, no
+/// removals): the loader puts their entries into the nodes unhashed, in the order they come,
+/// and the layout moves them (`LS_NEWTABLE_PLACED` in csrc/internals.c).
+const INT_RECORDS: &str = concat!(
+    r#"
+    holder = { list = {} }
+    for j = 1, 40 do
+      local r = { "a", "b" }
+      for i = 1, 12 do r[1000 + i * j * 7919] = i end
+      holder.list[j] = r
+    end
+"#,
+    orders_of_records!()
+);
 
 /// A table's entries in a forged tree.
 type Entries = Vec<(Node, Node)>;
 
-/// The entries of the first table below the root that carries a layout (the layout last).
-fn nested_entries(node: &mut Node, root: bool) -> Option<&mut Entries> {
+/// The entries of the `n`th table (0-based, depth first) that carries a layout (the layout
+/// last).
+fn nth_layout_entries<'a>(node: &'a mut Node, n: &mut usize) -> Option<&'a mut Entries> {
     let Node::Table { entries, .. } = node else {
         return None;
     };
-    if !root && matches!(entries.last(), Some((Node::Layout(_), _))) {
-        return Some(entries);
+    if matches!(entries.last(), Some((Node::Layout(_), _))) {
+        if *n == 0 {
+            return Some(entries);
+        }
+        *n -= 1;
     }
     entries
         .iter_mut()
-        .find_map(|(_, v)| nested_entries(v, false))
+        .find_map(|(_, v)| nth_layout_entries(v, n))
+}
+
+/// Loads each forged file into a VM that ran `setup` and holds `holder = 'untouched'`: each
+/// must be refused with a message naming one of `words`, the global left as it was.
+fn assert_refused(setup: &str, forgeries: Vec<(&str, Vec<u8>)>, words: &[&str]) {
+    for (what, file) in forgeries {
+        let mut b = vm(11);
+        b.exec(setup, "setup").unwrap();
+        b.exec("holder = 'untouched'", "h").unwrap();
+        match b.unpersist(&file, "holder", Trust::Foreign) {
+            Err(e) => {
+                let msg = e.to_string();
+                assert!(words.iter().any(|w| msg.contains(w)), "{what}: {msg}");
+            }
+            Ok(()) => panic!("{what}: forged entries were accepted"),
+        }
+        assert_eq!(
+            b.exec("return holder", "c").unwrap(),
+            vec![Value::String("untouched".into())],
+            "{what}"
+        );
+    }
 }
 
 #[test]
@@ -609,7 +654,7 @@ fn placed_entries_in_any_order_load_and_forged_ones_are_refused() {
     let orders = |vm: &Vm| vm.exec("return orders(holder)", "o").unwrap();
     let honest = forge::decode(body_of(&bytes).unwrap()).unwrap();
     let mut node = honest.clone();
-    let entries = nested_entries(&mut node, true)
+    let entries = nth_layout_entries(&mut node, &mut 0)
         .expect("no nested layout")
         .clone();
     // The hash part's entries: integer keys past the array part.
@@ -623,7 +668,7 @@ fn placed_entries_in_any_order_load_and_forged_ones_are_refused() {
     let layout_at = entries.len() - 1;
     let forge_with = |f: &dyn Fn(&mut Entries)| {
         let mut node = honest.clone();
-        f(nested_entries(&mut node, true).unwrap());
+        f(nth_layout_entries(&mut node, &mut 0).unwrap());
         forge::file(&node)
     };
 
@@ -668,31 +713,14 @@ fn placed_entries_in_any_order_load_and_forged_ones_are_refused() {
         ("one key more", forge_with(&extra(1))),
         ("more keys than nodes", forge_with(&extra(40))),
     ];
-    for (what, file) in forgeries {
-        let mut b = vm(11);
-        b.exec("holder = 'untouched'", "h").unwrap();
-        match b.unpersist(&file, "holder", Trust::Foreign) {
-            Err(e) => {
-                let msg = e.to_string();
-                assert!(
-                    msg.contains("layout") || msg.contains("NaN key"),
-                    "{what}: {msg}"
-                );
-            }
-            Ok(()) => panic!("{what}: forged entries were accepted"),
-        }
-        assert_eq!(
-            b.exec("return holder", "c").unwrap(),
-            vec![Value::String("untouched".into())],
-            "{what}"
-        );
-    }
+    assert_refused("", forgeries, &["layout", "NaN key"]);
 }
 
 /// Records built alike: the same keys (integers and strings, with collisions) in the same
 /// order, so the loader places every record after the first from its memo of the last layout
 /// (`ls_rmemo` in internals.c) instead of sorting and checking again.
-const ALIKE_RECORDS: &str = r#"
+const ALIKE_RECORDS: &str = concat!(
+    r#"
     holder = { list = {} }
     for j = 1, 40 do
       local r = { "a", "b" }
@@ -700,14 +728,9 @@ const ALIKE_RECORDS: &str = r#"
       for i = 1, 5 do r["name" .. i] = j end
       holder.list[j] = r
     end
-    function orders(h)
-      local o = {}
-      for j, r in ipairs(h.list) do
-        for k, v in pairs(r) do o[#o + 1] = k .. "=" .. v end
-        o[#o + 1] = "|"
-      end
-      return table.concat(o, " ")
-    end
+"#,
+    orders_of_records!(),
+    r#"
     function lookups(h)
       for j, r in ipairs(h.list) do
         for i = 1, 12 do if r[1000 + i * 7919] ~= i * j then return false end end
@@ -715,23 +738,8 @@ const ALIKE_RECORDS: &str = r#"
       end
       return true
     end
-"#;
-
-/// The entries of the `n`th table (0-based, depth first) that carries a layout.
-fn nth_layout_entries(node: &mut Node, n: &mut usize) -> Option<*mut Entries> {
-    let Node::Table { entries, .. } = node else {
-        return None;
-    };
-    if matches!(entries.last(), Some((Node::Layout(_), _))) {
-        if *n == 0 {
-            return Some(entries as *mut Entries);
-        }
-        *n -= 1;
-    }
-    entries
-        .iter_mut()
-        .find_map(|(_, v)| nth_layout_entries(v, n))
-}
+"#
+);
 
 #[test]
 fn records_laid_out_alike_load_and_forged_ones_after_them_are_refused() {
@@ -764,9 +772,7 @@ fn records_laid_out_alike_load_and_forged_ones_after_them_are_refused() {
     // must neither place them as their predecessors nor skip a check.
     let forge_nth = |n: usize, f: &dyn Fn(&mut Entries)| {
         let mut node = honest.clone();
-        let e = nth_layout_entries(&mut node, &mut { n }).unwrap();
-        // SAFETY: points into `node`, which is borrowed by nothing else here.
-        f(unsafe { &mut *e });
+        f(nth_layout_entries(&mut node, &mut { n }).unwrap());
         forge::file(&node)
     };
     let hash_keys = |e: &Entries| -> Vec<usize> {
@@ -795,8 +801,6 @@ fn records_laid_out_alike_load_and_forged_ones_after_them_are_refused() {
     let mut node = honest.clone();
     for n in 9..count {
         let e = nth_layout_entries(&mut node, &mut { n }).unwrap();
-        // SAFETY: as above.
-        let e = unsafe { &mut *e };
         let h = hash_keys(e);
         e.swap(h[n % 4], h[n % 4 + 1]);
     }
@@ -836,21 +840,7 @@ fn records_laid_out_alike_load_and_forged_ones_after_them_are_refused() {
             }),
         ),
     ];
-    for (what, file) in forgeries {
-        let (b, r) = load(&file);
-        match r {
-            Err(e) => {
-                let msg = e.to_string();
-                assert!(msg.contains("layout"), "{what}: {msg}");
-            }
-            Ok(()) => panic!("{what}: a forged record was accepted"),
-        }
-        assert_eq!(
-            b.exec("return holder", "c").unwrap(),
-            vec![Value::String("untouched".into())],
-            "{what}"
-        );
-    }
+    assert_refused(ALIKE_RECORDS, forgeries, &["layout"]);
     // Another key in a record's place: its rank among the keys changes, so the layout puts
     // other entries in other nodes. Refused, or loaded with every key found where it is.
     let other = forge_nth(7, &|e| {

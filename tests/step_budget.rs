@@ -247,9 +247,10 @@ fn every_backend_matches_the_reference_under_the_budget() {
     }
 }
 
-#[test]
-fn simulate_names_the_frame_of_a_runaway_step() {
-    let dir = std::env::temp_dir().join(format!("luasnap-budget-{}", std::process::id()));
+/// A game whose eighth `G.step` (frame 7) loops for ever, in a fresh directory named after
+/// `what`: (the directory, the script's path).
+fn runaway_game(what: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+    let dir = std::env::temp_dir().join(format!("luasnap-budget-{what}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("runaway.lua");
     std::fs::write(
@@ -259,6 +260,12 @@ fn simulate_names_the_frame_of_a_runaway_step() {
          return G",
     )
     .unwrap();
+    (dir, path)
+}
+
+#[test]
+fn simulate_names_the_frame_of_a_runaway_step() {
+    let (dir, path) = runaway_game("simulate");
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_luasnap"))
         .args(["simulate", path.to_str().unwrap(), "--frames", "20"])
         .args(["--step-budget", "5000000"])
@@ -282,16 +289,7 @@ fn simulate_names_the_frame_of_a_runaway_step() {
 
 #[test]
 fn p2p_stops_a_runaway_step_too() {
-    let dir = std::env::temp_dir().join(format!("luasnap-budget-p2p-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("runaway.lua");
-    std::fs::write(
-        &path,
-        "local G, n = {}, 0 function G.init() end
-         function G.step(i) n = n + 1 if n == 8 then while true do end end end
-         return G",
-    )
-    .unwrap();
+    let (dir, path) = runaway_game("p2p");
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_luasnap"))
         .args([
             "p2p",
