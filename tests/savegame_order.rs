@@ -285,7 +285,7 @@ fn saved_and_loaded(script: &str, global: &str, trust: Trust) -> (Vm, Vm, Vec<u8
     let bytes = a.persist(global).unwrap();
     let mut b = vm(11);
     b.exec(script, "h").unwrap();
-    b.exec(&format!("{global} = nil"), "forget").unwrap();
+    b.exec(format!("{global} = nil"), "forget").unwrap();
     b.unpersist(&bytes, global, trust).unwrap();
     (a, b, bytes)
 }
