@@ -1490,6 +1490,80 @@ mod tests {
         assert!(bin_of(u32::MAX - 1) < NBINS);
     }
 
+    /// The inline path (`alloc_fast`) against the general one: two heaps given the same
+    /// random requests (sizes across the small classes and a few large, both groups, frees
+    /// of random live blocks, a limit that refuses some), one allocating through `alloc` and
+    /// the other through `alloc_general` alone, hand out the same offsets and end with the
+    /// same header and descriptor bytes.
+    #[test]
+    fn the_inline_path_decides_as_the_general_one() {
+        use crate::mapping::Reservation;
+        let cap = 16 << 20;
+        let layout = Layout::for_capacity(cap).unwrap();
+        let limit_pages = 1024; // 4 MiB of live blocks: some requests are refused
+        let maps = [
+            Reservation::new(cap, None).unwrap(),
+            Reservation::new(cap, None).unwrap(),
+        ];
+        // SAFETY: fresh writable mappings of `cap` bytes laid out by `layout`, used only here.
+        let mut heaps = maps
+            .each_ref()
+            .map(|m| unsafe { Heap::init(m.base().as_ptr(), cap, layout, limit_pages) });
+        let mut live: Vec<(usize, usize)> = Vec::new(); // (offset, size)
+        let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let (mut fast, mut refused) = (0, 0);
+        for _ in 0..200_000 {
+            let r = next();
+            if r % 3 == 0 && !live.is_empty() {
+                let (off, size) = live.swap_remove((r >> 8) as usize % live.len());
+                for h in heaps.iter_mut() {
+                    // SAFETY: a live block of this heap, freed once.
+                    assert!(unsafe { h.free(h.base.add(off), size) });
+                }
+                continue;
+            }
+            let size = match r >> 60 {
+                0 => 257 + (r >> 8) as usize % 40_000,
+                1 => (r >> 8) as usize % 4, // 0 included: the general path's case
+                _ => 1 + (r >> 8) as usize % 256,
+            };
+            let group = (r >> 40) as usize % NGROUPS;
+            let took_fast = heaps[0].hdr_ref().refuse_retry == 0
+                && (1..=256).contains(&size)
+                && heaps[0].hdr_ref().partial[group * NCLASSES + class_of(size)] != NIL;
+            let a = heaps[0].alloc(size, group);
+            let b = heaps[1].alloc_general(size, group);
+            let off_a = (!a.is_null()).then(|| a as usize - heaps[0].base as usize);
+            let off_b = (!b.is_null()).then(|| b as usize - heaps[1].base as usize);
+            assert_eq!(off_a, off_b, "request {size} in group {group}");
+            match off_a {
+                Some(off) => {
+                    live.push((off, size));
+                    fast += took_fast as u32;
+                }
+                None => refused += 1,
+            }
+        }
+        assert!(
+            fast > 10_000 && refused > 0,
+            "fast {fast}, refused {refused}"
+        );
+        let state = |h: &Heap| {
+            // SAFETY: the header page and the descriptor table lie inside the mapping.
+            unsafe { std::slice::from_raw_parts(h.base, layout.data_offset) }.to_vec()
+        };
+        assert!(
+            state(&heaps[0]) == state(&heaps[1]),
+            "header or descriptors differ"
+        );
+    }
+
     #[test]
     fn layout_fits() {
         for cap in [3 * PAGE_SIZE, 64 << 10, 1 << 20, 100 << 20, 1 << 32] {
