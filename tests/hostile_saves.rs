@@ -2191,7 +2191,13 @@ fn errors_while_building_a_coroutine_stay_inside_the_load() {
                 assert_eq!(out[2], Value::Boolean(false), "{out:?}");
                 match &out[3] {
                     Value::String(m) => {
-                        assert!(String::from_utf8_lossy(m).contains(expect), "{out:?}")
+                        let m = String::from_utf8_lossy(m);
+                        assert!(m.contains(expect), "{out:?}");
+                        // Running out of memory is not a bad file.
+                        assert!(
+                            expect != "not enough memory" || !m.contains("malformed"),
+                            "{out:?}"
+                        );
                     }
                     other => panic!("{other:?}"),
                 }
@@ -2250,5 +2256,61 @@ fn frame_checks_read_each_function_once_per_load() {
     assert!(
         large < 6 * small,
         "frame checks read {small} instructions for 50 frames, {large} for 200"
+    );
+}
+
+/// Running out of memory while a load restores a deep coroutine's stack or frames is a memory
+/// error, not a malformed file (it was "malformed save-game: suspended coroutine: not enough
+/// memory for the coroutine's frames"): an honest save loaded under tighter and tighter memory
+/// limits either loads or fails for memory, never as a bad file.
+#[test]
+fn out_of_memory_restoring_a_coroutine_is_a_memory_error() {
+    let a = vm();
+    a.exec(
+        "local function f(n) if n == 0 then coroutine.yield() return 0 end return 1 + f(n - 1) end
+         co = coroutine.create(f) assert(coroutine.resume(co, 20000)) saved = { co }",
+        "deep",
+    )
+    .unwrap();
+    let file = a.persist("saved").unwrap();
+    let (mut loaded, mut memory, mut frames) = (0, 0, 0);
+    for kib in (1024..4096).step_by(64) {
+        let b = Vm::builder()
+            .capacity(2048 * MIB)
+            .memory_limit(kib << 10)
+            .build()
+            .unwrap();
+        let out = b
+            .exec_with_args(
+                "local ok, r = pcall(eris.unpersist, ...)
+                 if ok then return true, select(2, coroutine.resume(r[1])) end
+                 return false, tostring(r)",
+                "load",
+                &[Value::String(file.clone())],
+            )
+            .unwrap();
+        match (&out[0], &out[1]) {
+            (Value::Boolean(true), v) => {
+                assert_eq!(v, &Value::Integer(20000));
+                loaded += 1;
+            }
+            (Value::Boolean(false), Value::String(m)) => {
+                let m = String::from_utf8_lossy(m);
+                assert!(m.contains("not enough memory"), "{kib} KiB: {m}");
+                assert!(!m.contains("malformed"), "{kib} KiB: {m}");
+                memory += 1;
+                frames += m.contains("frames") as u32;
+            }
+            other => panic!("{kib} KiB: {other:?}"),
+        }
+    }
+    assert!(
+        loaded > 0 && memory > 0,
+        "loaded {loaded}, out of memory {memory}"
+    );
+    // The limits reach the frames' restoration itself (the case this test is about).
+    assert!(
+        frames > 0,
+        "no limit ran out of memory restoring the frames"
     );
 }
