@@ -322,12 +322,21 @@ const MAX_UPVALUES: usize = 255;
 const OPS_CAP: usize = BUILD_OPS + 2 * MAX_UPVALUES + 2;
 
 /// Array and hash sizes for a new table from a file's hints, capped by what the rest of the
-/// file (`remaining` bytes) can hold (2+ bytes per entry). Hints are also charged to the load's
-/// total preallocation budget `left` (hash nodes twice): nested tables cannot each ask for the
-/// whole rest of the file. The third value says whether a hint was cut.
+/// file (`remaining` bytes) can hold (2+ bytes per entry), or by `own_cap` for an own save
+/// (see `Loader::own_cap`). Hints are also charged to the load's total preallocation budget
+/// `left` (hash nodes twice): nested tables cannot each ask for the whole rest of the file.
+/// The third value says whether a hint was cut.
 #[inline(always)]
-fn table_sizes(remaining: usize, left: &mut u64, narr: u64, nhash: u64) -> (c_int, c_int, bool) {
-    let cap = (remaining / 2).min(c_int::MAX as usize) as u64;
+fn table_sizes(
+    remaining: usize,
+    own_cap: Option<u64>,
+    left: &mut u64,
+    narr: u64,
+    nhash: u64,
+) -> (c_int, c_int, bool) {
+    let cap = own_cap
+        .unwrap_or((remaining / 2) as u64)
+        .min(c_int::MAX as u64);
     let (narr0, nhash0) = (narr, nhash);
     let narr = narr.min(cap).min(*left);
     *left -= narr;
@@ -384,6 +393,8 @@ struct Batch<'a, 'b> {
     strs: u32,
     next_id: u32,
     prealloc_left: u64,
+    /// `Loader::own_cap`.
+    own_cap: Option<u64>,
     strref_len: usize,
     protos: &'b [*const c_void],
     format: u16,
@@ -617,8 +628,13 @@ impl Batch<'_, '_> {
     fn new_table(&mut self) -> Option<(u32, Option<usize>)> {
         self.r.pos += 1;
         let (narr, nhash) = (self.r.varint()?, self.r.varint()?);
-        let (narr, nhash, capped) =
-            table_sizes(self.r.remaining(), &mut self.prealloc_left, narr, nhash);
+        let (narr, nhash, capped) = table_sizes(
+            self.r.remaining(),
+            self.own_cap,
+            &mut self.prealloc_left,
+            narr,
+            nhash,
+        );
         let id = self.next_id;
         self.next_id += 1;
         self.push(
@@ -890,6 +906,15 @@ pub(crate) struct Loader<'a> {
     opts: &'a LoadOptions,
     /// Preallocation units the file's hints may still ask for (see [`PREALLOC_PER_BYTE`]).
     prealloc_left: u64,
+    /// For an own save: the units of preallocation the heap-growth cap allows (a unit is 16
+    /// bytes: an array slot and its tag, half a hash node), which then bound a table's size
+    /// hints and the whole load's instead of the file's length. A small own save may ask for
+    /// the large sparse tables it had (`table.create(0, 1024)` with a few keys: their layout
+    /// was not written, the keys sitting where a fresh table of that size puts them), so they
+    /// come back with the same node count and `pairs` order; memory stays bounded by the cap
+    /// (found by an independent attacker: 2,000 such tables in a 300 KB save lost their
+    /// order, 1,097 of them). None for foreign saves: their hints stay bounded by the file.
+    own_cap: Option<u64>,
     /// Suspended coroutines this load created, in creation order: the only threads open
     /// upvalues may point into (`loaded_cos` by address).
     threads: Vec<*mut lua_State>,
@@ -956,6 +981,8 @@ unsafe extern "C-unwind" fn chunk_reader(
 
 impl<'a> Loader<'a> {
     pub fn new(file: Opened<'a>, opts: &'a LoadOptions, shared: &'a Shared) -> Self {
+        let own_cap = (opts.trust == Trust::Own)
+            .then(|| opts.max_heap_growth.map_or(u64::MAX / 4, |g| g as u64 / 16));
         Loader {
             r: Reader::new(file.body),
             next_id: 0,
@@ -986,7 +1013,9 @@ impl<'a> Loader<'a> {
             opts,
             prealloc_left: (file.body.len() as u64)
                 .saturating_mul(PREALLOC_PER_BYTE)
-                .saturating_add(PREALLOC_BASE),
+                .saturating_add(PREALLOC_BASE)
+                .max(own_cap.unwrap_or(0)),
+            own_cap,
             threads: Vec::new(),
             loaded_cos: HashMap::new(),
             upmemo: UpMemo::default(),
@@ -2174,8 +2203,13 @@ impl<'a> Loader<'a> {
 
     /// Array and hash sizes for a new table from a file's hints (see [`table_sizes`]).
     fn table_sizes(&mut self, narr: u64, nhash: u64) -> (c_int, c_int) {
-        let (narr, nhash, _) =
-            table_sizes(self.r.remaining(), &mut self.prealloc_left, narr, nhash);
+        let (narr, nhash, _) = table_sizes(
+            self.r.remaining(),
+            self.own_cap,
+            &mut self.prealloc_left,
+            narr,
+            nhash,
+        );
         (narr, nhash)
     }
 
@@ -2211,6 +2245,7 @@ impl<'a> Loader<'a> {
                 strs: self.strs,
                 next_id: self.next_id,
                 prealloc_left: self.prealloc_left,
+                own_cap: self.own_cap,
                 strref_len: self.strref_len,
                 protos: &self.protos,
                 format: self.format,
@@ -2440,7 +2475,7 @@ impl<'a> Loader<'a> {
             let extra = need.saturating_sub(stacksize);
             if extra > self.prealloc_left {
                 return Err(self.malformed(
-                    "suspended coroutine: its frames need more stack than the file can justify",
+                    "suspended coroutine: its frames need more stack than the file can justify (for an own save: than its heap-growth cap allows)",
                 ));
             }
             self.prealloc_left -= extra;
