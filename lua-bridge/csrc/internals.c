@@ -2491,6 +2491,20 @@ int luasnap_gc_nofinal(lua_State *L, int on) {
   return was;
 }
 
+/* Marks the table or full userdata on top for finalization if its metatable has __gc now,
+** as setmetatable would have with that metatable (luaC_checkfinalizer: nothing for an object
+** already marked, a metatable without __gc, or while GCSTPCLS is set, as in loads without
+** finalizers). For the loader: an object whose metatable was still being built when it was
+** set (a class that is its own metatable gets its __gc after). */
+void luasnap_recheck_finalizer(lua_State *L) {
+  const TValue *o = s2v(L->top.p - 1);
+  Table *mt;
+  if (ttistable(o)) mt = hvalue(o)->metatable;
+  else if (ttisfulluserdata(o)) mt = uvalue(o)->metatable;
+  else return;
+  if (mt != NULL) luaC_checkfinalizer(L, gcvalue(o), mt);
+}
+
 /* Raises Lua's memory error, as an allocation failing would (for the loader, when restoring
 ** a coroutine's stack or frames ran out of memory). */
 l_noret luasnap_raise_memerr(lua_State *L) {

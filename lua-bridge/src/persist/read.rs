@@ -99,6 +99,7 @@ unsafe extern "C" {
         memo: *mut c_void,
     ) -> c_int;
     fn luasnap_relayout_memo_size() -> usize;
+    fn luasnap_recheck_finalizer(L: *mut lua_State);
 }
 
 /// Why a load refused a metatable with `__gc` (see [`LoadOptions::finalizers`]).
@@ -395,6 +396,10 @@ struct Batch<'a, 'b> {
     prealloc_left: u64,
     /// `Loader::own_cap`.
     own_cap: Option<u64>,
+    /// The general path's frames (tables still open outside the batch).
+    frames: &'b [Frame],
+    /// `Loader::late_meta`.
+    late_meta: &'b mut Vec<u32>,
     strref_len: usize,
     protos: &'b [*const c_void],
     format: u16,
@@ -521,8 +526,20 @@ impl Batch<'_, '_> {
                 // finalizer. (Placement is decided when the table ends: dropping its step
                 // index here keeps it a plain NEWTABLE.)
                 if mt.kind == kind::REF {
+                    let mut open_mt = false;
                     for o in open[..nopen].iter_mut().filter(|o| o.0 as u64 == mt.bits) {
                         o.1 = None;
+                        open_mt = true;
+                    }
+                    // A metatable still being built may get its __gc after this step: the
+                    // table's finalizer is checked again when the load ends.
+                    if open_mt
+                        || self
+                            .frames
+                            .iter()
+                            .any(|f| matches!(f, Frame::Table { id, .. } if *id as u64 == mt.bits))
+                    {
+                        self.late_meta.push(open[nopen - 1].0);
                     }
                 }
                 self.push(kind::META, self.r.pos as u64, 0, std::ptr::null());
@@ -915,6 +932,12 @@ pub(crate) struct Loader<'a> {
     /// (found by an independent attacker: 2,000 such tables in a 300 KB save lost their
     /// order, 1,097 of them). None for foreign saves: their hints stay bounded by the file.
     own_cap: Option<u64>,
+    /// Objects given a metatable that was still being built (or had no `__gc` yet) when it
+    /// was set: Lua marks an object for finalization only if its metatable has `__gc` at
+    /// `setmetatable`, and a save writes an object's metatable before its entries, so a class
+    /// that is its own metatable (`T = setmetatable({ __gc = f }, ...)`, `setmetatable(T, T)`)
+    /// would lose its finalizer. Checked again when the load ends (`luasnap_recheck_finalizer`).
+    late_meta: Vec<u32>,
     /// Suspended coroutines this load created, in creation order: the only threads open
     /// upvalues may point into (`loaded_cos` by address).
     threads: Vec<*mut lua_State>,
@@ -1016,6 +1039,7 @@ impl<'a> Loader<'a> {
                 .saturating_add(PREALLOC_BASE)
                 .max(own_cap.unwrap_or(0)),
             own_cap,
+            late_meta: Vec::new(),
             threads: Vec::new(),
             loaded_cos: HashMap::new(),
             upmemo: UpMemo::default(),
@@ -1261,6 +1285,27 @@ impl<'a> Loader<'a> {
                 if luasnap_thread_hold(self.threads[i], 0) != 0 {
                     return Err(self.malformed(RESET));
                 }
+            }
+            // Objects whose metatable got its __gc after it was set are marked for
+            // finalization now, as `setmetatable` would have on the complete metatable (a
+            // no-op for those already marked, and while no finalizers are allowed); a load
+            // that refuses finalizers refuses them, as it refuses a __gc seen at once.
+            for i in 0..self.late_meta.len() {
+                ffi::lua_rawgeti(L, s.objs, self.late_meta[i] as ffi::lua_Integer);
+                if self.refuses_finalizers() {
+                    let gc = ffi::lua_getmetatable(L, -1) != 0 && {
+                        let gc = has_gc(L);
+                        ffi::lua_settop(L, -2);
+                        gc
+                    };
+                    if gc {
+                        ffi::lua_settop(L, -2);
+                        return Err(self.fail(NO_FINALIZERS));
+                    }
+                } else {
+                    luasnap_recheck_finalizer(L);
+                }
+                ffi::lua_settop(L, -2);
             }
             // Two-phase initializers run last, in creation order, on the complete graph.
             for i in 1..=self.inits {
@@ -2246,6 +2291,8 @@ impl<'a> Loader<'a> {
                 next_id: self.next_id,
                 prealloc_left: self.prealloc_left,
                 own_cap: self.own_cap,
+                frames: &self.frames,
+                late_meta: &mut self.late_meta,
                 strref_len: self.strref_len,
                 protos: &self.protos,
                 format: self.format,
@@ -2686,6 +2733,9 @@ impl<'a> Loader<'a> {
                                 ffi::lua_settop(L, -2);
                                 return Err(self.fail(NO_FINALIZERS));
                             }
+                            if t == ffi::LUA_TTABLE && !has_gc(L) {
+                                self.late_meta.push(id); // (see `late_meta`)
+                            }
                             if at > 0 {
                                 ffi::lua_setmetatable(L, at);
                             } else {
@@ -2775,6 +2825,9 @@ impl<'a> Loader<'a> {
                         if t == ffi::LUA_TTABLE && library_metatable(L) {
                             ffi::lua_settop(L, -3);
                             return Err(self.malformed(LIBRARY_METATABLE));
+                        }
+                        if t == ffi::LUA_TTABLE && !has_gc(L) {
+                            self.late_meta.push(id); // (see `late_meta`)
                         }
                         ffi::lua_setmetatable(L, -2);
                     } else {
