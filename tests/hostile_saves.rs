@@ -2325,3 +2325,45 @@ fn out_of_memory_restoring_a_coroutine_is_a_memory_error() {
         "no limit ran out of memory restoring the frames"
     );
 }
+
+/// Found by the attacker (round 5): under a memory cap, an honest save of deeply nested
+/// tables failed with "stack overflow (load)" when the loader's stack could not grow for want
+/// of memory. It is a memory error now (`luasnap_checkstack`); a real overflow still says so.
+#[test]
+fn a_stack_that_cannot_grow_for_memory_is_a_memory_error() {
+    let a = vm();
+    a.exec(
+        "local t = {} saved = t for i = 1, 20000 do local n = { i } t[2] = n t = n end",
+        "nest",
+    )
+    .unwrap();
+    let file = a.persist("saved").unwrap();
+    let (mut loaded, mut memory) = (0, 0);
+    for kib in (512..4096).step_by(128) {
+        let b = Vm::builder()
+            .capacity(2048 * MIB)
+            .memory_limit(kib << 10)
+            .build()
+            .unwrap();
+        let out = b
+            .exec_with_args(
+                "local ok, r = pcall(eris.unpersist, ...) return ok, not ok and tostring(r) or ''",
+                "load",
+                &[Value::String(file.clone())],
+            )
+            .unwrap();
+        match (&out[0], &out[1]) {
+            (Value::Boolean(true), _) => loaded += 1,
+            (Value::Boolean(false), Value::String(m)) => {
+                let m = String::from_utf8_lossy(m);
+                assert!(m.contains("not enough memory"), "{kib} KiB: {m}");
+                memory += 1;
+            }
+            other => panic!("{kib} KiB: {other:?}"),
+        }
+    }
+    assert!(
+        loaded > 0 && memory > 0,
+        "loaded {loaded}, out of memory {memory}"
+    );
+}

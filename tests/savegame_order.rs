@@ -84,12 +84,40 @@ end
 return G
 "#;
 
+/// Pools made at their final size (`table.create`) with a few entries each, iterated with
+/// `pairs` every frame (the attacker's repro as a game): no layout is written for them, so
+/// their order needs their node count back, which the serializer backend's own-trust loads
+/// now give whatever the save's length.
+const POOLS: &str = r#"
+local G = {}
+local S
+function G.init(players, seed)
+  math.randomseed(seed)
+  S = { pools = {}, trail = "" }
+  for i = 1, 300 do S.pools[i] = table.create(0, 512) end
+end
+function G.step(inputs)
+  local o = {}
+  for i, pool in ipairs(S.pools) do
+    local r = math.random(1, 10000)
+    if i % 5 == 0 then pool["e" .. r] = r; pool[r * 7] = true end
+    for k, v in pairs(pool) do
+      if math.random() < 0.3 then pool[k] = nil end
+    end
+    for k in pairs(pool) do o[#o + 1] = tostring(k) end
+  end
+  S.trail = table.concat(o, ",", 1, math.min(#o, 200))
+end
+return G
+"#;
+
 #[test]
 fn games_that_iterate_with_pairs_match_with_the_serializer() {
     for (name, script) in [
         ("pairs_order", PAIRS_ORDER),
         ("intkey_order", INTKEY_ORDER),
         ("churn", CHURN),
+        ("pools", POOLS),
     ] {
         let mut sim = Simulation::new(SimOptions {
             game: config(name, script, 2, 5),

@@ -2505,6 +2505,18 @@ void luasnap_recheck_finalizer(lua_State *L) {
   if (mt != NULL) luaC_checkfinalizer(L, gcvalue(o), mt);
 }
 
+/* luaL_checkstack for the serializer: room for n more values, else an error that says why.
+** luaL_checkstack reports "stack overflow (msg)" whether the stack is at Lua's limit or its
+** growth failed for want of memory; a load or save under a memory cap then reads as a stack
+** overflow. Invariant used: below LUAI_MAXSTACK slots a failed growth is a memory failure
+** (LS_MAXSTACK: luaD_growstack refuses only sizes over it, and fails otherwise only when the
+** reallocation does). */
+void luasnap_checkstack(lua_State *L, int n, const char *msg) {
+  if (lua_checkstack(L, n)) return;
+  if ((L->top.p - L->stack.p) + n + EXTRA_STACK <= LS_MAXSTACK) luaM_error(L);
+  luaL_error(L, "stack overflow (%s)", msg);
+}
+
 /* Raises Lua's memory error, as an allocation failing would (for the loader, when restoring
 ** a coroutine's stack or frames ran out of memory). */
 l_noret luasnap_raise_memerr(lua_State *L) {

@@ -220,6 +220,9 @@ unsafe extern "C" {
     ) -> *const std::ffi::c_char;
     /// Raises Lua's memory error (LUA_ERRMEM) on L.
     pub(crate) fn luasnap_raise_memerr(L: *mut lua_State) -> !;
+    /// `luaL_checkstack`, with a memory error when the stack could not grow for want of
+    /// memory (not "stack overflow").
+    pub(crate) fn luasnap_checkstack(L: *mut lua_State, n: c_int, msg: *const std::ffi::c_char);
     fn luasnap_thread_k(co: *mut lua_State, level: c_int) -> *const std::ffi::c_void;
     /// Bytes the VM has allocated.
     pub(crate) fn luasnap_heap_bytes(L: *mut lua_State) -> u64;

@@ -14,7 +14,7 @@ use super::format::{
     min_strref_len, Opened, Reader, Tag, FLAG_BYTECODE, THREAD_DEAD, THREAD_NOT_STARTED,
     THREAD_SUSPENDED,
 };
-use super::{budget_hook_intact, luasnap_gc_stopem, luasnap_heap_bytes};
+use super::{budget_hook_intact, luasnap_checkstack, luasnap_gc_stopem, luasnap_heap_bytes};
 use super::{kind, LoadOptions, RawVal, Slots, Trust};
 use super::{luasnap_chunk_find, luasnap_proto_child};
 use super::{luasnap_proto, luasnap_proto_hash, luasnap_proto_nupvalues};
@@ -1144,7 +1144,7 @@ impl<'a> Loader<'a> {
         // by what the file claims (an attacker's 4 MB file took 273 MB outside the cap).
         // SAFETY: protected context; objs[id] is a table (registered when it was read).
         let nodes = unsafe {
-            ffi::luaL_checkstack(L, 1, c"load".as_ptr());
+            luasnap_checkstack(L, 1, c"load".as_ptr());
             ffi::lua_rawgeti(L, s.objs, id as ffi::lua_Integer);
             let n = luasnap_table_nodes(L, -1);
             ffi::lua_settop(L, -2);
@@ -1169,7 +1169,7 @@ impl<'a> Loader<'a> {
                 // SAFETY: protected context; room checked; the keys table is on top once made.
                 unsafe {
                     if nkeys == 0 {
-                        ffi::luaL_checkstack(L, 4, c"load".as_ptr());
+                        luasnap_checkstack(L, 4, c"load".as_ptr());
                         ffi::lua_createtable(L, 0, 0);
                     }
                     match k {
@@ -1211,7 +1211,7 @@ impl<'a> Loader<'a> {
         // lay and laynx hold `size` entries, scratch the bytes the C side asks for; the C side
         // checks everything else and neither allocates nor raises.
         let rc = unsafe {
-            ffi::luaL_checkstack(L, 3, c"load".as_ptr());
+            luasnap_checkstack(L, 3, c"load".as_ptr());
             ffi::lua_rawgeti(L, s.objs, id as ffi::lua_Integer);
             let rc = luasnap_table_relayout(
                 L,
@@ -1475,7 +1475,7 @@ impl<'a> Loader<'a> {
         // SAFETY: protected context; every push is checked against stack space by the fixed
         // small number of values used per step (LUA_MINSTACK).
         unsafe {
-            ffi::luaL_checkstack(L, 8, c"load".as_ptr());
+            luasnap_checkstack(L, 8, c"load".as_ptr());
             let Some(tag) = self.r.u8() else {
                 return Err(self.malformed("truncated"));
             };
@@ -1835,7 +1835,7 @@ impl<'a> Loader<'a> {
             } else {
                 // [name, code]: the chunk name as a C string (a name with a NUL byte compiles
                 // under a shorter name, so its fingerprint differs and it is refused).
-                ffi::luaL_checkstack(L, 4, c"load".as_ptr());
+                luasnap_checkstack(L, 4, c"load".as_ptr());
                 ffi::lua_pushlstring(L, name.as_ptr().cast(), name.len());
                 ffi::lua_pushlstring(L, code.as_ptr().cast(), code.len());
                 let cname = ffi::lua_tolstring(L, -2, std::ptr::null_mut());
@@ -2317,7 +2317,7 @@ impl<'a> Loader<'a> {
             // the size the largest asks for; stack room for the nesting (checked).
             unsafe {
                 ffi::lua_settop(L, at);
-                ffi::luaL_checkstack(L, 2 * PLAIN_DEPTH as c_int + 8, c"load".as_ptr());
+                luasnap_checkstack(L, 2 * PLAIN_DEPTH as c_int + 8, c"load".as_ptr());
                 let failed = luasnap_table_build(
                     L,
                     s.strs,

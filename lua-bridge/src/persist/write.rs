@@ -18,7 +18,9 @@
 use super::format::{
     Tag, Writer, MIN_STRREF_LEN, THREAD_DEAD, THREAD_NOT_STARTED, THREAD_SUSPENDED,
 };
-use super::{kind, luasnap_gc_stopem, ChunkDesc, PersistOptions, RawVal, Slots};
+use super::{
+    kind, luasnap_checkstack, luasnap_gc_stopem, ChunkDesc, PersistOptions, RawVal, Slots,
+};
 use super::{luasnap_chunk_describe, luasnap_proto_child, luasnap_proto_nchildren};
 use super::{luasnap_proto, luasnap_proto_hash, luasnap_proto_nupvalues};
 use super::{
@@ -724,7 +726,7 @@ impl<'a> Persister<'a> {
                     // SAFETY: the frame's table is alive; the current entry is at pos - 1; the
                     // push is popped (the stack has room: fail runs with few values).
                     unsafe {
-                        ffi::luaL_checkstack(L, 2, c"persist".as_ptr());
+                        luasnap_checkstack(L, 2, c"persist".as_ptr());
                         if pos > 0 && luasnap_table_entry(L, t, pos - 1, 0) != 0 {
                             out.push_str(&key_text(L));
                             ffi::lua_settop(L, -2);
@@ -1954,7 +1956,7 @@ impl<'a> Persister<'a> {
                                 && owner != L
                             {
                                 ffi::lua_settop(L, -2);
-                                ffi::luaL_checkstack(L, 2, c"persist".as_ptr());
+                                luasnap_checkstack(L, 2, c"persist".as_ptr());
                                 let main = ffi::lua_pushthread(owner) == 1;
                                 ffi::lua_settop(owner, -2);
                                 if !main {
@@ -2066,7 +2068,7 @@ impl<'a> Persister<'a> {
                             *next += 1;
                         }
                         self.sc.segs.push(Seg::Stack(i));
-                        ffi::luaL_checkstack(L, 2, c"persist".as_ptr());
+                        luasnap_checkstack(L, 2, c"persist".as_ptr());
                         luasnap_thread_push_slot(L, co, i);
                         self.value(L, s)?;
                         Ok(true)
