@@ -2367,3 +2367,39 @@ fn a_stack_that_cannot_grow_for_memory_is_a_memory_error() {
         "loaded {loaded}, out of memory {memory}"
     );
 }
+
+/// Found by the attacker (round 5): a table whose integer keys all share one node (multiples
+/// of the node count minus one: integers hash without a seed) made a load quadratic in the
+/// file (a 1 MB save: 19 s), in the layout's lookups and in plain insertions alike. A foreign
+/// load now stops once it has walked 32 collision-chain nodes per body byte; an own load
+/// (the user's own save, which took its game as long to build) still loads it. Honest
+/// tables walk one or two nodes per entry (every other test here loads under the limit).
+#[test]
+fn keys_chosen_to_collide_stop_a_foreign_load() {
+    let build = |n: i64| {
+        let a = vm();
+        a.exec(
+            &format!(
+                "local size = 1 while size < {n} do size = size * 2 end
+                 saved = table.create(0, size)
+                 for i = 1, {n} do saved[i * (size - 1)] = true end"
+            ),
+            "collide",
+        )
+        .unwrap();
+        a.persist("saved").unwrap()
+    };
+    // Layout placed by a batch (8,192 nodes or fewer) and the general path's (more).
+    for n in [6000, 20000] {
+        let file = build(n);
+        let mut b = vm();
+        let e = b
+            .unpersist(&file, "loaded", Trust::Foreign)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("collide"), "{n}: {e}");
+        b.unpersist(&file, "loaded", Trust::Own).unwrap();
+        let count = "local n = 0 for k in pairs(loaded) do n = n + 1 end return n";
+        assert_eq!(b.exec(count, "c").unwrap(), vec![Value::Integer(n)]);
+    }
+}

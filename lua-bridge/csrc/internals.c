@@ -836,7 +836,64 @@ typedef struct ls_rmemo {
   uint64_t bits[LS_RM_NODES];
   unsigned int hashes[LS_RM_NODES];
   lu_byte perm[LS_RM_NODES];  /* rank r (code 3 + r) -> the index of its key above */
+  /* Collision-chain nodes the load walked (ls_chain_charge) and its limit (0: none); over:
+  ** the limit was passed. */
+  uint64_t steps, limit;
+  int over;
 } ls_rmemo;
+
+/* Charges the walk of the collision chain the key k goes into in t (every node of it: what a
+** lookup or an insertion may walk) to the load's limit in the memo m (NULL or no limit: free).
+** Returns -1 once the limit is passed (m->over set). Only keys whose position a file chooses
+** by value count: integers outside the array part, floats, strings (an object key's position
+** is its address). Invariant relied on: t's chains are Lua's (or checked by relayout) paths,
+** so the walk ends; it is also bounded by the node count. */
+static int ls_chain_charge(ls_rmemo *m, const Table *t, const TValue *k) {
+  const Node *n;
+  unsigned int count = 1, size;
+  if (m == NULL || m->limit == 0 || isdummy(t)) return 0;
+  if (ttisinteger(k)) {
+    if (l_castS2U(ivalue(k)) - 1u < t->asize) return 0;
+  }
+  else if (ttisfloat(k)) {
+    if (luai_numisnan(fltvalue(k))) return 0;
+  }
+  else if (!ttisstring(k)) return 0;
+  size = sizenode(t);
+  n = luaH_mainposition(t, k);
+  while (gnext(n) != 0 && count < size) {
+    n += gnext(n);
+    count++;
+  }
+  m->steps += count;
+  if (m->steps > m->limit) {
+    m->over = 1;
+    return -1;
+  }
+  return 0;
+}
+
+/* Sets the collision-chain limit of a load's memo (see ls_chain_charge; 0: none). */
+void luasnap_relayout_memo_limit(void *memo, uint64_t limit) {
+  ((ls_rmemo *)memo)->limit = limit;
+}
+
+/* Whether the load passed its collision-chain limit. */
+int luasnap_relayout_memo_over(const void *memo) {
+  return ((const ls_rmemo *)memo)->over;
+}
+
+/* lua_rawset(L, idx) for the loader's general path (the key and value on top), with the key's
+** chain charged to the memo's limit first: returns -1 (nothing set, the stack as it was) once
+** the limit is passed, else 0. Raises like lua_rawset. */
+int luasnap_rawset_charged(lua_State *L, int idx, void *memo) {
+  if (lua_type(L, idx) == LUA_TTABLE
+      && ls_chain_charge((ls_rmemo *)memo, (const Table *)lua_topointer(L, idx),
+                         s2v(L->top.p - 2)) < 0)
+    return -1;
+  lua_rawset(L, idx);
+  return 0;
+}
 static int relayout(lua_State *L, Table *t, const uint32_t *codes, const int32_t *nexts,
                     unsigned int size, unsigned int lastfree, unsigned int seed, Table *kt,
                     char *scratch, ls_rmemo *memo);
@@ -935,7 +992,8 @@ static l_inline int ls_plain_value(lua_State *L, Table *st, unsigned int kind,
 ** luasnap_table_build: placed[d] and cursor[d] for a placed table). Returns -1 when a placed
 ** table refuses the entry (see place_entry). Raises like lua_rawset (memory, NaN key). */
 static l_inline int ls_set(lua_State *L, Table *t, const TValue *k, const TValue *v,
-                           ptrdiff_t d, const lu_byte *placed, unsigned int *cursor) {
+                           ptrdiff_t d, const lu_byte *placed, unsigned int *cursor,
+                           ls_rmemo *memo) {
   if (d >= 1 && d < LS_BUILD_DEPTH && placed[d]) {
     if (place_entry(L, t, k, v, &cursor[d]) < 0) return -1;
   }
@@ -958,7 +1016,10 @@ static l_inline int ls_set(lua_State *L, Table *t, const TValue *k, const TValue
     setobj2t(L, gval(mp), v);
     luaC_barrierback(L, obj2gco(t), k);
   }
-  else luaH_set(L, t, k, (TValue *)v);
+  else {
+    if (ls_chain_charge(memo, t, k) < 0) return -1;
+    luaH_set(L, t, k, (TValue *)v);
+  }
   invalidateTMcache(t);
   luaC_barrierback(L, obj2gco(t), v);
   return 0;
@@ -1045,14 +1106,15 @@ int luasnap_table_build(lua_State *L, int strs, int objs, const luasnap_val *ops
         ** Another kind cannot happen (the loader fuses only these): defensive. */
         if (!ls_plain_value(L, st, vk, x, &v)) goto fail;
         if (!ttistable(s2v(top - 1))) goto fail;  /* cannot happen: defensive */
-        if (ls_set(L, hvalue(s2v(top - 1)), &k, &v, LS_DEPTH(top - 1), placed, cursor) < 0)
+        if (ls_set(L, hvalue(s2v(top - 1)), &k, &v, LS_DEPTH(top - 1), placed, cursor,
+                   (ls_rmemo *)memo) < 0)
           goto fail;
         continue;
       }
       case LS_SET: set: {
         if (!ttistable(s2v(L->top.p - 3))) goto fail;  /* cannot happen: defensive */
         if (ls_set(L, hvalue(s2v(L->top.p - 3)), s2v(L->top.p - 2), s2v(L->top.p - 1),
-                   LS_DEPTH(L->top.p - 3), placed, cursor) < 0)
+                   LS_DEPTH(L->top.p - 3), placed, cursor, (ls_rmemo *)memo) < 0)
           goto fail;
         L->top.p -= 2;
         continue;
@@ -3031,6 +3093,7 @@ static int relayout(lua_State *L, Table *t, const uint32_t *codes, const int32_t
   if (isdummy(t) || sizenode(t) != size) return 1;
   /* lastfree: a node index, or size (all below it may be searched). */
   if (lastfree > size) return -1;
+  ls_rmemo *charge = memo;  /* the load's chain limit, whatever the memo's use below */
   nw = (Node *)scratch;
   if (memo != NULL && kt == NULL && ls_rmemo_apply(t, memo, codes, nexts, size, lastfree, nw))
     return 0;
@@ -3151,7 +3214,8 @@ static int relayout(lua_State *L, Table *t, const uint32_t *codes, const int32_t
     TValue k, res;
     if (codes[i] < 3) continue;
     getnodekey(L, &k, gnode(t, i));
-    if (luaH_get(t, &k, &res) != LUA_VNUMINT || ivalue(&res) != (lua_Integer)i) ok = 0;
+    if (ls_chain_charge(charge, t, &k) < 0) ok = 0;  /* chains forged to be walked long */
+    else if (luaH_get(t, &k, &res) != LUA_VNUMINT || ivalue(&res) != (lua_Integer)i) ok = 0;
   }
   if (!ok) {
     memcpy(t->node, bk, (size_t)size * sizeof(Node));
@@ -3203,14 +3267,14 @@ unsigned int luasnap_table_nodes(lua_State *L, int idx) {
 ** nor raises. */
 int luasnap_table_relayout(lua_State *L, int idx, const uint32_t *codes, const int32_t *nexts,
                            unsigned int size, unsigned int lastfree, unsigned int seed,
-                           int keys, char *scratch) {
+                           int keys, char *scratch, void *memo) {
   Table *t = (Table *)luasnap_table_at(L, idx), *kt = NULL;
   if (t == NULL) return -1;
   if (keys != 0) {
     kt = (Table *)luasnap_table_at(L, keys);
     if (kt == NULL) return -1;
   }
-  return relayout(L, t, codes, nexts, size, lastfree, seed, kt, scratch, NULL);
+  return relayout(L, t, codes, nexts, size, lastfree, seed, kt, scratch, (ls_rmemo *)memo);
 }
 
 /* For the saver: describes the key of node i of the table tp (i < its node count), a removed

@@ -1344,12 +1344,9 @@ lua_Unsigned luaH_getn (lua_State *L, Table *t) {
 
 
 
-#if defined(LUA_DEBUG)
-
-/* export this function for the test library */
+/* luasnap patch (see LUASNAP-PATCHES.md): exported in every build (stock Lua exports it only
+** with LUA_DEBUG, for its test library); luasnap's loader walks collision chains with it. */
 
 Node *luaH_mainposition (const Table *t, const TValue *key) {
   return mainpositionTV(t, key);
 }
-
-#endif

@@ -179,9 +179,8 @@ LUAI_FUNC int luaH_next (lua_State *L, Table *t, StkId key);
 LUAI_FUNC lua_Unsigned luaH_getn (lua_State *L, Table *t);
 
 
-#if defined(LUA_DEBUG)
+/* luasnap patch (see LUASNAP-PATCHES.md): declared and compiled in every build. */
 LUAI_FUNC Node *luaH_mainposition (const Table *t, const TValue *key);
-#endif
 
 
 #endif

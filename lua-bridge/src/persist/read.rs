@@ -83,8 +83,12 @@ unsafe extern "C" {
         seed: u32,
         keys: c_int,
         scratch: *mut c_void,
+        memo: *mut c_void,
     ) -> c_int;
     fn luasnap_relayout_scratch(size: u32) -> usize;
+    fn luasnap_relayout_memo_limit(memo: *mut c_void, limit: u64);
+    fn luasnap_relayout_memo_over(memo: *const c_void) -> c_int;
+    fn luasnap_rawset_charged(L: *mut lua_State, idx: c_int, memo: *mut c_void) -> c_int;
     fn luasnap_hash_seed(L: *mut lua_State) -> u32;
     fn luasnap_table_build(
         L: *mut lua_State,
@@ -101,6 +105,14 @@ unsafe extern "C" {
     fn luasnap_relayout_memo_size() -> usize;
     fn luasnap_recheck_finalizer(L: *mut lua_State);
 }
+
+/// Why a foreign load stopped at keys chosen to collide.
+const COLLISIONS: &str = "the save-game has tables whose keys collide in the same hash-table nodes (integers a multiple of the node count minus one, say), so that inserting and finding them would take time quadratic in the file's size; foreign loads stop after walking 32 collision-chain nodes per body byte: if you trust the file, load it as your own (Trust::Own), where no such limit applies";
+
+/// Collision-chain nodes a foreign load may walk, per body byte (plus [`CHAIN_BASE`]): an
+/// honest save walks one or two per entry, and an entry takes 2 bytes or more.
+const CHAIN_PER_BYTE: u64 = 32;
+const CHAIN_BASE: u64 = 1 << 20;
 
 /// Why a load refused a metatable with `__gc` (see [`LoadOptions::finalizers`]).
 const NO_FINALIZERS: &str = "the save-game gives an object a finalizer (a metatable with __gc), which the collector would run after the load, outside its instruction budget and constructor rules; foreign loads refuse them: if you trust the file, load it as your own (Trust::Own) or set LoadOptions::finalizers";
@@ -1006,7 +1018,7 @@ impl<'a> Loader<'a> {
     pub fn new(file: Opened<'a>, opts: &'a LoadOptions, shared: &'a Shared) -> Self {
         let own_cap = (opts.trust == Trust::Own)
             .then(|| opts.max_heap_growth.map_or(u64::MAX / 4, |g| g as u64 / 16));
-        Loader {
+        let mut loader = Loader {
             r: Reader::new(file.body),
             next_id: 0,
             strs: 0,
@@ -1047,7 +1059,17 @@ impl<'a> Loader<'a> {
             all_threads: Vec::new(),
             aux: None,
             nofinal_marked: false,
+        };
+        // A foreign save's collision chains are bounded by its length (see `COLLISIONS`); an
+        // own save's are not.
+        if opts.trust == Trust::Foreign {
+            let limit = (file.body.len() as u64)
+                .saturating_mul(CHAIN_PER_BYTE)
+                .saturating_add(CHAIN_BASE);
+            // SAFETY: the memo is luasnap_relayout_memo_size() bytes, owned by this loader.
+            unsafe { luasnap_relayout_memo_limit(loader.memo.as_mut_ptr().cast(), limit) };
         }
+        loader
     }
 
     /// Array sizes for the object and string tables of the load: about what a game's save of
@@ -1223,10 +1245,14 @@ impl<'a> Loader<'a> {
                 seed,
                 if nkeys > 0 { -2 } else { 0 },
                 scratch,
+                self.memo.as_mut_ptr().cast(),
             );
             ffi::lua_settop(L, if nkeys > 0 { -3 } else { -2 });
             rc
         };
+        if rc < 0 && self.collisions_over() {
+            return Err(self.fail(COLLISIONS));
+        }
         if rc < 0 {
             return Err(self.malformed(
                 "a table's layout does not match its entries (a damaged or forged file; \
@@ -1238,6 +1264,12 @@ impl<'a> Loader<'a> {
 
     /// Whether a metatable with `__gc` fails the load (see [`LoadOptions::finalizers`]; with
     /// `inert_finalizers` the whole load runs marked as one without new finalizers instead).
+    /// Whether the load walked more collision-chain nodes than its limit (see `COLLISIONS`).
+    fn collisions_over(&self) -> bool {
+        // SAFETY: the memo is luasnap_relayout_memo_size() bytes, owned by this loader.
+        unsafe { luasnap_relayout_memo_over(self.memo.as_ptr().cast()) != 0 }
+    }
+
     fn refuses_finalizers(&self) -> bool {
         !self.opts.finalizers && !self.opts.inert_finalizers
     }
@@ -2335,6 +2367,9 @@ impl<'a> Loader<'a> {
                     self.r.pos = op.len as usize; // where its bytes are
                     return Err(self.fail(NO_FINALIZERS));
                 }
+                if failed >= 0 && self.collisions_over() {
+                    return Err(self.fail(COLLISIONS));
+                }
                 if failed >= 0 {
                     let op = self.ops[failed as usize];
                     if matches!(op.kind, kind::META | kind::REF | kind::LAYOUT) {
@@ -2757,14 +2792,20 @@ impl<'a> Loader<'a> {
                             *state = 1;
                             ffi::lua_pushvalue(L, at + 1);
                             ffi::lua_rotate(L, -2, 1); // [k, v]
-                            ffi::lua_rawset(L, at); // raises on a nil or NaN key
+                                                       // Raises on a nil or NaN key.
+                            if luasnap_rawset_charged(L, at, self.memo.as_mut_ptr().cast()) < 0 {
+                                return Err(self.fail(COLLISIONS));
+                            }
                         }
                         _ => {
                             *state = 1;
                             ffi::lua_rawgeti(L, s.objs, id as ffi::lua_Integer);
                             ffi::lua_rawgeti(L, s.keys, depth as ffi::lua_Integer);
                             ffi::lua_rotate(L, -3, -1); // [t, k, v]
-                            ffi::lua_rawset(L, -3); // raises on a nil or NaN key
+                                                        // Raises on a nil or NaN key.
+                            if luasnap_rawset_charged(L, -3, self.memo.as_mut_ptr().cast()) < 0 {
+                                return Err(self.fail(COLLISIONS));
+                            }
                             ffi::lua_settop(L, -2);
                         }
                     }
