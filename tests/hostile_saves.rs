@@ -2379,7 +2379,7 @@ fn keys_chosen_to_collide_stop_a_foreign_load() {
     let build = |n: i64| {
         let a = vm();
         a.exec(
-            &format!(
+            format!(
                 "local size = 1 while size < {n} do size = size * 2 end
                  saved = table.create(0, size)
                  for i = 1, {n} do saved[i * (size - 1)] = true end"
