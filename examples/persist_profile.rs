@@ -5,6 +5,7 @@
 //! ```text
 //! cargo run --release --example persist_profile -- time MB RUNS   # persist the bench heap RUNS times
 //! cargo run --release --example persist_profile -- load MB RUNS   # load its save RUNS times
+//! cargo run --release --example persist_profile -- load-fixed MB RUNS  # a tiny save, loaded
 //! cargo run --release --example persist_profile -- dump DIR        # write DIR/<state>.bin
 //! ```
 
@@ -162,6 +163,26 @@ fn load(mb: usize, runs: usize) {
     );
 }
 
+/// A load's fixed costs: a tiny save loaded `runs` times into the bench heap's VM.
+fn load_fixed(mb: usize, runs: usize) {
+    let mut vm = heap(mb);
+    vm.exec("S = { 1, 2, x = 'y' }", "=small").expect("small");
+    let bytes = vm.persist("S").expect("persist");
+    let mut us = Vec::with_capacity(runs);
+    for _ in 0..runs {
+        let t = cpu_time::ThreadTime::now();
+        vm.unpersist(&bytes, "S2", luasnap::bridge::persist::Trust::Own)
+            .expect("load");
+        us.push(t.elapsed().as_secs_f64() * 1e6);
+    }
+    us.sort_by(f64::total_cmp);
+    println!(
+        "{mb} MB heap, a small table: load median {:.1} us (min {:.1})",
+        us[us.len() / 2],
+        us[0]
+    );
+}
+
 /// A save's fixed costs: a tiny value, persisted `runs` times after one save of the bench
 /// heap (whose working memory the thread keeps).
 fn fixed(mb: usize, runs: usize) {
@@ -194,12 +215,16 @@ fn main() {
             args.get(1).and_then(|a| a.parse().ok()).unwrap_or(1),
             args.get(2).and_then(|a| a.parse().ok()).unwrap_or(200),
         ),
+        Some("load-fixed") => load_fixed(
+            args.get(1).and_then(|a| a.parse().ok()).unwrap_or(1),
+            args.get(2).and_then(|a| a.parse().ok()).unwrap_or(2000),
+        ),
         Some("fixed") => fixed(
             args.get(1).and_then(|a| a.parse().ok()).unwrap_or(1),
             args.get(2).and_then(|a| a.parse().ok()).unwrap_or(2000),
         ),
         _ => eprintln!(
-            "usage: persist_profile (time MB RUNS | load MB RUNS | fixed MB RUNS | dump DIR)"
+            "usage: persist_profile (time MB RUNS | load MB RUNS | load-fixed MB RUNS | fixed MB RUNS | dump DIR)"
         ),
     }
 }
