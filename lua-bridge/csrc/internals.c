@@ -848,7 +848,15 @@ typedef struct ls_rmemo {
 ** by value count: integers outside the array part, floats, strings (an object key's position
 ** is its address). Invariant relied on: t's chains are Lua's (or checked by relayout) paths,
 ** so the walk ends; it is also bounded by the node count. */
-static int ls_chain_charge(ls_rmemo *m, const Table *t, const TValue *k) {
+#if defined(__GNUC__)
+#define LS_NOINLINE __attribute__((noinline))
+#define LS_ALWAYS_INLINE __attribute__((always_inline)) inline
+#else
+#define LS_NOINLINE
+#define LS_ALWAYS_INLINE inline
+#endif
+/* (Out of line: the build steps call it only when a limit is set, foreign loads.) */
+static LS_NOINLINE int ls_chain_charge(ls_rmemo *m, const Table *t, const TValue *k) {
   const Node *n;
   unsigned int count = 1, size;
   if (m == NULL || m->limit == 0 || isdummy(t)) return 0;
@@ -910,8 +918,8 @@ static void new_sized_table(lua_State *L, unsigned int na, unsigned int nh);
 ** adds nothing (as luaH_set). Returns -1 for a nil or NaN key, or more keys than nodes;
 ** neither allocates nor raises. Nodes keep valid keys and values throughout (the collector
 ** may traverse t). */
-static int place_entry(lua_State *L, Table *t, const TValue *k, const TValue *v,
-                       unsigned int *cursor) {
+static LS_ALWAYS_INLINE int place_entry(lua_State *L, Table *t, const TValue *k,
+                                        const TValue *v, unsigned int *cursor) {
   Node *n;
   if (ttisnil(v)) return 0;
   if (ttisinteger(k) && l_castS2U(ivalue(k)) - 1u < t->asize) {
@@ -991,9 +999,9 @@ static l_inline int ls_plain_value(lua_State *L, Table *st, unsigned int kind,
 /* t[k] = v (raw) for a build step, with t the table at depth d of the program (see
 ** luasnap_table_build: placed[d] and cursor[d] for a placed table). Returns -1 when a placed
 ** table refuses the entry (see place_entry). Raises like lua_rawset (memory, NaN key). */
-static l_inline int ls_set(lua_State *L, Table *t, const TValue *k, const TValue *v,
-                           ptrdiff_t d, const lu_byte *placed, unsigned int *cursor,
-                           ls_rmemo *memo) {
+static LS_ALWAYS_INLINE int ls_set(lua_State *L, Table *t, const TValue *k, const TValue *v,
+                                   ptrdiff_t d, const lu_byte *placed, unsigned int *cursor,
+                                   ls_rmemo *memo) {
   if (d >= 1 && d < LS_BUILD_DEPTH && placed[d]) {
     if (place_entry(L, t, k, v, &cursor[d]) < 0) return -1;
   }
@@ -1017,7 +1025,7 @@ static l_inline int ls_set(lua_State *L, Table *t, const TValue *k, const TValue
     luaC_barrierback(L, obj2gco(t), k);
   }
   else {
-    if (ls_chain_charge(memo, t, k) < 0) return -1;
+    if (memo != NULL && memo->limit != 0 && ls_chain_charge(memo, t, k) < 0) return -1;
     luaH_set(L, t, k, (TValue *)v);
   }
   invalidateTMcache(t);
