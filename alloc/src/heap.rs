@@ -568,13 +568,26 @@ impl Heap {
             return None;
         }
         let p = self.take_block(list, head, class);
+        self.count_block(bytes);
+        self.count_request(size);
+        Some(p)
+    }
+
+    /// Counts a block of `bytes` handed out (both paths).
+    #[inline(always)]
+    fn count_block(&mut self, bytes: u64) {
         let h = self.hdr();
         h.allocated += bytes;
         h.live_blocks += 1;
+    }
+
+    /// Counts a request of `size` bytes that was served (both paths).
+    #[inline(always)]
+    fn count_request(&mut self, size: usize) {
+        let h = self.hdr();
         h.since_failure += size as u64;
         h.requested += size as u64;
         h.peak_requested = h.peak_requested.max(h.requested);
-        Some(p)
     }
 
     /// [`Heap::alloc`] for every case.
@@ -584,13 +597,10 @@ impl Heap {
             return ptr::null_mut();
         }
         let p = self.alloc_block(size.max(1), group);
-        let h = self.hdr();
         if p.is_null() {
             self.note_failure();
         } else {
-            h.since_failure += size as u64;
-            h.requested += size as u64;
-            h.peak_requested = h.peak_requested.max(h.requested);
+            self.count_request(size);
         }
         p
     }
@@ -720,9 +730,7 @@ impl Heap {
             (self.alloc_large(pages as u32), pages * PAGE_SIZE)
         };
         if !p.is_null() {
-            let h = self.hdr();
-            h.allocated += bytes as u64;
-            h.live_blocks += 1;
+            self.count_block(bytes as u64);
         }
         p
     }

@@ -779,45 +779,14 @@ int luasnap_table_scan(lua_State *L, const void *tp, unsigned int pos, luasnap_s
   return n;
 }
 
-/* Runs n building steps for the loader: a small stack machine working on the table on top
-** of the stack, whose program the loader decoded and checked (every id below what it has
-** read). The steps are
-**   a value kind (LS_FALSE .. LS_REF) or LS_NIL: push it. An LS_STR with bits != 0 is also
-**     stored at strs[bits]; LS_STRREF pushes strs[bits], LS_REF objs[bits];
-**   LS_NEWTABLE: push a new table presized to len >> 32 array and len & 0xffffffff hash
-**     slots, and store it at objs[bits];
-**   LS_NEWTABLE_PLACED: as LS_NEWTABLE, for a table whose LS_LAYOUT step follows in this
-**     program (the loader checked that the layout's node count and hash seed are the
-**     table's): its LS_SET steps put each entry whose key is not in the array part into the
-**     next node in order, without hashing; the LS_LAYOUT step then places them (its checks,
-**     a lookup of every key included, run as for any table), and fails rather than leave
-**     the nodes as they are;
-**   LS_META: [t, mt] -> setmetatable(t, mt) (mt nil or a table), popping mt;
-**   LS_SET: [t, k, v] -> t[k] = v (raw), popping k and v;
-**   LS_SETKV | vkind << 8 | kkind << 16 | kval << 32: [t] -> t[k] = v (as LS_SET) for the key
-**     k of kind kkind (LS_INT: the integer kval; LS_STRREF: strs[kval]) and the value v of
-**     kind vkind (LS_FALSE, LS_TRUE, LS_INT, LS_FLOAT, LS_STR or LS_STRREF, with bits, len
-**     and s as that kind's own step has them): one step instead of three;
-**   LS_NEWCLOSURE: push a new Lua closure of the prototype bits (one the loader found among
-**     the VM's own, with fresh upvalues), and store it at objs[len];
-**   LS_SETUPVAL: [f, v] -> upvalue bits of the Lua closure f = v, popping v;
-**   LS_JOINUPVAL: [f] -> upvalue len >> 32 of f becomes upvalue len & 0xffffffff of the Lua
-**     closure objs[bits] (shared, as lua_upvaluejoin);
-**   LS_LAYOUT: [t] -> the hash part of t (complete) takes the layout at lay[bits]: the node
-**     count, lastfree and the hash seed, then the node codes, with the chain links at
-**     laynx[bits + 3] (a layout without removed keys; see luasnap_table_relayout, whose checks
-**     all run), using scratch (luasnap_relayout_scratch bytes for the largest) and memo (a
-**     relayout memo, luasnap_relayout_memo_size bytes the caller keeps for a whole load: a
-**     table laid out like the last one placed skips the sort and checks, see ls_rmemo).
-** Tables and keys whose values are still to come stay on the stack, for the loader's general
-** path. Returns -1, or the index of the step that failed (an LS_REF to an absent object, an
-** LS_META whose metatable is not a table, an LS_JOINUPVAL to something else than a Lua
-** closure with that upvalue, an LS_LAYOUT that does not match its table or, for a placed table,
-** does not apply; an LS_SET or LS_SETKV into a placed table with a NaN key or more keys than
-** nodes). Raises like
-** lua_rawset (memory, NaN key). The
-** caller guarantees stack room for 2 + 2 * (the tables the program leaves open) values;
-** strs and objs are absolute indices. */
+#if defined(__GNUC__)
+#define LS_NOINLINE __attribute__((noinline))
+#define LS_ALWAYS_INLINE __attribute__((always_inline)) inline
+#else
+#define LS_NOINLINE
+#define LS_ALWAYS_INLINE inline
+#endif
+
 /* The last layout relayout applied, for the next table laid out alike (objects made by one
 ** constructor: same sizes, same keys arriving in the same order, same layout). Where a table
 ** matches it, relayout's result is known without sorting or checking again: where the layout
@@ -848,13 +817,6 @@ typedef struct ls_rmemo {
 ** by value count: integers outside the array part, floats, strings (an object key's position
 ** is its address). Invariant relied on: t's chains are Lua's (or checked by relayout) paths,
 ** so the walk ends; it is also bounded by the node count. */
-#if defined(__GNUC__)
-#define LS_NOINLINE __attribute__((noinline))
-#define LS_ALWAYS_INLINE __attribute__((always_inline)) inline
-#else
-#define LS_NOINLINE
-#define LS_ALWAYS_INLINE inline
-#endif
 /* (Out of line: the build steps call it only when a limit is set, foreign loads.) */
 static LS_NOINLINE int ls_chain_charge(ls_rmemo *m, const Table *t, const TValue *k) {
   const Node *n;
@@ -902,6 +864,45 @@ int luasnap_rawset_charged(lua_State *L, int idx, void *memo) {
   lua_rawset(L, idx);
   return 0;
 }
+/* Runs n building steps for the loader: a small stack machine working on the table on top
+** of the stack, whose program the loader decoded and checked (every id below what it has
+** read). The steps are
+**   a value kind (LS_FALSE .. LS_REF) or LS_NIL: push it. An LS_STR with bits != 0 is also
+**     stored at strs[bits]; LS_STRREF pushes strs[bits], LS_REF objs[bits];
+**   LS_NEWTABLE: push a new table presized to len >> 32 array and len & 0xffffffff hash
+**     slots, and store it at objs[bits];
+**   LS_NEWTABLE_PLACED: as LS_NEWTABLE, for a table whose LS_LAYOUT step follows in this
+**     program (the loader checked that the layout's node count and hash seed are the
+**     table's): its LS_SET steps put each entry whose key is not in the array part into the
+**     next node in order, without hashing; the LS_LAYOUT step then places them (its checks,
+**     a lookup of every key included, run as for any table), and fails rather than leave
+**     the nodes as they are;
+**   LS_META: [t, mt] -> setmetatable(t, mt) (mt nil or a table), popping mt;
+**   LS_SET: [t, k, v] -> t[k] = v (raw), popping k and v;
+**   LS_SETKV | vkind << 8 | kkind << 16 | kval << 32: [t] -> t[k] = v (as LS_SET) for the key
+**     k of kind kkind (LS_INT: the integer kval; LS_STRREF: strs[kval]) and the value v of
+**     kind vkind (LS_FALSE, LS_TRUE, LS_INT, LS_FLOAT, LS_STR or LS_STRREF, with bits, len
+**     and s as that kind's own step has them): one step instead of three;
+**   LS_NEWCLOSURE: push a new Lua closure of the prototype bits (one the loader found among
+**     the VM's own, with fresh upvalues), and store it at objs[len];
+**   LS_SETUPVAL: [f, v] -> upvalue bits of the Lua closure f = v, popping v;
+**   LS_JOINUPVAL: [f] -> upvalue len >> 32 of f becomes upvalue len & 0xffffffff of the Lua
+**     closure objs[bits] (shared, as lua_upvaluejoin);
+**   LS_LAYOUT: [t] -> the hash part of t (complete) takes the layout at lay[bits]: the node
+**     count, lastfree and the hash seed, then the node codes, with the chain links at
+**     laynx[bits + 3] (a layout without removed keys; see luasnap_table_relayout, whose checks
+**     all run), using scratch (luasnap_relayout_scratch bytes for the largest) and memo (a
+**     relayout memo, luasnap_relayout_memo_size bytes the caller keeps for a whole load: a
+**     table laid out like the last one placed skips the sort and checks, see ls_rmemo).
+** Tables and keys whose values are still to come stay on the stack, for the loader's general
+** path. Returns -1, or the index of the step that failed (an LS_REF to an absent object, an
+** LS_META whose metatable is not a table, an LS_JOINUPVAL to something else than a Lua
+** closure with that upvalue, an LS_LAYOUT that does not match its table or, for a placed table,
+** does not apply; an LS_SET or LS_SETKV into a placed table with a NaN key or more keys than
+** nodes; an LS_SET, LS_SETKV or LS_LAYOUT past the collision-chain limit the memo holds,
+** memo->over then set: see ls_chain_charge). Raises like lua_rawset (memory, NaN key). The
+** caller guarantees stack room for 2 + 2 * (the tables the program leaves open) values;
+** strs and objs are absolute indices. */
 static int relayout(lua_State *L, Table *t, const uint32_t *codes, const int32_t *nexts,
                     unsigned int size, unsigned int lastfree, unsigned int seed, Table *kt,
                     char *scratch, ls_rmemo *memo);
