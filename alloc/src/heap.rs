@@ -1272,107 +1272,85 @@ impl Heap {
 
     /// Walks the whole map and checks every invariant listed in the module docs.
     pub fn verify(&self) -> Result<(), CorruptionError> {
-        let fail = |page: u32, what: String| Err(CorruptionError { page, what });
         if !self.is_valid() {
-            return fail(0, "header magic or version does not match".into());
+            return corrupt(0, "header magic or version does not match".into());
         }
         let h = self.hdr_ref();
-        let top = h.top;
-        if top > h.max_pages || top > h.peak_top {
-            return fail(
-                top,
+        if h.top > h.max_pages || h.top > h.peak_top {
+            let (top, max, peak) = (h.top, h.max_pages, h.peak_top);
+            return corrupt(top, format!("top {top} beyond max {max} or peak {peak}"));
+        }
+        let walk = self.verify_runs()?;
+        if walk.held != h.run_pages as u64 {
+            let counted = h.run_pages;
+            return corrupt(
+                0,
+                format!("header counts {counted} held pages, map has {}", walk.held),
+            );
+        }
+        if walk.allocated != h.allocated || walk.live != h.live_blocks {
+            let (bytes, blocks) = (h.allocated, h.live_blocks);
+            return corrupt(
+                0,
                 format!(
-                    "top {top} beyond max {} or peak {}",
-                    h.max_pages, h.peak_top
+                    "header counts {bytes} bytes in {blocks} blocks, map has {} in {}",
+                    walk.allocated, walk.live
                 ),
             );
         }
-        let (mut free_runs, mut allocated, mut live, mut partial_spans) =
-            (0u64, 0u64, 0u64, [0u32; NCLASSES * NGROUPS]);
-        let mut held = 0u64;
+        self.verify_bins(walk.free_runs)?;
+        self.verify_partial_lists(&walk.partial_spans)
+    }
+
+    /// Walks the runs from page 0 to the top: each fits, no two free runs touch, spans and
+    /// runs are well formed (see [`Heap::verify_span`]); returns what the header must agree with.
+    fn verify_runs(&self) -> Result<RunWalk, CorruptionError> {
+        let top = self.hdr_ref().top;
+        let mut walk = RunWalk {
+            free_runs: 0,
+            allocated: 0,
+            live: 0,
+            held: 0,
+            partial_spans: [0; NCLASSES * NGROUPS],
+        };
         let mut prev_free = false;
         let mut p = 0u32;
         while p < top {
             let d = self.desc(p);
             let len = d.len;
             if len == 0 || p as u64 + len as u64 > top as u64 {
-                return fail(
+                return corrupt(
                     p,
                     format!("run of {len} pages does not fit below top {top}"),
                 );
             }
             let tail_kind = match d.kind() {
+                Kind::FreeHead if prev_free => {
+                    return corrupt(p, "two adjacent free runs".into());
+                }
                 Kind::FreeHead => {
-                    if prev_free {
-                        return fail(p, "two adjacent free runs".into());
-                    }
-                    free_runs += 1;
+                    walk.free_runs += 1;
                     Kind::FreeTail
                 }
                 Kind::Large => {
-                    allocated += len as u64 * PAGE_SIZE as u64;
-                    live += 1;
-                    held += len as u64;
+                    walk.allocated += len as u64 * PAGE_SIZE as u64;
+                    walk.live += 1;
+                    walk.held += len as u64;
                     Kind::LargeTail
                 }
                 Kind::SmallHead => {
-                    let class = d.class as usize;
-                    if class >= NCLASSES || len != SPAN_PAGES[class] || d.group as usize >= NGROUPS
-                    {
-                        return fail(
-                            p,
-                            format!("span with class {class}, group {} and {len} pages", d.group),
-                        );
-                    }
-                    held += len as u64;
-                    for q in p + 1..p + len {
-                        let inner = self.desc(q);
-                        if inner.kind() != Kind::SmallInner || inner.len != p {
-                            return fail(q, "span page does not point to its head".into());
-                        }
-                    }
-                    let blocks = blocks_per_span(class);
-                    if d.live > blocks || d.bump > blocks || d.live > d.bump {
-                        return fail(
-                            p,
-                            format!("span counts live {} bump {} of {blocks}", d.live, d.bump),
-                        );
-                    }
-                    let size = CLASS_SIZES[class] as usize;
-                    let mut free_count = 0u32;
-                    let mut idx = d.free;
-                    while idx != NIL {
-                        if idx >= d.bump || free_count > d.bump {
-                            return fail(p, "span free list leaves the span or cycles".into());
-                        }
-                        free_count += 1;
-                        // SAFETY: idx < bump <= blocks, so the block is inside the span.
-                        idx = unsafe { ptr::read(self.block_ptr(p, idx, size).cast::<u32>()) };
-                    }
-                    if free_count + d.live != d.bump {
-                        return fail(
-                            p,
-                            format!(
-                                "span has {} live + {free_count} free of {} used",
-                                d.live, d.bump
-                            ),
-                        );
-                    }
-                    if d.live < blocks {
-                        partial_spans[d.group as usize * NCLASSES + class] += 1;
-                    }
-                    allocated += d.live as u64 * size as u64;
-                    live += d.live as u64;
+                    self.verify_span(p, &d, &mut walk)?;
                     Kind::SmallInner
                 }
-                other => return fail(p, format!("run starts with a {other:?} descriptor")),
+                other => return corrupt(p, format!("run starts with a {other:?} descriptor")),
             };
             if len > 1 && tail_kind != Kind::SmallInner {
                 let t = self.desc(p + len - 1);
                 if t.kind() != tail_kind || t.len != p {
-                    return fail(
+                    let (kind, to) = (t.kind(), t.len);
+                    return corrupt(
                         p + len - 1,
-                        format!("run tail is {:?} pointing to {}", t.kind(), t.len),
+                        format!("run tail is {kind:?} pointing to {to}"),
                     );
                 }
             }
@@ -1380,37 +1358,80 @@ impl Heap {
             p += len;
         }
         if prev_free {
-            return fail(top, "a free run ends at top".into());
+            return corrupt(top, "a free run ends at top".into());
         }
-        if held != h.run_pages as u64 {
-            return fail(
-                0,
-                format!("header counts {} held pages, map has {held}", h.run_pages),
+        Ok(walk)
+    }
+
+    /// Checks the span whose head descriptor `d` is at page `p`: its class, group and length,
+    /// its inner pages pointing back to it, its counts, and its free list (inside the span,
+    /// acyclic, and as long as the counts say). Adds its blocks to `walk`.
+    fn verify_span(&self, p: u32, d: &Desc, walk: &mut RunWalk) -> Result<(), CorruptionError> {
+        let (class, len, group) = (d.class as usize, d.len, d.group);
+        if class >= NCLASSES || len != SPAN_PAGES[class] || group as usize >= NGROUPS {
+            return corrupt(
+                p,
+                format!("span with class {class}, group {group} and {len} pages"),
             );
         }
-        if allocated != h.allocated || live != h.live_blocks {
-            return fail(
-                0,
-                format!(
-                    "header counts {} bytes in {} blocks, map has {allocated} in {live}",
-                    h.allocated, h.live_blocks
-                ),
+        walk.held += len as u64;
+        for q in p + 1..p + len {
+            let inner = self.desc(q);
+            if inner.kind() != Kind::SmallInner || inner.len != p {
+                return corrupt(q, "span page does not point to its head".into());
+            }
+        }
+        let blocks = blocks_per_span(class);
+        let (live, bump) = (d.live, d.bump);
+        if live > blocks || bump > blocks || live > bump {
+            return corrupt(
+                p,
+                format!("span counts live {live} bump {bump} of {blocks}"),
             );
         }
+        let size = CLASS_SIZES[class] as usize;
+        let mut free_count = 0u32;
+        let mut idx = d.free;
+        while idx != NIL {
+            if idx >= bump || free_count > bump {
+                return corrupt(p, "span free list leaves the span or cycles".into());
+            }
+            free_count += 1;
+            // SAFETY: idx < bump <= blocks, so the block is inside the span.
+            idx = unsafe { ptr::read(self.block_ptr(p, idx, size).cast::<u32>()) };
+        }
+        if free_count + live != bump {
+            return corrupt(
+                p,
+                format!("span has {live} live + {free_count} free of {bump} used"),
+            );
+        }
+        if live < blocks {
+            walk.partial_spans[group as usize * NCLASSES + class] += 1;
+        }
+        walk.allocated += live as u64 * size as u64;
+        walk.live += live as u64;
+        Ok(())
+    }
+
+    /// Checks the free bins: each listed run is a free head of the bin's size, the back links
+    /// agree, the bin map's bits match, and together they list every free run of the map.
+    fn verify_bins(&self, free_runs: u64) -> Result<(), CorruptionError> {
+        let h = self.hdr_ref();
         let mut listed = 0u64;
         for bin in 0..NBINS {
             let mut run = h.bins[bin];
             let mut prev = NIL;
             if (run != NIL) != (h.bin_map >> bin & 1 == 1) {
-                return fail(0, format!("bin map bit {bin} disagrees with the bin"));
+                return corrupt(0, format!("bin map bit {bin} disagrees with the bin"));
             }
             while run != NIL {
-                if run >= top || listed > free_runs {
-                    return fail(run, format!("free bin {bin} leaves the extent or cycles"));
+                if run >= h.top || listed > free_runs {
+                    return corrupt(run, format!("free bin {bin} leaves the extent or cycles"));
                 }
                 let d = self.desc(run);
                 if d.kind() != Kind::FreeHead || bin_of(d.len) != bin || d.prev != prev {
-                    return fail(run, format!("free bin {bin} holds a bad entry"));
+                    return corrupt(run, format!("free bin {bin} holds a bad entry"));
                 }
                 listed += 1;
                 prev = run;
@@ -1418,21 +1439,28 @@ impl Heap {
             }
         }
         if listed != free_runs {
-            return fail(0, format!("{free_runs} free runs but {listed} in bins"));
+            return corrupt(0, format!("{free_runs} free runs but {listed} in bins"));
         }
-        for (list, &expected) in partial_spans.iter().enumerate() {
+        Ok(())
+    }
+
+    /// Checks each partial-span list: it holds exactly the spans of its class and group that
+    /// have room (`expected`, counted by the run walk), and nothing else.
+    fn verify_partial_lists(&self, expected: &[u32]) -> Result<(), CorruptionError> {
+        let h = self.hdr_ref();
+        for (list, &expected) in expected.iter().enumerate() {
             let (group, class) = (list / NCLASSES, list % NCLASSES);
             let mut count = 0;
             let mut span = h.partial[list];
             while span != NIL {
                 let d = self.desc(span);
-                if span >= top
+                if span >= h.top
                     || count > expected
                     || d.kind() != Kind::SmallHead
                     || d.class as usize != class
                     || d.group as usize != group
                 {
-                    return fail(
+                    return corrupt(
                         span,
                         format!("partial list of class {class}, group {group} holds a bad entry"),
                     );
@@ -1441,7 +1469,7 @@ impl Heap {
                 span = d.next;
             }
             if count != expected {
-                return fail(
+                return corrupt(
                     0,
                     format!(
                         "class {class}, group {group} has {expected} spans with room, {count} listed"
@@ -1451,6 +1479,22 @@ impl Heap {
         }
         Ok(())
     }
+}
+
+/// What [`Heap::verify_runs`] counted on its walk, for the header and lists to agree with.
+struct RunWalk {
+    free_runs: u64,
+    /// Bytes of live blocks (small ones at their class size, large ones in whole pages).
+    allocated: u64,
+    live: u64,
+    /// Pages held by spans and large runs.
+    held: u64,
+    /// Spans with room, by `group * NCLASSES + class`.
+    partial_spans: [u32; NCLASSES * NGROUPS],
+}
+
+fn corrupt<T>(page: u32, what: String) -> Result<T, CorruptionError> {
+    Err(CorruptionError { page, what })
 }
 
 #[cfg(test)]
@@ -1485,6 +1529,72 @@ mod tests {
             );
             assert!(blocks_per_span(c) >= 1);
         }
+    }
+
+    /// `verify` finds each kind of damage it claims to check, and passes the undamaged heap:
+    /// a checker that never fails would let every allocator test pass on a broken map.
+    #[test]
+    fn verify_finds_each_kind_of_damage() {
+        use crate::mapping::Reservation;
+        let cap = 8 << 20;
+        let layout = Layout::for_capacity(cap).unwrap();
+        type Damage = fn(&mut Heap, &Offsets);
+        let damages: [(&str, Damage); 9] = [
+            ("top beyond peak", |h, _| {
+                h.hdr().top = h.hdr_ref().peak_top + 1
+            }),
+            ("held pages", |h, _| h.hdr().run_pages += 1),
+            ("live bytes", |h, _| h.hdr().allocated += 16),
+            ("span class", |h, o| {
+                h.desc_mut(o.span).class = NCLASSES as u8
+            }),
+            ("span counts", |h, o| h.desc_mut(o.span).live += 1),
+            ("inner page", |h, o| h.desc_mut(o.span + 1).len += 1),
+            ("free bin link", |h, o| h.desc_mut(o.free).prev = 0),
+            ("bin map", |h, _| h.hdr().bin_map = !h.hdr_ref().bin_map),
+            ("partial list", |h, o| {
+                let list = o.span_group * NCLASSES + o.span_class;
+                h.hdr().partial[list] = NIL;
+            }),
+        ];
+        for (name, damage) in damages {
+            let map = Reservation::new(cap, None).unwrap();
+            // SAFETY: a fresh writable mapping of `cap` bytes laid out by `layout`, used only here.
+            let mut h = unsafe { Heap::init(map.base().as_ptr(), cap, layout, u32::MAX) };
+            // The smallest class whose spans have more than one page.
+            let class = (0..NCLASSES).find(|&c| SPAN_PAGES[c] > 1).unwrap();
+            let size = CLASS_SIZES[class] as usize;
+            let small: Vec<_> = (0..8).map(|_| h.alloc(size, 0)).collect();
+            let big = [h.alloc(40_000, 0), h.alloc(40_000, 0), h.alloc(40_000, 0)];
+            assert!(small.iter().chain(&big).all(|p| !p.is_null()));
+            // SAFETY: live blocks of this heap, each freed once, at the size asked.
+            unsafe {
+                assert!(h.free(small[3], size));
+                assert!(h.free(big[1], 40_000));
+            }
+            h.verify().unwrap();
+            let data = h.data() as usize;
+            let page = |p: *mut u8| ((p as usize - data) / PAGE_SIZE) as u32;
+            let span = page(small[0]);
+            let d = h.desc(span);
+            let offsets = Offsets {
+                span,
+                span_class: d.class as usize,
+                span_group: d.group as usize,
+                free: page(big[1]),
+            };
+            assert_eq!(h.desc(offsets.free).kind(), Kind::FreeHead, "{name}: setup");
+            damage(&mut h, &offsets);
+            assert!(h.verify().is_err(), "verify missed damage: {name}");
+        }
+    }
+
+    /// Pages of the blocks a damage test breaks.
+    struct Offsets {
+        span: u32,
+        span_class: usize,
+        span_group: usize,
+        free: u32,
     }
 
     #[test]
