@@ -48,5 +48,10 @@ pub use luasnap_bridge::{
     Values, Vm, VmError,
 };
 
+/// The README's Rust examples, compiled and run as doctests so that they keep working.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
+
 /// `Result` with luasnap's umbrella [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
