@@ -15,77 +15,24 @@
 //! All Rust state lives in [`Persister`], owned outside the protected call: a Lua error (from a
 //! `__persist` function, or out of memory) unwinds only frames that hold nothing to drop.
 
+mod csrc;
+mod ids;
+mod layout;
+mod out;
+mod scratch;
+
 use super::format::{
     Tag, Writer, MIN_STRREF_LEN, THREAD_DEAD, THREAD_NOT_STARTED, THREAD_SUSPENDED,
 };
-use super::{
-    kind, luasnap_checkstack, luasnap_gc_stopem, ChunkDesc, PersistOptions, RawVal, Slots,
-};
-use super::{luasnap_chunk_describe, luasnap_proto_child, luasnap_proto_nchildren};
-use super::{luasnap_proto, luasnap_proto_hash, luasnap_proto_nupvalues};
-use super::{
-    luasnap_thread_cis, luasnap_thread_info, luasnap_thread_push_slot, luasnap_upval_open, CiRecord,
-};
+use super::{PersistOptions, Slots};
 use crate::bridge::ffi::Shared;
+use csrc::*;
+use ids::{IdSpace, ObjState};
 use mlua_sys::{self as ffi, lua_State};
+use out::{put_tagged, put_tagged_u64, zigzag};
 use rustc_hash::FxHashMap as HashMap;
+use scratch::Scratch;
 use std::ffi::{c_int, c_void, CStr, CString};
-
-unsafe extern "C" {
-    fn luasnap_table_next(L: *mut lua_State, t: *const c_void, pos: *mut u32) -> c_int;
-    fn luasnap_table_entry(L: *mut lua_State, t: *const c_void, pos: u32, what: c_int) -> c_int;
-    fn luasnap_table_scan(
-        L: *mut lua_State,
-        t: *const c_void,
-        pos: u32,
-        out: *mut ScanEntry,
-        max: c_int,
-    ) -> c_int;
-    fn luasnap_string_bytes(ts: *const c_void, len: *mut usize) -> *const std::ffi::c_char;
-    fn luasnap_table_info(
-        t: *const c_void,
-        key: *const c_void,
-        narr: *mut u32,
-        nhash: *mut u32,
-        mt: *mut *const c_void,
-    ) -> c_int;
-    fn luasnap_anchor(
-        L: *mut lua_State,
-        idx: c_int,
-        ps: *const *const c_void,
-        keys: *const ffi::lua_Integer,
-        n: c_int,
-        first: ffi::lua_Integer,
-    );
-    fn luasnap_push_metatable(L: *mut lua_State, t: *const c_void);
-    fn luasnap_meta_has(mt: *const c_void, key: *const c_void) -> c_int;
-    fn luasnap_table_layout(
-        L: *mut lua_State,
-        t: *const c_void,
-        codes: *mut u32,
-        nexts: *mut i32,
-        idx: *mut u32,
-        cap: u32,
-        lastfree: *mut u32,
-        seed: *mut u32,
-        cache: *mut c_void,
-        nodes: *mut u32,
-        way: *mut c_int,
-        kept: u64,
-    ) -> u32;
-    fn luasnap_layout_cache_size() -> usize;
-    fn luasnap_layout_cache_reset(cache: *mut c_void);
-    fn luasnap_proto_tree_hashes(p: *const c_void, hs: *mut u64, max: c_int) -> c_int;
-    fn luasnap_node_key(L: *mut lua_State, t: *const c_void, i: u32, out: *mut RawVal);
-    fn luasnap_thread_tbc(co: *mut lua_State, out: *mut i32, max: c_int) -> c_int;
-    fn luasnap_closure_scan(
-        f: *const c_void,
-        proto: *mut *const c_void,
-        uids: *mut *const c_void,
-        vals: *mut RawVal,
-        max: c_int,
-    ) -> c_int;
-}
 
 /// Upvalues a Lua closure can have (Lua's MAXUPVAL).
 const MAX_UPVALUES: usize = 255;
@@ -96,204 +43,6 @@ const SCAN_BATCH: usize = 64;
 /// a table opening a child drops the rest of its batch and scans it again later, so deep
 /// nesting costs no more memory than a frame each.
 const SCAN_KEEP: usize = 1 << 15;
-
-/// Object identities (addresses) to ids, in four id spaces (see [`Kind`]). Every Lua object
-/// lives in the VM's arena, 16-byte aligned, and is visited in about the order it was
-/// allocated, so ids sit in a table indexed by arena offset / 16 (one 4-byte slot per 16 bytes
-/// of arena, in leaves of `LEAF` slots allocated when first used): a lookup is an index, and
-/// objects allocated together have their slots together, where a hash map scattered them (its
-/// lookups were most of the writer's cache misses). The kinds share the table (a slot holds
-/// the id + 1 and the kind in its top two bits): no two objects alive share an address, and
-/// nothing is freed while a persist runs (see `Persister::anchor`). Whatever does not fit (an
-/// identity outside the arena's first `DENSE_SPAN` bytes or not 16-byte aligned, such as a C
-/// function or a userdata's memory, an id past `ID_MASK - 1`, a slot taken by another kind)
-/// goes to a hash map.
-///
-/// The table outlives a persist (see [`Scratch`]): [`IdMap::reset`] empties it for the next,
-/// zeroing the leaves written since the last reset (a small save after a large one zeroes
-/// the large one's leaves once, not at every save).
-#[derive(Default)]
-struct IdMap {
-    base: usize,
-    leaves: Vec<Option<Box<[u32; LEAF]>>>,
-    far: HashMap<(usize, Kind), u32>,
-    /// Whether `far` holds an identity the table could have held (then misses look there too).
-    far_dense: bool,
-    /// Leaves `dirty.0..dirty.1` may hold slots written since the last reset.
-    dirty: (usize, usize),
-}
-
-/// Slots per leaf of `IdMap` (a leaf covers 16 KiB of arena).
-const LEAF: usize = 1024;
-/// Arena offsets `IdMap` indexes directly (past this, identities go to its hash map).
-const DENSE_SPAN: usize = 1 << 34;
-/// Where a slot's kind starts.
-const KIND_SHIFT: u32 = 30;
-/// A slot's id + 1 (the rest is its kind).
-const ID_MASK: u32 = (1 << KIND_SHIFT) - 1;
-
-/// Which id space of `IdMap`.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
-enum Kind {
-    /// An object written (its object id).
-    Obj = 0,
-    /// A string written (its string id).
-    Str = 1,
-    /// An upvalue written (its index in `Persister::upval_homes`).
-    Upval = 2,
-    /// A permanent (id 0): written by name, by the general path, until it has an object id.
-    Perm = 3,
-}
-
-impl IdMap {
-    /// Empties the map for a persist of the arena at `base`, keeping its memory.
-    fn reset(&mut self, base: usize) {
-        self.base = base;
-        let (lo, hi) = self.dirty;
-        for leaf in self.leaves.iter_mut().take(hi).skip(lo).flatten() {
-            leaf.fill(0);
-        }
-        self.dirty = (usize::MAX, 0);
-        self.far.clear();
-        self.far_dense = false;
-    }
-
-    /// Notes that leaf `i` gets a slot written.
-    #[inline]
-    fn touch(&mut self, i: usize) {
-        self.dirty = (self.dirty.0.min(i), self.dirty.1.max(i + 1));
-    }
-
-    /// Bytes it holds.
-    fn footprint(&self) -> usize {
-        self.leaves.capacity() * std::mem::size_of::<Option<Box<[u32; LEAF]>>>()
-            + self.leaves.iter().flatten().count() * LEAF * 4
-            + self.far.capacity() * 24
-    }
-
-    /// The table index of `p`, if the table can hold it.
-    #[inline]
-    fn key(&self, p: *const c_void) -> Option<usize> {
-        let off = (p as usize).wrapping_sub(self.base);
-        (off & 15 == 0 && off < DENSE_SPAN).then_some(off >> 4)
-    }
-
-    #[inline]
-    fn get(&self, p: *const c_void, kind: Kind) -> Option<u32> {
-        if let Some(k) = self.key(p) {
-            if let Some(Some(leaf)) = self.leaves.get(k / LEAF) {
-                let e = leaf[k % LEAF];
-                if e != 0 && e >> KIND_SHIFT == kind as u32 {
-                    return Some((e & ID_MASK) - 1);
-                }
-            }
-            if !self.far_dense {
-                return None;
-            }
-        }
-        self.far.get(&(p as usize, kind)).copied()
-    }
-
-    #[inline]
-    fn contains(&self, p: *const c_void) -> bool {
-        self.get(p, Kind::Obj).is_some()
-    }
-
-    /// Gives `p` the id `id` of `kind`. A permanent's slot takes the object id it gets.
-    #[inline]
-    fn insert(&mut self, p: *const c_void, kind: Kind, id: u32) {
-        // The common case in one look at the slot: its leaf exists and the slot is free.
-        if let Some(k) = self.key(p) {
-            if let Some(Some(leaf)) = self.leaves.get_mut(k / LEAF) {
-                let e = &mut leaf[k % LEAF];
-                if *e == 0 && id < ID_MASK - 1 {
-                    *e = (kind as u32) << KIND_SHIFT | (id + 1);
-                    self.touch(k / LEAF);
-                    return;
-                }
-            }
-        }
-        self.insert_slow(p, kind, id);
-    }
-
-    /// `insert`, every case.
-    #[inline(never)]
-    fn insert_slow(&mut self, p: *const c_void, kind: Kind, id: u32) {
-        if let Some(k) = self.key(p) {
-            if id < ID_MASK - 1 {
-                let i = k / LEAF;
-                if i >= self.leaves.len() {
-                    self.leaves.resize_with(i + 1, || None);
-                }
-                let leaf = self.leaves[i].get_or_insert_with(|| Box::new([0; LEAF]));
-                let e = &mut leaf[k % LEAF];
-                let old = *e >> KIND_SHIFT;
-                if *e == 0 || old == kind as u32 || (old == Kind::Perm as u32 && kind == Kind::Obj)
-                {
-                    *e = (kind as u32) << KIND_SHIFT | (id + 1);
-                    self.touch(i);
-                    return;
-                }
-            }
-            self.far_dense = true;
-        }
-        self.far.insert((p as usize, kind), id);
-    }
-
-    /// What the object `p` is to the writer: `Ok(id)` written, with that object id;
-    /// `Err(true)` neither written nor a permanent; `Err(false)` a permanent not written yet.
-    /// As `get(p, Kind::Obj)` then `get(p, Kind::Perm)`, in one look at the slot when it can.
-    #[inline]
-    fn obj_state(&self, p: *const c_void) -> Result<u32, bool> {
-        if let Some(k) = self.key(p) {
-            if let Some(Some(leaf)) = self.leaves.get(k / LEAF) {
-                let e = leaf[k % LEAF];
-                if e >> KIND_SHIFT == Kind::Obj as u32 && e != 0 {
-                    return Ok((e & ID_MASK) - 1);
-                }
-                if !self.far_dense {
-                    // Nothing of the table's span is in the hash map: the slot says all.
-                    return Err(!(e != 0 && e >> KIND_SHIFT == Kind::Perm as u32));
-                }
-            }
-        }
-        match self.get(p, Kind::Obj) {
-            Some(id) => Ok(id),
-            None => Err(self.get(p, Kind::Perm).is_none()),
-        }
-    }
-
-    /// The id of `p`, or None after giving it `id`.
-    #[inline]
-    fn get_or_insert(&mut self, p: *const c_void, kind: Kind, id: u32) -> Option<u32> {
-        // The common cases in one look at the slot: found, or free (and, with nothing of the
-        // table's span in the hash map, not there either).
-        if let Some(k) = self.key(p) {
-            if let Some(Some(leaf)) = self.leaves.get_mut(k / LEAF) {
-                let e = &mut leaf[k % LEAF];
-                if *e != 0 && *e >> KIND_SHIFT == kind as u32 {
-                    return Some((*e & ID_MASK) - 1);
-                }
-                if *e == 0 && !self.far_dense && id < ID_MASK - 1 {
-                    *e = (kind as u32) << KIND_SHIFT | (id + 1);
-                    self.touch(k / LEAF);
-                    return None;
-                }
-            }
-        }
-        let old = self.get(p, kind);
-        if old.is_none() {
-            self.insert(p, kind, id);
-        }
-        old
-    }
-
-    /// Room in the top level for an arena of `bytes`.
-    fn reserve(&mut self, bytes: usize) {
-        self.leaves
-            .reserve((bytes / 16 / LEAF).min(DENSE_SPAN / 16 / LEAF));
-    }
-}
 
 /// A failure whose message is staged in `Persister::error`.
 pub(crate) struct Fail;
@@ -361,78 +110,11 @@ enum Seg {
     Stack(c_int),
 }
 
-/// Scratch buffers for tables' layouts (see `Persister::end_table`).
-#[derive(Default)]
-struct LayoutBufs {
-    codes: Vec<u32>,
-    nexts: Vec<i32>,
-    idx: Vec<u32>,
-    blob: Vec<u8>,
-    /// The layout cache of `luasnap_table_layout` (zeroed: empty).
-    cache: Vec<u64>,
-    /// For each entry of that cache, the bytes written (tag, length, layout) for the table
-    /// that filled it in this epoch, or nothing (not filled since the epoch began, or its
-    /// layout has removed keys, which the cache does not compare).
-    written: Vec<Vec<u8>>,
-    /// Bit w set: `written[w]` holds bytes (`luasnap_table_layout` then skips copying the
-    /// entry's codes on a hit).
-    kept: u64,
-}
-
-/// Entries of `luasnap_table_layout`'s cache (LS_LC_WAYS in csrc/internals.c).
-const LAYOUT_WAYS: usize = 64;
-
-impl LayoutBufs {
-    /// Starts a new epoch of the layout cache: Lua code may run next, or a new persist
-    /// starts (either may free a string and give its address to another).
-    fn forget_layouts(&mut self) {
-        if self.cache.is_empty() {
-            // SAFETY: a size query.
-            let bytes = unsafe { luasnap_layout_cache_size() };
-            self.cache = vec![0; bytes.div_ceil(8)];
-        }
-        // SAFETY: the cache has luasnap_layout_cache_size() bytes, 8-byte aligned.
-        unsafe { luasnap_layout_cache_reset(self.cache.as_mut_ptr().cast()) };
-        for w in &mut self.written {
-            w.clear();
-        }
-        self.kept = 0;
-    }
-}
-
-/// Appends a tag and a varint (the hot paths' `Writer::tag` + `Writer::varint`, with one
-/// capacity check for the usual one- or two-byte varint).
-#[inline(always)]
-fn put_tagged(out: &mut Vec<u8>, tag: Tag, v: u64) {
-    if v < 0x80 {
-        out.extend_from_slice(&[tag as u8, v as u8]);
-    } else {
-        out.push(tag as u8);
-        put_varint(out, v);
-    }
-}
-
 /// Whether a scanned value's kind is a primitive or a string (no id lookup to write it).
 #[inline(always)]
 fn is_prim(k: u64) -> bool {
     matches!(k, kind::FALSE..=kind::STR | kind::NIL)
 }
-
-/// A table entry described by `luasnap_table_scan` (mirrors `luasnap_sentry`): each side's
-/// [`kind`] and bits (see [`full_val`]); strings by identity alone.
-#[repr(C)]
-#[derive(Clone, Copy)]
-struct ScanEntry {
-    kbits: u64,
-    vbits: u64,
-    /// The entry's position plus one.
-    pos: u32,
-    kkind: u8,
-    vkind: u8,
-}
-
-// The C side checks the same size for `luasnap_sentry`.
-const _: () = assert!(std::mem::size_of::<ScanEntry>() == 24);
 
 /// A scanned value (`kind`, `bits` of a [`ScanEntry`]) as a [`RawVal`], a string's bytes
 /// included.
@@ -452,24 +134,6 @@ unsafe fn full_val(kind: u64, bits: u64) -> RawVal {
         v.len = len as u64;
     }
     v
-}
-
-/// Appends a tag and 8 little-endian bytes.
-#[inline]
-fn put_tagged_u64(out: &mut Vec<u8>, tag: Tag, v: u64) {
-    let mut b = [0u8; 9];
-    b[0] = tag as u8;
-    b[1..].copy_from_slice(&v.to_le_bytes());
-    out.extend_from_slice(&b);
-}
-
-/// Appends `v` as a varint (the format's).
-fn put_varint(out: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        out.push((v as u8) | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
 }
 
 pub(crate) struct Persister<'a> {
@@ -519,98 +183,6 @@ unsafe extern "C-unwind" fn dump_writer(
     0
 }
 
-/// The writer's working memory: kept between persists on a thread (up to `SCRATCH_KEEP`
-/// bytes), so a save does not pay again for allocating, growing and page-faulting what the
-/// last one already had, the id table first (a quarter of the arena's used extent).
-#[derive(Default)]
-struct Scratch {
-    /// Objects written by identity, to their id, and strings written, to their string id.
-    refs: IdMap,
-    /// Identities of the strings not anchored yet, in id order (see `Persister::anchor`).
-    unanchored: Vec<*const c_void>,
-    /// Tables and closures written without being anchored yet, and their ids.
-    unanchored_objs: Vec<*const c_void>,
-    unanchored_ids: Vec<ffi::lua_Integer>,
-    /// Entries described by table scans, a stack of batches (see `Frame::Table`).
-    scan: Vec<ScanEntry>,
-    /// Upvalues written (by `IdMap` index, `Kind::Upval`): the closure (object id) and the
-    /// upvalue number that wrote each first.
-    upval_homes: Vec<(u32, c_int)>,
-    /// Prototypes written, to their index in the file.
-    protos: HashMap<*const c_void, u32>,
-    /// Chunks written (by record): their index in the file, and the path to each prototype of
-    /// the chunk's tree by fingerprint.
-    chunks: HashMap<*const c_void, (u32, HashMap<u64, Vec<u32>>)>,
-    frames: Vec<Frame>,
-    segs: Vec<Seg>,
-    /// Scratch for tables' layouts.
-    layout: LayoutBufs,
-    /// Upvalues (identity, value) described by the last closure scan.
-    cl_uids: Vec<*const c_void>,
-    cl_vals: Vec<RawVal>,
-}
-
-/// The most scratch memory a thread keeps between persists (enough for arenas of about
-/// 64 MiB); a persist that needed more frees it when done.
-const SCRATCH_KEEP: usize = 16 << 20;
-
-thread_local! {
-    /// The scratch of the last persist on this thread (a nested persist, from a `__persist`
-    /// function, finds none and makes its own).
-    static SCRATCH: std::cell::Cell<Option<Scratch>> = const { std::cell::Cell::new(None) };
-}
-
-impl Scratch {
-    /// This thread's kept scratch, emptied, or a new one.
-    fn take(arena_base: usize) -> Scratch {
-        let mut sc = SCRATCH.with(|c| c.take()).unwrap_or_default();
-        sc.refs.reset(arena_base);
-        sc.unanchored.clear();
-        sc.unanchored_objs.clear();
-        sc.unanchored_ids.clear();
-        sc.scan.clear();
-        sc.scan.reserve(4 * SCAN_BATCH);
-        sc.upval_homes.clear();
-        sc.protos.clear();
-        sc.chunks.clear();
-        sc.frames.clear();
-        sc.segs.clear();
-        sc.cl_uids.resize(MAX_UPVALUES, std::ptr::null());
-        sc.cl_vals.resize(MAX_UPVALUES, RawVal::EMPTY);
-        sc.layout.forget_layouts();
-        sc
-    }
-
-    /// Bytes it holds.
-    fn footprint(&self) -> usize {
-        fn bytes<T>(v: &Vec<T>) -> usize {
-            v.capacity() * std::mem::size_of::<T>()
-        }
-        self.refs.footprint()
-            + bytes(&self.unanchored)
-            + bytes(&self.unanchored_objs)
-            + bytes(&self.unanchored_ids)
-            + bytes(&self.scan)
-            + bytes(&self.upval_homes)
-            + self.protos.capacity() * 16
-            + bytes(&self.frames)
-            + bytes(&self.segs)
-            + bytes(&self.layout.codes)
-            + bytes(&self.layout.nexts)
-            + bytes(&self.layout.idx)
-            + bytes(&self.layout.blob)
-            + bytes(&self.layout.cache)
-            + self.layout.written.iter().map(bytes).sum::<usize>()
-    }
-
-    /// Keeps it for the thread's next persist, if it is not too large.
-    fn keep(self) {
-        if self.footprint() <= SCRATCH_KEEP {
-            SCRATCH.with(|c| c.set(Some(self)));
-        }
-    }
-}
-
 impl Drop for Persister<'_> {
     fn drop(&mut self) {
         std::mem::take(&mut self.sc).keep();
@@ -643,7 +215,7 @@ impl<'a> Persister<'a> {
     /// The closure (object id) and upvalue number that wrote the upvalue `uid` first.
     #[inline]
     fn upval_home(&self, uid: *const c_void) -> Option<(u32, c_int)> {
-        let i = self.sc.refs.get(uid, Kind::Upval)?;
+        let i = self.sc.refs.get(uid, IdSpace::Upval)?;
         Some(self.sc.upval_homes[i as usize])
     }
 
@@ -651,7 +223,7 @@ impl<'a> Persister<'a> {
     fn set_upval_home(&mut self, uid: *const c_void, owner: u32, at: c_int) {
         self.sc
             .refs
-            .insert(uid, Kind::Upval, self.sc.upval_homes.len() as u32);
+            .insert(uid, IdSpace::Upval, self.sc.upval_homes.len() as u32);
         self.sc.upval_homes.push((owner, at));
     }
 
@@ -659,7 +231,7 @@ impl<'a> Persister<'a> {
     /// writes it, by name).
     #[inline]
     fn is_permanent(&self, p: *const c_void) -> bool {
-        self.sc.refs.get(p, Kind::Perm).is_some()
+        self.sc.refs.get(p, IdSpace::Perm).is_some()
     }
 
     /// Writes the value on top of the stack (popped). `slots` locates the helper tables.
@@ -683,7 +255,7 @@ impl<'a> Persister<'a> {
                 ) {
                     self.sc
                         .refs
-                        .insert(ffi::lua_topointer(L, -1), Kind::Perm, 0);
+                        .insert(ffi::lua_topointer(L, -1), IdSpace::Perm, 0);
                 }
             }
             ffi::lua_pushlstring(L, self.spkey.as_ptr(), self.spkey.as_bytes().len());
@@ -748,7 +320,7 @@ impl<'a> Persister<'a> {
     fn new_id(&mut self, p: *const c_void) -> u32 {
         let id = self.next_id;
         self.next_id += 1;
-        self.sc.refs.insert(p, Kind::Obj, id);
+        self.sc.refs.insert(p, IdSpace::Obj, id);
         id
     }
 
@@ -802,7 +374,7 @@ impl<'a> Persister<'a> {
     fn string(&mut self, obj: *const c_void, bytes: &[u8]) {
         if bytes.len() >= MIN_STRREF_LEN {
             // Most strings are written already: their reference, inline.
-            if let Some(old) = self.sc.refs.get(obj, Kind::Str) {
+            if let Some(old) = self.sc.refs.get(obj, IdSpace::Str) {
                 put_tagged(&mut self.w.buf, Tag::StrRef, old as u64);
                 return;
             }
@@ -817,7 +389,7 @@ impl<'a> Persister<'a> {
             self.w.tag(Tag::Str);
             self.w.bytes(bytes);
         } else {
-            match self.sc.refs.get_or_insert(obj, Kind::Str, self.nstrs) {
+            match self.sc.refs.get_or_insert(obj, IdSpace::Str, self.nstrs) {
                 Some(old) => put_tagged(&mut self.w.buf, Tag::StrRef, old as u64),
                 None => {
                     self.nstrs += 1;
@@ -1013,114 +585,6 @@ impl<'a> Persister<'a> {
         }
     }
 
-    /// Ends a table's entries: with its hash part's layout (`Tag::Layout`) when its keys
-    /// allow one (see `luasnap_table_layout`), so that a load keeps `next`'s order; else
-    /// with `Tag::Nil`.
-    ///
-    /// # Safety
-    /// `t` is a live table; no Lua code runs meanwhile.
-    unsafe fn end_table(&mut self, L: *mut lua_State, t: *const c_void) {
-        let lay = &mut self.sc.layout;
-        let out = &mut self.w.buf;
-        let (mut lastfree, mut seed, mut nodes, mut way) = (0u32, 0u32, 0u32, -1i32);
-        let n = loop {
-            let cap = lay.codes.len();
-            // SAFETY: the buffers hold `cap` entries each, the cache its size; t is live;
-            // reads only the table.
-            let n = unsafe {
-                luasnap_table_layout(
-                    L,
-                    t,
-                    lay.codes.as_mut_ptr(),
-                    lay.nexts.as_mut_ptr(),
-                    lay.idx.as_mut_ptr(),
-                    cap as u32,
-                    &mut lastfree,
-                    &mut seed,
-                    lay.cache.as_mut_ptr().cast(),
-                    &mut nodes,
-                    &mut way,
-                    lay.kept,
-                )
-            } as usize;
-            let size = nodes as usize;
-            if size < 2 || size <= cap {
-                break n;
-            }
-            lay.codes.resize(size, 0);
-            lay.nexts.resize(size, 0);
-            lay.idx.resize(size, 0);
-        };
-        if n == 0 {
-            out.push(Tag::Nil as u8);
-            return;
-        }
-        // A table laid out like the one that filled this cache entry: the same bytes, unless
-        // that one had removed keys (their values are not compared).
-        let hit = way
-            .checked_sub(LAYOUT_WAYS as i32)
-            .and_then(|w| lay.written.get(w as usize))
-            .filter(|b| !b.is_empty());
-        if let Some(b) = hit {
-            out.extend_from_slice(b);
-            return;
-        }
-        let start = out.len();
-        lay.blob.clear();
-        put_varint(&mut lay.blob, seed as u64);
-        put_varint(&mut lay.blob, n as u64);
-        put_varint(&mut lay.blob, lastfree as u64);
-        let mut removed_keys = false;
-        for (i, (&c, &nx)) in lay.codes[..n].iter().zip(&lay.nexts[..n]).enumerate() {
-            put_varint(&mut lay.blob, c as u64);
-            if c != 0 {
-                let nx = nx as i64;
-                put_varint(&mut lay.blob, ((nx << 1) ^ (nx >> 63)) as u64);
-            }
-            if c == 2 {
-                removed_keys = true;
-                // A removed entry's key (a number, boolean or string).
-                let mut k = RawVal::EMPTY;
-                // SAFETY: i < the node count; t is live; reads only.
-                unsafe { luasnap_node_key(L, t, i as u32, &mut k) };
-                put_varint(&mut lay.blob, k.kind);
-                match k.kind {
-                    kind::INT => {
-                        let v = k.bits as i64;
-                        put_varint(&mut lay.blob, ((v << 1) ^ (v >> 63)) as u64);
-                    }
-                    kind::FLOAT => put_varint(&mut lay.blob, k.bits),
-                    kind::STR => {
-                        put_varint(&mut lay.blob, k.len);
-                        // SAFETY: describe() gave the live string's bytes and length.
-                        let b =
-                            unsafe { std::slice::from_raw_parts(k.s.cast::<u8>(), k.len as usize) };
-                        lay.blob.extend_from_slice(b);
-                    }
-                    _ => {}
-                }
-            }
-        }
-        out.push(Tag::Layout as u8);
-        put_varint(out, lay.blob.len() as u64);
-        out.extend_from_slice(&lay.blob);
-        if let Ok(w) = usize::try_from(way) {
-            if w < LAYOUT_WAYS {
-                // This layout filled cache entry w: keep its bytes for the tables that hit it.
-                if lay.written.len() < LAYOUT_WAYS {
-                    lay.written.resize_with(LAYOUT_WAYS, Vec::new);
-                }
-                let keep = &mut lay.written[w];
-                keep.clear();
-                lay.kept &= !(1 << w);
-                if !removed_keys {
-                    keep.extend_from_slice(&out[start..]);
-                    lay.kept |= 1 << w;
-                }
-            }
-        }
-    }
-
     /// Writes a table's header and (if nil or written already) its metatable, and pushes the
     /// frame for the rest.
     #[inline(always)]
@@ -1133,7 +597,7 @@ impl<'a> Persister<'a> {
         if mt.is_null() {
             self.w.tag(Tag::Nil);
             state = 1;
-        } else if let Some(mid) = self.sc.refs.get(mt, Kind::Obj) {
+        } else if let Some(mid) = self.sc.refs.get(mt, IdSpace::Obj) {
             put_tagged(&mut self.w.buf, Tag::Ref, mid as u64);
             state = 1;
         }
@@ -1161,7 +625,7 @@ impl<'a> Persister<'a> {
                 match self
                     .sc
                     .refs
-                    .get(v.bits as usize as *const c_void, Kind::Obj)
+                    .get(v.bits as usize as *const c_void, IdSpace::Obj)
                 {
                     Some(id) => Ok(Some(id)),
                     None => Err(true),
@@ -1209,7 +673,7 @@ impl<'a> Persister<'a> {
                 let obj = bits as usize as *const c_void;
                 // Most strings are written already: their reference, inline (a string without
                 // an id is new, or too short to refer to).
-                match self.sc.refs.get(obj, Kind::Str) {
+                match self.sc.refs.get(obj, IdSpace::Str) {
                     Some(id) => put_tagged(&mut self.w.buf, Tag::StrRef, id as u64),
                     // SAFETY: a live string (callers' contract).
                     None => unsafe { self.new_scanned_string(obj) },
@@ -1217,7 +681,7 @@ impl<'a> Persister<'a> {
             }
             kind::INT => {
                 let i = bits as i64;
-                put_tagged(&mut self.w.buf, Tag::Int, ((i << 1) ^ (i >> 63)) as u64);
+                put_tagged(&mut self.w.buf, Tag::Int, zigzag(i));
             }
             kind::FALSE => self.w.tag(Tag::False),
             kind::TRUE => self.w.tag(Tag::True),
@@ -1251,7 +715,7 @@ impl<'a> Persister<'a> {
             kind::TRUE => self.w.tag(Tag::True),
             kind::INT => {
                 let i = v.bits as i64;
-                put_tagged(&mut self.w.buf, Tag::Int, ((i << 1) ^ (i >> 63)) as u64);
+                put_tagged(&mut self.w.buf, Tag::Int, zigzag(i));
             }
             kind::FLOAT => put_tagged_u64(&mut self.w.buf, Tag::Float, v.bits),
             kind::STR => {
@@ -1263,7 +727,7 @@ impl<'a> Persister<'a> {
                 let id = self
                     .sc
                     .refs
-                    .get(v.bits as usize as *const c_void, Kind::Obj)
+                    .get(v.bits as usize as *const c_void, IdSpace::Obj)
                     .expect("`plain` checked that the object is written");
                 put_tagged(&mut self.w.buf, Tag::Ref, id as u64);
             }
@@ -1306,7 +770,7 @@ impl<'a> Persister<'a> {
         // SAFETY: protected context; the object is on top.
         unsafe {
             let ptr = ffi::lua_topointer(L, -1);
-            if let Some(id) = self.sc.refs.get(ptr, Kind::Obj) {
+            if let Some(id) = self.sc.refs.get(ptr, IdSpace::Obj) {
                 self.w.tag(Tag::Ref);
                 self.w.varint(id as u64);
                 ffi::lua_settop(L, -2);
@@ -1441,7 +905,7 @@ impl<'a> Persister<'a> {
                         self.w.bytes(src);
                         if self.opts.bytecode {
                             self.dump.clear();
-                            crate::bridge::chunks::luasnap_dump(
+                            luasnap_dump(
                                 L,
                                 dump_writer,
                                 (&mut self.dump as *mut Vec<u8>).cast(),
@@ -1806,7 +1270,7 @@ impl<'a> Persister<'a> {
                                         if matches!(vk, kind::OBJ | kind::TABLE | kind::LCLOSURE) {
                                             let v = e.vbits as usize as *const c_void;
                                             match self.sc.refs.obj_state(v) {
-                                                Ok(id) => {
+                                                ObjState::Written(id) => {
                                                     self.write_scanned(kk, e.kbits);
                                                     put_tagged(
                                                         &mut self.w.buf,
@@ -1816,14 +1280,14 @@ impl<'a> Persister<'a> {
                                                     at = e.pos;
                                                     continue;
                                                 }
-                                                Err(true) if vk == kind::TABLE => {
+                                                ObjState::New if vk == kind::TABLE => {
                                                     if let Some(info) = self.new_table_info(v) {
                                                         self.write_scanned(kk, e.kbits);
                                                         opened =
                                                             Some((v, info, 1, std::ptr::null()));
                                                     }
                                                 }
-                                                Err(true) => {
+                                                ObjState::New => {
                                                     if let Some(info) =
                                                         self.closure_info_scanned(vk, v)
                                                     {
@@ -1833,7 +1297,7 @@ impl<'a> Persister<'a> {
                                                         continue;
                                                     }
                                                 }
-                                                Err(false) => {}
+                                                ObjState::Permanent => {}
                                             }
                                         }
                                     } else {
@@ -2137,196 +1601,5 @@ unsafe fn key_text(L: *mut lua_State) -> String {
             ffi::LUA_TNIL => String::new(),
             _ => format!("[<{}>]", crate::bridge::ffi::type_name(L, -1)),
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{put_tagged, put_tagged_u64, IdMap, Kind, DENSE_SPAN, ID_MASK, LEAF};
-    use crate::persist::format::{Tag, Writer};
-    use std::ffi::c_void;
-
-    #[test]
-    fn tagged_writes_are_the_writers_bytes() {
-        for v in [
-            0,
-            1,
-            0x7f,
-            0x80,
-            0x3fff,
-            0x4000,
-            1 << 35,
-            u64::MAX >> 1,
-            u64::MAX,
-        ] {
-            let mut w = Writer::default();
-            w.tag(Tag::StrRef);
-            w.varint(v);
-            let mut out = Vec::new();
-            put_tagged(&mut out, Tag::StrRef, v);
-            assert_eq!(out, w.buf, "{v:#x}");
-            let mut w = Writer::default();
-            w.tag(Tag::Float);
-            w.u64(v);
-            out.clear();
-            put_tagged_u64(&mut out, Tag::Float, v);
-            assert_eq!(out, w.buf, "{v:#x}");
-        }
-    }
-
-    const BASE: usize = 0x7000_0000_0000;
-
-    fn at(off: usize) -> *const c_void {
-        BASE.wrapping_add(off) as *const c_void
-    }
-
-    fn map() -> IdMap {
-        let mut m = IdMap::default();
-        m.reset(BASE);
-        m
-    }
-
-    #[test]
-    fn ids_in_the_table_keep_their_kind() {
-        let mut m = map();
-        m.insert(at(0), Kind::Obj, 0);
-        m.insert(at(16), Kind::Str, 0);
-        m.insert(at(32), Kind::Upval, 3);
-        m.insert(at(16 * LEAF * 3 + 32), Kind::Obj, 7);
-        assert_eq!(m.get(at(0), Kind::Obj), Some(0));
-        assert_eq!(m.get(at(0), Kind::Str), None);
-        assert_eq!(m.get(at(16), Kind::Str), Some(0));
-        assert_eq!(m.get(at(16), Kind::Obj), None);
-        assert!(!m.contains(at(16)));
-        assert_eq!(m.get(at(32), Kind::Upval), Some(3));
-        assert_eq!(m.get(at(32), Kind::Obj), None);
-        assert_eq!(m.get(at(16 * LEAF * 3 + 32), Kind::Obj), Some(7));
-        assert_eq!(m.get(at(16 * LEAF * 3 + 48), Kind::Obj), None);
-        assert_eq!(m.get(at(16 * LEAF * 9), Kind::Obj), None);
-        assert_eq!(m.get_or_insert(at(64), Kind::Str, 5), None);
-        assert_eq!(m.get_or_insert(at(64), Kind::Str, 6), Some(5));
-        assert!(!m.far_dense && m.far.is_empty());
-    }
-
-    #[test]
-    fn a_permanent_takes_its_object_id() {
-        let mut m = map();
-        m.insert(at(80), Kind::Perm, 0);
-        assert_eq!(m.get(at(80), Kind::Perm), Some(0));
-        assert!(!m.contains(at(80)));
-        m.insert(at(80), Kind::Obj, 12);
-        assert_eq!(m.get(at(80), Kind::Obj), Some(12));
-        assert_eq!(m.get(at(80), Kind::Perm), None);
-        // Outside the table (a light C function): both stay, apart.
-        let f = 0x1234_5678 as *const c_void;
-        m.insert(f, Kind::Perm, 0);
-        m.insert(f, Kind::Obj, 13);
-        assert_eq!(m.get(f, Kind::Obj), Some(13));
-        assert!(!m.far_dense);
-    }
-
-    #[test]
-    fn reset_forgets_every_identity() {
-        let mut m = map();
-        m.insert(at(0), Kind::Obj, 1);
-        m.insert(at(16 * LEAF * 5), Kind::Str, 2);
-        m.insert(at(8), Kind::Obj, 3);
-        m.insert(at(32), Kind::Obj, ID_MASK - 1);
-        assert!(m.far_dense);
-        let leaves = m.leaves.iter().flatten().count();
-        m.reset(BASE + 16 * LEAF);
-        assert_eq!(m.leaves.iter().flatten().count(), leaves, "leaves are kept");
-        for p in [at(0), at(16 * LEAF * 5), at(8), at(32), at(16 * LEAF * 6)] {
-            assert_eq!(m.get(p, Kind::Obj), None);
-            assert_eq!(m.get(p, Kind::Str), None);
-        }
-        assert!(!m.far_dense && m.far.is_empty());
-        // The new base counts offsets from there.
-        m.insert(at(16 * LEAF), Kind::Obj, 4);
-        assert_eq!(m.get(at(16 * LEAF), Kind::Obj), Some(4));
-        assert!(m.leaves[0].as_ref().is_some_and(|l| l[0] != 0));
-        assert_eq!(m.dirty, (0, 1));
-        // Leaf 5 is kept from before: the one-look path writes it and notes it too.
-        assert!(m.leaves[5].is_some());
-        assert_eq!(m.get_or_insert(at(16 * LEAF * 6), Kind::Str, 5), None);
-        assert_eq!(m.dirty, (0, 6));
-        // The next reset zeroes only the leaves written since this one.
-        m.reset(BASE);
-        assert_eq!(m.dirty, (usize::MAX, 0));
-        assert!(m.leaves.iter().flatten().all(|l| l.iter().all(|&e| e == 0)));
-    }
-
-    /// `obj_state` (one look at the slot when it can) says what `get` for an object id, then
-    /// for a permanent, says: in the table, in the hash map, before and after the hash map
-    /// holds an identity of the table's span.
-    #[test]
-    fn obj_state_agrees_with_get() {
-        let expect = |m: &IdMap, p| match m.get(p, Kind::Obj) {
-            Some(id) => Ok(id),
-            None => Err(m.get(p, Kind::Perm).is_none()),
-        };
-        let probes = [
-            at(0),
-            at(16),
-            at(32),
-            at(48),
-            at(64),
-            at(8),
-            at(16 * LEAF * 7),
-            at(DENSE_SPAN),
-            0x1234_5678 as *const c_void,
-        ];
-        let mut m = map();
-        m.insert(at(0), Kind::Obj, 3);
-        m.insert(at(16), Kind::Perm, 0);
-        m.insert(at(32), Kind::Str, 1);
-        m.insert(at(8), Kind::Perm, 0);
-        m.insert(at(DENSE_SPAN), Kind::Obj, 4);
-        m.insert(0x1234_5678 as *const c_void, Kind::Perm, 0);
-        assert!(!m.far_dense);
-        for p in probes {
-            assert_eq!(m.obj_state(p), expect(&m, p), "{p:?}");
-        }
-        assert_eq!(m.obj_state(at(0)), Ok(3));
-        assert_eq!(m.obj_state(at(16)), Err(false));
-        assert_eq!(m.obj_state(at(32)), Err(true));
-        assert_eq!(m.obj_state(at(64)), Err(true));
-        // The hash map now holds identities of the span: a permanent whose slot a string
-        // holds, an object whose id does not fit a slot.
-        m.insert(at(32), Kind::Perm, 0);
-        m.insert(at(48), Kind::Obj, ID_MASK - 1);
-        assert!(m.far_dense);
-        for p in probes {
-            assert_eq!(m.obj_state(p), expect(&m, p), "{p:?}");
-        }
-        assert_eq!(m.obj_state(at(32)), Err(false));
-        assert_eq!(m.obj_state(at(48)), Ok(ID_MASK - 1));
-        // A permanent that gets its object id.
-        m.insert(at(16), Kind::Obj, 9);
-        assert_eq!(m.obj_state(at(16)), Ok(9));
-    }
-
-    #[test]
-    fn identities_the_table_cannot_hold_go_to_the_map() {
-        let mut m = map();
-        // Not 16-byte aligned (a userdata's memory), below the arena, past the span.
-        for (p, id) in [(at(8), 1), (at(usize::MAX - 15), 2), (at(DENSE_SPAN), 3)] {
-            m.insert(p, Kind::Obj, id);
-            assert_eq!(m.get(p, Kind::Obj), Some(id));
-            assert_eq!(m.get(p, Kind::Str), None);
-        }
-        assert!(!m.far_dense);
-        // An id too large for a slot, and a slot another kind holds.
-        m.insert(at(32), Kind::Obj, ID_MASK - 1);
-        assert!(m.far_dense);
-        assert_eq!(m.get(at(32), Kind::Obj), Some(ID_MASK - 1));
-        m.insert(at(48), Kind::Obj, 4);
-        m.insert(at(48), Kind::Str, 9);
-        assert_eq!(m.get(at(48), Kind::Obj), Some(4));
-        assert_eq!(m.get(at(48), Kind::Str), Some(9));
-        m.insert(at(96), Kind::Obj, 5);
-        m.insert(at(96), Kind::Perm, 0);
-        assert_eq!(m.get(at(96), Kind::Obj), Some(5));
-        assert_eq!(m.get(at(64), Kind::Obj), None);
     }
 }

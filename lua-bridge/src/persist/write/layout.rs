@@ -1,0 +1,248 @@
+//! The end of a table's record: the layout of its hash part, so that a load keeps `next`'s
+//! order (`Tag::Layout`), or `Tag::Nil` when its keys allow none.
+//!
+//! `luasnap_table_layout` (csrc/internals.c) computes a layout and keeps the last few in a
+//! cache by shape; tables built alike (one constructor) hit it. For a hit the bytes written
+//! for the table that filled the cache entry are written again, unless that table had removed
+//! keys (whose values the cache does not compare).
+
+use super::super::format::Tag;
+use super::csrc::{
+    kind, luasnap_layout_cache_reset, luasnap_layout_cache_size, luasnap_node_key,
+    luasnap_table_layout, RawVal,
+};
+use super::out::{put_varint, zigzag};
+use super::Persister;
+use mlua_sys::lua_State;
+use std::ffi::c_void;
+
+/// Entries of `luasnap_table_layout`'s cache (LS_LC_WAYS in csrc/internals.c).
+const LAYOUT_WAYS: usize = 64;
+
+/// Scratch buffers for tables' layouts.
+///
+/// Invariant: `cache` is zeroed or holds `luasnap_layout_cache_size()` bytes that only
+/// `luasnap_table_layout` wrote since the last [`LayoutBufs::forget_layouts`]; `written[w]`
+/// is non-empty only if bit `w` of `kept` is set, and then holds the bytes written for the
+/// table that filled cache entry `w` in this epoch.
+#[derive(Default)]
+pub(super) struct LayoutBufs {
+    codes: Vec<u32>,
+    nexts: Vec<i32>,
+    idx: Vec<u32>,
+    blob: Vec<u8>,
+    /// The layout cache of `luasnap_table_layout` (zeroed: empty).
+    cache: Vec<u64>,
+    /// For each entry of that cache, the bytes written (tag, length, layout) for the table
+    /// that filled it in this epoch, or nothing (not filled since the epoch began, or its
+    /// layout has removed keys, which the cache does not compare).
+    written: Vec<Vec<u8>>,
+    /// Bit w set: `written[w]` holds bytes (`luasnap_table_layout` then skips copying the
+    /// entry's codes on a hit).
+    kept: u64,
+}
+
+/// A layout as `luasnap_table_layout` gives it (the codes and chain offsets in the buffers).
+struct Layout {
+    /// Nodes described (0: no layout to write).
+    n: usize,
+    lastfree: u32,
+    seed: u32,
+    /// How the cache took part: -1 not at all, `w` computed and stored in entry `w`,
+    /// `LAYOUT_WAYS + w` copied from entry `w`.
+    way: i32,
+}
+
+impl LayoutBufs {
+    /// Starts a new epoch of the layout cache: Lua code may run next, or a new persist
+    /// starts (either may free a string and give its address to another).
+    pub fn forget_layouts(&mut self) {
+        if self.cache.is_empty() {
+            // SAFETY: a size query, no arguments.
+            let bytes = unsafe { luasnap_layout_cache_size() };
+            self.cache = vec![0; bytes.div_ceil(8)];
+        }
+        // SAFETY: the cache has luasnap_layout_cache_size() bytes, 8-byte aligned.
+        unsafe { luasnap_layout_cache_reset(self.cache.as_mut_ptr().cast()) };
+        for w in &mut self.written {
+            w.clear();
+        }
+        self.kept = 0;
+    }
+
+    /// Bytes it holds.
+    pub fn footprint(&self) -> usize {
+        fn bytes<T>(v: &Vec<T>) -> usize {
+            v.capacity() * std::mem::size_of::<T>()
+        }
+        bytes(&self.codes)
+            + bytes(&self.nexts)
+            + bytes(&self.idx)
+            + bytes(&self.blob)
+            + bytes(&self.cache)
+            + self.written.iter().map(bytes).sum::<usize>()
+    }
+
+    /// The layout of the table `t`, its codes and chain offsets in `codes` and `nexts`
+    /// (grown until they hold every node).
+    ///
+    /// # Safety
+    /// `t` is a live table.
+    #[inline(always)]
+    unsafe fn query(&mut self, L: *mut lua_State, t: *const c_void) -> Layout {
+        let (mut lastfree, mut seed, mut nodes, mut way) = (0u32, 0u32, 0u32, -1i32);
+        loop {
+            let cap = self.codes.len();
+            // SAFETY: the buffers hold `cap` entries each, the cache its size (type
+            // invariant); t is live (callers' contract); reads only the table.
+            let n = unsafe {
+                luasnap_table_layout(
+                    L,
+                    t,
+                    self.codes.as_mut_ptr(),
+                    self.nexts.as_mut_ptr(),
+                    self.idx.as_mut_ptr(),
+                    cap as u32,
+                    &mut lastfree,
+                    &mut seed,
+                    self.cache.as_mut_ptr().cast(),
+                    &mut nodes,
+                    &mut way,
+                    self.kept,
+                )
+            } as usize;
+            let size = nodes as usize;
+            if size < 2 || size <= cap {
+                return Layout {
+                    n,
+                    lastfree,
+                    seed,
+                    way,
+                };
+            }
+            self.codes.resize(size, 0);
+            self.nexts.resize(size, 0);
+            self.idx.resize(size, 0);
+        }
+    }
+
+    /// The bytes written for the table that filled the cache entry `lay` hit, if kept.
+    #[inline(always)]
+    fn hit(&self, lay: &Layout) -> Option<&[u8]> {
+        lay.way
+            .checked_sub(LAYOUT_WAYS as i32)
+            .and_then(|w| self.written.get(w as usize))
+            .filter(|b| !b.is_empty())
+            .map(Vec::as_slice)
+    }
+
+    /// Encodes `lay` (of the table `t`) into `blob`; returns whether it has removed keys.
+    ///
+    /// # Safety
+    /// `t` is the live table `lay` describes; no Lua code ran since.
+    unsafe fn encode(&mut self, L: *mut lua_State, t: *const c_void, lay: &Layout) -> bool {
+        let blob = &mut self.blob;
+        blob.clear();
+        put_varint(blob, lay.seed as u64);
+        put_varint(blob, lay.n as u64);
+        put_varint(blob, lay.lastfree as u64);
+        let mut removed_keys = false;
+        let entries = self.codes[..lay.n].iter().zip(&self.nexts[..lay.n]);
+        for (i, (&code, &next)) in entries.enumerate() {
+            put_varint(blob, code as u64);
+            if code != 0 {
+                put_varint(blob, zigzag(next as i64));
+            }
+            if code == 2 {
+                removed_keys = true;
+                // SAFETY: i is below the node count; t is live (callers' contract).
+                unsafe { put_removed_key(blob, L, t, i as u32) };
+            }
+        }
+        removed_keys
+    }
+
+    /// Keeps the bytes `out[start..]` written for a layout that filled a cache entry (`way`
+    /// below `LAYOUT_WAYS`), for the tables that hit it; forgets that entry's old bytes.
+    fn keep(&mut self, way: i32, out: &[u8], removed_keys: bool) {
+        let Some(w) = usize::try_from(way).ok().filter(|&w| w < LAYOUT_WAYS) else {
+            return;
+        };
+        if self.written.len() < LAYOUT_WAYS {
+            self.written.resize_with(LAYOUT_WAYS, Vec::new);
+        }
+        let keep = &mut self.written[w];
+        keep.clear();
+        self.kept &= !(1 << w);
+        if !removed_keys {
+            keep.extend_from_slice(out);
+            self.kept |= 1 << w;
+        }
+    }
+}
+
+/// Appends the key of node `i` of the table `t`, a removed entry's (a number, boolean or
+/// string): its kind, then its integer (zigzag), float bits or string bytes.
+///
+/// # Safety
+/// `t` is a live table and `i` below its node count.
+unsafe fn put_removed_key(blob: &mut Vec<u8>, L: *mut lua_State, t: *const c_void, i: u32) {
+    let mut k = RawVal::EMPTY;
+    // SAFETY: callers' contract; reads only.
+    unsafe { luasnap_node_key(L, t, i, &mut k) };
+    put_varint(blob, k.kind);
+    match k.kind {
+        kind::INT => put_varint(blob, zigzag(k.bits as i64)),
+        kind::FLOAT => put_varint(blob, k.bits),
+        kind::STR => {
+            put_varint(blob, k.len);
+            // SAFETY: luasnap_node_key gave the live string's bytes and length.
+            let b = unsafe { std::slice::from_raw_parts(k.s.cast::<u8>(), k.len as usize) };
+            blob.extend_from_slice(b);
+        }
+        _ => {}
+    }
+}
+
+impl Persister<'_> {
+    /// Ends a table's entries: with its hash part's layout (`Tag::Layout`) when its keys
+    /// allow one (see `luasnap_table_layout`), else with `Tag::Nil`.
+    ///
+    /// # Safety
+    /// `t` is a live table; no Lua code runs meanwhile.
+    #[inline(always)]
+    pub(super) unsafe fn end_table(&mut self, L: *mut lua_State, t: *const c_void) {
+        let bufs = &mut self.sc.layout;
+        let out = &mut self.w.buf;
+        // SAFETY: t is live (callers' contract).
+        let lay = unsafe { bufs.query(L, t) };
+        if lay.n == 0 {
+            out.push(Tag::Nil as u8);
+            return;
+        }
+        // A table laid out like the one that filled this cache entry: the same bytes.
+        if let Some(b) = bufs.hit(&lay) {
+            out.extend_from_slice(b);
+            return;
+        }
+        // SAFETY: lay describes t, live (callers' contract), and nothing ran since.
+        unsafe { self.new_layout(L, t, &lay) };
+    }
+
+    /// `end_table` for a layout the cache had no bytes for.
+    ///
+    /// # Safety
+    /// As for `end_table`; `lay` describes `t`.
+    #[inline(never)]
+    unsafe fn new_layout(&mut self, L: *mut lua_State, t: *const c_void, lay: &Layout) {
+        let bufs = &mut self.sc.layout;
+        let out = &mut self.w.buf;
+        // SAFETY: callers' contract.
+        let removed_keys = unsafe { bufs.encode(L, t, lay) };
+        let start = out.len();
+        out.push(Tag::Layout as u8);
+        put_varint(out, bufs.blob.len() as u64);
+        out.extend_from_slice(&bufs.blob);
+        bufs.keep(lay.way, &out[start..], removed_keys);
+    }
+}

@@ -1,0 +1,99 @@
+//! The writer's working memory, kept between persists on a thread.
+
+use super::csrc::{RawVal, ScanEntry};
+use super::ids::IdMap;
+use super::layout::LayoutBufs;
+use super::{Frame, Seg, MAX_UPVALUES, SCAN_BATCH};
+use mlua_sys as ffi;
+use rustc_hash::FxHashMap as HashMap;
+use std::ffi::{c_int, c_void};
+
+/// The writer's working memory: kept between persists on a thread (up to `SCRATCH_KEEP`
+/// bytes), so a save does not pay again for allocating, growing and page-faulting what the
+/// last one already had, the id table first (a quarter of the arena's used extent).
+///
+/// Invariant: between persists everything but the buffers' capacity is meaningless;
+/// [`Scratch::take`] empties each part before a persist uses it.
+#[derive(Default)]
+pub(super) struct Scratch {
+    /// Objects written by identity, to their id, and strings written, to their string id.
+    pub refs: IdMap,
+    /// Identities of the strings not anchored yet, in id order (see `Persister::anchor`).
+    pub unanchored: Vec<*const c_void>,
+    /// Tables and closures written without being anchored yet, and their ids.
+    pub unanchored_objs: Vec<*const c_void>,
+    pub unanchored_ids: Vec<ffi::lua_Integer>,
+    /// Entries described by table scans, a stack of batches (see `Frame::Table`).
+    pub scan: Vec<ScanEntry>,
+    /// Upvalues written (by `IdMap` index, `IdSpace::Upval`): the closure (object id) and the
+    /// upvalue number that wrote each first.
+    pub upval_homes: Vec<(u32, c_int)>,
+    /// Prototypes written, to their index in the file.
+    pub protos: HashMap<*const c_void, u32>,
+    /// Chunks written (by record): their index in the file, and the path to each prototype of
+    /// the chunk's tree by fingerprint.
+    pub chunks: HashMap<*const c_void, (u32, HashMap<u64, Vec<u32>>)>,
+    pub frames: Vec<Frame>,
+    pub segs: Vec<Seg>,
+    /// Scratch for tables' layouts.
+    pub layout: LayoutBufs,
+    /// Upvalues (identity, value) described by the last closure scan.
+    pub cl_uids: Vec<*const c_void>,
+    pub cl_vals: Vec<RawVal>,
+}
+
+/// The most scratch memory a thread keeps between persists (enough for arenas of about
+/// 64 MiB); a persist that needed more frees it when done.
+const SCRATCH_KEEP: usize = 16 << 20;
+
+thread_local! {
+    /// The scratch of the last persist on this thread (a nested persist, from a `__persist`
+    /// function, finds none and makes its own).
+    static SCRATCH: std::cell::Cell<Option<Scratch>> = const { std::cell::Cell::new(None) };
+}
+
+impl Scratch {
+    /// This thread's kept scratch, emptied, or a new one.
+    pub fn take(arena_base: usize) -> Scratch {
+        let mut sc = SCRATCH.with(|c| c.take()).unwrap_or_default();
+        sc.refs.reset(arena_base);
+        sc.unanchored.clear();
+        sc.unanchored_objs.clear();
+        sc.unanchored_ids.clear();
+        sc.scan.clear();
+        sc.scan.reserve(4 * SCAN_BATCH);
+        sc.upval_homes.clear();
+        sc.protos.clear();
+        sc.chunks.clear();
+        sc.frames.clear();
+        sc.segs.clear();
+        sc.cl_uids.resize(MAX_UPVALUES, std::ptr::null());
+        sc.cl_vals.resize(MAX_UPVALUES, RawVal::EMPTY);
+        sc.layout.forget_layouts();
+        sc
+    }
+
+    /// Bytes it holds.
+    fn footprint(&self) -> usize {
+        fn bytes<T>(v: &Vec<T>) -> usize {
+            v.capacity() * std::mem::size_of::<T>()
+        }
+        self.refs.footprint()
+            + bytes(&self.unanchored)
+            + bytes(&self.unanchored_objs)
+            + bytes(&self.unanchored_ids)
+            + bytes(&self.scan)
+            + bytes(&self.upval_homes)
+            + self.protos.capacity() * 16
+            + bytes(&self.frames)
+            + bytes(&self.segs)
+            + self.layout.footprint()
+    }
+
+    /// Keeps it for the thread's next persist, if it is not too large.
+    pub fn keep(self) {
+        if self.footprint() <= SCRATCH_KEEP {
+            SCRATCH.with(|c| c.set(Some(self)));
+        }
+    }
+}
