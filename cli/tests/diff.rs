@@ -15,7 +15,7 @@ fn diff_of_two_saves_lists_paths_bounded_with_exit_status_1() {
     std::fs::create_dir_all(&dir).unwrap();
     let game = concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/lua-bridge/games/dungeon_crawl.lua"
+        "/../lua-bridge/games/dungeon_crawl.lua"
     );
     let save = |frames: &str, name: &str| {
         let path = dir.join(name);

@@ -1,4 +1,4 @@
-//! `luasnap run` takes stock `lua`'s command line.
+//! `luasnap run` takes stock `lua`'s command line; a save-game one run writes, another reads.
 
 use std::io::Write;
 use std::process::{Command, Output, Stdio};
@@ -246,4 +246,50 @@ fn a_small_memory_limit_starts_like_stock_lua() {
     let o = run(&["--memory-limit", "16K", "-e", "print(1)"], "");
     assert!(!o.status.success());
     assert!(err(&o).contains("not enough memory"), "{}", err(&o));
+}
+
+#[test]
+fn a_save_game_written_by_one_process_loads_in_another() {
+    let dir = std::env::temp_dir().join(format!("luasnap-save-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let save = dir.join("game.sav");
+    let game = r#"
+        local Player = {} Player.__index = Player
+        function Player:score() return self.points * 10 end
+        players = { setmetatable({ name = "ana", points = 4 }, Player), setmetatable({ name = "bo", points = 7 }, Player) }
+        local ticks = 0
+        function tick() ticks = ticks + 1 return ticks end
+    "#;
+    std::fs::write(dir.join("game.lua"), game).unwrap();
+    let game = format!("dofile({:?})", dir.join("game.lua").to_str().unwrap());
+    let script1 = dir.join("save.lua");
+    std::fs::write(
+        &script1,
+        format!("{game}\ntick() tick()\nlocal f = assert(io.open(arg[1], 'wb')) f:write(eris.persist({{ players = players, tick = tick, G = _G }})) f:close()"),
+    )
+    .unwrap();
+    let script2 = dir.join("load.lua");
+    std::fs::write(
+        &script2,
+        format!(
+            "{game}\nlocal f = assert(io.open(arg[1], 'rb')) local g = eris.unpersist(f:read('a')) f:close()
+             print(g.players[2]:score(), g.tick(), g.players[1].name, g.G == _G, g.G.string == string)"
+        ),
+    )
+    .unwrap();
+    let run = |script: &std::path::Path| {
+        let out = Command::new(env!("CARGO_BIN_EXE_luasnap"))
+            .args(["run", script.to_str().unwrap(), save.to_str().unwrap()])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    run(&script1);
+    assert_eq!(run(&script2).trim(), "70\t3\tana\ttrue\ttrue");
+    std::fs::remove_dir_all(&dir).ok();
 }
