@@ -1,7 +1,14 @@
 //! The `luasnap` command-line tool.
 #![forbid(unsafe_code)]
 
-mod cli;
+mod bench;
+mod diff;
+mod gc_pages;
+mod p2p;
+mod run;
+mod simulate;
+mod size;
+mod trackers;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -17,20 +24,20 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run a Lua script in an arena-backed VM with the full standard library.
-    Run(cli::run::RunArgs),
+    Run(run::RunArgs),
     /// Show which page-tracking mechanisms work on this machine.
     Trackers,
     /// Simulate a networked client that predicts and rolls back, on each save/load backend
     /// (the default command).
-    Simulate(cli::simulate::SimulateArgs),
+    Simulate(simulate::SimulateArgs),
     /// Measure arena snapshots against the graph serializer on game-like heaps.
-    Bench(cli::bench::BenchArgs),
+    Bench(bench::BenchArgs),
     /// Two GGRS peers on 127.0.0.1 running the Lua game with desync detection.
-    P2p(cli::p2p::P2pArgs),
+    P2p(p2p::P2pArgs),
     /// Measure pages written per frame under each garbage-collector mode.
-    GcPages(cli::gc_pages::GcPagesArgs),
+    GcPages(gc_pages::GcPagesArgs),
     /// Print the values that differ between two save-games, by path (exit status 1 if any).
-    Diff(cli::diff::DiffArgs),
+    Diff(diff::DiffArgs),
 }
 
 fn report(r: Result<(), String>) -> ExitCode {
@@ -53,31 +60,31 @@ fn main() -> ExitCode {
     // The drop-in `lua` ends on a closed pipe as stock lua (a C program) does.
     if invoked_as.starts_with("lua") && !invoked_as.starts_with("luasnap") {
         luasnap::bridge::default_sigpipe();
-        return cli::run::lua_main(&argv, 1);
+        return run::lua_main(&argv, 1);
     }
     if argv.get(1).map(String::as_str) == Some("run") {
         luasnap::bridge::default_sigpipe();
-        return cli::run::lua_main(&argv, 2);
+        return run::lua_main(&argv, 2);
     }
     let cli = Cli::parse();
     match cli.command {
         Some(Command::Run(_)) => unreachable!("`run` is dispatched before clap"),
-        Some(Command::Simulate(args)) => report(cli::simulate::run(args)),
-        Some(Command::Bench(args)) => report(cli::bench::run(args)),
-        Some(Command::P2p(args)) => report(cli::p2p::run(args)),
-        None => report(cli::simulate::run(cli::simulate::SimulateArgs::parse_from(
-            ["simulate"],
-        ))),
-        Some(Command::GcPages(args)) => match cli::gc_pages::run(args) {
+        Some(Command::Simulate(args)) => report(simulate::run(args)),
+        Some(Command::Bench(args)) => report(bench::run(args)),
+        Some(Command::P2p(args)) => report(p2p::run(args)),
+        None => report(simulate::run(simulate::SimulateArgs::parse_from([
+            "simulate",
+        ]))),
+        Some(Command::GcPages(args)) => match gc_pages::run(args) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("luasnap: {e}");
                 ExitCode::FAILURE
             }
         },
-        Some(Command::Diff(args)) => cli::diff::run(args),
+        Some(Command::Diff(args)) => diff::run(args),
         Some(Command::Trackers) => {
-            cli::trackers();
+            trackers::trackers();
             ExitCode::SUCCESS
         }
     }

@@ -1,12 +1,4 @@
-//! Subcommands of the `luasnap` tool.
-
-pub mod bench;
-pub mod diff;
-pub mod gc_pages;
-pub mod p2p;
-pub mod run;
-pub mod simulate;
-pub mod size;
+//! `luasnap trackers`.
 
 /// Prints what each page-tracking mechanism does here.
 pub fn trackers() {

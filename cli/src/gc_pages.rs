@@ -16,7 +16,7 @@ pub struct GcPagesArgs {
     #[arg(long, default_value_t = 600, value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub frames: u32,
     /// Garbage made per frame, in bytes (e.g. 64K).
-    #[arg(long, default_value = "64K", value_parser = super::size::parse_size)]
+    #[arg(long, default_value = "64K", value_parser = crate::size::parse_size)]
     pub garbage: usize,
 }
 

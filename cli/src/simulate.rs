@@ -47,7 +47,7 @@ pub struct SimulateArgs {
     /// is compiled: a save of an older version of the script, whose functions keep running
     /// the code they were saved with).
     #[arg(long, value_enum, default_value = "foreign", requires = "load")]
-    pub trust: super::diff::TrustArg,
+    pub trust: crate::diff::TrustArg,
     /// The size of the game's arena: the address space its VM reserves, which the Lua heap
     /// with the allocator's rounding and free space must fit in (GameConfig::capacity); in
     /// bytes, or with a K, M or G suffix (1024-based): `--memory-limit 4G`. Not the cap on live
@@ -144,7 +144,7 @@ pub fn run(args: SimulateArgs) -> Result<(), String> {
     game.capacity = args.memory_limit;
     game.step_budget = args.step_budget.0;
     let start = match &args.load {
-        Some(path) => Some(super::diff::read_save(path)?),
+        Some(path) => Some(crate::diff::read_save(path)?),
         None => None,
     };
     if let Some(path) = &args.save {
@@ -357,9 +357,9 @@ fn run_modes(
                     p.display(),
                     save.display(),
                     match args.trust {
-                        super::diff::TrustArg::Own =>
+                        crate::diff::TrustArg::Own =>
                             "--trust own: saved functions run the code saved with them",
-                        super::diff::TrustArg::Foreign =>
+                        crate::diff::TrustArg::Foreign =>
                             "saved functions are the script's own",
                     }
                 ),

@@ -104,11 +104,11 @@ fn parse(argv: &[String], first: usize) -> Result<Parsed, ParseError> {
                 "memory-limit" => {
                     let v = value(&mut i)?;
                     p.own.memory_limit =
-                        Some(super::size::parse_size(&v).map_err(ParseError::Own)?);
+                        Some(crate::size::parse_size(&v).map_err(ParseError::Own)?);
                 }
                 "capacity" => {
                     let v = value(&mut i)?;
-                    p.own.capacity = Some(super::size::parse_size(&v).map_err(ParseError::Own)?);
+                    p.own.capacity = Some(crate::size::parse_size(&v).map_err(ParseError::Own)?);
                 }
                 "deterministic" => {
                     let v = value(&mut i)?;

@@ -1,6 +1,6 @@
 //! `luasnap p2p`: two GGRS peers on 127.0.0.1 running the Lua game, with desync detection.
 
-use super::simulate::{parse_step_budget, StepBudget};
+use crate::simulate::{parse_step_budget, StepBudget};
 use luasnap::bridge::ggrs_adapter::p2p_pair;
 use luasnap::bridge::runtime::{GameConfig, DEFAULT_STEP_BUDGET};
 use std::path::PathBuf;
