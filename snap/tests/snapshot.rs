@@ -1,8 +1,8 @@
 //! Snapshots and the retention window: exact restore in every mode, incremental equal to full,
 //! each tracker forced, tracker failure, syscall writes, misuse, and memory of the window.
 
-use luasnap::alloc::{probe_trackers, Arena, TrackerKind, TrackerPreference, PAGE_SIZE};
-use luasnap::snap::{
+use luasnap_alloc::{probe_trackers, Arena, TrackerKind, TrackerPreference, PAGE_SIZE};
+use luasnap_snap::{
     digest, CopyStrategy, RingConfig, SnapError, Snapshot, SnapshotId, SnapshotMode, SnapshotRing,
 };
 use proptest::prelude::*;

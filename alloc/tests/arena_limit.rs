@@ -2,7 +2,7 @@
 //! in the extent (the pages held stay within twice the limit); and how thrashing at the limit
 //! ends.
 
-use luasnap::alloc::Arena;
+use luasnap_alloc::Arena;
 use std::ptr::NonNull;
 
 const MIB: usize = 1 << 20;
@@ -138,7 +138,7 @@ fn pages_held_by_fragmented_spans_stay_within_twice_the_limit() {
     );
     let s = a.stats();
     assert!(
-        s.held_bytes <= 2 * limit as u64 + luasnap::alloc::HELD_SLACK_BYTES,
+        s.held_bytes <= 2 * limit as u64 + luasnap_alloc::HELD_SLACK_BYTES,
         "{s:?}"
     );
     // Refused by the bound on held pages, with the live bytes well under the limit.

@@ -1,9 +1,7 @@
 //! Written-page tracking: each mechanism forced in turn, writes from syscalls, two arenas at
 //! once, and the SIGSEGV handler handing foreign faults on to the previous handler.
 
-use luasnap::alloc::{
-    probe_trackers, Arena, TrackError, TrackerKind, TrackerPreference, PAGE_SIZE,
-};
+use luasnap_alloc::{probe_trackers, Arena, TrackError, TrackerKind, TrackerPreference, PAGE_SIZE};
 use std::ops::Range;
 
 const MIB: usize = 1 << 20;

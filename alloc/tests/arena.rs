@@ -1,7 +1,7 @@
 //! The arena and its allocator: placement, bad input, exhaustion, Lua's `lua_Alloc` semantics,
 //! and random operation sequences checked against a model.
 
-use luasnap::alloc::{
+use luasnap_alloc::{
     lua_alloc, Arena, ArenaError, MAX_CAPACITY, MAX_SMALL, MIN_CAPACITY, NGROUPS, PAGE_SIZE,
 };
 use proptest::prelude::*;
