@@ -613,7 +613,8 @@ fn the_deterministic_profile_removes_nondeterministic_libraries() {
     );
     assert!(out.is_err() || out.unwrap()[0] == Value::Nil);
     // table.sort still sorts (Lua's own quicksort, not stable, as in stock Lua; its order of
-    // equal elements across processes is tested in tests/determinism.rs).
+    // equal elements is tested in tests/determinism.rs, across processes in
+    // cli/tests/determinism.rs).
     let out = vm
         .exec(
             "local t = {} for i = 1, 300 do t[i] = { k = i % 7, i = i } end \
