@@ -171,6 +171,57 @@ fn objects_written_before_a_persist_function_runs_stay_distinct() {
     );
 }
 
+/// A userdata written through its `__persist` function leaves the writer's helper tables in
+/// their stack slots, so the strings written after it are still anchored before the next
+/// `__persist` function runs: as in the test above, that function frees strings already
+/// written and makes new ones of the same size, which must not be mistaken for them. (The
+/// userdata's header once popped one value too many, the strings table's slot became nil and
+/// anchoring strings silently stopped for the rest of the save.)
+#[test]
+fn strings_written_after_a_rebuilt_userdata_stay_anchored() {
+    let a = Vm::builder()
+        .capacity(256 * MIB)
+        .native("vec2", |c| {
+            c.ret(Value::userdata(Vec2 { x: 1.0, y: 2.0 }));
+            Ok(())
+        })
+        .userdata::<Vec2>(|_| {})
+        .build()
+        .unwrap();
+    let code = "
+        local rebuilt = { __persist = function() return function() return 'rebuilt' end end }
+        local ud = debug.setmetatable(vec2(), rebuilt)
+        local list, later = {}, {}
+        local Drop = { __persist = function()
+          for i = 1, 20 do list[i] = nil end
+          collectgarbage() collectgarbage()
+          for i = 1, 2000 do later[i] = ('fresh string %06d'):format(i) end
+          return function() return {} end
+        end }
+        for i = 1, 20 do list[i] = ('freed string %06d'):format(i) end
+        list[21] = setmetatable({}, Drop)
+        saved = { ud, list, later }";
+    a.exec(code, "game").unwrap();
+    let bytes = a.persist("saved").unwrap();
+    let mut b = vm_with_debug();
+    b.unpersist(&bytes, "copy", Trust::Own).unwrap();
+    assert_eq!(
+        b.exec(
+            "assert(copy[1] == 'rebuilt')
+             for i = 1, 20 do
+               assert(copy[2][i] == ('freed string %06d'):format(i), copy[2][i])
+             end
+             for i = 1, 2000 do
+               assert(copy[3][i] == ('fresh string %06d'):format(i), copy[3][i])
+             end
+             return true",
+            "check",
+        )
+        .unwrap(),
+        vec![Value::Boolean(true)]
+    );
+}
+
 /// The writer keeps the rest of a table's scanned entries while it writes a child (see
 /// `Frame::Table` in persist/write.rs); a `__persist` function that replaces the entries
 /// still to come (freeing the old objects, whose addresses come back for the new ones) must

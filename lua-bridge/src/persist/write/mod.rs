@@ -785,13 +785,12 @@ impl<'a> Persister<'a> {
             ffi::lua_rawseti(L, s.seen, id as ffi::lua_Integer);
             match t {
                 ffi::LUA_TTABLE => {
-                    if self.special(L, s, id)? {
-                        return Ok(());
+                    if !self.special(L, s, id)? {
+                        // Anchored in seen[id] above.
+                        let (mut narr, mut nhash, mut mt) = (0u32, 0u32, std::ptr::null());
+                        luasnap_table_info(ptr, std::ptr::null(), &mut narr, &mut nhash, &mut mt);
+                        self.table_header(ptr, (narr, nhash, mt));
                     }
-                    // Anchored in seen[id] above.
-                    let (mut narr, mut nhash, mut mt) = (0u32, 0u32, std::ptr::null());
-                    luasnap_table_info(ptr, std::ptr::null(), &mut narr, &mut nhash, &mut mt);
-                    self.table_header(ptr, (narr, nhash, mt));
                 }
                 ffi::LUA_TFUNCTION => {
                     if ffi::lua_iscfunction(L, -1) == 0 {
@@ -817,8 +816,9 @@ impl<'a> Persister<'a> {
         Ok(())
     }
 
-    /// Handles `__persist` (the configured key) on a table or userdata on top. Returns true if
-    /// it wrote the object (as a thunk or two-phase), false to persist it normally.
+    /// Handles `__persist` (the configured key) on a table or userdata on top (left there).
+    /// Returns true if it wrote the object (as a thunk or two-phase), false to persist it
+    /// normally.
     unsafe fn special(&mut self, L: *mut lua_State, s: Slots, id: u32) -> Result<bool, Fail> {
         // SAFETY: protected context; may call the metamethod (Lua code).
         unsafe {
@@ -865,7 +865,6 @@ impl<'a> Persister<'a> {
                     ffi::lua_rawseti(L, s.seen, -(id as ffi::lua_Integer) - 1);
                     self.w.tag(if two { Tag::TwoPhase } else { Tag::Thunk });
                     self.sc.frames.push(Frame::Special { id, state: 0, two });
-                    ffi::lua_settop(L, -2);
                     Ok(true)
                 }
                 _ => {
