@@ -223,7 +223,7 @@ fn strings_written_after_a_rebuilt_userdata_stay_anchored() {
 }
 
 /// The writer keeps the rest of a table's scanned entries while it writes a child (see
-/// `Frame::Table` in persist/write.rs); a `__persist` function that replaces the entries
+/// `TableFrame` in persist/write/table.rs); a `__persist` function that replaces the entries
 /// still to come (freeing the old objects, whose addresses come back for the new ones) must
 /// have them written as they are when they are reached, not as they were scanned.
 #[test]

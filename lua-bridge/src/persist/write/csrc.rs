@@ -4,7 +4,7 @@
 //!
 //! None of these raises a Lua error unless it says so. Pointers to Lua objects (`t`, `f`,
 //! `p`, `ts`, `mt`) are identities as `lua_topointer` or a scan gives them, of live objects
-//! (see "Identities" in the module docs of `write`).
+//! (see **Alive** in the module docs of `write`).
 
 use mlua_sys::{self as ffi, lua_State};
 use std::ffi::{c_char, c_int, c_void};

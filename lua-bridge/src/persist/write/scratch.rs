@@ -1,9 +1,12 @@
 //! The writer's working memory, kept between persists on a thread.
 
+use super::closure::MAX_UPVALUES;
 use super::csrc::{RawVal, ScanEntry};
 use super::ids::IdMap;
 use super::layout::LayoutBufs;
-use super::{Frame, Seg, MAX_UPVALUES, SCAN_BATCH};
+use super::path::Seg;
+use super::table::SCAN_BATCH;
+use super::Frame;
 use mlua_sys as ffi;
 use rustc_hash::FxHashMap as HashMap;
 use std::ffi::{c_int, c_void};
@@ -23,7 +26,7 @@ pub(super) struct Scratch {
     /// Tables and closures written without being anchored yet, and their ids.
     pub unanchored_objs: Vec<*const c_void>,
     pub unanchored_ids: Vec<ffi::lua_Integer>,
-    /// Entries described by table scans, a stack of batches (see `Frame::Table`).
+    /// Entries described by table scans, a stack of batches (see `TableFrame`).
     pub scan: Vec<ScanEntry>,
     /// Upvalues written (by `IdMap` index, `IdSpace::Upval`): the closure (object id) and the
     /// upvalue number that wrote each first.

@@ -1,0 +1,221 @@
+//! Full userdata: registered plain data by type name and bytes; else through `__persist`
+//! (see `special.rs`): `true` writes its bytes, metatable and user values (a frame), a
+//! function writes what it returns, anything else is refused.
+
+use super::super::format::Tag;
+use super::super::Slots;
+use super::path::Seg;
+use super::{push_seen, Fail, Frame, Persister};
+use mlua_sys::{self as ffi, lua_State};
+use std::ffi::c_int;
+
+/// A part of a userdata written after its bytes.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(super) enum UserdataPart {
+    Metatable,
+    UserValue(c_int),
+}
+
+/// A userdata whose metatable and user values are being written.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct UserdataFrame {
+    /// The userdata's object id (anchored at `seen[id]`).
+    id: u32,
+    next: Option<UserdataPart>,
+    /// Its user values.
+    nuv: c_int,
+}
+
+impl UserdataFrame {
+    fn new(id: u32, nuv: c_int) -> Self {
+        UserdataFrame {
+            id,
+            next: Some(UserdataPart::Metatable),
+            nuv,
+        }
+    }
+
+    /// The part to write next, moving on: the metatable, then user values 1..=nuv; None when
+    /// every part is written.
+    fn next_part(&mut self) -> Option<UserdataPart> {
+        let part = self.next?;
+        let after = match part {
+            UserdataPart::Metatable => 1,
+            UserdataPart::UserValue(i) => i + 1,
+        };
+        self.next = (after <= self.nuv).then_some(UserdataPart::UserValue(after));
+        Some(part)
+    }
+}
+
+impl Persister<'_> {
+    /// Writes the userdata on top (left there; anchored as `id`).
+    ///
+    /// # Safety
+    /// Protected, with a full userdata on top.
+    pub(super) unsafe fn userdata(
+        &mut self,
+        L: *mut lua_State,
+        s: Slots,
+        id: u32,
+    ) -> Result<(), Fail> {
+        // SAFETY: a full userdata is on top, with room for its metatable.
+        if unsafe { self.plain_data(L) } {
+            return Ok(());
+        }
+        // SAFETY: callers' contract (may call its __persist function).
+        if unsafe { self.special(L, s, id)? } {
+            return Ok(());
+        }
+        // SAFETY: Protected (pushes the key: may raise a memory error).
+        let field = unsafe { ffi::luaL_getmetafield(L, -1, self.spkey.as_ptr()) };
+        if field == ffi::LUA_TNIL {
+            let what = format!(
+                "cannot persist a userdata without {key}: give its metatable {key} = true (bytes), \
+                 a function, or register it as PlainData",
+                key = self.opts.spkey
+            );
+            return Err(self.fail(L, what));
+        }
+        // `special` left it to us: __persist = true. Its bytes, metatable and user values.
+        // SAFETY: the field is on top, the userdata below it.
+        unsafe { ffi::lua_pop(L, 1) };
+        // SAFETY: a full userdata is on top.
+        let (bytes, nuv) = unsafe { (userdata_bytes(L), count_user_values(L)) };
+        self.w.tag(Tag::UdBytes);
+        self.w.bytes(bytes);
+        self.w.varint(nuv as u64);
+        let frame = UserdataFrame::new(id, nuv);
+        self.sc.frames.push(Frame::Userdata(frame));
+        Ok(())
+    }
+
+    /// Writes the userdata on top as plain data if it is an instance of a registered
+    /// [`PlainData`](crate::bridge::PlainData) type (its metatable and size match): its type
+    /// name and bytes.
+    ///
+    /// # Safety
+    /// A full userdata is on top, and room for one more value.
+    unsafe fn plain_data(&mut self, L: *mut lua_State) -> bool {
+        // SAFETY: callers' contract; the metatable pushed is popped at once.
+        let mt = unsafe {
+            if ffi::lua_getmetatable(L, -1) == 0 {
+                return false;
+            }
+            let mt = ffi::lua_topointer(L, -1);
+            ffi::lua_pop(L, 1);
+            mt
+        };
+        // SAFETY: a full userdata is on top.
+        let bytes = unsafe { userdata_bytes(L) };
+        let types = self.shared.userdata_types();
+        let Some(ty) = types
+            .iter()
+            .find(|t| t.metatable == mt && t.size == bytes.len())
+        else {
+            return false;
+        };
+        self.w.tag(Tag::UdPlain);
+        self.w.bytes(ty.name.as_bytes());
+        self.w.bytes(bytes);
+        true
+    }
+
+    /// Writes the next part of the userdata frame on top, or ends it.
+    ///
+    /// # Safety
+    /// Protected; the frame's userdata is anchored at `seen[id]`.
+    pub(super) unsafe fn advance_userdata(
+        &mut self,
+        L: *mut lua_State,
+        s: Slots,
+    ) -> Result<(), Fail> {
+        let Some(Frame::Userdata(f)) = self.sc.frames.last_mut() else {
+            unreachable!("the dispatcher calls this for a userdata frame");
+        };
+        let id = f.id;
+        let Some(part) = f.next_part() else {
+            self.sc.frames.pop();
+            return Ok(());
+        };
+        // SAFETY: Room; the userdata is anchored at seen[id].
+        unsafe { push_seen(L, s, id) };
+        match part {
+            UserdataPart::Metatable => {
+                self.sc.segs.push(Seg::Meta);
+                // SAFETY: the userdata is on top; pushes its metatable or nil.
+                unsafe {
+                    if ffi::lua_getmetatable(L, -1) == 0 {
+                        ffi::lua_pushnil(L);
+                    }
+                }
+            }
+            UserdataPart::UserValue(i) => {
+                self.sc.segs.push(Seg::UserValue(i));
+                // SAFETY: the userdata is on top; pushes its user value i.
+                unsafe { ffi::lua_getiuservalue(L, -1, i) };
+            }
+        }
+        // SAFETY: [userdata, part] on top: the part replaces the userdata.
+        unsafe {
+            ffi::lua_rotate(L, -2, 1);
+            ffi::lua_pop(L, 1);
+        }
+        // SAFETY: Protected, with the part on top.
+        unsafe { self.value(L, s) }
+    }
+}
+
+/// The bytes of the full userdata on top.
+///
+/// # Safety
+/// A full userdata is on top; the bytes are used while it is alive and unchanged (no Lua
+/// code runs meanwhile).
+unsafe fn userdata_bytes<'a>(L: *mut lua_State) -> &'a [u8] {
+    // SAFETY: callers' contract: a full userdata's memory, of its raw length.
+    unsafe {
+        let len = ffi::lua_rawlen(L, -1) as usize;
+        let p = ffi::lua_touserdata(L, -1).cast::<u8>();
+        std::slice::from_raw_parts(p, len)
+    }
+}
+
+/// The number of user values of the full userdata on top.
+///
+/// # Safety
+/// A full userdata is on top, and room for one more value.
+unsafe fn count_user_values(L: *mut lua_State) -> c_int {
+    let mut n = 0;
+    // SAFETY: callers' contract; each value pushed (nil past the last) is popped at once.
+    unsafe {
+        while ffi::lua_getiuservalue(L, -1, n + 1) != ffi::LUA_TNONE {
+            ffi::lua_pop(L, 1);
+            n += 1;
+        }
+        ffi::lua_pop(L, 1);
+    }
+    n
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{UserdataFrame, UserdataPart};
+
+    #[test]
+    fn a_userdata_frame_gives_its_metatable_then_each_user_value_then_ends() {
+        let mut f = UserdataFrame::new(3, 2);
+        let order: Vec<_> = std::iter::from_fn(|| f.next_part()).collect();
+        assert_eq!(
+            order,
+            [
+                UserdataPart::Metatable,
+                UserdataPart::UserValue(1),
+                UserdataPart::UserValue(2)
+            ]
+        );
+        assert_eq!(f.next_part(), None, "an ended frame stays ended");
+        let mut none = UserdataFrame::new(3, 0);
+        assert_eq!(none.next_part(), Some(UserdataPart::Metatable));
+        assert_eq!(none.next_part(), None);
+    }
+}
