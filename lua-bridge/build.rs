@@ -38,13 +38,21 @@ fn main() {
             .define("LUAI_ASSERT", None)
             .define("LUA_USE_APICHECK", None);
     }
+    // Every .c file of csrc is a helper; each exported function must have its prototype in
+    // csrc/luasnap.h (or an internal header), or the build fails.
+    let mut files: Vec<_> = std::fs::read_dir("csrc")
+        .expect("csrc holds the helpers")
+        .map(|entry| entry.expect("a readable directory entry").path())
+        .filter(|path| path.extension().is_some_and(|e| e == "c"))
+        .collect();
+    files.sort();
     helpers
-        .file("csrc/internals.c")
-        .file("csrc/chunks.c")
-        .file("csrc/readline.c")
-        .file("csrc/detsort.c")
+        .files(files)
         .include(lua_dir)
         .define("LUA_USE_LINUX", None)
         .warnings(true)
-        .compile("luasnap_internals");
+        .flag("-Wmissing-prototypes")
+        .flag("-Werror=missing-prototypes")
+        .flag("-Werror=implicit-function-declaration")
+        .compile("luasnap_helpers");
 }

@@ -619,7 +619,7 @@ macro_rules! orders_of_records {
 
 /// Records with an array part and sparse integer keys in the hash part (collisions, no
 /// removals): the loader puts their entries into the nodes unhashed, in the order they come,
-/// and the layout moves them (`LS_NEWTABLE_PLACED` in csrc/internals.c).
+/// and the layout moves them (`LS_NEWTABLE_PLACED` in csrc/tbuild.c).
 const INT_RECORDS: &str = concat!(
     r#"
     holder = { list = {} }
@@ -746,7 +746,7 @@ fn placed_entries_in_any_order_load_and_forged_ones_are_refused() {
 
 /// Records built alike: the same keys (integers and strings, with collisions) in the same
 /// order, so the loader places every record after the first from its memo of the last layout
-/// (`ls_rmemo` in internals.c) instead of sorting and checking again.
+/// (`ls_rmemo` in csrc/tbuild.c) instead of sorting and checking again.
 const ALIKE_RECORDS: &str = concat!(
     r#"
     holder = { list = {} }

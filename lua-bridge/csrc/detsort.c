@@ -18,6 +18,8 @@
 #include "ltablib.c"
 #undef luaopen_table
 
+#include "luasnap.h"
+
 /* table.sort(list [, comp]) with a deterministic pivot (see the top of this file). */
 int luasnap_det_sort (lua_State *L) {
   return sort(L);

@@ -8,6 +8,8 @@
 
 #include "lua.h"
 
+#include "luasnap.h"
+
 typedef char *(*readline_fn)(const char *prompt);
 typedef void (*add_history_fn)(const char *line);
 
