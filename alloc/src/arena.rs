@@ -3,8 +3,8 @@
 use crate::error::{ArenaError, CorruptionError, TrackError};
 use crate::heap::{Heap, HeapUsage, Layout, PageOwner, NGROUPS};
 use crate::mapping::{Reservation, PAGE_SIZE};
+use crate::raw::RawArena;
 use crate::track::{PageTracker, TrackerKind, TrackerPreference};
-use std::ffi::c_void;
 use std::ops::Range;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -25,6 +25,30 @@ pub struct ArenaId(u64);
 impl std::fmt::Display for ArenaId {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "arena#{}", self.0)
+    }
+}
+
+/// The right to one page tracker's records, issued by [`Arena::enable_tracking`].
+///
+/// Collecting written-page records consumes them: pages one user collects are missing from
+/// what the next collects, and a snapshot ring that misses a page restores an inconsistent
+/// arena. So the tracker is reached only with this key ([`Arena::tracker_mut`]), which its
+/// one holder (the snapshot ring that enabled tracking) keeps to itself.
+///
+/// Invariant: a key opens its arena's tracker only while that tracker is the one it was
+/// issued with. It is neither `Clone` nor `Copy`; disabling tracking, or enabling it again,
+/// closes every key issued before.
+#[derive(Debug, PartialEq, Eq)]
+pub struct TrackerKey {
+    arena: ArenaId,
+    generation: u64,
+    kind: TrackerKind,
+}
+
+impl TrackerKey {
+    /// The mechanism of the tracker this key opens.
+    pub fn kind(&self) -> TrackerKind {
+        self.kind
     }
 }
 
@@ -415,28 +439,29 @@ impl Arena {
     // ----- written-page tracking -----
 
     /// Starts recording which pages of this arena get written, with the best available
-    /// mechanism allowed by `preference`. Replaces any tracker already running.
+    /// mechanism allowed by `preference`. Replaces any tracker already running (whose key then
+    /// opens nothing). The returned key is the only way to the tracker's records
+    /// ([`tracker_mut`](Arena::tracker_mut)): keep it where the records are consumed.
     pub fn enable_tracking(
         &mut self,
         preference: TrackerPreference,
-    ) -> Result<TrackerKind, TrackError> {
+    ) -> Result<TrackerKey, TrackError> {
         self.disable_tracking();
         let tracker = PageTracker::new(self.map.base(), self.map.len(), preference)?;
-        let kind = tracker.kind();
+        let key = TrackerKey {
+            arena: self.id,
+            generation: self.tracker_generation,
+            kind: tracker.kind(),
+        };
         self.tracker = Some(tracker);
-        Ok(kind)
+        Ok(key)
     }
 
-    /// Stops tracking; every page becomes writable at full speed again.
+    /// Stops tracking; every page becomes writable at full speed again. Every key issued so
+    /// far opens nothing from now on.
     pub fn disable_tracking(&mut self) {
         self.tracker = None;
         self.tracker_generation += 1;
-    }
-
-    /// Changes whenever tracking is enabled or disabled. A user of the tracker (a snapshot
-    /// ring) remembers it to notice that someone else replaced the tracker and its records.
-    pub fn tracker_generation(&self) -> u64 {
-        self.tracker_generation
     }
 
     /// The tracking mechanism in use, if any.
@@ -444,9 +469,23 @@ impl Arena {
         self.tracker.as_ref().map(|t| t.kind())
     }
 
-    /// The page tracker, if tracking is on.
-    pub fn tracker_mut(&mut self) -> Option<&mut PageTracker> {
+    /// The page tracker that `key` was issued with, if it still runs: `None` once tracking
+    /// was disabled or enabled again (by anyone), or for a key of another arena.
+    pub fn tracker_mut(&mut self, key: &TrackerKey) -> Option<&mut PageTracker> {
+        if key.arena != self.id || key.generation != self.tracker_generation {
+            return None;
+        }
         self.tracker.as_mut()
+    }
+
+    /// Fault injection for tests: the tracker's next `arm`, `collect` or `disarm` fails as if
+    /// the kernel had refused it, without touching any page (and without consuming records,
+    /// so no key is needed). Does nothing while tracking is off.
+    #[doc(hidden)]
+    pub fn inject_tracker_failure(&mut self) {
+        if let Some(t) = &mut self.tracker {
+            t.inject_failure();
+        }
     }
 
     /// Makes `range` (offsets) safe for the kernel to write into, e.g. before `read(2)` into an
@@ -460,94 +499,11 @@ impl Arena {
         }
     }
 
-    /// The `lua_Alloc` function and its `ud` argument for this arena, to pass to
-    /// `lua_newstate`.
-    ///
-    /// The arena must outlive the Lua state, must not move its allocator to another state, and
-    /// must not be used through `&mut self` methods while Lua is running.
-    pub fn lua_alloc(&mut self) -> (LuaAllocFn, *mut c_void) {
-        (lua_alloc, self.map.base().as_ptr().cast())
+    /// This arena as a base address, for an allocation callback that C code calls with an
+    /// opaque pointer (Lua's `lua_Alloc`). See [`RawArena`] for what its user must keep to:
+    /// the arena must outlive every use of it, and must not be used through `&mut self`
+    /// methods while a callback may run.
+    pub fn raw(&mut self) -> RawArena {
+        RawArena::new(self.map.base())
     }
-}
-
-/// The signature of Lua's `lua_Alloc`.
-pub type LuaAllocFn = unsafe extern "C" fn(*mut c_void, *mut c_void, usize, usize) -> *mut c_void;
-
-/// A `lua_Alloc` serving every request from the arena whose base is `ud`.
-///
-/// Semantics are Lua's: `nsize == 0` frees and returns null; a null `ptr` allocates (`osize`
-/// then encodes the object type and is ignored); growing may fail and return null, leaving the
-/// block untouched; shrinking never fails.
-///
-/// # Safety
-/// `ud` must be the value returned with this function by [`Arena::lua_alloc`] for an arena that
-/// is still alive, no other code may use that arena concurrently, and `ptr`/`osize` must follow
-/// the `lua_Alloc` contract.
-#[inline]
-pub unsafe extern "C" fn lua_alloc(
-    ud: *mut c_void,
-    ptr: *mut c_void,
-    osize: usize,
-    nsize: usize,
-) -> *mut c_void {
-    // SAFETY: the caller guarantees ud is the base of a live, initialized arena used by no one else.
-    let mut heap = unsafe { Heap::attach(ud.cast()) };
-    let ptr = ptr.cast::<u8>();
-    if nsize == 0 {
-        if !ptr.is_null() {
-            // SAFETY: Lua frees each block once, with its size.
-            let freed = unsafe { heap.free(ptr, osize) };
-            debug_assert!(freed, "lua freed a pointer the arena does not own");
-        }
-        return std::ptr::null_mut();
-    }
-    if ptr.is_null() {
-        return heap.alloc(nsize, group_of_lua_tag(osize)).cast();
-    }
-    // SAFETY: ptr is a live block of this arena with requested size osize (lua_Alloc contract).
-    unsafe { heap.realloc(ptr, osize, nsize) }.cast()
-}
-
-/// [`lua_alloc`]'s allocating case (a null `ptr`; `tag`, Lua's `osize` there, the object
-/// type), inline for a wrapping `lua_Alloc` (the bridge's scrubbing allocator): most requests
-/// take the allocator's inline fast path without a call.
-///
-/// # Safety
-/// As [`lua_alloc`]; `nsize` is not zero.
-#[inline(always)]
-pub unsafe fn lua_alloc_new(ud: *mut c_void, tag: usize, nsize: usize) -> *mut c_void {
-    debug_assert!(nsize != 0);
-    // SAFETY: the caller guarantees ud is the base of a live, initialized arena used by no one else.
-    let mut heap = unsafe { Heap::attach(ud.cast()) };
-    heap.alloc(nsize, group_of_lua_tag(tag)).cast()
-}
-
-/// Lua's internal type tag of an upvalue (`LUA_TUPVAL` in `lobject.h`: one past the last
-/// public type, `LUA_NUMTYPES`; the same in Lua 5.4 and 5.5).
-const LUA_TUPVAL: usize = 9;
-
-/// The placement group of a new Lua object, from the type tag Lua passes as `osize`.
-///
-/// Upvalues get a group of their own. An open upvalue (a local captured by a closure while its
-/// function runs) is relinked every time another local of that thread is captured and closed:
-/// a coroutine that captures a local on each resume rewrites the upvalues it holds open, and
-/// those were allocated one at a time over many frames, between tables, closures and strings
-/// of the same size class. Mixed in, the few hot upvalues spread over many pages; apart,
-/// they share a few (the AI village game: 514 -> 449 pages written per frame, see
-/// `docs/gc.md`). Every other object, and Lua's raw buffers (stacks, call records, arrays,
-/// hash parts: tag 0), stay in group 0.
-fn group_of_lua_tag(tag: usize) -> usize {
-    usize::from(tag == LUA_TUPVAL)
-}
-
-/// Makes the next growing request of the arena whose base is `ud`, and Lua's retry of it after
-/// its emergency collection, fail: the running Lua code gets "not enough memory". For a VM
-/// that lost a finalizer to a memory error, so code waiting for it ends instead of spinning.
-///
-/// # Safety
-/// As [`lua_alloc`]: `ud` is the base of a live arena that no other code uses concurrently.
-pub unsafe fn refuse_next_growth(ud: *mut c_void) {
-    // SAFETY: the caller guarantees ud is the base of a live, initialized arena.
-    let mut heap = unsafe { Heap::attach(ud.cast()) };
-    heap.refuse_next_growth();
 }

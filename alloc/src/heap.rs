@@ -43,8 +43,8 @@ pub const NCLASSES: usize = 16 + 7 * 4;
 const NBINS: usize = 59;
 /// Placement groups: a small block goes into a span of its size class *and* of the group it was
 /// asked for in, so small blocks of different groups never share a page. A caller that knows
-/// which blocks are written apart from their neighbours (for Lua, its upvalues: see
-/// `lua_alloc`) keeps them on fewer pages, and an incremental snapshot copies fewer. Group 0 is
+/// which blocks are written apart from their neighbours (for Lua, its upvalues: the bridge's
+/// `lua_Alloc` puts them in group 1) keeps them on fewer pages, and an incremental snapshot copies fewer. Group 0 is
 /// the default; large blocks have whole pages anyway and ignore the group.
 pub const NGROUPS: usize = 2;
 
@@ -290,18 +290,19 @@ pub struct Header {
     /// Refused requests in a row, each after less than `THRASH_FRACTION` of the limit was
     /// allocated since the one before.
     thrash: u32,
-    /// Set when `thrash` reached `THRASH_RUN`: the next growing request (Lua's retry after its
-    /// emergency collection) is refused too, so Lua raises "not enough memory".
+    /// Set when `thrash` reached `THRASH_RUN`: the next growing request (a garbage-collected
+    /// client's retry after the collection a refusal makes it run, as Lua's emergency
+    /// collection) is refused too, so the client reports running out of memory.
     refuse_retry: u32,
 }
 
 /// A refused request counts as thrashing when less than 1/`THRASH_FRACTION` of the limit was
 /// allocated since the previous one.
 const THRASH_FRACTION: u64 = 4;
-/// After this many thrashing refusals in a row, Lua's retry is refused as well. A program that
-/// needs a full (emergency) collection for every quarter of its heap makes no progress worth
-/// the cost, and emergency collections never run finalizers: a loop waiting for one while it
-/// allocates would spin forever.
+/// After this many thrashing refusals in a row, the client's retry is refused as well. A
+/// program that needs a full (emergency) collection for every quarter of its heap makes no
+/// progress worth the cost, and Lua's emergency collections never run finalizers: a loop
+/// waiting for one while it allocates would spin forever.
 const THRASH_RUN: u32 = 32;
 
 const _: () = assert!(std::mem::size_of::<Header>() <= PAGE_SIZE);
@@ -621,9 +622,9 @@ impl Heap {
         h.since_failure = 0;
     }
 
-    /// Refuses the next growing request and Lua's retry of it, so the running code gets
-    /// "not enough memory" (used when a finalizer was lost to a memory error: a program waiting
-    /// for it would otherwise wait forever).
+    /// Refuses the next growing request and the client's retry of it, so the running code
+    /// runs out of memory (the bridge uses it when a Lua finalizer was lost to a memory error:
+    /// a program waiting for it would otherwise wait forever).
     pub fn refuse_next_growth(&mut self) {
         let h = self.hdr();
         h.thrash = THRASH_RUN + 1;

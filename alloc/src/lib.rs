@@ -6,17 +6,18 @@
 //! [`state_ranges`](Arena::state_ranges) somewhere and copy them back later, at the same
 //! addresses, and the allocator and every block it handed out are exactly as they were. That
 //! is what makes byte-level snapshot and rollback of a Lua VM possible; this crate knows nothing
-//! of Lua beyond the [`lua_alloc`] contract.
+//! of Lua (`luasnap-bridge` makes an arena Lua's allocator, through [`RawArena`]).
 //!
 //! - **Reservation**: `MAP_NORESERVE`, so untouched capacity costs neither memory nor commit
 //!   charge; optionally at a fixed base address (never mapped over anything).
 //! - **Allocator**: 44 size classes (16..=256 bytes in steps of 16, then four per doubling up to
 //!   32 KiB) carved from page spans, and best-fit page runs above that, with coalescing. Blocks
-//!   have no header: Lua passes the old size on free and realloc, and the page map knows the
-//!   rest. 16-byte alignment. Empty spans go back to the page heap, free runs at the top shrink
-//!   the extent, so long churn at a steady live size does not grow the arena. Small blocks
-//!   of different placement groups ([`Arena::alloc_in`]) never share a page: [`lua_alloc`]
-//!   puts Lua's upvalues in a group of their own, so the few a frame rewrites lie together.
+//!   have no header: the caller passes the old size on free and realloc (as Lua does), and
+//!   the page map knows the rest. 16-byte alignment. Empty spans go back to the page heap,
+//!   free runs at the top shrink the extent, so long churn at a steady live size does not
+//!   grow the arena. Small blocks of different placement groups ([`Arena::alloc_in`]) never share a page: a client puts
+//!   the few blocks it rewrites often in a group of their own (Lua's upvalues, for the bridge),
+//!   so they lie together.
 //! - **Limit**: allocations that would take the bytes of live blocks past it return null,
 //!   which Lua turns into a memory error. Free slots in spans and holes between blocks do not
 //!   count (as free chunks do not count against a cap on what a malloc'd heap holds); the
@@ -49,15 +50,16 @@ mod arena;
 mod error;
 mod heap;
 mod mapping;
+mod raw;
 pub mod track;
 
 pub use arena::{
-    lua_alloc, lua_alloc_new, refuse_next_growth, Arena, ArenaBuilder, ArenaId, ArenaStats,
-    LuaAllocFn, StateRanges, MAX_CAPACITY, MIN_CAPACITY,
+    Arena, ArenaBuilder, ArenaId, ArenaStats, StateRanges, TrackerKey, MAX_CAPACITY, MIN_CAPACITY,
 };
 pub use error::{ArenaError, CorruptionError, TrackError};
 pub use heap::{HeapUsage, PageOwner, CLASS_SIZES, GRAIN, HELD_SLACK_BYTES, MAX_SMALL, NGROUPS};
 pub use mapping::{Reservation, PAGE_SIZE};
+pub use raw::RawArena;
 pub use track::{
     probe as probe_trackers, PageTracker, TrackerKind, TrackerPreference, TrackerSupport,
 };

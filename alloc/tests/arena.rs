@@ -1,12 +1,9 @@
 //! The arena and its allocator: placement, bad input, exhaustion, Lua's `lua_Alloc` semantics,
 //! and random operation sequences checked against a model.
 
-use luasnap_alloc::{
-    lua_alloc, Arena, ArenaError, MAX_CAPACITY, MAX_SMALL, MIN_CAPACITY, NGROUPS, PAGE_SIZE,
-};
+use luasnap_alloc::{Arena, ArenaError, MAX_CAPACITY, MAX_SMALL, MIN_CAPACITY, NGROUPS, PAGE_SIZE};
 use proptest::prelude::*;
 use std::collections::HashMap;
-use std::ffi::c_void;
 use std::ptr::NonNull;
 
 const MIB: usize = 1 << 20;
@@ -210,91 +207,6 @@ fn a_growing_array_reuses_the_hole_on_its_left() {
     assert!(unsafe { arena.free(c2, 300 * K) });
     arena.verify().unwrap();
     assert_eq!(arena.stats().bytes_in_use, 0);
-}
-
-fn lua(ud: *mut c_void, ptr: *mut u8, osize: usize, nsize: usize) -> *mut u8 {
-    // SAFETY: ud comes from Arena::lua_alloc of a live arena and ptr/osize follow the contract.
-    unsafe { lua_alloc(ud, ptr.cast(), osize, nsize) }.cast()
-}
-
-#[test]
-fn lua_alloc_follows_luas_contract() {
-    let mut a = Arena::builder()
-        .capacity(8 * MIB)
-        .limit(MIB)
-        .build()
-        .unwrap();
-    let (_, ud) = a.lua_alloc();
-    // A null ptr allocates; osize then is a type tag and must be ignored.
-    let p = lua(ud, std::ptr::null_mut(), 5, 40);
-    assert!(!p.is_null() && p as usize % 16 == 0);
-    // SAFETY: p is a live 40-byte block.
-    unsafe { p.write_bytes(7, 40) };
-    // Growing keeps contents.
-    let q = lua(ud, p, 40, 5000);
-    // SAFETY: q is live with at least 5000 bytes; the first 40 came from p.
-    assert!(unsafe { std::slice::from_raw_parts(q, 40) }
-        .iter()
-        .all(|&b| b == 7));
-    // Fill the arena, then show shrinking still succeeds and growing fails cleanly.
-    let mut hog = Vec::new();
-    loop {
-        let h = lua(ud, std::ptr::null_mut(), 0, 64 * 1024);
-        if h.is_null() {
-            break;
-        }
-        hog.push(h);
-    }
-    let r = lua(ud, q, 5000, 24);
-    assert!(!r.is_null(), "shrinking must never fail");
-    // SAFETY: r is live with at least 24 bytes.
-    assert!(unsafe { std::slice::from_raw_parts(r, 24) }
-        .iter()
-        .all(|&b| b == 7));
-    let grown = lua(ud, hog[0], 64 * 1024, 4 * MIB);
-    assert!(grown.is_null(), "growing past the limit must fail");
-    // nsize == 0 frees and returns null; the failed grow left hog[0] live.
-    assert!(lua(ud, r, 24, 0).is_null());
-    for h in hog {
-        assert!(lua(ud, h, 64 * 1024, 0).is_null());
-    }
-    let s = a.stats();
-    assert_eq!(s.live_blocks, 0);
-    assert_eq!(s.bytes_in_use, 0);
-    assert_eq!(s.bytes_allocated, 0);
-    a.verify().unwrap();
-    // Everything freed is reusable: the same hog fits again.
-    let again = lua(ud, std::ptr::null_mut(), 0, 14 * 64 * 1024);
-    assert!(!again.is_null());
-    a.verify().unwrap();
-}
-
-#[test]
-fn lua_alloc_puts_upvalues_on_pages_of_their_own() {
-    // Lua allocates upvalues (type tag 9, 40 bytes) between tables (tag 5) and closures (tag
-    // 6) of the same size class; an open upvalue is rewritten whenever its thread captures or
-    // closes another local, so upvalues mixed in spread the pages a frame writes.
-    let mut a = Arena::new(64 * MIB).unwrap();
-    let (_, ud) = a.lua_alloc();
-    let mut upvals = Vec::new();
-    let mut others = Vec::new();
-    for _ in 0..300 {
-        upvals.push(lua(ud, std::ptr::null_mut(), 9, 40));
-        others.push(lua(ud, std::ptr::null_mut(), 5, 48));
-        others.push(lua(ud, std::ptr::null_mut(), 6, 40));
-    }
-    let page = |p: *mut u8| p as usize / PAGE_SIZE;
-    let up_pages: std::collections::BTreeSet<usize> = upvals.iter().map(|&p| page(p)).collect();
-    assert!(others.iter().all(|&p| !up_pages.contains(&page(p))));
-    // 300 blocks of 48 bytes fill four pages, not the 12 they would share with the others.
-    assert!(up_pages.len() <= 4, "upvalues on {} pages", up_pages.len());
-    a.verify().unwrap();
-    // Growing or shrinking a block moves it within its group: a 40-byte upvalue-group block
-    // reallocated to 100 bytes lands on no page of group 0.
-    let moved = lua(ud, upvals[0], 40, 100);
-    let g0 = lua(ud, std::ptr::null_mut(), 0, 100);
-    assert_ne!(page(moved), page(g0));
-    a.verify().unwrap();
 }
 
 #[test]

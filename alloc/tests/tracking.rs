@@ -1,7 +1,9 @@
 //! Written-page tracking: each mechanism forced in turn, writes from syscalls, two arenas at
 //! once, and the SIGSEGV handler handing foreign faults on to the previous handler.
 
-use luasnap_alloc::{probe_trackers, Arena, TrackError, TrackerKind, TrackerPreference, PAGE_SIZE};
+use luasnap_alloc::{
+    probe_trackers, Arena, TrackError, TrackerKey, TrackerKind, TrackerPreference, PAGE_SIZE,
+};
 use std::ops::Range;
 
 const MIB: usize = 1 << 20;
@@ -33,9 +35,12 @@ fn write_page(a: &mut Arena, offset: usize) {
     unsafe { a.base().as_ptr().add(offset).write_volatile(0x5A) };
 }
 
-fn collect(a: &mut Arena, range: Range<usize>) -> Vec<Range<usize>> {
+fn collect(a: &mut Arena, key: &TrackerKey, range: Range<usize>) -> Vec<Range<usize>> {
     let mut out = Vec::new();
-    a.tracker_mut().unwrap().collect(range, &mut out).unwrap();
+    a.tracker_mut(key)
+        .unwrap()
+        .collect(range, &mut out)
+        .unwrap();
     out
 }
 
@@ -43,16 +48,14 @@ fn collect(a: &mut Arena, range: Range<usize>) -> Vec<Range<usize>> {
 fn each_mechanism_reports_exactly_the_written_pages() {
     for kind in kinds() {
         let mut a = Arena::new(64 * MIB).unwrap();
-        assert_eq!(
-            a.enable_tracking(TrackerPreference::Only(kind)).unwrap(),
-            kind
-        );
+        let key = a.enable_tracking(TrackerPreference::Only(kind)).unwrap();
+        assert_eq!(key.kind(), kind);
         assert_eq!(a.tracker_kind(), Some(kind));
         let r = data_range(&a, 64);
         let base = r.start;
-        a.tracker_mut().unwrap().arm(r.clone()).unwrap();
+        a.tracker_mut(&key).unwrap().arm(r.clone()).unwrap();
         assert_eq!(
-            collect(&mut a, r.clone()),
+            collect(&mut a, &key, r.clone()),
             vec![],
             "{kind}: nothing written yet"
         );
@@ -66,29 +69,56 @@ fn each_mechanism_reports_exactly_the_written_pages() {
                 .collect()
         };
         assert_eq!(
-            pages(collect(&mut a, r.clone())),
+            pages(collect(&mut a, &key, r.clone())),
             vec![3..5, 10..11, 63..64],
             "{kind}"
         );
         assert_eq!(
-            collect(&mut a, r.clone()),
+            collect(&mut a, &key, r.clone()),
             vec![],
             "{kind}: collect re-arms"
         );
         write_page(&mut a, base + 10 * PAGE_SIZE);
-        assert_eq!(pages(collect(&mut a, r.clone())), vec![10..11], "{kind}");
+        assert_eq!(
+            pages(collect(&mut a, &key, r.clone())),
+            vec![10..11],
+            "{kind}"
+        );
         // A page outside the armed range is not reported by a scan of the armed range.
         write_page(&mut a, base + 100 * PAGE_SIZE);
-        assert_eq!(collect(&mut a, r.clone()), vec![], "{kind}");
+        assert_eq!(collect(&mut a, &key, r.clone()), vec![], "{kind}");
         // Disarmed pages are writable at full speed and not recorded.
-        a.tracker_mut().unwrap().disarm(r.clone()).unwrap();
+        a.tracker_mut(&key).unwrap().disarm(r.clone()).unwrap();
         write_page(&mut a, base + 5 * PAGE_SIZE);
-        a.tracker_mut().unwrap().arm(r.clone()).unwrap();
+        a.tracker_mut(&key).unwrap().arm(r.clone()).unwrap();
         assert_eq!(
-            collect(&mut a, r.clone()),
+            collect(&mut a, &key, r.clone()),
             vec![],
             "{kind}: arming forgets earlier writes"
         );
+    }
+}
+
+/// Collecting consumes records, so only the holder of the key from `enable_tracking` reaches
+/// the tracker, and only while tracking still runs as it was enabled.
+#[test]
+fn a_tracker_key_opens_only_its_own_tracker() {
+    for kind in kinds() {
+        let mut a = Arena::new(16 * MIB).unwrap();
+        let mut b = Arena::new(16 * MIB).unwrap();
+        let first = a.enable_tracking(TrackerPreference::Only(kind)).unwrap();
+        let of_b = b.enable_tracking(TrackerPreference::Only(kind)).unwrap();
+        assert!(a.tracker_mut(&first).is_some(), "{kind}");
+        assert!(
+            a.tracker_mut(&of_b).is_none(),
+            "{kind}: another arena's key"
+        );
+        let second = a.enable_tracking(TrackerPreference::Only(kind)).unwrap();
+        assert!(a.tracker_mut(&first).is_none(), "{kind}: replaced tracker");
+        assert!(a.tracker_mut(&second).is_some(), "{kind}");
+        a.disable_tracking();
+        assert!(a.tracker_mut(&second).is_none(), "{kind}: tracking off");
+        assert!(b.tracker_mut(&of_b).is_some(), "{kind}");
     }
 }
 
@@ -96,9 +126,9 @@ fn each_mechanism_reports_exactly_the_written_pages() {
 fn writes_made_by_syscalls_are_not_missed() {
     for kind in kinds() {
         let mut a = Arena::new(16 * MIB).unwrap();
-        a.enable_tracking(TrackerPreference::Only(kind)).unwrap();
+        let key = a.enable_tracking(TrackerPreference::Only(kind)).unwrap();
         let r = data_range(&a, 16);
-        a.tracker_mut().unwrap().arm(r.clone()).unwrap();
+        a.tracker_mut(&key).unwrap().arm(r.clone()).unwrap();
         let target = r.start + 5 * PAGE_SIZE + 100;
         let msg = b"written by read(2)";
         let mut fds = [0; 2];
@@ -126,7 +156,7 @@ fn writes_made_by_syscalls_are_not_missed() {
         let n = unsafe { libc::read(fds[0], a.base().as_ptr().add(target).cast(), msg.len()) };
         assert_eq!(n, msg.len() as isize, "{kind}: read into the arena failed");
         assert_eq!(a.bytes(target..target + msg.len()), msg);
-        let got = collect(&mut a, r.clone());
+        let got = collect(&mut a, &key, r.clone());
         assert_eq!(
             got,
             vec![r.start + 5 * PAGE_SIZE..r.start + 6 * PAGE_SIZE],
@@ -145,26 +175,26 @@ fn two_arenas_are_tracked_independently() {
     for kind in kinds() {
         let mut a = Arena::new(16 * MIB).unwrap();
         let mut b = Arena::new(16 * MIB).unwrap();
-        a.enable_tracking(TrackerPreference::Only(kind)).unwrap();
-        b.enable_tracking(TrackerPreference::Only(kind)).unwrap();
+        let ka = a.enable_tracking(TrackerPreference::Only(kind)).unwrap();
+        let kb = b.enable_tracking(TrackerPreference::Only(kind)).unwrap();
         let (ra, rb) = (data_range(&a, 8), data_range(&b, 8));
-        a.tracker_mut().unwrap().arm(ra.clone()).unwrap();
-        b.tracker_mut().unwrap().arm(rb.clone()).unwrap();
+        a.tracker_mut(&ka).unwrap().arm(ra.clone()).unwrap();
+        b.tracker_mut(&kb).unwrap().arm(rb.clone()).unwrap();
         write_page(&mut a, ra.start + PAGE_SIZE);
         write_page(&mut b, rb.start + 6 * PAGE_SIZE);
         assert_eq!(
-            collect(&mut a, ra.clone()),
+            collect(&mut a, &ka, ra.clone()),
             vec![ra.start + PAGE_SIZE..ra.start + 2 * PAGE_SIZE]
         );
         assert_eq!(
-            collect(&mut b, rb.clone()),
+            collect(&mut b, &kb, rb.clone()),
             vec![rb.start + 6 * PAGE_SIZE..rb.start + 7 * PAGE_SIZE]
         );
         // Dropping one tracked arena leaves the other tracked.
         drop(a);
         write_page(&mut b, rb.start);
         assert_eq!(
-            collect(&mut b, rb.clone()),
+            collect(&mut b, &kb, rb.clone()),
             vec![rb.start..rb.start + PAGE_SIZE]
         );
     }
@@ -175,10 +205,10 @@ fn the_allocator_works_on_armed_pages() {
     // Allocation writes the map and blocks; under tracking every such write must go through.
     for kind in kinds() {
         let mut a = Arena::new(64 * MIB).unwrap();
-        a.enable_tracking(TrackerPreference::Only(kind)).unwrap();
+        let key = a.enable_tracking(TrackerPreference::Only(kind)).unwrap();
         let mut blocks: Vec<_> = (0..500).map(|i| a.alloc(32 + i * 7).unwrap()).collect();
         let s = a.state_ranges();
-        let t = a.tracker_mut().unwrap();
+        let t = a.tracker_mut(&key).unwrap();
         t.arm(s.meta.start..s.meta.end.next_multiple_of(PAGE_SIZE))
             .unwrap();
         t.arm(s.data.clone()).unwrap();
@@ -190,7 +220,7 @@ fn the_allocator_works_on_armed_pages() {
         // SAFETY: q is a live 100000-byte block.
         unsafe { q.as_ptr().write_bytes(1, 100_000) };
         let mut runs = Vec::new();
-        a.tracker_mut()
+        a.tracker_mut(&key)
             .unwrap()
             .collect(s.data.clone(), &mut runs)
             .unwrap();
@@ -206,7 +236,8 @@ fn unknown_mechanism_request_is_a_typed_error_when_unavailable() {
     let mut a = Arena::new(4 * MIB).unwrap();
     match (
         support.uffd.is_ok(),
-        a.enable_tracking(TrackerPreference::Only(TrackerKind::Uffd)),
+        a.enable_tracking(TrackerPreference::Only(TrackerKind::Uffd))
+            .map(|key| key.kind()),
     ) {
         (true, Ok(TrackerKind::Uffd)) => {}
         (
@@ -221,7 +252,7 @@ fn unknown_mechanism_request_is_a_typed_error_when_unavailable() {
     a.disable_tracking();
     assert_eq!(a.tracker_kind(), None);
     assert_eq!(
-        a.enable_tracking(TrackerPreference::Auto).unwrap(),
+        a.enable_tracking(TrackerPreference::Auto).unwrap().kind(),
         support.best().unwrap()
     );
 }

@@ -34,7 +34,8 @@
 
 use crate::{restore_bytes, SnapError};
 use luasnap_alloc::{
-    Arena, ArenaId, PageTracker, Reservation, TrackError, TrackerKind, TrackerPreference, PAGE_SIZE,
+    Arena, ArenaId, PageTracker, Reservation, TrackError, TrackerKey, TrackerKind,
+    TrackerPreference, PAGE_SIZE,
 };
 use std::collections::VecDeque;
 use std::fmt;
@@ -279,7 +280,8 @@ enum Tracking {
     Off(CopyStrategy),
     On {
         kind: TrackerKind,
-        generation: u64,
+        /// The only way to the tracker's records (see `TrackerKey`).
+        key: TrackerKey,
         /// Whether the extent is armed; false while paused.
         armed: bool,
         paused_left: u32,
@@ -361,9 +363,9 @@ impl SnapshotRing {
         let tracking = match config.mode {
             SnapshotMode::Full => Tracking::Off(CopyStrategy::Full),
             SnapshotMode::Incremental(pref) => match arena.enable_tracking(pref) {
-                Ok(kind) => Tracking::On {
-                    kind,
-                    generation: arena.tracker_generation(),
+                Ok(key) => Tracking::On {
+                    kind: key.kind(),
+                    key,
                     armed: false,
                     paused_left: 0,
                     next_pause: MIN_BACKOFF,
@@ -476,29 +478,22 @@ impl SnapshotRing {
     }
 
     fn tracker<'a>(&self, arena: &'a mut Arena) -> Result<&'a mut PageTracker, TrackError> {
-        let Tracking::On {
-            kind, generation, ..
-        } = self.tracking
-        else {
+        let Tracking::On { kind, key, .. } = &self.tracking else {
             unreachable!("tracker() is only called while tracking is on");
         };
-        if arena.tracker_generation() != generation {
-            return Err(TrackError::Unavailable {
-                kind,
+        arena
+            .tracker_mut(key)
+            .ok_or_else(|| TrackError::Unavailable {
+                kind: *kind,
                 reason: "tracking on this arena was disabled or replaced behind the snapshot ring"
                     .into(),
-            });
-        }
-        arena.tracker_mut().ok_or(TrackError::Unavailable {
-            kind,
-            reason: "the arena has no tracker".into(),
-        })
+            })
     }
 
     /// Switches to full copies after a tracker failure and returns the error to report.
     fn lose_tracking(&mut self, arena: &mut Arena, e: TrackError) -> SnapError {
-        if let Tracking::On { generation, .. } = self.tracking {
-            if arena.tracker_generation() == generation {
+        if let Tracking::On { key, .. } = &self.tracking {
+            if arena.tracker_mut(key).is_some() {
                 arena.disable_tracking();
             }
         }

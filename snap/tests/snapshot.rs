@@ -329,7 +329,7 @@ fn a_tracker_failure_is_reported_changes_nothing_and_falls_back_to_full() {
             }
             let before = digest(&w.arena);
             let m_before = w.model();
-            w.arena.tracker_mut().unwrap().inject_failure();
+            w.arena.inject_tracker_failure();
             let err = if fail_in_rollback {
                 r.rollback(&mut w.arena, id0).unwrap_err()
             } else {

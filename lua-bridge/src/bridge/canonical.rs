@@ -20,6 +20,7 @@
 //! Not covered: a coroutine resumed with `lua_resume` by host code (natives cannot; the
 //! persistence tests' own resumes settle nothing, which is harmless outside rollback).
 
+use crate::bridge::allocator::{lua_alloc, lua_alloc_new};
 use mlua_sys::{self as ffi, lua_State};
 use std::ffi::{c_int, c_void};
 
@@ -38,7 +39,7 @@ unsafe extern "C-unwind" {
     fn luasnap_co_close(L: *mut lua_State) -> c_int;
 }
 
-/// The allocator given to Lua: the arena's ([`luasnap_alloc::lua_alloc`]) behind a layer for
+/// The allocator given to Lua: the arena's ([`lua_alloc`]) behind a layer for
 /// freed stacks. A thread's stack is reallocated while it runs (growing for a deep call,
 /// shrinking in the collector's atomic phase or when `coroutine.close` resets it), and the old
 /// block would go back to the allocator with whatever its slots held, live or dead: a
@@ -50,7 +51,7 @@ unsafe extern "C-unwind" {
 /// is dead, so changing its bytes changes no behaviour.
 ///
 /// # Safety
-/// Lua's `lua_Alloc` contract, with `ud` as [`luasnap_alloc::lua_alloc`] requires.
+/// Lua's `lua_Alloc` contract, with `ud` as [`lua_alloc`] requires.
 pub(crate) unsafe extern "C" fn scrubbing_alloc(
     ud: *mut c_void,
     ptr: *mut c_void,
@@ -64,32 +65,32 @@ pub(crate) unsafe extern "C" fn scrubbing_alloc(
         // A null pointer is a new block (osize is then a type tag; Lua never asks for 0 bytes
         // there); small blocks are no stacks.
         if ptr.is_null() && nsize != 0 {
-            return luasnap_alloc::lua_alloc_new(ud, osize, nsize);
+            return lua_alloc_new(ud, osize, nsize);
         }
         if ptr.is_null() || osize < luasnap_min_stack_bytes {
-            return luasnap_alloc::lua_alloc(ud, ptr, osize, nsize);
+            return lua_alloc(ud, ptr, osize, nsize);
         }
         if nsize == 0 {
             luasnap_scrub_light(ptr, osize);
-            return luasnap_alloc::lua_alloc(ud, ptr, osize, 0);
+            return lua_alloc(ud, ptr, osize, 0);
         }
         // Nothing to scrub (most large blocks: strings, arrays, stacks of threads that made no
         // host call): the arena's allocator resizes it, in place where it can.
         if luasnap_has_light(ptr, osize) == 0 {
-            return luasnap_alloc::lua_alloc(ud, ptr, osize, nsize);
+            return lua_alloc(ud, ptr, osize, nsize);
         }
-        let n = luasnap_alloc::lua_alloc(ud, std::ptr::null_mut(), 0, nsize);
+        let n = lua_alloc(ud, std::ptr::null_mut(), 0, nsize);
         if n.is_null() {
             // Out of memory: growing fails as Lua expects; shrinking must not fail, so it
             // happens in place (the arena's allocator shrinks without moving), tail scrubbed.
             if nsize < osize {
                 luasnap_scrub_light(ptr.cast::<u8>().add(nsize).cast(), osize - nsize);
             }
-            return luasnap_alloc::lua_alloc(ud, ptr, osize, nsize);
+            return lua_alloc(ud, ptr, osize, nsize);
         }
         std::ptr::copy_nonoverlapping(ptr.cast::<u8>(), n.cast::<u8>(), osize.min(nsize));
         luasnap_scrub_light(ptr, osize);
-        luasnap_alloc::lua_alloc(ud, ptr, osize, 0);
+        lua_alloc(ud, ptr, osize, 0);
         n
     }
 }

@@ -1091,8 +1091,9 @@ pub(crate) unsafe extern "C-unwind" fn warn_to_stderr(
         (1, "__gc") => 2,
         (2, " (") => 3,
         (3, "not enough memory") => {
-            // SAFETY: ud is the base of this VM's live arena (registered with the warn function).
-            unsafe { luasnap_alloc::refuse_next_growth(ud) };
+            // SAFETY: ud is the base of this VM's live arena (registered with the warn function,
+            // from `Arena::raw`), and Lua, running this function, is its only user now.
+            unsafe { luasnap_alloc::RawArena::from_ptr(ud).refuse_next_growth() };
             0
         }
         _ => 0,

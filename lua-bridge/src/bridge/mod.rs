@@ -2,6 +2,7 @@
 //! it, natives, plain-data userdata, the deterministic profile's canonical bytes and the chunk
 //! registry. `persist/` (save-games) and `runtime/` (rollback sessions) build on it.
 
+pub(crate) mod allocator;
 pub(crate) mod canonical;
 pub(crate) mod chunks;
 pub(crate) mod convert;

@@ -221,9 +221,9 @@ impl VmBuilder {
                 what: "a new VM: too many VMs alive in this process (4096); drop some first".into(),
             }
         })?;
-        let (_, ud) = arena.lua_alloc();
+        let ud = arena.raw().as_ptr();
         // The arena's allocator, behind a layer that scrubs freed stacks.
-        let alloc: luasnap_alloc::LuaAllocFn = crate::bridge::canonical::scrubbing_alloc;
+        let alloc: ffi::lua_Alloc = crate::bridge::canonical::scrubbing_alloc;
         let hash_seed = (seed ^ (seed >> 32)) as u32;
         // SAFETY: the allocator and its ud come from `arena`, which the Vm owns and drops after
         // closing the state; Lua calls it only from this thread.
