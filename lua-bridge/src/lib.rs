@@ -46,6 +46,7 @@
 #![allow(non_snake_case)] // `L` for a lua_State, as in Lua's own sources
 
 mod bridge;
+mod error;
 pub mod persist;
 pub mod runtime;
 pub mod workloads;
@@ -60,16 +61,17 @@ pub use bridge::serde_value;
 pub use bridge::convert::{
     type_error, Arg, FromLua, FromLuaMulti, IntoLua, IntoLuaMulti, UserData, Values,
 };
-pub use bridge::error::{Error, LuaErrorKind, NativeError, VmError};
+pub use bridge::error::{LuaErrorKind, NativeError, VmError};
 pub use bridge::ffi::Call;
 pub use bridge::handle::{Function, LuaRef, LuaTable, Thread, ThreadStatus};
 pub use bridge::serde_value::{from_value, to_value, Serde};
 pub use bridge::standalone::{default_sigpipe, readline, ReplOutcome, Step};
-pub use bridge::userdata::{Method, PlainData, UserDataMethods};
-pub use bridge::value::{Table, UserDataValue, Value};
+pub use bridge::userdata::{Method, UserDataMethods};
+pub use bridge::value::{PlainData, Table, UserDataValue, Value};
 pub use bridge::vm::{
     GcMode, Profile, Vm, VmBuilder, BUDGET_HOOK_PERIOD, DEFAULT_CAPACITY, NATIVES_KEY,
 };
+pub use error::Error;
 /// The `ggrs` crate, at exactly the version the adapter is built with.
 #[cfg(feature = "ggrs")]
 pub use ggrs;

@@ -30,9 +30,8 @@
 //! ```
 
 use crate::bridge::error::VmError;
-use crate::bridge::ffi::Shared;
-use crate::bridge::userdata::PlainData;
-use crate::bridge::value::{Table, Value};
+use crate::bridge::value::{PlainData, Table, Value};
+use mlua_sys::lua_State;
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::c_int;
 use std::hash::{BuildHasher, Hash};
@@ -95,7 +94,7 @@ pub(crate) fn key_suffix(k: &Value) -> String {
     match k {
         Value::Integer(i) => format!("[{i}]"),
         Value::String(s) => match std::str::from_utf8(s) {
-            Ok(t) if crate::bridge::ffi::valid_path(t) && !t.contains('.') => format!(".{t}"),
+            Ok(t) if crate::bridge::path::valid_path(t) && !t.contains('.') => format!(".{t}"),
             _ => format!("[{:?}]", String::from_utf8_lossy(s)),
         },
         other => format!("[{}]", describe(other)),
@@ -328,9 +327,9 @@ pub struct Arg<'h> {
 
 pub(crate) enum ArgKind {
     Value(Value),
-    /// Slot `slot` of the anchor thread of the VM whose `Shared` is at `owner`.
+    /// Slot `slot` of the anchor thread `owner` (each VM has its own: see `handle.rs`).
     Anchored {
-        owner: *const Shared,
+        owner: *mut lua_State,
         slot: c_int,
     },
 }
@@ -344,7 +343,7 @@ impl<'h> Arg<'h> {
         }
     }
 
-    pub(crate) fn anchored(owner: *const Shared, slot: c_int) -> Arg<'h> {
+    pub(crate) fn anchored(owner: *mut lua_State, slot: c_int) -> Arg<'h> {
         Arg {
             kind: ArgKind::Anchored { owner, slot },
             _handle: PhantomData,

@@ -1,4 +1,5 @@
-//! Errors of the VM and of natives.
+//! Errors of the VM and of natives. (The crate's umbrella `Error` is in `src/error.rs`,
+//! above the layers whose errors it unites.)
 
 use luasnap_alloc::ArenaError;
 use luasnap_snap::SnapError;
@@ -185,52 +186,6 @@ impl std::fmt::Display for NativeError {
 impl<E: std::error::Error> From<E> for NativeError {
     fn from(e: E) -> NativeError {
         NativeError(e.to_string())
-    }
-}
-
-/// Every error of this crate in one type, for applications that want a single `?` target.
-///
-/// The specific types stay: [`VmError`] for running Lua, [`SaveError`](crate::persist::SaveError)
-/// and [`LoadError`](crate::persist::LoadError) for save-games,
-/// [`GameError`](crate::runtime::GameError) for the runtime. Each converts into this one with
-/// `?`, and [`NativeError`] accepts any of them inside a native.
-///
-/// ```
-/// use luasnap_bridge::{Error, Vm};
-///
-/// fn run() -> Result<Vec<u8>, Error> {
-///     let vm = Vm::builder().capacity(64 << 20).build()?;     // VmError
-///     vm.exec("score = 1", "setup")?;                          // VmError
-///     Ok(vm.save_game()?)                                       // SaveError
-/// }
-/// assert!(!run().unwrap().is_empty());
-/// ```
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-#[non_exhaustive]
-pub enum Error {
-    /// Running Lua, converting values, snapshots.
-    #[error(transparent)]
-    Vm(#[from] VmError),
-    /// Writing a save-game.
-    #[error(transparent)]
-    Save(#[from] crate::persist::SaveError),
-    /// Reading a save-game.
-    #[error(transparent)]
-    Load(#[from] crate::persist::LoadError),
-    /// The game runtime.
-    #[error(transparent)]
-    Game(#[from] crate::runtime::GameError),
-}
-
-impl From<ArenaError> for Error {
-    fn from(e: ArenaError) -> Error {
-        Error::Vm(e.into())
-    }
-}
-
-impl From<SnapError> for Error {
-    fn from(e: SnapError) -> Error {
-        Error::Vm(e.into())
     }
 }
 

@@ -17,7 +17,7 @@
 //!    panic function.
 
 use crate::bridge::error::{LuaErrorKind, NativeError};
-use crate::bridge::userdata::PlainData;
+use crate::bridge::value::PlainData;
 use crate::bridge::value::{Table, UserDataValue, Value};
 use mlua_sys::{self as ffi, lua_State};
 use std::cell::{Cell, UnsafeCell};
@@ -997,7 +997,8 @@ pub(crate) unsafe fn protected(
 /// Pushes the value at a dotted path of globals (`"a.b.c"`). May raise (it can run `__index`).
 ///
 /// # Safety
-/// Valid state inside a protected body; `path` was validated by [`valid_path`].
+/// Valid state inside a protected body; `path` was validated by
+/// [`valid_path`](crate::bridge::path::valid_path).
 pub(crate) unsafe fn push_path(L: *mut lua_State, path: &CStr) {
     let bytes = path.to_bytes();
     let mut first = true;
@@ -1038,16 +1039,6 @@ pub(crate) unsafe fn finish_host_call(L: *mut lua_State) {
         luasnap_scrub_idle_state(L);
         luasnap_reset_strcache(L);
     }
-}
-
-/// Whether `path` is identifiers separated by dots.
-pub(crate) fn valid_path(path: &str) -> bool {
-    !path.is_empty()
-        && path.split('.').all(|p| {
-            let mut c = p.chars();
-            matches!(c.next(), Some(ch) if ch == '_' || ch.is_ascii_alphabetic())
-                && c.all(|ch| ch == '_' || ch.is_ascii_alphanumeric())
-        })
 }
 
 /// The type name of the value at `idx`.

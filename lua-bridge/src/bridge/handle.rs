@@ -208,7 +208,7 @@ impl Vm {
 
     /// Checks that every anchored argument belongs to this VM.
     fn own_args(&self, args: &[Arg<'_>]) -> Result<(), VmError> {
-        let me: *const Shared = &*self.shared;
+        let me = self.shared.anchors.get();
         for a in args {
             if let ArgKind::Anchored { owner, .. } = a.kind {
                 if owner != me {
@@ -735,7 +735,7 @@ impl<'vm> LuaRef<'vm> {
 
 impl<'h> IntoLua<'h> for &'h LuaRef<'_> {
     fn into_lua(self) -> Result<Arg<'h>, VmError> {
-        Ok(Arg::anchored(&*self.vm.shared, self.slot))
+        Ok(Arg::anchored(self.vm.shared.anchors.get(), self.slot))
     }
 }
 

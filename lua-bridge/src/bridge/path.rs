@@ -17,6 +17,16 @@
 use crate::bridge::error::VmError;
 use mlua_sys::{self as ffi, lua_State};
 
+/// Whether `path` is identifiers separated by dots.
+pub(crate) fn valid_path(path: &str) -> bool {
+    !path.is_empty()
+        && path.split('.').all(|p| {
+            let mut c = p.chars();
+            matches!(c.next(), Some(ch) if ch == '_' || ch.is_ascii_alphabetic())
+                && c.all(|ch| ch == '_' || ch.is_ascii_alphanumeric())
+        })
+}
+
 /// One key of a path.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Key {
@@ -292,8 +302,10 @@ pub(crate) unsafe fn not_found(L: *mut lua_State, path: &Path, i: usize) -> VmEr
     VmError::NotFound {
         path: at,
         expected: "table",
-        // SAFETY: callers' contract.
-        found: unsafe { crate::bridge::ffi::type_name(L, -1) },
+        // SAFETY: callers' contract (a value on top); lua_typename returns a static string.
+        found: unsafe { std::ffi::CStr::from_ptr(ffi::lua_typename(L, ffi::lua_type(L, -1))) }
+            .to_string_lossy()
+            .into_owned(),
     }
 }
 

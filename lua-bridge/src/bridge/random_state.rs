@@ -13,8 +13,6 @@
 //!   generator. A save without a holder (written before this existed) leaves the generator as
 //!   it is.
 
-use crate::bridge::error::VmError;
-use crate::bridge::vm::Vm;
 use mlua_sys::{self as ffi, lua_State};
 
 const HOLDER: &std::ffi::CStr = c"luasnap.random_state";
@@ -62,63 +60,56 @@ unsafe fn state_words(L: *mut lua_State) -> Option<*mut [u8; 32]> {
     }
 }
 
-impl Vm {
-    /// Copies `math.random`'s state into the holder the save root includes.
-    pub(crate) fn stage_random_state(&self) -> Result<(), VmError> {
-        self.run(
-            &mut |L| {
-                // SAFETY: protected body; writes integer fields of an existing table.
-                unsafe {
-                    let Some(words) = state_words(L) else {
-                        return 0;
-                    };
-                    let words = *words;
-                    ffi::luaL_getsubtable(L, ffi::LUA_REGISTRYINDEX, c"_LOADED".as_ptr());
-                    if ffi::lua_getfield(L, -1, HOLDER.as_ptr()) == ffi::LUA_TTABLE {
-                        for (i, w) in words.chunks_exact(8).enumerate() {
-                            let v = i64::from_le_bytes(w.try_into().expect("8 bytes"));
-                            ffi::lua_pushinteger(L, v);
-                            ffi::lua_rawseti(L, -2, i as ffi::lua_Integer + 1);
-                        }
-                    }
-                }
-                0
-            },
-            |_, _| (),
-        )
+/// Copies `math.random`'s state into the holder the save root includes.
+///
+/// # Safety
+/// Protected context (a body run by `Vm::run`); writes integer fields of an existing table.
+pub(crate) unsafe fn stage(L: *mut lua_State) {
+    // SAFETY: protected context (caller's contract); writes integer fields of an existing
+    // table.
+    unsafe {
+        let Some(words) = state_words(L) else {
+            return;
+        };
+        let words = *words;
+        ffi::luaL_getsubtable(L, ffi::LUA_REGISTRYINDEX, c"_LOADED".as_ptr());
+        if ffi::lua_getfield(L, -1, HOLDER.as_ptr()) == ffi::LUA_TTABLE {
+            for (i, w) in words.chunks_exact(8).enumerate() {
+                let v = i64::from_le_bytes(w.try_into().expect("8 bytes"));
+                ffi::lua_pushinteger(L, v);
+                ffi::lua_rawseti(L, -2, i as ffi::lua_Integer + 1);
+            }
+        }
     }
+}
 
-    /// After a load: copies the loaded holder's words into `math.random`'s state. A holder
-    /// that is missing or malformed leaves the state as it is.
-    pub(crate) fn unstage_random_state(&self) -> Result<(), VmError> {
-        self.run(
-            &mut |L| {
-                // SAFETY: protected body; reads integers, writes 32 bytes of the anchored
-                // userdata (exactly its size, checked by `state_words`).
-                unsafe {
-                    let Some(words) = state_words(L) else {
-                        return 0;
-                    };
-                    ffi::luaL_getsubtable(L, ffi::LUA_REGISTRYINDEX, c"_LOADED".as_ptr());
-                    if ffi::lua_getfield(L, -1, HOLDER.as_ptr()) != ffi::LUA_TTABLE {
-                        return 0;
-                    }
-                    let mut out = [0u8; 32];
-                    for i in 0..4 {
-                        if ffi::lua_rawgeti(L, -1, i as ffi::lua_Integer + 1) != ffi::LUA_TNUMBER
-                            || ffi::lua_isinteger(L, -1) == 0
-                        {
-                            return 0;
-                        }
-                        let v = ffi::lua_tointegerx(L, -1, std::ptr::null_mut());
-                        out[i * 8..i * 8 + 8].copy_from_slice(&v.to_le_bytes());
-                        ffi::lua_settop(L, -2);
-                    }
-                    *words = out;
-                }
-                0
-            },
-            |_, _| (),
-        )
+/// After a load: copies the loaded holder's words into `math.random`'s state. A holder that
+/// is missing or malformed leaves the state as it is.
+///
+/// # Safety
+/// Protected context (a body run by `Vm::run`).
+pub(crate) unsafe fn unstage(L: *mut lua_State) {
+    // SAFETY: protected context (caller's contract); reads integers, writes 32 bytes of the
+    // anchored userdata (exactly its size, checked by `state_words`).
+    unsafe {
+        let Some(words) = state_words(L) else {
+            return;
+        };
+        ffi::luaL_getsubtable(L, ffi::LUA_REGISTRYINDEX, c"_LOADED".as_ptr());
+        if ffi::lua_getfield(L, -1, HOLDER.as_ptr()) != ffi::LUA_TTABLE {
+            return;
+        }
+        let mut out = [0u8; 32];
+        for i in 0..4 {
+            if ffi::lua_rawgeti(L, -1, i as ffi::lua_Integer + 1) != ffi::LUA_TNUMBER
+                || ffi::lua_isinteger(L, -1) == 0
+            {
+                return;
+            }
+            let v = ffi::lua_tointegerx(L, -1, std::ptr::null_mut());
+            out[i * 8..i * 8 + 8].copy_from_slice(&v.to_le_bytes());
+            ffi::lua_settop(L, -2);
+        }
+        *words = out;
     }
 }

@@ -4,8 +4,8 @@
 //! loop's evaluation of one input.
 
 use crate::bridge::chunks::luasnap_loadstring;
+use crate::bridge::error::VmError;
 use crate::bridge::vm::Vm;
-use crate::VmError;
 use mlua_sys::{self as ffi, lua_State};
 use std::ffi::{c_int, CString};
 

@@ -7,28 +7,7 @@
 use crate::bridge::convert::FromLua;
 use crate::bridge::error::{NativeError, VmError};
 use crate::bridge::ffi::Call;
-use crate::bridge::value::Value;
-
-/// A Rust type usable as Lua userdata: plain data with a unique name.
-///
-/// ```
-/// use luasnap_bridge::PlainData;
-///
-/// #[repr(C)]
-/// #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
-/// struct Vec2 {
-///     x: f64,
-///     y: f64,
-/// }
-///
-/// impl PlainData for Vec2 {
-///     const NAME: &'static str = "Vec2";
-/// }
-/// ```
-pub trait PlainData: bytemuck::Pod {
-    /// The type's name, unique in a VM; shown in error messages and used by `__name`.
-    const NAME: &'static str;
-}
+use crate::bridge::value::{PlainData, Value};
 
 /// A method of a userdata type: receives the value (mutable, written back after the call) and
 /// the call's other arguments (argument 0 is the userdata itself).

@@ -3,7 +3,26 @@
 //! Values cross the boundary by copy: a [`Value`] never refers into the Lua heap, so it stays
 //! valid across any snapshot or rollback.
 
-use crate::bridge::userdata::PlainData;
+/// A Rust type usable as Lua userdata: plain data with a unique name.
+///
+/// ```
+/// use luasnap_bridge::PlainData;
+///
+/// #[repr(C)]
+/// #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+/// struct Vec2 {
+///     x: f64,
+///     y: f64,
+/// }
+///
+/// impl PlainData for Vec2 {
+///     const NAME: &'static str = "Vec2";
+/// }
+/// ```
+pub trait PlainData: bytemuck::Pod {
+    /// The type's name, unique in a VM; shown in error messages and used by `__name`.
+    const NAME: &'static str;
+}
 
 /// A Lua value copied out of (or into) the VM.
 ///

@@ -2,13 +2,14 @@
 
 use crate::bridge::error::{LuaErrorKind, NativeError, VmError};
 use crate::bridge::ffi::{self as raw, Call, LuaFailure, Native, NativeFn, Shared, UserDataType};
-use crate::bridge::userdata::{EntryKind, PlainData, UserDataMethods};
+use crate::bridge::userdata::{EntryKind, UserDataMethods};
+use crate::bridge::value::PlainData;
 use crate::bridge::value::Value;
 use luasnap_alloc::{Arena, ArenaStats, TrackerPreference};
 use luasnap_snap::{CopyStrategy, RingConfig, Snapshot, SnapshotId, SnapshotMode, SnapshotRing};
 use mlua_sys::{self as ffi, lua_State};
 use std::cell::Cell;
-use std::ffi::{c_int, CString};
+use std::ffi::{c_int, CStr, CString};
 use std::hash::{BuildHasher, RandomState};
 use std::ptr::NonNull;
 
@@ -84,6 +85,22 @@ type PendingNative = (
 );
 type PendingUserData = Box<dyn FnOnce(&mut Vm) -> Result<(), VmError>>;
 
+/// What a layer above the bridge adds to every VM a builder makes, without the bridge knowing
+/// the layer: the save-game layer adds its permanents and the `eris` module
+/// (`persist/install.rs`, which also defines [`Vm::builder`] with it).
+#[derive(Clone, Copy)]
+pub(crate) struct Extension {
+    /// Runs once the profile's libraries are open (and the deterministic prelude ran), before
+    /// natives and userdata types are registered.
+    pub install: fn(&mut Vm) -> Result<(), VmError>,
+    /// Runs inside the protected body that registers a native, with the native's closure on
+    /// top of the stack, which it pops; `name` is the native's path.
+    ///
+    /// # Safety
+    /// Called in a protected context (it may allocate) with a value on top.
+    pub native_added: unsafe fn(*mut lua_State, &CStr),
+}
+
 /// Builds a [`Vm`]; see [`Vm::builder`].
 pub struct VmBuilder {
     capacity: usize,
@@ -94,9 +111,35 @@ pub struct VmBuilder {
     gc: Option<GcMode>,
     natives: Vec<PendingNative>,
     userdata: Vec<PendingUserData>,
+    extensions: Vec<Extension>,
 }
 
 impl VmBuilder {
+    /// A builder with the defaults and no extension (see [`Vm::builder`], which adds the
+    /// layers above the bridge).
+    pub(crate) fn bare() -> VmBuilder {
+        VmBuilder {
+            capacity: DEFAULT_CAPACITY,
+            base: None,
+            limit: None,
+            profile: Profile::Standard,
+            ring: RingConfig {
+                mode: SnapshotMode::Incremental(TrackerPreference::Auto),
+                ..RingConfig::default()
+            },
+            gc: None,
+            natives: Vec::new(),
+            userdata: Vec::new(),
+            extensions: Vec::new(),
+        }
+    }
+
+    /// Adds a layer's extension (run in the order added).
+    pub(crate) fn extension(mut self, extension: Extension) -> Self {
+        self.extensions.push(extension);
+        self
+    }
+
     /// Address space reserved for the arena (default [`DEFAULT_CAPACITY`]).
     pub fn capacity(mut self, bytes: usize) -> Self {
         self.capacity = bytes;
@@ -261,6 +304,7 @@ impl VmBuilder {
             arena,
             profile: self.profile,
             sealed: Cell::new(false),
+            extensions: self.extensions,
         };
         let stock_bytes = vm.open_libraries(seed)?;
         vm.install_anchors()?;
@@ -323,6 +367,8 @@ pub struct Vm {
     profile: Profile,
     /// Set by the first snapshot: no natives or userdata types may be added after it.
     sealed: Cell<bool>,
+    /// The layers above the bridge that this VM carries (see [`Extension`]).
+    extensions: Vec<Extension>,
 }
 
 impl std::fmt::Debug for Vm {
@@ -418,23 +464,6 @@ unsafe extern "C-unwind" fn step_hook(L: *mut lua_State, ar: *mut ffi::lua_Debug
 }
 
 impl Vm {
-    /// Starts building a VM.
-    pub fn builder() -> VmBuilder {
-        VmBuilder {
-            capacity: DEFAULT_CAPACITY,
-            base: None,
-            limit: None,
-            profile: Profile::Standard,
-            ring: RingConfig {
-                mode: SnapshotMode::Incremental(TrackerPreference::Auto),
-                ..RingConfig::default()
-            },
-            gc: None,
-            natives: Vec::new(),
-            userdata: Vec::new(),
-        }
-    }
-
     fn L(&self) -> *mut lua_State {
         self.state.as_ptr()
     }
@@ -710,7 +739,9 @@ impl Vm {
                 &[Value::Integer(seed as i64)],
             )?;
         }
-        crate::persist::install(self)?;
+        for extension in self.extensions.clone() {
+            (extension.install)(self)?;
+        }
         Ok(stock_bytes)
     }
 
@@ -770,7 +801,7 @@ impl Vm {
     }
 
     pub(crate) fn checked_path(&self, path: &str) -> Result<CString, VmError> {
-        if !raw::valid_path(path) {
+        if !crate::bridge::path::valid_path(path) {
             return Err(VmError::BadName { name: path.into() });
         }
         Ok(CString::new(path).expect("identifiers have no NUL"))
@@ -814,7 +845,7 @@ impl Vm {
         replace: bool,
     ) -> Result<(), VmError> {
         self.check_open(&name)?;
-        if !raw::valid_path(&name) {
+        if !crate::bridge::path::valid_path(&name) {
             return Err(VmError::BadName { name });
         }
         // SAFETY: Lua is idle; reading the list.
@@ -854,18 +885,22 @@ impl Vm {
         }
         let index = self.add_native(name.clone(), f);
         let cname = CString::new(name.clone()).expect("validated");
+        let extensions = &self.extensions;
         let result = self.run(
             &mut |L| {
                 // SAFETY: protected body; creates the closure, stores it in the permanent
-                // natives table and at its global path (creating tables on the way).
+                // natives table, hands a copy to each extension (which pops it) and stores it
+                // at its global path (creating tables on the way).
                 unsafe {
                     ffi::lua_getfield(L, ffi::LUA_REGISTRYINDEX, c"luasnap.natives".as_ptr());
                     ffi::lua_pushinteger(L, index as ffi::lua_Integer);
                     ffi::lua_pushcclosure(L, raw::native_trampoline, 1);
                     ffi::lua_pushvalue(L, -1);
                     ffi::lua_setfield(L, -3, cname.as_ptr());
-                    ffi::lua_pushvalue(L, -1);
-                    crate::persist::add_permanent(L, cname.as_c_str());
+                    for extension in extensions {
+                        ffi::lua_pushvalue(L, -1);
+                        (extension.native_added)(L, cname.as_c_str());
+                    }
                     set_global_path(L, cname.as_bytes());
                 }
                 0
@@ -1087,49 +1122,6 @@ impl Vm {
     /// A hash of the arena's bytes: equal digests mean byte-identical VMs.
     pub fn digest(&self) -> u64 {
         luasnap_snap::digest(&self.arena)
-    }
-
-    /// A canonical hash of the values reachable from the globals table: independent of
-    /// addresses and `pairs()` order, so equal for equal states across processes and across a
-    /// save and load. See [`crate::runtime::digest`] for exactly what it covers.
-    ///
-    /// It walks the heap through the Lua API, which writes to it, so the VM is captured first
-    /// and restored after: the arena is byte-identical afterwards. Cost: two copies of the
-    /// heap plus a walk of every reachable object.
-    pub fn value_digest(&mut self) -> Result<u64, VmError> {
-        self.value_digest_at(None)
-    }
-
-    /// Like [`value_digest`](Vm::value_digest), for the value at a dotted global path.
-    pub fn value_digest_of(&mut self, path: &str) -> Result<u64, VmError> {
-        let p = self.checked_path(path)?;
-        self.value_digest_at(Some(p))
-    }
-
-    fn value_digest_at(&mut self, path: Option<CString>) -> Result<u64, VmError> {
-        self.check_idle("compute a value digest")?;
-        let saved = Snapshot::capture(&self.arena);
-        let mut graph = crate::runtime::digest::Graph::default();
-        let mut root = None;
-        let result = self.run(
-            &mut |L| {
-                // SAFETY: protected body; the state is restored below whatever happens.
-                unsafe {
-                    match &path {
-                        Some(p) => raw::push_path(L, p),
-                        None => {
-                            ffi::lua_rawgeti(L, ffi::LUA_REGISTRYINDEX, ffi::LUA_RIDX_GLOBALS);
-                        }
-                    }
-                    root = Some(crate::runtime::digest::extract(L, &mut graph));
-                }
-                0
-            },
-            |_, _| (),
-        );
-        saved.restore(&mut self.arena)?;
-        result?;
-        Ok(graph.digest(root.expect("extract ran")))
     }
 
     /// The arena (for statistics and state ranges).

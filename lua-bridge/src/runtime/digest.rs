@@ -43,11 +43,62 @@
 //! state), so the VM is captured before and restored after: the arena is byte-identical
 //! afterwards.
 
+use crate::bridge::error::VmError;
 use crate::bridge::ffi::{self as raw};
+use crate::bridge::vm::Vm;
+use crate::runtime::glue::RUNTIME_CHUNK;
+use luasnap_snap::Snapshot;
 use mlua_sys::{self as ffi, lua_State};
 use std::collections::HashMap;
-use std::ffi::{c_int, c_void, CStr};
+use std::ffi::{c_int, c_void, CStr, CString};
 use xxhash_rust::xxh3::Xxh3;
+
+/// The value digest of a VM. (The bridge's `Vm` knows nothing of this module: the runtime
+/// layer adds these methods.)
+impl Vm {
+    /// A canonical hash of the values reachable from the globals table: independent of
+    /// addresses and `pairs()` order, so equal for equal states across processes and across a
+    /// save and load. See [the module](self) for exactly what it covers.
+    ///
+    /// It walks the heap through the Lua API, which writes to it, so the VM is captured first
+    /// and restored after: the arena is byte-identical afterwards. Cost: two copies of the
+    /// heap plus a walk of every reachable object.
+    pub fn value_digest(&mut self) -> Result<u64, VmError> {
+        self.value_digest_at(None)
+    }
+
+    /// Like [`value_digest`](Vm::value_digest), for the value at a dotted global path.
+    pub fn value_digest_of(&mut self, path: &str) -> Result<u64, VmError> {
+        let p = self.checked_path(path)?;
+        self.value_digest_at(Some(p))
+    }
+
+    fn value_digest_at(&mut self, path: Option<CString>) -> Result<u64, VmError> {
+        self.check_idle("compute a value digest")?;
+        let saved = Snapshot::capture(&self.arena);
+        let mut graph = Graph::default();
+        let mut root = None;
+        let result = self.run(
+            &mut |L| {
+                // SAFETY: protected body; the state is restored below whatever happens.
+                unsafe {
+                    match &path {
+                        Some(p) => raw::push_path(L, p),
+                        None => {
+                            ffi::lua_rawgeti(L, ffi::LUA_REGISTRYINDEX, ffi::LUA_RIDX_GLOBALS);
+                        }
+                    }
+                    root = Some(extract(L, &mut graph));
+                }
+                0
+            },
+            |_, _| (),
+        );
+        saved.restore(&mut self.arena)?;
+        result?;
+        Ok(graph.digest(root.expect("extract ran")))
+    }
+}
 
 /// Refinement rounds at least.
 pub const ROUNDS: usize = 8;
@@ -508,7 +559,7 @@ impl Walk<'_> {
                         ffi::lua_pushvalue(L, at);
                         ffi::lua_getinfo(L, c">S".as_ptr(), &mut ar);
                         let src = CStr::from_ptr(ar.source).to_bytes();
-                        runtime_fn = src == crate::runtime::RUNTIME_CHUNK.as_bytes();
+                        runtime_fn = src == RUNTIME_CHUNK.as_bytes();
                         let mut fid = src.to_vec();
                         fid.extend_from_slice(&ar.linedefined.to_le_bytes());
                         fid.extend_from_slice(&ar.lastlinedefined.to_le_bytes());

@@ -2,7 +2,7 @@
 //! that registers natives and userdata on the game's VM.
 
 use crate::bridge::error::VmError;
-use crate::bridge::userdata::PlainData;
+use crate::bridge::value::PlainData;
 use crate::bridge::value::Value;
 use crate::bridge::vm::VmBuilder;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};

@@ -102,7 +102,7 @@ unsafe fn key_text(L: *mut lua_State) -> String {
                 let p = ffi::lua_tolstring(L, -1, &mut len);
                 let b = std::slice::from_raw_parts(p.cast::<u8>(), len);
                 match std::str::from_utf8(b) {
-                    Ok(s) if crate::bridge::ffi::valid_path(s) && !s.contains('.') => {
+                    Ok(s) if crate::bridge::path::valid_path(s) && !s.contains('.') => {
                         format!(".{s}")
                     }
                     Ok(s) => format!("[{s:?}]"),

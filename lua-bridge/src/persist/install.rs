@@ -1,0 +1,223 @@
+//! What the save-game layer adds to every VM: the permanents tables (the standard library as
+//! loaded, by name) and the `eris` module, installed when the VM is built, and each native
+//! recorded as a permanent when it is registered. The bridge knows nothing of save-games: it
+//! runs the [`Extension`] that [`Vm::builder`] gives every builder.
+
+use super::{
+    add_permanent, eris_constructor, eris_persist, eris_unpersist, key_name, luasnap_thread_k,
+    CTORS_KEY, DEFAULT_OWN_HEAP_GROWTH, PCALL_K, PERMS_KEY, UNPERMS_KEY,
+};
+use crate::bridge::error::VmError;
+use crate::bridge::vm::{Extension, Vm, VmBuilder};
+use mlua_sys as ffi;
+use std::ffi::{CStr, CString};
+
+/// Save-games, as an extension of the bridge's VM.
+const SAVE_GAMES: Extension = Extension {
+    install,
+    native_added: add_permanent,
+};
+
+impl Vm {
+    /// Starts building a VM. (Defined by the save-game layer: every VM carries save-games, and
+    /// the bridge, below it, builds them through an [`Extension`].)
+    pub fn builder() -> VmBuilder {
+        VmBuilder::bare().extension(SAVE_GAMES)
+    }
+}
+
+const ERIS_PRELUDE: &str = r##"
+local raw_persist, raw_unpersist, raw_constructor, own_growth = ...
+local defaults = { debug = true, maxrec = 10000, path = false, spio = false, spkey = "__persist",
+                   trust = "own", maxgrowth = own_growth }
+local kinds = { debug = "boolean", maxrec = "number", path = "boolean", spio = "boolean", spkey = "string",
+                trust = "string", maxgrowth = "number" }
+local settings = {}
+for k, v in pairs(defaults) do settings[k] = v end
+local select, type, error, tostring = select, type, error, tostring
+local eris = {}
+-- eris.settings(name) reads a setting; eris.settings(name, value) sets it (nil: the default).
+-- 'maxrec' is kept for compatibility: persisting is not recursive, there is no depth limit.
+-- 'spio' is accepted and ignored: special persistence functions get no I/O object.
+-- 'trust' ("own" or "foreign") is who wrote the files eris.unpersist loads (see
+-- docs/save-games.md); 'maxgrowth' caps how many bytes the heap may grow during a load.
+function eris.settings(name, ...)
+  local kind = kinds[name]
+  if not kind then error("bad argument #1 to 'settings' (unknown setting '" .. tostring(name) .. "')", 2) end
+  if select("#", ...) == 0 then return settings[name] end
+  local v = ...
+  if v == nil then v = defaults[name]
+  elseif type(v) ~= kind then
+    error("bad argument #2 to 'settings' (" .. kind .. " expected, got " .. type(v) .. ")", 2)
+  elseif name == "trust" and v ~= "own" and v ~= "foreign" then
+    error("bad argument #2 to 'settings' (\"own\" or \"foreign\" expected)", 2)
+  elseif name == "maxgrowth" and not (v >= 0) then
+    error("bad argument #2 to 'settings' (a number of bytes expected)", 2)
+  end
+  settings[name] = v
+end
+function eris.persist(...)
+  local n = select("#", ...)
+  if n == 0 then error("bad argument #1 to 'persist' (value expected)", 2) end
+  local perms, value
+  if n >= 2 then perms, value = ... else value = ... end
+  if perms ~= nil and type(perms) ~= "table" then
+    error("bad argument #1 to 'persist' (table expected, got " .. type(perms) .. ")", 2)
+  end
+  return raw_persist(perms, value, settings.path, settings.debug, settings.spkey)
+end
+function eris.unpersist(...)
+  local n = select("#", ...)
+  local perms, data
+  if n >= 2 then perms, data = ... else data = ... end
+  if type(data) ~= "string" then
+    error("bad argument #" .. (n >= 2 and 2 or 1) .. " to 'unpersist' (string expected, got " .. type(data) .. ")", 2)
+  end
+  if perms ~= nil and type(perms) ~= "table" then
+    error("bad argument #1 to 'unpersist' (table expected, got " .. type(perms) .. ")", 2)
+  end
+  return raw_unpersist(perms, data, settings.spkey, settings.trust == "foreign", settings.maxgrowth)
+end
+-- eris.constructor(f): foreign saves may call f (and closures of the functions defined
+-- inside it) at load time, as a __persist rebuild, create or init function.
+function eris.constructor(f)
+  if type(f) ~= "function" then
+    error("bad argument #1 to 'constructor' (function expected, got " .. type(f) .. ")", 2)
+  end
+  raw_constructor(f)
+  return f
+end
+eris.FORMAT = "luasnap"
+return eris
+"##;
+
+/// Creates the permanents tables (the standard library as loaded now, plus helper C
+/// functions Lua hands out) and the `eris` module.
+fn install(vm: &mut Vm) -> Result<(), VmError> {
+    vm.run(
+        &mut |L| {
+            // SAFETY: protected body.
+            unsafe {
+                // eris = (prelude)(raw_persist, raw_unpersist)
+                let st = ffi::luaL_loadbufferx(
+                    L,
+                    ERIS_PRELUDE.as_ptr().cast(),
+                    ERIS_PRELUDE.len(),
+                    c"=luasnap.eris".as_ptr(),
+                    c"t".as_ptr(),
+                );
+                if st != ffi::LUA_OK {
+                    ffi::lua_error(L);
+                }
+                ffi::lua_pushcclosure(L, eris_persist, 0);
+                ffi::lua_pushcclosure(L, eris_unpersist, 0);
+                ffi::lua_pushcclosure(L, eris_constructor, 0);
+                ffi::lua_pushnumber(L, DEFAULT_OWN_HEAP_GROWTH as f64);
+                ffi::lua_callk(L, 4, 1, 0, None);
+                ffi::lua_setglobal(L, c"eris".as_ptr());
+                if ffi::lua_getglobal(L, c"package".as_ptr()) == ffi::LUA_TTABLE {
+                    ffi::lua_getfield(L, -1, c"loaded".as_ptr());
+                    ffi::lua_getglobal(L, c"eris".as_ptr());
+                    ffi::lua_setfield(L, -2, c"eris".as_ptr());
+                }
+                ffi::lua_settop(L, 0);
+
+                ffi::lua_createtable(L, 0, 256);
+                ffi::lua_setfield(L, ffi::LUA_REGISTRYINDEX, PERMS_KEY.as_ptr());
+                ffi::lua_createtable(L, 0, 256);
+                ffi::lua_setfield(L, ffi::LUA_REGISTRYINDEX, UNPERMS_KEY.as_ptr());
+                ffi::lua_createtable(L, 0, 0);
+                ffi::lua_setfield(L, ffi::LUA_REGISTRYINDEX, CTORS_KEY.as_ptr());
+                // _G and every function and library table in it, one level deep.
+                ffi::lua_rawgeti(L, ffi::LUA_REGISTRYINDEX, ffi::LUA_RIDX_GLOBALS);
+                let g = ffi::lua_gettop(L);
+                ffi::lua_pushvalue(L, g);
+                add_permanent(L, c"_G");
+                ffi::lua_pushnil(L);
+                while ffi::lua_next(L, g) != 0 {
+                    let name = key_name(L, -2);
+                    let t = ffi::lua_type(L, -1);
+                    if let Some(name) = name {
+                        if t == ffi::LUA_TTABLE && name != "_G" {
+                            let lib = ffi::lua_gettop(L);
+                            ffi::lua_pushnil(L);
+                            while ffi::lua_next(L, lib) != 0 {
+                                if let Some(fname) = key_name(L, -2) {
+                                    if matches!(
+                                        ffi::lua_type(L, -1),
+                                        ffi::LUA_TFUNCTION | ffi::LUA_TTABLE
+                                    ) {
+                                        let full = CString::new(format!("{name}.{fname}"))
+                                            .expect("names have no NUL");
+                                        ffi::lua_pushvalue(L, -1);
+                                        add_permanent(L, &full);
+                                    }
+                                }
+                                ffi::lua_settop(L, -2);
+                            }
+                        }
+                        if matches!(t, ffi::LUA_TFUNCTION | ffi::LUA_TTABLE) {
+                            let cname = CString::new(name).expect("names have no NUL");
+                            ffi::lua_pushvalue(L, -1);
+                            add_permanent(L, &cname);
+                        }
+                    }
+                    ffi::lua_settop(L, -2);
+                }
+                ffi::lua_settop(L, 0);
+                // pcall/xpcall's continuation, found in a coroutine suspended inside pcall: it
+                // is the one continuation a suspended coroutine commonly holds.
+                let probe = b"local co = coroutine.create(function() pcall(coroutine.yield) end) coroutine.resume(co) return co";
+                if ffi::luaL_loadbufferx(L, probe.as_ptr().cast(), probe.len(), c"=probe".as_ptr(), c"t".as_ptr()) == ffi::LUA_OK
+                    && ffi::lua_pcallk(L, 0, 1, 0, 0, None) == ffi::LUA_OK
+                    && ffi::lua_type(L, -1) == ffi::LUA_TTHREAD
+                {
+                    let co = ffi::lua_tothread(L, -1);
+                    for level in 0..3 {
+                        let k = luasnap_thread_k(co, level);
+                        if !k.is_null() {
+                            ffi::lua_pushlightuserdata(L, k.cast_mut());
+                            add_permanent(L, PCALL_K);
+                            break;
+                        }
+                    }
+                }
+                ffi::lua_settop(L, 0);
+                // C functions the library hands out without naming them.
+                let aux: [(&CStr, &[u8]); 5] = [
+                    (
+                        c"coroutine.wrap#aux",
+                        b"return coroutine.wrap(function() end)",
+                    ),
+                    (c"string.gmatch#aux", b"return ('').gmatch('', '')"),
+                    (c"ipairs#aux", b"return (ipairs({}))"),
+                    // utf8.codes's iterators (strict and lax): plain C functions that check
+                    // their arguments, so a loop suspended in a coroutine persists.
+                    (c"utf8.codes#aux", b"return (utf8.codes(''))"),
+                    (c"utf8.codes#auxlax", b"return (utf8.codes('', true))"),
+                ];
+                for (name, src) in aux {
+                    if ffi::luaL_loadbufferx(
+                        L,
+                        src.as_ptr().cast(),
+                        src.len(),
+                        c"=aux".as_ptr(),
+                        c"t".as_ptr(),
+                    ) != ffi::LUA_OK
+                        || ffi::lua_pcallk(L, 0, 1, 0, 0, None) != ffi::LUA_OK
+                    {
+                        ffi::lua_settop(L, 0);
+                        continue;
+                    }
+                    if let Some(f) = ffi::lua_tocfunction(L, -1) {
+                        ffi::lua_pushcclosure(L, f, 0);
+                        add_permanent(L, name);
+                    }
+                    ffi::lua_settop(L, 0);
+                }
+            }
+            0
+        },
+        |_, _| (),
+    )
+}
