@@ -157,6 +157,48 @@ fn the_predictive_client_ends_where_lockstep_does() {
     }
 }
 
+/// An error and its `source()` chain as a report prints them (anyhow's `{:#}`, `Report`).
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut next = e.source();
+    while let Some(s) = next {
+        out += &format!(": {s}");
+        next = s.source();
+    }
+    out
+}
+
+/// Lua's message is in a game error's own message, so its chain must not repeat it (it did:
+/// `source` was both in the message and the `source()`).
+#[test]
+fn a_game_error_chain_prints_lua_s_message_once() {
+    let mut cfg = tiny(2, 1);
+    let once = |e: &GameError, what: &str| {
+        let text = chain(e);
+        assert_eq!(text.matches(what).count(), 1, "{text}");
+    };
+    cfg.script =
+        "local G = {} function G.init() error('bad init') end function G.step() end return G"
+            .into();
+    once(
+        &Game::new(&cfg, Backend::ArenaFull).unwrap_err(),
+        "bad init",
+    );
+    cfg.script =
+        "local G = {} function G.init() end function G.step() error('bad step') end return G"
+            .into();
+    let mut g = Game::new(&cfg, Backend::ArenaFull).unwrap();
+    once(&g.step(&[0, 0]).unwrap_err(), "bad step");
+    cfg.script = "local G = {} function G.init() end function G.step() end function G.digest() error('bad digest') end return G".into();
+    let mut g = Game::new(&cfg, Backend::ArenaFull).unwrap();
+    let e = g.game_digest().unwrap_err();
+    assert!(matches!(e, GameError::DigestFailed { .. }), "{e:?}");
+    once(&e, "bad digest");
+    // Through the umbrella error too.
+    let umbrella = luasnap::Error::from(e);
+    assert_eq!(chain(&umbrella).matches("bad digest").count(), 1);
+}
+
 #[test]
 fn bad_games_get_clear_messages() {
     let mut cfg = tiny(2, 1);
@@ -176,11 +218,10 @@ fn bad_games_get_clear_messages() {
     })
     .unwrap();
     match sim.reference(false) {
-        Err(GameError::Script { frame, source }) => {
+        Err(GameError::Script { frame, error }) => {
             assert!(
-                source.to_string().contains("boom")
-                    && source.to_string().contains("stack traceback"),
-                "{source}"
+                error.to_string().contains("boom") && error.to_string().contains("stack traceback"),
+                "{error}"
             );
             assert!(frame < 500);
         }

@@ -44,12 +44,19 @@ pub enum SnapError {
     Config(String),
     /// Page tracking failed mid-run. Nothing was changed; the ring has switched to full copies,
     /// so retrying the same call succeeds.
-    #[error("page tracking failed ({source}); nothing was changed and the ring now uses full copies: retry the call")]
+    #[error("page tracking failed ({error}); nothing was changed and the ring now uses full copies: retry the call")]
     TrackerLost {
-        /// What failed.
-        source: TrackError,
+        /// What failed (in the message, not also the error's `source()`: a report that walks
+        /// the chain prints it once).
+        error: TrackError,
     },
     /// A snapshot buffer could not be reserved.
     #[error("could not reserve a snapshot buffer: {0}")]
-    Buffer(#[from] ArenaError),
+    Buffer(ArenaError),
+}
+
+impl From<ArenaError> for SnapError {
+    fn from(e: ArenaError) -> SnapError {
+        SnapError::Buffer(e)
+    }
 }

@@ -498,7 +498,7 @@ impl SnapshotRing {
             }
         }
         self.tracking = Tracking::Off(CopyStrategy::FullTrackerLost(e.to_string()));
-        SnapError::TrackerLost { source: e }
+        SnapError::TrackerLost { error: e }
     }
 
     fn fresh_page_record(&mut self, capacity: usize) -> Result<PageRecord, SnapError> {

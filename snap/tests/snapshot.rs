@@ -336,6 +336,9 @@ fn a_tracker_failure_is_reported_changes_nothing_and_falls_back_to_full() {
                 r.snapshot(&mut w.arena).unwrap_err()
             };
             assert!(matches!(err, SnapError::TrackerLost { .. }), "{err}");
+            // The tracker's failure is in the message, and only there.
+            assert!(err.to_string().contains("injected failure"), "{err}");
+            assert!(std::error::Error::source(&err).is_none(), "{err:?}");
             assert!(err.to_string().contains("retry"), "{err}");
             assert_eq!(
                 digest(&w.arena),

@@ -95,18 +95,19 @@ pub enum GameError {
         frame: u64,
     },
     /// The script's top level or `G.init(players, seed)` failed.
-    #[error("the game failed while its script ran or in G.init(players, seed): {source}")]
+    #[error("the game failed while its script ran or in G.init(players, seed): {error}")]
     Init {
-        /// Lua's error with its traceback.
-        source: VmError,
+        /// Lua's error with its traceback (in the message: not also the error's `source()`,
+        /// so a report that walks the chain prints it once).
+        error: VmError,
     },
     /// The game's Lua code failed in `G.step`.
-    #[error("the game failed in G.step at frame {frame} (frames count from 0: G.step's call number {}): {source}", frame + 1)]
+    #[error("the game failed in G.step at frame {frame} (frames count from 0: G.step's call number {}): {error}", frame + 1)]
     Script {
         /// The frame being simulated (or 0 during init).
         frame: u64,
-        /// Lua's error with its traceback.
-        source: VmError,
+        /// Lua's error with its traceback (in the message, not the `source()`).
+        error: VmError,
     },
     /// `G.digest()` returned something other than an integer or a string.
     #[error("G.digest() returned {returned} at frame {frame}; it must return an integer or a string (a checksum of the game state, equal whenever the states are equal)")]
@@ -155,12 +156,12 @@ pub enum GameError {
         session: String,
     },
     /// `G.digest()` raised an error.
-    #[error("G.digest() failed at frame {frame} (luasnap calls it to compare states; it must not raise): {source}")]
+    #[error("G.digest() failed at frame {frame} (luasnap calls it to compare states; it must not raise): {error}")]
     DigestFailed {
         /// The frame count when it was called.
         frame: u64,
-        /// Lua's error with its traceback.
-        source: VmError,
+        /// Lua's error with its traceback (in the message, not the `source()`).
+        error: VmError,
     },
     /// The game script does not compile.
     #[error("the game script has a syntax error: {message}")]
@@ -356,7 +357,7 @@ impl Game {
                 message,
                 ..
             } => GameError::Syntax { message },
-            VmError::Lua { .. } => GameError::Init { source },
+            VmError::Lua { .. } => GameError::Init { error: source },
             e => GameError::Vm(e),
         };
         // The script is its own chunk under its own name (lines and messages as `lua` gives
@@ -409,7 +410,7 @@ impl Game {
                 ],
             )
             .map_err(|source| match game.script_error(source) {
-                GameError::Script { source, .. } => GameError::Init { source },
+                GameError::Script { error, .. } => GameError::Init { error },
                 e => e,
             })?;
         game.vm
@@ -581,9 +582,9 @@ impl Game {
                 location,
                 traceback,
             },
-            source => GameError::Script {
+            error => GameError::Script {
                 frame: self.frame,
-                source,
+                error,
             },
         }
     }
@@ -695,9 +696,9 @@ impl Game {
         let v = self
             .vm
             .call::<Value>("luasnap_game.digest", ())
-            .map_err(|source| GameError::DigestFailed {
+            .map_err(|error| GameError::DigestFailed {
                 frame: self.frame,
-                source,
+                error,
             })?;
         match v {
             Value::Integer(i) => Ok(Some(i)),
