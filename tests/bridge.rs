@@ -1,5 +1,6 @@
 //! The Lua bridge: values across the boundary, natives, userdata, errors, snapshots of a live
-//! VM, and every misuse case from NOTES.md §3.
+//! VM, and every hazard a byte-level rollback poses to a Lua binding (the table in
+//! `docs/bridge.md`).
 
 use luasnap::bridge::{GcMode, LuaErrorKind, PlainData, Table, Value, Vm, VmError};
 use std::cell::RefCell;
@@ -13,6 +14,39 @@ fn vm() -> Vm {
         .deterministic(7)
         .build()
         .unwrap()
+}
+
+/// The twins of the `compile_fail` examples on `Vm` and in `handle.rs`, with a `&self`
+/// method in `rollback`'s place and an owned VM in the native: they compile and run, so the
+/// examples fail for the borrow they show and nothing else.
+#[test]
+fn the_compile_fail_examples_fail_only_for_the_borrow() {
+    let mut vm = Vm::builder().capacity(64 << 20).build().unwrap();
+    vm.exec("function f() return 1 end world = { hp = 1 }", "setup")
+        .unwrap();
+    let id = vm.snapshot().unwrap();
+    let f = vm.function("f").unwrap();
+    let world = vm.table("world").unwrap();
+    // `rollback` takes `&mut self`; this takes `&self`.
+    assert!(vm.snapshots().retained().any(|r| r == id));
+    assert_eq!(f.call::<i64>(()).unwrap(), 1);
+    assert_eq!(world.get::<_, i64>("hp").unwrap(), 1);
+    drop((f, world));
+    let vm_ref = Rc::new(vm); // owned, so the native is 'static
+    let other = Vm::builder()
+        .capacity(64 << 20)
+        .native("peek", move |call| {
+            call.ret(vm_ref.lua_memory() as i64);
+            Ok(())
+        })
+        .build()
+        .unwrap();
+    assert!(
+        other.exec("return peek()", "t").unwrap()[0]
+            .as_integer()
+            .unwrap()
+            > 0
+    );
 }
 
 #[repr(C)]

@@ -6,7 +6,8 @@
 //! A handle's object must stay alive while the handle exists, so Lua has to see a reference to
 //! it. mlua keeps such references in a "ref thread" whose top and free list are tracked in
 //! Rust; a byte-level rollback puts Lua's side back and not Rust's, and the two disagree
-//! (NOTES.md §3). Here:
+//! (reproduced before luasnap was written: handles held across a rollback crashed, and even
+//! temporaries corrupted `G(L)->nilvalue`; `docs/bridge.md`). Here:
 //!
 //! - Every handle borrows the [`Vm`] (`&'vm Vm`), and [`Vm::snapshot`], [`Vm::rollback`] and
 //!   [`Vm::restore`] take `&mut Vm`. So **no handle exists at any snapshot or rollback**: the
@@ -20,15 +21,18 @@
 //!   state), so holding a handle does not change what the garbage collector sees except to
 //!   keep the object alive, and dropping it releases the object to the collector at once.
 //!
-//! ```compile_fail
+//! ```compile_fail,E0502
 //! # use luasnap_bridge::Vm;
 //! let mut vm = Vm::builder().capacity(64 << 20).build().unwrap();
 //! vm.exec("world = { hp = 1 }", "setup").unwrap();
 //! let id = vm.snapshot().unwrap();
 //! let world = vm.table("world").unwrap();
-//! vm.rollback(id).unwrap(); // error: `vm` is borrowed by `world`
+//! vm.rollback(id).unwrap(); // error[E0502]: `vm` is borrowed by `world`
 //! world.get::<_, i64>("hp").unwrap();
 //! ```
+//!
+//! (With a `&self` method in `rollback`'s place it compiles: `tests/bridge.rs`,
+//! `the_compile_fail_examples_fail_only_for_the_borrow`.)
 
 use crate::bridge::convert::{at, Arg, ArgKind, FromLua, FromLuaMulti, IntoLua, IntoLuaMulti};
 use crate::bridge::error::{LuaErrorKind, VmError};

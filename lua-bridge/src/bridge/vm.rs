@@ -336,26 +336,32 @@ impl VmBuilder {
 /// snapshot and rollback take `&mut self`, so the borrow checker forbids any handle into the
 /// VM from outliving a rollback:
 ///
-/// ```compile_fail
+/// ```compile_fail,E0502
 /// # use luasnap_bridge::Vm;
 /// let mut vm = Vm::builder().capacity(64 << 20).build().unwrap();
 /// vm.exec("function f() return 1 end", "setup").unwrap();
 /// let id = vm.snapshot().unwrap();
 /// let f = vm.function("f").unwrap();
-/// vm.rollback(id).unwrap(); // error: `vm` is borrowed by `f`
-/// f.call(&[]).unwrap();
+/// vm.rollback(id).unwrap(); // error[E0502]: `vm` is borrowed by `f`
+/// f.call::<i64>(()).unwrap();
 /// ```
 ///
-/// Natives cannot reach the VM at all, so a snapshot from inside a native does not compile
-/// either:
+/// (With a `&self` method in `rollback`'s place the same code compiles: `tests/bridge.rs`,
+/// `the_compile_fail_examples_fail_only_for_the_borrow`.) Natives cannot reach the VM at all:
+/// a native is `'static`, so it cannot borrow one (and a snapshot would need `&mut` besides):
 ///
-/// ```compile_fail
+/// ```compile_fail,E0597
 /// # use luasnap_bridge::Vm;
-/// let mut vm = Vm::builder().capacity(64 << 20).build().unwrap();
-/// let vm_ref = &mut vm;
-/// let other = Vm::builder().capacity(64 << 20)
-///     .native("snap", move |_call| { vm_ref.snapshot().unwrap(); Ok(()) })
-///     .build().unwrap(); // error: the closure must be 'static
+/// let vm = Vm::builder().capacity(64 << 20).build().unwrap();
+/// let vm_ref = &vm;
+/// let other = Vm::builder()
+///     .capacity(64 << 20)
+///     .native("peek", move |call| {
+///         call.ret(vm_ref.lua_memory() as i64);
+///         Ok(())
+///     })
+///     .build()
+///     .unwrap(); // error[E0597]: the native must be 'static, and `vm_ref` borrows `vm`
 /// ```
 pub struct Vm {
     state: NonNull<lua_State>,
