@@ -190,7 +190,7 @@ fn a_game_error_chain_prints_lua_s_message_once() {
     let mut g = Game::new(&cfg, Backend::ArenaFull).unwrap();
     once(&g.step(&[0, 0]).unwrap_err(), "bad step");
     cfg.script = "local G = {} function G.init() end function G.step() end function G.digest() error('bad digest') end return G".into();
-    let mut g = Game::new(&cfg, Backend::ArenaFull).unwrap();
+    let g = Game::new(&cfg, Backend::ArenaFull).unwrap();
     let e = g.game_digest().unwrap_err();
     assert!(matches!(e, GameError::DigestFailed { .. }), "{e:?}");
     once(&e, "bad digest");
