@@ -1,0 +1,224 @@
+//! Closures and their upvalues. A Lua closure is made from its prototype (see `proto.rs`)
+//! with fresh upvalues, then each upvalue arrives with its tag:
+//!
+//! ```text
+//! UpvalNew value          a closed upvalue of its own
+//! UpvalRef closure index  shared with upvalue `index` of a closure read before
+//! UpvalOpen level thread  open: slot `level` of a suspended coroutine this load builds
+//! ```
+//!
+//! A C closure's upvalues are plain values (see `special.rs` for which C closures load).
+//!
+//! Invariants guarded here: the upvalue count is the prototype's (Lua indexes upvalues by the
+//! prototype's descriptors); a shared upvalue exists in the closure it is shared from and is
+//! closed (an open one is shared through its coroutine's slot, where it is checked); an open
+//! upvalue points into a coroutine this load builds, inside the stack the file declares, and
+//! is checked against its frames (`open.rs`).
+
+use super::csrc::{
+    luasnap_proto, luasnap_proto_nupvalues, luasnap_push_closure, luasnap_upval_shareable,
+};
+use super::dispatch::{ClosureKind, Frame};
+use super::ids::push_obj;
+use super::limits::MAX_COROUTINE_STACK;
+use super::{Fail, Loader};
+use crate::persist::format::Tag;
+use crate::persist::Slots;
+use mlua_sys::{self as ffi, lua_State};
+use std::ffi::c_int;
+
+impl Loader<'_> {
+    /// A Lua closure (after `Tag::LClosure`): its prototype, its upvalue count (checked
+    /// against the prototype's), registered, and its frame pushed. Returns false (a frame).
+    ///
+    /// # Safety
+    /// Protected context, two free slots; `s` this load's slots.
+    pub(super) unsafe fn lclosure(&mut self, L: *mut lua_State, s: Slots) -> Result<bool, Fail> {
+        // SAFETY: callers' contract.
+        let p = unsafe { self.proto(L, s)? };
+        let Some(n) = self.r.varint() else {
+            return Err(self.malformed("bad closure"));
+        };
+        // SAFETY: p is a prototype of this VM, anchored for the load.
+        if n != unsafe { luasnap_proto_nupvalues(p) } as u64 {
+            return Err(self.malformed("closure upvalue count differs from its prototype"));
+        }
+        let id = self.id();
+        // SAFETY: callers' contract; a closure of the anchored prototype, with fresh upvalues.
+        unsafe { luasnap_push_closure(L, p) };
+        // SAFETY: callers' contract; the closure on top (then popped: kept in objs).
+        unsafe {
+            self.register(L, s, id)?;
+            ffi::lua_settop(L, -2);
+        }
+        self.frames.push(Frame::Closure {
+            id,
+            next: 1,
+            n: n as c_int,
+            open: None,
+            kind: ClosureKind::Lua,
+        });
+        Ok(false)
+    }
+
+    /// Moves a closure frame on (`id`, upvalue `i` of `n` next): its next upvalue, or its end.
+    ///
+    /// # Safety
+    /// Protected context, 8 free slots; `s` this load's slots; the closure's frame on top of
+    /// the frame stack.
+    pub(super) unsafe fn advance_closure(
+        &mut self,
+        L: *mut lua_State,
+        s: Slots,
+        id: u32,
+        i: c_int,
+        n: c_int,
+        kind: ClosureKind,
+    ) -> Result<bool, Fail> {
+        if i > n {
+            // SAFETY: callers' contract; objs[id] is this closure.
+            return Ok(unsafe { self.finish(L, s, id) });
+        }
+        let Some(tag) = self.r.u8() else {
+            return Err(self.malformed("truncated"));
+        };
+        match Tag::from_u8(tag) {
+            Some(Tag::UpvalRef) => {
+                // SAFETY: callers' contract.
+                unsafe { self.shared_upvalue(L, s, id, i)? };
+                if let Some(Frame::Closure { next, .. }) = self.frames.last_mut() {
+                    *next += 1;
+                }
+                return Ok(false);
+            }
+            Some(Tag::UpvalNew) => {}
+            Some(Tag::UpvalOpen) => {
+                let Some(level) = self.r.varint() else {
+                    return Err(self.malformed("bad open upvalue"));
+                };
+                if level == 0 || level > MAX_COROUTINE_STACK {
+                    return Err(self.malformed("bad open upvalue"));
+                }
+                if let Some(Frame::Closure { open, .. }) = self.frames.last_mut() {
+                    *open = Some(level as c_int);
+                }
+            }
+            _ => {
+                // C closures have no upvalue tags: it was a value tag.
+                if kind == ClosureKind::Lua {
+                    return Err(self.malformed("expected an upvalue"));
+                }
+                self.r.pos -= 1;
+            }
+        }
+        // SAFETY: callers' contract.
+        unsafe { self.value(L, s) }
+    }
+
+    /// Upvalue `i` of closure `id` is shared (after `Tag::UpvalRef`): joined to the upvalue
+    /// the file names, of a closure read before, if that one exists and is closed.
+    ///
+    /// # Safety
+    /// Protected context, two free slots; `s` this load's slots.
+    unsafe fn shared_upvalue(
+        &mut self,
+        L: *mut lua_State,
+        s: Slots,
+        id: u32,
+        i: c_int,
+    ) -> Result<(), Fail> {
+        let (Some(other), Some(index)) = (self.r.varint(), self.r.varint()) else {
+            return Err(self.malformed("bad upvalue reference"));
+        };
+        if other >= self.next_id as u64 {
+            return Err(self.malformed("upvalue of an undefined closure"));
+        }
+        // SAFETY: callers' contract; both ids defined (checked above): [this, other].
+        let (this_p, other_p) = unsafe {
+            push_obj(L, s, id);
+            push_obj(L, s, other as u32);
+            (luasnap_proto(L, -2), luasnap_proto(L, -1))
+        };
+        // Both Lua closures, and the upvalue one the other has: Lua does not check indices.
+        // SAFETY: other_p is the prototype of a live closure (checked non-null first).
+        if other_p.is_null()
+            || this_p.is_null()
+            || index == 0
+            || index > unsafe { luasnap_proto_nupvalues(other_p) } as u64
+        {
+            // SAFETY: pops both closures.
+            unsafe { ffi::lua_settop(L, -3) };
+            return Err(self.malformed("bad shared upvalue"));
+        }
+        // Open upvalues are shared through their coroutine's slot, each closure checked
+        // (`join_open`), never by reference.
+        // SAFETY: a Lua closure at -1 with upvalue `index` (checked above).
+        if unsafe { luasnap_upval_shareable(L, -1, index as c_int) } == 0 {
+            // SAFETY: pops both closures.
+            unsafe { ffi::lua_settop(L, -3) };
+            return Err(self.malformed(
+                "a closure shares an open upvalue by reference (saves name open upvalues by their coroutine's stack slot)",
+            ));
+        }
+        // SAFETY: two Lua closures, each with the upvalue named (i is at most this closure's
+        // count, its frame's `n`, the prototype's); pops both.
+        unsafe {
+            ffi::lua_upvaluejoin(L, -2, i, -1, index as c_int);
+            ffi::lua_settop(L, -3);
+        }
+        Ok(())
+    }
+
+    /// The child on top is upvalue `i` of closure `id` (for an open upvalue, at `open`, its
+    /// coroutine): set (popped). `coroutine.wrap`'s helper takes only a coroutine.
+    ///
+    /// # Safety
+    /// Protected context, two free slots; the child on top; `s` this load's slots.
+    pub(super) unsafe fn accept_upvalue(
+        &mut self,
+        L: *mut lua_State,
+        s: Slots,
+        id: u32,
+        i: c_int,
+        open: Option<c_int>,
+        kind: ClosureKind,
+    ) -> Result<(), Fail> {
+        // SAFETY: a query of the top.
+        if kind == ClosureKind::Wrap && unsafe { ffi::lua_type(L, -1) } != ffi::LUA_TTHREAD {
+            // SAFETY: pops the child.
+            unsafe { ffi::lua_settop(L, -2) };
+            return Err(self.malformed("a coroutine.wrap function without a coroutine"));
+        }
+        // SAFETY: callers' contract: [v] -> [f, v].
+        unsafe {
+            push_obj(L, s, id);
+            ffi::lua_rotate(L, -2, 1);
+        }
+        let Some(level) = open else {
+            // SAFETY: upvalue i of the closure (i at most its count, the frame's `n`) takes
+            // the value; pops the closure.
+            unsafe {
+                ffi::lua_setupvalue(L, -2, i);
+                ffi::lua_settop(L, -2);
+            }
+            return Ok(());
+        };
+        // The child is the thread whose stack slot `level` the upvalue is: only a suspended
+        // coroutine this load builds (never the loading thread, the main thread or one that
+        // exists already: their stacks change under the load), inside the stack the file
+        // declares.
+        // SAFETY: a query of the top.
+        let co = unsafe { ffi::lua_tothread(L, -1) };
+        let inside = !co.is_null() && self.loaded_cos.get(&co).is_some_and(|c| level <= c.len);
+        if !inside {
+            // SAFETY: pops the closure and the child.
+            unsafe { ffi::lua_settop(L, -3) };
+            return Err(self.malformed("bad open upvalue"));
+        }
+        // SAFETY: callers' contract; the closure at -2, co one of `loaded_cos`.
+        let joined = unsafe { self.join_open(L, s, co, id, i, level) };
+        // SAFETY: pops the closure and the coroutine.
+        unsafe { ffi::lua_settop(L, -3) };
+        joined
+    }
+}

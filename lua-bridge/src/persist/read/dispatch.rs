@@ -1,0 +1,327 @@
+//! The loader's walk: depth first, one value at a time, with a frame on a Rust stack for each
+//! object still receiving its children, so the Lua stack stays O(1) (O(depth) for the first
+//! [`STACK_FRAMES`](super::limits::STACK_FRAMES) tables) whatever the nesting.
+//!
+//! [`Loader::value`] reads one value: a scalar or a reference is complete at once; an object
+//! with children pushes its frame. [`Loader::advance`] moves the top frame on (reads its next
+//! child, or ends it); [`Loader::accept`] hands a completed child to the frame it belongs to.
+//! Each kind's steps live in its own file; this file only dispatches on the tag or the frame.
+
+use super::batch::Stage;
+use super::csrc::{luasnap_checkstack, luasnap_gc_nofinal, luasnap_gc_stopem, luasnap_hash_seed};
+use super::ids::push_obj;
+use super::{Fail, Loader};
+use crate::persist::format::Tag;
+use crate::persist::Slots;
+use mlua_sys::{self as ffi, lua_State};
+use std::ffi::{c_int, c_void};
+
+/// An object still receiving its children, and what the next child is for.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Frame {
+    /// A table: its metatable, then keys and values in turn (`stage`: the next). `at` is the
+    /// stack index of the table, with its current key at `at + 1`; 0 for a frame deeper than
+    /// `STACK_FRAMES`, whose table is kept only in `objs` and its key in `keys[depth]`.
+    Table { id: u32, stage: Stage, at: c_int },
+    /// A closure: upvalue `next` of `n` is next. `open` is the level of the open upvalue
+    /// whose coroutine is the child being read (see `Tag::UpvalOpen`).
+    Closure {
+        id: u32,
+        next: c_int,
+        n: c_int,
+        open: Option<c_int>,
+        kind: ClosureKind,
+    },
+    /// A userdata rebuilt from bytes: its metatable (`next` 0), then user values 1..=`nuv`.
+    Userdata { id: u32, next: c_int, nuv: c_int },
+    /// An object a `__persist` function rebuilds.
+    Special { id: u32, phase: Phase },
+    /// A coroutine: its stack slots 1..=`n` (`next` is next). `errfunc` is Some for a
+    /// suspended coroutine, whose frame records follow its stack.
+    Thread {
+        id: u32,
+        next: c_int,
+        n: c_int,
+        errfunc: Option<i64>,
+    },
+}
+
+/// What a closure's upvalues are checked as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum ClosureKind {
+    /// A Lua closure: each upvalue comes with an upvalue tag.
+    Lua,
+    /// A C closure (no upvalue tags: plain values).
+    C,
+    /// `coroutine.wrap`'s helper: a C closure whose one upvalue must be a coroutine.
+    Wrap,
+}
+
+/// Where a rebuilt object (`Tag::Thunk`, `Tag::TwoPhase`) is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Phase {
+    /// Its rebuild (or, two-phase, create) function is next.
+    Rebuild { two_phase: bool },
+    /// Two-phase: its init function is next.
+    Init,
+    /// Complete.
+    Done,
+}
+
+impl Phase {
+    /// The phase after this one's function arrived.
+    fn after(self) -> Phase {
+        match self {
+            Phase::Rebuild { two_phase: true } => Phase::Init,
+            _ => Phase::Done,
+        }
+    }
+}
+
+/// Makes sure of `n` free slots on the loading thread's stack (a memory error if it cannot
+/// grow for want of memory).
+///
+/// # Safety
+/// Protected context.
+#[inline(always)]
+pub(super) unsafe fn reserve(L: *mut lua_State, n: c_int) {
+    // SAFETY: callers' contract: raises in the load's protected call if the stack cannot grow.
+    unsafe { luasnap_checkstack(L, n, c"load".as_ptr()) };
+}
+
+impl Loader<'_> {
+    /// Reads the root value and leaves it on the stack.
+    ///
+    /// # Safety
+    /// Protected context; `s` are valid absolute indices of this call's helper tables.
+    pub unsafe fn run(&mut self, L: *mut lua_State, s: Slots) -> Result<(), Fail> {
+        // SAFETY: callers' contract, for each step.
+        unsafe {
+            self.begin(L);
+            self.walk(L, s)?;
+        }
+        if self.r.remaining() != 0 {
+            return Err(self.malformed("trailing bytes after the root value"));
+        }
+        // Every suspended coroutine is complete (its frame ended), its open upvalues
+        // checked: they may run from now on (the initializers below may resume them).
+        self.release_threads()?;
+        // SAFETY: callers' contract, for each step.
+        unsafe {
+            self.recheck_finalizers(L, s)?;
+            self.run_inits(L, s)?;
+            self.unhook_threads();
+        }
+        Ok(())
+    }
+
+    /// Sets the load's collector flags and reads the VM's hash seed.
+    ///
+    /// # Safety
+    /// Protected context.
+    unsafe fn begin(&mut self, L: *mut lua_State) {
+        // No emergency collection while prototypes are looked up by raw pointer (the caller
+        // allows them again when the load ends, whatever its outcome).
+        // SAFETY: sets a flag of the global state (callers' contract).
+        unsafe { luasnap_gc_stopem(L, 1) };
+        // SAFETY: reads the global state's seed.
+        self.seed = unsafe { luasnap_hash_seed(L) };
+        if !self.opts.finalizers {
+            // No finalizer from anything the load runs (see luasnap_gc_nofinal); the caller
+            // unmarks it after the load (`nofinal_marked`).
+            // SAFETY: sets one bit of the global state.
+            self.nofinal_marked = unsafe { luasnap_gc_nofinal(L, 1) } == 0;
+        }
+    }
+
+    /// Reads the root value, with everything in it: each completed child goes to its parent
+    /// frame until no frame is left.
+    ///
+    /// # Safety
+    /// As [`Loader::run`].
+    unsafe fn walk(&mut self, L: *mut lua_State, s: Slots) -> Result<(), Fail> {
+        // SAFETY: callers' contract, for each step.
+        unsafe {
+            let mut ready = self.value(L, s)?;
+            loop {
+                if ready {
+                    // A completed child is on top: hand it to its parent.
+                    match self.frames.len() {
+                        0 => break,
+                        _ => self.accept(L, s)?,
+                    }
+                }
+                ready = match self.frames.len() {
+                    0 => break,
+                    _ => self.advance(L, s)?,
+                };
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads one value. Returns true if it is complete on top of the stack, false if a frame
+    /// was pushed that will leave it there when done.
+    ///
+    /// # Safety
+    /// As [`Loader::run`].
+    pub(super) unsafe fn value(&mut self, L: *mut lua_State, s: Slots) -> Result<bool, Fail> {
+        // Every kind's step below pushes at most this many values.
+        // SAFETY: callers' contract.
+        unsafe { reserve(L, 8) };
+        let Some(tag) = self.r.u8() else {
+            return Err(self.malformed("truncated"));
+        };
+        let Some(tag) = Tag::from_u8(tag) else {
+            return Err(self.malformed(&format!("unknown tag {tag}")));
+        };
+        // SAFETY: protected context, `s` this load's slots (callers' contract) and 8 free
+        // slots (reserved above): what each kind's step requires.
+        unsafe {
+            match tag {
+                Tag::Nil | Tag::False | Tag::True | Tag::Int | Tag::Float | Tag::Light => {
+                    self.scalar(L, tag)?
+                }
+                Tag::Str => self.string(L, s)?,
+                Tag::StrRef => self.string_ref(L, s)?,
+                Tag::Ref => self.reference(L, s)?,
+                Tag::Perm => self.permanent(L, s)?,
+                Tag::UdPlain => self.plain_userdata(L, s)?,
+                Tag::MainThread => self.main_thread(L, s)?,
+                Tag::Table => return self.table(L, s),
+                Tag::LClosure => return self.lclosure(L, s),
+                Tag::CClosure => return self.cclosure(L, s),
+                Tag::UdBytes => return self.userdata(L, s),
+                Tag::Thunk | Tag::TwoPhase => return Ok(self.special(tag == Tag::TwoPhase)),
+                Tag::Thread => return self.thread(L, s),
+                Tag::Layout => {
+                    return Err(self.malformed("a table layout where a value belongs"));
+                }
+                Tag::UpvalNew | Tag::UpvalRef | Tag::UpvalOpen => {
+                    return Err(self.malformed("upvalue outside a closure"));
+                }
+            }
+        }
+        Ok(true)
+    }
+
+    /// A value without children (nil, a boolean, a number, a light userdata), whose tag
+    /// `tag` was just read: pushed.
+    ///
+    /// # Safety
+    /// A free slot (the pushes do not allocate).
+    unsafe fn scalar(&mut self, L: *mut lua_State, tag: Tag) -> Result<(), Fail> {
+        // SAFETY: a free slot (callers' contract); each arm pushes one value, which does not
+        // allocate.
+        unsafe {
+            match tag {
+                Tag::Nil => ffi::lua_pushnil(L),
+                Tag::False => ffi::lua_pushboolean(L, 0),
+                Tag::True => ffi::lua_pushboolean(L, 1),
+                Tag::Int => match self.r.i64() {
+                    Some(v) => ffi::lua_pushinteger(L, v),
+                    None => return Err(self.malformed("bad integer")),
+                },
+                Tag::Float => match self.r.u64() {
+                    Some(v) => ffi::lua_pushnumber(L, f64::from_bits(v)),
+                    None => return Err(self.malformed("bad float")),
+                },
+                Tag::Light => match self.r.u64() {
+                    Some(v) => ffi::lua_pushlightuserdata(L, v as usize as *mut c_void),
+                    None => return Err(self.malformed("bad light userdata")),
+                },
+                _ => unreachable!("not a scalar's tag: {tag:?}"),
+            }
+        }
+        Ok(())
+    }
+
+    /// Moves the top frame on: reads its next child. Returns whether a value is complete on top
+    /// (a child value, or this frame's own object when it finished).
+    ///
+    /// # Safety
+    /// As [`Loader::run`]; a frame on the frame stack.
+    unsafe fn advance(&mut self, L: *mut lua_State, s: Slots) -> Result<bool, Fail> {
+        let frame = *self.frames.last().expect("non-empty");
+        // SAFETY: callers' contract: what each kind's step requires.
+        unsafe {
+            match frame {
+                Frame::Table { id, stage, at } => self.advance_table(L, s, id, stage, at),
+                Frame::Closure {
+                    id, next, n, kind, ..
+                } => self.advance_closure(L, s, id, next, n, kind),
+                Frame::Userdata { id, next, nuv } if next > nuv => Ok(self.finish(L, s, id)),
+                Frame::Special {
+                    id,
+                    phase: Phase::Done,
+                } => Ok(self.finish(L, s, id)),
+                Frame::Userdata { .. } | Frame::Special { .. } => self.value(L, s),
+                Frame::Thread {
+                    id,
+                    next,
+                    n,
+                    errfunc,
+                } => self.advance_thread(L, s, id, next, n, errfunc),
+            }
+        }
+    }
+
+    /// The value on top is the next child of the top frame: put it in place (popped). The
+    /// frame moves on first; each kind's step gets what the child is for.
+    ///
+    /// # Safety
+    /// As [`Loader::run`]; the child on top, a frame on the frame stack.
+    unsafe fn accept(&mut self, L: *mut lua_State, s: Slots) -> Result<(), Fail> {
+        let depth = self.frames.len();
+        let frame = self.move_on();
+        // SAFETY: callers' contract: what each kind's step requires.
+        unsafe {
+            match frame {
+                Frame::Table { id, stage, at } => self.accept_table(L, s, id, stage, at, depth),
+                Frame::Closure {
+                    id,
+                    next,
+                    open,
+                    kind,
+                    ..
+                } => self.accept_upvalue(L, s, id, next, open, kind),
+                Frame::Userdata { id, next, .. } => self.accept_user_value(L, s, id, next),
+                Frame::Special { id, phase } => self.accept_special(L, s, id, phase),
+                Frame::Thread { id, next, .. } => self.accept_slot(L, s, id, next),
+            }
+        }
+    }
+
+    /// Moves the top frame past the child that just arrived; returns the frame as it was
+    /// (what the child is for).
+    fn move_on(&mut self) -> Frame {
+        let top = self.frames.last_mut().expect("non-empty");
+        let was = *top;
+        match top {
+            Frame::Table { stage, .. } => *stage = stage.after(),
+            Frame::Closure { next, open, .. } => {
+                *next += 1;
+                *open = None;
+            }
+            Frame::Userdata { next, .. } | Frame::Thread { next, .. } => *next += 1,
+            Frame::Special { phase, .. } => *phase = phase.after(),
+        }
+        was
+    }
+
+    /// Pops the finished frame and pushes its object.
+    ///
+    /// # Safety
+    /// Protected context and a free slot; object `id` is defined (every frame's object is
+    /// registered when its frame is pushed, or, rebuilt, before its frame ends).
+    pub(super) unsafe fn finish(&mut self, L: *mut lua_State, s: Slots, id: u32) -> bool {
+        self.frames.pop();
+        // SAFETY: callers' contract: clears the frame's key slot (keys[depth]), pushes objs[id].
+        unsafe {
+            ffi::lua_pushnil(L);
+            ffi::lua_rawseti(L, s.keys, self.frames.len() as ffi::lua_Integer + 1);
+            push_obj(L, s, id);
+        }
+        true
+    }
+}

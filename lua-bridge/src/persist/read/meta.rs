@@ -1,0 +1,216 @@
+//! Metatables of loaded tables and userdata, and the finalizers they bring.
+//!
+//! A metatable with `__gc` makes its object finalizable, and the collector runs finalizers
+//! whenever it likes, outside the load's instruction budget and constructor rules: loads that
+//! refuse finalizers (foreign ones by default, see [`LoadOptions::finalizers`]) refuse such a
+//! metatable, at once or, for one that got its `__gc` later in the load, when the load ends.
+//! A userdata rebuilt from the file's bytes never gets a C library's metatable, whose
+//! functions would trust those bytes as their own struct.
+//!
+//! [`LoadOptions::finalizers`]: crate::persist::LoadOptions::finalizers
+
+use super::csrc::{luasnap_gc_nofinal, luasnap_recheck_finalizer};
+use super::ids::push_obj;
+use super::{Fail, Loader};
+use crate::persist::Slots;
+use mlua_sys::{self as ffi, lua_State};
+use std::ffi::c_int;
+
+/// Why a load refused a metatable with `__gc` (see [`LoadOptions::finalizers`]).
+///
+/// [`LoadOptions::finalizers`]: crate::persist::LoadOptions::finalizers
+pub(super) const NO_FINALIZERS: &str = "the save-game gives an object a finalizer (a metatable with __gc), which the collector would run after the load, outside its instruction budget and constructor rules; foreign loads refuse them: if you trust the file, load it as your own (Trust::Own) or set LoadOptions::finalizers";
+
+/// Why a userdata rebuilt from the file's bytes may not take a C library's metatable.
+const LIBRARY_METATABLE: &str = "a userdata rebuilt from bytes with the metatable of a C library's type (luaL_newmetatable: io's FILE*, say); that library's functions and __gc would trust the forged bytes as its own struct (a file handle's close function pointer, for one)";
+
+/// Whether the table on top has a raw `__gc` field (the metatable about to be set).
+///
+/// # Safety
+/// Protected context, a table on top and a free slot.
+unsafe fn has_gc(L: *mut lua_State) -> bool {
+    // SAFETY: raw access on the table on top; pushes and pops one value ("__gc" is one of
+    // Lua's fixed strings, so pushing it finds it without allocating).
+    unsafe {
+        ffi::lua_pushstring(L, c"__gc".as_ptr());
+        let found = ffi::lua_rawget(L, -2) != ffi::LUA_TNIL;
+        ffi::lua_settop(L, -2);
+        found
+    }
+}
+
+/// Whether the table on top is a metatable a C library registered for its userdata
+/// (`luaL_newmetatable`: `registry[mt.__name] == mt`). Such a library finds its userdata by
+/// that metatable (`luaL_checkudata`) and trusts their payload, so a userdata whose bytes
+/// come from a file must not get it.
+///
+/// # Safety
+/// Protected context, a table on top and two free slots.
+unsafe fn library_metatable(L: *mut lua_State) -> bool {
+    // SAFETY: raw reads; pushes and pops two values ("__name" is a short string: pushing
+    // it may allocate, which the protected context allows).
+    unsafe {
+        ffi::lua_pushstring(L, c"__name".as_ptr());
+        if ffi::lua_rawget(L, -2) != ffi::LUA_TSTRING {
+            ffi::lua_settop(L, -2);
+            return false;
+        }
+        ffi::lua_rawget(L, ffi::LUA_REGISTRYINDEX);
+        let same = ffi::lua_rawequal(L, -1, -2) != 0;
+        ffi::lua_settop(L, -2);
+        same
+    }
+}
+
+impl Loader<'_> {
+    /// Whether a metatable with `__gc` fails the load (see [`LoadOptions::finalizers`]; with
+    /// `inert_finalizers` the whole load runs marked as one without new finalizers instead).
+    ///
+    /// [`LoadOptions::finalizers`]: crate::persist::LoadOptions::finalizers
+    pub(super) fn refuses_finalizers(&self) -> bool {
+        !self.opts.finalizers && !self.opts.inert_finalizers
+    }
+
+    /// Checks the value on top (left there) as the metatable of object `id`, a userdata
+    /// rebuilt from bytes if `userdata`: nil, or a table without `__gc` if the load refuses
+    /// finalizers and, for such a userdata, not a C library's. A table without `__gc` yet
+    /// puts the object on `late_meta`, checked again when the load ends.
+    ///
+    /// # Safety
+    /// Protected context, two free slots.
+    unsafe fn check_metatable(
+        &mut self,
+        L: *mut lua_State,
+        id: u32,
+        userdata: bool,
+    ) -> Result<(), Fail> {
+        // SAFETY: a query of the top.
+        let t = unsafe { ffi::lua_type(L, -1) };
+        if t != ffi::LUA_TTABLE && t != ffi::LUA_TNIL {
+            return Err(self.malformed("a metatable must be a table"));
+        }
+        if t == ffi::LUA_TNIL {
+            return Ok(());
+        }
+        // SAFETY: callers' contract; a table on top.
+        if self.refuses_finalizers() && unsafe { has_gc(L) } {
+            return Err(self.fail(NO_FINALIZERS));
+        }
+        // SAFETY: as above.
+        if userdata && unsafe { library_metatable(L) } {
+            return Err(self.malformed(LIBRARY_METATABLE));
+        }
+        // SAFETY: as above.
+        if !unsafe { has_gc(L) } {
+            self.late_meta.push(id); // (see `late_meta`)
+        }
+        Ok(())
+    }
+
+    /// The metatable of the table `id` (at `at`, or in objs only if `at` is 0) is on top:
+    /// checked, then set (popped).
+    ///
+    /// # Safety
+    /// Protected context, two free slots; `s` this load's slots.
+    pub(super) unsafe fn table_metatable(
+        &mut self,
+        L: *mut lua_State,
+        s: Slots,
+        id: u32,
+        at: c_int,
+    ) -> Result<(), Fail> {
+        // SAFETY: callers' contract.
+        if let Err(e) = unsafe { self.check_metatable(L, id, false) } {
+            // SAFETY: pops the metatable.
+            unsafe { ffi::lua_settop(L, -2) };
+            return Err(e);
+        }
+        if at > 0 {
+            // SAFETY: the table is at `at` (see table.rs); pops the checked metatable.
+            unsafe { ffi::lua_setmetatable(L, at) };
+        } else {
+            // SAFETY: [mt] -> [t, mt], the metatable set, both popped (a free slot).
+            unsafe {
+                push_obj(L, s, id);
+                ffi::lua_rotate(L, -2, 1);
+                ffi::lua_setmetatable(L, -2);
+                ffi::lua_settop(L, -2);
+            }
+        }
+        Ok(())
+    }
+
+    /// The metatable of the userdata `id` is at -1, the userdata at -2: checked, then set
+    /// (the metatable popped).
+    ///
+    /// # Safety
+    /// Protected context, two free slots.
+    pub(super) unsafe fn userdata_metatable(
+        &mut self,
+        L: *mut lua_State,
+        id: u32,
+    ) -> Result<(), Fail> {
+        // SAFETY: callers' contract.
+        if let Err(e) = unsafe { self.check_metatable(L, id, true) } {
+            // SAFETY: pops the metatable and the userdata.
+            unsafe { ffi::lua_settop(L, -3) };
+            return Err(e);
+        }
+        // SAFETY: the userdata at -2 (callers' contract); pops the checked metatable.
+        unsafe { ffi::lua_setmetatable(L, -2) };
+        Ok(())
+    }
+
+    /// Objects whose metatable got its `__gc` after it was set are marked for finalization
+    /// now, as `setmetatable` would have on the complete metatable (a no-op for those already
+    /// marked, and while no finalizers are allowed); a load that refuses finalizers refuses
+    /// them, as it refuses a `__gc` seen at once.
+    ///
+    /// # Safety
+    /// Protected context, three free slots; `s` this load's slots; the walk is over.
+    pub(super) unsafe fn recheck_finalizers(
+        &mut self,
+        L: *mut lua_State,
+        s: Slots,
+    ) -> Result<(), Fail> {
+        for i in 0..self.late_meta.len() {
+            // SAFETY: callers' contract; late_meta holds ids of objects read.
+            unsafe { push_obj(L, s, self.late_meta[i]) };
+            if self.refuses_finalizers() {
+                // SAFETY: the object on top; its metatable (if any) pushed, checked, popped.
+                let gc = unsafe {
+                    ffi::lua_getmetatable(L, -1) != 0 && {
+                        let gc = has_gc(L);
+                        ffi::lua_settop(L, -2);
+                        gc
+                    }
+                };
+                if gc {
+                    // SAFETY: pops the object.
+                    unsafe { ffi::lua_settop(L, -2) };
+                    return Err(self.fail(NO_FINALIZERS));
+                }
+            } else {
+                // SAFETY: the object on top, as luasnap_recheck_finalizer expects.
+                unsafe { luasnap_recheck_finalizer(L) };
+            }
+            // SAFETY: pops the object.
+            unsafe { ffi::lua_settop(L, -2) };
+        }
+        Ok(())
+    }
+
+    /// Unmarks the state this load marked as one without new finalizers; returns whether it
+    /// did (the collector must then be restarted, if it ran before: `lua_gc` ignored it).
+    ///
+    /// # Safety
+    /// `L` is a thread of the VM the load ran in, the load over.
+    pub(crate) unsafe fn end_nofinal(&mut self, L: *mut lua_State) -> bool {
+        let marked = std::mem::take(&mut self.nofinal_marked);
+        if marked {
+            // SAFETY: clears one bit of the global state.
+            unsafe { luasnap_gc_nofinal(L, 0) };
+        }
+        marked
+    }
+}

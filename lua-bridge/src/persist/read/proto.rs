@@ -1,0 +1,486 @@
+//! Prototypes and the chunks they come from (format 4 on; see `format`'s module doc).
+//!
+//! A Lua closure names its prototype by index; the first occurrence gives its fingerprint
+//! and where it lives: a chunk (by a path of child indices from the chunk's main prototype)
+//! or nowhere (detached). A prototype is found, never trusted: in a chunk the VM already has
+//! (the identical text), compiled from the text the file brings (own loads only), by its
+//! fingerprint among the VM's live prototypes, or, for own loads that allow it, from the
+//! file's bytecode; each is checked against the fingerprint the file gives.
+//!
+//! Invariant: every prototype in `protos` is anchored (its closure in the `protos` table) for
+//! the whole load, so the raw pointers stay valid while Lua code run by the load collects.
+
+use super::csrc::{
+    luasnap_chunk_find, luasnap_chunks_each_proto, luasnap_each_proto, luasnap_loadstring,
+    luasnap_proto, luasnap_proto_child, luasnap_proto_hash, luasnap_proto_tree,
+    luasnap_push_closure, ProtoVisitor,
+};
+use super::dispatch::reserve;
+use super::limits::MAX_PATH;
+use super::{Fail, Loader};
+use crate::persist::{Slots, Trust};
+use mlua_sys::{self as ffi, lua_State};
+use std::collections::HashMap;
+use std::ffi::{c_int, c_void};
+
+/// A chunk a file names (format 4).
+pub(super) struct LoadedChunk {
+    /// Its name, for messages.
+    name: String,
+    /// Its main prototype in this VM (reused or compiled), or None: its functions are matched
+    /// by fingerprint (foreign loads, files without code).
+    main: Option<*const c_void>,
+    /// Whether the file brought its code.
+    brought_code: bool,
+}
+
+/// Calls `f(q, ud)` for `p` and every prototype nested in it.
+///
+/// # Safety
+/// `p` is a live prototype.
+pub(crate) unsafe fn proto_tree(p: *const c_void, f: ProtoVisitor, ud: *mut c_void) {
+    // SAFETY: callers' contract.
+    unsafe { luasnap_proto_tree(p, f, ud) };
+}
+
+/// Adds a prototype to the fingerprint index `ud` (the first one wins).
+///
+/// # Safety
+/// `p` a live prototype; `ud` a `HashMap<u64, *const c_void>` borrowed for the walk.
+unsafe extern "C" fn collect_proto(p: *const c_void, ud: *mut c_void) {
+    // SAFETY: ud is the index being built; p is a live prototype (collector stopped).
+    unsafe {
+        let index = &mut *(ud as *mut HashMap<u64, *const c_void>);
+        index.entry(luasnap_proto_hash(p)).or_insert(p);
+    }
+}
+
+/// A bytecode chunk for `lua_load`, handed over in one piece.
+struct ChunkReader<'b> {
+    data: &'b [u8],
+    done: bool,
+}
+
+/// `lua_Reader` over a [`ChunkReader`]: its bytes once, then the end.
+///
+/// # Safety
+/// `ud` a `ChunkReader` alive for the `lua_load` call; `size` writable.
+unsafe extern "C-unwind" fn chunk_reader(
+    _L: *mut lua_State,
+    ud: *mut c_void,
+    size: *mut usize,
+) -> *const std::ffi::c_char {
+    // SAFETY: ud is a ChunkReader alive for the lua_load call; size is Lua's out-parameter.
+    unsafe {
+        let r = &mut *(ud as *mut ChunkReader<'_>);
+        if r.done {
+            *size = 0;
+            return std::ptr::null();
+        }
+        r.done = true;
+        *size = r.data.len();
+        r.data.as_ptr().cast()
+    }
+}
+
+impl Loader<'_> {
+    /// The prototype a closure names (its index next; its record follows at its first
+    /// occurrence), found or compiled and checked against its fingerprint.
+    ///
+    /// # Safety
+    /// Protected context; `s` this load's slots.
+    pub(super) unsafe fn proto(
+        &mut self,
+        L: *mut lua_State,
+        s: Slots,
+    ) -> Result<*const c_void, Fail> {
+        let Some(index) = self.r.varint() else {
+            return Err(self.malformed("bad prototype"));
+        };
+        if (index as usize) < self.protos.len() {
+            return Ok(self.protos[index as usize]);
+        }
+        if index as usize != self.protos.len() {
+            return Err(self.malformed("prototypes out of order"));
+        }
+        if self.format < 4 {
+            let (Some(hash), Some(src), Some(line), Some(code)) = (
+                self.r.u64(),
+                self.r.bytes(),
+                self.r.varint(),
+                self.r.bytes(),
+            ) else {
+                return Err(self.malformed("bad prototype"));
+            };
+            // SAFETY: callers' contract.
+            return unsafe { self.detached(L, s, hash, src, line, code) };
+        }
+        let (Some(hash), Some(line), Some(home)) = (self.r.u64(), self.r.varint(), self.r.varint())
+        else {
+            return Err(self.malformed("bad prototype"));
+        };
+        if home == 0 {
+            let (Some(src), Some(code)) = (self.r.bytes(), self.r.bytes()) else {
+                return Err(self.malformed("bad prototype"));
+            };
+            // SAFETY: callers' contract.
+            return unsafe { self.detached(L, s, hash, src, line, code) };
+        }
+        // SAFETY: callers' contract.
+        unsafe { self.in_chunk(L, s, hash, line, (home - 1) as usize) }
+    }
+
+    /// A prototype of chunk `c` (its definition next if it is the next chunk, then the path),
+    /// with fingerprint `hash` and defined at `line`.
+    ///
+    /// # Safety
+    /// As [`Loader::proto`].
+    unsafe fn in_chunk(
+        &mut self,
+        L: *mut lua_State,
+        s: Slots,
+        hash: u64,
+        line: u64,
+        c: usize,
+    ) -> Result<*const c_void, Fail> {
+        if c > self.chunks.len() {
+            return Err(self.malformed("chunks out of order"));
+        }
+        if c == self.chunks.len() {
+            // SAFETY: callers' contract.
+            let chunk = unsafe { self.chunk(L, s)? };
+            self.chunks.push(chunk);
+        }
+        let Some(depth) = self.r.varint().filter(|&d| d <= MAX_PATH) else {
+            return Err(self.malformed("bad prototype path"));
+        };
+        let Some(main) = self.chunks[c].main else {
+            // No code to use: the function's fingerprint names it.
+            for _ in 0..depth {
+                if self.r.varint().is_none() {
+                    return Err(self.malformed("bad prototype path"));
+                }
+            }
+            // SAFETY: callers' contract.
+            let found = unsafe { self.by_fingerprint(L, s, hash)? };
+            let brought = self.chunks[c].brought_code;
+            let name = self.chunks[c].name.clone();
+            return match found {
+                Some(p) => Ok(p),
+                None if brought => Err(self.fail(format!(
+                    "the function defined at {name}:{line} is not among the chunks this VM has loaded; the save-game brings that chunk's code, which only an own-trust load compiles (Trust::Own, or eris.settings(\"trust\", \"own\"))"
+                ))),
+                None => Err(self.fail(format!(
+                    "the function defined at {name}:{line} is not among the chunks this VM has loaded (or its code changed), and the save-game has no code for it; load the same game code before loading the save"
+                ))),
+            };
+        };
+        let p = self.by_path(main, depth, c, line)?;
+        // SAFETY: p is a live prototype (its chunk is anchored for the load).
+        if unsafe { luasnap_proto_hash(p) } != hash {
+            let name = self.chunks[c].name.clone();
+            return Err(self.fail(format!(
+                "chunk {name} compiles to a different prototype tree than the save-game says (the function defined at line {line} differs); the save was written by another Lua build or altered"
+            )));
+        }
+        self.protos.push(p);
+        Ok(p)
+    }
+
+    /// Follows the path of `depth` child indices (next) from chunk `c`'s main prototype.
+    fn by_path(
+        &mut self,
+        mut p: *const c_void,
+        depth: u64,
+        c: usize,
+        line: u64,
+    ) -> Result<*const c_void, Fail> {
+        for _ in 0..depth {
+            let Some(i) = self.r.varint() else {
+                return Err(self.malformed("bad prototype path"));
+            };
+            // SAFETY: p is a live prototype (its chunk is anchored for the load); the C side
+            // checks the index against its children.
+            let child = unsafe { luasnap_proto_child(p, i.min(c_int::MAX as u64) as c_int) };
+            if child.is_null() {
+                let name = self.chunks[c].name.clone();
+                return Err(self.fail(format!(
+                    "chunk {name} has no function at the position the save-game gives (the function defined at line {line}); the save does not match its code"
+                )));
+            }
+            p = child;
+        }
+        Ok(p)
+    }
+
+    /// Reads a chunk's first occurrence (after its home) and finds or compiles it.
+    ///
+    /// # Safety
+    /// As [`Loader::proto`].
+    unsafe fn chunk(&mut self, L: *mut lua_State, s: Slots) -> Result<LoadedChunk, Fail> {
+        let (Some(kind), Some(name), Some(main_hash), Some(code)) =
+            (self.r.u8(), self.r.bytes(), self.r.u64(), self.r.bytes())
+        else {
+            return Err(self.malformed("bad chunk"));
+        };
+        if kind > 1 {
+            return Err(self.malformed("bad chunk kind"));
+        }
+        let shown = || String::from_utf8_lossy(name).into_owned();
+        if code.is_empty() || self.opts.trust == Trust::Foreign {
+            return Ok(LoadedChunk {
+                name: shown(),
+                main: None,
+                brought_code: !code.is_empty(),
+            });
+        }
+        if kind == 1 && !(self.opts.trust == Trust::Own && self.opts.bytecode) {
+            return Err(self.fail(format!(
+                "chunk {} was loaded as binary (string.dump output): its bytecode is loaded only by own-trust loads that allow it (LoadOptions::bytecode)",
+                shown()
+            )));
+        }
+        let key = -(self.chunks.len() as ffi::lua_Integer) - 1;
+        // SAFETY: callers' contract.
+        match unsafe { find_or_compile(L, s, key, kind, name, main_hash, code) } {
+            Ok(p) => Ok(LoadedChunk {
+                name: shown(),
+                main: Some(p),
+                brought_code: true,
+            }),
+            Err(Compiled::Error) => {
+                // SAFETY: the compiler's message is on top, above the name and code.
+                let msg = unsafe { pop_compile_error(L) };
+                Err(self.fail(format!(
+                    "chunk {} in the save-game does not compile: {msg}",
+                    shown()
+                )))
+            }
+            Err(Compiled::Differs) => Err(self.fail(format!(
+                "chunk {} compiles to a different prototype tree than the save-game's fingerprint says; the save was written by another Lua build or altered",
+                shown()
+            ))),
+        }
+    }
+
+    /// A prototype outside every chunk (or from a format 1-3 file): the file's bytecode if
+    /// the load trusts it, else the live prototype with that fingerprint.
+    ///
+    /// # Safety
+    /// As [`Loader::proto`].
+    unsafe fn detached(
+        &mut self,
+        L: *mut lua_State,
+        s: Slots,
+        hash: u64,
+        src: &[u8],
+        line: u64,
+        code: &[u8],
+    ) -> Result<*const c_void, Fail> {
+        if self.trusted_bytecode && !code.is_empty() {
+            // SAFETY: callers' contract.
+            return unsafe { self.trusted(L, s, hash, code) };
+        }
+        // SAFETY: callers' contract.
+        match unsafe { self.by_fingerprint(L, s, hash)? } {
+            Some(p) => Ok(p),
+            None => {
+                let src = String::from_utf8_lossy(src).into_owned();
+                let hint = if code.is_empty() || self.opts.trust == Trust::Foreign {
+                    "load the same game code before loading the save"
+                } else {
+                    "the save-game brings its bytecode, which only own-trust loads that allow it (LoadOptions::bytecode) use"
+                };
+                Err(self.fail(format!(
+                    "the function defined at {src}:{line} is not among the chunks this VM has loaded (or its code changed); {hint}"
+                )))
+            }
+        }
+    }
+
+    /// Loads the file's bytecode `code` for a detached prototype with fingerprint `hash`:
+    /// only for files the caller vouches for (Lua has no bytecode verifier).
+    ///
+    /// # Safety
+    /// As [`Loader::proto`]; the load trusts the file's bytecode (`trusted_bytecode`).
+    unsafe fn trusted(
+        &mut self,
+        L: *mut lua_State,
+        s: Slots,
+        hash: u64,
+        code: &[u8],
+    ) -> Result<*const c_void, Fail> {
+        let mut cr = ChunkReader {
+            data: code,
+            done: false,
+        };
+        // SAFETY: protected context; lua_load in binary mode on bytes from a trusted file
+        // (callers' contract), read through `cr`, alive for the call.
+        let st = unsafe {
+            ffi::lua_load(
+                L,
+                chunk_reader,
+                (&mut cr as *mut ChunkReader<'_>).cast(),
+                c"=(save-game)".as_ptr(),
+                c"b".as_ptr(),
+            )
+        };
+        if st != ffi::LUA_OK {
+            // SAFETY: pops the message.
+            unsafe { ffi::lua_settop(L, -2) };
+            return Err(self.fail("the save-game's bytecode does not load in this Lua"));
+        }
+        // SAFETY: the loaded closure on top: its prototype, anchored in protos (popped).
+        let p = unsafe {
+            let p = luasnap_proto(L, -1);
+            ffi::lua_rawseti(L, s.protos, self.protos.len() as ffi::lua_Integer + 1);
+            p
+        };
+        // SAFETY: p is alive, anchored above.
+        if unsafe { luasnap_proto_hash(p) } != hash {
+            return Err(self.malformed("bytecode does not match its fingerprint"));
+        }
+        self.protos.push(p);
+        Ok(p)
+    }
+
+    /// The live prototype with fingerprint `hash`, anchored for the load and listed, or None.
+    ///
+    /// # Safety
+    /// As [`Loader::proto`].
+    unsafe fn by_fingerprint(
+        &mut self,
+        L: *mut lua_State,
+        s: Slots,
+        hash: u64,
+    ) -> Result<Option<*const c_void>, Fail> {
+        if self.index.is_none() {
+            // The prototypes of every chunk the VM compiled (anchored in the registry).
+            let mut index = HashMap::new();
+            let ud = (&mut index as *mut HashMap<u64, *const c_void>).cast();
+            // SAFETY: reads the anchored chunks; the collector is stopped for the load.
+            unsafe { luasnap_chunks_each_proto(L, collect_proto, ud) };
+            self.index = Some(index);
+        }
+        let mut found = self.index.as_ref().and_then(|i| i.get(&hash).copied());
+        if found.is_none() && !self.full_index {
+            // Not in an anchored chunk (compiled by other means): every prototype alive.
+            self.full_index = true;
+            let index = self.index.get_or_insert_with(HashMap::new);
+            let ud = (index as *mut HashMap<u64, *const c_void>).cast();
+            // SAFETY: the collector is stopped for the whole load.
+            unsafe { luasnap_each_proto(L, collect_proto, ud) };
+            found = self.index.as_ref().and_then(|i| i.get(&hash).copied());
+        }
+        if let Some(p) = found {
+            // Anchor it for the whole load: found by raw pointer, it may belong to no chunk
+            // the registry keeps, and Lua code run by the load (or a collection it finishes)
+            // could otherwise free it under a closure.
+            // SAFETY: protected context; emergency collections are stopped and no Lua code ran
+            // since the index was built, so p is alive.
+            unsafe {
+                luasnap_push_closure(L, p);
+                ffi::lua_rawseti(L, s.protos, self.protos.len() as ffi::lua_Integer + 1);
+            }
+            self.protos.push(p);
+        }
+        Ok(found)
+    }
+}
+
+/// Why a chunk's code was not used.
+enum Compiled {
+    /// It does not compile: the message is on top, above the chunk name and code.
+    Error,
+    /// It compiles to another prototype tree than the fingerprint says.
+    Differs,
+}
+
+/// The main prototype of the chunk (text or binary `kind`, named `name`, fingerprint
+/// `main_hash`, code `code`): the identical chunk live in this VM (shared prototypes, no
+/// compile), or `code` compiled. Anchored at `protos[key]` either way.
+///
+/// No Rust value with a destructor is alive across the calls (they may raise a memory
+/// error): the name and code are slices of the file, the outcome plain data.
+///
+/// # Safety
+/// Protected context; `s` this load's slots; `kind` 0 or 1 (bytecode only for own loads that
+/// allow it).
+unsafe fn find_or_compile(
+    L: *mut lua_State,
+    s: Slots,
+    key: ffi::lua_Integer,
+    kind: u8,
+    name: &[u8],
+    main_hash: u64,
+    code: &[u8],
+) -> Result<*const c_void, Compiled> {
+    // SAFETY: protected context (callers' contract); the name and code are slices of the
+    // body, read by the C side for the call.
+    let found = unsafe {
+        luasnap_chunk_find(
+            L,
+            main_hash,
+            code.as_ptr().cast(),
+            code.len(),
+            name.as_ptr().cast(),
+            name.len(),
+        )
+    };
+    if !found.is_null() {
+        // SAFETY: a live main prototype: its closure anchored at protos[key].
+        unsafe {
+            luasnap_push_closure(L, found);
+            ffi::lua_rawseti(L, s.protos, key);
+        }
+        return Ok(found);
+    }
+    // [name, code]: the chunk name as a C string (a name with a NUL byte compiles under a
+    // shorter name, so its fingerprint differs and it is refused).
+    // SAFETY: protected context; room made for the name, the code and the result; the
+    // compiler leaves the main closure or its message on top.
+    let st = unsafe {
+        reserve(L, 4);
+        ffi::lua_pushlstring(L, name.as_ptr().cast(), name.len());
+        ffi::lua_pushlstring(L, code.as_ptr().cast(), code.len());
+        let cname = ffi::lua_tolstring(L, -2, std::ptr::null_mut());
+        let mode = if kind == 1 { c"b" } else { c"t" };
+        luasnap_loadstring(L, -1, cname, mode.as_ptr())
+    };
+    if st != ffi::LUA_OK {
+        // [name, code, message]: the message is read by the caller, then popped.
+        return Err(Compiled::Error);
+    }
+    // SAFETY: the compiled main closure on top: its prototype, the closure anchored at
+    // protos[key], the name and code popped.
+    let p = unsafe {
+        let p = luasnap_proto(L, -1);
+        ffi::lua_rawseti(L, s.protos, key);
+        ffi::lua_settop(L, -3);
+        p
+    };
+    // SAFETY: p is alive (anchored above).
+    if p.is_null() || unsafe { luasnap_proto_hash(p) } != main_hash {
+        return Err(Compiled::Differs);
+    }
+    Ok(p)
+}
+
+/// The compiler's message on top (above the chunk's name and code), popped with them.
+///
+/// # Safety
+/// The message on top, above the name and code.
+unsafe fn pop_compile_error(L: *mut lua_State) -> String {
+    // SAFETY: reads the message without conversion (a string, or nothing), then pops three.
+    unsafe {
+        let mut len = 0;
+        let m = ffi::lua_tolstring(L, -1, &mut len);
+        let msg = if m.is_null() {
+            String::new()
+        } else {
+            String::from_utf8_lossy(std::slice::from_raw_parts(m.cast::<u8>(), len)).into_owned()
+        };
+        ffi::lua_settop(L, -4);
+        msg
+    }
+}
