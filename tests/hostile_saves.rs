@@ -7,7 +7,7 @@
 //! (`in_child`): the test fails, rather than the whole suite dying, if one comes back.
 
 use luasnap::bridge::persist::forge::{self, cist, FrameRec, Node, Proto, Upval};
-use luasnap::bridge::persist::{body_of, LoadOptions, Trust};
+use luasnap::bridge::persist::{body_of, seal_body, LoadOptions, Trust};
 use luasnap::bridge::{PlainData, Value, Vm};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -403,6 +403,44 @@ fn registered_constructors_rebuild_foreign_saves() {
         )
         .unwrap();
     assert_eq!(out, vec![Value::Integer(5)]);
+}
+
+/// A permanent's key and a C closure's function are read as values, and such a value may be
+/// a permanent or a C closure again: each nests the reader's recursion. A file of 200 KB of
+/// `Perm` (or `CClosure`) tags took it past the thread's stack, which aborted the process.
+/// Honest files never nest them; the loader refuses a deep nesting instead.
+#[test]
+fn keys_nested_in_permanents_keys_are_refused() {
+    in_child("keys_nested_in_permanents_keys_are_refused", || {
+        let mut vm = vm();
+        // Tag::Perm, Tag::CClosure; the innermost key nil.
+        for (tag, why) in [(11u8, "a permanent's key"), (22, "bad C closure")] {
+            let mut body = vec![tag; 200_000];
+            body.push(0);
+            let file = seal_body(&body, false);
+            for trust in [Trust::Own, Trust::Foreign] {
+                let r = vm
+                    .unpersist(&file, "loaded", trust)
+                    .map_err(|e| e.to_string());
+                let e = refused(r, "keys nested 200,000 deep");
+                assert!(e.contains(why) && e.contains("at byte 9 "), "{e}");
+            }
+        }
+        // Two levels, as before: the inner permanent's value is the outer one's name.
+        vm.exec("PRINT_NAME = 'print'", "=name").unwrap();
+        vm.register_permanent("name_of_print", "PRINT_NAME")
+            .unwrap();
+        let body = [11u8, 11, 5, 13]
+            .into_iter()
+            .chain(*b"name_of_print")
+            .collect::<Vec<_>>();
+        vm.unpersist(&seal_body(&body, false), "loaded", Trust::Own)
+            .unwrap();
+        assert_eq!(
+            vm.exec("return loaded == print", "=check").unwrap(),
+            vec![Value::Boolean(true)]
+        );
+    });
 }
 
 // ----- class 3: forged coroutine frames -----

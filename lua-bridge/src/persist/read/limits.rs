@@ -40,6 +40,12 @@ pub(super) const MAX_UPVALUES: usize = 255;
 /// 200 deep).
 pub(super) const MAX_PATH: u64 = 256;
 
+/// How deep the keys of permanents and C closures may nest: each is read as a value, which
+/// may be a permanent or C closure again (honest files never nest them), and each level is a
+/// Rust call: without a bound, a file of nothing but such tags recursed past the thread's
+/// stack.
+pub(super) const MAX_KEY_NESTING: u32 = 8;
+
 /// The most frames a suspended coroutine may declare (the C side refuses more too).
 pub(super) const MAX_COROUTINE_FRAMES: u64 = 100_000;
 

@@ -154,6 +154,9 @@ pub(crate) struct Loader<'a> {
     /// Whether this load marked the state as one without new finalizers (its caller unmarks
     /// it: [`Loader::end_nofinal`]).
     nofinal_marked: bool,
+    /// Keys of permanents and C closures being read, one inside the other (at most
+    /// `MAX_KEY_NESTING`).
+    key_depth: u32,
 }
 
 impl<'a> Loader<'a> {
@@ -200,6 +203,7 @@ impl<'a> Loader<'a> {
             all_threads: Vec::new(),
             aux: None,
             nofinal_marked: false,
+            key_depth: 0,
         };
         loader.limit_collisions(file.body.len());
         loader

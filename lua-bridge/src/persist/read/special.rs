@@ -13,6 +13,7 @@
 use super::csrc::{luasnap_gc_stopem, luasnap_proto};
 use super::dispatch::{ClosureKind, Frame, Phase};
 use super::ids::push_obj;
+use super::limits::MAX_KEY_NESTING;
 use super::{Fail, Loader};
 use crate::persist::{Slots, Trust, CTORS_KEY, GMATCH_AUX, UNPERMS_KEY, WRAP_AUX};
 use mlua_sys::{self as ffi, lua_State};
@@ -75,6 +76,23 @@ unsafe fn bare_c_function(L: *mut lua_State, s: Slots) -> Option<ffi::lua_CFunct
 }
 
 impl Loader<'_> {
+    /// Reads the key of a permanent or C closure, a value that should be a primitive: true if
+    /// it is complete on top (see [`Loader::value`]). Nested deeper than `MAX_KEY_NESTING`
+    /// in other such keys, it is refused as `refused` says, before it is read.
+    ///
+    /// # Safety
+    /// Protected context; `s` this load's slots.
+    unsafe fn key(&mut self, L: *mut lua_State, s: Slots, refused: &str) -> Result<bool, Fail> {
+        if self.key_depth >= MAX_KEY_NESTING {
+            return Err(self.malformed(refused));
+        }
+        self.key_depth += 1;
+        // SAFETY: callers' contract.
+        let complete = unsafe { self.value(L, s)? };
+        self.key_depth -= 1;
+        Ok(complete)
+    }
+
     /// A permanent (after `Tag::Perm`): its key, a primitive value, looked up in the
     /// permanents the load allows; registered unless a light userdata.
     ///
@@ -83,7 +101,7 @@ impl Loader<'_> {
     pub(super) unsafe fn permanent(&mut self, L: *mut lua_State, s: Slots) -> Result<(), Fail> {
         // The key: a primitive value.
         // SAFETY: callers' contract.
-        let complete = unsafe { self.value(L, s)? };
+        let complete = unsafe { self.key(L, s, "a permanent's key must be a primitive")? };
         // SAFETY: a query of the top (the key, complete).
         if !complete
             || !matches!(
@@ -137,7 +155,7 @@ impl Loader<'_> {
     pub(super) unsafe fn cclosure(&mut self, L: *mut lua_State, s: Slots) -> Result<bool, Fail> {
         // The function: the key of a permanent naming a bare C function.
         // SAFETY: callers' contract.
-        let complete = unsafe { self.value(L, s)? };
+        let complete = unsafe { self.key(L, s, "bad C closure")? };
         // SAFETY: a query of the top (the key, complete).
         if !complete
             || !matches!(
