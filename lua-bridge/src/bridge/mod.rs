@@ -12,6 +12,7 @@ pub(crate) mod handle;
 pub(crate) mod path;
 pub(crate) mod random_state;
 pub mod serde_value;
+#[cfg(feature = "interpreter")]
 pub(crate) mod standalone;
 pub(crate) mod userdata;
 pub(crate) mod value;

@@ -21,7 +21,7 @@ unsafe extern "C" {
 pub const DEFAULT_CAPACITY: usize = 4 << 30;
 
 /// Registry key of the permanent natives table (name → function).
-pub const NATIVES_KEY: &str = "luasnap.natives";
+const NATIVES_KEY: &std::ffi::CStr = c"luasnap.natives";
 
 /// Which standard libraries and sources of nondeterminism a VM has.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -690,7 +690,7 @@ impl Vm {
                     crate::bridge::canonical::install(L);
                     crate::bridge::random_state::install(L);
                     ffi::lua_createtable(L, 0, 0);
-                    ffi::lua_setfield(L, ffi::LUA_REGISTRYINDEX, c"luasnap.natives".as_ptr());
+                    ffi::lua_setfield(L, ffi::LUA_REGISTRYINDEX, NATIVES_KEY.as_ptr());
                 }
                 0
             },
@@ -898,7 +898,7 @@ impl Vm {
                 // natives table, hands a copy to each extension (which pops it) and stores it
                 // at its global path (creating tables on the way).
                 unsafe {
-                    ffi::lua_getfield(L, ffi::LUA_REGISTRYINDEX, c"luasnap.natives".as_ptr());
+                    ffi::lua_getfield(L, ffi::LUA_REGISTRYINDEX, NATIVES_KEY.as_ptr());
                     ffi::lua_pushinteger(L, index as ffi::lua_Integer);
                     ffi::lua_pushcclosure(L, raw::native_trampoline, 1);
                     ffi::lua_pushvalue(L, -1);

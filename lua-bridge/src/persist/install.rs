@@ -1,7 +1,7 @@
 //! What the save-game layer adds to every VM: the permanents tables (the standard library as
 //! loaded, by name) and the `eris` module, installed when the VM is built, and each native
 //! recorded as a permanent when it is registered. The bridge knows nothing of save-games: it
-//! runs the [`Extension`] that [`Vm::builder`] gives every builder.
+//! runs the `Extension` that [`Vm::builder`] gives every builder.
 
 use super::{
     add_permanent, eris_constructor, eris_persist, eris_unpersist, key_name, luasnap_thread_k,
@@ -20,7 +20,7 @@ const SAVE_GAMES: Extension = Extension {
 
 impl Vm {
     /// Starts building a VM. (Defined by the save-game layer: every VM carries save-games, and
-    /// the bridge, below it, builds them through an [`Extension`].)
+    /// the bridge, below it, builds them through an `Extension`.)
     pub fn builder() -> VmBuilder {
         VmBuilder::bare().extension(SAVE_GAMES)
     }

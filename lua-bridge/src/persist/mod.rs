@@ -36,9 +36,11 @@
 //! set [`LoadOptions::bytecode`]. Foreign saves may in addition only call registered
 //! constructors and name allowed permanents.
 
+#[cfg(any(test, feature = "fuzzing"))]
 #[doc(hidden)]
 pub mod forge;
 mod format;
+#[cfg(any(test, feature = "fuzzing"))]
 #[doc(hidden)]
 pub mod fuzz;
 mod install;
@@ -58,11 +60,13 @@ use mlua_sys::{self as ffi, lua_State};
 use std::ffi::{c_int, CStr, CString};
 
 pub use format::{FORMAT_VERSION, HEADER_LEN, LUA_RELEASE, MAGIC};
+#[cfg(any(test, feature = "fuzzing"))]
 #[doc(hidden)]
 pub use fuzz::{fuzz_load, FUZZ_GAME};
 
 /// Wraps a body in a valid header (checksum included). For fuzzing and tests of the loader:
 /// it lets mutated bodies past the checksum so the parser itself is exercised.
+#[cfg(any(test, feature = "fuzzing"))]
 pub fn seal_body(body: &[u8], with_bytecode: bool) -> Vec<u8> {
     let mut w = format::Writer::default();
     w.buf.extend_from_slice(body);
@@ -74,18 +78,19 @@ pub fn seal_body(body: &[u8], with_bytecode: bool) -> Vec<u8> {
 }
 
 /// The body of a save-game (after its header), if the header is valid.
+#[cfg(any(test, feature = "fuzzing"))]
 pub fn body_of(file: &[u8]) -> Option<&[u8]> {
     format::open(file).ok().map(|o| o.body)
 }
 
 /// Registry key: value -> name, the permanents used when persisting.
-pub const PERMS_KEY: &CStr = c"luasnap.perms";
+pub(crate) const PERMS_KEY: &CStr = c"luasnap.perms";
 /// Registry key: name -> value, the permanents used when loading.
-pub const UNPERMS_KEY: &CStr = c"luasnap.unperms";
+pub(crate) const UNPERMS_KEY: &CStr = c"luasnap.unperms";
 
 /// Registry key: the constructors foreign loads may call (function -> true; a Lua function's
 /// prototype and those nested in it, as light userdata -> the function, which anchors them).
-pub const CTORS_KEY: &CStr = c"luasnap.ctors";
+pub(crate) const CTORS_KEY: &CStr = c"luasnap.ctors";
 /// The name of `coroutine.wrap`'s helper among the permanents: its closures (one upvalue, a
 /// coroutine) are the only C closures with upvalues a load rebuilds.
 pub(crate) const WRAP_AUX: &CStr = c"coroutine.wrap#aux";

@@ -32,8 +32,8 @@
 //! 2. Refine hashes over it Weisfeiler-Lehman style: each round, a node's hash becomes a hash
 //!    of its kind, its ordered parts and the *order-independent* combination (wrapping sum of
 //!    mixed pairs) of its table entries, using the previous round's hashes for references.
-//!    The digest uses [`ROUNDS`] rounds; [`crate::runtime::value_diff`] refines until the partition into
-//!    equal hashes stops growing (at most [`MAX_ROUNDS`]), so that equal hashes mean equal
+//!    The digest uses 8 rounds (`ROUNDS`); [`crate::runtime::value_diff`] refines until the partition into
+//!    equal hashes stops growing (at most 64, `MAX_ROUNDS`), so that equal hashes mean equal
 //!    subgraphs as far as it needs to prune.
 //! 3. The digest combines the root's hash with the order-independent sum of *every* node's
 //!    hash: a value that differs changes its own object's hash, so it changes the digest
@@ -101,13 +101,13 @@ impl Vm {
 }
 
 /// Refinement rounds at least.
-pub const ROUNDS: usize = 8;
+pub(crate) const ROUNDS: usize = 8;
 /// Refinement rounds at most (a long linked list would otherwise need one per element).
-pub const MAX_ROUNDS: usize = 64;
+pub(crate) const MAX_ROUNDS: usize = 64;
 
 /// A primitive value, kept for reports.
 #[derive(Clone, Debug, PartialEq)]
-pub enum Prim {
+pub(crate) enum Prim {
     /// `nil` (also: no metatable).
     Nil,
     /// A boolean.
@@ -154,7 +154,7 @@ impl std::fmt::Display for Prim {
 
 /// A value in the graph: a primitive (its hash and its index in [`Graph::prims`]) or a node.
 #[derive(Clone, Copy, Debug)]
-pub enum Item {
+pub(crate) enum Item {
     /// A primitive.
     Prim {
         /// Its hash.
@@ -168,7 +168,7 @@ pub enum Item {
 
 /// What an ordered part of a node is, for paths.
 #[derive(Clone, Debug, PartialEq)]
-pub enum Part {
+pub(crate) enum Part {
     /// The metatable (nil if none).
     Metatable,
     /// An upvalue, with its name if Lua knows it.
@@ -181,7 +181,7 @@ pub enum Part {
 
 /// The kind of a node.
 #[derive(Clone, Debug, PartialEq)]
-pub enum Kind {
+pub(crate) enum Kind {
     /// A table.
     Table,
     /// A Lua function (`source:linedefined`).
@@ -211,27 +211,27 @@ impl std::fmt::Display for Kind {
 
 /// One object of the graph.
 #[derive(Default, Debug)]
-pub struct Node {
+pub(crate) struct Node {
     /// Hash of the kind and own bytes (userdata contents, function identity).
-    pub kind_hash: u64,
+    pub(crate) kind_hash: u64,
     /// The kind (None until visited).
-    pub kind: Option<Kind>,
+    pub(crate) kind: Option<Kind>,
     /// Table entries (order-independent).
-    pub entries: Vec<(Item, Item)>,
+    pub(crate) entries: Vec<(Item, Item)>,
     /// Ordered parts: metatable, upvalues, user values, stack slots.
-    pub parts: Vec<(Part, Item)>,
+    pub(crate) parts: Vec<(Part, Item)>,
 }
 
 /// The graph extracted from the heap.
 #[derive(Default)]
-pub struct Graph {
+pub(crate) struct Graph {
     ids: HashMap<*const c_void, u32>,
     /// Strings already in `prims`, by the address of their bytes (one entry per Lua string).
     strs: HashMap<*const u8, Item>,
     /// The nodes; node 0 is the root if the root is an object.
-    pub nodes: Vec<Node>,
+    pub(crate) nodes: Vec<Node>,
     /// Primitive values referred to by [`Item::Prim`].
-    pub prims: Vec<Prim>,
+    pub(crate) prims: Vec<Prim>,
 }
 
 impl std::fmt::Debug for Graph {
@@ -259,7 +259,7 @@ fn mix(a: u64, b: u64) -> u64 {
 
 impl Graph {
     /// The primitive an item refers to, if it is one.
-    pub fn prim(&self, it: Item) -> Option<&Prim> {
+    pub(crate) fn prim(&self, it: Item) -> Option<&Prim> {
         match it {
             Item::Prim { at, .. } => Some(&self.prims[at as usize]),
             Item::Ref(_) => None,
@@ -276,7 +276,7 @@ impl Graph {
     }
 
     /// Each node's hash after `rounds` refinement rounds.
-    pub fn refine(&self, rounds: usize) -> Vec<u64> {
+    pub(crate) fn refine(&self, rounds: usize) -> Vec<u64> {
         let mut h: Vec<u64> = self.nodes.iter().map(|n| n.kind_hash).collect();
         for _ in 0..rounds {
             h = self.round(&h);
@@ -305,14 +305,9 @@ impl Graph {
             .collect()
     }
 
-    /// Rounds after which the partition of nodes into equal hashes stops growing (within
-    /// [`ROUNDS`]..=[`MAX_ROUNDS`]).
-    pub fn stable_rounds(&self) -> usize {
-        self.refine_until_stable().0
-    }
-
-    /// [`stable_rounds`](Graph::stable_rounds) and the hashes after that many rounds.
-    pub fn refine_until_stable(&self) -> (usize, Vec<u64>) {
+    /// The rounds after which the partition of nodes into equal hashes stops growing (within
+    /// [`ROUNDS`]..=[`MAX_ROUNDS`]), and the hashes after that many rounds.
+    pub(crate) fn refine_until_stable(&self) -> (usize, Vec<u64>) {
         let distinct = |h: &[u64]| {
             let mut v = h.to_vec();
             v.sort_unstable();
@@ -341,7 +336,7 @@ impl Graph {
 
     /// The digest of the graph rooted at `root`: the root's hash combined with the
     /// order-independent sum of every node's hash, after `rounds` rounds.
-    pub fn digest_with(&self, root: Item, rounds: usize) -> u64 {
+    pub(crate) fn digest_with(&self, root: Item, rounds: usize) -> u64 {
         let root = match root {
             Item::Prim { hash, .. } => return hash,
             Item::Ref(id) => id as usize,
@@ -350,7 +345,7 @@ impl Graph {
     }
 
     /// The digest of the graph rooted at `root` (see the module documentation).
-    pub fn digest(&self, root: Item) -> u64 {
+    pub(crate) fn digest(&self, root: Item) -> u64 {
         self.digest_with(root, ROUNDS)
     }
 

@@ -257,7 +257,7 @@ impl SaveHandle {
 }
 
 /// The live heap, in KiB, from which the runtime runs the collector itself
-/// ([`Game::manage_collector`]): below it, a whole copy of the heap costs about as much as
+/// (`Game::manage_collector`): below it, a whole copy of the heap costs about as much as
 /// the pages a frame writes, and Lua's generational collector keeps the heap compact.
 pub const MANAGED_GC_MIN_KIB: usize = 1024;
 /// Fraction of the arena's pages written in a frame above which a game's snapshot copies the
@@ -286,7 +286,7 @@ pub const DEFAULT_STEP_BUDGET: u64 = 100_000_000;
 
 /// The script as Lua's standalone loader reads a file: a first line starting with `#` (a
 /// `#!` line) is skipped. It becomes a comment so line numbers stay those of the file.
-pub fn script_source(script: &str) -> std::borrow::Cow<'_, str> {
+pub(crate) fn script_source(script: &str) -> std::borrow::Cow<'_, str> {
     if script.starts_with('#') {
         std::borrow::Cow::Owned(format!("--{script}"))
     } else {
@@ -718,7 +718,7 @@ impl Game {
 
 /// A value as a Lua programmer would name it in a message: `nil`, `the float 0.5`,
 /// `a table`, `the string "abc"`.
-pub fn describe_lua_value(v: &Value) -> String {
+pub(crate) fn describe_lua_value(v: &Value) -> String {
     match v {
         Value::Nil => "nil".into(),
         Value::Boolean(b) => format!("the boolean {b}"),
@@ -784,13 +784,13 @@ pub fn scripted_input(seed: u64, frame: u64, player: usize) -> u8 {
 
 /// Durations of saves, loads and rollbacks, for reports.
 #[derive(Debug, Clone, Default)]
-pub struct Timings {
+pub(crate) struct Timings {
     /// Each save.
-    pub saves: Vec<Duration>,
+    pub(crate) saves: Vec<Duration>,
     /// Each load.
-    pub loads: Vec<Duration>,
+    pub(crate) loads: Vec<Duration>,
     /// Each rollback's overhead: its load plus the saves of the frames re-simulated.
-    pub rollback_overheads: Vec<Duration>,
+    pub(crate) rollback_overheads: Vec<Duration>,
 }
 
 impl Timings {
@@ -806,7 +806,7 @@ impl Timings {
 }
 
 /// The `q`-quantile (0..=1) of durations, in microseconds.
-pub fn quantile_us(d: &[Duration], q: f64) -> f64 {
+pub(crate) fn quantile_us(d: &[Duration], q: f64) -> f64 {
     if d.is_empty() {
         return 0.0;
     }
@@ -827,7 +827,7 @@ pub struct FrameSession<I: GameInput = u8> {
     /// Frames simulated again after rollbacks.
     pub resimulated: u64,
     /// Durations.
-    pub timings: Timings,
+    pub(crate) timings: Timings,
     inputs: std::marker::PhantomData<fn(&I)>,
 }
 
@@ -940,7 +940,7 @@ pub struct PredictiveClient<I: GameInput = u8> {
     /// Pending frames applied again after rollbacks.
     pub resimulated: u64,
     /// Durations.
-    pub timings: Timings,
+    pub(crate) timings: Timings,
 }
 
 impl<I: GameInput> PredictiveClient<I> {

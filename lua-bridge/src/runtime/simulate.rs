@@ -119,7 +119,7 @@ pub struct ModeReport {
     /// Frames re-simulated.
     pub resimulated: u64,
     /// Save, load and rollback-overhead durations.
-    pub timings: Timings,
+    pub(crate) timings: Timings,
     /// Saved state held at the end (ring or save-games), bytes.
     pub memory_bytes: usize,
     /// Arena digest at the end.
