@@ -9,7 +9,7 @@ use super::{
 };
 use crate::bridge::error::VmError;
 use crate::bridge::vm::{Extension, Vm, VmBuilder};
-use mlua_sys as ffi;
+use mlua_sys::{self as ffi, lua_State};
 use std::ffi::{CStr, CString};
 
 /// Save-games, as an extension of the bridge's VM.
@@ -91,133 +91,191 @@ eris.FORMAT = "luasnap"
 return eris
 "##;
 
-/// Creates the permanents tables (the standard library as loaded now, plus helper C
-/// functions Lua hands out) and the `eris` module.
+/// Creates the `eris` module and the permanents tables: the standard library as loaded now,
+/// plus the continuation and helper C functions Lua hands out without naming them.
 fn install(vm: &mut Vm) -> Result<(), VmError> {
     vm.run(
         &mut |L| {
-            // SAFETY: protected body.
+            // SAFETY: protected body; each step balances its pushes.
             unsafe {
-                // eris = (prelude)(raw_persist, raw_unpersist)
-                let st = ffi::luaL_loadbufferx(
-                    L,
-                    ERIS_PRELUDE.as_ptr().cast(),
-                    ERIS_PRELUDE.len(),
-                    c"=luasnap.eris".as_ptr(),
-                    c"t".as_ptr(),
-                );
-                if st != ffi::LUA_OK {
-                    ffi::lua_error(L);
-                }
-                ffi::lua_pushcclosure(L, eris_persist, 0);
-                ffi::lua_pushcclosure(L, eris_unpersist, 0);
-                ffi::lua_pushcclosure(L, eris_constructor, 0);
-                ffi::lua_pushnumber(L, DEFAULT_OWN_HEAP_GROWTH as f64);
-                ffi::lua_callk(L, 4, 1, 0, None);
-                ffi::lua_setglobal(L, c"eris".as_ptr());
-                if ffi::lua_getglobal(L, c"package".as_ptr()) == ffi::LUA_TTABLE {
-                    ffi::lua_getfield(L, -1, c"loaded".as_ptr());
-                    ffi::lua_getglobal(L, c"eris".as_ptr());
-                    ffi::lua_setfield(L, -2, c"eris".as_ptr());
-                }
-                ffi::lua_settop(L, 0);
-
+                create_eris(L);
                 ffi::lua_createtable(L, 0, 256);
                 ffi::lua_setfield(L, ffi::LUA_REGISTRYINDEX, PERMS_KEY.as_ptr());
                 ffi::lua_createtable(L, 0, 256);
                 ffi::lua_setfield(L, ffi::LUA_REGISTRYINDEX, UNPERMS_KEY.as_ptr());
                 ffi::lua_createtable(L, 0, 0);
                 ffi::lua_setfield(L, ffi::LUA_REGISTRYINDEX, CTORS_KEY.as_ptr());
-                // _G and every function and library table in it, one level deep.
-                ffi::lua_rawgeti(L, ffi::LUA_REGISTRYINDEX, ffi::LUA_RIDX_GLOBALS);
-                let g = ffi::lua_gettop(L);
-                ffi::lua_pushvalue(L, g);
-                add_permanent(L, c"_G");
-                ffi::lua_pushnil(L);
-                while ffi::lua_next(L, g) != 0 {
-                    let name = key_name(L, -2);
-                    let t = ffi::lua_type(L, -1);
-                    if let Some(name) = name {
-                        if t == ffi::LUA_TTABLE && name != "_G" {
-                            let lib = ffi::lua_gettop(L);
-                            ffi::lua_pushnil(L);
-                            while ffi::lua_next(L, lib) != 0 {
-                                if let Some(fname) = key_name(L, -2) {
-                                    if matches!(
-                                        ffi::lua_type(L, -1),
-                                        ffi::LUA_TFUNCTION | ffi::LUA_TTABLE
-                                    ) {
-                                        let full = CString::new(format!("{name}.{fname}"))
-                                            .expect("names have no NUL");
-                                        ffi::lua_pushvalue(L, -1);
-                                        add_permanent(L, &full);
-                                    }
-                                }
-                                ffi::lua_settop(L, -2);
-                            }
-                        }
-                        if matches!(t, ffi::LUA_TFUNCTION | ffi::LUA_TTABLE) {
-                            let cname = CString::new(name).expect("names have no NUL");
-                            ffi::lua_pushvalue(L, -1);
-                            add_permanent(L, &cname);
-                        }
-                    }
-                    ffi::lua_settop(L, -2);
-                }
-                ffi::lua_settop(L, 0);
-                // pcall/xpcall's continuation, found in a coroutine suspended inside pcall: it
-                // is the one continuation a suspended coroutine commonly holds.
-                let probe = b"local co = coroutine.create(function() pcall(coroutine.yield) end) coroutine.resume(co) return co";
-                if ffi::luaL_loadbufferx(L, probe.as_ptr().cast(), probe.len(), c"=probe".as_ptr(), c"t".as_ptr()) == ffi::LUA_OK
-                    && ffi::lua_pcallk(L, 0, 1, 0, 0, None) == ffi::LUA_OK
-                    && ffi::lua_type(L, -1) == ffi::LUA_TTHREAD
-                {
-                    let co = ffi::lua_tothread(L, -1);
-                    for level in 0..3 {
-                        let k = luasnap_thread_k(co, level);
-                        if !k.is_null() {
-                            ffi::lua_pushlightuserdata(L, k.cast_mut());
-                            add_permanent(L, PCALL_K);
-                            break;
-                        }
-                    }
-                }
-                ffi::lua_settop(L, 0);
-                // C functions the library hands out without naming them.
-                let aux: [(&CStr, &[u8]); 5] = [
-                    (
-                        c"coroutine.wrap#aux",
-                        b"return coroutine.wrap(function() end)",
-                    ),
-                    (c"string.gmatch#aux", b"return ('').gmatch('', '')"),
-                    (c"ipairs#aux", b"return (ipairs({}))"),
-                    // utf8.codes's iterators (strict and lax): plain C functions that check
-                    // their arguments, so a loop suspended in a coroutine persists.
-                    (c"utf8.codes#aux", b"return (utf8.codes(''))"),
-                    (c"utf8.codes#auxlax", b"return (utf8.codes('', true))"),
-                ];
-                for (name, src) in aux {
-                    if ffi::luaL_loadbufferx(
-                        L,
-                        src.as_ptr().cast(),
-                        src.len(),
-                        c"=aux".as_ptr(),
-                        c"t".as_ptr(),
-                    ) != ffi::LUA_OK
-                        || ffi::lua_pcallk(L, 0, 1, 0, 0, None) != ffi::LUA_OK
-                    {
-                        ffi::lua_settop(L, 0);
-                        continue;
-                    }
-                    if let Some(f) = ffi::lua_tocfunction(L, -1) {
-                        ffi::lua_pushcclosure(L, f, 0);
-                        add_permanent(L, name);
-                    }
-                    ffi::lua_settop(L, 0);
-                }
+                add_globals(L);
+                add_pcall_continuation(L);
+                add_unnamed_functions(L);
             }
             0
         },
         |_, _| (),
     )
+}
+
+/// `eris = (prelude)(raw_persist, raw_unpersist, raw_constructor, own_growth)`, also at
+/// `package.loaded.eris`.
+///
+/// # Safety
+/// Protected context with an empty stack; leaves it empty.
+unsafe fn create_eris(L: *mut lua_State) {
+    // SAFETY: protected context (caller's contract); balanced pushes.
+    unsafe {
+        let st = ffi::luaL_loadbufferx(
+            L,
+            ERIS_PRELUDE.as_ptr().cast(),
+            ERIS_PRELUDE.len(),
+            c"=luasnap.eris".as_ptr(),
+            c"t".as_ptr(),
+        );
+        if st != ffi::LUA_OK {
+            ffi::lua_error(L);
+        }
+        ffi::lua_pushcclosure(L, eris_persist, 0);
+        ffi::lua_pushcclosure(L, eris_unpersist, 0);
+        ffi::lua_pushcclosure(L, eris_constructor, 0);
+        ffi::lua_pushnumber(L, DEFAULT_OWN_HEAP_GROWTH as f64);
+        ffi::lua_callk(L, 4, 1, 0, None);
+        ffi::lua_setglobal(L, c"eris".as_ptr());
+        if ffi::lua_getglobal(L, c"package".as_ptr()) == ffi::LUA_TTABLE {
+            ffi::lua_getfield(L, -1, c"loaded".as_ptr());
+            ffi::lua_getglobal(L, c"eris".as_ptr());
+            ffi::lua_setfield(L, -2, c"eris".as_ptr());
+        }
+        ffi::lua_settop(L, 0);
+    }
+}
+
+/// Makes `_G` and every function and library table in it, one level deep, permanents under
+/// their names (`string`, `string.format`).
+///
+/// # Safety
+/// Protected context with an empty stack, the permanents tables created; leaves it empty.
+unsafe fn add_globals(L: *mut lua_State) {
+    // SAFETY: protected context (caller's contract); lua_next walks a table it does not
+    // change (add_permanent writes the permanents tables only); balanced pushes.
+    unsafe {
+        ffi::lua_rawgeti(L, ffi::LUA_REGISTRYINDEX, ffi::LUA_RIDX_GLOBALS);
+        let g = ffi::lua_gettop(L);
+        ffi::lua_pushvalue(L, g);
+        add_permanent(L, c"_G");
+        ffi::lua_pushnil(L);
+        while ffi::lua_next(L, g) != 0 {
+            let t = ffi::lua_type(L, -1);
+            if let Some(name) = key_name(L, -2) {
+                if t == ffi::LUA_TTABLE && name != "_G" {
+                    add_library(L, &name);
+                }
+                if matches!(t, ffi::LUA_TFUNCTION | ffi::LUA_TTABLE) {
+                    let cname = CString::new(name).expect("names have no NUL");
+                    ffi::lua_pushvalue(L, -1);
+                    add_permanent(L, &cname);
+                }
+            }
+            ffi::lua_settop(L, -2);
+        }
+        ffi::lua_settop(L, 0);
+    }
+}
+
+/// Makes the functions and tables of the library table on top permanents under
+/// `library.name`.
+///
+/// # Safety
+/// Protected context, a table on top (left there).
+unsafe fn add_library(L: *mut lua_State, library: &str) {
+    // SAFETY: protected context (caller's contract); lua_next walks a table it does not
+    // change; balanced pushes.
+    unsafe {
+        let lib = ffi::lua_gettop(L);
+        ffi::lua_pushnil(L);
+        while ffi::lua_next(L, lib) != 0 {
+            if let Some(fname) = key_name(L, -2) {
+                if matches!(ffi::lua_type(L, -1), ffi::LUA_TFUNCTION | ffi::LUA_TTABLE) {
+                    let full =
+                        CString::new(format!("{library}.{fname}")).expect("names have no NUL");
+                    ffi::lua_pushvalue(L, -1);
+                    add_permanent(L, &full);
+                }
+            }
+            ffi::lua_settop(L, -2);
+        }
+    }
+}
+
+/// pcall/xpcall's continuation, found in a coroutine suspended inside pcall: it is the one
+/// continuation a suspended coroutine commonly holds.
+///
+/// # Safety
+/// Protected context with an empty stack; leaves it empty.
+unsafe fn add_pcall_continuation(L: *mut lua_State) {
+    let probe = b"local co = coroutine.create(function() pcall(coroutine.yield) end) coroutine.resume(co) return co";
+    // SAFETY: protected context (caller's contract); the probe runs protected; the coroutine
+    // stays on the stack (alive) while its frames are read.
+    unsafe {
+        if ffi::luaL_loadbufferx(
+            L,
+            probe.as_ptr().cast(),
+            probe.len(),
+            c"=probe".as_ptr(),
+            c"t".as_ptr(),
+        ) == ffi::LUA_OK
+            && ffi::lua_pcallk(L, 0, 1, 0, 0, None) == ffi::LUA_OK
+            && ffi::lua_type(L, -1) == ffi::LUA_TTHREAD
+        {
+            let co = ffi::lua_tothread(L, -1);
+            for level in 0..3 {
+                let k = luasnap_thread_k(co, level);
+                if !k.is_null() {
+                    ffi::lua_pushlightuserdata(L, k.cast_mut());
+                    add_permanent(L, PCALL_K);
+                    break;
+                }
+            }
+        }
+        ffi::lua_settop(L, 0);
+    }
+}
+
+/// C functions the standard library hands out without naming them (iterators, a wrapped
+/// coroutine's function), as permanents under made-up names.
+///
+/// # Safety
+/// Protected context with an empty stack; leaves it empty.
+unsafe fn add_unnamed_functions(L: *mut lua_State) {
+    let aux: [(&CStr, &[u8]); 5] = [
+        (
+            c"coroutine.wrap#aux",
+            b"return coroutine.wrap(function() end)",
+        ),
+        (c"string.gmatch#aux", b"return ('').gmatch('', '')"),
+        (c"ipairs#aux", b"return (ipairs({}))"),
+        // utf8.codes's iterators (strict and lax): plain C functions that check their
+        // arguments, so a loop suspended in a coroutine persists.
+        (c"utf8.codes#aux", b"return (utf8.codes(''))"),
+        (c"utf8.codes#auxlax", b"return (utf8.codes('', true))"),
+    ];
+    for (name, src) in aux {
+        // SAFETY: protected context (caller's contract); each probe runs protected and the
+        // stack is emptied after it.
+        unsafe {
+            if ffi::luaL_loadbufferx(
+                L,
+                src.as_ptr().cast(),
+                src.len(),
+                c"=aux".as_ptr(),
+                c"t".as_ptr(),
+            ) == ffi::LUA_OK
+                && ffi::lua_pcallk(L, 0, 1, 0, 0, None) == ffi::LUA_OK
+            {
+                if let Some(f) = ffi::lua_tocfunction(L, -1) {
+                    ffi::lua_pushcclosure(L, f, 0);
+                    add_permanent(L, name);
+                }
+            }
+            ffi::lua_settop(L, 0);
+        }
+    }
 }
