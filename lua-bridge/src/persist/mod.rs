@@ -50,6 +50,7 @@ mod write;
 /// Work counters of the last load this thread ended, for tests: the open-upvalue check's
 /// prototype-tree walks (at most one per distinct question of the load) and the instructions
 /// the frame checks read (about each frame function's code once per load; docs/save-games.md).
+#[cfg(any(test, feature = "fuzzing"))]
 #[doc(hidden)]
 pub use read::{last_load_frame_check_reads, last_load_open_upvalue_walks};
 

@@ -49,6 +49,7 @@ mod table;
 mod thread;
 mod userdata;
 
+#[cfg(any(test, feature = "fuzzing"))]
 pub use open::{last_load_frame_check_reads, last_load_open_upvalue_walks};
 pub(crate) use proto::proto_tree;
 

@@ -74,12 +74,14 @@ thread_local! {
 /// Instructions the checks of suspended frames read in the last load this thread ended: the
 /// work counter of a test (about the code size of each function with a suspended frame, once
 /// per load, whatever the number of frames).
+#[cfg(any(test, feature = "fuzzing"))]
 pub fn last_load_frame_check_reads() -> usize {
     LAST_READS.with(|w| w.get())
 }
 
 /// Prototype-tree walks the open-upvalue check made in the last load this thread ended: the
 /// work counter of a test (each distinct question walks at most once per load).
+#[cfg(any(test, feature = "fuzzing"))]
 pub fn last_load_open_upvalue_walks() -> usize {
     LAST_WALKS.with(|w| w.get())
 }
