@@ -4,10 +4,10 @@
 ** The helpers in lua-bridge/csrc reach into Lua 5.5.1's internals (stacks, tables, prototypes,
 ** coroutines) for what the public C API cannot do: snapshots whose arena bytes depend on the
 ** Lua state alone, and the save-game serializer. Every function Rust calls is declared here,
-** with the structures and constants both sides share; lua-bridge/src/helpers.rs is its Rust
-** side, one declaration for each. Each .c file includes this header (build.rs compiles them
-** with -Werror=missing-prototypes, so an exported function without a prototype here fails
-** the build).
+** with the structures and constants both sides share; lua-bridge/src/bridge/helpers.rs is its
+** Rust side, one declaration for each. Each .c file includes this header (build.rs compiles
+** them with -Werror=missing-prototypes, so an exported function without a prototype here
+** fails the build).
 **
 ** Names: `luasnap_*` is this interface; `ls_*` is shared between helper files only (declared in
 ** the internal header of the file that defines it: proto.h, chunks.h, tlayout.h, loadmemo.h,
@@ -206,8 +206,6 @@ LUASNAP_RAISES void luasnap_push_closure(lua_State *L, const void *p);
 void luasnap_each_proto(lua_State *L, luasnap_proto_fn f, void *ud);
 /* Calls f(q, ud) for p and every prototype nested in it. */
 void luasnap_proto_tree(const void *p, luasnap_proto_fn f, void *ud);
-/* Whether the function at idx is a C function (light or closure) with this pointer. */
-int luasnap_is_cfunction(lua_State *L, int idx, const void *f);
 
 /* ===================== chunks.c: the chunk registry ===================== */
 

@@ -140,11 +140,3 @@ void luasnap_proto_tree(const void *p, luasnap_proto_fn f, void *ud) {
   f(p, ud);
   for (i = 0; i < proto->sizep; i++) luasnap_proto_tree(proto->p[i], f, ud);
 }
-
-/* Whether the function at idx is a C function (light or closure) with this pointer. */
-int luasnap_is_cfunction(lua_State *L, int idx, const void *f) {
-  const TValue *o = ls_index2value(L, idx);
-  if (ttislcf(o)) return (const void *)fvalue(o) == f;
-  if (ttisCclosure(o)) return (const void *)clCvalue(o)->f == f;
-  return 0;
-}

@@ -21,23 +21,12 @@
 //! persistence tests' own resumes settle nothing, which is harmless outside rollback).
 
 use crate::bridge::allocator::{lua_alloc, lua_alloc_new};
+use crate::bridge::helpers::{
+    luasnap_co_close, luasnap_co_resume, luasnap_co_wrap, luasnap_has_light,
+    luasnap_is_weak_removable, luasnap_min_stack_bytes, luasnap_scrub_light, luasnap_settle_thread,
+};
 use mlua_sys::{self as ffi, lua_State};
 use std::ffi::{c_int, c_void};
-
-unsafe extern "C" {
-    static luasnap_min_stack_bytes: usize;
-    fn luasnap_scrub_light(p: *mut c_void, size: usize);
-    fn luasnap_has_light(p: *const c_void, size: usize) -> c_int;
-    fn luasnap_is_weak_removable(L: *mut lua_State, idx: c_int) -> c_int;
-    fn luasnap_settle_thread(L: *mut lua_State) -> c_int;
-}
-
-// Lua C functions: they may raise (longjmp through no Rust frame).
-unsafe extern "C-unwind" {
-    fn luasnap_co_resume(L: *mut lua_State) -> c_int;
-    fn luasnap_co_wrap(L: *mut lua_State) -> c_int;
-    fn luasnap_co_close(L: *mut lua_State) -> c_int;
-}
 
 /// The allocator given to Lua: the arena's ([`lua_alloc`]) behind a layer for
 /// freed stacks. A thread's stack is reallocated while it runs (growing for a deep call,

@@ -12,42 +12,9 @@
 //! the stock behaviour (hooks, `debug.getinfo`, messages and tracebacks as in `lua`), and
 //! `string.dump` writes a function as if no record were attached.
 
-use mlua_sys::{lua_State, lua_Writer};
-use std::ffi::{c_char, c_int, c_void};
-
-unsafe extern "C-unwind" {
-    /// Replaces `load`, `loadfile`, `dofile`, `string.dump` and `package.searchers[2]` of the
-    /// open libraries with the registering versions. Raises on memory errors.
-    pub(crate) fn luasnap_chunks_install(L: *mut lua_State);
-    /// `luaL_loadbufferx` of the string at `idx`, registering the chunk with that string as its
-    /// source text. Returns the `lua_load` status (result or message on top).
-    pub(crate) fn luasnap_loadstring(
-        L: *mut lua_State,
-        idx: c_int,
-        chunkname: *const c_char,
-        mode: *const c_char,
-    ) -> c_int;
-    /// Keeps the record of the chunk whose main closure is at `fnidx` for the VM's life (the
-    /// host's own code: saves must find its functions even after the game dropped them).
-    pub(crate) fn luasnap_chunk_keep(L: *mut lua_State, fnidx: c_int);
-    /// `lua_dump` of the Lua function on top, written without the chunk record's anchor.
-    pub(crate) fn luasnap_dump(
-        L: *mut lua_State,
-        writer: lua_Writer,
-        data: *mut c_void,
-        strip: c_int,
-    ) -> c_int;
-}
-
-unsafe extern "C" {
-    /// Calls `f(p, ud)` for every prototype of the chunks in the registry table. Does not
-    /// allocate; the collector must be stopped.
-    pub(crate) fn luasnap_chunks_each_proto(
-        L: *mut lua_State,
-        f: unsafe extern "C" fn(*const c_void, *mut c_void),
-        ud: *mut c_void,
-    );
-}
+use crate::bridge::helpers::{luasnap_chunk_keep, luasnap_loadstring};
+use mlua_sys::lua_State;
+use std::ffi::c_int;
 
 /// Compiles `source` as a text chunk named `chunkname` through the registry (so saves can carry
 /// its text) and, if it compiled, keeps it for the VM's life as the host's own code. Leaves the

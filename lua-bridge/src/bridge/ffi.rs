@@ -17,6 +17,7 @@
 //!    panic function.
 
 use crate::bridge::error::{LuaErrorKind, NativeError};
+use crate::bridge::helpers::{luasnap_reset_strcache, luasnap_scrub_idle_state};
 use crate::bridge::value::PlainData;
 use crate::bridge::value::{Table, UserDataValue, Value};
 use mlua_sys::{self as ffi, lua_State};
@@ -1018,15 +1019,10 @@ pub(crate) unsafe fn push_path(L: *mut lua_State, path: &CStr) {
     }
 }
 
-unsafe extern "C" {
-    fn luasnap_reset_strcache(L: *mut lua_State);
-    fn luasnap_scrub_idle_state(L: *mut lua_State);
-}
-
 /// Empties the main thread's stack after a host call and scrubs what the call left in the
 /// thread's unused parts: dead stack slots (one held a light userdata with a Rust stack
 /// address) and free CallInfo records, and resets Lua's API string cache, whose slots depend on
-/// host string addresses (`csrc/internals.c`). Afterwards the idle arena depends on Lua's state
+/// host string addresses (`csrc/canonical.c`). Afterwards the idle arena depends on Lua's state
 /// alone: a host read between two frames leaves it byte-identical to a run without the read.
 ///
 /// # Safety

@@ -1101,7 +1101,7 @@ impl<'vm> Thread<'vm> {
                         push_arg(L, a, shared);
                     }
                     // Before the coroutine's stack is touched, as coroutine.resume does
-                    // (csrc/internals.c, ls_auxresume): one dead by an error, or one a load is
+                    // (csrc/corolib.c, ls_auxresume): one dead by an error, or one a load is
                     // building or holding, cannot run.
                     let st = ffi::lua_status(co);
                     if st != ffi::LUA_OK && st != ffi::LUA_YIELD {

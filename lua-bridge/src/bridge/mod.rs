@@ -9,6 +9,7 @@ pub(crate) mod convert;
 pub(crate) mod error;
 pub(crate) mod ffi;
 pub(crate) mod handle;
+pub(crate) mod helpers;
 pub(crate) mod path;
 pub(crate) mod random_state;
 pub mod serde_value;

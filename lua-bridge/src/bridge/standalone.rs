@@ -3,19 +3,14 @@
 //! that appends a traceback (and honours `__tostring` on error objects), and the read-eval-print
 //! loop's evaluation of one input.
 
-use crate::bridge::chunks::luasnap_loadstring;
 use crate::bridge::error::VmError;
+use crate::bridge::helpers::{
+    luasnap_default_sigpipe, luasnap_interruptible, luasnap_loadfilex, luasnap_loadstring,
+    luasnap_readline, luasnap_readline_done, luasnap_readline_init,
+};
 use crate::bridge::vm::Vm;
 use mlua_sys::{self as ffi, lua_State};
 use std::ffi::{c_int, CString};
-
-unsafe extern "C-unwind" {
-    fn luasnap_loadfilex(
-        L: *mut lua_State,
-        filename: *const std::ffi::c_char,
-        mode: *const std::ffi::c_char,
-    ) -> c_int;
-}
 
 /// One step of the standalone interpreter's command line.
 #[derive(Debug, Clone, Copy)]
@@ -312,15 +307,6 @@ unsafe fn repl_in(L: *mut lua_State, input: &str, first_line: bool) -> ReplOutco
         ffi::lua_settop(L, base);
         ReplOutcome::Done
     }
-}
-
-unsafe extern "C" {
-    fn luasnap_interruptible(L: *mut lua_State, on: c_int);
-    fn luasnap_readline_init(L: *mut lua_State, lib: *const std::ffi::c_char) -> c_int;
-    fn luasnap_readline(prompt: *const std::ffi::c_char, line: *mut *mut std::ffi::c_char)
-        -> c_int;
-    fn luasnap_readline_done(line: *mut std::ffi::c_char);
-    fn luasnap_default_sigpipe();
 }
 
 /// Gives SIGPIPE its default action, so a command-line program ends quietly when the reader

@@ -2,6 +2,10 @@
 
 use crate::bridge::error::{LuaErrorKind, NativeError, VmError};
 use crate::bridge::ffi::{self as raw, Call, LuaFailure, Native, NativeFn, Shared, UserDataType};
+use crate::bridge::helpers::{
+    luasnap_chunks_install, luasnap_clear_dead_stack, luasnap_det_randomseed, luasnap_det_sort,
+    luasnap_register_step_hook,
+};
 use crate::bridge::userdata::{EntryKind, UserDataMethods};
 use crate::bridge::value::PlainData;
 use crate::bridge::value::Value;
@@ -12,10 +16,6 @@ use std::cell::Cell;
 use std::ffi::{c_int, CStr, CString};
 use std::hash::{BuildHasher, RandomState};
 use std::ptr::NonNull;
-
-unsafe extern "C" {
-    fn luasnap_clear_dead_stack(L: *mut lua_State);
-}
 
 /// Default arena reservation: 4 GiB of address space, committed only as used.
 pub const DEFAULT_CAPACITY: usize = 4 << 30;
@@ -396,13 +396,6 @@ impl Drop for Vm {
     }
 }
 
-unsafe extern "C-unwind" {
-    /// `table.sort` with a deterministic pivot (`csrc/detsort.c`).
-    fn luasnap_det_sort(L: *mut lua_State) -> c_int;
-    /// `math.randomseed` that refuses to seed from the clock (`csrc/detsort.c`).
-    fn luasnap_det_randomseed(L: *mut lua_State) -> c_int;
-}
-
 const DETERMINISTIC_PRELUDE: &str = r##"
 local seed = ...
 math.randomseed(seed)
@@ -418,12 +411,6 @@ end
 /// Instructions of one thread between two calls of the instruction-budget hook
 /// ([`Vm::call_with_budget`]).
 pub const BUDGET_HOOK_PERIOD: u64 = 1000;
-
-unsafe extern "C" {
-    /// Tells `coroutine.resume`, `coroutine.wrap` and `coroutine.close` which hook to pass on
-    /// to the coroutines they run (csrc/internals.c).
-    fn luasnap_register_step_hook(h: Option<ffi::lua_Hook>);
-}
 
 /// The instruction-budget hook of [`Vm::call_with_budget`]: called every
 /// [`BUDGET_HOOK_PERIOD`] instructions of a thread; fails once the call's budget is spent,
@@ -699,7 +686,7 @@ impl Vm {
         self.run(
             &mut |L| {
                 // SAFETY: protected body; may raise a memory error with nothing to drop.
-                unsafe { crate::bridge::chunks::luasnap_chunks_install(L) };
+                unsafe { luasnap_chunks_install(L) };
                 if deterministic {
                     // table.sort with a deterministic pivot (csrc/detsort.c).
                     // SAFETY: protected body; the libraries are open; balanced pushes.

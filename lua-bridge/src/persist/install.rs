@@ -4,10 +4,11 @@
 //! runs the `Extension` that [`Vm::builder`] gives every builder.
 
 use super::{
-    add_permanent, eris_constructor, eris_persist, eris_unpersist, key_name, luasnap_thread_k,
-    CTORS_KEY, DEFAULT_OWN_HEAP_GROWTH, PCALL_K, PERMS_KEY, UNPERMS_KEY,
+    add_permanent, eris_constructor, eris_persist, eris_unpersist, key_name, CTORS_KEY,
+    DEFAULT_OWN_HEAP_GROWTH, PCALL_K, PERMS_KEY, UNPERMS_KEY,
 };
 use crate::bridge::error::VmError;
+use crate::bridge::helpers::luasnap_thread_k;
 use crate::bridge::vm::{Extension, Vm, VmBuilder};
 use mlua_sys::{self as ffi, lua_State};
 use std::ffi::{CStr, CString};

@@ -11,17 +11,20 @@
 //! path then reads it and reports what is wrong, so a batch never changes what a file means.
 
 use super::csrc::luasnap_proto_nupvalues;
+use super::csrc::{kind, RawVal};
 use super::dispatch::Frame;
 use super::layout::{layout_header, layout_nodes};
 use super::limits::{table_sizes, MAX_UPVALUES, STACK_FRAMES};
 use crate::persist::format::{Reader, Tag};
-use crate::persist::{kind, RawVal};
 use std::ffi::c_void;
 
 /// Steps per `luasnap_table_build` call (an entry needing more goes the general way).
 pub(super) const BUILD_OPS: usize = 1024;
 /// How deep tables nest within one batch built by `luasnap_table_build`.
 pub(super) const PLAIN_DEPTH: usize = 16;
+// The build helper tracks every table a batch opens, the one it starts on and its key's
+// slot included (csrc/luasnap.h).
+const _: () = assert!(PLAIN_DEPTH + 2 <= super::csrc::BUILD_DEPTH);
 /// Layout words (node codes and links, plus three per table) one batch may carry; a table
 /// with a larger layout ends the batch and the general path places it.
 const BATCH_LAYOUT: usize = 1 << 14;

@@ -55,8 +55,9 @@ pub(crate) use proto::proto_tree;
 
 use crate::bridge::ffi::Shared;
 use crate::persist::format::{min_strref_len, Opened, Reader, FLAG_BYTECODE};
-use crate::persist::{CiRecord, LoadOptions, RawVal, Trust};
+use crate::persist::{LoadOptions, Trust};
 use csrc::{luasnap_gc_stopem, luasnap_relayout_memo_size};
+use csrc::{CiRecord, RawVal};
 use dispatch::Frame;
 use mlua_sys::lua_State;
 use open::{LoadedCo, UpMemo};

@@ -1,7 +1,7 @@
 //! Open upvalues: a closure's upvalue that is a slot of a suspended coroutine's stack. Saves
 //! name one by its coroutine and level; the loader joins it into the coroutine this load
 //! builds and checks it against the coroutine's restored frames (`luasnap_open_upval_check`,
-//! rules 1-4 in csrc/internals.c), since the VM trusts an open upvalue to be a live local of
+//! rules 1-4 in csrc/upvalcheck.c), since the VM trusts an open upvalue to be a live local of
 //! a frame that could have made the closure (closing it, returning, `luaF_close`).
 //!
 //! Invariant: an open upvalue always points at a slot inside its coroutine's stack (the join

@@ -13,7 +13,7 @@
 use super::csrc::{
     luasnap_chunk_find, luasnap_chunks_each_proto, luasnap_each_proto, luasnap_loadstring,
     luasnap_proto, luasnap_proto_child, luasnap_proto_hash, luasnap_proto_tree,
-    luasnap_push_closure, ProtoVisitor,
+    luasnap_push_closure, ProtoFn,
 };
 use super::dispatch::reserve;
 use super::limits::MAX_PATH;
@@ -38,7 +38,7 @@ pub(super) struct LoadedChunk {
 ///
 /// # Safety
 /// `p` is a live prototype.
-pub(crate) unsafe fn proto_tree(p: *const c_void, f: ProtoVisitor, ud: *mut c_void) {
+pub(crate) unsafe fn proto_tree(p: *const c_void, f: ProtoFn, ud: *mut c_void) {
     // SAFETY: callers' contract.
     unsafe { luasnap_proto_tree(p, f, ud) };
 }

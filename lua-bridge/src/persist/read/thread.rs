@@ -13,6 +13,7 @@
 //! frame record is checked by the C side against the invariants `resume` relies on
 //! (`luasnap_thread_restore`), with continuations only from the VM's own.
 
+use super::csrc::CiRecord;
 use super::csrc::{
     luasnap_thread_building, luasnap_thread_hold, luasnap_thread_put, luasnap_thread_restore,
     luasnap_thread_set_tbc,
@@ -23,7 +24,7 @@ use super::limits::{MAX_COROUTINE_FRAMES, MAX_COROUTINE_STACK};
 use super::open::LoadedCo;
 use super::{Fail, Loader};
 use crate::persist::format::{Tag, THREAD_DEAD, THREAD_NOT_STARTED, THREAD_SUSPENDED};
-use crate::persist::{budget_hook_intact, CiRecord, Slots, CONTINUATIONS, PCALL_K, UNPERMS_KEY};
+use crate::persist::{budget_hook_intact, Slots, CONTINUATIONS, PCALL_K, UNPERMS_KEY};
 use mlua_sys::{self as ffi, lua_State};
 use std::ffi::{c_int, c_void};
 

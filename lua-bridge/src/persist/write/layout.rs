@@ -1,7 +1,7 @@
 //! The end of a table's record: the layout of its hash part, so that a load keeps `next`'s
 //! order (`Tag::Layout`), or `Tag::Nil` when its keys allow none.
 //!
-//! `luasnap_table_layout` (csrc/internals.c) computes a layout and keeps the last few in a
+//! `luasnap_table_layout` (csrc/tscan.c) computes a layout and keeps the last few in a
 //! cache by shape; tables built alike (one constructor) hit it. For a hit the bytes written
 //! for the table that filled the cache entry are written again, unless that table had removed
 //! keys (whose values the cache does not compare).
@@ -9,15 +9,12 @@
 use super::super::format::Tag;
 use super::csrc::{
     kind, luasnap_layout_cache_reset, luasnap_layout_cache_size, luasnap_node_key,
-    luasnap_table_layout, RawVal,
+    luasnap_table_layout, RawVal, LAYOUT_WAYS,
 };
 use super::out::{put_varint, zigzag};
 use super::Persister;
 use mlua_sys::lua_State;
 use std::ffi::c_void;
-
-/// Entries of `luasnap_table_layout`'s cache (LS_LC_WAYS in csrc/internals.c).
-const LAYOUT_WAYS: usize = 64;
 
 /// Scratch buffers for tables' layouts.
 ///

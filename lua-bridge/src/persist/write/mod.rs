@@ -3,7 +3,7 @@
 //! Depth first, without recursion on the native stack and with O(1) Lua stack: each object
 //! being written is a [`Frame`] on a Rust stack; tables are iterated by entry position (array
 //! part, then hash nodes: `luasnap_table_scan` and `luasnap_table_next` in
-//! `csrc/internals.c`), so resuming a table after a child object costs no key lookup, and a
+//! `csrc/tscan.c`), so resuming a table after a child object costs no key lookup, and a
 //! million-deep linked list needs a million small frames and nothing more.
 //!
 //! Two paths. The scan describes a table's entries without pushing them; primitives,
