@@ -58,18 +58,19 @@ pub use runtime::{digest, simulate, value_diff};
 
 pub use bridge::serde_value;
 
+pub use bridge::budget::BUDGET_HOOK_PERIOD;
 pub use bridge::convert::{
     type_error, Arg, FromLua, FromLuaMulti, IntoLua, IntoLuaMulti, UserData, Values,
 };
 pub use bridge::error::{LuaErrorKind, NativeError, VmError};
-pub use bridge::ffi::Call;
 pub use bridge::handle::{Function, LuaRef, LuaTable, Thread, ThreadStatus};
+pub use bridge::natives::Call;
 pub use bridge::serde_value::{from_value, to_value, Serde};
 #[cfg(feature = "interpreter")]
 pub use bridge::standalone::{default_sigpipe, readline, ReplOutcome, Step};
 pub use bridge::userdata::{Method, UserDataMethods};
 pub use bridge::value::{PlainData, Table, UserDataValue, Value};
-pub use bridge::vm::{GcMode, Profile, Vm, VmBuilder, BUDGET_HOOK_PERIOD, DEFAULT_CAPACITY};
+pub use bridge::vm::{GcMode, Profile, Vm, VmBuilder, DEFAULT_CAPACITY};
 pub use error::Error;
 /// The `ggrs` crate, at exactly the version the adapter is built with.
 #[cfg(feature = "ggrs")]

@@ -36,19 +36,18 @@
 
 use crate::bridge::convert::{at, Arg, ArgKind, FromLua, FromLuaMulti, IntoLua, IntoLuaMulti};
 use crate::bridge::error::{LuaErrorKind, VmError};
-use crate::bridge::ffi::{self as raw, Shared};
+use crate::bridge::ffi as raw;
 use crate::bridge::path::{self, Path};
 use crate::bridge::value::Value;
 use crate::bridge::vm::Vm;
 use mlua_sys::{self as ffi, lua_State};
 use std::ffi::{c_int, CString};
 
-const ANCHORS_KEY: &std::ffi::CStr = c"luasnap.anchors";
 /// Where [`Vm::require`] remembers modules: Lua's own `package.loaded` (`registry._LOADED`),
 /// so Lua's `require` sees them and save-games (which hold `package.loaded`) keep their state.
 const MODULES_KEY: &std::ffi::CStr = c"_LOADED";
 
-// ----- the anchor thread -----
+// ----- arguments (the anchor thread itself: anchors.rs) -----
 
 /// Raises a static message. Only plain frames may be skipped (callers' contract).
 unsafe fn raise(L: *mut lua_State, msg: &'static str) -> ! {
@@ -59,88 +58,16 @@ unsafe fn raise(L: *mut lua_State, msg: &'static str) -> ! {
     }
 }
 
-/// Moves the value on top of `L` into a free anchor slot and returns the slot.
-///
-/// # Safety
-/// Protected context on a thread of the VM owning `shared`; may raise a memory error.
-unsafe fn anchor_top(L: *mut lua_State, shared: &Shared) -> c_int {
-    let A = shared.anchors.get();
-    // SAFETY: A is the VM's anchor thread (set at build); lua_checkstack does not raise. The
-    // free list is only touched by the thread that owns the Vm (Vm is !Send).
-    unsafe {
-        if ffi::lua_checkstack(A, 2) == 0 {
-            raise(L, "not enough memory to anchor a handle");
-        }
-        ffi::lua_xmove(L, A, 1);
-        let free = &mut *shared.anchor_free.get();
-        let slot = match free.pop() {
-            Some(slot) => {
-                ffi::lua_copy(A, -1, slot);
-                ffi::lua_settop(A, -2);
-                slot
-            }
-            None => ffi::lua_gettop(A),
-        };
-        shared.anchor_live.set(shared.anchor_live.get() + 1);
-        slot
-    }
-}
-
-/// Pushes the anchored value at `slot` onto `L`.
-///
-/// # Safety
-/// A live slot of the VM owning `shared`; `L` has a free stack slot. Does not raise.
-unsafe fn push_anchored(L: *mut lua_State, shared: &Shared, slot: c_int) {
-    let A = shared.anchors.get();
-    // SAFETY: the anchor thread always keeps a spare slot above its top (checked when the
-    // last value was anchored, and its top only shrinks in between).
-    unsafe {
-        ffi::lua_pushvalue(A, slot);
-        ffi::lua_xmove(A, L, 1);
-    }
-}
-
-/// Releases an anchor slot. When no handle is left, the anchor stack is emptied and its slots
-/// cleared, so every snapshot (taken only when no handle exists) sees it in the same state.
-fn release(shared: &Shared, slot: c_int) {
-    let A = shared.anchors.get();
-    // SAFETY: a live slot; nothing here allocates or raises (a spare slot exists above the
-    // top, see `push_anchored`). Lua code may be running on the main thread (a handle dropped
-    // from a native holding a leaked VM), but never on the anchor thread.
-    unsafe {
-        ffi::lua_pushnil(A);
-        ffi::lua_copy(A, -1, slot);
-        ffi::lua_settop(A, -2);
-        let live = shared.anchor_live.get() - 1;
-        shared.anchor_live.set(live);
-        let free = &mut *shared.anchor_free.get();
-        if live == 0 {
-            // `top` is the high-water mark since the stack was last empty; one more slot was
-            // used by `push_anchored`.
-            let top = ffi::lua_gettop(A);
-            ffi::lua_settop(A, 0);
-            raw::scrub_above_top(A, top + 1);
-            free.clear();
-        } else {
-            free.push(slot);
-        }
-    }
-}
-
-/// Slots of the anchor stack scrubbed when it is created (within its initial size, so no
-/// reallocation).
-const SCRUBBED_AT_START: c_int = 32;
-
 /// Pushes an argument. May raise (memory).
 ///
 /// # Safety
-/// Protected context with a free slot; anchored arguments were checked to belong to `shared`.
-unsafe fn push_arg(L: *mut lua_State, arg: &Arg<'_>, shared: &Shared) {
+/// Protected context with a free slot; anchored arguments were checked to belong to `vm`.
+unsafe fn push_arg(L: *mut lua_State, arg: &Arg<'_>, vm: &Vm) {
     // SAFETY: callers' contract.
     unsafe {
         match &arg.kind {
-            ArgKind::Value(v) => raw::push_value(L, v, shared, 0),
-            ArgKind::Anchored { slot, .. } => push_anchored(L, shared, *slot),
+            ArgKind::Value(v) => raw::push_value(L, v, vm.natives.registry.types(), 0),
+            ArgKind::Anchored { slot, .. } => vm.anchors.push(L, *slot),
         }
     }
 }
@@ -149,12 +76,12 @@ unsafe fn push_arg(L: *mut lua_State, arg: &Arg<'_>, shared: &Shared) {
 ///
 /// # Safety
 /// Protected context, the callee on top; plain frames only.
-unsafe fn call_args(L: *mut lua_State, args: &[Arg<'_>], shared: &Shared, extra: c_int) -> c_int {
+unsafe fn call_args(L: *mut lua_State, args: &[Arg<'_>], vm: &Vm, extra: c_int) -> c_int {
     // SAFETY: callers' contract; the stack is grown first.
     unsafe {
         ffi::luaL_checkstack(L, args.len() as c_int + 2, c"too many arguments".as_ptr());
         for a in args {
-            push_arg(L, a, shared);
+            push_arg(L, a, vm);
         }
         ffi::lua_callk(L, args.len() as c_int + extra, ffi::LUA_MULTRET, 0, None);
         ffi::lua_gettop(L)
@@ -187,32 +114,9 @@ enum Miss {
 }
 
 impl Vm {
-    /// Creates the anchor thread (at build, before any snapshot).
-    pub(crate) fn install_anchors(&mut self) -> Result<(), VmError> {
-        let mut thread: *mut lua_State = std::ptr::null_mut();
-        self.run(
-            &mut |L| {
-                // SAFETY: protected body; the registry keeps the thread alive for the VM's
-                // life (nothing removes it), and Lua's collector never moves objects.
-                unsafe {
-                    thread = ffi::lua_newthread(L);
-                    if ffi::lua_checkstack(thread, SCRUBBED_AT_START) == 0 {
-                        raise(L, "not enough memory for the anchor thread");
-                    }
-                    raw::scrub_above_top(thread, SCRUBBED_AT_START);
-                    ffi::lua_setfield(L, ffi::LUA_REGISTRYINDEX, ANCHORS_KEY.as_ptr());
-                }
-                0
-            },
-            |_, _| (),
-        )?;
-        self.shared.anchors.set(thread);
-        Ok(())
-    }
-
     /// Checks that every anchored argument belongs to this VM.
     fn own_args(&self, args: &[Arg<'_>]) -> Result<(), VmError> {
-        let me = self.shared.anchors.get();
+        let me = self.anchors.thread();
         for a in args {
             if let ArgKind::Anchored { owner, .. } = a.kind {
                 if owner != me {
@@ -299,7 +203,7 @@ impl Vm {
         }
         let value = [value.into_lua()?];
         self.own_args(&value)?;
-        let shared: &Shared = &self.shared;
+        let vm: &Vm = self;
         let (parent, key) = match p.split_last() {
             Some((parent, key)) => (Some(parent), key.clone()),
             None => (None, p.keys[0].clone()),
@@ -326,7 +230,7 @@ impl Vm {
                     }
                     ffi::luaL_checkstack(L, 3, c"path".as_ptr());
                     path::push_key(L, &key);
-                    push_arg(L, &value[0], shared);
+                    push_arg(L, &value[0], vm);
                     ffi::lua_settable(L, -3);
                 }
                 0
@@ -361,7 +265,7 @@ impl Vm {
         let p = Path::parse(path)?;
         let args = args.into_lua_multi()?;
         self.own_args(&args)?;
-        let shared: &Shared = &self.shared;
+        let vm: &Vm = self;
         let mut miss = None;
         let out = self.run(
             &mut |L| {
@@ -389,7 +293,7 @@ impl Vm {
                         return 0;
                     }
                     let base = ffi::lua_gettop(L) - 1 - extra;
-                    call_args(L, &args, shared, extra) - base
+                    call_args(L, &args, vm, extra) - base
                 }
             },
             |L, n| self.collect_values(L, n),
@@ -416,7 +320,7 @@ impl Vm {
     /// A handle to the value at a path (any type).
     pub fn handle(&self, path: &str) -> Result<LuaRef<'_>, VmError> {
         let p = Path::parse(path)?;
-        let shared: &Shared = &self.shared;
+        let vm: &Vm = self;
         let mut miss = None;
         let slot = self.run(
             &mut |L| {
@@ -426,7 +330,7 @@ impl Vm {
                         miss = Some(path::not_found(L, &p, i));
                         return 0;
                     }
-                    let slot = anchor_top(L, shared);
+                    let slot = vm.anchors.anchor_top(L);
                     ffi::lua_pushinteger(L, slot as ffi::lua_Integer);
                     1
                 }
@@ -485,13 +389,13 @@ impl Vm {
 
     /// Runs `push` (which pushes one value) protected and anchors the value.
     fn anchor_new(&self, mut push: impl FnMut(*mut lua_State)) -> Result<LuaRef<'_>, VmError> {
-        let shared: &Shared = &self.shared;
+        let vm: &Vm = self;
         let slot = self.run(
             &mut |L| {
                 push(L);
                 // SAFETY: protected body, the value on top.
                 unsafe {
-                    let slot = anchor_top(L, shared);
+                    let slot = vm.anchors.anchor_top(L);
                     ffi::lua_pushinteger(L, slot as ffi::lua_Integer);
                 }
                 1
@@ -544,7 +448,7 @@ impl Vm {
         .map_err(|_| VmError::BadName {
             name: chunkname.into(),
         })?;
-        let shared: &Shared = &self.shared;
+        let vm: &Vm = self;
         let mut syntax_error = false;
         let slot = self.run(
             &mut |L| {
@@ -554,7 +458,7 @@ impl Vm {
                         ffi::luaL_getsubtable(L, ffi::LUA_REGISTRYINDEX, MODULES_KEY.as_ptr());
                         ffi::lua_pushlstring(L, m.as_ptr().cast(), m.len());
                         if ffi::lua_rawget(L, -2) != ffi::LUA_TNIL {
-                            let slot = anchor_top(L, shared);
+                            let slot = vm.anchors.anchor_top(L);
                             ffi::lua_pushinteger(L, slot as ffi::lua_Integer);
                             return 1;
                         }
@@ -585,7 +489,7 @@ impl Vm {
                         ffi::lua_pushvalue(L, -2);
                         ffi::lua_rawset(L, base);
                     }
-                    let slot = anchor_top(L, shared);
+                    let slot = vm.anchors.anchor_top(L);
                     ffi::lua_pushinteger(L, slot as ffi::lua_Integer);
                     1
                 }
@@ -648,7 +552,7 @@ impl std::fmt::Debug for LuaRef<'_> {
 
 impl Drop for LuaRef<'_> {
     fn drop(&mut self) {
-        release(&self.vm.shared, self.slot);
+        self.vm.anchors.release(self.slot);
     }
 }
 
@@ -662,7 +566,7 @@ impl Clone for LuaRef<'_> {
         self.vm
             .anchor_new(|L| {
                 // SAFETY: protected body with free slots; a live slot.
-                unsafe { push_anchored(L, &self.vm.shared, slot) }
+                unsafe { self.vm.anchors.push(L, slot) }
             })
             .expect("the anchor stack could not grow: the arena's memory limit is reached")
     }
@@ -672,7 +576,7 @@ impl<'vm> LuaRef<'vm> {
     /// Lua's type name of the value (`"table"`, `"function"`, ...).
     pub fn type_name(&self) -> &'static str {
         // SAFETY: a live slot of the anchor thread; lua_type only reads.
-        type_name_of(unsafe { ffi::lua_type(self.vm.shared.anchors.get(), self.slot) })
+        type_name_of(unsafe { ffi::lua_type(self.vm.anchors.thread(), self.slot) })
     }
 
     /// The VM the handle borrows.
@@ -686,12 +590,12 @@ impl<'vm> LuaRef<'vm> {
         body: &mut dyn FnMut(*mut lua_State) -> c_int,
         collect: impl FnOnce(*mut lua_State, c_int) -> R,
     ) -> Result<R, VmError> {
-        let shared: &Shared = &self.vm.shared;
+        let vm: &Vm = self.vm;
         let slot = self.slot;
         self.vm.run(
             &mut |L| {
                 // SAFETY: protected body; the stack starts empty with LUA_MINSTACK free slots.
-                unsafe { push_anchored(L, shared, slot) };
+                unsafe { vm.anchors.push(L, slot) };
                 body(L)
             },
             collect,
@@ -724,7 +628,7 @@ impl<'vm> LuaRef<'vm> {
 
     /// This value as a function handle (a function, or a value with `__call`).
     pub fn into_function(self) -> Result<Function<'vm>, VmError> {
-        let A = self.vm.shared.anchors.get();
+        let A = self.vm.anchors.thread();
         // SAFETY: a live slot; `callable` only reads (and the anchor stack has spare slots).
         let ok = unsafe { raw::is_callable(A, self.slot) };
         self.expect("function", ok).map(Function)
@@ -739,7 +643,7 @@ impl<'vm> LuaRef<'vm> {
 
 impl<'h> IntoLua<'h> for &'h LuaRef<'_> {
     fn into_lua(self) -> Result<Arg<'h>, VmError> {
-        Ok(Arg::anchored(self.vm.shared.anchors.get(), self.slot))
+        Ok(Arg::anchored(self.vm.anchors.thread(), self.slot))
     }
 }
 
@@ -794,12 +698,12 @@ impl<'vm> LuaTable<'vm> {
     pub fn get<'h, K: IntoLua<'h>, V: FromLua>(&self, key: K) -> Result<V, VmError> {
         let key = [key.into_lua()?];
         self.0.vm.own_args(&key)?;
-        let shared: &Shared = &self.0.vm.shared;
+        let vm: &Vm = self.0.vm;
         let v = self.0.with(
             &mut |L| {
                 // SAFETY: protected body, the table at 1.
                 unsafe {
-                    push_arg(L, &key[0], shared);
+                    push_arg(L, &key[0], vm);
                     ffi::lua_gettable(L, 1);
                 }
                 1
@@ -819,7 +723,7 @@ impl<'vm> LuaTable<'vm> {
     /// A handle to the value at a path relative to this table.
     pub fn at_path(&self, path: &str) -> Result<LuaRef<'vm>, VmError> {
         let p = Path::parse(path)?;
-        let shared: &Shared = &self.0.vm.shared;
+        let vm: &Vm = self.0.vm;
         let mut miss = None;
         let slot = self.0.with(
             &mut |L| {
@@ -829,7 +733,7 @@ impl<'vm> LuaTable<'vm> {
                         miss = Some(path::not_found(L, &p, i));
                         return 0;
                     }
-                    let slot = anchor_top(L, shared);
+                    let slot = vm.anchors.anchor_top(L);
                     ffi::lua_pushinteger(L, slot as ffi::lua_Integer);
                     1
                 }
@@ -855,14 +759,14 @@ impl<'vm> LuaTable<'vm> {
     fn handle_arg(&self, key: Arg<'_>) -> Result<LuaRef<'vm>, VmError> {
         let key = [key];
         self.0.vm.own_args(&key)?;
-        let shared: &Shared = &self.0.vm.shared;
+        let vm: &Vm = self.0.vm;
         let slot = self.0.with(
             &mut |L| {
                 // SAFETY: protected body, the table at 1.
                 unsafe {
-                    push_arg(L, &key[0], shared);
+                    push_arg(L, &key[0], vm);
                     ffi::lua_gettable(L, 1);
-                    let slot = anchor_top(L, shared);
+                    let slot = vm.anchors.anchor_top(L);
                     ffi::lua_pushinteger(L, slot as ffi::lua_Integer);
                 }
                 1
@@ -898,13 +802,13 @@ impl<'vm> LuaTable<'vm> {
     pub fn set<'h, K: IntoLua<'h>, V: IntoLua<'h>>(&self, key: K, value: V) -> Result<(), VmError> {
         let kv = [key.into_lua()?, value.into_lua()?];
         self.0.vm.own_args(&kv)?;
-        let shared: &Shared = &self.0.vm.shared;
+        let vm: &Vm = self.0.vm;
         self.0.with(
             &mut |L| {
                 // SAFETY: protected body, the table at 1.
                 unsafe {
-                    push_arg(L, &kv[0], shared);
-                    push_arg(L, &kv[1], shared);
+                    push_arg(L, &kv[0], vm);
+                    push_arg(L, &kv[1], vm);
                     ffi::lua_settable(L, 1);
                 }
                 0
@@ -994,11 +898,11 @@ impl<'vm> Function<'vm> {
     pub fn call<'h, R: FromLuaMulti>(&self, args: impl IntoLuaMulti<'h>) -> Result<R, VmError> {
         let args = args.into_lua_multi()?;
         self.0.vm.own_args(&args)?;
-        let shared: &Shared = &self.0.vm.shared;
+        let vm: &Vm = self.0.vm;
         self.0.with(
             &mut |L| {
                 // SAFETY: protected body, the function at 1.
-                unsafe { call_args(L, &args, shared, 0) }
+                unsafe { call_args(L, &args, vm, 0) }
             },
             |L, n| self.0.vm.values::<R>(L, n),
         )?
@@ -1011,17 +915,17 @@ impl<'vm> Function<'vm> {
     pub fn call_handle<'h>(&self, args: impl IntoLuaMulti<'h>) -> Result<LuaRef<'vm>, VmError> {
         let args = args.into_lua_multi()?;
         self.0.vm.own_args(&args)?;
-        let shared: &Shared = &self.0.vm.shared;
+        let vm: &Vm = self.0.vm;
         let slot = self.0.with(
             &mut |L| {
                 // SAFETY: protected body, the function at 1.
                 unsafe {
-                    let top = call_args(L, &args, shared, 0);
+                    let top = call_args(L, &args, vm, 0);
                     ffi::lua_settop(L, if top >= 1 { 1 } else { 0 });
                     if top == 0 {
                         ffi::lua_pushnil(L);
                     }
-                    let slot = anchor_top(L, shared);
+                    let slot = vm.anchors.anchor_top(L);
                     ffi::lua_pushinteger(L, slot as ffi::lua_Integer);
                 }
                 1
@@ -1068,7 +972,7 @@ impl<'vm> Thread<'vm> {
     pub fn status(&self) -> ThreadStatus {
         // SAFETY: a live slot holding a thread; the status checks only read.
         unsafe {
-            let co = ffi::lua_tothread(self.0.vm.shared.anchors.get(), self.0.slot);
+            let co = ffi::lua_tothread(self.0.vm.anchors.thread(), self.0.slot);
             status(co)
         }
     }
@@ -1084,7 +988,7 @@ impl<'vm> Thread<'vm> {
             ThreadStatus::Dead => return Err(VmError::NotResumable { status: "dead" }),
             ThreadStatus::Running => return Err(VmError::NotResumable { status: "running" }),
         }
-        let shared: &Shared = &self.0.vm.shared;
+        let vm: &Vm = self.0.vm;
         let out = self.0.with(
             &mut |L| {
                 // SAFETY: protected body, the coroutine at 1 (kept alive there). Arguments are
@@ -1098,7 +1002,7 @@ impl<'vm> Thread<'vm> {
                         c"too many arguments".as_ptr(),
                     );
                     for a in &args {
-                        push_arg(L, a, shared);
+                        push_arg(L, a, vm);
                     }
                     // Before the coroutine's stack is touched, as coroutine.resume does
                     // (csrc/corolib.c, ls_auxresume): one dead by an error, or one a load is

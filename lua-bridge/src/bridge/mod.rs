@@ -3,6 +3,8 @@
 //! registry. `persist/` (save-games) and `runtime/` (rollback sessions) build on it.
 
 pub(crate) mod allocator;
+pub(crate) mod anchors;
+pub(crate) mod budget;
 pub(crate) mod canonical;
 pub(crate) mod chunks;
 pub(crate) mod convert;
@@ -10,7 +12,9 @@ pub(crate) mod error;
 pub(crate) mod ffi;
 pub(crate) mod handle;
 pub(crate) mod helpers;
+pub(crate) mod natives;
 pub(crate) mod path;
+pub(crate) mod per_vm;
 pub(crate) mod random_state;
 pub mod serde_value;
 #[cfg(feature = "interpreter")]
@@ -18,3 +22,4 @@ pub(crate) mod standalone;
 pub(crate) mod userdata;
 pub(crate) mod value;
 pub(crate) mod vm;
+pub(crate) mod warn;

@@ -6,7 +6,7 @@
 
 use crate::bridge::convert::FromLua;
 use crate::bridge::error::{NativeError, VmError};
-use crate::bridge::ffi::Call;
+use crate::bridge::natives::Call;
 use crate::bridge::value::{PlainData, Value};
 
 /// A method of a userdata type: receives the value (mutable, written back after the call) and

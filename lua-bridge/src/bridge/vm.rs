@@ -1,17 +1,22 @@
 //! The VM: a Lua 5.5 state whose every allocation comes from one arena.
 
+use crate::bridge::anchors::Anchors;
+use crate::bridge::budget::{self, StepBudget};
 use crate::bridge::error::{LuaErrorKind, NativeError, VmError};
-use crate::bridge::ffi::{self as raw, Call, LuaFailure, Native, NativeFn, Shared, UserDataType};
+use crate::bridge::ffi::{self as raw, LuaFailure, UserDataType};
 use crate::bridge::helpers::{
     luasnap_chunks_install, luasnap_clear_dead_stack, luasnap_det_randomseed, luasnap_det_sort,
-    luasnap_register_step_hook,
 };
+use crate::bridge::natives::{self, Call, NativeFn, NativeState};
+use crate::bridge::per_vm::Registered;
 use crate::bridge::userdata::{EntryKind, UserDataMethods};
 use crate::bridge::value::PlainData;
 use crate::bridge::value::Value;
+use crate::bridge::warn::{self, WarnState};
 use luasnap_alloc::{Arena, ArenaStats, TrackerPreference};
 use luasnap_snap::{CopyStrategy, RingConfig, Snapshot, SnapshotId, SnapshotMode, SnapshotRing};
 use mlua_sys::{self as ffi, lua_State};
+use std::any::Any;
 use std::cell::Cell;
 use std::ffi::{c_int, CStr, CString};
 use std::hash::{BuildHasher, RandomState};
@@ -258,12 +263,15 @@ impl VmBuilder {
             Profile::Deterministic { seed } => seed,
             Profile::Standard => RandomState::new().hash_one(std::time::SystemTime::now()),
         };
-        let shared = Box::new(Shared::new(arena.base().as_ptr() as usize));
-        let slot = raw::claim_slot(arena.base().as_ptr() as usize, &*shared).ok_or_else(|| {
-            VmError::Conversion {
-                what: "a new VM: too many VMs alive in this process (4096); drop some first".into(),
-            }
-        })?;
+        // The Rust state Lua's callbacks find by the arena's base: registered until the Vm (or,
+        // on failure below, this function) drops it, after the Lua state is closed.
+        let base = arena.base().as_ptr() as usize;
+        let too_many = || VmError::Conversion {
+            what: "a new VM: too many VMs alive in this process (4096); drop some first".into(),
+        };
+        let natives = natives::register(base).ok_or_else(too_many)?;
+        let step = budget::register(base).ok_or_else(too_many)?;
+        let warn = warn::register(base).ok_or_else(too_many)?;
         let ud = arena.raw().as_ptr();
         // The arena's allocator, behind a layer that scrubs freed stacks.
         let alloc: ffi::lua_Alloc = crate::bridge::canonical::scrubbing_alloc;
@@ -272,7 +280,6 @@ impl VmBuilder {
         // closing the state; Lua calls it only from this thread.
         let state = unsafe { ffi::lua_newstate(alloc, ud, hash_seed) };
         let Some(state) = NonNull::new(state) else {
-            raw::release_slot(slot);
             return Err(VmError::Lua {
                 kind: LuaErrorKind::Memory,
                 message: "not enough memory to create the Lua state".into(),
@@ -280,34 +287,43 @@ impl VmBuilder {
             });
         };
         let L = state.as_ptr();
-        // SAFETY: a fresh main thread; `shared` is boxed, owned by the Vm and registered under
-        // the arena's base until the Vm is dropped (after the state is closed).
+        // SAFETY: a fresh main thread; the warn function's state is registered under the
+        // arena's base (its `ud`) until the Vm is dropped, after the state is closed.
         unsafe {
             ffi::lua_atpanic(L, raw::at_panic);
-            ffi::lua_setwarnf(L, Some(raw::warn_to_stderr), arena.base().as_ptr().cast());
+            ffi::lua_setwarnf(L, Some(warn::warn_to_stderr), arena.base().as_ptr().cast());
         }
         let ring = match SnapshotRing::new(&mut arena, self.ring) {
             Ok(r) => r,
             Err(e) => {
                 // SAFETY: the state was never used; close it before its arena goes.
                 unsafe { ffi::lua_close(L) };
-                raw::release_slot(slot);
                 return Err(e.into());
             }
         };
         let mut vm = Vm {
             state,
-            shared,
-            slot,
+            natives,
+            step,
+            _warn: warn,
+            anchors: Anchors::new(),
+            depth: Cell::new(0),
             ring,
             ring_config: self.ring,
             arena,
             profile: self.profile,
-            sealed: Cell::new(false),
             extensions: self.extensions,
+            parts: Vec::new(),
         };
         let stock_bytes = vm.open_libraries(seed)?;
-        vm.install_anchors()?;
+        vm.run(
+            &mut |L| {
+                // SAFETY: protected body on the main thread, before any snapshot.
+                unsafe { vm.anchors.install(L) };
+                0
+            },
+            |_, _| (),
+        )?;
         for (name, f, replace) in self.natives {
             vm.register_boxed_native(name, f, replace)?;
         }
@@ -365,16 +381,25 @@ impl VmBuilder {
 /// ```
 pub struct Vm {
     state: NonNull<lua_State>,
-    pub(crate) shared: Box<Shared>,
-    slot: usize,
+    /// Natives, userdata types and what natives stage (`natives.rs`): the trampoline's part.
+    pub(crate) natives: Registered<NativeState>,
+    /// The instruction budget of `call_with_budget` (`budget.rs`): its hook's part.
+    step: Registered<StepBudget>,
+    /// The warn function's part (`warn.rs`), used only by Lua's calls of it.
+    _warn: Registered<WarnState>,
+    /// The Lua objects of live handles (`anchors.rs`).
+    pub(crate) anchors: Anchors,
+    /// Host calls into Lua running: 0 or 1 (a call from inside a native is refused).
+    depth: Cell<u32>,
     ring: SnapshotRing,
     ring_config: RingConfig,
     pub(crate) arena: Arena,
     profile: Profile,
-    /// Set by the first snapshot: no natives or userdata types may be added after it.
-    sealed: Cell<bool>,
     /// The layers above the bridge that this VM carries (see [`Extension`]).
     extensions: Vec<Extension>,
+    /// What those layers keep for this VM (the save-game loader's budget), registered by their
+    /// extensions; dropped with the Vm, after the Lua state is closed.
+    parts: Vec<Box<dyn Any>>,
 }
 
 impl std::fmt::Debug for Vm {
@@ -392,7 +417,7 @@ impl Drop for Vm {
         // SAFETY: the state is idle (nothing borrows the Vm) and the arena is still alive;
         // closing runs finalizers in protected mode and frees everything into the arena.
         unsafe { ffi::lua_close(self.state.as_ptr()) };
-        raw::release_slot(self.slot);
+        // The per-VM parts (fields) are dropped next, releasing their registrations.
     }
 }
 
@@ -408,57 +433,20 @@ function load(chunk, name, mode, ...)
 end
 "##;
 
-/// Instructions of one thread between two calls of the instruction-budget hook
-/// ([`Vm::call_with_budget`]).
-pub const BUDGET_HOOK_PERIOD: u64 = 1000;
-
-/// The instruction-budget hook of [`Vm::call_with_budget`]: called every
-/// [`BUDGET_HOOK_PERIOD`] instructions of a thread; fails once the call's budget is spent,
-/// then at every instruction (a `pcall` catches one error, not one per instruction outside
-/// it). Left on a coroutine after its budgeted call ended, it removes itself.
-unsafe extern "C-unwind" fn step_hook(L: *mut lua_State, ar: *mut ffi::lua_Debug) {
-    // SAFETY: installed only on threads of VMs built by this crate, which are alive while
-    // their Lua code runs.
-    let shared = unsafe { raw::shared_of(L) };
-    if !shared.step_active.get() {
-        // SAFETY: removing the running thread's hook from inside it is allowed.
-        unsafe { ffi::lua_sethook(L, None, 0, 0) };
-        return;
-    }
-    let left = shared.step_left.get();
-    if left >= BUDGET_HOOK_PERIOD && !shared.step_spent.get() {
-        shared.step_left.set(left - BUDGET_HOOK_PERIOD);
-        return;
-    }
-    if !shared.step_spent.replace(true) {
-        // Where the budget ran out: the loop itself, which a later error (raised outside a
-        // pcall that caught this one) would not show.
-        // SAFETY: `ar` is the hook's activation record, valid for lua_getinfo inside the hook;
-        // "Sl" fills `short_src` (NUL-terminated) and `currentline` without allocating.
-        let place = unsafe {
-            ffi::lua_getinfo(L, c"Sl".as_ptr(), ar);
-            let src = std::ffi::CStr::from_ptr((*ar).short_src.as_ptr()).to_string_lossy();
-            format!("{src}:{}", (*ar).currentline)
-        };
-        // SAFETY: no other reference to the slot is alive (hooks do not nest, and the host
-        // reads it only after the call).
-        unsafe { *shared.step_where.get() = Some(place) };
-    }
-    // SAFETY: raising from a count hook is allowed (Lua's pcalls restore `allowhook`); this
-    // frame holds nothing with a destructor, so the longjmp skips a plain old frame.
-    unsafe {
-        ffi::lua_sethook(L, Some(step_hook), ffi::LUA_MASKCOUNT, 1);
-        ffi::lua_pushstring(
-            L,
-            c"instruction budget spent (Vm::call_with_budget)".as_ptr(),
-        );
-        ffi::lua_error(L);
-    }
-}
-
 impl Vm {
     fn L(&self) -> *mut lua_State {
         self.state.as_ptr()
+    }
+
+    /// Keeps a part of a layer above the bridge (its registration in a per-VM table) until
+    /// the Vm is dropped, after its Lua state is closed. For extensions' `install`.
+    pub(crate) fn keep(&mut self, part: Box<dyn Any>) {
+        self.parts.push(part);
+    }
+
+    /// Where the VM's arena starts: the key of its per-VM state (`per_vm.rs`).
+    pub(crate) fn arena_base(&self) -> usize {
+        self.arena.base().as_ptr() as usize
     }
 
     /// Calls the function at `path` like [`Vm::call`], stopping its Lua code once it has run
@@ -505,48 +493,24 @@ impl Vm {
         args: impl crate::bridge::convert::IntoLuaMulti<'h>,
         budget: u64,
     ) -> Result<R, VmError> {
-        let shared = &self.shared;
-        if shared.depth.get() != 0 {
+        if self.depth.get() != 0 {
             return Err(VmError::LuaRunning {
                 operation: "call into Lua from inside a native",
             });
         }
         let L = self.L();
-        // SAFETY: registers a function that lives as long as the program; our main thread is
-        // idle (depth 0), so its hook may change; the old hook is put back below.
-        let saved = unsafe {
-            luasnap_register_step_hook(Some(step_hook));
-            let saved = (
-                ffi::lua_gethook(L),
-                ffi::lua_gethookmask(L),
-                ffi::lua_gethookcount(L),
-            );
-            ffi::lua_sethook(
-                L,
-                Some(step_hook),
-                ffi::LUA_MASKCOUNT,
-                BUDGET_HOOK_PERIOD as c_int,
-            );
-            saved
-        };
-        shared.step_left.set(budget);
-        shared.step_spent.set(false);
-        // SAFETY: no Lua code runs, so the hook holds no reference to the slot.
-        unsafe { *shared.step_where.get() = None };
-        shared.step_active.set(true);
+        // SAFETY: our main thread is idle (depth 0); `end` follows the call.
+        let saved = unsafe { self.step.begin(L, budget) };
         let out = self.call(path, args);
-        shared.step_active.set(false);
-        // SAFETY: the call is over; our idle main thread gets its own hook back.
-        unsafe { ffi::lua_sethook(L, saved.0, saved.1, saved.2) };
-        if !shared.step_spent.replace(false) {
+        // SAFETY: the call is over.
+        let Some(location) = (unsafe { self.step.end(L, saved) }) else {
             return out;
-        }
+        };
         // Spent, even if a pcall in the callee swallowed the last error: what it did is
         // incomplete.
         Err(VmError::InstructionBudget {
             budget,
-            // SAFETY: the call is over; nothing else refers to the slot.
-            location: unsafe { (*shared.step_where.get()).take() },
+            location,
             traceback: match out {
                 Err(VmError::Lua { traceback, .. }) => traceback,
                 _ => None,
@@ -560,7 +524,7 @@ impl Vm {
         body: &mut dyn FnMut(*mut lua_State) -> c_int,
         collect: impl FnOnce(*mut lua_State, c_int) -> R,
     ) -> Result<R, VmError> {
-        let depth = &self.shared.depth;
+        let depth = &self.depth;
         if depth.get() != 0 {
             // Re-entry from inside a native (through shared ownership of the Vm): the main
             // thread's stack belongs to the running call, so refuse.
@@ -596,7 +560,7 @@ impl Vm {
         depth.set(0);
         // Staged results of natives interrupted by errors are garbage now.
         // SAFETY: no native is running (depth 0).
-        unsafe { (*self.shared.results.get()).clear() };
+        unsafe { self.natives.staging.clear() };
         result
     }
 
@@ -608,7 +572,7 @@ impl Vm {
         (0..n)
             .map(|i| {
                 // SAFETY: results sit at indices 2..=n+1; to_value does not raise.
-                unsafe { raw::to_value(L, i + 2, &self.shared) }.map_err(|what| {
+                unsafe { raw::to_value(L, i + 2, self.natives.registry.types()) }.map_err(|what| {
                     VmError::Conversion {
                         what: format!("result #{}: {what}", i + 1),
                     }
@@ -760,7 +724,7 @@ impl Vm {
             format!("={name}")
         })
         .map_err(|_| VmError::BadName { name: name.into() })?;
-        let shared: &Shared = &self.shared;
+        let types = self.natives.registry.types();
         let mut syntax_error = false;
         let out = self.run(
             &mut |L| {
@@ -773,7 +737,7 @@ impl Vm {
                         syntax_error = st == ffi::LUA_ERRSYNTAX;
                         ffi::lua_error(L);
                     }
-                    raw::call_with(L, args, shared)
+                    raw::call_with(L, args, types)
                 }
             },
             |L, n| self.collect_values(L, n),
@@ -813,22 +777,21 @@ impl Vm {
     }
 
     fn check_open(&self, name: &str) -> Result<(), VmError> {
-        if self.shared.depth.get() != 0 {
+        if self.depth.get() != 0 {
             return Err(VmError::LuaRunning {
                 operation: "register natives",
             });
         }
-        if self.sealed.get() {
+        if self.natives.registry.is_closed() {
             return Err(VmError::RegistryClosed { name: name.into() });
         }
         Ok(())
     }
 
     fn add_native(&mut self, name: String, f: NativeFn) -> usize {
-        // SAFETY: Lua is idle (checked by callers), so no trampoline reads the list now.
-        let natives = unsafe { &mut *self.shared.natives.get() };
-        natives.push(Native { name, f });
-        natives.len() - 1
+        // SAFETY: Lua is idle (checked by callers) and `&mut self` excludes any reference
+        // into the registry; it is open (checked by callers).
+        unsafe { self.natives.registry.add_native(name, f) }
     }
 
     fn register_boxed_native(
@@ -841,11 +804,7 @@ impl Vm {
         if !crate::bridge::path::valid_path(&name) {
             return Err(VmError::BadName { name });
         }
-        // SAFETY: Lua is idle; reading the list.
-        if unsafe { &*self.shared.natives.get() }
-            .iter()
-            .any(|n| n.name == name)
-        {
+        if self.natives.registry.has_native(&name) {
             return Err(VmError::DuplicateName { name });
         }
         if !replace {
@@ -887,7 +846,7 @@ impl Vm {
                 unsafe {
                     ffi::lua_getfield(L, ffi::LUA_REGISTRYINDEX, NATIVES_KEY.as_ptr());
                     ffi::lua_pushinteger(L, index as ffi::lua_Integer);
-                    ffi::lua_pushcclosure(L, raw::native_trampoline, 1);
+                    ffi::lua_pushcclosure(L, natives::native_trampoline, 1);
                     ffi::lua_pushvalue(L, -1);
                     ffi::lua_setfield(L, -3, cname.as_ptr());
                     for extension in extensions {
@@ -902,8 +861,8 @@ impl Vm {
         );
         if result.is_err() {
             // The Lua side was not created: forget the Rust side too.
-            // SAFETY: Lua is idle again.
-            unsafe { (*self.shared.natives.get()).truncate(index) };
+            // SAFETY: Lua is idle again; `&mut self` excludes references into the registry.
+            unsafe { self.natives.registry.truncate_natives(index) };
         }
         result
     }
@@ -921,8 +880,9 @@ impl Vm {
             });
         }
         if self
-            .shared
-            .userdata_types()
+            .natives
+            .registry
+            .types()
             .iter()
             .any(|t| t.name == T::NAME)
         {
@@ -935,10 +895,7 @@ impl Vm {
         crate::bridge::userdata::check_entries::<T>(&m.methods)?;
         let has = |k: EntryKind| m.methods.iter().any(|(_, kind, _)| *kind == k);
         let (getters, setters) = (has(EntryKind::Get), has(EntryKind::Set));
-        let first = {
-            // SAFETY: Lua is idle; reading the list.
-            unsafe { &*self.shared.natives.get() }.len()
-        };
+        let first = self.natives.registry.native_count();
         let mut entries: Vec<(CString, EntryKind, usize)> = Vec::new();
         for (name, kind, f) in m.methods {
             let cname =
@@ -970,7 +927,7 @@ impl Vm {
                     ffi::lua_createtable(L, 0, 0); // 4: setters
                     for (name, kind, index) in &entries {
                         ffi::lua_pushinteger(L, *index as ffi::lua_Integer);
-                        ffi::lua_pushcclosure(L, raw::native_trampoline, 1);
+                        ffi::lua_pushcclosure(L, natives::native_trampoline, 1);
                         let target = match kind {
                             EntryKind::Method if name.as_bytes().starts_with(b"__") => 1,
                             EntryKind::Method => 2,
@@ -1023,17 +980,20 @@ impl Vm {
         );
         match metatable {
             Ok(mt) => {
-                // SAFETY: Lua is idle.
-                unsafe { &mut *self.shared.userdata.get() }.push(UserDataType {
-                    name: T::NAME,
-                    size: std::mem::size_of::<T>(),
-                    metatable: mt,
-                });
+                // SAFETY: Lua is idle and `&mut self` excludes references into the registry,
+                // which is open (checked above).
+                unsafe {
+                    self.natives.registry.add_type(UserDataType {
+                        name: T::NAME,
+                        size: std::mem::size_of::<T>(),
+                        metatable: mt,
+                    })
+                };
                 Ok(())
             }
             Err(e) => {
-                // SAFETY: Lua is idle.
-                unsafe { (*self.shared.natives.get()).truncate(first) };
+                // SAFETY: as above.
+                unsafe { self.natives.registry.truncate_natives(first) };
                 Err(e)
             }
         }
@@ -1043,7 +1003,7 @@ impl Vm {
 
     pub(crate) fn check_idle(&self, operation: &'static str) -> Result<(), VmError> {
         // SAFETY: reading the main thread's status.
-        if self.shared.depth.get() != 0 || unsafe { ffi::lua_status(self.L()) } != ffi::LUA_OK {
+        if self.depth.get() != 0 || unsafe { ffi::lua_status(self.L()) } != ffi::LUA_OK {
             return Err(VmError::LuaRunning { operation });
         }
         Ok(())
@@ -1052,7 +1012,7 @@ impl Vm {
     /// Takes a snapshot of the whole VM. Seals natives and userdata types.
     pub fn snapshot(&mut self) -> Result<SnapshotId, VmError> {
         self.check_idle("take a snapshot")?;
-        self.sealed.set(true);
+        self.natives.registry.close();
         Ok(self.ring.snapshot(&mut self.arena)?)
     }
 
@@ -1068,7 +1028,7 @@ impl Vm {
     /// as [`snapshot`](Vm::snapshot) does: a type registered later would be gone after a
     /// restore of this capture.
     pub fn capture(&self) -> Snapshot {
-        self.sealed.set(true);
+        self.natives.registry.close();
         Snapshot::capture(&self.arena)
     }
 

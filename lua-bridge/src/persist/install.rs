@@ -95,6 +95,7 @@ return eris
 /// Creates the `eris` module and the permanents tables: the standard library as loaded now,
 /// plus the continuation and helper C functions Lua hands out without naming them.
 fn install(vm: &mut Vm) -> Result<(), VmError> {
+    super::budget::register(vm)?;
     vm.run(
         &mut |L| {
             // SAFETY: protected body; each step balances its pushes.

@@ -36,6 +36,7 @@
 //! set [`LoadOptions::bytecode`]. Foreign saves may in addition only call registered
 //! constructors and name allowed permanents.
 
+mod budget;
 #[cfg(any(test, feature = "fuzzing"))]
 #[doc(hidden)]
 pub mod forge;
@@ -56,12 +57,14 @@ pub use read::{last_load_frame_check_reads, last_load_open_upvalue_walks};
 
 use crate::bridge::error::VmError;
 use crate::bridge::ffi::{self as raw, Job};
+use crate::bridge::natives;
+use crate::bridge::per_vm;
 use crate::bridge::vm::Vm;
 // The value kinds the C helpers share with the serializer (fuzz targets forge them too).
 pub(crate) use crate::bridge::helpers::kind;
-use crate::bridge::helpers::{
-    luasnap_gc_stopem, luasnap_heap_bytes, luasnap_proto, luasnap_raise_memerr,
-};
+use crate::bridge::helpers::{luasnap_gc_stopem, luasnap_proto, luasnap_raise_memerr};
+pub(crate) use budget::budget_hook_intact;
+use budget::LoadBudget;
 use mlua_sys::{self as ffi, lua_State};
 use std::ffi::{c_int, CStr, CString};
 
@@ -411,63 +414,6 @@ pub(crate) unsafe fn key_name(L: *mut lua_State, idx: c_int) -> Option<String> {
     }
 }
 
-/// Budget hook: every 1000 instructions of Lua code during a load. Left on a thread after its
-/// load ended (a coroutine created during the load inherits it), it removes itself.
-unsafe extern "C-unwind" fn budget_hook(L: *mut lua_State, _ar: *mut ffi::lua_Debug) {
-    // SAFETY: installed only on VMs built by this crate.
-    let shared = unsafe { raw::shared_of(L) };
-    if shared.loading.get() == 0 {
-        // SAFETY: removing the running thread's hook from inside it is allowed.
-        unsafe { ffi::lua_sethook(L, None, 0, 0) };
-        return;
-    }
-    let left = shared.budget.get();
-    if left < 1000 {
-        // From now on, fail at every instruction: Lua code can catch one error (a loop of
-        // pcalls would go on for ever), but not one at each instruction outside its pcalls.
-        // SAFETY: raising from a count hook is allowed; nothing to drop here.
-        unsafe {
-            ffi::lua_sethook(L, Some(budget_hook), ffi::LUA_MASKCOUNT, 1);
-            ffi::lua_pushstring(L, c"save-game load exceeded its instruction budget (a __persist rebuild or init function runs too long)".as_ptr());
-            ffi::lua_error(L);
-        }
-    }
-    shared.budget.set(left - 1000);
-    // SAFETY: reads two counters of the global state.
-    if unsafe { luasnap_heap_bytes(L) } > shared.heap_cap.get() {
-        shared.budget.set(0); // and fail at every instruction from now on
-                              // SAFETY: as above.
-        unsafe {
-            ffi::lua_sethook(L, Some(budget_hook), ffi::LUA_MASKCOUNT, 1);
-            ffi::lua_pushstring(L, c"save-game load exceeded its heap-growth cap (LoadOptions::max_heap_growth, eris.settings(\"maxgrowth\"))".as_ptr());
-            ffi::lua_error(L);
-        }
-    }
-}
-
-/// Whether the budget hook is still installed on `L` as a load installs it.
-///
-/// # Safety
-/// `L` is a valid thread.
-pub(crate) unsafe fn budget_hook_intact(L: *mut lua_State) -> bool {
-    // SAFETY: queries only.
-    unsafe {
-        ffi::lua_gethook(L).map(|h| h as *const () as usize)
-            == Some(budget_hook as *const () as usize)
-            && ffi::lua_gethookmask(L) == ffi::LUA_MASKCOUNT
-            && matches!(ffi::lua_gethookcount(L), 1 | 1000)
-    }
-}
-
-/// Installs the budget hook on `L`.
-///
-/// # Safety
-/// `L` is a valid thread of a VM of this crate.
-pub(crate) unsafe fn install_budget_hook(L: *mut lua_State) {
-    // SAFETY: callers' contract.
-    unsafe { ffi::lua_sethook(L, Some(budget_hook), ffi::LUA_MASKCOUNT, 1000) };
-}
-
 /// Persists the value on top of the stack at `base + 2`, with perms at `base + 1` (a table,
 /// or nil for the VM's permanents). Runs protected. On success the file is left on the stack
 /// as a string if `as_string`, else returned (and nil left). Returns the status, the
@@ -477,9 +423,9 @@ unsafe fn persist_protected(
     opts: &PersistOptions,
     as_string: bool,
 ) -> (c_int, Option<String>, Option<Vec<u8>>) {
-    // SAFETY: a VM built by this crate; the caller pushed perms and value.
-    let shared = unsafe { raw::shared_of(L) };
-    let mut p = write::Persister::new(opts, shared);
+    // SAFETY: a VM built by this crate, on its thread; the caller pushed perms and value.
+    let (natives, base) = unsafe { (natives::state_of(L), per_vm::arena_base(L)) };
+    let mut p = write::Persister::new(opts, natives.registry.types(), base);
     let mut out: Vec<u8> = Vec::new();
     // SAFETY: queries only.
     let running = unsafe { ffi::lua_gc(L, ffi::LUA_GCISRUNNING) } != 0;
@@ -598,8 +544,8 @@ unsafe fn load_protected(
     opts: &LoadOptions,
     opened: Option<format::Opened<'_>>,
 ) -> (c_int, Option<String>) {
-    // SAFETY: a VM built by this crate.
-    let shared = unsafe { raw::shared_of(L) };
+    // SAFETY: a VM built by this crate, on its thread.
+    let (natives, limits) = unsafe { (natives::state_of(L), LoadBudget::of(L)) };
     let file = match opened {
         Some(x) => x,
         None => {
@@ -618,31 +564,14 @@ unsafe fn load_protected(
             }
         }
     };
-    let mut loader = read::Loader::new(file, opts, shared);
+    let mut loader = read::Loader::new(file, opts, natives.registry.types(), limits);
     // SAFETY: queries only.
     let running = unsafe { ffi::lua_gc(L, ffi::LUA_GCISRUNNING) } != 0;
     // Budgets. A load nested in a load-time call of another (eris.unpersist) gets at most
     // what the outer one has left, and gives the outer one its hook back: loaded code cannot
     // lift a budget by loading again.
-    let outer = shared.loading.get();
-    let (outer_budget, outer_cap) = (shared.budget.get(), shared.heap_cap.get());
-    let budget = if outer > 0 {
-        outer_budget.min(opts.instruction_budget)
-    } else {
-        opts.instruction_budget
-    };
-    // SAFETY: reads counters of the global state.
-    let start = unsafe { luasnap_heap_bytes(L) };
-    let cap = opts
-        .max_heap_growth
-        .map_or(u64::MAX, |g| start.saturating_add(g as u64));
-    shared.loading.set(outer + 1);
-    shared.budget.set(budget);
-    shared
-        .heap_cap
-        .set(if outer > 0 { cap.min(outer_cap) } else { cap });
-    // SAFETY: a thread of this VM.
-    unsafe { install_budget_hook(L) };
+    // SAFETY: a thread of this VM; `end` follows below.
+    let outer = unsafe { limits.begin(L, opts) };
     let mut body = |L: *mut lua_State| -> c_int {
         // SAFETY: protected body; state lives in `loader`, outside this frame.
         unsafe {
@@ -688,17 +617,9 @@ unsafe fn load_protected(
             ffi::lua_gc(L, ffi::LUA_GCRESTART); // ignored by call_job while the mark was on
         }
     }
-    let used = budget - shared.budget.get().min(budget);
-    shared.loading.set(outer);
     // SAFETY: L is a thread of this VM; emergency collections were stopped by the loader.
     unsafe {
-        if outer > 0 {
-            shared.budget.set(outer_budget.saturating_sub(used));
-            shared.heap_cap.set(outer_cap);
-            install_budget_hook(L);
-        } else {
-            shared.heap_cap.set(u64::MAX);
-            ffi::lua_sethook(L, None, 0, 0);
+        if limits.end(L, outer) {
             read::allow_emergency_gc(L);
         }
     }

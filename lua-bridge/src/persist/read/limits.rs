@@ -143,7 +143,7 @@ impl Loader<'_> {
     /// bytes and the preallocation budget, so this check per object bounds the overshoot).
     pub(super) fn check_heap(&mut self, L: *mut lua_State) -> Result<(), Fail> {
         // SAFETY: reads two counters of the global state.
-        if unsafe { luasnap_heap_bytes(L) } > self.shared.heap_cap.get() {
+        if unsafe { luasnap_heap_bytes(L) } > self.limits.heap_cap() {
             return Err(self.fail("the load exceeded its heap-growth cap (LoadOptions::max_heap_growth, eris.settings(\"maxgrowth\"))"));
         }
         Ok(())

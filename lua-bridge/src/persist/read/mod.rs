@@ -53,7 +53,8 @@ mod userdata;
 pub use open::{last_load_frame_check_reads, last_load_open_upvalue_walks};
 pub(crate) use proto::proto_tree;
 
-use crate::bridge::ffi::Shared;
+use crate::bridge::ffi::UserDataType;
+use crate::persist::budget::LoadBudget;
 use crate::persist::format::{min_strref_len, Opened, Reader, FLAG_BYTECODE};
 use crate::persist::{LoadOptions, Trust};
 use csrc::{luasnap_gc_stopem, luasnap_relayout_memo_size};
@@ -120,7 +121,10 @@ pub(crate) struct Loader<'a> {
     /// function's frame: see `restore_frames`).
     cis: Vec<CiRecord>,
     pub error: Option<String>,
-    shared: &'a Shared,
+    /// The VM's registered userdata types (loaded by name and bytes).
+    types: &'a [UserDataType],
+    /// The VM's load limits (the heap-growth cap the load checks per object).
+    limits: &'a LoadBudget,
     trusted_bytecode: bool,
     opts: &'a LoadOptions,
     /// Preallocation units the file's hints may still ask for (see `limits.rs`).
@@ -162,9 +166,14 @@ pub(crate) struct Loader<'a> {
 }
 
 impl<'a> Loader<'a> {
-    /// A loader for the body of `file`, under `opts`, in the VM whose shared state is
-    /// `shared`.
-    pub fn new(file: Opened<'a>, opts: &'a LoadOptions, shared: &'a Shared) -> Self {
+    /// A loader for the body of `file`, under `opts`, in the VM whose userdata types are
+    /// `types` and whose load limits are `limits`.
+    pub fn new(
+        file: Opened<'a>,
+        opts: &'a LoadOptions,
+        types: &'a [UserDataType],
+        limits: &'a LoadBudget,
+    ) -> Self {
         let own_cap = limits::own_cap(opts);
         let mut loader = Loader {
             r: Reader::new(file.body),
@@ -190,7 +199,8 @@ impl<'a> Loader<'a> {
             known_k: None,
             cis: Vec::new(),
             error: None,
-            shared,
+            types,
+            limits,
             trusted_bytecode: opts.trust == Trust::Own
                 && opts.bytecode
                 && file.flags & FLAG_BYTECODE != 0,

@@ -26,12 +26,7 @@ impl Loader<'_> {
         let (Some(name), Some(bytes)) = (self.r.bytes(), self.r.bytes()) else {
             return Err(self.malformed("bad plain userdata"));
         };
-        let Some(ty) = self
-            .shared
-            .userdata_types()
-            .iter()
-            .find(|t| t.name.as_bytes() == name)
-        else {
+        let Some(ty) = self.types.iter().find(|t| t.name.as_bytes() == name) else {
             let n = String::from_utf8_lossy(name).into_owned();
             return Err(self.fail(format!("userdata type '{n}' is not registered in this VM; register it (VmBuilder::userdata) before loading")));
         };

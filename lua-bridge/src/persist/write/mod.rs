@@ -66,7 +66,7 @@ mod userdata;
 
 use super::format::{Tag, Writer};
 use super::{PersistOptions, Slots};
-use crate::bridge::ffi::Shared;
+use crate::bridge::ffi::UserDataType;
 use closure::UpvalueFrame;
 use csrc::{luasnap_anchor, luasnap_gc_stopem};
 use ids::IdSpace;
@@ -121,7 +121,8 @@ pub(crate) struct Persister<'a> {
     pub has_source: bool,
     opts: &'a PersistOptions,
     spkey: CString,
-    shared: &'a Shared,
+    /// The VM's registered userdata types (written by name and bytes).
+    types: &'a [UserDataType],
     /// Bytecode of a detached function, as `lua_dump` writes it (see `proto.rs`).
     dump: Vec<u8>,
 }
@@ -133,9 +134,11 @@ impl Drop for Persister<'_> {
 }
 
 impl<'a> Persister<'a> {
-    pub fn new(opts: &'a PersistOptions, shared: &'a Shared) -> Self {
+    /// A writer for the VM whose arena starts at `arena_base` (the key of its scratch
+    /// memory) and whose userdata types are `types`.
+    pub fn new(opts: &'a PersistOptions, types: &'a [UserDataType], arena_base: usize) -> Self {
         Persister {
-            sc: Scratch::take(shared.arena_base),
+            sc: Scratch::take(arena_base),
             w: Writer::file(),
             nstrs: 0,
             anchored: 0,
@@ -150,7 +153,7 @@ impl<'a> Persister<'a> {
             spkey: CString::new(opts.spkey.as_str())
                 .unwrap_or_else(|_| CString::new("__persist").unwrap()),
             opts,
-            shared,
+            types,
             dump: Vec::new(),
         }
     }

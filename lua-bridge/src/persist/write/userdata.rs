@@ -108,7 +108,7 @@ impl Persister<'_> {
         };
         // SAFETY: a full userdata is on top.
         let bytes = unsafe { userdata_bytes(L) };
-        let types = self.shared.userdata_types();
+        let types = self.types;
         let Some(ty) = types
             .iter()
             .find(|t| t.metatable == mt && t.size == bytes.len())
