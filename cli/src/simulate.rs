@@ -1,7 +1,7 @@
 //! `luasnap simulate`: a networked client that predicts and rolls back, on each backend.
 
 use luasnap::bridge::runtime::{Backend, GameConfig, GameError, DEFAULT_STEP_BUDGET};
-use luasnap::bridge::simulate::{ModeReport, SimOptions, Simulation};
+use luasnap::bridge::simulate::{Divergence, ModeReport, Reference, SimOptions, Simulation};
 use serde_json::json;
 use std::fmt::Write as _;
 use std::io::{IsTerminal, Write as _};
@@ -253,6 +253,15 @@ fn stall_warning() -> Duration {
     Duration::from_secs(secs)
 }
 
+/// What a run of every mode gave: the modes that ran, those that failed (with several
+/// modes, a failure is reported beside the others' results, not instead of them), and where
+/// the first one that does not match the reference diverges.
+struct Outcome {
+    reports: Vec<ModeReport>,
+    failures: Vec<(Backend, String)>,
+    divergence: Option<Divergence>,
+}
+
 fn run_modes(
     args: &SimulateArgs,
     sim: &mut Simulation,
@@ -262,8 +271,6 @@ fn run_modes(
     let err = |e: GameError| e.to_string();
     let (reference, save) = sim.reference(args.save.is_some()).map_err(err)?;
     let mut reports: Vec<ModeReport> = Vec::new();
-    // With several modes, one that fails (out of memory, a value the serializer refuses)
-    // is reported beside the others' results, not instead of them.
     let mut failures: Vec<(Backend, String)> = Vec::new();
     for b in backends {
         match sim.run(*b, &reference) {
@@ -292,126 +299,16 @@ fn run_modes(
         }
         None => None,
     };
-    let divergence_json = divergence.as_ref().map(|d| {
-        json!({
-            "mode": d.backend.name(),
-            "first_differing_frame": d.frame,
-            "values_equal": d.diff.equal,
-            "differences": d.diff.differences.iter().map(|x| json!({"path": x.path, "left": x.left, "right": x.right, "note": x.note})).collect::<Vec<_>>(),
-            "truncated": d.diff.truncated,
-            "explanation": d.to_string().trim_end(),
-        })
-    });
-    let mut text = String::new();
-    let tracker = luasnap::alloc::probe_trackers()
-        .best()
-        .map(|k| k.to_string());
-    if args.json {
-        let modes: Vec<_> = reports
-            .iter()
-            .map(|r| {
-                json!({
-                    "mode": r.backend.name(),
-                    "rollbacks": r.rollbacks,
-                    "resimulated_frames": r.resimulated,
-                    "save_us_median": r.save_us_median(),
-                    "save_us_p99": r.save_us_p99(),
-                    "load_us_median": r.load_us_median(),
-                    "load_us_p99": r.load_us_p99(),
-                    "rollback_overhead_us_median": r.rollback_us_median(),
-                    "rollback_overhead_us_p99": r.rollback_us_p99(),
-                    "memory_bytes": r.memory_bytes,
-                    "pages_written_per_frame_median": r.pages_per_frame_median(),
-                    "pages_written_per_frame_mean": if r.pages_per_frame.is_empty() { 0.0 } else { r.pages_per_frame.iter().sum::<usize>() as f64 / r.pages_per_frame.len() as f64 },
-                    "extent_bytes": r.extent_bytes,
-                    "final_digest": format!("{:016x}", r.final_digest),
-                    "value_digest": format!("{:016x}", r.value_digest),
-                    "matches_reference": r.matches_reference,
-                })
-            })
-            .collect();
-        let out = json!({
-            "frames": args.frames,
-            "players": args.players,
-            "delay": args.delay,
-            "seed": args.seed,
-            "start_frame": reference.start_frame,
-            "end_frame": reference.end_frame,
-            "heap_bytes": reference.heap_bytes,
-            "step_us": reference.step_us,
-            "reference_digest": format!("{:016x}", reference.arena_digest),
-            "reference_value_digest": format!("{:016x}", reference.value_digest),
-            "modes": modes,
-            "failed_modes": failures.iter().map(|(b, e)| json!({"mode": b.name(), "error": e})).collect::<Vec<_>>(),
-            "divergence": divergence_json,
-            "note": if args.players == 1 { Some(ONE_PLAYER) } else { None },
-        });
-        let _ = writeln!(text, "{out}");
+    let outcome = Outcome {
+        reports,
+        failures,
+        divergence,
+    };
+    let text = if args.json {
+        json_report(args, &reference, &outcome)
     } else {
-        let _ = writeln!(
-            text,
-            "luasnap simulate: {} | frames {}..{} | {} players | delay {} | seed {} | heap {} | G.step {:.0} µs | tracker {}",
-            match (&args.game, &args.load) {
-                (Some(p), Some(save)) => format!(
-                    "{} with the state saved in {} ({})",
-                    p.display(),
-                    save.display(),
-                    match args.trust {
-                        crate::diff::TrustArg::Own =>
-                            "--trust own: saved functions run the code saved with them",
-                        crate::diff::TrustArg::Foreign =>
-                            "saved functions are the script's own",
-                    }
-                ),
-                (Some(p), None) => p.display().to_string(),
-                (None, Some(save)) => format!("the game saved in {}", save.display()),
-                (None, None) => "the embedded default game".into(),
-            },
-            reference.start_frame,
-            reference.end_frame,
-            args.players,
-            args.delay,
-            args.seed,
-            human_bytes(reference.heap_bytes),
-            reference.step_us,
-            tracker.as_deref().unwrap_or("none"),
-        );
-        let _ = writeln!(
-            text,
-            "reference: arena digest {:016x}, value digest {:016x}\n",
-            reference.arena_digest, reference.value_digest
-        );
-        let _ = writeln!(
-            text,"| mode | rollbacks | re-simulated frames | save µs median / p99 | load µs median / p99 | rollback overhead µs median / p99 | pages written per frame (median) | arena extent | snapshot memory | matches reference |");
-        let _ = writeln!(text, "|---|---|---|---|---|---|---|---|---|---|");
-        for r in &reports {
-            let _ = writeln!(
-            text,
-                "| {} | {} | {} | {:.0} / {:.0} | {:.0} / {:.0} | {:.0} / {:.0} | {} | {} | {} | {} |",
-                r.backend.name(),
-                r.rollbacks,
-                r.resimulated,
-                r.save_us_median(),
-                r.save_us_p99(),
-                r.load_us_median(),
-                r.load_us_p99(),
-                r.rollback_us_median(),
-                r.rollback_us_p99(),
-                if r.backend == Backend::Serialize { "-".to_string() } else { r.pages_per_frame_median().to_string() },
-                human_bytes(r.extent_bytes),
-                human_bytes(r.memory_bytes as u64),
-                if r.matches_reference { "yes" } else { "NO" },
-            );
-        }
-    }
-    if !args.json {
-        for (b, e) in &failures {
-            let _ = writeln!(text, "| {} | failed: {e} |", b.name());
-        }
-    }
-    if args.players == 1 && !args.json {
-        let _ = writeln!(text, "\nnote: {ONE_PLAYER}");
-    }
+        table_report(args, &reference, &outcome)
+    };
     // Written at once; a closed pipe (`| head`) ends the output quietly.
     {
         let mut stdout = std::io::stdout().lock();
@@ -423,11 +320,144 @@ fn run_modes(
             r => r.map_err(|e| format!("cannot write the report: {e}"))?,
         }
     }
-    if let Some(why) = divergence {
+    if let Some(why) = outcome.divergence {
         return Err(why.to_string().trim_end().to_string());
     }
-    if let Some((b, e)) = failures.first() {
+    if let Some((b, e)) = outcome.failures.first() {
         return Err(format!("mode {} failed: {e}", b.name()));
     }
     Ok(())
+}
+
+/// The report as one line of JSON (`--json`).
+fn json_report(args: &SimulateArgs, reference: &Reference, outcome: &Outcome) -> String {
+    let divergence_json = outcome.divergence.as_ref().map(|d| {
+        json!({
+            "mode": d.backend.name(),
+            "first_differing_frame": d.frame,
+            "values_equal": d.diff.equal,
+            "differences": d.diff.differences.iter().map(|x| json!({"path": x.path, "left": x.left, "right": x.right, "note": x.note})).collect::<Vec<_>>(),
+            "truncated": d.diff.truncated,
+            "explanation": d.to_string().trim_end(),
+        })
+    });
+    let modes: Vec<_> = outcome
+        .reports
+        .iter()
+        .map(|r| {
+            json!({
+                "mode": r.backend.name(),
+                "rollbacks": r.rollbacks,
+                "resimulated_frames": r.resimulated,
+                "save_us_median": r.save_us_median(),
+                "save_us_p99": r.save_us_p99(),
+                "load_us_median": r.load_us_median(),
+                "load_us_p99": r.load_us_p99(),
+                "rollback_overhead_us_median": r.rollback_us_median(),
+                "rollback_overhead_us_p99": r.rollback_us_p99(),
+                "memory_bytes": r.memory_bytes,
+                "pages_written_per_frame_median": r.pages_per_frame_median(),
+                "pages_written_per_frame_mean": if r.pages_per_frame.is_empty() { 0.0 } else { r.pages_per_frame.iter().sum::<usize>() as f64 / r.pages_per_frame.len() as f64 },
+                "extent_bytes": r.extent_bytes,
+                "final_digest": format!("{:016x}", r.final_digest),
+                "value_digest": format!("{:016x}", r.value_digest),
+                "matches_reference": r.matches_reference,
+            })
+        })
+        .collect();
+    let out = json!({
+        "frames": args.frames,
+        "players": args.players,
+        "delay": args.delay,
+        "seed": args.seed,
+        "start_frame": reference.start_frame,
+        "end_frame": reference.end_frame,
+        "heap_bytes": reference.heap_bytes,
+        "step_us": reference.step_us,
+        "reference_digest": format!("{:016x}", reference.arena_digest),
+        "reference_value_digest": format!("{:016x}", reference.value_digest),
+        "modes": modes,
+        "failed_modes": outcome.failures.iter().map(|(b, e)| json!({"mode": b.name(), "error": e})).collect::<Vec<_>>(),
+        "divergence": divergence_json,
+        "note": if args.players == 1 { Some(ONE_PLAYER) } else { None },
+    });
+    format!("{out}\n")
+}
+
+/// The report as a header and a markdown table, one row per mode.
+fn table_report(args: &SimulateArgs, reference: &Reference, outcome: &Outcome) -> String {
+    let mut text = String::new();
+    let tracker = luasnap::alloc::probe_trackers()
+        .best()
+        .map(|k| k.to_string());
+    let _ = writeln!(
+        text,
+        "luasnap simulate: {} | frames {}..{} | {} players | delay {} | seed {} | heap {} | G.step {:.0} µs | tracker {}",
+        what_runs(args),
+        reference.start_frame,
+        reference.end_frame,
+        args.players,
+        args.delay,
+        args.seed,
+        human_bytes(reference.heap_bytes),
+        reference.step_us,
+        tracker.as_deref().unwrap_or("none"),
+    );
+    let _ = writeln!(
+        text,
+        "reference: arena digest {:016x}, value digest {:016x}\n",
+        reference.arena_digest, reference.value_digest
+    );
+    let _ = writeln!(
+        text,"| mode | rollbacks | re-simulated frames | save µs median / p99 | load µs median / p99 | rollback overhead µs median / p99 | pages written per frame (median) | arena extent | snapshot memory | matches reference |");
+    let _ = writeln!(text, "|---|---|---|---|---|---|---|---|---|---|");
+    for r in &outcome.reports {
+        let _ = writeln!(
+            text,
+            "| {} | {} | {} | {:.0} / {:.0} | {:.0} / {:.0} | {:.0} / {:.0} | {} | {} | {} | {} |",
+            r.backend.name(),
+            r.rollbacks,
+            r.resimulated,
+            r.save_us_median(),
+            r.save_us_p99(),
+            r.load_us_median(),
+            r.load_us_p99(),
+            r.rollback_us_median(),
+            r.rollback_us_p99(),
+            if r.backend == Backend::Serialize {
+                "-".to_string()
+            } else {
+                r.pages_per_frame_median().to_string()
+            },
+            human_bytes(r.extent_bytes),
+            human_bytes(r.memory_bytes as u64),
+            if r.matches_reference { "yes" } else { "NO" },
+        );
+    }
+    for (b, e) in &outcome.failures {
+        let _ = writeln!(text, "| {} | failed: {e} |", b.name());
+    }
+    if args.players == 1 {
+        let _ = writeln!(text, "\nnote: {ONE_PLAYER}");
+    }
+    text
+}
+
+/// What the header says is simulated: the game script, a save, or both.
+fn what_runs(args: &SimulateArgs) -> String {
+    match (&args.game, &args.load) {
+        (Some(p), Some(save)) => format!(
+            "{} with the state saved in {} ({})",
+            p.display(),
+            save.display(),
+            match args.trust {
+                crate::diff::TrustArg::Own =>
+                    "--trust own: saved functions run the code saved with them",
+                crate::diff::TrustArg::Foreign => "saved functions are the script's own",
+            }
+        ),
+        (Some(p), None) => p.display().to_string(),
+        (None, Some(save)) => format!("the game saved in {}", save.display()),
+        (None, None) => "the embedded default game".into(),
+    }
 }
