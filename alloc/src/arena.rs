@@ -1,7 +1,7 @@
 //! The public arena: a reservation, the allocator inside it, and optional page tracking.
 
 use crate::error::{ArenaError, CorruptionError, TrackError};
-use crate::heap::{Heap, HeapUsage, Layout, PageOwner, NGROUPS};
+use crate::heap::{Heap, HeapUsage, Layout, PageOwner, SpanBlocks, NGROUPS};
 use crate::mapping::{Reservation, PAGE_SIZE};
 use crate::raw::RawArena;
 use crate::track::{PageTracker, TrackerKind, TrackerPreference};
@@ -293,6 +293,16 @@ impl Arena {
             }
             _ => PageOwner::Outside,
         }
+    }
+
+    /// The span holding the page at byte `offset` from the base, with each block's liveness
+    /// (see [`SpanBlocks`]); `None` for pages outside spans. For diagnostics.
+    pub fn span_blocks(&self, offset: usize) -> Option<SpanBlocks> {
+        let heap = self.heap_ref();
+        let off = offset.checked_sub(heap.counters().data_offset)?;
+        u32::try_from(off / PAGE_SIZE)
+            .ok()
+            .and_then(|p| heap.span_blocks(p))
     }
 
     /// Allocates `size` bytes in placement group `group`: a small block shares its page only

@@ -370,6 +370,17 @@ pub enum PageOwner {
     Outside,
 }
 
+/// The blocks of one span; see [`Heap::span_blocks`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpanBlocks {
+    /// The span's first data page (from the start of the data region).
+    pub head_page: u32,
+    /// Its block size.
+    pub block_size: u32,
+    /// Whether each block, in address order, is live.
+    pub live: Vec<bool>,
+}
+
 /// Where the bytes of the extent go; see [`Heap::usage`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct HeapUsage {
@@ -1237,6 +1248,40 @@ impl Heap {
             block_size: CLASS_SIZES[head.class as usize],
             group: head.group,
         }
+    }
+
+    /// The blocks of the span holding data page `page`: the span's first page, its block
+    /// size, and for each block whether it is live (handed out and not freed). `None` for a
+    /// page that is not part of a span. For diagnostics (which blocks a frame wrote).
+    pub fn span_blocks(&self, page: u32) -> Option<SpanBlocks> {
+        if page >= self.hdr_ref().top {
+            return None;
+        }
+        let d = self.desc(page);
+        let head = match d.kind() {
+            Kind::SmallHead => page,
+            Kind::SmallInner => d.len,
+            _ => return None,
+        };
+        let hd = self.desc(head);
+        let class = hd.class as usize;
+        let size = CLASS_SIZES[class] as usize;
+        let n = blocks_per_span(class);
+        let mut live: Vec<bool> = (0..n).map(|i| i < hd.bump).collect();
+        let mut idx = hd.free;
+        let mut steps = 0;
+        while idx != NIL && idx < n && steps <= n {
+            live[idx as usize] = false;
+            // SAFETY: idx < blocks_per_span, so the block lies inside the span; a free block
+            // holds the next free index in its first 4 aligned bytes.
+            idx = unsafe { ptr::read(self.block_ptr(head, idx, size).cast::<u32>()) };
+            steps += 1;
+        }
+        Some(SpanBlocks {
+            head_page: head,
+            block_size: size as u32,
+            live,
+        })
     }
 
     /// Where the extent's bytes go, by walking the map.

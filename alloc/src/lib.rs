@@ -57,9 +57,12 @@ pub use arena::{
     Arena, ArenaBuilder, ArenaId, ArenaStats, StateRanges, TrackerKey, MAX_CAPACITY, MIN_CAPACITY,
 };
 pub use error::{ArenaError, CorruptionError, TrackError};
-pub use heap::{HeapUsage, PageOwner, CLASS_SIZES, GRAIN, HELD_SLACK_BYTES, MAX_SMALL, NGROUPS};
+pub use heap::{
+    HeapUsage, PageOwner, SpanBlocks, CLASS_SIZES, GRAIN, HELD_SLACK_BYTES, MAX_SMALL, NGROUPS,
+};
 pub use mapping::{Reservation, PAGE_SIZE};
 pub use raw::RawArena;
 pub use track::{
-    probe as probe_trackers, PageTracker, TrackerKind, TrackerPreference, TrackerSupport,
+    probe as probe_trackers, write_fault_ns, PageTracker, TrackerKind, TrackerPreference,
+    TrackerSupport,
 };

@@ -222,6 +222,24 @@ fn alloc_in_refuses_an_unknown_group() {
     a.verify().unwrap();
 }
 
+#[test]
+fn span_blocks_says_which_blocks_of_a_span_are_live() {
+    let mut a = Arena::new(8 * MIB).unwrap();
+    let blocks: Vec<NonNull<u8>> = (0..5).map(|_| a.alloc(48).unwrap()).collect();
+    // SAFETY: a live block of this arena, not used afterwards.
+    assert!(unsafe { a.free(blocks[1], 48) });
+    let offset = blocks[0].as_ptr() as usize - a.base().as_ptr() as usize;
+    let span = a.span_blocks(offset).expect("a span");
+    assert_eq!(span.block_size, 48);
+    assert_eq!(&span.live[..6], [true, false, true, true, true, false]);
+    assert!(span.live[6..].iter().all(|l| !l));
+    let big = a.alloc(MAX_SMALL + 1).unwrap();
+    assert_eq!(
+        a.span_blocks(big.as_ptr() as usize - a.base().as_ptr() as usize),
+        None
+    );
+}
+
 #[derive(Debug, Clone)]
 enum Op {
     Alloc(usize, usize),

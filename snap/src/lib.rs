@@ -16,11 +16,13 @@
 //! them. Restoring into another arena is refused with [`SnapError::WrongArena`].
 #![deny(unsafe_op_in_unsafe_fn, missing_docs)]
 
+mod cost;
 mod digest;
 mod error;
 mod ring;
 mod snapshot;
 
+pub use cost::CopyCosts;
 pub use digest::digest;
 pub use error::SnapError;
 pub use ring::{

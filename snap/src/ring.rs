@@ -32,6 +32,7 @@
 //! The extent grows with the arena; pages newly inside it count as written. After a rollback it
 //! shrinks back to the snapshot's.
 
+use crate::cost::{CopyCosts, CostModel};
 use crate::{restore_bytes, SnapError};
 use luasnap_alloc::{
     Arena, ArenaId, PageTracker, Reservation, TrackError, TrackerKey, TrackerKind,
@@ -41,6 +42,7 @@ use std::collections::VecDeque;
 use std::fmt;
 use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
 
 /// Snapshots retained by default: the 8 frames GGPO and GGRS predict ahead.
 pub const DEFAULT_WINDOW: usize = 8;
@@ -62,6 +64,13 @@ pub enum SnapshotMode {
     /// Copy only the pages written since the previous snapshot, found by a page tracker.
     /// Falls back to full copies where no tracker works.
     Incremental(TrackerPreference),
+    /// Incremental or whole copies, whichever costs less here for what the workload writes:
+    /// the ring measures what its copies cost and what a tracked write costs
+    /// ([`CopyCosts`]), and copies whole (with tracking paused, so the workload takes no
+    /// write faults) while the pages written per snapshot stay above the break-even fraction,
+    /// probing again after 4, 8, ... up to 64 snapshots. `RingConfig::full_copy_above` is
+    /// ignored. Falls back to full copies where no tracker works.
+    Auto(TrackerPreference),
 }
 
 /// Configuration of a [`SnapshotRing`].
@@ -139,8 +148,12 @@ pub struct RingStats {
     pub incremental_snapshots: u64,
     /// Rollbacks done.
     pub rollbacks: u64,
-    /// Pages written between the last two snapshots (all pages for a full copy).
+    /// Pages the latest snapshot copied: those written since the one before, or all of the
+    /// extent for a whole copy.
     pub last_dirty_pages: usize,
+    /// Pages the tracker saw written between the last two snapshots, whether or not the
+    /// latest copied only those (`None` when tracking was not armed over that interval).
+    pub last_written_pages: Option<usize>,
     /// Snapshots currently retained.
     pub retained: usize,
     /// Bytes of the snapshots' extent (what a full copy copies; the base copy holds at most
@@ -330,6 +343,8 @@ pub struct SnapshotRing {
     /// Scratch for rollbacks: one bit per page of the extent, set once the page is restored.
     restored_pages: Vec<u64>,
     stats: RingStats,
+    /// The measured costs, in [`SnapshotMode::Auto`].
+    cost: Option<CostModel>,
 }
 
 impl fmt::Debug for SnapshotRing {
@@ -362,24 +377,25 @@ impl SnapshotRing {
         }
         let tracking = match config.mode {
             SnapshotMode::Full => Tracking::Off(CopyStrategy::Full),
-            SnapshotMode::Incremental(pref) => match arena.enable_tracking(pref) {
-                Ok(key) => Tracking::On {
-                    kind: key.kind(),
-                    key,
-                    armed: false,
-                    paused_left: 0,
-                    next_pause: MIN_BACKOFF,
-                    heavy_before: false,
-                },
-                Err(e) => Tracking::Off(CopyStrategy::FullNoTracker(e.to_string())),
-            },
+            SnapshotMode::Incremental(pref) | SnapshotMode::Auto(pref) => {
+                match arena.enable_tracking(pref) {
+                    Ok(key) => Tracking::On {
+                        kind: key.kind(),
+                        key,
+                        armed: false,
+                        paused_left: 0,
+                        next_pause: MIN_BACKOFF,
+                        heavy_before: false,
+                    },
+                    Err(e) => Tracking::Off(CopyStrategy::FullNoTracker(e.to_string())),
+                }
+            }
         };
         Ok(SnapshotRing {
             id: NEXT_RING_ID.fetch_add(1, Ordering::Relaxed),
             arena: arena.id(),
             window: config.window,
             threshold: config.full_copy_above,
-            tracking,
             base: Reservation::new(arena.capacity(), None)?,
             extent: Extent::default(),
             entries: VecDeque::with_capacity(config.window + 1),
@@ -390,6 +406,11 @@ impl SnapshotRing {
             dirty: Vec::new(),
             restored_pages: Vec::new(),
             stats: RingStats::default(),
+            cost: match (&config.mode, &tracking) {
+                (SnapshotMode::Auto(_), Tracking::On { kind, .. }) => Some(CostModel::new(*kind)),
+                _ => None,
+            },
+            tracking,
         })
     }
 
@@ -462,6 +483,12 @@ impl SnapshotRing {
         }
     }
 
+    /// What copies cost here, as measured so far, in [`SnapshotMode::Auto`] (`None` in the
+    /// other modes, or where no tracker works).
+    pub fn copy_costs(&self) -> Option<CopyCosts> {
+        self.cost.as_ref().map(CostModel::costs)
+    }
+
     /// The window size.
     pub fn window(&self) -> usize {
         self.window
@@ -520,6 +547,7 @@ impl SnapshotRing {
     /// Call it only while nothing is running in the arena (for a Lua VM: while Lua is idle).
     pub fn snapshot(&mut self, arena: &mut Arena) -> Result<SnapshotId, SnapError> {
         self.check_arena(arena)?;
+        let started = Instant::now();
         let current = Extent::of(arena);
         let new_extent = if self.entries.is_empty() {
             current
@@ -550,14 +578,16 @@ impl SnapshotRing {
 
         // 2. Copies: each written page once.
         let record = if self.entries.is_empty() {
+            let t = Instant::now();
             copy_extent(arena, &new_extent, &mut self.base);
-            self.stats.last_dirty_pages = new_extent.bytes() / PAGE_SIZE;
+            self.note_whole_copy(&new_extent, t);
             None
         } else if full {
             self.recycle(rec.take().map(Record::Pages));
             let mut fresh = self.fresh_full_buffer(arena.capacity())?;
+            let t = Instant::now();
             copy_extent(arena, &new_extent, &mut fresh);
-            self.stats.last_dirty_pages = new_extent.bytes() / PAGE_SIZE;
+            self.note_whole_copy(&new_extent, t);
             Some(Record::Full(fresh))
         } else {
             let mut rec = rec.take().expect("incremental only while armed");
@@ -594,7 +624,18 @@ impl SnapshotRing {
             }
         }
         self.stats.snapshots += 1;
+        if let (Some(cost), false) = (&mut self.cost, full) {
+            cost.note_written(self.stats.last_dirty_pages, started.elapsed());
+        }
         Ok(SnapshotId { ring: self.id, seq })
+    }
+
+    fn note_whole_copy(&mut self, extent: &Extent, started: Instant) {
+        let pages = extent.bytes() / PAGE_SIZE;
+        self.stats.last_dirty_pages = pages;
+        if let Some(cost) = &mut self.cost {
+            cost.note_whole(pages, started.elapsed());
+        }
     }
 
     /// Decides whether this snapshot copies everything, and gathers the written runs if not.
@@ -605,6 +646,7 @@ impl SnapshotRing {
         new_extent: &Extent,
         dirty: &mut Vec<Range<usize>>,
     ) -> Result<bool, TrackError> {
+        self.stats.last_written_pages = None;
         let Tracking::On {
             kind,
             armed,
@@ -631,7 +673,10 @@ impl SnapshotRing {
             return Ok(true);
         }
         let old_extent = self.extent.clone();
-        let limit = self.threshold.unwrap_or(kind.break_even_fraction());
+        let limit = match &self.cost {
+            Some(cost) => cost.costs().break_even(),
+            None => self.threshold.unwrap_or(kind.break_even_fraction()),
+        };
         let tracker = self.tracker(arena)?;
         for r in old_extent.ranges() {
             tracker.collect(r, dirty)?;
@@ -643,6 +688,7 @@ impl SnapshotRing {
             }
         }
         let dirty_bytes: usize = dirty.iter().map(|r| r.len()).sum();
+        self.stats.last_written_pages = Some(dirty_bytes / PAGE_SIZE);
         let heavy = dirty_bytes as f64 > limit * new_extent.bytes() as f64;
         self.set_heavy(heavy);
         if heavy && !heavy_before {
@@ -682,12 +728,24 @@ impl SnapshotRing {
         }
     }
 
+    /// Keeps a record's buffer for reuse. Whole-extent buffers are kept up to the window while
+    /// snapshots are copied whole (a rollback drops up to a window of them, and the saves that
+    /// re-simulate need as many again: a fresh buffer costs a zero-filled page fault per page,
+    /// 2-3 ms for 7 MiB, measured on the AI village), else two.
     fn recycle(&mut self, record: Option<Record>) {
+        let copying_whole = match &self.tracking {
+            Tracking::Off(_) => true,
+            Tracking::On { armed, .. } => !armed,
+        } || matches!(
+            self.entries.back().and_then(|e| e.record.as_ref()),
+            Some(Record::Full(_))
+        );
+        let keep_full = if copying_whole { self.window } else { 2 };
         match record {
             Some(Record::Pages(p)) if self.spare_pages.len() < self.window => {
                 self.spare_pages.push(p)
             }
-            Some(Record::Full(r)) if self.spare_full.len() < 2 => self.spare_full.push(r),
+            Some(Record::Full(r)) if self.spare_full.len() < keep_full => self.spare_full.push(r),
             _ => {}
         }
     }

@@ -21,6 +21,9 @@ fn modes() -> Vec<SnapshotMode> {
         ))),
         Err(why) => eprintln!("note: userfaultfd unavailable here, not tested: {why}"),
     }
+    if let Some(best) = probe_trackers().best() {
+        v.push(SnapshotMode::Auto(TrackerPreference::Only(best)));
+    }
     v
 }
 
@@ -34,7 +37,9 @@ fn ring(arena: &mut Arena, mode: SnapshotMode, window: usize) -> SnapshotRing {
         },
     )
     .unwrap();
-    if let SnapshotMode::Incremental(TrackerPreference::Only(kind)) = mode {
+    if let SnapshotMode::Incremental(TrackerPreference::Only(kind))
+    | SnapshotMode::Auto(TrackerPreference::Only(kind)) = mode
+    {
         assert_eq!(r.strategy(), CopyStrategy::Incremental(kind));
     }
     r
@@ -566,6 +571,53 @@ fn heavy_writes_switch_to_full_copies_and_back() {
     assert_eq!(r.stats().incremental_snapshots, 3);
     // Every one of them, mixing full and page records, restores exactly: newest to oldest.
     for (id, d) in snaps.iter().rev() {
+        r.rollback(&mut a, *id).unwrap();
+        assert_eq!(digest(&a), *d);
+    }
+    a.verify().unwrap();
+}
+
+#[test]
+fn the_automatic_mode_copies_whole_while_that_costs_less_and_tracks_otherwise() {
+    let Some(kind) = probe_trackers().best() else {
+        panic!("no tracker on Linux?")
+    };
+    let mut a = Arena::new(64 * MIB).unwrap();
+    let blocks: Vec<_> = (0..64).map(|_| a.alloc(64 * 1024).unwrap()).collect();
+    let mut r = ring(&mut a, SnapshotMode::Auto(TrackerPreference::Only(kind)), 8);
+    let touch = |count: usize, v: u8| {
+        for p in blocks.iter().take(count) {
+            // SAFETY: each block is live with 64 KiB.
+            unsafe { p.as_ptr().write_bytes(v, 64 * 1024) };
+        }
+    };
+    let mut snaps = vec![(r.snapshot(&mut a).unwrap(), digest(&a))];
+    // Every page written each time: tracking costs a fault per page on top of the copies, so
+    // whole copies win whatever this machine's costs are; tracking pauses.
+    let mut written = Vec::new();
+    for v in 1..4 {
+        touch(blocks.len(), v);
+        snaps.push((r.snapshot(&mut a).unwrap(), digest(&a)));
+        written.push(r.stats().last_written_pages);
+    }
+    // Seen by the tracker twice (the second heavy snapshot in a row pauses it), then not.
+    assert!(
+        matches!(written[..], [Some(1024..), Some(1024..), None]),
+        "{written:?}"
+    );
+    assert_eq!(r.strategy(), CopyStrategy::PausedIncremental(kind));
+    let costs = r.copy_costs().expect("measured in automatic mode");
+    assert!(costs.whole_ns > 0.0 && costs.fault_ns > 0.0, "{costs:?}");
+    assert!((0.0..1.0).contains(&costs.break_even()), "{costs:?}");
+    // One block in 64 written: tracking resumes after the pause and stays on.
+    for v in 0..8 {
+        touch(1, 10 + v);
+        snaps.push((r.snapshot(&mut a).unwrap(), digest(&a)));
+    }
+    assert_eq!(r.strategy(), CopyStrategy::Incremental(kind));
+    assert_eq!(r.stats().last_written_pages, Some(16));
+    assert_eq!(r.stats().last_dirty_pages, 16);
+    for (id, d) in snaps.iter().rev().take(8) {
         r.rollback(&mut a, *id).unwrap();
         assert_eq!(digest(&a), *d);
     }
