@@ -190,7 +190,7 @@ fn report(game: &Game) -> Result<String, Error> {
 /// back `check_distance` frames, re-simulates them and compares their checksums.
 fn sync_test(frames: u64) -> Result<(), Box<dyn std::error::Error>> {
     let cfg = config(2, 7);
-    let game = Game::new(&cfg, Backend::ArenaIncremental)?;
+    let game = Game::new(&cfg, Backend::ArenaAuto)?;
     let mut session = SessionBuilder::<LuaGgrs<Pad>>::new()
         .with_num_players(2)?
         .with_check_distance(6)
@@ -238,7 +238,7 @@ fn p2p(frames: u64) -> Result<(), Box<dyn std::error::Error>> {
 
 /// Run 1: play, then write a save-game.
 fn save_run(path: &std::path::Path, frames: u64) -> Result<i64, Box<dyn std::error::Error>> {
-    let mut game = Game::new(&config(3, 5), Backend::ArenaIncremental)?;
+    let mut game = Game::new(&config(3, 5), Backend::ArenaAuto)?;
     play(&mut game, frames)?;
     std::fs::write(path, game.save_game()?)?;
     println!("saved {} ({})", path.display(), report(&game)?);
@@ -248,11 +248,7 @@ fn save_run(path: &std::path::Path, frames: u64) -> Result<i64, Box<dyn std::err
 /// Run 2: load the save-game (the natives and userdata come from the same setup hook) and
 /// play on.
 fn load_run(path: &std::path::Path, frames: u64) -> Result<i64, Box<dyn std::error::Error>> {
-    let mut game = Game::from_save(
-        &config(3, 5),
-        Backend::ArenaIncremental,
-        &std::fs::read(path)?,
-    )?;
+    let mut game = Game::from_save(&config(3, 5), Backend::ArenaAuto, &std::fs::read(path)?)?;
     let loaded_at = game.frame();
     play(&mut game, frames)?;
     println!("loaded at frame {loaded_at}, played on: {}", report(&game)?);

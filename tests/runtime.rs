@@ -46,6 +46,17 @@ fn every_backend_ends_in_the_reference_state() {
             } else {
                 assert_eq!(r.rollbacks, 0);
             }
+            // Every step is timed with its frame (re-simulated ones too), and each rollback
+            // knows which steps re-simulated its frames.
+            assert_eq!(r.step_times().len() as u64, 200 + r.resimulated, "{b:?}");
+            assert_eq!(r.resimulated_steps().len() as u64, r.rollbacks);
+            let resimulated: usize = r.resimulated_steps().iter().sum();
+            assert_eq!(resimulated as u64, r.resimulated);
+            assert_eq!(
+                r.rollbacks_with_tracking_us(&reference).len() as u64,
+                r.rollbacks
+            );
+            assert_eq!(reference.step_times.len(), 200);
             if b != Backend::Serialize {
                 assert_eq!(
                     r.final_digest, reference.arena_digest,

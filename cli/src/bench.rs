@@ -58,6 +58,10 @@ pub struct Row {
     snapshot_full_ms: f64,
     rollback_full_ms: f64,
     incremental_frame_us: f64,
+    /// The same frame per copy mode: full, incremental, automatic.
+    frames: [Frame; 3],
+    /// A frame's Lua work (two `H.touch` calls) without snapshots, µs.
+    touch_us: f64,
     persist_ms: f64,
     unpersist_ms: f64,
     persist_bytes: usize,
@@ -71,6 +75,86 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 fn time_ms(clock: Clock, runs: usize, mut f: impl FnMut()) -> f64 {
     median((0..runs).map(|_| clock.ms(&mut f)).collect())
+}
+
+/// One copy mode's frame: a snapshot and a rollback with about 10 pages written before each.
+#[derive(Debug, Clone, Copy, Default)]
+struct Frame {
+    /// The whole frame, µs (median of rounds of 20 frames).
+    total_us: f64,
+    /// Its Lua work (`H.touch`, write faults included), µs.
+    touch_us: f64,
+}
+
+const MODES: [(&str, SnapshotMode); 3] = [
+    ("full", SnapshotMode::Full),
+    (
+        "incremental",
+        SnapshotMode::Incremental(luasnap::alloc::TrackerPreference::Auto),
+    ),
+    (
+        "auto",
+        SnapshotMode::Auto(luasnap::alloc::TrackerPreference::Auto),
+    ),
+];
+
+/// `H.touch(10)`: writes about 10 pages of the heap; its time is added to `acc` (ms).
+fn touch(vm: &Vm, clock: Clock, acc: &mut f64) -> Result<(), luasnap::bridge::VmError> {
+    let mut r = Ok(());
+    *acc += clock.ms(|| r = vm.call::<()>("H.touch", &[Value::Integer(10)]));
+    r
+}
+
+/// A round of 20 frames of `H.touch(10)`, a snapshot, `H.touch(10)` and a rollback to it (after
+/// 10 untimed frames: a ring's first snapshot copies everything, and whole copies need a window
+/// of buffers mapped); with `snapshots` false, the touches alone. Per frame, µs: the whole frame and the mean touch.
+fn frame_round(vm: &mut Vm, clock: Clock, snapshots: bool) -> Result<(f64, f64), String> {
+    let mut touch_ms = 0.0;
+    let frame = |vm: &mut Vm, touch_ms: &mut f64| {
+        touch(vm, clock, touch_ms)?;
+        if !snapshots {
+            return touch(vm, clock, touch_ms);
+        }
+        let id = vm.snapshot()?;
+        touch(vm, clock, touch_ms)?;
+        vm.rollback(id)
+    };
+    // Warm-up: the first snapshot copies everything, and a window of buffers is mapped.
+    (0..10)
+        .try_for_each(|_| frame(vm, &mut touch_ms))
+        .map_err(|e| e.to_string())?;
+    touch_ms = 0.0;
+    let mut result = Ok(());
+    let total_ms = clock.ms(|| result = (0..20).try_for_each(|_| frame(vm, &mut touch_ms)));
+    result.map_err(|e| e.to_string())?;
+    Ok((total_ms * 1e3 / 20.0, touch_ms * 1e3 / 40.0))
+}
+
+/// Frames in each copy mode and without snapshots, in alternating rounds (so that the machine's
+/// drift hits every mode alike); medians over the rounds.
+fn frames_by_mode(vm: &mut Vm, clock: Clock) -> Result<([Frame; 3], f64), String> {
+    let rounds = 5;
+    let mut totals = vec![Vec::new(); MODES.len()];
+    let mut touches = vec![Vec::new(); MODES.len()];
+    let mut plain = Vec::new();
+    for _ in 0..rounds {
+        for (i, (_, mode)) in MODES.iter().enumerate() {
+            vm.reconfigure_snapshots(*mode, 8)
+                .map_err(|e| e.to_string())?;
+            let (total, touch) = frame_round(vm, clock, true)?;
+            totals[i].push(total);
+            touches[i].push(touch);
+        }
+        vm.reconfigure_snapshots(SnapshotMode::Full, 8)
+            .map_err(|e| e.to_string())?;
+        plain.push(frame_round(vm, clock, false)?.1);
+    }
+    let mut out = [Frame::default(); 3];
+    for (i, f) in out.iter_mut().enumerate() {
+        f.total_us = median(std::mem::take(&mut totals[i]));
+        f.touch_us = median(std::mem::take(&mut touches[i]));
+    }
+    Ok((out, median(plain)))
 }
 
 fn measure(mb: usize, clock: Clock, progress: &dyn Fn(&str)) -> Result<Row, String> {
@@ -121,28 +205,11 @@ fn measure(mb: usize, clock: Clock, progress: &dyn Fn(&str)) -> Result<Row, Stri
     .map_err(e)?;
     vm.snapshot().map_err(e)?;
 
-    progress(&format!("{mb} MB: incremental frames"));
-    let frames = 60;
-    let mut failed = None;
-    let total_ms = clock.ms(|| {
-        for _ in 0..frames {
-            let r = vm
-                .call::<()>("H.touch", &[Value::Integer(10)])
-                .and_then(|_| vm.snapshot())
-                .and_then(|id| {
-                    vm.call::<()>("H.touch", &[Value::Integer(10)])?;
-                    vm.rollback(id)
-                });
-            if let Err(err) = r {
-                failed = Some(err);
-                return;
-            }
-        }
-    });
-    if let Some(err) = failed {
-        return Err(e(err));
-    }
-    let incremental_frame_us = total_ms * 1e3 / frames as f64;
+    progress(&format!("{mb} MB: frames in each copy mode"));
+    let (frames, touch_us) = frames_by_mode(&mut vm, clock)?;
+    let incremental_frame_us = frames[1].total_us;
+    vm.reconfigure_snapshots(MODES[1].1, 8).map_err(e)?;
+    vm.snapshot().map_err(e)?;
     let tracker = vm.snapshot_strategy().to_string();
 
     progress(&format!("{mb} MB: graph persist and load"));
@@ -175,6 +242,8 @@ fn measure(mb: usize, clock: Clock, progress: &dyn Fn(&str)) -> Result<Row, Stri
         snapshot_full_ms,
         rollback_full_ms,
         incremental_frame_us,
+        frames,
+        touch_us,
         persist_ms,
         unpersist_ms,
         persist_bytes: bytes.len(),
@@ -209,6 +278,9 @@ pub fn run(args: BenchArgs) -> Result<(), String> {
                     "snapshot_full_ms": row.snapshot_full_ms, "rollback_full_ms": row.rollback_full_ms,
                     "incremental_frame_us": row.incremental_frame_us, "persist_ms": row.persist_ms,
                     "unpersist_ms": row.unpersist_ms, "persist_bytes": row.persist_bytes, "tracker": row.tracker,
+                    "frame_us": MODES.iter().zip(&row.frames).map(|((name, _), f)| (name.to_string(), json!(f.total_us))).collect::<serde_json::Map<_, _>>(),
+                    "touch_us": MODES.iter().zip(&row.frames).map(|((name, _), f)| (name.to_string(), json!(f.touch_us)))
+                        .chain([("none".to_string(), json!(row.touch_us))]).collect::<serde_json::Map<_, _>>(),
                 })
             );
         }
@@ -221,7 +293,38 @@ pub fn run(args: BenchArgs) -> Result<(), String> {
         println!("| heap MB | arena bytes | memcpy ms | full snapshot ms | full rollback ms | incremental frame µs (~10 pages) | persist ms | load ms | persist bytes | load: serializer / incremental | tracker |");
         println!("|---|---|---|---|---|---|---|---|---|---|---|");
         for r in &rows {
+            print_row(r);
+        }
+        println!("\nFrames (two `H.touch(10)` calls, a snapshot after the first and a rollback after the second), µs per frame; `H.touch` alone in parentheses (write faults included); without snapshots the two calls take the last column:\n");
+        println!("| heap MB | full | incremental | auto | incremental / full | two touches, no snapshots |");
+        println!("|---|---|---|---|---|---|");
+        for r in &rows {
+            let [full, inc, auto] = r.frames;
             println!(
+                "| {} | {:.1} ({:.1}) | {:.1} ({:.1}) | {:.1} ({:.1}) | {:.2} | {:.1} |",
+                r.heap_mb,
+                full.total_us,
+                full.touch_us,
+                inc.total_us,
+                inc.touch_us,
+                auto.total_us,
+                auto.touch_us,
+                inc.total_us / full.total_us,
+                2.0 * r.touch_us
+            );
+        }
+    }
+    if let Some(path) = &args.plot {
+        std::fs::write(path, svg(&rows))
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// One row of the snapshots-against-serializer table.
+fn print_row(r: &Row) {
+    {
+        println!(
                 "| {} | {} | {:.3} | {:.3} ({:.2}×) | {:.3} ({:.2}×) | {:.1} | {:.1} ({:.0}×) | {:.1} ({:.0}×) | {} ({:.2}× heap) | {:.0}× | {} |",
                 r.heap_mb,
                 r.arena_bytes,
@@ -240,13 +343,7 @@ pub fn run(args: BenchArgs) -> Result<(), String> {
                 r.unpersist_ms * 1e3 / r.incremental_frame_us,
                 r.tracker,
             );
-        }
     }
-    if let Some(path) = &args.plot {
-        std::fs::write(path, svg(&rows))
-            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-    }
-    Ok(())
 }
 
 /// A log-log chart of time against heap size for the three paths.

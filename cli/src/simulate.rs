@@ -1,6 +1,6 @@
 //! `luasnap simulate`: a networked client that predicts and rolls back, on each backend.
 
-use luasnap::bridge::runtime::{Backend, GameConfig, GameError, DEFAULT_STEP_BUDGET};
+use luasnap::bridge::runtime::{Backend, Clock, GameConfig, GameError, DEFAULT_STEP_BUDGET};
 use luasnap::bridge::simulate::{Divergence, ModeReport, Reference, SimOptions, Simulation};
 use serde_json::json;
 use std::fmt::Write as _;
@@ -28,7 +28,7 @@ pub struct SimulateArgs {
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
     /// Which save/load backend to run.
-    #[arg(long, default_value = "all", value_parser = ["full", "incremental", "serialize", "all"])]
+    #[arg(long, default_value = "all", value_parser = ["full", "incremental", "auto", "serialize", "all"])]
     pub mode: String,
     /// Snapshots retained (the rollback window).
     #[arg(long, default_value_t = 10)]
@@ -59,6 +59,10 @@ pub struct SimulateArgs {
     /// frame (an endless loop), counting the coroutines it resumes; `off` for no limit.
     #[arg(long, default_value_t = StepBudget(Some(DEFAULT_STEP_BUDGET)), value_parser = parse_step_budget)]
     pub step_budget: StepBudget,
+    /// Time steps, saves and loads by the thread's CPU time instead of the wall clock: on a
+    /// shared machine, time spent waiting for a core is not counted (write faults are).
+    #[arg(long)]
+    pub cpu_time: bool,
 }
 
 /// `--step-budget`: a number of Lua instructions, or `off`.
@@ -168,6 +172,9 @@ pub fn run(args: SimulateArgs) -> Result<(), String> {
             e
         }
     })?;
+    if args.cpu_time {
+        sim.set_clock(Clock::ThreadCpu);
+    }
     let backends: Vec<Backend> = match args.mode.as_str() {
         "all" => Backend::ALL.to_vec(),
         name => vec![Backend::from_name(name).expect("clap checked the value")],
@@ -344,26 +351,7 @@ fn json_report(args: &SimulateArgs, reference: &Reference, outcome: &Outcome) ->
     let modes: Vec<_> = outcome
         .reports
         .iter()
-        .map(|r| {
-            json!({
-                "mode": r.backend.name(),
-                "rollbacks": r.rollbacks,
-                "resimulated_frames": r.resimulated,
-                "save_us_median": r.save_us_median(),
-                "save_us_p99": r.save_us_p99(),
-                "load_us_median": r.load_us_median(),
-                "load_us_p99": r.load_us_p99(),
-                "rollback_overhead_us_median": r.rollback_us_median(),
-                "rollback_overhead_us_p99": r.rollback_us_p99(),
-                "memory_bytes": r.memory_bytes,
-                "pages_written_per_frame_median": r.pages_per_frame_median(),
-                "pages_written_per_frame_mean": if r.pages_per_frame.is_empty() { 0.0 } else { r.pages_per_frame.iter().sum::<usize>() as f64 / r.pages_per_frame.len() as f64 },
-                "extent_bytes": r.extent_bytes,
-                "final_digest": format!("{:016x}", r.final_digest),
-                "value_digest": format!("{:016x}", r.value_digest),
-                "matches_reference": r.matches_reference,
-            })
-        })
+        .map(|r| mode_json(r, reference))
         .collect();
     let out = json!({
         "frames": args.frames,
@@ -408,32 +396,7 @@ fn table_report(args: &SimulateArgs, reference: &Reference, outcome: &Outcome) -
         "reference: arena digest {:016x}, value digest {:016x}\n",
         reference.arena_digest, reference.value_digest
     );
-    let _ = writeln!(
-        text,"| mode | rollbacks | re-simulated frames | save µs median / p99 | load µs median / p99 | rollback overhead µs median / p99 | pages written per frame (median) | arena extent | snapshot memory | matches reference |");
-    let _ = writeln!(text, "|---|---|---|---|---|---|---|---|---|---|");
-    for r in &outcome.reports {
-        let _ = writeln!(
-            text,
-            "| {} | {} | {} | {:.0} / {:.0} | {:.0} / {:.0} | {:.0} / {:.0} | {} | {} | {} | {} |",
-            r.backend.name(),
-            r.rollbacks,
-            r.resimulated,
-            r.save_us_median(),
-            r.save_us_p99(),
-            r.load_us_median(),
-            r.load_us_p99(),
-            r.rollback_us_median(),
-            r.rollback_us_p99(),
-            if r.backend == Backend::Serialize {
-                "-".to_string()
-            } else {
-                r.pages_per_frame_median().to_string()
-            },
-            human_bytes(r.extent_bytes),
-            human_bytes(r.memory_bytes as u64),
-            if r.matches_reference { "yes" } else { "NO" },
-        );
-    }
+    mode_table(&mut text, &outcome.reports, reference);
     for (b, e) in &outcome.failures {
         let _ = writeln!(text, "| {} | failed: {e} |", b.name());
     }
@@ -459,5 +422,73 @@ fn what_runs(args: &SimulateArgs) -> String {
         (Some(p), None) => p.display().to_string(),
         (None, Some(save)) => format!("the game saved in {}", save.display()),
         (None, None) => "the embedded default game".into(),
+    }
+}
+
+/// One mode's figures as JSON, steps compared with the reference's (run without snapshots).
+fn mode_json(r: &ModeReport, reference: &Reference) -> serde_json::Value {
+    let mean = |v: &[usize]| v.iter().sum::<usize>() as f64 / v.len().max(1) as f64;
+    json!({
+        "mode": r.backend.name(),
+        "rollbacks": r.rollbacks,
+        "resimulated_frames": r.resimulated,
+        "save_us_median": r.save_us_median(),
+        "save_us_p99": r.save_us_p99(),
+        "load_us_median": r.load_us_median(),
+        "load_us_p99": r.load_us_p99(),
+        "rollback_overhead_us_median": r.rollback_us_median(),
+        "rollback_overhead_us_p99": r.rollback_us_p99(),
+        "rollback_overhead_with_tracking_us_median": r.rollback_with_tracking_us_median(reference),
+        "step_us_mean": r.step_us_mean(),
+        "snapshot_cost_us_per_frame": r.snapshot_cost_us_per_frame(reference),
+        "memory_bytes": r.memory_bytes,
+        "pages_copied_per_frame_median": r.pages_per_frame_median(),
+        "pages_copied_per_frame_mean": mean(&r.pages_per_frame),
+        "pages_written_per_frame_median": r.written_per_frame_median(),
+        "pages_written_per_frame_mean": (!r.written_per_frame.is_empty()).then(|| mean(&r.written_per_frame)),
+        "frames_tracked": r.written_per_frame.len(),
+        "extent_bytes": r.extent_bytes,
+        "final_digest": format!("{:016x}", r.final_digest),
+        "value_digest": format!("{:016x}", r.value_digest),
+        "matches_reference": r.matches_reference,
+    })
+}
+
+/// The modes' figures as a markdown table (steps compared as in [`mode_json`]).
+fn mode_table(text: &mut String, reports: &[ModeReport], reference: &Reference) {
+    let _ = writeln!(
+        text,
+        "| mode | rollbacks | re-simulated frames | save µs median / p99 | load µs median / p99 | rollback overhead µs median / p99 | the same with tracking, median | G.step µs (mean) | snapshot cost µs per frame | pages written / copied per frame (median) | arena extent | snapshot memory | matches reference |"
+    );
+    let _ = writeln!(
+        text,
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+    );
+    for r in reports {
+        let pages = match (r.backend, r.written_per_frame_median()) {
+            (Backend::Serialize, _) => "-".to_string(),
+            (_, Some(w)) => format!("{w} / {}", r.pages_per_frame_median()),
+            (_, None) => format!("- / {}", r.pages_per_frame_median()),
+        };
+        let _ = writeln!(
+            text,
+            "| {} | {} | {} | {:.0} / {:.0} | {:.0} / {:.0} | {:.0} / {:.0} | {:.0} | {:.0} | {:.0} | {} | {} | {} | {} |",
+            r.backend.name(),
+            r.rollbacks,
+            r.resimulated,
+            r.save_us_median(),
+            r.save_us_p99(),
+            r.load_us_median(),
+            r.load_us_p99(),
+            r.rollback_us_median(),
+            r.rollback_us_p99(),
+            r.rollback_with_tracking_us_median(reference),
+            r.step_us_mean(),
+            r.snapshot_cost_us_per_frame(reference),
+            pages,
+            human_bytes(r.extent_bytes),
+            human_bytes(r.memory_bytes as u64),
+            if r.matches_reference { "yes" } else { "NO" },
+        );
     }
 }

@@ -199,7 +199,7 @@ fn simulate_reports_a_failing_mode_beside_the_others() {
         .iter()
         .map(|m| m["mode"].as_str().unwrap())
         .collect();
-    assert_eq!(modes, ["full", "incremental"], "{v}");
+    assert_eq!(modes, ["full", "incremental", "auto"], "{v}");
     assert_eq!(v["failed_modes"][0]["mode"], "serialize", "{v}");
     assert!(
         v["failed_modes"][0]["error"]

@@ -8,9 +8,7 @@
 //! Everything reachable from the root (the globals table) through strong references:
 //! - tables: entries and metatable;
 //! - Lua functions: `source:linedefined:lastlinedefined`, then their upvalues in order;
-//!   C functions: their upvalues (so `math.random`'s generator state is covered). Left out:
-//!   the upvalues named `gc_*` of the runtime's own glue (chunk `=[luasnap runtime]`), its
-//!   bookkeeping of when to collect, which depends on how much garbage the heap holds;
+//!   C functions: their upvalues (so `math.random`'s generator state is covered);
 //! - full userdata: bytes, metatable, user values; coroutines: status and live stack values
 //!   (the main thread's stack, which holds the traversal itself, is left out);
 //! - primitives by value: integers and floats kept apart, strings by bytes; light userdata
@@ -46,7 +44,6 @@
 use crate::bridge::error::VmError;
 use crate::bridge::ffi::{self as raw};
 use crate::bridge::vm::Vm;
-use crate::runtime::glue::RUNTIME_CHUNK;
 use luasnap_snap::Snapshot;
 use mlua_sys::{self as ffi, lua_State};
 use std::collections::HashMap;
@@ -545,7 +542,6 @@ impl Walk<'_> {
                     }
                 }
                 ffi::LUA_TFUNCTION => {
-                    let mut runtime_fn = false;
                     if ffi::lua_iscfunction(L, at) != 0 {
                         n.kind_hash = tag(b"cfunction", &[]);
                         n.kind = Some(Kind::CFunction);
@@ -554,7 +550,6 @@ impl Walk<'_> {
                         ffi::lua_pushvalue(L, at);
                         ffi::lua_getinfo(L, c">S".as_ptr(), &mut ar);
                         let src = CStr::from_ptr(ar.source).to_bytes();
-                        runtime_fn = src == RUNTIME_CHUNK.as_bytes();
                         let mut fid = src.to_vec();
                         fid.extend_from_slice(&ar.linedefined.to_le_bytes());
                         fid.extend_from_slice(&ar.lastlinedefined.to_le_bytes());
@@ -572,14 +567,8 @@ impl Walk<'_> {
                             break;
                         }
                         let name = CStr::from_ptr(name).to_string_lossy().into_owned();
-                        if runtime_fn && name.starts_with("gc_") {
-                            // The runtime's collector bookkeeping (see `runtime::DRIVER`),
-                            // which depends on the heap's garbage: not a game value.
-                            ffi::lua_settop(L, -2);
-                        } else {
-                            n.parts
-                                .push((Part::Upvalue(i as u32, name), self.classify(L)));
-                        }
+                        n.parts
+                            .push((Part::Upvalue(i as u32, name), self.classify(L)));
                         i += 1;
                     }
                 }

@@ -589,7 +589,7 @@ where
     I: GameInput + Copy + PartialEq + Default + DeserializeOwned + Send + Sync + 'static,
 {
     let start = Instant::now();
-    let game = Game::new(&cfg, Backend::ArenaIncremental).map_err(|e| e.to_string())?;
+    let game = Game::new(&cfg, Backend::ArenaAuto).map_err(|e| e.to_string())?;
     let mut session = SessionBuilder::<LuaGgrs<I>>::new()
         .with_num_players(2)
         .map_err(|e| e.to_string())?

@@ -16,6 +16,7 @@
 //!   commands. When acknowledgements arrive, roll back to the synchronous form, apply them,
 //!   take a new synchronous snapshot, and re-apply what is still pending.
 
+mod clock;
 pub mod digest;
 #[cfg(feature = "ggrs")]
 pub mod ggrs_adapter;
@@ -28,13 +29,14 @@ use crate::bridge::error::VmError;
 use crate::bridge::value::{Table, Value};
 use crate::bridge::vm::{GcMode, Vm};
 use crate::persist::{LoadError, SaveError};
+pub use crate::runtime::clock::Clock;
 pub use crate::runtime::input::{GameInput, PodInput, VmSetup};
 use glue::DRIVER;
 pub use glue::RUNTIME_CHUNK;
 use luasnap_alloc::TrackerPreference;
 use luasnap_snap::{SnapshotId, SnapshotMode};
 use std::collections::VecDeque;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The embedded default game (about 10 MB of heap: thousands of entities with closures,
 /// metatables, AI coroutines and strings).
@@ -44,21 +46,27 @@ pub const DEFAULT_GAME: &str = include_str!("../../games/arena_brawl.lua");
 pub const GAME_BASE_ADDRESS: usize = 0x3e00_0000_0000;
 
 /// How a game's state is saved and restored.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum Backend {
     /// Arena snapshots, full copies.
     ArenaFull,
-    /// Arena snapshots, written pages only.
+    /// Arena snapshots, written pages only (a frame that writes more than
+    /// [`FULL_COPY_ABOVE`] of the pages is copied whole).
     ArenaIncremental,
+    /// Arena snapshots, whole or written pages, whichever costs less for what the game writes
+    /// (measured as it runs: [`SnapshotMode::Auto`]). The default.
+    #[default]
+    ArenaAuto,
     /// The graph serializer (save-games).
     Serialize,
 }
 
 impl Backend {
     /// All backends, in the order `simulate` runs them.
-    pub const ALL: [Backend; 3] = [
+    pub const ALL: [Backend; 4] = [
         Backend::ArenaFull,
         Backend::ArenaIncremental,
+        Backend::ArenaAuto,
         Backend::Serialize,
     ];
 
@@ -67,7 +75,18 @@ impl Backend {
         match self {
             Backend::ArenaFull => "full",
             Backend::ArenaIncremental => "incremental",
+            Backend::ArenaAuto => "auto",
             Backend::Serialize => "serialize",
+        }
+    }
+
+    /// How the arena backends copy snapshots (the serializer keeps whole copies for
+    /// `simulate`'s captures only).
+    fn snapshot_mode(self) -> SnapshotMode {
+        match self {
+            Backend::ArenaIncremental => SnapshotMode::Incremental(TrackerPreference::Auto),
+            Backend::ArenaAuto => SnapshotMode::Auto(TrackerPreference::Auto),
+            Backend::ArenaFull | Backend::Serialize => SnapshotMode::Full,
         }
     }
 
@@ -256,22 +275,13 @@ impl SaveHandle {
     }
 }
 
-/// The live heap, in KiB, from which the runtime runs the collector itself
-/// (`Game::manage_collector`): below it, a whole copy of the heap costs about as much as
-/// the pages a frame writes, and Lua's generational collector keeps the heap compact.
-pub const MANAGED_GC_MIN_KIB: usize = 1024;
 /// Fraction of the arena's pages written in a frame above which a game's snapshot copies the
-/// whole arena instead of the written pages (the snapshot ring's `full_copy_above`). The
-/// tracker's own break-even (a fifth of the pages with userfaultfd) compares the cost of one
-/// save; for a client that rolls back, a whole copy also makes the next rollback restore the
-/// whole arena, and an incremental save copies each written page twice (the old contents to
-/// the undo record, the new to the mirror) against once per page for a whole copy, so whole
-/// copies pay off only from about half the pages. Measured in docs/gc.md.
+/// whole arena instead of the written pages, in [`Backend::ArenaIncremental`] (the snapshot
+/// ring's `full_copy_above`): half the pages, the copies' own break-even for a client that
+/// rolls back (a whole copy also makes the next rollback restore the whole arena, and a page
+/// record is copied once more when folded into the base). It leaves out the write faults the
+/// game takes on tracked pages, which [`Backend::ArenaAuto`] counts (docs/gc.md).
 pub const FULL_COPY_ABOVE: f64 = 0.5;
-/// The least growth of the heap, in KiB, between two collections the runtime runs (the
-/// growth is the live heap after the last collection if that is more).
-pub const MANAGED_GC_MIN_GROWTH_KIB: i64 = 8 * 1024;
-
 /// The instruction budget of one `G.step` that `luasnap simulate` uses unless told otherwise
 /// (`--step-budget`), and a sensible [`GameConfig::step_budget`]: 100 million Lua
 /// instructions, about 300 times the busiest frame of the corpus games (the AI village's
@@ -330,10 +340,7 @@ impl Game {
                 cfg.seed
             )));
         }
-        let mode = match backend {
-            Backend::ArenaIncremental => SnapshotMode::Incremental(TrackerPreference::Auto),
-            _ => SnapshotMode::Full,
-        };
+        let mode = backend.snapshot_mode();
         let mut b = Vm::builder()
             .capacity(cfg.capacity)
             .deterministic(cfg.seed)
@@ -368,9 +375,7 @@ impl Game {
                 .load(script_source(&cfg.script).as_bytes(), &cfg.chunk_name)
                 .map_err(lua_error)?;
             let driver = vm.load(DRIVER, RUNTIME_CHUNK)?.into_function()?;
-            driver
-                .call::<Value>((&g, MANAGED_GC_MIN_GROWTH_KIB))
-                .map_err(lua_error)?
+            driver.call::<Value>(&g).map_err(lua_error)?
         };
         if let Value::String(what) = &verdict {
             return Err(GameError::Contract {
@@ -391,7 +396,7 @@ impl Game {
     pub fn new(cfg: &GameConfig, backend: Backend) -> Result<Game, GameError> {
         let vm = Self::load_script(cfg, backend).map_err(explain_base_in_use)?;
         let has_digest = Self::has_digest(&vm)?;
-        let mut game = Game {
+        let game = Game {
             vm,
             backend,
             players: cfg.players,
@@ -416,7 +421,6 @@ impl Game {
         game.vm
             .set("luasnap_players", Value::Integer(cfg.players as i64))?;
         game.vm.gc_collect()?;
-        game.manage_collector()?;
         Ok(game)
     }
 
@@ -459,7 +463,7 @@ impl Game {
             )));
         }
         let has_digest = Self::has_digest(&vm)?;
-        let mut game = Game {
+        let game = Game {
             vm,
             backend,
             players: cfg.players,
@@ -470,40 +474,7 @@ impl Game {
             step_budget: cfg.step_budget,
         };
         game.vm.gc_collect()?;
-        game.manage_collector()?;
         Ok(game)
-    }
-
-    /// Decides who runs the collector, once the game's state is built (after `G.init`, or
-    /// after loading a save). With a live heap of at least [`MANAGED_GC_MIN_KIB`], the runtime
-    /// does: the collector goes to incremental mode with automatic collection stopped, and
-    /// `luasnap_step` runs a full collection after `G.step` when the heap has grown enough
-    /// (see [`DRIVER`]). New objects then fill fresh pages instead of holes spread over the
-    /// heap, so a frame writes about the pages the game itself writes, and the collector's
-    /// writes come together in the frames that collect. Smaller heaps keep Lua's generational
-    /// collector, which keeps them compact: a whole copy of them is cheap. A game that stops
-    /// or switches the collector itself in `G.init` keeps its choice. docs/gc.md has the
-    /// measurements.
-    fn manage_collector(&mut self) -> Result<(), GameError> {
-        if self.vm.lua_memory() < MANAGED_GC_MIN_KIB * 1024 {
-            return Ok(());
-        }
-        // The game's own choice stands: the runtime sets generational, running.
-        let chosen = self.vm.exec(
-            "local was = collectgarbage('incremental'); collectgarbage(was); return was, collectgarbage('isrunning')",
-            "=[luasnap runtime]",
-        )?;
-        if chosen
-            != vec![
-                Value::String(b"generational".to_vec()),
-                Value::Boolean(true),
-            ]
-        {
-            return Ok(());
-        }
-        self.vm.set_gc_mode(GcMode::INCREMENTAL)?;
-        self.vm.gc_running(false);
-        Ok(())
     }
 
     /// Restores a [`Vm::capture`] of this game taken at `frame` and switches to `backend`:
@@ -516,11 +487,8 @@ impl Game {
         window: usize,
     ) -> Result<(), GameError> {
         self.vm.restore(capture)?;
-        let mode = match backend {
-            Backend::ArenaIncremental => SnapshotMode::Incremental(TrackerPreference::Auto),
-            _ => SnapshotMode::Full,
-        };
-        self.vm.reconfigure_snapshots(mode, window.max(2))?;
+        self.vm
+            .reconfigure_snapshots(backend.snapshot_mode(), window.max(2))?;
         self.backend = backend;
         self.frame = frame;
         Ok(())
@@ -782,26 +750,56 @@ pub fn scripted_input(seed: u64, frame: u64, player: usize) -> u8 {
     (mix(seed.wrapping_mul(31) ^ (p << 40) ^ (frame / hold)) & 0x1f) as u8
 }
 
-/// Durations of saves, loads and rollbacks, for reports.
+/// Durations of saves, loads, steps and rollbacks, for reports.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Timings {
     /// Each save.
     pub(crate) saves: Vec<Duration>,
     /// Each load.
     pub(crate) loads: Vec<Duration>,
+    /// Each `G.step` (re-simulated frames included) with the frame it simulated, as the game
+    /// saw it: with the write faults of page tracking, which incremental snapshots cost
+    /// inside the step.
+    pub(crate) steps: Vec<(u64, Duration)>,
     /// Each rollback's overhead: its load plus the saves of the frames re-simulated.
     pub(crate) rollback_overheads: Vec<Duration>,
+    /// For each rollback, the range of [`Timings::steps`] that re-simulated its frames.
+    pub(crate) rollback_steps: Vec<std::ops::Range<usize>>,
+    /// The clock all of these read.
+    pub(crate) clock: Clock,
 }
 
 impl Timings {
-    /// Records a rollback's overhead: the loads and saves timed since there were
-    /// `loads_before` loads and `saves_before` saves.
-    fn close_rollback(&mut self, loads_before: usize, saves_before: usize) {
+    /// Records a rollback's overhead: the loads, saves and steps timed since there were
+    /// `loads_before` loads, `saves_before` saves and `steps_before` steps.
+    fn close_rollback(&mut self, loads_before: usize, saves_before: usize, steps_before: usize) {
         let overhead = self.loads[loads_before..]
             .iter()
             .chain(&self.saves[saves_before..])
             .sum();
         self.rollback_overheads.push(overhead);
+        self.rollback_steps.push(steps_before..self.steps.len());
+    }
+
+    /// Runs and times the step of `frame`.
+    fn step<T>(&mut self, frame: u64, f: impl FnOnce() -> T) -> T {
+        let (r, took) = self.clock.time(f);
+        self.steps.push((frame, took));
+        r
+    }
+
+    /// Runs and times a save.
+    fn save<T>(&mut self, f: impl FnOnce() -> T) -> T {
+        let (r, took) = self.clock.time(f);
+        self.saves.push(took);
+        r
+    }
+
+    /// Runs and times a load.
+    fn load<T>(&mut self, f: impl FnOnce() -> T) -> T {
+        let (r, took) = self.clock.time(f);
+        self.loads.push(took);
+        r
     }
 }
 
@@ -845,6 +843,11 @@ impl<I: GameInput> FrameSession<I> {
         }
     }
 
+    /// Times steps, saves and loads with `clock` from now on (default: the wall clock).
+    pub fn set_clock(&mut self, clock: Clock) {
+        self.timings.clock = clock;
+    }
+
     /// The game.
     pub fn game(&self) -> &Game {
         &self.game
@@ -858,9 +861,8 @@ impl<I: GameInput> FrameSession<I> {
     /// Saves the state at the current frame (before it is simulated).
     pub fn save_frame(&mut self) -> Result<(), GameError> {
         let frame = self.game.frame();
-        let t = Instant::now();
-        let h = self.game.save()?;
-        self.timings.saves.push(t.elapsed());
+        let game = &mut self.game;
+        let h = self.timings.save(|| game.save())?;
         self.saves.retain(|(f, _)| *f < frame);
         self.saves.push_back((frame, h));
         while self.saves.len() > self.window {
@@ -877,10 +879,9 @@ impl<I: GameInput> FrameSession<I> {
                 self.window
             )));
         };
-        let t = Instant::now();
         let handle = self.saves[pos].1.clone();
-        self.game.load(&handle, frame)?;
-        self.timings.loads.push(t.elapsed());
+        let game = &mut self.game;
+        self.timings.load(|| game.load(&handle, frame))?;
         self.saves.truncate(pos + 1);
         Ok(())
     }
@@ -888,7 +889,8 @@ impl<I: GameInput> FrameSession<I> {
     /// Saves, then simulates one frame.
     pub fn advance(&mut self, inputs: &[I]) -> Result<(), GameError> {
         self.save_frame()?;
-        self.game.step(inputs)
+        let game = &mut self.game;
+        self.timings.step(game.frame(), || game.step(inputs))
     }
 
     /// Rolls back to `frame` and re-simulates up to the current frame with `inputs_of(frame)`,
@@ -901,16 +903,20 @@ impl<I: GameInput> FrameSession<I> {
         let now = self.game.frame();
         let saves_before = self.timings.saves.len();
         let loads_before = self.timings.loads.len();
+        let steps_before = self.timings.steps.len();
         self.load_frame(frame)?;
         for f in frame..now {
             if f != frame {
                 self.save_frame()?;
             }
-            self.game.step(&inputs_of(f))?;
+            let inputs = inputs_of(f);
+            let game = &mut self.game;
+            self.timings.step(f, || game.step(&inputs))?;
         }
         self.rollbacks += 1;
         self.resimulated += now - frame;
-        self.timings.close_rollback(loads_before, saves_before);
+        self.timings
+            .close_rollback(loads_before, saves_before, steps_before);
         Ok(())
     }
 
@@ -959,16 +965,16 @@ impl<I: GameInput> PredictiveClient<I> {
     }
 
     fn take_sync(&mut self) -> Result<(), GameError> {
-        let t = Instant::now();
-        let h = self.game.save()?;
-        self.timings.saves.push(t.elapsed());
+        let game = &mut self.game;
+        let h = self.timings.save(|| game.save())?;
         self.sync = Some((self.game.frame(), h));
         Ok(())
     }
 
     /// Applies a predicted (unacknowledged) frame on top of the current form.
     pub fn predict(&mut self, inputs: Vec<I>) -> Result<(), GameError> {
-        self.game.step(&inputs)?;
+        let game = &mut self.game;
+        self.timings.step(game.frame(), || game.step(&inputs))?;
         self.pending.push_back(inputs);
         Ok(())
     }
@@ -985,13 +991,14 @@ impl<I: GameInput> PredictiveClient<I> {
         let had_pending = !self.pending.is_empty();
         let loads_before = self.timings.loads.len();
         let saves_before = self.timings.saves.len();
+        let steps_before = self.timings.steps.len();
         if had_pending {
-            let t = Instant::now();
-            self.game.load(&handle, sync_frame)?;
-            self.timings.loads.push(t.elapsed());
+            let game = &mut self.game;
+            self.timings.load(|| game.load(&handle, sync_frame))?;
             self.pending.pop_front();
         }
-        self.game.step(inputs)?;
+        let game = &mut self.game;
+        self.timings.step(game.frame(), || game.step(inputs))?;
         self.take_sync()?;
         let again: Vec<Vec<I>> = (0..self.pending.len() as u64)
             .map(|i| repredict(sync_frame + 1 + i))
@@ -1003,7 +1010,8 @@ impl<I: GameInput> PredictiveClient<I> {
         if had_pending {
             self.rollbacks += 1;
             self.resimulated += self.pending.len() as u64;
-            self.timings.close_rollback(loads_before, saves_before);
+            self.timings
+                .close_rollback(loads_before, saves_before, steps_before);
         }
         Ok(())
     }

@@ -14,9 +14,16 @@
 
 use crate::runtime::value_diff::ValueDiff;
 use crate::runtime::{
-    quantile_us, scripted_input, Backend, FrameSession, Game, GameConfig, GameError, Timings,
+    quantile_us, scripted_input, Backend, Clock, FrameSession, Game, GameConfig, GameError, Timings,
 };
 use luasnap_snap::Snapshot;
+use std::time::Duration;
+
+fn median(v: &[usize]) -> Option<usize> {
+    let mut v = v.to_vec();
+    v.sort_unstable();
+    v.get(v.len() / 2).copied()
+}
 
 /// What to simulate.
 #[derive(Debug, Clone)]
@@ -107,6 +114,31 @@ pub struct Reference {
     pub heap_bytes: u64,
     /// Mean time of one `G.step`, in microseconds.
     pub step_us: f64,
+    /// Each frame's `G.step`, from `start_frame` on: steps without snapshots, to compare a
+    /// backend's steps of the same frames with.
+    pub step_times: Vec<Duration>,
+}
+
+impl Reference {
+    /// The time of `frame`'s step in the reference run (none for a frame it did not run).
+    pub fn step_at(&self, frame: u64) -> Option<Duration> {
+        let i = frame.checked_sub(self.start_frame)?;
+        self.step_times.get(usize::try_from(i).ok()?).copied()
+    }
+
+    /// What `steps` (frames and their times) took beyond the same frames' steps here, µs
+    /// (negative when they ran faster).
+    fn excess_us(&self, steps: &[(u64, Duration)]) -> f64 {
+        steps
+            .iter()
+            .map(|&(f, d)| {
+                let plain = self
+                    .step_at(f)
+                    .map_or(self.step_us, |p| p.as_secs_f64() * 1e6);
+                d.as_secs_f64() * 1e6 - plain
+            })
+            .sum()
+    }
 }
 
 /// One backend's run.
@@ -128,9 +160,12 @@ pub struct ModeReport {
     pub value_digest: u64,
     /// Whether the run ended in the reference state.
     pub matches_reference: bool,
-    /// Pages written per frame (what each incremental snapshot copies), one entry per frame
-    /// advanced; empty for the serializer.
+    /// Pages each snapshot copied (the written pages, or the whole extent for a whole copy),
+    /// one entry per frame advanced; empty for the serializer.
     pub pages_per_frame: Vec<usize>,
+    /// Pages the tracker saw written in each frame advanced while it was armed (empty in full
+    /// mode, and for frames the automatic mode copied whole with tracking paused).
+    pub written_per_frame: Vec<usize>,
     /// The arena's extent at the end, bytes (what a full snapshot copies).
     pub extent_bytes: u64,
 }
@@ -152,11 +187,59 @@ impl ModeReport {
     pub fn load_us_p99(&self) -> f64 {
         quantile_us(&self.timings.loads, 0.99)
     }
-    /// Median pages written per frame (0 for the serializer).
+    /// Median pages copied per frame (0 for the serializer).
     pub fn pages_per_frame_median(&self) -> usize {
-        let mut v = self.pages_per_frame.clone();
-        v.sort_unstable();
-        v.get(v.len() / 2).copied().unwrap_or(0)
+        median(&self.pages_per_frame).unwrap_or(0)
+    }
+    /// Median pages written per frame, of the frames tracked (`None` if none was).
+    pub fn written_per_frame_median(&self) -> Option<usize> {
+        median(&self.written_per_frame)
+    }
+    /// Each `G.step` of the run (re-simulated ones included) with the frame it simulated.
+    pub fn step_times(&self) -> &[(u64, Duration)] {
+        &self.timings.steps
+    }
+    /// For each rollback, how many steps re-simulated its frames.
+    pub fn resimulated_steps(&self) -> Vec<usize> {
+        self.timings
+            .rollback_steps
+            .iter()
+            .map(|r| r.len())
+            .collect()
+    }
+    /// Mean time of one `G.step` in this run, write faults included, µs.
+    pub fn step_us_mean(&self) -> f64 {
+        let t = &self.timings.steps;
+        t.iter().map(|s| s.1).sum::<Duration>().as_secs_f64() * 1e6 / t.len().max(1) as f64
+    }
+    /// What saving and restoring cost per frame advanced, µs: the saves and loads, plus what
+    /// every `G.step` of the run took beyond the reference's step of the same frame (which
+    /// ran without snapshots): page tracking's cost inside the game, and a cache the copies
+    /// left cold. Re-simulated frames count as the steps they repeat.
+    pub fn snapshot_cost_us_per_frame(&self, reference: &Reference) -> f64 {
+        let t = &self.timings;
+        let io: Duration = t.saves.iter().chain(&t.loads).sum();
+        let frames = (t.steps.len() as u64).saturating_sub(self.resimulated);
+        (io.as_secs_f64() * 1e6 + reference.excess_us(&t.steps)) / frames.max(1) as f64
+    }
+    /// Rollback overheads with page tracking counted, µs, sorted: each rollback's load and
+    /// saves, plus what its re-simulated steps took beyond the reference's steps of the same
+    /// frames.
+    pub fn rollbacks_with_tracking_us(&self, reference: &Reference) -> Vec<f64> {
+        let t = &self.timings;
+        let mut v: Vec<f64> = t
+            .rollback_overheads
+            .iter()
+            .zip(&t.rollback_steps)
+            .map(|(o, steps)| o.as_secs_f64() * 1e6 + reference.excess_us(&t.steps[steps.clone()]))
+            .collect();
+        v.sort_by(f64::total_cmp);
+        v
+    }
+    /// Median of [`ModeReport::rollbacks_with_tracking_us`].
+    pub fn rollback_with_tracking_us_median(&self, reference: &Reference) -> f64 {
+        let v = self.rollbacks_with_tracking_us(reference);
+        v.get(v.len() / 2).copied().unwrap_or(0.0)
     }
     /// Median rollback overhead (load + re-simulated saves), µs.
     pub fn rollback_us_median(&self) -> f64 {
@@ -178,6 +261,7 @@ pub struct Simulation {
     start: Snapshot,
     start_frame: u64,
     progress: Option<Progress>,
+    clock: Clock,
 }
 
 impl Simulation {
@@ -195,12 +279,18 @@ impl Simulation {
             start,
             start_frame,
             progress: None,
+            clock: Clock::Wall,
         })
     }
 
     /// The frame the runs start from (0, or the frame of the start save).
     pub fn start_frame(&self) -> u64 {
         self.start_frame
+    }
+
+    /// Times steps, saves and loads with `clock` (default: the wall clock).
+    pub fn set_clock(&mut self, clock: Clock) {
+        self.clock = clock;
     }
 
     /// Reports progress to `p` (called once per frame simulated, rollbacks aside).
@@ -231,11 +321,15 @@ impl Simulation {
         with_save: bool,
     ) -> Result<(Reference, Option<Vec<u8>>), GameError> {
         let mut game = self.fresh(Backend::ArenaFull)?;
+        let clock = self.clock;
         let result = (|| {
             let start = game.frame();
-            let t = std::time::Instant::now();
+            let mut step_times = Vec::with_capacity(self.opts.frames as usize);
             for f in start..start + self.opts.frames {
-                game.step(&self.opts.actual(f)).map_err(|e| match e {
+                let inputs = self.opts.actual(f);
+                let (stepped, took) = clock.time(|| game.step(&inputs));
+                step_times.push(took);
+                stepped.map_err(|e| match e {
                     GameError::OutOfMemory {
                         frame,
                         heap_bytes,
@@ -253,7 +347,8 @@ impl Simulation {
                     p("reference", f - start + 1, self.opts.frames);
                 }
             }
-            let step_us = t.elapsed().as_secs_f64() * 1e6 / self.opts.frames as f64;
+            let total: Duration = step_times.iter().sum();
+            let step_us = total.as_secs_f64() * 1e6 / self.opts.frames as f64;
             let r = Reference {
                 start_frame: start,
                 end_frame: game.frame(),
@@ -261,6 +356,7 @@ impl Simulation {
                 value_digest: game.value_digest()?,
                 heap_bytes: game.vm().lua_memory() as u64,
                 step_us,
+                step_times,
             };
             let save = if with_save {
                 Some(game.save_game()?)
@@ -291,11 +387,15 @@ impl Simulation {
     ) -> Result<ModeReport, GameError> {
         let game = self.fresh(backend)?;
         let mut s = FrameSession::new(game, self.opts.game.window - 1);
+        s.set_clock(self.clock);
         let mut progress = self.progress.take();
         let mut pages_per_frame = Vec::new();
+        let mut written_per_frame = Vec::new();
         let result = drive(&self.opts, &mut s, &mut |done, s: &FrameSession| {
             if backend != Backend::Serialize {
-                pages_per_frame.push(s.game().vm().snapshots().stats().last_dirty_pages);
+                let stats = s.game().vm().snapshots().stats();
+                pages_per_frame.push(stats.last_dirty_pages);
+                written_per_frame.extend(stats.last_written_pages);
             }
             if let Some(p) = &mut progress {
                 p(backend.name(), done, self.opts.frames);
@@ -316,6 +416,7 @@ impl Simulation {
             };
             Ok(ModeReport {
                 pages_per_frame,
+                written_per_frame,
                 extent_bytes: game.vm().arena_stats().extent_bytes,
                 backend,
                 rollbacks,
