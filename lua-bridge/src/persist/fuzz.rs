@@ -464,6 +464,9 @@ impl<'a> Gen<'a> {
         w.buf
     }
 
+    /// A generated subtree: any kind of value, objects only above depth 5. (Each kind's
+    /// generator draws its choices in a fixed order: the committed corpus replays the same
+    /// trees.)
     fn node(&mut self, depth: usize) -> Node {
         let pick = if depth > 5 {
             self.below(8)
@@ -491,73 +494,10 @@ impl<'a> Gen<'a> {
             6 => Node::Ref(self.small()),
             7 => forge::perm(""),
             8 | 9 => Node::Perm(Box::new(self.name())),
-            10 => {
-                let n = self.below(4);
-                Node::Table {
-                    narr: self.small(),
-                    nhash: self.small(),
-                    meta: Box::new(if self.below(4) == 0 {
-                        self.node(depth + 1)
-                    } else {
-                        Node::Nil
-                    }),
-                    entries: (0..n)
-                        .map(|_| (self.node(depth + 1), self.node(depth + 1)))
-                        .collect(),
-                }
-            }
-            11 => {
-                let n = self.below(4);
-                let proto = self.proto();
-                let count = if self.below(4) == 0 {
-                    self.small()
-                } else {
-                    n as u64
-                };
-                Node::LClosure {
-                    proto,
-                    n: count,
-                    upvals: (0..n)
-                        .map(|_| match self.below(4) {
-                            0 => Upval::Ref {
-                                closure: self.small(),
-                                index: self.small(),
-                            },
-                            1 => Upval::Open {
-                                level: self.small(),
-                                thread: self.node(depth + 1),
-                            },
-                            _ => Upval::New(self.node(depth + 1)),
-                        })
-                        .collect(),
-                }
-            }
-            12 => {
-                let n = self.below(4);
-                Node::CClosure {
-                    name: Box::new(if self.below(2) == 0 {
-                        forge::str("coroutine.wrap#aux")
-                    } else {
-                        self.name()
-                    }),
-                    n: if self.below(4) == 0 {
-                        self.small()
-                    } else {
-                        n as u64
-                    },
-                    upvals: (0..n).map(|_| self.node(depth + 1)).collect(),
-                }
-            }
-            13 => {
-                let n = self.below(3);
-                let len = self.below(32);
-                Node::UdBytes {
-                    bytes: self.take(len).to_vec(),
-                    nuv: n as u64,
-                    meta: Box::new(self.node(depth + 1)),
-                    uvs: (0..n).map(|_| self.node(depth + 1)).collect(),
-                }
-            }
+            10 => self.table(depth),
+            11 => self.lclosure(depth),
+            12 => self.cclosure(depth),
+            13 => self.userdata(depth),
             14 => Node::Thunk(Box::new(self.node(depth + 1))),
             15 => {
                 let a = self.node(depth + 1);
@@ -571,44 +511,125 @@ impl<'a> Gen<'a> {
                     stack: (0..n).map(|_| self.node(depth + 1)).collect(),
                 }
             }
-            18 | 19 => {
-                let n = 1 + self.below(6);
-                let nci = 1 + self.below(4);
-                Node::ThreadSuspended {
-                    n: n as u64,
-                    errfunc: self.small() as i64 - 1,
-                    stack: (0..n).map(|_| self.node(depth + 1)).collect(),
-                    nci: nci as u64,
-                    frames: (0..nci).map(|_| self.frame()).collect(),
-                    tbc: (0..self.below(3)).map(|_| self.small()).collect(),
-                }
-            }
+            18 | 19 => self.suspended(depth),
             20 => Node::MainThread,
-            21 => {
-                // A table whose entries end with a layout of its hash part.
-                let n = self.below(6);
-                let mut entries: Vec<(Node, Node)> = (0..n)
-                    .map(|i| {
-                        let k = match self.below(3) {
-                            0 => Node::Int(self.small() as i64),
-                            1 => forge::str(&format!("k{i}")),
-                            _ => self.node(depth + 1),
-                        };
-                        (k, self.node(depth + 1))
-                    })
-                    .collect();
-                entries.push((Node::Layout(self.layout()), Node::Nil));
-                Node::Table {
-                    narr: self.small(),
-                    nhash: self.small(),
-                    meta: Box::new(Node::Nil),
-                    entries,
-                }
-            }
+            21 => self.laid_out_table(depth),
             _ => Node::UdPlain {
                 name: self.take(4).to_vec(),
                 bytes: self.take(8).to_vec(),
             },
+        }
+    }
+
+    /// A table with up to three entries and forged size hints, sometimes a metatable.
+    fn table(&mut self, depth: usize) -> Node {
+        let n = self.below(4);
+        Node::Table {
+            narr: self.small(),
+            nhash: self.small(),
+            meta: Box::new(if self.below(4) == 0 {
+                self.node(depth + 1)
+            } else {
+                Node::Nil
+            }),
+            entries: (0..n)
+                .map(|_| (self.node(depth + 1), self.node(depth + 1)))
+                .collect(),
+        }
+    }
+
+    /// A table whose entries end with a layout of its hash part.
+    fn laid_out_table(&mut self, depth: usize) -> Node {
+        let n = self.below(6);
+        let mut entries: Vec<(Node, Node)> = (0..n)
+            .map(|i| {
+                let k = match self.below(3) {
+                    0 => Node::Int(self.small() as i64),
+                    1 => forge::str(&format!("k{i}")),
+                    _ => self.node(depth + 1),
+                };
+                (k, self.node(depth + 1))
+            })
+            .collect();
+        entries.push((Node::Layout(self.layout()), Node::Nil));
+        Node::Table {
+            narr: self.small(),
+            nhash: self.small(),
+            meta: Box::new(Node::Nil),
+            entries,
+        }
+    }
+
+    /// A Lua closure of a listed prototype (or a forged index), with a count that may
+    /// disagree with its upvalues: new, shared or open ones.
+    fn lclosure(&mut self, depth: usize) -> Node {
+        let n = self.below(4);
+        let proto = self.proto();
+        let count = if self.below(4) == 0 {
+            self.small()
+        } else {
+            n as u64
+        };
+        Node::LClosure {
+            proto,
+            n: count,
+            upvals: (0..n)
+                .map(|_| match self.below(4) {
+                    0 => Upval::Ref {
+                        closure: self.small(),
+                        index: self.small(),
+                    },
+                    1 => Upval::Open {
+                        level: self.small(),
+                        thread: self.node(depth + 1),
+                    },
+                    _ => Upval::New(self.node(depth + 1)),
+                })
+                .collect(),
+        }
+    }
+
+    /// A C closure of `coroutine.wrap`'s helper or a permanent from the dictionary.
+    fn cclosure(&mut self, depth: usize) -> Node {
+        let n = self.below(4);
+        Node::CClosure {
+            name: Box::new(if self.below(2) == 0 {
+                forge::str("coroutine.wrap#aux")
+            } else {
+                self.name()
+            }),
+            n: if self.below(4) == 0 {
+                self.small()
+            } else {
+                n as u64
+            },
+            upvals: (0..n).map(|_| self.node(depth + 1)).collect(),
+        }
+    }
+
+    /// A userdata by bytes, with a metatable and user values.
+    fn userdata(&mut self, depth: usize) -> Node {
+        let n = self.below(3);
+        let len = self.below(32);
+        Node::UdBytes {
+            bytes: self.take(len).to_vec(),
+            nuv: n as u64,
+            meta: Box::new(self.node(depth + 1)),
+            uvs: (0..n).map(|_| self.node(depth + 1)).collect(),
+        }
+    }
+
+    /// A suspended coroutine with forged frame records and to-be-closed slots.
+    fn suspended(&mut self, depth: usize) -> Node {
+        let n = 1 + self.below(6);
+        let nci = 1 + self.below(4);
+        Node::ThreadSuspended {
+            n: n as u64,
+            errfunc: self.small() as i64 - 1,
+            stack: (0..n).map(|_| self.node(depth + 1)).collect(),
+            nci: nci as u64,
+            frames: (0..nci).map(|_| self.frame()).collect(),
+            tbc: (0..self.below(3)).map(|_| self.small()).collect(),
         }
     }
 
