@@ -1,10 +1,10 @@
 //! Replays the committed fuzz corpora through the loader with the targets' own bodies
 //! (`persist::fuzz`), and writes the seed files and the dictionary on demand.
 
+use luasnap::bridge::persist::forge::{self, body_of};
 use luasnap::bridge::persist::fuzz::{
     fuzz_load, fuzz_seeds, fuzz_structured, fuzz_vm, permanent_names, structured,
 };
-use luasnap::bridge::persist::{body_of, forge};
 use luasnap::bridge::Value;
 use std::path::PathBuf;
 

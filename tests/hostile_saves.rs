@@ -6,8 +6,10 @@
 //! Loads that crashed, hung or ended the process before their fix run in a child process
 //! (`in_child`): the test fails, rather than the whole suite dying, if one comes back.
 
-use luasnap::bridge::persist::forge::{self, cist, FrameRec, Node, Proto, Upval};
-use luasnap::bridge::persist::{body_of, seal_body, LoadOptions, Trust};
+use luasnap::bridge::persist::forge::{
+    self, body_of, cist, seal_body, FrameRec, Node, Proto, Upval,
+};
+use luasnap::bridge::persist::{LoadOptions, Trust};
 use luasnap::bridge::{PlainData, Value, Vm};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -488,44 +490,45 @@ fn frames_must_match_the_instruction_their_caller_is_suspended_at() {
                 let edits: [(&str, Edit); 9] = [
                     ("top frame two slots down", |f, _| {
                         let l = f.len() - 1;
-                        f[l].func -= 2;
-                        f[l].top -= 2;
+                        f[l].frame.func -= 2;
+                        f[l].frame.top -= 2;
                     }),
                     ("top frame one slot up", |f, _| {
                         let l = f.len() - 1;
-                        f[l].func += 1;
-                        f[l].top += 1;
+                        f[l].frame.func += 1;
+                        f[l].frame.top += 1;
                     }),
                     ("more results wanted", |f, _| {
                         let l = f.len() - 1;
-                        f[l].callstatus = (f[l].callstatus & !(cist::NRESULTS as u64)) | 4;
+                        f[l].frame.callstatus =
+                            (f[l].frame.callstatus & !(cist::NRESULTS as u64)) | 4;
                     }),
                     ("all results wanted", |f, _| {
                         let l = f.len() - 1;
-                        f[l].callstatus &= !(cist::NRESULTS as u64);
+                        f[l].frame.callstatus &= !(cist::NRESULTS as u64);
                     }),
                     ("body moved", |f, _| {
-                        f[0].func += 1;
-                        f[0].top += 1;
+                        f[0].frame.func += 1;
+                        f[0].frame.top += 1;
                     }),
                     ("middle frames shifted", |f, _| {
                         for x in f.iter_mut().skip(1) {
-                            x.func += 1;
-                            x.top += 1;
+                            x.frame.func += 1;
+                            x.frame.top += 1;
                         }
                     }),
                     ("pcall function slot", |f, _| {
                         for x in f.iter_mut() {
-                            if x.callstatus & cist::YPCALL as u64 != 0 {
-                                x.u2 += 16;
+                            if x.frame.callstatus & cist::YPCALL as u64 != 0 {
+                                x.frame.u2 += 16;
                             }
                         }
                     }),
                     ("error handler", |_, e| *e = 2),
                     ("saved error handler", |f, _| {
                         for x in f.iter_mut() {
-                            if x.callstatus & cist::YPCALL as u64 != 0 {
-                                x.old_errfunc = 1;
+                            if x.frame.callstatus & cist::YPCALL as u64 != 0 {
+                                x.frame.old_errfunc = 1;
                             }
                         }
                     }),
@@ -859,7 +862,7 @@ fn preallocation_is_capped_in_total() {
     );
     frames_of(&mut good, &mut |f, _| {
         let l = f.len() - 1;
-        f[l].top += 90_000;
+        f[l].frame.top += 90_000;
     });
     let file = good;
     let before = c.arena().stats().extent_bytes;
@@ -1248,7 +1251,7 @@ fn open_upvalues_only_into_frames_that_close_them() {
         let mut level = 0;
         forge::walk_mut(&mut bad, &mut |n| {
             if let Node::ThreadSuspended { frames, .. } = n {
-                level = frames[1].func + 150; // a local of `plain`, well inside its frame
+                level = frames[1].frame.func + 150; // a local of `plain`, well inside its frame
             }
         });
         forge::walk_mut(&mut bad, &mut |n| {
@@ -1475,7 +1478,7 @@ fn no_load_time_code_sees_an_unchecked_coroutine() {
         let with_co = decoded(&a, "saved");
         let (co_node, level) = match &with_co {
             Node::Table { entries, .. } => match &entries[0].1 {
-                t @ Node::ThreadSuspended { frames, .. } => (t.clone(), frames[1].func + 40),
+                t @ Node::ThreadSuspended { frames, .. } => (t.clone(), frames[1].frame.func + 40),
                 other => panic!("{other:?}"),
             },
             other => panic!("{other:?}"),
@@ -1685,8 +1688,11 @@ fn saves_of_a_suspended_coroutine_carry_no_stale_frame_fields() {
     let mut seen = 0;
     frames_of(&mut node, &mut |frames, _| {
         for f in frames.iter() {
-            if f.callstatus & cist::YPCALL as u64 == 0 {
-                assert!(f.old_errfunc == -1, "a stale saved error handler: {f:?}");
+            if f.frame.callstatus & cist::YPCALL as u64 == 0 {
+                assert!(
+                    f.frame.old_errfunc == -1,
+                    "a stale saved error handler: {f:?}"
+                );
                 seen += 1;
             }
         }

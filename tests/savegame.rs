@@ -1,9 +1,8 @@
 //! Save-games: a round trip for every row of the coverage list, errors with paths, hostile
 //! files, limits, and a whole game across a process boundary.
 
-use luasnap::bridge::persist::{
-    body_of, seal_body, LoadError, LoadOptions, PersistOptions, SaveError, Trust,
-};
+use luasnap::bridge::persist::forge::{body_of, seal_body};
+use luasnap::bridge::persist::{LoadError, LoadOptions, PersistOptions, SaveError, Trust};
 use luasnap::bridge::{PlainData, Value, Vm};
 
 const MIB: usize = 1 << 20;

@@ -2,8 +2,8 @@
 //! text compiled at load by Lua's own compiler), the identical chunk is reused, old saves
 //! survive game updates, and what a trust level refuses is said clearly.
 
-use luasnap::bridge::persist::forge::{self, Node, Proto};
-use luasnap::bridge::persist::{body_of, LoadError, LoadOptions, Trust};
+use luasnap::bridge::persist::forge::{self, body_of, Node, Proto};
+use luasnap::bridge::persist::{LoadError, LoadOptions, Trust};
 use luasnap::bridge::runtime::{scripted_input, Backend, Game, GameConfig};
 use luasnap::bridge::{GcMode, Value, Vm};
 
@@ -174,7 +174,7 @@ fn the_identical_chunk_is_reused_not_compiled_again() {
 }
 
 /// The first new prototype's home in a decoded save.
-fn with_first_chunk(node: &mut Node, f: &mut dyn FnMut(&mut forge::ChunkDef)) {
+fn with_first_chunk(node: &mut Node, f: &mut dyn FnMut(&mut forge::ChunkDef<Vec<u8>>)) {
     let mut done = false;
     forge::walk_mut(node, &mut |n| {
         if let Node::LClosure {
@@ -398,7 +398,7 @@ fn format_3_files_with_functions_still_load() {
     let mut body = vec![21u8, 0];
     body.extend_from_slice(&hash.to_le_bytes());
     body.extend_from_slice(&[3, b'o', b'l', b'd', line as u8, 0, 0]); // no code, no upvalues
-    let mut v3 = luasnap::bridge::persist::seal_body(&body, false);
+    let mut v3 = forge::seal_body(&body, false);
     v3[8..10].copy_from_slice(&3u16.to_le_bytes());
     let mut b = vm();
     b.exec("function old(x) return x + 1 end", "=old").unwrap();

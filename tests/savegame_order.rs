@@ -6,8 +6,8 @@
 mod common;
 
 use common::{config, continuation};
-use luasnap::bridge::persist::forge::{self, Node};
-use luasnap::bridge::persist::{body_of, Trust};
+use luasnap::bridge::persist::forge::{self, body_of, Node};
+use luasnap::bridge::persist::Trust;
 use luasnap::bridge::runtime::Backend;
 use luasnap::bridge::simulate::{SimOptions, Simulation};
 use luasnap::bridge::{Value, Vm};

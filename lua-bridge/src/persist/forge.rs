@@ -3,10 +3,20 @@
 //! defence (anyone can recompute it), so the loader is attacked with files that are
 //! well-formed in every respect but the one being forged.
 //!
-//! The tree mirrors the format (see `format.rs`) one to one, counts included: a count that
-//! disagrees with the items that follow is written as is, so forged counts can be expressed.
+//! The tree mirrors the format one to one, counts included: a count that disagrees with the
+//! items that follow is written as is, so forged counts can be expressed. Every node encodes
+//! and decodes through the format's records (`format/`): a node holds a record whole
+//! ([`CallFrame`], [`ChunkDef`]) or the fields its constructor takes, so a record that changes
+//! changes here too, or fails to compile here.
 
-use super::format::{Reader, Tag, Writer, THREAD_DEAD, THREAD_NOT_STARTED, THREAD_SUSPENDED};
+use super::format::{
+    open, CallFrame, Detached, OpenUpvalue, PendingCloses, PlainUserdata, ProtoHome, ProtoPath,
+    ProtoRecord, Reader, Scalar, SpecialParts, TableHeader, Tag, ThreadHeader, ThreadPart,
+    ThreadParts, UpvalueRef, Upvalues, UserdataBytes, UserdataPart, UserdataParts, Writer,
+    FLAG_BYTECODE,
+};
+
+pub use super::format::ChunkDef;
 
 /// `CallInfo.callstatus` bits of Lua 5.5.1 (lstate.h), for forging frame records.
 pub mod cist {
@@ -117,17 +127,8 @@ pub enum Proto {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Home {
     pub chunk: u64,
-    pub def: Option<ChunkDef>,
+    pub def: Option<ChunkDef<Vec<u8>>>,
     pub path: Vec<u64>,
-}
-
-/// A chunk's first occurrence: kind (0 source text, 1 binary), name, main fingerprint, code.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ChunkDef {
-    pub kind: u8,
-    pub name: Vec<u8>,
-    pub main_hash: u64,
-    pub code: Vec<u8>,
 }
 
 /// A Lua closure's upvalue.
@@ -146,24 +147,51 @@ pub enum Upval {
     },
 }
 
-/// A frame record of a suspended coroutine (see `CiRecord`).
+/// A frame record of a suspended coroutine: the format's [`CallFrame`] and its continuation.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FrameRec {
-    pub func: u64,
-    pub top: u64,
-    pub callstatus: u64,
-    pub u2: i64,
-    pub pc: u64,
-    pub extra: u64,
-    pub old_errfunc: i64,
-    pub ctx: i64,
+    pub frame: CallFrame,
     /// The continuation: `None` (a `Nil` tag) or a permanent's name.
     pub k: Option<Node>,
 }
 
 const MAX_DEPTH: usize = 256;
 
-/// Decodes a body (not a file: see `body_of`). `None` if it is malformed or nests deeper
+impl Node {
+    /// The node as a value without children, if it is one.
+    fn scalar(&self) -> Option<Scalar<&[u8]>> {
+        Some(match self {
+            Node::Nil => Scalar::Nil,
+            Node::False => Scalar::False,
+            Node::True => Scalar::True,
+            Node::Int(v) => Scalar::Int(*v),
+            Node::Float(bits) => Scalar::Float(*bits),
+            Node::Str(b) => Scalar::Str(&b[..]),
+            Node::Light(p) => Scalar::Light(*p),
+            Node::StrRef(sid) => Scalar::StrRef(*sid),
+            Node::Ref(id) => Scalar::Ref(*id),
+            _ => return None,
+        })
+    }
+}
+
+impl From<Scalar<&[u8]>> for Node {
+    fn from(s: Scalar<&[u8]>) -> Node {
+        match s {
+            Scalar::Nil => Node::Nil,
+            Scalar::False => Node::False,
+            Scalar::True => Node::True,
+            Scalar::Int(v) => Node::Int(v),
+            Scalar::Float(bits) => Node::Float(bits),
+            Scalar::Str(b) => Node::Str(b.to_vec()),
+            Scalar::Light(p) => Node::Light(p),
+            Scalar::StrRef(sid) => Node::StrRef(sid),
+            Scalar::Ref(id) => Node::Ref(id),
+        }
+    }
+}
+
+/// Decodes a body (not a file: see [`body_of`]). `None` if it is malformed or nests deeper
 /// than the decoder goes.
 pub fn decode(body: &[u8]) -> Option<Node> {
     let mut d = Decoder {
@@ -175,6 +203,8 @@ pub fn decode(body: &[u8]) -> Option<Node> {
     (d.r.remaining() == 0).then_some(n)
 }
 
+/// Decodes nodes, numbering prototypes and chunks by their first occurrence as the loader
+/// does.
 struct Decoder<'a> {
     r: Reader<'a>,
     protos: u64,
@@ -182,6 +212,7 @@ struct Decoder<'a> {
 }
 
 impl Decoder<'_> {
+    /// `n` values, if the bytes left can hold them.
     fn list(&mut self, n: u64, depth: usize) -> Option<Vec<Node>> {
         if n > self.r.remaining() as u64 {
             return None;
@@ -189,197 +220,226 @@ impl Decoder<'_> {
         (0..n).map(|_| self.node(depth + 1)).collect()
     }
 
+    fn boxed(&mut self, depth: usize) -> Option<Box<Node>> {
+        Some(Box::new(self.node(depth + 1)?))
+    }
+
     fn node(&mut self, depth: usize) -> Option<Node> {
         if depth > MAX_DEPTH {
             return None;
         }
-        let r = &mut self.r;
-        Some(match Tag::from_u8(r.u8()?)? {
-            Tag::Nil => Node::Nil,
-            Tag::Layout => Node::Layout(r.bytes()?.to_vec()),
-            Tag::False => Node::False,
-            Tag::True => Node::True,
-            Tag::Int => Node::Int(r.i64()?),
-            Tag::Float => Node::Float(r.u64()?),
-            Tag::Str => Node::Str(r.bytes()?.to_vec()),
-            Tag::Light => Node::Light(r.u64()?),
-            Tag::StrRef => Node::StrRef(r.varint()?),
-            Tag::Ref => Node::Ref(r.varint()?),
-            Tag::Perm => Node::Perm(Box::new(self.node(depth + 1)?)),
-            Tag::Table => {
-                let (narr, nhash) = (r.varint()?, r.varint()?);
-                let meta = Box::new(self.node(depth + 1)?);
-                let mut entries = Vec::new();
-                loop {
-                    if self.r.data.get(self.r.pos) == Some(&(Tag::Nil as u8)) {
-                        self.r.pos += 1;
-                        break;
-                    }
-                    if self.r.data.get(self.r.pos) == Some(&(Tag::Layout as u8)) {
-                        self.r.pos += 1;
-                        let b = self.r.bytes()?.to_vec();
-                        entries.push((Node::Layout(b), Node::Nil));
-                        break;
-                    }
-                    let k = self.node(depth + 1)?;
-                    let v = self.node(depth + 1)?;
-                    entries.push((k, v));
-                }
-                Node::Table {
-                    narr,
-                    nhash,
-                    meta,
-                    entries,
-                }
-            }
-            Tag::LClosure => {
-                let index = r.varint()?;
-                let proto = if index == self.protos {
-                    self.protos += 1;
-                    let (hash, line, home) = (r.u64()?, r.varint()?, r.varint()?);
-                    if home == 0 {
-                        Proto::New {
-                            index,
-                            hash,
-                            src: r.bytes()?.to_vec(),
-                            line,
-                            code: r.bytes()?.to_vec(),
-                            home: None,
-                        }
-                    } else {
-                        let chunk = home - 1;
-                        let def = if chunk == self.chunks {
-                            self.chunks += 1;
-                            Some(ChunkDef {
-                                kind: r.u8()?,
-                                name: r.bytes()?.to_vec(),
-                                main_hash: r.u64()?,
-                                code: r.bytes()?.to_vec(),
-                            })
-                        } else {
-                            None
-                        };
-                        let depth = r.varint()?;
-                        if depth > r.remaining() as u64 {
-                            return None;
-                        }
-                        let path = (0..depth).map(|_| r.varint()).collect::<Option<Vec<_>>>()?;
-                        Proto::New {
-                            index,
-                            hash,
-                            src: Vec::new(),
-                            line,
-                            code: Vec::new(),
-                            home: Some(Home { chunk, def, path }),
-                        }
-                    }
-                } else {
-                    Proto::Index(index)
-                };
-                let n = self.r.varint()?;
-                if n > self.r.remaining() as u64 {
-                    return None;
-                }
-                let mut upvals = Vec::new();
-                for _ in 0..n {
-                    upvals.push(match Tag::from_u8(self.r.u8()?)? {
-                        Tag::UpvalNew => Upval::New(self.node(depth + 1)?),
-                        Tag::UpvalRef => Upval::Ref {
-                            closure: self.r.varint()?,
-                            index: self.r.varint()?,
-                        },
-                        Tag::UpvalOpen => Upval::Open {
-                            level: self.r.varint()?,
-                            thread: self.node(depth + 1)?,
-                        },
-                        _ => return None,
-                    });
-                }
-                Node::LClosure { proto, n, upvals }
-            }
+        let tag = Tag::from_u8(self.r.u8()?)?;
+        Some(match tag {
+            Tag::Nil
+            | Tag::False
+            | Tag::True
+            | Tag::Int
+            | Tag::Float
+            | Tag::Str
+            | Tag::Light
+            | Tag::StrRef
+            | Tag::Ref => Node::from(Scalar::decode(tag, &mut self.r).ok()?),
+            Tag::Layout => Node::Layout(self.r.bytes()?.to_vec()),
+            Tag::Perm => Node::Perm(self.boxed(depth)?),
+            Tag::Table => self.table(depth)?,
+            Tag::LClosure => self.lclosure(depth)?,
             Tag::CClosure => {
-                let name = Box::new(self.node(depth + 1)?);
+                let name = self.boxed(depth)?;
                 let n = self.r.varint()?;
                 let upvals = self.list(n, depth)?;
                 Node::CClosure { name, n, upvals }
             }
-            Tag::UdBytes => {
-                let bytes = r.bytes()?.to_vec();
-                let nuv = r.varint()?;
-                let meta = Box::new(self.node(depth + 1)?);
-                let uvs = self.list(nuv, depth)?;
-                Node::UdBytes {
-                    bytes,
-                    nuv,
-                    meta,
-                    uvs,
+            Tag::UdBytes => self.userdata(depth)?,
+            Tag::UdPlain => {
+                let PlainUserdata { name, bytes } = PlainUserdata::decode(&mut self.r).ok()?;
+                Node::UdPlain {
+                    name: name.to_vec(),
+                    bytes: bytes.to_vec(),
                 }
             }
-            Tag::UdPlain => Node::UdPlain {
-                name: r.bytes()?.to_vec(),
-                bytes: r.bytes()?.to_vec(),
-            },
-            Tag::Thunk => Node::Thunk(Box::new(self.node(depth + 1)?)),
-            Tag::TwoPhase => {
-                let a = self.node(depth + 1)?;
-                Node::TwoPhase(Box::new(a), Box::new(self.node(depth + 1)?))
-            }
-            Tag::Thread => match r.u8()? {
-                THREAD_DEAD => Node::ThreadDead,
-                THREAD_NOT_STARTED => {
-                    let n = r.varint()?;
-                    let stack = self.list(n, depth)?;
-                    Node::ThreadNotStarted { n, stack }
-                }
-                THREAD_SUSPENDED => {
-                    let n = r.varint()?;
-                    let errfunc = r.i64()?;
-                    let stack = self.list(n, depth)?;
-                    let nci = self.r.varint()?;
-                    if nci > self.r.remaining() as u64 {
-                        return None;
-                    }
-                    let mut frames = Vec::new();
-                    for _ in 0..nci {
-                        let r = &mut self.r;
-                        let mut f = FrameRec {
-                            func: r.varint()?,
-                            top: r.varint()?,
-                            callstatus: r.varint()?,
-                            u2: r.i64()?,
-                            pc: r.varint()?,
-                            extra: r.varint()?,
-                            old_errfunc: r.i64()?,
-                            ctx: r.i64()?,
-                            k: None,
-                        };
-                        if self.r.data.get(self.r.pos) == Some(&(Tag::Nil as u8)) {
-                            self.r.pos += 1;
-                        } else {
-                            f.k = Some(self.node(depth + 1)?);
-                        }
-                        frames.push(f);
-                    }
-                    let ntbc = self.r.varint()?;
-                    if ntbc > self.r.remaining() as u64 {
-                        return None;
-                    }
-                    let tbc = (0..ntbc)
-                        .map(|_| self.r.varint())
-                        .collect::<Option<Vec<_>>>()?;
-                    Node::ThreadSuspended {
-                        n,
-                        errfunc,
-                        stack,
-                        nci,
-                        frames,
-                        tbc,
-                    }
-                }
-                _ => return None,
-            },
+            Tag::Thunk | Tag::TwoPhase => self.special(tag == Tag::TwoPhase, depth)?,
+            Tag::Thread => self.thread(depth)?,
             Tag::MainThread => Node::MainThread,
             Tag::UpvalNew | Tag::UpvalRef | Tag::UpvalOpen => return None,
+        })
+    }
+
+    /// A table after its tag: header, metatable, entries until its end marker (a layout is
+    /// kept as the key of a last entry).
+    fn table(&mut self, depth: usize) -> Option<Node> {
+        let TableHeader { narr, nhash } = TableHeader::decode(&mut self.r).ok()?;
+        let meta = self.boxed(depth)?;
+        let mut entries = Vec::new();
+        loop {
+            match self.r.peek().and_then(Tag::from_u8) {
+                Some(Tag::Nil) => {
+                    self.r.pos += 1;
+                    break;
+                }
+                Some(Tag::Layout) => {
+                    self.r.pos += 1;
+                    let b = self.r.bytes()?.to_vec();
+                    entries.push((Node::Layout(b), Node::Nil));
+                    break;
+                }
+                _ => {
+                    let k = self.node(depth + 1)?;
+                    let v = self.node(depth + 1)?;
+                    entries.push((k, v));
+                }
+            }
+        }
+        Some(Node::Table {
+            narr,
+            nhash,
+            meta,
+            entries,
+        })
+    }
+
+    /// A Lua closure after its tag: its prototype, then its upvalues.
+    fn lclosure(&mut self, depth: usize) -> Option<Node> {
+        let proto = self.proto()?;
+        let n = self.r.varint()?;
+        if n > self.r.remaining() as u64 {
+            return None;
+        }
+        let mut upvals = Vec::new();
+        for _ in Upvalues::new(n as u32) {
+            upvals.push(match Tag::from_u8(self.r.u8()?)? {
+                Tag::UpvalNew => Upval::New(self.node(depth + 1)?),
+                Tag::UpvalRef => {
+                    let UpvalueRef { closure, index } = UpvalueRef::decode(&mut self.r).ok()?;
+                    Upval::Ref { closure, index }
+                }
+                Tag::UpvalOpen => {
+                    let OpenUpvalue { level } = OpenUpvalue::decode(&mut self.r).ok()?;
+                    let thread = self.node(depth + 1)?;
+                    Upval::Open { level, thread }
+                }
+                _ => return None,
+            });
+        }
+        Some(Node::LClosure { proto, n, upvals })
+    }
+
+    /// A closure's prototype: its index, and at its first occurrence its record and home.
+    fn proto(&mut self) -> Option<Proto> {
+        let index = ProtoRecord::index(&mut self.r).ok()?;
+        if index != self.protos {
+            return Some(Proto::Index(index));
+        }
+        self.protos += 1;
+        let ProtoRecord { hash, line, home } = ProtoRecord::decode(&mut self.r).ok()?;
+        let chunk = match home {
+            ProtoHome::Detached => {
+                let Detached { src, code } = Detached::decode(&mut self.r).ok()?;
+                return Some(Proto::New {
+                    index,
+                    hash,
+                    src: src.to_vec(),
+                    line,
+                    code: code.to_vec(),
+                    home: None,
+                });
+            }
+            ProtoHome::Chunk(c) => c,
+        };
+        let def = if chunk == self.chunks {
+            self.chunks += 1;
+            let d = ChunkDef::decode(&mut self.r).ok()?;
+            Some(ChunkDef {
+                kind: d.kind,
+                name: d.name.to_vec(),
+                main_hash: d.main_hash,
+                code: d.code.to_vec(),
+            })
+        } else {
+            None
+        };
+        let depth = ProtoPath::depth(&mut self.r).ok()?;
+        let path = (0..depth)
+            .map(|_| ProtoPath::step(&mut self.r).ok())
+            .collect::<Option<Vec<_>>>()?;
+        Some(Proto::New {
+            index,
+            hash,
+            src: Vec::new(),
+            line,
+            code: Vec::new(),
+            home: Some(Home { chunk, def, path }),
+        })
+    }
+
+    /// A userdata by bytes after its tag: the record, then its parts.
+    fn userdata(&mut self, depth: usize) -> Option<Node> {
+        let UserdataBytes { bytes, nuv } = UserdataBytes::decode(&mut self.r).ok()?;
+        let (mut meta, mut uvs) = (Box::new(Node::Nil), Vec::new());
+        for part in UserdataParts::new(nuv as u32) {
+            let v = self.node(depth + 1)?;
+            match part {
+                UserdataPart::Metatable => *meta = v,
+                UserdataPart::UserValue(_) => uvs.push(v),
+            }
+        }
+        Some(Node::UdBytes {
+            bytes: bytes.to_vec(),
+            nuv,
+            meta,
+            uvs,
+        })
+    }
+
+    /// An object rebuilt by its `__persist` function, after its tag: its function(s).
+    fn special(&mut self, two_phase: bool, depth: usize) -> Option<Node> {
+        let mut fs = Vec::new();
+        for _ in SpecialParts::new(two_phase) {
+            fs.push(self.boxed(depth)?);
+        }
+        let mut fs = fs.into_iter();
+        let first = fs.next()?;
+        Some(match fs.next() {
+            Some(init) => Node::TwoPhase(first, init),
+            None => Node::Thunk(first),
+        })
+    }
+
+    /// A coroutine after its tag: its header, its stack values, and for a suspended one its
+    /// frames (each with its continuation) and pending to-be-closed variables.
+    fn thread(&mut self, depth: usize) -> Option<Node> {
+        let state = ThreadHeader::state(&mut self.r).ok()?;
+        let header = ThreadHeader::decode(state, &mut self.r).ok()?;
+        let n = header.stack();
+        let mut stack = Vec::new();
+        let mut parts = ThreadParts::new(n as u32);
+        while let ThreadPart::Slot(_) = parts.next_part() {
+            stack.push(self.node(depth + 1)?);
+        }
+        let errfunc = match header {
+            ThreadHeader::Dead => return Some(Node::ThreadDead),
+            ThreadHeader::NotStarted { .. } => return Some(Node::ThreadNotStarted { n, stack }),
+            ThreadHeader::Suspended { errfunc, .. } => errfunc,
+        };
+        let nci = CallFrame::count(&mut self.r).ok()?;
+        let mut frames = Vec::new();
+        for _ in 0..nci {
+            let frame = CallFrame::decode(&mut self.r).ok()?;
+            let k = if self.r.peek() == Some(Tag::Nil as u8) {
+                self.r.pos += 1;
+                None
+            } else {
+                Some(self.node(depth + 1)?)
+            };
+            frames.push(FrameRec { frame, k });
+        }
+        let tbc = PendingCloses::decode(&mut self.r).ok()?;
+        Some(Node::ThreadSuspended {
+            n,
+            errfunc,
+            stack,
+            nci,
+            frames,
+            tbc: tbc.into_iter().map(|s| s as u64).collect(),
         })
     }
 }
@@ -393,41 +453,32 @@ pub fn encode(node: &Node) -> Vec<u8> {
 
 /// Encodes a tree as a whole file: a valid header and checksum, then the body.
 pub fn file(node: &Node) -> Vec<u8> {
-    super::seal_body(&encode(node), true)
+    seal_body(&encode(node), true)
+}
+
+/// Wraps a body in a valid header (checksum included), with the bytecode flag if
+/// `with_bytecode`: mutated or forged bodies get past the checksum, so the parser itself is
+/// exercised.
+pub fn seal_body(body: &[u8], with_bytecode: bool) -> Vec<u8> {
+    let mut w = Writer::default();
+    w.buf.extend_from_slice(body);
+    w.finish(if with_bytecode { FLAG_BYTECODE } else { 0 })
+}
+
+/// The body of a save-game (after its header), if the header is valid.
+pub fn body_of(file: &[u8]) -> Option<&[u8]> {
+    open(file).ok().map(|o| o.body)
 }
 
 fn put(w: &mut Writer, node: &Node) {
+    if let Some(s) = node.scalar() {
+        s.encode(w);
+        return;
+    }
     match node {
-        Node::Nil => w.tag(Tag::Nil),
         Node::Layout(b) => {
             w.tag(Tag::Layout);
             w.bytes(b);
-        }
-        Node::False => w.tag(Tag::False),
-        Node::True => w.tag(Tag::True),
-        Node::Int(v) => {
-            w.tag(Tag::Int);
-            w.i64(*v);
-        }
-        Node::Float(b) => {
-            w.tag(Tag::Float);
-            w.u64(*b);
-        }
-        Node::Str(b) => {
-            w.tag(Tag::Str);
-            w.bytes(b);
-        }
-        Node::Light(v) => {
-            w.tag(Tag::Light);
-            w.u64(*v);
-        }
-        Node::StrRef(v) => {
-            w.tag(Tag::StrRef);
-            w.varint(*v);
-        }
-        Node::Ref(v) => {
-            w.tag(Tag::Ref);
-            w.varint(*v);
         }
         Node::Perm(k) => {
             w.tag(Tag::Perm);
@@ -439,9 +490,11 @@ fn put(w: &mut Writer, node: &Node) {
             meta,
             entries,
         } => {
-            w.tag(Tag::Table);
-            w.varint(*narr);
-            w.varint(*nhash);
+            let header = TableHeader {
+                narr: *narr,
+                nhash: *nhash,
+            };
+            header.encode(w);
             put(w, meta);
             for (k, v) in entries {
                 put(w, k);
@@ -454,60 +507,9 @@ fn put(w: &mut Writer, node: &Node) {
         }
         Node::LClosure { proto, n, upvals } => {
             w.tag(Tag::LClosure);
-            match proto {
-                Proto::Index(i) => w.varint(*i),
-                Proto::New {
-                    index,
-                    hash,
-                    src,
-                    line,
-                    code,
-                    home,
-                } => {
-                    w.varint(*index);
-                    w.u64(*hash);
-                    w.varint(*line);
-                    match home {
-                        None => {
-                            w.varint(0);
-                            w.bytes(src);
-                            w.bytes(code);
-                        }
-                        Some(h) => {
-                            w.varint(h.chunk + 1);
-                            if let Some(d) = &h.def {
-                                w.u8(d.kind);
-                                w.bytes(&d.name);
-                                w.u64(d.main_hash);
-                                w.bytes(&d.code);
-                            }
-                            w.varint(h.path.len() as u64);
-                            for &i in &h.path {
-                                w.varint(i);
-                            }
-                        }
-                    }
-                }
-            }
+            put_proto(w, proto);
             w.varint(*n);
-            for u in upvals {
-                match u {
-                    Upval::New(v) => {
-                        w.tag(Tag::UpvalNew);
-                        put(w, v);
-                    }
-                    Upval::Ref { closure, index } => {
-                        w.tag(Tag::UpvalRef);
-                        w.varint(*closure);
-                        w.varint(*index);
-                    }
-                    Upval::Open { level, thread } => {
-                        w.tag(Tag::UpvalOpen);
-                        w.varint(*level);
-                        put(w, thread);
-                    }
-                }
-            }
+            upvals.iter().for_each(|u| put_upval(w, u));
         }
         Node::CClosure { name, n, upvals } => {
             w.tag(Tag::CClosure);
@@ -521,17 +523,12 @@ fn put(w: &mut Writer, node: &Node) {
             meta,
             uvs,
         } => {
-            w.tag(Tag::UdBytes);
-            w.bytes(bytes);
-            w.varint(*nuv);
+            let nuv = *nuv;
+            UserdataBytes { bytes, nuv }.encode(w);
             put(w, meta);
             uvs.iter().for_each(|v| put(w, v));
         }
-        Node::UdPlain { name, bytes } => {
-            w.tag(Tag::UdPlain);
-            w.bytes(name);
-            w.bytes(bytes);
-        }
+        Node::UdPlain { name, bytes } => PlainUserdata { name, bytes }.encode(w),
         Node::Thunk(f) => {
             w.tag(Tag::Thunk);
             put(w, f);
@@ -541,14 +538,61 @@ fn put(w: &mut Writer, node: &Node) {
             put(w, a);
             put(w, b);
         }
-        Node::ThreadDead => {
-            w.tag(Tag::Thread);
-            w.u8(THREAD_DEAD);
+        Node::MainThread => w.tag(Tag::MainThread),
+        Node::Raw(b) => w.buf.extend_from_slice(b),
+        _ => put_thread(w, node),
+    }
+}
+
+fn put_proto(w: &mut Writer, proto: &Proto) {
+    let (index, hash, src, line, code, home) = match proto {
+        Proto::Index(i) => return ProtoRecord::encode_index(w, *i),
+        Proto::New {
+            index,
+            hash,
+            src,
+            line,
+            code,
+            home,
+        } => (*index, *hash, src, *line, code, home),
+    };
+    ProtoRecord::encode_index(w, index);
+    let Some(h) = home else {
+        let home = ProtoHome::Detached;
+        ProtoRecord { hash, line, home }.encode(w);
+        return Detached { src, code }.encode(w);
+    };
+    let home = ProtoHome::Chunk(h.chunk);
+    ProtoRecord { hash, line, home }.encode(w);
+    if let Some(d) = &h.def {
+        d.encode(w);
+    }
+    ProtoPath::encode(w, h.path.iter().copied());
+}
+
+fn put_upval(w: &mut Writer, u: &Upval) {
+    match u {
+        Upval::New(v) => {
+            w.tag(Tag::UpvalNew);
+            put(w, v);
         }
+        Upval::Ref { closure, index } => {
+            let (closure, index) = (*closure, *index);
+            UpvalueRef { closure, index }.encode(w);
+        }
+        Upval::Open { level, thread } => {
+            OpenUpvalue { level: *level }.encode(w);
+            put(w, thread);
+        }
+    }
+}
+
+/// A coroutine node (the other nodes are not coroutines: nothing).
+fn put_thread(w: &mut Writer, node: &Node) {
+    match node {
+        Node::ThreadDead => ThreadHeader::Dead.encode(w),
         Node::ThreadNotStarted { n, stack } => {
-            w.tag(Tag::Thread);
-            w.u8(THREAD_NOT_STARTED);
-            w.varint(*n);
+            ThreadHeader::NotStarted { stack: *n }.encode(w);
             stack.iter().for_each(|v| put(w, v));
         }
         Node::ThreadSuspended {
@@ -559,33 +603,24 @@ fn put(w: &mut Writer, node: &Node) {
             frames,
             tbc,
         } => {
-            w.tag(Tag::Thread);
-            w.u8(THREAD_SUSPENDED);
-            w.varint(*n);
-            w.i64(*errfunc);
+            let (stack_size, errfunc) = (*n, *errfunc);
+            ThreadHeader::Suspended {
+                stack: stack_size,
+                errfunc,
+            }
+            .encode(w);
             stack.iter().for_each(|v| put(w, v));
-            w.varint(*nci);
+            CallFrame::encode_count(w, *nci);
             for f in frames {
-                w.varint(f.func);
-                w.varint(f.top);
-                w.varint(f.callstatus);
-                w.i64(f.u2);
-                w.varint(f.pc);
-                w.varint(f.extra);
-                w.i64(f.old_errfunc);
-                w.i64(f.ctx);
+                f.frame.encode(w);
                 match &f.k {
                     None => w.tag(Tag::Nil),
                     Some(k) => put(w, k),
                 }
             }
-            w.varint(tbc.len() as u64);
-            for &t in tbc {
-                w.varint(t);
-            }
+            PendingCloses::encode(w, tbc.iter().copied());
         }
-        Node::MainThread => w.tag(Tag::MainThread),
-        Node::Raw(b) => w.buf.extend_from_slice(b),
+        _ => {}
     }
 }
 

@@ -12,8 +12,9 @@
 //! called, coroutines resumed, tables iterated), everything collected and the arena's map
 //! verified, so damage that does not crash at once still fails the run.
 
-use super::forge::{self, FrameRec, Node, Proto, Upval};
-use super::{seal_body, LoadOptions, UNPERMS_KEY};
+use super::forge::{self, seal_body, FrameRec, Node, Proto, Upval};
+use super::format::{CallFrame, LayoutNode, RemovedKey};
+use super::{LoadOptions, UNPERMS_KEY};
 use crate::bridge::vm::Vm;
 use mlua_sys::{self as ffi, lua_State};
 use std::cell::Cell;
@@ -170,7 +171,7 @@ pub fn fuzz_seeds(vm: &Vm) -> Vec<Node> {
             continue;
         }
         if let Ok(file) = vm.persist("fuzz_saved") {
-            if let Some(n) = super::body_of(&file).and_then(forge::decode) {
+            if let Some(n) = forge::body_of(&file).and_then(forge::decode) {
                 seeds.push(n);
             }
         }
@@ -433,32 +434,27 @@ impl<'a> Gen<'a> {
             let code = match self.below(5) {
                 0 => 0,
                 1 => 1,
-                2 => 2,
-                _ => 3 + self.below(size.min(64) as usize) as u64,
+                2 => LayoutNode::REMOVED,
+                _ => 3 + self.below(size.min(64) as usize) as u32,
             };
-            w.varint(code);
-            if code != 0 {
+            let link = if code != 0 {
                 let span = 2 * size.min(64) as usize;
-                w.i64(self.below(span + 1) as i64 - size.min(64) as i64);
-            }
-            if code == 2 {
-                match self.below(4) {
-                    0 => w.varint(super::kind::TRUE),
-                    1 => {
-                        w.varint(super::kind::INT);
-                        w.i64(self.small() as i64);
-                    }
-                    2 => {
-                        w.varint(super::kind::FLOAT);
-                        w.varint((self.small() as f64 + 0.5).to_bits());
-                    }
+                (self.below(span + 1) as i64 - size.min(64) as i64) as i32
+            } else {
+                0
+            };
+            LayoutNode { code, link }.encode(&mut w);
+            if code == LayoutNode::REMOVED {
+                let key = match self.below(4) {
+                    0 => RemovedKey::True,
+                    1 => RemovedKey::Int(self.small() as i64),
+                    2 => RemovedKey::Float((self.small() as f64 + 0.5).to_bits()),
                     _ => {
-                        w.varint(super::kind::STR);
                         let n = self.below(6);
-                        let b = self.take(n).to_vec();
-                        w.bytes(&b);
+                        RemovedKey::Str(self.take(n))
                     }
-                }
+                };
+                key.encode(&mut w);
             }
         }
         w.buf
@@ -635,7 +631,7 @@ impl<'a> Gen<'a> {
 
     fn frame(&mut self) -> FrameRec {
         let c = self.below(2) == 0;
-        FrameRec {
+        let frame = CallFrame {
             func: self.small(),
             top: self.small(),
             callstatus: if c {
@@ -648,6 +644,9 @@ impl<'a> Gen<'a> {
             extra: self.small(),
             old_errfunc: self.small() as i64 - 1,
             ctx: self.below(3) as i64,
+        };
+        FrameRec {
+            frame,
             k: if c && self.below(2) == 0 {
                 Some(forge::str("pcall#k"))
             } else {
@@ -679,18 +678,18 @@ fn edit_node(n: &mut Node, edit: usize, g: &mut Gen<'_>) {
             let i = g.below(frames.len());
             let f = &mut frames[i];
             match g.below(10) {
-                0 => f.func = g.delta(f.func),
-                1 => f.top = g.delta(f.top),
-                2 => f.callstatus = g.delta(f.callstatus),
-                3 => f.u2 = g.delta(f.u2 as u64) as i64,
-                4 => f.pc = g.delta(f.pc),
-                5 => f.extra = g.delta(f.extra),
-                6 => f.old_errfunc = g.delta(f.old_errfunc as u64) as i64,
-                7 => f.ctx = g.delta(f.ctx as u64) as i64,
+                0 => f.frame.func = g.delta(f.frame.func),
+                1 => f.frame.top = g.delta(f.frame.top),
+                2 => f.frame.callstatus = g.delta(f.frame.callstatus),
+                3 => f.frame.u2 = g.delta(f.frame.u2 as u64) as i64,
+                4 => f.frame.pc = g.delta(f.frame.pc),
+                5 => f.frame.extra = g.delta(f.frame.extra),
+                6 => f.frame.old_errfunc = g.delta(f.frame.old_errfunc as u64) as i64,
+                7 => f.frame.ctx = g.delta(f.frame.ctx as u64) as i64,
                 8 => {
                     let d = g.delta(0);
-                    f.func = f.func.wrapping_add(d);
-                    f.top = f.top.wrapping_add(d);
+                    f.frame.func = f.frame.func.wrapping_add(d);
+                    f.frame.top = f.frame.top.wrapping_add(d);
                 }
                 _ => f.k = if f.k.is_some() { None } else { Some(g.name()) },
             }

@@ -60,8 +60,6 @@ use crate::bridge::ffi::{self as raw, Job};
 use crate::bridge::natives;
 use crate::bridge::per_vm;
 use crate::bridge::vm::Vm;
-// The value kinds the C helpers share with the serializer (fuzz targets forge them too).
-pub(crate) use crate::bridge::helpers::kind;
 use crate::bridge::helpers::{luasnap_gc_stopem, luasnap_proto, luasnap_raise_memerr};
 pub(crate) use budget::budget_hook_intact;
 use budget::LoadBudget;
@@ -72,25 +70,6 @@ pub use format::{FORMAT_VERSION, HEADER_LEN, LUA_RELEASE, MAGIC};
 #[cfg(any(test, feature = "fuzzing"))]
 #[doc(hidden)]
 pub use fuzz::{fuzz_load, FUZZ_GAME};
-
-/// Wraps a body in a valid header (checksum included). For fuzzing and tests of the loader:
-/// it lets mutated bodies past the checksum so the parser itself is exercised.
-#[cfg(any(test, feature = "fuzzing"))]
-pub fn seal_body(body: &[u8], with_bytecode: bool) -> Vec<u8> {
-    let mut w = format::Writer::default();
-    w.buf.extend_from_slice(body);
-    w.finish(if with_bytecode {
-        format::FLAG_BYTECODE
-    } else {
-        0
-    })
-}
-
-/// The body of a save-game (after its header), if the header is valid.
-#[cfg(any(test, feature = "fuzzing"))]
-pub fn body_of(file: &[u8]) -> Option<&[u8]> {
-    format::open(file).ok().map(|o| o.body)
-}
 
 /// Registry key: value -> name, the permanents used when persisting.
 pub(crate) const PERMS_KEY: &CStr = c"luasnap.perms";

@@ -13,9 +13,10 @@
 use super::csrc::luasnap_proto_nupvalues;
 use super::csrc::{kind, RawVal};
 use super::dispatch::Frame;
-use super::layout::{layout_header, layout_nodes};
 use super::limits::{table_sizes, MAX_UPVALUES, STACK_FRAMES};
-use crate::persist::format::{Reader, Tag};
+use crate::persist::format::{
+    layout_nodes, LayoutHeader, Reader, TableHeader, TablePart, Tag, UpvalueRef,
+};
 use std::ffi::c_void;
 
 /// Steps per `luasnap_table_build` call (an entry needing more goes the general way).
@@ -34,28 +35,6 @@ const BATCH_LAYOUT: usize = 1 << 14;
 /// `SETUPVAL` for each of at most `MAX_UPVALUES` upvalues) and its `SET` (an end marker adds
 /// a `LAYOUT` and a `SET`; a new table its `NEWTABLE` and `META`).
 pub(super) const OPS_CAP: usize = BUILD_OPS + 2 * MAX_UPVALUES + 2;
-
-/// Where a table is between its children: in a table frame of the general path, and where a
-/// batch left the table it opened last.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Stage {
-    /// Its metatable is next.
-    Meta,
-    /// A key (or its end marker) is next.
-    Key,
-    /// The value of the key on the stack is next.
-    Value,
-}
-
-impl Stage {
-    /// The stage after this one's child arrived.
-    pub(super) fn after(self) -> Stage {
-        match self {
-            Stage::Meta | Stage::Value => Stage::Key,
-            Stage::Key => Stage::Value,
-        }
-    }
-}
 
 /// How many tables a batch may open with `depth` frames already on the stack: tables opened
 /// there become stack frames, which stay below `STACK_FRAMES`.
@@ -97,7 +76,7 @@ impl Open {
 pub(super) struct BatchEnd {
     /// Where the innermost table (the frame's own if none is open) is; the tables around it
     /// each expect their value (the table they opened).
-    pub stage: Stage,
+    pub stage: TablePart,
     /// Whether it stopped because its buffers were full.
     pub full: bool,
 }
@@ -161,14 +140,14 @@ impl Batch<'_, '_> {
         let mut lay_full = false;
         let (stage, full) = loop {
             if self.n >= BUILD_OPS || lay_full {
-                break (Stage::Key, true);
+                break (TablePart::Key, true);
             }
             let Some(tag) = self.r.peek() else {
-                break (Stage::Key, false);
+                break (TablePart::Key, false);
             };
             if tag == T_NIL || tag == T_LAYOUT {
                 if !self.end_table(tag, open, &mut lay_full) {
-                    break (Stage::Key, false);
+                    break (TablePart::Key, false);
                 }
                 continue;
             }
@@ -211,17 +190,17 @@ impl Batch<'_, '_> {
     /// One entry (its key's tag `tag`, next) of the innermost table: Err with the stage the
     /// batch stops at if it does not take all of it.
     #[inline(always)]
-    fn entry(&mut self, tag: u8, open: &mut Open, room: usize) -> Result<(), Stage> {
+    fn entry(&mut self, tag: u8, open: &mut Open, room: usize) -> Result<(), TablePart> {
         // The key (its step pushed once the value shows whether one step takes both).
         let at = self.r.pos;
         let Some(key) = self.plain(tag) else {
             self.r.pos = at;
-            return Err(Stage::Key);
+            return Err(TablePart::Key);
         };
         // Its value.
         let Some(tag) = self.r.peek() else {
             self.push_val(key);
-            return Err(Stage::Value);
+            return Err(TablePart::Value);
         };
         let at = self.r.pos;
         self.r.pos += 1;
@@ -233,7 +212,7 @@ impl Batch<'_, '_> {
             Some(None) => {
                 self.r.pos = at;
                 self.push_val(key);
-                return Err(Stage::Value);
+                return Err(TablePart::Value);
             }
             None => self.r.pos = at,
         }
@@ -249,7 +228,7 @@ impl Batch<'_, '_> {
         };
         if read.is_none() {
             self.unread(mark);
-            return Err(Stage::Value);
+            return Err(TablePart::Value);
         }
         self.push(kind::SET, self.r.pos as u64, 0, std::ptr::null());
         Ok(())
@@ -273,21 +252,21 @@ impl Batch<'_, '_> {
     /// A new table as a value (its tag next; its key's step pushed, `mark` before its
     /// value): opened, with its metatable. Err with the stage the batch stops at.
     #[inline(always)]
-    fn open_table(&mut self, open: &mut Open, mark: (usize, usize)) -> Result<(), Stage> {
+    fn open_table(&mut self, open: &mut Open, mark: (usize, usize)) -> Result<(), TablePart> {
         let Some((id, placeable)) = self.new_table() else {
             self.unread(mark);
-            return Err(Stage::Value);
+            return Err(TablePart::Value);
         };
         open.tables[open.n] = (id, placeable);
         open.n += 1;
         // Its metatable.
         let Some(tag) = self.r.peek() else {
-            return Err(Stage::Meta);
+            return Err(TablePart::Metatable);
         };
         let at = self.r.pos;
         let Some(mt) = self.plain(tag) else {
             self.r.pos = at;
-            return Err(Stage::Meta);
+            return Err(TablePart::Metatable);
         };
         if mt.kind == kind::NIL {
             // No metatable: the new table has none, so its two steps (push nil, set it)
@@ -406,7 +385,7 @@ impl Batch<'_, '_> {
     #[inline(always)]
     fn new_table(&mut self) -> Option<(u32, Option<usize>)> {
         self.r.pos += 1;
-        let (narr, nhash) = (self.r.varint()?, self.r.varint()?);
+        let TableHeader { narr, nhash } = TableHeader::decode(&mut self.r).ok()?;
         let (narr, nhash, capped) = table_sizes(
             self.r.remaining(),
             self.own_cap,
@@ -450,7 +429,10 @@ impl Batch<'_, '_> {
                 self.push_val(v);
                 self.push(kind::SETUPVAL, 0, i, std::ptr::null());
             } else if tag == Tag::UpvalRef as u8 {
-                let (other, index) = (self.r.varint()?, self.r.varint()?);
+                let UpvalueRef {
+                    closure: other,
+                    index,
+                } = UpvalueRef::decode(&mut self.r).ok()?;
                 if other >= self.next_id as u64 || index > u32::MAX as u64 {
                     return None;
                 }
@@ -480,7 +462,11 @@ impl Batch<'_, '_> {
         self.r.pos += 1; // the tag
         let blob = self.r.bytes()?;
         let mut r = Reader::new(blob);
-        let (seed, size, lastfree) = layout_header(&mut r, blob.len())?;
+        let LayoutHeader {
+            seed,
+            size,
+            lastfree,
+        } = LayoutHeader::decode(&mut r, blob.len())?;
         let off = self.nlay;
         let end = off + 3 + size as usize;
         if end > BATCH_LAYOUT {
@@ -567,10 +553,81 @@ fn taken(ops: &[RawVal]) -> (u32, u32, u64) {
 
 #[cfg(test)]
 mod tests {
-    use super::MAX_UPVALUES;
+    use super::{kind, Batch, RawVal, Reader, MAX_UPVALUES, OPS_CAP};
     use crate::bridge::vm::Vm;
+    use crate::persist::format::{Scalar, Tag, Writer};
     use crate::persist::Trust;
     use crate::Value;
+
+    /// The step the batch decodes for a value, as `Scalar::decode` reads it (the shared
+    /// decoder the batch's own is kept to): the same value, or both refuse it. Two strings and
+    /// two objects are defined.
+    #[test]
+    fn batched_values_decode_as_the_format_says() {
+        let samples: [Scalar<&[u8]>; 11] = [
+            Scalar::Nil,
+            Scalar::False,
+            Scalar::True,
+            Scalar::Int(-1),
+            Scalar::Int(i64::MIN),
+            Scalar::Float(2.5f64.to_bits()),
+            Scalar::Str(b"key"),
+            Scalar::Str(b""),
+            Scalar::StrRef(1),
+            Scalar::StrRef(2),
+            Scalar::Ref(1),
+        ];
+        let mut ops = Box::new([RawVal::EMPTY; OPS_CAP]);
+        let (mut lay, mut laynx, mut late) = (Vec::new(), Vec::new(), Vec::new());
+        for v in samples {
+            let mut w = Writer::default();
+            v.encode(&mut w);
+            for cut in [0, 1].into_iter().filter(|&c| c < w.buf.len()) {
+                let bytes = &w.buf[..w.buf.len() - cut];
+                let mut b = Batch {
+                    r: Reader::new(bytes),
+                    ops: &mut ops,
+                    n: 0,
+                    lay: &mut lay,
+                    laynx: &mut laynx,
+                    nlay: 0,
+                    strs: 2,
+                    next_id: 2,
+                    prealloc_left: 0,
+                    own_cap: None,
+                    frames: &[],
+                    late_meta: &mut late,
+                    strref_len: 1,
+                    protos: &[],
+                    format: 5,
+                    seed: 0,
+                    max_size: 0,
+                };
+                let got = b
+                    .plain(bytes[0])
+                    .map(|op| (op.kind, op.bits, op.len, b.r.pos));
+                let mut r = Reader::new(bytes);
+                r.pos = 1;
+                let tag = Tag::from_u8(bytes[0]).unwrap();
+                let want = Scalar::decode(tag, &mut r).ok().and_then(|d| {
+                    let (k, bits, len) = match d {
+                        Scalar::Nil => (kind::NIL, 0, 0),
+                        Scalar::False => (kind::FALSE, 0, 0),
+                        Scalar::True => (kind::TRUE, 0, 0),
+                        Scalar::Int(i) => (kind::INT, i as u64, 0),
+                        Scalar::Float(f) => (kind::FLOAT, f, 0),
+                        // A new string of at least `strref_len` bytes takes string id 3.
+                        Scalar::Str(b) => (kind::STR, if b.is_empty() { 0 } else { 3 }, b.len()),
+                        Scalar::StrRef(sid) if sid < 2 => (kind::STRREF, sid + 1, 0),
+                        Scalar::Ref(id) if id < 2 => (kind::REF, id, 0),
+                        _ => return None,
+                    };
+                    Some((k, bits, len as u64, r.pos))
+                });
+                assert_eq!(got, want, "{v:?} cut by {cut}");
+            }
+        }
+    }
 
     /// `make(seed)`: a closure with Lua's most upvalues (255: 150 locals of one function, 105
     /// of an inner one). `R[2]`: a table of integers and such closures, with runs of 600 and

@@ -3,7 +3,7 @@
 //! without a trip through the general path for each value. The tables a batch leaves open
 //! become frames of the general path, in its stack layout, which goes on from there.
 
-use super::batch::{nopen_room, Batch, BatchEnd, Open, Stage, OPS_CAP, PLAIN_DEPTH};
+use super::batch::{nopen_room, Batch, BatchEnd, Open, OPS_CAP, PLAIN_DEPTH};
 use super::csrc::luasnap_table_build;
 use super::csrc::{kind, RawVal};
 use super::dispatch::{reserve, Frame};
@@ -11,6 +11,7 @@ use super::ids::REBUILDING;
 use super::limits::COLLISIONS;
 use super::meta::NO_FINALIZERS;
 use super::{Fail, Loader};
+use crate::persist::format::TablePart;
 use crate::persist::Slots;
 use mlua_sys::{self as ffi, lua_State};
 use std::ffi::c_int;
@@ -50,7 +51,7 @@ impl Loader<'_> {
             unsafe { self.build(L, s, at, n)? };
             // SAFETY: callers' contract; the batch built, its open tables on the stack.
             unsafe { self.open_frames(L, at, &open, end) };
-            if !end.full || open.n > 0 || end.stage != Stage::Key {
+            if !end.full || open.n > 0 || end.stage != TablePart::Key {
                 return Ok(true);
             }
         }
@@ -175,19 +176,23 @@ impl Loader<'_> {
     /// A free slot; the batch's open tables (`open`) on the stack above the frame's table at
     /// `at`.
     unsafe fn open_frames(&mut self, L: *mut lua_State, at: c_int, open: &Open, end: BatchEnd) {
-        if end.stage != Stage::Value {
+        if end.stage != TablePart::Value {
             // SAFETY: a free slot (callers' contract): the innermost table's key slot.
             unsafe { ffi::lua_pushnil(L) };
         }
         let nopen = open.n;
         if let Some(Frame::Table { stage, .. }) = self.frames.last_mut() {
-            *stage = if nopen > 0 { Stage::Value } else { end.stage };
+            *stage = if nopen > 0 {
+                TablePart::Value
+            } else {
+                end.stage
+            };
         }
         for (i, &(id, _)) in open.tables[..nopen].iter().enumerate() {
             let stage = if i + 1 == nopen {
                 end.stage
             } else {
-                Stage::Value
+                TablePart::Value
             };
             self.frames.push(Frame::Table {
                 id,

@@ -1,11 +1,8 @@
 //! Closures and their upvalues. A Lua closure is made from its prototype (see `proto.rs`)
-//! with fresh upvalues, then each upvalue arrives with its tag:
-//!
-//! ```text
-//! UpvalNew value          a closed upvalue of its own
-//! UpvalRef closure index  shared with upvalue `index` of a closure read before
-//! UpvalOpen level thread  open: slot `level` of a suspended coroutine this load builds
-//! ```
+//! with fresh upvalues, then each upvalue arrives with its tag: `UpvalNew` and a value (a
+//! closed upvalue of its own), `UpvalRef` and an `UpvalueRef` (shared with an upvalue of a
+//! closure read before), or `UpvalOpen`, an `OpenUpvalue` and a coroutine (open: a slot of a
+//! suspended coroutine this load builds).
 //!
 //! A C closure's upvalues are plain values (see `special.rs` for which C closures load).
 //!
@@ -20,9 +17,8 @@ use super::csrc::{
 };
 use super::dispatch::{ClosureKind, Frame};
 use super::ids::push_obj;
-use super::limits::MAX_COROUTINE_STACK;
 use super::{Fail, Loader};
-use crate::persist::format::Tag;
+use crate::persist::format::{OpenUpvalue, Tag, UpvalueRef, Upvalues};
 use crate::persist::Slots;
 use mlua_sys::{self as ffi, lua_State};
 use std::ffi::c_int;
@@ -53,15 +49,14 @@ impl Loader<'_> {
         }
         self.frames.push(Frame::Closure {
             id,
-            next: 1,
-            n: n as c_int,
+            upvalues: Upvalues::new(n as u32),
             open: None,
             kind: ClosureKind::Lua,
         });
         Ok(false)
     }
 
-    /// Moves a closure frame on (`id`, upvalue `i` of `n` next): its next upvalue, or its end.
+    /// Moves a closure frame on (`id`, at `upvalues`): its next upvalue, or its end.
     ///
     /// # Safety
     /// Protected context, 8 free slots; `s` this load's slots; the closure's frame on top of
@@ -71,34 +66,29 @@ impl Loader<'_> {
         L: *mut lua_State,
         s: Slots,
         id: u32,
-        i: c_int,
-        n: c_int,
+        upvalues: Upvalues,
         kind: ClosureKind,
     ) -> Result<bool, Fail> {
-        if i > n {
+        let Some(i) = upvalues.peek() else {
             // SAFETY: callers' contract; objs[id] is this closure.
             return Ok(unsafe { self.finish(L, s, id) });
-        }
+        };
         let Some(tag) = self.r.u8() else {
             return Err(self.malformed("truncated"));
         };
         match Tag::from_u8(tag) {
             Some(Tag::UpvalRef) => {
                 // SAFETY: callers' contract.
-                unsafe { self.shared_upvalue(L, s, id, i)? };
-                if let Some(Frame::Closure { next, .. }) = self.frames.last_mut() {
-                    *next += 1;
+                unsafe { self.shared_upvalue(L, s, id, i as c_int)? };
+                if let Some(Frame::Closure { upvalues, .. }) = self.frames.last_mut() {
+                    upvalues.next();
                 }
                 return Ok(false);
             }
             Some(Tag::UpvalNew) => {}
             Some(Tag::UpvalOpen) => {
-                let Some(level) = self.r.varint() else {
-                    return Err(self.malformed("bad open upvalue"));
-                };
-                if level == 0 || level > MAX_COROUTINE_STACK {
-                    return Err(self.malformed("bad open upvalue"));
-                }
+                let open_upvalue = OpenUpvalue::decode(&mut self.r);
+                let OpenUpvalue { level } = self.record(open_upvalue)?;
                 if let Some(Frame::Closure { open, .. }) = self.frames.last_mut() {
                     *open = Some(level as c_int);
                 }
@@ -127,9 +117,11 @@ impl Loader<'_> {
         id: u32,
         i: c_int,
     ) -> Result<(), Fail> {
-        let (Some(other), Some(index)) = (self.r.varint(), self.r.varint()) else {
-            return Err(self.malformed("bad upvalue reference"));
-        };
+        let shared = UpvalueRef::decode(&mut self.r);
+        let UpvalueRef {
+            closure: other,
+            index,
+        } = self.record(shared)?;
         if other >= self.next_id as u64 {
             return Err(self.malformed("upvalue of an undefined closure"));
         }

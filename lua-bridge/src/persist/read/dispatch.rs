@@ -7,41 +7,45 @@
 //! child, or ends it); [`Loader::accept`] hands a completed child to the frame it belongs to.
 //! Each kind's steps live in its own file; this file only dispatches on the tag or the frame.
 
-use super::batch::Stage;
 use super::csrc::{luasnap_checkstack, luasnap_gc_nofinal, luasnap_gc_stopem, luasnap_hash_seed};
 use super::ids::push_obj;
 use super::{Fail, Loader};
-use crate::persist::format::Tag;
+use crate::persist::format::{
+    Scalar, SpecialParts, TablePart, Tag, ThreadPart, ThreadParts, Upvalues, UserdataParts,
+};
 use crate::persist::Slots;
 use mlua_sys::{self as ffi, lua_State};
 use std::ffi::{c_int, c_void};
 
-/// An object still receiving its children, and what the next child is for.
+/// An object still receiving its children, and what the next child is for: the format's
+/// order of each kind's parts (`format/parts.rs`).
 #[derive(Debug, Clone, Copy)]
 pub(super) enum Frame {
     /// A table: its metatable, then keys and values in turn (`stage`: the next). `at` is the
     /// stack index of the table, with its current key at `at + 1`; 0 for a frame deeper than
     /// `STACK_FRAMES`, whose table is kept only in `objs` and its key in `keys[depth]`.
-    Table { id: u32, stage: Stage, at: c_int },
-    /// A closure: upvalue `next` of `n` is next. `open` is the level of the open upvalue
-    /// whose coroutine is the child being read (see `Tag::UpvalOpen`).
+    Table {
+        id: u32,
+        stage: TablePart,
+        at: c_int,
+    },
+    /// A closure: its upvalues in turn. `open` is the level of the open upvalue whose
+    /// coroutine is the child being read (see `Tag::UpvalOpen`).
     Closure {
         id: u32,
-        next: c_int,
-        n: c_int,
+        upvalues: Upvalues,
         open: Option<c_int>,
         kind: ClosureKind,
     },
-    /// A userdata rebuilt from bytes: its metatable (`next` 0), then user values 1..=`nuv`.
-    Userdata { id: u32, next: c_int, nuv: c_int },
-    /// An object a `__persist` function rebuilds.
-    Special { id: u32, phase: Phase },
-    /// A coroutine: its stack slots 1..=`n` (`next` is next). `errfunc` is Some for a
-    /// suspended coroutine, whose frame records follow its stack.
+    /// A userdata rebuilt from bytes: its metatable, then its user values.
+    Userdata { id: u32, parts: UserdataParts },
+    /// An object a `__persist` function rebuilds: its function(s).
+    Special { id: u32, parts: SpecialParts },
+    /// A coroutine: its stack slots, then its end. `errfunc` is Some for a suspended
+    /// coroutine, whose frame records follow its stack.
     Thread {
         id: u32,
-        next: c_int,
-        n: c_int,
+        parts: ThreadParts,
         errfunc: Option<i64>,
     },
 }
@@ -55,27 +59,6 @@ pub(super) enum ClosureKind {
     C,
     /// `coroutine.wrap`'s helper: a C closure whose one upvalue must be a coroutine.
     Wrap,
-}
-
-/// Where a rebuilt object (`Tag::Thunk`, `Tag::TwoPhase`) is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Phase {
-    /// Its rebuild (or, two-phase, create) function is next.
-    Rebuild { two_phase: bool },
-    /// Two-phase: its init function is next.
-    Init,
-    /// Complete.
-    Done,
-}
-
-impl Phase {
-    /// The phase after this one's function arrived.
-    fn after(self) -> Phase {
-        match self {
-            Phase::Rebuild { two_phase: true } => Phase::Init,
-            _ => Phase::Done,
-        }
-    }
 }
 
 /// Makes sure of `n` free slots on the loading thread's stack (a memory error if it cannot
@@ -179,12 +162,15 @@ impl Loader<'_> {
         // slots (reserved above): what each kind's step requires.
         unsafe {
             match tag {
-                Tag::Nil | Tag::False | Tag::True | Tag::Int | Tag::Float | Tag::Light => {
-                    self.scalar(L, tag)?
-                }
-                Tag::Str => self.string(L, s)?,
-                Tag::StrRef => self.string_ref(L, s)?,
-                Tag::Ref => self.reference(L, s)?,
+                Tag::Nil
+                | Tag::False
+                | Tag::True
+                | Tag::Int
+                | Tag::Float
+                | Tag::Light
+                | Tag::Str
+                | Tag::StrRef
+                | Tag::Ref => self.scalar(L, s, tag)?,
                 Tag::Perm => self.permanent(L, s)?,
                 Tag::UdPlain => self.plain_userdata(L, s)?,
                 Tag::MainThread => self.main_thread(L, s)?,
@@ -205,32 +191,27 @@ impl Loader<'_> {
         Ok(true)
     }
 
-    /// A value without children (nil, a boolean, a number, a light userdata), whose tag
-    /// `tag` was just read: pushed.
+    /// A value without children (`Scalar`), whose tag `tag` was just read: pushed (a string
+    /// given its id, a reference checked against what was defined).
     ///
     /// # Safety
-    /// A free slot (the pushes do not allocate).
-    unsafe fn scalar(&mut self, L: *mut lua_State, tag: Tag) -> Result<(), Fail> {
+    /// Protected context and two free slots; `s` this load's slots.
+    unsafe fn scalar(&mut self, L: *mut lua_State, s: Slots, tag: Tag) -> Result<(), Fail> {
+        let v = Scalar::decode(tag, &mut self.r);
+        let v = self.record(v)?;
         // SAFETY: a free slot (callers' contract); each arm pushes one value, which does not
-        // allocate.
+        // allocate but for a string (protected context).
         unsafe {
-            match tag {
-                Tag::Nil => ffi::lua_pushnil(L),
-                Tag::False => ffi::lua_pushboolean(L, 0),
-                Tag::True => ffi::lua_pushboolean(L, 1),
-                Tag::Int => match self.r.i64() {
-                    Some(v) => ffi::lua_pushinteger(L, v),
-                    None => return Err(self.malformed("bad integer")),
-                },
-                Tag::Float => match self.r.u64() {
-                    Some(v) => ffi::lua_pushnumber(L, f64::from_bits(v)),
-                    None => return Err(self.malformed("bad float")),
-                },
-                Tag::Light => match self.r.u64() {
-                    Some(v) => ffi::lua_pushlightuserdata(L, v as usize as *mut c_void),
-                    None => return Err(self.malformed("bad light userdata")),
-                },
-                _ => unreachable!("not a scalar's tag: {tag:?}"),
+            match v {
+                Scalar::Nil => ffi::lua_pushnil(L),
+                Scalar::False => ffi::lua_pushboolean(L, 0),
+                Scalar::True => ffi::lua_pushboolean(L, 1),
+                Scalar::Int(v) => ffi::lua_pushinteger(L, v),
+                Scalar::Float(bits) => ffi::lua_pushnumber(L, f64::from_bits(bits)),
+                Scalar::Light(p) => ffi::lua_pushlightuserdata(L, p as usize as *mut c_void),
+                Scalar::Str(b) => self.string(L, s, b),
+                Scalar::StrRef(sid) => self.string_ref(L, s, sid)?,
+                Scalar::Ref(id) => self.reference(L, s, id)?,
             }
         }
         Ok(())
@@ -248,20 +229,16 @@ impl Loader<'_> {
             match frame {
                 Frame::Table { id, stage, at } => self.advance_table(L, s, id, stage, at),
                 Frame::Closure {
-                    id, next, n, kind, ..
-                } => self.advance_closure(L, s, id, next, n, kind),
-                Frame::Userdata { id, next, nuv } if next > nuv => Ok(self.finish(L, s, id)),
-                Frame::Special {
-                    id,
-                    phase: Phase::Done,
-                } => Ok(self.finish(L, s, id)),
+                    id, upvalues, kind, ..
+                } => self.advance_closure(L, s, id, upvalues, kind),
+                Frame::Userdata { id, parts } if parts.peek().is_none() => {
+                    Ok(self.finish(L, s, id))
+                }
+                Frame::Special { id, parts } if parts.peek().is_none() => Ok(self.finish(L, s, id)),
                 Frame::Userdata { .. } | Frame::Special { .. } => self.value(L, s),
-                Frame::Thread {
-                    id,
-                    next,
-                    n,
-                    errfunc,
-                } => self.advance_thread(L, s, id, next, n, errfunc),
+                Frame::Thread { id, parts, errfunc } => {
+                    self.advance_thread(L, s, id, parts, errfunc)
+                }
             }
         }
     }
@@ -280,14 +257,33 @@ impl Loader<'_> {
                 Frame::Table { id, stage, at } => self.accept_table(L, s, id, stage, at, depth),
                 Frame::Closure {
                     id,
-                    next,
+                    upvalues,
                     open,
                     kind,
-                    ..
-                } => self.accept_upvalue(L, s, id, next, open, kind),
-                Frame::Userdata { id, next, .. } => self.accept_user_value(L, s, id, next),
-                Frame::Special { id, phase } => self.accept_special(L, s, id, phase),
-                Frame::Thread { id, next, .. } => self.accept_slot(L, s, id, next),
+                } => {
+                    let i = upvalues
+                        .peek()
+                        .expect("a closure frame takes no child past its last");
+                    self.accept_upvalue(L, s, id, i as c_int, open, kind)
+                }
+                Frame::Userdata { id, parts } => {
+                    let part = parts
+                        .peek()
+                        .expect("a userdata frame takes no child past its end");
+                    self.accept_user_value(L, s, id, part)
+                }
+                Frame::Special { id, parts } => {
+                    let part = parts
+                        .peek()
+                        .expect("a special frame takes no child past its end");
+                    self.accept_special(L, s, id, part)
+                }
+                Frame::Thread { id, parts, .. } => match parts.peek() {
+                    ThreadPart::Slot(i) => self.accept_slot(L, s, id, i as c_int),
+                    ThreadPart::CallFrames => {
+                        unreachable!("a coroutine takes no child past its stack")
+                    }
+                },
             }
         }
     }
@@ -299,12 +295,19 @@ impl Loader<'_> {
         let was = *top;
         match top {
             Frame::Table { stage, .. } => *stage = stage.after(),
-            Frame::Closure { next, open, .. } => {
-                *next += 1;
+            Frame::Closure { upvalues, open, .. } => {
+                upvalues.next();
                 *open = None;
             }
-            Frame::Userdata { next, .. } | Frame::Thread { next, .. } => *next += 1,
-            Frame::Special { phase, .. } => *phase = phase.after(),
+            Frame::Userdata { parts, .. } => {
+                parts.next();
+            }
+            Frame::Special { parts, .. } => {
+                parts.next();
+            }
+            Frame::Thread { parts, .. } => {
+                parts.next_part();
+            }
         }
         was
     }

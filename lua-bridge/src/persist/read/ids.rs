@@ -74,15 +74,12 @@ impl Loader<'_> {
         self.check_heap(L)
     }
 
-    /// A string (after `Tag::Str`): pushed, and given the next string id if it is long
-    /// enough to get one in this file's format.
+    /// A string (after `Tag::Str`), its bytes `b`: pushed, and given the next string id if
+    /// it is long enough to get one in this file's format.
     ///
     /// # Safety
     /// Protected context and two free slots.
-    pub(super) unsafe fn string(&mut self, L: *mut lua_State, s: Slots) -> Result<(), Fail> {
-        let Some(b) = self.r.bytes() else {
-            return Err(self.malformed("bad string length"));
-        };
+    pub(super) unsafe fn string(&mut self, L: *mut lua_State, s: Slots, b: &[u8]) {
         // SAFETY: callers' contract; the bytes are a slice of the body (copied by Lua).
         unsafe { ffi::lua_pushlstring(L, b.as_ptr().cast(), b.len()) };
         if b.len() >= self.strref_len {
@@ -93,33 +90,38 @@ impl Loader<'_> {
                 ffi::lua_rawseti(L, s.strs, self.strs as ffi::lua_Integer);
             }
         }
-        Ok(())
     }
 
-    /// A string reference (after `Tag::StrRef`), checked against the strings read so far.
+    /// A string reference (after `Tag::StrRef`) to string `sid`, checked against the strings
+    /// read so far.
     ///
     /// # Safety
     /// Protected context and a free slot.
-    pub(super) unsafe fn string_ref(&mut self, L: *mut lua_State, s: Slots) -> Result<(), Fail> {
-        match self.r.varint() {
-            Some(sid) if sid < self.strs as u64 => {
-                // SAFETY: callers' contract; strs[sid + 1] was defined (checked above).
-                unsafe { ffi::lua_rawgeti(L, s.strs, sid as ffi::lua_Integer + 1) };
-                Ok(())
-            }
-            _ => Err(self.malformed("bad string reference")),
+    pub(super) unsafe fn string_ref(
+        &mut self,
+        L: *mut lua_State,
+        s: Slots,
+        sid: u64,
+    ) -> Result<(), Fail> {
+        if sid >= self.strs as u64 {
+            return Err(self.malformed("bad string reference"));
         }
+        // SAFETY: callers' contract; strs[sid + 1] was defined (checked above).
+        unsafe { ffi::lua_rawgeti(L, s.strs, sid as ffi::lua_Integer + 1) };
+        Ok(())
     }
 
-    /// A reference to an object (after `Tag::Ref`), checked against the objects defined so
+    /// A reference (after `Tag::Ref`) to object `id`, checked against the objects defined so
     /// far; one whose rebuild has not returned yet is refused ([`REBUILDING`]).
     ///
     /// # Safety
     /// Protected context and a free slot.
-    pub(super) unsafe fn reference(&mut self, L: *mut lua_State, s: Slots) -> Result<(), Fail> {
-        let Some(id) = self.r.varint() else {
-            return Err(self.malformed("bad reference"));
-        };
+    pub(super) unsafe fn reference(
+        &mut self,
+        L: *mut lua_State,
+        s: Slots,
+        id: u64,
+    ) -> Result<(), Fail> {
         if id >= self.next_id as u64 {
             return Err(self.malformed("reference to an object not yet defined"));
         }

@@ -1,92 +1,22 @@
 //! Table layouts (format 5): the hash part of a table as it was saved, so `next` visits the
-//! loaded table's entries in the saved order.
+//! loaded table's entries in the saved order. The blob's records (`LayoutHeader`,
+//! `LayoutNode`, `RemovedKey`) are in `format/layout.rs`, with the batch decoder's
+//! `layout_nodes`.
 //!
-//! ```text
-//! Tag::Layout, then a blob: seed, node count (a power of two), lastfree, then per node:
-//!   0                 free
-//!   2, key            removed: its dead key (kind, then the key's payload)
-//!   code >= 1, link   otherwise: the entry's code and its chain link (zigzag)
-//! ```
-//!
-//! The decoders here only check the blob's shape (sizes, codes and links inside the node
-//! count, every byte used); the C side (`luasnap_table_relayout`, or the build helper's
-//! `LAYOUT` step) checks the layout against the table's entries and places nothing unless it
-//! matches, so a forged layout can only make a load fail.
+//! The decoders only check the blob's shape (sizes, codes and links inside the node count,
+//! every byte used); the C side (`luasnap_table_relayout`, or the build helper's `LAYOUT`
+//! step) checks the layout against the table's entries and places nothing unless it matches,
+//! so a forged layout can only make a load fail.
 
 use super::csrc::{luasnap_relayout_scratch, luasnap_table_nodes, luasnap_table_relayout};
 use super::dispatch::reserve;
 use super::ids::push_obj;
 use super::limits::COLLISIONS;
 use super::{Fail, Loader};
-use crate::persist::format::Reader;
-use crate::persist::{kind, Slots};
+use crate::persist::format::{LayoutHeader, LayoutNode, Reader, RemovedKey, BAD_LAYOUT};
+use crate::persist::Slots;
 use mlua_sys::{self as ffi, lua_State};
 use std::ffi::c_void;
-
-/// Why a layout's bytes are refused.
-const BAD_LAYOUT: &str = "a table layout that is not one (bad sizes or links)";
-
-/// Reads a layout's header (seed, node count, lastfree) and checks it against the blob
-/// that holds it (every node takes at least one byte; sizes are powers of two below 2^31).
-#[inline(always)]
-pub(super) fn layout_header(r: &mut Reader<'_>, blob_len: usize) -> Option<(u32, u32, u32)> {
-    let (seed, size, lastfree) = (r.varint()?, r.varint()?, r.varint()?);
-    if seed > u32::MAX as u64
-        || size < 2
-        || !size.is_power_of_two()
-        || size > (1 << 30)
-        || size > blob_len as u64
-        || lastfree > size
-    {
-        return None;
-    }
-    Some((seed as u32, size as u32, lastfree as u32))
-}
-
-/// Reads one node of a layout: its code and chain link (see `luasnap_table_layout`).
-#[inline(always)]
-fn layout_node(r: &mut Reader<'_>, size: u32) -> Option<(u32, i32)> {
-    let c = r.varint().filter(|&c| c <= size as u64 + 2)?;
-    if c == 0 {
-        return Some((0, 0));
-    }
-    let z = r.varint()?;
-    let v = ((z >> 1) as i64) ^ -((z & 1) as i64);
-    if v.unsigned_abs() >= size as u64 {
-        return None;
-    }
-    Some((c as u32, v as i32))
-}
-
-/// Decodes the nodes of a layout of `size` nodes (see `layout_node`) into `codes` and
-/// `links` (one per node), refusing removed keys (code 2): the reader's position after them,
-/// or None. Apart from the decoding loop, and by value, for registers of its own.
-#[inline(never)]
-pub(super) fn layout_nodes(
-    mut r: Reader<'_>,
-    size: u32,
-    codes: &mut [u32],
-    links: &mut [i32],
-) -> Option<usize> {
-    let size = size as u64;
-    for (c, nx) in codes.iter_mut().zip(links) {
-        let code = r.varint()?;
-        if code > size + 2 || code == 2 {
-            return None;
-        }
-        if code == 0 {
-            (*c, *nx) = (0, 0);
-            continue;
-        }
-        // The link, zigzag-coded: |link| = z / 2 + (z & 1), below the node count.
-        let z = r.varint()?;
-        if (z >> 1) + (z & 1) >= size {
-            return None;
-        }
-        (*c, *nx) = (code as u32, (((z >> 1) as i64) ^ -((z & 1) as i64)) as i32);
-    }
-    Some(r.pos)
-}
 
 impl Loader<'_> {
     /// Scratch for placing a layout of `size` nodes, for the C side (grown, never shrunk).
@@ -115,7 +45,12 @@ impl Loader<'_> {
             return Err(self.malformed("truncated table layout"));
         };
         let mut r = Reader::new(blob);
-        let Some((seed, size, lastfree)) = layout_header(&mut r, blob.len()) else {
+        let Some(LayoutHeader {
+            seed,
+            size,
+            lastfree,
+        }) = LayoutHeader::decode(&mut r, blob.len())
+        else {
             return Err(self.malformed(BAD_LAYOUT));
         };
         // A layout for another node count does not apply (the table keeps the order its
@@ -182,15 +117,15 @@ impl Loader<'_> {
         self.laynx.clear();
         let mut nkeys = 0;
         for _ in 0..size {
-            let Some((c, nx)) = layout_node(r, size) else {
+            let Some(node) = LayoutNode::decode(r, size) else {
                 return Err(self.malformed(BAD_LAYOUT));
             };
-            if c == 2 {
+            if node.code == LayoutNode::REMOVED {
                 // SAFETY: callers' contract.
                 unsafe { self.removed_key(L, r, &mut nkeys)? };
             }
-            self.lay.push(c);
-            self.laynx.push(nx);
+            self.lay.push(node.code);
+            self.laynx.push(node.link);
         }
         Ok(nkeys)
     }
@@ -206,7 +141,7 @@ impl Loader<'_> {
         r: &mut Reader<'_>,
         nkeys: &mut ffi::lua_Integer,
     ) -> Result<(), Fail> {
-        let Some(k) = r.varint() else {
+        let Some(k) = RemovedKey::kind(r) else {
             return Err(self.malformed(BAD_LAYOUT));
         };
         if *nkeys == 0 {
@@ -217,30 +152,20 @@ impl Loader<'_> {
                 ffi::lua_createtable(L, 0, 0);
             }
         }
+        let Some(key) = RemovedKey::payload(k, r) else {
+            return Err(self.malformed(BAD_LAYOUT));
+        };
         // SAFETY: a free slot (reserved with the keys table); each arm pushes one key (a
         // string is copied: may allocate, in the protected context).
         unsafe {
-            match k {
-                kind::FALSE | kind::TRUE => {
-                    ffi::lua_pushboolean(L, (k == kind::TRUE) as std::ffi::c_int)
+            match key {
+                RemovedKey::False => ffi::lua_pushboolean(L, 0),
+                RemovedKey::True => ffi::lua_pushboolean(L, 1),
+                RemovedKey::Int(i) => ffi::lua_pushinteger(L, i),
+                RemovedKey::Float(bits) => ffi::lua_pushnumber(L, f64::from_bits(bits)),
+                RemovedKey::Str(b) => {
+                    ffi::lua_pushlstring(L, b.as_ptr().cast(), b.len());
                 }
-                kind::INT => match r.varint() {
-                    Some(z) => ffi::lua_pushinteger(L, ((z >> 1) as i64) ^ -((z & 1) as i64)),
-                    None => return Err(self.malformed(BAD_LAYOUT)),
-                },
-                kind::FLOAT => match r.varint() {
-                    Some(b) if !f64::from_bits(b).is_nan() => {
-                        ffi::lua_pushnumber(L, f64::from_bits(b))
-                    }
-                    _ => return Err(self.malformed(BAD_LAYOUT)),
-                },
-                kind::STR => match r.bytes() {
-                    Some(b) => {
-                        ffi::lua_pushlstring(L, b.as_ptr().cast(), b.len());
-                    }
-                    None => return Err(self.malformed(BAD_LAYOUT)),
-                },
-                _ => return Err(self.malformed(BAD_LAYOUT)),
             }
         }
         *nkeys += 1;
@@ -263,45 +188,5 @@ unsafe fn table_nodes(L: *mut lua_State, s: Slots, id: u32) -> u32 {
         let n = luasnap_table_nodes(L, -1);
         ffi::lua_settop(L, -2);
         n
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::layout_nodes;
-    use crate::persist::format::{Reader, Writer};
-
-    #[test]
-    fn layout_nodes_check_codes_and_links() {
-        let enc = |nodes: &[(u64, i64)]| {
-            let mut w = Writer::default();
-            for &(c, l) in nodes {
-                w.varint(c);
-                if c != 0 {
-                    w.i64(l);
-                }
-            }
-            w.buf
-        };
-        let run = |bytes: &[u8], size: u32| {
-            let (mut c, mut l) = (vec![9; size as usize], vec![9; size as usize]);
-            layout_nodes(Reader::new(bytes), size, &mut c, &mut l).map(|end| (end, c, l))
-        };
-        let ok = enc(&[(0, 0), (3, -3), (5, 3), (1, 0)]);
-        assert_eq!(
-            run(&ok, 4),
-            Some((ok.len(), vec![0, 3, 5, 1], vec![0, -3, 3, 0]))
-        );
-        // Links at the node count either way, codes past it, removed keys, truncation.
-        assert_eq!(run(&enc(&[(3, 4), (0, 0), (0, 0), (0, 0)]), 4), None);
-        assert_eq!(run(&enc(&[(3, -4), (0, 0), (0, 0), (0, 0)]), 4), None);
-        assert_eq!(run(&enc(&[(7, 0), (0, 0), (0, 0), (0, 0)]), 4), None);
-        assert_eq!(run(&enc(&[(2, 0), (0, 0), (0, 0), (0, 0)]), 4), None);
-        assert_eq!(run(&ok[..ok.len() - 1], 4), None);
-        // A link of i64::MIN (zigzag u64::MAX) is refused, not wrapped.
-        let mut w = Writer::default();
-        w.varint(3);
-        w.varint(u64::MAX);
-        assert_eq!(run(&w.buf, 1), None);
     }
 }

@@ -36,22 +36,11 @@ pub(super) const STACK_FRAMES: usize = 4000;
 /// general path.
 pub(super) const MAX_UPVALUES: usize = 255;
 
-/// How deep a path into a chunk's prototype tree may go (Lua nests functions at most about
-/// 200 deep).
-pub(super) const MAX_PATH: u64 = 256;
-
 /// How deep the keys of permanents and C closures may nest: each is read as a value, which
 /// may be a permanent or C closure again (honest files never nest them), and each level is a
 /// Rust call: without a bound, a file of nothing but such tags recursed past the thread's
 /// stack.
 pub(super) const MAX_KEY_NESTING: u32 = 8;
-
-/// The most frames a suspended coroutine may declare (the C side refuses more too).
-pub(super) const MAX_COROUTINE_FRAMES: u64 = 100_000;
-
-/// The largest coroutine stack and open-upvalue level a file may declare (Lua's own limit,
-/// `LUAI_MAXSTACK`, is checked when the values arrive).
-pub(super) const MAX_COROUTINE_STACK: u64 = 1_000_000;
 
 /// For an own save: the units of preallocation its heap-growth cap allows (see
 /// `Loader::own_cap`); None for a foreign save.

@@ -55,7 +55,7 @@ pub(crate) use proto::proto_tree;
 
 use crate::bridge::ffi::UserDataType;
 use crate::persist::budget::LoadBudget;
-use crate::persist::format::{min_strref_len, Opened, Reader, FLAG_BYTECODE};
+use crate::persist::format::{min_strref_len, Bad, Opened, Reader, FLAG_BYTECODE};
 use crate::persist::{LoadOptions, Trust};
 use csrc::{luasnap_gc_stopem, luasnap_relayout_memo_size};
 use csrc::{CiRecord, RawVal};
@@ -234,5 +234,11 @@ impl<'a> Loader<'a> {
     /// [`Loader::fail`] for bytes that are not a save-game.
     fn malformed(&mut self, what: &str) -> Fail {
         self.fail(format!("malformed save-game: {what}"))
+    }
+
+    /// A record as `format` decoded it: its value, or the load fails with the record's message
+    /// at the reader's position (where the decoder stopped).
+    fn record<T>(&mut self, decoded: Result<T, Bad>) -> Result<T, Fail> {
+        decoded.map_err(|bad| self.malformed(bad))
     }
 }

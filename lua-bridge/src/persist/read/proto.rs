@@ -16,8 +16,8 @@ use super::csrc::{
     luasnap_push_closure, ProtoFn,
 };
 use super::dispatch::reserve;
-use super::limits::MAX_PATH;
 use super::{Fail, Loader};
+use crate::persist::format::{ChunkDef, Detached, LegacyProto, ProtoHome, ProtoPath, ProtoRecord};
 use crate::persist::{Slots, Trust};
 use mlua_sys::{self as ffi, lua_State};
 use std::collections::HashMap;
@@ -94,9 +94,8 @@ impl Loader<'_> {
         L: *mut lua_State,
         s: Slots,
     ) -> Result<*const c_void, Fail> {
-        let Some(index) = self.r.varint() else {
-            return Err(self.malformed("bad prototype"));
-        };
+        let index = ProtoRecord::index(&mut self.r);
+        let index = self.record(index)?;
         if (index as usize) < self.protos.len() {
             return Ok(self.protos[index as usize]);
         }
@@ -104,30 +103,28 @@ impl Loader<'_> {
             return Err(self.malformed("prototypes out of order"));
         }
         if self.format < 4 {
-            let (Some(hash), Some(src), Some(line), Some(code)) = (
-                self.r.u64(),
-                self.r.bytes(),
-                self.r.varint(),
-                self.r.bytes(),
-            ) else {
-                return Err(self.malformed("bad prototype"));
-            };
+            let legacy = LegacyProto::decode(&mut self.r);
+            let LegacyProto {
+                hash,
+                src,
+                line,
+                code,
+            } = self.record(legacy)?;
             // SAFETY: callers' contract.
             return unsafe { self.detached(L, s, hash, src, line, code) };
         }
-        let (Some(hash), Some(line), Some(home)) = (self.r.u64(), self.r.varint(), self.r.varint())
-        else {
-            return Err(self.malformed("bad prototype"));
-        };
-        if home == 0 {
-            let (Some(src), Some(code)) = (self.r.bytes(), self.r.bytes()) else {
-                return Err(self.malformed("bad prototype"));
-            };
+        let proto = ProtoRecord::decode(&mut self.r);
+        let ProtoRecord { hash, line, home } = self.record(proto)?;
+        match home {
+            ProtoHome::Detached => {
+                let detached = Detached::decode(&mut self.r);
+                let Detached { src, code } = self.record(detached)?;
+                // SAFETY: callers' contract.
+                unsafe { self.detached(L, s, hash, src, line, code) }
+            }
             // SAFETY: callers' contract.
-            return unsafe { self.detached(L, s, hash, src, line, code) };
+            ProtoHome::Chunk(c) => unsafe { self.in_chunk(L, s, hash, line, c as usize) },
         }
-        // SAFETY: callers' contract.
-        unsafe { self.in_chunk(L, s, hash, line, (home - 1) as usize) }
     }
 
     /// A prototype of chunk `c` (its definition next if it is the next chunk, then the path),
@@ -151,15 +148,13 @@ impl Loader<'_> {
             let chunk = unsafe { self.chunk(L, s)? };
             self.chunks.push(chunk);
         }
-        let Some(depth) = self.r.varint().filter(|&d| d <= MAX_PATH) else {
-            return Err(self.malformed("bad prototype path"));
-        };
+        let depth = ProtoPath::depth(&mut self.r);
+        let depth = self.record(depth)?;
         let Some(main) = self.chunks[c].main else {
             // No code to use: the function's fingerprint names it.
             for _ in 0..depth {
-                if self.r.varint().is_none() {
-                    return Err(self.malformed("bad prototype path"));
-                }
+                let step = ProtoPath::step(&mut self.r);
+                self.record(step)?;
             }
             // SAFETY: callers' contract.
             let found = unsafe { self.by_fingerprint(L, s, hash)? };
@@ -196,9 +191,8 @@ impl Loader<'_> {
         line: u64,
     ) -> Result<*const c_void, Fail> {
         for _ in 0..depth {
-            let Some(i) = self.r.varint() else {
-                return Err(self.malformed("bad prototype path"));
-            };
+            let i = ProtoPath::step(&mut self.r);
+            let i = self.record(i)?;
             // SAFETY: p is a live prototype (its chunk is anchored for the load); the C side
             // checks the index against its children.
             let child = unsafe { luasnap_proto_child(p, i.min(c_int::MAX as u64) as c_int) };
@@ -218,14 +212,13 @@ impl Loader<'_> {
     /// # Safety
     /// As [`Loader::proto`].
     unsafe fn chunk(&mut self, L: *mut lua_State, s: Slots) -> Result<LoadedChunk, Fail> {
-        let (Some(kind), Some(name), Some(main_hash), Some(code)) =
-            (self.r.u8(), self.r.bytes(), self.r.u64(), self.r.bytes())
-        else {
-            return Err(self.malformed("bad chunk"));
-        };
-        if kind > 1 {
-            return Err(self.malformed("bad chunk kind"));
-        }
+        let def = ChunkDef::decode(&mut self.r);
+        let ChunkDef {
+            kind,
+            name,
+            main_hash,
+            code,
+        } = self.record(def)?;
         let shown = || String::from_utf8_lossy(name).into_owned();
         if code.is_empty() || self.opts.trust == Trust::Foreign {
             return Ok(LoadedChunk {

@@ -11,10 +11,11 @@
 //! load's instruction budget with its hook intact (`Loader::after_call`).
 
 use super::csrc::{luasnap_gc_stopem, luasnap_proto};
-use super::dispatch::{ClosureKind, Frame, Phase};
+use super::dispatch::{ClosureKind, Frame};
 use super::ids::push_obj;
 use super::limits::MAX_KEY_NESTING;
 use super::{Fail, Loader};
+use crate::persist::format::{SpecialPart, SpecialParts, Upvalues};
 use crate::persist::{Slots, Trust, CTORS_KEY, GMATCH_AUX, UNPERMS_KEY, WRAP_AUX};
 use mlua_sys::{self as ffi, lua_State};
 use std::ffi::c_int;
@@ -193,8 +194,7 @@ impl Loader<'_> {
         }
         self.frames.push(Frame::Closure {
             id,
-            next: 1,
-            n: n as c_int,
+            upvalues: Upvalues::new(n as u32),
             open: None,
             kind: if is_wrap {
                 ClosureKind::Wrap
@@ -257,14 +257,14 @@ impl Loader<'_> {
         let id = self.id();
         self.frames.push(Frame::Special {
             id,
-            phase: Phase::Rebuild { two_phase },
+            parts: SpecialParts::new(two_phase),
         });
         false
     }
 
-    /// The child on top is the rebuild (or create) function of object `id` (`was`:
-    /// `Phase::Rebuild`), called now, or its init function (`Phase::Init`), called when the
-    /// load ends. Either must be a function the load may call.
+    /// The child on top is the rebuild (or create) function of object `id` (`part`), called
+    /// now, or its init function, called when the load ends. Either must be a function the
+    /// load may call.
     ///
     /// # Safety
     /// Protected context, three free slots; the child on top; `s` this load's slots.
@@ -273,7 +273,7 @@ impl Loader<'_> {
         L: *mut lua_State,
         s: Slots,
         id: u32,
-        was: Phase,
+        part: SpecialPart,
     ) -> Result<(), Fail> {
         // SAFETY: a query of the top.
         if unsafe { ffi::lua_type(L, -1) } != ffi::LUA_TFUNCTION {
@@ -287,10 +287,10 @@ impl Loader<'_> {
             unsafe { ffi::lua_settop(L, -2) };
             return Err(self.fail("a foreign save-game names a load-time function that is not a registered constructor (Vm::register_constructor, eris.constructor)"));
         }
-        match was {
+        match part {
             // SAFETY: callers' contract.
-            Phase::Rebuild { .. } => unsafe { self.rebuild(L, s, id) },
-            Phase::Init => {
+            SpecialPart::Rebuild | SpecialPart::Create => unsafe { self.rebuild(L, s, id) },
+            SpecialPart::Init => {
                 // Two-phase: remember (object, init) to call when everything is loaded.
                 self.inits += 1;
                 // SAFETY: callers' contract: [init] -> inits[n] = { object, init }.
@@ -304,7 +304,6 @@ impl Loader<'_> {
                 }
                 Ok(())
             }
-            Phase::Done => unreachable!("a complete object's frame takes no child"),
         }
     }
 

@@ -1,5 +1,5 @@
-//! Tables on the general path: a table's header, then its metatable, then key-value pairs
-//! until `Nil` or `Tag::Layout` in key position. Runs of plain entries go through batches
+//! Tables on the general path: a table's header, then its parts (`TablePart`): its
+//! metatable, then key-value pairs until `Nil` or `Tag::Layout` in key position. Runs of plain entries go through batches
 //! instead (`build.rs`); the layout that ends a table is placed by `layout.rs`.
 //!
 //! Invariant: a table frame with `at > 0` has its table at stack index `at` and its current
@@ -7,13 +7,12 @@
 //! table is always on the stack while its entries arrive, and a frame past `STACK_FRAMES`
 //! (`at == 0`) uses the id tables instead, so deep nesting never exhausts the Lua stack.
 
-use super::batch::Stage;
 use super::csrc::luasnap_rawset_charged;
 use super::dispatch::Frame;
 use super::ids::push_obj;
 use super::limits::{COLLISIONS, STACK_FRAMES};
 use super::{Fail, Loader};
-use crate::persist::format::Tag;
+use crate::persist::format::{TableHeader, TablePart, Tag};
 use crate::persist::Slots;
 use mlua_sys::{self as ffi, lua_State};
 use std::ffi::c_int;
@@ -26,9 +25,8 @@ impl Loader<'_> {
     /// Protected context, two free slots; `s` this load's slots.
     pub(super) unsafe fn table(&mut self, L: *mut lua_State, s: Slots) -> Result<bool, Fail> {
         let id = self.id();
-        let (Some(narr), Some(nhash)) = (self.r.varint(), self.r.varint()) else {
-            return Err(self.malformed("bad table header"));
-        };
+        let header = TableHeader::decode(&mut self.r);
+        let TableHeader { narr, nhash } = self.record(header)?;
         let (narr, nhash) = self.table_sizes(narr, nhash);
         // SAFETY: callers' contract; the sizes are within the load's preallocation budget.
         unsafe { ffi::lua_createtable(L, narr, nhash) };
@@ -47,7 +45,7 @@ impl Loader<'_> {
         };
         self.frames.push(Frame::Table {
             id,
-            stage: Stage::Meta,
+            stage: TablePart::Metatable,
             at,
         });
         Ok(false)
@@ -65,10 +63,10 @@ impl Loader<'_> {
         L: *mut lua_State,
         s: Slots,
         id: u32,
-        stage: Stage,
+        stage: TablePart,
         at: c_int,
     ) -> Result<bool, Fail> {
-        if stage == Stage::Key {
+        if stage == TablePart::Key {
             // SAFETY: callers' contract; the frame is between entries, its table at `at`.
             if at > 0 && unsafe { self.plain_entries(L, s, at)? } {
                 // Frames may have been pushed: on from the top one.
@@ -109,25 +107,25 @@ impl Loader<'_> {
         L: *mut lua_State,
         s: Slots,
         id: u32,
-        was: Stage,
+        was: TablePart,
         at: c_int,
         depth: usize,
     ) -> Result<(), Fail> {
         match was {
             // SAFETY: callers' contract.
-            Stage::Meta => unsafe { self.table_metatable(L, s, id, at) },
-            Stage::Key if at > 0 => {
+            TablePart::Metatable => unsafe { self.table_metatable(L, s, id, at) },
+            TablePart::Key if at > 0 => {
                 // SAFETY: the key slot of the frame is at `at + 1` (see the file's invariant).
                 unsafe { ffi::lua_replace(L, at + 1) };
                 Ok(())
             }
-            Stage::Key => {
+            TablePart::Key => {
                 // SAFETY: s.keys is the keys table; stores the key (may allocate: protected).
                 unsafe { ffi::lua_rawseti(L, s.keys, depth as ffi::lua_Integer) };
                 Ok(())
             }
             // SAFETY: callers' contract.
-            Stage::Value => unsafe { self.set_entry(L, s, id, at, depth) },
+            TablePart::Value => unsafe { self.set_entry(L, s, id, at, depth) },
         }
     }
 

@@ -1,10 +1,5 @@
-//! Coroutines: a fresh thread, its stack values, and for a suspended one its call frames.
-//!
-//! ```text
-//! Thread state              dead: nothing more
-//!   stacksize values...     not started (the function and its arguments)
-//!   stacksize errfunc values... nframes frames... ntbc slots...   suspended (format 4: tbc)
-//! ```
+//! Coroutines: a fresh thread, its stack values, and for a suspended one its call frames
+//! (`ThreadHeader`, `ThreadParts`, `CallFrame` and `PendingCloses` in `format/`).
 //!
 //! A coroutine being built cannot be resumed (`luasnap_thread_building`) until its stack and
 //! frames are complete and checked; a suspended one is then held (`luasnap_thread_hold`)
@@ -20,10 +15,9 @@ use super::csrc::{
 };
 use super::dispatch::Frame;
 use super::ids::thread_of;
-use super::limits::{MAX_COROUTINE_FRAMES, MAX_COROUTINE_STACK};
 use super::open::LoadedCo;
 use super::{Fail, Loader};
-use crate::persist::format::{Tag, THREAD_DEAD, THREAD_NOT_STARTED, THREAD_SUSPENDED};
+use crate::persist::format::{CallFrame, PendingCloses, Tag, ThreadHeader, ThreadPart, ThreadParts};
 use crate::persist::{budget_hook_intact, Slots, CONTINUATIONS, PCALL_K, UNPERMS_KEY};
 use mlua_sys::{self as ffi, lua_State};
 use std::ffi::{c_int, c_void};
@@ -39,55 +33,41 @@ impl Loader<'_> {
     /// # Safety
     /// Protected context, two free slots; `s` this load's slots.
     pub(super) unsafe fn thread(&mut self, L: *mut lua_State, s: Slots) -> Result<bool, Fail> {
-        let Some(kind) = self.r.u8() else {
-            return Err(self.malformed("bad thread"));
-        };
+        let state = ThreadHeader::state(&mut self.r);
+        let state = self.record(state)?;
         let id = self.id();
         // SAFETY: callers' contract; a new thread on top.
         let co = unsafe { ffi::lua_newthread(L) };
         self.all_threads.push(co);
-        if kind == THREAD_SUSPENDED {
+        if state == ThreadHeader::SUSPENDED {
             self.threads.push(co);
         }
-        if kind == THREAD_SUSPENDED || kind == THREAD_NOT_STARTED {
+        if state == ThreadHeader::SUSPENDED || state == ThreadHeader::NOT_STARTED {
             // Unresumable until complete and checked (see Frame::Thread).
             // SAFETY: sets a flag of the new thread.
             unsafe { luasnap_thread_building(co, 1) };
         }
         // SAFETY: callers' contract; the thread on top.
         unsafe { self.register(L, s, id)? };
-        match kind {
-            THREAD_DEAD => Ok(true),
-            THREAD_NOT_STARTED | THREAD_SUSPENDED => {
-                let Some(n) = self.r.varint() else {
-                    return Err(self.malformed("bad thread"));
-                };
-                if n == 0 || n > self.r.remaining() as u64 || n > MAX_COROUTINE_STACK {
-                    return Err(self.malformed("bad coroutine stack size"));
-                }
-                if kind == THREAD_SUSPENDED {
-                    self.loaded_cos.insert(co, LoadedCo::new(n as c_int));
-                }
-                let errfunc = if kind == THREAD_SUSPENDED {
-                    match self.r.i64() {
-                        Some(e) => Some(e),
-                        None => return Err(self.malformed("bad thread")),
-                    }
-                } else {
-                    None
-                };
-                // SAFETY: pops the thread (kept in objs).
-                unsafe { ffi::lua_settop(L, -2) };
-                self.frames.push(Frame::Thread {
-                    id,
-                    next: 1,
-                    n: n as c_int,
-                    errfunc,
-                });
-                Ok(false)
+        let header = ThreadHeader::decode(state, &mut self.r);
+        let header = self.record(header)?;
+        let stack = header.stack();
+        let errfunc = match header {
+            ThreadHeader::Dead => return Ok(true),
+            ThreadHeader::NotStarted { .. } => None,
+            ThreadHeader::Suspended { errfunc, .. } => {
+                self.loaded_cos.insert(co, LoadedCo::new(stack as c_int));
+                Some(errfunc)
             }
-            _ => Err(self.malformed("unknown coroutine state")),
-        }
+        };
+        // SAFETY: pops the thread (kept in objs).
+        unsafe { ffi::lua_settop(L, -2) };
+        self.frames.push(Frame::Thread {
+            id,
+            parts: ThreadParts::new(stack as u32),
+            errfunc,
+        });
+        Ok(false)
     }
 
     /// The main thread (after `Tag::MainThread`): pushed and registered.
@@ -102,8 +82,8 @@ impl Loader<'_> {
         unsafe { self.register(L, s, id) }
     }
 
-    /// Moves a coroutine frame on (`id`, slot `i` of `n` next): its next stack value, or at
-    /// its end its frames (suspended: `errfunc` Some) restored and checked.
+    /// Moves a coroutine frame on (`id`, at `parts`): its next stack value, or at its end its
+    /// frames (suspended: `errfunc` Some) restored and checked.
     ///
     /// # Safety
     /// Protected context, 8 free slots; `s` this load's slots; the coroutine's frame on top
@@ -113,11 +93,10 @@ impl Loader<'_> {
         L: *mut lua_State,
         s: Slots,
         id: u32,
-        i: c_int,
-        n: c_int,
+        parts: ThreadParts,
         errfunc: Option<i64>,
     ) -> Result<bool, Fail> {
-        if i <= n {
+        if let ThreadPart::Slot(_) = parts.peek() {
             // SAFETY: callers' contract.
             return unsafe { self.value(L, s) };
         }
@@ -180,12 +159,8 @@ impl Loader<'_> {
         co: *mut lua_State,
         errfunc: i64,
     ) -> Result<(), Fail> {
-        let Some(nci) = self.r.varint() else {
-            return Err(self.malformed("bad coroutine frames"));
-        };
-        if nci == 0 || nci > MAX_COROUTINE_FRAMES || nci > self.r.remaining() as u64 {
-            return Err(self.malformed("bad coroutine frame count"));
-        }
+        let nci = CallFrame::count(&mut self.r);
+        let nci = self.record(nci)?;
         // Kept in the loader, not this frame: reading a continuation may raise a memory error,
         // whose longjmp must skip no value with a destructor.
         self.cis.clear();
@@ -223,53 +198,11 @@ impl Loader<'_> {
     /// # Safety
     /// As [`Loader::restore_frames`].
     unsafe fn frame_record(&mut self, L: *mut lua_State, s: Slots) -> Result<CiRecord, Fail> {
-        let fields = (
-            self.r.varint(),
-            self.r.varint(),
-            self.r.varint(),
-            self.r.i64(),
-            self.r.varint(),
-            self.r.varint(),
-            self.r.i64(),
-            self.r.i64(),
-        );
-        let (
-            Some(func),
-            Some(top),
-            Some(cs),
-            Some(u2),
-            Some(pc),
-            Some(extra),
-            Some(olderr),
-            Some(ctx),
-        ) = fields
-        else {
-            return Err(self.malformed("bad coroutine frame"));
-        };
-        let fits = |v: u64| v <= i32::MAX as u64;
-        if !fits(func)
-            || !fits(top)
-            || cs > u32::MAX as u64
-            || !fits(pc)
-            || !fits(extra)
-            || u2 < i32::MIN as i64
-            || u2 > i32::MAX as i64
-        {
-            return Err(self.malformed("coroutine frame field out of range"));
-        }
+        let frame = CallFrame::decode(&mut self.r);
+        let frame = self.record(frame)?;
         // SAFETY: callers' contract.
         let k = unsafe { self.continuation(L, s)? };
-        Ok(CiRecord {
-            func: func as i32,
-            top: top as i32,
-            callstatus: cs as u32,
-            u2: u2 as i32,
-            pc: pc as i32,
-            nextraargs: extra as i32,
-            old_errfunc: olderr,
-            ctx,
-            k,
-        })
+        Ok(frame.to_ci(k))
     }
 
     /// A frame's continuation: nil, or the name of a permanent light C function (checked
@@ -390,18 +323,11 @@ impl Loader<'_> {
     /// The pending to-be-closed variables of `co` (format 4 on), oldest first: slots the C
     /// side checks against its restored frames.
     fn pending_tbc(&mut self, co: *mut lua_State) -> Result<(), Fail> {
-        let Some(n) = self.r.varint().filter(|&n| n <= self.r.remaining() as u64) else {
-            return Err(self.malformed("bad to-be-closed variable count"));
-        };
-        let mut slots = Vec::with_capacity(n as usize);
-        for _ in 0..n {
-            match self.r.varint() {
-                Some(v) if v <= i32::MAX as u64 => slots.push(v as i32),
-                _ => return Err(self.malformed("bad to-be-closed variable")),
-            }
-        }
+        let slots = PendingCloses::decode(&mut self.r);
+        let slots = self.record(slots)?;
+        let n = slots.len() as c_int;
         // SAFETY: co's frames are restored; the C side checks each slot and does not raise.
-        let err = unsafe { luasnap_thread_set_tbc(co, slots.as_ptr(), n as c_int) };
+        let err = unsafe { luasnap_thread_set_tbc(co, slots.as_ptr(), n) };
         if !err.is_null() {
             // SAFETY: a static C string from the check.
             let msg = unsafe { std::ffi::CStr::from_ptr(err) }

@@ -8,6 +8,7 @@
 
 use super::dispatch::Frame;
 use super::{Fail, Loader};
+use crate::persist::format::{PlainUserdata, UserdataBytes, UserdataPart, UserdataParts};
 use crate::persist::Slots;
 use mlua_sys::{self as ffi, lua_State};
 use std::ffi::c_int;
@@ -23,9 +24,8 @@ impl Loader<'_> {
         L: *mut lua_State,
         s: Slots,
     ) -> Result<(), Fail> {
-        let (Some(name), Some(bytes)) = (self.r.bytes(), self.r.bytes()) else {
-            return Err(self.malformed("bad plain userdata"));
-        };
+        let plain = PlainUserdata::decode(&mut self.r);
+        let PlainUserdata { name, bytes } = self.record(plain)?;
         let Some(ty) = self.types.iter().find(|t| t.name.as_bytes() == name) else {
             let n = String::from_utf8_lossy(name).into_owned();
             return Err(self.fail(format!("userdata type '{n}' is not registered in this VM; register it (VmBuilder::userdata) before loading")));
@@ -57,12 +57,8 @@ impl Loader<'_> {
     /// # Safety
     /// Protected context, two free slots; `s` this load's slots.
     pub(super) unsafe fn userdata(&mut self, L: *mut lua_State, s: Slots) -> Result<bool, Fail> {
-        let (Some(bytes), Some(nuv)) = (self.r.bytes(), self.r.varint()) else {
-            return Err(self.malformed("bad userdata"));
-        };
-        if nuv > u16::MAX as u64 || nuv > self.r.remaining() as u64 {
-            return Err(self.malformed("too many user values"));
-        }
+        let header = UserdataBytes::decode(&mut self.r);
+        let UserdataBytes { bytes, nuv } = self.record(header)?;
         let id = self.id();
         // SAFETY: callers' contract; a new block of bytes.len() bytes filled from them.
         unsafe {
@@ -76,13 +72,12 @@ impl Loader<'_> {
         }
         self.frames.push(Frame::Userdata {
             id,
-            next: 0,
-            nuv: nuv as c_int,
+            parts: UserdataParts::new(nuv as u32),
         });
         Ok(false)
     }
 
-    /// The child on top is the metatable (`i` 0) or user value `i` of the userdata `id`:
+    /// The child on top is part `part` of the userdata `id`, its metatable or a user value:
     /// set (popped).
     ///
     /// # Safety
@@ -92,19 +87,20 @@ impl Loader<'_> {
         L: *mut lua_State,
         s: Slots,
         id: u32,
-        i: c_int,
+        part: UserdataPart,
     ) -> Result<(), Fail> {
         // SAFETY: callers' contract: [v] -> [ud, v].
         unsafe {
             super::ids::push_obj(L, s, id);
             ffi::lua_rotate(L, -2, 1);
         }
-        if i == 0 {
+        match part {
             // SAFETY: callers' contract; the userdata at -2.
-            unsafe { self.userdata_metatable(L, id)? };
-        } else {
-            // SAFETY: user value i of the userdata (1 <= i <= its count, the frame's `nuv`).
-            unsafe { ffi::lua_setiuservalue(L, -2, i) };
+            UserdataPart::Metatable => unsafe { self.userdata_metatable(L, id)? },
+            UserdataPart::UserValue(i) => {
+                // SAFETY: user value i of the userdata (1 <= i <= its count, the frame's).
+                unsafe { ffi::lua_setiuservalue(L, -2, i as c_int) };
+            }
         }
         // SAFETY: pops the userdata.
         unsafe { ffi::lua_settop(L, -2) };

@@ -6,7 +6,7 @@
 //! closed and plain is written whole from the scan ([`Persister::write_closure`]); the rest go
 //! the general way, with a frame of upvalues.
 
-use super::super::format::Tag;
+use super::super::format::{OpenUpvalue, ProtoRecord, Tag, UpvalueRef, Upvalues};
 use super::super::Slots;
 use super::csrc::{
     kind, luasnap_checkstack, luasnap_closure_scan, luasnap_proto, luasnap_proto_nupvalues,
@@ -22,28 +22,27 @@ use std::ffi::{c_int, c_void};
 /// Upvalues a Lua closure can have (Lua's MAXUPVAL).
 pub(super) const MAX_UPVALUES: usize = 255;
 
-/// A closure (Lua or C) whose upvalues are being written: upvalue `next` of `n` next.
+/// A closure (Lua or C) whose upvalues are being written, in the format's order
+/// ([`Upvalues`]).
 #[derive(Clone, Copy, Debug)]
 pub(super) struct UpvalueFrame {
     /// The closure's object id (anchored at `seen[id]`).
     id: u32,
-    next: c_int,
-    n: c_int,
+    upvalues: Upvalues,
 }
 
 impl UpvalueFrame {
     pub(super) fn new(id: u32, n: c_int) -> Self {
-        UpvalueFrame { id, next: 1, n }
+        UpvalueFrame {
+            id,
+            upvalues: Upvalues::new(n as u32),
+        }
     }
 
     /// The closure's id and the number of the upvalue to write next, moving on; None when
     /// every upvalue is written.
     pub(super) fn next_upvalue(&mut self) -> Option<(u32, c_int)> {
-        if self.next > self.n {
-            return None;
-        }
-        self.next += 1;
-        Some((self.id, self.next - 1))
+        Some((self.id, self.upvalues.next()? as c_int))
     }
 }
 
@@ -139,14 +138,16 @@ impl Persister<'_> {
     pub(super) unsafe fn write_closure(&mut self, f: *const c_void, info: ClosureInfo) {
         let id = self.record(f);
         self.w.tag(Tag::LClosure);
-        self.w.varint(info.proto_index as u64);
+        ProtoRecord::encode_index(&mut self.w, info.proto_index as u64);
         self.w.varint(info.n as u64);
         for i in 0..info.n {
             let (uid, v) = (self.sc.cl_uids[i], self.sc.cl_vals[i]);
             if let Some((owner, at)) = self.upval_home(uid) {
-                self.w.tag(Tag::UpvalRef);
-                self.w.varint(owner as u64);
-                self.w.varint(at as u64);
+                let shared = UpvalueRef {
+                    closure: owner as u64,
+                    index: at as u64,
+                };
+                shared.encode(&mut self.w);
             } else {
                 self.set_upval_home(uid, id, i as c_int + 1);
                 self.w.tag(Tag::UpvalNew);
@@ -206,9 +207,11 @@ impl Persister<'_> {
         if let Some((owner, at)) = self.upval_home(uid) {
             // SAFETY: the closure is on top.
             unsafe { ffi::lua_pop(L, 1) };
-            self.w.tag(Tag::UpvalRef);
-            self.w.varint(owner as u64);
-            self.w.varint(at as u64);
+            let shared = UpvalueRef {
+                closure: owner as u64,
+                index: at as u64,
+            };
+            shared.encode(&mut self.w);
             return Ok(());
         }
         self.set_upval_home(uid, id, i);
@@ -233,8 +236,10 @@ impl Persister<'_> {
     ) -> Result<(), Fail> {
         // SAFETY: Protected (may raise a memory error): room for the coroutine.
         unsafe { luasnap_checkstack(L, 2, c"persist".as_ptr()) };
-        self.w.tag(Tag::UpvalOpen);
-        self.w.varint(level as u64);
+        OpenUpvalue {
+            level: level as u64,
+        }
+        .encode(&mut self.w);
         // SAFETY: co is suspended (not running), so its stack has room for one more value
         // (EXTRA_STACK), moved at once to L, which has room (above).
         unsafe {
@@ -258,18 +263,4 @@ unsafe fn open_in_coroutine(L: *mut lua_State, i: c_int) -> Option<(*mut lua_Sta
     let open = unsafe { luasnap_upval_open(L, -1, i, &mut owner, &mut level) } != 0;
     // SAFETY: owner is the live thread whose stack holds the upvalue.
     (open && owner != L && !unsafe { is_main_thread(owner) }).then_some((owner, level))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::UpvalueFrame;
-
-    #[test]
-    fn an_upvalue_frame_gives_each_upvalue_once_then_ends() {
-        let mut f = UpvalueFrame::new(7, 3);
-        let order: Vec<_> = std::iter::from_fn(|| f.next_upvalue()).collect();
-        assert_eq!(order, [(7, 1), (7, 2), (7, 3)]);
-        assert_eq!(f.next_upvalue(), None, "an ended frame stays ended");
-        assert_eq!(UpvalueFrame::new(1, 0).next_upvalue(), None);
-    }
 }

@@ -6,12 +6,11 @@
 //! for the table that filled the cache entry are written again, unless that table had removed
 //! keys (whose values the cache does not compare).
 
-use super::super::format::Tag;
+use super::super::format::{LayoutHeader, LayoutNode, RemovedKey, Tag, Writer};
 use super::csrc::{
     kind, luasnap_layout_cache_reset, luasnap_layout_cache_size, luasnap_node_key,
     luasnap_table_layout, RawVal, LAYOUT_WAYS,
 };
-use super::out::{put_varint, zigzag};
 use super::Persister;
 use mlua_sys::lua_State;
 use std::ffi::c_void;
@@ -27,7 +26,7 @@ pub(super) struct LayoutBufs {
     codes: Vec<u32>,
     nexts: Vec<i32>,
     idx: Vec<u32>,
-    blob: Vec<u8>,
+    blob: Writer,
     /// The layout cache of `luasnap_table_layout` (zeroed: empty).
     cache: Vec<u64>,
     /// For each entry of that cache, the bytes written (tag, length, layout) for the table
@@ -75,7 +74,7 @@ impl LayoutBufs {
         bytes(&self.codes)
             + bytes(&self.nexts)
             + bytes(&self.idx)
-            + bytes(&self.blob)
+            + bytes(&self.blob.buf)
             + bytes(&self.cache)
             + self.written.iter().map(bytes).sum::<usize>()
     }
@@ -139,18 +138,18 @@ impl LayoutBufs {
     /// `t` is the live table `lay` describes; no Lua code ran since.
     unsafe fn encode(&mut self, L: *mut lua_State, t: *const c_void, lay: &Layout) -> bool {
         let blob = &mut self.blob;
-        blob.clear();
-        put_varint(blob, lay.seed as u64);
-        put_varint(blob, lay.n as u64);
-        put_varint(blob, lay.lastfree as u64);
+        blob.buf.clear();
+        let header = LayoutHeader {
+            seed: lay.seed,
+            size: lay.n as u32,
+            lastfree: lay.lastfree,
+        };
+        header.encode(blob);
         let mut removed_keys = false;
         let entries = self.codes[..lay.n].iter().zip(&self.nexts[..lay.n]);
-        for (i, (&code, &next)) in entries.enumerate() {
-            put_varint(blob, code as u64);
-            if code != 0 {
-                put_varint(blob, zigzag(next as i64));
-            }
-            if code == 2 {
+        for (i, (&code, &link)) in entries.enumerate() {
+            LayoutNode { code, link }.encode(blob);
+            if code == LayoutNode::REMOVED {
                 removed_keys = true;
                 // SAFETY: i is below the node count; t is live (callers' contract).
                 unsafe { put_removed_key(blob, L, t, i as u32) };
@@ -179,26 +178,28 @@ impl LayoutBufs {
 }
 
 /// Appends the key of node `i` of the table `t`, a removed entry's (a number, boolean or
-/// string): its kind, then its integer (zigzag), float bits or string bytes.
+/// string: `luasnap_table_layout` gives code 2 to no other), as a [`RemovedKey`].
 ///
 /// # Safety
 /// `t` is a live table and `i` below its node count.
-unsafe fn put_removed_key(blob: &mut Vec<u8>, L: *mut lua_State, t: *const c_void, i: u32) {
+unsafe fn put_removed_key(blob: &mut Writer, L: *mut lua_State, t: *const c_void, i: u32) {
     let mut k = RawVal::EMPTY;
     // SAFETY: callers' contract; reads only.
     unsafe { luasnap_node_key(L, t, i, &mut k) };
-    put_varint(blob, k.kind);
-    match k.kind {
-        kind::INT => put_varint(blob, zigzag(k.bits as i64)),
-        kind::FLOAT => put_varint(blob, k.bits),
+    let key = match k.kind {
+        kind::FALSE => RemovedKey::False,
+        kind::TRUE => RemovedKey::True,
+        kind::INT => RemovedKey::Int(k.bits as i64),
+        kind::FLOAT => RemovedKey::Float(k.bits),
         kind::STR => {
-            put_varint(blob, k.len);
             // SAFETY: luasnap_node_key gave the live string's bytes and length.
             let b = unsafe { std::slice::from_raw_parts(k.s.cast::<u8>(), k.len as usize) };
-            blob.extend_from_slice(b);
+            RemovedKey::Str(b)
         }
-        _ => {}
-    }
+        // No other kind gets code 2 (see above); its kind alone, which a load refuses.
+        other => return blob.varint(other),
+    };
+    key.encode(blob);
 }
 
 impl Persister<'_> {
@@ -210,16 +211,16 @@ impl Persister<'_> {
     #[inline(always)]
     pub(super) unsafe fn end_table(&mut self, L: *mut lua_State, t: *const c_void) {
         let bufs = &mut self.sc.layout;
-        let out = &mut self.w.buf;
+        let w = &mut self.w;
         // SAFETY: t is live (callers' contract).
         let lay = unsafe { bufs.query(L, t) };
         if lay.n == 0 {
-            out.push(Tag::Nil as u8);
+            w.tag(Tag::Nil);
             return;
         }
         // A table laid out like the one that filled this cache entry: the same bytes.
         if let Some(b) = bufs.hit(&lay) {
-            out.extend_from_slice(b);
+            w.buf.extend_from_slice(b);
             return;
         }
         // SAFETY: lay describes t, live (callers' contract), and nothing ran since.
@@ -233,13 +234,12 @@ impl Persister<'_> {
     #[inline(never)]
     unsafe fn new_layout(&mut self, L: *mut lua_State, t: *const c_void, lay: &Layout) {
         let bufs = &mut self.sc.layout;
-        let out = &mut self.w.buf;
+        let w = &mut self.w;
         // SAFETY: callers' contract.
         let removed_keys = unsafe { bufs.encode(L, t, lay) };
-        let start = out.len();
-        out.push(Tag::Layout as u8);
-        put_varint(out, bufs.blob.len() as u64);
-        out.extend_from_slice(&bufs.blob);
-        bufs.keep(lay.way, &out[start..], removed_keys);
+        let start = w.buf.len();
+        w.tag(Tag::Layout);
+        w.bytes(&bufs.blob.buf);
+        bufs.keep(lay.way, &w.buf[start..], removed_keys);
     }
 }

@@ -23,7 +23,7 @@
 //! | `userdata.rs` | userdata: plain data, or bytes, metatable and user values |
 //! | `special.rs` | `__persist` results and permanents |
 //! | `plain.rs` | primitives, strings and references, from the stack or a scan |
-//! | `ids.rs`, `scratch.rs`, `out.rs` | the id table, working memory, output primitives |
+//! | `ids.rs`, `scratch.rs` | the id table, working memory |
 //! | `path.rs` | where the writer is, for error messages |
 //! | `csrc.rs` | every C helper the writer calls |
 //!
@@ -54,7 +54,6 @@ mod closure;
 mod csrc;
 mod ids;
 mod layout;
-mod out;
 mod path;
 mod plain;
 mod proto;
@@ -64,7 +63,7 @@ mod table;
 mod thread;
 mod userdata;
 
-use super::format::{Tag, Writer};
+use super::format::Writer;
 use super::{PersistOptions, Slots};
 use crate::bridge::ffi::UserDataType;
 use closure::UpvalueFrame;
@@ -247,7 +246,7 @@ impl<'a> Persister<'a> {
         // SAFETY: Protected; the value is on top.
         let t = unsafe { ffi::lua_type(L, -1) };
         match t {
-            ffi::LUA_TNIL => self.w.tag(Tag::Nil),
+            ffi::LUA_TNIL => plain::Plain::Nil.encode(&mut self.w),
             // SAFETY: a boolean is on top.
             ffi::LUA_TBOOLEAN => unsafe { self.boolean_on_top(L) },
             // SAFETY: a number is on top.
@@ -279,8 +278,7 @@ impl<'a> Persister<'a> {
         // SAFETY: the object is on top.
         let ptr = unsafe { ffi::lua_topointer(L, -1) };
         if let Some(id) = self.sc.refs.get(ptr, IdSpace::Obj) {
-            self.w.tag(Tag::Ref);
-            self.w.varint(id as u64);
+            plain::Plain::Ref(id as u64).encode(&mut self.w);
             // SAFETY: the object is on top.
             unsafe { ffi::lua_pop(L, 1) };
             return Ok(());

@@ -7,13 +7,15 @@
 //! (a long string with the content of another is written again, which is correct, only
 //! larger).
 
-use super::super::format::{Tag, MIN_STRREF_LEN};
+use super::super::format::{Scalar, MIN_STRREF_LEN};
 use super::csrc::{kind, luasnap_string_bytes, RawVal};
 use super::ids::IdSpace;
-use super::out::{put_tagged, put_tagged_u64, zigzag};
 use super::Persister;
 use mlua_sys::{self as ffi, lua_State};
 use std::ffi::c_void;
+
+/// A value without children, as the writer writes it (strings from Lua's memory).
+pub(super) type Plain<'a> = Scalar<&'a [u8]>;
 
 /// Whether a scanned value's kind is a primitive or a string (no id lookup to write it).
 #[inline(always)]
@@ -99,7 +101,7 @@ impl Persister<'_> {
     #[inline]
     pub(super) unsafe fn write_classified(&mut self, v: &RawVal, class: Class) {
         match class {
-            Class::Written(id) => put_tagged(&mut self.w.buf, Tag::Ref, id as u64),
+            Class::Written(id) => Plain::Ref(id as u64).encode(&mut self.w),
             // SAFETY: callers' contract.
             _ => unsafe { self.write_plain(v) },
         }
@@ -111,11 +113,11 @@ impl Persister<'_> {
     /// **Fresh**: `v` was described by a scan and no Lua code ran since.
     pub(super) unsafe fn write_plain(&mut self, v: &RawVal) {
         match v.kind {
-            kind::NIL => self.w.tag(Tag::Nil),
-            kind::FALSE => self.w.tag(Tag::False),
-            kind::TRUE => self.w.tag(Tag::True),
-            kind::INT => put_tagged(&mut self.w.buf, Tag::Int, zigzag(v.bits as i64)),
-            kind::FLOAT => put_tagged_u64(&mut self.w.buf, Tag::Float, v.bits),
+            kind::NIL => Plain::Nil.encode(&mut self.w),
+            kind::FALSE => Plain::False.encode(&mut self.w),
+            kind::TRUE => Plain::True.encode(&mut self.w),
+            kind::INT => Plain::Int(v.bits as i64).encode(&mut self.w),
+            kind::FLOAT => Plain::Float(v.bits).encode(&mut self.w),
             kind::STR => {
                 // SAFETY: the scan pointed at the live string's bytes (callers' contract).
                 let bytes = unsafe { std::slice::from_raw_parts(v.s.cast::<u8>(), v.len as usize) };
@@ -127,7 +129,7 @@ impl Persister<'_> {
                     .refs
                     .get(identity(v.bits), IdSpace::Obj)
                     .expect("`plain` checked that the object is written");
-                put_tagged(&mut self.w.buf, Tag::Ref, id as u64);
+                Plain::Ref(id as u64).encode(&mut self.w);
             }
         }
     }
@@ -145,16 +147,16 @@ impl Persister<'_> {
                 // Most strings are written already: their reference, inline (a string without
                 // an id is new, or too short to refer to).
                 match self.sc.refs.get(obj, IdSpace::Str) {
-                    Some(id) => put_tagged(&mut self.w.buf, Tag::StrRef, id as u64),
+                    Some(id) => Plain::StrRef(id as u64).encode(&mut self.w),
                     // SAFETY: a live string (callers' contract).
                     None => unsafe { self.new_scanned_string(obj) },
                 }
             }
-            kind::INT => put_tagged(&mut self.w.buf, Tag::Int, zigzag(bits as i64)),
-            kind::FALSE => self.w.tag(Tag::False),
-            kind::TRUE => self.w.tag(Tag::True),
-            kind::FLOAT => put_tagged_u64(&mut self.w.buf, Tag::Float, bits),
-            _ => self.w.tag(Tag::Nil),
+            kind::INT => Plain::Int(bits as i64).encode(&mut self.w),
+            kind::FALSE => Plain::False.encode(&mut self.w),
+            kind::TRUE => Plain::True.encode(&mut self.w),
+            kind::FLOAT => Plain::Float(bits).encode(&mut self.w),
+            _ => Plain::Nil.encode(&mut self.w),
         }
     }
 
@@ -178,7 +180,7 @@ impl Persister<'_> {
         if bytes.len() >= MIN_STRREF_LEN {
             // Most strings are written already: their reference, inline.
             if let Some(old) = self.sc.refs.get(obj, IdSpace::Str) {
-                put_tagged(&mut self.w.buf, Tag::StrRef, old as u64);
+                Plain::StrRef(old as u64).encode(&mut self.w);
                 return;
             }
         }
@@ -189,16 +191,14 @@ impl Persister<'_> {
     #[inline(never)]
     fn new_string(&mut self, obj: *const c_void, bytes: &[u8]) {
         if bytes.len() < MIN_STRREF_LEN {
-            self.w.tag(Tag::Str);
-            self.w.bytes(bytes);
+            Plain::Str(bytes).encode(&mut self.w);
             return;
         }
         match self.sc.refs.get_or_insert(obj, IdSpace::Str, self.nstrs) {
-            Some(old) => put_tagged(&mut self.w.buf, Tag::StrRef, old as u64),
+            Some(old) => Plain::StrRef(old as u64).encode(&mut self.w),
             None => {
                 self.nstrs += 1;
-                put_tagged(&mut self.w.buf, Tag::Str, bytes.len() as u64);
-                self.w.buf.extend_from_slice(bytes);
+                Plain::Str(bytes).encode(&mut self.w);
                 self.sc.unanchored.push(obj);
             }
         }
@@ -211,7 +211,8 @@ impl Persister<'_> {
     pub(super) unsafe fn boolean_on_top(&mut self, L: *mut lua_State) {
         // SAFETY: callers' contract.
         let b = unsafe { ffi::lua_toboolean(L, -1) } != 0;
-        self.w.tag(if b { Tag::True } else { Tag::False });
+        let v = if b { Plain::True } else { Plain::False };
+        v.encode(&mut self.w);
     }
 
     /// Writes the number on top (left there): integers and floats apart.
@@ -224,13 +225,11 @@ impl Persister<'_> {
         if is_integer {
             // SAFETY: an integer is on top: no conversion.
             let i = unsafe { ffi::lua_tointegerx(L, -1, std::ptr::null_mut()) };
-            self.w.tag(Tag::Int);
-            self.w.i64(i);
+            Plain::Int(i).encode(&mut self.w);
         } else {
             // SAFETY: a float is on top: no conversion.
             let f = unsafe { ffi::lua_tonumberx(L, -1, std::ptr::null_mut()) };
-            self.w.tag(Tag::Float);
-            self.w.u64(f.to_bits());
+            Plain::Float(f.to_bits()).encode(&mut self.w);
         }
     }
 
@@ -258,8 +257,8 @@ impl Persister<'_> {
     /// # Safety
     /// A light userdata is on top.
     pub(super) unsafe fn light_on_top(&mut self, L: *mut lua_State) {
-        self.w.tag(Tag::Light);
         // SAFETY: callers' contract.
-        self.w.u64(unsafe { ffi::lua_touserdata(L, -1) } as u64);
+        let p = unsafe { ffi::lua_touserdata(L, -1) } as u64;
+        Plain::Light(p).encode(&mut self.w);
     }
 }

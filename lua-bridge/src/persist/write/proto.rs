@@ -1,17 +1,13 @@
 //! Prototypes and their homes. A closure names its prototype by index; the first occurrence
-//! of a prototype gives its fingerprint, its line and its home (see `format.rs`):
-//!
-//! ```text
-//! home 0:      detached (compiled outside the chunk registry): short source, bytecode or empty
-//! home c + 1:  chunk c; the first time: kind u8 (0 source text, 1 binary), chunk name,
-//!              main fingerprint u64, code (the text or binary chunk, or empty); then
-//!              the path: depth, then depth child indices from the chunk's main prototype
-//! ```
+//! of a prototype gives its record: fingerprint, line and home, a chunk (with the chunk's
+//! definition at its first occurrence, then the path to the prototype in its tree) or none
+//! (detached: its short source and bytecode). See `ProtoRecord` in `format/records.rs`.
 //!
 //! Fingerprints are computed once per chunk tree and kept by prototype identity
 //! (`Persister::proto_hashes`) until Lua code runs (`Persister::anchor` forgets them: a
 //! prototype freed meanwhile could give its address to another).
 
+use super::super::format::{ChunkDef, Detached, ProtoHome, ProtoPath, ProtoRecord};
 use super::csrc::{
     luasnap_chunk_describe, luasnap_dump, luasnap_proto_child, luasnap_proto_hash,
     luasnap_proto_nchildren, luasnap_proto_tree_hashes, ChunkDesc,
@@ -27,104 +23,103 @@ type TreePaths = HashMap<u64, Vec<u32>>;
 
 impl Persister<'_> {
     /// Writes the prototype `proto` of the Lua closure on top: its index, and the first time
-    /// its fingerprint, line and home.
+    /// its record (fingerprint, line and home) and what its home needs.
     ///
     /// # Safety
     /// Protected, with a Lua closure of `proto` on top (left there).
     pub(super) unsafe fn proto_ref(&mut self, L: *mut lua_State, proto: *const c_void) {
         if let Some(&index) = self.sc.protos.get(&proto) {
-            self.w.varint(index as u64);
+            ProtoRecord::encode_index(&mut self.w, index as u64);
             return;
         }
         let index = self.sc.protos.len() as u32;
         self.sc.protos.insert(proto, index);
-        self.w.varint(index as u64);
+        ProtoRecord::encode_index(&mut self.w, index as u64);
         let hash = match self.proto_hashes.get(&proto) {
             Some(&h) => h,
             // SAFETY: proto is alive (its closure is on top); reads only.
             None => unsafe { luasnap_proto_hash(proto) },
         };
-        self.w.u64(hash);
         // SAFETY: a Lua closure is on top.
         let ar = unsafe { source_info(L) };
-        self.w.varint(ar.linedefined.max(0) as u64);
+        let line = ar.linedefined.max(0) as u64;
         // SAFETY: proto is alive (**Alive**: the collector is stopped).
-        if !unsafe { self.chunk_home(proto, hash) } {
-            // SAFETY: Protected, with the closure on top.
-            unsafe { self.detached_home(L, &ar) };
+        match unsafe { self.chunk_home(proto, hash) } {
+            Some((d, chunk, new)) => {
+                let home = ProtoHome::Chunk(chunk as u64);
+                ProtoRecord { hash, line, home }.encode(&mut self.w);
+                if new {
+                    // SAFETY: d describes a live record (see chunk_home).
+                    unsafe { self.chunk_record(&d) };
+                }
+                self.write_path(&d, hash);
+            }
+            None => {
+                let home = ProtoHome::Detached;
+                ProtoRecord { hash, line, home }.encode(&mut self.w);
+                // SAFETY: Protected, with the closure on top.
+                unsafe { self.detached_home(L, &ar) };
+            }
         }
     }
 
-    /// Writes home 0: a prototype compiled outside the chunk registry, with no source text:
-    /// its short source and its bytecode (if the options carry bytecode) or nothing.
+    /// Writes the rest of home 0: a prototype compiled outside the chunk registry, with no
+    /// source text: its short source and its bytecode (if the options carry bytecode) or
+    /// nothing.
     ///
     /// # Safety
     /// Protected, with the Lua closure `ar` describes on top (left there).
     unsafe fn detached_home(&mut self, L: *mut lua_State, ar: &ffi::lua_Debug) {
-        self.w.varint(0);
         // SAFETY: lua_getinfo wrote a NUL-terminated short source.
-        let src = unsafe { CStr::from_ptr(ar.short_src.as_ptr()) };
-        self.w.bytes(src.to_bytes());
-        if !self.opts.bytecode {
-            self.w.bytes(&[]);
-            return;
-        }
+        let src = unsafe { CStr::from_ptr(ar.short_src.as_ptr()) }.to_bytes();
         self.dump.clear();
-        let strip = (!self.opts.debug) as c_int;
-        let dump = (&mut self.dump as *mut Vec<u8>).cast();
-        // SAFETY: Protected (lua_dump allocates); the closure is on top; dump_writer appends
-        // to `self.dump`, which outlives the call.
-        unsafe { luasnap_dump(L, dump_writer, dump, strip) };
-        self.w.bytes(&self.dump);
-        self.has_bytecode = true;
+        if self.opts.bytecode {
+            let strip = (!self.opts.debug) as c_int;
+            let dump = (&mut self.dump as *mut Vec<u8>).cast();
+            // SAFETY: Protected (lua_dump allocates); the closure is on top; dump_writer
+            // appends to `self.dump`, which outlives the call.
+            unsafe { luasnap_dump(L, dump_writer, dump, strip) };
+            self.has_bytecode = true;
+        }
+        let code = &self.dump[..];
+        Detached { src, code }.encode(&mut self.w);
     }
 
-    /// Writes where prototype `proto` (fingerprint `hash`) lives: its chunk (the chunk's name,
-    /// main fingerprint and code the first time) and its path in the chunk's tree. Returns
-    /// false, writing nothing, for a prototype outside every chunk record.
+    /// Where prototype `proto` (fingerprint `hash`) lives: its chunk's description and index,
+    /// and whether the chunk is new to this file (then registered, its record to write). None
+    /// for a prototype outside every chunk record.
     ///
     /// # Safety
     /// `proto` is alive; the collector is stopped (**Alive**), so its chunk record, the
     /// record's text and its tree stay put while the pointers are used.
-    unsafe fn chunk_home(&mut self, proto: *const c_void, hash: u64) -> bool {
+    unsafe fn chunk_home(
+        &mut self,
+        proto: *const c_void,
+        hash: u64,
+    ) -> Option<(ChunkDesc, u32, bool)> {
         let mut d = ChunkDesc::EMPTY;
         // SAFETY: callers' contract; reads only.
         if unsafe { luasnap_chunk_describe(proto, &mut d) } == 0 {
-            return false;
+            return None;
         }
-        match self.sc.chunks.get(&d.rec) {
-            Some((index, paths)) => {
-                if !paths.contains_key(&hash) {
-                    return false;
-                }
-                let index = *index;
-                self.w.varint(index as u64 + 1);
-            }
-            None => {
-                // SAFETY: d.main is the record's live main prototype (callers' contract).
-                let paths = unsafe { self.tree_paths(d.main) };
-                if !paths.contains_key(&hash) {
-                    return false;
-                }
-                let index = self.sc.chunks.len() as u32;
-                self.w.varint(index as u64 + 1);
-                // SAFETY: d describes a live record (callers' contract).
-                unsafe { self.chunk_record(&d) };
-                self.sc.chunks.insert(d.rec, (index, paths));
-            }
+        if let Some((index, paths)) = self.sc.chunks.get(&d.rec) {
+            return paths.contains_key(&hash).then_some((d, *index, false));
         }
-        self.write_path(&d, hash);
-        true
+        // SAFETY: d.main is the record's live main prototype (callers' contract).
+        let paths = unsafe { self.tree_paths(d.main) };
+        if !paths.contains_key(&hash) {
+            return None;
+        }
+        let index = self.sc.chunks.len() as u32;
+        self.sc.chunks.insert(d.rec, (index, paths));
+        Some((d, index, true))
     }
 
     /// Writes the path of the prototype with fingerprint `hash` in the tree of the chunk `d`
-    /// (written already, with that fingerprint in its tree).
+    /// (registered already, with that fingerprint in its tree).
     fn write_path(&mut self, d: &ChunkDesc, hash: u64) {
         let path = &self.sc.chunks[&d.rec].1[&hash];
-        self.w.varint(path.len() as u64);
-        for &i in path {
-            self.w.varint(i as u64);
-        }
+        ProtoPath::encode(&mut self.w, path.iter().map(|&i| i as u64));
     }
 
     /// Writes a chunk the first time: its kind (source text or binary), name, main
@@ -145,24 +140,26 @@ impl Persister<'_> {
             )
         };
         let binary = src.first() == Some(&0x1b);
-        self.w.u8(binary as u8);
-        self.w.bytes(name);
         let main_hash = match self.proto_hashes.get(&d.main) {
             Some(&h) => h,
             // SAFETY: d.main is the record's live main prototype; reads only.
             None => unsafe { luasnap_proto_hash(d.main) },
         };
-        self.w.u64(main_hash);
-        if (binary && self.opts.bytecode) || (!binary && self.opts.code) {
-            self.w.bytes(src);
+        let with_code = (binary && self.opts.bytecode) || (!binary && self.opts.code);
+        if with_code {
             if binary {
                 self.has_bytecode = true;
             } else {
                 self.has_source = true;
             }
-        } else {
-            self.w.bytes(&[]);
         }
+        let def = ChunkDef {
+            kind: binary as u8,
+            name,
+            main_hash,
+            code: if with_code { src } else { &[][..] },
+        };
+        def.encode(&mut self.w);
     }
 
     /// The path to every prototype of the tree under `main`, by fingerprint (each fingerprint

@@ -9,68 +9,45 @@
 //!
 //! A permanent (a value of the permanents table, value -> name) is written by its name.
 
-use super::super::format::Tag;
+use super::super::format::{SpecialPart, SpecialParts, Tag};
 use super::super::Slots;
 use super::csrc::luasnap_gc_stopem;
 use super::path::Seg;
 use super::{Fail, Frame, Persister};
 use mlua_sys::{self as ffi, lua_State};
 
-/// A function a `__persist` function returned.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub(super) enum SpecialPart {
-    /// The rebuild function (one phase: it returns the object).
-    Rebuild,
-    /// The create thunk (two phases: it returns the object, the initializer fills it).
-    Create,
-    /// The initializer of a two-phase object.
-    Init,
+/// Where a function a `__persist` function returned sits in the table at `seen[-id - 1]`
+/// (its results, in order).
+fn slot(part: SpecialPart) -> ffi::lua_Integer {
+    match part {
+        SpecialPart::Rebuild | SpecialPart::Create => 1,
+        SpecialPart::Init => 2,
+    }
 }
 
-impl SpecialPart {
-    /// Where the function sits in the table at `seen[-id - 1]`.
-    fn slot(self) -> ffi::lua_Integer {
-        match self {
-            SpecialPart::Rebuild | SpecialPart::Create => 1,
-            SpecialPart::Init => 2,
-        }
-    }
-
-    /// The path segment of the function.
-    fn seg(self) -> Seg {
-        match self {
-            SpecialPart::Rebuild | SpecialPart::Create => Seg::Persist,
-            SpecialPart::Init => Seg::PersistInit,
-        }
+/// The path segment of such a function.
+fn seg(part: SpecialPart) -> Seg {
+    match part {
+        SpecialPart::Rebuild | SpecialPart::Create => Seg::Persist,
+        SpecialPart::Init => Seg::PersistInit,
     }
 }
 
 /// The functions a `__persist` function returned for the object with id `id`, being written
-/// (kept alive at `seen[-id - 1]`, a table of one or two functions).
+/// in the format's order ([`SpecialParts`]), kept alive at `seen[-id - 1]` (a table of one or
+/// two functions).
 #[derive(Clone, Copy, Debug)]
 pub(super) struct SpecialFrame {
     id: u32,
-    next: Option<SpecialPart>,
+    parts: SpecialParts,
 }
 
 impl SpecialFrame {
     fn new(id: u32, two_phase: bool) -> Self {
-        let first = if two_phase {
-            SpecialPart::Create
-        } else {
-            SpecialPart::Rebuild
-        };
         SpecialFrame {
             id,
-            next: Some(first),
+            parts: SpecialParts::new(two_phase),
         }
-    }
-
-    /// The function to write next, moving on; None when both are written.
-    fn next_part(&mut self) -> Option<SpecialPart> {
-        let part = self.next?;
-        self.next = (part == SpecialPart::Create).then_some(SpecialPart::Init);
-        Some(part)
     }
 }
 
@@ -174,15 +151,15 @@ impl Persister<'_> {
             unreachable!("the dispatcher calls this for a special frame");
         };
         let id = f.id;
-        let Some(part) = f.next_part() else {
+        let Some(part) = f.parts.next() else {
             self.sc.frames.pop();
             return Ok(());
         };
-        self.sc.segs.push(part.seg());
+        self.sc.segs.push(seg(part));
         // SAFETY: Room; seen[-id - 1] is the table `call_persist` stored: [t] -> [fn].
         unsafe {
             ffi::lua_rawgeti(L, s.seen, -(id as ffi::lua_Integer) - 1);
-            ffi::lua_rawgeti(L, -1, part.slot());
+            ffi::lua_rawgeti(L, -1, slot(part));
             ffi::lua_rotate(L, -2, 1);
             ffi::lua_pop(L, 1);
         }
@@ -234,24 +211,16 @@ impl Persister<'_> {
 
 #[cfg(test)]
 mod tests {
-    use super::{SpecialFrame, SpecialPart};
+    use super::{seg, slot, SpecialParts};
     use crate::persist::write::path::Seg;
 
     #[test]
-    fn a_one_phase_special_writes_its_rebuild_function_then_ends() {
-        let mut f = SpecialFrame::new(4, false);
-        assert_eq!(f.next_part(), Some(SpecialPart::Rebuild));
-        assert_eq!(f.next_part(), None);
-        assert_eq!(f.next_part(), None, "an ended frame stays ended");
-    }
-
-    #[test]
     fn a_two_phase_special_writes_create_then_init_from_their_slots() {
-        let mut f = SpecialFrame::new(4, true);
-        let order: Vec<_> = std::iter::from_fn(|| f.next_part()).collect();
-        assert_eq!(order, [SpecialPart::Create, SpecialPart::Init]);
-        let slots: Vec<_> = order.iter().map(|p| (p.slot(), p.seg())).collect();
+        let slots: Vec<_> = SpecialParts::new(true).map(|p| (slot(p), seg(p))).collect();
         assert_eq!(slots, [(1, Seg::Persist), (2, Seg::PersistInit)]);
-        assert_eq!(SpecialPart::Rebuild.slot(), 1);
+        let one: Vec<_> = SpecialParts::new(false)
+            .map(|p| (slot(p), seg(p)))
+            .collect();
+        assert_eq!(one, [(1, Seg::Persist)]);
     }
 }

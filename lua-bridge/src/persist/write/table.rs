@@ -11,16 +11,15 @@
 //! A table frame that opens a child table or ends goes on with the new top frame here, while
 //! that is a table, without a return to the dispatcher for each table.
 
-use super::super::format::Tag;
+use super::super::format::{TableHeader, TablePart};
 use super::super::Slots;
 use super::csrc::{
     kind, luasnap_meta_has, luasnap_push_metatable, luasnap_table_entry, luasnap_table_info,
     luasnap_table_next, luasnap_table_scan, ScanEntry,
 };
 use super::ids::{IdSpace, ObjState};
-use super::out::put_tagged;
 use super::path::Seg;
-use super::plain::{full_val, identity, is_obj, is_prim, Class};
+use super::plain::{full_val, identity, is_obj, is_prim, Class, Plain};
 use super::{Fail, Frame, Persister};
 use mlua_sys::{self as ffi, lua_State};
 use std::ffi::{c_int, c_void};
@@ -53,17 +52,33 @@ unsafe fn table_info(t: *const c_void) -> TableInfo {
     TableInfo { narr, nhash, mt }
 }
 
-/// Which part of a table comes next.
+/// Which part of a table comes next ([`TablePart`]): its metatable (written by the frame: it
+/// was neither nil nor written before when the header was); at `Key`, its entries from `pos`
+/// on; at `Value`, the value of the entry at `pos - 1`, whose key, the object `key`, has been
+/// written (its contents came first).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub(super) enum TableStep {
-    /// Its metatable (written by the frame: it was neither nil nor written before when the
-    /// header was).
-    Metatable,
-    /// Its entries from `pos` on.
-    Entries,
-    /// The value of the entry at `pos - 1`, whose key, the object `key`, has been written
-    /// (its contents came first).
-    Value { key: *const c_void },
+pub(super) struct TableStep {
+    part: TablePart,
+    /// At `Value`, the entry's key (else null).
+    key: *const c_void,
+}
+
+impl TableStep {
+    const METATABLE: TableStep = TableStep {
+        part: TablePart::Metatable,
+        key: std::ptr::null(),
+    };
+    const ENTRIES: TableStep = TableStep {
+        part: TablePart::Key,
+        key: std::ptr::null(),
+    };
+
+    fn value(key: *const c_void) -> TableStep {
+        TableStep {
+            part: TablePart::Value,
+            key,
+        }
+    }
 }
 
 /// A table being written (kept alive by the graph, or anchored: see `Persister::anchor`).
@@ -170,17 +185,20 @@ impl Persister<'_> {
     /// frame for the rest.
     #[inline(always)]
     fn table_header(&mut self, t: *const c_void, info: TableInfo) {
-        put_tagged(&mut self.w.buf, Tag::Table, info.narr as u64);
-        self.w.varint(info.nhash as u64);
+        let header = TableHeader {
+            narr: info.narr as u64,
+            nhash: info.nhash as u64,
+        };
+        header.encode(&mut self.w);
         // The metatable comes first: written here when it is nil or already written (the
         // common case: shared metatables), else by the frame.
-        let mut step = TableStep::Metatable;
+        let mut step = TableStep::METATABLE;
         if info.mt.is_null() {
-            self.w.tag(Tag::Nil);
-            step = TableStep::Entries;
+            Plain::Nil.encode(&mut self.w);
+            step = TableStep::ENTRIES;
         } else if let Some(mid) = self.sc.refs.get(info.mt, IdSpace::Obj) {
-            put_tagged(&mut self.w.buf, Tag::Ref, mid as u64);
-            step = TableStep::Entries;
+            Plain::Ref(mid as u64).encode(&mut self.w);
+            step = TableStep::ENTRIES;
         }
         let floor = self.sc.scan.len() as u32;
         self.sc.frames.push(Frame::Table(TableFrame {
@@ -255,23 +273,24 @@ impl Persister<'_> {
             };
             self.sc.segs.truncate(depth - 1);
             let t = f.t;
-            match f.step {
-                TableStep::Metatable => {
-                    f.step = TableStep::Entries;
+            match f.step.part {
+                TablePart::Metatable => {
+                    f.step = TableStep::ENTRIES;
                     self.sc.segs.push(Seg::Meta);
                     // SAFETY: Room; t is alive.
                     unsafe { luasnap_push_metatable(L, t) };
                     // SAFETY: Protected, with the metatable on top.
                     return unsafe { self.value(L, s) };
                 }
-                TableStep::Value { key } => {
-                    f.step = TableStep::Entries;
+                TablePart::Value => {
+                    let key = f.step.key;
+                    f.step = TableStep::ENTRIES;
                     let at = f.pos - 1;
                     self.sc.segs.push(Seg::Key);
                     // SAFETY: Protected; t is alive and its entry at `at` had the key `key`.
                     return unsafe { self.entry_value(L, s, t, at, key) };
                 }
-                TableStep::Entries => {
+                TablePart::Key => {
                     // SAFETY: Protected; the table frame on top is at `depth`.
                     match unsafe { self.entries(L, s, depth)? } {
                         Left::Opened | Left::Done => {}
@@ -440,7 +459,7 @@ impl Persister<'_> {
             ObjState::Written(id) => {
                 // SAFETY: Fresh (callers' contract).
                 unsafe { self.write_scanned(kk, e.kbits) };
-                put_tagged(&mut self.w.buf, Tag::Ref, id as u64);
+                Plain::Ref(id as u64).encode(&mut self.w);
                 Scanned::Written
             }
             // SAFETY: Fresh (callers' contract); v is not a permanent.
@@ -451,7 +470,7 @@ impl Persister<'_> {
                     Scanned::Opens(Opening {
                         t: v,
                         info,
-                        parent: TableStep::Entries,
+                        parent: TableStep::ENTRIES,
                     })
                 }
                 None => Scanned::General,
@@ -491,7 +510,7 @@ impl Persister<'_> {
                     Some(info) => Scanned::Opens(Opening {
                         t: k,
                         info,
-                        parent: TableStep::Value { key: k },
+                        parent: TableStep::value(k),
                     }),
                     None => Scanned::General,
                 };
@@ -516,7 +535,7 @@ impl Persister<'_> {
                     Scanned::Opens(Opening {
                         t: v,
                         info,
-                        parent: TableStep::Entries,
+                        parent: TableStep::ENTRIES,
                     })
                 }
                 None => Scanned::General,
@@ -587,7 +606,7 @@ impl Persister<'_> {
             // SAFETY: drops the value, pushed above `base`.
             unsafe { ffi::lua_settop(L, base) };
             if let Some(Frame::Table(f)) = self.sc.frames.get_mut(depth - 1) {
-                f.step = TableStep::Value { key };
+                f.step = TableStep::value(key);
             }
             return Ok(GeneralEntry::Pushed);
         }

@@ -5,13 +5,14 @@
 //! As Eris: the running coroutine cannot be written (its stack is this call), nor the main
 //! thread (a load has its own; a suspended coroutine is what persists).
 
-use super::super::format::{Tag, THREAD_DEAD, THREAD_NOT_STARTED, THREAD_SUSPENDED};
+use super::super::format::{CallFrame, PendingCloses, ThreadHeader, ThreadPart, ThreadParts};
 use super::super::Slots;
 use super::csrc::{
     luasnap_checkstack, luasnap_thread_cis, luasnap_thread_info, luasnap_thread_push_slot,
     luasnap_thread_tbc, CiRecord,
 };
 use super::path::Seg;
+use super::plain::Plain;
 use super::{Fail, Frame, Persister};
 use mlua_sys::{self as ffi, lua_State};
 use std::ffi::c_int;
@@ -43,23 +44,12 @@ impl CoState {
     }
 }
 
-/// A part of a coroutine written by its frame.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum ThreadPart {
-    /// Stack slot i (1-based).
-    Slot(c_int),
-    /// The call frames and to-be-closed variables (suspended coroutines only), after the
-    /// stack values they refer to; then the frame ends.
-    CallFrames,
-}
-
-/// A coroutine whose stack is being written.
+/// A coroutine whose stack is being written, in the format's order ([`ThreadParts`]).
 #[derive(Clone, Copy, Debug)]
 pub(super) struct ThreadFrame {
     /// The coroutine (anchored at `seen[id]` by `Persister::object`).
     co: *mut lua_State,
-    next_slot: c_int,
-    slots: c_int,
+    parts: ThreadParts,
     /// Its call frames to write after the stack (0: none, not suspended).
     nci: c_int,
 }
@@ -68,19 +58,9 @@ impl ThreadFrame {
     fn new(co: *mut lua_State, slots: c_int, nci: c_int) -> Self {
         ThreadFrame {
             co,
-            next_slot: 1,
-            slots,
+            parts: ThreadParts::new(slots as u32),
             nci,
         }
-    }
-
-    /// The part to write next: each stack slot in turn, then the call frames.
-    fn next_part(&mut self) -> ThreadPart {
-        if self.next_slot > self.slots {
-            return ThreadPart::CallFrames;
-        }
-        self.next_slot += 1;
-        ThreadPart::Slot(self.next_slot - 1)
     }
 }
 
@@ -137,23 +117,16 @@ impl Persister<'_> {
         };
         // Pending to-be-closed variables (`tbc`) follow the call frames.
         let slots = size - 1;
+        let stack = slots as u64;
         match CoState::of(status, started, size) {
             CoState::NotStarted => {
-                self.w.tag(Tag::Thread);
-                self.w.u8(THREAD_NOT_STARTED);
-                self.w.varint(slots as u64);
+                ThreadHeader::NotStarted { stack }.encode(&mut self.w);
                 let frame = ThreadFrame::new(co, slots, 0);
                 self.sc.frames.push(Frame::Thread(frame));
             }
-            CoState::Dead => {
-                self.w.tag(Tag::Thread);
-                self.w.u8(THREAD_DEAD);
-            }
+            CoState::Dead => ThreadHeader::Dead.encode(&mut self.w),
             CoState::Suspended => {
-                self.w.tag(Tag::Thread);
-                self.w.u8(THREAD_SUSPENDED);
-                self.w.varint(slots as u64);
-                self.w.i64(errfunc);
+                ThreadHeader::Suspended { stack, errfunc }.encode(&mut self.w);
                 let frame = ThreadFrame::new(co, slots, nci);
                 self.sc.frames.push(Frame::Thread(frame));
             }
@@ -178,8 +151,9 @@ impl Persister<'_> {
             unreachable!("the dispatcher calls this for a coroutine frame");
         };
         let (co, nci) = (f.co, f.nci);
-        match f.next_part() {
+        match f.parts.next_part() {
             ThreadPart::Slot(i) => {
+                let i = i as c_int;
                 self.sc.segs.push(Seg::Stack(i));
                 // SAFETY: Protected (may raise a memory error); co is alive and has slot i.
                 unsafe {
@@ -212,19 +186,12 @@ impl Persister<'_> {
         co: *mut lua_State,
         nci: c_int,
     ) -> Result<(), Fail> {
-        self.w.varint(nci as u64);
+        CallFrame::encode_count(&mut self.w, nci as u64);
         let mut cis = vec![NO_CALL; nci as usize];
         // SAFETY: callers' contract; the buffer holds nci records.
         unsafe { luasnap_thread_cis(co, cis.as_mut_ptr(), nci) };
         for r in &cis {
-            self.w.varint(r.func as u64);
-            self.w.varint(r.top as u64);
-            self.w.varint(r.callstatus as u64);
-            self.w.i64(r.u2 as i64);
-            self.w.varint(r.pc as u64);
-            self.w.varint(r.nextraargs.max(0) as u64);
-            self.w.i64(r.old_errfunc);
-            self.w.i64(r.ctx);
+            CallFrame::of(r).encode(&mut self.w);
             // SAFETY: Room; raises nothing (see `continuation`), so `cis` cannot be skipped.
             unsafe { self.continuation(L, s, r.k)? };
         }
@@ -235,10 +202,7 @@ impl Persister<'_> {
             luasnap_thread_tbc(co, slots.as_mut_ptr(), n);
             slots
         };
-        self.w.varint(tbc.len() as u64);
-        for slot in tbc {
-            self.w.varint(slot as u64);
-        }
+        PendingCloses::encode(&mut self.w, tbc.iter().map(|&slot| slot as u64));
         Ok(())
     }
 
@@ -254,7 +218,7 @@ impl Persister<'_> {
         k: *const std::ffi::c_void,
     ) -> Result<(), Fail> {
         if k.is_null() {
-            self.w.tag(Tag::Nil);
+            Plain::Nil.encode(&mut self.w);
             return Ok(());
         }
         // SAFETY: callers' contract; a light userdata allocates nothing, rawget raises nothing.
@@ -282,7 +246,7 @@ impl Persister<'_> {
 
 #[cfg(test)]
 mod tests {
-    use super::{CoState, ThreadFrame, ThreadPart};
+    use super::CoState;
     use mlua_sys as ffi;
 
     #[test]
@@ -297,17 +261,5 @@ mod tests {
         assert_eq!(CoState::of(ffi::LUA_YIELD, true, 5), CoState::Suspended);
         // Status OK with a call frame: running, or normal (it resumed another).
         assert_eq!(CoState::of(ffi::LUA_OK, true, 5), CoState::Running);
-    }
-
-    #[test]
-    fn a_coroutine_frame_gives_each_stack_slot_then_its_call_frames() {
-        let mut f = ThreadFrame::new(std::ptr::null_mut(), 2, 1);
-        assert_eq!(f.next_part(), ThreadPart::Slot(1));
-        assert_eq!(f.next_part(), ThreadPart::Slot(2));
-        assert_eq!(f.next_part(), ThreadPart::CallFrames);
-        assert_eq!(
-            ThreadFrame::new(std::ptr::null_mut(), 0, 0).next_part(),
-            ThreadPart::CallFrames
-        );
     }
 }

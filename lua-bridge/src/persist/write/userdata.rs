@@ -2,49 +2,28 @@
 //! (see `special.rs`): `true` writes its bytes, metatable and user values (a frame), a
 //! function writes what it returns, anything else is refused.
 
-use super::super::format::Tag;
+use super::super::format::{PlainUserdata, UserdataBytes, UserdataPart, UserdataParts};
 use super::super::Slots;
 use super::path::Seg;
 use super::{push_seen, Fail, Frame, Persister};
 use mlua_sys::{self as ffi, lua_State};
 use std::ffi::c_int;
 
-/// A part of a userdata written after its bytes.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub(super) enum UserdataPart {
-    Metatable,
-    UserValue(c_int),
-}
-
-/// A userdata whose metatable and user values are being written.
+/// A userdata whose metatable and user values are being written, in the format's order
+/// ([`UserdataParts`]).
 #[derive(Clone, Copy, Debug)]
 pub(super) struct UserdataFrame {
     /// The userdata's object id (anchored at `seen[id]`).
     id: u32,
-    next: Option<UserdataPart>,
-    /// Its user values.
-    nuv: c_int,
+    parts: UserdataParts,
 }
 
 impl UserdataFrame {
     fn new(id: u32, nuv: c_int) -> Self {
         UserdataFrame {
             id,
-            next: Some(UserdataPart::Metatable),
-            nuv,
+            parts: UserdataParts::new(nuv as u32),
         }
-    }
-
-    /// The part to write next, moving on: the metatable, then user values 1..=nuv; None when
-    /// every part is written.
-    fn next_part(&mut self) -> Option<UserdataPart> {
-        let part = self.next?;
-        let after = match part {
-            UserdataPart::Metatable => 1,
-            UserdataPart::UserValue(i) => i + 1,
-        };
-        self.next = (after <= self.nuv).then_some(UserdataPart::UserValue(after));
-        Some(part)
     }
 }
 
@@ -82,9 +61,11 @@ impl Persister<'_> {
         unsafe { ffi::lua_pop(L, 1) };
         // SAFETY: a full userdata is on top.
         let (bytes, nuv) = unsafe { (userdata_bytes(L), count_user_values(L)) };
-        self.w.tag(Tag::UdBytes);
-        self.w.bytes(bytes);
-        self.w.varint(nuv as u64);
+        UserdataBytes {
+            bytes,
+            nuv: nuv as u64,
+        }
+        .encode(&mut self.w);
         let frame = UserdataFrame::new(id, nuv);
         self.sc.frames.push(Frame::Userdata(frame));
         Ok(())
@@ -115,9 +96,11 @@ impl Persister<'_> {
         else {
             return false;
         };
-        self.w.tag(Tag::UdPlain);
-        self.w.bytes(ty.name.as_bytes());
-        self.w.bytes(bytes);
+        PlainUserdata {
+            name: ty.name.as_bytes(),
+            bytes,
+        }
+        .encode(&mut self.w);
         true
     }
 
@@ -134,7 +117,7 @@ impl Persister<'_> {
             unreachable!("the dispatcher calls this for a userdata frame");
         };
         let id = f.id;
-        let Some(part) = f.next_part() else {
+        let Some(part) = f.parts.next() else {
             self.sc.frames.pop();
             return Ok(());
         };
@@ -151,6 +134,7 @@ impl Persister<'_> {
                 }
             }
             UserdataPart::UserValue(i) => {
+                let i = i as c_int;
                 self.sc.segs.push(Seg::UserValue(i));
                 // SAFETY: the userdata is on top; pushes its user value i.
                 unsafe { ffi::lua_getiuservalue(L, -1, i) };
@@ -195,27 +179,4 @@ unsafe fn count_user_values(L: *mut lua_State) -> c_int {
         ffi::lua_pop(L, 1);
     }
     n
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{UserdataFrame, UserdataPart};
-
-    #[test]
-    fn a_userdata_frame_gives_its_metatable_then_each_user_value_then_ends() {
-        let mut f = UserdataFrame::new(3, 2);
-        let order: Vec<_> = std::iter::from_fn(|| f.next_part()).collect();
-        assert_eq!(
-            order,
-            [
-                UserdataPart::Metatable,
-                UserdataPart::UserValue(1),
-                UserdataPart::UserValue(2)
-            ]
-        );
-        assert_eq!(f.next_part(), None, "an ended frame stays ended");
-        let mut none = UserdataFrame::new(3, 0);
-        assert_eq!(none.next_part(), Some(UserdataPart::Metatable));
-        assert_eq!(none.next_part(), None);
-    }
 }

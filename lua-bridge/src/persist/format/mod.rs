@@ -1,0 +1,87 @@
+//! The save-game format, described once: the header, the tags, the records that follow them and
+//! the order of the values after each record. The writer (`write/`), the loader (`read/`) and
+//! the test forger (`forge.rs`) encode and decode through the types here, so a change to the
+//! format is made here and the compiler (or a test) points at each use.
+//!
+//! ```text
+//! header (50 bytes, little-endian; header.rs):
+//!   magic        8   "LUASNAPS"
+//!   format       u16 FORMAT_VERSION
+//!   lua          u32 50501 (Lua 5.5.1: the exact release, since prototypes are matched structurally)
+//!   int_size     u8  8      number formats of the writer
+//!   num_size     u8  8
+//!   int_check    i64 0x0102030405060708
+//!   num_check    f64 -370.5
+//!   flags        u8  bit 0: contains bytecode; bit 1: contains source text
+//!   reserved     u8
+//!   body_len     u64
+//!   checksum     u64 XXH3-64 of the body
+//! body: one value (the root), depth first.
+//! ```
+//!
+//! Fields are varints (LEB128, at most ten bytes), zigzag varints for signed ones (`zz`), `u8`,
+//! 8-byte little-endian `u64`, and `bytes` (a varint length, then the bytes); see `wire.rs`.
+//! A value is a tag (`Tag`), then its record, then the values it contains:
+//!
+//! ```text
+//! value     = Nil | False | True | Int zz | Float u64 (the bits) | Str bytes | Light u64
+//!           | StrRef varint (string id) | Ref varint (object id)           -- Scalar
+//!           | Perm value (the permanent's key, a primitive)
+//!           | Table TableHeader value (metatable) (value value)* end      -- TablePart
+//!           | LClosure ProtoRef varint (n) upvalue{n}                      -- Upvalues
+//!           | CClosure value (the bare function's key) varint (n) value{n}
+//!           | UdBytes UserdataBytes value (metatable) value{nuv}          -- UserdataParts
+//!           | UdPlain PlainUserdata
+//!           | Thunk value (rebuild) | TwoPhase value (create) value (init) -- SpecialParts
+//!           | Thread ThreadHeader value{stack} [suspended: frames]        -- ThreadParts
+//!           | MainThread
+//! end       = Nil | Layout bytes (a LayoutBlob: format 5 on)
+//! upvalue   = UpvalNew value | UpvalRef UpvalueRef | UpvalOpen OpenUpvalue value (the coroutine)
+//! ProtoRef  = varint (index) [first occurrence: ProtoRecord, or LegacyProto in formats 1-3]
+//! ProtoRecord home 0:     Detached (short source, bytecode or empty)
+//!             home c + 1: [first occurrence of chunk c: ChunkDef] ProtoPath
+//! frames    = varint (nframes) (CallFrame continuation){nframes} PendingCloses (format 4 on)
+//! continuation = Nil | value (a permanent's name)
+//! ```
+//!
+//! Every object gets the next id (0, 1, ...) at its first occurrence, in the same order when
+//! writing and reading; later occurrences are `Ref(id)`. Strings are numbered apart: each `Str`
+//! of at least [`min_strref_len`] bytes gets the next string id, and a later occurrence of the
+//! same string is `StrRef(sid)`. That length is 1 from format 3 on (every string but the empty
+//! one: a reference loads without hashing and interning the bytes again) and 4 in format 2;
+//! format 1 files have no `StrRef` and read as format 2. Prototypes and chunks are numbered
+//! likewise, each by its first occurrence. Format 4 brought chunk homes and pending
+//! to-be-closed variables; formats 1 to 3 gave each new prototype its fingerprint, short source,
+//! line and bytecode (`LegacyProto`). Format 5 brought table layouts.
+//!
+//! Each record's `encode` writes its tag (if it has one of its own) and its fields; its `decode`
+//! reads the fields after the tag (the reader dispatches on the tag) in the same order, every
+//! field attempted in turn, and returns the loader's message for what is wrong ([`Bad`]). A
+//! varint that is not one leaves the reader where it starts, so a loader's error names that
+//! byte: decoders keep the order in which the loader has always read fields, and stop where it
+//! stops (a loader that acts between two fields, such as making the coroutine before its stack
+//! size, decodes the record in the parts this file offers for it).
+
+mod header;
+mod layout;
+mod parts;
+mod records;
+mod value;
+mod wire;
+
+pub use header::{
+    min_strref_len, open, HeaderError, Opened, FLAG_BYTECODE, FLAG_SOURCE, FORMAT_VERSION,
+    HEADER_LEN, LUA_RELEASE, MAGIC, MIN_STRREF_LEN,
+};
+pub use layout::{layout_nodes, LayoutHeader, LayoutNode, RemovedKey, BAD_LAYOUT};
+pub use parts::{SpecialPart, SpecialParts, TablePart, ThreadPart, ThreadParts, UserdataPart};
+pub use parts::{Upvalues, UserdataParts};
+pub use records::{
+    CallFrame, ChunkDef, Detached, LegacyProto, OpenUpvalue, PendingCloses, PlainUserdata,
+    ProtoHome, ProtoPath, ProtoRecord, TableHeader, ThreadHeader, UpvalueRef, UserdataBytes,
+};
+pub use value::{Scalar, Tag};
+pub use wire::{unzigzag, zigzag, Reader, Writer};
+
+/// Why a record does not decode: the loader's message for it (after "malformed save-game: ").
+pub type Bad = &'static str;
