@@ -57,10 +57,10 @@ pub use read::{last_load_frame_check_reads, last_load_open_upvalue_walks};
 
 use crate::bridge::error::VmError;
 use crate::bridge::ffi::{self as raw, Job};
+use crate::bridge::helpers::{luasnap_gc_stopem, luasnap_proto, luasnap_raise_memerr};
 use crate::bridge::natives;
 use crate::bridge::per_vm;
 use crate::bridge::vm::Vm;
-use crate::bridge::helpers::{luasnap_gc_stopem, luasnap_proto, luasnap_raise_memerr};
 pub(crate) use budget::budget_hook_intact;
 use budget::LoadBudget;
 use mlua_sys::{self as ffi, lua_State};

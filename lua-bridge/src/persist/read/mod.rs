@@ -9,6 +9,12 @@
 //! function's fingerprint (bytecode only for binary chunks when the caller allows it), and Lua
 //! code run while loading (`__persist` rebuild functions) is bounded by an instruction budget.
 //!
+//! What the bytes mean is `format`'s: each record is read by its decoder there (which reads
+//! its fields in order and says what is wrong with them), and each frame holds the cursor of
+//! its object's parts from `format/parts.rs`, so the loader reads values in the order the
+//! writer writes them. The batch decoder calls the same field readers and record decoders
+//! inline. What is left here is what the values mean to this VM.
+//!
 //! The files, one per part of the format:
 //!
 //! | file          | reads                                                                |

@@ -12,7 +12,9 @@
 //! by identity and anchored only before Lua code runs (see [`Persister::anchor`]). Everything
 //! else goes the general way: the value pushed, inspected through the C API
 //! ([`Persister::value`]), its header written by its kind's file and its contents a frame
-//! that [`Persister::advance`] hands to that file, one child at a time.
+//! that [`Persister::advance`] hands to that file, one child at a time. Both paths write
+//! through the format's records and scalars (`format/`), inlined, and a frame writes its
+//! object's parts in the order of the cursor it holds (`format/parts.rs`).
 //!
 //! | file | writes |
 //! |---|---|
