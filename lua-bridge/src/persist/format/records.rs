@@ -206,7 +206,7 @@ impl CallFrame {
 
     /// This frame as the C side restores it, with the continuation `k` (a decoded frame's
     /// fields fit: see `decode`).
-    pub(crate) fn to_ci(&self, k: *const std::ffi::c_void) -> CiRecord {
+    pub(crate) fn to_ci(self, k: *const std::ffi::c_void) -> CiRecord {
         CiRecord {
             func: self.func as i32,
             top: self.top as i32,
