@@ -46,7 +46,18 @@ impl<T> PerVm<T> {
 
     /// Registers `state` for the VM whose arena starts at `base`, until the returned guard is
     /// dropped. `None` when [`MAX_VMS`] VMs are registered already.
+    ///
+    /// Panics if a state is registered for `base` already: a VM must release its registrations
+    /// before its arena is unmapped (a new VM may be mapped at the same base at once), or the
+    /// new VM's callbacks would find the old VM's state.
     pub(crate) fn register(&'static self, base: usize, state: T) -> Option<Registered<T>> {
+        assert!(
+            !self
+                .slots
+                .iter()
+                .any(|s| s.base.load(Ordering::Acquire) == base),
+            "a VM at {base:#x} is registered already: its arena was unmapped before its registrations were released"
+        );
         let slot = self.slots.iter().position(|s| {
             s.base
                 .compare_exchange(0, usize::MAX, Ordering::AcqRel, Ordering::Relaxed)

@@ -387,6 +387,13 @@ pub struct Vm {
     step: Registered<StepBudget>,
     /// The warn function's part (`warn.rs`), used only by Lua's calls of it.
     _warn: Registered<WarnState>,
+    /// What the layers above keep for this VM (the save-game loader's budget), registered by
+    /// their extensions (see [`Extension`]); dropped after the Lua state is closed.
+    ///
+    /// Every registration (this and the fields above) is declared before `arena`, so it is
+    /// released before the arena is unmapped: another thread's new VM may get the same base
+    /// address as soon as it is unmapped, and must not find this VM's parts under it.
+    parts: Vec<Box<dyn Any>>,
     /// The Lua objects of live handles (`anchors.rs`).
     pub(crate) anchors: Anchors,
     /// Host calls into Lua running: 0 or 1 (a call from inside a native is refused).
@@ -397,9 +404,6 @@ pub struct Vm {
     profile: Profile,
     /// The layers above the bridge that this VM carries (see [`Extension`]).
     extensions: Vec<Extension>,
-    /// What those layers keep for this VM (the save-game loader's budget), registered by their
-    /// extensions; dropped with the Vm, after the Lua state is closed.
-    parts: Vec<Box<dyn Any>>,
 }
 
 impl std::fmt::Debug for Vm {
@@ -417,7 +421,8 @@ impl Drop for Vm {
         // SAFETY: the state is idle (nothing borrows the Vm) and the arena is still alive;
         // closing runs finalizers in protected mode and frees everything into the arena.
         unsafe { ffi::lua_close(self.state.as_ptr()) };
-        // The per-VM parts (fields) are dropped next, releasing their registrations.
+        // The per-VM parts (fields) are dropped next, releasing their registrations, then
+        // the arena (declared after them).
     }
 }
 
