@@ -55,6 +55,8 @@ pub struct Row {
     heap_mb: usize,
     arena_bytes: usize,
     memcpy_ms: f64,
+    /// The same memcpy into each of a window's buffers in turn, as snapshots are taken.
+    memcpy_window_ms: f64,
     snapshot_full_ms: f64,
     rollback_full_ms: f64,
     incremental_frame_us: f64,
@@ -186,6 +188,17 @@ fn measure(mb: usize, clock: Clock, progress: &dyn Fn(&str)) -> Result<Row, Stri
     let memcpy_ms = time_ms(clock, runs, || {
         dst.copy_from_slice(std::hint::black_box(&src))
     });
+    // A snapshot's destination is the buffer the window's oldest snapshot used: written a
+    // window of copies ago, so no longer in the caches near the core, where the memcpy above
+    // finds its one destination. The same copy into the ring's 5 buffers in turn (window 4).
+    let mut dsts: Vec<Vec<u8>> = (0..4).map(|_| vec![1; arena_bytes]).collect();
+    dsts.push(dst);
+    let mut turn = 0;
+    let memcpy_window_ms = time_ms(clock, runs, || {
+        turn = (turn + 1) % dsts.len();
+        dsts[turn].copy_from_slice(std::hint::black_box(&src))
+    });
+    drop(dsts);
     // Full copies through the VM's snapshot ring (full mode), as a game would use them.
     let mut vm = vm;
     vm.reconfigure_snapshots(SnapshotMode::Full, 4).map_err(e)?;
@@ -197,7 +210,6 @@ fn measure(mb: usize, clock: Clock, progress: &dyn Fn(&str)) -> Result<Row, Stri
     }
     let snapshot_full_ms = time_ms(clock, runs, || last = vm.snapshot().expect("snapshot"));
     let rollback_full_ms = time_ms(clock, runs, || vm.rollback(last).expect("rollback"));
-    drop(dst);
     vm.reconfigure_snapshots(
         SnapshotMode::Incremental(luasnap::alloc::TrackerPreference::Auto),
         8,
@@ -239,6 +251,7 @@ fn measure(mb: usize, clock: Clock, progress: &dyn Fn(&str)) -> Result<Row, Stri
         heap_mb: mb,
         arena_bytes,
         memcpy_ms,
+        memcpy_window_ms,
         snapshot_full_ms,
         rollback_full_ms,
         incremental_frame_us,
@@ -274,7 +287,7 @@ pub fn run(args: BenchArgs) -> Result<(), String> {
             println!(
                 "{}",
                 json!({
-                    "heap_mb": row.heap_mb, "arena_bytes": row.arena_bytes, "memcpy_ms": row.memcpy_ms,
+                    "heap_mb": row.heap_mb, "arena_bytes": row.arena_bytes, "memcpy_ms": row.memcpy_ms, "memcpy_window_ms": row.memcpy_window_ms,
                     "snapshot_full_ms": row.snapshot_full_ms, "rollback_full_ms": row.rollback_full_ms,
                     "incremental_frame_us": row.incremental_frame_us, "persist_ms": row.persist_ms,
                     "unpersist_ms": row.unpersist_ms, "persist_bytes": row.persist_bytes, "tracker": row.tracker,
@@ -294,6 +307,23 @@ pub fn run(args: BenchArgs) -> Result<(), String> {
         println!("|---|---|---|---|---|---|---|---|---|---|---|");
         for r in &rows {
             print_row(r);
+        }
+        println!("\nFull copies against memcpy: a snapshot writes into the buffer of the window's oldest snapshot (cold), a rollback into the arena (warm); ms, ratios to each memcpy:\n");
+        println!("| heap MB | memcpy, one destination | memcpy into 5 buffers in turn | full snapshot | snapshot / memcpy, same / turns | full rollback | rollback / memcpy | snapshot + rollback / 2 memcpy |");
+        println!("|---|---|---|---|---|---|---|---|");
+        for r in &rows {
+            println!(
+                "| {} | {:.3} | {:.3} | {:.3} | {:.2}× / {:.2}× | {:.3} | {:.2}× | {:.2}× |",
+                r.heap_mb,
+                r.memcpy_ms,
+                r.memcpy_window_ms,
+                r.snapshot_full_ms,
+                r.snapshot_full_ms / r.memcpy_ms,
+                r.snapshot_full_ms / r.memcpy_window_ms,
+                r.rollback_full_ms,
+                r.rollback_full_ms / r.memcpy_ms,
+                (r.snapshot_full_ms + r.rollback_full_ms) / (2.0 * r.memcpy_ms),
+            );
         }
         println!("\nFrames (two `H.touch(10)` calls, a snapshot after the first and a rollback after the second), µs per frame; `H.touch` alone in parentheses (write faults included); without snapshots the two calls take the last column:\n");
         println!("| heap MB | full | incremental | auto | incremental / full | two touches, no snapshots |");
