@@ -4,6 +4,9 @@
 //! library to this script.
 use std::path::Path;
 
+/// luasnap's one C file in the Lua library itself (see its top).
+const CFIDS: &str = "csrc/cfids.c";
+
 fn main() {
     println!("cargo:rerun-if-changed=csrc");
     let lua_dir = Path::new("csrc/lua-5.5.1");
@@ -26,6 +29,9 @@ fn main() {
     if asserts {
         lua.define("LUAI_ASSERT", None);
     }
+    // The identities of light C functions as table keys, which ltable.c calls (patch 5): part
+    // of the Lua library, not a helper.
+    lua.file(CFIDS);
     lua.include(lua_dir)
         .define("LUA_USE_LINUX", None)
         .flag_if_supported("-fno-common")
@@ -43,7 +49,7 @@ fn main() {
     let mut files: Vec<_> = std::fs::read_dir("csrc")
         .expect("csrc holds the helpers")
         .map(|entry| entry.expect("a readable directory entry").path())
-        .filter(|path| path.extension().is_some_and(|e| e == "c"))
+        .filter(|path| path.extension().is_some_and(|e| e == "c") && path != Path::new(CFIDS))
         .collect();
     files.sort();
     helpers

@@ -190,6 +190,8 @@ LUASNAP_FIELD(luasnap_chunk_desc, namelen, 40, 8);
 
 /* The prototype of the Lua closure at idx, or NULL if it is not a Lua closure. */
 const void *luasnap_proto(lua_State *L, int idx);
+/* The light C function at idx (a C function without upvalues, not a closure), or NULL. */
+lua_CFunction luasnap_light_cfunction(lua_State *L, int idx);
 /* Its number of upvalues. */
 int luasnap_proto_nupvalues(const void *p);
 /* Its number of nested prototypes, and child i of them (NULL when there is no such child). */
@@ -413,6 +415,12 @@ LUASNAP_RAISES int luasnap_co_close(lua_State *L);
 LUASNAP_RAISES int luasnap_det_sort(lua_State *L);
 /* math.randomseed that refuses to seed from the clock. */
 LUASNAP_RAISES int luasnap_det_randomseed(lua_State *L);
+
+/* ===================== cfids.c: light C functions' identities as keys (in the Lua library) ===================== */
+
+/* Makes name the identity of the light C function f as a table key, in every VM of the
+** process, unless it has one: 1 entered, 0 named before, -1 the map is full. */
+int luasnap_cfunction_name(lua_CFunction f, const char *name, size_t len);
 
 /* ===================== readline.c: the stand-alone interpreter's terminal ===================== */
 

@@ -15,6 +15,12 @@ const void *luasnap_proto(lua_State *L, int idx) {
   return clLvalue(o)->p;
 }
 
+/* The light C function at idx (a C function without upvalues, not a closure), or NULL. */
+lua_CFunction luasnap_light_cfunction(lua_State *L, int idx) {
+  const TValue *o = ls_index2value(L, idx);
+  return ttislcf(o) ? fvalue(o) : NULL;
+}
+
 int luasnap_proto_nupvalues(const void *p) {
   return ((const Proto *)p)->sizeupvalues;
 }

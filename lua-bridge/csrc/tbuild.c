@@ -47,7 +47,7 @@ static LS_NOINLINE int ls_chain_charge(ls_rmemo *m, const Table *t, const TValue
   unsigned int count = 1, size;
   if (m == NULL || m->limit == 0 || isdummy(t)) return 0;
   if (ttisinteger(k)) {
-    if (l_castS2U(ivalue(k)) - 1u < t->asize) return 0;
+    if (l_castS2U(ivalue(k)) - 1u < luaH_asize(t)) return 0;
   }
   else if (ttisfloat(k)) {
     if (luai_numisnan(fltvalue(k))) return 0;
@@ -134,16 +134,18 @@ static void new_sized_table(lua_State *L, unsigned int na, unsigned int nh) {
       setnodummy(t);
     }
     if (na > 0) {
-      /* The values below the pointer, then the length hint, then one tag per slot. */
-      size_t bytes = (size_t)na * (sizeof(Value) + 1) + sizeof(unsigned);
+      /* The values below the pointer, then the size and the length hint, then one tag per
+      ** slot (luasnap's Lua, patch 4: see luaH_asize in ltable.h). */
+      size_t bytes = luaH_arraybytes(na);
       Value *np = cast(Value *, luaM_newblock(L, bytes)) + na;
-      lu_byte *tags = cast(lu_byte *, np) + sizeof(unsigned);
+      lu_byte *tags = cast(lu_byte *, np) + 2 * sizeof(unsigned);
       unsigned int j;
       for (j = 0; j < na; j++) tags[j] = LUA_VEMPTY;
-      *cast(unsigned *, np) = na / 2u;  /* the initial length hint, as luaH_resize sets it */
+      cast(unsigned *, np)[0] = na;
+      cast(unsigned *, np)[1] = na / 2u;  /* the initial length hint, as luaH_resize sets it */
       t->array = np;
-      t->asize = na;
-      lua_assert(getArrTag(t, na - 1) == &tags[na - 1] && lenhint(t) == cast(unsigned *, np));
+      lua_assert(getArrTag(t, na - 1) == &tags[na - 1] && luaH_asize(t) == na
+                 && lenhint(t) == cast(unsigned *, np) + 1);
     }
   }
   luaC_checkGC(L);
@@ -163,13 +165,16 @@ static LS_ALWAYS_INLINE int place_entry(lua_State *L, Table *t, const TValue *k,
                                         const TValue *v, unsigned int *cursor) {
   Node *n;
   if (ttisnil(v)) return 0;
-  if (ttisinteger(k) && l_castS2U(ivalue(k)) - 1u < t->asize) {
+  if (ttisinteger(k) && l_castS2U(ivalue(k)) - 1u < luaH_asize(t)) {
     luaH_setint(L, t, ivalue(k), (TValue *)v);
     return 0;
   }
   if (ttisnil(k) || (ttisfloat(k) && luai_numisnan(fltvalue(k)))) return -1;
   if (isextstr(k)) return -1;  /* the loader makes none: defensive */
   if (isdummy(t) || *cursor >= sizenode(t)) return -1;
+  /* An object placed as a key has its identity from now on, as luaH_newkey gives it (the
+  ** lookups that check the layout hash it; see gcoid in lobject.h, patch 4). */
+  if (iscollectable(k) && !ttisstring(k)) luaH_keyid(L, gcvalue(k));
   n = gnode(t, (*cursor)++);
   setnodekey(n, k);
   setobj2t(L, gval(n), v);
@@ -191,7 +196,7 @@ uint32_t luasnap_hash_seed(lua_State *L) {
 ** load's id tables, which the loader presizes, so nearly every id is in their array parts. */
 static l_inline lu_byte ls_getint(Table *t, lua_Integer k, TValue *res) {
   lua_Unsigned i = l_castS2U(k) - 1u;
-  if (i < t->asize) {
+  if (i < luaH_asize(t)) {
     lu_byte tag = *getArrTag(t, i);
     if (!tagisempty(tag)) farr2val(t, i, tag, res);
     return tag;
@@ -201,7 +206,7 @@ static l_inline lu_byte ls_getint(Table *t, lua_Integer k, TValue *res) {
 
 static l_inline void ls_setint(lua_State *L, Table *t, lua_Integer k, TValue *v) {
   lua_Unsigned i = l_castS2U(k) - 1u;
-  if (i < t->asize) obj2arr(t, i, v);
+  if (i < luaH_asize(t)) obj2arr(t, i, v);
   else luaH_setint(L, t, k, v);
 }
 
@@ -246,7 +251,7 @@ static LS_ALWAYS_INLINE int ls_set(lua_State *L, Table *t, const TValue *k, cons
   if (d >= 1 && d < LS_BUILD_DEPTH && placed[d]) {
     if (place_entry(L, t, k, v, &cursor[d]) < 0) return -1;
   }
-  else if (ttisinteger(k) && l_castS2U(ivalue(k)) - 1u < t->asize) {
+  else if (ttisinteger(k) && l_castS2U(ivalue(k)) - 1u < luaH_asize(t)) {
     /* In the array part: as luaH_set does there (luaH_setint's case), which touches neither
     ** a node nor the metamethod cache (integers name no metamethod). */
     obj2arr(t, l_castS2U(ivalue(k)) - 1u, v);
@@ -298,7 +303,7 @@ static int ls_rmemo_apply(Table *t, const ls_rmemo *mm, const uint32_t *codes,
                           Node *nw) {
   uint32_t livecur[LS_RM_NODES];
   unsigned int i, m = 0;
-  if (mm->size != size || mm->lastfree != lastfree || mm->asize != t->asize) return 0;
+  if (mm->size != size || mm->lastfree != lastfree || mm->asize != luaH_asize(t)) return 0;
   if (memcmp(mm->codes, codes, size * sizeof *codes) != 0
       || memcmp(mm->nexts, nexts, size * sizeof *nexts) != 0)
     return 0;
@@ -489,7 +494,7 @@ static int relayout(lua_State *L, Table *t, const uint32_t *codes, const int32_t
   if (memo != NULL) {  /* every check passed: the next table laid out alike can skip them */
     memo->lastfree = lastfree;
     memo->m = m;
-    memo->asize = t->asize;
+    memo->asize = luaH_asize(t);
     memcpy(memo->codes, codes, size * sizeof *codes);
     memcpy(memo->nexts, nexts, size * sizeof *nexts);
     memo->size = size;

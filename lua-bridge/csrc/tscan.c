@@ -19,7 +19,7 @@ int luasnap_table_next(lua_State *L, const void *tp, uint32_t *pos) {
   const Table *t = (const Table *)tp;
   unsigned int asize, i;
   if (t == NULL) return 0;
-  asize = t->asize;
+  asize = luaH_asize(t);
   for (i = *pos; i < asize; i++) {
     lu_byte tag = *getArrTag(t, i);
     if (!tagisempty(tag)) {
@@ -49,7 +49,7 @@ int luasnap_table_next(lua_State *L, const void *tp, uint32_t *pos) {
 int luasnap_table_entry(lua_State *L, const void *tp, uint32_t pos, int what) {
   const Table *t = (const Table *)tp;
   if (t == NULL) return 0;
-  if (pos < t->asize) {
+  if (pos < luaH_asize(t)) {
     lu_byte tag = *getArrTag(t, pos);
     if (tagisempty(tag)) return 0;
     if (what == 0) {
@@ -59,8 +59,8 @@ int luasnap_table_entry(lua_State *L, const void *tp, uint32_t pos, int what) {
     }
   } else {
     Node *n;
-    if (pos - t->asize >= (unsigned int)sizenode(t)) return 0;
-    n = gnode(t, pos - t->asize);
+    if (pos - luaH_asize(t) >= (unsigned int)sizenode(t)) return 0;
+    n = gnode(t, pos - luaH_asize(t));
     if (isempty(gval(n))) return 0;
     if (what == 0) {
       getnodekey(L, s2v(L->top.p), n);
@@ -153,7 +153,7 @@ int luasnap_table_scan(lua_State *L, const void *tp, uint32_t pos, luasnap_sentr
   int n = 0;
   (void)L;
   if (t == NULL) return 0;
-  asize = t->asize;
+  asize = luaH_asize(t);
   /* Read once: the stores into out below could alias them for the compiler. */
   nsize = (unsigned int)sizenode(t);
   node = t->node;
@@ -224,7 +224,7 @@ void luasnap_push_metatable(lua_State *L, const void *tp) {
 int luasnap_table_info(const void *tp, const void *key, uint32_t *narr, uint32_t *nhash,
                        const void **mt) {
   const Table *t = (const Table *)tp;
-  *narr = t->asize;
+  *narr = luaH_asize(t);
   *nhash = isdummy(t) ? 0 : (1u << t->lsizenode);
   *mt = t->metatable;
   if (t->metatable == NULL || key == NULL) return 0;

@@ -320,6 +320,23 @@ typedef struct GCObject {
 } GCObject;
 
 
+/*
+** luasnap patch (see LUASNAP-PATCHES.md): tables, closures, full userdata and threads carry
+** an identity, 'id', that decides where they go as table keys instead of their address
+** (ltable.c, 'mainpositionTV'). It is 0 until the object first becomes a key, which gives it
+** the next number of the state's counter ('global_State.lastid'); it never changes after
+** that. So the order of 'next' over a table keyed by such objects depends on the program's
+** history, not on where the allocator put them: the same in every process, and after a
+** save-game load that restores the ids. The field sits at the same offset in each of the four
+** structures (in padding closures, userdata and threads already had; in a table, where its
+** array size was), so 'gcoid' reads it without looking at the type; ltable.c checks the
+** offsets.
+*/
+#define LUASNAP_ID_OFFSET	12
+
+#define gcoid(o)	(*cast(unsigned int *, cast_charp(o) + LUASNAP_ID_OFFSET))
+
+
 /* Bit mark for collectable types */
 #define BIT_ISCOLLECTABLE	(1 << 6)
 
@@ -504,6 +521,7 @@ typedef union UValue {
 typedef struct Udata {
   CommonHeader;
   unsigned short nuvalue;  /* number of user values */
+  unsigned int id;  /* luasnap patch: identity as a table key (see 'gcoid') */
   size_t len;  /* number of bytes */
   struct Table *metatable;
   GCObject *gclist;
@@ -523,6 +541,7 @@ typedef struct Udata {
 typedef struct Udata0 {
   CommonHeader;
   unsigned short nuvalue;  /* number of user values */
+  unsigned int id;  /* luasnap patch: identity as a table key (see 'gcoid') */
   size_t len;  /* number of bytes */
   struct Table *metatable;
   union {LUAI_MAXALIGN;} bindata;
@@ -706,8 +725,9 @@ typedef struct UpVal {
 
 
 
+/* luasnap patch: 'id', identity as a table key (see 'gcoid') */
 #define ClosureHeader \
-	CommonHeader; lu_byte nupvalues; GCObject *gclist
+	CommonHeader; lu_byte nupvalues; unsigned int id; GCObject *gclist
 
 typedef struct CClosure {
   ClosureHeader;
@@ -790,7 +810,10 @@ typedef struct Table {
   CommonHeader;
   lu_byte flags;  /* 1<<p means tagmethod(p) is not present */
   lu_byte lsizenode;  /* log2 of number of slots of 'node' array */
-  unsigned int asize;  /* number of slots in 'array' array */
+  /* luasnap patch: the identity as a table key (see 'gcoid') takes the place of 'asize', the
+  ** number of slots in 'array', which moved into the array's block (see 'luaH_asize' in
+  ** ltable.h), so a table stays 48 bytes */
+  unsigned int id;
   Value *array;  /* array part */
   Node *node;
   struct Table *metatable;

@@ -156,6 +156,7 @@ static void resetCI (lua_State *L) {
   ci->u.c.k = NULL;
   ci->callstatus = CIST_C;
   L->status = LUA_OK;
+  L->id = 0;  /* luasnap patch: no identity until it is a key */
   L->errfunc = 0;  /* stack unwind can "throw away" the error function */
 }
 
@@ -242,6 +243,7 @@ static void preinit_thread (lua_State *L, global_State *g) {
   resethookcount(L);
   L->openupval = NULL;
   L->status = LUA_OK;
+  L->id = 0;  /* luasnap patch: no identity until it is a key */
   L->errfunc = 0;
   L->oldpc = 0;
   L->base_ci.previous = L->base_ci.next = NULL;
@@ -357,6 +359,7 @@ LUA_API lua_State *lua_newstate (lua_Alloc f, void *ud, unsigned seed) {
   g->warnf = NULL;
   g->ud_warn = NULL;
   g->seed = seed;
+  g->lastid = 0;  /* luasnap patch: identities start at 1 */
   g->gcstp = GCSTPGC;  /* no GC while building state */
   g->strt.size = g->strt.nuse = 0;
   g->strt.hash = NULL;

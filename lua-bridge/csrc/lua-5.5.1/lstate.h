@@ -286,6 +286,7 @@ struct lua_State {
   CommonHeader;
   lu_byte allowhook;
   TStatus status;
+  unsigned int id;  /* luasnap patch: identity as a table key (see 'gcoid') */
   StkIdRel top;  /* first free slot in the stack */
   struct global_State *l_G;
   CallInfo *ci;  /* call info for current function */
@@ -335,6 +336,7 @@ typedef struct global_State {
   TValue l_registry;
   TValue nilvalue;  /* a nil value */
   unsigned int seed;  /* randomized seed for hashes */
+  unsigned int lastid;  /* luasnap patch: the last identity given to a key (see 'gcoid') */
   lu_byte gcparams[LUA_GCPN];
   lu_byte currentwhite;
   lu_byte gcstate;  /* state of garbage collector */

@@ -293,6 +293,7 @@ Udata *luaS_newudata (lua_State *L, size_t s, unsigned short nuvalue) {
   u = gco2u(o);
   u->len = s;
   u->nuvalue = nuvalue;
+  u->id = 0;  /* luasnap patch: no identity until it is a key */
   u->metatable = NULL;
   for (i = 0; i < nuvalue; i++)
     setnilvalue(&u->uv[i].uv);

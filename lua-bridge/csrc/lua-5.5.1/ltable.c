@@ -119,6 +119,28 @@ typedef union {
 #define hashpointer(t,p)	hashmod(t, point2uint(p))
 
 
+/*
+** luasnap patch (see LUASNAP-PATCHES.md): a key that is a table, closure, full userdata or
+** thread goes where its identity sends it ('gcoid', given by 'luaH_keyid' when it first
+** becomes a key), a light C function where the identity of its library name sends it
+** ('luasnap_cfunction_id', csrc/cfids.c; the address for a function no library names), so
+** neither depends on an address. Light userdata (host pointers) still hash by address.
+** Objects that were never keys have identity 0: a lookup of one walks the chain of node
+** 0 and finds nothing, as it must (keys compare by address, as before).
+*/
+#define hashobject(t,o)	hashmod(t, gcoid(o))
+#define hashcfunction(t,f)	hashmod(t, luasnap_cfunction_id(f))
+
+/* 'gcoid' reads the same offset in every kind of object that has an identity. */
+typedef char luasnap_id_offsets[
+  (offsetof(Table, id) == LUASNAP_ID_OFFSET &&
+   offsetof(LClosure, id) == LUASNAP_ID_OFFSET &&
+   offsetof(CClosure, id) == LUASNAP_ID_OFFSET &&
+   offsetof(Udata, id) == LUASNAP_ID_OFFSET &&
+   offsetof(Udata0, id) == LUASNAP_ID_OFFSET &&
+   offsetof(lua_State, id) == LUASNAP_ID_OFFSET) ? 1 : -1];
+
+
 #define dummynode		(&dummynode_)
 
 /*
@@ -213,11 +235,11 @@ static Node *mainpositionTV (const Table *t, const TValue *key) {
     }
     case LUA_VLCF: {
       lua_CFunction f = fvalue(key);
-      return hashpointer(t, f);
+      return hashcfunction(t, f);
     }
     default: {
       GCObject *o = gcvalue(key);
-      return hashpointer(t, o);
+      return hashobject(t, o);
     }
   }
 }
@@ -323,7 +345,7 @@ static unsigned checkrange (lua_Integer k, unsigned limit) {
 ** Check whether an integer key is in the array part of a table and
 ** return its index there, or zero.
 */
-#define ikeyinarray(t,k)	checkrange(k, t->asize)
+#define ikeyinarray(t,k)	checkrange(k, luaH_asize(t))
 
 
 /*
@@ -359,7 +381,7 @@ static unsigned findindex (lua_State *L, Table *t, TValue *key,
 
 
 int luaH_next (lua_State *L, Table *t, StkId key) {
-  unsigned int asize = t->asize;
+  unsigned int asize = luaH_asize(t);
   unsigned int i = findindex(L, t, s2v(key), asize);  /* find original key */
   for (; i < asize; i++) {  /* try first array part */
     lu_byte tag = *getArrTag(t, i);
@@ -490,7 +512,7 @@ static void numusearray (const Table *t, Counters *ct) {
   unsigned int ttlg;  /* 2^lg */
   unsigned int ause = 0;  /* summation of 'nums' */
   unsigned int i = 1;  /* index to traverse all array keys */
-  unsigned int asize = t->asize;
+  unsigned int asize = luaH_asize(t);
   /* traverse each slice */
   for (lg = 0, ttlg = 1; lg <= MAXABITS; lg++, ttlg *= 2) {
     unsigned int lc = 0;  /* counter */
@@ -544,9 +566,17 @@ static void numusehash (const Table *t, Counters *ct) {
 static size_t concretesize (unsigned int size) {
   if (size == 0)
     return 0;
-  else  /* space for the two arrays plus an unsigned in between */
-    return size * (sizeof(Value) + 1) + sizeof(unsigned);
+  else  /* space for the two arrays plus two unsigned in between (luasnap patch) */
+    return luaH_arraybytes(size);
 }
+
+
+/*
+** luasnap patch (see LUASNAP-PATCHES.md): the array block of every table
+** without an array part: its size is 0 ('luaH_asize'). Never written.
+*/
+static const union { Value align_; unsigned u[2]; } emptyarray_ = {{0}};
+#define emptyarray	cast(Value *, cast(void *, cast(const void *, emptyarray_.u)))
 
 
 /*
@@ -715,7 +745,7 @@ static void clearNewSlice (Table *t, unsigned oldasize, unsigned newasize) {
 void luaH_resize (lua_State *L, Table *t, unsigned newasize,
                                           unsigned nhsize) {
   Table newt;  /* to keep the new hash part */
-  unsigned oldasize = t->asize;
+  unsigned oldasize = luaH_asize(t);
   Value *newarray;
   if (newasize > MAXASIZE)
     luaG_runerror(L, "table overflow");
@@ -736,10 +766,14 @@ void luaH_resize (lua_State *L, Table *t, unsigned newasize,
   }
   /* allocation ok; initialize new part of the array */
   exchangehashpart(t, &newt);  /* 't' has the new hash ('newt' has the old) */
-  t->array = newarray;  /* set new array part */
-  t->asize = newasize;
-  if (newarray != NULL)
+  /* luasnap patch: the size is kept in the block (see 'luaH_asize') */
+  if (newasize > 0) {
+    t->array = newarray;  /* set new array part */
+    luaH_setasize(t, newasize);
     *lenhint(t) = newasize / 2u;  /* set an initial hint */
+  }
+  else
+    t->array = emptyarray;
   clearNewSlice(t, oldasize, newasize);
   /* re-insert elements from old hash part into new parts */
   reinserthash(L, &newt, t);  /* 'newt' now has the old hash */
@@ -773,7 +807,7 @@ static void rehash (lua_State *L, Table *t, const TValue *ek) {
   numusehash(t, &ct);  /* count keys in hash part */
   if (ct.na == 0) {
     /* no new keys to enter array part; keep it with the same size */
-    asize = t->asize;
+    asize = luaH_asize(t);
   }
   else {  /* compute best size for array part */
     numusearray(t, &ct);  /* count keys in array part */
@@ -800,15 +834,15 @@ Table *luaH_new (lua_State *L) {
   Table *t = gco2t(o);
   t->metatable = NULL;
   t->flags = maskflags;  /* table has no metamethod fields */
-  t->array = NULL;
-  t->asize = 0;
+  t->array = emptyarray;  /* luasnap patch: no array part (see 'luaH_asize') */
+  t->id = 0;  /* luasnap patch: no identity until it is a key */
   setnodevector(L, t, 0);
   return t;
 }
 
 
 lu_mem luaH_size (Table *t) {
-  lu_mem sz = cast(lu_mem, sizeof(Table)) + concretesize(t->asize);
+  lu_mem sz = cast(lu_mem, sizeof(Table)) + concretesize(luaH_asize(t));
   if (!isdummy(t))
     sz += sizehash(t);
   return sz;
@@ -820,7 +854,7 @@ lu_mem luaH_size (Table *t) {
 */
 void luaH_free (lua_State *L, Table *t) {
   freehash(L, t);
-  resizearray(L, t, t->asize, 0);
+  resizearray(L, t, luaH_asize(t), 0);
   luaM_free(L, t);
 }
 
@@ -910,10 +944,29 @@ static void newcheckedkey (Table *t, const TValue *key, TValue *value) {
 }
 
 
+/*
+** luasnap patch (see LUASNAP-PATCHES.md): gives object 'o' (a table, closure, full userdata
+** or thread) the next identity of the state if it has none yet; an identity never changes,
+** so every table holding 'o' as a key finds it where it put it. Identities are numbered
+** from 1 in the order objects first become keys; after 2^32 - 1 of them they wrap around,
+** skipping 0 (two keys with one identity only share a chain).
+*/
+void luaH_keyid (lua_State *L, GCObject *o) {
+  if (gcoid(o) == 0) {
+    global_State *g = G(L);
+    if (++g->lastid == 0) g->lastid = 1;
+    gcoid(o) = g->lastid;
+  }
+}
+
+
 static void luaH_newkey (lua_State *L, Table *t, const TValue *key,
                                                  TValue *value) {
   if (!ttisnil(value)) {  /* do not insert nil values */
-    int done = insertkey(t, key, value);
+    int done;
+    if (iscollectable(key) && !ttisstring(key))
+      luaH_keyid(L, gcvalue(key));  /* luasnap patch: before its position is computed */
+    done = insertkey(t, key, value);
     if (!done) {  /* could not find a free place? */
       rehash(L, t, key);  /* grow table */
       newcheckedkey(t, key, value);  /* insert key in grown table */
@@ -1281,7 +1334,7 @@ static unsigned int binsearch (Table *array, unsigned int i, unsigned int j) {
 
 /* return a border, saving it as a hint for next call */
 static lua_Unsigned newhint (Table *t, unsigned hint) {
-  lua_assert(hint <= t->asize);
+  lua_assert(hint <= luaH_asize(t));
   *lenhint(t) = hint;
   return hint;
 }
@@ -1299,7 +1352,7 @@ static lua_Unsigned newhint (Table *t, unsigned hint) {
 ** border may be in the hash part.
 */
 lua_Unsigned luaH_getn (lua_State *L, Table *t) {
-  unsigned asize = t->asize;
+  unsigned asize = luaH_asize(t);
   if (asize > 0) {  /* is there an array part? */
     const unsigned maxvicinity = 4;
     unsigned limit = *lenhint(t);  /* start with the hint */

@@ -51,7 +51,7 @@
 
 #define luaH_fastgeti(t,k,res,tag) \
   { Table *h = t; lua_Unsigned u = l_castS2U(k) - 1u; \
-    if ((u < h->asize)) { \
+    if ((u < luaH_asize(h))) { \
       tag = *getArrTag(h, u); \
       if (!tagisempty(tag)) { farr2val(h, u, tag, res); }} \
     else { tag = luaH_getint(h, (k), res); }}
@@ -59,7 +59,7 @@
 
 #define luaH_fastseti(t,k,val,hres) \
   { Table *h = t; lua_Unsigned u = l_castS2U(k) - 1u; \
-    if ((u < h->asize)) { \
+    if ((u < luaH_asize(h))) { \
       lu_byte *tag = getArrTag(h, u); \
       if (checknoTM(h->metatable, TM_NEWINDEX) || !tagisempty(*tag)) \
         { fval2arr(h, u, tag, val); hres = HOK; } \
@@ -110,10 +110,34 @@
 
 ** All accesses to 't->array' should be through the macros 'getArrTag'
 ** and 'getArrVal'.
+**
+** luasnap patch (see LUASNAP-PATCHES.md): two unsigned ints sit between
+** the arrays: the number of slots ('luaH_asize', which stock Lua keeps
+** in 'Table.asize'), then the hint. Its place in 'Table' holds the
+** table's identity as a key, so a table stays 48 bytes. A table with no
+** array part points 'array' at a shared block whose size is 0 (never
+** written: 'lenhint' is written only when the size is not 0), so
+** reading the size needs no test.
+
+             Values                                     Tags
+  ----------------------------------------------------------------
+  ...  |   Value 1     |   Value 0     |size|hint|0|1|...
+  ----------------------------------------------------------------
+                                       ^ t->array
 */
 
+/* luasnap patch: the number of slots of the array part */
+#define luaH_asize(t)	(cast(const unsigned *, (t)->array)[0])
+
+/* luasnap patch: sets it (a real array block: the size is not 0) */
+#define luaH_setasize(t,n)	(cast(unsigned *, (t)->array)[0] = (n))
+
+/* luasnap patch: bytes of an array block with 'n' slots (not 0) */
+#define luaH_arraybytes(n)	\
+	(cast_sizet(n) * (sizeof(Value) + 1) + 2 * sizeof(unsigned))
+
 /* Computes the address of the tag for the abstract C-index 'k' */
-#define getArrTag(t,k)	(cast(lu_byte*, (t)->array) + sizeof(unsigned) + (k))
+#define getArrTag(t,k)	(cast(lu_byte*, (t)->array) + 2 * sizeof(unsigned) + (k))
 
 /* Computes the address of the value for the abstract C-index 'k' */
 #define getArrVal(t,k)	((t)->array - 1 - (k))
@@ -124,7 +148,7 @@
 ** see luaH_getn. It is stored there to avoid wasting space in
 ** the structure Table for tables with no array part.
 */
-#define lenhint(t)	cast(unsigned*, (t)->array)
+#define lenhint(t)	(cast(unsigned*, (t)->array) + 1)  /* luasnap patch: after the size */
 
 
 /*
@@ -178,6 +202,11 @@ LUAI_FUNC void luaH_free (lua_State *L, Table *t);
 LUAI_FUNC int luaH_next (lua_State *L, Table *t, StkId key);
 LUAI_FUNC lua_Unsigned luaH_getn (lua_State *L, Table *t);
 
+
+/* luasnap patch (see LUASNAP-PATCHES.md): identities of keys (see 'gcoid' in lobject.h). */
+LUAI_FUNC void luaH_keyid (lua_State *L, GCObject *o);
+LUAI_FUNC unsigned int luasnap_cfunction_id (lua_CFunction f);
+LUAI_FUNC int luasnap_cfunction_name (lua_CFunction f, const char *name, size_t len);
 
 /* luasnap patch (see LUASNAP-PATCHES.md): declared and compiled in every build. */
 LUAI_FUNC Node *luaH_mainposition (const Table *t, const TValue *key);

@@ -21,7 +21,7 @@
 //! and, for a raising one, a protected context. Their contracts are in the header.
 #![allow(missing_docs)] // each declaration's contract is its prototype's, in csrc/luasnap.h
 
-use mlua_sys::{lua_Hook, lua_Integer, lua_State, lua_Writer};
+use mlua_sys::{lua_CFunction, lua_Hook, lua_Integer, lua_State, lua_Writer};
 use std::ffi::{c_char, c_int, c_void};
 
 /// Called for each prototype of a walk: `f(p, ud)` (`luasnap_proto_fn`).
@@ -116,6 +116,7 @@ include!(concat!(env!("OUT_DIR"), "/luasnap_h.rs"));
 // proto.c: prototypes and their fingerprints.
 unsafe extern "C" {
     pub(crate) fn luasnap_proto(L: *mut lua_State, idx: c_int) -> *const c_void;
+    pub(crate) fn luasnap_light_cfunction(L: *mut lua_State, idx: c_int) -> Option<lua_CFunction>;
     pub(crate) fn luasnap_proto_nupvalues(p: *const c_void) -> c_int;
     pub(crate) fn luasnap_proto_nchildren(p: *const c_void) -> c_int;
     pub(crate) fn luasnap_proto_child(p: *const c_void, i: c_int) -> *const c_void;
@@ -386,6 +387,15 @@ unsafe extern "C-unwind" {
     pub(crate) fn luasnap_co_close(L: *mut lua_State) -> c_int;
     pub(crate) fn luasnap_det_sort(L: *mut lua_State) -> c_int;
     pub(crate) fn luasnap_det_randomseed(L: *mut lua_State) -> c_int;
+}
+
+// cfids.c (compiled into the Lua library: ltable.c calls it): light C functions' identities.
+unsafe extern "C" {
+    pub(crate) fn luasnap_cfunction_name(
+        f: lua_CFunction,
+        name: *const c_char,
+        len: usize,
+    ) -> c_int;
 }
 
 // readline.c: the stand-alone interpreter's terminal.

@@ -8,7 +8,7 @@ use super::{
     DEFAULT_OWN_HEAP_GROWTH, PCALL_K, PERMS_KEY, UNPERMS_KEY,
 };
 use crate::bridge::error::VmError;
-use crate::bridge::helpers::luasnap_thread_k;
+use crate::bridge::helpers::{luasnap_cfunction_name, luasnap_light_cfunction, luasnap_thread_k};
 use crate::bridge::vm::{Extension, Vm, VmBuilder};
 use mlua_sys::{self as ffi, lua_State};
 use std::ffi::{CStr, CString};
@@ -161,6 +161,9 @@ unsafe fn add_globals(L: *mut lua_State) {
     unsafe {
         ffi::lua_rawgeti(L, ffi::LUA_REGISTRYINDEX, ffi::LUA_RIDX_GLOBALS);
         let g = ffi::lua_gettop(L);
+        // Their light C functions get their identities as keys first: the permanents tables
+        // are keyed by them, and a key keeps the position it was put at.
+        name_library_cfunctions(L, g);
         ffi::lua_pushvalue(L, g);
         add_permanent(L, c"_G");
         ffi::lua_pushnil(L);
@@ -274,10 +277,63 @@ unsafe fn add_unnamed_functions(L: *mut lua_State) {
             {
                 if let Some(f) = ffi::lua_tocfunction(L, -1) {
                     ffi::lua_pushcclosure(L, f, 0);
+                    name_cfunction(f, name);
                     add_permanent(L, name);
                 }
             }
             ffi::lua_settop(L, 0);
         }
     }
+}
+
+/// Gives each light C function of the library (in `_G` at the absolute index `g` and in the
+/// tables in it, one level deep, as `install` names them) its identity as a table key, which
+/// is the same in every process (csrc/cfids.c). A function with several names gets its least
+/// name, so the choice does not depend on the order of the walk (the hash seed's).
+/// Allocates nothing in Lua, so the VM's build is unchanged.
+///
+/// # Safety
+/// `g` is the absolute index of a table; stack room for 4 values.
+unsafe fn name_library_cfunctions(L: *mut ffi::lua_State, g: std::ffi::c_int) {
+    let mut found: Vec<(usize, CString, ffi::lua_CFunction)> = Vec::new();
+    let mut note = |L: *mut ffi::lua_State, name: String| {
+        // SAFETY: a value on top (the walks below).
+        if let Some(f) = unsafe { luasnap_light_cfunction(L, -1) } {
+            let name = CString::new(name).expect("names have no NUL");
+            found.push((f as usize, name, f));
+        }
+    };
+    // SAFETY: raw walks of tables with lua_next, which neither allocates nor raises for keys
+    // taken from the table; balanced pushes.
+    unsafe {
+        ffi::lua_pushnil(L);
+        while ffi::lua_next(L, g) != 0 {
+            if let Some(name) = key_name(L, -2) {
+                if ffi::lua_type(L, -1) == ffi::LUA_TTABLE && name != "_G" {
+                    let lib = ffi::lua_gettop(L);
+                    ffi::lua_pushnil(L);
+                    while ffi::lua_next(L, lib) != 0 {
+                        if let Some(fname) = key_name(L, -2) {
+                            note(L, format!("{name}.{fname}"));
+                        }
+                        ffi::lua_settop(L, -2);
+                    }
+                }
+                note(L, name);
+            }
+            ffi::lua_settop(L, -2);
+        }
+    }
+    found.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
+    found.dedup_by_key(|e| e.0);
+    for (_, name, f) in found {
+        name_cfunction(f, &name);
+    }
+}
+
+/// Makes `name` the identity of the light C function `f` as a table key (if it has none).
+fn name_cfunction(f: ffi::lua_CFunction, name: &CStr) {
+    let bytes = name.to_bytes();
+    // SAFETY: a name of `bytes.len()` bytes; the map keeps only its hash.
+    unsafe { luasnap_cfunction_name(f, bytes.as_ptr().cast(), bytes.len()) };
 }

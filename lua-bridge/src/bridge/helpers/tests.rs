@@ -236,8 +236,13 @@ fn every_declaration_matches_its_prototype() {
     for (name, decl) in &c {
         let mut want = decl.params.clone();
         let got = &rust[name];
+        let mut want_result = decl.result.clone();
         // A C function pointer may be NULL: Rust may declare it as an Option of the pointer.
-        for (w, g) in want.iter_mut().zip(&got.params) {
+        for (w, g) in want
+            .iter_mut()
+            .zip(&got.params)
+            .chain([(&mut want_result, &got.result)])
+        {
             if *g == format!("Option<{w}>") {
                 *w = g.clone();
             }
@@ -247,7 +252,7 @@ fn every_declaration_matches_its_prototype() {
             "{name}: parameter types (helpers.rs vs luasnap.h)"
         );
         assert_eq!(
-            got.result, decl.result,
+            got.result, want_result,
             "{name}: result type (helpers.rs vs luasnap.h)"
         );
         assert_eq!(
