@@ -6,6 +6,7 @@ mod diff;
 mod gc_pages;
 mod p2p;
 mod run;
+mod second;
 mod simulate;
 mod size;
 mod trackers;

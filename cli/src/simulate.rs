@@ -63,6 +63,18 @@ pub struct SimulateArgs {
     /// shared machine, time spent waiting for a core is not counted (write faults are).
     #[arg(long)]
     pub cpu_time: bool,
+    /// Also run the lockstep reference in a second process and compare (`on`, the default):
+    /// a game whose results depend on the process (addresses, the order of keys this build
+    /// does not fix) differs there, and is explained by the first differing frame and the
+    /// paths of the differing values. `off` skips it.
+    #[arg(long, default_value = "on", value_parser = ["on", "off"])]
+    pub second_process: String,
+    /// (The second process's side: the frames after which to report the value digest.)
+    #[arg(long, hide = true)]
+    pub lockstep_digests: Option<String>,
+    /// (The second process's side: FRAME:PATH, a save-game of the state after FRAME.)
+    #[arg(long, hide = true)]
+    pub lockstep_save: Option<String>,
 }
 
 /// `--step-budget`: a number of Lua instructions, or `off`.
@@ -163,6 +175,7 @@ pub fn run(args: SimulateArgs) -> Result<(), String> {
     };
     opts.validate().map_err(|e| e.to_string())?;
     let frames = opts.frames;
+    let game = opts.game.clone();
     let mut sim = Simulation::new(opts).map_err(|e| {
         let e = e.to_string();
         // The load's advice names the Rust API; on the command line it is a flag.
@@ -174,6 +187,9 @@ pub fn run(args: SimulateArgs) -> Result<(), String> {
     })?;
     if args.cpu_time {
         sim.set_clock(Clock::ThreadCpu);
+    }
+    if args.lockstep_digests.is_some() || args.lockstep_save.is_some() {
+        return crate::second::run_child(&args, &mut sim);
     }
     let backends: Vec<Backend> = match args.mode.as_str() {
         "all" => Backend::ALL.to_vec(),
@@ -244,7 +260,7 @@ pub fn run(args: SimulateArgs) -> Result<(), String> {
             }
         })
     };
-    let result = run_modes(&args, &mut sim, &backends, note);
+    let result = run_modes(&args, &game, &mut sim, &backends, note);
     finished.store(true, Ordering::Relaxed);
     let _ = watchdog.join();
     result
@@ -262,21 +278,34 @@ fn stall_warning() -> Duration {
 
 /// What a run of every mode gave: the modes that ran, those that failed (with several
 /// modes, a failure is reported beside the others' results, not instead of them), and where
-/// the first one that does not match the reference diverges.
+/// the first one that does not match the reference diverges, and what the second process
+/// found (`--second-process on`).
 struct Outcome {
     reports: Vec<ModeReport>,
     failures: Vec<(Backend, String)>,
     divergence: Option<Divergence>,
+    cross: Option<crate::second::CrossCheck>,
 }
 
 fn run_modes(
     args: &SimulateArgs,
+    game: &GameConfig,
     sim: &mut Simulation,
     backends: &[Backend],
     note: impl Fn(&str),
 ) -> Result<(), String> {
     let err = |e: GameError| e.to_string();
-    let (reference, save) = sim.reference(args.save.is_some()).map_err(err)?;
+    // The second process runs beside this one's reference and modes.
+    let (probes, second) = if args.second_process == "on" {
+        let probes = crate::second::first_frames(sim.start_frame(), args.frames);
+        let child = crate::second::spawn(args, &probes, None)?;
+        (probes, Some(child))
+    } else {
+        (Vec::new(), None)
+    };
+    let (reference, save) = sim
+        .reference_with(args.save.is_some(), &probes)
+        .map_err(err)?;
     let mut reports: Vec<ModeReport> = Vec::new();
     let mut failures: Vec<(Backend, String)> = Vec::new();
     for b in backends {
@@ -295,6 +324,13 @@ fn run_modes(
             human_bytes(bytes.len() as u64)
         );
     }
+    let cross = match second {
+        Some(child) => {
+            note("comparing the lockstep reference with a second process...");
+            Some(crate::second::compare(args, game, sim, &reference, child)?)
+        }
+        None => None,
+    };
     // A mismatch is explained before printing, so --json carries the explanation too.
     let divergence = match reports.iter().find(|r| !r.matches_reference) {
         Some(r) => {
@@ -310,6 +346,7 @@ fn run_modes(
         reports,
         failures,
         divergence,
+        cross,
     };
     let text = if args.json {
         json_report(args, &reference, &outcome)
@@ -326,6 +363,9 @@ fn run_modes(
             Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
             r => r.map_err(|e| format!("cannot write the report: {e}"))?,
         }
+    }
+    if let Some(c) = outcome.cross.filter(|c| !c.agrees) {
+        return Err(c.to_string().trim_end().to_string());
     }
     if let Some(why) = outcome.divergence {
         return Err(why.to_string().trim_end().to_string());
@@ -367,6 +407,7 @@ fn json_report(args: &SimulateArgs, reference: &Reference, outcome: &Outcome) ->
         "modes": modes,
         "failed_modes": outcome.failures.iter().map(|(b, e)| json!({"mode": b.name(), "error": e})).collect::<Vec<_>>(),
         "divergence": divergence_json,
+        "second_process": outcome.cross.as_ref().map(crate::second::CrossCheck::json),
         "note": if args.players == 1 { Some(ONE_PLAYER) } else { None },
     });
     format!("{out}\n")
@@ -399,6 +440,9 @@ fn table_report(args: &SimulateArgs, reference: &Reference, outcome: &Outcome) -
     mode_table(&mut text, &outcome.reports, reference);
     for (b, e) in &outcome.failures {
         let _ = writeln!(text, "| {} | failed: {e} |", b.name());
+    }
+    if let Some(c) = outcome.cross.as_ref().filter(|c| c.agrees) {
+        let _ = writeln!(text, "\n{c}");
     }
     if args.players == 1 {
         let _ = writeln!(text, "\nnote: {ONE_PLAYER}");

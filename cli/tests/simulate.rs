@@ -354,3 +354,147 @@ fn p2p_stops_a_runaway_step_too() {
     assert!(err.contains("runaway.lua:2:"), "{err}");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// A game whose state depends on where the executable was loaded (ASLR moves it in every
+/// process): the address of `print`, from `tostring`, enters the state after a few frames. The
+/// digest covers it, so peers comparing checksums see it too.
+const PROCESS_DEPENDENT: &str = "local G = {} local s
+    function G.init() s = { v = 0, h = 0 } end
+    function G.step(i)
+      s.v = s.v + i[1]
+      if s.v > 50 then s.h = (s.h + tonumber(tostring(print):match('0x(%x+)'), 16)) % 1000003 end
+    end
+    function G.digest() return s.v * 1000003 + s.h end
+    return G";
+
+fn write_game(name: &str, source: &str) -> std::path::PathBuf {
+    let path = std::env::temp_dir().join(format!("luasnap-{name}-{}.lua", std::process::id()));
+    std::fs::write(&path, source).unwrap();
+    path
+}
+
+#[test]
+fn simulate_checks_its_reference_in_a_second_process() {
+    // Every backend runs in one process, so they all agree on a game that depends on the
+    // process; the reference run again in a second process does not, and says where.
+    let path = write_game("process-dependent", PROCESS_DEPENDENT);
+    let run = |extra: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_luasnap"))
+            .args(["simulate", path.to_str().unwrap(), "--frames", "60"])
+            .args(["--mode", "incremental"])
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let out = run(&[]);
+    assert!(!out.status.success());
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(e.contains("differs in a second process"), "{e}");
+    assert!(e.contains("first differs after frame "), "{e}");
+    assert!(e.contains("@s.h: "), "the differing value by path: {e}");
+    let json = run(&["--json"]);
+    assert!(!json.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    let second = &v["second_process"];
+    assert_eq!(second["matches"], false, "{second}");
+    assert!(second["first_differing_frame"].is_u64(), "{second}");
+    assert!(
+        second["differences"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|x| x["path"].as_str().unwrap().contains("@s.h")),
+        "{second}"
+    );
+    // The modes alone agree: they share the process.
+    let off = run(&["--second-process", "off"]);
+    assert!(
+        off.status.success(),
+        "{}",
+        String::from_utf8_lossy(&off.stderr)
+    );
+    // A game that does not depend on the process agrees, and the report says so.
+    let tiny = write_game("tiny-second", TINY);
+    let ok = Command::new(env!("CARGO_BIN_EXE_luasnap"))
+        .args(["simulate", tiny.to_str().unwrap(), "--frames", "40"])
+        .args(["--mode", "incremental", "--json"])
+        .output()
+        .unwrap();
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&ok.stdout).unwrap();
+    assert_eq!(v["second_process"]["matches"], true, "{v}");
+    assert_eq!(
+        v["second_process"]["value_digest"], v["reference_value_digest"],
+        "{v}"
+    );
+    std::fs::remove_file(&path).ok();
+    std::fs::remove_file(&tiny).ok();
+}
+
+#[test]
+fn p2p_runs_its_peers_in_two_processes_and_explains_a_desync() {
+    let path = write_game("p2p-process-dependent", PROCESS_DEPENDENT);
+    let run = |extra: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_luasnap"))
+            .args(["p2p", path.to_str().unwrap(), "--frames", "60"])
+            .args(["--timeout", "60"])
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let out = run(&[]);
+    assert!(!out.status.success());
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(e.contains("desyncs detected"), "{e}");
+    assert!(e.contains("first differs after frame "), "{e}");
+    assert!(e.contains("@s.h: "), "{e}");
+    // In one process both peers share the executable's address: no desync to see.
+    let one = run(&["--one-process"]);
+    assert!(
+        one.status.success(),
+        "{}",
+        String::from_utf8_lossy(&one.stderr)
+    );
+    std::fs::remove_file(&path).ok();
+}
+
+#[test]
+fn p2p_peers_agree_on_a_set_keyed_by_tables() {
+    // The first entity of pairs() over a set of tables picks what happens next. Two peers in
+    // one process have arenas at other addresses: before keys hashed by identity they
+    // desynced at the first checksum.
+    let game = "local G = {} local W
+        function G.init(players, seed)
+          W = { set = {}, picked = {}, n = 0 }
+          for i = 1, 50 do W.set[{ id = i }] = true end
+        end
+        function G.step(inputs)
+          local first = next(W.set)
+          W.picked[#W.picked + 1] = first.id
+          W.set[first] = nil
+          W.n = W.n + 1
+          W.set[{ id = 1000 + W.n, hp = inputs[1] }] = true
+        end
+        function G.digest() local s = 0 for i, id in ipairs(W.picked) do s = (s * 31 + id) % 1000000007 end return s end
+        return G";
+    let path = write_game("p2p-table-keys", game);
+    for extra in [&[][..], &["--one-process"][..]] {
+        let out = Command::new(env!("CARGO_BIN_EXE_luasnap"))
+            .args(["p2p", path.to_str().unwrap(), "--frames", "80"])
+            .args(["--timeout", "60"])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{extra:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(String::from_utf8_lossy(&out.stdout).contains("no desync"));
+    }
+    std::fs::remove_file(&path).ok();
+}

@@ -161,6 +161,8 @@ pub struct GgrsGame<C: ggrs::Config<State = SaveHandle> = LuaGgrs> {
     /// The cell holds the handle, so a repeat copies it only then (a save-game is megabytes).
     last_save: Option<(u64, GameStateCell<SaveHandle>, u128)>,
     desync: Option<DesyncSaves>,
+    /// The inputs each frame was last simulated with (by frame, from the game's first).
+    inputs: Vec<Vec<C::Input>>,
     _config: PhantomData<fn() -> C>,
 }
 
@@ -212,8 +214,17 @@ where
             repeated_saves: 0,
             last_save: None,
             desync: None,
+            inputs: Vec::new(),
             _config: PhantomData,
         })
+    }
+
+    /// The inputs each frame was last simulated with, from the first frame this driver
+    /// stepped: for the frames GGRS has confirmed, the confirmed inputs, which every peer
+    /// shares. A lockstep run with them ([`replay`]) reaches the state every peer should
+    /// hold, for explaining a desync.
+    pub fn inputs(&self) -> &[Vec<C::Input>] {
+        &self.inputs
     }
 
     /// The checksum in use ([`Checksum::Auto`] resolved).
@@ -351,7 +362,12 @@ where
                 GgrsRequest::AdvanceFrame { inputs } => {
                     let inputs: Vec<C::Input> = inputs.into_iter().map(|(i, _)| i).collect();
                     self.last_save = None;
+                    let at = self.game.frame() as usize;
                     self.game.step(&inputs)?;
+                    self.inputs.truncate(at);
+                    if self.inputs.len() == at {
+                        self.inputs.push(inputs);
+                    }
                     self.advances += 1;
                 }
             }
@@ -509,6 +525,9 @@ pub struct PeerReport {
     pub desync_files: Vec<PathBuf>,
     /// Wall time.
     pub elapsed: Duration,
+    /// The inputs each frame was last simulated with (see [`GgrsGame::inputs`]), each player's
+    /// as GGRS sends it (bincode): one byte per player for byte inputs, what [`replay`] takes.
+    pub inputs: Vec<Vec<u8>>,
 }
 
 /// Frames between P2P checksum comparisons.
@@ -570,6 +589,82 @@ where
         out[i] = h
             .join()
             .map_err(|_| "a peer thread panicked".to_string())??;
+    }
+    Ok(out)
+}
+
+/// One P2P peer of a two-player game on 127.0.0.1, as [`p2p_pair`] runs each of its two
+/// (for peers in separate processes: `luasnap p2p`): player `me` (0 or 1) on `socket`, the
+/// other peer at `other`. Runs until the game reaches `frames` (then keeps talking briefly so
+/// the last checksums are compared) or `timeout` passes.
+pub fn p2p_peer(
+    cfg: &GameConfig,
+    me: usize,
+    socket: LoopbackSocket,
+    other: SocketAddr,
+    frames: u64,
+    timeout: Duration,
+) -> Result<PeerReport, String> {
+    if cfg.players != 2 || me > 1 {
+        return Err("p2p runs exactly 2 players, numbered 0 and 1".into());
+    }
+    peer(
+        me,
+        socket,
+        other,
+        cfg.clone(),
+        frames,
+        timeout,
+        &SessionOptions::default(),
+        scripted_input,
+    )
+}
+
+/// What [`replay`] recorded.
+#[derive(Debug, Default)]
+pub struct Replay {
+    /// The value digest after each frame asked for: (frame, digest).
+    pub digests: Vec<(u64, u64)>,
+    /// A save-game of the state after the frame asked for.
+    pub save: Option<Vec<u8>>,
+    /// The value graph of the state after the frame asked for.
+    pub graph: Option<crate::runtime::value_diff::ValueGraph>,
+}
+
+/// Runs the game in lockstep from `G.init` with `inputs` (one entry per frame, from frame 0),
+/// recording the value digest after each frame in `digests_after` and, after frame
+/// `state_after`, a save-game (`graph` false) or the value graph (`graph` true) of the state.
+/// Two processes that run this with the confirmed inputs of a P2P session and disagree show
+/// where the game depends on the process; if they agree, a desync came from the peers'
+/// re-simulations instead.
+pub fn replay(
+    cfg: &GameConfig,
+    inputs: &[Vec<u8>],
+    digests_after: &[u64],
+    state_after: Option<u64>,
+    graph: bool,
+) -> Result<Replay, GameError> {
+    let mut game = Game::new(cfg, Backend::ArenaFull)?;
+    let last = digests_after
+        .iter()
+        .copied()
+        .chain(state_after)
+        .max()
+        .unwrap_or(0);
+    let mut out = Replay::default();
+    for (f, frame_inputs) in inputs.iter().enumerate().take(last as usize + 1) {
+        let f = f as u64;
+        game.step(frame_inputs)?;
+        if digests_after.contains(&f) {
+            out.digests.push((f, game.value_digest()?));
+        }
+        if state_after == Some(f) {
+            if graph {
+                out.graph = Some(game.value_graph()?);
+            } else {
+                out.save = Some(game.save_game()?);
+            }
+        }
     }
     Ok(out)
 }
@@ -665,6 +760,16 @@ where
         std::thread::sleep(Duration::from_millis(1));
     }
     report.frames = driver.game().frame();
+    report.inputs = driver
+        .inputs()
+        .iter()
+        .map(|frame| {
+            frame
+                .iter()
+                .flat_map(|i| bincode::serialize(i).unwrap_or_default())
+                .collect()
+        })
+        .collect();
     report.rollbacks = driver.loads;
     report.advances = driver.advances;
     report.elapsed = start.elapsed();

@@ -117,6 +117,9 @@ pub struct Reference {
     /// Each frame's `G.step`, from `start_frame` on: steps without snapshots, to compare a
     /// backend's steps of the same frames with.
     pub step_times: Vec<Duration>,
+    /// The value digest after each frame [`Simulation::reference_with`] was asked for:
+    /// (frame, digest).
+    pub digests: Vec<(u64, u64)>,
 }
 
 impl Reference {
@@ -139,6 +142,29 @@ impl Reference {
             })
             .sum()
     }
+}
+
+/// What a lockstep run recorded at the frames it was asked about (see
+/// [`Simulation::lockstep`]). "After frame `f`" is the state once `G.step` of frame `f` ran.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LockstepRecord {
+    /// The value digest after each frame asked for, in frame order: (frame, digest).
+    pub digests: Vec<(u64, u64)>,
+    /// A save-game of the state after the frame asked for, if any.
+    pub save: Option<Vec<u8>>,
+}
+
+/// The frames a lockstep run of `frames` frames from `start` is checked after when it is
+/// compared with another process's: `count` evenly spaced ones, the last frame among them.
+/// A first comparison at these frames brackets where two runs part; a second one, after
+/// every frame of the bracket, finds the first differing frame.
+pub fn checkpoints(start: u64, frames: u64, count: u64) -> Vec<u64> {
+    let count = count.clamp(1, frames.max(1));
+    let mut out: Vec<u64> = (1..=count)
+        .map(|i| start + (frames * i / count).max(1) - 1)
+        .collect();
+    out.dedup();
+    out
 }
 
 /// One backend's run.
@@ -320,11 +346,25 @@ impl Simulation {
         &mut self,
         with_save: bool,
     ) -> Result<(Reference, Option<Vec<u8>>), GameError> {
+        self.reference_with(with_save, &[])
+    }
+
+    /// [`reference`](Simulation::reference), also taking the value digest after each frame in
+    /// `digests_after` (into [`Reference::digests`]), for comparison with a lockstep run in
+    /// another process ([`Simulation::lockstep`] there). Taking a digest changes nothing in the
+    /// game's state (it captures the VM and restores it), and its time is not in
+    /// [`Reference::step_us`].
+    pub fn reference_with(
+        &mut self,
+        with_save: bool,
+        digests_after: &[u64],
+    ) -> Result<(Reference, Option<Vec<u8>>), GameError> {
         let mut game = self.fresh(Backend::ArenaFull)?;
         let clock = self.clock;
         let result = (|| {
             let start = game.frame();
             let mut step_times = Vec::with_capacity(self.opts.frames as usize);
+            let mut digests = Vec::with_capacity(digests_after.len());
             for f in start..start + self.opts.frames {
                 let inputs = self.opts.actual(f);
                 let (stepped, took) = clock.time(|| game.step(&inputs));
@@ -343,6 +383,9 @@ impl Simulation {
                     },
                     e => e,
                 })?;
+                if digests_after.contains(&f) {
+                    digests.push((f, game.value_digest()?));
+                }
                 if let Some(p) = &mut self.progress {
                     p("reference", f - start + 1, self.opts.frames);
                 }
@@ -357,6 +400,7 @@ impl Simulation {
                 heap_bytes: game.vm().lua_memory() as u64,
                 step_us,
                 step_times,
+                digests,
             };
             let save = if with_save {
                 Some(game.save_game()?)
@@ -374,6 +418,73 @@ impl Simulation {
                 });
             }
             Ok((r, save))
+        })();
+        self.game = Some(game);
+        result
+    }
+
+    /// Runs the lockstep reference again from the same start, as another process does to be
+    /// compared with this one (`luasnap simulate` checks its reference against a second
+    /// process): the value digest after each frame in `digests_after`, and a save-game of the
+    /// state after frame `save_after`. It stops after the last frame asked about. Every run
+    /// makes the same calls into the VM (the reference's, without timing), so two processes
+    /// that agree on the game agree on these.
+    pub fn lockstep(
+        &mut self,
+        digests_after: &[u64],
+        save_after: Option<u64>,
+    ) -> Result<LockstepRecord, GameError> {
+        let (record, _) = self.lockstep_then(digests_after, save_after, false)?;
+        Ok(record)
+    }
+
+    /// [`lockstep`](Simulation::lockstep), also returning the value graph of the state after
+    /// frame `save_after` (for a diff with another process's save-game of that state).
+    pub fn lockstep_graph(
+        &mut self,
+        at: u64,
+    ) -> Result<crate::runtime::value_diff::ValueGraph, GameError> {
+        let (_, graph) = self.lockstep_then(&[], Some(at), true)?;
+        Ok(graph.expect("asked for"))
+    }
+
+    fn lockstep_then(
+        &mut self,
+        digests_after: &[u64],
+        save_after: Option<u64>,
+        graph: bool,
+    ) -> Result<
+        (
+            LockstepRecord,
+            Option<crate::runtime::value_diff::ValueGraph>,
+        ),
+        GameError,
+    > {
+        let mut game = self.fresh(Backend::ArenaFull)?;
+        let start = self.start_frame;
+        let last = digests_after
+            .iter()
+            .copied()
+            .chain(save_after)
+            .max()
+            .unwrap_or(start);
+        let result = (|| {
+            let mut record = LockstepRecord::default();
+            let mut value_graph = None;
+            for f in start..(last + 1).min(start + self.opts.frames) {
+                game.step(&self.opts.actual(f))?;
+                if digests_after.contains(&f) {
+                    record.digests.push((f, game.value_digest()?));
+                }
+                if save_after == Some(f) {
+                    if graph {
+                        value_graph = Some(game.value_graph()?);
+                    } else {
+                        record.save = Some(game.save_game()?);
+                    }
+                }
+            }
+            Ok((record, value_graph))
         })();
         self.game = Some(game);
         result
