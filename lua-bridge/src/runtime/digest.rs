@@ -495,119 +495,218 @@ impl Walk<'_> {
     }
 
     /// Reads the node on top of the stack (left there).
+    ///
+    /// # Safety
+    /// Protected context (may raise); the node on top, anchored in the work list.
     unsafe fn visit(&mut self, L: *mut lua_State, id: u32, position: i64) -> Node {
-        // SAFETY: protected context; the node is on top at index `at`.
-        unsafe {
-            let at = ffi::lua_gettop(L);
-            let mut n = Node::default();
-            let meta = |w: &mut Self, parts: &mut Vec<(Part, Item)>| {
-                if ffi::lua_getmetatable(L, at) != 0 {
-                    let mode = {
-                        ffi::lua_pushstring(L, c"__mode".as_ptr());
-                        ffi::lua_rawget(L, -2);
-                        let m = if ffi::lua_type(L, -1) == ffi::LUA_TSTRING {
-                            CStr::from_ptr(ffi::lua_tolstring(L, -1, std::ptr::null_mut()))
-                                .to_bytes()
-                                .to_vec()
-                        } else {
-                            Vec::new()
-                        };
-                        ffi::lua_settop(L, -2);
-                        m
-                    };
-                    parts.push((Part::Metatable, w.classify(L)));
-                    mode
-                } else {
-                    parts.push((Part::Metatable, w.g.add_prim(b"nil", &[], Prim::Nil)));
-                    Vec::new()
-                }
-            };
-            match ffi::lua_type(L, at) {
-                ffi::LUA_TTABLE => {
-                    n.kind_hash = tag(b"table", &[]);
-                    n.kind = Some(Kind::Table);
-                    let mode = meta(self, &mut n.parts);
-                    let (wk, wv) = (mode.contains(&b'k'), mode.contains(&b'v'));
-                    if wk || wv {
-                        // Decided after the strong graph is known (see `extract`).
-                        self.weak.push((id, position, wk, wv, Vec::new()));
-                    } else {
-                        ffi::lua_pushnil(L);
-                        while ffi::lua_next(L, at) != 0 {
-                            ffi::lua_pushvalue(L, -2);
-                            let k = self.classify(L);
-                            let v = self.classify(L);
-                            n.entries.push((k, v));
-                        }
-                    }
-                }
-                ffi::LUA_TFUNCTION => {
-                    if ffi::lua_iscfunction(L, at) != 0 {
-                        n.kind_hash = tag(b"cfunction", &[]);
-                        n.kind = Some(Kind::CFunction);
-                    } else {
-                        let mut ar: ffi::lua_Debug = std::mem::zeroed();
-                        ffi::lua_pushvalue(L, at);
-                        ffi::lua_getinfo(L, c">S".as_ptr(), &mut ar);
-                        let src = CStr::from_ptr(ar.source).to_bytes();
-                        let mut fid = src.to_vec();
-                        fid.extend_from_slice(&ar.linedefined.to_le_bytes());
-                        fid.extend_from_slice(&ar.lastlinedefined.to_le_bytes());
-                        n.kind_hash = tag(b"lfunction", &fid);
-                        n.kind = Some(Kind::LuaFunction(format!(
-                            "{}:{}",
-                            String::from_utf8_lossy(src),
-                            ar.linedefined
-                        )));
-                    }
-                    let mut i = 1;
-                    loop {
-                        let name = ffi::lua_getupvalue(L, at, i);
-                        if name.is_null() {
-                            break;
-                        }
-                        let name = CStr::from_ptr(name).to_string_lossy().into_owned();
-                        n.parts
-                            .push((Part::Upvalue(i as u32, name), self.classify(L)));
-                        i += 1;
-                    }
-                }
-                ffi::LUA_TUSERDATA => {
-                    let len = ffi::lua_rawlen(L, at) as usize;
-                    let p = ffi::lua_touserdata(L, at).cast::<u8>();
-                    n.kind_hash = tag(b"userdata", std::slice::from_raw_parts(p, len));
-                    n.kind = Some(Kind::UserData(len));
-                    meta(self, &mut n.parts);
-                    let mut i = 1;
-                    while ffi::lua_getiuservalue(L, at, i) != ffi::LUA_TNONE {
-                        n.parts.push((Part::UserValue(i as u32), self.classify(L)));
-                        i += 1;
-                    }
-                    ffi::lua_settop(L, -2);
-                }
-                ffi::LUA_TTHREAD => {
-                    let co = ffi::lua_tothread(L, at);
-                    let status = ffi::lua_status(co);
-                    // The main thread's stack holds this traversal itself: leave it out.
-                    let top = if co == L { 0 } else { ffi::lua_gettop(co) };
-                    n.kind_hash = tag(b"thread", &[status as u8]);
-                    n.kind = Some(Kind::Thread(status));
-                    for i in 1..=top {
-                        ffi::luaL_checkstack(co, 1, c"value digest".as_ptr());
-                        ffi::lua_pushvalue(co, i);
-                        ffi::lua_xmove(co, L, 1);
-                        n.parts.push((Part::Stack(i as u32), self.classify(L)));
-                    }
-                }
-                _ => {
-                    let t = raw::type_name(L, at);
-                    n.kind_hash = tag(b"other", t.as_bytes());
-                    n.kind = Some(Kind::Other(t));
-                }
+        // SAFETY: callers' contract: a valid state with the node on top.
+        let (at, t) = unsafe { (ffi::lua_gettop(L), ffi::lua_type(L, -1)) };
+        let mut n = Node::default();
+        match t {
+            // SAFETY: callers' contract; a table at `at`.
+            ffi::LUA_TTABLE => unsafe { self.visit_table(L, at, id, position, &mut n) },
+            // SAFETY: callers' contract; a function at `at`.
+            ffi::LUA_TFUNCTION => unsafe { self.visit_function(L, at, &mut n) },
+            // SAFETY: callers' contract; a full userdata at `at`.
+            ffi::LUA_TUSERDATA => unsafe { self.visit_userdata(L, at, &mut n) },
+            // SAFETY: callers' contract; a thread at `at`.
+            ffi::LUA_TTHREAD => unsafe { self.visit_thread(L, at, &mut n) },
+            _ => {
+                // SAFETY: `at` is a valid index (callers' contract).
+                let t = unsafe { raw::type_name(L, at) };
+                n.kind_hash = tag(b"other", t.as_bytes());
+                n.kind = Some(Kind::Other(t));
             }
-            n
+        }
+        n
+    }
+
+    /// Adds the metatable of the object at `at` (nil if it has none) to `parts`, and returns
+    /// the metatable's `__mode` string (empty if none).
+    ///
+    /// # Safety
+    /// Protected context (may raise); `at` a valid absolute index; two free stack slots.
+    unsafe fn metatable(
+        &mut self,
+        L: *mut lua_State,
+        at: c_int,
+        parts: &mut Vec<(Part, Item)>,
+    ) -> Vec<u8> {
+        // SAFETY: callers' contract; pushes the metatable if there is one.
+        if unsafe { ffi::lua_getmetatable(L, at) } == 0 {
+            parts.push((Part::Metatable, self.g.add_prim(b"nil", &[], Prim::Nil)));
+            return Vec::new();
+        }
+        // SAFETY: the metatable on top and a free slot (callers' contract): a raw read of its
+        // `__mode`, copied out before the value is popped (the metatable stays).
+        let mode = unsafe {
+            ffi::lua_pushstring(L, c"__mode".as_ptr());
+            ffi::lua_rawget(L, -2);
+            let m = if ffi::lua_type(L, -1) == ffi::LUA_TSTRING {
+                CStr::from_ptr(ffi::lua_tolstring(L, -1, std::ptr::null_mut()))
+                    .to_bytes()
+                    .to_vec()
+            } else {
+                Vec::new()
+            };
+            ffi::lua_settop(L, -2);
+            m
+        };
+        // SAFETY: callers' contract; the metatable on top (popped).
+        parts.push((Part::Metatable, unsafe { self.classify(L) }));
+        mode
+    }
+
+    /// A table's node: its metatable, then its entries (a weak table's entries are decided
+    /// later, once the strong graph is known: see `extract`).
+    ///
+    /// # Safety
+    /// As [`Walk::visit`], with a table at `at`, the work list's entry `position`.
+    unsafe fn visit_table(
+        &mut self,
+        L: *mut lua_State,
+        at: c_int,
+        id: u32,
+        position: i64,
+        n: &mut Node,
+    ) {
+        n.kind_hash = tag(b"table", &[]);
+        n.kind = Some(Kind::Table);
+        // SAFETY: callers' contract.
+        let mode = unsafe { self.metatable(L, at, &mut n.parts) };
+        let (wk, wv) = (mode.contains(&b'k'), mode.contains(&b'v'));
+        if wk || wv {
+            self.weak.push((id, position, wk, wv, Vec::new()));
+            return;
+        }
+        // SAFETY: callers' contract, a table at `at`: each step of lua_next leaves a key and a
+        // value; the key's copy and the value are popped by classify, the key stays for the
+        // next step.
+        unsafe {
+            ffi::lua_pushnil(L);
+            while ffi::lua_next(L, at) != 0 {
+                ffi::lua_pushvalue(L, -2);
+                let k = self.classify(L);
+                let v = self.classify(L);
+                n.entries.push((k, v));
+            }
         }
     }
+
+    /// A function's node: C or Lua (by its source and lines), then its upvalues.
+    ///
+    /// # Safety
+    /// As [`Walk::visit`], with a function at `at`.
+    unsafe fn visit_function(&mut self, L: *mut lua_State, at: c_int, n: &mut Node) {
+        // SAFETY: callers' contract: a function at `at`.
+        if unsafe { ffi::lua_iscfunction(L, at) } != 0 {
+            n.kind_hash = tag(b"cfunction", &[]);
+            n.kind = Some(Kind::CFunction);
+        } else {
+            // SAFETY: callers' contract: a Lua function at `at`.
+            unsafe { lua_function_kind(L, at, n) };
+        }
+        let mut i = 1;
+        loop {
+            // SAFETY: callers' contract: a function at `at`; pushes upvalue i if it has one.
+            let name = unsafe { ffi::lua_getupvalue(L, at, i) };
+            if name.is_null() {
+                break;
+            }
+            // SAFETY: a non-null upvalue name is a NUL-terminated string owned by the function
+            // (or its prototype), which lives at `at`.
+            let name = unsafe { CStr::from_ptr(name) }
+                .to_string_lossy()
+                .into_owned();
+            // SAFETY: callers' contract; the upvalue on top (popped).
+            let item = unsafe { self.classify(L) };
+            n.parts.push((Part::Upvalue(i as u32, name), item));
+            i += 1;
+        }
+    }
+
+    /// A full userdata's node: its bytes, its metatable, then its user values.
+    ///
+    /// # Safety
+    /// As [`Walk::visit`], with a full userdata at `at`.
+    unsafe fn visit_userdata(&mut self, L: *mut lua_State, at: c_int, n: &mut Node) {
+        // SAFETY: callers' contract: a full userdata at `at`, whose block of lua_rawlen bytes
+        // at lua_touserdata (never null for a full userdata) lives and stays put while it is
+        // on the stack; nothing writes it during the walk.
+        let bytes = unsafe {
+            let len = ffi::lua_rawlen(L, at) as usize;
+            std::slice::from_raw_parts(ffi::lua_touserdata(L, at).cast::<u8>(), len)
+        };
+        n.kind_hash = tag(b"userdata", bytes);
+        n.kind = Some(Kind::UserData(bytes.len()));
+        // SAFETY: callers' contract.
+        unsafe { self.metatable(L, at, &mut n.parts) };
+        let mut i = 1;
+        // SAFETY: callers' contract; pushes user value i (nil, and LUA_TNONE, past the last).
+        while unsafe { ffi::lua_getiuservalue(L, at, i) } != ffi::LUA_TNONE {
+            // SAFETY: callers' contract; user value i on top (popped).
+            let item = unsafe { self.classify(L) };
+            n.parts.push((Part::UserValue(i as u32), item));
+            i += 1;
+        }
+        // SAFETY: pops the nil pushed past the last user value.
+        unsafe { ffi::lua_settop(L, -2) };
+    }
+
+    /// A coroutine's node: its status, then its live stack values.
+    ///
+    /// # Safety
+    /// As [`Walk::visit`], with a thread at `at`.
+    unsafe fn visit_thread(&mut self, L: *mut lua_State, at: c_int, n: &mut Node) {
+        // SAFETY: callers' contract: a thread at `at`, kept alive there; reads its status and
+        // its top.
+        let (status, top, co) = unsafe {
+            let co = ffi::lua_tothread(L, at);
+            // The main thread's stack holds this traversal itself: leave it out.
+            let top = if co == L { 0 } else { ffi::lua_gettop(co) };
+            (ffi::lua_status(co), top, co)
+        };
+        n.kind_hash = tag(b"thread", &[status as u8]);
+        n.kind = Some(Kind::Thread(status));
+        for i in 1..=top {
+            // SAFETY: `co` is live (anchored at `at`) with at least `i` values; a slot is
+            // checked before the push; co and L share one global state, so xmove is allowed.
+            unsafe {
+                ffi::luaL_checkstack(co, 1, c"value digest".as_ptr());
+                ffi::lua_pushvalue(co, i);
+                ffi::lua_xmove(co, L, 1);
+            }
+            // SAFETY: callers' contract; the stack value on top (popped).
+            let item = unsafe { self.classify(L) };
+            n.parts.push((Part::Stack(i as u32), item));
+        }
+    }
+}
+
+/// A Lua function's kind: its source and lines (its identity across processes).
+///
+/// # Safety
+/// A Lua function at the valid absolute index `at`; a free stack slot.
+unsafe fn lua_function_kind(L: *mut lua_State, at: c_int, n: &mut Node) {
+    // SAFETY: callers' contract: lua_getinfo with '>' pops the copy pushed here; `source` is
+    // a NUL-terminated string of the function's prototype, which lives at `at` while it is
+    // read here.
+    let (ar, src) = unsafe {
+        let mut ar: ffi::lua_Debug = std::mem::zeroed();
+        ffi::lua_pushvalue(L, at);
+        ffi::lua_getinfo(L, c">S".as_ptr(), &mut ar);
+        let src = CStr::from_ptr(ar.source).to_bytes();
+        (ar, src)
+    };
+    let mut fid = src.to_vec();
+    fid.extend_from_slice(&ar.linedefined.to_le_bytes());
+    fid.extend_from_slice(&ar.lastlinedefined.to_le_bytes());
+    n.kind_hash = tag(b"lfunction", &fid);
+    n.kind = Some(Kind::LuaFunction(format!(
+        "{}:{}",
+        String::from_utf8_lossy(src),
+        ar.linedefined
+    )));
 }
 
 /// Extracts the graph reachable from the value on top of the stack (popped).
