@@ -104,12 +104,21 @@ const FUZZ_OWN_DENIED: [&str; 8] = [
 /// `__persist` functions registered as constructors.
 #[doc(hidden)]
 pub fn fuzz_vm() -> Vm {
-    let mut vm = Vm::builder()
+    fuzz_vm_at(None)
+}
+
+/// As [`fuzz_vm`], with its arena at `base` if given: the same addresses in every process, so
+/// what two builds make of the same input compares byte for byte (`examples/diffload.rs`).
+#[doc(hidden)]
+pub fn fuzz_vm_at(base: Option<usize>) -> Vm {
+    let mut builder = Vm::builder()
         .capacity(1 << 30)
         .memory_limit(256 << 20)
-        .deterministic(1)
-        .build()
-        .expect("a fuzz VM");
+        .deterministic(1);
+    if let Some(base) = base {
+        builder = builder.base_address(base);
+    }
+    let mut vm = builder.build().expect("a fuzz VM");
     vm.exec(FUZZ_GAME, "game").expect("the fuzz game loads");
     vm.register_constructor("VecType.__persist")
         .expect("a function");
@@ -181,7 +190,8 @@ pub fn fuzz_seeds(vm: &Vm) -> Vec<Node> {
 }
 
 /// The options of the own-save load of a fuzz input.
-fn own_options() -> LoadOptions {
+#[doc(hidden)]
+pub fn own_options() -> LoadOptions {
     LoadOptions {
         instruction_budget: 200_000,
         max_heap_growth: Some(64 << 20),
@@ -190,7 +200,9 @@ fn own_options() -> LoadOptions {
     }
 }
 
-fn foreign_options() -> LoadOptions {
+/// The options of the foreign-save load of a fuzz input.
+#[doc(hidden)]
+pub fn foreign_options() -> LoadOptions {
     let mut opts = LoadOptions {
         instruction_budget: 200_000,
         max_heap_growth: Some(64 << 20),
