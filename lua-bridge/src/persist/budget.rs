@@ -2,7 +2,7 @@
 //! rebuild and init functions, constructors): per VM, charged by a count hook, and shared by
 //! loads nested through `eris.unpersist` in a load-time call.
 
-use super::LoadOptions;
+use super::options::LoadOptions;
 use crate::bridge::error::VmError;
 use crate::bridge::helpers::luasnap_heap_bytes;
 use crate::bridge::per_vm::PerVm;

@@ -14,7 +14,8 @@
 
 use super::forge::{self, seal_body, FrameRec, Node, Proto, Upval};
 use super::format::{CallFrame, LayoutNode, RemovedKey};
-use super::{LoadOptions, UNPERMS_KEY};
+use super::options::LoadOptions;
+use super::permanents::UNPERMS_KEY;
 use crate::bridge::vm::Vm;
 use mlua_sys::{self as ffi, lua_State};
 use std::cell::Cell;

@@ -3,10 +3,9 @@
 //! recorded as a permanent when it is registered. The bridge knows nothing of save-games: it
 //! runs the `Extension` that [`Vm::builder`] gives every builder.
 
-use super::{
-    add_permanent, eris_constructor, eris_persist, eris_unpersist, key_name, CTORS_KEY,
-    DEFAULT_OWN_HEAP_GROWTH, PCALL_K, PERMS_KEY, UNPERMS_KEY,
-};
+use super::options::DEFAULT_OWN_HEAP_GROWTH;
+use super::permanents::{add_permanent, key_name, CTORS_KEY, PCALL_K, PERMS_KEY, UNPERMS_KEY};
+use super::protected::{eris_constructor, eris_persist, eris_unpersist};
 use crate::bridge::error::VmError;
 use crate::bridge::helpers::{luasnap_cfunction_name, luasnap_light_cfunction, luasnap_thread_k};
 use crate::bridge::vm::{Extension, Vm, VmBuilder};

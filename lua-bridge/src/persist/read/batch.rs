@@ -556,7 +556,7 @@ mod tests {
     use super::{kind, Batch, RawVal, Reader, MAX_UPVALUES, OPS_CAP};
     use crate::bridge::vm::Vm;
     use crate::persist::format::{Scalar, Tag, Writer};
-    use crate::persist::Trust;
+    use crate::persist::options::Trust;
     use crate::Value;
 
     /// The step the batch decodes for a value, as `Scalar::decode` reads it (the shared

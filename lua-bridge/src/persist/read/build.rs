@@ -12,7 +12,7 @@ use super::limits::COLLISIONS;
 use super::meta::NO_FINALIZERS;
 use super::{Fail, Loader};
 use crate::persist::format::TablePart;
-use crate::persist::Slots;
+use crate::persist::slots::Slots;
 use mlua_sys::{self as ffi, lua_State};
 use std::ffi::c_int;
 

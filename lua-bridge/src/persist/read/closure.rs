@@ -19,7 +19,7 @@ use super::dispatch::{ClosureKind, Frame};
 use super::ids::push_obj;
 use super::{Fail, Loader};
 use crate::persist::format::{OpenUpvalue, Tag, UpvalueRef, Upvalues};
-use crate::persist::Slots;
+use crate::persist::slots::Slots;
 use mlua_sys::{self as ffi, lua_State};
 use std::ffi::c_int;
 

@@ -13,7 +13,7 @@ use super::{Fail, Loader};
 use crate::persist::format::{
     Scalar, SpecialParts, TablePart, Tag, ThreadPart, ThreadParts, Upvalues, UserdataParts,
 };
-use crate::persist::Slots;
+use crate::persist::slots::Slots;
 use mlua_sys::{self as ffi, lua_State};
 use std::ffi::{c_int, c_void};
 

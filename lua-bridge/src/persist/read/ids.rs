@@ -7,7 +7,7 @@
 //! `__persist` function's), which is refused rather than read as nil.
 
 use super::{Fail, Loader};
-use crate::persist::Slots;
+use crate::persist::slots::Slots;
 use mlua_sys::{self as ffi, lua_State};
 use std::ffi::c_int;
 

@@ -14,7 +14,7 @@ use super::ids::push_obj;
 use super::limits::COLLISIONS;
 use super::{Fail, Loader};
 use crate::persist::format::{LayoutHeader, LayoutNode, Reader, RemovedKey, BAD_LAYOUT};
-use crate::persist::Slots;
+use crate::persist::slots::Slots;
 use mlua_sys::{self as ffi, lua_State};
 use std::ffi::c_void;
 

@@ -12,7 +12,7 @@
 use super::csrc::{luasnap_gc_nofinal, luasnap_recheck_finalizer};
 use super::ids::push_obj;
 use super::{Fail, Loader};
-use crate::persist::Slots;
+use crate::persist::slots::Slots;
 use mlua_sys::{self as ffi, lua_State};
 use std::ffi::c_int;
 

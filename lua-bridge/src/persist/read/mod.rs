@@ -62,7 +62,7 @@ pub(crate) use proto::proto_tree;
 use crate::bridge::ffi::UserDataType;
 use crate::persist::budget::LoadBudget;
 use crate::persist::format::{min_strref_len, Bad, Opened, Reader, FLAG_BYTECODE};
-use crate::persist::{LoadOptions, Trust};
+use crate::persist::options::{LoadOptions, Trust};
 use csrc::{luasnap_gc_stopem, luasnap_relayout_memo_size};
 use csrc::{CiRecord, RawVal};
 use dispatch::Frame;

@@ -17,7 +17,8 @@ use super::csrc::{
 };
 use super::ids::push_obj;
 use super::{Fail, Loader};
-use crate::persist::{Slots, Trust};
+use crate::persist::options::Trust;
+use crate::persist::slots::Slots;
 use mlua_sys::{self as ffi, lua_State};
 use std::collections::BTreeMap;
 use std::ffi::{c_int, c_void};

@@ -18,7 +18,8 @@ use super::csrc::{
 use super::dispatch::reserve;
 use super::{Fail, Loader};
 use crate::persist::format::{ChunkDef, Detached, LegacyProto, ProtoHome, ProtoPath, ProtoRecord};
-use crate::persist::{Slots, Trust};
+use crate::persist::options::Trust;
+use crate::persist::slots::Slots;
 use mlua_sys::{self as ffi, lua_State};
 use std::collections::HashMap;
 use std::ffi::{c_int, c_void};

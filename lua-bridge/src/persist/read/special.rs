@@ -16,7 +16,9 @@ use super::ids::push_obj;
 use super::limits::MAX_KEY_NESTING;
 use super::{Fail, Loader};
 use crate::persist::format::{SpecialPart, SpecialParts, Upvalues};
-use crate::persist::{Slots, Trust, CTORS_KEY, GMATCH_AUX, UNPERMS_KEY, WRAP_AUX};
+use crate::persist::options::Trust;
+use crate::persist::permanents::{CTORS_KEY, GMATCH_AUX, UNPERMS_KEY, WRAP_AUX};
+use crate::persist::slots::Slots;
 use mlua_sys::{self as ffi, lua_State};
 use std::ffi::c_int;
 

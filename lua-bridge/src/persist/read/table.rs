@@ -13,7 +13,7 @@ use super::ids::push_obj;
 use super::limits::{COLLISIONS, STACK_FRAMES};
 use super::{Fail, Loader};
 use crate::persist::format::{TableHeader, TablePart, Tag};
-use crate::persist::Slots;
+use crate::persist::slots::Slots;
 use mlua_sys::{self as ffi, lua_State};
 use std::ffi::c_int;
 

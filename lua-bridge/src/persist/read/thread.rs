@@ -17,10 +17,12 @@ use super::dispatch::Frame;
 use super::ids::thread_of;
 use super::open::LoadedCo;
 use super::{Fail, Loader};
+use crate::persist::budget::budget_hook_intact;
 use crate::persist::format::{
     CallFrame, PendingCloses, Tag, ThreadHeader, ThreadPart, ThreadParts,
 };
-use crate::persist::{budget_hook_intact, Slots, CONTINUATIONS, PCALL_K, UNPERMS_KEY};
+use crate::persist::permanents::{CONTINUATIONS, PCALL_K, UNPERMS_KEY};
+use crate::persist::slots::Slots;
 use mlua_sys::{self as ffi, lua_State};
 use std::ffi::{c_int, c_void};
 

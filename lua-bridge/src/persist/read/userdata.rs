@@ -9,7 +9,7 @@
 use super::dispatch::Frame;
 use super::{Fail, Loader};
 use crate::persist::format::{PlainUserdata, UserdataBytes, UserdataPart, UserdataParts};
-use crate::persist::Slots;
+use crate::persist::slots::Slots;
 use mlua_sys::{self as ffi, lua_State};
 use std::ffi::c_int;
 

@@ -3,7 +3,8 @@
 //! the upvalues of (`coroutine.wrap`'s); the writer writes any it can name.
 
 use super::super::format::Tag;
-use super::super::{Slots, GMATCH_AUX};
+use super::super::permanents::GMATCH_AUX;
+use super::super::slots::Slots;
 use super::closure::UpvalueFrame;
 use super::path::Seg;
 use super::{push_seen, replace_with_upvalue, Fail, Frame, Persister};

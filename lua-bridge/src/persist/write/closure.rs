@@ -7,7 +7,7 @@
 //! the general way, with a frame of upvalues.
 
 use super::super::format::{OpenUpvalue, ProtoRecord, Tag, UpvalueRef, Upvalues};
-use super::super::Slots;
+use super::super::slots::Slots;
 use super::csrc::{
     kind, luasnap_checkstack, luasnap_closure_scan, luasnap_proto, luasnap_proto_nupvalues,
     luasnap_upval_open,

@@ -66,7 +66,8 @@ mod thread;
 mod userdata;
 
 use super::format::Writer;
-use super::{PersistOptions, Slots};
+use super::options::PersistOptions;
+use super::slots::Slots;
 use crate::bridge::ffi::UserDataType;
 use closure::UpvalueFrame;
 use csrc::{luasnap_anchor, luasnap_gc_stopem};

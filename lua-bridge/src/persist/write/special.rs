@@ -10,7 +10,7 @@
 //! A permanent (a value of the permanents table, value -> name) is written by its name.
 
 use super::super::format::{SpecialPart, SpecialParts, Tag};
-use super::super::Slots;
+use super::super::slots::Slots;
 use super::csrc::luasnap_gc_stopem;
 use super::path::Seg;
 use super::{Fail, Frame, Persister};

@@ -12,7 +12,7 @@
 //! that is a table, without a return to the dispatcher for each table.
 
 use super::super::format::{TableHeader, TablePart};
-use super::super::Slots;
+use super::super::slots::Slots;
 use super::csrc::{
     kind, luasnap_meta_has, luasnap_push_metatable, luasnap_table_entry, luasnap_table_info,
     luasnap_table_next, luasnap_table_scan, ScanEntry,

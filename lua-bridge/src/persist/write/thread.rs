@@ -6,7 +6,7 @@
 //! thread (a load has its own; a suspended coroutine is what persists).
 
 use super::super::format::{CallFrame, PendingCloses, ThreadHeader, ThreadPart, ThreadParts};
-use super::super::Slots;
+use super::super::slots::Slots;
 use super::csrc::{
     luasnap_checkstack, luasnap_thread_cis, luasnap_thread_info, luasnap_thread_push_slot,
     luasnap_thread_tbc, CiRecord,

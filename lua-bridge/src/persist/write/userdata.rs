@@ -3,7 +3,7 @@
 //! function writes what it returns, anything else is refused.
 
 use super::super::format::{PlainUserdata, UserdataBytes, UserdataPart, UserdataParts};
-use super::super::Slots;
+use super::super::slots::Slots;
 use super::path::Seg;
 use super::{push_seen, Fail, Frame, Persister};
 use mlua_sys::{self as ffi, lua_State};

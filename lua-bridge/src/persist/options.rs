@@ -1,0 +1,156 @@
+//! How to save and how to load: the options, the trust levels and their defaults.
+
+/// How to persist.
+#[derive(Debug, Clone)]
+pub struct PersistOptions {
+    /// Track where each value is, so errors name the path (`root.player.inv[3]@metatable`).
+    pub path: bool,
+    /// Include each chunk's source text, once per chunk, so an own-trust load compiles the
+    /// code a VM lacks (a fresh process, or one running a newer version of the game). Foreign
+    /// loads never use it. Without it, functions are matched by fingerprint only.
+    pub code: bool,
+    /// Include bytecode for the code that has no source text: chunks loaded as binary
+    /// (`string.dump` output) and functions compiled outside the chunk registry. Used only by
+    /// own-trust loads that set [`LoadOptions::bytecode`].
+    pub bytecode: bool,
+    /// Keep debug information (line numbers, local names) in that bytecode.
+    pub debug: bool,
+    /// The metafield consulted for special persistence (Eris's `spkey`).
+    pub spkey: String,
+}
+
+impl Default for PersistOptions {
+    fn default() -> Self {
+        PersistOptions {
+            path: true,
+            code: true,
+            bytecode: true,
+            debug: true,
+            spkey: "__persist".into(),
+        }
+    }
+}
+
+/// Who wrote a save-game: what loading it may do depends on it. Every load names one; there
+/// is no default. See "Trust levels" in `docs/save-games.md`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Trust {
+    /// The game's own files on the player's machine. As in Eris: load-time functions
+    /// (`__persist` rebuild, create and init functions) may be any function the file names,
+    /// the source text the file carries is compiled for chunks the VM lacks, and with
+    /// [`LoadOptions::bytecode`] the file's bytecode is loaded for chunks that were loaded as
+    /// binary. Memory safety, the instruction budget and the heap cap still hold.
+    Own,
+    /// Downloaded, shared, or received from a peer: no code from the file, load-time calls
+    /// only to constructors the host registered ([`Vm::register_constructor`](crate::bridge::vm::Vm::register_constructor),
+    /// `eris.constructor`), references only to the permanents not in
+    /// [`LoadOptions::denied_permanents`], a smaller heap-growth cap by default.
+    Foreign,
+}
+
+/// The default heap-growth cap of a load of an own save (Rust API and `eris.unpersist`).
+pub const DEFAULT_OWN_HEAP_GROWTH: usize = 1 << 30;
+/// The default heap-growth cap of a load of a foreign save.
+pub const DEFAULT_FOREIGN_HEAP_GROWTH: usize = 256 << 20;
+/// The default instruction budget of Lua code run during a load.
+pub const DEFAULT_INSTRUCTION_BUDGET: u64 = 10_000_000;
+/// Permanents a foreign save may not name by default: a name stands for itself and for every
+/// name below it (`"os"` covers `os.execute`). Names with a `#` (the library's hidden
+/// helpers) are refused too, except `ipairs#aux`, which checks its arguments.
+pub const DEFAULT_FOREIGN_DENIED: [&str; 11] = [
+    "os",
+    "io",
+    "debug",
+    "package",
+    "load",
+    "loadfile",
+    "dofile",
+    "require",
+    "collectgarbage",
+    "eris",
+    "string.dump",
+];
+
+/// How to load. Built with [`LoadOptions::new`] (or [`own`](LoadOptions::own) /
+/// [`foreign`](LoadOptions::foreign)): the trust level is always chosen by the caller.
+#[derive(Debug, Clone)]
+pub struct LoadOptions {
+    /// Who wrote the file.
+    pub trust: Trust,
+    /// [`Trust::Own`] only: load the file's bytecode for chunks that were loaded as binary
+    /// (`string.dump` output) and functions compiled outside the chunk registry, when this VM
+    /// does not have them. Lua has no bytecode verifier: only for files you produced yourself.
+    /// Default false (`eris.unpersist` in own mode sets it, as Eris loads bytecode); ignored
+    /// for foreign files. Source text needs no such option: own loads always compile it.
+    pub bytecode: bool,
+    /// The metafield name used when the file was written.
+    pub spkey: String,
+    /// Instructions that Lua code run during the load (rebuild and init functions, and
+    /// coroutines they resume) may execute in total; past it the load fails. Loaded code
+    /// cannot lift it: a load-time call that replaces the hook fails the load, and a nested
+    /// load only gets what is left.
+    pub instruction_budget: u64,
+    /// Cap on how much the heap may grow during the load, in bytes (`None`: only the VM's
+    /// limit). Defaults: [`DEFAULT_OWN_HEAP_GROWTH`], [`DEFAULT_FOREIGN_HEAP_GROWTH`].
+    pub max_heap_growth: Option<usize>,
+    /// Permanents the file may not name: a name covers itself and every name below it.
+    /// Defaults: none for own saves, [`DEFAULT_FOREIGN_DENIED`] for foreign ones (remove
+    /// names to allow more).
+    pub denied_permanents: Vec<String>,
+    /// May loaded objects get finalizers (a metatable with `__gc` when it is set)? The collector
+    /// runs finalizers whenever it likes, with hooks off: outside the load's instruction budget
+    /// and constructor rules, even after a load that failed. Default: true for own saves,
+    /// false for foreign ones (such a file is refused).
+    pub finalizers: bool,
+    /// With `finalizers` false: accept objects whose metatable has `__gc` instead of refusing
+    /// the file, but never mark them for finalization, so their finalizers never run (not at
+    /// a collection, not when the VM closes). For VMs that only read what they load, like
+    /// `luasnap diff`'s. Default: false.
+    pub inert_finalizers: bool,
+}
+
+impl LoadOptions {
+    /// The defaults for files of this trust level.
+    pub fn new(trust: Trust) -> Self {
+        LoadOptions {
+            trust,
+            bytecode: false,
+            spkey: "__persist".into(),
+            instruction_budget: DEFAULT_INSTRUCTION_BUDGET,
+            max_heap_growth: Some(match trust {
+                Trust::Own => DEFAULT_OWN_HEAP_GROWTH,
+                Trust::Foreign => DEFAULT_FOREIGN_HEAP_GROWTH,
+            }),
+            finalizers: trust == Trust::Own,
+            inert_finalizers: false,
+            denied_permanents: match trust {
+                Trust::Own => Vec::new(),
+                Trust::Foreign => DEFAULT_FOREIGN_DENIED
+                    .iter()
+                    .map(|s| s.to_string())
+                    .collect(),
+            },
+        }
+    }
+
+    /// `LoadOptions::new(Trust::Own)`.
+    pub fn own() -> Self {
+        Self::new(Trust::Own)
+    }
+
+    /// `LoadOptions::new(Trust::Foreign)`.
+    pub fn foreign() -> Self {
+        Self::new(Trust::Foreign)
+    }
+
+    /// Whether the file may name the permanent `name`.
+    pub(crate) fn allows_permanent(&self, name: &[u8]) -> bool {
+        if self.trust == Trust::Foreign && name.contains(&b'#') && name != b"ipairs#aux" {
+            return false;
+        }
+        !self.denied_permanents.iter().any(|d| {
+            let d = d.as_bytes();
+            name.starts_with(d) && (name.len() == d.len() || name[d.len()] == b'.')
+        })
+    }
+}

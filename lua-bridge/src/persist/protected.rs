@@ -1,0 +1,344 @@
+//! A save and a load as protected Lua calls (the Rust API's and `eris`'s), with the
+//! permanents merged, the helper tables in their slots, the budgets begun and ended, and the
+//! collector stopped and restored around them.
+
+use super::budget::LoadBudget;
+use super::error::LoadError;
+use super::format;
+use super::options::{LoadOptions, PersistOptions, Trust};
+use super::permanents::{key_name, CTORS_KEY, PERMS_KEY, UNPERMS_KEY};
+use super::slots::Slots;
+use super::{read, write};
+use crate::bridge::ffi::{self as raw, Job};
+use crate::bridge::helpers::{luasnap_gc_stopem, luasnap_proto, luasnap_raise_memerr};
+use crate::bridge::natives;
+use crate::bridge::per_vm;
+use mlua_sys::{self as ffi, lua_State};
+use std::ffi::{c_int, CStr};
+
+/// Persists the value on top of the stack at `base + 2`, with perms at `base + 1` (a table,
+/// or nil for the VM's permanents). Runs protected. On success the file is left on the stack
+/// as a string if `as_string`, else returned (and nil left). Returns the status, the
+/// Persister's error (if it produced it) and the file.
+pub(super) unsafe fn persist_protected(
+    L: *mut lua_State,
+    opts: &PersistOptions,
+    as_string: bool,
+) -> (c_int, Option<String>, Option<Vec<u8>>) {
+    // SAFETY: a VM built by this crate, on its thread; the caller pushed perms and value.
+    let (natives, base) = unsafe { (natives::state_of(L), per_vm::arena_base(L)) };
+    let mut p = write::Persister::new(opts, natives.registry.types(), base);
+    let mut out: Vec<u8> = Vec::new();
+    // SAFETY: queries only.
+    let running = unsafe { ffi::lua_gc(L, ffi::LUA_GCISRUNNING) } != 0;
+    // SAFETY: reads a flag of the global state.
+    let stopem = unsafe { luasnap_gc_stopem(L, -1) };
+    let mut body = |L: *mut lua_State| -> c_int {
+        // SAFETY: protected body; all Rust state lives in `p` and `out`, outside this frame.
+        unsafe {
+            // [perms|nil, value]
+            ffi::lua_gc(L, ffi::LUA_GCSTOP);
+            merge_permanents(L, PERMS_KEY);
+            ffi::lua_createtable(L, 0, 0); // seen
+            ffi::lua_createtable(L, 0, 0); // strs
+            ffi::lua_rotate(L, 2, 2); // [perms, seen, strs, value]
+            let s = Slots {
+                perms: 1,
+                seen: 2,
+                objs: 2,
+                keys: 3,
+                strs: 3,
+                protos: 3,
+                inits: 3,
+            };
+            if p.run(L, s).is_err() {
+                let msg = p.error.as_deref().unwrap_or("persist failed");
+                ffi::lua_pushlstring(L, msg.as_ptr().cast(), msg.len());
+                ffi::lua_error(L);
+            }
+            let flags = if p.has_bytecode {
+                format::FLAG_BYTECODE
+            } else {
+                0
+            } | if p.has_source { format::FLAG_SOURCE } else { 0 };
+            out = std::mem::take(&mut p.w).finish(flags);
+            if as_string {
+                ffi::lua_pushlstring(L, out.as_ptr().cast(), out.len());
+            } else {
+                ffi::lua_pushnil(L);
+            }
+            1
+        }
+    };
+    // SAFETY: perms and value are the two values on top (callers' contract).
+    let st = unsafe { call_job(L, &mut body, running) };
+    // Emergency collections as they were before (the persister stops them; a load around
+    // this persist, if any, wants them stopped).
+    // SAFETY: sets a flag of the global state.
+    unsafe { luasnap_gc_stopem(L, stopem) };
+    let file = (st == ffi::LUA_OK && !as_string).then_some(out);
+    (st, p.error.take(), file)
+}
+
+/// Replaces stack slot 1 (the caller's permanents table, or nil) with the VM's permanents
+/// under `key` plus the caller's: as in Eris, the caller's add to the standard library's and
+/// win where both name the same value (or, loading, the same name). Raw reads only: a
+/// metatable on the caller's table is not consulted.
+///
+/// # Safety
+/// Protected context (allocates); slot 1 holds a table or nil.
+unsafe fn merge_permanents(L: *mut lua_State, key: &CStr) {
+    // SAFETY: callers' contract; balanced pushes.
+    unsafe {
+        ffi::lua_getfield(L, ffi::LUA_REGISTRYINDEX, key.as_ptr());
+        if ffi::lua_type(L, 1) != ffi::LUA_TTABLE {
+            ffi::lua_replace(L, 1);
+            return;
+        }
+        let builtin = ffi::lua_gettop(L);
+        ffi::lua_createtable(L, 0, 512);
+        let merged = builtin + 1;
+        for src in [builtin, 1] {
+            ffi::lua_pushnil(L);
+            while ffi::lua_next(L, src) != 0 {
+                ffi::lua_pushvalue(L, -2);
+                ffi::lua_rotate(L, -2, 1);
+                ffi::lua_rawset(L, merged);
+            }
+        }
+        ffi::lua_replace(L, 1);
+        ffi::lua_settop(L, builtin - 1);
+    }
+}
+
+/// Runs `body` protected with the two values on top of the stack as its arguments; they are
+/// replaced by its one result, or by the error object. With `restart_gc`, the collector (which
+/// the body stops) is restarted. Returns the `lua_pcall` status.
+///
+/// # Safety
+/// `L` is a VM of this crate with at least two values on its stack, in a context where Lua
+/// may be called.
+unsafe fn call_job(
+    L: *mut lua_State,
+    body: &mut dyn FnMut(*mut lua_State) -> c_int,
+    restart_gc: bool,
+) -> c_int {
+    let mut job = Job { body, panic: None };
+    // SAFETY: the job outlives the protected call that reads it through the light userdata;
+    // the pushes need no allocation beyond LUA_MINSTACK.
+    unsafe {
+        let base = ffi::lua_gettop(L) - 2;
+        ffi::lua_pushcclosure(L, raw::run_job, 0);
+        ffi::lua_pushlightuserdata(L, (&mut job as *mut Job<'_>).cast());
+        ffi::lua_rotate(L, base + 1, 2);
+        let st = ffi::lua_pcall(L, 3, 1, 0);
+        if restart_gc {
+            ffi::lua_gc(L, ffi::LUA_GCRESTART);
+        }
+        st
+    }
+}
+
+/// Loads a file with unperms at `base + 1` (or nil): `opened` (from `format::open`), or else
+/// the file that is a string on top, at `base + 2`.
+pub(super) unsafe fn load_protected(
+    L: *mut lua_State,
+    opts: &LoadOptions,
+    opened: Option<format::Opened<'_>>,
+) -> (c_int, Option<String>) {
+    // SAFETY: a VM built by this crate, on its thread.
+    let (natives, limits) = unsafe { (natives::state_of(L), LoadBudget::of(L)) };
+    let file = match opened {
+        Some(x) => x,
+        None => {
+            let mut data: &[u8] = &[];
+            // SAFETY: the file is a string on top; it stays on the stack (alive) during the load.
+            unsafe {
+                let mut len = 0;
+                let p = ffi::lua_tolstring(L, -1, &mut len);
+                if !p.is_null() {
+                    data = std::slice::from_raw_parts(p.cast::<u8>(), len);
+                }
+            }
+            match format::open(data) {
+                Ok(x) => x,
+                Err(e) => return (ffi::LUA_ERRRUN, Some(LoadError::from(e).to_string())),
+            }
+        }
+    };
+    let mut loader = read::Loader::new(file, opts, natives.registry.types(), limits);
+    // SAFETY: queries only.
+    let running = unsafe { ffi::lua_gc(L, ffi::LUA_GCISRUNNING) } != 0;
+    // Budgets. A load nested in a load-time call of another (eris.unpersist) gets at most
+    // what the outer one has left, and gives the outer one its hook back: loaded code cannot
+    // lift a budget by loading again.
+    // SAFETY: a thread of this VM; `end` follows below.
+    let outer = unsafe { limits.begin(L, opts) };
+    let mut body = |L: *mut lua_State| -> c_int {
+        // SAFETY: protected body; state lives in `loader`, outside this frame.
+        unsafe {
+            ffi::lua_gc(L, ffi::LUA_GCSTOP);
+            merge_permanents(L, UNPERMS_KEY);
+            // [unperms, data|nil]: a data string stays on the stack while the loader reads it.
+            ffi::lua_settop(L, 2);
+            // objs and strs presized from the body's length (every object and string takes
+            // a few bytes of it): growing them by doubling costs a rehash each time.
+            let (nobjs, nstrs) = loader.helper_sizes();
+            ffi::lua_createtable(L, nobjs, 0);
+            for _ in 0..3 {
+                ffi::lua_createtable(L, 0, 0);
+            }
+            ffi::lua_createtable(L, nstrs, 0);
+            let s = Slots {
+                perms: 1,
+                seen: 3,
+                objs: 3,
+                keys: 4,
+                protos: 5,
+                inits: 6,
+                strs: 7,
+            };
+            if loader.run(L, s).is_err() {
+                if loader.out_of_memory {
+                    // As any allocation failing in the load: a memory error, not a bad file.
+                    luasnap_raise_memerr(L);
+                }
+                let msg = loader.error.as_deref().unwrap_or("load failed");
+                ffi::lua_pushlstring(L, msg.as_ptr().cast(), msg.len());
+                ffi::lua_error(L);
+            }
+            1
+        }
+    };
+    // SAFETY: unperms and the file are the two values on top (callers' contract); the count
+    // hook bounds Lua code run meanwhile.
+    let st = unsafe { call_job(L, &mut body, running) };
+    // SAFETY: L is a thread of this VM; the load is over.
+    unsafe {
+        if loader.end_nofinal(L) && running {
+            ffi::lua_gc(L, ffi::LUA_GCRESTART); // ignored by call_job while the mark was on
+        }
+    }
+    // SAFETY: L is a thread of this VM; emergency collections were stopped by the loader.
+    unsafe {
+        if limits.end(L, outer) {
+            read::allow_emergency_gc(L);
+        }
+    }
+    (st, loader.error.take())
+}
+
+/// Returns 1 (the value on top) when `st` is `LUA_OK`, else raises the error object on top.
+///
+/// # Safety
+/// Called from a C function Lua is running, with the result or error object on top; nothing
+/// with a destructor may be alive in the calling frames.
+unsafe fn one_result_or_raise(L: *mut lua_State, st: c_int) -> c_int {
+    if st != ffi::LUA_OK {
+        // SAFETY: callers' contract: the error object is on top and nothing needs dropping.
+        unsafe { ffi::lua_error(L) };
+    }
+    1
+}
+
+/// `raw_persist(perms|nil, value, path, debug, spkey)` behind `eris.persist`.
+pub(super) unsafe extern "C-unwind" fn eris_persist(L: *mut lua_State) -> c_int {
+    // SAFETY: called by Lua with the documented arguments; the helper only raises its error.
+    unsafe { one_result_or_raise(L, eris_persist_inner(L)) }
+}
+
+unsafe fn eris_persist_inner(L: *mut lua_State) -> c_int {
+    // SAFETY: reads arguments without conversion, then persists protected.
+    unsafe {
+        let spkey = key_name(L, 5).unwrap_or_else(|| "__persist".into());
+        let opts = PersistOptions {
+            path: ffi::lua_toboolean(L, 3) != 0,
+            code: true,
+            bytecode: true,
+            debug: ffi::lua_toboolean(L, 4) != 0,
+            spkey,
+        };
+        ffi::lua_settop(L, 2);
+        persist_protected(L, &opts, true).0
+    }
+}
+
+/// `raw_unpersist(perms|nil, data, spkey, foreign, maxgrowth)` behind `eris.unpersist`.
+pub(super) unsafe extern "C-unwind" fn eris_unpersist(L: *mut lua_State) -> c_int {
+    // SAFETY: called by Lua with the documented arguments; the helper only raises its error.
+    unsafe { one_result_or_raise(L, eris_unpersist_inner(L)) }
+}
+
+unsafe fn eris_unpersist_inner(L: *mut lua_State) -> c_int {
+    // SAFETY: reads arguments without conversion, then loads protected.
+    unsafe {
+        let spkey = key_name(L, 3).unwrap_or_else(|| "__persist".into());
+        let trust = if ffi::lua_toboolean(L, 4) != 0 {
+            Trust::Foreign
+        } else {
+            Trust::Own
+        };
+        let growth = ffi::lua_tonumberx(L, 5, std::ptr::null_mut());
+        let opts = LoadOptions {
+            spkey,
+            // As Eris: an own save's bytecode (binary chunks) loads.
+            bytecode: trust == Trust::Own,
+            max_heap_growth: (growth.is_finite() && growth >= 0.0).then_some(growth as usize),
+            ..LoadOptions::new(trust)
+        };
+        ffi::lua_settop(L, 2);
+        let (st, err) = load_protected(L, &opts, None);
+        if st != ffi::LUA_OK {
+            if let Some(msg) = err {
+                ffi::lua_pushlstring(L, msg.as_ptr().cast(), msg.len());
+            }
+        }
+        st
+    }
+}
+
+/// `raw_constructor(f)` behind `eris.constructor`.
+pub(super) unsafe extern "C-unwind" fn eris_constructor(L: *mut lua_State) -> c_int {
+    // SAFETY: called by Lua with a function at 1 (checked by the prelude); mark_constructor
+    // raises only Lua errors (memory), and nothing here needs dropping.
+    unsafe {
+        ffi::lua_settop(L, 1);
+        mark_constructor(L);
+    }
+    0
+}
+
+/// Marks the function on top (popped) as a constructor foreign loads may call: the function
+/// itself, and for a Lua function its prototype and every prototype nested in it (so the
+/// rebuild closures a `__persist` function returns qualify when it is marked).
+///
+/// # Safety
+/// Protected context (allocates); a function on top.
+pub(super) unsafe fn mark_constructor(L: *mut lua_State) {
+    unsafe extern "C" fn collect(p: *const std::ffi::c_void, ud: *mut std::ffi::c_void) {
+        // SAFETY: ud is the Vec below, alive for the walk.
+        unsafe { (*(ud as *mut Vec<*const std::ffi::c_void>)).push(p) };
+    }
+    // SAFETY: protected context (callers' contract); balanced pushes.
+    unsafe {
+        if ffi::lua_getfield(L, ffi::LUA_REGISTRYINDEX, CTORS_KEY.as_ptr()) != ffi::LUA_TTABLE {
+            ffi::lua_settop(L, -3);
+            return;
+        }
+        ffi::lua_rotate(L, -2, 1); // [ctors, f]
+        ffi::lua_pushvalue(L, -1);
+        ffi::lua_pushboolean(L, 1);
+        ffi::lua_rawset(L, -4);
+        let p = luasnap_proto(L, -1);
+        if !p.is_null() {
+            let mut protos: Vec<*const std::ffi::c_void> = Vec::new();
+            read::proto_tree(p, collect, (&mut protos as *mut Vec<_>).cast());
+            for q in protos {
+                ffi::lua_pushlightuserdata(L, q.cast_mut());
+                ffi::lua_pushvalue(L, -2);
+                ffi::lua_rawset(L, -4);
+            }
+        }
+        ffi::lua_settop(L, -3);
+    }
+}
