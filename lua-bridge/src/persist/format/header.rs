@@ -1,7 +1,7 @@
 //! The file header (see the module docs): written in place in front of the body, checked
 //! before anything is built.
 
-use super::Writer;
+use super::wire::Writer;
 use xxhash_rust::xxh3::xxh3_64;
 
 /// Identifies a save-game.

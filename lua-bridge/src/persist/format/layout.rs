@@ -15,7 +15,7 @@
 //! nothing unless it matches, so a forged layout can only make a load fail. The codes are
 //! `luasnap_table_layout`'s (csrc/tscan.c).
 
-use super::{unzigzag, zigzag, Bad, Reader, Writer};
+use super::wire::{unzigzag, zigzag, Bad, Reader, Writer};
 use crate::bridge::helpers::kind;
 
 /// Why a layout's bytes are refused.

@@ -66,6 +66,7 @@ mod header;
 mod layout;
 mod parts;
 mod records;
+mod tag;
 mod value;
 mod wire;
 
@@ -80,8 +81,6 @@ pub use records::{
     CallFrame, ChunkDef, Detached, LegacyProto, OpenUpvalue, PendingCloses, PlainUserdata,
     ProtoHome, ProtoPath, ProtoRecord, TableHeader, ThreadHeader, UpvalueRef, UserdataBytes,
 };
-pub use value::{Scalar, Tag};
-pub use wire::{unzigzag, zigzag, Reader, Writer};
-
-/// Why a record does not decode: the loader's message for it (after "malformed save-game: ").
-pub type Bad = &'static str;
+pub use tag::Tag;
+pub use value::Scalar;
+pub use wire::{Bad, Reader, Writer};

@@ -2,7 +2,8 @@
 //! Byte strings are `B`: a slice of the body when decoded, any bytes when encoded (the forger
 //! keeps `Vec<u8>`).
 
-use super::{Bad, Reader, Tag, Writer};
+use super::tag::Tag;
+use super::wire::{Bad, Reader, Writer};
 use crate::bridge::helpers::CiRecord;
 
 /// The largest coroutine stack, and open-upvalue level, a file may declare (Lua's own limit,

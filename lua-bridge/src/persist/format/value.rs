@@ -1,68 +1,7 @@
-//! Tags, and the values without children (`Scalar`): a tag and at most one field.
+//! The values without children (`Scalar`): a tag and at most one field.
 
-use super::{Bad, Reader, Writer};
-
-/// Value tags: the first byte of every value (and of every upvalue of a Lua closure).
-#[repr(u8)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Tag {
-    Nil = 0,
-    False = 1,
-    True = 2,
-    Int = 3,
-    Float = 4,
-    Str = 5,
-    Light = 6,
-    StrRef = 7,
-    Ref = 10,
-    Perm = 11,
-    Table = 20,
-    LClosure = 21,
-    CClosure = 22,
-    UdBytes = 23,
-    UdPlain = 24,
-    Thunk = 25,
-    TwoPhase = 26,
-    /// Ends a table's entries like `Nil`, followed by the layout of its hash part (bytes).
-    Layout = 27,
-    Thread = 29,
-    MainThread = 32,
-    UpvalNew = 40,
-    UpvalRef = 41,
-    UpvalOpen = 42,
-}
-
-impl Tag {
-    pub fn from_u8(b: u8) -> Option<Tag> {
-        use Tag::*;
-        Some(match b {
-            0 => Nil,
-            1 => False,
-            2 => True,
-            3 => Int,
-            4 => Float,
-            5 => Str,
-            6 => Light,
-            7 => StrRef,
-            10 => Ref,
-            11 => Perm,
-            20 => Table,
-            21 => LClosure,
-            22 => CClosure,
-            23 => UdBytes,
-            24 => UdPlain,
-            25 => Thunk,
-            26 => TwoPhase,
-            27 => Layout,
-            29 => Thread,
-            32 => MainThread,
-            40 => UpvalNew,
-            41 => UpvalRef,
-            42 => UpvalOpen,
-            _ => return None,
-        })
-    }
-}
+use super::tag::Tag;
+use super::wire::{Bad, Reader, Writer};
 
 /// A value without children: a primitive, a string, a light userdata, or a reference to a
 /// string or object written before. `B` holds a string's bytes (a slice of the body when
@@ -91,7 +30,7 @@ impl<B: AsRef<[u8]>> Scalar<B> {
             Scalar::Nil => w.tag(Tag::Nil),
             Scalar::False => w.tag(Tag::False),
             Scalar::True => w.tag(Tag::True),
-            Scalar::Int(v) => w.tagged(Tag::Int, super::zigzag(*v)),
+            Scalar::Int(v) => w.tagged(Tag::Int, super::wire::zigzag(*v)),
             Scalar::Float(bits) => w.tagged_u64(Tag::Float, *bits),
             Scalar::Str(b) => {
                 let b = b.as_ref();

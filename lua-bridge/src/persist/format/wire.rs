@@ -4,7 +4,10 @@
 //! directly (the writer's scan encoders, the loader's batch decoder) cost what hand-written
 //! code would.
 
-use super::Tag;
+use super::tag::Tag;
+
+/// Why a record does not decode: the loader's message for it (after "malformed save-game: ").
+pub type Bad = &'static str;
 
 /// A signed integer as the format's varints carry it (zigzag: small magnitudes stay short).
 #[inline(always)]
