@@ -437,18 +437,20 @@ fn no_module_imports_from_a_layer_above_it() {
     );
 }
 
-/// Circles allowed for now, all of whose modules lie under one of these: persist's files
-/// import their parent (`persist/mod.rs`, `persist/write/mod.rs`), which imports them back.
-/// The serializer's split by object kind (issue 20, item 1) is reshaping those files; the
-/// shared definitions leave the parents when it has landed, and this list empties. A circle
-/// that reaches outside them still fails.
-const PENDING: &[&str] = &["persist"];
+/// Circles allowed for now, all of whose modules lie under one of these modules: the loader's
+/// and the writer's files implement `Loader` and `Persister`, which their parents
+/// (`persist/read/mod.rs`, `persist/write/mod.rs`) define with fields of the kind files' frame
+/// types, so each parent and its children import each other. They leave this list when those
+/// structs and the frame types move to files of their own that import no kind file. A circle
+/// that reaches outside them (through `persist/mod.rs` or `persist/format/`, say) fails.
+const PENDING: &[&str] = &["persist::read", "persist::write"];
 
 fn pending(circle: &[Vec<String>]) -> bool {
     PENDING.iter().any(|p| {
+        let p: Vec<&str> = p.split("::").collect();
         circle
             .iter()
-            .all(|m| m.first().map(String::as_str) == Some(*p))
+            .all(|m| m.len() >= p.len() && m.iter().zip(&p).all(|(a, b)| a == b))
     })
 }
 
