@@ -464,7 +464,7 @@ impl Vm {
     /// and in every coroutine it resumes with `coroutine.resume`, `coroutine.wrap` or closes
     /// with `coroutine.close` (each resume passes the budget on, so a coroutine created before
     /// the call is covered too). A count hook counts each thread in steps of
-    /// [`BUDGET_HOOK_PERIOD`] instructions and a coroutine's count restarts at each resume,
+    /// [`BUDGET_HOOK_PERIOD`](crate::BUDGET_HOOK_PERIOD) instructions and a coroutine's count restarts at each resume,
     /// so up to that many instructions per resume go uncounted: a loop that never ends is
     /// always stopped, within about `budget + BUDGET_HOOK_PERIOD` instructions of its thread.
     /// Not counted: time inside C functions (a long `string.rep`), finalizers (`__gc`: Lua

@@ -35,6 +35,11 @@
 //! compiled itself); bytecode loads only for chunks loaded as binary, in own-trust loads that
 //! set [`LoadOptions::bytecode`]. Foreign saves may in addition only call registered
 //! constructors and name allowed permanents.
+//!
+//! [`Vm::persist`]: crate::Vm::persist
+//! [`Vm::unpersist`]: crate::Vm::unpersist
+//! [`Vm::save_game`]: crate::Vm::save_game
+//! [`Vm::load_game`]: crate::Vm::load_game
 
 mod budget;
 mod error;
