@@ -22,6 +22,8 @@ pub mod digest;
 pub mod ggrs_adapter;
 mod glue;
 pub(crate) mod input;
+#[cfg(feature = "net")]
+pub mod net;
 pub mod simulate;
 pub mod value_diff;
 
@@ -985,8 +987,29 @@ impl<I: GameInput> PredictiveClient<I> {
     pub fn confirm(
         &mut self,
         inputs: &[I],
-        mut repredict: impl FnMut(u64) -> Vec<I>,
+        repredict: impl FnMut(u64) -> Vec<I>,
     ) -> Result<(), GameError> {
+        self.confirm_frames(
+            std::slice::from_ref(&inputs.to_vec()),
+            repredict,
+            |_| Ok(()),
+        )
+    }
+
+    /// The server confirmed the next `frames.len()` frames: one rollback for all of them. Goes
+    /// back to the synchronous form, applies each confirmed frame, calling `at_sync` on the
+    /// game after each (it is then the synchronous state of that frame: digests, a host's
+    /// observers), saves the new synchronous form, and re-applies as many predictions as were
+    /// pending beyond the confirmed frames, with `repredict(frame)`'s inputs.
+    pub fn confirm_frames(
+        &mut self,
+        frames: &[Vec<I>],
+        mut repredict: impl FnMut(u64) -> Vec<I>,
+        mut at_sync: impl FnMut(&mut Game) -> Result<(), GameError>,
+    ) -> Result<(), GameError> {
+        if frames.is_empty() {
+            return Ok(());
+        }
         let (sync_frame, handle) = self.sync.clone().expect("a synchronous form exists");
         let had_pending = !self.pending.is_empty();
         let loads_before = self.timings.loads.len();
@@ -995,14 +1018,16 @@ impl<I: GameInput> PredictiveClient<I> {
         if had_pending {
             let game = &mut self.game;
             self.timings.load(|| game.load(&handle, sync_frame))?;
-            self.pending.pop_front();
         }
-        let game = &mut self.game;
-        self.timings.step(game.frame(), || game.step(inputs))?;
+        let still_pending = self.pending.len().saturating_sub(frames.len()) as u64;
+        for inputs in frames {
+            let game = &mut self.game;
+            self.timings.step(game.frame(), || game.step(inputs))?;
+            at_sync(&mut self.game)?;
+        }
         self.take_sync()?;
-        let again: Vec<Vec<I>> = (0..self.pending.len() as u64)
-            .map(|i| repredict(sync_frame + 1 + i))
-            .collect();
+        let first = sync_frame + frames.len() as u64;
+        let again: Vec<Vec<I>> = (0..still_pending).map(|i| repredict(first + i)).collect();
         self.pending.clear();
         for inp in again {
             self.predict(inp)?;
@@ -1014,6 +1039,11 @@ impl<I: GameInput> PredictiveClient<I> {
                 .close_rollback(loads_before, saves_before, steps_before);
         }
         Ok(())
+    }
+
+    /// The frame count of the synchronous form (frames confirmed).
+    pub fn sync_frame(&self) -> u64 {
+        self.sync.as_ref().map(|s| s.0).unwrap_or(0)
     }
 
     /// The game (in its asynchronous form).

@@ -1,0 +1,520 @@
+//! The messages of a match, and their bytes.
+//!
+//! Every message is one tag byte and fixed little-endian fields; a save-game travels as a
+//! length-prefixed byte string. Decoding checks every length against the bytes present and
+//! against this module's limits, and a message must use all its bytes: a peer's malformed
+//! message is a [`DecodeError`] naming what is wrong, never a panic or an allocation the
+//! message did not pay for.
+
+use std::fmt;
+
+/// Renet channel of the control messages, both ways (hello, welcome, delay, digests,
+/// desync notices, the end): reliable and ordered.
+pub(crate) const CHANNEL_CONTROL: u8 = 0;
+/// Renet channel of the frames, both ways (commands up, confirmations down): reliable and
+/// ordered, apart from control so that a burst of one never waits behind the other.
+pub(crate) const CHANNEL_FRAMES: u8 = 1;
+/// Renet channel of save-games, server to client (joins, resyncs): reliable and ordered,
+/// last in priority so that a save sent to one client never delays confirmations.
+pub(crate) const CHANNEL_STATE: u8 = 2;
+
+/// The netcode protocol id: a match server accepts only clients of the same protocol.
+pub(crate) const PROTOCOL_ID: u64 = 0x6c75_6173_6e61_7001; // "luasnap" + version 1
+
+/// The largest save-game a client accepts from the server (a joining or resynced state).
+pub(crate) const MAX_SAVE_BYTES: usize = 256 << 20;
+/// The longest refusal text.
+const MAX_TEXT: usize = 1024;
+/// The most players of a match (as for [`GameConfig::players`](crate::runtime::GameConfig)).
+pub(crate) const MAX_PLAYERS: usize = 16;
+
+/// How a client's state starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Start {
+    /// From `G.init(players, seed)`, at frame 0: the match has not started.
+    Init,
+    /// From the save-game that follows on the state channel.
+    Save,
+}
+
+/// What a client says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum ClientMessage {
+    /// First message: which game the client runs (see [`game_id`]).
+    Hello { game_id: u64 },
+    /// The player's input from `frame` on (held until the next command).
+    Command { frame: u64, input: u8 },
+    /// The value digest of the client's synchronous state after `frame` frames; `epoch`
+    /// counts the save-games the client has loaded (so digests of a state the server has
+    /// since replaced are told apart).
+    Digest { frame: u64, value: u64, epoch: u32 },
+}
+
+/// Why a save-game is sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum StateReason {
+    /// The client joined a match already running.
+    Join,
+    /// The client's digest disagreed with the server's.
+    Resync,
+}
+
+/// What the server says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum ServerMessage {
+    /// The client's slot and the match's parameters.
+    Welcome {
+        slot: u8,
+        players: u8,
+        seed: u64,
+        frames: u64,
+        tick_us: u32,
+        check_every: u32,
+        delay: u32,
+        start: Start,
+    },
+    /// The client cannot play; it is disconnected after this.
+    Refused { reason: String },
+    /// The inputs of frame `frame` (one per player), final.
+    Confirm { frame: u64, inputs: Vec<u8> },
+    /// How many frames ahead of the confirmed frame the client's commands should be.
+    Delay { frames: u32 },
+    /// The client's digest after `frame` frames was not the server's; a save follows.
+    Desync {
+        frame: u64,
+        server: u64,
+        client: u64,
+    },
+    /// The synchronous state after `frame` frames, as a save-game.
+    State {
+        frame: u64,
+        reason: StateReason,
+        save: Vec<u8>,
+    },
+    /// The match is over: the server's value digest after `frame` frames.
+    End { frame: u64, value_digest: u64 },
+}
+
+/// What is wrong with a message's bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DecodeError {
+    /// The message kind being read, or `message` before the tag was known.
+    pub kind: &'static str,
+    /// What is wrong.
+    pub what: String,
+}
+
+impl fmt::Display for DecodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "malformed {}: {}", self.kind, self.what)
+    }
+}
+
+impl std::error::Error for DecodeError {}
+
+/// An identity of a game's code: both ends of a match must run the same script.
+pub(crate) fn game_id(chunk_name: &str, script: &str) -> u64 {
+    let mut bytes = Vec::with_capacity(chunk_name.len() + script.len() + 1);
+    bytes.extend_from_slice(chunk_name.as_bytes());
+    bytes.push(0);
+    bytes.extend_from_slice(script.as_bytes());
+    xxhash_rust::xxh3::xxh3_64(&bytes)
+}
+
+/// Reads fields off a message, each checked against the bytes left.
+struct Reader<'a> {
+    bytes: &'a [u8],
+    kind: &'static str,
+}
+
+impl<'a> Reader<'a> {
+    fn fail(&self, what: impl Into<String>) -> DecodeError {
+        DecodeError {
+            kind: self.kind,
+            what: what.into(),
+        }
+    }
+
+    fn take(&mut self, n: usize, field: &str) -> Result<&'a [u8], DecodeError> {
+        if self.bytes.len() < n {
+            return Err(self.fail(format!(
+                "truncated at {field}: needs {n} bytes, {} left",
+                self.bytes.len()
+            )));
+        }
+        let (head, rest) = self.bytes.split_at(n);
+        self.bytes = rest;
+        Ok(head)
+    }
+
+    fn u8(&mut self, field: &str) -> Result<u8, DecodeError> {
+        Ok(self.take(1, field)?[0])
+    }
+
+    fn u32(&mut self, field: &str) -> Result<u32, DecodeError> {
+        let b = self.take(4, field)?;
+        Ok(u32::from_le_bytes(b.try_into().expect("4 bytes")))
+    }
+
+    fn u64(&mut self, field: &str) -> Result<u64, DecodeError> {
+        let b = self.take(8, field)?;
+        Ok(u64::from_le_bytes(b.try_into().expect("8 bytes")))
+    }
+
+    /// A byte string of at most `max` bytes, after its u32 length.
+    fn bytes(&mut self, field: &str, max: usize) -> Result<&'a [u8], DecodeError> {
+        let n = self.u32(field)? as usize;
+        if n > max {
+            return Err(self.fail(format!("{field} of {n} bytes is over the limit of {max}")));
+        }
+        self.take(n, field)
+    }
+
+    fn end(self) -> Result<(), DecodeError> {
+        if self.bytes.is_empty() {
+            Ok(())
+        } else {
+            Err(self.fail(format!("{} bytes after the last field", self.bytes.len())))
+        }
+    }
+}
+
+fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
+    out.extend_from_slice(&(b.len() as u32).to_le_bytes());
+    out.extend_from_slice(b);
+}
+
+impl ClientMessage {
+    /// The message's bytes.
+    pub(crate) fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(17);
+        match self {
+            ClientMessage::Hello { game_id } => {
+                out.push(1);
+                out.extend_from_slice(&game_id.to_le_bytes());
+            }
+            ClientMessage::Command { frame, input } => {
+                out.push(2);
+                out.extend_from_slice(&frame.to_le_bytes());
+                out.push(*input);
+            }
+            ClientMessage::Digest {
+                frame,
+                value,
+                epoch,
+            } => {
+                out.push(3);
+                out.extend_from_slice(&frame.to_le_bytes());
+                out.extend_from_slice(&value.to_le_bytes());
+                out.extend_from_slice(&epoch.to_le_bytes());
+            }
+        }
+        out
+    }
+
+    /// Reads a message; any defect is an error naming it.
+    pub(crate) fn decode(bytes: &[u8]) -> Result<ClientMessage, DecodeError> {
+        let Some((&tag, rest)) = bytes.split_first() else {
+            return Err(DecodeError {
+                kind: "message",
+                what: "empty".into(),
+            });
+        };
+        let mut r = Reader {
+            bytes: rest,
+            kind: "message",
+        };
+        let msg = match tag {
+            1 => {
+                r.kind = "hello";
+                ClientMessage::Hello {
+                    game_id: r.u64("game id")?,
+                }
+            }
+            2 => {
+                r.kind = "command";
+                ClientMessage::Command {
+                    frame: r.u64("frame")?,
+                    input: r.u8("input")?,
+                }
+            }
+            3 => {
+                r.kind = "digest";
+                ClientMessage::Digest {
+                    frame: r.u64("frame")?,
+                    value: r.u64("value")?,
+                    epoch: r.u32("epoch")?,
+                }
+            }
+            t => return Err(r.fail(format!("unknown tag {t:#04x}"))),
+        };
+        r.end()?;
+        Ok(msg)
+    }
+}
+
+impl ServerMessage {
+    /// The message's bytes.
+    pub(crate) fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(32);
+        match self {
+            ServerMessage::Welcome {
+                slot,
+                players,
+                seed,
+                frames,
+                tick_us,
+                check_every,
+                delay,
+                start,
+            } => {
+                out.push(1);
+                out.extend_from_slice(&[*slot, *players]);
+                out.extend_from_slice(&seed.to_le_bytes());
+                out.extend_from_slice(&frames.to_le_bytes());
+                out.extend_from_slice(&tick_us.to_le_bytes());
+                out.extend_from_slice(&check_every.to_le_bytes());
+                out.extend_from_slice(&delay.to_le_bytes());
+                out.push(match start {
+                    Start::Init => 0,
+                    Start::Save => 1,
+                });
+            }
+            ServerMessage::Refused { reason } => {
+                out.push(2);
+                let text = &reason.as_bytes()[..reason.len().min(MAX_TEXT)];
+                put_bytes(&mut out, text);
+            }
+            ServerMessage::Confirm { frame, inputs } => {
+                out.push(3);
+                out.extend_from_slice(&frame.to_le_bytes());
+                out.push(inputs.len() as u8);
+                out.extend_from_slice(inputs);
+            }
+            ServerMessage::Delay { frames } => {
+                out.push(4);
+                out.extend_from_slice(&frames.to_le_bytes());
+            }
+            ServerMessage::Desync {
+                frame,
+                server,
+                client,
+            } => {
+                out.push(5);
+                for v in [frame, server, client] {
+                    out.extend_from_slice(&v.to_le_bytes());
+                }
+            }
+            ServerMessage::State {
+                frame,
+                reason,
+                save,
+            } => {
+                out.push(6);
+                out.extend_from_slice(&frame.to_le_bytes());
+                out.push(match reason {
+                    StateReason::Join => 0,
+                    StateReason::Resync => 1,
+                });
+                put_bytes(&mut out, save);
+            }
+            ServerMessage::End {
+                frame,
+                value_digest,
+            } => {
+                out.push(7);
+                out.extend_from_slice(&frame.to_le_bytes());
+                out.extend_from_slice(&value_digest.to_le_bytes());
+            }
+        }
+        out
+    }
+
+    /// Reads a message; any defect is an error naming it.
+    pub(crate) fn decode(bytes: &[u8]) -> Result<ServerMessage, DecodeError> {
+        let Some((&tag, rest)) = bytes.split_first() else {
+            return Err(DecodeError {
+                kind: "message",
+                what: "empty".into(),
+            });
+        };
+        let mut r = Reader {
+            bytes: rest,
+            kind: "message",
+        };
+        let msg = match tag {
+            1 => decode_welcome(&mut r)?,
+            2 => {
+                r.kind = "refusal";
+                let text = r.bytes("reason", MAX_TEXT)?;
+                ServerMessage::Refused {
+                    reason: String::from_utf8_lossy(text).into_owned(),
+                }
+            }
+            3 => {
+                r.kind = "confirmation";
+                let frame = r.u64("frame")?;
+                let n = r.u8("player count")? as usize;
+                if n == 0 || n > MAX_PLAYERS {
+                    return Err(r.fail(format!("{n} players (1..={MAX_PLAYERS})")));
+                }
+                ServerMessage::Confirm {
+                    frame,
+                    inputs: r.take(n, "inputs")?.to_vec(),
+                }
+            }
+            4 => {
+                r.kind = "delay";
+                ServerMessage::Delay {
+                    frames: r.u32("frames")?,
+                }
+            }
+            5 => {
+                r.kind = "desync notice";
+                ServerMessage::Desync {
+                    frame: r.u64("frame")?,
+                    server: r.u64("server digest")?,
+                    client: r.u64("client digest")?,
+                }
+            }
+            6 => {
+                r.kind = "state";
+                let frame = r.u64("frame")?;
+                let reason = match r.u8("reason")? {
+                    0 => StateReason::Join,
+                    1 => StateReason::Resync,
+                    v => return Err(r.fail(format!("reason {v} (0 join, 1 resync)"))),
+                };
+                let save = r.bytes("save-game", MAX_SAVE_BYTES)?.to_vec();
+                ServerMessage::State {
+                    frame,
+                    reason,
+                    save,
+                }
+            }
+            7 => {
+                r.kind = "end";
+                ServerMessage::End {
+                    frame: r.u64("frame")?,
+                    value_digest: r.u64("value digest")?,
+                }
+            }
+            t => return Err(r.fail(format!("unknown tag {t:#04x}"))),
+        };
+        r.end()?;
+        Ok(msg)
+    }
+}
+
+fn decode_welcome(r: &mut Reader<'_>) -> Result<ServerMessage, DecodeError> {
+    r.kind = "welcome";
+    let slot = r.u8("slot")?;
+    let players = r.u8("players")?;
+    if players == 0 || players as usize > MAX_PLAYERS || slot >= players {
+        return Err(r.fail(format!("slot {slot} of {players} players")));
+    }
+    let msg = ServerMessage::Welcome {
+        slot,
+        players,
+        seed: r.u64("seed")?,
+        frames: r.u64("frames")?,
+        tick_us: r.u32("tick")?,
+        check_every: r.u32("check interval")?,
+        delay: r.u32("delay")?,
+        start: match r.u8("start")? {
+            0 => Start::Init,
+            1 => Start::Save,
+            v => return Err(r.fail(format!("start {v} (0 init, 1 save)"))),
+        },
+    };
+    Ok(msg)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_message_reads_back_and_every_truncation_is_refused() {
+        let client = [
+            ClientMessage::Hello { game_id: 7 },
+            ClientMessage::Command {
+                frame: 12,
+                input: 31,
+            },
+            ClientMessage::Digest {
+                frame: 30,
+                value: u64::MAX,
+                epoch: 2,
+            },
+        ];
+        for m in client {
+            let b = m.encode();
+            assert_eq!(ClientMessage::decode(&b), Ok(m));
+            for n in 0..b.len() {
+                assert!(ClientMessage::decode(&b[..n]).is_err());
+            }
+            let mut long = b.clone();
+            long.push(0);
+            assert!(ClientMessage::decode(&long).is_err());
+        }
+        let server = [
+            ServerMessage::Welcome {
+                slot: 1,
+                players: 4,
+                seed: 9,
+                frames: 600,
+                tick_us: 33_000,
+                check_every: 30,
+                delay: 4,
+                start: Start::Save,
+            },
+            ServerMessage::Refused {
+                reason: "full".into(),
+            },
+            ServerMessage::Confirm {
+                frame: 3,
+                inputs: vec![1, 2, 3],
+            },
+            ServerMessage::Delay { frames: 5 },
+            ServerMessage::Desync {
+                frame: 30,
+                server: 1,
+                client: 2,
+            },
+            ServerMessage::State {
+                frame: 90,
+                reason: StateReason::Resync,
+                save: vec![9; 100],
+            },
+            ServerMessage::End {
+                frame: 600,
+                value_digest: 5,
+            },
+        ];
+        for m in server {
+            let b = m.encode();
+            assert_eq!(ServerMessage::decode(&b), Ok(m));
+            for n in 0..b.len() {
+                assert!(ServerMessage::decode(&b[..n]).is_err());
+            }
+        }
+    }
+
+    #[test]
+    fn errors_name_the_message_and_the_field() {
+        let e = ClientMessage::decode(&[2, 1, 2]).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "malformed command: truncated at frame: needs 8 bytes, 2 left"
+        );
+        let e = ClientMessage::decode(&[0x7f]).unwrap_err();
+        assert_eq!(e.to_string(), "malformed message: unknown tag 0x7f");
+        let mut huge = vec![6];
+        huge.extend_from_slice(&0u64.to_le_bytes());
+        huge.push(0);
+        huge.extend_from_slice(&u32::MAX.to_le_bytes());
+        let e = ServerMessage::decode(&huge).unwrap_err();
+        assert!(e.to_string().contains("over the limit"), "{e}");
+    }
+}

@@ -1,0 +1,875 @@
+//! The match server: orders the clients' commands into frames, runs the synchronous model,
+//! confirms every frame to every client, checks their digests, and sends save-games to
+//! clients that join late or disagree.
+
+use super::order::{DelayControl, FrameOrder};
+use super::protocol::{
+    game_id, ClientMessage, ServerMessage, Start, StateReason, CHANNEL_CONTROL, CHANNEL_FRAMES,
+    CHANNEL_STATE, MAX_PLAYERS,
+};
+use super::transport::{connection_config, ServerTransport};
+use super::NetError;
+use crate::runtime::{Backend, Game, GameConfig};
+use renet::RenetServer;
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::net::{SocketAddr, UdpSocket};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Messages of one client the server handles per update; more are refused as a flood.
+const MAX_MESSAGES_PER_UPDATE: usize = 256;
+/// Updates with a flood a client may cause before it is dropped.
+const MAX_FLOOD_UPDATES: u32 = 20;
+/// Refused messages a client may send before it is dropped.
+const MAX_REFUSALS: u32 = 32;
+/// Frames closed in one update at most (when the server runs late, it catches up over
+/// several updates and keeps reading the network between them).
+const MAX_FRAMES_PER_UPDATE: u32 = 8;
+/// Digests of the server's own state kept for comparison (check frames).
+const CHECKS_KEPT: usize = 256;
+/// The clock starts this long after the last of the first clients said hello.
+const START_DELAY: Duration = Duration::from_millis(300);
+/// How long the server keeps sending after the end, so the last messages arrive.
+const LINGER: Duration = Duration::from_millis(1500);
+
+/// What to serve.
+#[derive(Debug, Clone)]
+pub struct ServerOptions {
+    /// The game (its `players` and `seed` are the match's).
+    pub game: GameConfig,
+    /// Frames the match lasts.
+    pub frames: u64,
+    /// Time between frames.
+    pub tick: Duration,
+    /// Clients compare value digests with the server every this many frames (and at the last).
+    pub check_every: u64,
+    /// The clock starts once this many clients have said hello (the others join late).
+    pub start_with: usize,
+    /// How long after the last frame the server waits for the clients' final digests.
+    pub end_wait: Duration,
+    /// Resyncs one client may need before it is dropped as unable to follow.
+    pub max_resyncs: u32,
+}
+
+impl ServerOptions {
+    /// A match of `frames` frames of `game` at 30 frames a second, digests every 30 frames,
+    /// starting when every player is there.
+    pub fn new(game: GameConfig, frames: u64) -> ServerOptions {
+        let players = game.players;
+        ServerOptions {
+            game,
+            frames,
+            tick: Duration::from_micros(33_333),
+            check_every: 30,
+            start_with: players,
+            end_wait: Duration::from_secs(20),
+            max_resyncs: 5,
+        }
+    }
+
+    fn validate(&self) -> Result<(), NetError> {
+        let players = self.game.players;
+        if players == 0 || players > MAX_PLAYERS {
+            return Err(NetError::Config(format!(
+                "--players must be 1..={MAX_PLAYERS}, got {players}"
+            )));
+        }
+        if self.frames == 0 || self.frames > 100_000_000 {
+            return Err(NetError::Config(format!(
+                "--frames must be 1..=100000000, got {}",
+                self.frames
+            )));
+        }
+        if self.tick < Duration::from_millis(1) || self.tick > Duration::from_secs(1) {
+            return Err(NetError::Config(format!(
+                "--tick-ms must be 1..=1000, got {} ms",
+                self.tick.as_millis()
+            )));
+        }
+        if self.check_every == 0 || self.check_every > u32::MAX as u64 {
+            return Err(NetError::Config(
+                "--check-every must be at least 1 frame".into(),
+            ));
+        }
+        if self.start_with == 0 || self.start_with > players {
+            return Err(NetError::Config(format!(
+                "--start-with must be 1..={players} (the players), got {}",
+                self.start_with
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Something that happened in a match, for a host's log. Each names who (slot and address).
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum ServerEvent {
+    /// A frame was closed and confirmed.
+    Frame {
+        /// Frames closed.
+        frame: u64,
+        /// Frames of the match.
+        frames: u64,
+        /// Clients playing.
+        clients: usize,
+    },
+    /// The clock started.
+    Started {
+        /// Clients playing.
+        clients: usize,
+    },
+    /// A client took a slot.
+    Joined {
+        /// Its slot (0-based).
+        slot: usize,
+        /// Its address.
+        addr: SocketAddr,
+        /// The frame it starts at.
+        frame: u64,
+        /// Bytes of the save-game it was sent (0: it starts from `G.init`).
+        save_bytes: usize,
+    },
+    /// A client's digest disagreed: it is sent the server's state.
+    Resync {
+        /// Its slot.
+        slot: usize,
+        /// Its address.
+        addr: SocketAddr,
+        /// The frame of the digests.
+        frame: u64,
+        /// The server's value digest.
+        server: u64,
+        /// The client's.
+        client: u64,
+    },
+    /// A client's message was refused.
+    Refused {
+        /// Its slot.
+        slot: usize,
+        /// Its address.
+        addr: SocketAddr,
+        /// What was wrong.
+        what: String,
+    },
+    /// A client left or was dropped; its slot plays no input from `frame` on.
+    Left {
+        /// Its slot.
+        slot: usize,
+        /// Its address.
+        addr: SocketAddr,
+        /// The next frame the server closes.
+        frame: u64,
+        /// Why.
+        reason: String,
+    },
+}
+
+impl fmt::Display for ServerEvent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ServerEvent::Frame { frame, frames, .. } => write!(f, "frame {frame}/{frames}"),
+            ServerEvent::Started { clients } => {
+                write!(f, "the match started with {clients} clients")
+            }
+            ServerEvent::Joined {
+                slot,
+                addr,
+                frame,
+                save_bytes,
+            } => match save_bytes {
+                0 => write!(f, "slot {slot} ({addr}) joined at frame {frame} from G.init"),
+                n => write!(
+                    f,
+                    "slot {slot} ({addr}) joined at frame {frame} from a {n}-byte save-game"
+                ),
+            },
+            ServerEvent::Resync {
+                slot,
+                addr,
+                frame,
+                server,
+                client,
+            } => write!(
+                f,
+                "slot {slot} ({addr}) disagreed at frame {frame} (value digest {client:016x}, the server's {server:016x}): resyncing it from a save-game"
+            ),
+            ServerEvent::Refused { slot, addr, what } => {
+                write!(f, "slot {slot} ({addr}): refused {what}")
+            }
+            ServerEvent::Left {
+                slot,
+                addr,
+                frame,
+                reason,
+            } => write!(
+                f,
+                "slot {slot} ({addr}) left at frame {frame}: {reason}; the slot plays no input"
+            ),
+        }
+    }
+}
+
+/// One client's part in a match, as the server saw it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClientRecord {
+    /// Its slot (0-based).
+    pub slot: usize,
+    /// Its address.
+    pub addr: SocketAddr,
+    /// Netcode's client id.
+    pub client_id: u64,
+    /// The frame it started at (0: from `G.init`).
+    pub joined_at: u64,
+    /// Whether it started from a save-game.
+    pub joined_from_save: bool,
+    /// The frame it left at, and why, if it left before the end.
+    pub left: Option<(u64, String)>,
+    /// Datagram bytes the server sent it.
+    pub bytes_sent: u64,
+    /// Datagram bytes received from it.
+    pub bytes_received: u64,
+    /// Digests that disagreed with the server's.
+    pub desyncs: u32,
+    /// Save-games sent to bring it back in step.
+    pub resyncs: u32,
+    /// Digests that agreed.
+    pub checks_passed: u64,
+    /// Its commands that arrived after their frame closed.
+    pub late_commands: u64,
+    /// Its frame delay at the end.
+    pub delay: u32,
+    /// Messages refused.
+    pub refused: u32,
+    /// Its value digest at the last frame, if it sent one.
+    pub final_digest: Option<u64>,
+}
+
+impl ClientRecord {
+    /// Whether it ended on the server's value digest.
+    pub fn matches(&self, server_digest: u64) -> bool {
+        self.final_digest == Some(server_digest)
+    }
+}
+
+/// What a match gave.
+#[derive(Debug, Clone)]
+pub struct ServerReport {
+    /// Frames closed.
+    pub frames: u64,
+    /// The server's value digest after the last frame.
+    pub value_digest: u64,
+    /// `G.digest()` after the last frame, if the game has one.
+    pub game_digest: Option<i64>,
+    /// Every client that took a slot, in order of arrival.
+    pub clients: Vec<ClientRecord>,
+    /// Time the server spent working (not waiting), per frame, in microseconds.
+    pub busy_us_per_frame: f64,
+    /// Mean time of one `G.step` on the server, in microseconds.
+    pub step_us: f64,
+    /// Mean time of one value digest on the server, in microseconds.
+    pub digest_us: f64,
+    /// Save-games written for joins and resyncs.
+    pub saves: u64,
+    /// Wall time of the match from the first frame, in seconds.
+    pub seconds: f64,
+}
+
+/// A client in a slot.
+struct Seat {
+    client_id: u64,
+    addr: SocketAddr,
+    record: usize,
+    hello: bool,
+    delay: DelayControl,
+    /// Save-games sent to it (its digests name the count they follow).
+    epoch: u32,
+    flood_updates: u32,
+}
+
+/// A match server bound to its port; [`MatchServer::run`] plays the match.
+pub struct MatchServer {
+    socket: UdpSocket,
+    opts: ServerOptions,
+}
+
+impl MatchServer {
+    /// Binds the server's UDP socket (`0.0.0.0:7000`, or port 0 for any free port).
+    pub fn bind(addr: SocketAddr, opts: ServerOptions) -> Result<MatchServer, NetError> {
+        opts.validate()?;
+        let socket = UdpSocket::bind(addr).map_err(|error| NetError::Io {
+            what: format!("cannot bind UDP {addr} (--port)"),
+            error,
+        })?;
+        Ok(MatchServer { socket, opts })
+    }
+
+    /// The address the server listens on.
+    pub fn local_addr(&self) -> Result<SocketAddr, NetError> {
+        self.socket.local_addr().map_err(|error| NetError::Io {
+            what: "cannot read the server's address".into(),
+            error,
+        })
+    }
+
+    /// Plays the match to its last frame and returns the report; `observe` hears of every
+    /// frame, join, resync, refusal and departure.
+    pub fn run(self, observe: impl FnMut(&ServerEvent)) -> Result<ServerReport, NetError> {
+        let players = self.opts.game.players;
+        let io = |what: &str| {
+            let what = what.to_string();
+            move |error| NetError::Io { what, error }
+        };
+        let transport = ServerTransport::new(self.socket, players)
+            .map_err(io("cannot set up the server's socket"))?;
+        let mut cfg = self.opts.game.clone();
+        cfg.base_address = None;
+        let game = Game::new(&cfg, Backend::ArenaFull)?;
+        let mut m = Match {
+            game_id: game_id(&cfg.chunk_name, &cfg.script),
+            game,
+            order: FrameOrder::new(players),
+            seats: (0..players).map(|_| None).collect(),
+            by_client: HashMap::new(),
+            records: Vec::new(),
+            checks: BTreeMap::new(),
+            renet: RenetServer::new(connection_config()),
+            transport,
+            opts: self.opts,
+            started: None,
+            next_tick: None,
+            cached_save: None,
+            end_sent: false,
+            stats: Stats::default(),
+            observe: Box::new(observe),
+        };
+        m.play()
+    }
+}
+
+#[derive(Default)]
+struct Stats {
+    busy: Duration,
+    steps: Duration,
+    digests: Duration,
+    digest_count: u64,
+    saves: u64,
+}
+
+/// A match in progress.
+struct Match<'o> {
+    game_id: u64,
+    game: Game,
+    order: FrameOrder,
+    seats: Vec<Option<Seat>>,
+    by_client: HashMap<u64, usize>,
+    records: Vec<ClientRecord>,
+    /// The server's value digest after each check frame.
+    checks: BTreeMap<u64, u64>,
+    renet: RenetServer,
+    transport: ServerTransport,
+    opts: ServerOptions,
+    started: Option<Instant>,
+    next_tick: Option<Instant>,
+    cached_save: Option<(u64, Arc<Vec<u8>>)>,
+    end_sent: bool,
+    stats: Stats,
+    observe: Box<dyn FnMut(&ServerEvent) + 'o>,
+}
+
+impl Match<'_> {
+    fn play(&mut self) -> Result<ServerReport, NetError> {
+        let mut last = Instant::now();
+        let mut ended: Option<Instant> = None;
+        let mut end_sent: Option<Instant> = None;
+        loop {
+            let now = Instant::now();
+            let dt = now - last;
+            last = now;
+            self.network_in(dt)?;
+            self.close_due_frames(now)?;
+            if self.order.next() == self.opts.frames {
+                let ended_at = *ended.get_or_insert(now);
+                if end_sent.is_none() && (self.all_final() || now - ended_at >= self.opts.end_wait)
+                {
+                    self.send_end()?;
+                    self.end_sent = true;
+                    end_sent = Some(now);
+                }
+            }
+            self.transport
+                .send_packets(&mut self.renet)
+                .map_err(|error| NetError::Io {
+                    what: "cannot send".into(),
+                    error,
+                })?;
+            self.stats.busy += now.elapsed();
+            if end_sent.is_some_and(|t| now - t >= LINGER) {
+                break;
+            }
+            let wake = self
+                .next_tick
+                .filter(|_| self.order.next() < self.opts.frames)
+                .map_or(Duration::from_millis(1), |t| {
+                    t.saturating_duration_since(Instant::now())
+                });
+            std::thread::sleep(wake.min(Duration::from_millis(1)));
+        }
+        let _ = self.transport.disconnect_all(&mut self.renet);
+        self.report()
+    }
+
+    fn all_final(&self) -> bool {
+        self.seats.iter().flatten().all(|s| {
+            !s.hello
+                || self.records[s.record].final_digest
+                    == self.checks.get(&self.opts.frames).copied()
+        })
+    }
+
+    fn send_end(&mut self) -> Result<(), NetError> {
+        let value_digest = self.checks.get(&self.opts.frames).copied().unwrap_or(0);
+        let msg = ServerMessage::End {
+            frame: self.opts.frames,
+            value_digest,
+        }
+        .encode();
+        for seat in self.seats.iter().flatten().filter(|s| s.hello) {
+            self.renet
+                .send_message(seat.client_id, CHANNEL_CONTROL, msg.clone());
+        }
+        Ok(())
+    }
+
+    fn report(&mut self) -> Result<ServerReport, NetError> {
+        for slot in 0..self.seats.len() {
+            if let Some(seat) = self.seats[slot].take() {
+                self.finish_record(&seat);
+            }
+        }
+        let frames = self.order.next();
+        let per = |d: Duration, n: u64| d.as_secs_f64() * 1e6 / n.max(1) as f64;
+        Ok(ServerReport {
+            frames,
+            value_digest: self.game.value_digest()?,
+            game_digest: self.game.game_digest()?,
+            clients: self.records.clone(),
+            busy_us_per_frame: per(self.stats.busy, frames),
+            step_us: per(self.stats.steps, frames),
+            digest_us: per(self.stats.digests, self.stats.digest_count),
+            saves: self.stats.saves,
+            seconds: self.started.map_or(0.0, |t| t.elapsed().as_secs_f64()),
+        })
+    }
+
+    /// Reads the network: connections, departures, and each client's messages.
+    fn network_in(&mut self, dt: Duration) -> Result<(), NetError> {
+        self.renet.update(dt);
+        self.transport
+            .update(dt, &mut self.renet)
+            .map_err(|error| NetError::Io {
+                what: "cannot receive".into(),
+                error,
+            })?;
+        while let Some(event) = self.renet.get_event() {
+            match event {
+                renet::ServerEvent::ClientConnected { client_id } => self.seat(client_id),
+                renet::ServerEvent::ClientDisconnected { client_id, reason } => {
+                    if let Some(&slot) = self.by_client.get(&client_id) {
+                        if self.end_sent {
+                            self.leave_after_end(slot);
+                        } else {
+                            self.drop_seat(slot, format!("disconnected ({reason})"));
+                        }
+                    }
+                }
+            }
+        }
+        for slot in 0..self.seats.len() {
+            self.read_messages(slot)?;
+        }
+        Ok(())
+    }
+
+    /// Gives a new connection the first free slot.
+    fn seat(&mut self, client_id: u64) {
+        let Some(slot) = self.seats.iter().position(Option::is_none) else {
+            self.renet.disconnect(client_id);
+            return;
+        };
+        let addr = self
+            .transport
+            .client_addr(client_id)
+            .unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0)));
+        self.records.push(ClientRecord {
+            slot,
+            addr,
+            client_id,
+            joined_at: self.order.next(),
+            joined_from_save: false,
+            left: None,
+            bytes_sent: 0,
+            bytes_received: 0,
+            desyncs: 0,
+            resyncs: 0,
+            checks_passed: 0,
+            late_commands: 0,
+            delay: 0,
+            refused: 0,
+            final_digest: None,
+        });
+        self.seats[slot] = Some(Seat {
+            client_id,
+            addr,
+            record: self.records.len() - 1,
+            hello: false,
+            delay: DelayControl::new(0.0, self.order.next()),
+            epoch: 0,
+            flood_updates: 0,
+        });
+        self.by_client.insert(client_id, slot);
+    }
+
+    /// A client leaves once the match is over: its record is final.
+    fn leave_after_end(&mut self, slot: usize) {
+        if let Some(seat) = self.seats[slot].take() {
+            self.by_client.remove(&seat.client_id);
+            self.finish_record(&seat);
+        }
+    }
+
+    /// Copies a seat's counters into its record.
+    fn finish_record(&mut self, seat: &Seat) {
+        let t = self.transport.traffic(seat.client_id);
+        let r = &mut self.records[seat.record];
+        r.bytes_sent = t.sent;
+        r.bytes_received = t.received;
+        r.delay = seat.delay.delay();
+        r.late_commands = seat.delay.late;
+    }
+
+    /// Frees a slot: the client is disconnected and its slot plays no input.
+    fn drop_seat(&mut self, slot: usize, reason: String) {
+        let Some(seat) = self.seats[slot].take() else {
+            return;
+        };
+        self.by_client.remove(&seat.client_id);
+        self.order.clear(slot);
+        self.finish_record(&seat);
+        let frame = self.order.next();
+        self.records[seat.record].left = Some((frame, reason.clone()));
+        if self.renet.is_connected(seat.client_id) {
+            self.renet.disconnect(seat.client_id);
+        }
+        (self.observe)(&ServerEvent::Left {
+            slot,
+            addr: seat.addr,
+            frame,
+            reason,
+        });
+    }
+
+    /// Handles a slot's messages, at most [`MAX_MESSAGES_PER_UPDATE`] of them.
+    fn read_messages(&mut self, slot: usize) -> Result<(), NetError> {
+        let Some(client_id) = self.seats[slot].as_ref().map(|s| s.client_id) else {
+            return Ok(());
+        };
+        let mut handled = 0;
+        let mut flooded = 0usize;
+        for channel in [CHANNEL_CONTROL, CHANNEL_FRAMES] {
+            while let Some(bytes) = self.renet.receive_message(client_id, channel) {
+                if handled >= MAX_MESSAGES_PER_UPDATE {
+                    flooded += 1;
+                    continue;
+                }
+                handled += 1;
+                match ClientMessage::decode(&bytes) {
+                    Ok(msg) => self.handle(slot, msg)?,
+                    Err(e) => self.refuse(slot, e.to_string()),
+                }
+                if self.seats[slot].is_none() {
+                    return Ok(());
+                }
+            }
+        }
+        if flooded > 0 {
+            let seat = self.seats[slot].as_mut().expect("seated");
+            seat.flood_updates += 1;
+            let times = seat.flood_updates;
+            self.refuse(
+                slot,
+                format!("{flooded} messages over the limit of {MAX_MESSAGES_PER_UPDATE} in one update (a flood; {times} so far)"),
+            );
+            if times > MAX_FLOOD_UPDATES && self.seats[slot].is_some() {
+                self.drop_seat(
+                    slot,
+                    format!("dropped for flooding ({times} updates over the message limit)"),
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// Records a refused message; a client that keeps sending them is dropped.
+    fn refuse(&mut self, slot: usize, what: String) {
+        let Some(seat) = self.seats[slot].as_ref() else {
+            return;
+        };
+        let addr = seat.addr;
+        let r = &mut self.records[seat.record];
+        r.refused += 1;
+        let count = r.refused;
+        (self.observe)(&ServerEvent::Refused { slot, addr, what });
+        if count > MAX_REFUSALS {
+            self.drop_seat(slot, format!("dropped after {count} refused messages"));
+        }
+    }
+
+    fn handle(&mut self, slot: usize, msg: ClientMessage) -> Result<(), NetError> {
+        let hello = self.seats[slot].as_ref().is_some_and(|s| s.hello);
+        match msg {
+            ClientMessage::Hello { game_id } if !hello => self.hello(slot, game_id),
+            ClientMessage::Hello { .. } => {
+                self.refuse(slot, "a second hello".into());
+                Ok(())
+            }
+            _ if !hello => {
+                self.refuse(slot, "a message before its hello".into());
+                Ok(())
+            }
+            ClientMessage::Command { frame, input } => {
+                self.command(slot, frame, input);
+                Ok(())
+            }
+            ClientMessage::Digest {
+                frame,
+                value,
+                epoch,
+            } => self.digest(slot, frame, value, epoch),
+        }
+    }
+
+    fn command(&mut self, slot: usize, frame: u64, input: u8) {
+        match self.order.place(slot, frame, input) {
+            Ok(placement) => {
+                let next = self.order.next();
+                let seat = self.seats[slot].as_mut().expect("seated");
+                if let Some(delay) = seat.delay.observe(placement, next) {
+                    let msg = ServerMessage::Delay { frames: delay }.encode();
+                    self.renet
+                        .send_message(seat.client_id, CHANNEL_CONTROL, msg);
+                }
+            }
+            Err(e) => self.refuse(slot, e.to_string()),
+        }
+    }
+
+    fn hello(&mut self, slot: usize, game_id: u64) -> Result<(), NetError> {
+        let seat = self.seats[slot].as_mut().expect("seated");
+        if game_id != self.game_id {
+            let reason = format!(
+                "it runs another game (game id {game_id:016x}, the server's is {:016x}): run the same GAME file as the server, with the same file name",
+                self.game_id
+            );
+            let msg = ServerMessage::Refused {
+                reason: reason.clone(),
+            }
+            .encode();
+            self.renet
+                .send_message(seat.client_id, CHANNEL_CONTROL, msg);
+            // Sent before the seat goes: the refusal leaves with the next packets.
+            let _ = self.transport.send_packets(&mut self.renet);
+            self.drop_seat(slot, format!("refused: {reason}"));
+            return Ok(());
+        }
+        seat.hello = true;
+        let frame = self.order.next();
+        let rtt_ticks = self.renet.rtt(seat.client_id) / self.opts.tick.as_secs_f64();
+        seat.delay = DelayControl::new(rtt_ticks, frame);
+        let from_save = self.started.is_some();
+        let welcome = ServerMessage::Welcome {
+            slot: slot as u8,
+            players: self.opts.game.players as u8,
+            seed: self.opts.game.seed,
+            frames: self.opts.frames,
+            tick_us: self.opts.tick.as_micros() as u32,
+            check_every: self.opts.check_every as u32,
+            delay: seat.delay.delay(),
+            start: if from_save { Start::Save } else { Start::Init },
+        };
+        let client_id = seat.client_id;
+        let addr = seat.addr;
+        let record = seat.record;
+        self.renet
+            .send_message(client_id, CHANNEL_CONTROL, welcome.encode());
+        let mut save_bytes = 0;
+        if from_save {
+            save_bytes = self.send_state(slot, StateReason::Join)?;
+        }
+        let r = &mut self.records[record];
+        r.joined_at = frame;
+        r.joined_from_save = from_save;
+        (self.observe)(&ServerEvent::Joined {
+            slot,
+            addr,
+            frame,
+            save_bytes,
+        });
+        let hellos = self.seats.iter().flatten().filter(|s| s.hello).count();
+        if self.started.is_none() && hellos >= self.opts.start_with {
+            self.started = Some(Instant::now());
+            self.next_tick = Some(Instant::now() + START_DELAY);
+            (self.observe)(&ServerEvent::Started { clients: hellos });
+        }
+        Ok(())
+    }
+
+    /// Sends a slot the synchronous state as a save-game; returns its size.
+    fn send_state(&mut self, slot: usize, reason: StateReason) -> Result<usize, NetError> {
+        let frame = self.order.next();
+        let save = match &self.cached_save {
+            Some((f, save)) if *f == frame => Arc::clone(save),
+            _ => {
+                let save = Arc::new(self.game.save_game()?);
+                self.stats.saves += 1;
+                self.cached_save = Some((frame, Arc::clone(&save)));
+                save
+            }
+        };
+        let seat = self.seats[slot].as_mut().expect("seated");
+        seat.epoch += 1;
+        let msg = ServerMessage::State {
+            frame,
+            reason,
+            save: save.to_vec(),
+        };
+        self.renet
+            .send_message(seat.client_id, CHANNEL_STATE, msg.encode());
+        Ok(save.len())
+    }
+
+    fn digest(&mut self, slot: usize, frame: u64, value: u64, epoch: u32) -> Result<(), NetError> {
+        let seat = self.seats[slot].as_ref().expect("seated");
+        if epoch > seat.epoch {
+            self.refuse(
+                slot,
+                format!(
+                    "a digest after {epoch} save-games; the server sent {}",
+                    seat.epoch
+                ),
+            );
+            return Ok(());
+        }
+        if epoch < seat.epoch {
+            return Ok(()); // of a state since replaced
+        }
+        if frame > self.order.next() {
+            let next = self.order.next();
+            self.refuse(
+                slot,
+                format!("a digest for frame {frame}, which the server has not reached (it is at frame {next})"),
+            );
+            return Ok(());
+        }
+        if frame % self.opts.check_every != 0 && frame != self.opts.frames {
+            let every = self.opts.check_every;
+            self.refuse(
+                slot,
+                format!("a digest for frame {frame}, not a check frame (every {every} frames and the last)"),
+            );
+            return Ok(());
+        }
+        let Some(&ours) = self.checks.get(&frame) else {
+            return Ok(()); // older than the digests kept
+        };
+        let (addr, record) = (seat.addr, seat.record);
+        if ours == value {
+            let r = &mut self.records[record];
+            r.checks_passed += 1;
+            if frame == self.opts.frames {
+                r.final_digest = Some(value);
+            }
+            return Ok(());
+        }
+        let r = &mut self.records[record];
+        r.desyncs += 1;
+        if frame == self.opts.frames {
+            r.final_digest = Some(value);
+        }
+        if r.resyncs >= self.opts.max_resyncs {
+            let n = r.resyncs;
+            self.drop_seat(
+                slot,
+                format!("dropped: its state disagreed with the server's again after {n} resyncs"),
+            );
+            return Ok(());
+        }
+        r.resyncs += 1;
+        (self.observe)(&ServerEvent::Resync {
+            slot,
+            addr,
+            frame,
+            server: ours,
+            client: value,
+        });
+        let seat = self.seats[slot].as_ref().expect("seated");
+        let notice = ServerMessage::Desync {
+            frame,
+            server: ours,
+            client: value,
+        };
+        self.renet
+            .send_message(seat.client_id, CHANNEL_CONTROL, notice.encode());
+        self.send_state(slot, StateReason::Resync)?;
+        Ok(())
+    }
+
+    /// Closes the frames whose time has come.
+    fn close_due_frames(&mut self, now: Instant) -> Result<(), NetError> {
+        let Some(mut next_tick) = self.next_tick else {
+            return Ok(());
+        };
+        let mut closed = 0;
+        while now >= next_tick
+            && self.order.next() < self.opts.frames
+            && closed < MAX_FRAMES_PER_UPDATE
+        {
+            self.close_frame()?;
+            next_tick += self.opts.tick;
+            closed += 1;
+        }
+        self.next_tick = Some(next_tick);
+        Ok(())
+    }
+
+    fn close_frame(&mut self) -> Result<(), NetError> {
+        let (frame, inputs) = self.order.close();
+        let t = Instant::now();
+        self.game.step(&inputs)?;
+        self.stats.steps += t.elapsed();
+        let msg = ServerMessage::Confirm { frame, inputs }.encode();
+        for seat in self.seats.iter().flatten().filter(|s| s.hello) {
+            self.renet
+                .send_message(seat.client_id, CHANNEL_FRAMES, msg.clone());
+        }
+        let count = frame + 1;
+        if count % self.opts.check_every == 0 || count == self.opts.frames {
+            let t = Instant::now();
+            let digest = self.game.value_digest()?;
+            self.stats.digests += t.elapsed();
+            self.stats.digest_count += 1;
+            self.checks.insert(count, digest);
+            while self.checks.len() > CHECKS_KEPT {
+                self.checks.pop_first();
+            }
+        }
+        let clients = self.seats.iter().flatten().filter(|s| s.hello).count();
+        (self.observe)(&ServerEvent::Frame {
+            frame: count,
+            frames: self.opts.frames,
+            clients,
+        });
+        Ok(())
+    }
+}

@@ -1,0 +1,171 @@
+//! The client-server model on 127.0.0.1: a match server and its clients in threads, some
+//! behind an emulated bad network, one joining late, one damaged on purpose, and hostile
+//! peers. Every honest client must end on the server's value digest.
+
+mod common;
+
+use luasnap::bridge::runtime::net::{
+    ClientOptions, ClientReport, LinkConditions, MatchClient, MatchServer, ServerEvent,
+    ServerOptions, ServerReport,
+};
+use luasnap::bridge::runtime::{Backend, GameConfig};
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+const TINY: &str = include_str!("lua/tiny_game.lua");
+
+fn game(players: usize) -> GameConfig {
+    common::config("tiny_game", TINY, players, 5)
+}
+
+/// A server on a free port, in a thread; its events are collected.
+fn serve(
+    opts: ServerOptions,
+) -> (
+    SocketAddr,
+    JoinHandle<ServerReport>,
+    Arc<Mutex<Vec<ServerEvent>>>,
+) {
+    let server = MatchServer::bind("127.0.0.1:0".parse().unwrap(), opts).unwrap();
+    let addr = server.local_addr().unwrap();
+    let events = Arc::new(Mutex::new(Vec::new()));
+    let log = Arc::clone(&events);
+    let handle = std::thread::spawn(move || {
+        server
+            .run(|e| {
+                if !matches!(e, ServerEvent::Frame { .. }) {
+                    log.lock().unwrap().push(e.clone());
+                }
+            })
+            .unwrap_or_else(|e| panic!("server: {e}"))
+    });
+    (addr, handle, events)
+}
+
+fn client(opts: ClientOptions) -> JoinHandle<ClientReport> {
+    std::thread::spawn(move || {
+        MatchClient::connect(opts)
+            .and_then(|c| c.run(|_| {}))
+            .unwrap_or_else(|e| panic!("client: {e}"))
+    })
+}
+
+fn bad_network(latency_ms: u64) -> LinkConditions {
+    LinkConditions {
+        latency: Duration::from_millis(latency_ms),
+        jitter: Duration::from_millis(latency_ms / 3),
+        loss: 0.05,
+    }
+}
+
+#[test]
+fn four_clients_two_on_a_bad_network_one_late_all_end_on_the_servers_digest() {
+    let mut opts = ServerOptions::new(game(4), 240);
+    opts.tick = Duration::from_millis(20);
+    opts.check_every = 20;
+    opts.start_with = 3;
+    let (addr, server, events) = serve(opts);
+    let mut clients = Vec::new();
+    for i in 0..3u64 {
+        let mut o = ClientOptions::new(game(4), addr);
+        o.link_seed = i + 1;
+        if i > 0 {
+            o.link = bad_network(20 + 30 * i);
+        }
+        if i == 2 {
+            o.backend = Backend::Serialize;
+        }
+        clients.push(client(o));
+    }
+    // The fourth joins once the match runs (about 2 s of its 4.8 s).
+    std::thread::sleep(Duration::from_secs(2));
+    let mut late = ClientOptions::new(game(4), addr);
+    late.link_seed = 4;
+    clients.push(client(late));
+    let reports: Vec<ClientReport> = clients.into_iter().map(|c| c.join().unwrap()).collect();
+    let server = server.join().unwrap();
+    assert_eq!(server.frames, 240);
+    for r in &reports {
+        assert_eq!(
+            r.value_digest, server.value_digest,
+            "slot {} ended on another state: {r:?}",
+            r.slot
+        );
+        assert_eq!(r.server_digest, Some(server.value_digest), "{r:?}");
+        assert_eq!(r.desyncs, 0, "slot {}: {r:?}", r.slot);
+        assert_eq!(r.resyncs, 0, "slot {}: {r:?}", r.slot);
+        assert!(r.rollbacks > 0, "slot {} predicted nothing: {r:?}", r.slot);
+    }
+    let late = reports.last().unwrap();
+    let joined = late
+        .joined_at
+        .expect("the late client joined from a save-game");
+    assert!(joined > 0 && joined < 240, "{late:?}");
+    assert!(late.join_save_bytes > 0);
+    assert!(reports[..3].iter().all(|r| r.joined_at.is_none()));
+    assert_eq!(server.clients.len(), 4);
+    for c in &server.clients {
+        assert!(c.matches(server.value_digest), "{c:?}");
+        assert_eq!(c.desyncs, 0, "{c:?}");
+        assert!(c.left.is_none(), "{c:?}");
+        assert!(c.bytes_sent > 0 && c.bytes_received > 0);
+    }
+    assert_eq!(
+        server.clients.iter().filter(|c| c.joined_from_save).count(),
+        1
+    );
+    let log = events.lock().unwrap();
+    assert!(
+        log.iter()
+            .any(|e| matches!(e, ServerEvent::Joined { save_bytes, .. } if *save_bytes > 0)),
+        "{log:?}"
+    );
+}
+
+#[test]
+fn a_client_whose_state_is_damaged_is_resynced_from_a_save_game() {
+    let mut opts = ServerOptions::new(game(2), 160);
+    opts.tick = Duration::from_millis(15);
+    opts.check_every = 20;
+    let (addr, server, events) = serve(opts);
+    let honest = client(ClientOptions::new(game(2), addr));
+    let mut damaged = ClientOptions::new(game(2), addr);
+    // At frame 50 (once) the client's synchronous state gains a value the server's lacks.
+    damaged.at_sync = Some(Arc::new(|g: &mut luasnap::bridge::runtime::Game| {
+        if g.frame() == 50 {
+            g.vm()
+                .exec("damage = (damage or 0) + 1", "=test")
+                .map_err(luasnap::bridge::runtime::GameError::Vm)?;
+        }
+        Ok(())
+    }));
+    let damaged = client(damaged);
+    let honest = honest.join().unwrap();
+    let damaged = damaged.join().unwrap();
+    let server = server.join().unwrap();
+    assert_eq!(honest.value_digest, server.value_digest);
+    assert_eq!((honest.desyncs, honest.resyncs), (0, 0));
+    assert_eq!(damaged.value_digest, server.value_digest, "{damaged:?}");
+    assert!(damaged.desyncs >= 1 && damaged.resyncs >= 1, "{damaged:?}");
+    let rec = server
+        .clients
+        .iter()
+        .find(|c| c.slot == damaged.slot)
+        .unwrap();
+    assert!(
+        rec.resyncs >= 1 && rec.matches(server.value_digest),
+        "{rec:?}"
+    );
+    let log = events.lock().unwrap();
+    let resync = log
+        .iter()
+        .find(|e| matches!(e, ServerEvent::Resync { .. }))
+        .expect("a resync event");
+    let text = resync.to_string();
+    assert!(
+        text.contains(&format!("slot {}", damaged.slot)) && text.contains("frame 60"),
+        "{text}"
+    );
+}
