@@ -169,3 +169,144 @@ fn a_client_whose_state_is_damaged_is_resynced_from_a_save_game() {
         "{text}"
     );
 }
+
+/// Pumps a raw peer for a while (its netcode keeps the connection alive).
+fn pump_for(peer: &mut luasnap::bridge::runtime::net::testing::RawPeer, ms: u64) {
+    let end = std::time::Instant::now() + Duration::from_millis(ms);
+    while std::time::Instant::now() < end {
+        let _ = peer.pump();
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+#[test]
+fn hostile_peers_leave_the_match_running_for_everyone_else() {
+    use luasnap::bridge::runtime::net::testing::{self, RawPeer, CONTROL, FRAMES};
+    let mut opts = ServerOptions::new(game(3), 300);
+    opts.tick = Duration::from_millis(15);
+    opts.check_every = 20;
+    opts.start_with = 2;
+    let (addr, server, events) = serve(opts);
+    let honest = client(ClientOptions::new(game(3), addr));
+    let mut far = ClientOptions::new(game(3), addr);
+    far.link = bad_network(40);
+    let far = client(far);
+    std::thread::sleep(Duration::from_millis(800));
+    // Datagrams that are not netcode at all, from a plain socket: 20,000 of them.
+    let junk = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    for i in 0..20_000u32 {
+        let len = 1 + (i as usize * 7919) % 1200;
+        let bytes: Vec<u8> = (0..len).map(|j| (i as usize * 31 + j * 17) as u8).collect();
+        let _ = junk.send_to(&bytes, addr);
+    }
+    // A connected peer that says hello, then lies and sends garbage.
+    let mut hostile = RawPeer::connect(addr).unwrap();
+    hostile.send(CONTROL, testing::hello("=tiny_game", TINY));
+    pump_for(&mut hostile, 300);
+    for bad in [
+        vec![],                        // empty
+        vec![0x7f, 1, 2, 3],           // unknown tag
+        vec![2, 1, 2],                 // truncated command
+        testing::command(u64::MAX, 1), // a frame far in the future
+        testing::command(1_000, 1),    // further ahead than any honest client
+        testing::command(5, 1),        // (accepted, late)
+        testing::command(4, 1),        // back in time
+        testing::digest(290, 1, 1),    // a frame not reached (epoch 1: it joined from a save)
+        testing::digest(20, 1, 7),     // an epoch never sent
+        testing::digest(21, 1, 1),     // not a check frame
+    ] {
+        hostile.send(FRAMES, bad);
+    }
+    pump_for(&mut hostile, 300);
+    // A flood of commands that are each acceptable: thousands an update, for many updates.
+    for _ in 0..60 {
+        for _ in 0..2_000 {
+            hostile.send(FRAMES, testing::command(400, 3));
+        }
+        let _ = hostile.pump();
+        std::thread::sleep(Duration::from_millis(5));
+        if !hostile.is_connected() {
+            break;
+        }
+    }
+    pump_for(&mut hostile, 500);
+    let honest = honest.join().unwrap();
+    let far = far.join().unwrap();
+    let server = server.join().unwrap();
+    assert_eq!(server.frames, 300);
+    for r in [&honest, &far] {
+        assert_eq!(r.value_digest, server.value_digest, "{r:?}");
+        assert_eq!((r.desyncs, r.resyncs), (0, 0), "{r:?}");
+    }
+    let hostile_rec = server
+        .clients
+        .iter()
+        .find(|c| c.slot == 2)
+        .expect("the hostile peer had slot 3");
+    let (_, why) = hostile_rec
+        .left
+        .clone()
+        .expect("the hostile peer was dropped");
+    assert!(why.starts_with("dropped"), "{why}");
+    let log: Vec<String> = events
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|e| e.to_string())
+        .collect();
+    let about = |needle: &str| {
+        assert!(
+            log.iter()
+                .any(|l| l.starts_with("slot 2 (") && l.contains(needle)),
+            "no event about {needle:?}: {log:#?}"
+        )
+    };
+    about("malformed message: empty");
+    about("malformed message: unknown tag 0x7f");
+    about("malformed command: truncated at frame");
+    about("more than 512 frames past the next open frame");
+    about("after one for frame 5 (commands must not go back in time)");
+    about("a digest for frame 290, which the server has not reached");
+    about("a digest after 7 save-games");
+    about("not a check frame");
+    about("over the limit of 256 in one update (a flood");
+    about("left at frame");
+}
+
+#[test]
+fn a_client_that_leaves_is_dropped_and_the_others_play_on() {
+    use luasnap::bridge::runtime::net::testing::{self, RawPeer, CONTROL, FRAMES};
+    let mut opts = ServerOptions::new(game(2), 150);
+    opts.tick = Duration::from_millis(15);
+    opts.check_every = 30;
+    opts.start_with = 2;
+    let (addr, server, events) = serve(opts);
+    let stays = client(ClientOptions::new(game(2), addr));
+    let mut leaves = RawPeer::connect(addr).unwrap();
+    leaves.send(CONTROL, testing::hello("=tiny_game", TINY));
+    leaves.send(FRAMES, testing::command(0, 17));
+    pump_for(&mut leaves, 1000);
+    leaves.close();
+    let stays = stays.join().unwrap();
+    let server = server.join().unwrap();
+    assert_eq!(stays.value_digest, server.value_digest);
+    let gone = server
+        .clients
+        .iter()
+        .find(|c| c.slot != stays.slot)
+        .unwrap();
+    let (frame, why) = gone.left.clone().expect("the leaver was dropped");
+    assert!(frame < 150 && why.contains("disconnected"), "{frame} {why}");
+    let log: Vec<String> = events
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|e| e.to_string())
+        .collect();
+    assert!(
+        log.iter()
+            .any(|l| l.contains(&format!("slot {} (", gone.slot))
+                && l.contains("the slot plays no input")),
+        "{log:#?}"
+    );
+}

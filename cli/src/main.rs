@@ -7,6 +7,7 @@ mod gc_pages;
 mod p2p;
 mod run;
 mod second;
+mod serve;
 mod simulate;
 mod size;
 mod trackers;
@@ -39,6 +40,12 @@ enum Command {
     GcPages(gc_pages::GcPagesArgs),
     /// Print the values that differ between two save-games, by path (exit status 1 if any).
     Diff(diff::DiffArgs),
+    /// Host one match: order the clients' commands into frames, run the synchronous model,
+    /// check the clients' digests, send save-games to late joiners and to clients that disagree.
+    Serve(serve::ServeArgs),
+    /// Play one player slot of a `luasnap serve` match (predicting and rolling back), with
+    /// simulate's scripted inputs, optionally behind an emulated bad network.
+    Client(serve::ClientArgs),
 }
 
 fn report(r: Result<(), String>) -> ExitCode {
@@ -84,6 +91,8 @@ fn main() -> ExitCode {
             }
         },
         Some(Command::Diff(args)) => diff::run(args),
+        Some(Command::Serve(args)) => report(serve::serve(args)),
+        Some(Command::Client(args)) => report(serve::client(args)),
         Some(Command::Trackers) => {
             trackers::trackers();
             ExitCode::SUCCESS

@@ -58,15 +58,15 @@ impl std::fmt::Debug for ClientOptions {
 }
 
 impl ClientOptions {
-    /// Plays `game` on the server at `server` over a perfect link, with incremental arena
-    /// snapshots.
+    /// Plays `game` on the server at `server` over a perfect link, with the runtime's default
+    /// backend ([`Backend::ArenaAuto`]).
     pub fn new(game: GameConfig, server: SocketAddr) -> ClientOptions {
         ClientOptions {
             game,
             server,
             link: LinkConditions::NONE,
             link_seed: 1,
-            backend: Backend::ArenaIncremental,
+            backend: Backend::ArenaAuto,
             connect_timeout: Duration::from_secs(10),
             end_wait: Duration::from_secs(20),
             at_sync: None,
@@ -186,8 +186,8 @@ impl Conn {
     ) -> Result<Conn, NetError> {
         link.validate().map_err(NetError::Config)?;
         let client_id = client_id(seed);
-        let transport = ClientTransport::connect(server, client_id, link, seed)
-            .map_err(NetError::Config)?;
+        let transport =
+            ClientTransport::connect(server, client_id, link, seed).map_err(NetError::Config)?;
         Ok(Conn {
             transport,
             renet: RenetClient::new(connection_config()),
@@ -732,6 +732,7 @@ impl Session<'_> {
             Some(d) => d,
             None => game.value_digest()?,
         };
+        let game_digest = game.game_digest()?;
         Ok(ClientReport {
             slot: self.w.slot,
             players: self.w.players,
@@ -741,7 +742,7 @@ impl Session<'_> {
             join_save_bytes: self.join_bytes,
             value_digest,
             server_digest: self.server_end,
-            game_digest: None,
+            game_digest,
             rollbacks: self.past_rollbacks.0 + client.rollbacks,
             resimulated: self.past_rollbacks.1 + client.resimulated,
             rollback_us_median: quantile_us(&overheads, 0.5),

@@ -19,6 +19,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// How long an unacknowledged reliable message waits before it is sent again.
 const RESEND: Duration = Duration::from_millis(100);
+/// The same for save-games: a slice of one waits longer, so that a save sent over a slow
+/// round trip is not sent several times over.
+const STATE_RESEND: Duration = Duration::from_millis(400);
 /// What a client may hold unacknowledged on each of its channels (commands and digests
 /// are a few bytes each: a client that fills this is flooding, and renet disconnects it).
 const CLIENT_CHANNEL_BYTES: usize = 256 << 10;
@@ -27,13 +30,11 @@ const SERVER_CHANNEL_BYTES: usize = 4 << 20;
 /// What the server may hold unacknowledged in save-games, per client.
 const STATE_CHANNEL_BYTES: usize = 300 << 20;
 
-fn reliable(channel_id: u8, bytes: usize) -> ChannelConfig {
+fn reliable(channel_id: u8, bytes: usize, resend_time: Duration) -> ChannelConfig {
     ChannelConfig {
         channel_id,
         max_memory_usage_bytes: bytes,
-        send_type: SendType::ReliableOrdered {
-            resend_time: RESEND,
-        },
+        send_type: SendType::ReliableOrdered { resend_time },
     }
 }
 
@@ -42,13 +43,13 @@ pub(crate) fn connection_config() -> ConnectionConfig {
     ConnectionConfig {
         available_bytes_per_tick: 256 << 10,
         server_channels_config: vec![
-            reliable(CHANNEL_CONTROL, SERVER_CHANNEL_BYTES),
-            reliable(CHANNEL_FRAMES, SERVER_CHANNEL_BYTES),
-            reliable(CHANNEL_STATE, STATE_CHANNEL_BYTES),
+            reliable(CHANNEL_CONTROL, SERVER_CHANNEL_BYTES, RESEND),
+            reliable(CHANNEL_FRAMES, SERVER_CHANNEL_BYTES, RESEND),
+            reliable(CHANNEL_STATE, STATE_CHANNEL_BYTES, STATE_RESEND),
         ],
         client_channels_config: vec![
-            reliable(CHANNEL_CONTROL, CLIENT_CHANNEL_BYTES),
-            reliable(CHANNEL_FRAMES, CLIENT_CHANNEL_BYTES),
+            reliable(CHANNEL_CONTROL, CLIENT_CHANNEL_BYTES, RESEND),
+            reliable(CHANNEL_FRAMES, CLIENT_CHANNEL_BYTES, RESEND),
         ],
     }
 }
