@@ -7,7 +7,7 @@ use super::protocol::{
     game_id, ClientMessage, ServerMessage, Start, StateReason, CHANNEL_CONTROL, CHANNEL_FRAMES,
     CHANNEL_STATE,
 };
-use super::transport::{connection_config, ClientTransport};
+use super::transport::{connection_config, ClientTransport, SEND_INTERVAL};
 use super::NetError;
 use crate::runtime::{
     quantile_us, scripted_input, Backend, Game, GameConfig, GameError, PredictiveClient, Timings,
@@ -175,6 +175,8 @@ pub(crate) struct Conn {
     transport: ClientTransport,
     renet: RenetClient,
     last_update: Instant,
+    last_send: Instant,
+    queued: bool,
     pub(crate) peer: String,
 }
 
@@ -192,6 +194,8 @@ impl Conn {
             transport,
             renet: RenetClient::new(connection_config()),
             last_update: Instant::now(),
+            last_send: Instant::now(),
+            queued: false,
             peer: format!("the server at {server}"),
         })
     }
@@ -219,15 +223,23 @@ impl Conn {
 
     pub(crate) fn send(&mut self, channel: u8, bytes: Vec<u8>) {
         self.renet.send_message(channel, bytes);
+        self.queued = true;
     }
 
+    /// Sends renet's packets if a message is queued or [`SEND_INTERVAL`] has passed, and the
+    /// emulated link's datagrams that are due.
     pub(crate) fn flush(&mut self) -> Result<(), NetError> {
-        self.transport
-            .send_packets(&mut self.renet)
-            .map_err(|error| NetError::Io {
-                what: "cannot send".into(),
-                error,
-            })
+        let io = |error| NetError::Io {
+            what: "cannot send".into(),
+            error,
+        };
+        if self.queued || self.last_send.elapsed() >= SEND_INTERVAL || !self.renet.is_connected() {
+            self.queued = false;
+            self.last_send = Instant::now();
+            self.transport.send_packets(&mut self.renet).map_err(io)
+        } else {
+            self.transport.flush_link().map_err(io)
+        }
     }
 
     pub(crate) fn is_connected(&self) -> bool {

@@ -7,7 +7,7 @@ use super::protocol::{
     game_id, ClientMessage, ServerMessage, Start, StateReason, CHANNEL_CONTROL, CHANNEL_FRAMES,
     CHANNEL_STATE, MAX_PLAYERS,
 };
-use super::transport::{connection_config, ServerTransport};
+use super::transport::{connection_config, ServerTransport, SEND_INTERVAL};
 use super::NetError;
 use crate::runtime::{Backend, Game, GameConfig};
 use renet::RenetServer;
@@ -381,6 +381,7 @@ struct Match<'o> {
 impl Match<'_> {
     fn play(&mut self) -> Result<ServerReport, NetError> {
         let mut last = Instant::now();
+        let mut last_send = last;
         let mut ended: Option<Instant> = None;
         let mut end_sent: Option<Instant> = None;
         loop {
@@ -388,6 +389,7 @@ impl Match<'_> {
             let dt = now - last;
             last = now;
             self.network_in(dt)?;
+            let before = self.order.next();
             self.close_due_frames(now)?;
             if self.order.next() == self.opts.frames {
                 let ended_at = *ended.get_or_insert(now);
@@ -398,12 +400,17 @@ impl Match<'_> {
                     end_sent = Some(now);
                 }
             }
-            self.transport
-                .send_packets(&mut self.renet)
-                .map_err(|error| NetError::Io {
-                    what: "cannot send".into(),
-                    error,
-                })?;
+            // Renet's packets go out with each frame, or every SEND_INTERVAL (what a client
+            // sent is acknowledged, joins and resyncs flow).
+            if self.order.next() > before || now - last_send >= SEND_INTERVAL {
+                last_send = now;
+                self.transport
+                    .send_packets(&mut self.renet)
+                    .map_err(|error| NetError::Io {
+                        what: "cannot send".into(),
+                        error,
+                    })?;
+            }
             self.stats.busy += now.elapsed();
             if end_sent.is_some_and(|t| now - t >= LINGER) {
                 break;

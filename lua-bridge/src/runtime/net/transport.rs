@@ -17,6 +17,10 @@ use std::io;
 use std::net::{SocketAddr, UdpSocket};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+/// How often renet's packets (messages, acknowledgements) go out when nothing new is queued:
+/// an update runs every millisecond, and acknowledging at that rate would cost each peer a
+/// datagram a millisecond.
+pub(crate) const SEND_INTERVAL: Duration = Duration::from_millis(5);
 /// How long an unacknowledged reliable message waits before it is sent again.
 const RESEND: Duration = Duration::from_millis(100);
 /// The same for save-games: a slice of one waits longer, so that a save sent over a slow
@@ -268,6 +272,11 @@ impl ClientTransport {
             self.link.send_to(packet, addr)?;
         }
         Ok(())
+    }
+
+    /// Sends the datagrams the emulated link holds that are due.
+    pub(crate) fn flush_link(&mut self) -> io::Result<()> {
+        self.link.flush()
     }
 
     /// Sends what renet has queued.
