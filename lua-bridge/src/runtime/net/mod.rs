@@ -62,6 +62,7 @@
 //! Inputs are one byte per player (the scripted input source of `luasnap simulate`).
 
 mod client;
+mod error;
 mod link;
 mod order;
 mod protocol;
@@ -69,67 +70,10 @@ mod server;
 mod transport;
 
 pub use client::{ClientEvent, ClientOptions, ClientReport, MatchClient, SyncHook};
+pub use error::NetError;
 pub use link::LinkConditions;
 pub use protocol::DecodeError;
 pub use server::{ClientRecord, MatchServer, ServerEvent, ServerOptions, ServerReport};
 
 #[cfg(feature = "fuzzing")]
-pub use client::testing;
-
-use crate::runtime::GameError;
-
-/// Why a match could not be served or played.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum NetError {
-    /// Options out of range; the message names the option.
-    #[error("{0}")]
-    Config(String),
-    /// The socket failed.
-    #[error("{what}: {error}")]
-    Io {
-        /// What was being done (`cannot bind 0.0.0.0:7000`).
-        what: String,
-        /// The system's error.
-        error: std::io::Error,
-    },
-    /// The client could not reach the server.
-    #[error("no answer from the server at {server} within {seconds} s ({reason}): is `luasnap serve` running there, and is the port open for UDP?")]
-    Connect {
-        /// The server's address.
-        server: std::net::SocketAddr,
-        /// Seconds waited.
-        seconds: u64,
-        /// What netcode said, if anything.
-        reason: String,
-    },
-    /// The server refused the client.
-    #[error("the server at {server} refused this client: {reason}")]
-    Refused {
-        /// The server's address.
-        server: std::net::SocketAddr,
-        /// The server's reason.
-        reason: String,
-    },
-    /// The connection ended before the match did.
-    #[error("the connection to {peer} ended at frame {frame}: {reason}")]
-    Disconnected {
-        /// Who is gone (`the server at 127.0.0.1:7000`).
-        peer: String,
-        /// The frame the client or server had reached.
-        frame: u64,
-        /// Why.
-        reason: String,
-    },
-    /// The peer broke the protocol.
-    #[error("{peer} broke the protocol: {what}")]
-    Protocol {
-        /// Who.
-        peer: String,
-        /// What.
-        what: String,
-    },
-    /// The game failed (the server's model, or a client's).
-    #[error(transparent)]
-    Game(#[from] GameError),
-}
+pub mod testing;

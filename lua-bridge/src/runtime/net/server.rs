@@ -2,13 +2,13 @@
 //! confirms every frame to every client, checks their digests, and sends save-games to
 //! clients that join late or disagree.
 
+use super::error::NetError;
 use super::order::{DelayControl, FrameOrder};
 use super::protocol::{
     game_id, ClientMessage, ServerMessage, Start, StateReason, CHANNEL_CONTROL, CHANNEL_FRAMES,
     CHANNEL_STATE, MAX_PLAYERS,
 };
 use super::transport::{connection_config, ServerTransport, SEND_INTERVAL};
-use super::NetError;
 use crate::runtime::{Backend, Game, GameConfig};
 use renet::RenetServer;
 use std::collections::{BTreeMap, HashMap};

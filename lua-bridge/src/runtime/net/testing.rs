@@ -1,0 +1,72 @@
+//! A raw connection to a match server, for tests of hostile clients: any bytes on any
+//! channel. Not part of the API (feature `fuzzing`).
+
+use super::client::Conn;
+use super::error::NetError;
+use super::link::LinkConditions;
+use super::protocol::{game_id, ClientMessage, CHANNEL_CONTROL, CHANNEL_FRAMES};
+use std::net::SocketAddr;
+use std::time::Duration;
+
+/// The control channel (hello, digests).
+pub const CONTROL: u8 = CHANNEL_CONTROL;
+/// The frames channel (commands).
+pub const FRAMES: u8 = CHANNEL_FRAMES;
+
+/// A connected peer that sends what it is told.
+pub struct RawPeer {
+    conn: Conn,
+}
+
+impl RawPeer {
+    /// Connects (netcode's handshake only; no hello).
+    pub fn connect(server: SocketAddr) -> Result<RawPeer, NetError> {
+        let mut conn = Conn::open(server, LinkConditions::NONE, 99)?;
+        conn.wait_connected(server, Duration::from_secs(10))?;
+        Ok(RawPeer { conn })
+    }
+
+    /// Queues a message of any bytes.
+    pub fn send(&mut self, channel: u8, bytes: Vec<u8>) {
+        self.conn.send(channel, bytes);
+    }
+
+    /// Sends what is queued and reads what arrived (raw messages).
+    pub fn pump(&mut self) -> Result<Vec<Vec<u8>>, NetError> {
+        self.conn.flush()?;
+        Ok(self.conn.pump()?.into_iter().map(|(_, b)| b).collect())
+    }
+
+    /// Whether the server still holds the connection.
+    pub fn is_connected(&self) -> bool {
+        self.conn.ended().is_none()
+    }
+
+    /// Leaves.
+    pub fn close(&mut self) {
+        self.conn.close();
+    }
+}
+
+/// A hello for the game `script` named `chunk_name`.
+pub fn hello(chunk_name: &str, script: &str) -> Vec<u8> {
+    ClientMessage::Hello {
+        game_id: game_id(chunk_name, script),
+    }
+    .encode()
+}
+
+/// A command.
+pub fn command(frame: u64, input: u8) -> Vec<u8> {
+    ClientMessage::Command { frame, input }.encode()
+}
+
+/// A digest.
+pub fn digest(frame: u64, value: u64, epoch: u32) -> Vec<u8> {
+    ClientMessage::Digest {
+        frame,
+        value,
+        epoch,
+    }
+    .encode()
+}
