@@ -10,6 +10,7 @@ mod second;
 mod serve;
 mod simulate;
 mod size;
+mod tether;
 mod trackers;
 
 use clap::{Parser, Subcommand};
@@ -75,6 +76,7 @@ fn main() -> ExitCode {
         return run::lua_main(&argv, 2);
     }
     let cli = Cli::parse();
+    tether::watch_parent();
     match cli.command {
         Some(Command::Run(_)) => unreachable!("`run` is dispatched before clap"),
         Some(Command::Simulate(args)) => report(simulate::run(args)),

@@ -207,7 +207,7 @@ fn base_command(args: &P2pArgs) -> Result<Command, String> {
     let exe = std::env::current_exe()
         .map_err(|e| format!("cannot start a second process (the executable: {e})"))?;
     let mut cmd = Command::new(exe);
-    cmd.arg("p2p");
+    crate::tether::tether(&mut cmd).arg("p2p");
     if let Some(g) = &args.game {
         cmd.arg(g);
     }

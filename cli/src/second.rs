@@ -130,7 +130,8 @@ pub fn spawn(
         cmd.arg("--lockstep-save")
             .arg(format!("{frame}:{}", path.display()));
     }
-    cmd.stdin(Stdio::null())
+    crate::tether::tether(&mut cmd)
+        .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()

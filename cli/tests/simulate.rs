@@ -498,3 +498,76 @@ fn p2p_peers_agree_on_a_set_keyed_by_tables() {
     }
     std::fs::remove_file(&path).ok();
 }
+
+/// The children a process has started, from /proc (every thread's list).
+fn children_of(pid: u32) -> Vec<u32> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    tasks
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
+        .flat_map(|s| {
+            s.split_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .collect::<Vec<u32>>()
+        })
+        .collect()
+}
+
+/// Whether a process is still running (a zombie has ended).
+fn running(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| {
+            !s.rsplit(')')
+                .next()
+                .unwrap_or("")
+                .trim_start()
+                .starts_with('Z')
+        })
+        .unwrap_or(false)
+}
+
+/// A simulate killed while its game loops forever takes its second process with it (it had
+/// run on as an orphan, using a core, for as long as the machine was up).
+#[test]
+fn a_killed_simulate_leaves_no_second_process_behind() {
+    let game = write_game(
+        "endless",
+        "local G = {} local n = 0
+         function G.init() end
+         function G.step(i) n = n + 1 if n == 3 then while true do end end end
+         return G",
+    );
+    let mut parent = Command::new(env!("CARGO_BIN_EXE_luasnap"))
+        .args(["simulate", game.to_str().unwrap(), "--frames", "10"])
+        .args(["--step-budget", "off", "--second-process", "on"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // The second process starts with the run; wait until it is there (bounded).
+    let mut second = Vec::new();
+    for _ in 0..600 {
+        second = children_of(parent.id());
+        if !second.is_empty() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(!second.is_empty(), "simulate started no second process");
+    parent.kill().unwrap();
+    parent.wait().unwrap();
+    // Generous: the watcher checks five times a second.
+    for _ in 0..600 {
+        if !second.iter().any(|&p| running(p)) {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let left: Vec<_> = second.iter().filter(|&&p| running(p)).collect();
+    for &&p in &left {
+        let _ = Command::new("kill").args(["-9", &p.to_string()]).status();
+    }
+    panic!("second processes {left:?} outlived their killed parent");
+}
