@@ -368,3 +368,128 @@ fn host_reads_between_frames_do_not_break_sync_test() {
     }
     assert!(shots > 0);
 }
+
+/// The child side of `two_processes_play_p2p_through_the_public_api`: one peer, through the
+/// public API with default options. Prints its port, reads the other peer's address from
+/// stdin, plays, prints its report.
+fn p2p_child_peer(me: usize) {
+    use luasnap::bridge::ggrs_adapter::{p2p_peer_with, PeerSocket};
+    use std::io::BufRead;
+    let mut cfg = GameConfig::default_game(2, 3);
+    cfg.script = TINY.into();
+    cfg.chunk_name = "=tiny".into();
+    cfg.capacity = 256 << 20;
+    let socket = PeerSocket::loopback().unwrap();
+    println!("PEER_PORT {}", socket.local_addr().unwrap().port());
+    let mut line = String::new();
+    std::io::stdin().lock().read_line(&mut line).unwrap();
+    let other = line.trim().parse().unwrap();
+    let seed = cfg.seed;
+    let report = p2p_peer_with(
+        &cfg,
+        me,
+        socket,
+        other,
+        150,
+        Duration::from_secs(120),
+        &SessionOptions::default(),
+        |f, p| scripted_input(seed, f, p),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    println!(
+        "PEER_REPORT frames={} desyncs={} rollbacks={} checksum={:?}",
+        report.frames,
+        report.desyncs.len(),
+        report.rollbacks,
+        report.checksum
+    );
+}
+
+/// Two processes (this test's binary, started twice) play P2P over 127.0.0.1 with
+/// `p2p_peer_with` and `SessionOptions::default()`: the checksum GGRS compares is the game
+/// digest, which agrees across processes, where arena digests never would.
+#[test]
+fn two_processes_play_p2p_through_the_public_api() {
+    use std::io::{BufRead, BufReader, Write};
+    use std::process::{Command, Stdio};
+    const ROLE: &str = "LUASNAP_TEST_P2P_PEER";
+    const NAME: &str = "two_processes_play_p2p_through_the_public_api";
+    if let Ok(me) = std::env::var(ROLE) {
+        return p2p_child_peer(me.parse().unwrap());
+    }
+    let mut children: Vec<_> = (0..2)
+        .map(|me| {
+            Command::new(std::env::current_exe().unwrap())
+                .args([NAME, "--exact", "--nocapture", "--test-threads=1"])
+                .env(ROLE, me.to_string())
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let mut outs: Vec<_> = children
+        .iter_mut()
+        .map(|c| BufReader::new(c.stdout.take().unwrap()))
+        .collect();
+    let ports: Vec<u16> = outs
+        .iter_mut()
+        .map(|out| {
+            let mut line = String::new();
+            loop {
+                line.clear();
+                assert!(out.read_line(&mut line).unwrap() > 0, "a peer ended early");
+                // The harness may print `test NAME ... ` on the same line first.
+                if let Some((_, port)) = line.trim().split_once("PEER_PORT ") {
+                    return port.parse().unwrap();
+                }
+            }
+        })
+        .collect();
+    for (me, child) in children.iter_mut().enumerate() {
+        let mut stdin = child.stdin.take().unwrap();
+        writeln!(stdin, "127.0.0.1:{}", ports[1 - me]).unwrap();
+    }
+    for (child, mut out) in children.iter_mut().zip(outs) {
+        // All of it, so that the child never writes into a closed pipe.
+        let mut rest = String::new();
+        std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
+        let status = child.wait().unwrap();
+        let report = rest
+            .lines()
+            .find_map(|l| l.split_once("PEER_REPORT").map(|(_, r)| r.to_string()))
+            .unwrap_or_else(|| panic!("a peer failed ({status}): {rest}"));
+        assert!(status.success(), "{rest}");
+        assert!(report.contains("frames=150"), "{report}");
+        assert!(report.contains("desyncs=0"), "{report}");
+        assert!(report.contains("checksum=Game"), "{report}");
+    }
+}
+
+#[test]
+fn a_p2p_session_resolves_auto_to_the_game_digest_and_refuses_arena_digests() {
+    let session = || {
+        luasnap::ggrs::SessionBuilder::<LuaGgrs>::new()
+            .with_num_players(2)
+            .unwrap()
+            .add_player(luasnap::ggrs::PlayerType::Local, 0)
+            .unwrap()
+            .add_player(
+                luasnap::ggrs::PlayerType::Remote("127.0.0.1:9".parse().unwrap()),
+                1,
+            )
+            .unwrap()
+            .start_p2p_session(luasnap::bridge::ggrs_adapter::PeerSocket::loopback().unwrap())
+            .unwrap()
+    };
+    let game = Game::new(&tiny(), Backend::ArenaIncremental).unwrap();
+    let driver = GgrsGame::<LuaGgrs>::new(game, Checksum::Auto, &session()).unwrap();
+    assert_eq!(driver.checksum_kind(), Checksum::Game);
+    let game = Game::new(&tiny(), Backend::ArenaIncremental).unwrap();
+    let err = GgrsGame::<LuaGgrs>::new(game, Checksum::Arena, &session())
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(err.contains("another peer's"), "{err}");
+    assert!(err.contains("Checksum::Auto or Checksum::Game"), "{err}");
+}

@@ -10,7 +10,7 @@
 use crate::second::{frame_list, save_spec};
 use crate::simulate::{parse_step_budget, StepBudget};
 use luasnap::bridge::ggrs_adapter::{
-    p2p_pair, p2p_peer, replay, LoopbackSocket, PeerReport, DESYNC_INTERVAL,
+    p2p_pair, p2p_peer, replay, PeerReport, PeerSocket, DESYNC_INTERVAL,
 };
 use luasnap::bridge::runtime::{Backend, Game, GameConfig, DEFAULT_STEP_BUDGET};
 use luasnap::bridge::value_diff::ValueDiff;
@@ -131,7 +131,7 @@ fn two_processes(
     cfg: &GameConfig,
     timeout: Duration,
 ) -> Result<[PeerReport; 2], String> {
-    let socket = LoopbackSocket::bind().map_err(|e| e.to_string())?;
+    let socket = PeerSocket::loopback().map_err(|e| e.to_string())?;
     let here = socket.local_addr().map_err(|e| e.to_string())?;
     let mut cmd = base_command(args)?;
     cmd.arg("--peer-of").arg(here.to_string());
@@ -225,7 +225,7 @@ fn second_peer(
     frames: u64,
     timeout: Duration,
 ) -> Result<(), String> {
-    let socket = LoopbackSocket::bind().map_err(|e| e.to_string())?;
+    let socket = PeerSocket::loopback().map_err(|e| e.to_string())?;
     let port = socket.local_addr().map_err(|e| e.to_string())?.port();
     println!("{}", json!({ "port": port }));
     let r = p2p_peer(cfg, 1, socket, first, frames, timeout)?;
@@ -266,7 +266,8 @@ fn report_from_json(v: &serde_json::Value) -> Option<PeerReport> {
         desyncs,
         desync_files: Vec::new(),
         elapsed: Duration::from_secs_f64(v["elapsed_s"].as_f64()?),
-        inputs: Vec::new(),
+        // Its inputs are this side's; its checksum the default's (the game digest).
+        ..PeerReport::default()
     })
 }
 

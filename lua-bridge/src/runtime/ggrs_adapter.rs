@@ -6,7 +6,27 @@
 //! arena digest by default ([`Checksum::Arena`]: byte-exact, comparable within one process, as
 //! `SyncTestSession` compares); peers in different processes compare [`Checksum::Game`]
 //! (`G.digest()` if the game has one, else the value digest), since their arenas hold
-//! different absolute addresses.
+//! different absolute addresses: [`Checksum::Auto`] picks it for a [`ggrs::P2PSession`].
+//!
+//! Two machines (or two processes) play with [`PeerSocket`] and [`p2p_peer_with`]: each binds
+//! a socket to an address the other can reach and runs one peer; the game's natives and
+//! userdata come from [`GameConfig::setup`], the local player's input from a closure.
+//!
+//! ```no_run
+//! use luasnap_bridge::ggrs_adapter::{p2p_peer_with, PeerSocket, SessionOptions};
+//! use luasnap_bridge::runtime::GameConfig;
+//! use std::time::Duration;
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let cfg = GameConfig::default_game(2, 7);
+//! // Player 0 here; player 1 runs the same with `1` and this machine's address.
+//! let socket = PeerSocket::bind("0.0.0.0:7000")?;
+//! let other = "192.168.1.20:7000".parse()?;
+//! let report = p2p_peer_with(&cfg, 0, socket, other, 600, Duration::from_secs(60),
+//!     &SessionOptions::default(), |_frame, _player| 0u8 /* read the pad */)?;
+//! assert!(report.desyncs.is_empty());
+//! # Ok(()) }
+//! ```
 
 use crate::runtime::{scripted_input, Backend, Game, GameConfig, GameError, GameInput, SaveHandle};
 use ggrs::{
@@ -16,7 +36,7 @@ use ggrs::{
 use serde::de::DeserializeOwned;
 use std::collections::BTreeMap;
 use std::marker::PhantomData;
-use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
+use std::net::{Ipv4Addr, SocketAddr, ToSocketAddrs, UdpSocket};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -50,13 +70,16 @@ where
 /// What checksum a save reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Checksum {
-    /// Chosen from the backend: [`Checksum::Arena`] for arena snapshots, [`Checksum::Game`]
-    /// for the serializer (whose loads rebuild the heap at other addresses). Right for
-    /// `SyncTestSession`; P2P peers in different processes need [`Checksum::Game`].
+    /// Chosen from the session and the backend: [`Checksum::Game`] for a session whose
+    /// checksums are compared with other peers' ([`ggrs::P2PSession`]: their arenas hold
+    /// other addresses, in other processes) and for the serializer (whose loads rebuild the
+    /// heap at other addresses); [`Checksum::Arena`] otherwise (a `SyncTestSession` on arena
+    /// snapshots, where it catches any byte of difference).
     #[default]
     Auto,
     /// The arena digest: byte-exact; comparable only between VMs of one process whose heaps
-    /// are restored byte for byte (arena backends). Refused with [`Backend::Serialize`].
+    /// are restored byte for byte (arena backends). Refused with [`Backend::Serialize`] and
+    /// for a [`ggrs::P2PSession`] (the other peer's arena digests differ whatever the state).
     Arena,
     /// `G.digest()` if the game defines it, else the value digest: comparable across processes
     /// and backends.
@@ -80,6 +103,12 @@ pub trait RollbackDepth {
     fn snapshots_needed(&self) -> usize;
     /// The session, for messages (`a P2P session with max prediction 8`).
     fn describe(&self) -> String;
+    /// Whether the session compares this VM's checksums with another peer's (in another
+    /// process, or at other addresses): then only [`Checksum::Game`] can agree, and
+    /// [`Checksum::Auto`] resolves to it. False unless a session says so.
+    fn compares_with_peers(&self) -> bool {
+        false
+    }
 }
 
 impl<C: ggrs::Config> RollbackDepth for ggrs::P2PSession<C> {
@@ -88,6 +117,9 @@ impl<C: ggrs::Config> RollbackDepth for ggrs::P2PSession<C> {
     }
     fn describe(&self) -> String {
         MaxPrediction(self.max_prediction()).describe()
+    }
+    fn compares_with_peers(&self) -> bool {
+        true
     }
 }
 
@@ -180,7 +212,10 @@ where
     ///   [`GameError::WindowTooSmall`] says which window to use (the serializer keeps its
     ///   save-games in GGRS's cells and has no window);
     /// - [`Checksum::Arena`] with [`Backend::Serialize`]: a save-game load rebuilds the heap at
-    ///   other addresses, so every re-simulated frame would mismatch.
+    ///   other addresses, so every re-simulated frame would mismatch;
+    /// - [`Checksum::Arena`] for a session that compares checksums with other peers
+    ///   ([`RollbackDepth::compares_with_peers`], a [`ggrs::P2PSession`]): their arenas differ
+    ///   byte for byte whatever the state, so every check would report a desync.
     pub fn new(
         game: Game,
         checksum: Checksum,
@@ -195,13 +230,23 @@ where
                 session: session.describe(),
             });
         }
+        let peers = session.compares_with_peers();
         let checksum = match (checksum, game.backend()) {
             (Checksum::Arena, Backend::Serialize) => return Err(GameError::Config(
                 "Checksum::Arena compares heap bytes, and a save-game load (Backend::Serialize) \
                      rebuilds the heap at other addresses; use Checksum::Auto or Checksum::Game"
                     .into(),
             )),
+            (Checksum::Arena, _) if peers => {
+                return Err(GameError::Config(format!(
+                    "Checksum::Arena compares heap bytes, and {} compares them with another \
+                     peer's, whose arena holds other addresses: every check would report a \
+                     desync; use Checksum::Auto or Checksum::Game",
+                    session.describe()
+                )))
+            }
             (Checksum::Auto, Backend::Serialize) => Checksum::Game,
+            (Checksum::Auto, _) if peers => Checksum::Game,
             (Checksum::Auto, _) => Checksum::Arena,
             (c, _) => c,
         };
@@ -376,30 +421,41 @@ where
     }
 }
 
-/// A non-blocking UDP socket on 127.0.0.1 only, for local peers.
-pub struct LoopbackSocket {
+/// A non-blocking UDP socket for GGRS peers, bound to any address: `0.0.0.0:7000` for a peer
+/// that others reach over the network, [`PeerSocket::loopback`] for peers on one machine.
+/// Messages travel as bincode, one per datagram (GGRS keeps them under a kilobyte).
+pub struct PeerSocket {
     socket: UdpSocket,
     buffer: Vec<u8>,
 }
 
-impl LoopbackSocket {
-    /// Binds to 127.0.0.1 on a free port.
-    pub fn bind() -> std::io::Result<LoopbackSocket> {
-        let socket = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0))?;
+/// The largest datagram [`PeerSocket`] reads; larger ones are cut and dropped as malformed.
+const DATAGRAM_BYTES: usize = 4096;
+
+impl PeerSocket {
+    /// Binds to `addr` (anything [`UdpSocket::bind`] takes: `"0.0.0.0:7000"`, a
+    /// [`SocketAddr`], `("::", 0)`), non-blocking.
+    pub fn bind(addr: impl ToSocketAddrs) -> std::io::Result<PeerSocket> {
+        let socket = UdpSocket::bind(addr)?;
         socket.set_nonblocking(true)?;
-        Ok(LoopbackSocket {
+        Ok(PeerSocket {
             socket,
-            buffer: vec![0; 4096],
+            buffer: vec![0; DATAGRAM_BYTES],
         })
     }
 
-    /// The bound address.
+    /// Binds to 127.0.0.1 on a free port, for peers on this machine.
+    pub fn loopback() -> std::io::Result<PeerSocket> {
+        PeerSocket::bind((Ipv4Addr::LOCALHOST, 0))
+    }
+
+    /// The bound address (with the port the system chose for port 0).
     pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
         self.socket.local_addr()
     }
 }
 
-impl NonBlockingSocket<SocketAddr> for LoopbackSocket {
+impl NonBlockingSocket<SocketAddr> for PeerSocket {
     fn send_to(&mut self, msg: &Message, addr: &SocketAddr) {
         if let Ok(bytes) = bincode::serialize(msg) {
             // Loss is normal for UDP; GGRS resends.
@@ -418,16 +474,45 @@ impl NonBlockingSocket<SocketAddr> for LoopbackSocket {
     }
 }
 
-/// Options of [`sync_test_with`] and [`p2p_pair_with`].
-#[derive(Debug, Clone, Default)]
+/// Options of [`sync_test_with`], [`p2p_pair_with`] and [`p2p_peer_with`]. The defaults
+/// ([`SessionOptions::default`]) are the named constants below.
+#[derive(Debug, Clone)]
 pub struct SessionOptions {
-    /// The checksum saves report (default [`Checksum::Auto`]; P2P always uses
-    /// [`Checksum::Game`], since peers' arenas differ).
+    /// The checksum saves report (default [`Checksum::Auto`]: the game digest for P2P, see
+    /// [`GgrsGame::new`]).
     pub checksum: Checksum,
     /// On a desync (SyncTest `MismatchedChecksum`, P2P `DesyncDetected`), write the local
     /// state of the mismatched frames here as save-games (see
     /// [`GgrsGame::write_desync_saves`]).
     pub desync_dir: Option<PathBuf>,
+    /// P2P: frames a peer may run ahead of the other's confirmed input
+    /// (default [`MAX_PREDICTION`]).
+    pub max_prediction: usize,
+    /// P2P: frames between a local input and the frame it applies to
+    /// (default [`INPUT_DELAY`]).
+    pub input_delay: usize,
+    /// P2P: frames between checksum comparisons (default [`DESYNC_INTERVAL`]).
+    pub desync_interval: u32,
+}
+
+/// P2P: frames a peer may predict ahead by default ([`SessionOptions::max_prediction`]).
+pub const MAX_PREDICTION: usize = 8;
+/// P2P: input delay by default ([`SessionOptions::input_delay`]).
+pub const INPUT_DELAY: usize = 1;
+/// How long a peer that reached its last frame keeps exchanging messages, so that the last
+/// checksums reach the other peer.
+pub const LINGER: Duration = Duration::from_millis(300);
+
+impl Default for SessionOptions {
+    fn default() -> Self {
+        SessionOptions {
+            checksum: Checksum::Auto,
+            desync_dir: None,
+            max_prediction: MAX_PREDICTION,
+            input_delay: INPUT_DELAY,
+            desync_interval: DESYNC_INTERVAL,
+        }
+    }
 }
 
 /// Runs `SyncTestSession` (which rolls back `check_distance` frames every frame and compares the
@@ -528,6 +613,8 @@ pub struct PeerReport {
     /// The inputs each frame was last simulated with (see [`GgrsGame::inputs`]), each player's
     /// as GGRS sends it (bincode): one byte per player for byte inputs, what [`replay`] takes.
     pub inputs: Vec<Vec<u8>>,
+    /// The checksum the peers compared ([`Checksum::Auto`] resolved: the game digest).
+    pub checksum: Checksum,
 }
 
 /// Frames between P2P checksum comparisons.
@@ -565,8 +652,8 @@ where
         return Err("p2p runs exactly 2 players".into());
     }
     let sockets = [
-        LoopbackSocket::bind().map_err(|e| e.to_string())?,
-        LoopbackSocket::bind().map_err(|e| e.to_string())?,
+        PeerSocket::loopback().map_err(|e| e.to_string())?,
+        PeerSocket::loopback().map_err(|e| e.to_string())?,
     ];
     let addrs = [
         sockets[0].local_addr().map_err(|e| e.to_string())?,
@@ -580,7 +667,16 @@ where
             let options = options.clone();
             let other = addrs[1 - me];
             std::thread::spawn(move || {
-                peer(me, socket, other, cfg, frames, timeout, &options, input)
+                p2p_peer_with(
+                    &cfg,
+                    me,
+                    socket,
+                    other,
+                    frames,
+                    timeout,
+                    &options,
+                    |f, p| input(cfg.seed, f, p),
+                )
             })
         })
         .collect();
@@ -593,30 +689,26 @@ where
     Ok(out)
 }
 
-/// One P2P peer of a two-player game on 127.0.0.1, as [`p2p_pair`] runs each of its two
-/// (for peers in separate processes: `luasnap p2p`): player `me` (0 or 1) on `socket`, the
-/// other peer at `other`. Runs until the game reaches `frames` (then keeps talking briefly so
-/// the last checksums are compared) or `timeout` passes.
+/// [`p2p_peer_with`] with the default options and [`scripted_input`] (for peers in separate
+/// processes: `luasnap p2p`).
 pub fn p2p_peer(
     cfg: &GameConfig,
     me: usize,
-    socket: LoopbackSocket,
+    socket: impl NonBlockingSocket<SocketAddr> + 'static,
     other: SocketAddr,
     frames: u64,
     timeout: Duration,
 ) -> Result<PeerReport, String> {
-    if cfg.players != 2 || me > 1 {
-        return Err("p2p runs exactly 2 players, numbered 0 and 1".into());
-    }
-    peer(
+    let seed = cfg.seed;
+    p2p_peer_with(
+        cfg,
         me,
         socket,
         other,
-        cfg.clone(),
         frames,
         timeout,
         &SessionOptions::default(),
-        scripted_input,
+        |f, p| scripted_input(seed, f, p),
     )
 }
 
@@ -669,40 +761,55 @@ pub fn replay(
     Ok(out)
 }
 
+/// One P2P peer of a two-player game: player `me` (0 or 1) on `socket`, the other peer at
+/// `other`, each in its own process or machine (or thread: [`p2p_pair_with`] runs two).
+/// Builds the game from `cfg` (natives and userdata from its [`GameConfig::setup`]), runs a
+/// [`ggrs::P2PSession`] with desync detection, and feeds it `input(frame, me)` for each frame
+/// of the local player. Runs until the game reaches `frames` (then keeps talking for
+/// [`LINGER`] so the last checksums are compared) or `timeout` passes, and reports what it
+/// saw: desyncs are in the report, not errors. With the default options the checksum is the
+/// game digest, which agrees between processes whenever the states do.
 #[allow(clippy::too_many_arguments)]
-fn peer<I>(
+pub fn p2p_peer_with<I, S>(
+    cfg: &GameConfig,
     me: usize,
-    socket: LoopbackSocket,
+    socket: S,
     other: SocketAddr,
-    cfg: GameConfig,
     frames: u64,
     timeout: Duration,
     options: &SessionOptions,
-    input: fn(u64, u64, usize) -> I,
+    mut input: impl FnMut(u64, usize) -> I,
 ) -> Result<PeerReport, String>
 where
     I: GameInput + Copy + PartialEq + Default + DeserializeOwned + Send + Sync + 'static,
+    S: NonBlockingSocket<SocketAddr> + 'static,
 {
+    if cfg.players != 2 || me > 1 {
+        return Err(format!(
+            "p2p runs exactly 2 players, numbered 0 and 1 (GameConfig::players is {}, the \
+             local player {me})",
+            cfg.players
+        ));
+    }
     let start = Instant::now();
-    let game = Game::new(&cfg, Backend::ArenaAuto).map_err(|e| e.to_string())?;
+    let game = Game::new(cfg, Backend::ArenaAuto).map_err(|e| e.to_string())?;
+    let interval = options.desync_interval.max(1);
     let mut session = SessionBuilder::<LuaGgrs<I>>::new()
         .with_num_players(2)
         .map_err(|e| e.to_string())?
-        .with_desync_detection_mode(ggrs::DesyncDetection::On {
-            interval: DESYNC_INTERVAL,
-        })
-        .with_max_prediction_window(8)
-        .with_input_delay(1)
+        .with_desync_detection_mode(ggrs::DesyncDetection::On { interval })
+        .with_max_prediction_window(options.max_prediction)
+        .with_input_delay(options.input_delay)
         .add_player(PlayerType::Local, me)
         .map_err(|e| e.to_string())?
         .add_player(PlayerType::Remote(other), 1 - me)
         .map_err(|e| e.to_string())?
         .start_p2p_session(socket)
         .map_err(|e| e.to_string())?;
-    let mut driver =
-        GgrsGame::<LuaGgrs<I>>::new(game, Checksum::Game, &session).map_err(|e| e.to_string())?;
+    let mut driver = GgrsGame::<LuaGgrs<I>>::new(game, options.checksum, &session)
+        .map_err(|e| format!("peer {me}: {e}"))?;
     if options.desync_dir.is_some() {
-        driver.keep_desync_saves(DESYNC_INTERVAL as u64);
+        driver.keep_desync_saves(interval as u64);
     }
     let mut report = PeerReport::default();
     let mut done_at: Option<Instant> = None;
@@ -736,7 +843,7 @@ where
         }
         if let Some(t) = done_at {
             // Keep exchanging a little after the last frame so the final checksums arrive.
-            if t.elapsed() > Duration::from_millis(300) {
+            if t.elapsed() > LINGER {
                 break;
             }
         } else if session.current_state() == SessionState::Running {
@@ -745,7 +852,7 @@ where
             } else {
                 let frame = session.current_frame().max(0) as u64;
                 session
-                    .add_local_input(me, input(cfg.seed, frame, me))
+                    .add_local_input(me, input(frame, me))
                     .map_err(|e| e.to_string())?;
                 match session.advance_frame() {
                     Ok(requests) => driver.handle(requests).map_err(|e| e.to_string())?,
@@ -770,6 +877,7 @@ where
                 .collect()
         })
         .collect();
+    report.checksum = driver.checksum_kind();
     report.rollbacks = driver.loads;
     report.advances = driver.advances;
     report.elapsed = start.elapsed();
