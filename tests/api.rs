@@ -1215,9 +1215,10 @@ fn a_second_game_at_the_fixed_base_address_is_told_to_use_none() {
 }
 
 /// `Game::from_save` takes no code from the file (it may come from another player): a save
-/// whose functions are not the script's is refused with the trust level that would accept
-/// it, and `from_save_with` and `Trust::Own` runs the saved version's code. (An attacker's
-/// file ran its own code through `luasnap simulate --load`.)
+/// of another version runs this version's code, bound by place; a save whose functions this
+/// version lacks is refused with the trust level that would accept it; and `from_save_with`
+/// with `Trust::Own` and Eris's binding (`LoadOptions::new`) runs the saved version's code.
+/// (An attacker's file ran its own code through `luasnap simulate --load`.)
 #[test]
 fn from_save_takes_no_code_from_the_file_unless_trusted() {
     use luasnap::bridge::persist::{LoadOptions, Trust};
@@ -1236,13 +1237,36 @@ fn from_save_takes_no_code_from_the_file_unless_trusted() {
     let mut same = Game::from_save(&cfg, Backend::ArenaFull, &save).unwrap();
     same.step(&[0u8]).unwrap();
     drop(same);
-    // Version 2 of the script: the saved closure's code is not in it.
-    cfg.script = cfg.script.replace("x + 1", "x + 2");
+    // Version 2 of the script: the saved closure is bound to version 2's function.
+    let v1_script = cfg.script.clone();
+    cfg.script = v1_script.replace("x + 1", "x + 2");
+    let mut v2 = Game::from_save(&cfg, Backend::ArenaFull, &save).unwrap();
+    v2.step(&[0u8]).unwrap();
+    assert_eq!(
+        v2.vm().exec("return W.x", "t").unwrap(),
+        vec![Value::Integer(3)],
+        "version 2's code runs"
+    );
+    let report = v2.load_report().unwrap().summary();
+    assert!(
+        report.contains("rebound") && report.contains("G.init > f"),
+        "{report}"
+    );
+    drop(v2);
+    // Version 3 renamed it: the saved closure's function is not in it.
+    cfg.script = v1_script.replace(
+        "f = function(x) return x + 1",
+        "g = function(x) return x + 3",
+    );
     let Err(err) = Game::from_save(&cfg, Backend::ArenaFull, &save) else {
-        panic!("a save of another script version brings code");
+        panic!("a save of a function this version lacks needs its code");
     };
     let err = err.to_string();
-    assert!(err.contains("Trust::Own"), "{err}");
+    assert!(
+        err.contains("Trust::Own") && err.contains("G.init > f"),
+        "{err}"
+    );
+    cfg.script = v1_script.replace("x + 1", "x + 2");
     let mut own = Game::from_save_with(
         &cfg,
         Backend::ArenaFull,

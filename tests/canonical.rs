@@ -291,6 +291,7 @@ fn corpus_games_step_to_the_same_bytes_from_any_host_stack_depth() {
             capacity: 512 << 20,
             setup: Default::default(),
             step_budget: Some(luasnap::bridge::runtime::DEFAULT_STEP_BUDGET),
+            ..GameConfig::default_game(2, 4)
         };
         let mut game = Game::new(&cfg, Backend::ArenaFull).unwrap();
         let start = game.capture();

@@ -19,6 +19,7 @@ fn tiny(players: usize, seed: u64) -> GameConfig {
         capacity: 256 << 20,
         setup: Default::default(),
         step_budget: Some(luasnap::bridge::runtime::DEFAULT_STEP_BUDGET),
+        ..GameConfig::default_game(players, seed)
     }
 }
 

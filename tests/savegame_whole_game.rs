@@ -68,7 +68,7 @@ fn refused(code: &str, denied: &str) {
     let mut b = vm();
     b.exec(code, "game").unwrap();
     match b.load_game(&save, Trust::Foreign) {
-        Err(LoadError::Invalid { message }) => assert!(
+        Err(LoadError::Refused { message, .. }) => assert!(
             message.contains(&format!("{denied:?}")),
             "{code}: {message}"
         ),

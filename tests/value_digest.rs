@@ -174,6 +174,7 @@ fn a_string_from_g_digest_is_used() {
         capacity: 128 << 20,
         setup: Default::default(),
         step_budget: Some(luasnap::bridge::runtime::DEFAULT_STEP_BUDGET),
+        ..GameConfig::default_game(1, 1)
     };
     let mut g = Game::new(&cfg, Backend::ArenaFull).unwrap();
     let d0 = g.game_digest().unwrap();

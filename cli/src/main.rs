@@ -4,6 +4,7 @@
 mod bench;
 mod diff;
 mod gc_pages;
+mod loads;
 mod p2p;
 mod run;
 mod second;

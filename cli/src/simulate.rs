@@ -42,12 +42,18 @@ pub struct SimulateArgs {
     /// Start from this save-game (continuing its frame count) instead of G.init.
     #[arg(long)]
     pub load: Option<PathBuf>,
-    /// Who wrote the --load file: `foreign` (the default: no code from the file, so its
-    /// functions must be the game script's, the same version) or `own` (the code it carries
-    /// is compiled: a save of an older version of the script, whose functions keep running
-    /// the code they were saved with).
+    /// Who wrote the --load file: `foreign` (the default: no code from the file; its
+    /// functions are bound to the game script's functions at the same place, so a save of an
+    /// older version runs this version's code, and one whose functions this version lacks is
+    /// refused) or `own` (the code it carries is compiled, and what this version lacks keeps
+    /// its saved code).
     #[arg(long, value_enum, default_value = "foreign", requires = "load")]
     pub trust: crate::diff::TrustArg,
+    /// A library function the game's state holds on purpose (`load`, `collectgarbage`), which
+    /// loads of its saves then accept, as the names the script lists in `G.permanents`
+    /// (GameConfig::permanents); repeat for more.
+    #[arg(long = "allow-permanent", value_name = "NAME")]
+    pub allow_permanent: Vec<String>,
     /// The size of the game's arena: the address space its VM reserves, which the Lua heap
     /// with the allocator's rounding and free space must fit in (GameConfig::capacity); in
     /// bytes, or with a K, M or G suffix (1024-based): `--memory-limit 4G`. Not the cap on live
@@ -156,6 +162,7 @@ pub fn run(args: SimulateArgs) -> Result<(), String> {
             .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
         game.chunk_name = format!("@{}", path.display());
     }
+    game.permanents = args.allow_permanent.clone();
     game.window = args.window;
     game.capacity = args.memory_limit;
     game.step_budget = args.step_budget.0;
@@ -176,15 +183,13 @@ pub fn run(args: SimulateArgs) -> Result<(), String> {
     opts.validate().map_err(|e| e.to_string())?;
     let frames = opts.frames;
     let game = opts.game.clone();
-    let mut sim = Simulation::new(opts).map_err(|e| {
-        let e = e.to_string();
-        // The load's advice names the Rust API; on the command line it is a flag.
-        if args.load.is_some() && e.contains("own-trust load") {
-            format!("{e}\n(luasnap simulate: if you trust the file, pass --trust own to run the code it carries)")
-        } else {
-            e
-        }
+    let mut sim = Simulation::new(opts).map_err(|e| match e {
+        GameError::Load(e) => crate::loads::load_error_on_the_command_line(&e),
+        e => e.to_string(),
     })?;
+    if let (Some(path), Some(report)) = (&args.load, sim.load_report()) {
+        eprintln!("luasnap: loaded {}: {}", path.display(), report.summary());
+    }
     if args.cpu_time {
         sim.set_clock(Clock::ThreadCpu);
     }
@@ -459,8 +464,8 @@ fn what_runs(args: &SimulateArgs) -> String {
             save.display(),
             match args.trust {
                 crate::diff::TrustArg::Own =>
-                    "--trust own: saved functions run the code saved with them",
-                crate::diff::TrustArg::Foreign => "saved functions are the script's own",
+                    "saved functions run the script's code; --trust own: those it lacks keep their saved code",
+                crate::diff::TrustArg::Foreign => "saved functions run the script's code",
             }
         ),
         (Some(p), None) => p.display().to_string(),

@@ -300,7 +300,9 @@ fn diff_runs_no_function_the_files_name() {
 }
 
 /// `simulate --load` takes no code from the file unless told to trust it: a save of an older
-/// script version is refused with the flag that accepts it, and `--trust own` runs it.
+/// script version runs this version's code (its functions rebound by place, which the load's
+/// line says); one holding a function this version lacks is refused with the flag that
+/// accepts it, and `--trust own` keeps that function's saved code.
 #[test]
 fn simulate_load_trusts_the_file_only_when_told() {
     let dir = std::env::temp_dir().join(format!("luasnap-sim-trust-{}", std::process::id()));
@@ -338,21 +340,38 @@ return G
         &save,
     ]);
     assert!(same.status.success(), "{same:?}");
-    // Version 2 of the script: the saved closure's code is not in it.
+    // Version 2 of the script: the saved closure is bound to version 2's W.f.
     let v2 = at("v2/game.lua");
-    let refused = luasnap(&[
+    let updated = luasnap(&[
         "simulate", &v2, "--frames", "5", "--mode", "full", "--load", &save,
+    ]);
+    assert!(updated.status.success(), "{updated:?}");
+    let e = String::from_utf8_lossy(&updated.stderr);
+    assert!(e.contains("rebound") && e.contains("W.f"), "{e}");
+    // Version 3 makes W.f elsewhere (inside a new function): the saved closure's function is
+    // not in it.
+    std::fs::create_dir_all(dir.join("v3")).unwrap();
+    std::fs::write(
+        dir.join("v3/game.lua"),
+        v1.replace(
+            "W.f = function(x) return x + 1 end",
+            "W.f = (function() return function(x) return x + 7 end end)()",
+        ),
+    )
+    .unwrap();
+    let v3 = at("v3/game.lua");
+    let refused = luasnap(&[
+        "simulate", &v3, "--frames", "5", "--mode", "full", "--load", &save,
     ]);
     assert!(!refused.status.success(), "{refused:?}");
     let e = String::from_utf8_lossy(&refused.stderr);
-    assert!(e.contains("pass --trust own"), "{e}");
+    assert!(e.contains("pass --trust own") && e.contains("W.f"), "{e}");
     let own = luasnap(&[
-        "simulate", &v2, "--frames", "5", "--mode", "full", "--load", &save, "--trust", "own",
+        "simulate", &v3, "--frames", "5", "--mode", "full", "--load", &save, "--trust", "own",
     ]);
     assert!(own.status.success(), "{own:?}");
     assert!(
-        String::from_utf8_lossy(&own.stdout)
-            .contains("saved functions run the code saved with them"),
+        String::from_utf8_lossy(&own.stderr).contains("missing from this version"),
         "{own:?}"
     );
     std::fs::remove_dir_all(&dir).ok();

@@ -40,6 +40,8 @@
 #include "chunks.h"
 
 #define CHUNKS_KEY "luasnap.chunks"
+/* name -> the record of the chunk the host last kept under that name (see luasnap_chunk_keep). */
+#define CURRENT_KEY "luasnap.current"
 
 static Udata *anchor_of(const Proto *p) {
   return luasnap_has_anchor(p) ? uvalue(&p->k[p->sizek - 1]) : NULL;
@@ -310,6 +312,47 @@ void luasnap_chunk_keep(lua_State *L, int fnidx) {
   lua_pushboolean(L, 1);
   lua_rawset(L, -3);
   lua_pop(L, 1);
+  /* The latest of the host's chunks under its name is that name's current version. */
+  if (p->source != NULL) {
+    if (lua_getfield(L, LUA_REGISTRYINDEX, CURRENT_KEY) != LUA_TTABLE) {
+      /* Made with room for a game's chunks at the first keep (when the VM is built), so a
+      ** later chunk name costs the arena nothing until there are more than 16. */
+      lua_pop(L, 1);
+      lua_createtable(L, 0, 16);
+      lua_pushvalue(L, -1);
+      lua_setfield(L, LUA_REGISTRYINDEX, CURRENT_KEY);
+    }
+    setsvalue2s(L, L->top.p, p->source);
+    L->top.p++;
+    setuvalue(L, s2v(L->top.p), anchor_of(p));
+    L->top.p++;
+    lua_rawset(L, -3);
+    lua_pop(L, 1);
+  }
+}
+
+/* The current version of the chunk named name[0..namelen): the main prototype of the chunk the
+** host last kept under that name (luasnap_chunk_keep), whose main closure it pushes; NULL, with
+** nothing pushed, if there is none. Raises a memory error (the registry key's string). */
+const void *luasnap_chunk_current(lua_State *L, const char *name, size_t namelen) {
+  const void *found = NULL;
+  luaL_checkstack(L, 3, "too many nested functions");
+  if (lua_getfield(L, LUA_REGISTRYINDEX, CURRENT_KEY) == LUA_TTABLE) {
+    lua_pushlstring(L, name, namelen);
+    if (lua_rawget(L, -2) == LUA_TUSERDATA) {
+      Udata *u = uvalue(s2v(L->top.p - 1));
+      /* Invariant checked: a record as chunk_register makes it. */
+      if (u->nuvalue >= 2 && ttisLclosure(&u->uv[1].uv)) {
+        found = clLvalue(&u->uv[1].uv)->p;
+        setobj2s(L, L->top.p - 2, &u->uv[1].uv);
+        lua_pop(L, 1);
+        return found;
+      }
+    }
+    lua_pop(L, 1);
+  }
+  lua_pop(L, 1);
+  return found;
 }
 
 /* ---------- save-games: a prototype's chunk, and finding a chunk again (persist/) ----------

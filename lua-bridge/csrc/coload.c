@@ -104,6 +104,15 @@ void *luasnap_upval_join_at(lua_State *L, int idx, int n, lua_State *co, int lev
   return uv;
 }
 
+/* The Lua closure in stack slot `slot` of co (counted from its stack's base, as a frame
+** record's func), or NULL if that slot is outside its values or holds something else. */
+const void *luasnap_thread_slot_lclosure(lua_State *co, int slot) {
+  const TValue *o;
+  if (slot < 0 || slot >= cast_int(co->top.p - co->stack.p)) return NULL;
+  o = s2v(co->stack.p + slot);
+  return ttisLclosure(o) ? (const void *)clLvalue(o) : NULL;
+}
+
 /* Whether upvalue n of the Lua closure at idx may be shared by reference (lua_upvaluejoin,
 ** LS_JOINUPVAL): 1 if it exists and is closed, 0 if it is open (in any thread's stack: a
 ** loaded closure that shared it would reach that stack slot without the checks of

@@ -49,6 +49,8 @@ _Static_assert(sizeof(void *) == 8 && sizeof(size_t) == 8, "luasnap needs a 64-b
 
 /* Called for each prototype of a walk: f(p, ud). */
 typedef void (*luasnap_proto_fn)(const void *p, void *ud);
+/* Called for each Lua closure of a walk: f(closure, its prototype, ud). */
+typedef void (*luasnap_closure_fn)(const void *cl, const void *p, void *ud);
 
 /* ===================== Kinds of a value =====================
 ** luasnap_val.kind (the scan's and the build steps' values) and luasnap_sentry.kkind, .vkind.
@@ -208,6 +210,34 @@ LUASNAP_RAISES void luasnap_push_closure(lua_State *L, const void *p);
 void luasnap_each_proto(lua_State *L, luasnap_proto_fn f, void *ud);
 /* Calls f(q, ud) for p and every prototype nested in it. */
 void luasnap_proto_tree(const void *p, luasnap_proto_fn f, void *ud);
+/* Places (how a newer version of a chunk finds the same function): the pc of the OP_CLOSURE
+** making each of p's first n children into pcs (-1: none makes it); the name p gives the
+** function made at pc, into buf[0..cap) (returns its length; 0: anonymous); the name of
+** upvalue i of p (NULL: none), its length in *len. */
+void luasnap_proto_closure_pcs(const void *p, int *pcs, int n);
+int luasnap_proto_child_name(const void *p, int pc, char *buf, int cap);
+const char *luasnap_proto_upvalue_name(const void *p, int i, size_t *len);
+/* Where upvalue i of p comes from in the enclosing function: returns the index of its upvalue
+** (*local 0) or its register (*local 1); -1 for no such upvalue. */
+int luasnap_proto_upvalue_desc(const void *p, int i, int *local);
+/* Closures bound to another version of their function, whose extra upvalue slots hold the
+** saved version's upvalues during a load (see proto.c). A closure of p with n upvalue slots
+** (0: bad n, nothing pushed); set the upvalue in a slot from the value on top (popped);
+** share another closure's slot; whether a slot is closed; rebind the closure at idx to p in
+** place, upvalue j from slot from[j] (-1: fresh). Slots are 0-based; each returns 0 for a
+** slot or closure that does not exist. */
+LUASNAP_RAISES int luasnap_push_closure_n(lua_State *L, const void *p, int n);
+int luasnap_upval_set_slot(lua_State *L, int idx, int slot);
+int luasnap_upval_join_slot(lua_State *L, int aidx, int aslot, int bidx, int bslot);
+int luasnap_upval_closed_slot(lua_State *L, int idx, int slot);
+LUASNAP_RAISES int luasnap_closure_rebind(lua_State *L, int idx, const void *p, const int *from);
+/* Once a load is over: the slots of the closure at idx past its prototype's upvalue count share
+** one upvalue, releasing the saved version's values (0: not a Lua closure). */
+LUASNAP_RAISES int luasnap_closure_trim(lua_State *L, int idx);
+/* Calls f(closure, proto, ud) for every Lua closure alive; the collector must be stopped. Pushes
+** such a closure (no Lua code run since the walk). */
+void luasnap_each_lclosure(lua_State *L, luasnap_closure_fn f, void *ud);
+void luasnap_push_lclosure(lua_State *L, const void *cl);
 
 /* ===================== chunks.c: the chunk registry ===================== */
 
@@ -223,6 +253,9 @@ LUASNAP_RAISES void luasnap_chunks_each_proto(lua_State *L, luasnap_proto_fn f, 
 /* Keeps the record of the chunk whose main closure is at fnidx for the VM's life (the host's
 ** own code: saves find its functions even after the game dropped them). */
 LUASNAP_RAISES void luasnap_chunk_keep(lua_State *L, int fnidx);
+/* The main prototype of the chunk the host last kept under this chunk name (its current
+** version), its main closure pushed; NULL, nothing pushed, if there is none. */
+LUASNAP_RAISES const void *luasnap_chunk_current(lua_State *L, const char *name, size_t namelen);
 /* Describes the chunk of prototype p into *out; 0 if p has no chunk record. */
 int luasnap_chunk_describe(const void *p, luasnap_chunk_desc *out);
 /* The main prototype of a live chunk with this fingerprint, source text and chunk name, or
@@ -271,6 +304,8 @@ LUASNAP_RAISES void *luasnap_upval_join_at(lua_State *L, int idx, int n, lua_Sta
                                            int aidx, int an);
 /* Whether upvalue n of the Lua closure at idx exists and is closed (may be shared). */
 int luasnap_upval_shareable(lua_State *L, int idx, int n);
+/* The Lua closure in stack slot `slot` of co (as a frame record's func), or NULL. */
+const void *luasnap_thread_slot_lclosure(lua_State *co, int slot);
 /* Rebuilds and checks the frames of a suspended coroutine whose stack values are in place;
 ** NULL, or why they are refused (a static message). */
 const char *luasnap_thread_restore(lua_State *L, lua_State *co, const luasnap_ci *cis, int nci,

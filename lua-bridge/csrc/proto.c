@@ -6,6 +6,10 @@
 ** save-game in safe mode never runs bytecode taken from the file: closures are rebuilt from
 ** prototypes the VM compiled itself, matched by a structural fingerprint.
 */
+#include <stdio.h>
+
+#include "lopcodes.h"
+
 #include "proto.h"
 
 /* The prototype of the Lua closure at idx, or NULL if it is not a Lua closure. */
@@ -145,4 +149,328 @@ void luasnap_proto_tree(const void *p, luasnap_proto_fn f, void *ud) {
   int i;
   f(p, ud);
   for (i = 0; i < proto->sizep; i++) luasnap_proto_tree(proto->p[i], f, ud);
+}
+
+/* ---------- places: where a function is in its chunk, by name ----------
+** A newer version of a chunk is another tree of prototypes: lines move, functions come and go,
+** so neither positions nor fingerprints find "the same function" in it. Its name does: the
+** name the parent gives the closure it makes (`function M.f`, `local function g`, `t.h =
+** function`), read from the parent's code right after the OP_CLOSURE that makes it. Names
+** come from the compiler's own output (constants, local and upvalue names of the debug
+** information), never from line numbers, so they survive edits elsewhere in the chunk. */
+
+/* Fills pcs[0..n) with the pc of the OP_CLOSURE that makes each child of p (n at most its
+** child count; -1 for a child no instruction makes: a binary chunk's). */
+void luasnap_proto_closure_pcs(const void *p, int *pcs, int n) {
+  const Proto *f = (const Proto *)p;
+  int pc, i;
+  for (i = 0; i < n; i++) pcs[i] = -1;
+  for (pc = 0; pc < f->sizecode; pc++) {
+    Instruction in = f->code[pc];
+    if (GET_OPCODE(in) == OP_CLOSURE) {
+      int bx = GETARG_Bx(in);
+      if (bx < n && pcs[bx] < 0) pcs[bx] = pc;
+    }
+  }
+}
+
+typedef struct NameBuf {
+  char *buf;
+  int cap, len;
+} NameBuf;
+
+static void nb_put(NameBuf *b, const char *s, size_t n) {
+  while (n-- > 0 && b->len < b->cap) b->buf[b->len++] = *s++;
+}
+
+static void nb_str(NameBuf *b, const TString *s) {
+  nb_put(b, getstr(s), tsslen(s));
+}
+
+/* The short-string constant k[i] of f, or NULL. */
+static const TString *kstring(const Proto *f, int i) {
+  if (i < 0 || i >= luasnap_nconsts(f) || !ttisshrstring(&f->k[i])) return NULL;
+  return tsvalue(&f->k[i]);
+}
+
+static const TString *upvalue_name(const Proto *f, int i) {
+  return (i >= 0 && i < f->sizeupvalues) ? f->upvalues[i].name : NULL;
+}
+
+static int is_env(const TString *s) {
+  return s != NULL && tsslen(s) == 4 && memcmp(getstr(s), "_ENV", 4) == 0;
+}
+
+/* Writes what register r holds at pc, as a dotted name (`Agent`, `M.sub`): an active local by
+** its name, or what the last instruction before pc writing r loaded there (a global, a field
+** of a named table, a copy of a named register). Returns 0, writing nothing, if it has none.
+** The backward scan ignores jumps: a name needs to be stable and telling, not exact. */
+static int reg_name(const Proto *f, int pc, int r, NameBuf *b, int depth) {
+  const char *local = luaF_getlocalname(f, r + 1, pc);
+  int at;
+  if (local != NULL) {
+    nb_put(b, local, strlen(local));
+    return 1;
+  }
+  if (depth > 3) return 0;
+  for (at = pc - 1; at >= 0; at--) {
+    Instruction in = f->code[at];
+    OpCode op = GET_OPCODE(in);
+    if (!testAMode(op) || GETARG_A(in) != r) continue;
+    if (op == OP_GETTABUP && is_env(upvalue_name(f, GETARG_B(in))) && kstring(f, GETARG_C(in))) {
+      nb_str(b, kstring(f, GETARG_C(in)));
+      return 1;
+    }
+    if (op == OP_GETFIELD && kstring(f, GETARG_C(in))) {
+      int mark = b->len;
+      if (!reg_name(f, at, GETARG_B(in), b, depth + 1)) return 0;
+      if (b->len == mark) return 0;
+      nb_put(b, ".", 1);
+      nb_str(b, kstring(f, GETARG_C(in)));
+      return 1;
+    }
+    if (op == OP_MOVE) return reg_name(f, at, GETARG_B(in), b, depth + 1);
+    return 0;
+  }
+  return 0;
+}
+
+/* Writes `qualifier.key` (or `key` when the table has no name). */
+static void field_name(const Proto *f, int pc, int table, const TString *key, NameBuf *b) {
+  int mark = b->len;
+  if (reg_name(f, pc, table, b, 0) && b->len > mark) nb_put(b, ".", 1);
+  else b->len = mark;
+  nb_str(b, key);
+}
+
+/* The name the function made at pc (an OP_CLOSURE of p) gets where p stores it, into
+** buf[0..cap): a field (`Agent.work`, `M.sub.f`, `handlers[2]`), a global (`update`), an
+** upvalue or a local (`helper`). Returns its length, 0 for an anonymous function (an
+** argument, a return value, a table constructor's positional item). */
+int luasnap_proto_child_name(const void *p, int pc, char *buf, int cap) {
+  const Proto *f = (const Proto *)p;
+  NameBuf b = { buf, cap, 0 };
+  int a;
+  const char *local;
+  if (pc < 0 || pc >= f->sizecode || GET_OPCODE(f->code[pc]) != OP_CLOSURE) return 0;
+  a = GETARG_A(f->code[pc]);
+  if (pc + 1 < f->sizecode) {
+    Instruction in = f->code[pc + 1];
+    switch (GET_OPCODE(in)) {
+      case OP_SETFIELD:  /* t.name = function */
+        if (!GETARG_k(in) && GETARG_C(in) == a && kstring(f, GETARG_B(in))) {
+          field_name(f, pc + 1, GETARG_A(in), kstring(f, GETARG_B(in)), &b);
+          return b.len;
+        }
+        break;
+      case OP_SETTABUP:  /* name = function, a global (or a field of an upvalue table) */
+        if (!GETARG_k(in) && GETARG_C(in) == a && kstring(f, GETARG_B(in))) {
+          const TString *up = upvalue_name(f, GETARG_A(in));
+          if (up != NULL && !is_env(up)) {
+            nb_str(&b, up);
+            nb_put(&b, ".", 1);
+          }
+          nb_str(&b, kstring(f, GETARG_B(in)));
+          return b.len;
+        }
+        break;
+      case OP_SETI:  /* t[n] = function */
+        if (!GETARG_k(in) && GETARG_C(in) == a) {
+          char num[24];
+          int mark = b.len;
+          if (!reg_name(f, pc + 1, GETARG_A(in), &b, 0)) b.len = mark;
+          snprintf(num, sizeof num, "[%d]", GETARG_B(in));
+          nb_put(&b, num, strlen(num));
+          return b.len;
+        }
+        break;
+      case OP_SETUPVAL:  /* an enclosing function's local = function */
+        if (GETARG_A(in) == a && upvalue_name(f, GETARG_B(in)) != NULL) {
+          nb_str(&b, upvalue_name(f, GETARG_B(in)));
+          return b.len;
+        }
+        break;
+      case OP_MOVE:  /* local = function, after other expressions */
+        if (GETARG_B(in) == a) {
+          local = luaF_getlocalname(f, GETARG_A(in) + 1, pc + 2);
+          if (local != NULL) {
+            nb_put(&b, local, strlen(local));
+            return b.len;
+          }
+        }
+        break;
+      default:
+        break;
+    }
+  }
+  /* `local function name` (active from the closure on) or `local name = function` (from
+  ** the next instruction). */
+  local = luaF_getlocalname(f, a + 1, pc + 1);
+  if (local != NULL) nb_put(&b, local, strlen(local));
+  return b.len;
+}
+
+/* The name of upvalue i of p, its length in *len; NULL when it has none (stripped). */
+const char *luasnap_proto_upvalue_name(const void *p, int i, size_t *len) {
+  const TString *s = upvalue_name((const Proto *)p, i);
+  if (s == NULL) return NULL;
+  *len = tsslen(s);
+  return getstr(s);
+}
+
+/* Where upvalue i of p comes from when a closure of p is made: the enclosing function's
+** upvalue of that index (returns it, *local 0), or its register (returns it, *local 1); -1 for
+** no such upvalue. */
+int luasnap_proto_upvalue_desc(const void *p, int i, int *local) {
+  const Proto *f = (const Proto *)p;
+  if (i < 0 || i >= f->sizeupvalues) return -1;
+  *local = f->upvalues[i].instack;
+  return f->upvalues[i].idx;
+}
+
+/* ---------- closures bound to another version of their function ----------
+** A save loaded into a newer version of the game binds its closures to the newer prototypes
+** (the save-game loader's read/proto.rs and read/rebind.rs). Such a closure may hold more
+** upvalue slots than its prototype has upvalues: the extra slots keep the upvalues of the
+** saved version while the load still refers to them by their saved numbers. Lua reads a Lua
+** closure's upvalues through its prototype's indices only (lapi.c, lvm.c); the collector,
+** the closure's size and getupvalname (ldebug.c: every slot's UpVal is dereferenced) go over
+** all slots, so every slot holds a valid UpVal at all times. */
+
+/* Pushes a new closure of p with n upvalue slots (n at least its upvalue count, at most
+** MAXUPVAL), all fresh closed upvalues holding nil. Returns 0 (nothing pushed) for a bad n. */
+int luasnap_push_closure_n(lua_State *L, const void *p, int n) {
+  const Proto *f = (const Proto *)p;
+  LClosure *cl;
+  if (n < f->sizeupvalues || n > MAXUPVAL) return 0;
+  cl = luaF_newLclosure(L, n);
+  setclLvalue2s(L, L->top.p, cl);
+  L->top.p++;
+  cl->p = (Proto *)f;
+  luaC_objbarrier(L, cl, f);
+  luaF_initupvals(L, cl);
+  return 1;
+}
+
+/* The Lua closure at idx with a slot `slot` (0-based), or NULL. */
+static LClosure *closure_with_slot(lua_State *L, int idx, int slot) {
+  const TValue *o = ls_index2value(L, idx);
+  if (!ttisLclosure(o)) return NULL;
+  if (slot < 0 || slot >= clLvalue(o)->nupvalues) return NULL;
+  return clLvalue(o);
+}
+
+/* Sets the upvalue in slot `slot` of the Lua closure at idx (not the top) to the value on
+** top, which it pops. Returns 0, popping nothing, if there is no such slot. */
+int luasnap_upval_set_slot(lua_State *L, int idx, int slot) {
+  LClosure *cl = closure_with_slot(L, idx, slot);
+  UpVal *uv;
+  if (cl == NULL) return 0;
+  uv = cl->upvals[slot];
+  setobj(L, uv->v.p, s2v(L->top.p - 1));
+  luaC_barrier(L, uv, s2v(L->top.p - 1));
+  L->top.p--;
+  return 1;
+}
+
+/* Slot aslot of the Lua closure at aidx shares the upvalue of slot bslot of the Lua closure at
+** bidx (as lua_upvaluejoin, by slot). Returns 0 if either slot does not exist. */
+int luasnap_upval_join_slot(lua_State *L, int aidx, int aslot, int bidx, int bslot) {
+  LClosure *a = closure_with_slot(L, aidx, aslot);
+  LClosure *b = closure_with_slot(L, bidx, bslot);
+  if (a == NULL || b == NULL) return 0;
+  a->upvals[aslot] = b->upvals[bslot];
+  luaC_objbarrier(L, a, b->upvals[bslot]);
+  return 1;
+}
+
+/* Whether slot `slot` of the Lua closure at idx holds a closed upvalue. */
+int luasnap_upval_closed_slot(lua_State *L, int idx, int slot) {
+  LClosure *cl = closure_with_slot(L, idx, slot);
+  return cl != NULL && !upisopen(cl->upvals[slot]);
+}
+
+/* Binds the Lua closure at idx to prototype p, in place: upvalue j of p (j < p's upvalue
+** count, at most the closure's slots) takes the upvalue of slot from[j] (-1: a fresh one
+** holding nil); slots past p's count keep theirs. Returns 0, changing nothing, if the slots do
+** not fit. Fresh upvalues are made before anything changes (a memory error leaves the
+** closure as it was). */
+int luasnap_closure_rebind(lua_State *L, int idx, const void *p, const int *from) {
+  const TValue *o = ls_index2value(L, idx);
+  const Proto *f = (const Proto *)p;
+  UpVal *was[MAXUPVAL + 1];
+  LClosure *cl, *fresh;
+  int j, n, nfresh = 0;
+  if (!ttisLclosure(o)) return 0;
+  cl = clLvalue(o);
+  n = f->sizeupvalues;
+  if (n > cl->nupvalues) return 0;
+  for (j = 0; j < n; j++) {
+    if (from[j] >= cl->nupvalues) return 0;
+    if (from[j] < 0) nfresh++;
+  }
+  /* The fresh upvalues, made and held by a closure of their own before anything changes. */
+  fresh = luaF_newLclosure(L, nfresh);
+  setclLvalue2s(L, L->top.p, fresh);
+  L->top.p++;
+  luaF_initupvals(L, fresh);
+  for (j = 0; j < cl->nupvalues; j++) was[j] = cl->upvals[j];
+  for (j = 0, nfresh = 0; j < n; j++)
+    cl->upvals[j] = from[j] < 0 ? fresh->upvals[nfresh++] : was[from[j]];
+  cl->p = (Proto *)f;
+  /* The closure may be black already: it now points to other objects. */
+  luaC_objbarrier(L, cl, f);
+  for (j = 0; j < n; j++) luaC_objbarrier(L, cl, cl->upvals[j]);
+  L->top.p--;
+  return 1;
+}
+
+/* Releases what the slots of the Lua closure at idx past its prototype's upvalue count hold
+** (the saved version's upvalues once a load is over): each shares the closure's first
+** upvalue, or one fresh upvalue holding nil when its prototype has none. Returns 0 if idx is
+** not a Lua closure. */
+int luasnap_closure_trim(lua_State *L, int idx) {
+  const TValue *o = ls_index2value(L, idx);
+  LClosure *cl;
+  UpVal *keep;
+  int j, n;
+  if (!ttisLclosure(o)) return 0;
+  cl = clLvalue(o);
+  n = cl->p->sizeupvalues;
+  if (n >= cl->nupvalues) return 1;
+  if (n > 0) {
+    keep = cl->upvals[0];
+  } else {
+    /* A fresh one, made through a closure of its own before anything changes (cl is on the
+    ** stack, alive, and collectable objects do not move). */
+    LClosure *fresh = luaF_newLclosure(L, 1);
+    setclLvalue2s(L, L->top.p, fresh);
+    L->top.p++;
+    luaF_initupvals(L, fresh);
+    keep = fresh->upvals[0];
+  }
+  for (j = n; j < cl->nupvalues; j++) cl->upvals[j] = keep;
+  luaC_objbarrier(L, cl, keep);
+  if (n == 0) L->top.p--;
+  return 1;
+}
+
+/* Calls f(closure, proto, ud) for every Lua closure alive in the VM (walks the collector's
+** object lists, as luasnap_each_proto). The collector must be stopped by the caller. */
+void luasnap_each_lclosure(lua_State *L, luasnap_closure_fn f, void *ud) {
+  global_State *g = G(L);
+  GCObject *lists[4];
+  int i;
+  lists[0] = g->allgc; lists[1] = g->finobj; lists[2] = g->tobefnz; lists[3] = g->fixedgc;
+  for (i = 0; i < 4; i++) {
+    GCObject *o;
+    for (o = lists[i]; o != NULL; o = o->next)
+      if (o->tt == LUA_VLCL && !isdead(g, o) && gco2lcl(o)->p != NULL) f(o, gco2lcl(o)->p, ud);
+  }
+}
+
+/* Pushes the Lua closure cl (alive: from luasnap_each_lclosure, with no Lua code run since). */
+void luasnap_push_lclosure(lua_State *L, const void *cl) {
+  setclLvalue2s(L, L->top.p, (LClosure *)cl);
+  L->top.p++;
 }

@@ -239,16 +239,18 @@ int luasnap_table_info(const void *tp, const void *key, uint32_t *narr, uint32_t
 int luasnap_closure_scan(const void *f, const void **proto, const void **uids, luasnap_val *vals,
                          int max) {
   const LClosure *cl = (const LClosure *)f;
-  int i;
-  if (cl->nupvalues > max) return -1;
+  /* A closure bound to a newer version of its function may have more slots than its
+  ** prototype has upvalues (proto.c); Lua reads the prototype's count only, and so do saves. */
+  int i, n = cl->p->sizeupvalues < cl->nupvalues ? cl->p->sizeupvalues : cl->nupvalues;
+  if (n > max) return -1;
   *proto = cl->p;
-  for (i = 0; i < cl->nupvalues; i++) {
+  for (i = 0; i < n; i++) {
     const UpVal *uv = cl->upvals[i];
     if (uv == NULL || upisopen(uv)) return -1;
     uids[i] = uv;
     describe(uv->v.p, &vals[i]);
   }
-  return cl->nupvalues;
+  return n;
 }
 
 /* Layouts of recent tables, for the saver: objects built alike (by one constructor) have

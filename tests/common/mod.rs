@@ -15,6 +15,7 @@ pub fn config(name: &str, script: &str, players: usize, seed: u64) -> GameConfig
         capacity: 1 << 30,
         setup: Default::default(),
         step_budget: Some(luasnap::bridge::runtime::DEFAULT_STEP_BUDGET),
+        ..GameConfig::default_game(players, seed)
     }
 }
 

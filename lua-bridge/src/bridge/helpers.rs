@@ -26,6 +26,8 @@ use std::ffi::{c_char, c_int, c_void};
 
 /// Called for each prototype of a walk: `f(p, ud)` (`luasnap_proto_fn`).
 pub(crate) type ProtoFn = unsafe extern "C" fn(*const c_void, *mut c_void);
+/// Called for each Lua closure of a walk: `f(closure, its prototype, ud)` (`luasnap_closure_fn`).
+pub(crate) type ClosureFn = unsafe extern "C" fn(*const c_void, *const c_void, *mut c_void);
 
 /// A value as the table helpers describe it (`luasnap_val`).
 #[repr(C)]
@@ -124,10 +126,46 @@ unsafe extern "C" {
     pub(crate) fn luasnap_proto_tree_hashes(p: *const c_void, hs: *mut u64, max: c_int) -> c_int;
     pub(crate) fn luasnap_each_proto(L: *mut lua_State, f: ProtoFn, ud: *mut c_void);
     pub(crate) fn luasnap_proto_tree(p: *const c_void, f: ProtoFn, ud: *mut c_void);
+    pub(crate) fn luasnap_proto_closure_pcs(p: *const c_void, pcs: *mut c_int, n: c_int);
+    pub(crate) fn luasnap_proto_child_name(
+        p: *const c_void,
+        pc: c_int,
+        buf: *mut c_char,
+        cap: c_int,
+    ) -> c_int;
+    pub(crate) fn luasnap_proto_upvalue_name(
+        p: *const c_void,
+        i: c_int,
+        len: *mut usize,
+    ) -> *const c_char;
+    pub(crate) fn luasnap_proto_upvalue_desc(
+        p: *const c_void,
+        i: c_int,
+        local: *mut c_int,
+    ) -> c_int;
+    pub(crate) fn luasnap_upval_set_slot(L: *mut lua_State, idx: c_int, slot: c_int) -> c_int;
+    pub(crate) fn luasnap_upval_join_slot(
+        L: *mut lua_State,
+        aidx: c_int,
+        aslot: c_int,
+        bidx: c_int,
+        bslot: c_int,
+    ) -> c_int;
+    pub(crate) fn luasnap_upval_closed_slot(L: *mut lua_State, idx: c_int, slot: c_int) -> c_int;
+    pub(crate) fn luasnap_each_lclosure(L: *mut lua_State, f: ClosureFn, ud: *mut c_void);
+    pub(crate) fn luasnap_push_lclosure(L: *mut lua_State, cl: *const c_void);
 }
 
 unsafe extern "C-unwind" {
     pub(crate) fn luasnap_push_closure(L: *mut lua_State, p: *const c_void);
+    pub(crate) fn luasnap_push_closure_n(L: *mut lua_State, p: *const c_void, n: c_int) -> c_int;
+    pub(crate) fn luasnap_closure_rebind(
+        L: *mut lua_State,
+        idx: c_int,
+        p: *const c_void,
+        from: *const c_int,
+    ) -> c_int;
+    pub(crate) fn luasnap_closure_trim(L: *mut lua_State, idx: c_int) -> c_int;
 }
 
 // chunks.c, loaders.c: the chunk registry and the loaders that register what they compile.
@@ -146,6 +184,11 @@ unsafe extern "C-unwind" {
     ) -> c_int;
     pub(crate) fn luasnap_chunks_each_proto(L: *mut lua_State, f: ProtoFn, ud: *mut c_void);
     pub(crate) fn luasnap_chunk_keep(L: *mut lua_State, fnidx: c_int);
+    pub(crate) fn luasnap_chunk_current(
+        L: *mut lua_State,
+        name: *const c_char,
+        namelen: usize,
+    ) -> *const c_void;
     pub(crate) fn luasnap_chunk_find(
         L: *mut lua_State,
         print: u64,
@@ -209,6 +252,7 @@ unsafe extern "C-unwind" {
 
 unsafe extern "C" {
     pub(crate) fn luasnap_upval_shareable(L: *mut lua_State, idx: c_int, n: c_int) -> c_int;
+    pub(crate) fn luasnap_thread_slot_lclosure(co: *mut lua_State, slot: c_int) -> *const c_void;
     pub(crate) fn luasnap_thread_restore(
         L: *mut lua_State,
         co: *mut lua_State,

@@ -62,9 +62,59 @@ pub enum LoadError {
         /// What is wrong, and where in the body.
         message: String,
     },
+    /// The save is well-formed, but holds something this load does not accept under its
+    /// options (a denied permanent, a function this version lacks under foreign trust);
+    /// `accept` says what would accept it.
+    #[error("cannot load: {message}; {accept}")]
+    Refused {
+        /// What is refused, and where in the body.
+        message: String,
+        /// What would accept it.
+        accept: Accept,
+    },
     /// Lua code run while loading failed (or used up the instruction budget, or memory).
     #[error(transparent)]
     Lua(VmError),
+}
+
+/// What accepts a save a load refused ([`LoadError::Refused`]), so each interface can say it
+/// in its own words: an option in Rust, a flag on the command line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Accept {
+    /// Trusting the file as one's own ([`Trust::Own`](super::Trust::Own); `--trust own`).
+    TrustOwn,
+    /// Accepting the permanent of this name: the game declares it (`G.permanents`,
+    /// `GameConfig::permanents`), or the load allows it
+    /// ([`LoadOptions::allowed_permanents`](super::LoadOptions::allowed_permanents); `--allow-permanent NAME`).
+    Permanent(String),
+}
+
+impl Accept {
+    /// In the words of the `eris` module (`eris.unpersist`).
+    pub(super) fn lua(&self) -> String {
+        match self {
+            Accept::TrustOwn => {
+                "if you trust the file, load it as your own (eris.settings(\"trust\", \"own\"))".into()
+            }
+            Accept::Permanent(name) => format!(
+                "if the file is trusted, load it as your own (eris.settings(\"trust\", \"own\")), or name {name:?} in the perms table you pass"
+            ),
+        }
+    }
+}
+
+impl std::fmt::Display for Accept {
+    /// In the Rust API's words.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Accept::TrustOwn => f.write_str("if you trust the file, load it as your own (Trust::Own)"),
+            Accept::Permanent(name) => write!(
+                f,
+                "if the game's state holds it on purpose, declare it in the game (G.permanents = {{ {name:?} }} in the script's G, or GameConfig::permanents), or allow it for this load (LoadOptions::allowed_permanents)"
+            ),
+        }
+    }
 }
 
 impl From<format::HeaderError> for LoadError {

@@ -10,10 +10,10 @@
 //! changes here too, or fails to compile here.
 
 use super::format::{
-    open, CallFrame, Detached, OpenUpvalue, PendingCloses, PlainUserdata, ProtoHome, ProtoPath,
-    ProtoRecord, Reader, Scalar, SpecialParts, TableHeader, Tag, ThreadHeader, ThreadPart,
-    ThreadParts, UpvalueRef, Upvalues, UserdataBytes, UserdataPart, UserdataParts, Writer,
-    FLAG_BYTECODE,
+    open, CallFrame, Detached, OpenUpvalue, PendingCloses, PlainUserdata, ProtoHome, ProtoNames,
+    ProtoPath, ProtoRecord, Reader, Scalar, SpecialParts, TableHeader, Tag, ThreadHeader,
+    ThreadPart, ThreadParts, UpvalueRef, Upvalues, UserdataBytes, UserdataPart, UserdataParts,
+    Writer, FLAG_BYTECODE, MAX_PATH, MAX_UPVALUE_NAMES,
 };
 
 pub use super::format::ChunkDef;
@@ -107,6 +107,8 @@ pub enum Node {
 }
 
 /// A closure's prototype: an index into those already listed, or a new one.
+// A test and fuzzing tree, built rarely: the size of `New` (its `Home`) costs nothing here.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq)]
 pub enum Proto {
     Index(u64),
@@ -122,13 +124,16 @@ pub enum Proto {
     },
 }
 
-/// Where a prototype lives: chunk `chunk` (with its definition at its first occurrence) and
-/// the path of child indices from the chunk's main prototype.
+/// Where a prototype lives: chunk `chunk` (with its definition at its first occurrence), the
+/// path of child indices from the chunk's main prototype, its place (names from the main
+/// prototype down) and its upvalues' names (format 6).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Home {
     pub chunk: u64,
     pub def: Option<ChunkDef<Vec<u8>>>,
     pub path: Vec<u64>,
+    pub place: Vec<Vec<u8>>,
+    pub upvalues: Vec<Vec<u8>>,
 }
 
 /// A Lua closure's upvalue.
@@ -361,13 +366,21 @@ impl Decoder<'_> {
         let path = (0..depth)
             .map(|_| ProtoPath::step(&mut self.r).ok())
             .collect::<Option<Vec<_>>>()?;
+        let place = ProtoNames::decode(&mut self.r, MAX_PATH).ok()?;
+        let upvalues = ProtoNames::decode(&mut self.r, MAX_UPVALUE_NAMES).ok()?;
         Some(Proto::New {
             index,
             hash,
             src: Vec::new(),
             line,
             code: Vec::new(),
-            home: Some(Home { chunk, def, path }),
+            home: Some(Home {
+                chunk,
+                def,
+                path,
+                place,
+                upvalues,
+            }),
         })
     }
 
@@ -568,6 +581,8 @@ fn put_proto(w: &mut Writer, proto: &Proto) {
         d.encode(w);
     }
     ProtoPath::encode(w, h.path.iter().copied());
+    ProtoNames::encode(w, h.place.iter().map(Vec::as_slice));
+    ProtoNames::encode(w, h.upvalues.iter().map(Vec::as_slice));
 }
 
 fn put_upval(w: &mut Writer, u: &Upval) {

@@ -53,8 +53,10 @@ pub mod fuzz;
 mod install;
 mod options;
 mod permanents;
+pub(crate) mod place;
 mod protected;
 mod read;
+mod report;
 mod slots;
 mod vm;
 mod write;
@@ -66,12 +68,13 @@ mod write;
 #[doc(hidden)]
 pub use read::{last_load_frame_check_reads, last_load_open_upvalue_walks};
 
-pub use error::{LoadError, SaveError};
+pub use error::{Accept, LoadError, SaveError};
 pub use format::{FORMAT_VERSION, HEADER_LEN, LUA_RELEASE, MAGIC};
 #[cfg(any(test, feature = "fuzzing"))]
 #[doc(hidden)]
 pub use fuzz::{fuzz_load, FUZZ_GAME};
 pub use options::{
-    LoadOptions, PersistOptions, Trust, DEFAULT_FOREIGN_DENIED, DEFAULT_FOREIGN_HEAP_GROWTH,
-    DEFAULT_INSTRUCTION_BUDGET, DEFAULT_OWN_HEAP_GROWTH,
+    FunctionBinding, LoadOptions, PersistOptions, Trust, DEFAULT_FOREIGN_DENIED,
+    DEFAULT_FOREIGN_HEAP_GROWTH, DEFAULT_INSTRUCTION_BUDGET, DEFAULT_OWN_HEAP_GROWTH,
 };
+pub use report::{LoadReport, SavedFunction};

@@ -71,6 +71,29 @@ pub const DEFAULT_FOREIGN_DENIED: [&str; 11] = [
     "string.dump",
 ];
 
+/// Which code the functions of a loaded save run. See "Updates that keep saves" in
+/// `docs/updates.md`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FunctionBinding {
+    /// The code they were saved with, as in Eris: this VM's identical function, or, for an
+    /// own save, the source text the save carries, compiled. A foreign load refuses a save
+    /// whose functions this VM does not have as they were saved. What
+    /// [`LoadOptions::new`] sets, and `eris.unpersist`.
+    Saved,
+    /// This version of the game's code: each saved function is bound to the function at the
+    /// same place in this VM's current version of its chunk (the same chunk name, the same
+    /// names from the chunk's main function down: `Agent.work`, `G.step > turn`; lines may
+    /// move), and takes the saved upvalues by name; upvalues the newer function adds take the
+    /// game's module-level variables (`_ENV`, a new local helper) or start as nil. A function
+    /// with no counterpart, and a coroutine suspended in a function whose code changed, keep
+    /// their saved code in an own load and refuse a foreign one, naming the function. The
+    /// chunk's current version is the last one the host ran under that name ([`Vm::exec`],
+    /// [`Vm::load`](crate::Vm::load), a module `require` loaded). What
+    /// `Game::from_save` sets. Needs a save of format 6 or later (earlier ones keep their
+    /// saved code).
+    Current,
+}
+
 /// How to load. Built with [`LoadOptions::new`] (or [`own`](LoadOptions::own) /
 /// [`foreign`](LoadOptions::foreign)): the trust level is always chosen by the caller.
 #[derive(Debug, Clone)]
@@ -97,6 +120,13 @@ pub struct LoadOptions {
     /// Defaults: none for own saves, [`DEFAULT_FOREIGN_DENIED`] for foreign ones (remove
     /// names to allow more).
     pub denied_permanents: Vec<String>,
+    /// Permanents the file may name even where `denied_permanents` (or the rule for the
+    /// library's hidden helpers) refuses them, each by its exact name: the library functions
+    /// a game's state holds on purpose (`load` for a library that compiles code, `require`),
+    /// which the game declares (`G.permanents`, `GameConfig::permanents`). Default: none.
+    pub allowed_permanents: Vec<String>,
+    /// Which code loaded functions run (default [`FunctionBinding::Saved`]).
+    pub functions: FunctionBinding,
     /// May loaded objects get finalizers (a metatable with `__gc` when it is set)? The collector
     /// runs finalizers whenever it likes, with hooks off: outside the load's instruction budget
     /// and constructor rules, even after a load that failed. Default: true for own saves,
@@ -123,6 +153,8 @@ impl LoadOptions {
             }),
             finalizers: trust == Trust::Own,
             inert_finalizers: false,
+            allowed_permanents: Vec::new(),
+            functions: FunctionBinding::Saved,
             denied_permanents: match trust {
                 Trust::Own => Vec::new(),
                 Trust::Foreign => DEFAULT_FOREIGN_DENIED
@@ -145,6 +177,9 @@ impl LoadOptions {
 
     /// Whether the file may name the permanent `name`.
     pub(crate) fn allows_permanent(&self, name: &[u8]) -> bool {
+        if self.allowed_permanents.iter().any(|a| a.as_bytes() == name) {
+            return true;
+        }
         if self.trust == Trust::Foreign && name.contains(&b'#') && name != b"ipairs#aux" {
             return false;
         }

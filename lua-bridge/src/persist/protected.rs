@@ -3,10 +3,11 @@
 //! collector stopped and restored around them.
 
 use super::budget::LoadBudget;
-use super::error::LoadError;
+use super::error::{Accept, LoadError};
 use super::format;
 use super::options::{LoadOptions, PersistOptions, Trust};
 use super::permanents::{key_name, CTORS_KEY, PERMS_KEY, UNPERMS_KEY};
+use super::report::LoadReport;
 use super::slots::Slots;
 use super::{read, write};
 use crate::bridge::ffi::{self as raw, Job};
@@ -139,13 +140,22 @@ unsafe fn call_job(
     }
 }
 
+/// How a load ended: the `lua_pcall` status, the loader's error (if it produced it), what
+/// would accept a refused save, and what the load did with the saved functions.
+pub(super) struct LoadOutcome {
+    pub(super) status: c_int,
+    pub(super) error: Option<String>,
+    pub(super) accept: Option<Accept>,
+    pub(super) report: LoadReport,
+}
+
 /// Loads a file with unperms at `base + 1` (or nil): `opened` (from `format::open`), or else
 /// the file that is a string on top, at `base + 2`.
 pub(super) unsafe fn load_protected(
     L: *mut lua_State,
     opts: &LoadOptions,
     opened: Option<format::Opened<'_>>,
-) -> (c_int, Option<String>) {
+) -> LoadOutcome {
     // SAFETY: a VM built by this crate, on its thread.
     let (natives, limits) = unsafe { (natives::state_of(L), LoadBudget::of(L)) };
     let file = match opened {
@@ -162,7 +172,14 @@ pub(super) unsafe fn load_protected(
             }
             match format::open(data) {
                 Ok(x) => x,
-                Err(e) => return (ffi::LUA_ERRRUN, Some(LoadError::from(e).to_string())),
+                Err(e) => {
+                    return LoadOutcome {
+                        status: ffi::LUA_ERRRUN,
+                        error: Some(LoadError::from(e).to_string()),
+                        accept: None,
+                        report: LoadReport::default(),
+                    }
+                }
             }
         }
     };
@@ -225,7 +242,12 @@ pub(super) unsafe fn load_protected(
             read::allow_emergency_gc(L);
         }
     }
-    (st, loader.error.take())
+    LoadOutcome {
+        status: st,
+        error: loader.error.take(),
+        accept: loader.accept.take(),
+        report: loader.take_report(),
+    }
 }
 
 /// Returns 1 (the value on top) when `st` is `LUA_OK`, else raises the error object on top.
@@ -287,13 +309,16 @@ unsafe fn eris_unpersist_inner(L: *mut lua_State) -> c_int {
             ..LoadOptions::new(trust)
         };
         ffi::lua_settop(L, 2);
-        let (st, err) = load_protected(L, &opts, None);
-        if st != ffi::LUA_OK {
-            if let Some(msg) = err {
+        let out = load_protected(L, &opts, None);
+        if out.status != ffi::LUA_OK {
+            if let Some(mut msg) = out.error {
+                if let Some(accept) = out.accept {
+                    msg = format!("{msg}; {}", accept.lua());
+                }
                 ffi::lua_pushlstring(L, msg.as_ptr().cast(), msg.len());
             }
         }
-        st
+        out.status
     }
 }
 

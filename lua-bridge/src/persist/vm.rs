@@ -1,11 +1,12 @@
 //! The save-game methods of [`Vm`]: a value at a global path or the whole game, to bytes and
 //! back.
 
-use super::error::{LoadError, SaveError};
+use super::error::{Accept, LoadError, SaveError};
 use super::format;
 use super::options::{LoadOptions, PersistOptions, Trust};
 use super::permanents::{add_permanent, PERMS_KEY, UNPERMS_KEY};
 use super::protected::{load_protected, mark_constructor, persist_protected};
+use super::report::LoadReport;
 use crate::bridge::error::VmError;
 use crate::bridge::ffi as raw;
 use crate::bridge::vm::Vm;
@@ -87,7 +88,7 @@ impl Vm {
         data: &[u8],
         opts: &LoadOptions,
         store: Option<&CStr>,
-    ) -> Result<(), LoadError> {
+    ) -> Result<LoadReport, LoadError> {
         // Refuse bad headers before touching the VM.
         let opened = format::open(data).map_err(LoadError::from)?;
         self.check_idle("load a save-game")
@@ -104,15 +105,17 @@ impl Vm {
             );
         }
         let mut staged: Option<String> = None;
+        let mut accept: Option<Accept> = None;
+        let mut report = LoadReport::default();
         let r = self.run(
             &mut |L| {
                 // SAFETY: protected body; the load itself runs in a nested protected call.
                 unsafe {
                     ffi::lua_pushnil(L);
                     ffi::lua_pushnil(L); // the file is read from `data`, not copied into Lua
-                    let (st, err) = load_protected(L, opts, Some(opened));
-                    staged = err;
-                    if st != ffi::LUA_OK {
+                    let out = load_protected(L, opts, Some(opened));
+                    (staged, accept, report) = (out.error, out.accept, out.report);
+                    if out.status != ffi::LUA_OK {
                         ffi::lua_error(L);
                     }
                     match store {
@@ -126,9 +129,15 @@ impl Vm {
         );
         let _ = self.arena.set_limit(old_limit);
         match (r, staged) {
-            (Ok(()), _) => Ok(()),
+            (Ok(()), _) => Ok(report),
             (Err(VmError::Lua { message, .. }), Some(staged)) if message.contains(&staged) => {
-                Err(LoadError::Invalid { message: staged })
+                Err(match accept {
+                    Some(accept) => LoadError::Refused {
+                        message: staged,
+                        accept,
+                    },
+                    None => LoadError::Invalid { message: staged },
+                })
             }
             (Err(e), _) => Err(LoadError::Lua(e)),
         }
@@ -147,6 +156,17 @@ impl Vm {
         path: &str,
         opts: &LoadOptions,
     ) -> Result<(), LoadError> {
+        self.unpersist_reporting(data, path, opts).map(drop)
+    }
+
+    /// Like [`unpersist_with`](Vm::unpersist_with), returning what the load did with the
+    /// saved functions (see [`FunctionBinding`](super::FunctionBinding)).
+    pub fn unpersist_reporting(
+        &mut self,
+        data: &[u8],
+        path: &str,
+        opts: &LoadOptions,
+    ) -> Result<LoadReport, LoadError> {
         let p = self.checked_path(path).map_err(LoadError::Lua)?;
         self.load_root(data, opts, Some(&p))
     }
@@ -160,7 +180,17 @@ impl Vm {
 
     /// Like [`load_game`](Vm::load_game), with options.
     pub fn load_game_with(&mut self, data: &[u8], opts: &LoadOptions) -> Result<(), LoadError> {
-        self.load_root(data, opts, None)?;
+        self.load_game_reporting(data, opts).map(drop)
+    }
+
+    /// Like [`load_game_with`](Vm::load_game_with), returning what the load did with the
+    /// saved functions (see [`FunctionBinding`](super::FunctionBinding)).
+    pub fn load_game_reporting(
+        &mut self,
+        data: &[u8],
+        opts: &LoadOptions,
+    ) -> Result<LoadReport, LoadError> {
+        let report = self.load_root(data, opts, None)?;
         // The loaded copy of math.random's state goes back into the generator.
         self.run(
             &mut |L| {
@@ -170,7 +200,8 @@ impl Vm {
             },
             |_, _| (),
         )
-        .map_err(LoadError::Lua)
+        .map_err(LoadError::Lua)?;
+        Ok(report)
     }
 
     /// Marks the function at a dotted global path as a constructor: loads of foreign saves

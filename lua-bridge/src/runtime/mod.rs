@@ -30,7 +30,7 @@ pub mod value_diff;
 use crate::bridge::error::VmError;
 use crate::bridge::value::{Table, Value};
 use crate::bridge::vm::{GcMode, Vm};
-use crate::persist::{LoadError, SaveError};
+use crate::persist::{FunctionBinding, LoadError, LoadReport, SaveError};
 pub use crate::runtime::clock::Clock;
 pub use crate::runtime::input::{GameInput, PodInput, VmSetup};
 use glue::DRIVER;
@@ -234,6 +234,11 @@ pub struct GameConfig {
     /// paying while a game is developed (`luasnap simulate` sets [`DEFAULT_STEP_BUDGET`]
     /// unless told otherwise), less so in a shipped client.
     pub step_budget: Option<u64>,
+    /// The library functions the game's state holds on purpose (`"load"` for a library that
+    /// compiles code, `"collectgarbage"`), by name as the permanents table gives them: loads
+    /// of the game's saves accept them even from foreign files, as they accept the names the
+    /// script lists in `G.permanents`. Default: none.
+    pub permanents: Vec<String>,
 }
 
 impl GameConfig {
@@ -249,6 +254,7 @@ impl GameConfig {
             capacity: 2 << 30,
             setup: VmSetup::default(),
             step_budget: None,
+            permanents: Vec::new(),
         }
     }
 }
@@ -316,6 +322,8 @@ pub struct Game {
     has_digest: bool,
     capacity: usize,
     step_budget: Option<u64>,
+    /// What the load of the save the game started from did with its functions.
+    loaded: Option<LoadReport>,
 }
 
 impl std::fmt::Debug for Game {
@@ -353,7 +361,12 @@ impl Game {
         if let Some(base) = cfg.base_address {
             b = b.base_address(base);
         }
-        Ok(cfg.setup.apply(b).build()?)
+        let vm = cfg.setup.apply(b).build()?;
+        // A game's state is its globals: the save-game module is not one of them (a library
+        // that maps `_G`, as serpent does, would put it in the state); `require "eris"` still
+        // finds it.
+        vm.exec("eris = nil", "=luasnap")?;
+        Ok(vm)
     }
 
     /// Builds the VM and runs the script, checking the game contract in Lua (G holds
@@ -387,6 +400,42 @@ impl Game {
         Ok(vm)
     }
 
+    /// The permanents the game declares: [`GameConfig::permanents`] and the strings of the
+    /// script's `G.permanents` list.
+    fn declared_permanents(vm: &Vm, cfg: &GameConfig) -> Result<Vec<String>, GameError> {
+        let mut names = cfg.permanents.clone();
+        let listed = vm.exec(
+            "local p = luasnap_game.permanents
+             if p == nil then return '' end
+             if type(p) ~= 'table' then return nil, 'G.permanents must be a list of names (strings), got a ' .. type(p) end
+             local out = {}
+             for i, name in ipairs(p) do
+               if type(name) ~= 'string' then return nil, 'G.permanents[' .. i .. '] must be a name (a string), got a ' .. type(name) end
+               out[#out + 1] = name
+             end
+             return table.concat(out, '\\0')",
+            "=luasnap",
+        )?;
+        match listed.as_slice() {
+            [Value::String(s), ..] => names.extend(
+                s.split(|&b| b == 0)
+                    .filter(|n| !n.is_empty())
+                    .map(|n| String::from_utf8_lossy(n).into_owned()),
+            ),
+            [_, Value::String(why), ..] => {
+                return Err(GameError::Config(String::from_utf8_lossy(why).into_owned()))
+            }
+            _ => {}
+        }
+        Ok(names)
+    }
+
+    /// What loading the save this game started from did with the saved functions (`None` for
+    /// a game started with [`Game::new`]).
+    pub fn load_report(&self) -> Option<&LoadReport> {
+        self.loaded.as_ref()
+    }
+
     fn has_digest(vm: &Vm) -> Result<bool, GameError> {
         Ok(
             vm.exec("return type(luasnap_game.digest) == 'function'", "=luasnap")?
@@ -407,6 +456,7 @@ impl Game {
             has_digest,
             capacity: cfg.capacity,
             step_budget: cfg.step_budget,
+            loaded: None,
         };
         game.vm
             .call::<()>(
@@ -430,19 +480,26 @@ impl Game {
     /// functions), then the saved state replaces its globals; the frame count continues.
     ///
     /// The file is treated as foreign (it may come from another player): no code is taken
-    /// from it, its functions are matched against the script just loaded (so the save must
-    /// come from the same version of the script), and the budgets of
+    /// from it, and the budgets of
     /// [`LoadOptions::new`](crate::persist::LoadOptions::new)`(Trust::Foreign)` apply, except
-    /// that the game's objects may keep their finalizers (`__gc`). To load a save of an older
-    /// version of the script, whose code travels in the file, trust it explicitly with
-    /// [`Game::from_save_with`] and `Trust::Own`.
+    /// that the game's objects may keep their finalizers (`__gc`). A save of an older version
+    /// of the game loads into this one: each saved function is bound to this version's
+    /// function at the same place ([`FunctionBinding::Current`]: same module, same name and
+    /// nesting), so this version's code runs with the saved state; [`Game::load_report`] says
+    /// what was rebound. A function this version no longer has, or a coroutine suspended in
+    /// one whose code changed, is refused, naming it; trusting the file
+    /// ([`Game::from_save_with`] and `Trust::Own`) keeps their saved code instead. The
+    /// permanents the game declares (`G.permanents`, [`GameConfig::permanents`]) are accepted.
     pub fn from_save(cfg: &GameConfig, backend: Backend, save: &[u8]) -> Result<Game, GameError> {
         let mut opts = crate::persist::LoadOptions::new(crate::persist::Trust::Foreign);
         opts.finalizers = true;
+        opts.functions = FunctionBinding::Current;
         Self::from_save_with(cfg, backend, save, &opts)
     }
 
-    /// [`Game::from_save`] with the load's options (trust level, budgets) given.
+    /// [`Game::from_save`] with the load's options (trust level, budgets, which code the
+    /// saved functions run) given; the game's declared permanents are added to
+    /// `opts.allowed_permanents`.
     pub fn from_save_with(
         cfg: &GameConfig,
         backend: Backend,
@@ -450,7 +507,10 @@ impl Game {
         opts: &crate::persist::LoadOptions,
     ) -> Result<Game, GameError> {
         let mut vm = Self::load_script(cfg, backend).map_err(explain_base_in_use)?;
-        vm.load_game_with(save, opts)?;
+        let mut opts = opts.clone();
+        opts.allowed_permanents
+            .extend(Self::declared_permanents(&vm, cfg)?);
+        let report = vm.load_game_reporting(save, &opts)?;
         let frame = vm.get::<Value>("luasnap_frame")?.as_integer();
         let players = vm.get::<Value>("luasnap_players")?.as_integer();
         let (Some(frame), Some(players)) = (frame, players) else {
@@ -474,6 +534,7 @@ impl Game {
             has_digest,
             capacity: cfg.capacity,
             step_budget: cfg.step_budget,
+            loaded: Some(report),
         };
         game.vm.gc_collect()?;
         Ok(game)

@@ -37,9 +37,10 @@ pub struct SimOptions {
     /// Start from this save-game instead of `G.init` (continuing its frame count).
     pub start: Option<Vec<u8>>,
     /// Who wrote `start`: [`Trust::Foreign`](crate::persist::Trust) takes no code from it
-    /// (its functions must be the game script's, the same version), `Trust::Own` compiles
-    /// the code it carries (a save of an older version of the script). See
-    /// [`Game::from_save`].
+    /// (its functions are bound to the game script's, this version's), `Trust::Own` also
+    /// keeps the saved code of functions this version lacks. Either way the saved functions
+    /// run this version's code where it has them ([`FunctionBinding::Current`](crate::persist::FunctionBinding)).
+    /// See [`Game::from_save`].
     pub start_trust: crate::persist::Trust,
 }
 
@@ -85,7 +86,10 @@ impl SimOptions {
                     &self.game,
                     backend,
                     save,
-                    &crate::persist::LoadOptions::new(crate::persist::Trust::Own),
+                    &crate::persist::LoadOptions {
+                        functions: crate::persist::FunctionBinding::Current,
+                        ..crate::persist::LoadOptions::new(crate::persist::Trust::Own)
+                    },
                 ),
             },
             None => Game::new(&self.game, backend),
@@ -307,6 +311,11 @@ impl Simulation {
             progress: None,
             clock: Clock::Wall,
         })
+    }
+
+    /// What loading the start save did with its functions (None without one).
+    pub fn load_report(&self) -> Option<&crate::persist::LoadReport> {
+        self.game.as_ref().and_then(|g| g.load_report())
     }
 
     /// The frame the runs start from (0, or the frame of the start save).

@@ -63,6 +63,7 @@ fn rust_type(c: &str, named: bool, mirrors: &BTreeMap<String, String>) -> String
         "int64_t" => "i64".to_string(),
         "uint64_t" => "u64".to_string(),
         "luasnap_proto_fn" => "ProtoFn".to_string(),
+        "luasnap_closure_fn" => "ClosureFn".to_string(),
         other => mirrors
             .get(other)
             .cloned()

@@ -40,6 +40,7 @@
 //! ProtoRef  = varint (index) [first occurrence: ProtoRecord, or LegacyProto in formats 1-3]
 //! ProtoRecord home 0:     Detached (short source, bytecode or empty)
 //!             home c + 1: [first occurrence of chunk c: ChunkDef] ProtoPath
+//!                         [format 6 on: ProtoNames (place) ProtoNames (upvalue names)]
 //! frames    = varint (nframes) (CallFrame continuation){nframes} PendingCloses (format 4 on)
 //! continuation = Nil | value (a permanent's name)
 //! ```
@@ -52,7 +53,11 @@
 //! format 1 files have no `StrRef` and read as format 2. Prototypes and chunks are numbered
 //! likewise, each by its first occurrence. Format 4 brought chunk homes and pending
 //! to-be-closed variables; formats 1 to 3 gave each new prototype its fingerprint, short source,
-//! line and bytecode (`LegacyProto`). Format 5 brought table layouts.
+//! line and bytecode (`LegacyProto`). Format 5 brought table layouts. Format 6 brought each
+//! chunk prototype's place (the names from its chunk's main prototype down, `persist::place`)
+//! and its upvalues' names, with which a load binds a saved closure to the function at the
+//! same place in a newer version of the chunk; files of formats 4 and 5 have none, and their
+//! functions keep their saved code.
 //!
 //! Each record's `encode` writes its tag (if it has one of its own) and its fields; its `decode`
 //! reads the fields after the tag (the reader dispatches on the tag) in the same order, every
@@ -79,7 +84,8 @@ pub use parts::{SpecialPart, SpecialParts, TablePart, ThreadPart, ThreadParts, U
 pub use parts::{Upvalues, UserdataParts};
 pub use records::{
     CallFrame, ChunkDef, Detached, LegacyProto, OpenUpvalue, PendingCloses, PlainUserdata,
-    ProtoHome, ProtoPath, ProtoRecord, TableHeader, ThreadHeader, UpvalueRef, UserdataBytes,
+    ProtoHome, ProtoNames, ProtoPath, ProtoRecord, TableHeader, ThreadHeader, UpvalueRef,
+    UserdataBytes, MAX_PATH, MAX_UPVALUE_NAMES,
 };
 pub use tag::Tag;
 pub use value::Scalar;

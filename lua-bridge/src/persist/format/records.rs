@@ -14,6 +14,8 @@ pub const MAX_COROUTINE_FRAMES: u64 = 100_000;
 /// How deep a path into a chunk's prototype tree may go (Lua nests functions at most about 200
 /// deep).
 pub const MAX_PATH: u64 = 256;
+/// Upvalue names a prototype record may list (Lua's MAXUPVAL).
+pub const MAX_UPVALUE_NAMES: u64 = 255;
 
 /// After `Tag::Table`: the size hints of its array and hash parts. Its metatable and entries
 /// follow ([`TablePart`](super::TablePart)).
@@ -491,6 +493,33 @@ impl ProtoPath {
 
     pub fn step(r: &mut Reader<'_>) -> Result<u64, Bad> {
         r.varint().ok_or("bad prototype path")
+    }
+}
+
+/// From format 6, after a chunk prototype's path: its place (the names from the chunk's main
+/// prototype down, one per step of the path; `persist::place`), then its upvalues' names (at
+/// most [`MAX_UPVALUE_NAMES`]): each list a count, then each name's bytes.
+pub struct ProtoNames;
+
+impl ProtoNames {
+    pub fn encode<'n>(w: &mut Writer, names: impl ExactSizeIterator<Item = &'n [u8]>) {
+        w.varint(names.len() as u64);
+        for name in names {
+            w.bytes(name);
+        }
+    }
+
+    /// Reads a list of at most `max` names.
+    pub fn decode(r: &mut Reader<'_>, max: u64) -> Result<Vec<Vec<u8>>, Bad> {
+        let n = r
+            .varint()
+            .filter(|&n| n <= max)
+            .ok_or("bad prototype names")?;
+        let mut names = Vec::with_capacity(n as usize);
+        for _ in 0..n {
+            names.push(r.bytes().ok_or("bad prototype names")?.to_vec());
+        }
+        Ok(names)
     }
 }
 

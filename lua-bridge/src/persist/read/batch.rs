@@ -14,9 +14,11 @@ use super::csrc::luasnap_proto_nupvalues;
 use super::csrc::{kind, RawVal};
 use super::dispatch::Frame;
 use super::limits::{table_sizes, MAX_UPVALUES, STACK_FRAMES};
+use super::rebind::Binding;
 use crate::persist::format::{
     layout_nodes, LayoutHeader, Reader, TableHeader, TablePart, Tag, UpvalueRef,
 };
+use std::collections::HashMap;
 use std::ffi::c_void;
 
 /// Steps per `luasnap_table_build` call (an entry needing more goes the general way).
@@ -109,6 +111,9 @@ pub(super) struct Batch<'a, 'b> {
     pub late_meta: &'b mut Vec<u32>,
     pub strref_len: usize,
     pub protos: &'b [*const c_void],
+    /// `Rebinding::bindings`: closures of the functions named there (a game's changed chunk)
+    /// and shared upvalues while there are any go the general path (`rebind.rs`).
+    pub bindings: &'b HashMap<usize, Binding>,
     pub format: u16,
     /// The VM's hash seed (see `place_hint`).
     pub seed: u32,
@@ -408,7 +413,11 @@ impl Batch<'_, '_> {
     /// plain items or shared, into its steps.
     fn closure(&mut self) -> Option<()> {
         self.r.pos += 1;
-        let p = *self.protos.get(usize::try_from(self.r.varint()?).ok()?)?;
+        let index = usize::try_from(self.r.varint()?).ok()?;
+        if !self.bindings.is_empty() && self.bindings.contains_key(&index) {
+            return None;
+        }
+        let p = *self.protos.get(index)?;
         let n = self.r.varint()?;
         // SAFETY: p is a prototype of this VM, kept alive for the load (anchored in protos).
         if n > MAX_UPVALUES as u64 || n != unsafe { luasnap_proto_nupvalues(p) } as u64 {
@@ -428,7 +437,7 @@ impl Batch<'_, '_> {
                 let v = self.plain(self.r.peek()?)?;
                 self.push_val(v);
                 self.push(kind::SETUPVAL, 0, i, std::ptr::null());
-            } else if tag == Tag::UpvalRef as u8 {
+            } else if tag == Tag::UpvalRef as u8 && self.bindings.is_empty() {
                 let UpvalueRef {
                     closure: other,
                     index,
@@ -579,6 +588,7 @@ mod tests {
         ];
         let mut ops = Box::new([RawVal::EMPTY; OPS_CAP]);
         let (mut lay, mut laynx, mut late) = (Vec::new(), Vec::new(), Vec::new());
+        let bindings = std::collections::HashMap::new();
         for v in samples {
             let mut w = Writer::default();
             v.encode(&mut w);
@@ -599,6 +609,7 @@ mod tests {
                     late_meta: &mut late,
                     strref_len: 1,
                     protos: &[],
+                    bindings: &bindings,
                     format: 5,
                     seed: 0,
                     max_size: 0,

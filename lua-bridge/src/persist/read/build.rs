@@ -80,6 +80,7 @@ impl Loader<'_> {
             late_meta: &mut self.late_meta,
             strref_len: self.strref_len,
             protos: &self.protos,
+            bindings: &self.rb.bindings,
             format: self.format,
             seed: self.seed,
             max_size: 0,

@@ -13,7 +13,8 @@
 //! is checked against its frames (`open.rs`).
 
 use super::csrc::{
-    luasnap_proto, luasnap_proto_nupvalues, luasnap_push_closure, luasnap_upval_shareable,
+    luasnap_proto, luasnap_proto_nupvalues, luasnap_push_closure, luasnap_upval_join_slot,
+    luasnap_upval_shareable,
 };
 use super::dispatch::{ClosureKind, Frame};
 use super::ids::push_obj;
@@ -31,17 +32,25 @@ impl Loader<'_> {
     /// Protected context, two free slots; `s` this load's slots.
     pub(super) unsafe fn lclosure(&mut self, L: *mut lua_State, s: Slots) -> Result<bool, Fail> {
         // SAFETY: callers' contract.
-        let p = unsafe { self.proto(L, s)? };
+        let (index, p) = unsafe { self.proto(L, s)? };
         let Some(n) = self.r.varint() else {
             return Err(self.malformed("bad closure"));
         };
-        // SAFETY: p is a prototype of this VM, anchored for the load.
-        if n != unsafe { luasnap_proto_nupvalues(p) } as u64 {
-            return Err(self.malformed("closure upvalue count differs from its prototype"));
-        }
+        let binding = self.rb.bindings.get(&index).copied().unwrap_or_default();
         let id = self.id();
-        // SAFETY: callers' contract; a closure of the anchored prototype, with fresh upvalues.
-        unsafe { luasnap_push_closure(L, p) };
+        if let Some(r) = binding.rebound {
+            // SAFETY: callers' contract.
+            unsafe { self.push_rebound_closure(L, id, r, p, n)? };
+        } else {
+            // SAFETY: p is a prototype of this VM, anchored for the load.
+            if n != unsafe { luasnap_proto_nupvalues(p) } as u64 {
+                return Err(self.malformed("closure upvalue count differs from its prototype"));
+            }
+            // SAFETY: callers' contract; a closure of the anchored prototype, with fresh
+            // upvalues.
+            unsafe { luasnap_push_closure(L, p) };
+            self.note_closure(id, p, binding.current);
+        }
         // SAFETY: callers' contract; the closure on top (then popped: kept in objs).
         unsafe {
             self.register(L, s, id)?;
@@ -106,7 +115,9 @@ impl Loader<'_> {
     }
 
     /// Upvalue `i` of closure `id` is shared (after `Tag::UpvalRef`): joined to the upvalue
-    /// the file names, of a closure read before, if that one exists and is closed.
+    /// the file names, of a closure read before, if that one exists and is closed. Upvalues
+    /// are named by their saved numbers: a closure made of a rebound function's target keeps
+    /// them in its saved slots (`rebind.rs`).
     ///
     /// # Safety
     /// Protected context, two free slots; `s` this load's slots.
@@ -131,31 +142,42 @@ impl Loader<'_> {
             push_obj(L, s, other as u32);
             (luasnap_proto(L, -2), luasnap_proto(L, -1))
         };
+        let other_slot = match self.shared_slot(other as u32, index) {
+            Some(Ok(slot)) => Some(slot),
+            Some(Err(())) => None,
+            // SAFETY: other_p is the prototype of a live closure (checked non-null first).
+            None if !other_p.is_null()
+                && index >= 1
+                && index <= unsafe { luasnap_proto_nupvalues(other_p) } as u64 =>
+            {
+                Some(index as c_int - 1)
+            }
+            None => None,
+        };
         // Both Lua closures, and the upvalue one the other has: Lua does not check indices.
-        // SAFETY: other_p is the prototype of a live closure (checked non-null first).
-        if other_p.is_null()
-            || this_p.is_null()
-            || index == 0
-            || index > unsafe { luasnap_proto_nupvalues(other_p) } as u64
-        {
+        let Some(other_slot) = other_slot.filter(|_| !this_p.is_null()) else {
             // SAFETY: pops both closures.
             unsafe { ffi::lua_settop(L, -3) };
             return Err(self.malformed("bad shared upvalue"));
-        }
+        };
         // Open upvalues are shared through their coroutine's slot, each closure checked
         // (`join_open`), never by reference.
-        // SAFETY: a Lua closure at -1 with upvalue `index` (checked above).
-        if unsafe { luasnap_upval_shareable(L, -1, index as c_int) } == 0 {
+        // SAFETY: a Lua closure at -1 with that slot (checked above).
+        if unsafe { luasnap_upval_shareable(L, -1, other_slot + 1) } == 0 {
             // SAFETY: pops both closures.
             unsafe { ffi::lua_settop(L, -3) };
             return Err(self.malformed(
                 "a closure shares an open upvalue by reference (saves name open upvalues by their coroutine's stack slot)",
             ));
         }
-        // SAFETY: two Lua closures, each with the upvalue named (i is at most this closure's
-        // count, its frame's `n`, the prototype's); pops both.
+        let (this_slot, to) = self.saved_slot(id, i).unwrap_or((i - 1, None));
+        // SAFETY: two Lua closures, each with the slot named (this one's: at most its count,
+        // its frame's `n`, in its saved slots or the prototype's); pops both.
         unsafe {
-            ffi::lua_upvaluejoin(L, -2, i, -1, index as c_int);
+            luasnap_upval_join_slot(L, -2, this_slot, -1, other_slot);
+            if let Some(j) = to {
+                luasnap_upval_join_slot(L, -2, j, -2, this_slot);
+            }
             ffi::lua_settop(L, -3);
         }
         Ok(())
@@ -187,14 +209,18 @@ impl Loader<'_> {
             ffi::lua_rotate(L, -2, 1);
         }
         let Some(level) = open else {
-            // SAFETY: upvalue i of the closure (i at most its count, the frame's `n`) takes
-            // the value; pops the closure.
+            // SAFETY: [f, v]: a closure made of a rebound function's target takes the value in
+            // its saved slot, any other upvalue i (at most its count, the frame's `n`); pops
+            // the closure.
             unsafe {
-                ffi::lua_setupvalue(L, -2, i);
+                if !self.set_rebound_upvalue(L, id, i) {
+                    ffi::lua_setupvalue(L, -2, i);
+                }
                 ffi::lua_settop(L, -2);
             }
             return Ok(());
         };
+        self.open_in_rebound(id)?;
         // The child is the thread whose stack slot `level` the upvalue is: only a suspended
         // coroutine this load builds (never the loading thread, the main thread or one that
         // exists already: their stacks change under the load), inside the stack the file

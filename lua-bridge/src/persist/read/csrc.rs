@@ -18,3 +18,9 @@ pub(super) use crate::bridge::helpers::{
     luasnap_upmemo_walks, luasnap_upval_join_at, luasnap_upval_shareable, CiRecord, ProtoFn,
     RawVal, BUILD_DEPTH,
 };
+pub(super) use crate::bridge::helpers::{
+    luasnap_chunk_current, luasnap_closure_rebind, luasnap_closure_trim, luasnap_each_lclosure,
+    luasnap_proto_upvalue_desc, luasnap_push_closure_n, luasnap_push_lclosure,
+    luasnap_thread_slot_lclosure, luasnap_upval_closed_slot, luasnap_upval_join_slot,
+    luasnap_upval_set_slot,
+};

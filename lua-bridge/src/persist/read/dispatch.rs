@@ -86,6 +86,10 @@ impl Loader<'_> {
         if self.r.remaining() != 0 {
             return Err(self.malformed("trailing bytes after the root value"));
         }
+        // Closures of changed functions bound to this version's (`rebind.rs`), before any
+        // initializer runs them.
+        // SAFETY: callers' contract.
+        unsafe { self.finish_rebinding(L, s)? };
         // Every suspended coroutine is complete (its frame ended), its open upvalues
         // checked: they may run from now on (the initializers below may resume them).
         self.release_threads()?;

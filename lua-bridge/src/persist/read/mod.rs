@@ -28,6 +28,7 @@
 //! | `meta.rs`     | metatables of tables and userdata, and the finalizers they bring    |
 //! | `closure.rs`  | closures and their upvalues                                          |
 //! | `proto.rs`    | prototypes and the chunks they live in                               |
+//! | `rebind.rs`   | saved functions bound to a newer version of the game's code          |
 //! | `thread.rs`   | coroutines: stacks, frames, to-be-closed variables                   |
 //! | `open.rs`     | open upvalues into loaded coroutines, and their checks               |
 //! | `userdata.rs` | plain-data and raw-byte userdata                                     |
@@ -50,6 +51,7 @@ mod limits;
 mod meta;
 mod open;
 mod proto;
+mod rebind;
 mod special;
 mod table;
 mod thread;
@@ -61,6 +63,7 @@ pub(crate) use proto::proto_tree;
 
 use crate::bridge::ffi::UserDataType;
 use crate::persist::budget::LoadBudget;
+use crate::persist::error::Accept;
 use crate::persist::format::{min_strref_len, Bad, Opened, Reader, FLAG_BYTECODE};
 use crate::persist::options::{LoadOptions, Trust};
 use csrc::{luasnap_gc_stopem, luasnap_relayout_memo_size};
@@ -169,6 +172,10 @@ pub(crate) struct Loader<'a> {
     /// Keys of permanents and C closures being read, one inside the other (at most
     /// `MAX_KEY_NESTING`).
     key_depth: u32,
+    /// Saved functions bound to this version of the game's code, and the load's report.
+    rb: rebind::Rebinding,
+    /// What would accept the save, if the load refused it (see [`Loader::refuse`]).
+    pub accept: Option<Accept>,
 }
 
 impl<'a> Loader<'a> {
@@ -222,6 +229,8 @@ impl<'a> Loader<'a> {
             aux: None,
             nofinal_marked: false,
             key_depth: 0,
+            rb: rebind::Rebinding::default(),
+            accept: None,
         };
         loader.limit_collisions(file.body.len());
         loader

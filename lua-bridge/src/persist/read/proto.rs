@@ -17,8 +17,11 @@ use super::csrc::{
 };
 use super::dispatch::reserve;
 use super::{Fail, Loader};
-use crate::persist::format::{ChunkDef, Detached, LegacyProto, ProtoHome, ProtoPath, ProtoRecord};
-use crate::persist::options::Trust;
+use crate::persist::format::{
+    ChunkDef, Detached, LegacyProto, ProtoHome, ProtoNames, ProtoPath, ProtoRecord, MAX_PATH,
+    MAX_UPVALUE_NAMES,
+};
+use crate::persist::options::{FunctionBinding, Trust};
 use crate::persist::slots::Slots;
 use mlua_sys::{self as ffi, lua_State};
 use std::collections::HashMap;
@@ -26,13 +29,25 @@ use std::ffi::{c_int, c_void};
 
 /// A chunk a file names (format 4).
 pub(super) struct LoadedChunk {
-    /// Its name, for messages.
-    name: String,
+    /// Its name as the file gives it (`@town/agent.lua`).
+    name: Vec<u8>,
     /// Its main prototype in this VM (reused or compiled), or None: its functions are matched
     /// by fingerprint (foreign loads, files without code).
     main: Option<*const c_void>,
     /// Whether the file brought its code.
     brought_code: bool,
+    /// Whether `main` is the file's code this load compiled (not the VM's own).
+    compiled: bool,
+    /// The VM's current version of it, when the load binds saved functions to the game's
+    /// current code and it differs from the saved one (`rebind.rs`).
+    current: Option<usize>,
+}
+
+impl LoadedChunk {
+    /// Its name for messages, as the file gives it (`@town/agent.lua`).
+    fn shown(&self) -> String {
+        String::from_utf8_lossy(&self.name).into_owned()
+    }
 }
 
 /// Calls `f(q, ud)` for `p` and every prototype nested in it.
@@ -86,7 +101,7 @@ unsafe extern "C-unwind" fn chunk_reader(
 
 impl Loader<'_> {
     /// The prototype a closure names (its index next; its record follows at its first
-    /// occurrence), found or compiled and checked against its fingerprint.
+    /// occurrence), found or compiled and checked against its fingerprint; with its index.
     ///
     /// # Safety
     /// Protected context; `s` this load's slots.
@@ -94,13 +109,28 @@ impl Loader<'_> {
         &mut self,
         L: *mut lua_State,
         s: Slots,
-    ) -> Result<*const c_void, Fail> {
+    ) -> Result<(usize, *const c_void), Fail> {
         let index = ProtoRecord::index(&mut self.r);
         let index = self.record(index)?;
         if (index as usize) < self.protos.len() {
-            return Ok(self.protos[index as usize]);
+            return Ok((index as usize, self.protos[index as usize]));
         }
-        if index as usize != self.protos.len() {
+        let index = index as usize;
+        // SAFETY: callers' contract.
+        unsafe { self.new_proto(L, s, index) }.map(|p| (index, p))
+    }
+
+    /// A prototype's first occurrence (its index just read: `index`).
+    ///
+    /// # Safety
+    /// As [`Loader::proto`].
+    unsafe fn new_proto(
+        &mut self,
+        L: *mut lua_State,
+        s: Slots,
+        index: usize,
+    ) -> Result<*const c_void, Fail> {
+        if index != self.protos.len() {
             return Err(self.malformed("prototypes out of order"));
         }
         if self.format < 4 {
@@ -128,8 +158,9 @@ impl Loader<'_> {
         }
     }
 
-    /// A prototype of chunk `c` (its definition next if it is the next chunk, then the path),
-    /// with fingerprint `hash` and defined at `line`.
+    /// A prototype of chunk `c` (its definition next if it is the next chunk, then the path,
+    /// and from format 6 its place and upvalue names), with fingerprint `hash` and defined
+    /// at `line`.
     ///
     /// # Safety
     /// As [`Loader::proto`].
@@ -149,61 +180,142 @@ impl Loader<'_> {
             let chunk = unsafe { self.chunk(L, s)? };
             self.chunks.push(chunk);
         }
-        let depth = ProtoPath::depth(&mut self.r);
-        let depth = self.record(depth)?;
-        let Some(main) = self.chunks[c].main else {
-            // No code to use: the function's fingerprint names it.
-            for _ in 0..depth {
-                let step = ProtoPath::step(&mut self.r);
-                self.record(step)?;
+        let path = self.path()?;
+        let (place, ups) = if self.format >= 6 {
+            let place = self.names(MAX_PATH)?;
+            if place.len() != path.len() {
+                return Err(self.malformed("a prototype's place does not match its path"));
             }
-            // SAFETY: callers' contract.
-            let found = unsafe { self.by_fingerprint(L, s, hash)? };
-            let brought = self.chunks[c].brought_code;
-            let name = self.chunks[c].name.clone();
-            return match found {
-                Some(p) => Ok(p),
-                None if brought => Err(self.fail(format!(
-                    "the function defined at {name}:{line} is not among the chunks this VM has loaded; the save-game brings that chunk's code, which only an own-trust load compiles (Trust::Own, or eris.settings(\"trust\", \"own\"))"
-                ))),
-                None => Err(self.fail(format!(
-                    "the function defined at {name}:{line} is not among the chunks this VM has loaded (or its code changed), and the save-game has no code for it; load the same game code before loading the save"
-                ))),
-            };
+            (place, self.names(MAX_UPVALUE_NAMES)?)
+        } else {
+            (Vec::new(), Vec::new())
         };
-        let p = self.by_path(main, depth, c, line)?;
-        // SAFETY: p is a live prototype (its chunk is anchored for the load).
-        if unsafe { luasnap_proto_hash(p) } != hash {
+        // The saved code: the VM's identical chunk, or the file's compiled (own loads).
+        let saved = match self.chunks[c].main {
+            Some(main) => Some(self.by_path(main, &path, c, line, hash)?),
+            None => None,
+        };
+        if let Some(current) = self.chunks[c].current {
             let name = self.chunks[c].name.clone();
-            return Err(self.fail(format!(
-                "chunk {name} compiles to a different prototype tree than the save-game says (the function defined at line {line} differs); the save was written by another Lua build or altered"
-            )));
+            let f = super::rebind::SavedProto {
+                hash,
+                line,
+                chunk: &name,
+                place: &place,
+                ups,
+            };
+            if let Some(p) = self.bind_place(current, f, saved)? {
+                self.protos.push(p);
+                return Ok(p);
+            }
+            // This version has no function there: kept with its saved code, if the load has it.
+            if let Some(p) = saved {
+                self.rb
+                    .report
+                    .missing
+                    .push(crate::persist::report::SavedFunction {
+                        chunk: super::rebind::shown_chunk(&self.chunks[c].name),
+                        place: crate::persist::place::display(&place),
+                        line,
+                    });
+                self.protos.push(p);
+                return Ok(p);
+            }
+        } else if let Some(p) = saved {
+            if self.chunks[c].compiled {
+                self.rb
+                    .report
+                    .kept
+                    .push(crate::persist::report::SavedFunction {
+                        chunk: super::rebind::shown_chunk(&self.chunks[c].name),
+                        place: crate::persist::place::display(&place),
+                        line,
+                    });
+            } else {
+                self.rb.report.unchanged += 1;
+            }
+            self.protos.push(p);
+            return Ok(p);
         }
-        self.protos.push(p);
-        Ok(p)
+        // No code to use: the function's fingerprint names it.
+        // SAFETY: callers' contract.
+        if let Some(p) = unsafe { self.by_fingerprint(L, s, hash)? } {
+            self.rb.report.unchanged += 1;
+            return Ok(p);
+        }
+        let (name, brought) = (self.chunks[c].shown(), self.chunks[c].brought_code);
+        if self.chunks[c].current.is_some() {
+            let place = crate::persist::place::display(&place);
+            let what = format!("the save holds the function {place} ({name}:{line}), which this version of the game no longer has (removed or renamed)");
+            return Err(if self.opts.trust == Trust::Foreign {
+                self.refuse(
+                    format!("{what}; its saved code could be kept, but a foreign load takes no code from the file"),
+                    crate::persist::error::Accept::TrustOwn,
+                )
+            } else {
+                self.fail(format!(
+                    "{what}, and the save-game carries no code to keep it with"
+                ))
+            });
+        }
+        Err(if brought {
+            self.refuse(
+                format!("the function defined at {name}:{line} is not among the chunks this VM has loaded; the save-game brings that chunk's code, which only an own-trust load compiles"),
+                crate::persist::error::Accept::TrustOwn,
+            )
+        } else {
+            self.fail(format!(
+                "the function defined at {name}:{line} is not among the chunks this VM has loaded (or its code changed), and the save-game has no code for it; load the same game code before loading the save"
+            ))
+        })
     }
 
-    /// Follows the path of `depth` child indices (next) from chunk `c`'s main prototype.
+    /// A prototype's path in its chunk's tree: depth, then that many child indices.
+    fn path(&mut self) -> Result<Vec<u64>, Fail> {
+        let depth = ProtoPath::depth(&mut self.r);
+        let depth = self.record(depth)?;
+        let mut path = Vec::with_capacity(depth as usize);
+        for _ in 0..depth {
+            let step = ProtoPath::step(&mut self.r);
+            path.push(self.record(step)?);
+        }
+        Ok(path)
+    }
+
+    /// A list of names (a place, upvalue names): count (at most `max`), then each one's bytes.
+    fn names(&mut self, max: u64) -> Result<Vec<Vec<u8>>, Fail> {
+        let names = ProtoNames::decode(&mut self.r, max);
+        self.record(names)
+    }
+
+    /// The prototype at `path` (child indices) from chunk `c`'s main prototype `p`, checked
+    /// against its fingerprint `hash`.
     fn by_path(
         &mut self,
         mut p: *const c_void,
-        depth: u64,
+        path: &[u64],
         c: usize,
         line: u64,
+        hash: u64,
     ) -> Result<*const c_void, Fail> {
-        for _ in 0..depth {
-            let i = ProtoPath::step(&mut self.r);
-            let i = self.record(i)?;
+        for &i in path {
             // SAFETY: p is a live prototype (its chunk is anchored for the load); the C side
             // checks the index against its children.
             let child = unsafe { luasnap_proto_child(p, i.min(c_int::MAX as u64) as c_int) };
             if child.is_null() {
-                let name = self.chunks[c].name.clone();
+                let name = self.chunks[c].shown();
                 return Err(self.fail(format!(
                     "chunk {name} has no function at the position the save-game gives (the function defined at line {line}); the save does not match its code"
                 )));
             }
             p = child;
+        }
+        // SAFETY: p is a live prototype (its chunk is anchored for the load).
+        if unsafe { luasnap_proto_hash(p) } != hash {
+            let name = self.chunks[c].shown();
+            return Err(self.fail(format!(
+                "chunk {name} compiles to a different prototype tree than the save-game says (the function defined at line {line} differs); the save was written by another Lua build or altered"
+            )));
         }
         Ok(p)
     }
@@ -220,39 +332,54 @@ impl Loader<'_> {
             main_hash,
             code,
         } = self.record(def)?;
-        let shown = || String::from_utf8_lossy(name).into_owned();
+        let mut chunk = LoadedChunk {
+            name: name.to_vec(),
+            main: None,
+            brought_code: !code.is_empty(),
+            compiled: false,
+            current: None,
+        };
+        if self.opts.functions == FunctionBinding::Current && self.format >= 6 && kind == 0 {
+            // SAFETY: callers' contract.
+            if let Some(c) = unsafe { self.current_chunk(L, s, name) } {
+                let main = self.rb.currents_main(c);
+                // SAFETY: main is alive (anchored by current_chunk).
+                if unsafe { luasnap_proto_hash(main) } == main_hash {
+                    // The game's current code is the saved code: found by path.
+                    chunk.main = Some(main);
+                    return Ok(chunk);
+                }
+                chunk.current = Some(c);
+            }
+        }
         if code.is_empty() || self.opts.trust == Trust::Foreign {
-            return Ok(LoadedChunk {
-                name: shown(),
-                main: None,
-                brought_code: !code.is_empty(),
-            });
+            return Ok(chunk);
         }
         if kind == 1 && !(self.opts.trust == Trust::Own && self.opts.bytecode) {
             return Err(self.fail(format!(
                 "chunk {} was loaded as binary (string.dump output): its bytecode is loaded only by own-trust loads that allow it (LoadOptions::bytecode)",
-                shown()
+                chunk.shown()
             )));
         }
         let key = -(self.chunks.len() as ffi::lua_Integer) - 1;
         // SAFETY: callers' contract.
         match unsafe { find_or_compile(L, s, key, kind, name, main_hash, code) } {
-            Ok(p) => Ok(LoadedChunk {
-                name: shown(),
-                main: Some(p),
-                brought_code: true,
-            }),
+            Ok((p, reused)) => {
+                chunk.main = Some(p);
+                chunk.compiled = !reused;
+                Ok(chunk)
+            }
             Err(Compiled::Error) => {
                 // SAFETY: the compiler's message is on top, above the name and code.
                 let msg = unsafe { pop_compile_error(L) };
                 Err(self.fail(format!(
                     "chunk {} in the save-game does not compile: {msg}",
-                    shown()
+                    chunk.shown()
                 )))
             }
             Err(Compiled::Differs) => Err(self.fail(format!(
                 "chunk {} compiles to a different prototype tree than the save-game's fingerprint says; the save was written by another Lua build or altered",
-                shown()
+                chunk.shown()
             ))),
         }
     }
@@ -392,7 +519,7 @@ enum Compiled {
 
 /// The main prototype of the chunk (text or binary `kind`, named `name`, fingerprint
 /// `main_hash`, code `code`): the identical chunk live in this VM (shared prototypes, no
-/// compile), or `code` compiled. Anchored at `protos[key]` either way.
+/// compile; `true` with it), or `code` compiled. Anchored at `protos[key]` either way.
 ///
 /// No Rust value with a destructor is alive across the calls (they may raise a memory
 /// error): the name and code are slices of the file, the outcome plain data.
@@ -408,7 +535,7 @@ unsafe fn find_or_compile(
     name: &[u8],
     main_hash: u64,
     code: &[u8],
-) -> Result<*const c_void, Compiled> {
+) -> Result<(*const c_void, bool), Compiled> {
     // SAFETY: protected context (callers' contract); the name and code are slices of the
     // body, read by the C side for the call.
     let found = unsafe {
@@ -427,7 +554,7 @@ unsafe fn find_or_compile(
             luasnap_push_closure(L, found);
             ffi::lua_rawseti(L, s.protos, key);
         }
-        return Ok(found);
+        return Ok((found, true));
     }
     // [name, code]: the chunk name as a C string (a name with a NUL byte compiles under a
     // shorter name, so its fingerprint differs and it is refused).
@@ -457,7 +584,7 @@ unsafe fn find_or_compile(
     if p.is_null() || unsafe { luasnap_proto_hash(p) } != main_hash {
         return Err(Compiled::Differs);
     }
-    Ok(p)
+    Ok((p, false))
 }
 
 /// The compiler's message on top (above the chunk's name and code), popped with them.

@@ -469,9 +469,11 @@ impl Loader<'_> {
         let name = String::from_utf8_lossy(name).into_owned();
         // SAFETY: pops the key.
         unsafe { ffi::lua_settop(L, -2) };
-        Err(self.fail(format!(
-            "the save refers to the permanent {name:?}, which this load does not allow ({} save); if the file is trusted, remove it from LoadOptions::denied_permanents",
+        let what =
+            format!(
+            "the save refers to the permanent {name:?}, which this load does not allow ({} save)",
             if self.opts.trust == Trust::Foreign { "a foreign" } else { "an own" }
-        )))
+        );
+        Err(self.refuse(what, crate::persist::error::Accept::Permanent(name)))
     }
 }

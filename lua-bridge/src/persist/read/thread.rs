@@ -189,6 +189,8 @@ impl Loader<'_> {
                 "suspended coroutine: its frames need more stack than the file can justify (for an own save: than its heap-growth cap allows)",
             ));
         }
+        // A frame running a function whose code changed in this version (`rebind.rs`).
+        self.frames_in_rebound(co)?;
         // SAFETY: callers' contract.
         unsafe { self.rebuild_frames(L, co, errfunc)? };
         if self.format >= 4 {

@@ -1,25 +1,34 @@
 //! Prototypes and their homes. A closure names its prototype by index; the first occurrence
 //! of a prototype gives its record: fingerprint, line and home, a chunk (with the chunk's
 //! definition at its first occurrence, then the path to the prototype in its tree) or none
-//! (detached: its short source and bytecode). See `ProtoRecord` in `format/records.rs`.
+//! (detached: its short source and bytecode). See `ProtoRecord` in `format/records.rs`. From
+//! format 6 a chunk prototype's path is followed by its place and its upvalues' names
+//! (`ProtoNames`, `persist::place`), with which a newer version of the game finds it.
 //!
 //! Fingerprints are computed once per chunk tree and kept by prototype identity
 //! (`Persister::proto_hashes`) until Lua code runs (`Persister::anchor` forgets them: a
 //! prototype freed meanwhile could give its address to another).
 
-use super::super::format::{ChunkDef, Detached, ProtoHome, ProtoPath, ProtoRecord};
+use super::super::format::{ChunkDef, Detached, ProtoHome, ProtoNames, ProtoPath, ProtoRecord};
 use super::csrc::{
     luasnap_chunk_describe, luasnap_dump, luasnap_proto_child, luasnap_proto_hash,
-    luasnap_proto_nchildren, luasnap_proto_tree_hashes, ChunkDesc,
+    luasnap_proto_tree_hashes, ChunkDesc,
 };
 use super::Persister;
+use crate::persist::place::{child_names, upvalue_names};
 use mlua_sys::{self as ffi, lua_State};
 use rustc_hash::FxHashMap as HashMap;
 use std::ffi::{c_int, c_void, CStr};
 
-/// The path to each prototype of a chunk's tree (child indices from its main prototype), by
-/// fingerprint.
-type TreePaths = HashMap<u64, Vec<u32>>;
+/// Where a prototype is in its chunk's tree: the child indices from the main prototype, and
+/// its place (the names from the main prototype down; see `persist::place`).
+pub(super) struct TreeEntry {
+    path: Vec<u32>,
+    place: Vec<Vec<u8>>,
+}
+
+/// Where each prototype of a chunk's tree is, by fingerprint.
+type TreePaths = HashMap<u64, TreeEntry>;
 
 impl Persister<'_> {
     /// Writes the prototype `proto` of the Lua closure on top: its index, and the first time
@@ -53,6 +62,9 @@ impl Persister<'_> {
                     unsafe { self.chunk_record(&d) };
                 }
                 self.write_path(&d, hash);
+                // SAFETY: proto is alive (callers' contract); reads only.
+                let upvalues = unsafe { upvalue_names(proto) };
+                ProtoNames::encode(&mut self.w, upvalues.iter().map(Vec::as_slice));
             }
             None => {
                 let home = ProtoHome::Detached;
@@ -115,11 +127,12 @@ impl Persister<'_> {
         Some((d, index, true))
     }
 
-    /// Writes the path of the prototype with fingerprint `hash` in the tree of the chunk `d`
-    /// (registered already, with that fingerprint in its tree).
+    /// Writes the path and the place of the prototype with fingerprint `hash` in the tree of
+    /// the chunk `d` (registered already, with that fingerprint in its tree).
     fn write_path(&mut self, d: &ChunkDesc, hash: u64) {
-        let path = &self.sc.chunks[&d.rec].1[&hash];
-        ProtoPath::encode(&mut self.w, path.iter().map(|&i| i as u64));
+        let entry = &self.sc.chunks[&d.rec].1[&hash];
+        ProtoPath::encode(&mut self.w, entry.path.iter().map(|&i| i as u64));
+        ProtoNames::encode(&mut self.w, entry.place.iter().map(Vec::as_slice));
     }
 
     /// Writes a chunk the first time: its kind (source text or binary), name, main
@@ -170,12 +183,16 @@ impl Persister<'_> {
     unsafe fn tree_paths(&mut self, main: *const c_void) -> TreePaths {
         // SAFETY: callers' contract.
         let hashes = unsafe { tree_hashes(main) };
-        let (mut paths, mut path, mut at) = (TreePaths::default(), Vec::new(), 0);
+        let (mut paths, mut at) = (TreePaths::default(), 0);
+        let mut here = TreeEntry {
+            path: Vec::new(),
+            place: Vec::new(),
+        };
         // SAFETY: callers' contract.
         unsafe {
             walk_tree(
                 main,
-                &mut path,
+                &mut here,
                 &mut paths,
                 hashes.as_deref(),
                 &mut at,
@@ -204,9 +221,8 @@ unsafe fn tree_hashes(main: *const c_void) -> Option<Vec<u64>> {
     (n >= 0).then_some(hs)
 }
 
-/// Records the path (child indices from the main prototype) of `p` and of every prototype
-/// below it, by fingerprint; the first of equal fingerprints wins (equal fingerprints are
-/// equal functions). `hashes`: the fingerprints of `p`'s tree in pre-order (from
+/// Records where `p` (at `here`) and every prototype below it are, by fingerprint; the first
+/// of equal fingerprints wins (equal fingerprints are equal functions). `hashes`: the fingerprints of `p`'s tree in pre-order (from
 /// `luasnap_proto_tree_hashes`, read from `*at` on), or None to hash each prototype alone.
 /// Every fingerprint also goes to `memo`, by prototype.
 ///
@@ -214,7 +230,7 @@ unsafe fn tree_hashes(main: *const c_void) -> Option<Vec<u64>> {
 /// `p` is a live prototype.
 unsafe fn walk_tree(
     p: *const c_void,
-    path: &mut Vec<u32>,
+    here: &mut TreeEntry,
     out: &mut TreePaths,
     hashes: Option<&[u64]>,
     at: &mut usize,
@@ -227,14 +243,28 @@ unsafe fn walk_tree(
     };
     *at += 1;
     memo.insert(p, hash);
-    out.entry(hash).or_insert_with(|| path.clone());
+    out.entry(hash).or_insert_with(|| TreeEntry {
+        path: here.path.clone(),
+        place: here.place.clone(),
+    });
     // SAFETY: callers' contract; reads only.
-    let children = unsafe { luasnap_proto_nchildren(p) };
-    for i in 0..children {
-        path.push(i as u32);
+    let names = unsafe { child_names(p) };
+    for (i, name) in names.into_iter().enumerate() {
+        here.path.push(i as u32);
+        here.place.push(name);
         // SAFETY: children of a live prototype are alive.
-        unsafe { walk_tree(luasnap_proto_child(p, i), path, out, hashes, at, memo) };
-        path.pop();
+        unsafe {
+            walk_tree(
+                luasnap_proto_child(p, i as c_int),
+                here,
+                out,
+                hashes,
+                at,
+                memo,
+            )
+        };
+        here.path.pop();
+        here.place.pop();
     }
 }
 

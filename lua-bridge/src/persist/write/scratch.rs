@@ -33,9 +33,9 @@ pub(super) struct Scratch {
     pub upval_homes: Vec<(u32, c_int)>,
     /// Prototypes written, to their index in the file.
     pub protos: HashMap<*const c_void, u32>,
-    /// Chunks written (by record): their index in the file, and the path to each prototype of
-    /// the chunk's tree by fingerprint.
-    pub chunks: HashMap<*const c_void, (u32, HashMap<u64, Vec<u32>>)>,
+    /// Chunks written (by record): their index in the file, and where each prototype of the
+    /// chunk's tree is (its path and place), by fingerprint.
+    pub chunks: HashMap<*const c_void, (u32, HashMap<u64, super::proto::TreeEntry>)>,
     pub frames: Vec<Frame>,
     pub segs: Vec<Seg>,
     /// Scratch for tables' layouts.

@@ -1,0 +1,768 @@
+//! Loading a save into a newer version of the game ([`FunctionBinding::Current`]): each saved
+//! function is bound to the function at the same place (`persist::place`) in this VM's
+//! current version of its chunk, and takes its saved upvalues by name.
+//!
+//! A chunk the save names is in one of three states here: the same as the VM's current
+//! version (its functions found by path, unchanged), changed (each function looked up by its
+//! place: the same code there is unchanged, other code is *rebound*, no function there is
+//! *missing*), or not among the game's chunks (its functions found as before: the VM's
+//! identical code, or the save's compiled by an own load). Nothing here takes code from the
+//! file: a rebound closure runs a prototype this VM compiled from the game's own source.
+//!
+//! How a closure of a rebound function is made depends on the trust level:
+//!
+//! - **Foreign**: at once, as a closure of the newer function with one upvalue slot per
+//!   upvalue of it, followed by one per saved upvalue (the *saved slots*, where the file's
+//!   upvalues arrive, so that later closures sharing one by its saved number find it); each
+//!   saved upvalue is shared into the newer function's upvalue of its name as it arrives. A
+//!   suspended coroutine running such a closure, or a closure sharing a suspended coroutine's
+//!   local, is refused: it is at a pc of code the load does not have.
+//! - **Own**: as a closure of the saved function (compiled from the save's text) with enough
+//!   slots for either version, its upvalues as saved, so load-time functions run the saved
+//!   code as Eris would. When the walk is over, each is bound in place to the newer function
+//!   (`luasnap_closure_rebind`), unless a suspended coroutine runs it or it shares one's
+//!   local: then it keeps its saved code (it is at a pc of that code).
+//!
+//! Upvalues the newer function has and the saved one did not (a new local helper, `_ENV` for
+//! a function that now reads a global) are filled when the walk is over, with the variable of
+//! the chunk's main function they stand for: as a closure this load made holds it (the saved
+//! game's value), else as the game's own closures hold it (the newer version's value), else
+//! the main function's own upvalue (`_ENV`); a local of an enclosing function starts as nil.
+//!
+//! Invariants: every slot of every closure holds a valid upvalue at all times (Lua's
+//! collector and `getupvalname` go over all slots; see csrc/proto.c); every prototype a closure
+//! gets is the VM's own, anchored for the load (a current chunk's main closure is anchored in
+//! `protos` under its prototype's address).
+
+use super::csrc::{
+    luasnap_chunk_current, luasnap_closure_rebind, luasnap_closure_trim, luasnap_each_lclosure,
+    luasnap_proto_hash, luasnap_proto_nupvalues, luasnap_proto_upvalue_desc,
+    luasnap_push_closure_n, luasnap_push_lclosure, luasnap_thread_slot_lclosure,
+    luasnap_upval_closed_slot, luasnap_upval_join_slot, luasnap_upval_set_slot, CiRecord,
+};
+use super::ids::push_obj;
+use super::{Fail, Loader};
+use crate::persist::error::Accept;
+use crate::persist::options::Trust;
+use crate::persist::place::{each_place, upvalue_map, upvalue_names};
+use crate::persist::report::{LoadReport, SavedFunction};
+use crate::persist::slots::Slots;
+use mlua_sys::{self as ffi, lua_State};
+use std::collections::{HashMap, HashSet};
+use std::ffi::{c_int, c_void};
+
+/// Lua's most upvalues in a closure (MAXUPVAL).
+const MAX_SLOTS: usize = 255;
+
+/// The VM's current version of a chunk the save names.
+struct Current {
+    /// Its main prototype; its main closure is anchored in `protos` under this address.
+    main: *const c_void,
+    /// Every prototype of its tree, by place.
+    places: HashMap<Vec<Vec<u8>>, *const c_void>,
+    /// Each prototype's enclosing one (null for the main one).
+    parents: HashMap<*const c_void, *const c_void>,
+}
+
+/// A saved function whose code changed, bound to this version's function at its place.
+pub(super) struct Rebound {
+    /// This version's function.
+    target: *const c_void,
+    /// The chunk it is in (`Rebinding::currents`).
+    current: usize,
+    /// The saved closure's upvalue count, and the target's.
+    saved_n: usize,
+    target_n: usize,
+    /// For each upvalue of the target, the saved upvalue of its name, if any.
+    from_saved: Vec<Option<usize>>,
+    /// For each saved upvalue, the target's upvalue of its name, if any.
+    to_target: Vec<Option<usize>>,
+    /// For the report and messages.
+    function: SavedFunction,
+    /// Whether it is in the report's `rebound` list yet.
+    reported: bool,
+    /// Whether its closures are made of the saved code (own loads of saves with code) and
+    /// bound when the walk is over; else they are made of the target at once.
+    saved_code: bool,
+}
+
+/// A saved function as the file describes it (format 6).
+pub(super) struct SavedProto<'a> {
+    /// Its fingerprint, and the line it was defined at.
+    pub hash: u64,
+    pub line: u64,
+    /// Its chunk's name as the file gives it, and its place there.
+    pub chunk: &'a [u8],
+    pub place: &'a [Vec<u8>],
+    /// Its upvalues' names.
+    pub ups: Vec<Vec<u8>>,
+}
+
+/// How the closures of one saved function (a prototype index) are made.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct Binding {
+    /// Its rebound function (`Rebinding::rebounds`), if its code changed.
+    pub rebound: Option<usize>,
+    /// The current chunk it is in, if it is one of the game's and this version has it.
+    pub current: Option<usize>,
+}
+
+/// A variable of a chunk's main function that the chunk's functions share as an upvalue.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+enum ModuleVar {
+    /// A local of the main function, by register.
+    Local(c_int),
+    /// An upvalue of the main function (its `_ENV`), by index.
+    Upvalue(c_int),
+}
+
+/// Where an upvalue to share is: a closure this load made (object id) or one of the game's
+/// (anchored in `protos` under its address), and the slot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Holder {
+    Loaded(u32, c_int),
+    Game(*const c_void, c_int),
+    /// The current chunk's main closure (anchored under its prototype's address).
+    Main(*const c_void, c_int),
+}
+
+/// The state of a load that binds saved functions to this version's
+/// ([`FunctionBinding::Current`](crate::persist::options::FunctionBinding)).
+#[derive(Default)]
+pub(super) struct Rebinding {
+    currents: Vec<Current>,
+    /// Chunk name -> its current version, once looked up.
+    by_name: HashMap<Vec<u8>, Option<usize>>,
+    rebounds: Vec<Rebound>,
+    /// By prototype index (as `Loader::protos`): how its closures are made, for the saved
+    /// functions of the game's chunks.
+    pub bindings: HashMap<usize, Binding>,
+    /// Closures this load made for rebound functions (object ids, in the order made), and
+    /// each one's rebound function.
+    pending: Vec<(u32, usize)>,
+    pending_by_id: HashMap<u32, usize>,
+    /// Their addresses, to find them in suspended frames.
+    pending_ptrs: HashMap<*const c_void, u32>,
+    /// Own loads: pending closures that keep their saved code (a suspended coroutine runs
+    /// them, or they share one's local).
+    pinned: HashSet<u32>,
+    /// Closures this load made of functions directly inside a current chunk's main function,
+    /// which hold its module-level variables: (id, prototype, current).
+    holders: Vec<(u32, *const c_void, usize)>,
+    /// Upvalue slots of loaded closures that no saved upvalue filled: (id, slot, prototype,
+    /// current), filled when the walk is over.
+    unfilled: Vec<(u32, c_int, *const c_void, usize)>,
+    /// The game's closures holding each current chunk's module-level locals, once looked up.
+    game_holders: HashMap<(usize, ModuleVar), (*const c_void, c_int)>,
+    game_looked: HashSet<usize>,
+    pub report: LoadReport,
+}
+
+impl Rebinding {
+    /// The main prototype of current chunk `c`.
+    pub(super) fn currents_main(&self, c: usize) -> *const c_void {
+        self.currents[c].main
+    }
+}
+
+/// A chunk name as Lua shows it in messages (`town/agent.lua`, `game`).
+pub(super) fn shown_chunk(name: &[u8]) -> String {
+    let name = match name.first() {
+        Some(b'@' | b'=') => &name[1..],
+        _ => name,
+    };
+    String::from_utf8_lossy(name).into_owned()
+}
+
+/// Makes slot `slot` of the loaded closure `id` share the upvalue `holder` holds, if that one
+/// is closed.
+///
+/// # Safety
+/// Protected context, 2 free slots; `s` a load's slots; the holder a loaded object, a game
+/// closure or a main closure anchored under its address in `protos`.
+unsafe fn share_from(L: *mut lua_State, s: Slots, id: u32, slot: c_int, holder: Holder) {
+    // SAFETY: callers' contract; [closure, holder]; the C side checks both slots, and only a
+    // closed upvalue is shared.
+    unsafe {
+        push_obj(L, s, id);
+        let hslot = match holder {
+            Holder::Loaded(hid, hslot) => {
+                push_obj(L, s, hid);
+                hslot
+            }
+            Holder::Game(cl, hslot) | Holder::Main(cl, hslot) => {
+                ffi::lua_rawgetp(L, s.protos, cl);
+                hslot
+            }
+        };
+        if luasnap_upval_closed_slot(L, -1, hslot) != 0 {
+            luasnap_upval_join_slot(L, -2, slot, -1, hslot);
+        }
+        ffi::lua_settop(L, -3);
+    }
+}
+
+/// The state of a walk over the game's closures (`Loader::look_up_game_holders`).
+struct ClosureWalk {
+    /// The prototypes looked for.
+    protos: HashSet<*const c_void>,
+    /// Closures this load made, which are not the game's.
+    loaded: HashSet<*const c_void>,
+    /// The first of the game's closures found of each prototype.
+    found: HashMap<*const c_void, *const c_void>,
+}
+
+/// `luasnap_each_lclosure`'s callback: records the first closure of each prototype looked
+/// for that this load did not make.
+///
+/// # Safety
+/// `ud` a [`ClosureWalk`] borrowed for the walk.
+unsafe extern "C" fn collect_closure(cl: *const c_void, p: *const c_void, ud: *mut c_void) {
+    // SAFETY: ud is the walk's state (callers' contract).
+    let w = unsafe { &mut *(ud as *mut ClosureWalk) };
+    if w.protos.contains(&p) && !w.loaded.contains(&cl) {
+        w.found.entry(p).or_insert(cl);
+    }
+}
+
+impl Loader<'_> {
+    /// The VM's current version of the chunk named `name`, looked up once per load (its main
+    /// closure anchored), or None: not one of the game's chunks.
+    ///
+    /// # Safety
+    /// Protected context, two free slots; `s` this load's slots.
+    pub(super) unsafe fn current_chunk(
+        &mut self,
+        L: *mut lua_State,
+        s: Slots,
+        name: &[u8],
+    ) -> Option<usize> {
+        if let Some(&c) = self.rb.by_name.get(name) {
+            return c;
+        }
+        // SAFETY: protected context (callers' contract); the name is read for the call.
+        let main = unsafe { luasnap_chunk_current(L, name.as_ptr().cast(), name.len()) };
+        let found = (!main.is_null()).then(|| {
+            // SAFETY: the main closure is on top: anchored under its prototype (popped).
+            unsafe { ffi::lua_rawsetp(L, s.protos, main) };
+            let mut cur = Current {
+                main,
+                places: HashMap::new(),
+                parents: HashMap::new(),
+            };
+            // SAFETY: main is alive (anchored above); the walk reads only.
+            unsafe {
+                each_place(main, &mut |p, parent, place| {
+                    cur.places.entry(place.to_vec()).or_insert(p);
+                    cur.parents.insert(p, parent);
+                })
+            };
+            self.rb.currents.push(cur);
+            self.rb.currents.len() - 1
+        });
+        self.rb.by_name.insert(name.to_vec(), found);
+        found
+    }
+
+    /// Binds the saved function `f` (of the chunk whose current version is `current`) to this
+    /// version's function at its place, as the next prototype index. Returns the prototype
+    /// to make its closures of (for a rebound one in an own load, `saved`, the save's
+    /// compiled code) and records its binding; None if this version has no function there
+    /// (the caller then uses `saved`, or refuses the load).
+    pub(super) fn bind_place(
+        &mut self,
+        current: usize,
+        f: SavedProto<'_>,
+        saved: Option<*const c_void>,
+    ) -> Result<Option<*const c_void>, Fail> {
+        let SavedProto {
+            hash,
+            line,
+            chunk,
+            place,
+            ups,
+        } = f;
+        let Some(&target) = self.rb.currents[current].places.get(place) else {
+            return Ok(None);
+        };
+        // SAFETY: target is alive (its chunk's main closure is anchored for the load).
+        if unsafe { luasnap_proto_hash(target) } == hash {
+            self.rb.report.unchanged += 1;
+            self.rb.bindings.insert(
+                self.protos.len(),
+                Binding {
+                    rebound: None,
+                    current: Some(current),
+                },
+            );
+            return Ok(Some(target));
+        }
+        // SAFETY: as above; reads only.
+        let (target_n, target_ups) = unsafe {
+            (
+                luasnap_proto_nupvalues(target).max(0) as usize,
+                upvalue_names(target),
+            )
+        };
+        let function = SavedFunction {
+            chunk: shown_chunk(chunk),
+            place: crate::persist::place::display(place),
+            line,
+        };
+        let at_once = saved.is_none();
+        if at_once && ups.len() + target_n > MAX_SLOTS {
+            return Err(self.refuse(
+                format!("the save holds the function {function}, whose code changed in this version, with more upvalues than a closure can hold while it is rebound"),
+                Accept::TrustOwn,
+            ));
+        }
+        let from_saved = upvalue_map(&ups, &target_ups);
+        let mut to_target = vec![None; ups.len()];
+        for (j, i) in from_saved.iter().enumerate() {
+            if let Some(i) = *i {
+                to_target[i] = Some(j);
+            }
+        }
+        self.rb.rebounds.push(Rebound {
+            target,
+            current,
+            saved_n: ups.len(),
+            target_n,
+            from_saved,
+            to_target,
+            function,
+            reported: false,
+            saved_code: !at_once,
+        });
+        self.rb.bindings.insert(
+            self.protos.len(),
+            Binding {
+                rebound: Some(self.rb.rebounds.len() - 1),
+                current: Some(current),
+            },
+        );
+        match saved {
+            Some(saved) => Ok(Some(saved)),
+            None => {
+                // Every closure is rebound (or the load refused).
+                self.report_rebound(self.rb.rebounds.len() - 1);
+                Ok(Some(target))
+            }
+        }
+    }
+
+    /// Adds rebound function `r` to the report's `rebound` list (once).
+    fn report_rebound(&mut self, r: usize) {
+        let rb = &mut self.rb.rebounds[r];
+        if !rb.reported {
+            rb.reported = true;
+            self.rb.report.rebound.push(rb.function.clone());
+        }
+    }
+
+    /// Records that a closure this load made (object `id`, of prototype `p`, prototype index
+    /// `index`) belongs to a current chunk, if its function is directly inside the chunk's
+    /// main function: it holds module-level variables others may share.
+    pub(super) fn note_closure(&mut self, id: u32, p: *const c_void, current: Option<usize>) {
+        let Some(c) = current else { return };
+        let cur = &self.rb.currents[c];
+        if cur.parents.get(&p) == Some(&cur.main) {
+            self.rb.holders.push((id, p, c));
+        }
+    }
+
+    /// Makes the closure of rebound function `r` (object `id`; the prototype `p` from
+    /// `Loader::proto`, the upvalue count `n` the file gives), leaves it on top and records
+    /// it. Returns the upvalue count its frame reads (the saved one).
+    ///
+    /// # Safety
+    /// Protected context, two free slots.
+    pub(super) unsafe fn push_rebound_closure(
+        &mut self,
+        L: *mut lua_State,
+        id: u32,
+        r: usize,
+        p: *const c_void,
+        n: u64,
+    ) -> Result<c_int, Fail> {
+        let rb = &self.rb.rebounds[r];
+        // SAFETY: p is a prototype of this VM, anchored for the load.
+        let saved_ok = !rb.saved_code || unsafe { luasnap_proto_nupvalues(p) } as u64 == n;
+        if n != rb.saved_n as u64 || !saved_ok {
+            return Err(self.malformed("closure upvalue count differs from its function's"));
+        }
+        let slots = if rb.saved_code {
+            rb.target_n.max(rb.saved_n)
+        } else {
+            rb.target_n + rb.saved_n
+        };
+        // SAFETY: protected context (callers' contract); p is anchored for the load and has at
+        // most `slots` upvalues (the target's or, own, the saved function's: checked against
+        // the saved count by the caller).
+        if unsafe { luasnap_push_closure_n(L, p, slots as c_int) } == 0 {
+            return Err(self.malformed("closure upvalue count differs from its function's"));
+        }
+        // SAFETY: the closure is on top.
+        let ptr = unsafe { ffi::lua_topointer(L, -1) };
+        self.rb.pending.push((id, r));
+        self.rb.pending_by_id.insert(id, r);
+        self.rb.pending_ptrs.insert(ptr, id);
+        if !rb.saved_code {
+            let (target, current) = (rb.target, rb.current);
+            for j in 0..rb.target_n {
+                if rb.from_saved[j].is_none() {
+                    self.rb.unfilled.push((id, j as c_int, target, current));
+                }
+            }
+            self.note_closure(id, target, Some(current));
+        }
+        Ok(n as c_int)
+    }
+
+    /// For a closure this load made of a rebound function's target: the slot its saved
+    /// upvalue `i` (1-based) arrives in, and the target's slot of its name. None for any
+    /// other closure (its upvalue `i` is in slot `i - 1`).
+    pub(super) fn saved_slot(&self, id: u32, i: c_int) -> Option<(c_int, Option<c_int>)> {
+        let rb = &self.rb.rebounds[*self.rb.pending_by_id.get(&id)?];
+        if rb.saved_code {
+            return None;
+        }
+        let i = (i - 1) as usize;
+        Some((
+            (rb.target_n + i) as c_int,
+            rb.to_target.get(i).copied().flatten().map(|j| j as c_int),
+        ))
+    }
+
+    /// The slot holding saved upvalue `index` (1-based) of the closure read before as `id`,
+    /// if it is one made of a rebound function's target (None: slot `index - 1`), checked
+    /// against its saved upvalue count.
+    pub(super) fn shared_slot(&self, id: u32, index: u64) -> Option<Result<c_int, ()>> {
+        let rb = &self.rb.rebounds[*self.rb.pending_by_id.get(&id)?];
+        if rb.saved_code {
+            return None;
+        }
+        Some(if index == 0 || index > rb.saved_n as u64 {
+            Err(())
+        } else {
+            Ok((rb.target_n as u64 + index - 1) as c_int)
+        })
+    }
+
+    /// Sets saved upvalue `i` of closure `id` (at -2) from the value on top (popped), in a
+    /// closure made of a rebound function's target: its saved slot, shared into the target's
+    /// upvalue of its name. Returns false, doing nothing, for any other closure.
+    ///
+    /// # Safety
+    /// Protected context; the closure at -2, the value on top.
+    pub(super) unsafe fn set_rebound_upvalue(
+        &mut self,
+        L: *mut lua_State,
+        id: u32,
+        i: c_int,
+    ) -> bool {
+        let Some((slot, to)) = self.saved_slot(id, i) else {
+            return false;
+        };
+        // SAFETY: the closure at -2 has `slot` (its saved slots follow the target's); the
+        // value on top is popped into it, then the target's slot shares it.
+        unsafe {
+            luasnap_upval_set_slot(L, -2, slot);
+            if let Some(j) = to {
+                luasnap_upval_join_slot(L, -1, j, -1, slot);
+            }
+        }
+        true
+    }
+
+    /// A closure this load made for a rebound function (`id`) gets an open upvalue: made of
+    /// the saved code, it keeps it; made of the target, the load is refused (it shares a
+    /// local of a coroutine suspended in code the load does not have).
+    pub(super) fn open_in_rebound(&mut self, id: u32) -> Result<(), Fail> {
+        let Some(&r) = self.rb.pending_by_id.get(&id) else {
+            return Ok(());
+        };
+        if !self.rb.rebounds[r].saved_code {
+            let f = self.rb.rebounds[r].function.clone();
+            return Err(self.no_saved_code(
+                format!("the function {f}, whose code changed in this version, shares a local variable of a coroutine suspended in its saved code"),
+            ));
+        }
+        self.rb.pinned.insert(id);
+        Ok(())
+    }
+
+    /// Refuses what needs saved code the load does not have: a foreign load takes none from
+    /// the file (an own load would), a save written without code has none.
+    fn no_saved_code(&mut self, what: String) -> Fail {
+        if self.opts.trust == Trust::Foreign {
+            self.refuse(
+                format!("{what}, which a foreign load does not take from the file"),
+                Accept::TrustOwn,
+            )
+        } else {
+            self.fail(format!(
+                "{what}, and the save-game carries no code (it was written without PersistOptions::code)"
+            ))
+        }
+    }
+
+    /// The frame records (`cis`) of a suspended coroutine `co`, its stack in place: a frame
+    /// running a closure made for a rebound function is at a pc of the saved code, so in a
+    /// foreign load the coroutine is refused, and in an own load the closure keeps its saved
+    /// code.
+    pub(super) fn frames_in_rebound(&mut self, co: *mut lua_State) -> Result<(), Fail> {
+        if self.rb.pending_ptrs.is_empty() {
+            return Ok(());
+        }
+        let cis: Vec<CiRecord> = self.cis.clone();
+        for ci in &cis {
+            // SAFETY: co is a coroutine this load made, its stack in place; reads a slot.
+            let cl = unsafe { luasnap_thread_slot_lclosure(co, ci.func) };
+            let Some(&id) = self.rb.pending_ptrs.get(&cl) else {
+                continue;
+            };
+            let r = self.rb.pending_by_id[&id];
+            if !self.rb.rebounds[r].saved_code {
+                let f = self.rb.rebounds[r].function.clone();
+                return Err(self.no_saved_code(format!(
+                    "a coroutine in the save is suspended in the function {f}, whose code changed in this version: it can resume only in its saved code"
+                )));
+            }
+            self.rb.pinned.insert(id);
+        }
+        Ok(())
+    }
+
+    /// When the walk is over: own loads bind their pending closures to this version's
+    /// functions (those a suspended coroutine needs keep their saved code), then every
+    /// upvalue no saved one filled gets the module-level variable it stands for.
+    ///
+    /// # Safety
+    /// Protected context, 8 free slots; `s` this load's slots.
+    pub(super) unsafe fn finish_rebinding(
+        &mut self,
+        L: *mut lua_State,
+        s: Slots,
+    ) -> Result<(), Fail> {
+        for k in 0..self.rb.pending.len() {
+            let (id, r) = self.rb.pending[k];
+            if self.rb.rebounds[r].saved_code {
+                // SAFETY: callers' contract.
+                unsafe { self.rebind_saved(L, s, id, r)? };
+            }
+        }
+        let unfilled = std::mem::take(&mut self.rb.unfilled);
+        let empty: HashSet<(u32, c_int)> = unfilled.iter().map(|u| (u.0, u.1)).collect();
+        let mut holders = HashMap::new();
+        for &(id, slot, p, c) in &unfilled {
+            let Some(var) = self.module_var(c, p, slot) else {
+                continue;
+            };
+            let holder = match holders.get(&(c, var)) {
+                Some(&h) => h,
+                None => {
+                    // SAFETY: callers' contract.
+                    let h = unsafe { self.holder_of(L, s, c, var, &empty) };
+                    holders.insert((c, var), h);
+                    h
+                }
+            };
+            if let Some(holder) = holder {
+                // SAFETY: callers' contract.
+                unsafe { share_from(L, s, id, slot, holder) };
+            }
+        }
+        // The saved version's upvalues in the slots past the function's are no longer named
+        // by the file: released, so the closure holds only what its function reads.
+        for &(id, _) in &self.rb.pending {
+            // SAFETY: callers' contract; objs[id] is a Lua closure this load made; popped.
+            unsafe {
+                push_obj(L, s, id);
+                luasnap_closure_trim(L, -1);
+                ffi::lua_settop(L, -2);
+            }
+        }
+        Ok(())
+    }
+
+    /// Binds closure `id` of rebound function `r`, made of its saved code, to the target in
+    /// place, or keeps its saved code if it is pinned.
+    ///
+    /// # Safety
+    /// As [`Loader::finish_rebinding`].
+    unsafe fn rebind_saved(
+        &mut self,
+        L: *mut lua_State,
+        s: Slots,
+        id: u32,
+        r: usize,
+    ) -> Result<(), Fail> {
+        if self.rb.pinned.contains(&id) {
+            let f = self.rb.rebounds[r].function.clone();
+            if !self.rb.report.kept.contains(&f) {
+                self.rb.report.kept.push(f);
+            }
+            return Ok(());
+        }
+        let rb = &self.rb.rebounds[r];
+        let from: Vec<c_int> = rb
+            .from_saved
+            .iter()
+            .map(|i| i.map_or(-1, |i| i as c_int))
+            .collect();
+        let (target, current) = (rb.target, rb.current);
+        // SAFETY: callers' contract; objs[id] is the closure, with max(saved, target) slots
+        // (push_rebound_closure), each `from` slot one of its saved upvalues; the target is
+        // anchored for the load. Pops the closure.
+        let done = unsafe {
+            push_obj(L, s, id);
+            let done = luasnap_closure_rebind(L, -1, target, from.as_ptr());
+            ffi::lua_settop(L, -2);
+            done
+        };
+        if done == 0 {
+            return Err(self.malformed("a rebound closure lost its upvalue slots"));
+        }
+        for (j, f) in from.iter().enumerate() {
+            if *f < 0 {
+                self.rb.unfilled.push((id, j as c_int, target, current));
+            }
+        }
+        self.note_closure(id, target, Some(current));
+        self.report_rebound(r);
+        Ok(())
+    }
+
+    /// The variable of chunk `c`'s main function that upvalue `j` of its function `p` stands
+    /// for, following the upvalue descriptors up the enclosing functions; None for a local of
+    /// an enclosing function other than the main one (a variable of one activation).
+    fn module_var(&self, c: usize, mut p: *const c_void, mut j: c_int) -> Option<ModuleVar> {
+        let cur = &self.rb.currents[c];
+        loop {
+            let mut local = 0;
+            // SAFETY: p is a prototype of the current chunk, alive (anchored); reads only.
+            let idx = unsafe { luasnap_proto_upvalue_desc(p, j, &mut local) };
+            if idx < 0 {
+                return None;
+            }
+            let parent = *cur.parents.get(&p)?;
+            if parent == cur.main {
+                return Some(if local != 0 {
+                    ModuleVar::Local(idx)
+                } else {
+                    ModuleVar::Upvalue(idx)
+                });
+            }
+            if local != 0 || parent.is_null() {
+                return None;
+            }
+            (p, j) = (parent, idx);
+        }
+    }
+
+    /// A closure holding the module-level variable `var` of chunk `c`: one this load made
+    /// (the saved game's variable), else one of the game's own (this version's), else, for
+    /// an upvalue of the main function, its main closure.
+    ///
+    /// # Safety
+    /// As [`Loader::finish_rebinding`].
+    unsafe fn holder_of(
+        &mut self,
+        L: *mut lua_State,
+        s: Slots,
+        c: usize,
+        var: ModuleVar,
+        unfilled: &HashSet<(u32, c_int)>,
+    ) -> Option<Holder> {
+        for &(id, p, hc) in &self.rb.holders {
+            if hc != c {
+                continue;
+            }
+            if let Some(slot) = self.slot_of(c, p, var) {
+                if !unfilled.contains(&(id, slot)) {
+                    return Some(Holder::Loaded(id, slot));
+                }
+            }
+        }
+        if let ModuleVar::Upvalue(k) = var {
+            return Some(Holder::Main(self.rb.currents[c].main, k));
+        }
+        // SAFETY: callers' contract.
+        unsafe { self.look_up_game_holders(L, s, c) };
+        self.rb
+            .game_holders
+            .get(&(c, var))
+            .map(|&(cl, slot)| Holder::Game(cl, slot))
+    }
+
+    /// The slot of a closure of `p` (directly inside chunk `c`'s main function) that holds
+    /// `var`, if it holds it.
+    fn slot_of(&self, c: usize, p: *const c_void, var: ModuleVar) -> Option<c_int> {
+        // SAFETY: p is alive (anchored for the load); reads only.
+        let n = unsafe { luasnap_proto_nupvalues(p) };
+        (0..n).find(|&u| self.module_var(c, p, u) == Some(var))
+    }
+
+    /// Finds, once per chunk, the game's own closures of the functions directly inside chunk
+    /// `c`'s main function (made before this load), and anchors one holding each module-level
+    /// local they share.
+    ///
+    /// # Safety
+    /// As [`Loader::finish_rebinding`].
+    unsafe fn look_up_game_holders(&mut self, L: *mut lua_State, s: Slots, c: usize) {
+        if !self.rb.game_looked.insert(c) {
+            return;
+        }
+        let cur = &self.rb.currents[c];
+        let children: HashSet<*const c_void> = cur
+            .parents
+            .iter()
+            .filter(|(_, &parent)| parent == cur.main)
+            .map(|(&p, _)| p)
+            .collect();
+        let mut walk = ClosureWalk {
+            protos: children,
+            loaded: self.rb.pending_ptrs.keys().copied().collect(),
+            found: HashMap::new(),
+        };
+        // SAFETY: the collector is stopped for the load; the callback only reads.
+        unsafe { luasnap_each_lclosure(L, collect_closure, &mut walk as *mut _ as *mut c_void) };
+        let mut found: Vec<(*const c_void, *const c_void)> = walk.found.into_iter().collect();
+        found.sort_by_key(|&(p, _)| p as usize);
+        for (p, cl) in found {
+            // SAFETY: p is alive (anchored with its chunk).
+            let n = unsafe { luasnap_proto_nupvalues(p) };
+            let mut anchored = false;
+            for u in 0..n {
+                if let Some(var @ ModuleVar::Local(_)) = self.module_var(c, p, u) {
+                    if let std::collections::hash_map::Entry::Vacant(e) =
+                        self.rb.game_holders.entry((c, var))
+                    {
+                        e.insert((cl, u));
+                        anchored = true;
+                    }
+                }
+            }
+            if anchored {
+                // SAFETY: cl was alive in the walk and no Lua code ran since; anchored under
+                // its address for the rest of the load.
+                unsafe {
+                    luasnap_push_lclosure(L, cl);
+                    ffi::lua_rawsetp(L, s.protos, cl);
+                }
+            }
+        }
+    }
+
+    /// Records a refusal: what is refused and what would accept it.
+    pub(super) fn refuse(&mut self, what: impl Into<String>, accept: Accept) -> Fail {
+        self.accept = Some(accept);
+        self.fail(what)
+    }
+
+    /// The report of this load (what it did with the saved functions).
+    pub fn take_report(&mut self) -> LoadReport {
+        std::mem::take(&mut self.rb.report)
+    }
+}

@@ -1,0 +1,79 @@
+//! What a load did with the functions a save holds.
+
+/// A function a save holds, as a load names it: its chunk, its place there, and the line it
+/// was defined at when saved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SavedFunction {
+    /// The chunk's name as Lua shows it (`town/agent.lua`, `=game`).
+    pub chunk: String,
+    /// Its place in the chunk (`Agent.work`, `G.step > turn`; see [`FunctionBinding::Current`](super::FunctionBinding::Current)).
+    pub place: String,
+    /// The line it was defined at in the saved version.
+    pub line: u64,
+}
+
+impl std::fmt::Display for SavedFunction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ({}:{})", self.place, self.chunk, self.line)
+    }
+}
+
+/// What a load did with the functions the save holds (one entry per function, not per
+/// closure).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LoadReport {
+    /// Functions this VM has with the code they were saved with.
+    pub unchanged: usize,
+    /// Functions whose code changed, bound to this version's function at the same place
+    /// ([`FunctionBinding::Current`](super::FunctionBinding::Current)).
+    pub rebound: Vec<SavedFunction>,
+    /// Functions that keep the code they were saved with although this VM's differs: run by a
+    /// suspended coroutine (own loads), or loaded with [`FunctionBinding::Saved`](super::FunctionBinding::Saved).
+    pub kept: Vec<SavedFunction>,
+    /// Functions this version no longer has (removed or renamed), kept with their saved code
+    /// (own loads; a foreign load refuses them).
+    pub missing: Vec<SavedFunction>,
+}
+
+impl LoadReport {
+    /// One line for people: `412 functions unchanged, 3 rebound to this version (Agent.work
+    /// (town/agent.lua:40), ...)`.
+    pub fn summary(&self) -> String {
+        fn list(v: &[SavedFunction]) -> String {
+            let shown: Vec<String> = v.iter().take(4).map(|f| f.to_string()).collect();
+            let more = v.len().saturating_sub(4);
+            let mut s = shown.join(", ");
+            if more > 0 {
+                s.push_str(&format!(", and {more} more"));
+            }
+            s
+        }
+        let mut parts = vec![format!(
+            "{} function{} unchanged",
+            self.unchanged,
+            if self.unchanged == 1 { "" } else { "s" }
+        )];
+        if !self.rebound.is_empty() {
+            parts.push(format!(
+                "{} rebound to this version ({})",
+                self.rebound.len(),
+                list(&self.rebound)
+            ));
+        }
+        if !self.kept.is_empty() {
+            parts.push(format!(
+                "{} kept with their saved code ({})",
+                self.kept.len(),
+                list(&self.kept)
+            ));
+        }
+        if !self.missing.is_empty() {
+            parts.push(format!(
+                "{} missing from this version, kept with their saved code ({})",
+                self.missing.len(),
+                list(&self.missing)
+            ));
+        }
+        parts.join(", ")
+    }
+}

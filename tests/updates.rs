@@ -1,0 +1,320 @@
+//! Updates that keep saves: a save of version 1 of a game loads into version 2, each saved
+//! function bound to version 2's function at the same place (`FunctionBinding::Current`).
+
+use luasnap::bridge::persist::{FunctionBinding, LoadError, LoadOptions, Trust};
+use luasnap::bridge::{Value, Vm};
+
+const MIB: usize = 1 << 20;
+
+fn vm() -> Vm {
+    Vm::builder().capacity(256 * MIB).build().unwrap()
+}
+
+fn int(vm: &Vm, code: &str) -> i64 {
+    vm.exec(code, "=check").unwrap()[0]
+        .as_integer()
+        .unwrap_or_else(|| panic!("{code}: not an integer"))
+}
+
+const V1: &str = r#"
+local Agent = {}
+Agent.__index = Agent
+local step_size = 1
+function Agent.new(name) return setmetatable({ name = name, hp = 10 }, Agent) end
+function Agent:hit(n) self.hp = self.hp - n return self.hp end
+function make_counter() local n = 0 return function() n = n + step_size return n end end
+function version() return 1 end
+Game = { Agent = Agent }
+"#;
+
+/// Version 2: lines moved (a comment block and a new function first), `Agent:hit` halves
+/// damage, `version` says 2, the counter counts by a new local helper.
+const V2: &str = r#"
+-- version 2
+-- (lines moved)
+local function double(x) return 2 * x end
+local Agent = {}
+Agent.__index = Agent
+local step_size = 1
+function Agent:heal(n) self.hp = self.hp + n return self.hp end
+function Agent.new(name) return setmetatable({ name = name, hp = 10 }, Agent) end
+function Agent:hit(n) self.hp = self.hp - n // 2 return self.hp end
+function make_counter() local n = 0 return function() n = n + double(step_size) return n end end
+function version() return 2 end
+Game = { Agent = Agent }
+"#;
+
+fn v1_save() -> Vec<u8> {
+    let a = vm();
+    a.exec(V1, "@game.lua").unwrap();
+    a.exec(
+        "local p = Game.Agent.new('ann') p:hit(2)
+         local c = make_counter() c() c()
+         saved = { player = p, counter = c, version = version, hit = Game.Agent.hit }",
+        "=setup",
+    )
+    .unwrap();
+    a.persist("saved").unwrap()
+}
+
+fn load_into_v2(trust: Trust) -> Result<(Vm, luasnap::bridge::persist::LoadReport), LoadError> {
+    let mut b = vm();
+    b.exec(V2, "@game.lua").unwrap();
+    let opts = LoadOptions {
+        functions: FunctionBinding::Current,
+        ..LoadOptions::new(trust)
+    };
+    let report = b.unpersist_reporting(&v1_save(), "saved", &opts)?;
+    Ok((b, report))
+}
+
+#[test]
+fn a_v1_save_runs_v2_code_under_foreign_trust() {
+    let (b, report) = load_into_v2(Trust::Foreign).unwrap();
+    eprintln!("{}", report.summary());
+    assert_eq!(int(&b, "return saved.version()"), 2);
+    assert_eq!(int(&b, "return saved.player.hp"), 8);
+    assert_eq!(int(&b, "return saved.hit(saved.player, 4)"), 6);
+    // The counter keeps its saved count and counts by version 2's helper.
+    assert_eq!(int(&b, "return saved.counter()"), 4);
+    let places: Vec<&str> = report.rebound.iter().map(|f| f.place.as_str()).collect();
+    assert!(places.contains(&"version"), "{places:?}");
+    assert!(places.contains(&"Agent.hit"), "{places:?}");
+    assert!(report.summary().contains("rebound"), "{}", report.summary());
+}
+
+#[test]
+fn a_v1_save_runs_v2_code_under_own_trust() {
+    let (b, report) = load_into_v2(Trust::Own).unwrap();
+    eprintln!("{}", report.summary());
+    assert_eq!(int(&b, "return saved.version()"), 2);
+    assert_eq!(int(&b, "return saved.hit(saved.player, 4)"), 6);
+    assert_eq!(int(&b, "return saved.counter()"), 4);
+}
+
+#[test]
+fn a_loaded_v2_state_saves_and_loads_again() {
+    for trust in [Trust::Foreign, Trust::Own] {
+        let (b, _) = load_into_v2(trust).unwrap();
+        let again = b.persist("saved").unwrap();
+        let mut c = vm();
+        c.exec(V2, "@game.lua").unwrap();
+        c.unpersist_with(&again, "saved", &LoadOptions::new(Trust::Foreign))
+            .unwrap();
+        assert_eq!(int(&c, "return saved.counter()"), 4);
+        assert_eq!(int(&c, "return saved.version()"), 2);
+        let _ = Value::Nil;
+    }
+}
+
+/// A coroutine suspended in a function whose code changed: own loads keep its saved code (it
+/// is at a pc of that code), foreign loads refuse it, naming the function.
+#[test]
+fn a_coroutine_suspended_in_changed_code_keeps_it_under_own_and_is_refused_under_foreign() {
+    let v1 = "function walker() local i = 0 while true do i = i + 1 coroutine.yield(i) end end";
+    let v2 = "function walker() local i = 0 while true do i = i + 100 coroutine.yield(i) end end";
+    let a = vm();
+    a.exec(v1, "@ai.lua").unwrap();
+    a.exec("saved = coroutine.wrap(walker) saved() saved()", "=setup")
+        .unwrap();
+    let file = a.persist("saved").unwrap();
+    let opts = |trust| LoadOptions {
+        functions: FunctionBinding::Current,
+        ..LoadOptions::new(trust)
+    };
+    let mut b = vm();
+    b.exec(v2, "@ai.lua").unwrap();
+    let e = b
+        .unpersist_reporting(&file, "saved", &opts(Trust::Foreign))
+        .unwrap_err();
+    let msg = e.to_string();
+    assert!(matches!(e, LoadError::Refused { .. }), "{msg}");
+    assert!(msg.contains("walker") && msg.contains("suspended"), "{msg}");
+    assert!(msg.contains("Trust::Own"), "{msg}");
+    let mut c = vm();
+    c.exec(v2, "@ai.lua").unwrap();
+    let report = c
+        .unpersist_reporting(&file, "saved", &opts(Trust::Own))
+        .unwrap();
+    assert_eq!(
+        int(&c, "return saved()"),
+        3,
+        "the suspended call goes on in its saved code"
+    );
+    assert!(
+        report.kept.iter().any(|f| f.place == "walker"),
+        "{}",
+        report.summary()
+    );
+}
+
+/// A function this version no longer has: kept with its saved code under own trust (the
+/// report says so), refused by name under foreign trust.
+#[test]
+fn a_function_removed_in_v2_is_kept_under_own_and_refused_by_name_under_foreign() {
+    let v1 = "function bonus() return 7 end function score() return 1 end";
+    let v2 = "function score() return 2 end";
+    let a = vm();
+    a.exec(v1, "@rules.lua").unwrap();
+    a.exec("saved = { bonus = bonus, score = score }", "=setup")
+        .unwrap();
+    let file = a.persist("saved").unwrap();
+    let opts = |trust| LoadOptions {
+        functions: FunctionBinding::Current,
+        ..LoadOptions::new(trust)
+    };
+    let mut b = vm();
+    b.exec(v2, "@rules.lua").unwrap();
+    let e = b
+        .unpersist_reporting(&file, "saved", &opts(Trust::Foreign))
+        .unwrap_err();
+    assert!(e.to_string().contains("bonus"), "{e}");
+    assert!(e.to_string().contains("no longer has"), "{e}");
+    let mut c = vm();
+    c.exec(v2, "@rules.lua").unwrap();
+    let report = c
+        .unpersist_reporting(&file, "saved", &opts(Trust::Own))
+        .unwrap();
+    assert_eq!(int(&c, "return saved.bonus() + saved.score()"), 9);
+    assert!(
+        report.missing.iter().any(|f| f.place == "bonus"),
+        "{}",
+        report.summary()
+    );
+    assert!(
+        report.rebound.iter().any(|f| f.place == "score"),
+        "{}",
+        report.summary()
+    );
+    assert!(report.summary().contains("missing"), "{}", report.summary());
+}
+
+/// `eris.unpersist` keeps Eris's behaviour: saved functions run their saved code.
+#[test]
+fn eris_unpersist_keeps_the_saved_code() {
+    let a = vm();
+    a.exec("function version() return 1 end", "@v.lua").unwrap();
+    a.exec("saved = { version = version }", "=setup").unwrap();
+    let file = a.persist("saved").unwrap();
+    let b = vm();
+    b.exec("function version() return 2 end", "@v.lua").unwrap();
+    b.set("file", Value::String(file)).unwrap();
+    assert_eq!(
+        int(
+            &b,
+            "eris.settings('trust', 'own') return eris.unpersist(file).version()"
+        ),
+        1
+    );
+}
+
+mod game {
+    use luasnap::bridge::persist::LoadError;
+    use luasnap::bridge::runtime::{Backend, Game, GameConfig, GameError};
+
+    fn config(script: &str) -> GameConfig {
+        GameConfig {
+            script: script.into(),
+            chunk_name: "@main.lua".into(),
+            base_address: None,
+            capacity: 256 << 20,
+            ..GameConfig::default_game(2, 3)
+        }
+    }
+
+    const V1: &str = r#"
+local G = {}
+local state = { n = 0 }
+function G.init(players, seed) state.n = 0 end
+function G.step(inputs) state.n = state.n + 1 end
+function G.digest() return state.n end
+return G
+"#;
+
+    /// Version 2: a new helper above (the lines of everything move), and G.step counts ten.
+    const V2: &str = r#"
+local G = {}
+local state = { n = 0 }
+local function ten() return 10 end
+-- G.step now counts by ten
+function G.init(players, seed) state.n = 0 end
+function G.step(inputs) state.n = state.n + ten() end
+function G.digest() return state.n end
+return G
+"#;
+
+    #[test]
+    fn a_v1_save_loads_into_v2_by_default_and_v2s_code_runs() {
+        let mut g = Game::new(&config(V1), Backend::ArenaFull).unwrap();
+        for _ in 0..5 {
+            g.step(&[0u8, 0u8]).unwrap();
+        }
+        let save = g.save_game().unwrap();
+        drop(g);
+        let mut g2 = Game::from_save(&config(V2), Backend::ArenaFull, &save).unwrap();
+        assert_eq!(g2.game_digest().unwrap(), Some(5));
+        g2.step(&[0u8, 0u8]).unwrap();
+        assert_eq!(
+            g2.game_digest().unwrap(),
+            Some(15),
+            "version 2's G.step runs"
+        );
+        let report = g2.load_report().unwrap();
+        assert!(
+            report
+                .rebound
+                .iter()
+                .any(|f| f.place == "G.step" && f.chunk == "main.lua"),
+            "{}",
+            report.summary()
+        );
+    }
+
+    /// The state holds `load` (as tiny-ecs keeps `local loadstring = loadstring or load`).
+    const HOLDS_LOAD: &str = r#"
+local G = {}
+local state = { n = 0 }
+function G.init(players, seed) state.n = 0 state.compile = load end
+function G.step(inputs) state.n = state.n + 1 end
+function G.digest() return state.n end
+return G
+"#;
+
+    #[test]
+    fn a_save_holding_load_loads_once_the_game_declares_it_and_the_refusal_says_how() {
+        let mut g = Game::new(&config(HOLDS_LOAD), Backend::ArenaFull).unwrap();
+        g.step(&[0u8, 0u8]).unwrap();
+        let save = g.save_game().unwrap();
+        drop(g);
+        let e = Game::from_save(&config(HOLDS_LOAD), Backend::ArenaFull, &save).unwrap_err();
+        let msg = e.to_string();
+        assert!(
+            matches!(e, GameError::Load(LoadError::Refused { .. })),
+            "{msg}"
+        );
+        assert!(msg.contains("\"load\""), "{msg}");
+        assert!(msg.contains("G.permanents"), "{msg}");
+        assert!(msg.contains("GameConfig::permanents"), "{msg}");
+        // Declared in the script ...
+        let declared =
+            HOLDS_LOAD.replace("local G = {}", "local G = { permanents = { \"load\" } }");
+        let g2 = Game::from_save(&config(&declared), Backend::ArenaFull, &save).unwrap();
+        assert_eq!(g2.game_digest().unwrap(), Some(1));
+        drop(g2);
+        // ... or in the configuration.
+        let mut cfg = config(HOLDS_LOAD);
+        cfg.permanents = vec!["load".into()];
+        let g3 = Game::from_save(&cfg, Backend::ArenaFull, &save).unwrap();
+        assert_eq!(g3.game_digest().unwrap(), Some(1));
+    }
+
+    #[test]
+    fn eris_is_not_a_global_in_game_vms() {
+        let g = Game::new(&config(V1), Backend::ArenaFull).unwrap();
+        let r = g
+            .vm()
+            .exec("return eris == nil, type(require)", "=check")
+            .unwrap();
+        assert_eq!(r[0], luasnap::bridge::Value::Boolean(true));
+    }
+}
