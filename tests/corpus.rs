@@ -5,7 +5,8 @@
 
 mod common;
 
-use common::{bundle, config, continuation};
+use common::{config, continuation, folder};
+use luasnap::bridge::runtime::GameConfig;
 use luasnap::bridge::runtime::{Backend, DEFAULT_GAME};
 use luasnap::bridge::simulate::{SimOptions, Simulation};
 
@@ -23,9 +24,26 @@ fn check(
     setups: &[(usize, u64, u64)],
     backends: &[Backend],
 ) {
+    check_game(
+        name,
+        &|p, s| config(name, script, p, s),
+        frames,
+        setups,
+        backends,
+    );
+}
+
+/// As [`check`], for the game `game(players, seed)` (a game's folder, say).
+fn check_game(
+    name: &str,
+    game: &dyn Fn(usize, u64) -> GameConfig,
+    frames: u64,
+    setups: &[(usize, u64, u64)],
+    backends: &[Backend],
+) {
     for &(players, delay, seed) in setups {
         let opts = SimOptions {
-            game: config(name, script, players, seed),
+            game: game(players, seed),
             frames,
             delay,
             start: None,
@@ -88,9 +106,9 @@ const ARENA: [Backend; 3] = [
 fn ecs_arena_matches_on_the_arena_backends() {
     // tiny-ecs, bump.lua, middleclass, lume: about 1 MB live, 0.8 MB of garbage a frame. Its
     // order comes from addresses (bump's queries), so a load elsewhere (serialize) differs.
-    check(
+    check_game(
         "ecs_arena",
-        &bundle("ecs_arena"),
+        &|p, s| folder("ecs_arena", p, s),
         30,
         &[(2, 4, 7), (3, 2, 11)],
         &ARENA,
@@ -101,9 +119,9 @@ fn ecs_arena_matches_on_the_arena_backends() {
 fn json_town_matches_on_every_backend() {
     // json.lua, dkjson, serpent, inspect, middleclass: about 1 MB live, 0.55 MB of garbage
     // (mostly strings) a frame.
-    check(
+    check_game(
         "json_town",
-        &bundle("json_town"),
+        &|p, s| folder("json_town", p, s),
         30,
         &[(2, 4, 7), (3, 2, 11)],
         &Backend::ALL,

@@ -23,8 +23,9 @@ pub struct DiffArgs {
     pub left: PathBuf,
     /// The second save-game (right).
     pub right: PathBuf,
-    /// The game script that wrote them (its functions are matched by the code the loading VM
-    /// compiled); without it, a plain VM is tried, then the embedded default game.
+    /// The game that wrote them: its main script, or its folder (its functions are matched by
+    /// the code the loading VM compiled); without it, a plain VM is tried, then the embedded
+    /// default game.
     #[arg(long)]
     pub game: Option<PathBuf>,
     /// Load the saves as your own files (`own`: functions are compiled from the source they
@@ -72,15 +73,9 @@ pub fn read_save(path: &Path) -> Result<Vec<u8>, String> {
     Ok(bytes)
 }
 
-fn graph_of(
-    bytes: &[u8],
-    script: Option<&(String, String)>,
-    trust: Trust,
-) -> Result<ValueGraph, String> {
-    let game_vm = |script: String, chunk_name: String| -> Result<Vm, String> {
-        let mut cfg = GameConfig::default_game(1, 0);
-        cfg.script = script;
-        cfg.chunk_name = chunk_name;
+fn graph_of(bytes: &[u8], script: Option<&GameConfig>, trust: Trust) -> Result<ValueGraph, String> {
+    let game_vm = |game: GameConfig| -> Result<Vm, String> {
+        let mut cfg = game;
         cfg.capacity = 8 << 30;
         Game::load_script(&cfg, Backend::ArenaFull).map_err(|e| e.to_string())
     };
@@ -96,7 +91,7 @@ fn graph_of(
         vm.value_graph().map_err(|e| e.to_string())
     };
     match script {
-        Some((src, name)) => attempt(game_vm(src.clone(), name.clone())?),
+        Some(game) => attempt(game_vm(game.clone())?),
         None => {
             let plain = Vm::builder()
                 .capacity(8 << 30)
@@ -110,12 +105,17 @@ fn graph_of(
             // functions too: a runtime VM with an empty game names the game's own functions in
             // its error, the thing the user can act on.
             let empty = "return { init = function() end, step = function() end }";
-            let runtime_error = match attempt(game_vm(empty.into(), "=[empty game]".into())?) {
+            let empty = GameConfig {
+                script: empty.into(),
+                chunk_name: "=[empty game]".into(),
+                ..GameConfig::default_game(1, 0)
+            };
+            let runtime_error = match attempt(game_vm(empty)?) {
                 Ok(g) => return Ok(g),
                 Err(e) => e,
             };
             let d = GameConfig::default_game(1, 0);
-            attempt(game_vm(d.script, d.chunk_name)?).map_err(|_| {
+            attempt(game_vm(d)?).map_err(|_| {
                 let hint = match trust {
                     Trust::Foreign => {
                         "pass --game SCRIPT with the script that wrote the saves, or --trust own \
@@ -149,10 +149,11 @@ pub fn run(args: DiffArgs) -> ExitCode {
 fn diff(args: &DiffArgs) -> Result<bool, String> {
     let (a, b) = (read_save(&args.left)?, read_save(&args.right)?);
     let script = match &args.game {
-        Some(p) => Some((
-            std::fs::read_to_string(p).map_err(|e| format!("cannot read {}: {e}", p.display()))?,
-            format!("@{}", p.display()),
-        )),
+        Some(p) => Some(
+            GameConfig::default_game(1, 0)
+                .game_at(p)
+                .map_err(|e| e.to_string())?,
+        ),
         None => None,
     };
     if a == b {

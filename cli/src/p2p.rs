@@ -24,7 +24,8 @@ use std::time::Duration;
 /// Options of `luasnap p2p`.
 #[derive(Debug, clap::Args)]
 pub struct P2pArgs {
-    /// The game script (default: the embedded Arena Brawl).
+    /// The game: its main script, or its folder (with main.lua; `require` loads the game's
+    /// modules from the folder). Default: the embedded Arena Brawl.
     pub game: Option<PathBuf>,
     /// Frames each peer simulates.
     #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
@@ -65,9 +66,7 @@ fn config(args: &P2pArgs) -> Result<GameConfig, String> {
     let mut cfg = GameConfig::default_game(2, args.seed);
     cfg.step_budget = args.step_budget.0;
     if let Some(path) = &args.game {
-        cfg.script = std::fs::read_to_string(path)
-            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-        cfg.chunk_name = format!("@{}", path.display());
+        cfg = cfg.game_at(path).map_err(|e| e.to_string())?;
     }
     Ok(cfg)
 }

@@ -124,6 +124,9 @@ pub fn spawn(
             },
         ]);
     }
+    for name in &args.allow_permanent {
+        cmd.args(["--allow-permanent", name]);
+    }
     let list: Vec<String> = digests.iter().map(u64::to_string).collect();
     cmd.args(["--lockstep-digests", &list.join(",")]);
     if let Some((frame, path)) = save {

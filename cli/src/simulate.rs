@@ -13,7 +13,8 @@ use std::time::{Duration, Instant};
 /// Options of `luasnap simulate`.
 #[derive(Debug, clap::Parser)]
 pub struct SimulateArgs {
-    /// The game script (default: the embedded Arena Brawl, ~10 MB of heap).
+    /// The game: its main script, or its folder (with main.lua; `require` loads the game's
+    /// modules from the folder). Default: the embedded Arena Brawl, ~10 MB of heap.
     pub game: Option<PathBuf>,
     /// Frames to simulate.
     #[arg(long, default_value_t = 600)]
@@ -158,9 +159,7 @@ fn human_bytes(b: u64) -> String {
 pub fn run(args: SimulateArgs) -> Result<(), String> {
     let mut game = GameConfig::default_game(args.players, args.seed);
     if let Some(path) = &args.game {
-        game.script = std::fs::read_to_string(path)
-            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-        game.chunk_name = format!("@{}", path.display());
+        game = game.game_at(path).map_err(|e| e.to_string())?;
     }
     game.permanents = args.allow_permanent.clone();
     game.window = args.window;

@@ -571,3 +571,112 @@ fn a_killed_simulate_leaves_no_second_process_behind() {
     }
     panic!("second processes {left:?} outlived their killed parent");
 }
+
+/// A game of several files runs from its folder (`require` finds its modules there); a save
+/// written by the game in one folder loads when the game runs from another (chunk names are
+/// relative to the game's folder), and `--load` says what it did with the saved functions. A
+/// state holding `load` is refused with the flag and the declaration that accept it.
+#[test]
+fn a_game_folder_runs_and_its_saves_load_from_another_folder() {
+    let base = std::env::temp_dir().join(format!("luasnap-folder-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&base);
+    let game = |dir: &std::path::Path, holds_load: bool| {
+        std::fs::create_dir_all(dir.join("lib")).unwrap();
+        std::fs::write(
+            dir.join("main.lua"),
+            format!(
+                "local count = require('lib.count')
+                 local G = {{}} local s
+                 function G.init() s = {{ n = 0, keep = {} }} end
+                 function G.step(i) s.n = count.add(s.n, i[1]) end
+                 function G.digest() return s.n end return G",
+                if holds_load { "load" } else { "false" }
+            ),
+        )
+        .unwrap();
+        std::fs::write(
+            dir.join("lib/count.lua"),
+            "local M = {} function M.add(n, k) return n + k end return M",
+        )
+        .unwrap();
+    };
+    let luasnap = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_luasnap"))
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let (a, b) = (base.join("a"), base.join("b"));
+    game(&a, false);
+    game(&b, false);
+    let save = base.join("s.sav");
+    let out = luasnap(&[
+        "simulate",
+        a.to_str().unwrap(),
+        "--frames",
+        "20",
+        "--save",
+        save.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = luasnap(&[
+        "simulate",
+        b.join("main.lua").to_str().unwrap(),
+        "--frames",
+        "10",
+        "--load",
+        save.to_str().unwrap(),
+    ]);
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{e}");
+    assert!(
+        e.contains("luasnap: loaded") && e.contains("unchanged"),
+        "{e}"
+    );
+    // A state holding `load`: refused, naming how to accept it.
+    let c = base.join("c");
+    game(&c, true);
+    let out = luasnap(&[
+        "simulate",
+        c.to_str().unwrap(),
+        "--frames",
+        "5",
+        "--save",
+        save.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let load = |extra: &[&str]| {
+        let mut args = vec![
+            "simulate",
+            c.to_str().unwrap(),
+            "--frames",
+            "5",
+            "--load",
+            save.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        luasnap(&args)
+    };
+    let out = load(&[]);
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        e.contains("--allow-permanent load") && e.contains("G.permanents"),
+        "{e}"
+    );
+    let out = load(&["--allow-permanent", "load"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::fs::remove_dir_all(&base).ok();
+}

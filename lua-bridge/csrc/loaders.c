@@ -264,6 +264,59 @@ static int chunks_searcher_Lua(lua_State *L) {
                     filename, lua_tostring(L, -1));
 }
 
+/* ---------- require in the deterministic profile: the game's own modules only ----------
+** The deterministic profile has no package library (no search paths, no C modules): its
+** `require` (bridge/modules.rs) finds the modules the host gave the VM, by name, and these two
+** steps do the rest as stock `require` does. Each module is loaded as a chunk of the host's
+** (kept, so saves carry it and a newer version of it is found by name) named "@path". */
+
+/* Step 1: checks the name (argument 1) and leaves [name, package.loaded] on the stack; if
+** package.loaded[name] is true, pushes it and returns 1 (require returns it), else 0. */
+int luasnap_require_loaded(lua_State *L) {
+  const char *name = luaL_checkstring(L, 1);
+  lua_settop(L, 1);
+  luaL_getsubtable(L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE); /* 2 */
+  if (lua_getfield(L, 2, name) != LUA_TNIL && lua_toboolean(L, -1)) return 1;
+  lua_pop(L, 1);
+  return 0;
+}
+
+/* Step 2, on [name, package.loaded]: loads the module's source src[0..srclen) as the chunk
+** "@path", calls it with (name, path), remembers its result (or true) in package.loaded and
+** returns 2 (that value and the path). path NULL: the VM has no such module; raises the error
+** stock require gives, which pcall catches (libraries probe for optional modules that way). */
+int luasnap_require_load(lua_State *L, const char *path, size_t pathlen, const char *src,
+                         size_t srclen) {
+  const char *name = lua_tostring(L, 1);
+  if (path == NULL) {
+    const char *file = luaL_gsub(L, name, ".", "/");
+    return luaL_error(L,
+                      "module '%s' not found:\n\tno file '%s.lua' or '%s/init.lua' among the "
+                      "game's modules (the deterministic profile's require loads only the game's "
+                      "own Lua files: its folder, or VmBuilder::module)",
+                      name, file, file);
+  }
+  lua_pushlstring(L, path, pathlen);       /* 3 */
+  lua_pushfstring(L, "@%s", lua_tostring(L, 3)); /* 4: the chunk name */
+  lua_pushlstring(L, src, srclen);         /* 5 */
+  if (luasnap_loadstring(L, 5, lua_tostring(L, 4), "t") != LUA_OK) /* 6: loader or message */
+    return luaL_error(L, "error loading module '%s' from file '%s':\n\t%s", name,
+                      lua_tostring(L, 3), lua_tostring(L, 6));
+  luasnap_chunk_keep(L, 6);
+  lua_pushvalue(L, 1);
+  lua_pushvalue(L, 3);
+  lua_call(L, 2, 1); /* 6: the loader's result */
+  if (!lua_isnil(L, -1)) lua_setfield(L, 2, name);
+  else lua_pop(L, 1);
+  if (lua_getfield(L, 2, name) == LUA_TNIL) {
+    lua_pushboolean(L, 1);
+    lua_copy(L, -1, -2);
+    lua_setfield(L, 2, name);
+  }
+  lua_pushvalue(L, 3);
+  return 2;
+}
+
 /* ---------- string.dump (lstrlib.c), without the anchors ---------- */
 
 struct str_Writer {

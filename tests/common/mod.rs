@@ -59,52 +59,11 @@ pub fn continuation(name: &str, script: &str, at: u64, more: u64) {
     );
 }
 
-/// A folder game of `lua-bridge/games/` as one script, the way `stock_driver.lua --bundle`
-/// writes it (the deterministic profile has no `require` yet): every other `.lua` file of the
-/// folder becomes a function in a local table, loaded by a local `require` that finds only
-/// those; `main.lua` runs last and its `G` is the script's result.
-pub fn bundle(game: &str) -> String {
+/// A folder game of `lua-bridge/games/`, run from its folder: `main.lua` is the script and
+/// `require` loads the game's modules from the folder.
+pub fn folder(game: &str, players: usize, seed: u64) -> GameConfig {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("lua-bridge/games")
         .join(game);
-    let mut files = Vec::new();
-    let mut todo = vec![dir.clone()];
-    while let Some(d) = todo.pop() {
-        for e in std::fs::read_dir(&d).unwrap() {
-            let p = e.unwrap().path();
-            if p.is_dir() {
-                todo.push(p);
-            } else if p.extension().is_some_and(|x| x == "lua") {
-                let rel = p.strip_prefix(&dir).unwrap().to_str().unwrap().to_string();
-                if rel != "main.lua" {
-                    files.push(rel);
-                }
-            }
-        }
-    }
-    files.sort();
-    let mut out = String::from(
-        "local __modules, __loaded = {}, {}\n\
-         local function require(name)\n\
-         \x20 local v = __loaded[name]\n\
-         \x20 if v ~= nil then return v end\n\
-         \x20 local f = __modules[name]\n\
-         \x20 if not f then error(\"module '\" .. tostring(name) .. \"' not found in the game folder\", 2) end\n\
-         \x20 v = f(name)\n\
-         \x20 if v == nil then v = true end\n\
-         \x20 __loaded[name] = v\n\
-         \x20 return v\n\
-         end\n",
-    );
-    for rel in &files {
-        let name = rel.trim_end_matches(".lua").replace('/', ".");
-        let text = std::fs::read_to_string(dir.join(rel)).unwrap();
-        out += &format!("__modules[{name:?}] = function(...)\n{text}\nend\n");
-        if let Some(pkg) = name.strip_suffix(".init") {
-            out += &format!("__modules[{pkg:?}] = __modules[{name:?}]\n");
-        }
-    }
-    let main = std::fs::read_to_string(dir.join("main.lua")).unwrap();
-    out += &format!("local __G = (function(...)\n{main}\nend)()\nreturn __G\n");
-    out
+    config(game, "", players, seed).game_at(&dir).unwrap()
 }

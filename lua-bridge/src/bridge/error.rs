@@ -190,7 +190,7 @@ impl<E: std::error::Error> From<E> for NativeError {
 }
 
 /// Names the deterministic profile leaves out.
-const LEFT_OUT: [&str; 6] = ["os", "io", "package", "require", "dofile", "loadfile"];
+const LEFT_OUT: [&str; 5] = ["os", "io", "package", "dofile", "loadfile"];
 
 /// The `debug` library's functions other than `traceback`, which the deterministic profile
 /// leaves out of its `debug` table.
@@ -230,7 +230,7 @@ pub(crate) fn explain_left_out(message: String) -> String {
         .find(|n| message.contains(&format!("(field '{n}')")));
     let note = match (missing, debug_fn) {
         (Some(n), _) => format!(
-            " ('{n}' {LEFT_OUT_MARK} this VM was built with: no io, os, package, require, dofile or loadfile, and of debug only debug.traceback, so a script cannot read the clock, files or the environment; use the seed and math.random instead of os.time and keep state in Lua values, or use the full standard library: luasnap run without --deterministic, or in Rust a VM built without .deterministic(seed); a game under luasnap simulate always runs deterministic)"
+            " ('{n}' {LEFT_OUT_MARK} this VM was built with: no io, os, package, dofile or loadfile (require loads only the game's own modules), and of debug only debug.traceback, so a script cannot read the clock, files or the environment; use the seed and math.random instead of os.time and keep state in Lua values, or use the full standard library: luasnap run without --deterministic, or in Rust a VM built without .deterministic(seed); a game under luasnap simulate always runs deterministic)"
         ),
         // A nil field of some table: say so only if it may be the debug library's.
         (None, Some(n)) if message.contains("nil value") => format!(

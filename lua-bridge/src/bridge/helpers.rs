@@ -183,6 +183,14 @@ unsafe extern "C-unwind" {
         strip: c_int,
     ) -> c_int;
     pub(crate) fn luasnap_chunks_each_proto(L: *mut lua_State, f: ProtoFn, ud: *mut c_void);
+    pub(crate) fn luasnap_require_loaded(L: *mut lua_State) -> c_int;
+    pub(crate) fn luasnap_require_load(
+        L: *mut lua_State,
+        path: *const c_char,
+        pathlen: usize,
+        src: *const c_char,
+        srclen: usize,
+    ) -> c_int;
     pub(crate) fn luasnap_chunk_keep(L: *mut lua_State, fnidx: c_int);
     pub(crate) fn luasnap_chunk_current(
         L: *mut lua_State,

@@ -12,6 +12,7 @@ pub(crate) mod error;
 pub(crate) mod ffi;
 pub(crate) mod handle;
 pub(crate) mod helpers;
+pub(crate) mod modules;
 pub(crate) mod natives;
 pub(crate) mod path;
 pub(crate) mod per_vm;

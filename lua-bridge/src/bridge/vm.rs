@@ -7,6 +7,7 @@ use crate::bridge::ffi::{self as raw, LuaFailure, UserDataType};
 use crate::bridge::helpers::{
     luasnap_chunks_install, luasnap_clear_dead_stack, luasnap_det_randomseed, luasnap_det_sort,
 };
+use crate::bridge::modules::{self, Module, ModuleState};
 use crate::bridge::natives::{self, Call, NativeFn, NativeState};
 use crate::bridge::per_vm::Registered;
 use crate::bridge::userdata::{EntryKind, UserDataMethods};
@@ -20,6 +21,7 @@ use std::any::Any;
 use std::cell::Cell;
 use std::ffi::{c_int, CStr, CString};
 use std::hash::{BuildHasher, RandomState};
+use std::path::PathBuf;
 use std::ptr::NonNull;
 
 /// Default arena reservation: 4 GiB of address space, committed only as used.
@@ -117,6 +119,8 @@ pub struct VmBuilder {
     natives: Vec<PendingNative>,
     userdata: Vec<PendingUserData>,
     extensions: Vec<Extension>,
+    modules: Vec<Module>,
+    module_folder: Option<PathBuf>,
 }
 
 impl VmBuilder {
@@ -136,6 +140,8 @@ impl VmBuilder {
             natives: Vec::new(),
             userdata: Vec::new(),
             extensions: Vec::new(),
+            modules: Vec::new(),
+            module_folder: None,
         }
     }
 
@@ -182,6 +188,26 @@ impl VmBuilder {
     /// Shorthand for `profile(Profile::Deterministic { seed })`.
     pub fn deterministic(self, seed: u64) -> Self {
         self.profile(Profile::Deterministic { seed })
+    }
+
+    /// Gives the deterministic profile's `require` a module (`require(module.name)` loads
+    /// it, as the chunk `@module.path`); a module of the same name replaces an earlier one,
+    /// and one given here is found before the folder's ([`module_folder`](VmBuilder::module_folder)).
+    /// The standard profile's `require` searches `package.path` as stock Lua's does and does
+    /// not see these.
+    pub fn module(mut self, module: Module) -> Self {
+        self.modules.retain(|m| m.name != module.name);
+        self.modules.push(module);
+        self
+    }
+
+    /// The game's folder: the deterministic profile's `require "a.b"` loads `a/b.lua`, else
+    /// `a/b/init.lua`, from it (read the first time it is required), and nothing from outside
+    /// it; its chunks are named by their paths in the folder (`@a/b.lua`), so a game moved
+    /// elsewhere keeps its saves. See [`Module`] and [`Vm::module`].
+    pub fn module_folder(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.module_folder = Some(dir.into());
+        self
     }
 
     /// Snapshots retained (default 8).
@@ -272,6 +298,8 @@ impl VmBuilder {
         let natives = natives::register(base).ok_or_else(too_many)?;
         let step = budget::register(base).ok_or_else(too_many)?;
         let warn = warn::register(base).ok_or_else(too_many)?;
+        let modules =
+            modules::register(base, self.modules, self.module_folder).ok_or_else(too_many)?;
         let ud = arena.raw().as_ptr();
         // The arena's allocator, behind a layer that scrubs freed stacks.
         let alloc: ffi::lua_Alloc = crate::bridge::canonical::scrubbing_alloc;
@@ -306,6 +334,7 @@ impl VmBuilder {
             natives,
             step,
             _warn: warn,
+            modules,
             anchors: Anchors::new(),
             depth: Cell::new(0),
             ring,
@@ -387,6 +416,8 @@ pub struct Vm {
     step: Registered<StepBudget>,
     /// The warn function's part (`warn.rs`), used only by Lua's calls of it.
     _warn: Registered<WarnState>,
+    /// The modules `require` finds (`modules.rs`).
+    pub(crate) modules: Registered<ModuleState>,
     /// What the layers above keep for this VM (the save-game loader's budget), registered by
     /// their extensions (see [`Extension`]); dropped after the Lua state is closed.
     ///
@@ -688,6 +719,9 @@ impl Vm {
                         ffi::lua_setfield(L, -2, c"traceback".as_ptr());
                         ffi::lua_setglobal(L, c"debug".as_ptr());
                         ffi::lua_settop(L, top);
+                        // `require` finds the game's own modules only (modules.rs).
+                        ffi::lua_pushcclosure(L, modules::require, 0);
+                        ffi::lua_setglobal(L, c"require".as_ptr());
                     }
                 }
                 0
@@ -705,6 +739,15 @@ impl Vm {
             (extension.install)(self)?;
         }
         Ok(stock_bytes)
+    }
+
+    /// The module `require(name)` loads in this VM (given to its builder, or found in its
+    /// game's folder), if there is one. Reading it from the folder makes it this VM's copy:
+    /// `require` loads those bytes. See [`Module`].
+    pub fn module(&self, name: &str) -> Result<Option<Module>, VmError> {
+        self.modules.find(name).map_err(|e| VmError::Conversion {
+            what: format!("module {name:?}: {e}"),
+        })
     }
 
     // ----- running Lua -----

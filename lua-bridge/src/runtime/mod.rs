@@ -234,6 +234,12 @@ pub struct GameConfig {
     /// paying while a game is developed (`luasnap simulate` sets [`DEFAULT_STEP_BUDGET`]
     /// unless told otherwise), less so in a shipped client.
     pub step_budget: Option<u64>,
+    /// Modules the game's `require` finds by name, before the folder's.
+    pub modules: Vec<crate::bridge::modules::Module>,
+    /// The game's folder, where `require` finds the rest of its modules (`a.b`: `a/b.lua` or
+    /// `a/b/init.lua`); their chunks are named by their paths in it. See
+    /// [`GameConfig::game_at`].
+    pub folder: Option<std::path::PathBuf>,
     /// The library functions the game's state holds on purpose (`"load"` for a library that
     /// compiles code, `"collectgarbage"`), by name as the permanents table gives them: loads
     /// of the game's saves accept them even from foreign files, as they accept the names the
@@ -255,7 +261,43 @@ impl GameConfig {
             setup: VmSetup::default(),
             step_budget: None,
             permanents: Vec::new(),
+            modules: Vec::new(),
+            folder: None,
         }
+    }
+
+    /// This configuration with the game at `path`: a game's folder (its `main.lua` is the
+    /// script) or a game's main script (its folder is the game's folder). The script's chunk
+    /// is named by its file name (`@main.lua`) and the modules `require` loads from the
+    /// folder by their paths in it (`@lib/bump.lua`), so the same game run from another
+    /// folder, or as `./main.lua`, names its functions alike and keeps its saves.
+    pub fn game_at(mut self, path: &std::path::Path) -> Result<GameConfig, GameError> {
+        let (dir, main) = if path.is_dir() {
+            (path.to_path_buf(), path.join("main.lua"))
+        } else {
+            let dir = match path.parent() {
+                Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+                _ => std::path::PathBuf::from("."),
+            };
+            (dir, path.to_path_buf())
+        };
+        self.script = std::fs::read_to_string(&main).map_err(|e| {
+            GameError::Config(if path.is_dir() {
+                format!(
+                    "cannot read {}: a game's folder holds its main script as main.lua ({e})",
+                    main.display()
+                )
+            } else {
+                format!("cannot read {}: {e}", main.display())
+            })
+        })?;
+        let name = main
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "main.lua".into());
+        self.chunk_name = format!("@{name}");
+        self.folder = Some(dir);
+        Ok(self)
     }
 }
 
@@ -360,6 +402,12 @@ impl Game {
             .full_copy_above(FULL_COPY_ABOVE);
         if let Some(base) = cfg.base_address {
             b = b.base_address(base);
+        }
+        for m in &cfg.modules {
+            b = b.module(m.clone());
+        }
+        if let Some(dir) = &cfg.folder {
+            b = b.module_folder(dir.clone());
         }
         let vm = cfg.setup.apply(b).build()?;
         // A game's state is its globals: the save-game module is not one of them (a library

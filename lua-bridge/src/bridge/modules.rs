@@ -1,0 +1,164 @@
+//! A game's modules: the Lua files the deterministic profile's `require` loads. That profile
+//! has no package library (no search paths, no C modules), so the host gives the VM its
+//! modules: by name and source (`VmBuilder::module`), or as a game's folder
+//! (`VmBuilder::module_folder`), where
+//! `require "a.b"` finds `a/b.lua` or `a/b/init.lua` as stock Lua does with
+//! `package.path = "DIR/?.lua;DIR/?/init.lua"`, and nothing outside it. `Vm::module` is the
+//! lookup `require` uses.
+//!
+//! Each module's chunk is named by its path in the game's folder (`@lib/bump.lua`), never by
+//! where the folder is: a save names the chunks of the functions it holds, so a game moved to
+//! another folder keeps its saves. Modules are the host's own code: their chunks are kept for
+//! the VM's life, so saves carry them and a newer version of a module is found by name
+//! (`FunctionBinding::Current` in `persist`).
+//!
+//! Determinism: a module is read once per VM, the first time it is required; later requires
+//! of it (after a rollback to before the first, too) load those same bytes.
+
+use crate::bridge::helpers::{luasnap_require_load, luasnap_require_loaded};
+use crate::bridge::per_vm::{PerVm, Registered};
+use mlua_sys::{self as ffi, lua_State};
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::ffi::c_int;
+use std::path::{Path, PathBuf};
+
+/// A Lua module a VM's `require` can load.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Module {
+    /// The name `require` takes (`lib.bump`, `town`).
+    pub name: String,
+    /// Its file's path in the game's folder (`lib/bump.lua`, `town/init.lua`): its chunk is
+    /// named `@path`, and `require` returns the path as its second value.
+    pub path: String,
+    /// Its source text.
+    pub source: Vec<u8>,
+}
+
+impl Module {
+    /// A module by name and source; its path is the name with dots as folders, `.lua`
+    /// (`lib.bump` -> `lib/bump.lua`).
+    pub fn new(name: &str, source: impl Into<Vec<u8>>) -> Module {
+        Module {
+            name: name.to_string(),
+            path: format!("{}.lua", name.replace('.', "/")),
+            source: source.into(),
+        }
+    }
+
+    /// The module `name` in the game's folder `dir`: `name.lua`, else `name/init.lua`, with
+    /// dots as folders; `None` if neither is a file. Names that could leave the folder (empty
+    /// parts, `..`, slashes, NUL) find nothing.
+    pub fn in_folder(dir: &Path, name: &str) -> std::io::Result<Option<Module>> {
+        let parts: Vec<&str> = name.split('.').collect();
+        let bad = |p: &&str| p.is_empty() || *p == ".." || p.contains(['/', '\\', '\0']);
+        if parts.iter().any(bad) {
+            return Ok(None);
+        }
+        let stem = parts.join("/");
+        for path in [format!("{stem}.lua"), format!("{stem}/init.lua")] {
+            let file = dir.join(&path);
+            if file.is_file() {
+                return Ok(Some(Module {
+                    name: name.to_string(),
+                    path,
+                    source: std::fs::read(&file)?,
+                }));
+            }
+        }
+        Ok(None)
+    }
+}
+
+/// The modules' part of one VM, which `require` finds from a `lua_State`.
+///
+/// Invariant: entries of `found` are never removed or replaced while the VM lives, so the
+/// bytes `require` hands to C stay where they are until C has copied them.
+pub(crate) struct ModuleState {
+    found: RefCell<HashMap<String, Module>>,
+    folder: Option<PathBuf>,
+}
+
+static STATE: PerVm<ModuleState> = PerVm::new();
+
+/// Registers the modules' part of the VM whose arena starts at `base`: the `given` modules,
+/// and the game's folder to look the others up in.
+pub(crate) fn register(
+    base: usize,
+    given: Vec<Module>,
+    folder: Option<PathBuf>,
+) -> Option<Registered<ModuleState>> {
+    let found = given.into_iter().map(|m| (m.name.clone(), m)).collect();
+    STATE.register(
+        base,
+        ModuleState {
+            found: RefCell::new(found),
+            folder,
+        },
+    )
+}
+
+impl ModuleState {
+    /// The module `name`: given, found before, or now read from the folder (and kept).
+    pub(crate) fn find(&self, name: &str) -> Result<Option<Module>, std::io::Error> {
+        if let Some(m) = self.found.borrow().get(name) {
+            return Ok(Some(m.clone()));
+        }
+        let Some(dir) = &self.folder else {
+            return Ok(None);
+        };
+        let found = Module::in_folder(dir, name)?;
+        if let Some(m) = &found {
+            self.found.borrow_mut().insert(name.to_string(), m.clone());
+        }
+        Ok(found)
+    }
+
+    /// The path and source of module `name` as pointers into `found` (see the invariant), or
+    /// None; an unreadable file counts as none.
+    fn locate(&self, name: &str) -> Option<(*const u8, usize, *const u8, usize)> {
+        self.find(name).ok().flatten()?;
+        let found = self.found.borrow();
+        let m = found.get(name)?;
+        Some((
+            m.path.as_ptr(),
+            m.path.len(),
+            m.source.as_ptr(),
+            m.source.len(),
+        ))
+    }
+}
+
+/// The deterministic profile's `require(name)` (a `lua_CFunction`): package.loaded[name] if
+/// it is true, else the module `name` loaded from the VM's modules (see the module doc), with
+/// stock `require`'s results and errors.
+///
+/// # Safety
+/// Called by Lua, on a thread of a VM built by this crate.
+pub(crate) unsafe extern "C-unwind" fn require(L: *mut lua_State) -> c_int {
+    // SAFETY: called by Lua with its arguments; may raise (a bad name), with no Rust value
+    // alive.
+    if unsafe { luasnap_require_loaded(L) } != 0 {
+        return 1;
+    }
+    // The lookup, in a block: every Rust value with a destructor is gone before the C step,
+    // which may raise.
+    let located = {
+        let mut len = 0;
+        // SAFETY: argument 1 is a string (checked by step 1), alive during the lookup.
+        let name = unsafe {
+            let p = ffi::lua_tolstring(L, 1, &mut len);
+            std::slice::from_raw_parts(p.cast::<u8>(), len)
+        };
+        match std::str::from_utf8(name) {
+            // SAFETY: a VM built by this crate registers its modules' part when built.
+            Ok(name) => unsafe { STATE.of(L) }.locate(name),
+            Err(_) => None,
+        }
+    };
+    let (path, pathlen, src, srclen) =
+        located.unwrap_or((std::ptr::null(), 0, std::ptr::null(), 0));
+    // SAFETY: [name, package.loaded] from step 1; the bytes live in the VM's modules' part
+    // (its invariant) and C copies them before anything else runs.
+    unsafe { luasnap_require_load(L, path.cast(), pathlen, src.cast(), srclen) }
+}

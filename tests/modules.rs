@@ -1,0 +1,285 @@
+//! A game is a folder: the deterministic profile's `require` loads the game's own modules
+//! (`name.lua`, `name/init.lua`, dots as folders) and nothing else; modules given by name and
+//! source; chunk names relative to the game's folder, so a moved game keeps its saves.
+
+use luasnap::bridge::runtime::{Backend, Game, GameConfig};
+use luasnap::bridge::{Module, Value, Vm};
+use std::path::{Path, PathBuf};
+
+fn temp_dir(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("luasnap-modules-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn write(dir: &Path, rel: &str, text: &str) {
+    let path = dir.join(rel);
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, text).unwrap();
+}
+
+/// A small game of three files: main.lua, lib/counter.lua, town/init.lua.
+fn small_game(dir: &Path) {
+    write(
+        dir,
+        "main.lua",
+        r#"
+local counter = require("lib.counter")
+local town = require("town")
+local G = {}
+local state
+function G.init(players, seed) state = { c = counter.new(seed), town = town.new() } end
+function G.step(inputs)
+  for _, i in ipairs(inputs) do state.c:add(i) end
+  state.town:grow(state.c.n)
+end
+function G.digest() return state.c.n * 1000 + state.town.size end
+return G
+"#,
+    );
+    write(
+        dir,
+        "lib/counter.lua",
+        r#"
+local M = {}
+M.__index = M
+function M.new(start) return setmetatable({ n = start }, M) end
+function M:add(k) self.n = self.n + k end
+return M
+"#,
+    );
+    write(
+        dir,
+        "town/init.lua",
+        r#"
+local Town = {}
+Town.__index = Town
+function Town.new() return setmetatable({ size = 1 }, Town) end
+function Town:grow(n) self.size = (self.size + n) % 997 end
+return Town
+"#,
+    );
+}
+
+#[test]
+fn require_loads_the_games_modules_from_its_folder_and_nothing_else() {
+    let dir = temp_dir("require");
+    small_game(&dir);
+    write(
+        &dir,
+        "lib/probe.lua",
+        "return { name = ..., path = select(2, ...) }",
+    );
+    let vm = Vm::builder()
+        .capacity(64 << 20)
+        .deterministic(1)
+        .module_folder(&dir)
+        .build()
+        .unwrap();
+    let r = vm
+        .exec(
+            r#"
+            local probe, path = require("lib.probe")
+            local again = require("lib.probe")
+            local ok, err = pcall(require, "lpeg")          -- optional modules are probed so
+            local ok2 = pcall(require, "..main")             -- no way out of the folder
+            local ok3 = pcall(require, "os")
+            return probe.name, probe.path, path, again == probe, ok, err, ok2, ok3,
+                   package == nil, type(require("town").new)
+            "#,
+            "=check",
+        )
+        .unwrap();
+    let s = |v: &Value| match v {
+        Value::String(b) => String::from_utf8_lossy(b).into_owned(),
+        other => format!("{other:?}"),
+    };
+    assert_eq!(s(&r[0]), "lib.probe");
+    assert_eq!(s(&r[1]), "lib/probe.lua");
+    assert_eq!(s(&r[2]), "lib/probe.lua");
+    assert_eq!(r[3], Value::Boolean(true), "loaded once");
+    assert_eq!(r[4], Value::Boolean(false));
+    let err = s(&r[5]);
+    assert!(
+        err.contains("module 'lpeg' not found") && err.contains("lpeg.lua"),
+        "{err}"
+    );
+    assert_eq!(r[6], Value::Boolean(false));
+    assert_eq!(r[7], Value::Boolean(false), "no system modules");
+    assert_eq!(r[8], Value::Boolean(true), "still no package library");
+    assert_eq!(s(&r[9]), "function");
+    // The lookup require uses.
+    let m = vm.module("town").unwrap().unwrap();
+    assert_eq!(m.path, "town/init.lua");
+    assert!(vm.module("nope").unwrap().is_none());
+    // Errors name the module's chunk relative to the folder.
+    write(&dir, "lib/broken.lua", "local x = \n error('boom')");
+    let e = vm
+        .exec("require('lib.broken')", "=check")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("lib/broken.lua:2: boom"), "{e}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn modules_given_by_name_and_source_are_what_require_finds() {
+    let vm = Vm::builder()
+        .capacity(64 << 20)
+        .deterministic(1)
+        .module(Module::new(
+            "util.math",
+            "return { twice = function(x) return 2 * x end }",
+        ))
+        .build()
+        .unwrap();
+    assert_eq!(
+        vm.exec("return require('util.math').twice(21)", "=check")
+            .unwrap(),
+        vec![Value::Integer(42)]
+    );
+    let e = vm
+        .exec("return require('util.math').nope()", "=check")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("nope"), "{e}");
+    assert_eq!(
+        vm.module("util.math").unwrap().unwrap().path,
+        "util/math.lua"
+    );
+}
+
+fn run_and_save(dir: &Path, frames: u64) -> (Vec<u8>, Option<i64>) {
+    let cfg = GameConfig {
+        base_address: None,
+        capacity: 256 << 20,
+        ..GameConfig::default_game(2, 5)
+    }
+    .game_at(dir)
+    .unwrap();
+    let mut g = Game::new(&cfg, Backend::ArenaFull).unwrap();
+    for f in 0..frames {
+        g.step(&[(f % 3) as u8, 1u8]).unwrap();
+    }
+    (g.save_game().unwrap(), g.game_digest().unwrap())
+}
+
+#[test]
+fn a_save_made_in_one_folder_loads_when_the_game_runs_from_another() {
+    let (a, b) = (temp_dir("from"), temp_dir("to"));
+    small_game(&a);
+    small_game(&b);
+    let (save, digest) = run_and_save(&a, 7);
+    std::fs::remove_dir_all(&a).ok();
+    // The main script given as a file this time, the folder elsewhere: the same chunk names.
+    let cfg = GameConfig {
+        base_address: None,
+        capacity: 256 << 20,
+        ..GameConfig::default_game(2, 5)
+    }
+    .game_at(&b.join("main.lua"))
+    .unwrap();
+    let mut g = Game::from_save(&cfg, Backend::ArenaFull, &save).unwrap();
+    assert_eq!(g.game_digest().unwrap(), digest);
+    let report = g.load_report().unwrap();
+    assert!(
+        report.rebound.is_empty() && report.missing.is_empty(),
+        "{}",
+        report.summary()
+    );
+    g.step(&[1u8, 1u8]).unwrap();
+    std::fs::remove_dir_all(&b).ok();
+}
+
+#[test]
+fn a_moved_module_of_version_2_runs_after_loading_a_version_1_save() {
+    let (a, b) = (temp_dir("v1"), temp_dir("v2"));
+    small_game(&a);
+    small_game(&b);
+    // Version 2: the counter counts double, its lines moved.
+    write(
+        &b,
+        "lib/counter.lua",
+        r#"
+-- version 2
+local M = {}
+M.__index = M
+function M.new(start) return setmetatable({ n = start }, M) end
+
+-- counts double now
+function M:add(k) self.n = self.n + 2 * k end
+return M
+"#,
+    );
+    let (save, digest) = run_and_save(&a, 3);
+    let cfg = GameConfig {
+        base_address: None,
+        capacity: 256 << 20,
+        ..GameConfig::default_game(2, 5)
+    }
+    .game_at(&b)
+    .unwrap();
+    let mut g = Game::from_save(&cfg, Backend::ArenaFull, &save).unwrap();
+    assert_eq!(g.game_digest().unwrap(), digest);
+    let report = g.load_report().unwrap();
+    assert!(
+        report
+            .rebound
+            .iter()
+            .any(|f| f.place == "M.add" && f.chunk == "lib/counter.lua"),
+        "{}",
+        report.summary()
+    );
+    let before = g.game_digest().unwrap().unwrap() / 1000;
+    g.step(&[1u8, 1u8]).unwrap();
+    assert_eq!(
+        g.game_digest().unwrap().unwrap() / 1000,
+        before + 4,
+        "version 2's add runs"
+    );
+    std::fs::remove_dir_all(&a).ok();
+    std::fs::remove_dir_all(&b).ok();
+}
+
+/// json_town (lua-bridge/games/json_town: json.lua, dkjson, serpent, inspect and middleclass
+/// unchanged in lib/), run from its folder with `require`: its G.digest() after 100 frames
+/// equals stock Lua 5.5.1's (`lua lua-bridge/games/stock_driver.lua lua-bridge/games/json_town
+/// --players 2 --seed 7`), and every simulate mode ends in the reference state.
+#[test]
+fn json_town_from_its_folder_matches_stock_lua_and_every_mode() {
+    use luasnap::bridge::runtime::scripted_input;
+    use luasnap::bridge::simulate::{SimOptions, Simulation};
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("lua-bridge/games/json_town");
+    let cfg = GameConfig {
+        base_address: None,
+        capacity: 1 << 30,
+        step_budget: Some(luasnap::bridge::runtime::DEFAULT_STEP_BUDGET),
+        ..GameConfig::default_game(2, 7)
+    }
+    .game_at(&dir)
+    .unwrap();
+    let mut g = Game::new(&cfg, Backend::ArenaFull).unwrap();
+    for f in 0..100 {
+        g.step(&[scripted_input(7, f, 0), scripted_input(7, f, 1)])
+            .unwrap();
+    }
+    assert_eq!(g.game_digest().unwrap(), Some(-1816277546944528331));
+    drop(g);
+    let mut sim = Simulation::new(SimOptions {
+        game: cfg,
+        frames: 40,
+        delay: 3,
+        start: None,
+        start_trust: luasnap::bridge::persist::Trust::Foreign,
+    })
+    .unwrap();
+    let (reference, _) = sim.reference(false).unwrap();
+    for b in Backend::ALL {
+        let r = sim.run(b, &reference).unwrap();
+        if !r.matches_reference {
+            panic!("json_town, {}: {}", b.name(), sim.explain(b, 10).unwrap());
+        }
+        assert!(r.rollbacks > 0);
+    }
+}
