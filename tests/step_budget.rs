@@ -1,7 +1,7 @@
 //! The instruction budget of `G.step`: a runaway frame is stopped with a typed error that names
 //! the frame, wherever the loop is (the step itself, a coroutine made before the budget was
-//! set, a `pcall`), the game rolls back and goes on, and the budget's counters in the arena
-//! never make two runs of the same frames differ.
+//! set, a `pcall`), the game rolls back and goes on, and the budget (which lives in the OS
+//! thread, not in the arena) never makes two runs of the same frames differ.
 
 mod common;
 
@@ -176,6 +176,25 @@ fn close_handlers_of_a_coroutine_run_under_the_budget() {
     stopped_then_rolled_back("close", None, 2_000_000);
 }
 
+/// A game continued from a save-game, in a new VM: its coroutines (made by `G.init` before
+/// the save) run under the budget as before, with every backend.
+#[test]
+fn coroutines_of_a_loaded_save_run_under_the_budget() {
+    for kind in ["wrap", "resume"] {
+        let cfg = game(kind, None, Some(2_000_000));
+        let mut g = Game::new(&cfg, Backend::ArenaFull).unwrap();
+        for f in 0..3 {
+            g.step(&[scripted_input(3, f, 0), 1]).unwrap();
+        }
+        let save = g.save_game().unwrap();
+        for backend in Backend::ALL {
+            let mut loaded = Game::from_save(&cfg, backend, &save).unwrap();
+            loaded.step(&[1, 1]).unwrap();
+            expect_budget_error(loaded.step(&[1, 99]).unwrap_err(), 4, 2_000_000);
+        }
+    }
+}
+
 /// Finite loops: over the budget they are stopped (these would pass, not hang, if a kind of
 /// thread escaped the budget); under it, or with no budget, they finish.
 #[test]
@@ -200,9 +219,9 @@ fn long_loops_count_against_the_budget_in_every_thread() {
     }
 }
 
-/// The budget's counters live in the threads (in the arena): the same frames give the same
-/// bytes whatever the budget's size, and host calls without a budget between frames (which
-/// resume the coroutines) do not make runs differ.
+/// The budget leaves nothing in the arena: the same frames give the same bytes whatever the
+/// budget's size, and host calls without a budget between frames (which resume the
+/// coroutines) do not make runs differ.
 #[test]
 fn the_budget_leaves_the_same_bytes_in_every_run() {
     let run = |budget: Option<u64>, peek: bool| {
@@ -284,4 +303,131 @@ fn vm_calls_with_a_budget() {
     vm.call_with_budget::<()>("work", 1000, 100_000).unwrap();
     vm.call::<()>("work", 2_000_000).unwrap();
     vm.call_with_budget::<()>("work", 1000, 100_000).unwrap();
+}
+
+/// Code without loops pays at each call and return: an exponential recursion, an endless
+/// chain of tail calls and recursions that only end by overflowing the stack are stopped,
+/// located in the functions they keep entering.
+#[test]
+fn recursion_and_tail_calls_are_stopped() {
+    let vm = Vm::builder().capacity(64 << 20).build().unwrap();
+    vm.exec(
+        "local function tree(n)
+           if n > 0 then tree(n - 1) tree(n - 1) end
+         end
+         local function chase(n)
+           return chase(n + 1)
+         end
+         local function deep() deep() end
+         local function retry() pcall(deep) retry() end
+         function grow() tree(60) end
+         function run() chase(0) end
+         function dive() retry() end",
+        "calls",
+    )
+    .unwrap();
+    // `dive`: each `pcall(deep)` recurses until the stack overflows, without a return, a loop
+    // or a tail call; `retry` goes one level deeper each time.
+    for (f, lines) in [("grow", 1..=3), ("run", 4..=6), ("dive", 7..=8)] {
+        match vm.call_with_budget::<()>(f, (), 1_000_000).unwrap_err() {
+            VmError::InstructionBudget { location, .. } => {
+                let location = location.expect("where the budget ran out");
+                let line: u32 = location.rsplit(':').next().unwrap().parse().unwrap();
+                assert!(lines.contains(&line), "{f}: {location}");
+            }
+            other => panic!("{f}: {other:?}"),
+        }
+    }
+}
+
+/// The message handler of the budget's error runs to its end (as under Lua's count hook),
+/// and the code after the `xpcall` sees what it returned; the call still fails.
+#[test]
+fn an_xpcall_handler_runs_after_the_budget_is_spent() {
+    let vm = Vm::builder().capacity(64 << 20).build().unwrap();
+    vm.exec(
+        "function spin() while true do end end
+         function guarded()
+           local ok, m = xpcall(spin, function(m)
+             local n = 0
+             for i = 1, 10 do n = n + i end
+             return 'handled ' .. n
+           end)
+           seen = m
+         end",
+        "xpcall",
+    )
+    .unwrap();
+    let e = vm
+        .call_with_budget::<()>("guarded", (), 100_000)
+        .unwrap_err();
+    assert!(matches!(e, VmError::InstructionBudget { .. }), "{e:?}");
+    assert_eq!(vm.get::<String>("seen").unwrap(), "handled 55");
+}
+
+/// What a budgeted call charged grows with the work it did, and stays at most its budget.
+#[test]
+fn the_budget_used_follows_the_work() {
+    let vm = Vm::builder().capacity(64 << 20).build().unwrap();
+    vm.exec(
+        "n = 0 function count(k) for _ = 1, k do n = n + 1 end end",
+        "count",
+    )
+    .unwrap();
+    vm.call_with_budget::<()>("count", 1000, 10_000_000)
+        .unwrap();
+    let small = vm.last_budget_used();
+    vm.call_with_budget::<()>("count", 100_000, 10_000_000)
+        .unwrap();
+    let large = vm.last_budget_used();
+    assert!(small >= 1000 && small < 10_000, "{small}");
+    assert!(large > 90 * small && large < 110 * small, "{small} {large}");
+    let _ = vm.call_with_budget::<()>("count", 100_000_000, 1000);
+    assert_eq!(vm.last_budget_used(), 1000);
+}
+
+/// The budget belongs to the OS thread: a second budgeted call while one runs (here from a
+/// native, into another VM) is refused, and Lua code of the other VM run meanwhile pays into
+/// the running budget.
+#[test]
+fn one_budgeted_call_at_a_time_on_a_thread() {
+    use std::rc::Rc;
+    let other = Rc::new(Vm::builder().capacity(64 << 20).build().unwrap());
+    other
+        .exec("function spin() while true do end end", "other")
+        .unwrap();
+    let (nested, plain) = (other.clone(), other);
+    let vm = Vm::builder()
+        .capacity(64 << 20)
+        .native("nested", move |_call| {
+            nested
+                .call_with_budget::<()>("spin", (), 1000)
+                .map_err(|e| luasnap::NativeError::new(e.to_string()))
+        })
+        .native("plain", move |_call| {
+            plain
+                .call::<()>("spin", ())
+                .map_err(|e| luasnap::NativeError::new(e.to_string()))
+        })
+        .build()
+        .unwrap();
+    vm.exec(
+        "function try_nested() local ok, m = pcall(nested) refused = m end",
+        "outer",
+    )
+    .unwrap();
+    vm.call_with_budget::<()>("try_nested", (), 1_000_000)
+        .unwrap();
+    let refused = vm.get::<String>("refused").unwrap();
+    assert!(
+        refused.contains("another runs on the same thread"),
+        "{refused}"
+    );
+    // The other VM's endless loop, called without a budget of its own, is stopped by ours.
+    vm.exec("function try_plain() plain() end", "outer")
+        .unwrap();
+    assert!(matches!(
+        vm.call_with_budget::<()>("try_plain", (), 1_000_000),
+        Err(VmError::InstructionBudget { .. })
+    ));
 }

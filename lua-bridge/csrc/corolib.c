@@ -3,12 +3,11 @@
 ** only where marked "luasnap:" (LUASNAP-PATCHES.md lists each function with what differs):
 **   - each settles the coroutine once it stops running (canonical.c: luasnap_settle_thread),
 **     so its dead stack slots and C-call count do not depend on who resumed it;
-**   - resume, wrap and close pass the host's instruction budget on to it (stephook.h);
 **   - resume refuses, before touching the coroutine's stack, one that cannot run (dead by an
 **     error, or one a load is building or holding), with the message lua_resume gives.
 ** Installed over the library's own by lua-bridge/src/bridge/canonical.rs.
 */
-#include "stephook.h"
+#include "lsint.h"
 #include "lauxlib.h"
 
 /* lcorolib.c: auxresume. */
@@ -28,7 +27,6 @@ static int ls_auxresume(lua_State *L, lua_State *co, int narg) {
     return -1;
   }
   lua_xmove(L, co, narg);
-  ls_pass_step_hook(L, co);  /* luasnap */
   status = lua_resume(co, L, narg, &nres);
   if (l_likely(status == LUA_OK || status == LUA_YIELD)) {
     if (l_unlikely(!lua_checkstack(L, nres + 1))) {
@@ -129,7 +127,6 @@ int luasnap_co_close(lua_State *L) {
   int status = ls_auxstatus(L, co);
   switch (status) {
     case LS_COS_DEAD: case LS_COS_YIELD: {
-      ls_pass_step_hook(L, co);  /* luasnap: its __close handlers run under the budget too */
       status = lua_closethread(co, L);
       if (status == LUA_OK) {
         luasnap_settle_thread(co);  /* luasnap */

@@ -11,10 +11,10 @@
 **
 ** Names: `luasnap_*` is this interface; `ls_*` is shared between helper files only (declared in
 ** the internal header of the file that defines it: proto.h, chunks.h, tlayout.h, loadmemo.h,
-** framecheck.h, stephook.h) or static. Files depend on each other one way, no circle:
+** framecheck.h) or static. Files depend on each other one way, no circle:
 **   proto <- chunks <- loaders;  tlayout <- tscan;  tlayout, proto <- tbuild;
-**   loadmemo <- framecheck <- coload;  loadmemo <- upvalcheck;  stephook, canonical <- corolib;
-**   coframes, state, readline, detsort stand alone.
+**   loadmemo <- framecheck <- coload;  loadmemo <- upvalcheck;  canonical <- corolib;
+**   coframes, state, readline, detsort, budget stand alone.
 **
 ** Raising: a function marked LUASNAP_RAISES may raise a Lua error (a longjmp to the innermost
 ** protected call; out of memory at least) and Rust declares it `extern "C-unwind"`; the others
@@ -441,11 +441,20 @@ int luasnap_has_light(const void *p, size_t size);
 /* Zeroes every slot of the dead block tagged as a light userdata. */
 void luasnap_scrub_light(void *p, size_t size);
 
-/* ===================== stephook.c, corolib.c: the budget hook and the coroutine library ===================== */
+/* ===================== budget.c: the instruction budget of a call (lvm.h) ===================== */
 
-/* The host's instruction-budget hook, which coroutine.resume, wrap and close pass on. */
-void luasnap_register_step_hook(lua_Hook h);
-/* coroutine.resume, coroutine.wrap, coroutine.close (lcorolib.c's, settling and budgeted). */
+/* Starts a budget of `budget` instructions (as lvm.h counts them) for the Lua code this OS
+** thread runs, coroutines included, until luasnap_budget_end; once spent, Lua code raises an
+** error at each call and backward jump. 0 (and nothing changes) if a budget is running already. */
+int luasnap_budget_begin(uint64_t budget);
+/* Ends the budget luasnap_budget_begin(budget) started: *used = the instructions charged (at
+** most `budget`); returns 1 if it was spent, with where = "chunk:line" of the first stop
+** (n bytes, NUL-terminated), else 0 and where = "". */
+int luasnap_budget_end(uint64_t budget, uint64_t *used, char *where, size_t n);
+
+/* ===================== corolib.c: the coroutine library ===================== */
+
+/* coroutine.resume, coroutine.wrap, coroutine.close (lcorolib.c's, settling each coroutine). */
 LUASNAP_RAISES int luasnap_co_resume(lua_State *L);
 LUASNAP_RAISES int luasnap_co_wrap(lua_State *L);
 LUASNAP_RAISES int luasnap_co_close(lua_State *L);

@@ -58,7 +58,6 @@ pub use runtime::{digest, simulate, value_diff};
 
 pub use bridge::serde_value;
 
-pub use bridge::budget::BUDGET_HOOK_PERIOD;
 pub use bridge::convert::{
     type_error, Arg, FromLua, FromLuaMulti, IntoLua, IntoLuaMulti, UserData, Values,
 };

@@ -34,6 +34,17 @@
 #include "lzio.h"
 
 
+/*
+** luasnap patch (see LUASNAP-PATCHES.md): a call of a Lua function pays
+** one instruction of the host's budget (lvm.h) as it starts, so that a
+** recursion that never returns pays as it goes (a function pays for its
+** code as it returns). The frame is ready, 'savedpc' at its start, so an
+** error raised by the budget's handler is located at its header.
+*/
+#define luaD_budgetcall(L)  \
+	{ if (l_unlikely(--luaV_budget < 0)) luaV_budgetspent(L); }
+
+
 
 #define errorstatus(s)	((s) > LUA_YIELD)
 
@@ -694,6 +705,7 @@ int luaD_pretailcall (lua_State *L, CallInfo *ci, StkId func,
       ci->u.l.savedpc = p->code;  /* starting point */
       ci->callstatus |= CIST_TAIL;
       L->top.p = func + narg1;  /* set top */
+      luaD_budgetcall(L);  /* luasnap patch */
       return -1;
     }
     default: {  /* not a function */
@@ -737,6 +749,7 @@ CallInfo *luaD_precall (lua_State *L, StkId func, int nresults) {
       for (; narg < nfixparams; narg++)
         setnilvalue2s(L->top.p++);  /* complete missing arguments */
       lua_assert(ci->top.p <= L->stack_last.p);
+      luaD_budgetcall(L);  /* luasnap patch */
       return ci;
     }
     default: {  /* not a function */

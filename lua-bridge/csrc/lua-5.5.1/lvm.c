@@ -1101,6 +1101,37 @@ void luaV_finishOp (lua_State *L) {
 */
 
 /*
+** luasnap patch (see LUASNAP-PATCHES.md): the host's instruction budget
+** (lvm.h).
+*/
+LUAI_DDEF l_budgettls l_mem luaV_budget = LUAI_BUDGETOFF;
+LUAI_DDEF l_budgettls void (*luaV_budgethandler) (lua_State *L) = NULL;
+
+void luaV_budgetspent (lua_State *L) {
+  void (*h) (lua_State *L) = luaV_budgethandler;
+  if (h != NULL)
+    h(L);  /* may raise an error */
+  else
+    luaV_budget = LUAI_BUDGETOFF;  /* no budgeted call: nothing to stop */
+}
+
+
+/* luasnap patch: a function pays 'n', the instructions up to where it
+** returns, as it returns or tail-calls. Not 'Protect': 'L->top' marks the
+** results or arguments. An error raised at a tail call is located there;
+** at a return the frame is gone, and it is located where its caller (or
+** a C function) goes on. */
+#define budgetreturn(n)  \
+	{ if (l_unlikely((luaV_budget -= (n)) < 0)) luaV_budgetspent(L); }
+
+/* luasnap patch: a loop pays 'n' (its length) as it jumps back; the
+** handler may raise an error, located at the jump (hence 'Protect') */
+#define budgetloop(n)  \
+	{ if (l_unlikely((luaV_budget -= (n)) < 0)) \
+	    Protect(luaV_budgetspent(L)); }
+
+
+/*
 ** some macros for common tasks in 'luaV_execute'
 */
 
@@ -1130,7 +1161,9 @@ void luaV_finishOp (lua_State *L) {
 ** Execute a jump instruction. The 'updatetrap' allows signals to stop
 ** tight loops. (Without it, the local copy of 'trap' could never change.)
 */
-#define dojump(ci,i,e)	{ pc += GETARG_sJ(i) + e; updatetrap(ci); }
+#define dojump(ci,i,e)	{ int off_ = GETARG_sJ(i) + e; \
+  if (off_ < 0) budgetloop(-off_);  /* luasnap patch: a loop */ \
+  pc += off_; updatetrap(ci); }
 
 
 /* for test instructions, execute the jump instruction that follows it */
@@ -1752,6 +1785,7 @@ void luaV_execute (lua_State *L, CallInfo *ci) {
         else  /* previous instruction set top */
           b = cast_int(L->top.p - ra);
         savepc(ci);  /* several calls here can raise errors */
+        budgetreturn(pc - cl->p->code);  /* luasnap patch: as a return */
         if (TESTARG_k(i)) {
           luaF_closeupval(L, base);  /* close upvalues from current call */
           lua_assert(L->tbclist.p < base);  /* no pending tbc variables */
@@ -1763,7 +1797,7 @@ void luaV_execute (lua_State *L, CallInfo *ci) {
           ci->func.p -= delta;  /* restore 'func' (if vararg) */
           luaD_poscall(L, ci, n);  /* finish caller */
           updatetrap(ci);  /* 'luaD_poscall' can change hooks */
-          goto ret;  /* caller returns after the tail call */
+          goto retpaid;  /* caller returns after the tail call */
         }
       }
       vmcase(OP_RETURN) {
@@ -1827,6 +1861,8 @@ void luaV_execute (lua_State *L, CallInfo *ci) {
           }
         }
        ret:  /* return from a Lua function */
+        budgetreturn(pc - cl->p->code);  /* luasnap patch */
+       retpaid:
         if (ci->callstatus & CIST_FRESH)
           return;  /* end this frame */
         else {
@@ -1844,11 +1880,14 @@ void luaV_execute (lua_State *L, CallInfo *ci) {
             chgivalue(s2v(ra), l_castU2S(count - 1));  /* update counter */
             idx = intop(+, idx, step);  /* add step to index */
             chgivalue(s2v(ra + 2), idx);  /* update control variable */
+            budgetloop(GETARG_Bx(i));  /* luasnap patch */
             pc -= GETARG_Bx(i);  /* jump back */
           }
         }
-        else if (floatforloop(L, ra))  /* float loop */
+        else if (floatforloop(L, ra)) {  /* float loop */
+          budgetloop(GETARG_Bx(i));  /* luasnap patch */
           pc -= GETARG_Bx(i);  /* jump back */
+        }
         updatetrap(ci);  /* allows a signal to break the loop */
         vmbreak;
       }
@@ -1900,8 +1939,10 @@ void luaV_execute (lua_State *L, CallInfo *ci) {
       vmcase(OP_TFORLOOP) {
        l_tforloop: {
         StkId ra = RA(i);
-        if (!ttisnil(s2v(ra + 3)))  /* continue loop? */
+        if (!ttisnil(s2v(ra + 3))) {  /* continue loop? */
+          budgetloop(GETARG_Bx(i));  /* luasnap patch */
           pc -= GETARG_Bx(i);  /* jump back */
+        }
         vmbreak;
       }}
       vmcase(OP_SETLIST) {

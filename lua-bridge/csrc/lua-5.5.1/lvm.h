@@ -133,4 +133,28 @@ LUAI_FUNC lua_Number luaV_modf (lua_State *L, lua_Number x, lua_Number y);
 LUAI_FUNC lua_Integer luaV_shiftl (lua_Integer x, lua_Integer y);
 LUAI_FUNC void luaV_objlen (lua_State *L, StkId ra, const TValue *rb);
 
+
+/*
+** luasnap patch (see LUASNAP-PATCHES.md): the host's instruction budget.
+** 'luaV_budget' is what the running OS thread has left; Lua code pays for
+** what it runs as it goes: a call of a Lua function one instruction as it
+** starts (ldo.c) and, as it returns or tail-calls, the instructions up to
+** where it does; a loop, each time it jumps back, the length of its body
+** (a backward jump, OP_FORLOOP, OP_TFORLOOP). Code that runs without end
+** must call, jump back or return, so it always pays, and the common path
+** costs a subtraction and a branch at those points only (a count hook
+** costs a call per instruction). When the budget goes
+** negative, 'luaV_budgetspent' calls 'luaV_budgethandler' (which may
+** raise an error) or, without one, refills the budget. Both live in the
+** OS thread, not in a lua_State: every coroutine and pcall the thread
+** runs pays into one budget, and no Lua object holds any of it. Outside
+** the host's budgeted calls the budget is LUAI_BUDGETOFF, which no run
+** lasts long enough to spend.
+*/
+#define LUAI_BUDGETOFF	MAX_LMEM
+#define l_budgettls	__thread __attribute__((tls_model("initial-exec")))
+LUAI_DDEC(l_budgettls l_mem luaV_budget);
+LUAI_DDEC(l_budgettls void (*luaV_budgethandler) (lua_State *L));
+LUAI_FUNC void luaV_budgetspent (lua_State *L);
+
 #endif

@@ -21,7 +21,7 @@
 //! and, for a raising one, a protected context. Their contracts are in the header.
 #![allow(missing_docs)] // each declaration's contract is its prototype's, in csrc/luasnap.h
 
-use mlua_sys::{lua_CFunction, lua_Hook, lua_Integer, lua_State, lua_Writer};
+use mlua_sys::{lua_CFunction, lua_Integer, lua_State, lua_Writer};
 use std::ffi::{c_char, c_int, c_void};
 
 /// Called for each prototype of a walk: `f(p, ud)` (`luasnap_proto_fn`).
@@ -427,11 +427,19 @@ unsafe extern "C" {
     pub(crate) fn luasnap_scrub_light(p: *mut c_void, size: usize);
 }
 
-// stephook.c, corolib.c, detsort.c: the budget hook and the library functions luasnap
-// replaces (Lua C functions: they may raise).
+// budget.c: the instruction budget of the running OS thread (lvm.h).
 unsafe extern "C" {
-    pub(crate) fn luasnap_register_step_hook(h: Option<lua_Hook>);
+    pub(crate) fn luasnap_budget_begin(budget: u64) -> c_int;
+    pub(crate) fn luasnap_budget_end(
+        budget: u64,
+        used: *mut u64,
+        place: *mut c_char,
+        n: usize,
+    ) -> c_int;
 }
+
+// corolib.c, detsort.c: the library functions luasnap replaces (Lua C functions: they may
+// raise).
 
 unsafe extern "C-unwind" {
     pub(crate) fn luasnap_co_resume(L: *mut lua_State) -> c_int;

@@ -1,7 +1,7 @@
 //! The VM: a Lua 5.5 state whose every allocation comes from one arena.
 
 use crate::bridge::anchors::Anchors;
-use crate::bridge::budget::{self, StepBudget};
+use crate::bridge::budget::RunningBudget;
 use crate::bridge::error::{LuaErrorKind, NativeError, VmError};
 use crate::bridge::ffi::{self as raw, LuaFailure, UserDataType};
 use crate::bridge::helpers::{
@@ -296,7 +296,6 @@ impl VmBuilder {
             what: "a new VM: too many VMs alive in this process (4096); drop some first".into(),
         };
         let natives = natives::register(base).ok_or_else(too_many)?;
-        let step = budget::register(base).ok_or_else(too_many)?;
         let warn = warn::register(base).ok_or_else(too_many)?;
         let modules =
             modules::register(base, self.modules, self.module_folder).ok_or_else(too_many)?;
@@ -332,7 +331,7 @@ impl VmBuilder {
         let mut vm = Vm {
             state,
             natives,
-            step,
+            budget_used: Cell::new(0),
             _warn: warn,
             modules,
             anchors: Anchors::new(),
@@ -412,8 +411,8 @@ pub struct Vm {
     state: NonNull<lua_State>,
     /// Natives, userdata types and what natives stage (`natives.rs`): the trampoline's part.
     pub(crate) natives: Registered<NativeState>,
-    /// The instruction budget of `call_with_budget` (`budget.rs`): its hook's part.
-    step: Registered<StepBudget>,
+    /// Instructions the last `call_with_budget` charged (`budget.rs`).
+    budget_used: Cell<u64>,
     /// The warn function's part (`warn.rs`), used only by Lua's calls of it.
     _warn: Registered<WarnState>,
     /// The modules `require` finds (`modules.rs`).
@@ -491,24 +490,28 @@ impl Vm {
     /// before the call to undo what it did half-way). The runtime runs `G.step` this way
     /// ([`GameConfig::step_budget`](crate::runtime::GameConfig::step_budget)).
     ///
-    /// What is counted: the instructions of Lua functions run by the call, on the main thread
-    /// and in every coroutine it resumes with `coroutine.resume`, `coroutine.wrap` or closes
-    /// with `coroutine.close` (each resume passes the budget on, so a coroutine created before
-    /// the call is covered too). A count hook counts each thread in steps of
-    /// [`BUDGET_HOOK_PERIOD`](crate::BUDGET_HOOK_PERIOD) instructions and a coroutine's count restarts at each resume,
-    /// so up to that many instructions per resume go uncounted: a loop that never ends is
-    /// always stopped, within about `budget + BUDGET_HOOK_PERIOD` instructions of its thread.
-    /// Not counted: time inside C functions (a long `string.rep`), finalizers (`__gc`: Lua
-    /// runs them with hooks off), and a coroutine that has a debug hook of its own.
+    /// How instructions are counted: Lua's VM charges a Lua function one instruction as it
+    /// is called and, as it returns or tail-calls, the instructions up to where it does; a
+    /// loop, each time it goes round, the length of its body (a patch to Lua: patch 6 of
+    /// `csrc/lua-5.5.1/LUASNAP-PATCHES.md`). That is close to the instructions run (code a
+    /// forward jump skips is charged too), costs a subtraction and a branch per call, return
+    /// and loop round (a count hook costs a C call per instruction), and code that never ends
+    /// always pays: it must call, return or jump back.
     ///
-    /// Once the budget is spent, every counted thread fails at each instruction, so a `pcall`
-    /// in the game catches the error only to fail again at the next instruction outside it:
-    /// the error reaches the host. The main thread's own hook (if any) is put back after the
-    /// call. The hook's counters live in the `lua_State`s, inside the arena: they are reset at
-    /// the start of each budgeted call and on each resume, so they are the same in every run
-    /// of the same calls. A coroutine keeps the hook fields after the call until it is next
-    /// resumed: a resume outside a budgeted call removes them (the coroutine then runs
-    /// unbounded), and the hook removes itself if it fires outside one.
+    /// What is counted: all Lua code this OS thread runs during the call, on the main thread
+    /// and in every coroutine (the budget belongs to the OS thread, not to a `lua_State`, so a
+    /// coroutine created before the call is covered with nothing passed on). Not counted:
+    /// time inside C functions (a long `string.rep`). Nothing is stopped while Lua's hooks
+    /// are off: in finalizers (`__gc`), and in the message handler of the budget's error.
+    ///
+    /// Once the budget is spent, Lua code fails at each call, return and backward jump, so a
+    /// `pcall` in the game catches the error only to fail again at the next one outside it:
+    /// the error reaches the host. The budget leaves nothing in the arena (snapshots,
+    /// rollbacks and save-games do not see it): two runs of the same calls leave the same
+    /// bytes whatever their budgets, if neither is spent. One budgeted call at a time per OS
+    /// thread: a budgeted call made while another runs on the thread (from a native, into
+    /// another VM) fails with [`VmError::LuaRunning`]. [`Vm::last_budget_used`] says how
+    /// much of its budget the last call charged.
     ///
     /// ```
     /// # use luasnap_bridge::{Vm, VmError};
@@ -521,6 +524,7 @@ impl Vm {
     /// vm.rollback(before)?;
     /// vm.call_with_budget::<()>("count", 1000, 1_000_000)?; // well within the budget
     /// assert_eq!(vm.get::<i64>("n")?, 1000);
+    /// assert!(vm.last_budget_used() > 1000); // the loop's 1000 rounds, and the calls
     /// # Ok::<(), VmError>(())
     /// ```
     pub fn call_with_budget<'h, R: crate::bridge::convert::FromLuaMulti>(
@@ -534,24 +538,33 @@ impl Vm {
                 operation: "call into Lua from inside a native",
             });
         }
-        let L = self.L();
-        // SAFETY: our main thread is idle (depth 0); `end` follows the call.
-        let saved = unsafe { self.step.begin(L, budget) };
-        let out = self.call(path, args);
-        // SAFETY: the call is over.
-        let Some(location) = (unsafe { self.step.end(L, saved) }) else {
-            return out;
+        let Some(running) = RunningBudget::begin(budget) else {
+            return Err(VmError::LuaRunning {
+                operation: "a budgeted call while another runs on the same thread",
+            });
         };
+        let out = self.call(path, args);
+        let outcome = running.end();
+        self.budget_used.set(outcome.used);
+        if !outcome.spent {
+            return out;
+        }
         // Spent, even if a pcall in the callee swallowed the last error: what it did is
         // incomplete.
         Err(VmError::InstructionBudget {
             budget,
-            location,
+            location: outcome.location,
             traceback: match out {
                 Err(VmError::Lua { traceback, .. }) => traceback,
                 _ => None,
             },
         })
+    }
+
+    /// The instructions the last [`Vm::call_with_budget`] charged (counted as it says; at
+    /// most its budget): how close a call came to its budget.
+    pub fn last_budget_used(&self) -> u64 {
+        self.budget_used.get()
     }
 
     /// Runs `body` protected, counting it as Lua running.

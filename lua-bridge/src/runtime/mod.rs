@@ -229,10 +229,9 @@ pub struct GameConfig {
     pub setup: VmSetup,
     /// Lua instructions one `G.step` may run before it is stopped with
     /// [`GameError::StepBudget`] (counted as [`Vm::call_with_budget`] says, coroutines
-    /// included); `None`: no limit, what [`GameConfig::default_game`] sets. The count hook
-    /// behind it makes `G.step` 1.1-1.55× slower (see [`DEFAULT_STEP_BUDGET`]), a price worth
-    /// paying while a game is developed (`luasnap simulate` sets [`DEFAULT_STEP_BUDGET`]
-    /// unless told otherwise), less so in a shipped client.
+    /// included); `None`: no limit, what [`GameConfig::default_game`] sets (`luasnap simulate`
+    /// sets [`DEFAULT_STEP_BUDGET`] unless told otherwise). Its cost is within the noise of
+    /// timing `G.step` (see [`DEFAULT_STEP_BUDGET`]).
     pub step_budget: Option<u64>,
     /// Modules the game's `require` finds by name, before the folder's.
     pub modules: Vec<crate::bridge::modules::Module>,
@@ -339,9 +338,10 @@ pub const FULL_COPY_ABOVE: f64 = 0.5;
 /// seconds of work, so an endless loop is stopped long before the stall warning of `simulate`
 /// (10 s) while no real frame comes near it.
 ///
-/// It is not on by default in [`GameConfig`]: Lua's count hook sends every instruction
-/// through the hook check, which costs `G.step` 1.1× (AI village) to 1.55×
-/// (Arena Brawl) its CPU time (`cargo run --release --example step_budget_cost`).
+/// It is not on by default in [`GameConfig`] (it was a count hook that cost `G.step` 1.1-1.55×
+/// its CPU time). Now a counter in Lua's VM loop pays for it whether a budget runs or not:
+/// `G.step` with the budget on takes 0.93-1.05× its time with it off on the corpus games
+/// (`cargo run --release --example step_budget_cost`; `docs/measurements.md`).
 pub const DEFAULT_STEP_BUDGET: u64 = 100_000_000;
 
 /// The script as Lua's standalone loader reads a file: a first line starting with `#` (a

@@ -391,7 +391,6 @@ fn the_c_files_depend_on_each_other_one_way() {
         ("framecheck", "loadmemo"),
         ("upvalcheck", "loadmemo"),
         ("coload", "framecheck"),
-        ("corolib", "stephook"),
         ("corolib", "canonical"),
     ];
     for (from, to) in expect {

@@ -1,0 +1,75 @@
+/*
+** The host's instruction budget (Vm::call_with_budget): the handler Lua's VM calls when the
+** budget of the running OS thread is spent (lvm.h, LUASNAP-PATCHES.md patch 6), and the
+** calls that start and end a budget.
+**
+** How Lua code pays, and why it always does: lvm.h. The budget lives in the OS thread (luaV_budget), not in any lua_State: every coroutine the
+** budgeted call resumes and every pcall inside it pay into it, with nothing to pass on, and the
+** arena holds no trace of it (two runs of the same calls under different budgets leave the same
+** bytes). One budgeted call at a time per OS thread.
+*/
+#include "lsint.h"
+#include "ldebug.h"
+#include "lvm.h"
+
+#include <stdio.h>
+
+/* Whether the current budget was spent, and where Lua code was the first time ("chunk:line"). */
+static __thread int ls_spent;
+static __thread char ls_where[LUA_IDSIZE + 24];
+
+/* Called by the VM when Lua code on this thread has run more than the budget allows. The
+** budget stays spent (0: every later charge comes back here), so a pcall that catches this
+** error fails again at its caller's next call or backward jump.
+**
+** Nothing is raised while hooks are off (L->allowhook == 0): in a finalizer (lgc.c: GCTM), a
+** debug hook, or the message handler of this very error (allowhook is cleared before raising
+** and Lua's protected calls restore it as they catch the error). Lua's count hook, which this
+** replaces, was silent there too: a message handler such as xpcall's runs to its end. */
+static void ls_budget_spent(lua_State *L) {
+  luaV_budget = 0;
+  if (!L->allowhook)
+    return;
+  if (!ls_spent) {
+    lua_Debug ar;
+    int level;
+    ls_spent = 1;
+    ls_where[0] = '\0';
+    /* The innermost Lua function: at a backward jump, the loop; at a tail call, the call; at
+    ** a call, the callee, whose 'savedpc' is at its start (currentline: the line it is
+    ** defined on); at a return, where the caller goes on, or past the C function (pcall,
+    ** table.sort...) the returning function was called from. "Sl" reads the prototype only,
+    ** allocating nothing. */
+    for (level = 0; lua_getstack(L, level, &ar); level++) {
+      if (lua_getinfo(L, "Sl", &ar) && ar.currentline >= 0) {
+        snprintf(ls_where, sizeof(ls_where), "%s:%d", ar.short_src, ar.currentline);
+        break;
+      }
+    }
+  }
+  L->allowhook = 0;
+  luaG_runerror(L, "instruction budget spent (Vm::call_with_budget)");
+}
+
+int luasnap_budget_begin(uint64_t budget) {
+  if (luaV_budgethandler != NULL)
+    return 0;  /* one budgeted call at a time on a thread */
+  ls_spent = 0;
+  ls_where[0] = '\0';
+  luaV_budget = (budget >= (uint64_t)LUAI_BUDGETOFF) ? LUAI_BUDGETOFF : (l_mem)budget;
+  luaV_budgethandler = ls_budget_spent;
+  return 1;
+}
+
+int luasnap_budget_end(uint64_t budget, uint64_t *used, char *where, size_t n) {
+  l_mem left = luaV_budget;
+  int spent = ls_spent;
+  uint64_t start = (budget >= (uint64_t)LUAI_BUDGETOFF) ? (uint64_t)LUAI_BUDGETOFF : budget;
+  *used = (left >= 0 && (uint64_t)left <= start) ? start - (uint64_t)left : start;
+  if (n > 0)
+    snprintf(where, n, "%s", spent ? ls_where : "");
+  luaV_budgethandler = NULL;
+  luaV_budget = LUAI_BUDGETOFF;
+  ls_spent = 0;
+  return spent;
+}
