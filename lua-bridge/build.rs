@@ -32,8 +32,12 @@ fn main() {
     // The identities of light C functions as table keys, which ltable.c calls (patch 5): part
     // of the Lua library, not a helper.
     lua.file(CFIDS);
+    // Frame pointers off, as stock Lua is built: cc keeps them whenever the profile has debug
+    // info (ours has line tables), which costs every function a push and a register (rbp) that
+    // luaV_execute needs: 5.5% more instructions on the library workloads (benches/lua/libs).
     lua.include(lua_dir)
         .define("LUA_USE_LINUX", None)
+        .force_frame_pointer(false)
         .flag_if_supported("-fno-common")
         .warnings(false)
         .compile("lua5.5");
@@ -56,6 +60,7 @@ fn main() {
         .files(files)
         .include(lua_dir)
         .define("LUA_USE_LINUX", None)
+        .force_frame_pointer(false)
         .warnings(true)
         .flag("-Wmissing-prototypes")
         .flag("-Werror=missing-prototypes")
