@@ -70,11 +70,11 @@ fn main() -> ExitCode {
     // The drop-in `lua` ends on a closed pipe as stock lua (a C program) does.
     if invoked_as.starts_with("lua") && !invoked_as.starts_with("luasnap") {
         luasnap::bridge::default_sigpipe();
-        return run::lua_main(&argv, 1);
+        return run::lua_main(&argv);
     }
     if argv.get(1).map(String::as_str) == Some("run") {
         luasnap::bridge::default_sigpipe();
-        return run::lua_main(&argv, 2);
+        return run::run_main(&argv);
     }
     let cli = Cli::parse();
     tether::watch_parent();

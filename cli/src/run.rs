@@ -2,7 +2,9 @@
 //! interpreter on an arena. It takes `lua`'s command line (`-e`, `-l`, `-i`, `-v`, `-E`, `-W`,
 //! `-`, `--`), runs `LUA_INIT_5_5`/`LUA_INIT`, builds `arg`, reports errors and sets the exit
 //! code as `lua` does; luasnap's own options come first. Invoked under a name starting with
-//! `lua` (a `lua` symlink to the binary), `luasnap` behaves as `luasnap run`.
+//! `lua` (a `lua` symlink to the binary), `luasnap` behaves as `luasnap run`; `run` names such a
+//! symlink (made in the user's cache) at `arg`'s lowest index, where scripts that start the
+//! interpreter again look for it.
 
 use luasnap::bridge::{GcMode, Profile, ReplOutcome, Step, Table, Value, Vm, VmBuilder};
 use std::io::{BufRead, IsTerminal, Write};
@@ -199,9 +201,94 @@ fn message(progname: &str, msg: &str) {
     let _ = std::io::stderr().flush();
 }
 
-/// Entry point: `argv` is the whole command line; lua's options start at `argv[first]`.
-pub fn lua_main(argv: &[String], first: usize) -> ExitCode {
+/// `luasnap run ...`: `argv` is the whole command line, `run` at `argv[1]`. The script sees the
+/// `arg` table stock `lua` would build had it been started as this binary's `lua` entry point
+/// ([`lua_entry`]) with the same options: the entry point at the lowest index (`arg[-1]` when
+/// only a script is given), so a script that starts the interpreter again
+/// (`os.execute(arg[-1] .. " test.lua")`: Penlight's `run.lua`, luaunit's functional tests, Lua's
+/// own `main.lua`) starts luasnap's. Without an entry point, `arg` shows the command as typed.
+pub fn run_main(argv: &[String]) -> ExitCode {
     let progname = argv.first().map(String::as_str).unwrap_or("luasnap");
+    match lua_entry() {
+        Some(entry) => {
+            let mut as_lua = Vec::with_capacity(argv.len().saturating_sub(1));
+            as_lua.push(entry);
+            as_lua.extend_from_slice(argv.get(2..).unwrap_or_default());
+            interpreter(progname, &as_lua, 1)
+        }
+        None => interpreter(progname, argv, 2),
+    }
+}
+
+/// The binary run under a name starting with `lua` (a symlink): `argv` is `lua`'s command line.
+pub fn lua_main(argv: &[String]) -> ExitCode {
+    interpreter(argv.first().map(String::as_str).unwrap_or("lua"), argv, 1)
+}
+
+/// This binary's `lua` entry point: a symlink named `lua` to the running executable, in a
+/// folder of the user's cache kept for that executable
+/// (`$XDG_CACHE_HOME/luasnap/lua-<hash of its path>/lua`, `~/.cache/luasnap/...` without
+/// `XDG_CACHE_HOME`, `$TMPDIR/luasnap-<uid>/...` without a home). Made on first use, remade if
+/// it points elsewhere; every folder on the way that luasnap owns must be the user's and
+/// writable by no one else, so no other user can point it at their program. `None` when no
+/// such link can be made (a read-only home and temporary folder).
+pub fn lua_entry() -> Option<String> {
+    use std::os::unix::ffi::OsStrExt;
+    let exe = std::env::current_exe().ok()?;
+    // FNV-1a of the executable's path: one folder per binary (a debug and a release build
+    // each get their own `lua`).
+    let hash = exe
+        .as_os_str()
+        .as_bytes()
+        .iter()
+        .fold(0xcbf29ce484222325u64, |h, &b| {
+            (h ^ u64::from(b)).wrapping_mul(0x100000001b3)
+        });
+    let leaf = format!("lua-{hash:016x}");
+    let cache = std::env::var_os("XDG_CACHE_HOME")
+        .map(std::path::PathBuf::from)
+        .filter(|p| p.is_absolute())
+        .or_else(|| std::env::var_os("HOME").map(|h| std::path::Path::new(&h).join(".cache")))
+        .filter(|p| p.is_absolute());
+    let uid = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata("/proc/self").ok()?);
+    let tmp = std::env::temp_dir().join(format!("luasnap-{uid}"));
+    cache
+        .map(|c| c.join("luasnap"))
+        .into_iter()
+        .chain([tmp])
+        .find_map(|base| entry_in(&base, &leaf, &exe, uid))
+}
+
+/// `base/leaf/lua`, made to point at `exe` (see [`lua_entry`]).
+fn entry_in(base: &std::path::Path, leaf: &str, exe: &std::path::Path, uid: u32) -> Option<String> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    let dir = base.join(leaf);
+    let link = dir.join("lua");
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&dir)
+        .ok()?;
+    for d in [base, &dir] {
+        let m = std::fs::symlink_metadata(d).ok()?;
+        if !m.is_dir() || m.uid() != uid || m.mode() & 0o022 != 0 {
+            return None;
+        }
+    }
+    if std::fs::read_link(&link).ok().as_deref() != Some(exe) {
+        // Made under a name of this process's, then renamed over: runs starting together
+        // each see a whole link.
+        let fresh = dir.join(format!(".lua-{}", std::process::id()));
+        let _ = std::fs::remove_file(&fresh);
+        std::os::unix::fs::symlink(exe, &fresh).ok()?;
+        std::fs::rename(&fresh, &link).ok()?;
+    }
+    link.into_os_string().into_string().ok()
+}
+
+/// The interpreter: `argv` is lua's command line, its options from `argv[first]`; messages
+/// start with `progname`.
+fn interpreter(progname: &str, argv: &[String], first: usize) -> ExitCode {
     let p = match parse(argv, first) {
         Ok(p) => p,
         Err(ParseError::Usage(bad)) => {

@@ -3,12 +3,21 @@
 use std::io::Write;
 use std::process::{Command, Output, Stdio};
 
+/// A cache folder of this test binary's, so that `run`'s `lua` entry point (see
+/// `arg_names_a_lua_that_runs_luasnap_again`) is made here, not in the user's cache.
+fn cache_home() -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("luasnap-run-cache-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
 fn run(args: &[&str], stdin: &str) -> Output {
     let mut child = Command::new(env!("CARGO_BIN_EXE_luasnap"))
         .arg("run")
         .args(args)
         .env_remove("LUA_INIT")
         .env_remove("LUA_INIT_5_5")
+        .env("XDG_CACHE_HOME", cache_home())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -51,6 +60,51 @@ fn options_run_in_order_and_the_script_gets_its_arguments() {
     );
     assert!(o.status.success(), "{}", err(&o));
     assert_eq!(out(&o), "2\tX\tp\tq\n2\ttrue\t-ea=a+1\n");
+}
+
+#[test]
+fn arg_names_a_lua_that_runs_luasnap_again() {
+    // Test suites that start the interpreter again take it from `arg`: luaunit's functional
+    // tests run `arg[-1]`, Penlight's run.lua and Lua's main.lua the lowest index.
+    let s = script(
+        "spawn.lua",
+        r#"local low = -1 while arg[low - 1] do low = low - 1 end
+print(low, arg[-1])
+local child = assert(io.popen('"' .. arg[-1] .. '" -e "print(type(eris), arg[-1], arg[0])" 2>&1'))
+io.write(child:read("a"))
+assert(child:close())"#,
+    );
+    let o = run(&[&s], "");
+    assert!(o.status.success(), "{}{}", out(&o), err(&o));
+    let link = std::fs::read_dir(cache_home().join("luasnap"))
+        .unwrap()
+        .map(|e| e.unwrap().path().join("lua"))
+        .find(|l| std::fs::read_link(l).is_ok())
+        .expect("a `lua` link in the cache");
+    let bin = std::fs::canonicalize(env!("CARGO_BIN_EXE_luasnap")).unwrap();
+    assert_eq!(std::fs::read_link(&link).unwrap(), bin);
+    let link = link.to_str().unwrap();
+    // The child is luasnap (`eris` is there) and its own `arg` starts at the same link.
+    assert_eq!(
+        out(&o),
+        format!("-1\t{link}\ntable\tnil\t{link}\n"),
+        "{}",
+        err(&o)
+    );
+    // Options sit between the entry point and the script, as stock lua has them.
+    let lowest = script(
+        "lowest.lua",
+        "local low = -1 while arg[low - 1] do low = low - 1 end print(low, arg[low], arg[-1])",
+    );
+    let o = run(&["-W", "-e", "x = 1", &lowest], "");
+    assert!(o.status.success(), "{}", err(&o));
+    assert_eq!(out(&o), format!("-4\t{link}\tx = 1\n"));
+    // A link left pointing elsewhere (another build at the same path) is made again.
+    std::fs::remove_file(link).unwrap();
+    std::os::unix::fs::symlink("/bin/false", link).unwrap();
+    let o = run(&[&s], "");
+    assert!(o.status.success(), "{}", err(&o));
+    assert_eq!(std::fs::read_link(link).unwrap(), bin);
 }
 
 #[test]
