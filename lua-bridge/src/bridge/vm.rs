@@ -1214,6 +1214,36 @@ impl Vm {
         )
     }
 
+    /// Runs a full collection after which a generational collector does minor collections
+    /// again, scheduled from the live heap, as when it was first switched on (an incremental
+    /// collector just collects, as [`gc_collect`](Self::gc_collect)).
+    ///
+    /// For after building a whole state at once (a game's init, a load): the loader allocates
+    /// with the collector stopped, and the first minor collection after it counts every loaded
+    /// byte as newly old and shifts to major collections (lgc.c, `checkminormajor`), in which
+    /// the heap grows to twice its live bytes and more before each cycle; a full collection
+    /// keeps that mode. Leaving generational mode and entering it again is Lua's own way back
+    /// (`entergen`: a full collection that ages every survivor and sets the next minor
+    /// collection from the live bytes).
+    pub fn gc_collect_settled(&mut self) -> Result<(), VmError> {
+        self.check_idle("run the collector")?;
+        self.run(
+            &mut |L| {
+                // SAFETY: protected body; a mode switch runs collector work, finalizers
+                // protected inside.
+                unsafe {
+                    if ffi::lua_gc(L, ffi::LUA_GCINC) == ffi::LUA_GCGEN {
+                        ffi::lua_gc(L, ffi::LUA_GCGEN);
+                    } else {
+                        ffi::lua_gc(L, ffi::LUA_GCCOLLECT);
+                    }
+                }
+                0
+            },
+            |_, _| (),
+        )
+    }
+
     /// Does one step of incremental collection; returns whether a cycle finished.
     pub fn gc_step(&self) -> Result<bool, VmError> {
         let mut done = 0;
