@@ -1,9 +1,8 @@
 //! `luasnap diff A.sav B.sav`: the values that differ between two save-games, by path.
 
-use luasnap::bridge::persist::{LoadOptions, Trust, MAGIC};
-use luasnap::bridge::runtime::{Backend, Game, GameConfig};
-use luasnap::bridge::value_diff::ValueGraph;
-use luasnap::bridge::Vm;
+use luasnap::bridge::persist::{Trust, MAGIC};
+use luasnap::bridge::runtime::GameConfig;
+use luasnap::bridge::value_diff::{save_graph, ValueGraph};
 use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -23,9 +22,11 @@ pub struct DiffArgs {
     pub left: PathBuf,
     /// The second save-game (right).
     pub right: PathBuf,
-    /// The game that wrote them: its main script, or its folder (its functions are matched by
-    /// the code the loading VM compiled); without it, a plain VM is tried, then the embedded
-    /// default game.
+    /// The game that wrote them: its main script, or its folder (compiled, not run: its
+    /// functions are matched by the code the loading VM compiled); without it, a plain VM is
+    /// tried, then the embedded default game. Natives and userdata types this binary does not
+    /// register load as named stand-ins (`native host.roll`, a userdata whose metatable names
+    /// `Vec2`), compared by name and bytes.
     #[arg(long)]
     pub game: Option<PathBuf>,
     /// Load the saves as your own files (`own`: functions are compiled from the source they
@@ -73,60 +74,20 @@ pub fn read_save(path: &Path) -> Result<Vec<u8>, String> {
     Ok(bytes)
 }
 
-fn graph_of(bytes: &[u8], script: Option<&GameConfig>, trust: Trust) -> Result<ValueGraph, String> {
-    let game_vm = |game: GameConfig| -> Result<Vm, String> {
-        let mut cfg = game;
-        cfg.capacity = 8 << 30;
-        Game::load_script(&cfg, Backend::ArenaFull).map_err(|e| e.to_string())
-    };
-    let attempt = |mut vm: Vm| -> Result<ValueGraph, String> {
-        // Saves to compare often come from another peer: no code from the file unless the
-        // user vouches for it. Games keep objects with finalizers in their state: this VM
-        // only lives to be read, so it takes them but never runs their finalizers (a file's
-        // __gc would run outside the load's budget, when the VM collects or closes).
-        let mut opts = LoadOptions::new(trust);
-        opts.finalizers = false;
-        opts.inert_finalizers = true;
-        vm.load_game_with(bytes, &opts).map_err(|e| e.to_string())?;
-        vm.value_graph().map_err(|e| e.to_string())
-    };
-    match script {
-        Some(game) => attempt(game_vm(game.clone())?),
-        None => {
-            let plain = Vm::builder()
-                .capacity(8 << 30)
-                .deterministic(0)
-                .build()
-                .map_err(|e| e.to_string())?;
-            if let Ok(g) = attempt(plain) {
-                return Ok(g);
+/// The save's values, read by the library's `save_graph` (stand-ins for what this binary's VMs
+/// lack), with what to do on the command line when that fails.
+fn graph_of(bytes: &[u8], game: Option<&GameConfig>, trust: Trust) -> Result<ValueGraph, String> {
+    save_graph(game, bytes, trust).map_err(|e| {
+        let hint = match (game, trust) {
+            (Some(_), _) => return e.to_string(),
+            (None, Trust::Foreign) => {
+                "pass --game SCRIPT with the script that wrote the saves, or --trust own if you \
+                 trust them (they carry their code)"
             }
-            // Saves written by the runtime (`simulate --save`, the GGRS adapter) hold its glue
-            // functions too: a runtime VM with an empty game names the game's own functions in
-            // its error, the thing the user can act on.
-            let empty = "return { init = function() end, step = function() end }";
-            let empty = GameConfig {
-                script: empty.into(),
-                chunk_name: "=[empty game]".into(),
-                ..GameConfig::default_game(1, 0)
-            };
-            let runtime_error = match attempt(game_vm(empty)?) {
-                Ok(g) => return Ok(g),
-                Err(e) => e,
-            };
-            let d = GameConfig::default_game(1, 0);
-            attempt(game_vm(d)?).map_err(|_| {
-                let hint = match trust {
-                    Trust::Foreign => {
-                        "pass --game SCRIPT with the script that wrote the saves, or --trust own \
-                         if you trust them (they carry their code)"
-                    }
-                    Trust::Own => "pass --game SCRIPT with the script that wrote the saves",
-                };
-                format!("{runtime_error} ({hint})")
-            })
-        }
-    }
+            (None, Trust::Own) => "pass --game SCRIPT with the script that wrote the saves",
+        };
+        format!("{e} ({hint})")
+    })
 }
 
 /// Runs the diff: exit status 0 when the states are equal, 1 when they differ, 2 on error.
@@ -148,9 +109,9 @@ pub fn run(args: DiffArgs) -> ExitCode {
 
 fn diff(args: &DiffArgs) -> Result<bool, String> {
     let (a, b) = (read_save(&args.left)?, read_save(&args.right)?);
-    let script = match &args.game {
+    let game = match &args.game {
         Some(p) => Some(
-            GameConfig::default_game(1, 0)
+            crate::game_config(1, 0)
                 .game_at(p)
                 .map_err(|e| e.to_string())?,
         ),
@@ -175,9 +136,9 @@ fn diff(args: &DiffArgs) -> Result<bool, String> {
         }
         return Ok(true);
     }
-    let ga = graph_of(&a, script.as_ref(), args.trust.into())
+    let ga = graph_of(&a, game.as_ref(), args.trust.into())
         .map_err(|e| format!("{}: {e}", args.left.display()))?;
-    let gb = graph_of(&b, script.as_ref(), args.trust.into())
+    let gb = graph_of(&b, game.as_ref(), args.trust.into())
         .map_err(|e| format!("{}: {e}", args.right.display()))?;
     let d = ga.diff(&gb, args.limit);
     if args.json {

@@ -63,7 +63,7 @@ pub struct P2pArgs {
 const LIMIT: usize = 20;
 
 fn config(args: &P2pArgs) -> Result<GameConfig, String> {
-    let mut cfg = GameConfig::default_game(2, args.seed);
+    let mut cfg = crate::game_config(2, args.seed);
     cfg.step_budget = args.step_budget.0;
     if let Some(path) = &args.game {
         cfg = cfg.game_at(path).map_err(|e| e.to_string())?;

@@ -88,7 +88,7 @@ fn game_config(
     seed: u64,
     budget: StepBudget,
 ) -> Result<GameConfig, String> {
-    let mut cfg = GameConfig::default_game(players, seed);
+    let mut cfg = crate::game_config(players, seed);
     cfg.base_address = None;
     cfg.step_budget = budget.0;
     if let Some(path) = path {

@@ -157,7 +157,7 @@ fn human_bytes(b: u64) -> String {
 
 /// Runs the simulation; returns an error message for the user on failure.
 pub fn run(args: SimulateArgs) -> Result<(), String> {
-    let mut game = GameConfig::default_game(args.players, args.seed);
+    let mut game = crate::game_config(args.players, args.seed);
     if let Some(path) = &args.game {
         game = game.game_at(path).map_err(|e| e.to_string())?;
     }

@@ -421,6 +421,58 @@ impl Vm {
         self.load_module(source.as_ref(), chunkname, None)
     }
 
+    /// Compiles a chunk of Lua source without running it, and keeps it for the VM's life:
+    /// saves that name its functions then load into this VM under foreign trust (their code
+    /// is matched against it), while nothing of the chunk runs (a game's top level that calls
+    /// the host's natives, say). For VMs that read saves rather than play them.
+    ///
+    /// ```
+    /// # use luasnap_bridge::{Vm, VmError};
+    /// let vm = Vm::builder().capacity(64 << 20).build()?;
+    /// vm.compile("local x = host.missing() return x", "game")?; // compiled, not run
+    /// assert!(vm.compile("return +", "broken").is_err());
+    /// # Ok::<(), VmError>(())
+    /// ```
+    pub fn compile(&self, source: impl AsRef<[u8]>, chunkname: &str) -> Result<(), VmError> {
+        let source = source.as_ref();
+        let cname = CString::new(if chunkname.starts_with(['=', '@']) {
+            chunkname.to_string()
+        } else {
+            format!("={chunkname}")
+        })
+        .map_err(|_| VmError::BadName {
+            name: chunkname.into(),
+        })?;
+        let mut syntax_error = false;
+        let compiled = self.run(
+            &mut |L| {
+                // SAFETY: protected body; the chunk (or its error) on top, popped or raised.
+                unsafe {
+                    let st = crate::bridge::chunks::load_host_chunk(L, source, &cname);
+                    if st != ffi::LUA_OK {
+                        syntax_error = st == ffi::LUA_ERRSYNTAX;
+                        ffi::lua_error(L);
+                    }
+                    ffi::lua_settop(L, -2);
+                }
+                0
+            },
+            |_, _| (),
+        );
+        match compiled {
+            Err(VmError::Lua {
+                kind: LuaErrorKind::Runtime,
+                message,
+                traceback,
+            }) if syntax_error => Err(VmError::Lua {
+                kind: LuaErrorKind::Syntax,
+                message,
+                traceback,
+            }),
+            r => r,
+        }
+    }
+
     /// Like [`load`](Vm::load) for a module, once: the first call runs the chunk (passing
     /// `name` as its `...`) and remembers its result (`true` if it returned nothing) in
     /// `package.loaded[name]`, like Lua's `require` (which, where the package library is open,

@@ -68,7 +68,52 @@ impl Module {
         }
         Ok(None)
     }
+
+    /// Every Lua file in the game's folder `dir` that `require` could load, as a module named
+    /// by its path (`lib/bump.lua` -> `lib.bump`, `town/init.lua` -> `town.init`), in path
+    /// order: for VMs that read a game's saves without running it, which compile them all
+    /// so that saved functions of any module find their code. Hidden folders and files
+    /// and symbolic links are skipped; at most [`FOLDER_DEPTH`] folders deep and
+    /// [`FOLDER_FILES`] files, so a game that lives in a large folder costs a bounded walk.
+    pub(crate) fn all_in_folder(dir: &Path) -> std::io::Result<Vec<Module>> {
+        let mut found = Vec::new();
+        let mut pending = vec![(dir.to_path_buf(), String::new(), 0)];
+        while let Some((folder, prefix, depth)) = pending.pop() {
+            let mut entries: Vec<_> = std::fs::read_dir(&folder)?.collect::<Result<_, _>>()?;
+            entries.sort_by_key(|e| e.file_name());
+            for e in entries {
+                let Some(name) = e.file_name().to_str().map(str::to_string) else {
+                    continue;
+                };
+                let kind = e.file_type()?;
+                let path = format!("{prefix}{name}");
+                if name.starts_with('.') || kind.is_symlink() {
+                    continue;
+                } else if kind.is_dir() && depth < FOLDER_DEPTH {
+                    pending.push((e.path(), format!("{path}/"), depth + 1));
+                } else if kind.is_file() && name.ends_with(".lua") {
+                    let module = path.trim_end_matches(".lua").replace('/', ".");
+                    found.push(Module {
+                        name: module,
+                        path,
+                        source: std::fs::read(e.path())?,
+                    });
+                    if found.len() >= FOLDER_FILES {
+                        return Ok(found);
+                    }
+                }
+            }
+        }
+        found.sort_by(|a, b| a.path.cmp(&b.path));
+        Ok(found)
+    }
 }
+
+/// How many folders deep [`Module::all_in_folder`] looks.
+const FOLDER_DEPTH: usize = 6;
+
+/// How many files [`Module::all_in_folder`] reads at most.
+const FOLDER_FILES: usize = 2000;
 
 /// The modules' part of one VM, which `require` finds from a `lua_State`.
 ///

@@ -52,7 +52,7 @@ mod format;
 pub mod fuzz;
 mod install;
 mod options;
-mod permanents;
+pub(crate) mod permanents;
 pub(crate) mod place;
 mod protected;
 mod read;

@@ -137,6 +137,14 @@ pub struct LoadOptions {
     /// a collection, not when the VM closes). For VMs that only read what they load, like
     /// `luasnap diff`'s. Default: false.
     pub inert_finalizers: bool,
+    /// Load what this VM cannot rebuild as named stand-ins instead of refusing the file, for
+    /// VMs that only read what they load (`luasnap diff` of a game whose host registers
+    /// natives and userdata types): a permanent this VM lacks (a native `host.roll`) becomes
+    /// an empty table whose metatable's `__name` is `native host.roll`, and a plain userdata of
+    /// a type it has not registered keeps its bytes under a metatable whose `__name` is the
+    /// type's name (`Vec2`). Everything else loads and compares as usual; calling a stand-in
+    /// fails. Default: false.
+    pub stand_ins: bool,
 }
 
 impl LoadOptions {
@@ -155,6 +163,7 @@ impl LoadOptions {
             inert_finalizers: false,
             allowed_permanents: Vec::new(),
             functions: FunctionBinding::Saved,
+            stand_ins: false,
             denied_permanents: match trust {
                 Trust::Own => Vec::new(),
                 Trust::Foreign => DEFAULT_FOREIGN_DENIED

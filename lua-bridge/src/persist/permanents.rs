@@ -26,6 +26,19 @@ pub(crate) const PCALL_K: &CStr = c"pcall#k";
 /// through). A loaded frame may only name one of these, looked up in the VM's own permanents.
 pub(crate) const CONTINUATIONS: [&CStr; 1] = [PCALL_K];
 
+/// Pushes a stand-in's metatable: a new table whose `__name` is `name`.
+///
+/// # Safety
+/// Protected context (may raise a memory error), two free slots.
+pub(crate) unsafe fn push_stand_in_metatable(L: *mut lua_State, name: &[u8]) {
+    // SAFETY: callers' contract: [] -> [mt].
+    unsafe {
+        ffi::lua_createtable(L, 0, 1);
+        ffi::lua_pushlstring(L, name.as_ptr().cast(), name.len());
+        ffi::lua_setfield(L, -2, c"__name".as_ptr());
+    }
+}
+
 /// Records the value on top (popped) as a permanent under `name`.
 ///
 /// # Safety

@@ -484,6 +484,48 @@ impl Game {
         self.loaded.as_ref()
     }
 
+    /// A VM that reads this game's save-games without running the game: the setup applied
+    /// (natives, userdata types), the script, its modules and the runtime's glue compiled but
+    /// not run, so that a foreign load matches the saves' functions against them, and a
+    /// script whose top level calls the host's natives needs none of them. The modules are
+    /// [`GameConfig::modules`] and every Lua file in [`GameConfig::folder`] (hidden ones and
+    /// symbolic links aside, 6 folders deep, 2000 files at most; a file there that does not
+    /// compile is not a module the game loads, and is skipped). For
+    /// reading a save's values ([`crate::runtime::value_diff::save_graph`]), not for playing
+    /// it.
+    pub fn reader_vm(cfg: &GameConfig) -> Result<Vm, GameError> {
+        let mut reader = cfg.clone();
+        reader.base_address = None;
+        let vm = Self::build_vm(&reader, Backend::ArenaFull)?;
+        let syntax = |e| match e {
+            VmError::Lua {
+                kind: crate::bridge::error::LuaErrorKind::Syntax,
+                message,
+                ..
+            } => GameError::Syntax { message },
+            e => GameError::Vm(e),
+        };
+        vm.compile(script_source(&cfg.script).as_bytes(), &cfg.chunk_name)
+            .map_err(syntax)?;
+        for m in &cfg.modules {
+            vm.compile(&m.source, &format!("@{}", m.path))
+                .map_err(syntax)?;
+        }
+        if let Some(dir) = &cfg.folder {
+            let in_folder = crate::bridge::modules::Module::all_in_folder(dir).map_err(|e| {
+                GameError::Config(format!("cannot read the game's folder {}: {e}", dir.display()))
+            })?;
+            for m in in_folder {
+                match vm.compile(&m.source, &format!("@{}", m.path)) {
+                    Err(VmError::Lua { .. }) | Ok(()) => {}
+                    Err(e) => return Err(GameError::Vm(e)),
+                }
+            }
+        }
+        vm.compile(DRIVER, RUNTIME_CHUNK)?;
+        Ok(vm)
+    }
+
     fn has_digest(vm: &Vm) -> Result<bool, GameError> {
         Ok(
             vm.exec("return type(luasnap_game.digest) == 'function'", "=luasnap")?

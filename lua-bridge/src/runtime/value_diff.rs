@@ -17,7 +17,9 @@
 
 use crate::bridge::error::VmError;
 use crate::bridge::vm::Vm;
+use crate::persist::{LoadOptions, Trust};
 use crate::runtime::digest::{Graph, Item, Kind, Part, Prim};
+use crate::runtime::{Game, GameConfig, GameError};
 use luasnap_snap::Snapshot;
 use mlua_sys as ffi;
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -444,4 +446,86 @@ impl Vm {
             root: root.expect("extract ran"),
         })
     }
+}
+
+/// The values of a save-game, read as `luasnap diff` reads them: into a VM that only reads
+/// ([`Game::reader_vm`] of `game`, the game that wrote it, natives and userdata types from its
+/// setup), or without a game into a plain VM, then into the runtime with an empty game (saves
+/// of `luasnap simulate`, whose own code travels with them under [`Trust::Own`]), then into
+/// the embedded default game. What the reading VM lacks (natives, userdata types of a host
+/// not given) loads as named stand-ins ([`LoadOptions::stand_ins`]), objects with finalizers
+/// load but never run them, and under [`Trust::Foreign`] no code comes from the file. The
+/// error of a failed load is the most telling attempt's.
+pub fn save_graph(
+    game: Option<&GameConfig>,
+    save: &[u8],
+    trust: Trust,
+) -> Result<ValueGraph, GameError> {
+    let read = |mut vm: Vm| -> Result<ValueGraph, GameError> {
+        let mut opts = LoadOptions::new(trust);
+        opts.finalizers = false;
+        opts.inert_finalizers = true;
+        opts.stand_ins = true;
+        vm.load_game_with(save, &opts)?;
+        Ok(vm.value_graph()?)
+    };
+    let reader = |script: &str, chunk_name: &str| {
+        let mut cfg = GameConfig::default_game(1, 0);
+        cfg.script = script.into();
+        cfg.chunk_name = chunk_name.into();
+        cfg.capacity = READER_CAPACITY;
+        Game::reader_vm(&cfg)
+    };
+    if let Some(game) = game {
+        let mut cfg = game.clone();
+        cfg.capacity = cfg.capacity.max(READER_CAPACITY);
+        return read(Game::reader_vm(&cfg)?);
+    }
+    let plain = Vm::builder()
+        .capacity(READER_CAPACITY)
+        .deterministic(0)
+        .build()?;
+    if let Ok(g) = read(plain) {
+        return Ok(g);
+    }
+    // Saves written by the runtime hold its glue functions too: a runtime VM with an empty
+    // game names the game's own functions in its error, the thing the user can act on.
+    let empty = "return { init = function() end, step = function() end }";
+    let runtime_error = match read(reader(empty, "=[empty game]")?) {
+        Ok(g) => return Ok(g),
+        Err(e) => e,
+    };
+    let d = GameConfig::default_game(1, 0);
+    read(reader(&d.script, &d.chunk_name)?).map_err(|_| runtime_error)
+}
+
+/// Address space of a VM that reads a save-game ([`save_graph`]).
+const READER_CAPACITY: usize = 8 << 30;
+
+/// Two save-games compared ([`diff_saves`]).
+#[derive(Debug)]
+pub struct SaveDiff {
+    /// The left save's values.
+    pub left: ValueGraph,
+    /// The right save's values.
+    pub right: ValueGraph,
+    /// Their differences.
+    pub diff: ValueDiff,
+}
+
+/// `luasnap diff` as a library function: the values of two save-games of `game` read as
+/// [`save_graph`] reads them, and their differences (at most `limit` listed). A host whose
+/// game has natives and userdata passes its [`GameConfig`] (its setup registers them); without
+/// it they load as named stand-ins and everything else still compares.
+pub fn diff_saves(
+    game: Option<&GameConfig>,
+    left: &[u8],
+    right: &[u8],
+    trust: Trust,
+    limit: usize,
+) -> Result<SaveDiff, GameError> {
+    let left = save_graph(game, left, trust)?;
+    let right = save_graph(game, right, trust)?;
+    let diff = left.diff(&right, limit);
+    Ok(SaveDiff { left, right, diff })
 }

@@ -129,6 +129,18 @@ impl Loader<'_> {
                 ffi::lua_settop(L, -2);
                 name
             };
+            if self.opts.stand_ins {
+                let name = format!("native {}", name.trim_matches('"'));
+                // SAFETY: callers' contract (8 free slots): [] -> [stand-in].
+                unsafe {
+                    ffi::lua_createtable(L, 0, 0);
+                    crate::persist::permanents::push_stand_in_metatable(L, name.as_bytes());
+                    ffi::lua_setmetatable(L, -2);
+                }
+                let id = self.id();
+                // SAFETY: callers' contract; the stand-in on top.
+                return unsafe { self.register(L, s, id) };
+            }
             return Err(self.fail(format!(
                 "missing permanent {name}: the save refers to it by that name; register it under the same name before loading (Vm::register_native / register_permanent, or perms[\"name\"] = value in eris.unpersist)"
             )));

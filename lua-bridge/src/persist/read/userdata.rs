@@ -27,6 +27,11 @@ impl Loader<'_> {
         let plain = PlainUserdata::decode(&mut self.r);
         let PlainUserdata { name, bytes } = self.record(plain)?;
         let Some(ty) = self.types.iter().find(|t| t.name.as_bytes() == name) else {
+            if self.opts.stand_ins {
+                let (name, bytes) = (name.to_vec(), bytes.to_vec());
+                // SAFETY: callers' contract.
+                return unsafe { self.stand_in_userdata(L, s, &name, &bytes) };
+            }
             let n = String::from_utf8_lossy(name).into_owned();
             return Err(self.fail(format!("userdata type '{n}' is not registered in this VM; register it (VmBuilder::userdata) before loading")));
         };
@@ -45,6 +50,36 @@ impl Loader<'_> {
         unsafe {
             ffi::lua_pushlightuserdata(L, ty.metatable.cast_mut());
             ffi::lua_rawget(L, ffi::LUA_REGISTRYINDEX);
+            ffi::lua_setmetatable(L, -2);
+        }
+        // SAFETY: callers' contract; the userdata on top.
+        unsafe { self.register(L, s, id) }
+    }
+
+    /// A plain userdata of a type this VM has not registered, as a stand-in
+    /// ([`LoadOptions::stand_ins`](crate::persist::LoadOptions::stand_ins)): its bytes, under a
+    /// metatable that only names the type (no methods read the bytes), registered.
+    ///
+    /// # Safety
+    /// Protected context, two free slots; `s` this load's slots.
+    unsafe fn stand_in_userdata(
+        &mut self,
+        L: *mut lua_State,
+        s: Slots,
+        name: &[u8],
+        bytes: &[u8],
+    ) -> Result<(), Fail> {
+        // SAFETY: callers' contract; the metatable needs a third slot, checked first.
+        if unsafe { ffi::lua_checkstack(L, 1) } == 0 {
+            return Err(self.malformed("no stack for a stand-in userdata"));
+        }
+        let id = self.id();
+        // SAFETY: callers' contract; a new block of bytes.len() bytes filled from them, then
+        // its stand-in metatable set: [] -> [ud].
+        unsafe {
+            let p = ffi::lua_newuserdatauv(L, bytes.len(), 0);
+            std::ptr::copy_nonoverlapping(bytes.as_ptr(), p.cast::<u8>(), bytes.len());
+            crate::persist::permanents::push_stand_in_metatable(L, name);
             ffi::lua_setmetatable(L, -2);
         }
         // SAFETY: callers' contract; the userdata on top.

@@ -1,0 +1,165 @@
+//! The `luasnap` command-line tool, as a library: a host binary whose game has natives and
+//! userdata types becomes the whole tool for that game (`simulate`, `p2p`, `diff`, with their
+//! reports and checks) in a few lines, its natives registered on every game VM the tool
+//! builds:
+//!
+//! ```no_run
+//! use luasnap::bridge::runtime::VmSetup;
+//!
+//! fn main() -> std::process::ExitCode {
+//!     luasnap_cli::main_with(VmSetup::new(|b| {
+//!         b.native("host.roll", |call| {
+//!             call.ret(4);
+//!             Ok(())
+//!         })
+//!     }))
+//! }
+//! ```
+//!
+//! `cargo run -p luasnap-cli --example host_game` runs one (examples/host_game.rs). Commands
+//! that start a second process (`simulate`'s check, `p2p`'s second peer) start this same
+//! binary, so the natives are there too.
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
+mod bench;
+mod diff;
+mod gc_pages;
+mod loads;
+mod p2p;
+mod run;
+mod second;
+mod serve;
+mod simulate;
+mod size;
+mod tether;
+mod trackers;
+
+use clap::{Parser, Subcommand};
+use luasnap::bridge::runtime::{GameConfig, VmSetup};
+use std::ffi::OsString;
+use std::process::ExitCode;
+use std::sync::RwLock;
+
+/// The host's setup, applied to every game VM a command builds (see [`main_with`]).
+static HOST_SETUP: RwLock<Option<VmSetup>> = RwLock::new(None);
+
+/// A game's configuration as the commands start from: the embedded game, with the host's
+/// natives and userdata types (if any).
+pub(crate) fn game_config(players: usize, seed: u64) -> GameConfig {
+    let mut cfg = GameConfig::default_game(players, seed);
+    if let Some(setup) = HOST_SETUP.read().ok().and_then(|s| s.clone()) {
+        cfg.setup = setup;
+    }
+    cfg
+}
+
+/// Instant snapshot and rollback for Lua 5.5, and save-games.
+#[derive(Debug, Parser)]
+#[command(name = "luasnap", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run a Lua script in an arena-backed VM with the full standard library.
+    Run(run::RunArgs),
+    /// Show which page-tracking mechanisms work on this machine.
+    Trackers,
+    /// Simulate a networked client that predicts and rolls back, on each save/load backend
+    /// (the default command).
+    Simulate(simulate::SimulateArgs),
+    /// Measure arena snapshots against the graph serializer on game-like heaps.
+    Bench(bench::BenchArgs),
+    /// Two GGRS peers on 127.0.0.1 running the Lua game with desync detection.
+    P2p(p2p::P2pArgs),
+    /// Measure pages written per frame under each garbage-collector mode.
+    GcPages(gc_pages::GcPagesArgs),
+    /// Print the values that differ between two save-games, by path (exit status 1 if any).
+    Diff(diff::DiffArgs),
+    /// Host one match: order the clients' commands into frames, run the synchronous model,
+    /// check the clients' digests, send save-games to late joiners and to clients that disagree.
+    Serve(serve::ServeArgs),
+    /// Play one player slot of a `luasnap serve` match (predicting and rolling back), with
+    /// simulate's scripted inputs, optionally behind an emulated bad network.
+    Client(serve::ClientArgs),
+}
+
+fn report(r: Result<(), String>) -> ExitCode {
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("luasnap: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The `luasnap` tool: runs the command on this process's command line.
+pub fn main() -> ExitCode {
+    run_with(std::env::args_os(), VmSetup::default())
+}
+
+/// The `luasnap` tool for a game whose host registers natives and userdata types: runs the
+/// command on this process's command line with `setup` applied to every game VM it builds
+/// (as [`GameConfig::setup`]).
+pub fn main_with(setup: VmSetup) -> ExitCode {
+    run_with(std::env::args_os(), setup)
+}
+
+/// Runs one command, `args` as a command line (the program's name first):
+/// `run_with(["host", "simulate", "game.lua", "--frames", "60"], setup)`.
+pub fn run_with<I, T>(args: I, setup: VmSetup) -> ExitCode
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString>,
+{
+    if let Ok(mut host) = HOST_SETUP.write() {
+        *host = Some(setup);
+    }
+    let argv: Vec<String> = args
+        .into_iter()
+        .map(|a| a.into().to_string_lossy().into_owned())
+        .collect();
+    // `luasnap run` takes lua's command line, parsed by hand; so does the binary run as `lua`.
+    let invoked_as = std::path::Path::new(argv.first().map(String::as_str).unwrap_or(""))
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or("");
+    // The drop-in `lua` ends on a closed pipe as stock lua (a C program) does.
+    if invoked_as.starts_with("lua") && !invoked_as.starts_with("luasnap") {
+        luasnap::bridge::default_sigpipe();
+        return run::lua_main(&argv);
+    }
+    if argv.get(1).map(String::as_str) == Some("run") {
+        luasnap::bridge::default_sigpipe();
+        return run::run_main(&argv);
+    }
+    let cli = Cli::parse_from(&argv);
+    tether::watch_parent();
+    match cli.command {
+        Some(Command::Run(_)) => unreachable!("`run` is dispatched before clap"),
+        Some(Command::Simulate(args)) => report(simulate::run(args)),
+        Some(Command::Bench(args)) => report(bench::run(args)),
+        Some(Command::P2p(args)) => report(p2p::run(args)),
+        None => report(simulate::run(simulate::SimulateArgs::parse_from([
+            "simulate",
+        ]))),
+        Some(Command::GcPages(args)) => match gc_pages::run(args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("luasnap: {e}");
+                ExitCode::FAILURE
+            }
+        },
+        Some(Command::Diff(args)) => diff::run(args),
+        Some(Command::Serve(args)) => report(serve::serve(args)),
+        Some(Command::Client(args)) => report(serve::client(args)),
+        Some(Command::Trackers) => {
+            trackers::trackers();
+            ExitCode::SUCCESS
+        }
+    }
+}
