@@ -808,11 +808,6 @@ impl Game {
         Ok(self.vm.value_digest()?)
     }
 
-    /// The values reachable from the globals, for a path-by-path diff with another state.
-    pub fn value_graph(&mut self) -> Result<crate::runtime::value_diff::ValueGraph, GameError> {
-        Ok(self.vm.value_graph()?)
-    }
-
     /// `G.digest()`, if the game defines it: an integer as is, a string (a hex checksum, a
     /// summary) hashed to an integer (xxh3 of its bytes). Any other result is an error.
     pub fn game_digest(&self) -> Result<Option<i64>, GameError> {

@@ -419,6 +419,15 @@ fn other_key(g: &Graph, k: Item) -> Option<String> {
     }
 }
 
+// Here, not in runtime/mod.rs, so that the game's module does not import this one (which
+// imports it: layers test).
+impl Game {
+    /// The values reachable from the globals, for a path-by-path diff with another state.
+    pub fn value_graph(&mut self) -> Result<ValueGraph, GameError> {
+        Ok(self.vm.value_graph()?)
+    }
+}
+
 impl Vm {
     /// The graph of values reachable from the globals (what [`Vm::value_digest`] hashes), for
     /// [`ValueGraph::diff`]. Like the digest, it captures the VM and restores it after: the
