@@ -283,3 +283,31 @@ fn json_town_from_its_folder_matches_stock_lua_and_every_mode() {
         assert!(r.rollbacks > 0);
     }
 }
+
+#[test]
+fn diff_saves_of_a_folder_game_reads_its_modules_without_running_it() {
+    let dir = temp_dir("diff");
+    small_game(&dir);
+    // A file in the folder that is no module (it does not compile) is passed over.
+    write(&dir, "tools/broken.lua", "return +");
+    let (a, _) = run_and_save(&dir, 3);
+    let (b, _) = run_and_save(&dir, 9);
+    let cfg = GameConfig::default_game(2, 5).game_at(&dir).unwrap();
+    // Foreign trust: the saves' functions (lib/counter.lua's, town/init.lua's) must find their
+    // code in the reading VM, which compiled the folder's modules and ran none of them.
+    use luasnap::bridge::persist::Trust;
+    use luasnap::bridge::value_diff::diff_saves;
+    let d = diff_saves(Some(&cfg), &a, &b, Trust::Foreign, 50).unwrap();
+    assert!(!d.diff.equal);
+    let listed: Vec<String> = d.diff.differences.iter().map(|x| x.to_string()).collect();
+    assert!(
+        listed.iter().any(|l| l.contains("luasnap_frame: 3 vs 9")),
+        "{listed:?}"
+    );
+    let same = diff_saves(Some(&cfg), &a, &a, Trust::Foreign, 50).unwrap();
+    assert!(same.diff.equal && same.diff.differences.is_empty());
+    // Without the game: its functions are not this VM's code, and the error says whose.
+    let e = diff_saves(None, &a, &b, Trust::Foreign, 50).unwrap_err();
+    assert!(e.to_string().contains(".lua"), "{e}");
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -513,7 +513,10 @@ impl Game {
         }
         if let Some(dir) = &cfg.folder {
             let in_folder = crate::bridge::modules::Module::all_in_folder(dir).map_err(|e| {
-                GameError::Config(format!("cannot read the game's folder {}: {e}", dir.display()))
+                GameError::Config(format!(
+                    "cannot read the game's folder {}: {e}",
+                    dir.display()
+                ))
             })?;
             for m in in_folder {
                 match vm.compile(&m.source, &format!("@{}", m.path)) {
