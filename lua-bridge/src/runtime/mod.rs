@@ -768,8 +768,9 @@ impl Game {
                     .map_err(|e| self.memory_failure(e.into()))?;
                 // The replaced state is garbage now, a whole heap of it: collected here, or
                 // loads pile it up (Arena Brawl: a 153 MB arena extent after 16 loads of a
-                // 9.5 MiB heap, 24 MB with this; later saves run faster too).
-                self.vm.gc_collect()?;
+                // 9.5 MiB heap, 24 MB with this; later saves run faster too). Settled as after
+                // any load (`Game::from_save`), or the next frames run under major collections.
+                self.vm.gc_collect_settled()?;
             }
         }
         self.frame = frame;
