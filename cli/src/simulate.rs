@@ -489,6 +489,9 @@ fn mode_json(r: &ModeReport, reference: &Reference) -> serde_json::Value {
         "rollback_overhead_with_tracking_us_median": r.rollback_with_tracking_us_median(reference),
         "step_us_mean": r.step_us_mean(),
         "snapshot_cost_us_per_frame": r.snapshot_cost_us_per_frame(reference),
+        "copy_and_fault_us_per_frame": r.copy_and_fault_us_per_frame(),
+        "pages_tracked": r.pages_tracked,
+        "fault_ns": r.fault_ns,
         "memory_bytes": r.memory_bytes,
         "pages_copied_per_frame_median": r.pages_per_frame_median(),
         "pages_copied_per_frame_mean": mean(&r.pages_per_frame),
@@ -506,11 +509,11 @@ fn mode_json(r: &ModeReport, reference: &Reference) -> serde_json::Value {
 fn mode_table(text: &mut String, reports: &[ModeReport], reference: &Reference) {
     let _ = writeln!(
         text,
-        "| mode | rollbacks | re-simulated frames | save µs median / p99 | load µs median / p99 | rollback overhead µs median / p99 | the same with tracking, median | G.step µs (mean) | snapshot cost µs per frame | pages written / copied per frame (median) | arena extent | snapshot memory | matches reference |"
+        "| mode | rollbacks | re-simulated frames | save µs median / p99 | load µs median / p99 | rollback overhead µs median / p99 | the same with tracking, median | G.step µs (mean) | snapshot cost µs per frame | saves, loads and faults µs per frame | pages written / copied per frame (median) | arena extent | snapshot memory | matches reference |"
     );
     let _ = writeln!(
         text,
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
     );
     for r in reports {
         let pages = match (r.backend, r.written_per_frame_median()) {
@@ -520,7 +523,7 @@ fn mode_table(text: &mut String, reports: &[ModeReport], reference: &Reference) 
         };
         let _ = writeln!(
             text,
-            "| {} | {} | {} | {:.0} / {:.0} | {:.0} / {:.0} | {:.0} / {:.0} | {:.0} | {:.0} | {:.0} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {:.0} / {:.0} | {:.0} / {:.0} | {:.0} / {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {} | {} | {} | {} |",
             r.backend.name(),
             r.rollbacks,
             r.resimulated,
@@ -533,6 +536,7 @@ fn mode_table(text: &mut String, reports: &[ModeReport], reference: &Reference) 
             r.rollback_with_tracking_us_median(reference),
             r.step_us_mean(),
             r.snapshot_cost_us_per_frame(reference),
+            r.copy_and_fault_us_per_frame(),
             pages,
             human_bytes(r.extent_bytes),
             human_bytes(r.memory_bytes as u64),

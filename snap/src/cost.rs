@@ -26,6 +26,17 @@ use std::time::Duration;
 /// slower (0.82 µs a page) where the scratch measurement gave 0.55 µs.
 const FAULT_IN_WORKLOAD: f64 = 1.5;
 
+/// What one write fault of a `kind` tracker costs inside a workload, in nanoseconds: the
+/// fault measured on scratch pages ([`write_fault_ns`], once per process) times the workload
+/// factor above; the reference machine's figure where the measurement failed.
+pub fn workload_fault_ns(kind: TrackerKind) -> f64 {
+    FAULT_IN_WORKLOAD
+        * write_fault_ns(kind).unwrap_or(match kind {
+            TrackerKind::Uffd => 600.0,
+            TrackerKind::Mprotect => 4000.0,
+        })
+}
+
 /// An exponentially weighted mean (weight 1/4 on each new sample).
 #[derive(Debug, Clone, Copy)]
 struct Mean(Option<f64>);
@@ -72,12 +83,7 @@ impl CostModel {
         CostModel {
             whole: Mean(None),
             written: Mean(None),
-            // Without a measurement (the scratch mapping failed), the reference machine's.
-            fault_ns: FAULT_IN_WORKLOAD
-                * write_fault_ns(kind).unwrap_or(match kind {
-                    TrackerKind::Uffd => 600.0,
-                    TrackerKind::Mprotect => 4000.0,
-                }),
+            fault_ns: workload_fault_ns(kind),
         }
     }
 

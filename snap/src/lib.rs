@@ -22,7 +22,7 @@ mod error;
 mod ring;
 mod snapshot;
 
-pub use cost::CopyCosts;
+pub use cost::{workload_fault_ns, CopyCosts};
 pub use digest::digest;
 pub use error::SnapError;
 pub use ring::{

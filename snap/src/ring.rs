@@ -154,6 +154,11 @@ pub struct RingStats {
     /// Pages the tracker saw written between the last two snapshots, whether or not the
     /// latest copied only those (`None` when tracking was not armed over that interval).
     pub last_written_pages: Option<usize>,
+    /// Pages the tracker reported written over the ring's life, at snapshots and at rollbacks:
+    /// each one a write fault the workload took (a page written again after a snapshot or a
+    /// rollback counts again). What tracking cost the workload is this times
+    /// [`CopyCosts::fault_ns`](crate::CopyCosts::fault_ns) ([`workload_fault_ns`](crate::workload_fault_ns)).
+    pub pages_tracked: u64,
     /// Snapshots currently retained.
     pub retained: usize,
     /// Bytes of the snapshots' extent (what a full copy copies; the base copy holds at most
@@ -681,6 +686,8 @@ impl SnapshotRing {
         for r in old_extent.ranges() {
             tracker.collect(r, dirty)?;
         }
+        let faulted: usize = dirty.iter().map(|r| r.len() / PAGE_SIZE).sum();
+        self.stats.pages_tracked += faulted as u64;
         for r in new_extent.grown_since(&old_extent) {
             if !r.is_empty() {
                 tracker.arm(r.clone())?;
@@ -802,6 +809,8 @@ impl SnapshotRing {
                 self.dirty = dirty;
                 return Err(self.lose_tracking(arena, e));
             }
+            let faulted: usize = dirty.iter().map(|r| r.len() / PAGE_SIZE).sum();
+            self.stats.pages_tracked += faulted as u64;
         }
 
         // 2. The pages to restore (exact: those written since `S_k`, inside its extent), and
