@@ -158,7 +158,7 @@ fn config(players: usize, seed: u64) -> GameConfig {
 }
 
 /// Plays `frames` frames from the game's current frame.
-fn play(game: &mut Game, frames: u64) -> Result<(), Error> {
+fn play(game: &mut Game<Pad>, frames: u64) -> Result<(), Error> {
     let players = game.players();
     for _ in 0..frames {
         let f = game.frame();
@@ -170,7 +170,7 @@ fn play(game: &mut Game, frames: u64) -> Result<(), Error> {
 
 /// Typed reads of the game's state, lazily through handles: nothing is copied but what is
 /// read.
-fn report(game: &Game) -> Result<String, Error> {
+fn report(game: &Game<Pad>) -> Result<String, Error> {
     let vm = game.vm();
     let mut out = format!("frame {}:", game.frame());
     let ships = vm.table("luasnap_game.world.ships")?;

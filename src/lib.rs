@@ -11,8 +11,17 @@
 //! - [`ggrs`] (feature `ggrs`, on by default): the GGRS crate at exactly the version
 //!   [`bridge::ggrs_adapter`] is built with, so a game's session types always match.
 //!
-//! The types a game uses most are also at the root: [`Vm`], [`Value`], the conversion traits,
-//! the handles, and one [`Error`] that every error of the crate converts into with `?`.
+//! The types a game uses most are also at the root:
+//! - the VM: [`Vm`], [`VmBuilder`], [`Value`], the conversion traits, the handles, snapshots
+//!   ([`SnapshotId`], [`Snapshot`]);
+//! - a game: [`Game`], [`GameConfig`], [`Backend`], the input types ([`GameInput`],
+//!   [`PodInput`]), the host's [`VmSetup`], the client models [`FrameSession`] and
+//!   [`PredictiveClient`];
+//! - GGRS (feature `ggrs`): [`GgrsGame`], [`LuaGgrs`], [`Checksum`], [`PeerSocket`],
+//!   [`SessionOptions`];
+//! - save-games: [`LoadOptions`], [`Trust`], [`LoadReport`], [`PersistOptions`];
+//! - one [`Error`] that every error of the crate converts into with `?` ([`VmError`],
+//!   [`GameError`], [`SaveError`], [`LoadError`]).
 //!
 //! ```
 //! use luasnap::{Error, Vm};
@@ -43,10 +52,14 @@ pub use luasnap_bridge::ggrs;
 
 pub use luasnap_alloc::{Arena, ArenaError, ArenaStats, TrackerKind, TrackerPreference};
 pub use luasnap_bridge::{
-    from_value, to_value, Call, Error, FromLua, FromLuaMulti, Function, IntoLua, IntoLuaMulti,
-    LuaRef, LuaTable, NativeError, PlainData, Serde, Table, Thread, ThreadStatus, UserData, Value,
-    Values, Vm, VmError,
+    from_value, to_value, Accept, Backend, Call, Error, FrameSession, FromLua, FromLuaMulti,
+    Function, FunctionBinding, Game, GameConfig, GameError, GameInput, IntoLua, IntoLuaMulti,
+    LoadError, LoadOptions, LoadReport, LuaRef, LuaTable, NativeError, PersistOptions, PlainData,
+    PodInput, PredictiveClient, Profile, SaveError, SaveHandle, Serde, Snapshot, SnapshotId, Table,
+    Thread, ThreadStatus, Trust, UserData, Value, Values, Vm, VmBuilder, VmError, VmSetup,
 };
+#[cfg(feature = "ggrs")]
+pub use luasnap_bridge::{Checksum, GgrsGame, LuaGgrs, PeerSocket, SessionOptions};
 
 /// The README's Rust examples, compiled and run as doctests so that they keep working.
 #[doc = include_str!("../README.md")]

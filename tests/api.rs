@@ -1202,7 +1202,7 @@ fn a_second_game_at_the_fixed_base_address_is_told_to_use_none() {
     let mut first = Game::new(&cfg, Backend::ArenaIncremental).unwrap();
     first.step(&[1u8, 2]).unwrap();
     let save = first.save_game().unwrap();
-    let Err(err) = Game::from_save(&cfg, Backend::ArenaIncremental, &save) else {
+    let Err(err) = Game::<u8>::from_save(&cfg, Backend::ArenaIncremental, &save) else {
         panic!("the fixed address is taken: the second game must be refused");
     };
     assert!(
@@ -1210,7 +1210,7 @@ fn a_second_game_at_the_fixed_base_address_is_told_to_use_none() {
         "{err}"
     );
     cfg.base_address = None;
-    let second = Game::from_save(&cfg, Backend::ArenaIncremental, &save).unwrap();
+    let second: Game = Game::from_save(&cfg, Backend::ArenaIncremental, &save).unwrap();
     assert_eq!(second.frame(), 1);
 }
 
@@ -1258,7 +1258,7 @@ fn from_save_takes_no_code_from_the_file_unless_trusted() {
         "f = function(x) return x + 1",
         "g = function(x) return x + 3",
     );
-    let Err(err) = Game::from_save(&cfg, Backend::ArenaFull, &save) else {
+    let Err(err) = Game::<u8>::from_save(&cfg, Backend::ArenaFull, &save) else {
         panic!("a save of a function this version lacks needs its code");
     };
     let err = err.to_string();
@@ -1329,4 +1329,133 @@ fn error_values_pass_through_a_natives_callback() {
             Value::Integer(9),
         ]
     );
+}
+
+/// An error object that is not a string reaches the host whole: `VmError::Lua`'s `value`,
+/// with a message that shows it (its `__tostring`, else its contents as Lua source), from
+/// `exec`, from a coroutine resumed by the host and from a game's `G.step`.
+#[test]
+fn error_values_that_are_tables_reach_the_host_whole() {
+    let vm = vm();
+    match vm.exec("error({ code = 7, items = { 1, 2 } })", "shop") {
+        Err(VmError::Lua {
+            message,
+            value: Some(Value::Table(t)),
+            traceback: Some(traceback),
+            ..
+        }) => {
+            assert_eq!(t.get("code"), Some(&Value::Integer(7)));
+            let items = t.get("items").and_then(Value::as_table).unwrap();
+            assert_eq!(items.sequence(), [&Value::Integer(1), &Value::Integer(2)]);
+            assert!(
+                message == "{code = 7, items = {1, 2}}" || message == "{items = {1, 2}, code = 7}",
+                "{message}"
+            );
+            assert!(traceback.contains("shop:1: in main chunk"), "{traceback}");
+        }
+        other => panic!("{other:?}"),
+    }
+    // `__tostring` gives the message, as `lua` prints it; the object still arrives.
+    let e = vm
+        .exec(
+            "error(setmetatable({ code = 8 }, { __tostring = function(e) return 'E' .. e.code end }))",
+            "shop",
+        )
+        .unwrap_err();
+    match &e {
+        VmError::Lua {
+            message,
+            value: Some(v),
+            ..
+        } => {
+            assert_eq!(message, "E8");
+            assert_eq!(v.as_table().unwrap().get("code"), Some(&Value::Integer(8)));
+        }
+        other => panic!("{other:?}"),
+    }
+    // Strings and numbers stay messages; an object that contains itself keeps Lua's words.
+    match vm.exec("error('plain', 0)", "x") {
+        Err(VmError::Lua { message, value, .. }) => {
+            assert_eq!((message.as_str(), value), ("plain", None))
+        }
+        other => panic!("{other:?}"),
+    }
+    match vm.exec("local t = {} t.self = t error(t)", "x") {
+        Err(VmError::Lua { message, value, .. }) => {
+            assert_eq!(message, "(error object is a table value)");
+            assert_eq!(value, None);
+        }
+        other => panic!("{other:?}"),
+    }
+    // Raised inside a coroutine the host resumes.
+    vm.exec(
+        "co = coroutine.create(function() coroutine.yield() error({ code = 9, at = 'ai' }) end)",
+        "ai",
+    )
+    .unwrap();
+    let co = vm.thread("co").unwrap();
+    co.resume::<()>(()).unwrap();
+    match co.resume::<()>(()) {
+        Err(VmError::Lua { value: Some(v), .. }) => {
+            assert_eq!(v.as_table().unwrap().get("at"), Some(&Value::from("ai")))
+        }
+        other => panic!("{other:?}"),
+    }
+    drop(co);
+    // From a game's G.step, through GameError.
+    use luasnap::bridge::runtime::{Backend, Game, GameConfig};
+    let mut cfg = GameConfig::default_game(1, 1);
+    cfg.base_address = None;
+    cfg.capacity = 64 * MIB;
+    cfg.script = "local G = {} function G.init() end
+        function G.step() error({ reason = 'desk closed' }) end return G"
+        .into();
+    let mut game = Game::new(&cfg, Backend::ArenaFull).unwrap();
+    let e = game.step(&[0u8]).unwrap_err();
+    let chain = format!("{e} {:?}", std::error::Error::source(&e));
+    assert!(chain.contains("{reason = \"desk closed\"}"), "{chain}");
+}
+
+/// A script that indexes a namespace of natives nobody registered is told so, and how to
+/// register one, in the Rust API's words.
+#[test]
+fn an_unregistered_native_namespace_says_how_to_register_it() {
+    let vm = Vm::builder()
+        .capacity(64 * MIB)
+        .deterministic(1)
+        .native("host.add", |call| {
+            let sum = call.integer(0)? + call.integer(1)?;
+            call.ret(sum);
+            Ok(())
+        })
+        .build()
+        .unwrap();
+    let e = vm
+        .exec("return input.poll()", "game")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("attempt to index a nil value (global 'input')"),
+        "{e}"
+    );
+    assert!(
+        e.contains("no native named 'input.…' is registered")
+            && e.contains("VmBuilder::native(\"input.<function>\"")
+            && e.contains("GameConfig::setup"),
+        "{e}"
+    );
+    // The hint sits before the traceback.
+    assert!(
+        e.find("VmBuilder").unwrap() < e.find("stack traceback").unwrap(),
+        "{e}"
+    );
+    // A registered namespace the script cleared, and a missing function of a registered
+    // namespace, keep Lua's message.
+    let e = vm
+        .exec("host = nil return host.add(1, 2)", "game")
+        .unwrap_err()
+        .to_string();
+    assert!(!e.contains("VmBuilder"), "{e}");
+    let e = vm.exec("return os.time()", "game").unwrap_err().to_string();
+    assert!(!e.contains("VmBuilder") && e.contains("left out"), "{e}");
 }

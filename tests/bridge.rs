@@ -158,6 +158,7 @@ fn lua_errors_come_back_with_message_and_traceback() {
             kind: LuaErrorKind::Runtime,
             message,
             traceback,
+            ..
         }) => {
             assert!(message.contains("bad thing"), "{message}");
             let tb = traceback.unwrap();
@@ -176,9 +177,15 @@ fn lua_errors_come_back_with_message_and_traceback() {
         }) => assert!(message.contains("broken"), "{message}"),
         other => panic!("{other:?}"),
     }
+    // A table raised as the error reaches Rust whole (tests/api.rs has the details).
     match vm.exec("error({code = 1})", "tbl") {
-        Err(VmError::Lua { message, .. }) => {
-            assert!(message.contains("error object is a table"), "{message}")
+        Err(VmError::Lua {
+            message,
+            value: Some(v),
+            ..
+        }) => {
+            assert_eq!(message, "{code = 1}");
+            assert_eq!(v.as_table().unwrap().get("code"), Some(&Value::Integer(1)));
         }
         other => panic!("{other:?}"),
     }

@@ -288,7 +288,7 @@ fn a_sync_test_desync_writes_both_simulations_as_save_games() {
     let latest = PathBuf::from(first.to_string_lossy().replace("-first", ""));
     // Both load into the game, and they hold different states.
     let digest = |p: &PathBuf| {
-        let mut game = Game::from_save(&cfg, Backend::ArenaFull, &std::fs::read(p).unwrap())
+        let mut game: Game = Game::from_save(&cfg, Backend::ArenaFull, &std::fs::read(p).unwrap())
             .unwrap_or_else(|e| panic!("{}: {e}", p.display()));
         game.value_digest().unwrap()
     };

@@ -193,7 +193,7 @@ fn a_game_error_chain_prints_lua_s_message_once() {
         "local G = {} function G.init() error('bad init') end function G.step() end return G"
             .into();
     once(
-        &Game::new(&cfg, Backend::ArenaFull).unwrap_err(),
+        &Game::<u8>::new(&cfg, Backend::ArenaFull).unwrap_err(),
         "bad init",
     );
     cfg.script =
@@ -202,7 +202,7 @@ fn a_game_error_chain_prints_lua_s_message_once() {
     let mut g = Game::new(&cfg, Backend::ArenaFull).unwrap();
     once(&g.step(&[0, 0]).unwrap_err(), "bad step");
     cfg.script = "local G = {} function G.init() end function G.step() end function G.digest() error('bad digest') end return G".into();
-    let g = Game::new(&cfg, Backend::ArenaFull).unwrap();
+    let g: Game = Game::new(&cfg, Backend::ArenaFull).unwrap();
     let e = g.game_digest().unwrap_err();
     assert!(matches!(e, GameError::DigestFailed { .. }), "{e:?}");
     once(&e, "bad digest");
@@ -215,10 +215,14 @@ fn a_game_error_chain_prints_lua_s_message_once() {
 fn bad_games_get_clear_messages() {
     let mut cfg = tiny(2, 1);
     cfg.script = "return 42".into();
-    let err = Game::new(&cfg, Backend::ArenaFull).unwrap_err().to_string();
+    let err = Game::<u8>::new(&cfg, Backend::ArenaFull)
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("returned number, not a table"), "{err}");
     cfg.script = "return { init = function() end }".into();
-    let err = Game::new(&cfg, Backend::ArenaFull).unwrap_err().to_string();
+    let err = Game::<u8>::new(&cfg, Backend::ArenaFull)
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("no function G.step"), "{err}");
     cfg.script = "local G = {} function G.init() end function G.step(i) if i[1] > 20 then error('boom') end end return G".into();
     let mut sim = Simulation::new(SimOptions {
@@ -243,13 +247,13 @@ fn bad_games_get_clear_messages() {
     cfg.script =
         "local G = {} function G.init() error('bad init') end function G.step() end return G"
             .into();
-    let err = Game::new(&cfg, Backend::ArenaFull).unwrap_err();
+    let err = Game::<u8>::new(&cfg, Backend::ArenaFull).unwrap_err();
     assert!(
         matches!(err, GameError::Init { .. }) && err.to_string().contains("bad init"),
         "{err:?}"
     );
     cfg.script = "syntax error here".into();
-    let err = Game::new(&cfg, Backend::ArenaFull).unwrap_err();
+    let err = Game::<u8>::new(&cfg, Backend::ArenaFull).unwrap_err();
     assert!(matches!(err, GameError::Syntax { .. }), "{err:?}");
     assert!(err.to_string().contains("syntax error: tiny:1:"), "{err}");
     // The deterministic profile's missing libraries are named as such.
@@ -270,13 +274,17 @@ fn the_script_is_its_own_chunk_with_lua_s_lines_and_messages() {
     let mut cfg = tiny(2, 1);
     // An unclosed function: Lua reports the end of the script, as `lua` does for the file.
     cfg.script = "local G = {}\nfunction G.init() end\nfunction G.step(i)\n  if i[1] then\n  end\nreturn G\n".into();
-    let err = Game::new(&cfg, Backend::ArenaFull).unwrap_err().to_string();
+    let err = Game::<u8>::new(&cfg, Backend::ArenaFull)
+        .unwrap_err()
+        .to_string();
     assert!(
         err.contains("tiny:7: 'end' expected (to close 'function' at line 3) near <eof>"),
         "{err}"
     );
     cfg.script = "local G = {}\n--[[ never closed\nreturn G".into();
-    let err = Game::new(&cfg, Backend::ArenaFull).unwrap_err().to_string();
+    let err = Game::<u8>::new(&cfg, Backend::ArenaFull)
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("tiny:3: unfinished long comment"), "{err}");
     // A runtime error's traceback names the script's lines under the script's name and the
     // runtime's glue under its own.

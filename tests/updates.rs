@@ -286,7 +286,7 @@ return G
         g.step(&[0u8, 0u8]).unwrap();
         let save = g.save_game().unwrap();
         drop(g);
-        let e = Game::from_save(&config(HOLDS_LOAD), Backend::ArenaFull, &save).unwrap_err();
+        let e = Game::<u8>::from_save(&config(HOLDS_LOAD), Backend::ArenaFull, &save).unwrap_err();
         let msg = e.to_string();
         assert!(
             matches!(e, GameError::Load(LoadError::Refused { .. })),
@@ -298,19 +298,19 @@ return G
         // Declared in the script ...
         let declared =
             HOLDS_LOAD.replace("local G = {}", "local G = { permanents = { \"load\" } }");
-        let g2 = Game::from_save(&config(&declared), Backend::ArenaFull, &save).unwrap();
+        let g2: Game = Game::from_save(&config(&declared), Backend::ArenaFull, &save).unwrap();
         assert_eq!(g2.game_digest().unwrap(), Some(1));
         drop(g2);
         // ... or in the configuration.
         let mut cfg = config(HOLDS_LOAD);
         cfg.permanents = vec!["load".into()];
-        let g3 = Game::from_save(&cfg, Backend::ArenaFull, &save).unwrap();
+        let g3: Game = Game::from_save(&cfg, Backend::ArenaFull, &save).unwrap();
         assert_eq!(g3.game_digest().unwrap(), Some(1));
     }
 
     #[test]
     fn eris_is_not_a_global_in_game_vms() {
-        let g = Game::new(&config(V1), Backend::ArenaFull).unwrap();
+        let g: Game = Game::new(&config(V1), Backend::ArenaFull).unwrap();
         let r = g
             .vm()
             .exec("return eris == nil, type(require)", "=check")

@@ -187,7 +187,7 @@ fn a_string_from_g_digest_is_used() {
             .into(),
         ..cfg
     };
-    let e = Game::new(&bad, Backend::ArenaFull)
+    let e = Game::<u8>::new(&bad, Backend::ArenaFull)
         .unwrap()
         .game_digest()
         .unwrap_err()

@@ -321,7 +321,7 @@ const HELD_FACTOR: u64 = 2;
 /// library holds 20 KB of blocks in some 40 partly used spans, so `luasnap run` needed a cap
 /// of 80 KB to start.
 const HELD_SLACK_PAGES: u64 = held_slack_pages();
-/// [`HELD_SLACK_PAGES`] in bytes: the pages held by blocks stay within twice the limit plus
+/// `HELD_SLACK_PAGES` in bytes: the pages held by blocks stay within twice the limit plus
 /// this.
 pub const HELD_SLACK_BYTES: u64 = HELD_SLACK_PAGES * PAGE_SIZE as u64;
 
@@ -370,7 +370,7 @@ pub enum PageOwner {
     Outside,
 }
 
-/// The blocks of one span; see [`Heap::span_blocks`].
+/// The blocks of one span; see [`Arena::span_blocks`](crate::Arena::span_blocks).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SpanBlocks {
     /// The span's first data page (from the start of the data region).
@@ -381,7 +381,7 @@ pub struct SpanBlocks {
     pub live: Vec<bool>,
 }
 
-/// Where the bytes of the extent go; see [`Heap::usage`].
+/// Where the bytes of the extent go; see [`Arena::usage`](crate::Arena::usage).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct HeapUsage {
     /// Bytes in large blocks (whole pages).

@@ -395,7 +395,7 @@ fn explain(
         let ours = replay(cfg, inputs, &[], Some(f), true).map_err(|e| e.to_string())?;
         let mut there = cfg.clone();
         there.base_address = None;
-        let mut theirs = Game::from_save(&there, Backend::ArenaFull, &bytes)
+        let mut theirs: Game = Game::from_save(&there, Backend::ArenaFull, &bytes)
             .map_err(|e| format!("the second process's save-game: {e}"))?;
         let theirs = theirs.value_graph().map_err(|e| e.to_string())?;
         let diff = ours.graph.expect("asked for").diff(&theirs, LIMIT);

@@ -21,9 +21,9 @@ const VERSION: &str = "Lua 5.5.1  Copyright (C) 1994-2026 Lua.org, PUC-Rio";
 #[derive(Debug, clap::Args)]
 #[command(disable_help_flag = true)]
 pub struct RunArgs {
-    /// [--memory-limit SIZE] [--capacity SIZE] [--deterministic SEED] [--base-address ADDR]
-    /// [--digest] then lua's options (-e stat, -i, -l mod, -l g=mod, -v, -E, -W, --, -) and
-    /// [script [args]]
+    /// `[--memory-limit SIZE] [--capacity SIZE] [--deterministic SEED] [--base-address ADDR]
+    /// [--digest]` then lua's options (`-e stat`, `-i`, `-l mod`, `-l g=mod`, `-v`, `-E`, `-W`,
+    /// `--`, `-`) and `[script [args]]`
     #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0..)]
     pub args: Vec<String>,
 }

@@ -312,7 +312,7 @@ fn diff_at(
             o
         }
     };
-    let mut theirs = Game::from_save_with(&cfg, Backend::ArenaFull, &bytes, &opts)
+    let mut theirs: Game = Game::from_save_with(&cfg, Backend::ArenaFull, &bytes, &opts)
         .map_err(|e| format!("the second process's save-game: {e}"))?;
     let theirs = theirs.value_graph().map_err(|e| e.to_string())?;
     Ok(ours.diff(&theirs, LIMIT))

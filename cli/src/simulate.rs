@@ -408,6 +408,7 @@ fn json_report(args: &SimulateArgs, reference: &Reference, outcome: &Outcome) ->
         "step_us": reference.step_us,
         "reference_digest": format!("{:016x}", reference.arena_digest),
         "reference_value_digest": format!("{:016x}", reference.value_digest),
+        "game_digest": reference.game_digest,
         "modes": modes,
         "failed_modes": outcome.failures.iter().map(|(b, e)| json!({"mode": b.name(), "error": e})).collect::<Vec<_>>(),
         "divergence": divergence_json,
@@ -436,9 +437,13 @@ fn table_report(args: &SimulateArgs, reference: &Reference, outcome: &Outcome) -
         reference.step_us,
         tracker.as_deref().unwrap_or("none"),
     );
+    let game_digest = reference
+        .game_digest
+        .map(|d| format!(", G.digest() {d}"))
+        .unwrap_or_default();
     let _ = writeln!(
         text,
-        "reference: arena digest {:016x}, value digest {:016x}\n",
+        "reference: arena digest {:016x}, value digest {:016x}{game_digest}\n",
         reference.arena_digest, reference.value_digest
     );
     mode_table(&mut text, &outcome.reports, reference);

@@ -680,3 +680,68 @@ fn a_game_folder_runs_and_its_saves_load_from_another_folder() {
     );
     std::fs::remove_dir_all(&base).ok();
 }
+
+/// `--json` reports `G.digest()`'s value at the end: the figure another implementation of
+/// the game must reach with the same inputs, here the stock driver (`stock_driver.lua`, made
+/// for stock Lua) under `luasnap run`.
+#[test]
+fn simulate_json_reports_the_final_game_digest() {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+    let game = format!("{root}/tests/lua/tiny_game.lua");
+    let out = Command::new(env!("CARGO_BIN_EXE_luasnap"))
+        .args([
+            "simulate", &game, "--json", "--seed", "3", "--frames", "120",
+        ])
+        .args(["--mode", "full", "--second-process", "off"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let digest = v["game_digest"]
+        .as_i64()
+        .expect("game_digest is an integer");
+    let driver = Command::new(env!("CARGO_BIN_EXE_luasnap"))
+        .args([
+            "run",
+            &format!("{root}/lua-bridge/games/stock_driver.lua"),
+            &game,
+        ])
+        .args(["--seed", "3", "--frames", "120"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&driver.stdout);
+    assert!(
+        text.contains(&format!("digest after 120 frames: {digest} ")),
+        "simulate's game_digest {digest}, the driver's run:\n{text}{}",
+        String::from_utf8_lossy(&driver.stderr)
+    );
+    // A game without G.digest reports null.
+    let plain = std::env::temp_dir().join(format!("luasnap-nodigest-{}.lua", std::process::id()));
+    std::fs::write(
+        &plain,
+        "local G, n = {}, 0 function G.init() end function G.step() n = n + 1 end return G",
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_luasnap"))
+        .args([
+            "simulate",
+            plain.to_str().unwrap(),
+            "--json",
+            "--frames",
+            "10",
+        ])
+        .args(["--mode", "full", "--second-process", "off"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(v["game_digest"].is_null(), "{v}");
+}

@@ -75,4 +75,13 @@ pub use error::Error;
 /// The `ggrs` crate, at exactly the version the adapter is built with.
 #[cfg(feature = "ggrs")]
 pub use ggrs;
-pub use luasnap_snap::{CopyStrategy, SnapshotId, SnapshotMode};
+pub use luasnap_snap::{CopyStrategy, Snapshot, SnapshotId, SnapshotMode};
+pub use persist::{
+    Accept, FunctionBinding, LoadError, LoadOptions, LoadReport, PersistOptions, SaveError, Trust,
+};
+#[cfg(feature = "ggrs")]
+pub use runtime::ggrs_adapter::{Checksum, GgrsGame, LuaGgrs, PeerSocket, SessionOptions};
+pub use runtime::{
+    Backend, FrameSession, Game, GameConfig, GameError, GameInput, PodInput, PredictiveClient,
+    SaveHandle, VmSetup,
+};

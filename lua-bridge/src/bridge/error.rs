@@ -1,6 +1,7 @@
 //! Errors of the VM and of natives. (The crate's umbrella `Error` is in `src/error.rs`,
 //! above the layers whose errors it unites.)
 
+use crate::bridge::value::Value;
 use luasnap_alloc::ArenaError;
 use luasnap_snap::SnapError;
 
@@ -22,6 +23,24 @@ pub enum LuaErrorKind {
 #[non_exhaustive]
 pub enum VmError {
     /// Lua code failed. The message is Lua's; the traceback, when there is one, says where.
+    ///
+    /// An error object that is not a string (`error({ code = 7 })`) arrives whole in `value`,
+    /// and the message is its `__tostring` (as `lua` prints it) or else its contents written
+    /// as Lua (`{code = 7}`):
+    ///
+    /// ```
+    /// use luasnap_bridge::{Value, Vm, VmError};
+    ///
+    /// let vm = Vm::builder().capacity(64 << 20).build()?;
+    /// match vm.exec("error({ code = 7 })", "shop") {
+    ///     Err(VmError::Lua { message, value: Some(Value::Table(t)), .. }) => {
+    ///         assert_eq!(message, "{code = 7}");
+    ///         assert_eq!(t.get("code"), Some(&Value::Integer(7)));
+    ///     }
+    ///     other => panic!("{other:?}"),
+    /// }
+    /// # Ok::<(), VmError>(())
+    /// ```
     #[error("{message}{}", traceback.as_deref().map(|t| format!("\n{t}")).unwrap_or_default())]
     Lua {
         /// Which kind of failure.
@@ -30,6 +49,10 @@ pub enum VmError {
         message: String,
         /// `stack traceback:` and the frames, when available.
         traceback: Option<String>,
+        /// The error object, copied out, when Lua raised something other than a string or a
+        /// number (a table, a userdata); `None` for messages, and for an object that cannot be
+        /// copied (a table that contains itself).
+        value: Option<Value>,
     },
     /// Snapshot, rollback or native registration was attempted while Lua code is running
     /// (inside a native, a coroutine or a hook).
@@ -242,6 +265,31 @@ pub(crate) fn explain_left_out(message: String) -> String {
         return message;
     }
     // Before a traceback that the message carries, right after the message itself.
+    match message.find("\nstack traceback:") {
+        Some(at) => format!("{}{note}{}", &message[..at], &message[at..]),
+        None => format!("{message}{note}"),
+    }
+}
+
+/// Adds to Lua's "attempt to index a nil value (global 'host')" that no native is registered
+/// under `host.` and how to register one, unless `registered("host")` (a native of that
+/// namespace exists, so the script itself changed the global) or the global is one the
+/// deterministic profile leaves out ([`explain_left_out`] says why).
+pub(crate) fn explain_missing_native(message: String, registered: impl Fn(&str) -> bool) -> String {
+    const INDEX_NIL: &str = "attempt to index a nil value (global '";
+    let head = message.split("\nstack traceback:").next().unwrap_or("");
+    let Some(name) = head
+        .find(INDEX_NIL)
+        .and_then(|at| head[at + INDEX_NIL.len()..].split('\'').next())
+    else {
+        return message;
+    };
+    if name.is_empty() || LEFT_OUT.contains(&name) || registered(name) {
+        return message;
+    }
+    let note = format!(
+        " (no native named '{name}.…' is registered in this VM: if '{name}' is the host's namespace, register its functions before the VM is built, with VmBuilder::native(\"{name}.<function>\", |call| ...), for a game in GameConfig::setup: VmSetup::new(|b| b.native(\"{name}.<function>\", ...)))"
+    );
     match message.find("\nstack traceback:") {
         Some(at) => format!("{}{note}{}", &message[..at], &message[at..]),
         None => format!("{message}{note}"),

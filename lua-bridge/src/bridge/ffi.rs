@@ -353,12 +353,26 @@ unsafe fn userdata_to_value(L: *mut lua_State, idx: c_int, types: &[UserDataType
 
 // ----- protected calls from the host -----
 
-/// Lua's error report: kind, message and traceback.
+/// Lua's error report: kind, message, traceback, and the error object when it was neither a
+/// string nor a number (`error({ code = 7 })`), copied out.
 pub(crate) struct LuaFailure {
     pub kind: LuaErrorKind,
     pub message: String,
     pub traceback: Option<String>,
+    pub value: Option<Value>,
 }
+
+/// Marks the table [`traceback_handler`] wraps a non-string error object in: its key (a light
+/// userdata no Lua code can make) holds `true`, `[1]` the object, `[2]` the message with its
+/// traceback.
+static WRAPPED_ERROR: u8 = 0;
+
+fn wrapped_error_key() -> *const c_void {
+    std::ptr::addr_of!(WRAPPED_ERROR).cast()
+}
+
+/// The message [`traceback_handler`] gives an error object without a `__tostring`.
+const NO_TEXT: &str = "(error object is a ";
 
 /// Message handler of [`Call::call_function`](crate::Call::call_function): a traceback for string messages (dropped
 /// later, as for [`traceback_handler`]); any other error value passes through unchanged so
@@ -376,19 +390,67 @@ pub(crate) unsafe extern "C-unwind" fn callback_handler(L: *mut lua_State) -> c_
 }
 
 /// Message handler: appends a traceback to string messages, as the standalone `lua` does.
+/// Any other error object (a table, a userdata) is kept whole for the host: the handler
+/// returns a table marked with [`wrapped_error_key`] holding the object and its message (its
+/// `__tostring`, as `lua` prints it, else a placeholder) with the traceback, and
+/// [`protected`] copies the object out.
 unsafe extern "C-unwind" fn traceback_handler(L: *mut lua_State) -> c_int {
-    // SAFETY: called by Lua as a message handler with the error object at index 1.
+    // SAFETY: called by Lua as a message handler with the error object at index 1. Every call
+    // may raise (memory, a failing __tostring): Lua then reports an error in the handler; no
+    // Rust value is alive here.
     unsafe {
         let msg = ffi::lua_tolstring(L, 1, std::ptr::null_mut());
-        if msg.is_null() {
-            // No Rust value may be alive when Lua raises here, so let Lua format the text.
-            let tn = ffi::lua_typename(L, ffi::lua_type(L, 1));
-            let m = ffi::lua_pushfstring(L, c"(error object is a %s value)".as_ptr(), tn);
-            ffi::luaL_traceback(L, L, m, 1);
-        } else {
+        if !msg.is_null() {
             ffi::luaL_traceback(L, L, msg, 1);
+            return 1;
         }
+        let m = if ffi::luaL_callmeta(L, 1, c"__tostring".as_ptr()) != 0
+            && ffi::lua_type(L, -1) == ffi::LUA_TSTRING
+        {
+            ffi::lua_tolstring(L, -1, std::ptr::null_mut())
+        } else {
+            let tn = ffi::lua_typename(L, ffi::lua_type(L, 1));
+            ffi::lua_pushfstring(L, c"(error object is a %s value)".as_ptr(), tn)
+        };
+        ffi::luaL_traceback(L, L, m, 1);
+        ffi::lua_createtable(L, 2, 1);
+        ffi::lua_pushvalue(L, 1);
+        ffi::lua_rawseti(L, -2, 1);
+        ffi::lua_pushvalue(L, -2);
+        ffi::lua_rawseti(L, -2, 2);
+        ffi::lua_pushboolean(L, 1);
+        ffi::lua_rawsetp(L, -2, wrapped_error_key());
         1
+    }
+}
+
+/// The error object a failed [`protected`] call left on top of `L`, when
+/// [`traceback_handler`] wrapped it: replaces the wrapper by its message (on top, where the
+/// caller reads it) and returns the object copied out, or `None` when it was not wrapped or
+/// cannot be copied (a table that contains itself: only the message is left then).
+///
+/// # Safety
+/// `L` is the main thread of a VM built by this crate, its error object on top.
+unsafe fn unwrap_error(L: *mut lua_State, types: &[UserDataType]) -> Option<Value> {
+    // SAFETY: raw reads of the table on top with a light userdata or integer key do not
+    // allocate or raise; to_value only reads; the stack keeps LUA_MINSTACK free slots, and
+    // the message ends on top in place of the wrapper on every path.
+    unsafe {
+        if ffi::lua_type(L, -1) != ffi::LUA_TTABLE {
+            return None;
+        }
+        let marked = ffi::lua_rawgetp(L, -1, wrapped_error_key()) == ffi::LUA_TBOOLEAN;
+        ffi::lua_settop(L, -2);
+        if !marked {
+            return None;
+        }
+        ffi::lua_rawgeti(L, -1, 1);
+        let value = to_value(L, -1, types).ok();
+        ffi::lua_settop(L, -2);
+        ffi::lua_rawgeti(L, -1, 2);
+        ffi::lua_rotate(L, -2, 1);
+        ffi::lua_settop(L, -2);
+        value
     }
 }
 
@@ -435,9 +497,10 @@ pub(crate) unsafe extern "C-unwind" fn run_job(L: *mut lua_State) -> c_int {
 /// own frame.
 ///
 /// # Safety
-/// `L` must be the idle main thread of a VM built by this crate.
+/// `L` must be the idle main thread of a VM built by this crate, `types` its userdata types.
 pub(crate) unsafe fn protected(
     L: *mut lua_State,
+    types: &[UserDataType],
     body: &mut dyn FnMut(*mut lua_State) -> c_int,
 ) -> Result<c_int, LuaFailure> {
     let mut job = Job { body, panic: None };
@@ -461,6 +524,8 @@ pub(crate) unsafe fn protected(
         ffi::LUA_ERRERR => LuaErrorKind::Handler,
         _ => LuaErrorKind::Runtime,
     };
+    // SAFETY: the error object is on top (L's contract); unwrap_error leaves a message there.
+    let value = unsafe { unwrap_error(L, types) };
     // SAFETY: the error object is on top; reading a string does not allocate.
     let text = unsafe {
         let mut len = 0;
@@ -481,10 +546,16 @@ pub(crate) unsafe fn protected(
         Some(p) => format!("{message}: {p}"),
         None => message,
     };
+    // An object without `__tostring`: its contents say more than the placeholder.
+    let message = match &value {
+        Some(v) if message.starts_with(NO_TEXT) => crate::bridge::value::error_text(v),
+        _ => message,
+    };
     Err(LuaFailure {
         kind,
         message,
         traceback,
+        value,
     })
 }
 

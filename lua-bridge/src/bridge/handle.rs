@@ -464,10 +464,12 @@ impl Vm {
                 kind: LuaErrorKind::Runtime,
                 message,
                 traceback,
+                value,
             }) if syntax_error => Err(VmError::Lua {
                 kind: LuaErrorKind::Syntax,
                 message,
                 traceback,
+                value,
             }),
             r => r,
         }
@@ -555,10 +557,12 @@ impl Vm {
                 kind: LuaErrorKind::Runtime,
                 message,
                 traceback,
+                value,
             }) if syntax_error => Err(VmError::Lua {
                 kind: LuaErrorKind::Syntax,
                 message,
                 traceback,
+                value,
             }),
             Err(e) => Err(e),
         }

@@ -66,6 +66,16 @@ impl Registry {
             .any(|n| n.name == name)
     }
 
+    /// Whether a native is registered under `namespace.` (`host` for `host.roll`).
+    pub(crate) fn has_namespace(&self, namespace: &str) -> bool {
+        // SAFETY: as in `types`.
+        unsafe { &*self.natives.get() }.iter().any(|n| {
+            n.name
+                .strip_prefix(namespace)
+                .is_some_and(|rest| rest.starts_with('.'))
+        })
+    }
+
     /// Whether the registry is closed (a snapshot was taken).
     pub(crate) fn is_closed(&self) -> bool {
         self.closed.get()

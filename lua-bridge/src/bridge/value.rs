@@ -211,6 +211,92 @@ impl std::fmt::Debug for Value {
     }
 }
 
+/// Lua source for the value: `{code = 7, "x", [2.5] = true}` (keys in the copied order, a
+/// sequence's items without their keys), strings as literals, floats as `%q` writes them
+/// (`1e9999` for infinity, `(0/0)` for NaN). A userdata shows its
+/// type (`<Vec2 userdata>`), an opaque value its kind (`<function>`): they have no source.
+impl std::fmt::Display for Value {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Value::Nil => f.write_str("nil"),
+            Value::Boolean(b) => write!(f, "{b}"),
+            Value::Integer(i) => write!(f, "{i}"),
+            Value::Number(n) if n.is_nan() => f.write_str("(0/0)"),
+            Value::Number(n) if n.is_infinite() => {
+                f.write_str(if *n > 0.0 { "1e9999" } else { "-1e9999" })
+            }
+            Value::Number(n) if n.fract() == 0.0 && n.abs() < 1e15 => write!(f, "{n:.1}"),
+            Value::Number(n) => write!(f, "{n:?}"),
+            Value::String(s) => write_quoted(f, s),
+            Value::Table(t) => write_table(f, t),
+            Value::UserData(u) => write!(f, "<{} userdata>", u.type_name),
+            Value::Opaque(kind) => write!(f, "<{kind}>"),
+        }
+    }
+}
+
+/// A string as a Lua literal: `"`, `\\`, newlines and tabs escaped, other control bytes and
+/// bytes that are not UTF-8 as `\ddd`.
+fn write_quoted(f: &mut std::fmt::Formatter<'_>, s: &[u8]) -> std::fmt::Result {
+    use std::fmt::Write;
+    f.write_char('"')?;
+    for chunk in s.utf8_chunks() {
+        for c in chunk.valid().chars() {
+            match c {
+                '"' => f.write_str("\\\"")?,
+                '\\' => f.write_str("\\\\")?,
+                '\n' => f.write_str("\\n")?,
+                '\t' => f.write_str("\\t")?,
+                c if c.is_ascii_control() => write!(f, "\\{:03}", c as u32)?,
+                c => f.write_char(c)?,
+            }
+        }
+        for b in chunk.invalid() {
+            write!(f, "\\{b:03}")?;
+        }
+    }
+    f.write_char('"')
+}
+
+/// A table as a Lua constructor (see [`Value`]'s `Display`).
+fn write_table(f: &mut std::fmt::Formatter<'_>, t: &Table) -> std::fmt::Result {
+    const KEYWORDS: [&str; 22] = [
+        "and", "break", "do", "else", "elseif", "end", "false", "for", "function", "global",
+        "goto", "if", "in", "local", "nil", "not", "or", "repeat", "return", "then", "true",
+        "until",
+    ];
+    f.write_str("{")?;
+    let mut next_item = 1;
+    for (i, (k, v)) in t.entries.iter().enumerate() {
+        if i > 0 {
+            f.write_str(", ")?;
+        }
+        match k {
+            Value::Integer(n) if *n == next_item => next_item += 1,
+            Value::String(s)
+                if s.first()
+                    .is_some_and(|c| c.is_ascii_alphabetic() || *c == b'_')
+                    && s.iter().all(|c| c.is_ascii_alphanumeric() || *c == b'_')
+                    && !KEYWORDS.iter().any(|w| w.as_bytes() == s.as_slice()) =>
+            {
+                write!(f, "{} = ", String::from_utf8_lossy(s))?
+            }
+            k => write!(f, "[{k}] = ")?,
+        }
+        write!(f, "{v}")?;
+    }
+    f.write_str("}")
+}
+
+/// The message of an error object copied out of Lua: its source, cut at 300 characters.
+pub(crate) fn error_text(v: &Value) -> String {
+    let text = v.to_string();
+    match text.char_indices().nth(300) {
+        Some((at, _)) => format!("{}...", &text[..at]),
+        None => text,
+    }
+}
+
 macro_rules! from_int {
     ($($t:ty),*) => {$(
         impl From<$t> for Value {

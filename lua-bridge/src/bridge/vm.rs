@@ -311,6 +311,7 @@ impl VmBuilder {
                 kind: LuaErrorKind::Memory,
                 message: "not enough memory to create the Lua state".into(),
                 traceback: None,
+                value: None,
             });
         };
         let L = state.as_ptr();
@@ -583,7 +584,7 @@ impl Vm {
         }
         depth.set(1);
         // SAFETY: our main thread, idle (depth was 0).
-        let outcome = unsafe { raw::protected(self.L(), body) };
+        let outcome = unsafe { raw::protected(self.L(), self.natives.registry.types(), body) };
         let result = match outcome {
             Ok(n) => {
                 let r = collect(self.L(), n);
@@ -595,15 +596,20 @@ impl Vm {
                 kind,
                 message,
                 traceback,
+                value,
             }) => Err(VmError::Lua {
                 kind,
-                message: match self.profile {
-                    Profile::Deterministic { .. } => {
-                        crate::bridge::error::explain_left_out(message)
-                    }
-                    _ => message,
-                },
+                message: crate::bridge::error::explain_missing_native(
+                    match self.profile {
+                        Profile::Deterministic { .. } => {
+                            crate::bridge::error::explain_left_out(message)
+                        }
+                        _ => message,
+                    },
+                    |namespace| self.natives.registry.has_namespace(namespace),
+                ),
                 traceback,
+                value,
             }),
         };
         depth.set(0);
@@ -647,6 +653,7 @@ impl Vm {
                 "not enough memory to create the Lua state under a memory limit of {limit} bytes (its standard library alone holds {stock_bytes} bytes of blocks)"
             ),
             traceback: None,
+            value: None,
         }
         };
         let rounded = limit / PAGE_SIZE * PAGE_SIZE;
@@ -809,10 +816,12 @@ impl Vm {
                 kind: LuaErrorKind::Runtime,
                 message,
                 traceback,
+                value,
             }) if syntax_error => Err(VmError::Lua {
                 kind: LuaErrorKind::Syntax,
                 message,
                 traceback,
+                value,
             }),
             Err(e) => Err(e),
         }

@@ -87,7 +87,7 @@ pub enum FunctionBinding {
     /// game's module-level variables (`_ENV`, a new local helper) or start as nil. A function
     /// with no counterpart, and a coroutine suspended in a function whose code changed, keep
     /// their saved code in an own load and refuse a foreign one, naming the function. The
-    /// chunk's current version is the last one the host ran under that name ([`Vm::exec`],
+    /// chunk's current version is the last one the host ran under that name ([`Vm::exec`](crate::Vm::exec),
     /// [`Vm::load`](crate::Vm::load), a module `require` loaded). What
     /// `Game::from_save` sets. Needs a save of format 6 or later (earlier ones keep their
     /// saved code).

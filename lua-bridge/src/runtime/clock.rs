@@ -2,7 +2,8 @@
 
 use std::time::{Duration, Instant};
 
-/// Which clock [`Timings`](crate::runtime::Timings) read.
+/// Which clock the runtime's timings read (the per-frame save, load and step times of a
+/// [`FrameSession`](crate::runtime::FrameSession) and of `simulate`'s reports).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Clock {
     /// Wall time: what a player waits for.

@@ -176,7 +176,7 @@ const DESYNC_FRAMES_KEPT: usize = 16;
 
 /// A game driven by a GGRS session.
 pub struct GgrsGame<C: ggrs::Config<State = SaveHandle> = LuaGgrs> {
-    game: Game,
+    game: Game<C::Input>,
     checksum: Checksum,
     /// Saves served.
     pub saves: u64,
@@ -217,7 +217,7 @@ where
     ///   ([`RollbackDepth::compares_with_peers`], a [`ggrs::P2PSession`]): their arenas differ
     ///   byte for byte whatever the state, so every check would report a desync.
     pub fn new(
-        game: Game,
+        game: Game<C::Input>,
         checksum: Checksum,
         session: &impl RollbackDepth,
     ) -> Result<GgrsGame<C>, GameError> {
@@ -278,12 +278,12 @@ where
     }
 
     /// The game.
-    pub fn game(&self) -> &Game {
+    pub fn game(&self) -> &Game<C::Input> {
         &self.game
     }
 
     /// The game, mutably.
-    pub fn game_mut(&mut self) -> &mut Game {
+    pub fn game_mut(&mut self) -> &mut Game<C::Input> {
         &mut self.game
     }
 

@@ -354,8 +354,49 @@ pub(crate) fn script_source(script: &str) -> std::borrow::Cow<'_, str> {
     }
 }
 
-/// A game running in its own deterministic VM.
-pub struct Game {
+/// A game running in its own deterministic VM, stepped with inputs of type `I` (one per
+/// player per frame; `u8` by default, see [`GameInput`]).
+///
+/// The input type is the game's, fixed where the game is made: a game whose `G.step` reads
+/// structured inputs takes them and nothing else. It is inferred from what the game is
+/// given to ([`FrameSession<Pad>`](FrameSession), [`GgrsGame<LuaGgrs<Pad>>`](crate::ggrs_adapter::GgrsGame))
+/// or stepped with; a game only made to be inspected names it:
+/// `let game: Game = Game::from_save(&cfg, backend, &save)?` (bytes).
+///
+/// ```
+/// use luasnap_bridge::runtime::{Backend, Game, GameConfig, GameInput};
+///
+/// #[derive(Clone, Copy, Default, serde::Serialize)]
+/// struct Pad { dx: i8, fire: bool }
+/// impl GameInput for Pad {}
+///
+/// let mut cfg = GameConfig::default_game(2, 1);
+/// cfg.base_address = None;
+/// cfg.capacity = 64 << 20;
+/// cfg.script = "local G, x = {}, 0 function G.init() end
+///     function G.step(inputs) x = x + inputs[1].dx end return G".into();
+/// let mut game: Game<Pad> = Game::new(&cfg, Backend::ArenaAuto)?;
+/// game.step(&[Pad { dx: 1, fire: false }, Pad::default()])?;
+/// # Ok::<(), luasnap_bridge::runtime::GameError>(())
+/// ```
+///
+/// Bytes are not pads: the same game refuses `u8` inputs at compile time.
+///
+/// ```compile_fail,E0308
+/// # use luasnap_bridge::runtime::{Backend, Game, GameConfig, GameInput};
+/// # #[derive(Clone, Copy, Default, serde::Serialize)]
+/// # struct Pad { dx: i8, fire: bool }
+/// # impl GameInput for Pad {}
+/// # let mut cfg = GameConfig::default_game(2, 1);
+/// # cfg.base_address = None;
+/// # cfg.capacity = 64 << 20;
+/// # cfg.script = "local G, x = {}, 0 function G.init() end
+/// #     function G.step(inputs) x = x + inputs[1].dx end return G".into();
+/// let mut game: Game<Pad> = Game::new(&cfg, Backend::ArenaAuto)?;
+/// game.step(&[1u8, 2u8])?;
+/// # Ok::<(), luasnap_bridge::runtime::GameError>(())
+/// ```
+pub struct Game<I = u8> {
     vm: Vm,
     backend: Backend,
     players: usize,
@@ -366,9 +407,11 @@ pub struct Game {
     step_budget: Option<u64>,
     /// What the load of the save the game started from did with its functions.
     loaded: Option<LoadReport>,
+    /// The input type `G.step` is called with.
+    input: std::marker::PhantomData<fn(&[I])>,
 }
 
-impl std::fmt::Debug for Game {
+impl<I> std::fmt::Debug for Game<I> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Game")
             .field("backend", &self.backend)
@@ -377,6 +420,7 @@ impl std::fmt::Debug for Game {
     }
 }
 
+/// What a game's VM is, whatever its input type.
 impl Game {
     fn build_vm(cfg: &GameConfig, backend: Backend) -> Result<Vm, GameError> {
         if cfg.players == 0 || cfg.players > 16 {
@@ -478,12 +522,6 @@ impl Game {
         Ok(names)
     }
 
-    /// What loading the save this game started from did with the saved functions (`None` for
-    /// a game started with [`Game::new`]).
-    pub fn load_report(&self) -> Option<&LoadReport> {
-        self.loaded.as_ref()
-    }
-
     /// A VM that reads this game's save-games without running the game: the setup applied
     /// (natives, userdata types), the script, its modules and the runtime's glue compiled but
     /// not run, so that a foreign load matches the saves' functions against them, and a
@@ -528,6 +566,14 @@ impl Game {
         vm.compile(DRIVER, RUNTIME_CHUNK)?;
         Ok(vm)
     }
+}
+
+impl<I> Game<I> {
+    /// What loading the save this game started from did with the saved functions (`None` for
+    /// a game started with [`Game::new`]).
+    pub fn load_report(&self) -> Option<&LoadReport> {
+        self.loaded.as_ref()
+    }
 
     fn has_digest(vm: &Vm) -> Result<bool, GameError> {
         Ok(
@@ -537,8 +583,8 @@ impl Game {
     }
 
     /// Loads the script and calls `G.init(players, seed)`.
-    pub fn new(cfg: &GameConfig, backend: Backend) -> Result<Game, GameError> {
-        let vm = Self::load_script(cfg, backend).map_err(explain_base_in_use)?;
+    pub fn new(cfg: &GameConfig, backend: Backend) -> Result<Game<I>, GameError> {
+        let vm = Game::load_script(cfg, backend).map_err(explain_base_in_use)?;
         let has_digest = Self::has_digest(&vm)?;
         let mut game = Game {
             vm,
@@ -550,6 +596,7 @@ impl Game {
             capacity: cfg.capacity,
             step_budget: cfg.step_budget,
             loaded: None,
+            input: std::marker::PhantomData,
         };
         game.vm
             .call::<()>(
@@ -585,7 +632,11 @@ impl Game {
     /// one whose code changed, is refused, naming it; trusting the file
     /// ([`Game::from_save_with`] and `Trust::Own`) keeps their saved code instead. The
     /// permanents the game declares (`G.permanents`, [`GameConfig::permanents`]) are accepted.
-    pub fn from_save(cfg: &GameConfig, backend: Backend, save: &[u8]) -> Result<Game, GameError> {
+    pub fn from_save(
+        cfg: &GameConfig,
+        backend: Backend,
+        save: &[u8],
+    ) -> Result<Game<I>, GameError> {
         let mut opts = crate::persist::LoadOptions::new(crate::persist::Trust::Foreign);
         opts.finalizers = true;
         opts.functions = FunctionBinding::Current;
@@ -600,11 +651,11 @@ impl Game {
         backend: Backend,
         save: &[u8],
         opts: &crate::persist::LoadOptions,
-    ) -> Result<Game, GameError> {
-        let mut vm = Self::load_script(cfg, backend).map_err(explain_base_in_use)?;
+    ) -> Result<Game<I>, GameError> {
+        let mut vm = Game::load_script(cfg, backend).map_err(explain_base_in_use)?;
         let mut opts = opts.clone();
         opts.allowed_permanents
-            .extend(Self::declared_permanents(&vm, cfg)?);
+            .extend(Game::declared_permanents(&vm, cfg)?);
         let report = vm.load_game_reporting(save, &opts)?;
         let frame = vm.get::<Value>("luasnap_frame")?.as_integer();
         let players = vm.get::<Value>("luasnap_players")?.as_integer();
@@ -630,6 +681,7 @@ impl Game {
             capacity: cfg.capacity,
             step_budget: cfg.step_budget,
             loaded: Some(report),
+            input: std::marker::PhantomData,
         };
         // As after `G.init` (`Game::new`): without it the loaded heap's first collections are
         // major ones, and json_town continued at frame 150 ran with a 4.0 MB extent (straight:
@@ -662,7 +714,10 @@ impl Game {
 
     /// Simulates one frame: `G.step(inputs)` with one input per player (see [`GameInput`]:
     /// `u8` reaches Lua as an integer, serde types as tables, [`PodInput`] as userdata).
-    pub fn step<I: GameInput>(&mut self, inputs: &[I]) -> Result<(), GameError> {
+    pub fn step(&mut self, inputs: &[I]) -> Result<(), GameError>
+    where
+        I: GameInput,
+    {
         if inputs.len() != self.players {
             return Err(GameError::Config(format!(
                 "{} inputs for {} players at frame {}; give one input per player",
@@ -974,7 +1029,7 @@ pub(crate) fn quantile_us(d: &[Duration], q: f64) -> f64 {
 /// of the first wrong prediction and re-simulates from there. Inputs are any [`GameInput`]
 /// (`u8` by default), as for [`Game::step`].
 pub struct FrameSession<I: GameInput = u8> {
-    game: Game,
+    game: Game<I>,
     window: usize,
     saves: VecDeque<(u64, SaveHandle)>,
     /// Rollbacks done.
@@ -988,7 +1043,7 @@ pub struct FrameSession<I: GameInput = u8> {
 
 impl<I: GameInput> FrameSession<I> {
     /// A session over a game; `window` frames are kept (at least 1).
-    pub fn new(game: Game, window: usize) -> FrameSession<I> {
+    pub fn new(game: Game<I>, window: usize) -> FrameSession<I> {
         FrameSession {
             inputs: std::marker::PhantomData,
             game,
@@ -1006,12 +1061,12 @@ impl<I: GameInput> FrameSession<I> {
     }
 
     /// The game.
-    pub fn game(&self) -> &Game {
+    pub fn game(&self) -> &Game<I> {
         &self.game
     }
 
     /// The game, mutably (digests).
-    pub fn game_mut(&mut self) -> &mut Game {
+    pub fn game_mut(&mut self) -> &mut Game<I> {
         &mut self.game
     }
 
@@ -1086,7 +1141,7 @@ impl<I: GameInput> FrameSession<I> {
     }
 
     /// Ends the session, returning the game.
-    pub fn into_game(self) -> Game {
+    pub fn into_game(self) -> Game<I> {
         self.game
     }
 }
@@ -1095,7 +1150,7 @@ impl<I: GameInput> FrameSession<I> {
 /// form (the synchronous state plus the pending commands, what the player sees). Inputs are
 /// any [`GameInput`] (`u8` by default), as for [`Game::step`].
 pub struct PredictiveClient<I: GameInput = u8> {
-    game: Game,
+    game: Game<I>,
     sync: Option<(u64, SaveHandle)>,
     pending: VecDeque<Vec<I>>,
     /// Times the client went back to its synchronous form.
@@ -1108,7 +1163,7 @@ pub struct PredictiveClient<I: GameInput = u8> {
 
 impl<I: GameInput> PredictiveClient<I> {
     /// A client whose synchronous form is the game's current state.
-    pub fn new(game: Game) -> Result<PredictiveClient<I>, GameError> {
+    pub fn new(game: Game<I>) -> Result<PredictiveClient<I>, GameError> {
         let mut c = PredictiveClient {
             game,
             sync: None,
@@ -1160,7 +1215,7 @@ impl<I: GameInput> PredictiveClient<I> {
         &mut self,
         frames: &[Vec<I>],
         mut repredict: impl FnMut(u64) -> Vec<I>,
-        mut at_sync: impl FnMut(&mut Game) -> Result<(), GameError>,
+        mut at_sync: impl FnMut(&mut Game<I>) -> Result<(), GameError>,
     ) -> Result<(), GameError> {
         if frames.is_empty() {
             return Ok(());
@@ -1202,12 +1257,12 @@ impl<I: GameInput> PredictiveClient<I> {
     }
 
     /// The game (in its asynchronous form).
-    pub fn game(&self) -> &Game {
+    pub fn game(&self) -> &Game<I> {
         &self.game
     }
 
     /// The game, mutably.
-    pub fn game_mut(&mut self) -> &mut Game {
+    pub fn game_mut(&mut self) -> &mut Game<I> {
         &mut self.game
     }
 

@@ -114,6 +114,10 @@ pub struct Reference {
     pub arena_digest: u64,
     /// Value digest at the end.
     pub value_digest: u64,
+    /// `G.digest()` at the end ([`Game::game_digest`]: a string's hash for a string), `None`
+    /// for a game without one: the figure to compare with another implementation of the game
+    /// (stock Lua running the same script and inputs).
+    pub game_digest: Option<i64>,
     /// Lua's heap at the end, in bytes.
     pub heap_bytes: u64,
     /// Mean time of one `G.step`, in microseconds.
@@ -420,11 +424,12 @@ impl Simulation {
             }
             let total: Duration = step_times.iter().sum();
             let step_us = total.as_secs_f64() * 1e6 / self.opts.frames as f64;
-            let r = Reference {
+            let mut r = Reference {
                 start_frame: start,
                 end_frame: game.frame(),
                 arena_digest: game.arena_digest(),
                 value_digest: game.value_digest()?,
+                game_digest: None,
                 heap_bytes: game.vm().lua_memory() as u64,
                 step_us,
                 step_times,
@@ -440,7 +445,8 @@ impl Simulation {
             // digests, since calling it may allocate. It must also leave the game's values as
             // they were: simulate restores the VM around it, a network session does not.
             let before = game.value_digest()?;
-            if game.game_digest()?.is_some() && game.value_digest()? != before {
+            r.game_digest = game.game_digest()?;
+            if r.game_digest.is_some() && game.value_digest()? != before {
                 return Err(GameError::DigestChangesState {
                     frame: game.frame(),
                 });
