@@ -61,7 +61,7 @@ static uint64_t finish(uint64_t x) {
 /* Everything of p that its fingerprint covers but its nested prototypes. */
 static void proto_hash_fields(Hash *h, const Proto *p) {
   int i;
-  hu64(h, (uint64_t)p->numparams); hu64(h, (uint64_t)p->flag); hu64(h, (uint64_t)p->maxstacksize);
+  hu64(h, (uint64_t)p->numparams); hu64(h, (uint64_t)(p->flag & ~PF_LSDONE)); hu64(h, (uint64_t)p->maxstacksize);
   hu64(h, (uint64_t)p->linedefined); hu64(h, (uint64_t)p->lastlinedefined);
   if (p->source) hbytes(h, getstr(p->source), tsslen(p->source));
   hu64(h, (uint64_t)p->sizecode);
@@ -138,8 +138,12 @@ void luasnap_each_proto(lua_State *L, luasnap_proto_fn f, void *ud) {
     GCObject *o;
     for (o = lists[i]; o != NULL; o = o->next)
       /* A dead prototype (garbage the sweep has not freed yet) is about to be freed:
-      ** anchoring it now would not save it. */
-      if (o->tt == LUA_VPROTO && !isdead(g, o)) f(o, ud);
+      ** anchoring it now would not save it. Invariant checked: only a finished prototype
+      ** (PF_LSDONE, Lua patch 4) has every child slot filled and code that ends in a return;
+      ** a compile or binary load that failed leaves half-built ones here until the
+      ** collector frees them (hashing one read its NULL child slots; running one would run
+      ** past its code). */
+      if (o->tt == LUA_VPROTO && !isdead(g, o) && (gco2p(o)->flag & PF_LSDONE)) f(o, ud);
   }
 }
 

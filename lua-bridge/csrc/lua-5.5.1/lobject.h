@@ -618,6 +618,15 @@ typedef struct AbsLineInfo {
 #define PF_VAHID	1  /* function has hidden vararg arguments */
 #define PF_VATAB	2  /* function has vararg table */
 #define PF_FIXED	4  /* prototype has parts in fixed memory */
+/*
+** luasnap patch (see LUASNAP-PATCHES.md): set when the compiler (close_func) or the
+** binary loader (loadFunction) has finished the prototype. A compile or load that fails
+** leaves its half-built prototypes among the live objects until the collector frees them,
+** with NULL child slots and code that does not end in a return; the save-game loader,
+** which searches live prototypes by fingerprint, takes only finished ones. Not dumped,
+** not part of a fingerprint.
+*/
+#define PF_LSDONE	8
 
 /* a vararg function either has hidden args. or a vararg table */
 #define isvararg(p)	((p)->flag & (PF_VAHID | PF_VATAB))

@@ -847,6 +847,7 @@ static void close_func (LexState *ls) {
   sethvalue(L, &temp, fs->kcache);  /* key to be set to nil */
   luaH_set(L, ls->h, &temp, &G(L)->nilvalue);
   ls->fs = fs->prev;
+  f->flag |= PF_LSDONE;  /* luasnap patch: finished (see PF_LSDONE) */
   luaC_checkGC(L);
 }
 

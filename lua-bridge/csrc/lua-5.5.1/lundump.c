@@ -328,7 +328,8 @@ static void loadFunction (LoadState *S, Proto *f) {
   f->lastlinedefined = loadInt(S);
   f->numparams = loadByte(S);
   /* get only the meaningful flags */
-  f->flag = cast_byte(loadByte(S) & ~PF_FIXED);
+  /* luasnap patch: PF_LSDONE only once loaded whole (see PF_LSDONE) */
+  f->flag = cast_byte(loadByte(S) & ~(PF_FIXED | PF_LSDONE));
   if (S->fixed)
     f->flag |= PF_FIXED;  /* signal that code is fixed */
   f->maxstacksize = loadByte(S);
@@ -338,6 +339,7 @@ static void loadFunction (LoadState *S, Proto *f) {
   loadProtos(S, f);
   loadString(S, f, &f->source);
   loadDebug(S, f);
+  f->flag |= PF_LSDONE;  /* luasnap patch: finished (see PF_LSDONE) */
 }
 
 

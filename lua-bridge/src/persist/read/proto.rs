@@ -605,3 +605,50 @@ unsafe fn pop_compile_error(L: *mut lua_State) -> String {
         msg
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{luasnap_each_proto, luasnap_proto_hash};
+    use crate::bridge::vm::Vm;
+    use std::ffi::c_void;
+
+    unsafe extern "C" fn count(p: *const c_void, ud: *mut c_void) {
+        // SAFETY: ud is the Vec below; p a prototype the walk found (hashing reads all of it).
+        unsafe { (*(ud as *mut Vec<u64>)).push(luasnap_proto_hash(p)) };
+    }
+
+    /// The fingerprints of the prototypes a foreign load's full search would index.
+    fn searched(vm: &Vm) -> Vec<u64> {
+        let mut found = Vec::new();
+        vm.run(
+            &mut |L| {
+                // SAFETY: protected body; the collector is stopped by the test's script.
+                unsafe { luasnap_each_proto(L, count, (&mut found as *mut Vec<u64>).cast()) };
+                0
+            },
+            |_, _| (),
+        )
+        .unwrap();
+        found
+    }
+
+    #[test]
+    fn a_failed_compile_leaves_nothing_a_load_can_match() {
+        // A compile that fails leaves its half-built prototypes alive until the collector
+        // frees them: the main function's, with code that does not end in a return (here
+        // without children, so hashing it does not crash: matched by fingerprint, it would
+        // run past its code), and its complete children. Only these may be searched.
+        let vm = Vm::builder().capacity(64 << 20).build().unwrap();
+        vm.exec(
+            "collectgarbage('stop') function compile(s) return load(s) end",
+            "=setup",
+        )
+        .unwrap();
+        let before = searched(&vm).len();
+        vm.call::<()>("compile", "local x = 1 +").unwrap();
+        assert_eq!(searched(&vm).len(), before, "a half-built main prototype");
+        vm.call::<()>("compile", "local function a() end local t = {")
+            .unwrap();
+        assert_eq!(searched(&vm).len(), before + 1, "only the finished child");
+    }
+}
