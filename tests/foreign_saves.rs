@@ -106,3 +106,169 @@ fn a_failed_compile_leaves_no_prototype_a_foreign_load_can_reach() {
     );
 }
 
+// ----- building saves -----
+
+fn s(x: &str) -> Node {
+    Node::Str(x.as_bytes().to_vec())
+}
+
+fn table(entries: Vec<(Node, Node)>) -> Node {
+    Node::Table {
+        narr: 0,
+        nhash: 0,
+        meta: Box::new(Node::Nil),
+        entries,
+    }
+}
+
+fn names(list: &[&str]) -> Node {
+    table(
+        list.iter()
+            .enumerate()
+            .map(|(i, n)| (Node::Int(i as i64 + 1), s(n)))
+            .collect(),
+    )
+}
+
+fn perm(name: &str) -> Node {
+    Node::Perm(Box::new(s(name)))
+}
+
+/// A whole-game root: `globals` (object 1) holds `player` (object 2) and keeps the library
+/// bindings the checks use, then `rest`.
+fn game_root(rest: Vec<(Node, Node)>) -> Node {
+    let player = table(vec![(s("hp"), Node::Int(10))]);
+    let mut entries = vec![
+        (s("globals"), table(vec![(s("player"), player)])),
+        (
+            s("globals_kept"),
+            names(&["rawget", "type", "print", "string", "package", "os", "io", "_G"]),
+        ),
+    ];
+    entries.extend(rest);
+    table(entries)
+}
+
+fn load_game(vm: &mut Vm, root: &Node) -> Result<(), String> {
+    vm.load_game(&forge::file(root), Trust::Foreign)
+        .map_err(|e| e.to_string())
+}
+
+// ----- the game root's kept-name lists -----
+
+#[test]
+fn kept_names_plant_nothing_in_a_game_table() {
+    // root.loaded is the game's player table, and its kept list names denied libraries: the
+    // load used to set player.os = os (and io, debug, package) before making package.loaded
+    // hold the player's entries.
+    let root = game_root(vec![
+        (s("loaded"), Node::Ref(2)),
+        (s("loaded_kept"), names(&["os", "io", "debug", "package"])),
+    ]);
+    for deny_globals in [false, true] {
+        let mut vm = vm();
+        let r = if deny_globals {
+            let mut opts = luasnap::bridge::persist::LoadOptions::foreign();
+            opts.denied_permanents.push("_G".into());
+            vm.load_game_with(&forge::file(&root), &opts)
+                .map_err(|e| e.to_string())
+        } else {
+            load_game(&mut vm, &root)
+        };
+        let _ = r; // refused or loaded: either way nothing may be planted
+        let seen = vm
+            .exec(
+                "local p = rawget(_G, 'player') or {}
+                 return rawget(p, 'os') == nil and rawget(p, 'io') == nil
+                    and rawget(p, 'debug') == nil and rawget(p, 'package') == nil",
+                "=check",
+            )
+            .unwrap();
+        assert_eq!(seen, vec![luasnap::bridge::Value::Boolean(true)]);
+        // The VM's own package.loaded keeps the libraries the list names, where they were.
+        let libs = vm
+            .exec("return package.loaded.os == os and package.loaded.io == io", "=c")
+            .unwrap();
+        assert_eq!(libs, vec![luasnap::bridge::Value::Boolean(true)]);
+    }
+}
+
+#[test]
+fn kept_names_never_change_a_library_table() {
+    // root.loaded (or root.globals) is the string library: the load used to give it _G,
+    // table and math, so that ("x")._G == _G; and root.globals = string replaced every global
+    // with string's functions.
+    for field in ["loaded", "globals"] {
+        let mut vm = vm();
+        let lib = vec![
+            (s(field), perm("string")),
+            (
+                s(&format!("{field}_kept")),
+                names(&["_G", "table", "math", "os"]),
+            ),
+        ];
+        let root = match field {
+            "loaded" => game_root(lib),
+            _ => table(lib),
+        };
+        let e = load_game(&mut vm, &root).unwrap_err();
+        assert!(e.contains("not one the save built"), "{field}: {e}");
+        let out = vm
+            .exec(
+                "return rawget(string, '_G') == nil and rawget(string, 'table') == nil
+                    and rawget(string, 'os') == nil and ('x')._G == nil
+                    and type(print) == 'function' and rawget(_G, 'len') == nil",
+                "=check",
+            )
+            .unwrap();
+        assert_eq!(out, vec![luasnap::bridge::Value::Boolean(true)], "{field}");
+    }
+}
+
+#[test]
+fn an_honest_foreign_game_load_keeps_the_hosts_libraries() {
+    let a = vm();
+    a.exec("player = { hp = 3 } local s = string.rep('x', 3) mine = s", "=g")
+        .unwrap();
+    let save = a.save_game().unwrap();
+    let mut b = vm();
+    b.exec("player = { hp = 1 } extra = true", "=g").unwrap();
+    b.load_game(&save, Trust::Foreign).unwrap();
+    let out = b
+        .exec(
+            "return player.hp, extra == nil, os == package.loaded.os, _G._G == _G,
+                    package.loaded._G == _G, type(io.open)",
+            "=check",
+        )
+        .unwrap();
+    use luasnap::bridge::Value::*;
+    assert_eq!(
+        out,
+        vec![
+            Integer(3),
+            Boolean(true),
+            Boolean(true),
+            Boolean(true),
+            Boolean(true),
+            String(b"function".to_vec())
+        ]
+    );
+}
+
+#[test]
+fn the_random_state_holder_is_the_vms_own_after_a_load() {
+    // A save whose package.loaded["luasnap.random_state"] is the string library: the next
+    // save copied math.random's state words into string[1..4].
+    let root = game_root(vec![(
+        s("loaded"),
+        table(vec![(s("luasnap.random_state"), perm("string"))]),
+    )]);
+    let mut vm = vm();
+    load_game(&mut vm, &root).unwrap();
+    vm.save_game().unwrap();
+    let out = vm
+        .exec("return rawget(string, 1) == nil and rawget(string, 4) == nil", "=c")
+        .unwrap();
+    assert_eq!(out, vec![luasnap::bridge::Value::Boolean(true)]);
+}
+

@@ -84,32 +84,59 @@ pub(crate) unsafe fn stage(L: *mut lua_State) {
 }
 
 /// After a load: copies the loaded holder's words into `math.random`'s state. A holder that
-/// is missing or malformed leaves the state as it is.
+/// is missing or malformed leaves the state as it is. Then a fresh holder (the state's words)
+/// replaces the loaded one: that one is whatever table the file put there (a game table, or
+/// a permanent such as `string`), and [`stage`] writes into the holder.
 ///
 /// # Safety
 /// Protected context (a body run by `Vm::run`).
 pub(crate) unsafe fn unstage(L: *mut lua_State) {
     // SAFETY: protected context (caller's contract); reads integers, writes 32 bytes of the
-    // anchored userdata (exactly its size, checked by `state_words`).
+    // anchored userdata (exactly its size, checked by `state_words`); balanced pushes.
     unsafe {
         let Some(words) = state_words(L) else {
             return;
         };
         ffi::luaL_getsubtable(L, ffi::LUA_REGISTRYINDEX, c"_LOADED".as_ptr());
-        if ffi::lua_getfield(L, -1, HOLDER.as_ptr()) != ffi::LUA_TTABLE {
-            return;
-        }
-        let mut out = [0u8; 32];
-        for i in 0..4 {
-            if ffi::lua_rawgeti(L, -1, i as ffi::lua_Integer + 1) != ffi::LUA_TNUMBER
-                || ffi::lua_isinteger(L, -1) == 0
-            {
-                return;
+        let loaded = ffi::lua_gettop(L);
+        if ffi::lua_getfield(L, loaded, HOLDER.as_ptr()) == ffi::LUA_TTABLE {
+            if let Some(out) = holder_words(L) {
+                *words = out;
             }
-            let v = ffi::lua_tointegerx(L, -1, std::ptr::null_mut());
-            out[i * 8..i * 8 + 8].copy_from_slice(&v.to_le_bytes());
-            ffi::lua_settop(L, -2);
         }
-        *words = out;
+        ffi::lua_settop(L, loaded);
+        ffi::lua_createtable(L, 4, 0);
+        for (i, w) in (*words).chunks_exact(8).enumerate() {
+            let v = i64::from_le_bytes(w.try_into().expect("8 bytes"));
+            ffi::lua_pushinteger(L, v);
+            ffi::lua_rawseti(L, -2, i as ffi::lua_Integer + 1);
+        }
+        ffi::lua_pushstring(L, HOLDER.as_ptr());
+        ffi::lua_rotate(L, -2, 1);
+        ffi::lua_rawset(L, loaded);
+        ffi::lua_settop(L, loaded - 1);
     }
+}
+
+/// The four integers of the holder on top, as the state's bytes (None if it does not hold
+/// them).
+///
+/// # Safety
+/// A table on top and a free slot; leaves the stack as it was.
+unsafe fn holder_words(L: *mut lua_State) -> Option<[u8; 32]> {
+    let mut out = [0u8; 32];
+    for i in 0..4 {
+        // SAFETY: raw reads of the table on top (callers' contract), each popped.
+        unsafe {
+            let t = ffi::lua_rawgeti(L, -1, i as ffi::lua_Integer + 1);
+            let int = ffi::lua_isinteger(L, -1) != 0;
+            let v = ffi::lua_tointegerx(L, -1, std::ptr::null_mut());
+            ffi::lua_settop(L, -2);
+            if t != ffi::LUA_TNUMBER || !int {
+                return None;
+            }
+            out[i * 8..i * 8 + 8].copy_from_slice(&v.to_le_bytes());
+        }
+    }
+    Some(out)
 }

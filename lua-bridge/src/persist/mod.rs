@@ -50,6 +50,7 @@ mod format;
 #[cfg(any(test, feature = "fuzzing"))]
 #[doc(hidden)]
 pub mod fuzz;
+mod game;
 mod install;
 mod options;
 pub(crate) mod permanents;

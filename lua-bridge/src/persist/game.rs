@@ -1,0 +1,292 @@
+//! Whole-game saves: the root a save writes (`globals`, `loaded` and their kept-name lists) and
+//! how a load restores it into the live `_G` and `package.loaded`.
+//!
+//! A game save does not write the library's own bindings (`_G.os == os`, `loaded.string`):
+//! each is a name in a "kept" list, and the load keeps the loading VM's own binding there. So a
+//! foreign load, which denies `os` and the like, still restores an ordinary game while refusing
+//! such a permanent anywhere else.
+//!
+//! Invariant of a restore: it writes only into the live `_G` and `package.loaded`, never into
+//! a table the file chose. The file decides what `root.globals` and `root.loaded` are; both are
+//! only read (raw), and must be tables the load built, not permanents. A kept name only keeps
+//! the live table's binding where it is: the restore never copies a permanent anywhere. (It
+//! used to set `saved[name] = live[name]` in whatever table the file put at `root.loaded`: a
+//! game table then got `os`, `io` and `debug`, the `string` library got `_G`.)
+
+use super::permanents::{PERMS_KEY, UNPERMS_KEY};
+use mlua_sys::{self as ffi, lua_State};
+use std::ffi::{c_int, CStr};
+
+/// Pushes `{ globals = copy of _G, loaded = copy of package.loaded }` with their kept-name
+/// lists.
+///
+/// # Safety
+/// Protected context.
+pub(super) unsafe fn push_game_root(L: *mut lua_State) {
+    // SAFETY: protected context.
+    unsafe {
+        ffi::lua_createtable(L, 0, 4);
+        ffi::lua_rawgeti(L, ffi::LUA_REGISTRYINDEX, ffi::LUA_RIDX_GLOBALS);
+        shallow_copy_keeping(L);
+        ffi::lua_setfield(L, -3, c"globals_kept".as_ptr());
+        ffi::lua_setfield(L, -2, c"globals".as_ptr());
+        if ffi::lua_getfield(L, ffi::LUA_REGISTRYINDEX, c"_LOADED".as_ptr()) == ffi::LUA_TTABLE {
+            shallow_copy_keeping(L);
+            ffi::lua_setfield(L, -3, c"loaded_kept".as_ptr());
+            ffi::lua_setfield(L, -2, c"loaded".as_ptr());
+        } else {
+            ffi::lua_settop(L, -2);
+        }
+    }
+}
+
+/// Replaces the table on top with a raw shallow copy of it without its "own bindings" (a
+/// string key `N` whose value is the permanent named `N`, such as `_G.os == os`), and pushes
+/// the array of those names: [.., t] -> [.., copy, names].
+///
+/// # Safety
+/// Protected context; a table on top.
+unsafe fn shallow_copy_keeping(L: *mut lua_State) {
+    // SAFETY: protected context; a table on top.
+    unsafe {
+        let src = ffi::lua_gettop(L);
+        ffi::lua_createtable(L, 0, 64); // src + 1: the copy
+        ffi::lua_createtable(L, 16, 0); // src + 2: the names
+        if ffi::lua_getfield(L, ffi::LUA_REGISTRYINDEX, PERMS_KEY.as_ptr()) != ffi::LUA_TTABLE {
+            ffi::lua_settop(L, -2);
+            ffi::lua_createtable(L, 0, 0);
+        }
+        let perms = src + 3;
+        let mut kept = 0;
+        ffi::lua_pushnil(L);
+        while ffi::lua_next(L, src) != 0 {
+            // [.., k, v]
+            let mut own = false;
+            if ffi::lua_type(L, -2) == ffi::LUA_TSTRING {
+                ffi::lua_pushvalue(L, -1);
+                if ffi::lua_rawget(L, perms) == ffi::LUA_TSTRING {
+                    own = ffi::lua_rawequal(L, -1, -3) != 0;
+                }
+                ffi::lua_settop(L, -2);
+            }
+            if own {
+                kept += 1;
+                ffi::lua_pushvalue(L, -2);
+                ffi::lua_rawseti(L, src + 2, kept);
+                ffi::lua_settop(L, -2);
+            } else {
+                ffi::lua_pushvalue(L, -2);
+                ffi::lua_rotate(L, -2, 1);
+                ffi::lua_rawset(L, src + 1);
+            }
+        }
+        ffi::lua_settop(L, src + 2);
+        ffi::lua_rotate(L, src, -1);
+        ffi::lua_settop(L, -2);
+    }
+}
+
+/// Raises a Lua error with `msg`.
+///
+/// # Safety
+/// Protected context.
+unsafe fn refuse(L: *mut lua_State, msg: &CStr) -> ! {
+    // SAFETY: protected context (callers' contract).
+    unsafe {
+        ffi::lua_pushstring(L, msg.as_ptr());
+        ffi::lua_error(L)
+    }
+}
+
+/// Pushes `t[name]` for the table at absolute index `t`, without metamethods, and returns its
+/// type. The game root comes from the file: a metatable with `__index` there would run a
+/// function the file names after the load's budget and constructor rules ended.
+///
+/// # Safety
+/// A protected context of a VM built by this crate; `t` is the absolute index of a table.
+unsafe fn raw_field(L: *mut lua_State, t: c_int, name: &CStr) -> c_int {
+    // SAFETY: protected context (the push may raise a memory error); `t` is a table.
+    unsafe {
+        ffi::lua_pushstring(L, name.as_ptr());
+        ffi::lua_rawget(L, t)
+    }
+}
+
+/// Whether the value at absolute index `idx` is one of the VM's permanents (the standard
+/// library's tables and functions, registered ones): those belong to the loading VM, and a
+/// save names them only as values.
+///
+/// # Safety
+/// Protected context; `idx` an absolute index.
+unsafe fn is_permanent(L: *mut lua_State, idx: c_int) -> bool {
+    // SAFETY: raw reads of a registry table; balanced pushes.
+    unsafe {
+        if ffi::lua_getfield(L, ffi::LUA_REGISTRYINDEX, PERMS_KEY.as_ptr()) != ffi::LUA_TTABLE {
+            ffi::lua_settop(L, -2);
+            return false;
+        }
+        ffi::lua_pushvalue(L, idx);
+        let known = ffi::lua_rawget(L, -2) != ffi::LUA_TNIL;
+        ffi::lua_settop(L, -3);
+        known
+    }
+}
+
+/// Restores `_G` and `package.loaded` from a loaded game root (on top, popped) in place. Every
+/// check comes before the first write: a refused root leaves both as they were.
+///
+/// # Safety
+/// Protected context; raises a clear error if the root is not a game save.
+pub(super) unsafe fn restore_game(L: *mut lua_State) {
+    // SAFETY: protected context (callers' contract); balanced pushes.
+    unsafe {
+        let root = ffi::lua_gettop(L);
+        if ffi::lua_type(L, root) != ffi::LUA_TTABLE
+            || raw_field(L, root, c"globals") != ffi::LUA_TTABLE
+        {
+            refuse(
+                L,
+                c"not a whole-game save (no globals table); use unpersist for single values",
+            );
+        }
+        // [root, saved globals, live _G, keep]
+        ffi::lua_rawgeti(L, ffi::LUA_REGISTRYINDEX, ffi::LUA_RIDX_GLOBALS);
+        checked_pair(L, root, c"globals_kept");
+        // [.., saved loaded, live package.loaded, keep], if both are tables
+        let loaded = raw_field(L, root, c"loaded") == ffi::LUA_TTABLE
+            && ffi::lua_getfield(L, ffi::LUA_REGISTRYINDEX, c"_LOADED".as_ptr()) == ffi::LUA_TTABLE;
+        if loaded {
+            checked_pair(L, root, c"loaded_kept");
+        }
+        restore_into(L, root + 1);
+        if loaded {
+            restore_into(L, root + 4);
+        }
+        ffi::lua_settop(L, root - 1);
+    }
+}
+
+/// [.., saved, live] -> [.., saved, live, keep]: checks that `saved` is a table the load built
+/// (not a permanent) and pushes the set of names in the root's list `field` to keep in
+/// `live` (see [`kept_names`]).
+///
+/// # Safety
+/// Protected context; two tables on top, the game root at `root`.
+unsafe fn checked_pair(L: *mut lua_State, root: c_int, field: &CStr) {
+    // SAFETY: protected context; balanced pushes.
+    unsafe {
+        let live = ffi::lua_gettop(L);
+        if is_permanent(L, live - 1) {
+            refuse(
+                L,
+                c"malformed game save: its globals or loaded modules are a table of the loading VM (a permanent such as string), not one the save built",
+            );
+        }
+        kept_names(L, root, field, live);
+    }
+}
+
+/// With `saved`, `live` and `keep` at `at`, `at + 1`, `at + 2` (from [`checked_pair`]):
+/// makes `live` hold exactly `saved`'s entries, except that each name in `keep` keeps
+/// `live`'s own binding (a host that removed `os` from its globals keeps it removed, and the
+/// host's own binding is never replaced by the file's). Reads `saved` raw and writes only
+/// `live`.
+///
+/// # Safety
+/// Protected context; the three tables at `at..at + 3`.
+unsafe fn restore_into(L: *mut lua_State, at: c_int) {
+    let (saved, live, keep) = (at, at + 1, at + 2);
+    // SAFETY: protected context; balanced pushes.
+    unsafe {
+        let top = ffi::lua_gettop(L);
+        // Entries of `live` the save lacks go, unless kept.
+        ffi::lua_pushnil(L);
+        while ffi::lua_next(L, live) != 0 {
+            ffi::lua_settop(L, -2);
+            ffi::lua_pushvalue(L, -1);
+            let absent = ffi::lua_rawget(L, saved) == ffi::LUA_TNIL;
+            ffi::lua_settop(L, -2);
+            ffi::lua_pushvalue(L, -1);
+            let kept = ffi::lua_rawget(L, keep) != ffi::LUA_TNIL;
+            ffi::lua_settop(L, -2);
+            if absent && !kept {
+                ffi::lua_pushvalue(L, -1);
+                ffi::lua_pushnil(L);
+                ffi::lua_rawset(L, live);
+            }
+        }
+        // The save's entries, except where a kept binding stays.
+        ffi::lua_pushnil(L);
+        while ffi::lua_next(L, saved) != 0 {
+            ffi::lua_pushvalue(L, -2);
+            if ffi::lua_rawget(L, keep) != ffi::LUA_TNIL {
+                ffi::lua_settop(L, -3);
+                continue;
+            }
+            ffi::lua_settop(L, -2);
+            ffi::lua_pushvalue(L, -2);
+            ffi::lua_rotate(L, -2, 1);
+            ffi::lua_rawset(L, live);
+        }
+        ffi::lua_settop(L, top);
+    }
+}
+
+/// Pushes a new set `{ [name] = true }` of the names in the root's list `field` (written by
+/// `shallow_copy_keeping`) that `live` binds to the loading VM's own permanent of that name.
+/// Raises on a malformed list.
+///
+/// # Safety
+/// Protected context; `root` and `live` absolute indices of tables.
+unsafe fn kept_names(L: *mut lua_State, root: c_int, field: &CStr, live: c_int) {
+    // SAFETY: protected context; balanced pushes, the set left on top.
+    unsafe {
+        let malformed =
+            c"malformed game save: its list of kept library bindings is not an array of names";
+        let top = ffi::lua_gettop(L);
+        ffi::lua_createtable(L, 0, 0);
+        let keep = top + 1;
+        match raw_field(L, root, field) {
+            ffi::LUA_TNIL => {
+                ffi::lua_settop(L, keep);
+                return;
+            }
+            ffi::LUA_TTABLE => {}
+            _ => refuse(L, malformed),
+        }
+        let names = keep + 1;
+        ffi::lua_getfield(L, ffi::LUA_REGISTRYINDEX, UNPERMS_KEY.as_ptr());
+        let unperms = keep + 2;
+        let n = ffi::lua_rawlen(L, names);
+        // Only the array 1..n: anything else in the list is refused.
+        ffi::lua_pushnil(L);
+        let mut count = 0usize;
+        while ffi::lua_next(L, names) != 0 {
+            count += 1;
+            ffi::lua_settop(L, -2);
+        }
+        if count != n as usize {
+            refuse(L, malformed);
+        }
+        for i in 1..=n {
+            if ffi::lua_rawgeti(L, names, i as ffi::lua_Integer) != ffi::LUA_TSTRING {
+                refuse(L, malformed);
+            }
+            // [.., name]: kept if live[name] is the permanent named name.
+            ffi::lua_pushvalue(L, -1);
+            ffi::lua_rawget(L, live);
+            ffi::lua_pushvalue(L, -2);
+            let own = ffi::lua_type(L, unperms) == ffi::LUA_TTABLE
+                && ffi::lua_rawget(L, unperms) != ffi::LUA_TNIL
+                && ffi::lua_rawequal(L, -1, -2) != 0;
+            ffi::lua_settop(L, -3);
+            if own {
+                ffi::lua_pushboolean(L, 1);
+                ffi::lua_rawset(L, keep);
+            } else {
+                ffi::lua_settop(L, -2);
+            }
+        }
+        ffi::lua_settop(L, keep);
+    }
+}
