@@ -272,3 +272,127 @@ fn the_random_state_holder_is_the_vms_own_after_a_load() {
     assert_eq!(out, vec![luasnap::bridge::Value::Boolean(true)]);
 }
 
+// ----- finalizers of foreign saves -----
+
+/// A foreign load that keeps finalizers, as `Game::from_save` (`simulate --load`) loads.
+fn with_finalizers() -> luasnap::bridge::persist::LoadOptions {
+    let mut opts = luasnap::bridge::persist::LoadOptions::foreign();
+    opts.finalizers = true;
+    opts
+}
+
+/// `{ victim, ... }` whose members have the metatable `{ __gc = gc }`.
+fn finalized(gc: Node, members: usize) -> Node {
+    let mt = table(vec![(s("__gc"), gc)]);
+    let mut entries = vec![(
+        Node::Int(1),
+        Node::Table {
+            narr: 0,
+            nhash: 0,
+            meta: Box::new(mt),
+            entries: vec![(s("x"), Node::Int(1))],
+        },
+    )];
+    // Objects 0 (the list), 1 (the first member), 2 (the metatable): the others share it.
+    for i in 1..members {
+        entries.push((
+            Node::Int(i as i64 + 1),
+            Node::Table {
+                narr: 0,
+                nhash: 0,
+                meta: Box::new(Node::Ref(2)),
+                entries: vec![],
+            },
+        ));
+    }
+    table(entries)
+}
+
+#[test]
+fn foreign_finalizers_are_never_library_or_host_functions() {
+    // simulate --load (foreign, finalizers on) took any permanent as __gc: table.concat over
+    // 1,900 references to a 1 MB string grew the heap to 2 GB, table.sort over 50,000 took
+    // 17 s, both with hooks off, even after a refused load. A host native counts here.
+    let mut vm = vm();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let c = calls.clone();
+    vm.register_native("host.touch", move |call| {
+        c.fetch_add(1, Ordering::SeqCst);
+        call.ret(1);
+        Ok(())
+    })
+    .unwrap();
+    for gc in ["host.touch", "table.concat", "table.sort", "print"] {
+        let file = forge::file(&finalized(perm(gc), 100));
+        let e = vm
+            .unpersist_with(&file, "loaded", &with_finalizers())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("C function as its finalizer"), "{gc}: {e}");
+    }
+    // A table with __call is no finalizer either.
+    let callable = Node::Table {
+        narr: 0,
+        nhash: 0,
+        meta: Box::new(table(vec![(s("__call"), perm("host.touch"))])),
+        entries: vec![],
+    };
+    let e = vm
+        .unpersist_with(&forge::file(&finalized(callable, 3)), "loaded", &with_finalizers())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("not a function"), "{e}");
+    vm.exec("collectgarbage() collectgarbage()", "=gc").unwrap();
+    assert_eq!(calls.load(Ordering::SeqCst), 0, "a refused load left a finalizer");
+}
+
+/// The game: `note` counts finalizations, `spin` never returns.
+const FINALIZING_GAME: &str = "finalized = 0
+function note() finalized = finalized + 1 end
+function spin() local n = 0 while true do n = n + 1 end end
+function collect() collectgarbage() collectgarbage() return finalized end";
+
+/// A foreign file whose 50 members are finalized by the game's global function `name`.
+fn game_finalized(vm: &Vm, name: &str) -> Vec<u8> {
+    let body = forge::decode(
+        luasnap::bridge::persist::body_of(&vm.persist(name).unwrap()).unwrap(),
+    )
+    .unwrap();
+    forge::file(&finalized(body, 50))
+}
+
+#[test]
+fn foreign_finalizers_of_the_games_own_functions_run() {
+    let mut vm = vm();
+    vm.exec(FINALIZING_GAME, "=game").unwrap();
+    let file = game_finalized(&vm, "note");
+    vm.unpersist_with(&file, "loaded", &with_finalizers()).unwrap();
+    vm.exec("loaded = nil", "=drop").unwrap();
+    // Marked when the load ended: each member runs note once.
+    assert_eq!(
+        vm.call::<i64>("collect", ()).unwrap(),
+        50,
+        "the loaded objects lost their finalizers"
+    );
+}
+
+#[test]
+fn finalizers_run_under_the_calls_instruction_budget() {
+    // Lua runs finalizers with hooks off: a game function a foreign save made a finalizer ran
+    // outside every budget (here it never returns).
+    in_child("finalizers_run_under_the_calls_instruction_budget", || {
+        let mut vm = vm();
+        vm.exec(FINALIZING_GAME, "=game").unwrap();
+        let file = game_finalized(&vm, "spin");
+        vm.unpersist_with(&file, "loaded", &with_finalizers()).unwrap();
+        vm.exec("loaded = nil", "=drop").unwrap();
+        let e = vm
+            .call_with_budget::<i64>("collect", (), 1_000_000)
+            .unwrap_err();
+        assert!(
+            matches!(e, luasnap::VmError::InstructionBudget { .. }),
+            "{e}"
+        );
+    });
+}
+

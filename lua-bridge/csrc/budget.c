@@ -10,6 +10,7 @@
 */
 #include "lsint.h"
 #include "ldebug.h"
+#include "lgc.h"
 #include "lvm.h"
 
 #include <stdio.h>
@@ -22,10 +23,12 @@ static __thread char ls_where[LUA_IDSIZE + 24];
 ** budget stays spent (0: every later charge comes back here), so a pcall that catches this
 ** error fails again at its caller's next call or backward jump.
 **
-** Nothing is raised while hooks are off (L->allowhook == 0): in a finalizer (lgc.c: GCTM), a
-** debug hook, or the message handler of this very error (allowhook is cleared before raising
-** and Lua's protected calls restore it as they catch the error). Lua's count hook, which this
-** replaces, was silent there too: a message handler such as xpcall's runs to its end. */
+** Nothing is raised while hooks are off (L->allowhook == 0): in a debug hook, or the message
+** handler of this very error (allowhook is cleared before raising and Lua's protected calls
+** restore it as they catch the error). Lua's count hook, which this replaces, was silent there
+** too: a message handler such as xpcall's runs to its end. Finalizers run with hooks allowed
+** unless a debug hook is set (patch 8: ls_finalizer_keeps_hook below), so a finalizer is
+** stopped here like any Lua code: GCTM's protected call turns the error into a warning. */
 static void ls_budget_spent(lua_State *L) {
   luaV_budget = 0;
   if (!L->allowhook)
@@ -72,4 +75,27 @@ int luasnap_budget_end(uint64_t budget, uint64_t *used, char *where, size_t n) {
   luaV_budget = LUAI_BUDGETOFF;
   ls_spent = 0;
   return spent;
+}
+
+/* The save-game load's budget hook (persist/budget.rs), a count hook on the loading thread. */
+static lua_Hook ls_load_hook = NULL;
+
+void luasnap_register_load_hook(lua_Hook h) {
+  __atomic_store_n(&ls_load_hook, h, __ATOMIC_RELAXED);
+}
+
+/* Whether a finalizer about to run on L runs with hooks allowed (Lua patch 8: lgc.c's GCTM
+** asks, with hooks allowed on L before it). Lua runs finalizers with hooks off, which put them
+** outside every instruction budget: a game function that a foreign save made a finalizer ran
+** unbounded at any allocation. Hooks stay allowed when L has no hook (nothing but the
+** budget's handler above reads allowhook then: the host's budget stops the finalizer once
+** spent) or only a load's budget hook, which counts instructions only (so no call, return or
+** line event reaches it; it raises once the load's budget is spent). Any other hook (a host's
+** lua_sethook, debug.sethook outside the deterministic profile) stays off in finalizers, as
+** in stock Lua, and with it the host's budget. */
+int ls_finalizer_keeps_hook(lua_State *L) {
+  lua_Hook h = L->hook;
+  if (h == NULL) return 1;
+  return L->hookmask == LUA_MASKCOUNT
+      && h == __atomic_load_n(&ls_load_hook, __ATOMIC_RELAXED);
 }

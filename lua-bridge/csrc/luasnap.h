@@ -411,8 +411,12 @@ int luasnap_gc_stopem(lua_State *L, int on);
 /* Marks (on != 0) or unmarks the state as one where nothing gets a finalizer; returns whether
 ** it was marked. */
 int luasnap_gc_nofinal(lua_State *L, int on);
-/* Marks the table or full userdata on top for finalization if its metatable has __gc now. */
-void luasnap_recheck_finalizer(lua_State *L);
+/* Whether an object made since the load's first table (at stack index since) has a __gc that
+** is not a Lua function: 0 none, 1 a C function, 2 another value. */
+int luasnap_finalizers_foreign(lua_State *L, int since);
+/* Marks for finalization the objects made since the one at stack index since (one walk), with
+** the state's no-finalizer bit cleared meanwhile if clear. */
+void luasnap_finalizers_mark(lua_State *L, int since, int clear);
 /* luaL_checkstack, raising a memory error (not "stack overflow") when growing failed for want
 ** of memory. */
 LUASNAP_RAISES void luasnap_checkstack(lua_State *L, int n, const char *msg);
@@ -444,13 +448,24 @@ void luasnap_scrub_light(void *p, size_t size);
 /* ===================== budget.c: the instruction budget of a call (lvm.h) ===================== */
 
 /* Starts a budget of `budget` instructions (as lvm.h counts them) for the Lua code this OS
-** thread runs, coroutines included, until luasnap_budget_end; once spent, Lua code raises an
-** error at each call and backward jump. 0 (and nothing changes) if a budget is running already. */
+** thread runs, coroutines and finalizers included, until luasnap_budget_end; once spent, Lua
+** code raises an error at each call and backward jump. 0 (and nothing changes) if a budget is
+** running already. */
 int luasnap_budget_begin(uint64_t budget);
 /* Ends the budget luasnap_budget_begin(budget) started: *used = the instructions charged (at
 ** most `budget`); returns 1 if it was spent, with where = "chunk:line" of the first stop
 ** (n bytes, NUL-terminated), else 0 and where = "". */
 int luasnap_budget_end(uint64_t budget, uint64_t *used, char *where, size_t n);
+/* The save-game load's instruction-budget hook (a count hook), which finalizers keep. */
+void luasnap_register_load_hook(lua_Hook h);
+/* (lgc.c's GCTM asks ls_finalizer_keeps_hook, declared in lgc.h, whether a finalizer runs
+** with hooks allowed, so that the budget stops it: Lua patch 8.) */
+
+/* ===================== strkey.c: the string table's keyed hash (Lua patch 9) ===================== */
+
+/* (lstring.c calls ls_strkey_init and ls_strkey_hash, declared in strkey.h.) */
+/* The length of the longest chain in the string table (for tests). */
+int luasnap_strtab_longest_chain(lua_State *L);
 
 /* ===================== corolib.c: the coroutine library ===================== */
 

@@ -4,7 +4,10 @@
 ** memory failure as one, the heap's size for a load's growth cap.
 */
 #include "lsint.h"
+#include "lgc.h"
 #include "lmem.h"
+#include "ltable.h"
+#include "ltm.h"
 #include "lauxlib.h"
 
 /* Stops (on > 0) or allows (on == 0) emergency collections, or only asks (on < 0); returns
@@ -20,8 +23,8 @@ int luasnap_gc_stopem(lua_State *L, int on) {
 }
 
 /* Marks (on != 0) or unmarks the state as one where no object may be marked for finalization,
-** returning whether it was marked. A foreign load without finalizers marks it for the whole
-** load: luaC_checkfinalizer marks nothing while GCSTPCLS is set (lgc.c: "no extra finalizers
+** returning whether it was marked. A foreign load marks it for the whole load (one that allows
+** finalizers marks its objects when it ends, luasnap_finalizers_mark): luaC_checkfinalizer marks nothing while GCSTPCLS is set (lgc.c: "no extra finalizers
 ** after here", as when a state closes), so a metatable with __gc that a registered
 ** constructor sets (setmetatable with a class from the file's upvalues) gives no finalizer
 ** either, not only those the loader sets and refuses. Invariant kept: nothing else runs with
@@ -35,18 +38,39 @@ int luasnap_gc_nofinal(lua_State *L, int on) {
   return was;
 }
 
-/* Marks the table or full userdata on top for finalization if its metatable has __gc now,
-** as setmetatable would have with that metatable (luaC_checkfinalizer: nothing for an object
-** already marked, a metatable without __gc, or while GCSTPCLS is set, as in loads without
-** finalizers). For the loader: an object whose metatable was still being built when it was
-** set (a class that is its own metatable gets its __gc after). */
-void luasnap_recheck_finalizer(lua_State *L) {
-  const TValue *o = s2v(L->top.p - 1);
-  Table *mt;
-  if (ttistable(o)) mt = hvalue(o)->metatable;
-  else if (ttisfulluserdata(o)) mt = uvalue(o)->metatable;
-  else return;
-  if (mt != NULL) luaC_checkfinalizer(L, gcvalue(o), mt);
+/* The objects a load made: those in 'allgc' before the one at stack index 'since' (the load's
+** first table, anchored for the whole load: new objects go to the head of 'allgc', and leave
+** it only when freed or marked for finalization). Whether one of them, alive, has a metatable
+** whose __gc is present and not a Lua function: 0 none, 1 a C function, 2 anything else. Reads
+** only. For foreign loads that allow finalizers: a file that made table.concat or table.sort a
+** finalizer had it run outside every budget. */
+int luasnap_finalizers_foreign(lua_State *L, int since) {
+  global_State *g = G(L);
+  GCObject *last = gcvalue(ls_index2value(L, since));
+  GCObject *o;
+  for (o = g->allgc; o != NULL && o != last; o = o->next) {
+    Table *mt = (o->tt == LUA_VTABLE) ? gco2t(o)->metatable
+              : (o->tt == LUA_VUSERDATA) ? gco2u(o)->metatable : NULL;
+    const TValue *tm;
+    if (mt == NULL || isdead(g, o)) continue;
+    tm = luaH_Hgetshortstr(mt, g->tmname[TM_GC]);
+    if (isabstkey(tm) || ttisnil(tm) || ttisLclosure(tm)) continue;
+    return ttisfunction(tm) ? 1 : 2;
+  }
+  return 0;
+}
+
+/* Marks for finalization the objects a load made (see luasnap_finalizers_foreign) whose
+** metatable has __gc, in one walk (Lua patch 5, luaC_checkfinalizers), with the state's
+** "closing" bit (GCSTPCLS), which a foreign load sets for its whole run, cleared meanwhile if
+** 'clear' (the load set it: nothing else runs). */
+void luasnap_finalizers_mark(lua_State *L, int since, int clear) {
+  global_State *g = G(L);
+  GCObject *last = gcvalue(ls_index2value(L, since));
+  lu_byte stp = g->gcstp;
+  if (clear) g->gcstp &= (lu_byte)~GCSTPCLS;
+  luaC_checkfinalizers(L, last);
+  g->gcstp = stp;
 }
 
 /* luaL_checkstack for the serializer: room for n more values, else an error that says why.

@@ -70,7 +70,7 @@ pub use bridge::serde_value::{from_value, to_value, Serde};
 pub use bridge::standalone::{default_sigpipe, readline, ReplOutcome, Step};
 pub use bridge::userdata::{Method, UserDataMethods};
 pub use bridge::value::{PlainData, Table, UserDataValue, Value};
-pub use bridge::vm::{GcMode, Profile, Vm, VmBuilder, DEFAULT_CAPACITY};
+pub use bridge::vm::{GcMode, Profile, Vm, VmBuilder, CLOSE_BUDGET, DEFAULT_CAPACITY};
 pub use error::Error;
 /// The `ggrs` crate, at exactly the version the adapter is built with.
 #[cfg(feature = "ggrs")]

@@ -978,6 +978,11 @@ static void GCTM (lua_State *L) {
     lu_byte oldgcstp  = g->gcstp;
     g->gcstp |= GCSTPGC;  /* avoid GC steps */
     L->allowhook = 0;  /* stop debug hooks during GC metamethod */
+    /* luasnap patch: ...unless no debug hook is set, or only a save-game
+    ** load's count hook: then the host's instruction budget (lvm.h) stops a
+    ** finalizer that outlives it, and a load's hook counts it (see
+    ** LUASNAP-PATCHES.md, patch 8) */
+    if (oldah && ls_finalizer_keeps_hook(L)) L->allowhook = 1;
     setobj2s(L, L->top.p++, tm);  /* push finalizer... */
     setobj2s(L, L->top.p++, &v);  /* ... and its argument */
     L->ci->callstatus |= CIST_FIN;  /* will run a finalizer */
@@ -1082,6 +1087,43 @@ void luaC_checkfinalizer (lua_State *L, GCObject *o, Table *mt) {
       correctpointers(g, o);
     /* search for pointer pointing to 'o' */
     for (p = &g->allgc; *p != o; p = &(*p)->next) { /* empty */ }
+    *p = o->next;  /* remove 'o' from 'allgc' list */
+    o->next = g->finobj;  /* link it in 'finobj' list */
+    g->finobj = o;
+    l_setbit(o->marked, FINALIZEDBIT);  /* mark it as such */
+  }
+}
+
+
+/*
+** luasnap patch (see LUASNAP-PATCHES.md): 'luaC_checkfinalizer' for every table and full
+** userdata in 'allgc' before 'last', that is, every object made since 'last' was (new objects
+** go to the head of 'allgc', and objects leave it only when freed or marked for finalization),
+** in one walk. A save-game load marks the objects it built when it ends; marking each with
+** 'luaC_checkfinalizer', which searches 'allgc' from its head, cost the load time quadratic in
+** its objects. 'last' must be alive (the walk stops at it).
+*/
+void luaC_checkfinalizers (lua_State *L, GCObject *last) {
+  global_State *g = G(L);
+  GCObject **p = &g->allgc;
+  if (g->gcstp & GCSTPCLS)  /* closing state? */
+    return;  /* nothing to be done (as in 'luaC_checkfinalizer') */
+  while (*p != NULL && *p != last) {
+    GCObject *o = *p;
+    Table *mt = (o->tt == LUA_VTABLE) ? gco2t(o)->metatable
+              : (o->tt == LUA_VUSERDATA) ? gco2u(o)->metatable : NULL;
+    if (mt == NULL || gfasttm(g, mt, TM_GC) == NULL || isdead(g, o)) {
+      p = &o->next;  /* no finalizer, or garbage the sweep has not freed yet */
+      continue;
+    }
+    /* as 'luaC_checkfinalizer', with the pointer to 'o' at hand */
+    if (issweepphase(g)) {
+      makewhite(g, o);  /* "sweep" object 'o' */
+      if (g->sweepgc == &o->next)  /* should not remove 'sweepgc' object */
+        g->sweepgc = sweeptolive(L, g->sweepgc);  /* change 'sweepgc' */
+    }
+    else
+      correctpointers(g, o);
     *p = o->next;  /* remove 'o' from 'allgc' list */
     o->next = g->finobj;  /* link it in 'finobj' list */
     g->finobj = o;

@@ -262,6 +262,10 @@ LUAI_FUNC GCObject *luaC_newobjdt (lua_State *L, lu_byte tt, size_t sz,
 LUAI_FUNC void luaC_barrier_ (lua_State *L, GCObject *o, GCObject *v);
 LUAI_FUNC void luaC_barrierback_ (lua_State *L, GCObject *o);
 LUAI_FUNC void luaC_checkfinalizer (lua_State *L, GCObject *o, Table *mt);
+/* luasnap patch (see LUASNAP-PATCHES.md): 'luaC_checkfinalizer' for the objects made since
+** 'last', in one walk; and whether a finalizer runs with hooks allowed (csrc/budget.c). */
+LUAI_FUNC void luaC_checkfinalizers (lua_State *L, GCObject *last);
+int ls_finalizer_keeps_hook (lua_State *L);
 LUAI_FUNC void luaC_changemode (lua_State *L, int newmode);
 
 

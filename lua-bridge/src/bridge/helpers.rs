@@ -21,7 +21,7 @@
 //! and, for a raising one, a protected context. Their contracts are in the header.
 #![allow(missing_docs)] // each declaration's contract is its prototype's, in csrc/luasnap.h
 
-use mlua_sys::{lua_CFunction, lua_Integer, lua_State, lua_Writer};
+use mlua_sys::{lua_CFunction, lua_Hook, lua_Integer, lua_State, lua_Writer};
 use std::ffi::{c_char, c_int, c_void};
 
 /// Called for each prototype of a walk: `f(p, ud)` (`luasnap_proto_fn`).
@@ -406,7 +406,8 @@ unsafe extern "C" {
 unsafe extern "C" {
     pub(crate) fn luasnap_gc_stopem(L: *mut lua_State, on: c_int) -> c_int;
     pub(crate) fn luasnap_gc_nofinal(L: *mut lua_State, on: c_int) -> c_int;
-    pub(crate) fn luasnap_recheck_finalizer(L: *mut lua_State);
+    pub(crate) fn luasnap_finalizers_foreign(L: *mut lua_State, since: c_int) -> c_int;
+    pub(crate) fn luasnap_finalizers_mark(L: *mut lua_State, since: c_int, clear: c_int);
     pub(crate) fn luasnap_heap_bytes(L: *mut lua_State) -> u64;
 }
 
@@ -427,7 +428,8 @@ unsafe extern "C" {
     pub(crate) fn luasnap_scrub_light(p: *mut c_void, size: usize);
 }
 
-// budget.c: the instruction budget of the running OS thread (lvm.h).
+// budget.c: the instruction budget of the running OS thread (lvm.h), and the load's budget
+// hook that finalizers keep (Lua patch 8).
 unsafe extern "C" {
     pub(crate) fn luasnap_budget_begin(budget: u64) -> c_int;
     pub(crate) fn luasnap_budget_end(
@@ -436,6 +438,12 @@ unsafe extern "C" {
         place: *mut c_char,
         n: usize,
     ) -> c_int;
+    pub(crate) fn luasnap_register_load_hook(h: Option<lua_Hook>);
+}
+
+// strkey.c: the string table's keyed hash (Lua patch 9).
+unsafe extern "C" {
+    pub(crate) fn luasnap_strtab_longest_chain(L: *mut lua_State) -> c_int;
 }
 
 // corolib.c, detsort.c: the library functions luasnap replaces (Lua C functions: they may

@@ -447,11 +447,22 @@ impl std::fmt::Debug for Vm {
     }
 }
 
+/// Lua instructions that the finalizers and `__close` handlers a [`Vm`] runs when it is dropped
+/// (Lua's `lua_close`) may execute in all; past them each is stopped (Lua reports that as a
+/// warning), so dropping a VM always ends. A game function that a foreign save made a
+/// finalizer could otherwise keep the drop from returning.
+pub const CLOSE_BUDGET: u64 = 100_000_000;
+
 impl Drop for Vm {
     fn drop(&mut self) {
+        // Finalizers and `__close` handlers that `lua_close` runs are counted against
+        // CLOSE_BUDGET (or what a budgeted call that drops this VM has left: one budget per
+        // OS thread), and stopped past it (Lua patch 8).
+        let budget = RunningBudget::begin(CLOSE_BUDGET);
         // SAFETY: the state is idle (nothing borrows the Vm) and the arena is still alive;
         // closing runs finalizers in protected mode and frees everything into the arena.
         unsafe { ffi::lua_close(self.state.as_ptr()) };
+        drop(budget);
         // The per-VM parts (fields) are dropped next, releasing their registrations, then
         // the arena (declared after them).
     }
@@ -502,8 +513,12 @@ impl Vm {
     /// What is counted: all Lua code this OS thread runs during the call, on the main thread
     /// and in every coroutine (the budget belongs to the OS thread, not to a `lua_State`, so a
     /// coroutine created before the call is covered with nothing passed on). Not counted:
-    /// time inside C functions (a long `string.rep`). Nothing is stopped while Lua's hooks
-    /// are off: in finalizers (`__gc`), and in the message handler of the budget's error.
+    /// time inside C functions (a long `string.rep`). Finalizers (`__gc`) that the collector
+    /// runs during the call are counted and stopped too (Lua runs them with hooks off; Lua
+    /// patch 8 keeps hooks allowed for them when the thread has no debug hook of its own): a
+    /// finalizer still running when the budget is spent is stopped, Lua reports that as a
+    /// warning, and the call fails. Nothing is stopped while Lua's hooks are off: in a debug
+    /// hook, and in the message handler of the budget's error.
     ///
     /// Once the budget is spent, Lua code fails at each call, return and backward jump, so a
     /// `pcall` in the game catches the error only to fail again at the next one outside it:

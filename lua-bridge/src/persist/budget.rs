@@ -4,7 +4,7 @@
 
 use super::options::LoadOptions;
 use crate::bridge::error::VmError;
-use crate::bridge::helpers::luasnap_heap_bytes;
+use crate::bridge::helpers::{luasnap_heap_bytes, luasnap_register_load_hook};
 use crate::bridge::per_vm::PerVm;
 use crate::bridge::vm::Vm;
 use mlua_sys::{self as ffi, lua_State};
@@ -185,6 +185,10 @@ pub(crate) unsafe fn budget_hook_intact(L: *mut lua_State) -> bool {
 /// # Safety
 /// `L` is a valid thread of a VM of this crate.
 unsafe fn install_budget_hook(L: *mut lua_State) {
-    // SAFETY: callers' contract.
-    unsafe { ffi::lua_sethook(L, Some(budget_hook), ffi::LUA_MASKCOUNT, PERIOD as i32) };
+    // SAFETY: callers' contract; the hook is a function that lives as long as the program
+    // (registered so that finalizers run under it: csrc/budget.c, Lua patch 8).
+    unsafe {
+        luasnap_register_load_hook(Some(budget_hook));
+        ffi::lua_sethook(L, Some(budget_hook), ffi::LUA_MASKCOUNT, PERIOD as i32)
+    };
 }

@@ -13,6 +13,7 @@ use super::{Fail, Loader};
 use crate::persist::format::{
     Scalar, SpecialParts, TablePart, Tag, ThreadPart, ThreadParts, Upvalues, UserdataParts,
 };
+use crate::persist::options::Trust;
 use crate::persist::slots::Slots;
 use mlua_sys::{self as ffi, lua_State};
 use std::ffi::{c_int, c_void};
@@ -97,12 +98,13 @@ impl Loader<'_> {
         unsafe {
             self.recheck_finalizers(L, s)?;
             self.run_inits(L, s)?;
+            self.mark_finalizers(L, s)?;
             self.unhook_threads();
         }
         Ok(())
     }
 
-    /// Sets the load's collector flags and reads the VM's hash seed.
+    /// Sets the load's collector flags and reads the VM's hash seed and globals table.
     ///
     /// # Safety
     /// Protected context.
@@ -113,9 +115,18 @@ impl Loader<'_> {
         unsafe { luasnap_gc_stopem(L, 1) };
         // SAFETY: reads the global state's seed.
         self.seed = unsafe { luasnap_hash_seed(L) };
-        if !self.opts.finalizers {
+        // SAFETY: pushes the globals table, reads its address, pops it.
+        self.globals = unsafe {
+            ffi::lua_rawgeti(L, ffi::LUA_REGISTRYINDEX, ffi::LUA_RIDX_GLOBALS);
+            let g = ffi::lua_topointer(L, -1);
+            ffi::lua_settop(L, -2);
+            g
+        };
+        if !self.opts.finalizers || self.opts.trust == Trust::Foreign {
             // No finalizer from anything the load runs (see luasnap_gc_nofinal); the caller
-            // unmarks it after the load (`nofinal_marked`).
+            // unmarks it after the load (`nofinal_marked`). A foreign load that allows
+            // finalizers marks its objects when it ends, once their __gc are checked (see
+            // `mark_finalizers`).
             // SAFETY: sets one bit of the global state.
             self.nofinal_marked = unsafe { luasnap_gc_nofinal(L, 1) } == 0;
         }

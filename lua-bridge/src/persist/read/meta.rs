@@ -9,9 +9,10 @@
 //!
 //! [`LoadOptions::finalizers`]: crate::persist::LoadOptions::finalizers
 
-use super::csrc::{luasnap_gc_nofinal, luasnap_recheck_finalizer};
+use super::csrc::{luasnap_finalizers_foreign, luasnap_finalizers_mark, luasnap_gc_nofinal};
 use super::ids::push_obj;
 use super::{Fail, Loader};
+use crate::persist::options::Trust;
 use crate::persist::slots::Slots;
 use mlua_sys::{self as ffi, lua_State};
 use std::ffi::c_int;
@@ -20,6 +21,12 @@ use std::ffi::c_int;
 ///
 /// [`LoadOptions::finalizers`]: crate::persist::LoadOptions::finalizers
 pub(super) const NO_FINALIZERS: &str = "the save-game gives an object a finalizer (a metatable with __gc), which the collector would run after the load, outside its instruction budget and constructor rules; foreign loads refuse them: if you trust the file, load it as your own (Trust::Own) or set LoadOptions::finalizers";
+
+/// Why a foreign load refused a C function as a finalizer.
+pub(super) const C_FINALIZER: &str = "the save-game gives an object a C function as its finalizer (__gc = table.sort or table.concat, say): a foreign save's finalizers may only be the game's own Lua functions; if you trust the file, load it as your own (Trust::Own)";
+
+/// Why a foreign load refused a finalizer that is not a function.
+const NOT_A_FINALIZER: &str = "the save-game gives an object a finalizer that is not a function (__gc = a table with __call, say): a foreign save's finalizers may only be the game's own Lua functions; if you trust the file, load it as your own (Trust::Own)";
 
 /// Why a userdata rebuilt from the file's bytes may not take a C library's metatable.
 const LIBRARY_METATABLE: &str = "a userdata rebuilt from bytes with the metatable of a C library's type (luaL_newmetatable: io's FILE*, say); that library's functions and __gc would trust the forged bytes as its own struct (a file handle's close function pointer, for one)";
@@ -101,7 +108,7 @@ impl Loader<'_> {
             return Err(self.malformed(LIBRARY_METATABLE));
         }
         // SAFETY: as above.
-        if !unsafe { has_gc(L) } {
+        if self.refuses_finalizers() && !unsafe { has_gc(L) } {
             self.late_meta.push(id); // (see `late_meta`)
         }
         Ok(())
@@ -161,10 +168,9 @@ impl Loader<'_> {
         Ok(())
     }
 
-    /// Objects whose metatable got its `__gc` after it was set are marked for finalization
-    /// now, as `setmetatable` would have on the complete metatable (a no-op for those already
-    /// marked, and while no finalizers are allowed); a load that refuses finalizers refuses
-    /// them, as it refuses a `__gc` seen at once.
+    /// For a load that refuses finalizers: objects whose metatable got its `__gc` after it was
+    /// set (a metatable still being built then) are refused now, as a `__gc` seen at once is.
+    /// (Loads that allow finalizers mark such objects with the others: `mark_finalizers`.)
     ///
     /// # Safety
     /// Protected context, three free slots; `s` this load's slots; the walk is over.
@@ -173,30 +179,60 @@ impl Loader<'_> {
         L: *mut lua_State,
         s: Slots,
     ) -> Result<(), Fail> {
-        for i in 0..self.late_meta.len() {
-            // SAFETY: callers' contract; late_meta holds ids of objects read.
-            unsafe { push_obj(L, s, self.late_meta[i]) };
-            if self.refuses_finalizers() {
-                // SAFETY: the object on top; its metatable (if any) pushed, checked, popped.
-                let gc = unsafe {
-                    ffi::lua_getmetatable(L, -1) != 0 && {
-                        let gc = has_gc(L);
-                        ffi::lua_settop(L, -2);
-                        gc
-                    }
-                };
-                if gc {
-                    // SAFETY: pops the object.
-                    unsafe { ffi::lua_settop(L, -2) };
-                    return Err(self.fail(NO_FINALIZERS));
-                }
-            } else {
-                // SAFETY: the object on top, as luasnap_recheck_finalizer expects.
-                unsafe { luasnap_recheck_finalizer(L) };
-            }
-            // SAFETY: pops the object.
-            unsafe { ffi::lua_settop(L, -2) };
+        if !self.refuses_finalizers() {
+            return Ok(());
         }
+        for i in 0..self.late_meta.len() {
+            // SAFETY: callers' contract; late_meta holds ids of objects read; the object and
+            // its metatable (if any) pushed, checked, popped.
+            let gc = unsafe {
+                push_obj(L, s, self.late_meta[i]);
+                let gc = ffi::lua_getmetatable(L, -1) != 0 && {
+                    let gc = has_gc(L);
+                    ffi::lua_settop(L, -2);
+                    gc
+                };
+                ffi::lua_settop(L, -2);
+                gc
+            };
+            if gc {
+                return Err(self.fail(NO_FINALIZERS));
+            }
+        }
+        Ok(())
+    }
+
+    /// When a load that allows finalizers ends well: marks for finalization every object it
+    /// made (its own and those of the functions it called) whose metatable has `__gc` now, in
+    /// one walk of the objects made since its first table (marking each alone searched the
+    /// collector's list from its head: time quadratic in the objects). Lua marks an object
+    /// only if its metatable has `__gc` when it is set, and a save writes an object's
+    /// metatable before its entries, so a class that is its own metatable
+    /// (`T = { __gc = f }; setmetatable(T, T)`) lost its finalizer before this pass.
+    ///
+    /// A foreign load first checks each such `__gc`: only the game's own Lua functions
+    /// (closures of its prototypes, matched like any function of the file) may be finalizers,
+    /// never a C function (`table.sort` or `table.concat` over forged references ran outside
+    /// every budget). Nothing was marked while it ran (the state's no-finalizer bit), so a
+    /// refused load leaves no finalizer behind; finalizers then run under the instruction
+    /// budget of the call that runs them (Lua patch 5).
+    ///
+    /// # Safety
+    /// Protected context; `s` this load's slots; the walk and the initializers are over.
+    pub(super) unsafe fn mark_finalizers(&mut self, L: *mut lua_State, s: Slots) -> Result<(), Fail> {
+        if !self.opts.finalizers || self.opts.inert_finalizers {
+            return Ok(());
+        }
+        if self.opts.trust == Trust::Foreign {
+            // SAFETY: reads the objects made since the load's first table, anchored at s.objs.
+            match unsafe { luasnap_finalizers_foreign(L, s.objs) } {
+                0 => {}
+                1 => return Err(self.fail(C_FINALIZER)),
+                _ => return Err(self.fail(NOT_A_FINALIZER)),
+            }
+        }
+        // SAFETY: as above; clears the no-finalizer bit only if this load set it.
+        unsafe { luasnap_finalizers_mark(L, s.objs, self.nofinal_marked as c_int) };
         Ok(())
     }
 

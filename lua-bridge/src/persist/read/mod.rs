@@ -148,10 +148,11 @@ pub(crate) struct Loader<'a> {
     /// order, 1,097 of them). None for foreign saves: their hints stay bounded by the file.
     own_cap: Option<u64>,
     /// Objects given a metatable that was still being built (or had no `__gc` yet) when it
-    /// was set: Lua marks an object for finalization only if its metatable has `__gc` at
-    /// `setmetatable`, and a save writes an object's metatable before its entries, so a class
-    /// that is its own metatable (`T = setmetatable({ __gc = f }, ...)`, `setmetatable(T, T)`)
-    /// would lose its finalizer. Checked again when the load ends (`luasnap_recheck_finalizer`).
+    /// was set, in a load that refuses finalizers: a save writes an object's metatable before
+    /// its entries, so a class that is its own metatable (`T = setmetatable({ __gc = f },
+    /// ...)`, `setmetatable(T, T)`) gets its `__gc` after. Checked again when the load ends
+    /// (`recheck_finalizers`). Loads that allow finalizers mark every object they made when
+    /// they end instead (`mark_finalizers`).
     late_meta: Vec<u32>,
     /// Suspended coroutines this load created, in creation order: the only threads open
     /// upvalues may point into (`loaded_cos` by address).
@@ -172,6 +173,16 @@ pub(crate) struct Loader<'a> {
     /// Keys of permanents and C closures being read, one inside the other (at most
     /// `MAX_KEY_NESTING`).
     key_depth: u32,
+    /// The ids of the permanents read, in order (a foreign load's closures share upvalues only
+    /// with closures it built: see `closure.rs`).
+    perm_ids: Vec<u32>,
+    /// Whether the load denies the permanent `_G` (foreign loads, by default): it may then be
+    /// only its functions' `_ENV` (see `Loader::globals_here`).
+    globals_denied: bool,
+    /// The globals table (`lua_topointer`), read when the load begins.
+    globals: *const c_void,
+    /// Its object id once read (`u32::MAX` before).
+    globals_id: u32,
     /// Saved functions bound to this version of the game's code, and the load's report.
     rb: rebind::Rebinding,
     /// What would accept the save, if the load refused it (see [`Loader::refuse`]).
@@ -229,6 +240,10 @@ impl<'a> Loader<'a> {
             aux: None,
             nofinal_marked: false,
             key_depth: 0,
+            perm_ids: Vec::new(),
+            globals_denied: !opts.allows_permanent(b"_G"),
+            globals: std::ptr::null(),
+            globals_id: u32::MAX,
             rb: rebind::Rebinding::default(),
             accept: None,
         };
