@@ -396,3 +396,151 @@ fn finalizers_run_under_the_calls_instruction_budget() {
     });
 }
 
+// ----- the globals as a permanent -----
+
+#[test]
+fn foreign_saves_name_the_globals_only_where_the_host_allows() {
+    // A file that names _G can put it where game code writes (player.inventory = _G).
+    let root = table(vec![(s("inventory"), perm("_G"))]);
+    let file = forge::file(&root);
+    let mut vm = vm();
+    let e = vm.unpersist(&file, "player", Trust::Foreign).unwrap_err();
+    assert!(e.to_string().contains("_G"), "{e}");
+    let mut opts = luasnap::bridge::persist::LoadOptions::foreign();
+    opts.denied_permanents.retain(|d| d != "_G");
+    vm.unpersist_with(&file, "player", &opts).unwrap();
+    assert_eq!(
+        vm.exec("return player.inventory == _G", "=c").unwrap(),
+        vec![luasnap::bridge::Value::Boolean(true)]
+    );
+    // Own saves name it as before.
+    vm.unpersist(&file, "mine", Trust::Own).unwrap();
+}
+
+
+/// `{ f, g }` of a game where `f` reads a global (its one upvalue is `_ENV`) and `g` returns
+/// its upvalue `t`, decoded: the root is object 0, `f` object 1 whose `_ENV` is the first
+/// permanent (`_G`, object 2), `g` object 3 (prototype 1), its `t` object 4.
+fn env_and_local() -> (Vm, Node) {
+    let vm = vm();
+    vm.exec(
+        "local t = {} function f() return print end function g() return t end
+         pair = { f, g }",
+        "=game",
+    )
+    .unwrap();
+    let node = forge::decode(
+        luasnap::bridge::persist::body_of(&vm.persist("pair").unwrap()).unwrap(),
+    )
+    .unwrap();
+    (vm, node)
+}
+
+/// The closure of `node` (a table) under the key `key`.
+fn closure_at(node: &mut Node, key: i64) -> &mut Node {
+    let Node::Table { entries, .. } = node else {
+        panic!("a table")
+    };
+    &mut entries
+        .iter_mut()
+        .find(|(k, _)| *k == Node::Int(key))
+        .expect("the key")
+        .1
+}
+
+#[test]
+fn the_globals_are_only_ever_a_functions_env_in_a_foreign_load() {
+    use luasnap::bridge::persist::forge::Upval;
+    let (mut vm, honest) = env_and_local();
+    // The honest save: f's _ENV is _G, named by the file.
+    vm.unpersist(&forge::file(&honest), "copy", Trust::Foreign)
+        .unwrap();
+    assert_eq!(
+        vm.exec("return copy[1]() == print", "=c").unwrap(),
+        vec![luasnap::bridge::Value::Boolean(true)]
+    );
+    let g_env_index = |node: &Node| match node {
+        Node::LClosure { upvals, .. } => upvals.len() as u64,
+        _ => panic!("a closure"),
+    };
+    let mut forged = Vec::new();
+    // _G (object 2) again, as an entry: game code writing pair.inv writes the globals.
+    let mut entry = honest.clone();
+    if let Node::Table { entries, .. } = &mut entry {
+        entries.push((s("inv"), Node::Ref(2)));
+    }
+    forged.push(("an entry", entry));
+    // As g's upvalue t.
+    let mut upval = honest.clone();
+    if let Node::LClosure { upvals, .. } = closure_at(&mut upval, 2) {
+        upvals[0] = Upval::New(Node::Ref(2));
+    }
+    forged.push(("another upvalue", upval));
+    // g's t shared with f's _ENV.
+    let mut join = honest.clone();
+    let n = g_env_index(closure_at(&mut join, 1));
+    if let Node::LClosure { upvals, .. } = closure_at(&mut join, 2) {
+        upvals[0] = Upval::Ref { closure: 1, index: n };
+    }
+    forged.push(("a shared upvalue under another name", join));
+    // As a metatable.
+    let mut meta = honest.clone();
+    if let Node::Table { entries, .. } = &mut meta {
+        entries.push((
+            s("obj"),
+            Node::Table {
+                narr: 0,
+                nhash: 0,
+                meta: Box::new(Node::Ref(2)),
+                entries: vec![],
+            },
+        ));
+    }
+    forged.push(("a metatable", meta));
+    for (what, node) in forged {
+        let e = vm
+            .unpersist(&forge::file(&node), "bad", Trust::Foreign)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("_ENV") || e.contains("another variable's name"),
+            "{what}: {e}"
+        );
+        // Own loads take the file as it is.
+        vm.unpersist(&forge::file(&node), "mine", Trust::Own)
+            .unwrap();
+    }
+    assert_eq!(
+        vm.exec("return rawget(_G, 'bad') == nil", "=c").unwrap(),
+        vec![luasnap::bridge::Value::Boolean(true)]
+    );
+}
+
+#[test]
+fn foreign_closures_share_no_upvalue_with_a_permanent() {
+    use luasnap::bridge::persist::forge::Upval;
+    // A closure joined to a live function's upvalue writes that function's variable.
+    let (mut vm, honest) = env_and_local();
+    vm.register_permanent("live_g", "g").unwrap();
+    // pair.h: a closure of g's prototype whose t is the permanent live_g's t.
+    let mut node = honest.clone();
+    let g = closure_at(&mut node, 2).clone();
+    if let Node::Table { entries, .. } = &mut node {
+        entries.push((s("live"), perm("live_g")));
+        let mut h = g;
+        if let Node::LClosure { proto, upvals, .. } = &mut h {
+            *proto = Proto::Index(1);
+            upvals[0] = Upval::Ref {
+                closure: 5,
+                index: 1,
+            };
+        }
+        entries.push((s("h"), h));
+    }
+    let e = vm
+        .unpersist(&forge::file(&node), "bad", Trust::Foreign)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("did not build"), "{e}");
+}
+

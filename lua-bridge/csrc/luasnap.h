@@ -196,6 +196,9 @@ const void *luasnap_proto(lua_State *L, int idx);
 lua_CFunction luasnap_light_cfunction(lua_State *L, int idx);
 /* Its number of upvalues. */
 int luasnap_proto_nupvalues(const void *p);
+/* The name of upvalue i (1-based) of prototype p (its debug information) and its length in
+** *len, or NULL (no such upvalue, or no name: a stripped function). */
+const char *luasnap_proto_upvalue_name(const void *p, int i, size_t *len);
 /* Its number of nested prototypes, and child i of them (NULL when there is no such child). */
 int luasnap_proto_nchildren(const void *p);
 const void *luasnap_proto_child(const void *p, int i);
@@ -212,11 +215,10 @@ void luasnap_each_proto(lua_State *L, luasnap_proto_fn f, void *ud);
 void luasnap_proto_tree(const void *p, luasnap_proto_fn f, void *ud);
 /* Places (how a newer version of a chunk finds the same function): the pc of the OP_CLOSURE
 ** making each of p's first n children into pcs (-1: none makes it); the name p gives the
-** function made at pc, into buf[0..cap) (returns its length; 0: anonymous); the name of
-** upvalue i of p (NULL: none), its length in *len. */
+** function made at pc, into buf[0..cap) (returns its length; 0: anonymous). (Upvalue names:
+** luasnap_proto_upvalue_name above.) */
 void luasnap_proto_closure_pcs(const void *p, int *pcs, int n);
 int luasnap_proto_child_name(const void *p, int pc, char *buf, int cap);
-const char *luasnap_proto_upvalue_name(const void *p, int i, size_t *len);
 /* Where upvalue i of p comes from in the enclosing function: returns the index of its upvalue
 ** (*local 0) or its register (*local 1); -1 for no such upvalue. */
 int luasnap_proto_upvalue_desc(const void *p, int i, int *local);

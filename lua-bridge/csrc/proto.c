@@ -29,6 +29,14 @@ int luasnap_proto_nupvalues(const void *p) {
   return ((const Proto *)p)->sizeupvalues;
 }
 
+const char *luasnap_proto_upvalue_name(const void *p, int i, size_t *len) {
+  const Proto *q = (const Proto *)p;
+  TString *name;
+  if (i < 1 || i > q->sizeupvalues || (name = q->upvalues[i - 1].name) == NULL) return NULL;
+  *len = tsslen(name);
+  return getstr(name);
+}
+
 int luasnap_proto_nchildren(const void *p) {
   return ((const Proto *)p)->sizep;
 }
@@ -312,14 +320,6 @@ int luasnap_proto_child_name(const void *p, int pc, char *buf, int cap) {
   local = luaF_getlocalname(f, a + 1, pc + 1);
   if (local != NULL) nb_put(&b, local, strlen(local));
   return b.len;
-}
-
-/* The name of upvalue i of p, its length in *len; NULL when it has none (stripped). */
-const char *luasnap_proto_upvalue_name(const void *p, int i, size_t *len) {
-  const TString *s = upvalue_name((const Proto *)p, i);
-  if (s == NULL) return NULL;
-  *len = tsslen(s);
-  return getstr(s);
 }
 
 /* Where upvalue i of p comes from when a closure of p is made: the enclosing function's

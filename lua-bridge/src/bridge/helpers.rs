@@ -120,6 +120,11 @@ unsafe extern "C" {
     pub(crate) fn luasnap_proto(L: *mut lua_State, idx: c_int) -> *const c_void;
     pub(crate) fn luasnap_light_cfunction(L: *mut lua_State, idx: c_int) -> Option<lua_CFunction>;
     pub(crate) fn luasnap_proto_nupvalues(p: *const c_void) -> c_int;
+    pub(crate) fn luasnap_proto_upvalue_name(
+        p: *const c_void,
+        i: c_int,
+        len: *mut usize,
+    ) -> *const c_char;
     pub(crate) fn luasnap_proto_nchildren(p: *const c_void) -> c_int;
     pub(crate) fn luasnap_proto_child(p: *const c_void, i: c_int) -> *const c_void;
     pub(crate) fn luasnap_proto_hash(p: *const c_void) -> u64;
@@ -133,11 +138,6 @@ unsafe extern "C" {
         buf: *mut c_char,
         cap: c_int,
     ) -> c_int;
-    pub(crate) fn luasnap_proto_upvalue_name(
-        p: *const c_void,
-        i: c_int,
-        len: *mut usize,
-    ) -> *const c_char;
     pub(crate) fn luasnap_proto_upvalue_desc(
         p: *const c_void,
         i: c_int,

@@ -57,7 +57,15 @@ pub const DEFAULT_INSTRUCTION_BUDGET: u64 = 10_000_000;
 /// Permanents a foreign save may not name by default: a name stands for itself and for every
 /// name below it (`"os"` covers `os.execute`). Names with a `#` (the library's hidden
 /// helpers) are refused too, except `ipairs#aux`, which checks its arguments.
-pub const DEFAULT_FOREIGN_DENIED: [&str; 11] = [
+///
+/// `_G` is here (and `package.loaded` under `package`): a file that names the globals table
+/// can put it where game code writes (`player.inventory = _G`), so that the game overwrites
+/// its own globals, the runtime's included. A whole-game save does not need to name it (the
+/// root's kept lists keep `_G._G` and `package.loaded._G`); a host whose game state holds it
+/// (a module's `local G = _G`) opts in by removing `"_G"` from
+/// [`LoadOptions::denied_permanents`].
+pub const DEFAULT_FOREIGN_DENIED: [&str; 12] = [
+    "_G",
     "os",
     "io",
     "debug",

@@ -87,8 +87,8 @@ pub(crate) unsafe fn upvalue_names(p: *const c_void) -> Vec<Vec<u8>> {
     (0..n)
         .map(|i| {
             let mut len = 0;
-            // SAFETY: callers' contract; i is one of its upvalues.
-            let s = unsafe { luasnap_proto_upvalue_name(p, i, &mut len) };
+            // SAFETY: callers' contract; i + 1 is one of its upvalues (1-based).
+            let s = unsafe { luasnap_proto_upvalue_name(p, i + 1, &mut len) };
             if s.is_null() {
                 Vec::new()
             } else {

@@ -119,6 +119,11 @@ pub(super) struct Batch<'a, 'b> {
     pub seed: u32,
     /// The node count of the largest layout decoded (0: none), for the scratch.
     pub max_size: u32,
+    /// An object id the batch leaves to the general path (`u32::MAX`: none): the globals
+    /// table in a load that denies it, which checks where it goes (`Loader::globals_here`).
+    pub checked_ref: u32,
+    /// Whether shared upvalues go to the general path, which checks them (foreign loads).
+    pub checked_joins: bool,
 }
 
 impl Batch<'_, '_> {
@@ -369,7 +374,7 @@ impl Batch<'_, '_> {
             },
             None if tag == T_REF => {
                 let id = self.r.varint()?;
-                if id >= self.next_id as u64 {
+                if id >= self.next_id as u64 || id == self.checked_ref as u64 {
                     return None;
                 }
                 RawVal {
@@ -437,7 +442,7 @@ impl Batch<'_, '_> {
                 let v = self.plain(self.r.peek()?)?;
                 self.push_val(v);
                 self.push(kind::SETUPVAL, 0, i, std::ptr::null());
-            } else if tag == Tag::UpvalRef as u8 && self.bindings.is_empty() {
+            } else if tag == Tag::UpvalRef as u8 && !self.checked_joins && self.bindings.is_empty() {
                 let UpvalueRef {
                     closure: other,
                     index,
@@ -613,6 +618,8 @@ mod tests {
                     format: 5,
                     seed: 0,
                     max_size: 0,
+                    checked_ref: u32::MAX,
+                    checked_joins: false,
                 };
                 let got = b
                     .plain(bytes[0])

@@ -84,6 +84,12 @@ impl Loader<'_> {
             format: self.format,
             seed: self.seed,
             max_size: 0,
+            checked_ref: if self.globals_denied {
+                self.globals_id
+            } else {
+                u32::MAX
+            },
+            checked_joins: self.opts.trust == crate::persist::Trust::Foreign,
         };
         let end = b.decode(room, open);
         let (n, max_size) = (b.n, b.max_size);

@@ -13,16 +13,35 @@
 //! is checked against its frames (`open.rs`).
 
 use super::csrc::{
-    luasnap_proto, luasnap_proto_nupvalues, luasnap_push_closure, luasnap_upval_join_slot,
+    luasnap_proto, luasnap_proto_nupvalues, luasnap_proto_upvalue_name, luasnap_push_closure,
+    luasnap_upval_join_slot,
     luasnap_upval_shareable,
 };
 use super::dispatch::{ClosureKind, Frame};
 use super::ids::push_obj;
 use super::{Fail, Loader};
 use crate::persist::format::{OpenUpvalue, Tag, UpvalueRef, Upvalues};
+use crate::persist::options::Trust;
 use crate::persist::slots::Slots;
 use mlua_sys::{self as ffi, lua_State};
-use std::ffi::c_int;
+use std::ffi::{c_int, c_void};
+
+/// Why a foreign load refused a shared upvalue.
+const FOREIGN_JOIN: &str = "a closure shares an upvalue with a closure the save did not build (a permanent), or under another variable's name; game code writing that upvalue would write state the file chose (the globals, a live module's variable); foreign saves share upvalues only between their own closures' same variables: if you trust the file, load it as your own (Trust::Own)";
+
+/// The name of upvalue `i` (1-based) of prototype `p` (its debug information; None for a
+/// stripped function or no such upvalue).
+///
+/// # Safety
+/// `p` is a live prototype; the slice lives as long as it does.
+pub(super) unsafe fn upvalue_name<'p>(p: *const c_void, i: c_int) -> Option<&'p [u8]> {
+    let mut len = 0usize;
+    // SAFETY: callers' contract; the name is a Lua string the prototype holds.
+    unsafe {
+        let name = luasnap_proto_upvalue_name(p, i, &mut len);
+        (!name.is_null()).then(|| std::slice::from_raw_parts(name.cast::<u8>(), len))
+    }
+}
 
 impl Loader<'_> {
     /// A Lua closure (after `Tag::LClosure`): its prototype, its upvalue count (checked
@@ -171,6 +190,23 @@ impl Loader<'_> {
             ));
         }
         let (this_slot, to) = self.saved_slot(id, i).unwrap_or((i - 1, None));
+        // A foreign load's closures share an upvalue only with another it built (a
+        // permanent's is live state outside the load), and only the same variable: Lua's
+        // compiler shares upvalues between closures of the same variable, named alike. (So
+        // a closure's `_ENV` holding the globals is shared only as `_ENV`: see
+        // `globals_here`.) A rebound closure's slot holds the saved upvalue of that name.
+        // SAFETY: both prototypes of live closures (checked non-null above), each slot one
+        // of its upvalues.
+        if self.opts.trust == Trust::Foreign
+            && (self.perm_ids.binary_search(&(other as u32)).is_ok()
+                || unsafe {
+                    upvalue_name(this_p, this_slot + 1) != upvalue_name(other_p, other_slot + 1)
+                })
+        {
+            // SAFETY: pops both closures.
+            unsafe { ffi::lua_settop(L, -3) };
+            return Err(self.fail(FOREIGN_JOIN));
+        }
         // SAFETY: two Lua closures, each with the slot named (this one's: at most its count,
         // its frame's `n`, in its saved slots or the prototype's); pops both.
         unsafe {

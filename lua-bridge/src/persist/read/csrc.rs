@@ -9,7 +9,7 @@ pub(super) use crate::bridge::helpers::{
     kind, luasnap_checkstack, luasnap_chunk_find, luasnap_chunks_each_proto, luasnap_each_proto,
     luasnap_gc_nofinal, luasnap_gc_stopem, luasnap_hash_seed, luasnap_heap_bytes,
     luasnap_loadstring, luasnap_open_upval_check, luasnap_proto, luasnap_proto_child,
-    luasnap_proto_hash, luasnap_proto_nupvalues, luasnap_proto_tree, luasnap_push_closure,
+    luasnap_proto_hash, luasnap_proto_nupvalues, luasnap_proto_tree, luasnap_proto_upvalue_name, luasnap_push_closure,
     luasnap_rawset_charged, luasnap_finalizers_foreign, luasnap_finalizers_mark, luasnap_relayout_memo_limit,
     luasnap_relayout_memo_over, luasnap_relayout_memo_size, luasnap_relayout_scratch,
     luasnap_table_build, luasnap_table_nodes, luasnap_table_relayout, luasnap_thread_building,

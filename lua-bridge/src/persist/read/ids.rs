@@ -14,6 +14,9 @@ use std::ffi::c_int;
 /// Why a reference to an object in the middle of its rebuild is refused.
 pub(super) const REBUILDING: &str = "a reference to an object that is still being rebuilt: a __persist rebuild function captured its own object; use two-phase persistence (return a create function and an init function)";
 
+/// Why a load that denies the permanent `_G` refused it where it was.
+pub(super) const GLOBALS_ELSEWHERE: &str = "the save puts the globals table (_G) somewhere else than a function's _ENV (a table's entry or metatable, another upvalue, a coroutine's stack): game code writing there would overwrite the globals; a foreign save names _G only as its functions' _ENV. If the game's state holds _G elsewhere (a module's local G = _G), allow it: remove \"_G\" from LoadOptions::denied_permanents";
+
 /// Pushes the object with id `id` (nil if none).
 ///
 /// # Safety
@@ -124,6 +127,10 @@ impl Loader<'_> {
     ) -> Result<(), Fail> {
         if id >= self.next_id as u64 {
             return Err(self.malformed("reference to an object not yet defined"));
+        }
+        // SAFETY: callers' contract.
+        if id == self.globals_id as u64 && self.globals_denied && !unsafe { self.globals_here(L, s) } {
+            return Err(self.fail(GLOBALS_ELSEWHERE));
         }
         // SAFETY: callers' contract; the id was defined (checked above).
         if unsafe { push_obj(L, s, id as u32) } == ffi::LUA_TNIL {

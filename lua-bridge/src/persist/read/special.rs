@@ -12,7 +12,8 @@
 
 use super::csrc::{luasnap_gc_stopem, luasnap_proto};
 use super::dispatch::{ClosureKind, Frame};
-use super::ids::push_obj;
+use super::closure::upvalue_name;
+use super::ids::{push_obj, GLOBALS_ELSEWHERE};
 use super::limits::MAX_KEY_NESTING;
 use super::{Fail, Loader};
 use crate::persist::format::{SpecialPart, SpecialParts, Upvalues};
@@ -115,7 +116,7 @@ impl Loader<'_> {
             return Err(self.malformed("a permanent's key must be a primitive"));
         }
         // SAFETY: callers' contract; the key on top.
-        unsafe { self.check_perm_name(L)? };
+        unsafe { self.check_perm_name(L, s)? };
         // SAFETY: callers' contract: [key] -> [key, value].
         let found = unsafe {
             ffi::lua_pushvalue(L, -1);
@@ -157,8 +158,46 @@ impl Loader<'_> {
             let id = self.id();
             // SAFETY: callers' contract; the permanent on top.
             unsafe { self.register(L, s, id)? };
+            self.perm_ids.push(id);
+            // SAFETY: a query of the top.
+            if unsafe { ffi::lua_topointer(L, -1) } == self.globals {
+                self.globals_id = id;
+            }
         }
         Ok(())
+    }
+
+    /// Whether the value being read is a place where a load that denies the permanent `_G`
+    /// still takes it: a Lua closure's new upvalue named `_ENV` (what every function that
+    /// reads a global holds). Anywhere else (a table's key, value or metatable, another
+    /// upvalue, a coroutine's stack, a load-time function) game code writing there would
+    /// write the globals (`player.inventory = _G`).
+    ///
+    /// # Safety
+    /// Protected context, a free slot; `s` this load's slots.
+    pub(super) unsafe fn globals_here(&self, L: *mut lua_State, s: Slots) -> bool {
+        let Some(&Frame::Closure {
+            id,
+            upvalues,
+            open: None,
+            kind: ClosureKind::Lua,
+        }) = self.frames.last()
+        else {
+            return false;
+        };
+        // The upvalue being read (its value follows its `UpvalNew` tag).
+        let Some(next) = upvalues.peek() else {
+            return false;
+        };
+        // SAFETY: callers' contract; objs[id] is the closure whose frame this is (popped).
+        let p = unsafe {
+            push_obj(L, s, id);
+            let p = luasnap_proto(L, -1);
+            ffi::lua_settop(L, -2);
+            p
+        };
+        // SAFETY: p is the prototype of a live closure (anchored in objs) or null.
+        !p.is_null() && unsafe { upvalue_name(p, next as c_int) } == Some(b"_ENV".as_slice())
     }
 
     /// A C closure (after `Tag::CClosure`): the key of a permanent naming a bare C function,
@@ -194,7 +233,7 @@ impl Loader<'_> {
             return Err(self.malformed("bad C closure"));
         };
         // SAFETY: callers' contract; the key still on top.
-        let is_wrap = unsafe { self.check_c_closure(L, f, n)? };
+        let is_wrap = unsafe { self.check_c_closure(L, s, f, n)? };
         let id = self.id();
         // SAFETY: callers' contract; n is 0 or 1 (checked above): the closure with nil
         // upvalues, registered, then popped (kept in objs).
@@ -226,10 +265,11 @@ impl Loader<'_> {
     /// is `coroutine.wrap`'s helper.
     ///
     /// # Safety
-    /// Protected context, two free slots; the key on top.
+    /// Protected context, two free slots; the key on top; `s` this load's slots.
     unsafe fn check_c_closure(
         &mut self,
         L: *mut lua_State,
+        s: Slots,
         f: ffi::lua_CFunction,
         n: u64,
     ) -> Result<bool, Fail> {
@@ -238,7 +278,7 @@ impl Loader<'_> {
         let is_wrap = wrap != 0 && f as usize == wrap;
         if n == 0 {
             // SAFETY: callers' contract; the key on top.
-            unsafe { self.check_perm_name(L)? };
+            unsafe { self.check_perm_name(L, s)? };
         } else if !(is_wrap && n == 1) {
             // SAFETY: reads the key, then pops it.
             let name = unsafe {
@@ -463,7 +503,7 @@ impl Loader<'_> {
     ///
     /// # Safety
     /// A value on top.
-    unsafe fn check_perm_name(&mut self, L: *mut lua_State) -> Result<(), Fail> {
+    unsafe fn check_perm_name(&mut self, L: *mut lua_State, s: Slots) -> Result<(), Fail> {
         // SAFETY: a query of the top.
         if unsafe { ffi::lua_type(L, -1) } != ffi::LUA_TSTRING {
             return Ok(());
@@ -477,6 +517,15 @@ impl Loader<'_> {
         };
         if self.opts.allows_permanent(name) {
             return Ok(());
+        }
+        // SAFETY: callers' contract (the key on top stays).
+        if name == b"_G" {
+            if unsafe { self.globals_here(L, s) } {
+                return Ok(());
+            }
+            // SAFETY: pops the key.
+            unsafe { ffi::lua_settop(L, -2) };
+            return Err(self.fail(GLOBALS_ELSEWHERE));
         }
         let name = String::from_utf8_lossy(name).into_owned();
         // SAFETY: pops the key.
