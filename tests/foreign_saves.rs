@@ -544,3 +544,56 @@ fn foreign_closures_share_no_upvalue_with_a_permanent() {
     assert!(e.contains("did not build"), "{e}");
 }
 
+// ----- strings chosen to collide for the VM's seed -----
+
+/// The hash seed `vm` shows in its saves (any table layout holds it).
+fn seed_shown_by(vm: &Vm) -> u32 {
+    vm.exec(
+        "shown = {} for i = 1, 50 do shown['k' .. i] = i end
+         for i = 1, 50, 2 do shown['k' .. i] = nil end",
+        "=t",
+    )
+    .unwrap();
+    let node = forge::decode(
+        luasnap::bridge::persist::body_of(&vm.persist("shown").unwrap()).unwrap(),
+    )
+    .unwrap();
+    forge::layout_seed(&node).expect("a layout")
+}
+
+#[test]
+fn strings_chosen_to_collide_share_no_string_table_chain() {
+    // Every short string is interned through Lua's string table, chained by its seeded hash:
+    // strings sharing its low bits made each intern walk one chain (100K 8-byte strings:
+    // `luasnap diff` 19.7 s instead of 0.05 s). The seed is fixed by the deterministic
+    // profile and shown by every table layout a save carries.
+    for mut vm in [
+        Vm::builder()
+            .capacity(512 * MIB)
+            .deterministic(7)
+            .build()
+            .unwrap(),
+        vm(),
+    ] {
+        let seed = seed_shown_by(&vm);
+        let strings = forge::colliding_strings(seed, 16, 20_000, 8, 1);
+        assert!(strings
+            .iter()
+            .all(|s| forge::lua_string_hash(s, seed) & 0xffff == forge::lua_string_hash(&strings[0], seed) & 0xffff));
+        let file = forge::file(&table(
+            strings
+                .into_iter()
+                .enumerate()
+                .map(|(i, s)| (Node::Int(i as i64 + 1), Node::Str(s)))
+                .collect(),
+        ));
+        vm.unpersist(&file, "many", Trust::Foreign).unwrap();
+        let longest = vm.string_table_longest_chain();
+        assert!(longest < 40, "a chain of {longest} strings");
+        assert_eq!(
+            vm.exec("return #many", "=n").unwrap(),
+            vec![luasnap::bridge::Value::Integer(20_000)]
+        );
+    }
+}
+

@@ -61,7 +61,7 @@ int luasnap_finalizers_foreign(lua_State *L, int since) {
 }
 
 /* Marks for finalization the objects a load made (see luasnap_finalizers_foreign) whose
-** metatable has __gc, in one walk (Lua patch 5, luaC_checkfinalizers), with the state's
+** metatable has __gc, in one walk (Lua patch 8, luaC_checkfinalizers), with the state's
 ** "closing" bit (GCSTPCLS), which a foreign load sets for its whole run, cleared meanwhile if
 ** 'clear' (the load set it: nothing else runs). */
 void luasnap_finalizers_mark(lua_State *L, int since, int clear) {

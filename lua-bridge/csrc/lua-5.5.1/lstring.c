@@ -50,6 +50,16 @@ int luaS_eqstr (TString *a, TString *b) {
 }
 
 
+/*
+** luasnap patch (see LUASNAP-PATCHES.md): the chain a short string sits in is chosen by a hash
+** keyed by a secret of the process (csrc/strkey.c), not by its seeded hash 'ts->hash', which a
+** save-game can reveal and the deterministic profile fixes: strings chosen to share a chain
+** made interning quadratic. 'ts->hash' (table keys, layouts) is unchanged.
+*/
+#include "../strkey.h"  /* csrc/strkey.h */
+#define strtbucket(ts)	ls_strkey_hash(getshrstr(ts), cast_sizet((ts)->shrlen))
+
+
 static unsigned luaS_hash (const char *str, size_t l, unsigned seed) {
   unsigned int h = seed ^ cast_uint(l);
   for (; l > 0; l--)
@@ -78,7 +88,7 @@ static void tablerehash (TString **vect, int osize, int nsize) {
     vect[i] = NULL;
     while (p) {  /* for each string in the list */
       TString *hnext = p->u.hnext;  /* save next */
-      unsigned int h = lmod(p->hash, nsize);  /* new position */
+      unsigned int h = lmod(strtbucket(p), nsize);  /* new position (luasnap patch) */
       p->u.hnext = vect[h];  /* chain it into array */
       vect[h] = p;
       p = hnext;
@@ -134,6 +144,7 @@ void luaS_init (lua_State *L) {
   global_State *g = G(L);
   int i, j;
   stringtable *tb = &G(L)->strt;
+  ls_strkey_init();  /* luasnap patch: the chains' key, once per process */
   tb->hash = luaM_newvector(L, MINSTRTABSIZE, TString*);
   tablerehash(tb->hash, 0, MINSTRTABSIZE);  /* clear array */
   tb->size = MINSTRTABSIZE;
@@ -189,7 +200,7 @@ TString *luaS_createlngstrobj (lua_State *L, size_t l) {
 
 void luaS_remove (lua_State *L, TString *ts) {
   stringtable *tb = &G(L)->strt;
-  TString **p = &tb->hash[lmod(ts->hash, tb->size)];
+  TString **p = &tb->hash[lmod(strtbucket(ts), tb->size)];  /* luasnap patch */
   while (*p != ts)  /* find previous element */
     p = &(*p)->u.hnext;
   *p = (*p)->u.hnext;  /* remove element from its list */
@@ -215,8 +226,9 @@ static TString *internshrstr (lua_State *L, const char *str, size_t l) {
   TString *ts;
   global_State *g = G(L);
   stringtable *tb = &g->strt;
-  unsigned int h = luaS_hash(str, l, g->seed);
-  TString **list = &tb->hash[lmod(h, tb->size)];
+  unsigned int h;
+  unsigned int b = ls_strkey_hash(str, l);  /* luasnap patch: the chain */
+  TString **list = &tb->hash[lmod(b, tb->size)];
   lua_assert(str != NULL);  /* otherwise 'memcmp'/'memcpy' are undefined */
   for (ts = *list; ts != NULL; ts = ts->u.hnext) {
     if (l == cast_uint(ts->shrlen) &&
@@ -228,9 +240,10 @@ static TString *internshrstr (lua_State *L, const char *str, size_t l) {
     }
   }
   /* else must create a new string */
+  h = luaS_hash(str, l, g->seed);
   if (tb->nuse >= tb->size) {  /* need to grow string table? */
     growstrtab(L, tb);
-    list = &tb->hash[lmod(h, tb->size)];  /* rehash with new size */
+    list = &tb->hash[lmod(b, tb->size)];  /* rehash with new size */
   }
   ts = createstrobj(L, sizestrshr(l), LUA_VSHRSTR, h);
   ts->shrlen = cast(ls_byte, l);

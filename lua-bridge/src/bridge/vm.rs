@@ -6,6 +6,7 @@ use crate::bridge::error::{LuaErrorKind, NativeError, VmError};
 use crate::bridge::ffi::{self as raw, LuaFailure, UserDataType};
 use crate::bridge::helpers::{
     luasnap_chunks_install, luasnap_clear_dead_stack, luasnap_det_randomseed, luasnap_det_sort,
+    luasnap_strtab_longest_chain,
 };
 use crate::bridge::modules::{self, Module, ModuleState};
 use crate::bridge::natives::{self, Call, NativeFn, NativeState};
@@ -494,6 +495,16 @@ impl Vm {
     /// Where the VM's arena starts: the key of its per-VM state (`per_vm.rs`).
     pub(crate) fn arena_base(&self) -> usize {
         self.arena.base().as_ptr() as usize
+    }
+
+    /// The number of strings in the longest chain of Lua's string table: interning a string
+    /// walks the chain its keyed hash picks (Lua patch 9), so this stays small whatever
+    /// strings a save-game brings. For tests.
+    #[doc(hidden)]
+    pub fn string_table_longest_chain(&self) -> usize {
+        // SAFETY: reads the string table of our state, which nothing changes meanwhile (no
+        // Lua code runs: `&self` and no allocation).
+        unsafe { luasnap_strtab_longest_chain(self.L()) as usize }
     }
 
     /// Calls the function at `path` like [`Vm::call`], stopping its Lua code once it has run

@@ -704,3 +704,62 @@ pub fn walk_mut(node: &mut Node, f: &mut dyn FnMut(&mut Node)) {
         _ => {}
     }
 }
+
+/// Lua 5.5's hash of a short string under the state's seed (`luaS_hash` in lstring.c): what
+/// places it in tables, and what chained it in the string table before luasnap's patch 9.
+pub fn lua_string_hash(s: &[u8], seed: u32) -> u32 {
+    let mut h = seed ^ s.len() as u32;
+    for &c in s.iter().rev() {
+        h ^= (h << 5).wrapping_add(h >> 2).wrapping_add(c as u32);
+    }
+    h
+}
+
+/// The hash seed a save-game shows: that of the first table layout in `node` (a layout
+/// starts with the seed of the VM that wrote it).
+pub fn layout_seed(node: &Node) -> Option<u32> {
+    let mut n = node.clone();
+    let mut seed = None;
+    walk_mut(&mut n, &mut |x| {
+        if let (None, Node::Layout(blob)) = (seed, &*x) {
+            seed = Reader::new(blob).varint().and_then(|v| u32::try_from(v).ok());
+        }
+    });
+    seed
+}
+
+/// `n` distinct strings of `len` bytes (2 to 40) whose Lua hash under `seed` has the same
+/// low `bits` bits (at least 8): strings chosen to collide in a VM with that seed. The first
+/// byte (hashed last) fixes the low 8 bits; the others are drawn from `rng_seed` until the
+/// bits above match, about 2^(bits - 8) draws per string.
+pub fn colliding_strings(seed: u32, bits: u32, n: usize, len: usize, rng_seed: u64) -> Vec<Vec<u8>> {
+    assert!((8..=32).contains(&bits) && (2..=40).contains(&len));
+    let mask = if bits == 32 { u32::MAX } else { (1u32 << bits) - 1 };
+    let target = 0x5a5a_5a5a & mask;
+    let mut rng = rng_seed | 1;
+    let mut next = move || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng
+    };
+    let mut seen = std::collections::HashSet::new();
+    let mut out = Vec::with_capacity(n);
+    let mut s = vec![0u8; len];
+    while out.len() < n {
+        for b in &mut s[1..] {
+            *b = b'a' + (next() % 26) as u8;
+        }
+        // The hash before the first byte, then the byte that gives the low 8 bits.
+        let mut h = seed ^ len as u32;
+        for &c in s[1..].iter().rev() {
+            h ^= (h << 5).wrapping_add(h >> 2).wrapping_add(c as u32);
+        }
+        let a = (h << 5).wrapping_add(h >> 2);
+        s[0] = ((h ^ target) as u8).wrapping_sub(a as u8);
+        if lua_string_hash(&s, seed) & mask == target && seen.insert(s.clone()) {
+            out.push(s.clone());
+        }
+    }
+    out
+}

@@ -215,7 +215,7 @@ impl Loader<'_> {
     /// never a C function (`table.sort` or `table.concat` over forged references ran outside
     /// every budget). Nothing was marked while it ran (the state's no-finalizer bit), so a
     /// refused load leaves no finalizer behind; finalizers then run under the instruction
-    /// budget of the call that runs them (Lua patch 5).
+    /// budget of the call that runs them (Lua patch 8).
     ///
     /// # Safety
     /// Protected context; `s` this load's slots; the walk and the initializers are over.
