@@ -2,7 +2,7 @@
 
 use luasnap::bridge::persist::{Trust, MAGIC};
 use luasnap::bridge::runtime::GameConfig;
-use luasnap::bridge::value_diff::{save_graph, ValueGraph};
+use luasnap::bridge::value_diff::{needs_more_memory, save_graph_within, ValueGraph};
 use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -40,7 +40,15 @@ pub struct DiffArgs {
     /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,
+    /// The memory the comparison may use, in MiB: each save's load may grow its heap by half
+    /// of it, each save's graph of values hold a quarter (the loaded heap goes before the
+    /// next save loads). Past it, diff stops and says which part needed more.
+    #[arg(long, default_value_t = DEFAULT_MAX_MEMORY_MIB, value_name = "MIB")]
+    pub max_memory: usize,
 }
+
+/// `--max-memory`'s default, in MiB.
+pub const DEFAULT_MAX_MEMORY_MIB: usize = luasnap::bridge::value_diff::DEFAULT_MAX_MEMORY >> 20;
 
 /// `--trust`: who wrote the saves.
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -74,11 +82,24 @@ pub fn read_save(path: &Path) -> Result<Vec<u8>, String> {
     Ok(bytes)
 }
 
-/// The save's values, read by the library's `save_graph` (stand-ins for what this binary's VMs
-/// lack), with what to do on the command line when that fails.
-fn graph_of(bytes: &[u8], game: Option<&GameConfig>, trust: Trust) -> Result<ValueGraph, String> {
-    save_graph(game, bytes, trust).map_err(|e| {
+/// The save's values, read by the library's `save_graph_within` (stand-ins for what this
+/// binary's VMs lack) within `max_memory` bytes, with what to do on the command line when that
+/// fails.
+fn graph_of(
+    bytes: &[u8],
+    game: Option<&GameConfig>,
+    trust: Trust,
+    max_memory: usize,
+) -> Result<ValueGraph, String> {
+    save_graph_within(game, bytes, trust, max_memory).map_err(|e| {
         let hint = match (game, trust) {
+            _ if needs_more_memory(&e) => {
+                return format!(
+                    "{e}; luasnap diff loads each save within half of --max-memory ({} MiB now) \
+                     and builds its graph within a quarter: raise it if the machine has the memory",
+                    max_memory >> 20
+                )
+            }
             (Some(_), _) => return e.to_string(),
             (None, Trust::Foreign) => {
                 "pass --game SCRIPT with the script that wrote the saves, or --trust own if you \
@@ -136,9 +157,10 @@ fn diff(args: &DiffArgs) -> Result<bool, String> {
         }
         return Ok(true);
     }
-    let ga = graph_of(&a, game.as_ref(), args.trust.into())
+    let max_memory = args.max_memory.saturating_mul(1 << 20);
+    let ga = graph_of(&a, game.as_ref(), args.trust.into(), max_memory)
         .map_err(|e| format!("{}: {e}", args.left.display()))?;
-    let gb = graph_of(&b, game.as_ref(), args.trust.into())
+    let gb = graph_of(&b, game.as_ref(), args.trust.into(), max_memory)
         .map_err(|e| format!("{}: {e}", args.right.display()))?;
     let d = ga.diff(&gb, args.limit);
     if args.json {

@@ -376,3 +376,40 @@ return G
     );
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[test]
+fn diff_of_deep_saves_stays_within_its_memory_or_says_so() {
+    // Two saves of tables nested 300,000 deep (2.1 MB each): diff loads each under half of
+    // --max-memory and builds each graph under a quarter; past that it stops with an error
+    // that names the flag (it used to build an uncapped graph: 1.2 GB for two 7 MB files).
+    use luasnap_bridge::persist::forge::{self, Node};
+    let dir = std::env::temp_dir().join(format!("luasnap-diff-deep-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let write = |name: &str, leaf: i64| {
+        let path = dir.join(name);
+        let table = |entries| Node::Table {
+            narr: 0,
+            nhash: 1,
+            meta: Box::new(Node::Nil),
+            entries,
+        };
+        let deep = Node::Raw(forge::nested_tables(300_000, leaf));
+        let globals = table(vec![(Node::Str(b"deep".to_vec()), deep)]);
+        let file = forge::file(&table(vec![(Node::Str(b"globals".to_vec()), globals)]));
+        std::fs::write(&path, file).unwrap();
+        path.to_str().unwrap().to_string()
+    };
+    let (a, b) = (write("deep-a.sav", 1), write("deep-b.sav", 2));
+    let small = luasnap(&["diff", &a, &b, "--max-memory", "24"]);
+    let stderr = String::from_utf8_lossy(&small.stderr);
+    assert_eq!(small.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("--max-memory"), "{stderr}");
+    let enough = luasnap(&["diff", &a, &b, "--limit", "3"]);
+    assert_eq!(
+        enough.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&enough.stderr)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -165,6 +165,16 @@ pub enum VmError {
         /// Where it was stopped: `stack traceback:` and the frames.
         traceback: Option<String>,
     },
+    /// The graph of values a comparison or digest extracts
+    /// ([`Vm::value_graph_within`](crate::Vm::value_graph_within), `luasnap diff`) would hold
+    /// more than its memory limit.
+    #[error("the state's values take more than {limit} bytes to compare ({objects} objects read so far); raise the limit (`luasnap diff --max-memory`, Vm::value_graph_within) if the machine has the memory")]
+    ValueGraphTooLarge {
+        /// The limit, in bytes.
+        limit: usize,
+        /// The objects read when it was reached.
+        objects: usize,
+    },
     /// A userdata type cannot be stored inline.
     #[error("userdata type '{name}' needs alignment {align}, above the 8 bytes Lua guarantees")]
     UserDataAlignment {

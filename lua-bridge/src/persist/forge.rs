@@ -763,3 +763,24 @@ pub fn colliding_strings(seed: u32, bits: u32, n: usize, len: usize, rng_seed: u
     }
     out
 }
+
+/// The body bytes of `depth` one-element tables nested in each other (`{ { ... { leaf } } }`),
+/// written without recursion (a `Node` that deep would overflow the stack when encoded or
+/// dropped): for `Node::Raw`.
+pub fn nested_tables(depth: usize, leaf: i64) -> Vec<u8> {
+    let mut w = Writer::default();
+    for _ in 0..depth {
+        w.tag(Tag::Table);
+        w.varint(1);
+        w.varint(0);
+        w.tag(Tag::Nil); // no metatable
+        w.tag(Tag::Int);
+        w.i64(1);
+    }
+    w.tag(Tag::Int);
+    w.i64(leaf);
+    for _ in 0..depth {
+        w.tag(Tag::Nil); // end of the entries
+    }
+    w.buf
+}

@@ -21,6 +21,7 @@ pub mod digest;
 #[cfg(feature = "ggrs")]
 pub mod ggrs_adapter;
 mod glue;
+pub(crate) mod graph;
 pub(crate) mod input;
 #[cfg(feature = "net")]
 pub mod net;

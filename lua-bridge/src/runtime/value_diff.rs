@@ -17,8 +17,8 @@
 
 use crate::bridge::error::VmError;
 use crate::bridge::vm::Vm;
-use crate::persist::{LoadOptions, Trust};
-use crate::runtime::digest::{Graph, Item, Kind, Part, Prim};
+use crate::persist::{LoadError, LoadOptions, Trust};
+use crate::runtime::graph::{extract, Graph, Item, Kind, Part, Prim};
 use crate::runtime::{Game, GameConfig, GameError};
 use luasnap_snap::Snapshot;
 use mlua_sys as ffi;
@@ -83,7 +83,15 @@ impl ValueGraph {
         self.graph.nodes.len()
     }
 
+    /// Bytes the graph holds (what [`Vm::value_graph_within`]'s limit bounds).
+    pub fn bytes(&self) -> usize {
+        self.graph.bytes()
+    }
+
     /// The differences between `self` (left) and `other` (right), at most `limit` of them.
+    /// The walk visits each pair of objects once and stops (as truncated, with a note) after
+    /// a number of steps proportional to the two graphs' sizes, so its memory stays within a
+    /// small multiple of theirs.
     pub fn diff(&self, other: &ValueGraph, limit: usize) -> ValueDiff {
         let (ra, ha) = self.graph.refine_until_stable();
         let (rb, hb) = other.graph.refine_until_stable();
@@ -99,6 +107,7 @@ impl ValueGraph {
             b: &other.graph,
             ha: &ha,
             hb: &hb,
+            paths: Vec::new(),
             out: Vec::new(),
             limit,
             truncated: false,
@@ -124,11 +133,36 @@ impl ValueGraph {
     }
 }
 
+/// Which graph a step's item or part belongs to.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Side {
+    Left,
+    Right,
+}
+
+/// The last step of a path: a table key, or a part.
+#[derive(Clone, Copy)]
+enum Step {
+    Key(Side, Item),
+    Part(Side, Part),
+}
+
+/// A path, built only when reported: its parent (`u32::MAX`: the globals) and last step.
+#[derive(Clone, Copy)]
+struct PathNode {
+    parent: u32,
+    step: Step,
+}
+
+const ROOT: u32 = u32::MAX;
+
 struct Differ<'a> {
     a: &'a Graph,
     b: &'a Graph,
     ha: &'a [u64],
     hb: &'a [u64],
+    /// The paths of the pairs queued so far.
+    paths: Vec<PathNode>,
     out: Vec<Difference>,
     limit: usize,
     truncated: bool,
@@ -140,52 +174,105 @@ fn is_ident(b: &[u8]) -> bool {
         && b.iter().all(|&c| c == b'_' || c.is_ascii_alphanumeric())
 }
 
+/// A primitive as reports show it (strings quoted, cut at 57 bytes).
+fn show_prim(g: &Graph, p: Prim) -> String {
+    match p {
+        Prim::Nil => "nil".into(),
+        Prim::Bool(b) => b.to_string(),
+        Prim::Int(i) => i.to_string(),
+        Prim::Float(x) => {
+            if x.is_finite() && x.fract() == 0.0 && x.abs() < 1e15 {
+                format!("{x:.1}")
+            } else if x.is_finite() && x != 0.0 && (x.abs() >= 1e15 || x.abs() < 1e-4) {
+                // Not 300 digits for 1e300.
+                format!("{x:e}")
+            } else {
+                format!("{x}")
+            }
+        }
+        Prim::Str { .. } => str_window(g.bytes_of(p), 0, 57),
+        Prim::Light => "light userdata".into(),
+    }
+}
+
 impl Differ<'_> {
-    fn hash(&self, left: bool, it: Item) -> u64 {
-        match it {
-            Item::Prim { hash, .. } => hash,
-            Item::Ref(id) => {
-                let h = if left { self.ha } else { self.hb };
+    fn graph(&self, side: Side) -> &Graph {
+        match side {
+            Side::Left => self.a,
+            Side::Right => self.b,
+        }
+    }
+
+    fn hash(&self, side: Side, it: Item) -> u64 {
+        match it.as_node() {
+            None => self.graph(side).prim_hash(it).expect("a primitive"),
+            Some(id) => {
+                let h = if side == Side::Left { self.ha } else { self.hb };
                 h[id as usize] ^ 0x5245_4600_0000_0000
             }
         }
     }
 
-    fn describe(&self, left: bool, it: Item) -> String {
-        let g = if left { self.a } else { self.b };
-        match it {
-            Item::Prim { at, .. } => match &g.prims[at as usize] {
-                Prim::Str(b) => str_window(b, 0, 57),
-                p => p.to_string(),
-            },
-            Item::Ref(id) => match &g.nodes[id as usize].kind {
-                Some(k) => k.to_string(),
-                None => "object".into(),
-            },
+    fn describe(&self, side: Side, it: Item) -> String {
+        let g = self.graph(side);
+        match it.as_node() {
+            None => show_prim(g, g.prim(it).expect("a primitive")),
+            Some(id) => g.kind(id).to_string(),
         }
     }
 
-    fn key_path(&self, base: &str, key: Item) -> String {
-        match self.a.prim(key) {
-            Some(Prim::Str(b)) if is_ident(b) => {
-                let name = String::from_utf8_lossy(b);
-                if base.is_empty() {
-                    name.into_owned()
-                } else {
-                    format!("{base}.{name}")
+    /// The text a step adds to its parent's path `base`.
+    fn step_text(&self, base: &str, step: Step) -> String {
+        match step {
+            Step::Key(side, key) => {
+                let g = self.graph(side);
+                match g.prim(key) {
+                    Some(p @ Prim::Str { .. }) if is_ident(g.bytes_of(p)) => {
+                        let name = String::from_utf8_lossy(g.bytes_of(p));
+                        if base.is_empty() {
+                            name.into_owned()
+                        } else {
+                            format!("{base}.{name}")
+                        }
+                    }
+                    _ => format!("{base}[{}]", self.describe(side, key)),
                 }
             }
-            Some(Prim::Str(b)) => format!("{base}[{}]", str_window(b, 0, 57)),
-            Some(p) => format!("{base}[{p}]"),
-            None => format!("{base}[{}]", self.describe(true, key)),
+            Step::Part(side, part) => match part {
+                Part::Metatable => format!("{base}@metatable"),
+                Part::Upvalue(i, 0) => format!("{base}@upvalue[{i}]"),
+                Part::Upvalue(_, name) => format!("{base}@{}", self.graph(side).name(name)),
+                Part::UserValue(i) => format!("{base}@uservalue[{i}]"),
+                Part::Stack(i) => format!("{base}@stack[{i}]"),
+            },
         }
     }
 
-    fn report(&mut self, path: String, a: Option<Item>, b: Option<Item>, note: Option<String>) {
+    /// The path `at` as text.
+    fn path(&self, at: u32) -> String {
+        let mut steps = Vec::new();
+        let mut p = at;
+        while p != ROOT {
+            steps.push(self.paths[p as usize].step);
+            p = self.paths[p as usize].parent;
+        }
+        steps
+            .into_iter()
+            .rev()
+            .fold(String::new(), |base, step| self.step_text(&base, step))
+    }
+
+    fn push_path(&mut self, parent: u32, step: Step) -> u32 {
+        self.paths.push(PathNode { parent, step });
+        (self.paths.len() - 1) as u32
+    }
+
+    fn report(&mut self, path: u32, a: Option<Item>, b: Option<Item>, note: Option<String>) {
         if self.out.len() >= self.limit {
             self.truncated = true;
             return;
         }
+        let path = self.path(path);
         let note = if path.starts_with("math.random@") || path.starts_with("math.randomseed@") {
             Some("math.random state".to_string())
         } else {
@@ -195,7 +282,9 @@ impl Differ<'_> {
             a.and_then(|i| self.a.prim(i)),
             b.and_then(|i| self.b.prim(i)),
         ) {
-            (Some(Prim::Str(x)), Some(Prim::Str(y))) => Some((x, y)),
+            (Some(x @ Prim::Str { .. }), Some(y @ Prim::Str { .. })) => {
+                Some((self.a.bytes_of(x), self.b.bytes_of(y)))
+            }
             _ => None,
         };
         let (left, right, note) = match strings {
@@ -219,8 +308,8 @@ impl Differ<'_> {
                 (str_window(x, from, 57), str_window(y, from, 57), note)
             }
             None => (
-                a.map_or("(absent)".into(), |i| self.describe(true, i)),
-                b.map_or("(absent)".into(), |i| self.describe(false, i)),
+                a.map_or("(absent)".into(), |i| self.describe(Side::Left, i)),
+                b.map_or("(absent)".into(), |i| self.describe(Side::Right, i)),
                 note,
             ),
         };
@@ -236,90 +325,123 @@ impl Differ<'_> {
         });
     }
 
+    /// Walks both graphs from their roots, breadth first, where their hashes differ.
     fn walk(&mut self, ra: Item, rb: Item) {
-        let mut queue: VecDeque<(String, Item, Item)> = VecDeque::new();
+        // Steps past this many, the walk stops (truncated): each pair of objects is visited
+        // once, so honest walks stay far below.
+        let budget = 4 * (self.a.bytes() + self.b.bytes()) / 8 + 1024;
+        let mut steps = 0usize;
+        let mut queue: VecDeque<(u32, Item, Item)> = VecDeque::new();
         let mut seen: HashSet<(u32, u32)> = HashSet::new();
-        queue.push_back((String::new(), ra, rb));
+        queue.push_back((ROOT, ra, rb));
         while let Some((path, ia, ib)) = queue.pop_front() {
             if self.truncated {
                 return;
             }
-            if self.hash(true, ia) == self.hash(false, ib) {
+            steps += 1;
+            if steps > budget {
+                self.truncated = true;
+                return;
+            }
+            if self.hash(Side::Left, ia) == self.hash(Side::Right, ib) {
                 continue;
             }
-            let (Item::Ref(na), Item::Ref(nb)) = (ia, ib) else {
+            let (Some(na), Some(nb)) = (ia.as_node(), ib.as_node()) else {
                 self.report(path, Some(ia), Some(ib), None);
                 continue;
             };
             if !seen.insert((na, nb)) {
                 continue;
             }
-            let (a, b) = (&self.a.nodes[na as usize], &self.b.nodes[nb as usize]);
-            if a.kind != b.kind {
-                self.report(path, Some(ia), Some(ib), None);
-                continue;
-            }
-            if a.kind_hash != b.kind_hash {
-                let what = match &a.kind {
-                    Some(Kind::UserData(_)) => "contents differ",
-                    Some(Kind::Thread(_)) => "status differs",
-                    _ => "identity differs",
-                };
-                self.report(path.clone(), Some(ia), Some(ib), Some(what.into()));
-            }
-            // Ordered parts, position by position.
-            let n = a.parts.len().max(b.parts.len());
-            for i in 0..n {
-                let (pa, pb) = (a.parts.get(i), b.parts.get(i));
-                let label = pa.or(pb).map(|(p, _)| p.clone()).expect("i < len");
-                let sub = match &label {
-                    Part::Metatable => format!("{path}@metatable"),
-                    Part::Upvalue(i, name) if name.is_empty() => format!("{path}@upvalue[{i}]"),
-                    Part::Upvalue(_, name) => format!("{path}@{name}"),
-                    Part::UserValue(i) => format!("{path}@uservalue[{i}]"),
-                    Part::Stack(i) => format!("{path}@stack[{i}]"),
-                };
-                match (pa, pb) {
-                    (Some((_, x)), Some((_, y))) => queue.push_back((sub, *x, *y)),
-                    (x, y) => self.report(sub, x.map(|p| p.1), y.map(|p| p.1), None),
+            self.compare(path, na, nb, &mut queue);
+        }
+    }
+
+    /// Two objects with differing hashes at `path`: their kinds, parts and entries; pairs
+    /// whose hashes differ are queued.
+    fn compare(&mut self, path: u32, na: u32, nb: u32, queue: &mut VecDeque<(u32, Item, Item)>) {
+        let (ia, ib) = (Item::node(na), Item::node(nb));
+        let (ka, kb) = (self.a.kind(na), self.b.kind(nb));
+        if ka != kb {
+            self.report(path, Some(ia), Some(ib), None);
+            return;
+        }
+        if self.a.nodes[na as usize].kind_hash != self.b.nodes[nb as usize].kind_hash {
+            let what = match ka {
+                Kind::UserData(_) => "contents differ",
+                Kind::Thread(_) => "status differs",
+                _ => "identity differs",
+            };
+            self.report(path, Some(ia), Some(ib), Some(what.into()));
+        }
+        // Ordered parts, position by position.
+        let (pa, pb) = (self.a.parts(na), self.b.parts(nb));
+        for i in 0..pa.len().max(pb.len()) {
+            let step = match (pa.get(i), pb.get(i)) {
+                (Some((p, _)), _) => Step::Part(Side::Left, *p),
+                (None, Some((p, _))) => Step::Part(Side::Right, *p),
+                (None, None) => unreachable!("i < len"),
+            };
+            match (pa.get(i), pb.get(i)) {
+                (Some((_, x)), Some((_, y))) => {
+                    if self.hash(Side::Left, *x) != self.hash(Side::Right, *y) {
+                        let sub = self.push_path(path, step);
+                        queue.push_back((sub, *x, *y));
+                    }
+                }
+                (x, y) => {
+                    let sub = self.push_path(path, step);
+                    self.report(sub, x.map(|p| p.1), y.map(|p| p.1), None);
                 }
             }
-            // Entries, matched by the content of their keys.
-            let mut right: HashMap<u64, Vec<(Item, Item)>> = HashMap::new();
-            for &(k, v) in &b.entries {
-                right.entry(self.hash(false, k)).or_default().push((k, v));
-            }
-            let mut left_only = Vec::new();
-            let mut matched = Vec::new();
-            for &(k, v) in &a.entries {
-                match right.get_mut(&self.hash(true, k)).and_then(|l| l.pop()) {
-                    Some((_, w)) => matched.push((k, self.key_path(&path, k), v, w)),
-                    None => left_only.push((k, v)),
+        }
+        self.entries(path, na, nb, queue);
+    }
+
+    /// The entries of two tables, matched by the content of their keys.
+    fn entries(&mut self, path: u32, na: u32, nb: u32, queue: &mut VecDeque<(u32, Item, Item)>) {
+        let mut right: HashMap<u64, Vec<(Item, Item)>> = HashMap::new();
+        for &(k, v) in self.b.entries(nb) {
+            right.entry(self.hash(Side::Right, k)).or_default().push((k, v));
+        }
+        let mut left_only = Vec::new();
+        let mut matched = Vec::new();
+        for &(k, v) in self.a.entries(na) {
+            match right.get_mut(&self.hash(Side::Left, k)).and_then(|l| l.pop()) {
+                Some((_, w)) => {
+                    if self.hash(Side::Left, v) != self.hash(Side::Right, w) {
+                        matched.push((k, v, w));
+                    }
                 }
+                None => left_only.push((k, v)),
             }
-            // In key order (numbers by value, so `[2]` comes before `[10]`, then strings, see
-            // `key_order`), so that of two equally short paths to a value the first in key
-            // order names it, the same way every time.
-            matched.sort_by(|x, y| key_order(self.a, x.0, self.a, y.0).then_with(|| x.1.cmp(&y.1)));
-            queue.extend(matched.into_iter().map(|(_, p, v, w)| (p, v, w)));
-            left_only.sort_by(|x, y| key_order(self.a, x.0, self.a, y.0));
-            for (k, v) in left_only {
-                let p = self.key_path(&path, k);
-                self.report(p, Some(v), None, None);
-            }
-            let mut right_only: Vec<(Item, Item)> = right.into_values().flatten().collect();
-            right_only.sort_by(|x, y| {
-                key_order(self.b, x.0, self.b, y.0)
-                    .then_with(|| self.describe(false, x.0).cmp(&self.describe(false, y.0)))
-            });
-            for (k, w) in right_only {
-                let p = match other_key(self.b, k) {
-                    Some(name) if is_ident(name.as_bytes()) && path.is_empty() => name,
-                    Some(name) if is_ident(name.as_bytes()) => format!("{path}.{name}"),
-                    _ => format!("{path}[{}]", self.describe(false, k)),
-                };
-                self.report(p, None, Some(w), None);
-            }
+        }
+        // In key order (numbers by value, so `[2]` comes before `[10]`, then strings, see
+        // `key_order`), so that of two equally short paths to a value the first in key
+        // order names it, the same way every time.
+        matched.sort_by(|x, y| {
+            key_order(self.a, x.0, self.a, y.0).then_with(|| {
+                self.step_text("", Step::Key(Side::Left, x.0))
+                    .cmp(&self.step_text("", Step::Key(Side::Left, y.0)))
+            })
+        });
+        for (k, v, w) in matched {
+            let sub = self.push_path(path, Step::Key(Side::Left, k));
+            queue.push_back((sub, v, w));
+        }
+        left_only.sort_by(|x, y| key_order(self.a, x.0, self.a, y.0));
+        for (k, v) in left_only {
+            let sub = self.push_path(path, Step::Key(Side::Left, k));
+            self.report(sub, Some(v), None, None);
+        }
+        let mut right_only: Vec<(Item, Item)> = right.into_values().flatten().collect();
+        right_only.sort_by(|x, y| {
+            key_order(self.b, x.0, self.b, y.0)
+                .then_with(|| self.describe(Side::Right, x.0).cmp(&self.describe(Side::Right, y.0)))
+        });
+        for (k, w) in right_only {
+            let sub = self.push_path(path, Step::Key(Side::Right, k));
+            self.report(sub, None, Some(w), None);
         }
     }
 }
@@ -369,23 +491,25 @@ fn str_window(b: &[u8], from: usize, width: usize) -> String {
 /// are objects (their order left to the caller).
 fn key_order(ga: &Graph, a: Item, gb: &Graph, b: Item) -> std::cmp::Ordering {
     use std::cmp::Ordering;
-    fn class(p: Option<&Prim>) -> u8 {
+    fn class(p: Option<Prim>) -> u8 {
         match p {
             Some(Prim::Int(_) | Prim::Float(_)) => 0,
-            Some(Prim::Str(_)) => 1,
+            Some(Prim::Str { .. }) => 1,
             Some(Prim::Bool(_)) => 2,
             _ => 3,
         }
     }
     let (pa, pb) = (ga.prim(a), gb.prim(b));
     class(pa).cmp(&class(pb)).then_with(|| match (pa, pb) {
-        (Some(Prim::Int(x)), Some(Prim::Int(y))) => x.cmp(y),
-        (Some(Prim::Float(x)), Some(Prim::Float(y))) => x.total_cmp(y),
+        (Some(Prim::Int(x)), Some(Prim::Int(y))) => x.cmp(&y),
+        (Some(Prim::Float(x)), Some(Prim::Float(y))) => x.total_cmp(&y),
         // An integer and a float: by value, exactly (an i64 may not fit an f64).
-        (Some(Prim::Int(x)), Some(Prim::Float(y))) => int_float(*x, *y),
-        (Some(Prim::Float(x)), Some(Prim::Int(y))) => int_float(*y, *x).reverse(),
-        (Some(Prim::Str(x)), Some(Prim::Str(y))) => x.cmp(y),
-        (Some(Prim::Bool(x)), Some(Prim::Bool(y))) => x.cmp(y),
+        (Some(Prim::Int(x)), Some(Prim::Float(y))) => int_float(x, y),
+        (Some(Prim::Float(x)), Some(Prim::Int(y))) => int_float(y, x).reverse(),
+        (Some(x @ Prim::Str { .. }), Some(y @ Prim::Str { .. })) => {
+            ga.bytes_of(x).cmp(gb.bytes_of(y))
+        }
+        (Some(Prim::Bool(x)), Some(Prim::Bool(y))) => x.cmp(&y),
         _ => Ordering::Equal,
     })
 }
@@ -412,13 +536,6 @@ fn int_float(i: i64, f: f64) -> std::cmp::Ordering {
     }
 }
 
-fn other_key(g: &Graph, k: Item) -> Option<String> {
-    match g.prim(k) {
-        Some(Prim::Str(b)) => Some(String::from_utf8_lossy(b).into_owned()),
-        _ => None,
-    }
-}
-
 // Here, not in runtime/mod.rs, so that the game's module does not import this one (which
 // imports it: layers test).
 impl Game {
@@ -433,26 +550,45 @@ impl Vm {
     /// [`ValueGraph::diff`]. Like the digest, it captures the VM and restores it after: the
     /// arena is byte-identical afterwards.
     pub fn value_graph(&mut self) -> Result<ValueGraph, VmError> {
+        self.value_graph_within(usize::MAX)
+    }
+
+    /// [`value_graph`](Vm::value_graph), failing with [`VmError::ValueGraphTooLarge`] once the
+    /// graph would hold more than `max_bytes` ([`ValueGraph::bytes`]: about 50 bytes per
+    /// object, 8 per table entry, 16 per upvalue or other part, plus the primitives and each
+    /// distinct string's bytes).
+    pub fn value_graph_within(&mut self, max_bytes: usize) -> Result<ValueGraph, VmError> {
         self.check_idle("extract the value graph")?;
         let saved = Snapshot::capture(&self.arena);
-        let mut graph = Graph::default();
+        let graph = self.extract_graph(max_bytes);
+        saved.restore(&mut self.arena)?;
+        graph
+    }
+
+    /// [`value_graph_within`](Vm::value_graph_within) for a VM that is not needed afterwards
+    /// (`luasnap diff`'s): no copy of the heap is taken to restore it.
+    pub fn into_value_graph(mut self, max_bytes: usize) -> Result<ValueGraph, VmError> {
+        self.check_idle("extract the value graph")?;
+        self.extract_graph(max_bytes)
+    }
+
+    fn extract_graph(&mut self, max_bytes: usize) -> Result<ValueGraph, VmError> {
+        let mut graph = Graph::with_limit(max_bytes);
         let mut root = None;
-        let result = self.run(
+        self.run(
             &mut |L| {
-                // SAFETY: protected body; the state is restored below whatever happens.
+                // SAFETY: protected body; the caller restores or drops the state.
                 unsafe {
                     ffi::lua_rawgeti(L, ffi::LUA_REGISTRYINDEX, ffi::LUA_RIDX_GLOBALS);
-                    root = Some(crate::runtime::digest::extract(L, &mut graph));
+                    root = Some(extract(L, &mut graph));
                 }
                 0
             },
             |_, _| (),
-        );
-        saved.restore(&mut self.arena)?;
-        result?;
+        )?;
         Ok(ValueGraph {
             graph,
-            root: root.expect("extract ran"),
+            root: root.expect("extract ran")?,
         })
     }
 }
@@ -464,19 +600,40 @@ impl Vm {
 /// the embedded default game. What the reading VM lacks (natives, userdata types of a host
 /// not given) loads as named stand-ins ([`LoadOptions::stand_ins`]), objects with finalizers
 /// load but never run them, and under [`Trust::Foreign`] no code comes from the file. The
-/// error of a failed load is the most telling attempt's.
+/// error of a failed load is the most telling attempt's. Within [`DEFAULT_MAX_MEMORY`]: see
+/// [`save_graph_within`].
 pub fn save_graph(
     game: Option<&GameConfig>,
     save: &[u8],
     trust: Trust,
+) -> Result<ValueGraph, GameError> {
+    save_graph_within(game, save, trust, DEFAULT_MAX_MEMORY)
+}
+
+/// The memory [`save_graph`] and [`diff_saves`] may use per save, in bytes (`luasnap diff
+/// --max-memory`'s default).
+pub const DEFAULT_MAX_MEMORY: usize = 512 << 20;
+
+/// [`save_graph`] within `max_memory` bytes: the load may grow the reading VM's heap by half
+/// of it ([`LoadOptions::max_heap_growth`]), the graph hold a quarter
+/// ([`Vm::into_value_graph`]), and the VM is dropped before the graph is returned. Past
+/// either it fails with an error that [`needs_more_memory`] recognizes (no other VM is tried:
+/// it would need as much).
+pub fn save_graph_within(
+    game: Option<&GameConfig>,
+    save: &[u8],
+    trust: Trust,
+    max_memory: usize,
 ) -> Result<ValueGraph, GameError> {
     let read = |mut vm: Vm| -> Result<ValueGraph, GameError> {
         let mut opts = LoadOptions::new(trust);
         opts.finalizers = false;
         opts.inert_finalizers = true;
         opts.stand_ins = true;
+        opts.max_heap_growth = Some(max_memory / 2);
         vm.load_game_with(save, &opts)?;
-        Ok(vm.value_graph()?)
+        // The VM only lives to be read: no copy of its heap to restore it.
+        Ok(vm.into_value_graph(max_memory / 4)?)
     };
     let reader = |script: &str, chunk_name: &str| {
         let mut cfg = GameConfig::default_game(1, 0);
@@ -494,18 +651,35 @@ pub fn save_graph(
         .capacity(READER_CAPACITY)
         .deterministic(0)
         .build()?;
-    if let Ok(g) = read(plain) {
-        return Ok(g);
+    match read(plain) {
+        Ok(g) => return Ok(g),
+        Err(e) if needs_more_memory(&e) => return Err(e),
+        Err(_) => {}
     }
     // Saves written by the runtime hold its glue functions too: a runtime VM with an empty
     // game names the game's own functions in its error, the thing the user can act on.
     let empty = "return { init = function() end, step = function() end }";
     let runtime_error = match read(reader(empty, "=[empty game]")?) {
         Ok(g) => return Ok(g),
+        Err(e) if needs_more_memory(&e) => return Err(e),
         Err(e) => e,
     };
     let d = GameConfig::default_game(1, 0);
     read(reader(&d.script, &d.chunk_name)?).map_err(|_| runtime_error)
+}
+
+/// Whether [`save_graph_within`] failed for want of memory: the load's heap-growth cap (the
+/// arena's limit while the load runs, so Lua reports reaching it as its own memory error), or
+/// the graph's limit. Raising the memory is what to do.
+pub fn needs_more_memory(e: &GameError) -> bool {
+    match e {
+        GameError::Vm(VmError::ValueGraphTooLarge { .. }) => true,
+        GameError::Vm(v) | GameError::Load(LoadError::Lua(v)) => {
+            v.is_out_of_memory() || v.to_string().contains("heap-growth cap")
+        }
+        GameError::Load(LoadError::Invalid { message }) => message.contains("heap-growth cap"),
+        _ => false,
+    }
 }
 
 /// Address space of a VM that reads a save-game ([`save_graph`]).
