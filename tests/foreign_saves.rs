@@ -142,7 +142,9 @@ fn game_root(rest: Vec<(Node, Node)>) -> Node {
         (s("globals"), table(vec![(s("player"), player)])),
         (
             s("globals_kept"),
-            names(&["rawget", "type", "print", "string", "package", "os", "io", "_G"]),
+            names(&[
+                "rawget", "type", "print", "string", "package", "os", "io", "_G",
+            ]),
         ),
     ];
     entries.extend(rest);
@@ -187,7 +189,10 @@ fn kept_names_plant_nothing_in_a_game_table() {
         assert_eq!(seen, vec![luasnap::bridge::Value::Boolean(true)]);
         // The VM's own package.loaded keeps the libraries the list names, where they were.
         let libs = vm
-            .exec("return package.loaded.os == os and package.loaded.io == io", "=c")
+            .exec(
+                "return package.loaded.os == os and package.loaded.io == io",
+                "=c",
+            )
             .unwrap();
         assert_eq!(libs, vec![luasnap::bridge::Value::Boolean(true)]);
     }
@@ -228,8 +233,11 @@ fn kept_names_never_change_a_library_table() {
 #[test]
 fn an_honest_foreign_game_load_keeps_the_hosts_libraries() {
     let a = vm();
-    a.exec("player = { hp = 3 } local s = string.rep('x', 3) mine = s", "=g")
-        .unwrap();
+    a.exec(
+        "player = { hp = 3 } local s = string.rep('x', 3) mine = s",
+        "=g",
+    )
+    .unwrap();
     let save = a.save_game().unwrap();
     let mut b = vm();
     b.exec("player = { hp = 1 } extra = true", "=g").unwrap();
@@ -267,7 +275,10 @@ fn the_random_state_holder_is_the_vms_own_after_a_load() {
     load_game(&mut vm, &root).unwrap();
     vm.save_game().unwrap();
     let out = vm
-        .exec("return rawget(string, 1) == nil and rawget(string, 4) == nil", "=c")
+        .exec(
+            "return rawget(string, 1) == nil and rawget(string, 4) == nil",
+            "=c",
+        )
         .unwrap();
     assert_eq!(out, vec![luasnap::bridge::Value::Boolean(true)]);
 }
@@ -338,12 +349,20 @@ fn foreign_finalizers_are_never_library_or_host_functions() {
         entries: vec![],
     };
     let e = vm
-        .unpersist_with(&forge::file(&finalized(callable, 3)), "loaded", &with_finalizers())
+        .unpersist_with(
+            &forge::file(&finalized(callable, 3)),
+            "loaded",
+            &with_finalizers(),
+        )
         .unwrap_err()
         .to_string();
     assert!(e.contains("not a function"), "{e}");
     vm.exec("collectgarbage() collectgarbage()", "=gc").unwrap();
-    assert_eq!(calls.load(Ordering::SeqCst), 0, "a refused load left a finalizer");
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        0,
+        "a refused load left a finalizer"
+    );
 }
 
 /// The game: `note` counts finalizations, `spin` never returns.
@@ -354,10 +373,7 @@ function collect() collectgarbage() collectgarbage() return finalized end";
 
 /// A foreign file whose 50 members are finalized by the game's global function `name`.
 fn game_finalized(vm: &Vm, name: &str) -> Vec<u8> {
-    let body = forge::decode(
-        luasnap::bridge::persist::body_of(&vm.persist(name).unwrap()).unwrap(),
-    )
-    .unwrap();
+    let body = forge::decode(forge::body_of(&vm.persist(name).unwrap()).unwrap()).unwrap();
     forge::file(&finalized(body, 50))
 }
 
@@ -366,7 +382,8 @@ fn foreign_finalizers_of_the_games_own_functions_run() {
     let mut vm = vm();
     vm.exec(FINALIZING_GAME, "=game").unwrap();
     let file = game_finalized(&vm, "note");
-    vm.unpersist_with(&file, "loaded", &with_finalizers()).unwrap();
+    vm.unpersist_with(&file, "loaded", &with_finalizers())
+        .unwrap();
     vm.exec("loaded = nil", "=drop").unwrap();
     // Marked when the load ended: each member runs note once.
     assert_eq!(
@@ -384,7 +401,8 @@ fn finalizers_run_under_the_calls_instruction_budget() {
         let mut vm = vm();
         vm.exec(FINALIZING_GAME, "=game").unwrap();
         let file = game_finalized(&vm, "spin");
-        vm.unpersist_with(&file, "loaded", &with_finalizers()).unwrap();
+        vm.unpersist_with(&file, "loaded", &with_finalizers())
+            .unwrap();
         vm.exec("loaded = nil", "=drop").unwrap();
         let e = vm
             .call_with_budget::<i64>("collect", (), 1_000_000)
@@ -417,7 +435,6 @@ fn foreign_saves_name_the_globals_only_where_the_host_allows() {
     vm.unpersist(&file, "mine", Trust::Own).unwrap();
 }
 
-
 /// `{ f, g }` of a game where `f` reads a global (its one upvalue is `_ENV`) and `g` returns
 /// its upvalue `t`, decoded: the root is object 0, `f` object 1 whose `_ENV` is the first
 /// permanent (`_G`, object 2), `g` object 3 (prototype 1), its `t` object 4.
@@ -429,10 +446,7 @@ fn env_and_local() -> (Vm, Node) {
         "=game",
     )
     .unwrap();
-    let node = forge::decode(
-        luasnap::bridge::persist::body_of(&vm.persist("pair").unwrap()).unwrap(),
-    )
-    .unwrap();
+    let node = forge::decode(forge::body_of(&vm.persist("pair").unwrap()).unwrap()).unwrap();
     (vm, node)
 }
 
@@ -480,7 +494,10 @@ fn the_globals_are_only_ever_a_functions_env_in_a_foreign_load() {
     let mut join = honest.clone();
     let n = g_env_index(closure_at(&mut join, 1));
     if let Node::LClosure { upvals, .. } = closure_at(&mut join, 2) {
-        upvals[0] = Upval::Ref { closure: 1, index: n };
+        upvals[0] = Upval::Ref {
+            closure: 1,
+            index: n,
+        };
     }
     forged.push(("a shared upvalue under another name", join));
     // As a metatable.
@@ -554,10 +571,7 @@ fn seed_shown_by(vm: &Vm) -> u32 {
         "=t",
     )
     .unwrap();
-    let node = forge::decode(
-        luasnap::bridge::persist::body_of(&vm.persist("shown").unwrap()).unwrap(),
-    )
-    .unwrap();
+    let node = forge::decode(forge::body_of(&vm.persist("shown").unwrap()).unwrap()).unwrap();
     forge::layout_seed(&node).expect("a layout")
 }
 
@@ -579,7 +593,8 @@ fn strings_chosen_to_collide_share_no_string_table_chain() {
         let strings = forge::colliding_strings(seed, 16, 20_000, 8, 1);
         assert!(strings
             .iter()
-            .all(|s| forge::lua_string_hash(s, seed) & 0xffff == forge::lua_string_hash(&strings[0], seed) & 0xffff));
+            .all(|s| forge::lua_string_hash(s, seed) & 0xffff
+                == forge::lua_string_hash(&strings[0], seed) & 0xffff));
         let file = forge::file(&table(
             strings
                 .into_iter()

@@ -722,7 +722,9 @@ pub fn layout_seed(node: &Node) -> Option<u32> {
     let mut seed = None;
     walk_mut(&mut n, &mut |x| {
         if let (None, Node::Layout(blob)) = (seed, &*x) {
-            seed = Reader::new(blob).varint().and_then(|v| u32::try_from(v).ok());
+            seed = Reader::new(blob)
+                .varint()
+                .and_then(|v| u32::try_from(v).ok());
         }
     });
     seed
@@ -732,9 +734,19 @@ pub fn layout_seed(node: &Node) -> Option<u32> {
 /// low `bits` bits (at least 8): strings chosen to collide in a VM with that seed. The first
 /// byte (hashed last) fixes the low 8 bits; the others are drawn from `rng_seed` until the
 /// bits above match, about 2^(bits - 8) draws per string.
-pub fn colliding_strings(seed: u32, bits: u32, n: usize, len: usize, rng_seed: u64) -> Vec<Vec<u8>> {
+pub fn colliding_strings(
+    seed: u32,
+    bits: u32,
+    n: usize,
+    len: usize,
+    rng_seed: u64,
+) -> Vec<Vec<u8>> {
     assert!((8..=32).contains(&bits) && (2..=40).contains(&len));
-    let mask = if bits == 32 { u32::MAX } else { (1u32 << bits) - 1 };
+    let mask = if bits == 32 {
+        u32::MAX
+    } else {
+        (1u32 << bits) - 1
+    };
     let target = 0x5a5a_5a5a & mask;
     let mut rng = rng_seed | 1;
     let mut next = move || {

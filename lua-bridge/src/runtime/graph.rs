@@ -372,7 +372,10 @@ impl Graph {
         let mut w = 0;
         for id in 0..n {
             starts.push(all.len() as u32);
-            let (a, b) = (self.entry_start[id] as usize, self.entry_start[id + 1] as usize);
+            let (a, b) = (
+                self.entry_start[id] as usize,
+                self.entry_start[id + 1] as usize,
+            );
             all.extend_from_slice(&self.entries[a..b]);
             while w < weak.len() && weak[w].0 as usize == id {
                 all.push((weak[w].1, weak[w].2));

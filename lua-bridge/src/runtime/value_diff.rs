@@ -402,12 +402,18 @@ impl Differ<'_> {
     fn entries(&mut self, path: u32, na: u32, nb: u32, queue: &mut VecDeque<(u32, Item, Item)>) {
         let mut right: HashMap<u64, Vec<(Item, Item)>> = HashMap::new();
         for &(k, v) in self.b.entries(nb) {
-            right.entry(self.hash(Side::Right, k)).or_default().push((k, v));
+            right
+                .entry(self.hash(Side::Right, k))
+                .or_default()
+                .push((k, v));
         }
         let mut left_only = Vec::new();
         let mut matched = Vec::new();
         for &(k, v) in self.a.entries(na) {
-            match right.get_mut(&self.hash(Side::Left, k)).and_then(|l| l.pop()) {
+            match right
+                .get_mut(&self.hash(Side::Left, k))
+                .and_then(|l| l.pop())
+            {
                 Some((_, w)) => {
                     if self.hash(Side::Left, v) != self.hash(Side::Right, w) {
                         matched.push((k, v, w));
@@ -436,8 +442,10 @@ impl Differ<'_> {
         }
         let mut right_only: Vec<(Item, Item)> = right.into_values().flatten().collect();
         right_only.sort_by(|x, y| {
-            key_order(self.b, x.0, self.b, y.0)
-                .then_with(|| self.describe(Side::Right, x.0).cmp(&self.describe(Side::Right, y.0)))
+            key_order(self.b, x.0, self.b, y.0).then_with(|| {
+                self.describe(Side::Right, x.0)
+                    .cmp(&self.describe(Side::Right, y.0))
+            })
         });
         for (k, w) in right_only {
             let sub = self.push_path(path, Step::Key(Side::Right, k));

@@ -129,7 +129,10 @@ impl Loader<'_> {
             return Err(self.malformed("reference to an object not yet defined"));
         }
         // SAFETY: callers' contract.
-        if id == self.globals_id as u64 && self.globals_denied && !unsafe { self.globals_here(L, s) } {
+        if id == self.globals_id as u64
+            && self.globals_denied
+            && !unsafe { self.globals_here(L, s) }
+        {
             return Err(self.fail(GLOBALS_ELSEWHERE));
         }
         // SAFETY: callers' contract; the id was defined (checked above).

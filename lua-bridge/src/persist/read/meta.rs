@@ -219,7 +219,11 @@ impl Loader<'_> {
     ///
     /// # Safety
     /// Protected context; `s` this load's slots; the walk and the initializers are over.
-    pub(super) unsafe fn mark_finalizers(&mut self, L: *mut lua_State, s: Slots) -> Result<(), Fail> {
+    pub(super) unsafe fn mark_finalizers(
+        &mut self,
+        L: *mut lua_State,
+        s: Slots,
+    ) -> Result<(), Fail> {
         if !self.opts.finalizers || self.opts.inert_finalizers {
             return Ok(());
         }

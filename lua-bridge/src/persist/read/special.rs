@@ -10,9 +10,9 @@
 //! load calls only the constructors the host registered, and every call runs under the
 //! load's instruction budget with its hook intact (`Loader::after_call`).
 
+use super::closure::upvalue_name;
 use super::csrc::{luasnap_gc_stopem, luasnap_proto};
 use super::dispatch::{ClosureKind, Frame};
-use super::closure::upvalue_name;
 use super::ids::{push_obj, GLOBALS_ELSEWHERE};
 use super::limits::MAX_KEY_NESTING;
 use super::{Fail, Loader};
