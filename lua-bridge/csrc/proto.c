@@ -147,7 +147,7 @@ void luasnap_each_proto(lua_State *L, luasnap_proto_fn f, void *ud) {
     for (o = lists[i]; o != NULL; o = o->next)
       /* A dead prototype (garbage the sweep has not freed yet) is about to be freed:
       ** anchoring it now would not save it. Invariant checked: only a finished prototype
-      ** (PF_LSDONE, Lua patch 4) has every child slot filled and code that ends in a return;
+      ** (PF_LSDONE, Lua patch 7) has every child slot filled and code that ends in a return;
       ** a compile or binary load that failed leaves half-built ones here until the
       ** collector frees them (hashing one read its NULL child slots; running one would run
       ** past its code). */
