@@ -134,6 +134,10 @@ const PRIM_BYTES: usize = std::mem::size_of::<Prim>() + 8;
 /// Integers stored once each: -SMALL_INTS..SMALL_INTS.
 const SMALL_INTS: i64 = 1024;
 
+/// The most bytes any graph holds, whatever its limit: items are 31-bit indices and string
+/// offsets 32-bit, which this keeps every count and offset within.
+const MAX_GRAPH_BYTES: usize = 1 << 31;
+
 /// The graph extracted from the heap.
 pub(crate) struct Graph {
     /// Node ids by object address (extraction only).
@@ -162,8 +166,10 @@ pub(crate) struct Graph {
     name_ids: HashMap<String, u32>,
     /// `small_ints[i + SMALL_INTS]`: the primitive of integer i, if made.
     small_ints: Vec<u32>,
-    /// The most bytes the graph may hold ([`Graph::bytes`]).
+    /// The most bytes the graph may hold ([`Graph::bytes`]), at most [`MAX_GRAPH_BYTES`].
     limit: usize,
+    /// Whether a string did not fit (then the graph counts as over its limit).
+    over: bool,
 }
 
 impl std::fmt::Debug for Graph {
@@ -214,7 +220,8 @@ impl Graph {
             names: vec![String::new()],
             name_ids: HashMap::new(),
             small_ints: vec![u32::MAX; 2 * SMALL_INTS as usize],
-            limit,
+            limit: limit.min(MAX_GRAPH_BYTES),
+            over: false,
         };
         g.push_prim(Prim::Nil, tag(b"nil", &[]));
         g.push_prim(Prim::Bool(false), tag(b"bool", &[0]));
@@ -225,6 +232,9 @@ impl Graph {
 
     /// The bytes the graph holds, as counted against its limit.
     pub(crate) fn bytes(&self) -> usize {
+        if self.over {
+            return usize::MAX;
+        }
         self.nodes.len() * NODE_BYTES
             + (self.entries.len() + self.weak_entries.len()) * ENTRY_BYTES
             + self.parts.len() * PART_BYTES
@@ -316,7 +326,9 @@ impl Graph {
 
     fn int(&mut self, i: i64) -> Item {
         let small = (-SMALL_INTS..SMALL_INTS).contains(&i);
-        let slot = (i + SMALL_INTS) as usize;
+        // Used only when small (i + SMALL_INTS overflowed for integers near i64::MAX: a
+        // panic where overflow is checked, found by the structured fuzzer).
+        let slot = i.wrapping_add(SMALL_INTS) as usize;
         if small && self.small_ints[slot] != u32::MAX {
             return Item::prim(self.small_ints[slot]);
         }
@@ -330,6 +342,11 @@ impl Graph {
     fn string(&mut self, p: *const u8, b: &[u8]) -> Item {
         if let Some(&item) = self.strs.get(&p) {
             return item;
+        }
+        if self.str_bytes.len() + b.len() > MAX_GRAPH_BYTES {
+            // Past every limit: the extraction stops as over it (offsets are 32-bit).
+            self.over = true;
+            return Item::prim(0);
         }
         let off = self.str_bytes.len() as u32;
         self.str_bytes.extend_from_slice(b);
