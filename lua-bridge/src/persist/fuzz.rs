@@ -213,21 +213,138 @@ pub fn foreign_options() -> LoadOptions {
     opts
 }
 
+/// A foreign load that keeps finalizers, as `Game::from_save` (`simulate --load`) loads.
+fn foreign_finalizer_options() -> LoadOptions {
+    LoadOptions {
+        finalizers: true,
+        ..foreign_options()
+    }
+}
+
+/// The graph `luasnap diff` compares may hold this much of a fuzz input's state.
+const GRAPH_CAP: usize = 32 << 20;
+
+/// Drops what loaded and runs a full collection, with the finalizers it runs (game functions
+/// a foreign save made finalizers) under an instruction budget.
+fn clear(vm: &Vm) {
+    let _ = vm.exec(
+        "function fuzz_clear() loaded = nil collectgarbage() end",
+        "clear",
+    );
+    let _ = vm.call_with_budget::<()>("fuzz_clear", (), 2_000_000);
+}
+
 /// Loads `file` as an own save and as a foreign one into a VM from [`fuzz_vm`], uses
 /// whatever loaded, collects everything and verifies the arena (panics if it is damaged).
 #[doc(hidden)]
 pub fn load_and_use(vm: &mut Vm, file: &[u8]) {
-    for opts in [own_options(), foreign_options()] {
+    for opts in [
+        own_options(),
+        foreign_options(),
+        foreign_finalizer_options(),
+    ] {
         if vm.unpersist_with(file, "loaded", &opts).is_ok() {
             poke(vm);
         }
         // A full collection walks every live object, so a load (or a resumed coroutine) that
         // damaged the heap without crashing is caught here rather than never.
-        let _ = vm.exec("loaded = nil collectgarbage()", "clear");
+        clear(vm);
         if let Err(e) = vm.arena().verify() {
             panic!("the arena is damaged after loading a fuzzed file: {e}");
         }
     }
+}
+
+/// Loads `file` as a foreign whole-game save (its root's `globals`, `loaded` and kept-name
+/// lists restore the VM's `_G` and `package.loaded`), checks that no library table changed
+/// (kept-name lists used to plant `_G`, `os`... in them, or in whatever table the file put at
+/// `root.loaded`), then rolls the VM back.
+#[doc(hidden)]
+pub fn load_game_and_use(vm: &mut Vm, file: &[u8]) {
+    let Ok(before) = vm.snapshot() else {
+        return;
+    };
+    let libraries = library_sizes(vm);
+    for opts in [foreign_options(), foreign_finalizer_options()] {
+        if vm.load_game_with(file, &opts).is_ok() {
+            assert_eq!(
+                library_sizes(vm),
+                libraries,
+                "a foreign game load changed a library table"
+            );
+            poke(vm);
+        }
+        clear(vm);
+        if let Err(e) = vm.arena().verify() {
+            panic!("the arena is damaged after loading a fuzzed game: {e}");
+        }
+        vm.rollback(before)
+            .expect("the snapshot before the game load");
+    }
+}
+
+/// The number of entries of every table among the VM's permanents (the libraries), by name,
+/// but the two a game load restores (`_G` and `package.loaded`).
+fn library_sizes(vm: &Vm) -> Vec<(String, usize)> {
+    let mut out = Vec::new();
+    let _ = vm.run(
+        &mut |L| {
+            // SAFETY: protected body; raw reads of the registry's permanents table and of
+            // the tables among its keys; balanced pushes.
+            unsafe {
+                if ffi::lua_getfield(L, ffi::LUA_REGISTRYINDEX, super::PERMS_KEY.as_ptr())
+                    == ffi::LUA_TTABLE
+                {
+                    let perms = ffi::lua_gettop(L);
+                    ffi::lua_pushnil(L);
+                    while ffi::lua_next(L, perms) != 0 {
+                        if ffi::lua_type(L, perms + 1) == ffi::LUA_TTABLE
+                            && ffi::lua_type(L, perms + 2) == ffi::LUA_TSTRING
+                        {
+                            let mut len = 0usize;
+                            let p = ffi::lua_tolstring(L, perms + 2, &mut len);
+                            let name = String::from_utf8_lossy(std::slice::from_raw_parts(
+                                p.cast::<u8>(),
+                                len,
+                            ))
+                            .into_owned();
+                            let mut n = 0usize;
+                            ffi::lua_pushnil(L);
+                            while ffi::lua_next(L, perms + 1) != 0 {
+                                n += 1;
+                                ffi::lua_settop(L, -2);
+                            }
+                            if name != "_G" && name != "package.loaded" {
+                                out.push((name, n));
+                            }
+                        }
+                        ffi::lua_settop(L, perms + 1);
+                    }
+                }
+            }
+            0
+        },
+        |_, _| (),
+    );
+    out.sort();
+    out
+}
+
+/// Extracts the value graph `luasnap diff` compares, under a cap, twice: a graph is equal to
+/// itself (no differences), or extraction stops with its typed error.
+fn graph_of_state(vm: &mut Vm) {
+    let Ok(a) = vm.value_graph_within(GRAPH_CAP) else {
+        return;
+    };
+    let b = vm
+        .value_graph_within(GRAPH_CAP)
+        .expect("a second extraction of the same state");
+    let d = a.diff(&b, 4);
+    assert!(
+        d.equal && d.differences.is_empty(),
+        "a state differs from itself: {:?}",
+        d.differences
+    );
 }
 
 /// One input of the byte target: the bytes as a file, then as a body behind a valid header
@@ -243,7 +360,173 @@ pub fn fuzz_load(vm: &mut Vm, data: &[u8]) {
 #[doc(hidden)]
 pub fn fuzz_structured(vm: &mut Vm, data: &[u8], seeds: &[Node], dict: &[String]) {
     let node = structured(data, seeds, dict);
-    load_and_use(vm, &forge::file(&node));
+    let file = forge::file(&node);
+    match Attack::of(data) {
+        Some(Attack::KeptLists) => load_game_and_use(vm, &file),
+        Some(Attack::Deep) => {
+            if vm
+                .unpersist_with(&file, "loaded", &foreign_options())
+                .is_ok()
+            {
+                graph_of_state(vm);
+            }
+            clear(vm);
+        }
+        _ => load_and_use(vm, &file),
+    }
+}
+
+/// The classes of attack on foreign loads that the structured target builds into a tree
+/// besides its edits (issue 21), chosen by the input's last byte.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Attack {
+    /// Strings that share the low bits of their hash for the VM's seed (which every table
+    /// layout shows).
+    CollidingStrings,
+    /// A whole-game root whose `globals` and `loaded` are permanents or shared tables, with
+    /// kept-name lists naming denied libraries.
+    KeptLists,
+    /// Objects whose metatable's `__gc` is a permanent (a library function or table).
+    PermanentFinalizer,
+    /// Tables nested deep, then compared as `luasnap diff` compares.
+    Deep,
+}
+
+impl Attack {
+    fn of(data: &[u8]) -> Option<Attack> {
+        match data.last().copied().unwrap_or(0) % 12 {
+            0 => Some(Attack::CollidingStrings),
+            1 => Some(Attack::KeptLists),
+            2 => Some(Attack::PermanentFinalizer),
+            3 => Some(Attack::Deep),
+            _ => None,
+        }
+    }
+
+    /// Builds the attack into `node` (a tree of the structured target).
+    fn build(self, node: Node, g: &mut Gen<'_>) -> Node {
+        match self {
+            Attack::CollidingStrings => {
+                let seed = g
+                    .layouts
+                    .first()
+                    .and_then(|b| super::format::Reader::new(b).varint())
+                    .unwrap_or(0) as u32;
+                let n = 1 + g.below(3000);
+                let strings = forge::colliding_strings(seed, 12, n, 8, g.u8() as u64);
+                let list = Node::Table {
+                    narr: n as u64,
+                    nhash: 0,
+                    meta: Box::new(Node::Nil),
+                    entries: (1..)
+                        .zip(strings)
+                        .map(|(i, s)| (Node::Int(i), Node::Str(s)))
+                        .collect(),
+                };
+                push_entry(node, list)
+            }
+            Attack::KeptLists => {
+                // The root's own table (object 0) is one choice: the ids of the tree stay
+                // as they were, the new objects go last.
+                let place = |g: &mut Gen<'_>| match g.below(4) {
+                    0 => Node::Perm(Box::new(g.name())),
+                    1 => Node::Perm(Box::new(forge::str(
+                        ["string", "table", "_G", "package.loaded", "math"][g.below(5)],
+                    ))),
+                    2 => Node::Ref(g.small()),
+                    _ => Node::Ref(0),
+                };
+                let names = |g: &mut Gen<'_>| {
+                    let n = g.below(6);
+                    Node::Table {
+                        narr: n as u64,
+                        nhash: 0,
+                        meta: Box::new(Node::Nil),
+                        entries: (1..=n as i64)
+                            .map(|i| {
+                                let name = match g.below(3) {
+                                    0 => g.name(),
+                                    _ => forge::str(
+                                        ["os", "io", "debug", "package", "_G", "string"]
+                                            [g.below(6)],
+                                    ),
+                                };
+                                (Node::Int(i), name)
+                            })
+                            .collect(),
+                    }
+                };
+                let mut node = node;
+                for key in ["globals", "globals_kept", "loaded", "loaded_kept"] {
+                    let v = if key.ends_with("kept") {
+                        names(g)
+                    } else {
+                        place(g)
+                    };
+                    node = push_keyed(node, forge::str(key), v);
+                }
+                node
+            }
+            Attack::PermanentFinalizer => {
+                let gc = Node::Perm(Box::new(match g.below(3) {
+                    0 => g.name(),
+                    _ => forge::str(["table.concat", "table.sort", "make_state"][g.below(3)]),
+                }));
+                let members = g.below(200) as i64;
+                let victim = Node::Table {
+                    narr: members as u64,
+                    nhash: 0,
+                    meta: Box::new(forge::table(vec![("__gc", gc)])),
+                    entries: (1..=members)
+                        .map(|i| (Node::Int(i), forge::str("x")))
+                        .collect(),
+                };
+                push_entry(node, victim)
+            }
+            Attack::Deep => {
+                let depth = 1 + g.below(60_000);
+                push_entry(
+                    node,
+                    Node::Raw(forge::nested_tables(depth, g.small() as i64)),
+                )
+            }
+        }
+    }
+}
+
+/// `node` with `v` added at a new integer key, if it is a table (else `{ node, v }`).
+fn push_entry(node: Node, v: Node) -> Node {
+    let k = match &node {
+        Node::Table { entries, .. } => Node::Int(2000 + entries.len() as i64),
+        _ => Node::Int(2000),
+    };
+    push_keyed(node, k, v)
+}
+
+/// `node` with `v` added at `k`, if it is a table (else `{ node, v }`).
+fn push_keyed(node: Node, k: Node, v: Node) -> Node {
+    match node {
+        Node::Table {
+            narr,
+            nhash,
+            meta,
+            mut entries,
+        } => {
+            entries.push((k, v));
+            Node::Table {
+                narr,
+                nhash,
+                meta,
+                entries,
+            }
+        }
+        other => Node::Table {
+            narr: 2,
+            nhash: 0,
+            meta: Box::new(Node::Nil),
+            entries: vec![(Node::Int(1), other), (Node::Int(2), v)],
+        },
+    }
 }
 
 /// The tree an input of the structured target stands for (also used to write its corpus).
@@ -296,7 +579,10 @@ pub fn structured(data: &[u8], seeds: &[Node], dict: &[String]) -> Node {
             entries.push((k, v));
         }
     }
-    node
+    match Attack::of(data) {
+        Some(a) => a.build(node, &mut g),
+        None => node,
+    }
 }
 
 /// Prototypes listed in a tree, in order (index, and the `New` record).
