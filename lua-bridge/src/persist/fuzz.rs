@@ -393,8 +393,9 @@ enum Attack {
 }
 
 impl Attack {
+    /// None for an empty input: it stands for a seed unchanged.
     fn of(data: &[u8]) -> Option<Attack> {
-        match data.last().copied().unwrap_or(0) % 12 {
+        match data.last()? % 12 {
             0 => Some(Attack::CollidingStrings),
             1 => Some(Attack::KeptLists),
             2 => Some(Attack::PermanentFinalizer),
