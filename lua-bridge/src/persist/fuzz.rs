@@ -292,8 +292,11 @@ fn library_sizes(vm: &Vm) -> Vec<(String, usize)> {
             // SAFETY: protected body; raw reads of the registry's permanents table and of
             // the tables among its keys; balanced pushes.
             unsafe {
-                if ffi::lua_getfield(L, ffi::LUA_REGISTRYINDEX, super::permanents::PERMS_KEY.as_ptr())
-                    == ffi::LUA_TTABLE
+                if ffi::lua_getfield(
+                    L,
+                    ffi::LUA_REGISTRYINDEX,
+                    super::permanents::PERMS_KEY.as_ptr(),
+                ) == ffi::LUA_TTABLE
                 {
                     let perms = ffi::lua_gettop(L);
                     ffi::lua_pushnil(L);
