@@ -442,7 +442,8 @@ impl Batch<'_, '_> {
                 let v = self.plain(self.r.peek()?)?;
                 self.push_val(v);
                 self.push(kind::SETUPVAL, 0, i, std::ptr::null());
-            } else if tag == Tag::UpvalRef as u8 && !self.checked_joins && self.bindings.is_empty() {
+            } else if tag == Tag::UpvalRef as u8 && !self.checked_joins && self.bindings.is_empty()
+            {
                 let UpvalueRef {
                     closure: other,
                     index,

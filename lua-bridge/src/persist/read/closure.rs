@@ -14,8 +14,7 @@
 
 use super::csrc::{
     luasnap_proto, luasnap_proto_nupvalues, luasnap_proto_upvalue_name, luasnap_push_closure,
-    luasnap_upval_join_slot,
-    luasnap_upval_shareable,
+    luasnap_upval_join_slot, luasnap_upval_shareable,
 };
 use super::dispatch::{ClosureKind, Frame};
 use super::ids::push_obj;
@@ -194,13 +193,14 @@ impl Loader<'_> {
         // permanent's is live state outside the load), and only the same variable: Lua's
         // compiler shares upvalues between closures of the same variable, named alike. (So
         // a closure's `_ENV` holding the globals is shared only as `_ENV`: see
-        // `globals_here`.) A rebound closure's slot holds the saved upvalue of that name.
+        // `globals_here`.) A rebound closure's saved slots go by their saved names.
         // SAFETY: both prototypes of live closures (checked non-null above), each slot one
         // of its upvalues.
         if self.opts.trust == Trust::Foreign
             && (self.perm_ids.binary_search(&(other as u32)).is_ok()
                 || unsafe {
-                    upvalue_name(this_p, this_slot + 1) != upvalue_name(other_p, other_slot + 1)
+                    self.slot_name(id, this_p, this_slot)
+                        != self.slot_name(other as u32, other_p, other_slot)
                 })
         {
             // SAFETY: pops both closures.

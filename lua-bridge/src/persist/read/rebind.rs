@@ -34,6 +34,7 @@
 //! gets is the VM's own, anchored for the load (a current chunk's main closure is anchored in
 //! `protos` under its prototype's address).
 
+use super::closure::upvalue_name;
 use super::csrc::{
     luasnap_chunk_current, luasnap_closure_rebind, luasnap_closure_trim, luasnap_each_lclosure,
     luasnap_proto_hash, luasnap_proto_nupvalues, luasnap_proto_upvalue_desc,
@@ -77,6 +78,8 @@ pub(super) struct Rebound {
     from_saved: Vec<Option<usize>>,
     /// For each saved upvalue, the target's upvalue of its name, if any.
     to_target: Vec<Option<usize>>,
+    /// The saved upvalues' names (empty: none, a stripped function).
+    saved_names: Vec<Vec<u8>>,
     /// For the report and messages.
     function: SavedFunction,
     /// Whether it is in the report's `rebound` list yet.
@@ -330,6 +333,7 @@ impl Loader<'_> {
             target_n,
             from_saved,
             to_target,
+            saved_names: ups,
             function,
             reported: false,
             saved_code: !at_once,
@@ -432,6 +436,27 @@ impl Loader<'_> {
             (rb.target_n + i) as c_int,
             rb.to_target.get(i).copied().flatten().map(|j| j as c_int),
         ))
+    }
+
+    /// The name of upvalue slot `slot` (0-based) of the closure read as `id`, made of
+    /// prototype `p`: a slot past a rebound closure's target upvalues holds a saved upvalue,
+    /// named as the save names it; any other, as `p` does. None: no name (stripped).
+    ///
+    /// # Safety
+    /// `p` is the closure's live prototype; the name lives as long as it and this loader.
+    pub(super) unsafe fn slot_name(&self, id: u32, p: *const c_void, slot: c_int) -> Option<&[u8]> {
+        if let Some(&r) = self.rb.pending_by_id.get(&id) {
+            let rb = &self.rb.rebounds[r];
+            if !rb.saved_code && slot >= 0 && slot as usize >= rb.target_n {
+                return rb
+                    .saved_names
+                    .get(slot as usize - rb.target_n)
+                    .map(Vec::as_slice)
+                    .filter(|n| !n.is_empty());
+            }
+        }
+        // SAFETY: callers' contract.
+        unsafe { upvalue_name(p, slot + 1) }
     }
 
     /// The slot holding saved upvalue `index` (1-based) of the closure read before as `id`,
