@@ -28,12 +28,13 @@ fn vm() -> Vm {
 }
 
 /// Runs `body` in a child process (this test binary, filtered to `name`): a crash there fails
-/// the test instead of taking the suite down.
-fn in_child(name: &str, body: impl FnOnce()) {
+/// the test instead of taking the suite down. Returns the child's stderr in the parent, None
+/// in the child.
+fn in_child(name: &str, body: impl FnOnce()) -> Option<String> {
     if std::env::var(CHILD_ENV).as_deref() == Ok(name) {
         body();
         println!("{DONE}");
-        return;
+        return None;
     }
     let mut child = Command::new(std::env::current_exe().unwrap())
         .args([name, "--exact", "--nocapture", "--test-threads=1"])
@@ -66,6 +67,7 @@ fn in_child(name: &str, body: impl FnOnce()) {
             "the child did not finish cleanly ({st}): it crashed or failed\n{stdout}\n{stderr}"
         ),
     }
+    Some(stderr.into_owned())
 }
 
 // ----- prototypes a failed compile leaves behind -----
@@ -412,6 +414,31 @@ fn finalizers_run_under_the_calls_instruction_budget() {
             "{e}"
         );
     });
+}
+
+#[test]
+fn a_vm_dropped_with_finalizers_that_never_end_closes_and_reports_them() {
+    // Dropping a VM runs the finalizers left (Lua's lua_close), which stock Lua runs with hooks
+    // off: a game function a foreign save made a finalizer kept the drop from returning. They
+    // run under CLOSE_BUDGET (Lua patch 8), and each one stopped is Lua's `__gc` warning.
+    let Some(stderr) = in_child(
+        "a_vm_dropped_with_finalizers_that_never_end_closes_and_reports_them",
+        || {
+            let mut vm = vm();
+            vm.exec("warn('@on')", "=on").unwrap();
+            vm.exec(FINALIZING_GAME, "=game").unwrap();
+            let file = game_finalized(&vm, "spin");
+            vm.unpersist_with(&file, "loaded", &with_finalizers())
+                .unwrap();
+            drop(vm);
+        },
+    ) else {
+        return;
+    };
+    assert!(
+        stderr.contains("error in __gc") && stderr.contains("instruction budget spent"),
+        "{stderr}"
+    );
 }
 
 // ----- the globals as a permanent -----
