@@ -132,7 +132,7 @@ fn tiny_seed(dir: &Path, seed: u64) -> u32 {
     cfg.chunk_name = format!("@{}", dir.join("tiny.lua").display());
     cfg.base_address = None;
     cfg.capacity = 1 << 28;
-    let game = Game::new(&cfg, Backend::ArenaFull).unwrap();
+    let game: Game = Game::new(&cfg, Backend::ArenaFull).unwrap();
     seed_of(game.vm())
 }
 
