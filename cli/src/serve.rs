@@ -15,7 +15,8 @@ use std::time::Duration;
 /// Options of `luasnap serve`.
 #[derive(Debug, clap::Args)]
 pub struct ServeArgs {
-    /// The game script (default: the embedded Arena Brawl); clients must run the same file.
+    /// The game: its folder (main.lua and its modules) or its main script (default: the
+    /// embedded Arena Brawl); clients must run the same files.
     pub game: Option<PathBuf>,
     /// The UDP port to listen on.
     #[arg(long, default_value_t = 7000)]
@@ -54,7 +55,8 @@ pub struct ServeArgs {
 /// Options of `luasnap client`.
 #[derive(Debug, clap::Args)]
 pub struct ClientArgs {
-    /// The game script (default: the embedded Arena Brawl): the server's, same file name.
+    /// The game: its folder or its main script (default: the embedded Arena Brawl): the
+    /// server's, the same files under the same names.
     pub game: Option<PathBuf>,
     /// The server, HOST:PORT.
     #[arg(long)]
@@ -80,8 +82,10 @@ pub struct ClientArgs {
     pub step_budget: StepBudget,
 }
 
-/// The game both ends run. The chunk name is the file's name, not its path, so a server and
-/// its clients started from different folders agree on it (save-games name their chunks).
+/// The game both ends run: a game's folder or its main script, as `simulate` takes it. Chunk
+/// names are the main script's file name and the modules' paths in the game's folder, so a
+/// server and its clients started from different folders agree on the game (save-games name
+/// their chunks).
 fn game_config(
     path: Option<&Path>,
     players: usize,
@@ -92,13 +96,7 @@ fn game_config(
     cfg.base_address = None;
     cfg.step_budget = budget.0;
     if let Some(path) = path {
-        cfg.script = std::fs::read_to_string(path)
-            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-        let name = path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_else(|| path.display().to_string());
-        cfg.chunk_name = format!("@{name}");
+        cfg = cfg.game_at(path).map_err(|e| e.to_string())?;
     }
     Ok(cfg)
 }

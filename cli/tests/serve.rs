@@ -1,6 +1,7 @@
 //! `luasnap serve` and `luasnap client` as separate processes on 127.0.0.1: a client behind an
 //! emulated bad network and one joining late end on the server's value digest; a client
-//! running another game is refused, saying why.
+//! running another game is refused, saying why; a game that is a folder (a main script and
+//! its modules) is served and joined by its folder or its main script.
 
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -88,7 +89,7 @@ fn a_served_match_ends_on_one_digest_across_processes() {
     assert!(!refused.status.success());
     let why = String::from_utf8_lossy(&refused.stderr);
     assert!(
-        why.contains("refused this client") && why.contains("run the same GAME file"),
+        why.contains("refused this client") && why.contains("run the server's GAME"),
         "{why}"
     );
     let late = luasnap(&["client", g, "--connect", &addr, "--json"]);
@@ -112,4 +113,78 @@ fn a_served_match_ends_on_one_digest_across_processes() {
     );
     assert!(clients.iter().any(|c| c["joined_from_save"] == true));
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A two-file game: `main.lua` requires `lib/rules.lua`, whose `bump` moves each player.
+fn folder_game(dir: &std::path::Path, rule: &str) {
+    std::fs::create_dir_all(dir.join("lib")).unwrap();
+    std::fs::write(
+        dir.join("lib").join("rules.lua"),
+        format!("local R = {{}}\nfunction R.bump(x, input) return {rule} end\nreturn R\n"),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("main.lua"),
+        "local rules = require 'lib.rules'\n\
+         local G = {}\n\
+         local world\n\
+         function G.init(players, seed) world = { tick = 0, xs = {} } \
+           for p = 1, players do world.xs[p] = p end end\n\
+         function G.step(inputs) world.tick = world.tick + 1 \
+           for p, input in ipairs(inputs) do world.xs[p] = rules.bump(world.xs[p], input) end end\n\
+         function G.digest() local h = world.tick \
+           for _, x in ipairs(world.xs) do h = (h * 31 + x) % 0x7fffffff end return h end\n\
+         return G\n",
+    )
+    .unwrap();
+}
+
+#[test]
+fn a_folder_game_is_served_by_its_folder_and_joined_by_its_main_script() {
+    let root = std::env::temp_dir().join(format!("luasnap-serve-folder-{}", std::process::id()));
+    let game = root.join("game");
+    let other = root.join("other");
+    folder_game(&game, "(x + input) % 1000");
+    folder_game(&other, "(x + input + 1) % 1000");
+    let port = free_port().to_string();
+    let addr = format!("127.0.0.1:{port}");
+    let server = luasnap(&[
+        "serve",
+        game.to_str().unwrap(),
+        "--port",
+        &port,
+        "--bind",
+        "127.0.0.1",
+        "--players",
+        "2",
+        "--start-with",
+        "1",
+        "--frames",
+        "120",
+        "--tick-ms",
+        "20",
+        "--json",
+    ]);
+    std::thread::sleep(Duration::from_millis(300));
+    let main = game.join("main.lua");
+    let client = luasnap(&[
+        "client",
+        main.to_str().unwrap(),
+        "--connect",
+        &addr,
+        "--json",
+    ]);
+    std::thread::sleep(Duration::from_millis(700));
+    // Same main script, another lib/rules.lua: another game.
+    let refused = luasnap(&["client", other.to_str().unwrap(), "--connect", &addr]);
+    let refused = refused.wait_with_output().unwrap();
+    assert!(!refused.status.success());
+    let why = String::from_utf8_lossy(&refused.stderr);
+    assert!(why.contains("another game"), "{why}");
+    let (client, server) = (json(client), json(server));
+    assert_eq!(client["value_digest"], server["value_digest"], "{client}");
+    assert_eq!(client["matches_server"], true, "{client}");
+    assert_eq!(client["game_digest"], server["game_digest"], "{client}");
+    assert!(server["game_digest"].is_i64(), "{server}");
+    let _ = std::fs::remove_dir_all(&root);
 }

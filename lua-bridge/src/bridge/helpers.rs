@@ -205,6 +205,7 @@ unsafe extern "C-unwind" {
         name: *const c_char,
         namelen: usize,
     ) -> *const c_void;
+    #[cfg(feature = "interpreter")]
     pub(crate) fn luasnap_loadfilex(
         L: *mut lua_State,
         filename: *const c_char,
@@ -466,7 +467,8 @@ unsafe extern "C" {
     ) -> c_int;
 }
 
-// readline.c: the stand-alone interpreter's terminal.
+// readline.c: the stand-alone interpreter's terminal (`luasnap run` only).
+#[cfg(feature = "interpreter")]
 unsafe extern "C" {
     pub(crate) fn luasnap_readline_init(L: *mut lua_State, lib: *const c_char) -> c_int;
     pub(crate) fn luasnap_readline(prompt: *const c_char, line: *mut *mut c_char) -> c_int;

@@ -344,7 +344,7 @@ impl MatchClient {
         self.conn
             .wait_connected(self.opts.server, self.opts.connect_timeout)?;
         let hello = ClientMessage::Hello {
-            game_id: game_id(&self.opts.game.chunk_name, &self.opts.game.script),
+            game_id: game_id(&self.opts.game)?,
         };
         self.conn.send(CHANNEL_CONTROL, hello.encode());
         let (welcome, early) = self.welcome()?;

@@ -112,13 +112,42 @@ impl fmt::Display for DecodeError {
 
 impl std::error::Error for DecodeError {}
 
-/// An identity of a game's code: both ends of a match must run the same script.
-pub(crate) fn game_id(chunk_name: &str, script: &str) -> u64 {
-    let mut bytes = Vec::with_capacity(chunk_name.len() + script.len() + 1);
-    bytes.extend_from_slice(chunk_name.as_bytes());
-    bytes.push(0);
-    bytes.extend_from_slice(script.as_bytes());
-    xxhash_rust::xxh3::xxh3_64(&bytes)
+/// An identity of a game's code: both ends of a match must run the same script and the
+/// same modules (those given by name and every Lua file in the game's folder, by path).
+pub(crate) fn game_id(cfg: &crate::runtime::GameConfig) -> Result<u64, super::NetError> {
+    let mut modules = cfg.modules.clone();
+    if let Some(dir) = &cfg.folder {
+        modules.extend(
+            crate::bridge::modules::Module::all_in_folder(dir).map_err(|e| {
+                super::NetError::Config(format!(
+                    "cannot read the game's folder {}: {e}",
+                    dir.display()
+                ))
+            })?,
+        );
+    }
+    Ok(game_id_of(&cfg.chunk_name, cfg.script.as_bytes(), &modules))
+}
+
+/// [`game_id`] of a script named `chunk_name` and its modules.
+pub(crate) fn game_id_of(
+    chunk_name: &str,
+    script: &[u8],
+    modules: &[crate::bridge::modules::Module],
+) -> u64 {
+    let mut h = xxhash_rust::xxh3::Xxh3::new();
+    let mut field = |b: &[u8]| {
+        h.update(&(b.len() as u64).to_le_bytes());
+        h.update(b);
+    };
+    field(chunk_name.as_bytes());
+    field(script);
+    for m in modules {
+        field(m.name.as_bytes());
+        field(m.path.as_bytes());
+        field(&m.source);
+    }
+    h.digest()
 }
 
 /// Reads fields off a message, each checked against the bytes left.

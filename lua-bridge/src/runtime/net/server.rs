@@ -171,7 +171,11 @@ impl fmt::Display for ServerEvent {
         match self {
             ServerEvent::Frame { frame, frames, .. } => write!(f, "frame {frame}/{frames}"),
             ServerEvent::Started { clients } => {
-                write!(f, "the match started with {clients} clients")
+                write!(
+                    f,
+                    "the match started with {clients} client{}",
+                    if *clients == 1 { "" } else { "s" }
+                )
             }
             ServerEvent::Joined {
                 slot,
@@ -327,7 +331,7 @@ impl MatchServer {
         cfg.base_address = None;
         let game = Game::new(&cfg, Backend::ArenaFull)?;
         let mut m = Match {
-            game_id: game_id(&cfg.chunk_name, &cfg.script),
+            game_id: game_id(&cfg)?,
             game,
             order: FrameOrder::new(players),
             seats: (0..players).map(|_| None).collect(),
@@ -676,7 +680,7 @@ impl Match<'_> {
         let seat = self.seats[slot].as_mut().expect("seated");
         if game_id != self.game_id {
             let reason = format!(
-                "it runs another game (game id {game_id:016x}, the server's is {:016x}): run the same GAME file as the server, with the same file name",
+                "it runs another game (game id {game_id:016x}, the server's is {:016x}): run the server's GAME (its main script and modules, the same files under the same names)",
                 self.game_id
             );
             let msg = ServerMessage::Refused {

@@ -4,7 +4,7 @@
 use super::client::Conn;
 use super::error::NetError;
 use super::link::LinkConditions;
-use super::protocol::{game_id, ClientMessage, CHANNEL_CONTROL, CHANNEL_FRAMES};
+use super::protocol::{game_id_of, ClientMessage, CHANNEL_CONTROL, CHANNEL_FRAMES};
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -51,7 +51,7 @@ impl RawPeer {
 /// A hello for the game `script` named `chunk_name`.
 pub fn hello(chunk_name: &str, script: &str) -> Vec<u8> {
     ClientMessage::Hello {
-        game_id: game_id(chunk_name, script),
+        game_id: game_id_of(chunk_name, script.as_bytes(), &[]),
     }
     .encode()
 }
