@@ -96,10 +96,10 @@ fn tiny_save_with(dir: &Path, seed: u64, extra: Node) -> Vec<u8> {
     tiny_save_first(dir, seed, extra, None)
 }
 
-fn tiny_save_first(dir: &Path, seed: u64, extra: Node, first: Option<Node>) -> Vec<u8> {
+fn tiny_save_first(_dir: &Path, seed: u64, extra: Node, first: Option<Node>) -> Vec<u8> {
     let mut cfg = GameConfig::default_game(2, seed);
     cfg.script = TINY.into();
-    cfg.chunk_name = format!("@{}", dir.join("tiny.lua").display());
+    cfg.chunk_name = "@tiny.lua".into();
     cfg.base_address = None;
     cfg.capacity = 1 << 30;
     let mut game = Game::new(&cfg, Backend::ArenaFull).unwrap();
@@ -126,10 +126,10 @@ fn tiny_save_first(dir: &Path, seed: u64, extra: Node, first: Option<Node>) -> V
     forge::file(&root)
 }
 
-fn tiny_seed(dir: &Path, seed: u64) -> u32 {
+fn tiny_seed(_dir: &Path, seed: u64) -> u32 {
     let mut cfg = GameConfig::default_game(2, seed);
     cfg.script = TINY.into();
-    cfg.chunk_name = format!("@{}", dir.join("tiny.lua").display());
+    cfg.chunk_name = "@tiny.lua".into();
     cfg.base_address = None;
     cfg.capacity = 1 << 28;
     let game: Game = Game::new(&cfg, Backend::ArenaFull).unwrap();
