@@ -19,32 +19,14 @@
 //! runtime's pages within 1.5× of it. Page counts do not depend on the machine's load.
 
 use luasnap_alloc::{Arena, PageOwner, SpanBlocks, PAGE_SIZE};
-use luasnap_bridge::runtime::scripted_input;
-use luasnap_bridge::{GcMode, Table, Value, Vm};
+use luasnap_bridge::{GcMode, Vm};
+
+mod support;
+use support::{build, step};
+
+/// The seed of the game's run (its VM and scripted inputs).
+const SEED: u64 = 7;
 use std::collections::HashMap;
-
-fn build(script: &str) -> Vm {
-    let vm = Vm::builder()
-        .capacity(2 << 30)
-        .deterministic(7)
-        .full_copy_above(1.0)
-        .gc(GcMode::GENERATIONAL)
-        .build()
-        .expect("vm");
-    {
-        let g = vm.load(script, "=game").expect("load");
-        vm.set("G", &g).expect("set G");
-    }
-    vm.call::<()>("G.init", &[Value::Integer(2), Value::Integer(7)])
-        .expect("init");
-    vm
-}
-
-fn step(vm: &Vm, f: u64) {
-    let inputs = Table::from_array((0..2).map(|p| Value::Integer(scripted_input(7, f, p) as i64)));
-    vm.call::<()>("G.step", &[Value::Table(inputs)])
-        .expect("step");
-}
 
 /// Each span's blocks, by head page offset, and which offsets hold large blocks.
 struct Liveness {
@@ -152,9 +134,9 @@ fn main() {
         .get(3)
         .map_or(40, |s| s.parse().expect("warm-up frames"));
     let script = std::fs::read_to_string(path).expect("read game");
-    let mut vm = build(&script);
+    let mut vm = build(&script, GcMode::GENERATIONAL, SEED);
     for f in 0..warm {
-        step(&vm, f);
+        step(&vm, SEED, f);
     }
     let mut id = vm.snapshot().expect("snapshot");
     let mut stopped = Stopped::default();
@@ -166,12 +148,12 @@ fn main() {
             .to_vec();
         let live = liveness(vm.arena());
         vm.gc_running(false);
-        step(&vm, f);
+        step(&vm, SEED, f);
         vm.snapshot().expect("snapshot");
         classify(&vm, &before, &live, &mut stopped);
         vm.rollback(id).expect("rollback");
         vm.gc_running(true);
-        step(&vm, f);
+        step(&vm, SEED, f);
         id = vm.snapshot().expect("snapshot");
         let now = vm.arena().bytes(0..vm.arena().state_ranges().data.end);
         for off in vm

@@ -7,8 +7,13 @@
 //! the median pages written per frame, split into pages that were already in the extent before
 //! the frame ("old") and pages the frame added to the extent ("fresh").
 
-use luasnap_bridge::runtime::scripted_input;
-use luasnap_bridge::{GcMode, Table, Value, Vm};
+use luasnap_bridge::{GcMode, Vm};
+
+mod support;
+use support::{build, step};
+
+/// The seed of the game's run (its VM and scripted inputs).
+const SEED: u64 = 1;
 
 struct Counts {
     old: Vec<usize>,
@@ -50,30 +55,6 @@ impl Counts {
     }
 }
 
-fn build(script: &str, mode: GcMode) -> Vm {
-    let vm = Vm::builder()
-        .capacity(2 << 30)
-        .deterministic(1)
-        .full_copy_above(1.0)
-        .gc(mode)
-        .build()
-        .expect("vm");
-    {
-        let g = vm.load(script, "=game").expect("load");
-        vm.set("G", &g).expect("set G");
-    }
-    vm.call::<()>("G.init", &[Value::Integer(2), Value::Integer(1)])
-        .expect("init");
-    vm.gc_collect().expect("collect");
-    vm
-}
-
-fn step(vm: &Vm, f: u64) {
-    let inputs = Table::from_array((0..2).map(|p| Value::Integer(scripted_input(1, f, p) as i64)));
-    vm.call::<()>("G.step", &[Value::Table(inputs)])
-        .expect("step");
-}
-
 fn extent_pages(vm: &Vm) -> usize {
     vm.arena_stats().extent_bytes as usize / 4096
 }
@@ -98,15 +79,16 @@ fn main() {
     let settings: [(&str, GcMode); 2] =
         [("generational", gen), ("incremental", GcMode::INCREMENTAL)];
     for (label, mode) in settings {
-        let mut vm = build(&script, mode);
+        let mut vm = build(&script, mode, SEED);
+        vm.gc_collect().expect("collect");
         for f in 0..warm {
-            step(&vm, f);
+            step(&vm, SEED, f);
         }
         vm.snapshot().expect("snapshot");
         let mut c = Counts::new();
         for f in warm..warm + frames {
             let before = extent_pages(&vm);
-            step(&vm, f);
+            step(&vm, SEED, f);
             snap(&mut vm, before, &mut c);
         }
         println!(
@@ -119,9 +101,10 @@ fn main() {
 
     // The collector stopped: the game's own writes plus where its new objects land.
     {
-        let mut vm = build(&script, gen);
+        let mut vm = build(&script, gen, SEED);
+        vm.gc_collect().expect("collect");
         for f in 0..warm {
-            step(&vm, f);
+            step(&vm, SEED, f);
         }
         vm.gc_collect().expect("collect");
         vm.gc_running(false);
@@ -129,7 +112,7 @@ fn main() {
         let (mut early, mut late) = (Counts::new(), Counts::new());
         for f in warm..warm + frames {
             let before = extent_pages(&vm);
-            step(&vm, f);
+            step(&vm, SEED, f);
             if f < warm + 5 {
                 snap(&mut vm, before, &mut early);
             } else {
@@ -152,10 +135,11 @@ fn main() {
 
     // Stopped during the step; the collector's work measured on its own, after the step.
     for every in [1u64, 4, 16] {
-        let mut vm = build(&script, gen);
+        let mut vm = build(&script, gen, SEED);
+        vm.gc_collect().expect("collect");
         vm.gc_running(false);
         for f in 0..warm {
-            step(&vm, f);
+            step(&vm, SEED, f);
             if f % every == 0 {
                 vm.gc_step().expect("gc step");
             }
@@ -164,7 +148,7 @@ fn main() {
         let (mut game, mut gc) = (Counts::new(), Counts::new());
         for f in warm..warm + frames {
             let before = extent_pages(&vm);
-            step(&vm, f);
+            step(&vm, SEED, f);
             snap(&mut vm, before, &mut game);
             if f % every == 0 {
                 let before = extent_pages(&vm);

@@ -16,32 +16,13 @@
 //! Whole copies cost in proportion to the extent, incremental ones to the pages written (plus a
 //! write fault for each): docs/gc.md, "The runtime: one collector, copies chosen by cost".
 
-use luasnap_bridge::runtime::scripted_input;
-use luasnap_bridge::{GcMode, Table, Value, Vm};
+use luasnap_bridge::GcMode;
 
-fn build(script: &str, mode: GcMode) -> Vm {
-    let vm = Vm::builder()
-        .capacity(2 << 30)
-        .deterministic(7)
-        .full_copy_above(1.0)
-        .gc(mode)
-        .build()
-        .expect("vm");
-    {
-        let g = vm.load(script, "=game").expect("load");
-        vm.set("G", &g).expect("set G");
-    }
-    vm.call::<()>("G.init", &[Value::Integer(2), Value::Integer(7)])
-        .expect("init");
-    vm.gc_collect().expect("collect");
-    vm
-}
+mod support;
+use support::{build, step};
 
-fn step(vm: &Vm, f: u64) {
-    let inputs = Table::from_array((0..2).map(|p| Value::Integer(scripted_input(7, f, p) as i64)));
-    vm.call::<()>("G.step", &[Value::Table(inputs)])
-        .expect("step");
-}
+/// The seed of the game's run (its VM and scripted inputs).
+const SEED: u64 = 7;
 
 /// Heap growth, in bytes, after which a stopped schedule collects (`None`: automatic).
 fn growth(schedule: &str, live: f64) -> Option<f64> {
@@ -79,7 +60,8 @@ fn main() {
         } else {
             GcMode::INCREMENTAL
         };
-        let mut vm = build(&script, mode);
+        let mut vm = build(&script, mode, SEED);
+        vm.gc_collect().expect("collect");
         let stopped = growth(&schedule, 0.0).is_some();
         if stopped {
             vm.gc_running(false);
@@ -87,7 +69,7 @@ fn main() {
         let mut live = vm.lua_memory() as f64;
         let (mut written, mut extent, mut collections) = (Vec::new(), Vec::new(), 0);
         for f in 0..warm + frames {
-            step(&vm, f);
+            step(&vm, SEED, f);
             if growth(&schedule, live).is_some_and(|g| vm.lua_memory() as f64 >= live + g) {
                 vm.gc_collect().expect("collect");
                 live = vm.lua_memory() as f64;

@@ -12,9 +12,14 @@
 //! placement (hot blocks spread among cold ones). See `docs/gc.md`, "What writes the pages".
 
 use luasnap_alloc::{PageOwner, PAGE_SIZE};
-use luasnap_bridge::runtime::scripted_input;
-use luasnap_bridge::{GcMode, Table, Value, Vm};
+use luasnap_bridge::GcMode;
 use std::collections::BTreeMap;
+
+mod support;
+use support::{build, step};
+
+/// The seed of the game's run (its VM and scripted inputs).
+const SEED: u64 = 1;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Owner {
@@ -28,12 +33,6 @@ struct Count {
     written: u64,
     changed: u64,
     blocks: u64,
-}
-
-fn step(vm: &Vm, f: u64) {
-    let inputs = Table::from_array((0..2).map(|p| Value::Integer(scripted_input(1, f, p) as i64)));
-    vm.call::<()>("G.step", &[Value::Table(inputs)])
-        .expect("step");
 }
 
 /// Blocks of `size` bytes from the start of the page whose bytes differ.
@@ -57,23 +56,11 @@ fn main() {
     let path = args.get(1).expect("usage: page_owners GAME.lua [FRAMES]");
     let frames: u64 = args.get(2).map_or(50, |s| s.parse().expect("frames"));
     let script = std::fs::read_to_string(path).expect("read game");
-    let mut vm = Vm::builder()
-        .capacity(2 << 30)
-        .deterministic(1)
-        .gc(GcMode::INCREMENTAL)
-        .full_copy_above(1.0)
-        .build()
-        .expect("vm");
-    {
-        let g = vm.load(&script, "=game").expect("load");
-        vm.set("G", &g).expect("set G");
-    }
-    vm.call::<()>("G.init", &[Value::Integer(2), Value::Integer(1)])
-        .expect("init");
+    let mut vm = build(&script, GcMode::INCREMENTAL, SEED);
     vm.gc_collect().expect("collect");
     vm.gc_running(false);
     for f in 0..40 {
-        step(&vm, f);
+        step(&vm, SEED, f);
     }
     vm.snapshot().expect("snapshot");
 
@@ -82,7 +69,7 @@ fn main() {
     for f in 40..40 + frames {
         let old_end = vm.arena().state_ranges().data.end;
         let old = vm.arena().bytes(0..old_end).to_vec();
-        step(&vm, f);
+        step(&vm, SEED, f);
         vm.snapshot().expect("snapshot");
         let arena = vm.arena();
         let r = arena.state_ranges();
