@@ -157,6 +157,27 @@ struct Reader<'a> {
 }
 
 impl<'a> Reader<'a> {
+    /// Reads a whole message: its tag, then its fields by `fields(tag, reader)`, which must
+    /// use every byte.
+    fn message<T>(
+        bytes: &'a [u8],
+        fields: impl FnOnce(u8, &mut Reader<'a>) -> Result<T, DecodeError>,
+    ) -> Result<T, DecodeError> {
+        let Some((&tag, rest)) = bytes.split_first() else {
+            return Err(DecodeError {
+                kind: "message",
+                what: "empty".into(),
+            });
+        };
+        let mut r = Reader {
+            bytes: rest,
+            kind: "message",
+        };
+        let msg = fields(tag, &mut r)?;
+        r.end()?;
+        Ok(msg)
+    }
+
     fn fail(&self, what: impl Into<String>) -> DecodeError {
         DecodeError {
             kind: self.kind,
@@ -208,84 +229,99 @@ impl<'a> Reader<'a> {
     }
 }
 
-fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
-    out.extend_from_slice(&(b.len() as u32).to_le_bytes());
-    out.extend_from_slice(b);
+/// Writes a message: its tag, then fixed little-endian fields (what [`Reader`] reads back).
+struct Writer(Vec<u8>);
+
+impl Writer {
+    fn message(tag: u8, capacity: usize) -> Writer {
+        let mut out = Vec::with_capacity(capacity);
+        out.push(tag);
+        Writer(out)
+    }
+
+    fn u8(&mut self, v: u8) -> &mut Writer {
+        self.0.push(v);
+        self
+    }
+
+    fn u32(&mut self, v: u32) -> &mut Writer {
+        self.0.extend_from_slice(&v.to_le_bytes());
+        self
+    }
+
+    fn u64(&mut self, v: u64) -> &mut Writer {
+        self.0.extend_from_slice(&v.to_le_bytes());
+        self
+    }
+
+    /// A byte string after its u32 length.
+    fn bytes(&mut self, b: &[u8]) -> &mut Writer {
+        self.u32(b.len() as u32);
+        self.0.extend_from_slice(b);
+        self
+    }
 }
 
 impl ClientMessage {
     /// The message's bytes.
     pub(crate) fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(17);
+        let mut w;
         match self {
             ClientMessage::Hello { game_id } => {
-                out.push(1);
-                out.extend_from_slice(&game_id.to_le_bytes());
+                w = Writer::message(1, 9);
+                w.u64(*game_id);
             }
             ClientMessage::Command { frame, input } => {
-                out.push(2);
-                out.extend_from_slice(&frame.to_le_bytes());
-                out.push(*input);
+                w = Writer::message(2, 10);
+                w.u64(*frame).u8(*input);
             }
             ClientMessage::Digest {
                 frame,
                 value,
                 epoch,
             } => {
-                out.push(3);
-                out.extend_from_slice(&frame.to_le_bytes());
-                out.extend_from_slice(&value.to_le_bytes());
-                out.extend_from_slice(&epoch.to_le_bytes());
+                w = Writer::message(3, 21);
+                w.u64(*frame).u64(*value).u32(*epoch);
             }
         }
-        out
+        w.0
     }
 
     /// Reads a message; any defect is an error naming it.
     pub(crate) fn decode(bytes: &[u8]) -> Result<ClientMessage, DecodeError> {
-        let Some((&tag, rest)) = bytes.split_first() else {
-            return Err(DecodeError {
-                kind: "message",
-                what: "empty".into(),
-            });
-        };
-        let mut r = Reader {
-            bytes: rest,
-            kind: "message",
-        };
-        let msg = match tag {
-            1 => {
-                r.kind = "hello";
-                ClientMessage::Hello {
-                    game_id: r.u64("game id")?,
+        Reader::message(bytes, |tag, r| {
+            Ok(match tag {
+                1 => {
+                    r.kind = "hello";
+                    ClientMessage::Hello {
+                        game_id: r.u64("game id")?,
+                    }
                 }
-            }
-            2 => {
-                r.kind = "command";
-                ClientMessage::Command {
-                    frame: r.u64("frame")?,
-                    input: r.u8("input")?,
+                2 => {
+                    r.kind = "command";
+                    ClientMessage::Command {
+                        frame: r.u64("frame")?,
+                        input: r.u8("input")?,
+                    }
                 }
-            }
-            3 => {
-                r.kind = "digest";
-                ClientMessage::Digest {
-                    frame: r.u64("frame")?,
-                    value: r.u64("value")?,
-                    epoch: r.u32("epoch")?,
+                3 => {
+                    r.kind = "digest";
+                    ClientMessage::Digest {
+                        frame: r.u64("frame")?,
+                        value: r.u64("value")?,
+                        epoch: r.u32("epoch")?,
+                    }
                 }
-            }
-            t => return Err(r.fail(format!("unknown tag {t:#04x}"))),
-        };
-        r.end()?;
-        Ok(msg)
+                t => return Err(r.fail(format!("unknown tag {t:#04x}"))),
+            })
+        })
     }
 }
 
 impl ServerMessage {
     /// The message's bytes.
     pub(crate) fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(32);
+        let mut w;
         match self {
             ServerMessage::Welcome {
                 slot,
@@ -297,141 +333,121 @@ impl ServerMessage {
                 delay,
                 start,
             } => {
-                out.push(1);
-                out.extend_from_slice(&[*slot, *players]);
-                out.extend_from_slice(&seed.to_le_bytes());
-                out.extend_from_slice(&frames.to_le_bytes());
-                out.extend_from_slice(&tick_us.to_le_bytes());
-                out.extend_from_slice(&check_every.to_le_bytes());
-                out.extend_from_slice(&delay.to_le_bytes());
-                out.push(match start {
+                w = Writer::message(1, 32);
+                w.u8(*slot).u8(*players).u64(*seed).u64(*frames);
+                w.u32(*tick_us).u32(*check_every).u32(*delay);
+                w.u8(match start {
                     Start::Init => 0,
                     Start::Save => 1,
                 });
             }
             ServerMessage::Refused { reason } => {
-                out.push(2);
-                let text = &reason.as_bytes()[..reason.len().min(MAX_TEXT)];
-                put_bytes(&mut out, text);
+                w = Writer::message(2, 32);
+                w.bytes(&reason.as_bytes()[..reason.len().min(MAX_TEXT)]);
             }
             ServerMessage::Confirm { frame, inputs } => {
-                out.push(3);
-                out.extend_from_slice(&frame.to_le_bytes());
-                out.push(inputs.len() as u8);
-                out.extend_from_slice(inputs);
+                w = Writer::message(3, 32);
+                w.u64(*frame).u8(inputs.len() as u8);
+                w.0.extend_from_slice(inputs);
             }
             ServerMessage::Delay { frames } => {
-                out.push(4);
-                out.extend_from_slice(&frames.to_le_bytes());
+                w = Writer::message(4, 32);
+                w.u32(*frames);
             }
             ServerMessage::Desync {
                 frame,
                 server,
                 client,
             } => {
-                out.push(5);
-                for v in [frame, server, client] {
-                    out.extend_from_slice(&v.to_le_bytes());
-                }
+                w = Writer::message(5, 32);
+                w.u64(*frame).u64(*server).u64(*client);
             }
             ServerMessage::State {
                 frame,
                 reason,
                 save,
             } => {
-                out.push(6);
-                out.extend_from_slice(&frame.to_le_bytes());
-                out.push(match reason {
+                w = Writer::message(6, 32);
+                w.u64(*frame).u8(match reason {
                     StateReason::Join => 0,
                     StateReason::Resync => 1,
                 });
-                put_bytes(&mut out, save);
+                w.bytes(save);
             }
             ServerMessage::End {
                 frame,
                 value_digest,
             } => {
-                out.push(7);
-                out.extend_from_slice(&frame.to_le_bytes());
-                out.extend_from_slice(&value_digest.to_le_bytes());
+                w = Writer::message(7, 32);
+                w.u64(*frame).u64(*value_digest);
             }
         }
-        out
+        w.0
     }
 
     /// Reads a message; any defect is an error naming it.
     pub(crate) fn decode(bytes: &[u8]) -> Result<ServerMessage, DecodeError> {
-        let Some((&tag, rest)) = bytes.split_first() else {
-            return Err(DecodeError {
-                kind: "message",
-                what: "empty".into(),
-            });
-        };
-        let mut r = Reader {
-            bytes: rest,
-            kind: "message",
-        };
-        let msg = match tag {
-            1 => decode_welcome(&mut r)?,
-            2 => {
-                r.kind = "refusal";
-                let text = r.bytes("reason", MAX_TEXT)?;
-                ServerMessage::Refused {
-                    reason: String::from_utf8_lossy(text).into_owned(),
+        Reader::message(bytes, |tag, r| {
+            Ok(match tag {
+                1 => decode_welcome(r)?,
+                2 => {
+                    r.kind = "refusal";
+                    let text = r.bytes("reason", MAX_TEXT)?;
+                    ServerMessage::Refused {
+                        reason: String::from_utf8_lossy(text).into_owned(),
+                    }
                 }
-            }
-            3 => {
-                r.kind = "confirmation";
-                let frame = r.u64("frame")?;
-                let n = r.u8("player count")? as usize;
-                if n == 0 || n > MAX_PLAYERS {
-                    return Err(r.fail(format!("{n} players (1..={MAX_PLAYERS})")));
+                3 => {
+                    r.kind = "confirmation";
+                    let frame = r.u64("frame")?;
+                    let n = r.u8("player count")? as usize;
+                    if n == 0 || n > MAX_PLAYERS {
+                        return Err(r.fail(format!("{n} players (1..={MAX_PLAYERS})")));
+                    }
+                    ServerMessage::Confirm {
+                        frame,
+                        inputs: r.take(n, "inputs")?.to_vec(),
+                    }
                 }
-                ServerMessage::Confirm {
-                    frame,
-                    inputs: r.take(n, "inputs")?.to_vec(),
+                4 => {
+                    r.kind = "delay";
+                    ServerMessage::Delay {
+                        frames: r.u32("frames")?,
+                    }
                 }
-            }
-            4 => {
-                r.kind = "delay";
-                ServerMessage::Delay {
-                    frames: r.u32("frames")?,
+                5 => {
+                    r.kind = "desync notice";
+                    ServerMessage::Desync {
+                        frame: r.u64("frame")?,
+                        server: r.u64("server digest")?,
+                        client: r.u64("client digest")?,
+                    }
                 }
-            }
-            5 => {
-                r.kind = "desync notice";
-                ServerMessage::Desync {
-                    frame: r.u64("frame")?,
-                    server: r.u64("server digest")?,
-                    client: r.u64("client digest")?,
+                6 => {
+                    r.kind = "state";
+                    let frame = r.u64("frame")?;
+                    let reason = match r.u8("reason")? {
+                        0 => StateReason::Join,
+                        1 => StateReason::Resync,
+                        v => return Err(r.fail(format!("reason {v} (0 join, 1 resync)"))),
+                    };
+                    let save = r.bytes("save-game", MAX_SAVE_BYTES)?.to_vec();
+                    ServerMessage::State {
+                        frame,
+                        reason,
+                        save,
+                    }
                 }
-            }
-            6 => {
-                r.kind = "state";
-                let frame = r.u64("frame")?;
-                let reason = match r.u8("reason")? {
-                    0 => StateReason::Join,
-                    1 => StateReason::Resync,
-                    v => return Err(r.fail(format!("reason {v} (0 join, 1 resync)"))),
-                };
-                let save = r.bytes("save-game", MAX_SAVE_BYTES)?.to_vec();
-                ServerMessage::State {
-                    frame,
-                    reason,
-                    save,
+                7 => {
+                    r.kind = "end";
+                    ServerMessage::End {
+                        frame: r.u64("frame")?,
+                        value_digest: r.u64("value digest")?,
+                    }
                 }
-            }
-            7 => {
-                r.kind = "end";
-                ServerMessage::End {
-                    frame: r.u64("frame")?,
-                    value_digest: r.u64("value digest")?,
-                }
-            }
-            t => return Err(r.fail(format!("unknown tag {t:#04x}"))),
-        };
-        r.end()?;
-        Ok(msg)
+                t => return Err(r.fail(format!("unknown tag {t:#04x}"))),
+            })
+        })
     }
 }
 
