@@ -547,18 +547,11 @@ pub fn sync_test_with<I>(
 where
     I: GameInput + Copy + PartialEq + Default + DeserializeOwned + Send + Sync + 'static,
 {
-    let game = Game::new(cfg, backend).map_err(|e| e.to_string())?;
-    let players = game.players();
-    let mut session = SessionBuilder::<LuaGgrs<I>>::new()
-        .with_num_players(players)
-        .map_err(|e| e.to_string())?
-        .with_check_distance(check_distance)
-        .start_synctest_session()
-        .map_err(|e| e.to_string())?;
-    let mut driver = GgrsGame::new(game, options.checksum, &session).map_err(|e| e.to_string())?;
-    if options.desync_dir.is_some() {
-        driver.keep_desync_saves(1);
-    }
+    let players = cfg.players;
+    let (mut driver, mut session) = driven(cfg, backend, options, 1, "", |b| {
+        b.with_check_distance(check_distance)
+            .start_synctest_session()
+    })?;
     for f in 0..frames as u64 {
         for p in 0..players {
             session
@@ -593,6 +586,35 @@ where
         driver.handle(requests).map_err(|e| e.to_string())?;
     }
     Ok(driver)
+}
+
+/// The game of `cfg` on `backend` and a session of its players that `session` finishes
+/// building, with the game's driver: the checksum `options` ask for, and the saves of the
+/// last `keep` frames kept when `options` ask for desync saves. `who` starts the message of
+/// a driver refused for the session (`peer 0: `).
+fn driven<I, S>(
+    cfg: &GameConfig,
+    backend: Backend,
+    options: &SessionOptions,
+    keep: u64,
+    who: &str,
+    session: impl FnOnce(SessionBuilder<LuaGgrs<I>>) -> Result<S, GgrsError>,
+) -> Result<(GgrsGame<LuaGgrs<I>>, S), String>
+where
+    I: GameInput + Copy + PartialEq + Default + DeserializeOwned + Send + Sync + 'static,
+    S: RollbackDepth,
+{
+    let game = Game::new(cfg, backend).map_err(|e| e.to_string())?;
+    let builder = SessionBuilder::<LuaGgrs<I>>::new()
+        .with_num_players(game.players())
+        .map_err(|e| e.to_string())?;
+    let session = session(builder).map_err(|e| e.to_string())?;
+    let mut driver =
+        GgrsGame::new(game, options.checksum, &session).map_err(|e| format!("{who}{e}"))?;
+    if options.desync_dir.is_some() {
+        driver.keep_desync_saves(keep);
+    }
+    Ok((driver, session))
 }
 
 /// What one peer of [`p2p_pair`] saw.
@@ -792,25 +814,23 @@ where
         ));
     }
     let start = Instant::now();
-    let game = Game::new(cfg, Backend::ArenaAuto).map_err(|e| e.to_string())?;
     let interval = options.desync_interval.max(1);
-    let mut session = SessionBuilder::<LuaGgrs<I>>::new()
-        .with_num_players(2)
-        .map_err(|e| e.to_string())?
-        .with_desync_detection_mode(ggrs::DesyncDetection::On { interval })
-        .with_max_prediction_window(options.max_prediction)
-        .with_input_delay(options.input_delay)
-        .add_player(PlayerType::Local, me)
-        .map_err(|e| e.to_string())?
-        .add_player(PlayerType::Remote(other), 1 - me)
-        .map_err(|e| e.to_string())?
-        .start_p2p_session(socket)
-        .map_err(|e| e.to_string())?;
-    let mut driver = GgrsGame::<LuaGgrs<I>>::new(game, options.checksum, &session)
-        .map_err(|e| format!("peer {me}: {e}"))?;
-    if options.desync_dir.is_some() {
-        driver.keep_desync_saves(interval as u64);
-    }
+    let who = format!("peer {me}: ");
+    let (mut driver, mut session) = driven(
+        cfg,
+        Backend::ArenaAuto,
+        options,
+        interval as u64,
+        &who,
+        |b| {
+            b.with_desync_detection_mode(ggrs::DesyncDetection::On { interval })
+                .with_max_prediction_window(options.max_prediction)
+                .with_input_delay(options.input_delay)
+                .add_player(PlayerType::Local, me)?
+                .add_player(PlayerType::Remote(other), 1 - me)?
+                .start_p2p_session(socket)
+        },
+    )?;
     let mut report = PeerReport::default();
     let mut done_at: Option<Instant> = None;
     let mut skip = 0u32;
