@@ -26,3 +26,5 @@ end
 print("picked", table.concat(picked, " "))
 print("memory", collectgarbage("count"))
 state = { names = names, set = set, picked = picked }
+-- What tests/determinism.rs compares between two VMs of one process (`lua` ignores it).
+return table.concat(order, " ") .. " | " .. table.concat(picked, " ")
