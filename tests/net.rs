@@ -20,6 +20,15 @@ fn game(players: usize) -> GameConfig {
     common::config("tiny_game", TINY, players, 5)
 }
 
+/// A match of the tiny game for `players` over `frames` frames, a frame every `tick_ms`, digests
+/// compared every `check_every` frames.
+fn match_options(players: usize, frames: u64, tick_ms: u64, check_every: u64) -> ServerOptions {
+    let mut opts = ServerOptions::new(game(players), frames);
+    opts.tick = Duration::from_millis(tick_ms);
+    opts.check_every = check_every;
+    opts
+}
+
 /// A server on a free port, in a thread; its events are collected.
 fn serve(
     opts: ServerOptions,
@@ -62,9 +71,7 @@ fn bad_network(latency_ms: u64) -> LinkConditions {
 
 #[test]
 fn four_clients_two_on_a_bad_network_one_late_all_end_on_the_servers_digest() {
-    let mut opts = ServerOptions::new(game(4), 240);
-    opts.tick = Duration::from_millis(20);
-    opts.check_every = 20;
+    let mut opts = match_options(4, 240, 20, 20);
     opts.start_with = 3;
     let (addr, server, events) = serve(opts);
     let mut clients = Vec::new();
@@ -126,9 +133,7 @@ fn four_clients_two_on_a_bad_network_one_late_all_end_on_the_servers_digest() {
 
 #[test]
 fn a_client_whose_state_is_damaged_is_resynced_from_a_save_game() {
-    let mut opts = ServerOptions::new(game(2), 160);
-    opts.tick = Duration::from_millis(15);
-    opts.check_every = 20;
+    let opts = match_options(2, 160, 15, 20);
     let (addr, server, events) = serve(opts);
     let honest = client(ClientOptions::new(game(2), addr));
     let mut damaged = ClientOptions::new(game(2), addr);
@@ -182,9 +187,7 @@ fn pump_for(peer: &mut luasnap::bridge::runtime::net::testing::RawPeer, ms: u64)
 #[test]
 fn hostile_peers_leave_the_match_running_for_everyone_else() {
     use luasnap::bridge::runtime::net::testing::{self, RawPeer, CONTROL, FRAMES};
-    let mut opts = ServerOptions::new(game(3), 300);
-    opts.tick = Duration::from_millis(15);
-    opts.check_every = 20;
+    let mut opts = match_options(3, 300, 15, 20);
     opts.start_with = 2;
     let (addr, server, events) = serve(opts);
     let honest = client(ClientOptions::new(game(3), addr));
@@ -276,9 +279,7 @@ fn hostile_peers_leave_the_match_running_for_everyone_else() {
 #[test]
 fn a_client_that_leaves_is_dropped_and_the_others_play_on() {
     use luasnap::bridge::runtime::net::testing::{self, RawPeer, CONTROL, FRAMES};
-    let mut opts = ServerOptions::new(game(2), 150);
-    opts.tick = Duration::from_millis(15);
-    opts.check_every = 30;
+    let mut opts = match_options(2, 150, 15, 30);
     opts.start_with = 2;
     let (addr, server, events) = serve(opts);
     let stays = client(ClientOptions::new(game(2), addr));

@@ -45,27 +45,43 @@ Game = { Agent = Agent }
 "#;
 
 fn v1_save() -> Vec<u8> {
-    let a = vm();
-    a.exec(V1, "@game.lua").unwrap();
-    a.exec(
+    save_of(
+        V1,
+        "@game.lua",
         "local p = Game.Agent.new('ann') p:hit(2)
          local c = make_counter() c() c()
          saved = { player = p, counter = c, version = version, hit = Game.Agent.hit }",
-        "=setup",
     )
-    .unwrap();
-    a.persist("saved").unwrap()
 }
 
-fn load_into_v2(trust: Trust) -> Result<(Vm, luasnap::bridge::persist::LoadReport), LoadError> {
+/// `file` (a persisted global `saved`) loaded into a new VM that ran `v2` as `chunk`, under
+/// `trust`, each saved function bound to the current version's (`FunctionBinding::Current`).
+fn load_into(
+    v2: &str,
+    chunk: &str,
+    file: &[u8],
+    trust: Trust,
+) -> Result<(Vm, luasnap::bridge::persist::LoadReport), LoadError> {
     let mut b = vm();
-    b.exec(V2, "@game.lua").unwrap();
+    b.exec(v2, chunk).unwrap();
     let opts = LoadOptions {
         functions: FunctionBinding::Current,
         ..LoadOptions::new(trust)
     };
-    let report = b.unpersist_reporting(&v1_save(), "saved", &opts)?;
+    let report = b.unpersist_reporting(file, "saved", &opts)?;
     Ok((b, report))
+}
+
+/// The global `saved` of a VM that ran `v1` as `chunk`, then `setup`, persisted.
+fn save_of(v1: &str, chunk: &str, setup: &str) -> Vec<u8> {
+    let a = vm();
+    a.exec(v1, chunk).unwrap();
+    a.exec(setup, "=setup").unwrap();
+    a.persist("saved").unwrap()
+}
+
+fn load_into_v2(trust: Trust) -> Result<(Vm, luasnap::bridge::persist::LoadReport), LoadError> {
+    load_into(V2, "@game.lua", &v1_save(), trust)
 }
 
 #[test]
@@ -113,29 +129,17 @@ fn a_loaded_v2_state_saves_and_loads_again() {
 fn a_coroutine_suspended_in_changed_code_keeps_it_under_own_and_is_refused_under_foreign() {
     let v1 = "function walker() local i = 0 while true do i = i + 1 coroutine.yield(i) end end";
     let v2 = "function walker() local i = 0 while true do i = i + 100 coroutine.yield(i) end end";
-    let a = vm();
-    a.exec(v1, "@ai.lua").unwrap();
-    a.exec("saved = coroutine.wrap(walker) saved() saved()", "=setup")
-        .unwrap();
-    let file = a.persist("saved").unwrap();
-    let opts = |trust| LoadOptions {
-        functions: FunctionBinding::Current,
-        ..LoadOptions::new(trust)
-    };
-    let mut b = vm();
-    b.exec(v2, "@ai.lua").unwrap();
-    let e = b
-        .unpersist_reporting(&file, "saved", &opts(Trust::Foreign))
-        .unwrap_err();
+    let file = save_of(
+        v1,
+        "@ai.lua",
+        "saved = coroutine.wrap(walker) saved() saved()",
+    );
+    let e = load_into(v2, "@ai.lua", &file, Trust::Foreign).unwrap_err();
     let msg = e.to_string();
     assert!(matches!(e, LoadError::Refused { .. }), "{msg}");
     assert!(msg.contains("walker") && msg.contains("suspended"), "{msg}");
     assert!(msg.contains("Trust::Own"), "{msg}");
-    let mut c = vm();
-    c.exec(v2, "@ai.lua").unwrap();
-    let report = c
-        .unpersist_reporting(&file, "saved", &opts(Trust::Own))
-        .unwrap();
+    let (c, report) = load_into(v2, "@ai.lua", &file, Trust::Own).unwrap();
     assert_eq!(
         int(&c, "return saved()"),
         3,
@@ -154,27 +158,11 @@ fn a_coroutine_suspended_in_changed_code_keeps_it_under_own_and_is_refused_under
 fn a_function_removed_in_v2_is_kept_under_own_and_refused_by_name_under_foreign() {
     let v1 = "function bonus() return 7 end function score() return 1 end";
     let v2 = "function score() return 2 end";
-    let a = vm();
-    a.exec(v1, "@rules.lua").unwrap();
-    a.exec("saved = { bonus = bonus, score = score }", "=setup")
-        .unwrap();
-    let file = a.persist("saved").unwrap();
-    let opts = |trust| LoadOptions {
-        functions: FunctionBinding::Current,
-        ..LoadOptions::new(trust)
-    };
-    let mut b = vm();
-    b.exec(v2, "@rules.lua").unwrap();
-    let e = b
-        .unpersist_reporting(&file, "saved", &opts(Trust::Foreign))
-        .unwrap_err();
+    let file = save_of(v1, "@rules.lua", "saved = { bonus = bonus, score = score }");
+    let e = load_into(v2, "@rules.lua", &file, Trust::Foreign).unwrap_err();
     assert!(e.to_string().contains("bonus"), "{e}");
     assert!(e.to_string().contains("no longer has"), "{e}");
-    let mut c = vm();
-    c.exec(v2, "@rules.lua").unwrap();
-    let report = c
-        .unpersist_reporting(&file, "saved", &opts(Trust::Own))
-        .unwrap();
+    let (c, report) = load_into(v2, "@rules.lua", &file, Trust::Own).unwrap();
     assert_eq!(int(&c, "return saved.bonus() + saved.score()"), 9);
     assert!(
         report.missing.iter().any(|f| f.place == "bonus"),

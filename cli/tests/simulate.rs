@@ -1,7 +1,10 @@
 //! `luasnap simulate` and `luasnap p2p`: what they report about games that go wrong, their JSON,
 //! and save-games written and loaded through the command line.
 
+mod support;
+
 use std::process::Command;
+use support::{luasnap, stderr, temp_dir, write_game};
 
 const TINY: &str = include_str!("../../tests/lua/tiny_game.lua");
 
@@ -16,10 +19,9 @@ fn a_game_that_depends_on_addresses_is_reported_with_the_first_diverging_frame()
                     s.h = (s.h + tonumber(tostring({}):match('0x(%x+)'), 16)) % 1000003
                   end
                   function G.digest() return s.v * 1000003 + s.h end return G";
-    let path = std::env::temp_dir().join(format!("luasnap-addr-{}.lua", std::process::id()));
-    std::fs::write(&path, script).unwrap();
+    let path = write_game("addr", script);
     let run = |mode: &str| {
-        Command::new(env!("CARGO_BIN_EXE_luasnap"))
+        luasnap()
             .args([
                 "simulate",
                 path.to_str().unwrap(),
@@ -32,21 +34,17 @@ fn a_game_that_depends_on_addresses_is_reported_with_the_first_diverging_frame()
             .unwrap()
     };
     let ok = run("incremental");
-    assert!(
-        ok.status.success(),
-        "{}",
-        String::from_utf8_lossy(&ok.stderr)
-    );
+    assert!(ok.status.success(), "{}", stderr(&ok));
     let bad = run("serialize");
     assert!(!bad.status.success());
-    let e = String::from_utf8_lossy(&bad.stderr);
+    let e = stderr(&bad);
     assert!(e.contains("first differs after frame "), "{e}");
     assert!(
         e.contains("@s.h: "),
         "the message names the differing value by path: {e}"
     );
     // --json carries the explanation too.
-    let json = Command::new(env!("CARGO_BIN_EXE_luasnap"))
+    let json = luasnap()
         .args([
             "simulate",
             path.to_str().unwrap(),
@@ -72,61 +70,52 @@ fn a_game_that_depends_on_addresses_is_reported_with_the_first_diverging_frame()
         "{d}"
     );
     // A save file that is not one, and options out of range, are clear errors.
-    let bad = Command::new(env!("CARGO_BIN_EXE_luasnap"))
+    let bad = luasnap()
         .args(["simulate", "--load", path.to_str().unwrap()])
         .output()
         .unwrap();
     assert!(!bad.status.success());
     assert!(
-        String::from_utf8_lossy(&bad.stderr).contains("not a luasnap save-game"),
+        stderr(&bad).contains("not a luasnap save-game"),
         "{}",
-        String::from_utf8_lossy(&bad.stderr)
+        stderr(&bad)
     );
     for args in [
         vec!["--delay", "20"],
         vec!["--players", "0"],
         vec!["--frames", "0"],
     ] {
-        let out = Command::new(env!("CARGO_BIN_EXE_luasnap"))
-            .arg("simulate")
-            .args(&args)
-            .output()
-            .unwrap();
+        let out = luasnap().arg("simulate").args(&args).output().unwrap();
         assert!(!out.status.success(), "{args:?}");
-        let e = String::from_utf8_lossy(&out.stderr);
+        let e = stderr(&out);
         assert!(
             e.contains("must be") || e.contains("needs a window"),
             "{args:?}: {e}"
         );
     }
-    let missing = Command::new(env!("CARGO_BIN_EXE_luasnap"))
+    let missing = luasnap()
         .args(["simulate", "/nonexistent/game.lua"])
         .output()
         .unwrap();
-    assert!(String::from_utf8_lossy(&missing.stderr).contains("cannot read"));
+    assert!(stderr(&missing).contains("cannot read"));
     std::fs::remove_file(&path).ok();
 }
 
 #[test]
 fn simulate_json_and_save_load_through_the_cli() {
-    let dir = std::env::temp_dir().join(format!("luasnap-sim-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = temp_dir("sim");
     let game = dir.join("tiny.lua");
     std::fs::write(&game, TINY).unwrap();
     let save = dir.join("g.sav");
     let run = |extra: &[&str]| -> serde_json::Value {
-        let out = Command::new(env!("CARGO_BIN_EXE_luasnap"))
+        let out = luasnap()
             .arg("simulate")
             .arg(&game)
             .args(["--json", "--seed", "3"])
             .args(extra)
             .output()
             .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        assert!(out.status.success(), "{}", stderr(&out));
         serde_json::from_slice(&out.stdout).unwrap()
     };
     let straight = run(&["--frames", "600", "--mode", "incremental"]);
@@ -186,27 +175,21 @@ fn simulate_json_and_save_load_through_the_cli() {
 
 #[test]
 fn simulate_cli_reports_what_users_ask_about() {
-    let luasnap = |args: &[&str]| {
-        Command::new(env!("CARGO_BIN_EXE_luasnap"))
-            .args(args)
-            .output()
-            .unwrap()
-    };
-    let dir = std::env::temp_dir().join(format!("luasnap-simcli-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let output_of = |args: &[&str]| luasnap().args(args).output().unwrap();
+    let dir = temp_dir("simcli");
     let game = dir.join("tiny.lua");
     std::fs::write(&game, TINY).unwrap();
     let game = game.to_str().unwrap();
     // Seeds above i64::MAX are refused, not wrapped.
-    let out = luasnap(&["simulate", game, "--seed", "18446744073709551615"]);
+    let out = output_of(&["simulate", game, "--seed", "18446744073709551615"]);
     assert!(!out.status.success());
-    let e = String::from_utf8_lossy(&out.stderr);
+    let e = stderr(&out);
     assert!(
         e.contains("the seed must be 0..=9223372036854775807"),
         "{e}"
     );
     // One player: no rollback, and the output says why.
-    let out = luasnap(&["simulate", game, "--frames", "20", "--players", "1"]);
+    let out = output_of(&["simulate", game, "--frames", "20", "--players", "1"]);
     assert!(out.status.success());
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
@@ -215,7 +198,7 @@ fn simulate_cli_reports_what_users_ask_about() {
     );
     // --save confirms what it wrote.
     let save = dir.join("s.sav");
-    let out = luasnap(&[
+    let out = output_of(&[
         "simulate",
         game,
         "--frames",
@@ -226,13 +209,13 @@ fn simulate_cli_reports_what_users_ask_about() {
         save.to_str().unwrap(),
     ]);
     assert!(out.status.success());
-    let e = String::from_utf8_lossy(&out.stderr);
+    let e = stderr(&out);
     assert!(
         e.contains(&format!("saved frame 20 to {}", save.display())),
         "{e}"
     );
     // A reader that stops early (`| head -1`) ends the output quietly, no panic.
-    let mut child = Command::new(env!("CARGO_BIN_EXE_luasnap"))
+    let mut child = luasnap()
         .args(["simulate", game, "--frames", "20", "--mode", "full"])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
@@ -240,28 +223,26 @@ fn simulate_cli_reports_what_users_ask_about() {
         .unwrap();
     drop(child.stdout.take());
     let out = child.wait_with_output().unwrap();
-    let e = String::from_utf8_lossy(&out.stderr);
+    let e = stderr(&out);
     assert!(!e.contains("panicked"), "{e}");
     assert!(out.status.success(), "{e}");
 }
 
 #[test]
 fn running_out_of_memory_names_the_frame_the_run_and_the_limit() {
-    let path = std::env::temp_dir().join(format!("luasnap-leak-{}.lua", std::process::id()));
-    std::fs::write(
-        &path,
+    let path = write_game(
+        "leak",
         "local G = {} local hoard function G.init() hoard = {} end
          function G.step(i) for n = 1, 2000 do hoard[#hoard + 1] = string.rep('x', 100) .. #hoard end end
          return G",
-    )
-    .unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_luasnap"))
+    );
+    let out = luasnap()
         .args(["simulate", path.to_str().unwrap(), "--frames", "1000"])
         .args(["--memory-limit", "16M"])
         .output()
         .unwrap();
     assert!(!out.status.success());
-    let e = String::from_utf8_lossy(&out.stderr);
+    let e = stderr(&out);
     assert!(
         e.contains("the game ran out of memory at frame ")
             && e.contains("in the reference (lockstep) run")
@@ -279,12 +260,12 @@ fn running_out_of_memory_names_the_frame_the_run_and_the_limit() {
          return G",
     )
     .unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_luasnap"))
+    let out = luasnap()
         .args(["simulate", path.to_str().unwrap(), "--frames", "10"])
         .args(["--memory-limit", "16M"])
         .output()
         .unwrap();
-    let e = String::from_utf8_lossy(&out.stderr);
+    let e = stderr(&out);
     assert!(
         e.contains("one allocation asked for more than the rest of the arena")
             && !e.contains("grows every frame"),
@@ -296,8 +277,7 @@ fn running_out_of_memory_names_the_frame_the_run_and_the_limit() {
 /// A game whose eighth `G.step` (frame 7) loops for ever, in a fresh directory named after
 /// `what`: (the directory, the script's path).
 fn runaway_game(what: &str) -> (std::path::PathBuf, std::path::PathBuf) {
-    let dir = std::env::temp_dir().join(format!("luasnap-budget-{what}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = temp_dir(&format!("budget-{what}"));
     let path = dir.join("runaway.lua");
     std::fs::write(
         &path,
@@ -312,22 +292,22 @@ fn runaway_game(what: &str) -> (std::path::PathBuf, std::path::PathBuf) {
 #[test]
 fn simulate_names_the_frame_of_a_runaway_step() {
     let (dir, path) = runaway_game("simulate");
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_luasnap"))
+    let out = luasnap()
         .args(["simulate", path.to_str().unwrap(), "--frames", "20"])
         .args(["--step-budget", "5000000"])
         .output()
         .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = stderr(&out);
     assert!(!out.status.success());
     assert!(err.contains("frame 7"), "{err}");
     assert!(err.contains("instruction budget of 5000000"), "{err}");
     assert!(err.contains("runaway.lua:2:"), "{err}");
     // Off: the same game would run for ever, so only the flag's parsing is checked.
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_luasnap"))
+    let out = luasnap()
         .args(["simulate", "--frames", "2", "--step-budget", "lots"])
         .output()
         .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = stderr(&out);
     assert!(!out.status.success());
     assert!(err.contains("--step-budget"), "{err}");
     std::fs::remove_dir_all(&dir).ok();
@@ -336,7 +316,7 @@ fn simulate_names_the_frame_of_a_runaway_step() {
 #[test]
 fn p2p_stops_a_runaway_step_too() {
     let (dir, path) = runaway_game("p2p");
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_luasnap"))
+    let out = luasnap()
         .args([
             "p2p",
             path.to_str().unwrap(),
@@ -348,7 +328,7 @@ fn p2p_stops_a_runaway_step_too() {
         .args(["--step-budget", "5000000"])
         .output()
         .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = stderr(&out);
     assert!(!out.status.success());
     assert!(err.contains("instruction budget of 5000000"), "{err}");
     assert!(err.contains("runaway.lua:2:"), "{err}");
@@ -367,19 +347,13 @@ const PROCESS_DEPENDENT: &str = "local G = {} local s
     function G.digest() return s.v * 1000003 + s.h end
     return G";
 
-fn write_game(name: &str, source: &str) -> std::path::PathBuf {
-    let path = std::env::temp_dir().join(format!("luasnap-{name}-{}.lua", std::process::id()));
-    std::fs::write(&path, source).unwrap();
-    path
-}
-
 #[test]
 fn simulate_checks_its_reference_in_a_second_process() {
     // Every backend runs in one process, so they all agree on a game that depends on the
     // process; the reference run again in a second process does not, and says where.
     let path = write_game("process-dependent", PROCESS_DEPENDENT);
     let run = |extra: &[&str]| {
-        Command::new(env!("CARGO_BIN_EXE_luasnap"))
+        luasnap()
             .args(["simulate", path.to_str().unwrap(), "--frames", "60"])
             .args(["--mode", "incremental"])
             .args(extra)
@@ -388,7 +362,7 @@ fn simulate_checks_its_reference_in_a_second_process() {
     };
     let out = run(&[]);
     assert!(!out.status.success());
-    let e = String::from_utf8_lossy(&out.stderr);
+    let e = stderr(&out);
     assert!(e.contains("differs in a second process"), "{e}");
     assert!(e.contains("first differs after frame "), "{e}");
     assert!(e.contains("@s.h: "), "the differing value by path: {e}");
@@ -408,23 +382,15 @@ fn simulate_checks_its_reference_in_a_second_process() {
     );
     // The modes alone agree: they share the process.
     let off = run(&["--second-process", "off"]);
-    assert!(
-        off.status.success(),
-        "{}",
-        String::from_utf8_lossy(&off.stderr)
-    );
+    assert!(off.status.success(), "{}", stderr(&off));
     // A game that does not depend on the process agrees, and the report says so.
     let tiny = write_game("tiny-second", TINY);
-    let ok = Command::new(env!("CARGO_BIN_EXE_luasnap"))
+    let ok = luasnap()
         .args(["simulate", tiny.to_str().unwrap(), "--frames", "40"])
         .args(["--mode", "incremental", "--json"])
         .output()
         .unwrap();
-    assert!(
-        ok.status.success(),
-        "{}",
-        String::from_utf8_lossy(&ok.stderr)
-    );
+    assert!(ok.status.success(), "{}", stderr(&ok));
     let v: serde_json::Value = serde_json::from_slice(&ok.stdout).unwrap();
     assert_eq!(v["second_process"]["matches"], true, "{v}");
     assert_eq!(
@@ -439,7 +405,7 @@ fn simulate_checks_its_reference_in_a_second_process() {
 fn p2p_runs_its_peers_in_two_processes_and_explains_a_desync() {
     let path = write_game("p2p-process-dependent", PROCESS_DEPENDENT);
     let run = |extra: &[&str]| {
-        Command::new(env!("CARGO_BIN_EXE_luasnap"))
+        luasnap()
             .args(["p2p", path.to_str().unwrap(), "--frames", "60"])
             .args(["--timeout", "60"])
             .args(extra)
@@ -448,17 +414,13 @@ fn p2p_runs_its_peers_in_two_processes_and_explains_a_desync() {
     };
     let out = run(&[]);
     assert!(!out.status.success());
-    let e = String::from_utf8_lossy(&out.stderr);
+    let e = stderr(&out);
     assert!(e.contains("desyncs detected"), "{e}");
     assert!(e.contains("first differs after frame "), "{e}");
     assert!(e.contains("@s.h: "), "{e}");
     // In one process both peers share the executable's address: no desync to see.
     let one = run(&["--one-process"]);
-    assert!(
-        one.status.success(),
-        "{}",
-        String::from_utf8_lossy(&one.stderr)
-    );
+    assert!(one.status.success(), "{}", stderr(&one));
     std::fs::remove_file(&path).ok();
 }
 
@@ -483,17 +445,13 @@ fn p2p_peers_agree_on_a_set_keyed_by_tables() {
         return G";
     let path = write_game("p2p-table-keys", game);
     for extra in [&[][..], &["--one-process"][..]] {
-        let out = Command::new(env!("CARGO_BIN_EXE_luasnap"))
+        let out = luasnap()
             .args(["p2p", path.to_str().unwrap(), "--frames", "80"])
             .args(["--timeout", "60"])
             .args(extra)
             .output()
             .unwrap();
-        assert!(
-            out.status.success(),
-            "{extra:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        assert!(out.status.success(), "{extra:?}: {}", stderr(&out));
         assert!(String::from_utf8_lossy(&out.stdout).contains("no desync"));
     }
     std::fs::remove_file(&path).ok();
@@ -539,7 +497,7 @@ fn a_killed_simulate_leaves_no_second_process_behind() {
          function G.step(i) n = n + 1 if n == 3 then while true do end end end
          return G",
     );
-    let mut parent = Command::new(env!("CARGO_BIN_EXE_luasnap"))
+    let mut parent = luasnap()
         .args(["simulate", game.to_str().unwrap(), "--frames", "10"])
         .args(["--step-budget", "off", "--second-process", "on"])
         .stdout(std::process::Stdio::null())
@@ -600,12 +558,7 @@ fn a_game_folder_runs_and_its_saves_load_from_another_folder() {
         )
         .unwrap();
     };
-    let luasnap = |args: &[&str]| {
-        Command::new(env!("CARGO_BIN_EXE_luasnap"))
-            .args(args)
-            .output()
-            .unwrap()
-    };
+    let luasnap = |args: &[&str]| luasnap().args(args).output().unwrap();
     let (a, b) = (base.join("a"), base.join("b"));
     game(&a, false);
     game(&b, false);
@@ -618,11 +571,7 @@ fn a_game_folder_runs_and_its_saves_load_from_another_folder() {
         "--save",
         save.to_str().unwrap(),
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "{}", stderr(&out));
     let out = luasnap(&[
         "simulate",
         b.join("main.lua").to_str().unwrap(),
@@ -631,7 +580,7 @@ fn a_game_folder_runs_and_its_saves_load_from_another_folder() {
         "--load",
         save.to_str().unwrap(),
     ]);
-    let e = String::from_utf8_lossy(&out.stderr);
+    let e = stderr(&out);
     assert!(out.status.success(), "{e}");
     assert!(
         e.contains("luasnap: loaded") && e.contains("unchanged"),
@@ -648,11 +597,7 @@ fn a_game_folder_runs_and_its_saves_load_from_another_folder() {
         "--save",
         save.to_str().unwrap(),
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "{}", stderr(&out));
     let load = |extra: &[&str]| {
         let mut args = vec![
             "simulate",
@@ -666,18 +611,14 @@ fn a_game_folder_runs_and_its_saves_load_from_another_folder() {
         luasnap(&args)
     };
     let out = load(&[]);
-    let e = String::from_utf8_lossy(&out.stderr);
+    let e = stderr(&out);
     assert!(!out.status.success());
     assert!(
         e.contains("--allow-permanent load") && e.contains("G.permanents"),
         "{e}"
     );
     let out = load(&["--allow-permanent", "load"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "{}", stderr(&out));
     std::fs::remove_dir_all(&base).ok();
 }
 
