@@ -12,9 +12,43 @@
 //! the stock behaviour (hooks, `debug.getinfo`, messages and tracebacks as in `lua`), and
 //! `string.dump` writes a function as if no record were attached.
 
+use crate::bridge::error::{LuaErrorKind, VmError};
 use crate::bridge::helpers::{luasnap_chunk_keep, luasnap_loadstring};
 use mlua_sys::lua_State;
-use std::ffi::c_int;
+use std::ffi::{c_int, CString};
+
+/// A host chunk's name as Lua takes it: `@file` and `=name` as given, any other name as
+/// `=name`; a name with a NUL is a [`VmError::BadName`].
+pub(crate) fn host_chunk_name(name: &str) -> Result<CString, VmError> {
+    CString::new(if name.starts_with(['=', '@']) {
+        name.to_string()
+    } else {
+        format!("={name}")
+    })
+    .map_err(|_| VmError::BadName { name: name.into() })
+}
+
+/// The outcome of a protected call that raised the message of a chunk that did not compile
+/// (`syntax_error`: [`load_host_chunk`] said `LUA_ERRSYNTAX`) as the syntax error it is.
+pub(crate) fn as_syntax_error<T>(
+    outcome: Result<T, VmError>,
+    syntax_error: bool,
+) -> Result<T, VmError> {
+    match outcome {
+        Err(VmError::Lua {
+            kind: LuaErrorKind::Runtime,
+            message,
+            traceback,
+            value,
+        }) if syntax_error => Err(VmError::Lua {
+            kind: LuaErrorKind::Syntax,
+            message,
+            traceback,
+            value,
+        }),
+        r => r,
+    }
+}
 
 /// Compiles `source` as a text chunk named `chunkname` through the registry (so saves can carry
 /// its text) and, if it compiled, keeps it for the VM's life as the host's own code. Leaves the

@@ -35,13 +35,13 @@
 //! `the_compile_fail_examples_fail_only_for_the_borrow`.)
 
 use crate::bridge::convert::{at, Arg, ArgKind, FromLua, FromLuaMulti, IntoLua, IntoLuaMulti};
-use crate::bridge::error::{LuaErrorKind, VmError};
+use crate::bridge::error::VmError;
 use crate::bridge::ffi as raw;
 use crate::bridge::path::{self, Path};
 use crate::bridge::value::Value;
 use crate::bridge::vm::Vm;
 use mlua_sys::{self as ffi, lua_State};
-use std::ffi::{c_int, CString};
+use std::ffi::c_int;
 
 /// Where [`Vm::require`] remembers modules: Lua's own `package.loaded` (`registry._LOADED`),
 /// so Lua's `require` sees them and save-games (which hold `package.loaded`) keep their state.
@@ -435,14 +435,7 @@ impl Vm {
     /// ```
     pub fn compile(&self, source: impl AsRef<[u8]>, chunkname: &str) -> Result<(), VmError> {
         let source = source.as_ref();
-        let cname = CString::new(if chunkname.starts_with(['=', '@']) {
-            chunkname.to_string()
-        } else {
-            format!("={chunkname}")
-        })
-        .map_err(|_| VmError::BadName {
-            name: chunkname.into(),
-        })?;
+        let cname = crate::bridge::chunks::host_chunk_name(chunkname)?;
         let mut syntax_error = false;
         let compiled = self.run(
             &mut |L| {
@@ -459,20 +452,7 @@ impl Vm {
             },
             |_, _| (),
         );
-        match compiled {
-            Err(VmError::Lua {
-                kind: LuaErrorKind::Runtime,
-                message,
-                traceback,
-                value,
-            }) if syntax_error => Err(VmError::Lua {
-                kind: LuaErrorKind::Syntax,
-                message,
-                traceback,
-                value,
-            }),
-            r => r,
-        }
+        crate::bridge::chunks::as_syntax_error(compiled, syntax_error)
     }
 
     /// Like [`load`](Vm::load) for a module, once: the first call runs the chunk (passing
@@ -494,14 +474,7 @@ impl Vm {
         chunkname: &str,
         module: Option<&str>,
     ) -> Result<LuaRef<'_>, VmError> {
-        let cname = CString::new(if chunkname.starts_with(['=', '@']) {
-            chunkname.to_string()
-        } else {
-            format!("={chunkname}")
-        })
-        .map_err(|_| VmError::BadName {
-            name: chunkname.into(),
-        })?;
+        let cname = crate::bridge::chunks::host_chunk_name(chunkname)?;
         let vm: &Vm = self;
         let mut syntax_error = false;
         let slot = self.run(
@@ -551,21 +524,8 @@ impl Vm {
             // SAFETY: the slot number is the only result.
             |L, _| unsafe { ffi::lua_tointegerx(L, -1, std::ptr::null_mut()) } as c_int,
         );
-        match slot {
-            Ok(slot) => Ok(LuaRef { vm: self, slot }),
-            Err(VmError::Lua {
-                kind: LuaErrorKind::Runtime,
-                message,
-                traceback,
-                value,
-            }) if syntax_error => Err(VmError::Lua {
-                kind: LuaErrorKind::Syntax,
-                message,
-                traceback,
-                value,
-            }),
-            Err(e) => Err(e),
-        }
+        let slot = crate::bridge::chunks::as_syntax_error(slot, syntax_error)?;
+        Ok(LuaRef { vm: self, slot })
     }
 }
 

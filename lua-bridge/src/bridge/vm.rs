@@ -812,12 +812,7 @@ impl Vm {
         args: &[Value],
     ) -> Result<Vec<Value>, VmError> {
         let source = source.as_ref();
-        let chunkname = CString::new(if name.starts_with(['=', '@']) {
-            name.to_string()
-        } else {
-            format!("={name}")
-        })
-        .map_err(|_| VmError::BadName { name: name.into() })?;
+        let chunkname = crate::bridge::chunks::host_chunk_name(name)?;
         let types = self.natives.registry.types();
         let mut syntax_error = false;
         let out = self.run(
@@ -836,21 +831,7 @@ impl Vm {
             },
             |L, n| self.collect_values(L, n),
         );
-        match out {
-            Ok(v) => v,
-            Err(VmError::Lua {
-                kind: LuaErrorKind::Runtime,
-                message,
-                traceback,
-                value,
-            }) if syntax_error => Err(VmError::Lua {
-                kind: LuaErrorKind::Syntax,
-                message,
-                traceback,
-                value,
-            }),
-            Err(e) => Err(e),
-        }
+        crate::bridge::chunks::as_syntax_error(out, syntax_error)?
     }
 
     pub(crate) fn checked_path(&self, path: &str) -> Result<CString, VmError> {
