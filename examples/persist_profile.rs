@@ -7,6 +7,8 @@
 //! cargo run --release --example persist_profile -- load MB RUNS   # load its save RUNS times
 //! cargo run --release --example persist_profile -- load-fixed MB RUNS  # a tiny save, loaded
 //! cargo run --release --example persist_profile -- dump DIR        # write DIR/<state>.bin
+//! cargo run --release --example persist_profile -- games RUNS      # each corpus game's save:
+//!                                                                  # bytes, save and load time
 //! ```
 
 use luasnap::bridge::{workloads::HEAP_BUILDER, GcMode, Value, Vm};
@@ -58,6 +60,61 @@ const GAMES: &[(&str, &str)] = &[
         include_str!("../lua-bridge/games/dungeon_crawl.lua"),
     ),
 ];
+
+/// A corpus game in a fresh VM after `frames` frames.
+fn game_at(src: &str, name: &str, frames: i64) -> Vm {
+    let g = vm(64);
+    g.exec(
+        format!("G = (function() {src} end)()"),
+        &format!("@{name}.lua"),
+    )
+    .expect("game");
+    g.call::<()>("G.init", &[Value::Integer(2), Value::Integer(7)])
+        .expect("init");
+    for f in 0..frames {
+        g.exec(
+            format!("G.step({{ {}, {} }})", f % 32, (f * 7) % 32),
+            "=step",
+        )
+        .expect("step");
+    }
+    g
+}
+
+/// Each corpus game after 40 frames: its whole-game save's size, and the median CPU time of
+/// `runs` saves and of `runs` own-trust loads into a fresh VM (each load into its own VM; the
+/// VM's building is not timed).
+fn games(runs: usize) {
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    for (name, src) in GAMES {
+        let g = game_at(src, name, 40);
+        let mut bytes = Vec::new();
+        let mut save = Vec::with_capacity(runs);
+        for _ in 0..runs {
+            let t = cpu_time::ThreadTime::now();
+            bytes = g.save_game().expect("save");
+            save.push(t.elapsed().as_secs_f64() * 1e3);
+        }
+        drop(g);
+        let mut load = Vec::with_capacity(runs);
+        for _ in 0..runs {
+            let mut v = vm(64);
+            let t = cpu_time::ThreadTime::now();
+            v.load_game(&bytes, luasnap::bridge::persist::Trust::Own)
+                .expect("load");
+            load.push(t.elapsed().as_secs_f64() * 1e3);
+        }
+        println!(
+            "{name}: {} bytes, save median {:.3} ms, load median {:.3} ms (CPU time)",
+            bytes.len(),
+            median(save),
+            median(load)
+        );
+    }
+}
 
 /// A state with a bit of everything the writer distinguishes.
 const MIXED: &str = r#"
@@ -206,6 +263,7 @@ fn fixed(mb: usize, runs: usize) {
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.first().map(String::as_str) {
+        Some("games") => games(args.get(1).and_then(|a| a.parse().ok()).unwrap_or(20)),
         Some("dump") => dump(args.get(1).map(String::as_str).unwrap_or("persist-dump")),
         Some("time") => time(
             args.get(1).and_then(|a| a.parse().ok()).unwrap_or(1),
@@ -224,7 +282,7 @@ fn main() {
             args.get(2).and_then(|a| a.parse().ok()).unwrap_or(2000),
         ),
         _ => eprintln!(
-            "usage: persist_profile (time MB RUNS | load MB RUNS | load-fixed MB RUNS | fixed MB RUNS | dump DIR)"
+            "usage: persist_profile (time MB RUNS | load MB RUNS | load-fixed MB RUNS | fixed MB RUNS | dump DIR | games RUNS)"
         ),
     }
 }

@@ -14,6 +14,7 @@ const ARENA_SHOOTER: &str = include_str!("../lua-bridge/games/arena_shooter.lua"
 const AI_VILLAGE: &str = include_str!("../lua-bridge/games/ai_village.lua");
 const BULK_MARKET: &str = include_str!("../lua-bridge/games/bulk_market.lua");
 const DUNGEON_CRAWL: &str = include_str!("../lua-bridge/games/dungeon_crawl.lua");
+const FIRST_OF_SET: &str = include_str!("lua/first_of_set.lua");
 
 /// Runs the reference and `backends` on each (players, delay, seed); panics with the
 /// divergence explained by path if one does not match.
@@ -112,6 +113,26 @@ fn ecs_arena_matches_on_the_arena_backends() {
         30,
         &[(2, 4, 7), (3, 2, 11)],
         &ARENA,
+    );
+}
+
+#[test]
+fn games_keyed_by_objects_match_on_every_backend_serialize_included() {
+    // pairs() order over tables keyed by tables, closures and C functions: serialize mode
+    // rolls back by save and load, which carry the objects' identities (format 7).
+    check(
+        "first_of_set",
+        FIRST_OF_SET,
+        60,
+        &[(2, 4, 7), (3, 2, 11)],
+        &Backend::ALL,
+    );
+    check_game(
+        "keyed_by_functions",
+        &|p, s| folder("keyed_by_functions", p, s),
+        30,
+        &[(2, 4, 7), (3, 2, 11)],
+        &Backend::ALL,
     );
 }
 

@@ -2439,3 +2439,207 @@ fn keys_chosen_to_collide_stop_a_foreign_load() {
         assert_eq!(b.exec(count, "c").unwrap(), vec![Value::Integer(n)]);
     }
 }
+
+/// The identities (format 7) a tree gives, in file order.
+fn idents_of(node: &mut Node) -> Vec<u64> {
+    let mut out = Vec::new();
+    forge::walk_mut(node, &mut |n| {
+        if let Node::Ident(i, _) = n {
+            out.push(*i);
+        }
+    });
+    out
+}
+
+/// Sets the identity of the `nth` `Ident` node of a tree (file order) with `f`.
+fn forge_ident(node: &mut Node, nth: usize, f: &mut dyn FnMut(&mut u64, &mut Box<Node>)) {
+    let mut seen = 0;
+    forge::walk_mut(node, &mut |n| {
+        if let Node::Ident(i, v) = n {
+            if seen == nth {
+                f(i, v);
+            }
+            seen += 1;
+        }
+    });
+}
+
+/// A change to an honest tree.
+type Forgery = Box<dyn Fn(&mut Node)>;
+
+const KEYED: &str = "local a, b, f = { 1 }, { 2 }, function() end
+    S = { [a] = 'a', [b] = 'b', [f] = 'f', list = { a, b } }";
+
+/// A VM that ran [`KEYED`] (foreign loads take functions from the chunks the VM has).
+fn keyed_vm() -> Vm {
+    let v = vm();
+    v.exec(KEYED, "=keyed").unwrap();
+    v
+}
+
+#[test]
+fn identities_of_keys_are_checked_like_any_field() {
+    let src = vm();
+    src.exec(KEYED, "=keyed").unwrap();
+    let mut honest = decoded(&src, "S");
+    let ids = idents_of(&mut honest);
+    assert_eq!(
+        ids.len(),
+        3,
+        "each object key carries its identity: {ids:?}"
+    );
+    let cases: Vec<(&str, Forgery, &str)> = vec![
+        (
+            "duplicate",
+            Box::new(|n: &mut Node| {
+                let first = idents_of(n)[0];
+                forge_ident(n, 1, &mut |i, _| *i = first);
+            }),
+            "two objects with one identity",
+        ),
+        (
+            "2^31",
+            Box::new(|n: &mut Node| forge_ident(n, 0, &mut |i, _| *i = 1 << 31)),
+            "an identity out of range",
+        ),
+        (
+            "2^64 - 1",
+            Box::new(|n: &mut Node| forge_ident(n, 0, &mut |i, _| *i = u64::MAX)),
+            "an identity out of range",
+        ),
+        (
+            "zero",
+            Box::new(|n: &mut Node| forge_ident(n, 0, &mut |i, _| *i = 0)),
+            "an identity out of range",
+        ),
+        (
+            "on a reference",
+            Box::new(|n: &mut Node| {
+                forge_ident(n, 0, &mut |_, v| **v = Node::Ref(0));
+            }),
+            "an identity before a value that is not a new object",
+        ),
+        (
+            "on a string",
+            Box::new(|n: &mut Node| {
+                forge_ident(n, 0, &mut |_, v| **v = Node::Str(b"x".to_vec()));
+            }),
+            "an identity before a value that is not a new object",
+        ),
+        (
+            "on the main thread",
+            Box::new(|n: &mut Node| {
+                forge_ident(n, 0, &mut |_, v| **v = Node::MainThread);
+            }),
+            "an identity before a value that is not a new object",
+        ),
+        (
+            "on an identity",
+            Box::new(|n: &mut Node| {
+                forge_ident(n, 0, &mut |_, v| {
+                    let inner = std::mem::replace(&mut **v, Node::Nil);
+                    **v = Node::Ident(77, Box::new(inner));
+                });
+            }),
+            "an identity before a value that is not a new object",
+        ),
+        (
+            "on a permanent",
+            Box::new(|n: &mut Node| {
+                forge_ident(n, 0, &mut |_, v| **v = forge::perm("string.len"));
+            }),
+            "an identity before a value that is not a new object",
+        ),
+    ];
+    for (what, forge_it, expect) in cases {
+        let mut node = honest.clone();
+        forge_it(&mut node);
+        for trust in [Trust::Own, Trust::Foreign] {
+            let mut dst = keyed_vm();
+            let e = refused(load(&mut dst, &node, trust), what);
+            assert!(e.contains(expect), "{what}, {trust:?}: {e}");
+            use_it(&dst);
+        }
+    }
+    // The honest file loads, with every key in place.
+    let mut dst = keyed_vm();
+    load(&mut dst, &honest, Trust::Foreign).unwrap();
+    let got = dst
+        .exec(
+            "local n = 0
+             for k in pairs(loaded) do if type(k) ~= 'string' then n = n + 1 end end
+             return n .. loaded[loaded.list[1]] .. loaded[loaded.list[2]]",
+            "=check",
+        )
+        .unwrap();
+    assert_eq!(got, vec![Value::from("3ab")]);
+}
+
+/// The root table of a whole-game save, and its `keys` entry (the saving VM's key counter).
+fn game_keys(node: &mut Node) -> &mut Node {
+    let Node::Table { entries, .. } = node else {
+        panic!("a game save's root is a table")
+    };
+    let (_, v) = entries
+        .iter_mut()
+        .find(|(k, _)| *k == Node::Str(b"keys".to_vec()))
+        .expect("a whole-game save carries its key counter");
+    v
+}
+
+#[test]
+fn a_game_saves_key_counter_is_checked_against_its_identities() {
+    let src = vm();
+    src.exec(KEYED, "=keyed").unwrap();
+    let counter = src.key_identities();
+    let file = src.save_game().unwrap();
+    let mut honest = forge::decode(body_of(&file).unwrap()).unwrap();
+    let max = *idents_of(&mut honest).iter().max().unwrap();
+    assert_eq!(*game_keys(&mut honest), Node::Int(counter as i64));
+    assert!(max <= counter as u64);
+    let cases: Vec<(&str, Node, &str)> = vec![
+        (
+            "negative",
+            Node::Int(-1),
+            "key counter of a whole-game save is out of range",
+        ),
+        (
+            "2^31",
+            Node::Int(1 << 31),
+            "key counter of a whole-game save is out of range",
+        ),
+        (
+            "below an identity",
+            Node::Int(max as i64 - 1),
+            "below an identity the file gives",
+        ),
+        (
+            "a float",
+            Node::Float(1.5f64.to_bits()),
+            "missing or not an integer",
+        ),
+        (
+            "a string",
+            Node::Str(b"9".to_vec()),
+            "missing or not an integer",
+        ),
+        ("missing", Node::Nil, "missing or not an integer"),
+    ];
+    for (what, keys, expect) in cases {
+        let mut node = honest.clone();
+        *game_keys(&mut node) = keys;
+        for trust in [Trust::Own, Trust::Foreign] {
+            let mut dst = keyed_vm();
+            let e = match dst.load_game(&forge::file(&node), trust) {
+                Ok(()) => panic!("a hostile game save loaded ({what})"),
+                Err(e) => e.to_string(),
+            };
+            assert!(e.contains(expect), "{what}, {trust:?}: {e}");
+            use_it(&dst);
+        }
+    }
+    // The honest save continues the saving VM's counter.
+    let mut dst = keyed_vm();
+    dst.load_game(&file, Trust::Foreign).unwrap();
+    assert_eq!(dst.key_identities(), counter);
+}

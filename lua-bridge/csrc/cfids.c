@@ -60,8 +60,9 @@ static unsigned int cf_slot(lua_CFunction f) {
   return (unsigned int)(x >> 40) & (CF_SLOTS - 1u);
 }
 
-/* FNV-1a over the name: the function's identity, the same in every process. */
-static unsigned int cf_name_id(const char *name, size_t len) {
+/* FNV-1a over a name: a light C function's identity, the same in every process (and, with
+** bit 31 set, a permanent object's: see luasnap_name_identity in csrc/ident.c). */
+unsigned int luasnap_name_hash(const char *name, size_t len) {
   uint32_t h = 2166136261u;
   size_t i;
   for (i = 0; i < len; i++) { h ^= (unsigned char)name[i]; h *= 16777619u; }
@@ -78,6 +79,17 @@ unsigned int luasnap_cfunction_id(lua_CFunction f) {
   }
 }
 
+/* Whether a library name gives f its identity (else it hashes by its address). */
+int luasnap_cfunction_named(lua_CFunction f) {
+  unsigned int i = cf_slot(f);
+  for (;;) {
+    lua_CFunction g = __atomic_load_n(&cf_map[i].f, __ATOMIC_ACQUIRE);
+    if (g == f) return 1;
+    if (g == NULL) return 0;
+    i = (i + 1u) & (CF_SLOTS - 1u);
+  }
+}
+
 /* Enters `name` as the identity of `f` unless f has one already. Returns 1 if entered, 0 if
 ** f was named before (the name then stays the first one), -1 if the map is full. */
 int luasnap_cfunction_name(lua_CFunction f, const char *name, size_t len) {
@@ -90,7 +102,7 @@ int luasnap_cfunction_name(lua_CFunction f, const char *name, size_t len) {
     if (g == f) break;
     if (g == NULL) {
       if (cf_count >= CF_MAX) { r = -1; break; }
-      cf_map[i].id = cf_name_id(name, len);
+      cf_map[i].id = luasnap_name_hash(name, len);
       __atomic_store_n(&cf_map[i].f, f, __ATOMIC_RELEASE);
       cf_count++;
       r = 1;

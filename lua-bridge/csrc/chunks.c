@@ -293,9 +293,13 @@ void luasnap_chunks_each_proto(lua_State *L, luasnap_proto_fn f, void *ud) {
 }
 
 /* Keeps the record of the chunk whose main closure is at fnidx alive for the VM's life, in
-** registry["luasnap.host_chunks"] (record -> true). For the host's own code (Vm::exec): saves
-** name its functions even after the game dropped them all, and the same code run every frame
-** shares one record, so it is kept once. May raise a memory error. */
+** registry["luasnap.host_chunks"] (the record's address as a light userdata -> the record).
+** For the host's own code (Vm::exec): saves name its functions even after the game dropped
+** them all, and the same code run every frame shares one record, so it is kept once. Keyed by
+** a light userdata, not by the record: an object that becomes a key takes the next identity
+** of the VM (lobject.h, gcoid), and the host's first run of some code (a check a loading
+** process makes, not the process that saved) must not shift the identities the game's next
+** keys get. This table is never traversed in order. May raise a memory error. */
 void luasnap_chunk_keep(lua_State *L, int fnidx) {
   const TValue *fo;
   Proto *p;
@@ -309,8 +313,7 @@ void luasnap_chunk_keep(lua_State *L, int fnidx) {
   luaL_getsubtable(L, LUA_REGISTRYINDEX, "luasnap.host_chunks");
   setuvalue(L, s2v(L->top.p), anchor_of(p));
   L->top.p++;
-  lua_pushboolean(L, 1);
-  lua_rawset(L, -3);
+  lua_rawsetp(L, -2, anchor_of(p));
   lua_pop(L, 1);
   /* The latest of the host's chunks under its name is that name's current version. */
   if (p->source != NULL) {

@@ -14,6 +14,7 @@
 ** framecheck.h) or static. Files depend on each other one way, no circle:
 **   proto <- chunks <- loaders;  tlayout <- tscan;  tlayout, proto <- tbuild;
 **   loadmemo <- framecheck <- coload;  loadmemo <- upvalcheck;  canonical <- corolib;
+**   cfids (compiled into the Lua library) <- tlayout, ident;
 **   coframes, state, readline, detsort, budget stand alone.
 **
 ** Raising: a function marked LUASNAP_RAISES may raise a Lua error (a longjmp to the innermost
@@ -404,6 +405,22 @@ int luasnap_relayout_memo_over(const void *memo);
 LUASNAP_RAISES int luasnap_rawset_charged(lua_State *L, int idx, void *memo);
 /* The VM's hash seed. */
 uint32_t luasnap_hash_seed(lua_State *L);
+
+/* ===================== ident.c: identities of keys (patch 4), for save-games ===================== */
+
+/* The identity of the object at idx (a table, closure, full userdata or thread), 0 for any
+** other value or an object never a key. */
+uint32_t luasnap_identity_at(lua_State *L, int idx);
+/* The identity of the table, closure or thread o (the object lua_topointer gives for these). */
+uint32_t luasnap_identity(const void *o);
+/* Gives the object at idx the identity id if it has none (a new object); returns whether it
+** did (0 also for any other value, or id 0). */
+int luasnap_set_identity(lua_State *L, int idx, uint32_t id);
+/* Gives the object at idx, if it has no identity yet, the identity of `name` (bit 31 set). */
+void luasnap_name_identity(lua_State *L, int idx, const char *name, size_t len);
+/* The last identity the VM's counter gave, and setting it (a whole-game load). */
+uint32_t luasnap_key_counter(lua_State *L);
+void luasnap_set_key_counter(lua_State *L, uint32_t n);
 
 /* ===================== state.c: the collector and memory, for the serializer ===================== */
 

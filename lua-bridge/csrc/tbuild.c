@@ -38,9 +38,10 @@ typedef struct ls_rmemo {
 /* Charges the walk of the collision chain the key k goes into in t (every node of it: what a
 ** lookup or an insertion may walk) to the load's limit in the memo m (NULL or no limit: free).
 ** Returns -1 once the limit is passed (m->over set). Only keys whose position a file chooses
-** by value count: integers outside the array part, floats, strings (an object key's position
-** is its address). Invariant relied on: t's chains are Lua's (or checked by relayout) paths,
-** so the walk ends; it is also bounded by the node count. */
+** count: integers outside the array part, floats, strings (by value), objects (by the identity
+** the file gives them: patch 4 of luasnap's Lua); not booleans or light C functions (a fixed
+** position). Invariant relied on: t's chains are Lua's (or checked by relayout) paths, so the
+** walk ends; it is also bounded by the node count. */
 /* (Out of line: the build steps call it only when a limit is set, foreign loads.) */
 static LS_NOINLINE int ls_chain_charge(ls_rmemo *m, const Table *t, const TValue *k) {
   const Node *n;
@@ -52,7 +53,7 @@ static LS_NOINLINE int ls_chain_charge(ls_rmemo *m, const Table *t, const TValue
   else if (ttisfloat(k)) {
     if (luai_numisnan(fltvalue(k))) return 0;
   }
-  else if (!ttisstring(k)) return 0;
+  else if (!iscollectable(k)) return 0;  /* booleans, light C functions, light userdata */
   size = sizenode(t);
   n = luaH_mainposition(t, k);
   while (gnext(n) != 0 && count < size) {
@@ -371,7 +372,7 @@ static int relayout(lua_State *L, Table *t, const uint32_t *codes, const int32_t
     if (!isempty(gval(n))) {
       if (!ls_layout_key(n)) return -1;
       if (memo != NULL) {
-        if (keytt(n) == ctb(LUA_VLNGSTR)) memo = NULL;
+        if (keytt(n) == ctb(LUA_VLNGSTR) || ls_identity_key(n)) memo = NULL;
         else {
           memo->tags[m] = keytt(n);
           memo->bits[m] = ls_keybits(n);

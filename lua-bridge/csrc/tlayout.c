@@ -3,7 +3,8 @@
 */
 #include "tlayout.h"
 
-/* A total order on layout keys (tag, then value; strings by length, then bytes). */
+/* An order on layout keys (tag, then value; strings by length, then bytes; objects and light
+** C functions by identity): total on numbers, booleans and strings; see ls_ties. */
 static int keycmp(const Node *a, const Node *b) {
   int ta = keytt(a), tb = keytt(b);
   if (ta != tb) return ta < tb ? -1 : 1;
@@ -22,14 +23,31 @@ static int keycmp(const Node *a, const Node *b) {
       if (lx != ly) return lx < ly ? -1 : 1;
       return memcmp(getstr(x), getstr(y), lx);
     }
+    case LUA_VLCF: {
+      unsigned int x = luasnap_cfunction_id(fvalueraw(keyval(a)));
+      unsigned int y = luasnap_cfunction_id(fvalueraw(keyval(b)));
+      return x < y ? -1 : x > y;
+    }
+    case ctb(LUA_VTABLE): case ctb(LUA_VLCL): case ctb(LUA_VCCL):
+    case ctb(LUA_VUSERDATA): case ctb(LUA_VTHREAD): {
+      unsigned int x = gcoid(gcvalueraw(keyval(a))), y = gcoid(gcvalueraw(keyval(b)));
+      return x < y ? -1 : x > y;  /* by identity (see ls_ties) */
+    }
     default:
       return 0;  /* booleans: the tag decides */
   }
 }
 
+int ls_ties(const Table *t, const uint32_t *idx, unsigned int n) {
+  unsigned int i;
+  for (i = 1; i < n; i++)
+    if (keycmp(gnode(t, idx[i - 1]), gnode(t, idx[i])) == 0) return 1;
+  return 0;
+}
+
 /* Sorts idx[0..n) (node indices of t) by keycmp: insertion sort for a few, else heap sort
-** (no recursion, no allocation). The live keys of a table are distinct, so every correct sort
-** gives the same order: saver and loader need not sort alike. */
+** (no recursion, no allocation). Without ties (ls_ties) every correct sort gives the same
+** order: saver and loader need not sort alike. */
 void ls_sort_nodes(const Table *t, uint32_t *idx, unsigned int n) {
   unsigned int i, end;
 #define NLT(a, b) (keycmp(gnode(t, idx[a]), gnode(t, idx[b])) < 0)

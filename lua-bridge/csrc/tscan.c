@@ -299,7 +299,7 @@ static int ls_lc_match(const Table *t, const ls_lcentry *e, unsigned int size) {
     uint32_t c = e->codes[i];
     if (gnext(n) != e->nexts[i]) return 0;
     if (keyisnil(n)) { if (c != 0) return 0; }
-    else if (isempty(gval(n))) { if (c != (uint32_t)(ls_layout_key(n) ? 2 : 1)) return 0; }
+    else if (isempty(gval(n))) { if (c != (uint32_t)(ls_inline_key(n) ? 2 : 1)) return 0; }
     else if (c < 3 || e->tags[i] != keytt(n) || e->bits[i] != ls_keybits(n)) return 0;
   }
   return 1;
@@ -372,7 +372,7 @@ uint32_t luasnap_table_layout(lua_State *L, const void *tp, uint32_t *codes, int
     nexts[i] = gnext(n);
     irregular |= (uint32_t)gnext(n);
     if (keyisnil(n)) codes[i] = 0;
-    else if (isempty(gval(n))) { codes[i] = ls_layout_key(n) ? 2 : 1; irregular = 1; }
+    else if (isempty(gval(n))) { codes[i] = ls_inline_key(n) ? 2 : 1; irregular = 1; }
     else {
       if (!ls_layout_key(n)) return 0;
       codes[i] = 3;  /* its rank comes after the sort */
@@ -385,6 +385,7 @@ uint32_t luasnap_table_layout(lua_State *L, const void *tp, uint32_t *codes, int
   if (*lastfree == size && irregular == 0) return 0;
   *seed = G(L)->seed;
   ls_sort_nodes(t, idx, m);
+  if (ls_ties(t, idx, m)) return 0;  /* two keys share an identity: no rank for each */
   for (i = 0; i < m; i++) codes[idx[i]] = 3 + i;
   if (e != NULL) {
     *way = (int)(e - lc->e);

@@ -1148,6 +1148,7 @@ static void f_parser (lua_State *L, void *ud) {
   ptrdiff_t otop = savestack(L, L->top.p);  /* original top */
   luaD_checkstack(L, 2);
   anchor = luaH_new(L);  /* create the anchor table */
+  anchor->flags |= BITNOIDS;  /* luasnap patch: its keys take no identity (ltable.h) */
   sethvalue2s(L, L->top.p++, anchor);  /* anchor the anchor table */
   c = zgetc(p->z);  /* read first character */
   if (c == LUA_SIGNATURE[0]) {

@@ -239,7 +239,7 @@ static Node *mainpositionTV (const Table *t, const TValue *key) {
     }
     default: {
       GCObject *o = gcvalue(key);
-      return hashobject(t, o);
+      return noids(t) ? hashpointer(t, o) : hashobject(t, o);
     }
   }
 }
@@ -964,7 +964,7 @@ static void luaH_newkey (lua_State *L, Table *t, const TValue *key,
                                                  TValue *value) {
   if (!ttisnil(value)) {  /* do not insert nil values */
     int done;
-    if (iscollectable(key) && !ttisstring(key))
+    if (iscollectable(key) && !ttisstring(key) && !noids(t))
       luaH_keyid(L, gcvalue(key));  /* luasnap patch: before its position is computed */
     done = insertkey(t, key, value);
     if (!done) {  /* could not find a free place? */

@@ -35,6 +35,20 @@
 #define NOTBITDUMMY		cast_byte(~BITDUMMY)
 #define isdummy(t)		((t)->flags & BITDUMMY)
 
+/*
+** luasnap patch (see LUASNAP-PATCHES.md): bit 7 set in 'flags' means the
+** table's object keys hash by address and get no identity (see 'gcoid'
+** in lobject.h): the anchor table of the compiler and of the binary
+** loader, which keeps a chunk's main closure and each function's
+** constant cache alive by using them as keys. Compiling then takes no
+** identities, so a host that compiles code at another time than another
+** process (a check after a load) does not shift the identities of the
+** game's keys; and a loaded chunk's function gets one only if the game
+** makes it a key. That table is internal and never traversed.
+*/
+#define BITNOIDS		(1 << 7)
+#define noids(t)		((t)->flags & BITNOIDS)
+
 #define setnodummy(t)		((t)->flags &= NOTBITDUMMY)
 #define setdummy(t)		((t)->flags |= BITDUMMY)
 
@@ -207,6 +221,8 @@ LUAI_FUNC lua_Unsigned luaH_getn (lua_State *L, Table *t);
 LUAI_FUNC void luaH_keyid (lua_State *L, GCObject *o);
 LUAI_FUNC unsigned int luasnap_cfunction_id (lua_CFunction f);
 LUAI_FUNC int luasnap_cfunction_name (lua_CFunction f, const char *name, size_t len);
+LUAI_FUNC int luasnap_cfunction_named (lua_CFunction f);
+LUAI_FUNC unsigned int luasnap_name_hash (const char *name, size_t len);
 
 /* luasnap patch (see LUASNAP-PATCHES.md): declared and compiled in every build. */
 LUAI_FUNC Node *luaH_mainposition (const Table *t, const TValue *key);

@@ -403,6 +403,21 @@ unsafe extern "C" {
     pub(crate) fn luasnap_hash_seed(L: *mut lua_State) -> u32;
 }
 
+// ident.c: identities of keys (patch 4), for save-games.
+unsafe extern "C" {
+    pub(crate) fn luasnap_identity_at(L: *mut lua_State, idx: c_int) -> u32;
+    pub(crate) fn luasnap_identity(o: *const c_void) -> u32;
+    pub(crate) fn luasnap_set_identity(L: *mut lua_State, idx: c_int, id: u32) -> c_int;
+    pub(crate) fn luasnap_name_identity(
+        L: *mut lua_State,
+        idx: c_int,
+        name: *const c_char,
+        len: usize,
+    );
+    pub(crate) fn luasnap_key_counter(L: *mut lua_State) -> u32;
+    pub(crate) fn luasnap_set_key_counter(L: *mut lua_State, n: u32);
+}
+
 // state.c: the collector and memory, for the serializer.
 unsafe extern "C" {
     pub(crate) fn luasnap_gc_stopem(L: *mut lua_State, on: c_int) -> c_int;

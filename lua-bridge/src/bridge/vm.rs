@@ -6,7 +6,7 @@ use crate::bridge::error::{LuaErrorKind, NativeError, VmError};
 use crate::bridge::ffi::{self as raw, LuaFailure, UserDataType};
 use crate::bridge::helpers::{
     luasnap_chunks_install, luasnap_clear_dead_stack, luasnap_det_randomseed, luasnap_det_sort,
-    luasnap_strtab_longest_chain,
+    luasnap_key_counter, luasnap_strtab_longest_chain,
 };
 use crate::bridge::modules::{self, Module, ModuleState};
 use crate::bridge::natives::{self, Call, NativeFn, NativeState};
@@ -592,6 +592,16 @@ impl Vm {
     /// most its budget): how close a call came to its budget.
     pub fn last_budget_used(&self) -> u64 {
         self.budget_used.get()
+    }
+
+    /// How many identities as table keys this VM has given: an object gets the next one the
+    /// first time it becomes a key, and its position in every table follows from it
+    /// (`docs/determinism.md`, "Key order"). A whole-game save carries the count and a load
+    /// continues it, so two VMs that make the same calls number alike; a difference shows
+    /// calls one made and the other did not (a host call that used a new object as a key).
+    pub fn key_identities(&self) -> u32 {
+        // SAFETY: reads a counter of the global state, which is idle between host calls.
+        unsafe { luasnap_key_counter(self.L()) }
     }
 
     /// Runs `body` protected, counting it as Lua running.

@@ -102,6 +102,9 @@ pub enum Node {
         tbc: Vec<u64>,
     },
     MainThread,
+    /// An identity as a table key (format 7 on), then the value it is for (a new object in a
+    /// valid file; any value, and any number, in a forged one).
+    Ident(u64, Box<Node>),
     /// Bytes written as they are (anything the tree cannot say).
     Raw(Vec<u8>),
 }
@@ -265,6 +268,10 @@ impl Decoder<'_> {
             Tag::Thunk | Tag::TwoPhase => self.special(tag == Tag::TwoPhase, depth)?,
             Tag::Thread => self.thread(depth)?,
             Tag::MainThread => Node::MainThread,
+            Tag::Ident => {
+                let ident = self.r.varint()?;
+                Node::Ident(ident, self.boxed(depth)?)
+            }
             Tag::UpvalNew | Tag::UpvalRef | Tag::UpvalOpen => return None,
         })
     }
@@ -552,6 +559,10 @@ fn put(w: &mut Writer, node: &Node) {
             put(w, b);
         }
         Node::MainThread => w.tag(Tag::MainThread),
+        Node::Ident(ident, v) => {
+            w.tagged(Tag::Ident, *ident);
+            put(w, v);
+        }
         Node::Raw(b) => w.buf.extend_from_slice(b),
         _ => put_thread(w, node),
     }
@@ -663,7 +674,7 @@ pub fn table(entries: Vec<(&str, Node)>) -> Node {
 pub fn walk_mut(node: &mut Node, f: &mut dyn FnMut(&mut Node)) {
     f(node);
     match node {
-        Node::Perm(k) | Node::Thunk(k) => walk_mut(k, f),
+        Node::Perm(k) | Node::Thunk(k) | Node::Ident(_, k) => walk_mut(k, f),
         Node::TwoPhase(a, b) => {
             walk_mut(a, f);
             walk_mut(b, f);

@@ -998,6 +998,7 @@ fn edit_node(n: &mut Node, edit: usize, g: &mut Gen<'_>) {
             }
         }
         Node::Perm(k) if edit < 70 => **k = g.name(),
+        Node::Ident(ident, _) if edit < 70 => *ident = g.delta(*ident),
         Node::CClosure { name, n, .. } if edit < 70 => {
             if edit < 35 {
                 **name = g.name();

@@ -25,7 +25,7 @@ use std::ffi::{c_int, CStr};
 pub(super) unsafe fn push_game_root(L: *mut lua_State) {
     // SAFETY: protected context.
     unsafe {
-        ffi::lua_createtable(L, 0, 4);
+        ffi::lua_createtable(L, 0, 5); // and `keys`, set by persist_protected
         ffi::lua_rawgeti(L, ffi::LUA_REGISTRYINDEX, ffi::LUA_RIDX_GLOBALS);
         shallow_copy_keeping(L);
         ffi::lua_setfield(L, -3, c"globals_kept".as_ptr());

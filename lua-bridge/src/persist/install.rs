@@ -7,7 +7,9 @@ use super::options::DEFAULT_OWN_HEAP_GROWTH;
 use super::permanents::{add_permanent, key_name, CTORS_KEY, PCALL_K, PERMS_KEY, UNPERMS_KEY};
 use super::protected::{eris_constructor, eris_persist, eris_unpersist};
 use crate::bridge::error::VmError;
-use crate::bridge::helpers::{luasnap_cfunction_name, luasnap_light_cfunction, luasnap_thread_k};
+use crate::bridge::helpers::{
+    luasnap_cfunction_name, luasnap_light_cfunction, luasnap_name_identity, luasnap_thread_k,
+};
 use crate::bridge::vm::{Extension, Vm, VmBuilder};
 use mlua_sys::{self as ffi, lua_State};
 use std::ffi::{CStr, CString};
@@ -109,6 +111,7 @@ fn install(vm: &mut Vm) -> Result<(), VmError> {
                 add_globals(L);
                 add_pcall_continuation(L);
                 add_unnamed_functions(L);
+                name_main_thread(L);
             }
             0
         },
@@ -282,6 +285,21 @@ unsafe fn add_unnamed_functions(L: *mut lua_State) {
             }
             ffi::lua_settop(L, 0);
         }
+    }
+}
+
+/// Gives the main thread an identity as a key from a name, as the permanents have (a save
+/// writes it by name, `Tag::MainThread`, and a table keyed by it is laid out by its identity).
+///
+/// # Safety
+/// Protected context, stack room for one value.
+unsafe fn name_main_thread(L: *mut lua_State) {
+    const NAME: &[u8] = b"#main thread";
+    // SAFETY: pushes the registry's main thread, sets a field of it, pops it.
+    unsafe {
+        ffi::lua_rawgeti(L, ffi::LUA_REGISTRYINDEX, ffi::LUA_RIDX_MAINTHREAD);
+        luasnap_name_identity(L, -1, NAME.as_ptr().cast(), NAME.len());
+        ffi::lua_settop(L, -2);
     }
 }
 

@@ -2,6 +2,7 @@
 //! constructors), the registry tables that hold them, and the names the loader treats
 //! specially.
 
+use crate::bridge::helpers::luasnap_name_identity;
 use mlua_sys::{self as ffi, lua_State};
 use std::ffi::{c_int, CStr};
 
@@ -58,6 +59,12 @@ pub(crate) unsafe fn add_permanent(L: *mut lua_State, name: &CStr) {
         let known = ffi::lua_type(L, -1) != ffi::LUA_TNIL;
         ffi::lua_settop(L, -2);
         if !known {
+            // An object's identity as a key comes from its name (unless it has one already):
+            // the same in every VM, whatever each registered before, so a table a save keys by
+            // a permanent is laid out alike where it loads (csrc/ident.c); and keying the
+            // permanents table by it below takes no number of the VM's counter.
+            let bytes = name.to_bytes();
+            luasnap_name_identity(L, -3, bytes.as_ptr().cast(), bytes.len());
             ffi::lua_pushvalue(L, -3);
             ffi::lua_pushstring(L, name.as_ptr());
             ffi::lua_rawset(L, -4);

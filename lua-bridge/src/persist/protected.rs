@@ -11,20 +11,29 @@ use super::report::LoadReport;
 use super::slots::Slots;
 use super::{read, write};
 use crate::bridge::ffi::{self as raw, Job};
-use crate::bridge::helpers::{luasnap_gc_stopem, luasnap_proto, luasnap_raise_memerr};
+use crate::bridge::helpers::{
+    luasnap_gc_stopem, luasnap_key_counter, luasnap_proto, luasnap_raise_memerr,
+};
 use crate::bridge::natives;
 use crate::bridge::per_vm;
 use mlua_sys::{self as ffi, lua_State};
 use std::ffi::{c_int, CStr};
 
+/// The field of a whole-game save's root that holds the saving VM's key counter (format 7):
+/// set by [`persist_protected`] once the collector is stopped, and continued by a load
+/// (`vm.rs`, `game_key_counter`).
+pub(super) const GAME_KEYS: &CStr = c"keys";
+
 /// Persists the value on top of the stack at `base + 2`, with perms at `base + 1` (a table,
 /// or nil for the VM's permanents). Runs protected. On success the file is left on the stack
 /// as a string if `as_string`, else returned (and nil left). Returns the status, the
-/// Persister's error (if it produced it) and the file.
+/// Persister's error (if it produced it) and the file. With `game_root`, the value is a
+/// whole-game save's root (`push_game_root`), which gets the VM's key counter.
 pub(super) unsafe fn persist_protected(
     L: *mut lua_State,
     opts: &PersistOptions,
     as_string: bool,
+    game_root: bool,
 ) -> (c_int, Option<String>, Option<Vec<u8>>) {
     // SAFETY: a VM built by this crate, on its thread; the caller pushed perms and value.
     let (natives, base) = unsafe { (natives::state_of(L), per_vm::arena_base(L)) };
@@ -40,6 +49,13 @@ pub(super) unsafe fn persist_protected(
             // [perms|nil, value]
             ffi::lua_gc(L, ffi::LUA_GCSTOP);
             merge_permanents(L, PERMS_KEY);
+            if game_root {
+                // The key counter, read once the collector is stopped: no finalizer runs from
+                // here to the end of the walk (one that ran while the root was built may have
+                // keyed an object), so every identity the file gives is counted.
+                ffi::lua_pushinteger(L, luasnap_key_counter(L) as ffi::lua_Integer);
+                ffi::lua_setfield(L, -2, GAME_KEYS.as_ptr());
+            }
             ffi::lua_createtable(L, 0, 0); // seen
             ffi::lua_createtable(L, 0, 0); // strs
             ffi::lua_rotate(L, 2, 2); // [perms, seen, strs, value]
@@ -147,6 +163,8 @@ pub(super) struct LoadOutcome {
     pub(super) error: Option<String>,
     pub(super) accept: Option<Accept>,
     pub(super) report: LoadReport,
+    /// The highest identity the file gave an object (0: none; see `read/ident.rs`).
+    pub(super) max_ident: u32,
 }
 
 /// Loads a file with unperms at `base + 1` (or nil): `opened` (from `format::open`), or else
@@ -178,6 +196,7 @@ pub(super) unsafe fn load_protected(
                         error: Some(LoadError::from(e).to_string()),
                         accept: None,
                         report: LoadReport::default(),
+                        max_ident: 0,
                     }
                 }
             }
@@ -247,6 +266,7 @@ pub(super) unsafe fn load_protected(
         error: loader.error.take(),
         accept: loader.accept.take(),
         report: loader.take_report(),
+        max_ident: loader.idents.max(),
     }
 }
 
@@ -281,7 +301,7 @@ unsafe fn eris_persist_inner(L: *mut lua_State) -> c_int {
             spkey,
         };
         ffi::lua_settop(L, 2);
-        persist_protected(L, &opts, true).0
+        persist_protected(L, &opts, true, false).0
     }
 }
 

@@ -5,10 +5,13 @@ use super::error::{Accept, LoadError, SaveError};
 use super::format;
 use super::options::{LoadOptions, PersistOptions, Trust};
 use super::permanents::add_permanent;
+use super::protected::GAME_KEYS;
 use super::protected::{load_protected, mark_constructor, persist_protected};
+use super::read;
 use super::report::LoadReport;
 use crate::bridge::error::VmError;
 use crate::bridge::ffi as raw;
+use crate::bridge::helpers::luasnap_set_key_counter;
 use crate::bridge::vm::Vm;
 use mlua_sys::{self as ffi, lua_State};
 use std::ffi::{CStr, CString};
@@ -33,7 +36,8 @@ impl Vm {
                         Root::Path(p) => raw::push_path(L, p),
                         Root::Game => super::game::push_game_root(L),
                     }
-                    let (st, err, file) = persist_protected(L, opts, false);
+                    let game = matches!(root, Root::Game);
+                    let (st, err, file) = persist_protected(L, opts, false, game);
                     staged = err;
                     if st != ffi::LUA_OK {
                         ffi::lua_error(L);
@@ -120,7 +124,20 @@ impl Vm {
                     }
                     match store {
                         Some(path) => store_at_path(L, path),
-                        None => super::game::restore_game(L),
+                        None => match game_key_counter(L, out.max_ident) {
+                            Ok(counter) => {
+                                super::game::restore_game(L);
+                                // The identities new keys get continue the saving VM's.
+                                if let Some(n) = counter {
+                                    luasnap_set_key_counter(L, n);
+                                }
+                            }
+                            Err(why) => {
+                                staged = Some(why.to_string());
+                                ffi::lua_pushlstring(L, why.as_ptr().cast(), why.len());
+                                ffi::lua_error(L);
+                            }
+                        },
                     }
                     0
                 }
@@ -266,6 +283,31 @@ unsafe fn store_at_path(L: *mut lua_State, path: &CStr) {
                 ffi::lua_settop(L, -2);
             }
             None => ffi::lua_setglobal(L, path.as_ptr()),
+        }
+    }
+}
+
+/// The key counter of the whole-game save whose root is on top (None in saves of format 6 and
+/// older: the loading VM's counter goes on), checked against the highest identity its file
+/// gave (`max_ident`).
+///
+/// # Safety
+/// A protected context; the root on top.
+unsafe fn game_key_counter(L: *mut lua_State, max_ident: u32) -> Result<Option<u32>, &'static str> {
+    // SAFETY: callers' contract; a raw read of one field, popped.
+    unsafe {
+        if ffi::lua_type(L, -1) != ffi::LUA_TTABLE {
+            return Ok(None); // restore_game refuses it
+        }
+        ffi::lua_pushstring(L, GAME_KEYS.as_ptr());
+        let t = ffi::lua_rawget(L, -2);
+        let mut isnum = 0;
+        let n = ffi::lua_tointegerx(L, -1, &mut isnum);
+        ffi::lua_settop(L, -2);
+        match t {
+            ffi::LUA_TNIL if max_ident == 0 => Ok(None),
+            ffi::LUA_TNUMBER if isnum != 0 => read::check_counter(n, max_ident).map(Some),
+            _ => Err("malformed save-game: the key counter of a whole-game save is missing or not an integer"),
         }
     }
 }

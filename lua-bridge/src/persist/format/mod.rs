@@ -35,6 +35,8 @@
 //!           | Thunk value (rebuild) | TwoPhase value (create) value (init) -- SpecialParts
 //!           | Thread ThreadHeader value{stack} [suspended: frames]        -- ThreadParts
 //!           | MainThread
+//!           | Ident varint object (format 7 on; object: a Table, LClosure, CClosure, UdBytes,
+//!             UdPlain, Thunk, TwoPhase or Thread value, new)                   -- Ident
 //! end       = Nil | Layout bytes (a LayoutBlob: format 5 on)
 //! upvalue   = UpvalNew value | UpvalRef UpvalueRef | UpvalOpen OpenUpvalue value (the coroutine)
 //! ProtoRef  = varint (index) [first occurrence: ProtoRecord, or LegacyProto in formats 1-3]
@@ -57,7 +59,13 @@
 //! chunk prototype's place (the names from its chunk's main prototype down, `persist::place`)
 //! and its upvalues' names, with which a load binds a saved closure to the function at the
 //! same place in a newer version of the chunk; files of formats 4 and 5 have none, and their
-//! functions keep their saved code.
+//! functions keep their saved code. Format 7 brought identities (`Ident`): each object that
+//! was a table key in the saving VM carries the identity that decides its position in tables,
+//! and a whole-game save's root carries the VM's key counter (`keys`), so a loaded game's
+//! `pairs()` order over object keys, now and for keys made after the load, is the saving
+//! process's. Files of format 6 and older have neither: a load gives objects new identities
+//! from the loading VM's counter as they become keys, so their values load the same but
+//! `pairs()` order over object keys may differ from the process that saved.
 //!
 //! Each record's `encode` writes its tag (if it has one of its own) and its fields; its `decode`
 //! reads the fields after the tag (the reader dispatches on the tag) in the same order, every
@@ -83,9 +91,9 @@ pub use layout::{layout_nodes, LayoutHeader, LayoutNode, RemovedKey, BAD_LAYOUT}
 pub use parts::{SpecialPart, SpecialParts, TablePart, ThreadPart, ThreadParts, UserdataPart};
 pub use parts::{Upvalues, UserdataParts};
 pub use records::{
-    CallFrame, ChunkDef, Detached, LegacyProto, OpenUpvalue, PendingCloses, PlainUserdata,
+    CallFrame, ChunkDef, Detached, Ident, LegacyProto, OpenUpvalue, PendingCloses, PlainUserdata,
     ProtoHome, ProtoNames, ProtoPath, ProtoRecord, TableHeader, ThreadHeader, UpvalueRef,
-    UserdataBytes, MAX_PATH, MAX_UPVALUE_NAMES,
+    UserdataBytes, IDENT_LIMIT, MAX_PATH, MAX_UPVALUE_NAMES,
 };
 pub use tag::Tag;
 pub use value::Scalar;

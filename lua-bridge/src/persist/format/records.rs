@@ -17,6 +17,53 @@ pub const MAX_PATH: u64 = 256;
 /// Upvalue names a prototype record may list (Lua's MAXUPVAL).
 pub const MAX_UPVALUE_NAMES: u64 = 255;
 
+/// Before a new object's tag (format 7 on): `Tag::Ident`, then the identity the saving VM had
+/// given the object as a table key (a varint in `1..IDENT_LIMIT`; luasnap's Lua, patch 4), so
+/// the loaded object hashes where it did and tables keyed by it keep their layout and
+/// `pairs()` order. Objects never used as keys have none, and nothing is written for them.
+/// What may follow is [`Ident::PRECEDES`]; each identity is given once per file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ident(pub u32);
+
+/// Identities a file may give are below this: the saving VM's counter stays below it in any
+/// real game (it counts objects that became keys), and bit 31 marks the identities
+/// permanents take from their names, which a file names instead of writing.
+pub const IDENT_LIMIT: u64 = 1 << 31;
+
+impl Ident {
+    /// The tags of the objects an identity may precede: the new objects a load builds.
+    pub const PRECEDES: [Tag; 8] = [
+        Tag::Table,
+        Tag::LClosure,
+        Tag::CClosure,
+        Tag::UdBytes,
+        Tag::UdPlain,
+        Tag::Thunk,
+        Tag::TwoPhase,
+        Tag::Thread,
+    ];
+
+    /// Writes `Tag::Ident` and the identity, or nothing for identity 0 (never a key).
+    #[inline(always)]
+    pub fn encode(&self, w: &mut Writer) {
+        if self.0 != 0 {
+            w.tagged(Tag::Ident, self.0 as u64);
+        }
+    }
+
+    /// Reads the identity after `Tag::Ident` and checks that a new object's tag follows.
+    pub fn decode(r: &mut Reader<'_>) -> Result<Self, Bad> {
+        let ident = match r.varint() {
+            Some(i) if (1..IDENT_LIMIT).contains(&i) => i as u32,
+            _ => return Err("an identity out of range (1 to 2^31 - 1)"),
+        };
+        match r.peek().and_then(Tag::from_u8) {
+            Some(t) if Self::PRECEDES.contains(&t) => Ok(Ident(ident)),
+            _ => Err("an identity before a value that is not a new object"),
+        }
+    }
+}
+
 /// After `Tag::Table`: the size hints of its array and hash parts. Its metatable and entries
 /// follow ([`TablePart`](super::TablePart)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

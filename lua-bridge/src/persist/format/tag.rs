@@ -23,6 +23,9 @@ pub enum Tag {
     TwoPhase = 26,
     /// Ends a table's entries like `Nil`, followed by the layout of its hash part (bytes).
     Layout = 27,
+    /// Format 7 on: the new object whose tag follows has this identity as a table key
+    /// ([`Ident`](super::Ident)).
+    Ident = 28,
     Thread = 29,
     MainThread = 32,
     UpvalNew = 40,
@@ -52,6 +55,7 @@ impl Tag {
             25 => Thunk,
             26 => TwoPhase,
             27 => Layout,
+            28 => Ident,
             29 => Thread,
             32 => MainThread,
             40 => UpvalNew,

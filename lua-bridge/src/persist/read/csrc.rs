@@ -5,6 +5,7 @@
 //! Helpers that take a `memo` or `scratch` take memory the loader owns and sizes with the
 //! matching `_size` query.
 
+pub(super) use crate::bridge::helpers::luasnap_set_identity;
 pub(super) use crate::bridge::helpers::{
     kind, luasnap_checkstack, luasnap_chunk_find, luasnap_chunks_each_proto, luasnap_each_proto,
     luasnap_finalizers_foreign, luasnap_finalizers_mark, luasnap_gc_nofinal, luasnap_gc_stopem,

@@ -40,8 +40,13 @@ pub(super) enum Frame {
     },
     /// A userdata rebuilt from bytes: its metatable, then its user values.
     Userdata { id: u32, parts: UserdataParts },
-    /// An object a `__persist` function rebuilds: its function(s).
-    Special { id: u32, parts: SpecialParts },
+    /// An object a `__persist` function rebuilds: its function(s), and the identity the file
+    /// gave it (0: none), which the rebuilt object takes (see `ident.rs`).
+    Special {
+        id: u32,
+        parts: SpecialParts,
+        ident: u32,
+    },
     /// A coroutine: its stack slots, then its end. `errfunc` is Some for a suspended
     /// coroutine, whose frame records follow its stack.
     Thread {
@@ -198,6 +203,11 @@ impl Loader<'_> {
                 Tag::Layout => {
                     return Err(self.malformed("a table layout where a value belongs"));
                 }
+                Tag::Ident => {
+                    // The new object whose tag follows (checked) takes it.
+                    self.identity()?;
+                    return self.value(L, s);
+                }
                 Tag::UpvalNew | Tag::UpvalRef | Tag::UpvalOpen => {
                     return Err(self.malformed("upvalue outside a closure"));
                 }
@@ -249,7 +259,9 @@ impl Loader<'_> {
                 Frame::Userdata { id, parts } if parts.peek().is_none() => {
                     Ok(self.finish(L, s, id))
                 }
-                Frame::Special { id, parts } if parts.peek().is_none() => Ok(self.finish(L, s, id)),
+                Frame::Special { id, parts, .. } if parts.peek().is_none() => {
+                    Ok(self.finish(L, s, id))
+                }
                 Frame::Userdata { .. } | Frame::Special { .. } => self.value(L, s),
                 Frame::Thread { id, parts, errfunc } => {
                     self.advance_thread(L, s, id, parts, errfunc)
@@ -287,11 +299,11 @@ impl Loader<'_> {
                         .expect("a userdata frame takes no child past its end");
                     self.accept_user_value(L, s, id, part)
                 }
-                Frame::Special { id, parts } => {
+                Frame::Special { id, parts, ident } => {
                     let part = parts
                         .peek()
                         .expect("a special frame takes no child past its end");
-                    self.accept_special(L, s, id, part)
+                    self.accept_special(L, s, id, part, ident)
                 }
                 Frame::Thread { id, parts, .. } => match parts.peek() {
                     ThreadPart::Slot(i) => self.accept_slot(L, s, id, i as c_int),

@@ -59,7 +59,8 @@ impl Loader<'_> {
         id
     }
 
-    /// Stores the object on top (left there) as object `id`, then checks the heap cap.
+    /// Stores the object on top (left there) as object `id`, with the identity the file gave
+    /// it if any (see `ident.rs`), then checks the heap cap.
     ///
     /// # Safety
     /// Protected context (the store may allocate), the object on top and a free slot.
@@ -69,8 +70,10 @@ impl Loader<'_> {
         s: Slots,
         id: u32,
     ) -> Result<(), Fail> {
-        // SAFETY: callers' contract; stores a copy of the top in objs[id].
+        // SAFETY: callers' contract; the identity the file gave the object first (see
+        // `ident.rs`), then a copy of the top stored in objs[id] (an integer key).
         unsafe {
+            self.take_identity(L);
             ffi::lua_pushvalue(L, -1);
             ffi::lua_rawseti(L, s.objs, id as ffi::lua_Integer);
         }

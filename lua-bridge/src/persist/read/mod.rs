@@ -21,6 +21,7 @@
 //! |---------------|----------------------------------------------------------------------|
 //! | `dispatch.rs` | the walk: a value by its tag, the frames of objects with children   |
 //! | `ids.rs`      | the object and string id tables, strings and references             |
+//! | `ident.rs`    | identities of objects that are table keys (format 7)                 |
 //! | `table.rs`    | tables on the general path: header, metatable, entries              |
 //! | `batch.rs`    | runs of plain entries decoded into build steps (`Batch`)            |
 //! | `build.rs`    | those steps run by `luasnap_table_build`, open tables as frames     |
@@ -45,6 +46,7 @@ mod build;
 mod closure;
 mod csrc;
 mod dispatch;
+mod ident;
 mod ids;
 mod layout;
 mod limits;
@@ -57,6 +59,7 @@ mod table;
 mod thread;
 mod userdata;
 
+pub(crate) use ident::check_counter;
 #[cfg(any(test, feature = "fuzzing"))]
 pub use open::{last_load_frame_check_reads, last_load_open_upvalue_walks};
 pub(crate) use proto::proto_tree;
@@ -187,6 +190,8 @@ pub(crate) struct Loader<'a> {
     rb: rebind::Rebinding,
     /// What would accept the save, if the load refused it (see [`Loader::refuse`]).
     pub accept: Option<Accept>,
+    /// The identities the file gives its objects as table keys (see `ident.rs`).
+    pub idents: ident::Idents,
 }
 
 impl<'a> Loader<'a> {
@@ -246,6 +251,7 @@ impl<'a> Loader<'a> {
             globals_id: u32::MAX,
             rb: rebind::Rebinding::default(),
             accept: None,
+            idents: ident::Idents::default(),
         };
         loader.limit_collisions(file.body.len());
         loader

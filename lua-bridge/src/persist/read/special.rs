@@ -207,6 +207,8 @@ impl Loader<'_> {
     /// # Safety
     /// Protected context, 8 free slots; `s` this load's slots.
     pub(super) unsafe fn cclosure(&mut self, L: *mut lua_State, s: Slots) -> Result<bool, Fail> {
+        // Its identity waits while the key is read (a key is a primitive: no object of its own).
+        let ident = self.defer_identity();
         // The function: the key of a permanent naming a bare C function.
         // SAFETY: callers' contract.
         let complete = unsafe { self.key(L, s, "bad C closure")? };
@@ -235,6 +237,7 @@ impl Loader<'_> {
         // SAFETY: callers' contract; the key still on top.
         let is_wrap = unsafe { self.check_c_closure(L, s, f, n)? };
         let id = self.id();
+        self.resume_identity(ident);
         // SAFETY: callers' contract; n is 0 or 1 (checked above): the closure with nil
         // upvalues, registered, then popped (kept in objs).
         unsafe {
@@ -309,9 +312,13 @@ impl Loader<'_> {
     /// `two_phase`): its id, and its frame, which reads the function(s). Returns false.
     pub(super) fn special(&mut self, two_phase: bool) -> bool {
         let id = self.id();
+        // Its identity waits for the object the rebuild returns (objects its functions bring
+        // come first).
+        let ident = self.defer_identity();
         self.frames.push(Frame::Special {
             id,
             parts: SpecialParts::new(two_phase),
+            ident,
         });
         false
     }
@@ -328,6 +335,7 @@ impl Loader<'_> {
         s: Slots,
         id: u32,
         part: SpecialPart,
+        ident: u32,
     ) -> Result<(), Fail> {
         // SAFETY: a query of the top.
         if unsafe { ffi::lua_type(L, -1) } != ffi::LUA_TFUNCTION {
@@ -343,7 +351,7 @@ impl Loader<'_> {
         }
         match part {
             // SAFETY: callers' contract.
-            SpecialPart::Rebuild | SpecialPart::Create => unsafe { self.rebuild(L, s, id) },
+            SpecialPart::Rebuild | SpecialPart::Create => unsafe { self.rebuild(L, s, id, ident) },
             SpecialPart::Init => {
                 // Two-phase: remember (object, init) to call when everything is loaded.
                 self.inits += 1;
@@ -361,12 +369,20 @@ impl Loader<'_> {
         }
     }
 
-    /// Calls the rebuild (or create) function on top (popped): its result is object `id`.
+    /// Calls the rebuild (or create) function on top (popped): its result is object `id`,
+    /// with the identity `ident` if it has none yet (a rebuild that returns a cached instance
+    /// keeps that one's).
     ///
     /// # Safety
     /// Protected context, a free slot; a function the load may call on top; `s` this load's
     /// slots.
-    unsafe fn rebuild(&mut self, L: *mut lua_State, s: Slots, id: u32) -> Result<(), Fail> {
+    unsafe fn rebuild(
+        &mut self,
+        L: *mut lua_State,
+        s: Slots,
+        id: u32,
+        ident: u32,
+    ) -> Result<(), Fail> {
         // Lua code may collect: the collector must find the flag clear (lgc.c's singlestep
         // asserts it); after_call stops emergencies again.
         // SAFETY: clears a flag of the global state.
@@ -382,6 +398,7 @@ impl Loader<'_> {
             unsafe { ffi::lua_settop(L, -2) };
             return Err(self.fail("a __persist rebuild function returned nil"));
         }
+        self.resume_identity(ident);
         // SAFETY: callers' contract; the object on top, registered, then popped.
         unsafe {
             self.register(L, s, id)?;

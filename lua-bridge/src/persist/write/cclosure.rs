@@ -2,10 +2,11 @@
 //! any other way), then its upvalues. A load rebuilds only closures whose function it knows
 //! the upvalues of (`coroutine.wrap`'s); the writer writes any it can name.
 
-use super::super::format::Tag;
+use super::super::format::{Ident, Tag};
 use super::super::permanents::GMATCH_AUX;
 use super::super::slots::Slots;
 use super::closure::UpvalueFrame;
+use super::csrc::luasnap_identity_at;
 use super::path::Seg;
 use super::{push_seen, replace_with_upvalue, Fail, Frame, Persister};
 use mlua_sys::{self as ffi, lua_State};
@@ -25,6 +26,8 @@ impl Persister<'_> {
     ) -> Result<(), Fail> {
         // SAFETY: a C function is on top.
         let n = unsafe { count_upvalues(L) };
+        // SAFETY: a C function is on top; reads only (0 for a light one: not an object).
+        let ident = Ident(unsafe { luasnap_identity_at(L, -1) });
         // SAFETY: Room; a C function is on top; the permanents table is at s.perms.
         unsafe { push_permanent_name(L, s) };
         // SAFETY: the name (or nil) is on top.
@@ -33,6 +36,7 @@ impl Persister<'_> {
             unsafe { ffi::lua_pop(L, 1) };
             return Err(self.fail(L, what.to_string()));
         }
+        ident.encode(&mut self.w);
         self.w.tag(Tag::CClosure);
         // SAFETY: Protected, with the name on top.
         unsafe { self.value(L, s)? };

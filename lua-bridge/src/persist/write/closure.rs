@@ -6,11 +6,11 @@
 //! closed and plain is written whole from the scan ([`Persister::write_closure`]); the rest go
 //! the general way, with a frame of upvalues.
 
-use super::super::format::{OpenUpvalue, ProtoRecord, Tag, UpvalueRef, Upvalues};
+use super::super::format::{Ident, OpenUpvalue, ProtoRecord, Tag, UpvalueRef, Upvalues};
 use super::super::slots::Slots;
 use super::csrc::{
-    kind, luasnap_checkstack, luasnap_closure_scan, luasnap_proto, luasnap_proto_nupvalues,
-    luasnap_upval_open,
+    kind, luasnap_checkstack, luasnap_closure_scan, luasnap_identity, luasnap_identity_at,
+    luasnap_proto, luasnap_proto_nupvalues, luasnap_upval_open,
 };
 use super::ids::IdSpace;
 use super::path::Seg;
@@ -137,6 +137,8 @@ impl Persister<'_> {
     /// As for `closure_info`, which returned `info` for `f`.
     pub(super) unsafe fn write_closure(&mut self, f: *const c_void, info: ClosureInfo) {
         let id = self.record(f);
+        // SAFETY: f is the live closure closure_info just described (callers' contract).
+        Ident(unsafe { luasnap_identity(f) }).encode(&mut self.w);
         self.w.tag(Tag::LClosure);
         ProtoRecord::encode_index(&mut self.w, info.proto_index as u64);
         self.w.varint(info.n as u64);
@@ -168,6 +170,8 @@ impl Persister<'_> {
             let proto = luasnap_proto(L, -1);
             (proto, luasnap_proto_nupvalues(proto))
         };
+        // SAFETY: the closure is on top; reads only.
+        Ident(unsafe { luasnap_identity_at(L, -1) }).encode(&mut self.w);
         self.w.tag(Tag::LClosure);
         // SAFETY: Protected, with the closure of `proto` on top.
         unsafe { self.proto_ref(L, proto) };

@@ -9,9 +9,9 @@
 //!
 //! A permanent (a value of the permanents table, value -> name) is written by its name.
 
-use super::super::format::{SpecialPart, SpecialParts, Tag};
+use super::super::format::{Ident, SpecialPart, SpecialParts, Tag};
 use super::super::slots::Slots;
-use super::csrc::luasnap_gc_stopem;
+use super::csrc::{luasnap_gc_stopem, luasnap_identity_at};
 use super::path::Seg;
 use super::{Fail, Frame, Persister};
 use mlua_sys::{self as ffi, lua_State};
@@ -131,6 +131,9 @@ impl Persister<'_> {
             ffi::lua_rawseti(L, -2, 1);
             ffi::lua_rawseti(L, s.seen, -(id as ffi::lua_Integer) - 1);
         }
+        // The object the functions rebuild takes its identity (see `Ident`).
+        // SAFETY: the object is on top; reads only.
+        Ident(unsafe { luasnap_identity_at(L, -1) }).encode(&mut self.w);
         self.w
             .tag(if two_phase { Tag::TwoPhase } else { Tag::Thunk });
         let frame = SpecialFrame::new(id, two_phase);

@@ -11,11 +11,11 @@
 //! A table frame that opens a child table or ends goes on with the new top frame here, while
 //! that is a table, without a return to the dispatcher for each table.
 
-use super::super::format::{TableHeader, TablePart};
+use super::super::format::{Ident, TableHeader, TablePart};
 use super::super::slots::Slots;
 use super::csrc::{
-    kind, luasnap_meta_has, luasnap_push_metatable, luasnap_table_entry, luasnap_table_info,
-    luasnap_table_next, luasnap_table_scan, ScanEntry,
+    kind, luasnap_identity, luasnap_meta_has, luasnap_push_metatable, luasnap_table_entry,
+    luasnap_table_info, luasnap_table_next, luasnap_table_scan, ScanEntry,
 };
 use super::ids::{IdSpace, ObjState};
 use super::path::Seg;
@@ -185,6 +185,8 @@ impl Persister<'_> {
     /// frame for the rest.
     #[inline(always)]
     fn table_header(&mut self, t: *const c_void, info: TableInfo) {
+        // SAFETY: t is a live table (callers: a table on top, or one a fresh scan described).
+        Ident(unsafe { luasnap_identity(t) }).encode(&mut self.w);
         let header = TableHeader {
             narr: info.narr as u64,
             nhash: info.nhash as u64,

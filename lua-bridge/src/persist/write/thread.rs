@@ -5,17 +5,19 @@
 //! As Eris: the running coroutine cannot be written (its stack is this call), nor the main
 //! thread (a load has its own; a suspended coroutine is what persists).
 
-use super::super::format::{CallFrame, PendingCloses, ThreadHeader, ThreadPart, ThreadParts};
+use super::super::format::{
+    CallFrame, Ident, PendingCloses, ThreadHeader, ThreadPart, ThreadParts,
+};
 use super::super::slots::Slots;
 use super::csrc::{
-    luasnap_checkstack, luasnap_thread_cis, luasnap_thread_info, luasnap_thread_push_slot,
-    luasnap_thread_tbc, CiRecord,
+    luasnap_checkstack, luasnap_identity, luasnap_thread_cis, luasnap_thread_info,
+    luasnap_thread_push_slot, luasnap_thread_tbc, CiRecord,
 };
 use super::path::Seg;
 use super::plain::Plain;
 use super::{Fail, Frame, Persister};
 use mlua_sys::{self as ffi, lua_State};
-use std::ffi::c_int;
+use std::ffi::{c_int, c_void};
 
 /// What a coroutine is to the writer.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -118,7 +120,12 @@ impl Persister<'_> {
         // Pending to-be-closed variables (`tbc`) follow the call frames.
         let slots = size - 1;
         let stack = slots as u64;
-        match CoState::of(status, started, size) {
+        let state = CoState::of(status, started, size);
+        if state != CoState::Running {
+            // SAFETY: co is a live thread; reads only.
+            Ident(unsafe { luasnap_identity(co as *const c_void) }).encode(&mut self.w);
+        }
+        match state {
             CoState::NotStarted => {
                 ThreadHeader::NotStarted { stack }.encode(&mut self.w);
                 let frame = ThreadFrame::new(co, slots, 0);

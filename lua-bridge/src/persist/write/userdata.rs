@@ -2,8 +2,9 @@
 //! (see `special.rs`): `true` writes its bytes, metatable and user values (a frame), a
 //! function writes what it returns, anything else is refused.
 
-use super::super::format::{PlainUserdata, UserdataBytes, UserdataPart, UserdataParts};
+use super::super::format::{Ident, PlainUserdata, UserdataBytes, UserdataPart, UserdataParts};
 use super::super::slots::Slots;
+use super::csrc::luasnap_identity_at;
 use super::path::Seg;
 use super::{push_seen, Fail, Frame, Persister};
 use mlua_sys::{self as ffi, lua_State};
@@ -61,6 +62,8 @@ impl Persister<'_> {
         unsafe { ffi::lua_pop(L, 1) };
         // SAFETY: a full userdata is on top.
         let (bytes, nuv) = unsafe { (userdata_bytes(L), count_user_values(L)) };
+        // SAFETY: the userdata is on top; reads only.
+        Ident(unsafe { luasnap_identity_at(L, -1) }).encode(&mut self.w);
         UserdataBytes {
             bytes,
             nuv: nuv as u64,
@@ -96,6 +99,8 @@ impl Persister<'_> {
         else {
             return false;
         };
+        // SAFETY: the userdata is on top (callers' contract); reads only.
+        Ident(unsafe { luasnap_identity_at(L, -1) }).encode(&mut self.w);
         PlainUserdata {
             name: ty.name.as_bytes(),
             bytes,

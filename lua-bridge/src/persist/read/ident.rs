@@ -1,0 +1,101 @@
+//! Identities of keys (format 7: [`Ident`]): the identity the saving VM had given an object
+//! that was a table key, given back to the object the load builds for it, before anything can
+//! use it as a key, so tables keyed by it keep their layout (see `layout.rs`) and `pairs()`
+//! order, and so do tables the game keys by it after the load (luasnap's Lua, patch 4).
+//!
+//! Checked as every field of a file is: an identity is in `1..IDENT_LIMIT` (the range the
+//! saving VM's counter gives; name identities, bit 31 set, belong to permanents, which a file
+//! names instead of writing), given to one object only, and only to a new object whose tag
+//! follows it (`Ident::decode`). A whole-game save's key counter is at least every identity in
+//! it ([`check_counter`]). The identity of an object the load did not build (a permanent)
+//! never changes: the file names none, and a `__persist` rebuild that returns an object that
+//! has an identity already keeps it.
+//!
+//! Invariant: `Idents::next` is `Some` only between an `Ident` and the object it precedes: set
+//! by [`Loader::identity`], taken when that object is registered ([`Loader::register`]) or,
+//! for an object a `__persist` function rebuilds, kept in its frame until the rebuild returns.
+
+use super::csrc::luasnap_set_identity;
+use super::{Fail, Loader};
+use crate::persist::format::{Ident, IDENT_LIMIT};
+use mlua_sys::lua_State;
+use std::collections::HashSet;
+
+/// What a load knows of the identities its file gives.
+#[derive(Default)]
+pub(crate) struct Idents {
+    /// The identity for the new object whose tag comes next.
+    next: Option<u32>,
+    /// Identities given so far (each once).
+    given: HashSet<u32>,
+    /// The highest of them (0: none).
+    max: u32,
+}
+
+impl Idents {
+    /// The highest identity the file gave (0 if none): a whole-game save's key counter must be
+    /// at least this.
+    pub fn max(&self) -> u32 {
+        self.max
+    }
+}
+
+impl Loader<'_> {
+    /// An identity (after `Tag::Ident`), for the new object whose tag comes next: checked and
+    /// kept until that object is registered.
+    pub(super) fn identity(&mut self) -> Result<(), Fail> {
+        if self.format < 7 {
+            return Err(self.malformed("an identity in a file of format 6 or older"));
+        }
+        if self.idents.next.is_some() {
+            return Err(self.malformed("an identity before an identity"));
+        }
+        let decoded = Ident::decode(&mut self.r);
+        let Ident(ident) = self.record(decoded)?;
+        if !self.idents.given.insert(ident) {
+            return Err(self.malformed("two objects with one identity"));
+        }
+        self.idents.max = self.idents.max.max(ident);
+        self.idents.next = Some(ident);
+        Ok(())
+    }
+
+    /// Gives the object on top the identity the file gave it, if any (see the module docs).
+    ///
+    /// # Safety
+    /// A value on top.
+    pub(super) unsafe fn take_identity(&mut self, L: *mut lua_State) {
+        if let Some(ident) = self.idents.next.take() {
+            // SAFETY: a value on top (callers' contract); sets a field of an object that has
+            // no identity yet only (csrc/ident.c).
+            unsafe { luasnap_set_identity(L, -1, ident) };
+        }
+    }
+
+    /// The identity waiting for the next object (see the invariant), taken: for an object
+    /// whose frame gives it later (a `__persist` rebuild's result). 0 for none.
+    pub(super) fn defer_identity(&mut self) -> u32 {
+        self.idents.next.take().unwrap_or(0)
+    }
+
+    /// Sets the identity the next registered object takes (0: none), from a frame that
+    /// deferred it.
+    pub(super) fn resume_identity(&mut self, ident: u32) {
+        self.idents.next = (ident != 0).then_some(ident);
+    }
+}
+
+/// Whether `counter`, a whole-game save's key counter, fits the identities of its file (the
+/// highest of them `max`): what the saving VM's counter had given, so at least each of them.
+pub(crate) fn check_counter(counter: i64, max: u32) -> Result<u32, &'static str> {
+    if !(0..IDENT_LIMIT as i64).contains(&counter) {
+        return Err("malformed save-game: the key counter of a whole-game save is out of range");
+    }
+    if (counter as u32) < max {
+        return Err(
+            "malformed save-game: the key counter of a whole-game save is below an identity \
+             the file gives",
+        );
+    }
+    Ok(counter as u32)
+}

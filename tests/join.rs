@@ -1,0 +1,173 @@
+//! Joining a match from a save-game stays in lockstep (issue 23, item 3): a game saved after
+//! frame 50 and loaded in a new process, with own and with foreign trust, runs frames 51..=100
+//! with the same value digest and `G.digest()` after every frame as the process that saved it.
+//! Tables keyed by tables, closures and C functions iterate by the identities the save carries
+//! (docs/determinism.md, "Key order"), so a game acting on the first key of `pairs()`
+//! continues as it would have.
+//!
+//! The loading side runs in a child process (this test binary again, told what to do by
+//! [`CHILD`]): another process has its executable, and so its C functions, at other addresses,
+//! and its arena elsewhere.
+
+mod common;
+
+use common::{config, folder};
+use luasnap::bridge::persist::{LoadOptions, Trust};
+use luasnap::bridge::runtime::{scripted_input, Backend, Game, GameConfig};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Set in the child: `TRUST\tSAVE\tGAME`, what to load and from which game.
+const CHILD: &str = "LUASNAP_JOIN_CHILD";
+const SAVE_AT: u64 = 50;
+const END_AT: u64 = 100;
+const PLAYERS: usize = 2;
+const SEED: u64 = 1;
+
+/// After each frame: (frame, value digest, `G.digest()`).
+type Trace = Vec<(u64, u64, Option<i64>)>;
+
+fn games_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("lua-bridge/games")
+}
+
+/// The game: a script given here, a game folder, or a corpus file (its folder the games').
+fn game_config(game: &str) -> GameConfig {
+    match game {
+        "first_of_set" => config(game, FIRST_OF_SET, PLAYERS, SEED),
+        _ if games_dir().join(game).is_dir() => folder(game, PLAYERS, SEED),
+        _ => config(game, "", PLAYERS, SEED)
+            .game_at(&games_dir().join(format!("{game}.lua")))
+            .unwrap(),
+    }
+}
+
+/// Steps `game` to frame `to`, recording the digests after each frame.
+fn run_to(game: &mut Game, to: u64, trace: &mut Trace) {
+    while game.frame() < to {
+        let f = game.frame();
+        let inputs: Vec<u8> = (0..PLAYERS).map(|p| scripted_input(SEED, f, p)).collect();
+        game.step(&inputs).unwrap();
+        let digest = game.game_digest().unwrap();
+        trace.push((game.frame(), game.value_digest().unwrap(), digest));
+    }
+}
+
+/// A game that acts on the first key of `pairs()` over sets of tables, closures and C
+/// functions (see the file).
+const FIRST_OF_SET: &str = include_str!("lua/first_of_set.lua");
+
+/// The child's side: loads the save (trust and paths from [`CHILD`]), runs to [`END_AT`] and
+/// prints its trace, one `JOIN frame value game` line per frame.
+#[test]
+fn join_child() {
+    let Ok(what) = std::env::var(CHILD) else {
+        return; // run by the parent only
+    };
+    let mut parts = what.splitn(3, '\t');
+    let (trust, save, game) = (
+        parts.next().unwrap(),
+        parts.next().unwrap(),
+        parts.next().unwrap(),
+    );
+    let trust = if trust == "own" {
+        Trust::Own
+    } else {
+        Trust::Foreign
+    };
+    let bytes = std::fs::read(save).unwrap();
+    let cfg = game_config(game);
+    let mut opts = LoadOptions::new(trust);
+    opts.finalizers = true; // dungeon_crawl has a __gc; foreign loads refuse it by default
+    let mut g = Game::from_save_with(&cfg, Backend::ArenaIncremental, &bytes, &opts).unwrap();
+    assert_eq!(g.frame(), SAVE_AT);
+    let mut trace = Trace::new();
+    run_to(&mut g, END_AT, &mut trace);
+    for (f, v, d) in trace {
+        println!("JOIN {f} {v} {}", d.map_or("-".into(), |d| d.to_string()));
+    }
+}
+
+/// Runs the child for `game` with this trust and returns its trace.
+fn joined(game: &str, save: &Path, trust: &str) -> Trace {
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args(["join_child", "--exact", "--nocapture", "--test-threads=1"])
+        .env(CHILD, format!("{trust}\t{}\t{game}", save.display()))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{game}, {trust} trust: the loading process failed\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+        .lines()
+        // (The harness's "test join_child ... " may share the first line.)
+        .filter_map(|l| l.find("JOIN ").map(|at| &l[at + 5..]))
+        .map(|l| {
+            let w: Vec<&str> = l.split(' ').collect();
+            (
+                w[0].parse().unwrap(),
+                w[1].parse().unwrap(),
+                w[2].parse().ok(),
+            )
+        })
+        .collect()
+}
+
+/// The straight run to [`END_AT`], saving after [`SAVE_AT`]; then a new process loads the save
+/// with own and foreign trust and must match every frame after it.
+fn check_join(game: &str) {
+    check_join_with(game, &["own", "foreign"]);
+}
+
+/// As [`check_join`], with these trust levels.
+fn check_join_with(game: &str, trusts: &[&str]) {
+    let cfg = game_config(game);
+    let mut g = Game::new(&cfg, Backend::ArenaIncremental).unwrap();
+    let mut straight = Trace::new();
+    run_to(&mut g, SAVE_AT, &mut straight);
+    let save = std::env::temp_dir().join(format!("luasnap-join-{game}-{}.sav", std::process::id()));
+    std::fs::write(&save, g.save_game().unwrap()).unwrap();
+    straight.clear();
+    run_to(&mut g, END_AT, &mut straight);
+    for &trust in trusts {
+        let joined = joined(game, &save, trust);
+        assert_eq!(joined.len(), straight.len(), "{game}, {trust} trust");
+        for (a, b) in straight.iter().zip(&joined) {
+            assert_eq!(
+                a, b,
+                "{game}, {trust} trust: (frame, value digest, G.digest()) after the load differ \
+                 from the process that saved"
+            );
+        }
+    }
+    std::fs::remove_file(&save).ok();
+}
+
+#[test]
+fn a_set_keyed_by_tables_continues_alike_after_a_load_in_a_new_process() {
+    check_join("first_of_set");
+}
+
+#[test]
+fn library_games_keyed_by_tables_and_c_functions_continue_alike_after_a_load() {
+    check_join("keyed_by_functions");
+    // Own trust only: its state holds library functions a foreign load refuses (require,
+    // collectgarbage, debug, string.dump).
+    check_join_with("json_town", &["own"]);
+}
+
+#[test]
+fn every_corpus_game_continues_alike_after_a_load_in_a_new_process() {
+    for game in [
+        "arena_shooter",
+        "ai_village",
+        "bulk_market",
+        "dungeon_crawl",
+        "arena_brawl",
+    ] {
+        check_join(game);
+    }
+}
