@@ -45,8 +45,13 @@ pub(super) struct LoadedChunk {
 
 impl LoadedChunk {
     /// Its name for messages, as the file gives it (`@town/agent.lua`).
+    /// The chunk's name in messages: as given (`@main.lua`), or Lua's `[string "..."]` for
+    /// a chunk named by its source.
     fn shown(&self) -> String {
-        String::from_utf8_lossy(&self.name).into_owned()
+        match self.name.first() {
+            Some(b'@' | b'=') => String::from_utf8_lossy(&self.name).into_owned(),
+            _ => super::rebind::string_chunk(&self.name),
+        }
     }
 }
 
@@ -406,7 +411,10 @@ impl Loader<'_> {
         match unsafe { self.by_fingerprint(L, s, hash)? } {
             Some(p) => Ok(p),
             None => {
-                let src = String::from_utf8_lossy(src).into_owned();
+                let src = match src.first() {
+                    Some(b'@' | b'=') => String::from_utf8_lossy(src).into_owned(),
+                    _ => super::rebind::string_chunk(src),
+                };
                 let hint = if code.is_empty() || self.opts.trust == Trust::Foreign {
                     "load the same game code before loading the save"
                 } else {

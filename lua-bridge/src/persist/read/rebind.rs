@@ -170,11 +170,22 @@ impl Rebinding {
 
 /// A chunk name as Lua shows it in messages (`town/agent.lua`, `game`).
 pub(super) fn shown_chunk(name: &[u8]) -> String {
-    let name = match name.first() {
-        Some(b'@' | b'=') => &name[1..],
-        _ => name,
-    };
-    String::from_utf8_lossy(name).into_owned()
+    match name.first() {
+        Some(b'@' | b'=') => String::from_utf8_lossy(&name[1..]).into_owned(),
+        _ => string_chunk(name),
+    }
+}
+
+/// A chunk named by its source (a string given to `load` without a name) as Lua shows it
+/// (`luaO_chunkid`): `[string "first line..."]`, one line, at most `LUA_IDSIZE` (60) bytes.
+pub(super) fn string_chunk(source: &[u8]) -> String {
+    const ROOM: usize = 60 - "[string \"...\"]".len() - 1;
+    let line = source.split(|&b| b == b'\n').next().unwrap_or_default();
+    if line.len() == source.len() && source.len() < ROOM {
+        return format!("[string \"{}\"]", String::from_utf8_lossy(source));
+    }
+    let cut = &line[..line.len().min(ROOM)];
+    format!("[string \"{}...\"]", String::from_utf8_lossy(cut))
 }
 
 /// Makes slot `slot` of the loaded closure `id` share the upvalue `holder` holds, if that one
@@ -789,5 +800,28 @@ impl Loader<'_> {
     /// The report of this load (what it did with the saved functions).
     pub fn take_report(&mut self) -> LoadReport {
         std::mem::take(&mut self.rb.report)
+    }
+}
+
+#[cfg(test)]
+mod chunk_name_tests {
+    use super::shown_chunk;
+
+    #[test]
+    fn a_chunk_named_by_its_source_shows_as_lua_shows_it() {
+        assert_eq!(shown_chunk(b"@lib/bump.lua"), "lib/bump.lua");
+        assert_eq!(shown_chunk(b"=stdin"), "stdin");
+        assert_eq!(shown_chunk(b"return 1"), "[string \"return 1\"]");
+        assert_eq!(
+            shown_chunk(b"\nreturn function(system, e) e.x = 1 end"),
+            "[string \"...\"]"
+        );
+        assert_eq!(
+            shown_chunk(b"return function(system, e)\n e.x = 1 end"),
+            "[string \"return function(system, e)...\"]"
+        );
+        let long = shown_chunk(&[b'x'; 200]);
+        assert_eq!(long, format!("[string \"{}...\"]", "x".repeat(45)));
+        assert!(!long.contains('\n'));
     }
 }
