@@ -177,6 +177,8 @@ fn rust_decls() -> BTreeMap<String, Decl> {
         let block: String = rest[open + 1..close]
             .lines()
             .map(|l| l.split("//").next().unwrap_or(""))
+            // `#[cfg(feature = ...)]` on a declaration: the declaration is checked either way.
+            .filter(|l| !l.trim_start().starts_with("#["))
             .collect::<Vec<_>>()
             .join(" ");
         for item in block.split(';').map(str::trim).filter(|i| !i.is_empty()) {

@@ -114,12 +114,12 @@ impl std::error::Error for DecodeError {}
 
 /// An identity of a game's code: both ends of a match must run the same script and the
 /// same modules (those given by name and every Lua file in the game's folder, by path).
-pub(crate) fn game_id(cfg: &crate::runtime::GameConfig) -> Result<u64, super::NetError> {
+pub(crate) fn game_id(cfg: &crate::runtime::GameConfig) -> Result<u64, super::error::NetError> {
     let mut modules = cfg.modules.clone();
     if let Some(dir) = &cfg.folder {
         modules.extend(
             crate::bridge::modules::Module::all_in_folder(dir).map_err(|e| {
-                super::NetError::Config(format!(
+                super::error::NetError::Config(format!(
                     "cannot read the game's folder {}: {e}",
                     dir.display()
                 ))
