@@ -19,6 +19,36 @@
 ///     const NAME: &'static str = "Vec2";
 /// }
 /// ```
+///
+/// A userdata's bytes are copied as they are by snapshots, rollbacks and save-games, and a
+/// foreign save may hold any bytes for them, so a type must be valid for every bit pattern and
+/// hold no address: `bytemuck::Pod` has no padding, no pointers and no references (a struct
+/// with a reference does not qualify, E0277; nor one with padding, whose derive fails):
+///
+/// ```compile_fail,E0277
+/// use luasnap_bridge::PlainData;
+///
+/// #[derive(Clone, Copy)]
+/// struct Named {
+///     name: &'static str, // an address: not plain data
+/// }
+///
+/// impl PlainData for Named {
+///     const NAME: &'static str = "Named";
+/// }
+/// ```
+///
+/// ```compile_fail,E0512
+/// #[repr(C)]
+/// #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+/// struct Padded {
+///     tag: u8, // three bytes of padding follow: their contents are undefined
+///     hp: u32,
+/// }
+/// ```
+///
+/// An integer that a game uses as a handle (an index into the host's tables) is plain data:
+/// it is rolled back and saved with the rest, and the host checks it like any input.
 pub trait PlainData: bytemuck::Pod {
     /// The type's name, unique in a VM; shown in error messages and used by `__name`.
     const NAME: &'static str;
