@@ -340,8 +340,8 @@ fn recursion_and_tail_calls_are_stopped() {
     }
 }
 
-/// The message handler of the budget's error runs to its end (as under Lua's count hook),
-/// and the code after the `xpcall` sees what it returned; the call still fails.
+/// The message handler of the budget's error runs to its end (within a grace of a million
+/// instructions), and the code after the `xpcall` sees what it returned; the call still fails.
 #[test]
 fn an_xpcall_handler_runs_after_the_budget_is_spent() {
     let vm = Vm::builder().capacity(64 << 20).build().unwrap();
@@ -363,6 +363,31 @@ fn an_xpcall_handler_runs_after_the_budget_is_spent() {
         .unwrap_err();
     assert!(matches!(e, VmError::InstructionBudget { .. }), "{e:?}");
     assert_eq!(vm.get::<String>("seen").unwrap(), "handled 55");
+}
+
+/// A message handler that never ends is stopped too (under the count hook this replaced, and
+/// before the handlers' grace, it ran forever: hooks were off in it).
+#[test]
+fn an_xpcall_handler_that_never_ends_is_stopped() {
+    let vm = Vm::builder().capacity(64 << 20).build().unwrap();
+    vm.exec(
+        "function spin() while true do end end
+         function guarded()
+           xpcall(spin, function() while true do end end)
+           after = true
+         end",
+        "xpcall",
+    )
+    .unwrap();
+    let e = vm
+        .call_with_budget::<()>("guarded", (), 100_000)
+        .unwrap_err();
+    assert!(matches!(e, VmError::InstructionBudget { .. }), "{e:?}");
+    assert_eq!(vm.last_budget_used(), 100_000);
+    // The VM is whole: more calls, budgeted or not, work.
+    vm.exec("x = 1 + 1", "after").unwrap();
+    assert_eq!(vm.get::<i64>("x").unwrap(), 2);
+    vm.call_with_budget::<()>("spin", (), 1000).unwrap_err();
 }
 
 /// What a budgeted call charged grows with the work it did, and stays at most its budget.

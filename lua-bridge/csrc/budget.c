@@ -19,17 +19,26 @@
 static __thread int ls_spent;
 static __thread char ls_where[LUA_IDSIZE + 24];
 
+/* What Lua code may still run once the budget is spent, once per budgeted call: the message
+** handler of the budget's error (xpcall's) runs with hooks allowed, so it pays too; this grace
+** lets a handler that formats the error (a traceback, a table of fields) finish, and stops one
+** that never ends. */
+#define LS_HANDLER_GRACE 1000000
+
 /* Called by the VM when Lua code on this thread has run more than the budget allows. The
-** budget stays spent (0: every later charge comes back here), so a pcall that catches this
-** error fails again at its caller's next call or backward jump.
+** first time, it gives LS_HANDLER_GRACE more, then raises; after that the budget stays spent
+** (0: every later charge comes back here), so a pcall that catches this error fails again
+** within the grace, and then at its caller's next call or backward jump. A message handler
+** that spends the grace raises inside itself: Lua calls it again for that error, it raises at
+** its first charge, and so on until Lua ends the chain with "error in error handling"
+** (LUA_ERRERR): it cannot run without end, as it could under the count hook this replaces.
 **
-** Nothing is raised while hooks are off (L->allowhook == 0): in a debug hook, or the message
-** handler of this very error (allowhook is cleared before raising and Lua's protected calls
-** restore it as they catch the error). Lua's count hook, which this replaces, was silent there
-** too: a message handler such as xpcall's runs to its end. Finalizers run with hooks allowed
-** unless a debug hook is set (patch 8: ls_finalizer_keeps_hook below), so a finalizer is
-** stopped here like any Lua code: GCTM's protected call turns the error into a warning. */
+** Nothing is raised while hooks are off (L->allowhook == 0): in a debug hook, or in a finalizer
+** when a debug hook is set (patch 8: ls_finalizer_keeps_hook below). Without one, finalizers
+** run with hooks allowed and are stopped here like any Lua code: GCTM's protected call turns
+** the error into a warning. */
 static void ls_budget_spent(lua_State *L) {
+  static __thread int grace_given;
   luaV_budget = 0;
   if (!L->allowhook)
     return;
@@ -37,6 +46,7 @@ static void ls_budget_spent(lua_State *L) {
     lua_Debug ar;
     int level;
     ls_spent = 1;
+    grace_given = 0;
     ls_where[0] = '\0';
     /* The innermost Lua function: at a backward jump, the loop; at a tail call, the call; at
     ** a call, the callee, whose 'savedpc' is at its start (currentline: the line it is
@@ -50,7 +60,10 @@ static void ls_budget_spent(lua_State *L) {
       }
     }
   }
-  L->allowhook = 0;
+  if (!grace_given) {
+    grace_given = 1;
+    luaV_budget = LS_HANDLER_GRACE;
+  }
   luaG_runerror(L, "instruction budget spent (Vm::call_with_budget)");
 }
 
@@ -68,7 +81,8 @@ int luasnap_budget_end(uint64_t budget, uint64_t *used, char *where, size_t n) {
   l_mem left = luaV_budget;
   int spent = ls_spent;
   uint64_t start = (budget >= (uint64_t)LUAI_BUDGETOFF) ? (uint64_t)LUAI_BUDGETOFF : budget;
-  *used = (left >= 0 && (uint64_t)left <= start) ? start - (uint64_t)left : start;
+  /* Once spent, the call used its whole budget (what is left is the handlers' grace). */
+  *used = (!spent && left >= 0 && (uint64_t)left <= start) ? start - (uint64_t)left : start;
   if (n > 0)
     snprintf(where, n, "%s", spent ? ls_where : "");
   luaV_budgethandler = NULL;
