@@ -478,10 +478,54 @@ fn what_runs(args: &SimulateArgs) -> String {
     }
 }
 
-/// One mode's figures as JSON, steps compared with the reference's (run without snapshots).
+/// A cost measured as the difference between a mode's run and the reference's (which ran
+/// without snapshots), µs: the snapshot cost per frame and the rollback overhead with
+/// tracking. When the steps' run-to-run noise beats the cost, the difference comes out
+/// negative; it is then reported as within noise (0 in JSON, with a flag and the raw
+/// figure), never as a negative cost.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Difference(f64);
+
+impl Difference {
+    /// Whether the noise beat the cost: the difference is negative (or not a number).
+    fn within_noise(self) -> bool {
+        self.0.is_nan() || self.0 < 0.0
+    }
+    /// The cost to report: the difference, or 0 within noise.
+    fn reported(self) -> f64 {
+        if self.within_noise() {
+            0.0
+        } else {
+            self.0
+        }
+    }
+    /// The table's cell: the cost in whole µs, or `< noise`.
+    fn cell(self) -> String {
+        if self.within_noise() {
+            "< noise".into()
+        } else {
+            format!("{:.0}", self.0)
+        }
+    }
+    /// The JSON fields: `<name>` (never negative), `<name>_raw` (as measured) and
+    /// `<noise_flag>` (true when the raw figure was negative and `<name>` is 0).
+    fn json_into(
+        self,
+        m: &mut serde_json::Map<String, serde_json::Value>,
+        name: &str,
+        noise_flag: &str,
+    ) {
+        m.insert(name.into(), json!(self.reported()));
+        m.insert(format!("{name}_raw"), json!(self.0));
+        m.insert(noise_flag.into(), json!(self.within_noise()));
+    }
+}
+
+/// One mode's figures as JSON, steps compared with the reference's (run without snapshots):
+/// those differences as [`Difference::json_into`] writes them.
 fn mode_json(r: &ModeReport, reference: &Reference) -> serde_json::Value {
     let mean = |v: &[usize]| v.iter().sum::<usize>() as f64 / v.len().max(1) as f64;
-    json!({
+    let mut out = json!({
         "mode": r.backend.name(),
         "rollbacks": r.rollbacks,
         "resimulated_frames": r.resimulated,
@@ -491,9 +535,7 @@ fn mode_json(r: &ModeReport, reference: &Reference) -> serde_json::Value {
         "load_us_p99": r.load_us_p99(),
         "rollback_overhead_us_median": r.rollback_us_median(),
         "rollback_overhead_us_p99": r.rollback_us_p99(),
-        "rollback_overhead_with_tracking_us_median": r.rollback_with_tracking_us_median(reference),
         "step_us_mean": r.step_us_mean(),
-        "snapshot_cost_us_per_frame": r.snapshot_cost_us_per_frame(reference),
         "copy_and_fault_us_per_frame": r.copy_and_fault_us_per_frame(),
         "pages_tracked": r.pages_tracked,
         "fault_ns": r.fault_ns,
@@ -507,7 +549,20 @@ fn mode_json(r: &ModeReport, reference: &Reference) -> serde_json::Value {
         "final_digest": format!("{:016x}", r.final_digest),
         "value_digest": format!("{:016x}", r.value_digest),
         "matches_reference": r.matches_reference,
-    })
+    });
+    if let serde_json::Value::Object(m) = &mut out {
+        Difference(r.rollback_with_tracking_us_median(reference)).json_into(
+            m,
+            "rollback_overhead_with_tracking_us_median",
+            "rollback_overhead_with_tracking_within_noise",
+        );
+        Difference(r.snapshot_cost_us_per_frame(reference)).json_into(
+            m,
+            "snapshot_cost_us_per_frame",
+            "snapshot_cost_within_noise",
+        );
+    }
+    out
 }
 
 /// The modes' figures as a markdown table (steps compared as in [`mode_json`]).
@@ -528,7 +583,7 @@ fn mode_table(text: &mut String, reports: &[ModeReport], reference: &Reference) 
         };
         let _ = writeln!(
             text,
-            "| {} | {} | {} | {:.0} / {:.0} | {:.0} / {:.0} | {:.0} / {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {:.0} / {:.0} | {:.0} / {:.0} | {:.0} / {:.0} | {} | {:.0} | {} | {:.0} | {} | {} | {} | {} |",
             r.backend.name(),
             r.rollbacks,
             r.resimulated,
@@ -538,14 +593,48 @@ fn mode_table(text: &mut String, reports: &[ModeReport], reference: &Reference) 
             r.load_us_p99(),
             r.rollback_us_median(),
             r.rollback_us_p99(),
-            r.rollback_with_tracking_us_median(reference),
+            Difference(r.rollback_with_tracking_us_median(reference)).cell(),
             r.step_us_mean(),
-            r.snapshot_cost_us_per_frame(reference),
+            Difference(r.snapshot_cost_us_per_frame(reference)).cell(),
             r.copy_and_fault_us_per_frame(),
             pages,
             human_bytes(r.extent_bytes),
             human_bytes(r.memory_bytes as u64),
             if r.matches_reference { "yes" } else { "NO" },
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Difference;
+
+    #[test]
+    fn a_negative_difference_is_reported_as_within_noise_never_as_a_negative_cost() {
+        // What a newcomer saw: the steps' noise beat the snapshot cost.
+        for raw in [-929.0, -5210.0, -12812.0, -0.3, f64::NAN] {
+            let d = Difference(raw);
+            assert!(d.within_noise(), "{raw}");
+            assert_eq!(d.reported(), 0.0);
+            assert_eq!(d.cell(), "< noise");
+            let mut m = serde_json::Map::new();
+            d.json_into(&mut m, "cost", "cost_within_noise");
+            assert_eq!(m["cost"], 0.0);
+            assert_eq!(m["cost_within_noise"], true);
+            if !raw.is_nan() {
+                assert_eq!(m["cost_raw"], raw);
+            }
+        }
+        for raw in [0.0, 0.4, 41.6, 5210.0] {
+            let d = Difference(raw);
+            assert!(!d.within_noise());
+            assert_eq!(d.reported(), raw);
+            assert_eq!(d.cell(), format!("{raw:.0}"));
+            let mut m = serde_json::Map::new();
+            d.json_into(&mut m, "cost", "cost_within_noise");
+            assert_eq!(m["cost"], raw);
+            assert_eq!(m["cost_raw"], raw);
+            assert_eq!(m["cost_within_noise"], false);
+        }
     }
 }

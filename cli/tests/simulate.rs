@@ -146,6 +146,28 @@ fn simulate_json_and_save_load_through_the_cli() {
         assert!(m.get(key).is_some(), "missing modes[].{key}");
     }
     assert_eq!(m["matches_reference"], true);
+    // The costs measured as differences from the reference never come out negative: when the
+    // steps' noise beats them they are 0, flagged, with the raw figure beside them.
+    for (cost, flag) in [
+        ("snapshot_cost_us_per_frame", "snapshot_cost_within_noise"),
+        (
+            "rollback_overhead_with_tracking_us_median",
+            "rollback_overhead_with_tracking_within_noise",
+        ),
+    ] {
+        let reported = m[cost].as_f64().unwrap_or_else(|| panic!("modes[].{cost}"));
+        let raw = m[format!("{cost}_raw")].as_f64();
+        let within = m[flag]
+            .as_bool()
+            .unwrap_or_else(|| panic!("modes[].{flag}"));
+        assert!(reported >= 0.0, "{cost} {reported}");
+        assert_eq!(within, !matches!(raw, Some(r) if r >= 0.0), "{flag}");
+        if !within {
+            assert_eq!(Some(reported), raw, "{cost}");
+        } else {
+            assert_eq!(reported, 0.0, "{cost}");
+        }
+    }
     run(&[
         "--frames",
         "300",

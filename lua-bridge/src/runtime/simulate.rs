@@ -255,7 +255,9 @@ impl ModeReport {
     /// What saving and restoring cost per frame advanced, µs: the saves and loads, plus what
     /// every `G.step` of the run took beyond the reference's step of the same frame (which
     /// ran without snapshots): page tracking's cost inside the game, and a cache the copies
-    /// left cold. Re-simulated frames count as the steps they repeat.
+    /// left cold. Re-simulated frames count as the steps they repeat. A difference of two
+    /// runs: negative when the steps' run-to-run noise beats the cost (`luasnap simulate`
+    /// reports that as within noise); [`ModeReport::copy_and_fault_us_per_frame`] is not.
     pub fn snapshot_cost_us_per_frame(&self, reference: &Reference) -> f64 {
         let t = &self.timings;
         let io: Duration = t.saves.iter().chain(&t.loads).sum();
@@ -277,7 +279,7 @@ impl ModeReport {
     }
     /// Rollback overheads with page tracking counted, µs, sorted: each rollback's load and
     /// saves, plus what its re-simulated steps took beyond the reference's steps of the same
-    /// frames.
+    /// frames. A difference from the reference: negative when the steps' noise beats the cost.
     pub fn rollbacks_with_tracking_us(&self, reference: &Reference) -> Vec<f64> {
         let t = &self.timings;
         let mut v: Vec<f64> = t
