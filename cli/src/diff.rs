@@ -1,8 +1,9 @@
 //! `luasnap diff A.sav B.sav`: the values that differ between two save-games, by path.
 
+use luasnap::bridge::persist::{Accept, LoadError};
 use luasnap::bridge::persist::{Trust, MAGIC};
-use luasnap::bridge::runtime::GameConfig;
-use luasnap::bridge::value_diff::{needs_more_memory, save_graph_within, ValueGraph};
+use luasnap::bridge::runtime::{GameConfig, GameError};
+use luasnap::bridge::value_diff::{needs_more_memory, save_graph_allowing, ValueGraph};
 use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -34,6 +35,11 @@ pub struct DiffArgs {
     /// pass --game with the script that wrote them).
     #[arg(long, value_enum, default_value = "foreign")]
     pub trust: TrustArg,
+    /// A library function the saves' state holds on purpose (`load`, `collectgarbage`): a
+    /// foreign load accepts it, as a game's `G.permanents` would (diff compiles the game
+    /// without running it, so it does not read `G.permanents`); repeat for more.
+    #[arg(long = "allow-permanent", value_name = "NAME")]
+    pub allow_permanent: Vec<String>,
     /// List at most this many differing paths.
     #[arg(long, default_value_t = 20)]
     pub limit: usize,
@@ -82,16 +88,27 @@ pub fn read_save(path: &Path) -> Result<Vec<u8>, String> {
     Ok(bytes)
 }
 
-/// The save's values, read by the library's `save_graph_within` (stand-ins for what this
-/// binary's VMs lack) within `max_memory` bytes, with what to do on the command line when that
-/// fails.
+/// The save's values, read by the library's `save_graph_allowing` (stand-ins for what this
+/// binary's VMs lack, the `--allow-permanent` names accepted) within `max_memory` bytes, with
+/// what to do on the command line when that fails.
 fn graph_of(
     bytes: &[u8],
     game: Option<&GameConfig>,
-    trust: Trust,
+    args: &DiffArgs,
     max_memory: usize,
 ) -> Result<ValueGraph, String> {
-    save_graph_within(game, bytes, trust, max_memory).map_err(|e| {
+    let trust = Trust::from(args.trust);
+    save_graph_allowing(game, bytes, trust, max_memory, &args.allow_permanent).map_err(|e| {
+        let message = match &e {
+            GameError::Load(l) => {
+                crate::loads::load_error_on_the_command_line(l, crate::loads::DIFF)
+            }
+            e => e.to_string(),
+        };
+        let refused = match &e {
+            GameError::Load(LoadError::Refused { accept, .. }) => Some(accept),
+            _ => None,
+        };
         let hint = match (game, trust) {
             _ if needs_more_memory(&e) => {
                 return format!(
@@ -100,14 +117,22 @@ fn graph_of(
                     max_memory >> 20
                 )
             }
-            (Some(_), _) => return e.to_string(),
+            (Some(_), _) => return message,
+            // The refusal names the flags that accept the permanent; a game would not.
+            (None, _) if matches!(refused, Some(Accept::Permanent(_))) => return message,
+            // The refusal names --trust own already.
+            (None, _) if refused.is_some() => {
+                return format!(
+                    "{message}; or pass --game SCRIPT with the script that wrote the saves"
+                )
+            }
             (None, Trust::Foreign) => {
                 "pass --game SCRIPT with the script that wrote the saves, or --trust own if you \
                  trust them (they carry their code)"
             }
             (None, Trust::Own) => "pass --game SCRIPT with the script that wrote the saves",
         };
-        format!("{e} ({hint})")
+        format!("{message} ({hint})")
     })
 }
 
@@ -158,9 +183,9 @@ fn diff(args: &DiffArgs) -> Result<bool, String> {
         return Ok(true);
     }
     let max_memory = args.max_memory.saturating_mul(1 << 20);
-    let ga = graph_of(&a, game.as_ref(), args.trust.into(), max_memory)
+    let ga = graph_of(&a, game.as_ref(), args, max_memory)
         .map_err(|e| format!("{}: {e}", args.left.display()))?;
-    let gb = graph_of(&b, game.as_ref(), args.trust.into(), max_memory)
+    let gb = graph_of(&b, game.as_ref(), args, max_memory)
         .map_err(|e| format!("{}: {e}", args.right.display()))?;
     let d = ga.diff(&gb, args.limit);
     if args.json {

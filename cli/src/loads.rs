@@ -1,25 +1,75 @@
-//! A refused load in the command line's words: what would accept it is a flag, not a Rust
-//! option.
+//! A refused load in the command line's words: what would accept it is a flag of the command
+//! being used, not a Rust option.
 
 use luasnap::bridge::persist::{Accept, LoadError};
 
-/// The message for a load of a `--load` file that failed; a refusal names the flag (or the
-/// game's declaration) that accepts what was refused.
-pub fn load_error_on_the_command_line(e: &LoadError) -> String {
-    match e {
-        LoadError::Refused { message, accept } => {
-            let how = match accept {
-                Accept::TrustOwn => {
-                    "if you trust the file, pass --trust own (the code it carries is then compiled)"
-                        .to_string()
-                }
-                Accept::Permanent(name) => format!(
-                    "if the game's state holds it on purpose, declare it in the game (G.permanents = {{ {name:?} }}) or pass --allow-permanent {name}"
-                ),
-                _ => accept.to_string(),
-            };
-            format!("cannot load: {message}; {how}")
+/// What of a refused load a command can accept, for its hint: every command that loads a
+/// save-game has `--allow-permanent NAME`.
+#[derive(Debug, Clone, Copy)]
+pub struct LoadFlags {
+    /// The command's name, as the hint says it (`diff`).
+    pub command: &'static str,
+    /// The command has `--trust own` (`diff`, `simulate --load`).
+    pub trust_own: bool,
+    /// The command runs the game, so the names its `G.permanents` lists are accepted
+    /// (`simulate`, `client`); `diff` only compiles it.
+    pub runs_game: bool,
+}
+
+/// `luasnap simulate --load`.
+pub const SIMULATE: LoadFlags = LoadFlags {
+    command: "simulate",
+    trust_own: true,
+    runs_game: true,
+};
+
+/// `luasnap diff`.
+pub const DIFF: LoadFlags = LoadFlags {
+    command: "diff",
+    trust_own: true,
+    runs_game: false,
+};
+
+/// `luasnap client` (the server's save-games, for a late join or a resync).
+pub const CLIENT: LoadFlags = LoadFlags {
+    command: "client",
+    trust_own: false,
+    runs_game: true,
+};
+
+/// The message for a load that failed; a refusal names the flag of the command (or the
+/// game's declaration, where the command runs the game) that accepts what was refused.
+pub fn load_error_on_the_command_line(e: &LoadError, flags: LoadFlags) -> String {
+    let LoadError::Refused { message, accept } = e else {
+        return e.to_string();
+    };
+    let how = match accept {
+        Accept::TrustOwn if flags.trust_own => {
+            "if you trust the file, pass --trust own (the code it carries is then compiled)"
+                .to_string()
         }
-        e => e.to_string(),
-    }
+        Accept::TrustOwn => format!(
+            "luasnap {} takes no code from the file: run the same game as the one that wrote it",
+            flags.command
+        ),
+        Accept::Permanent(name) => {
+            let mut how = "if the game's state holds it on purpose, ".to_string();
+            if flags.runs_game {
+                how += &format!(
+                    "declare it in the game (G.permanents = {{ {name:?} }}) or pass --allow-permanent {name}"
+                );
+            } else {
+                how += &format!(
+                    "pass --allow-permanent {name} (luasnap {} compiles the game without running it: its G.permanents is not read)",
+                    flags.command
+                );
+            }
+            if flags.trust_own {
+                how += ", or --trust own if you trust the file";
+            }
+            how
+        }
+        _ => accept.to_string(),
+    };
+    format!("cannot load: {message}; {how}")
 }

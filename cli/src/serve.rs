@@ -2,10 +2,10 @@
 
 use crate::simulate::{parse_step_budget, StepBudget};
 use luasnap::bridge::runtime::net::{
-    ClientEvent, ClientOptions, ClientReport, LinkConditions, MatchClient, MatchServer,
+    ClientEvent, ClientOptions, ClientReport, LinkConditions, MatchClient, MatchServer, NetError,
     ServerEvent, ServerOptions, ServerReport,
 };
-use luasnap::bridge::runtime::{Backend, GameConfig, DEFAULT_STEP_BUDGET};
+use luasnap::bridge::runtime::{Backend, GameConfig, GameError, DEFAULT_STEP_BUDGET};
 use serde_json::json;
 use std::io::IsTerminal;
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -80,6 +80,11 @@ pub struct ClientArgs {
     /// Lua instructions one G.step may run before it is stopped; `off` for no limit.
     #[arg(long, default_value_t = StepBudget(Some(DEFAULT_STEP_BUDGET)), value_parser = parse_step_budget)]
     pub step_budget: StepBudget,
+    /// A library function the game's state holds on purpose (`load`, `collectgarbage`): the
+    /// server's save-games (a late join, a resync; loaded as foreign files) then accept it, as
+    /// the names the game lists in `G.permanents`; repeat for more.
+    #[arg(long = "allow-permanent", value_name = "NAME")]
+    pub allow_permanent: Vec<String>,
 }
 
 /// The game both ends run: a game's folder or its main script, as `simulate` takes it. Chunk
@@ -283,7 +288,8 @@ pub fn client(args: ClientArgs) -> Result<(), String> {
             args.loss
         ));
     }
-    let cfg = game_config(args.game.as_deref(), 1, 0, args.step_budget)?;
+    let mut cfg = game_config(args.game.as_deref(), 1, 0, args.step_budget)?;
+    cfg.permanents.extend(args.allow_permanent.iter().cloned());
     let mut opts = ClientOptions::new(cfg, server);
     opts.backend = Backend::from_name(&args.mode).expect("clap checked the value");
     opts.link = LinkConditions {
@@ -336,7 +342,13 @@ pub fn client(args: ClientArgs) -> Result<(), String> {
                 None => {}
             }
         })
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| match e {
+            NetError::Game(GameError::Load(e)) => format!(
+                "the server's save-game: {}",
+                crate::loads::load_error_on_the_command_line(&e, crate::loads::CLIENT)
+            ),
+            e => e.to_string(),
+        })?;
     if let Some(bar) = &bar {
         bar.finish_and_clear();
     }

@@ -183,7 +183,9 @@ pub fn run(args: SimulateArgs) -> Result<(), String> {
     let frames = opts.frames;
     let game = opts.game.clone();
     let mut sim = Simulation::new(opts).map_err(|e| match e {
-        GameError::Load(e) => crate::loads::load_error_on_the_command_line(&e),
+        GameError::Load(e) => {
+            crate::loads::load_error_on_the_command_line(&e, crate::loads::SIMULATE)
+        }
         e => e.to_string(),
     })?;
     if let (Some(path), Some(report)) = (&args.load, sim.load_report()) {

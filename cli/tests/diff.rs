@@ -413,3 +413,58 @@ fn diff_of_deep_saves_stays_within_its_memory_or_says_so() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A save whose state holds `load` (a game that compiles code keeps it on purpose): a
+/// foreign diff refuses it, naming diff's own flag, whether or not the game declares it in
+/// `G.permanents` (diff compiles the game, it does not run it); `--allow-permanent load`
+/// accepts it.
+#[test]
+fn diff_refuses_a_held_load_naming_allow_permanent_and_accepts_it_with_the_flag() {
+    let dir = std::env::temp_dir().join(format!("luasnap-diff-perm-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let game = dir.join("game.lua");
+    std::fs::write(
+        &game,
+        "local G = { permanents = { 'load' } } local s
+         function G.init() s = { n = 0, keep = load } end
+         function G.step(i) s.n = s.n + i[1] end
+         function G.digest() return s.n end return G",
+    )
+    .unwrap();
+    let game = game.to_str().unwrap();
+    let save = |frames: &str, name: &str| {
+        let path = dir.join(name);
+        let out = luasnap(&[
+            "simulate",
+            game,
+            "--frames",
+            frames,
+            "--mode",
+            "full",
+            "--second-process",
+            "off",
+            "--save",
+            path.to_str().unwrap(),
+        ]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        path.to_str().unwrap().to_string()
+    };
+    let (a, b) = (save("5", "a.sav"), save("8", "b.sav"));
+    let refused = luasnap(&["diff", &a, &b, "--game", game]);
+    let e = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(2), "{e}");
+    assert!(
+        e.contains("--allow-permanent load") && !e.contains("LoadOptions"),
+        "{e}"
+    );
+    let accepted = luasnap(&["diff", &a, &b, "--game", game, "--allow-permanent", "load"]);
+    let e = String::from_utf8_lossy(&accepted.stderr);
+    assert_eq!(accepted.status.code(), Some(1), "{e}");
+    let out = String::from_utf8_lossy(&accepted.stdout);
+    assert!(out.contains("s.n") || out.contains(".n:"), "{out}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -608,8 +608,9 @@ impl Vm {
 /// the embedded default game. What the reading VM lacks (natives, userdata types of a host
 /// not given) loads as named stand-ins ([`LoadOptions::stand_ins`]), objects with finalizers
 /// load but never run them, and under [`Trust::Foreign`] no code comes from the file. The
-/// error of a failed load is the most telling attempt's. Within [`DEFAULT_MAX_MEMORY`]: see
-/// [`save_graph_within`].
+/// error of a failed load is the most telling attempt's. The permanents `game` declares in
+/// [`GameConfig::permanents`] are accepted (its script's `G.permanents` is not read: the game
+/// is not run). Within [`DEFAULT_MAX_MEMORY`]: see [`save_graph_within`].
 pub fn save_graph(
     game: Option<&GameConfig>,
     save: &[u8],
@@ -633,8 +634,26 @@ pub fn save_graph_within(
     trust: Trust,
     max_memory: usize,
 ) -> Result<ValueGraph, GameError> {
+    save_graph_allowing(game, save, trust, max_memory, &[])
+}
+
+/// [`save_graph_within`] that also accepts the permanents named in `allowed` (added to
+/// `game`'s [`GameConfig::permanents`], as [`LoadOptions::allowed_permanents`]), with or
+/// without a game: `luasnap diff --allow-permanent NAME`.
+pub fn save_graph_allowing(
+    game: Option<&GameConfig>,
+    save: &[u8],
+    trust: Trust,
+    max_memory: usize,
+    allowed: &[String],
+) -> Result<ValueGraph, GameError> {
+    let mut permanents = allowed.to_vec();
+    if let Some(game) = game {
+        permanents.extend(game.permanents.iter().cloned());
+    }
     let read = |mut vm: Vm| -> Result<ValueGraph, GameError> {
         let mut opts = LoadOptions::new(trust);
+        opts.allowed_permanents = permanents.clone();
         opts.finalizers = false;
         opts.inert_finalizers = true;
         opts.stand_ins = true;
