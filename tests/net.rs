@@ -170,7 +170,7 @@ fn a_client_whose_state_is_damaged_is_resynced_from_a_save_game() {
         .expect("a resync event");
     let text = resync.to_string();
     assert!(
-        text.contains(&format!("slot {}", damaged.slot)) && text.contains("frame 60"),
+        text.contains(&format!("slot {}", damaged.slot + 1)) && text.contains("frame 60"),
         "{text}"
     );
 }
@@ -260,7 +260,7 @@ fn hostile_peers_leave_the_match_running_for_everyone_else() {
     let about = |needle: &str| {
         assert!(
             log.iter()
-                .any(|l| l.starts_with("slot 2 (") && l.contains(needle)),
+                .any(|l| l.starts_with("slot 3 (") && l.contains(needle)),
             "no event about {needle:?}: {log:#?}"
         )
     };
@@ -306,7 +306,7 @@ fn a_client_that_leaves_is_dropped_and_the_others_play_on() {
         .collect();
     assert!(
         log.iter()
-            .any(|l| l.contains(&format!("slot {} (", gone.slot))
+            .any(|l| l.contains(&format!("slot {} (", gone.slot + 1))
                 && l.contains("the slot plays no input")),
         "{log:#?}"
     );

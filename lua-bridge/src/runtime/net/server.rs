@@ -166,6 +166,8 @@ pub enum ServerEvent {
     },
 }
 
+/// Slots are shown from 1, as `luasnap serve`'s table, `luasnap client` and the game's own player
+/// numbers count them; the `slot` fields are 0-based.
 impl fmt::Display for ServerEvent {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -183,10 +185,11 @@ impl fmt::Display for ServerEvent {
                 frame,
                 save_bytes,
             } => match save_bytes {
-                0 => write!(f, "slot {slot} ({addr}) joined at frame {frame} from G.init"),
+                0 => write!(f, "slot {} ({addr}) joined at frame {frame} from G.init", slot + 1),
                 n => write!(
                     f,
-                    "slot {slot} ({addr}) joined at frame {frame} from a {n}-byte save-game"
+                    "slot {} ({addr}) joined at frame {frame} from a {n}-byte save-game",
+                    slot + 1
                 ),
             },
             ServerEvent::Resync {
@@ -197,10 +200,11 @@ impl fmt::Display for ServerEvent {
                 client,
             } => write!(
                 f,
-                "slot {slot} ({addr}) disagreed at frame {frame} (value digest {client:016x}, the server's {server:016x}): resyncing it from a save-game"
+                "slot {} ({addr}) disagreed at frame {frame} (value digest {client:016x}, the server's {server:016x}): resyncing it from a save-game",
+                slot + 1
             ),
             ServerEvent::Refused { slot, addr, what } => {
-                write!(f, "slot {slot} ({addr}): refused {what}")
+                write!(f, "slot {} ({addr}): refused {what}", slot + 1)
             }
             ServerEvent::Left {
                 slot,
@@ -209,7 +213,8 @@ impl fmt::Display for ServerEvent {
                 reason,
             } => write!(
                 f,
-                "slot {slot} ({addr}) left at frame {frame}: {reason}; the slot plays no input"
+                "slot {} ({addr}) left at frame {frame}: {reason}; the slot plays no input",
+                slot + 1
             ),
         }
     }
