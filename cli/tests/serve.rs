@@ -188,3 +188,68 @@ fn a_folder_game_is_served_by_its_folder_and_joined_by_its_main_script() {
     assert!(server["game_digest"].is_i64(), "{server}");
     let _ = std::fs::remove_dir_all(&root);
 }
+
+/// A game whose state holds `load` without declaring it in `G.permanents`: a late joiner
+/// (which loads the server's save-game as a foreign file) is refused, the message naming
+/// client's flag, and joins with `--allow-permanent load`.
+#[test]
+fn a_late_joiner_accepts_a_held_load_with_allow_permanent() {
+    let dir = std::env::temp_dir().join(format!("luasnap-serve-perm-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let game = dir.join("holds_load.lua");
+    std::fs::write(
+        &game,
+        "local G = {} local s
+         function G.init() s = { n = 0, keep = load } end
+         function G.step(i) s.n = s.n + i[1] end
+         function G.digest() return s.n end return G",
+    )
+    .unwrap();
+    let g = game.to_str().unwrap();
+    let port = free_port().to_string();
+    let addr = format!("127.0.0.1:{port}");
+    let mut server = luasnap(&[
+        "serve",
+        g,
+        "--port",
+        &port,
+        "--bind",
+        "127.0.0.1",
+        "--players",
+        "3",
+        "--frames",
+        "150",
+        "--tick-ms",
+        "20",
+        "--start-with",
+        "1",
+        "--json",
+    ]);
+    std::thread::sleep(Duration::from_millis(300));
+    let first = luasnap(&["client", g, "--connect", &addr, "--json"]);
+    std::thread::sleep(Duration::from_millis(600));
+    let refused = luasnap(&["client", g, "--connect", &addr]);
+    let refused = refused.wait_with_output().unwrap();
+    assert!(!refused.status.success());
+    let why = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        why.contains("--allow-permanent load") && !why.contains("LoadOptions"),
+        "{why}"
+    );
+    let late = luasnap(&[
+        "client",
+        g,
+        "--connect",
+        &addr,
+        "--allow-permanent",
+        "load",
+        "--json",
+    ]);
+    let late = json(late);
+    assert!(late["joined_at"].as_u64().unwrap() > 0, "{late}");
+    assert_eq!(late["matches_server"], true, "{late}");
+    let _ = first.wait_with_output();
+    let _ = server.kill();
+    let _ = server.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+}
