@@ -298,6 +298,14 @@ fn a_client_that_leaves_is_dropped_and_the_others_play_on() {
         .unwrap();
     let (frame, why) = gone.left.clone().expect("the leaver was dropped");
     assert!(frame < 150 && why.contains("disconnected"), "{frame} {why}");
+    // It said when it was last heard from (a client that dies goes silent before the transport
+    // notices), and that was no later than the frame it left at.
+    let heard: u64 = why
+        .split("last heard at frame ")
+        .nth(1)
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no 'last heard at frame N' in {why:?}"));
+    assert!(heard <= frame, "{heard} > {frame}: {why}");
     let log: Vec<String> = events
         .lock()
         .unwrap()

@@ -295,6 +295,8 @@ struct Seat {
     /// Save-games sent to it (its digests name the count they follow).
     epoch: u32,
     flood_updates: u32,
+    /// The frame the server was closing when this client's last message arrived.
+    last_heard: u64,
 }
 
 /// A match server bound to its port; [`MatchServer::run`] plays the match.
@@ -496,7 +498,11 @@ impl Match<'_> {
                         if self.end_sent {
                             self.leave_after_end(slot);
                         } else {
-                            self.drop_seat(slot, format!("disconnected ({reason})"));
+                            let heard = self.seats[slot].as_ref().map_or(0, |s| s.last_heard);
+                            self.drop_seat(
+                                slot,
+                                format!("disconnected ({reason}); last heard at frame {heard}"),
+                            );
                         }
                     }
                 }
@@ -543,6 +549,7 @@ impl Match<'_> {
             delay: DelayControl::new(0.0, self.order.next()),
             epoch: 0,
             flood_updates: 0,
+            last_heard: self.order.next(),
         });
         self.by_client.insert(client_id, slot);
     }
@@ -600,6 +607,10 @@ impl Match<'_> {
                     continue;
                 }
                 handled += 1;
+                let now = self.order.next();
+                if let Some(seat) = self.seats[slot].as_mut() {
+                    seat.last_heard = now;
+                }
                 match ClientMessage::decode(&bytes) {
                     Ok(msg) => self.handle(slot, msg)?,
                     Err(e) => self.refuse(slot, e.to_string()),
