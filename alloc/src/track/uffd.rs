@@ -22,6 +22,9 @@ const UFFDIO_WRITEPROTECT_MODE_WP: u64 = 1 << 0;
 const UFFDIO_API: libc::c_ulong = iowr(0xAA, 0x3F, 24);
 const UFFDIO_REGISTER: libc::c_ulong = iowr(0xAA, 0x00, 32);
 const UFFDIO_WRITEPROTECT: libc::c_ulong = iowr(0xAA, 0x06, 24);
+/// `_IOR(0xAA, 0x01, struct uffdio_range)`.
+const UFFDIO_UNREGISTER: libc::c_ulong =
+    ((2u32 << 30) | (16u32 << 16) | (0xAAu32 << 8) | 0x01) as libc::c_ulong;
 /// `_IO(0xAA, 0x00)` on /dev/userfaultfd.
 const USERFAULTFD_IOC_NEW: libc::c_ulong = 0xAA00;
 
@@ -86,6 +89,26 @@ pub(super) struct UffdTracker {
     uffd: OwnedFd,
     pagemap: OwnedFd,
     regions: Vec<PageRegion>,
+    /// The registered range: unregistered on drop (see `Drop`).
+    start: u64,
+    len: u64,
+}
+
+/// Unregisters the range before the descriptor closes. Closing alone releases the registration
+/// only when the last reference to the descriptor goes, and a child forked by another thread
+/// holds one until it execs: a tracker enabled again on the same arena meanwhile failed
+/// UFFDIO_REGISTER with EBUSY. Unregistering acts on this process's mappings at once (and clears
+/// the write-protection as the release would).
+impl Drop for UffdTracker {
+    fn drop(&mut self) {
+        let mut range = UffdioRange {
+            start: self.start,
+            len: self.len,
+        };
+        // SAFETY: unregisters the range this tracker registered, on its own descriptor;
+        // UFFDIO_UNREGISTER reads a struct we own. A failure leaves the release to the close.
+        unsafe { libc::ioctl(self.uffd.as_raw_fd(), UFFDIO_UNREGISTER, &mut range) };
+    }
 }
 
 fn unavailable(reason: String) -> TrackError {
@@ -187,6 +210,8 @@ impl UffdTracker {
             uffd,
             pagemap,
             regions: vec![PageRegion::default(); SCAN_VEC_LEN],
+            start: base.as_ptr() as u64,
+            len: len as u64,
         };
         // An empty scan of the first page tells whether PAGEMAP_SCAN exists (Linux 6.7+).
         let mut probe = Vec::new();
