@@ -437,13 +437,13 @@ fn no_module_imports_from_a_layer_above_it() {
     );
 }
 
-/// Circles allowed for now, all of whose modules lie under one of these modules: the loader's
-/// and the writer's files implement `Loader` and `Persister`, which their parents
-/// (`persist/read/mod.rs`, `persist/write/mod.rs`) define with fields of the kind files' frame
-/// types, so each parent and its children import each other. They leave this list when those
-/// structs and the frame types move to files of their own that import no kind file. A circle
-/// that reaches outside them (through `persist/mod.rs` or `persist/format/`, say) fails.
-const PENDING: &[&str] = &["persist::read", "persist::write"];
+/// Circles allowed for now, all of whose modules lie under one of these modules: the writer's
+/// files implement `Persister`, which their parent (`persist/write/mod.rs`) defines with fields
+/// of the kind files' frame types, so the parent and its children import each other. It leaves
+/// this list when that struct and the frame types move to files of their own that import no
+/// kind file (as the loader's did: `persist/read/loader.rs`, `frame.rs`, `state.rs`). A circle
+/// that reaches outside it (through `persist/mod.rs` or `persist/format/`, say) fails.
+const PENDING: &[&str] = &["persist::write"];
 
 fn pending(circle: &[Vec<String>]) -> bool {
     PENDING.iter().any(|p| {

@@ -12,9 +12,9 @@
 
 use super::csrc::luasnap_proto_nupvalues;
 use super::csrc::{kind, RawVal};
-use super::dispatch::Frame;
+use super::frame::Frame;
 use super::limits::{table_sizes, MAX_UPVALUES, STACK_FRAMES};
-use super::rebind::Binding;
+use super::state::Binding;
 use crate::persist::format::{
     layout_nodes, LayoutHeader, Reader, TableHeader, TablePart, Tag, UpvalueRef,
 };

@@ -5,12 +5,13 @@
 
 use super::batch::{nopen_room, Batch, BatchEnd, Open, OPS_CAP, PLAIN_DEPTH};
 use super::csrc::luasnap_table_build;
+use super::csrc::reserve;
 use super::csrc::{kind, RawVal};
-use super::dispatch::{reserve, Frame};
+use super::frame::Frame;
 use super::ids::REBUILDING;
 use super::limits::COLLISIONS;
+use super::loader::{Fail, Loader};
 use super::meta::NO_FINALIZERS;
-use super::{Fail, Loader};
 use crate::persist::format::TablePart;
 use crate::persist::slots::Slots;
 use mlua_sys::{self as ffi, lua_State};

@@ -16,9 +16,9 @@ use super::csrc::{
     luasnap_proto, luasnap_proto_nupvalues, luasnap_proto_upvalue_name, luasnap_push_closure,
     luasnap_upval_join_slot, luasnap_upval_shareable,
 };
-use super::dispatch::{ClosureKind, Frame};
+use super::frame::{ClosureKind, Frame};
 use super::ids::push_obj;
-use super::{Fail, Loader};
+use super::loader::{Fail, Loader};
 use crate::persist::format::{OpenUpvalue, Tag, UpvalueRef, Upvalues};
 use crate::persist::options::Trust;
 use crate::persist::slots::Slots;

@@ -25,3 +25,14 @@ pub(super) use crate::bridge::helpers::{
     luasnap_thread_slot_lclosure, luasnap_upval_closed_slot, luasnap_upval_join_slot,
     luasnap_upval_set_slot,
 };
+
+/// Makes sure of `n` free slots on the loading thread's stack (a memory error if it cannot
+/// grow for want of memory).
+///
+/// # Safety
+/// Protected context.
+#[inline(always)]
+pub(super) unsafe fn reserve(L: *mut mlua_sys::lua_State, n: std::ffi::c_int) {
+    // SAFETY: callers' contract: raises in the load's protected call if the stack cannot grow.
+    unsafe { luasnap_checkstack(L, n, c"load".as_ptr()) };
+}

@@ -7,76 +7,15 @@
 //! child, or ends it); [`Loader::accept`] hands a completed child to the frame it belongs to.
 //! Each kind's steps live in its own file; this file only dispatches on the tag or the frame.
 
-use super::csrc::{luasnap_checkstack, luasnap_gc_nofinal, luasnap_gc_stopem, luasnap_hash_seed};
+use super::csrc::{luasnap_gc_nofinal, luasnap_gc_stopem, luasnap_hash_seed, reserve};
+use super::frame::Frame;
 use super::ids::push_obj;
-use super::{Fail, Loader};
-use crate::persist::format::{
-    Scalar, SpecialParts, TablePart, Tag, ThreadPart, ThreadParts, Upvalues, UserdataParts,
-};
+use super::loader::{Fail, Loader};
+use crate::persist::format::{Scalar, Tag, ThreadPart};
 use crate::persist::options::Trust;
 use crate::persist::slots::Slots;
 use mlua_sys::{self as ffi, lua_State};
 use std::ffi::{c_int, c_void};
-
-/// An object still receiving its children, and what the next child is for: the format's
-/// order of each kind's parts (`format/parts.rs`).
-#[derive(Debug, Clone, Copy)]
-pub(super) enum Frame {
-    /// A table: its metatable, then keys and values in turn (`stage`: the next). `at` is the
-    /// stack index of the table, with its current key at `at + 1`; 0 for a frame deeper than
-    /// `STACK_FRAMES`, whose table is kept only in `objs` and its key in `keys[depth]`.
-    Table {
-        id: u32,
-        stage: TablePart,
-        at: c_int,
-    },
-    /// A closure: its upvalues in turn. `open` is the level of the open upvalue whose
-    /// coroutine is the child being read (see `Tag::UpvalOpen`).
-    Closure {
-        id: u32,
-        upvalues: Upvalues,
-        open: Option<c_int>,
-        kind: ClosureKind,
-    },
-    /// A userdata rebuilt from bytes: its metatable, then its user values.
-    Userdata { id: u32, parts: UserdataParts },
-    /// An object a `__persist` function rebuilds: its function(s), and the identity the file
-    /// gave it (0: none), which the rebuilt object takes (see `ident.rs`).
-    Special {
-        id: u32,
-        parts: SpecialParts,
-        ident: u32,
-    },
-    /// A coroutine: its stack slots, then its end. `errfunc` is Some for a suspended
-    /// coroutine, whose frame records follow its stack.
-    Thread {
-        id: u32,
-        parts: ThreadParts,
-        errfunc: Option<i64>,
-    },
-}
-
-/// What a closure's upvalues are checked as.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum ClosureKind {
-    /// A Lua closure: each upvalue comes with an upvalue tag.
-    Lua,
-    /// A C closure (no upvalue tags: plain values).
-    C,
-    /// `coroutine.wrap`'s helper: a C closure whose one upvalue must be a coroutine.
-    Wrap,
-}
-
-/// Makes sure of `n` free slots on the loading thread's stack (a memory error if it cannot
-/// grow for want of memory).
-///
-/// # Safety
-/// Protected context.
-#[inline(always)]
-pub(super) unsafe fn reserve(L: *mut lua_State, n: c_int) {
-    // SAFETY: callers' contract: raises in the load's protected call if the stack cannot grow.
-    unsafe { luasnap_checkstack(L, n, c"load".as_ptr()) };
-}
 
 impl Loader<'_> {
     /// Reads the root value and leaves it on the stack.

@@ -16,21 +16,10 @@
 //! for an object a `__persist` function rebuilds, kept in its frame until the rebuild returns.
 
 use super::csrc::luasnap_set_identity;
-use super::{Fail, Loader};
+use super::loader::{Fail, Loader};
+use super::state::Idents;
 use crate::persist::format::{Ident, IDENT_LIMIT};
 use mlua_sys::lua_State;
-use std::collections::HashSet;
-
-/// What a load knows of the identities its file gives.
-#[derive(Default)]
-pub(crate) struct Idents {
-    /// The identity for the new object whose tag comes next.
-    next: Option<u32>,
-    /// Identities given so far (each once).
-    given: HashSet<u32>,
-    /// The highest of them (0: none).
-    max: u32,
-}
 
 impl Idents {
     /// The highest identity the file gave (0 if none): a whole-game save's key counter must be

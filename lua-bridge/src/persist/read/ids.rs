@@ -6,7 +6,7 @@
 //! not define; an object id defined but empty in `objs` is one still being rebuilt (a
 //! `__persist` function's), which is refused rather than read as nil.
 
-use super::{Fail, Loader};
+use super::loader::{Fail, Loader};
 use crate::persist::slots::Slots;
 use mlua_sys::{self as ffi, lua_State};
 use std::ffi::c_int;

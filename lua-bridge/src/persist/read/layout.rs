@@ -8,11 +8,11 @@
 //! step) checks the layout against the table's entries and places nothing unless it matches,
 //! so a forged layout can only make a load fail.
 
+use super::csrc::reserve;
 use super::csrc::{luasnap_relayout_scratch, luasnap_table_nodes, luasnap_table_relayout};
-use super::dispatch::reserve;
 use super::ids::push_obj;
 use super::limits::COLLISIONS;
-use super::{Fail, Loader};
+use super::loader::{Fail, Loader};
 use crate::persist::format::{LayoutHeader, LayoutNode, Reader, RemovedKey, BAD_LAYOUT};
 use crate::persist::slots::Slots;
 use mlua_sys::{self as ffi, lua_State};

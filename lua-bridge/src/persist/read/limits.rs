@@ -7,7 +7,7 @@
 use super::csrc::{
     luasnap_gc_stopem, luasnap_heap_bytes, luasnap_relayout_memo_limit, luasnap_relayout_memo_over,
 };
-use super::{Fail, Loader};
+use super::loader::{Fail, Loader};
 use crate::persist::budget::budget_hook_intact;
 use crate::persist::options::{LoadOptions, Trust};
 use mlua_sys::lua_State;

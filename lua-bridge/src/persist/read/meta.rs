@@ -11,7 +11,7 @@
 
 use super::csrc::{luasnap_finalizers_foreign, luasnap_finalizers_mark, luasnap_gc_nofinal};
 use super::ids::push_obj;
-use super::{Fail, Loader};
+use super::loader::{Fail, Loader};
 use crate::persist::options::Trust;
 use crate::persist::slots::Slots;
 use mlua_sys::{self as ffi, lua_State};

@@ -16,7 +16,8 @@ use super::csrc::{
     luasnap_upmemo_size, luasnap_upmemo_walks, luasnap_upval_join_at,
 };
 use super::ids::push_obj;
-use super::{Fail, Loader};
+use super::loader::{Fail, Loader};
+use super::state::{LoadedCo, UpMemo};
 use crate::persist::options::Trust;
 use crate::persist::slots::Slots;
 use mlua_sys::{self as ffi, lua_State};
@@ -27,12 +28,6 @@ use std::ffi::{c_int, c_void};
 /// side's messages (see `thread.rs`'s `RESET`).
 const RESET_C: &std::ffi::CStr =
     c"an open upvalue into a coroutine that load-time code reset (coroutine.close)";
-
-/// The memo of `luasnap_open_upval_check` (u64 words for its alignment): its answers for
-/// this load, in a table the C side allocates (bounded by the game's code; see
-/// docs/save-games.md), freed when the load ends (dropped with the loader).
-#[derive(Default)]
-pub(super) struct UpMemo(Vec<u64>);
 
 impl UpMemo {
     /// The memo, zeroed the first time.
@@ -106,21 +101,6 @@ fn check_error(msg: &str) -> String {
     } else {
         format!("malformed save-game: {msg}")
     }
-}
-
-/// A suspended coroutine this load builds, for the open upvalues joined into it.
-pub(super) struct LoadedCo {
-    /// The stack size the file declares: open upvalues go into slots 1..=len.
-    pub len: c_int,
-    /// Its frames (`luasnap_thread_frames`) once restored: from then on the coroutine is held
-    /// unresumable until the load ends (`luasnap_thread_hold`), so they stay as indexed.
-    frames: Option<Vec<*const c_void>>,
-    /// Open upvalues joined while its stack was still arriving, checked once its frames are
-    /// restored: (closure id, upvalue index, level).
-    unchecked: Vec<(u32, c_int, c_int)>,
-    /// Its open upvalues by level, each as a closure joined to it (id, upvalue index), to link
-    /// a new one in O(log n) (see `luasnap_upval_join_at`).
-    open: BTreeMap<c_int, (u32, c_int)>,
 }
 
 impl LoadedCo {

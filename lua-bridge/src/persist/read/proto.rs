@@ -10,13 +10,14 @@
 //! Invariant: every prototype in `protos` is anchored (its closure in the `protos` table) for
 //! the whole load, so the raw pointers stay valid while Lua code run by the load collects.
 
+use super::csrc::reserve;
 use super::csrc::{
     luasnap_chunk_find, luasnap_chunks_each_proto, luasnap_each_proto, luasnap_loadstring,
     luasnap_proto, luasnap_proto_child, luasnap_proto_hash, luasnap_proto_tree,
     luasnap_push_closure, ProtoFn,
 };
-use super::dispatch::reserve;
-use super::{Fail, Loader};
+use super::loader::{Fail, Loader};
+use super::state::LoadedChunk;
 use crate::persist::format::{
     ChunkDef, Detached, LegacyProto, ProtoHome, ProtoNames, ProtoPath, ProtoRecord, MAX_PATH,
     MAX_UPVALUE_NAMES,
@@ -26,22 +27,6 @@ use crate::persist::slots::Slots;
 use mlua_sys::{self as ffi, lua_State};
 use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
-
-/// A chunk a file names (format 4).
-pub(super) struct LoadedChunk {
-    /// Its name as the file gives it (`@town/agent.lua`).
-    name: Vec<u8>,
-    /// Its main prototype in this VM (reused or compiled), or None: its functions are matched
-    /// by fingerprint (foreign loads, files without code).
-    main: Option<*const c_void>,
-    /// Whether the file brought its code.
-    brought_code: bool,
-    /// Whether `main` is the file's code this load compiled (not the VM's own).
-    compiled: bool,
-    /// The VM's current version of it, when the load binds saved functions to the game's
-    /// current code and it differs from the saved one (`rebind.rs`).
-    current: Option<usize>,
-}
 
 impl LoadedChunk {
     /// Its name for messages, as the file gives it (`@town/agent.lua`).

@@ -42,7 +42,8 @@ use super::csrc::{
     luasnap_upval_closed_slot, luasnap_upval_join_slot, luasnap_upval_set_slot, CiRecord,
 };
 use super::ids::push_obj;
-use super::{Fail, Loader};
+use super::loader::{Fail, Loader};
+use super::state::{Binding, Current, ModuleVar, Rebinding, Rebound};
 use crate::persist::error::Accept;
 use crate::persist::options::Trust;
 use crate::persist::place::{each_place, upvalue_map, upvalue_names};
@@ -54,40 +55,6 @@ use std::ffi::{c_int, c_void};
 
 /// Lua's most upvalues in a closure (MAXUPVAL).
 const MAX_SLOTS: usize = 255;
-
-/// The VM's current version of a chunk the save names.
-struct Current {
-    /// Its main prototype; its main closure is anchored in `protos` under this address.
-    main: *const c_void,
-    /// Every prototype of its tree, by place.
-    places: HashMap<Vec<Vec<u8>>, *const c_void>,
-    /// Each prototype's enclosing one (null for the main one).
-    parents: HashMap<*const c_void, *const c_void>,
-}
-
-/// A saved function whose code changed, bound to this version's function at its place.
-pub(super) struct Rebound {
-    /// This version's function.
-    target: *const c_void,
-    /// The chunk it is in (`Rebinding::currents`).
-    current: usize,
-    /// The saved closure's upvalue count, and the target's.
-    saved_n: usize,
-    target_n: usize,
-    /// For each upvalue of the target, the saved upvalue of its name, if any.
-    from_saved: Vec<Option<usize>>,
-    /// For each saved upvalue, the target's upvalue of its name, if any.
-    to_target: Vec<Option<usize>>,
-    /// The saved upvalues' names (empty: none, a stripped function).
-    saved_names: Vec<Vec<u8>>,
-    /// For the report and messages.
-    function: SavedFunction,
-    /// Whether it is in the report's `rebound` list yet.
-    reported: bool,
-    /// Whether its closures are made of the saved code (own loads of saves with code) and
-    /// bound when the walk is over; else they are made of the target at once.
-    saved_code: bool,
-}
 
 /// A saved function as the file describes it (format 6).
 pub(super) struct SavedProto<'a> {
@@ -101,24 +68,6 @@ pub(super) struct SavedProto<'a> {
     pub ups: Vec<Vec<u8>>,
 }
 
-/// How the closures of one saved function (a prototype index) are made.
-#[derive(Clone, Copy, Debug, Default)]
-pub(super) struct Binding {
-    /// Its rebound function (`Rebinding::rebounds`), if its code changed.
-    pub rebound: Option<usize>,
-    /// The current chunk it is in, if it is one of the game's and this version has it.
-    pub current: Option<usize>,
-}
-
-/// A variable of a chunk's main function that the chunk's functions share as an upvalue.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
-enum ModuleVar {
-    /// A local of the main function, by register.
-    Local(c_int),
-    /// An upvalue of the main function (its `_ENV`), by index.
-    Upvalue(c_int),
-}
-
 /// Where an upvalue to share is: a closure this load made (object id) or one of the game's
 /// (anchored in `protos` under its address), and the slot.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -127,38 +76,6 @@ enum Holder {
     Game(*const c_void, c_int),
     /// The current chunk's main closure (anchored under its prototype's address).
     Main(*const c_void, c_int),
-}
-
-/// The state of a load that binds saved functions to this version's
-/// ([`FunctionBinding::Current`](crate::persist::options::FunctionBinding)).
-#[derive(Default)]
-pub(super) struct Rebinding {
-    currents: Vec<Current>,
-    /// Chunk name -> its current version, once looked up.
-    by_name: HashMap<Vec<u8>, Option<usize>>,
-    rebounds: Vec<Rebound>,
-    /// By prototype index (as `Loader::protos`): how its closures are made, for the saved
-    /// functions of the game's chunks.
-    pub bindings: HashMap<usize, Binding>,
-    /// Closures this load made for rebound functions (object ids, in the order made), and
-    /// each one's rebound function.
-    pending: Vec<(u32, usize)>,
-    pending_by_id: HashMap<u32, usize>,
-    /// Their addresses, to find them in suspended frames.
-    pending_ptrs: HashMap<*const c_void, u32>,
-    /// Own loads: pending closures that keep their saved code (a suspended coroutine runs
-    /// them, or they share one's local).
-    pinned: HashSet<u32>,
-    /// Closures this load made of functions directly inside a current chunk's main function,
-    /// which hold its module-level variables: (id, prototype, current).
-    holders: Vec<(u32, *const c_void, usize)>,
-    /// Upvalue slots of loaded closures that no saved upvalue filled: (id, slot, prototype,
-    /// current), filled when the walk is over.
-    unfilled: Vec<(u32, c_int, *const c_void, usize)>,
-    /// The game's closures holding each current chunk's module-level locals, once looked up.
-    game_holders: HashMap<(usize, ModuleVar), (*const c_void, c_int)>,
-    game_looked: HashSet<usize>,
-    pub report: LoadReport,
 }
 
 impl Rebinding {

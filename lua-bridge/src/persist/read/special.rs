@@ -12,10 +12,10 @@
 
 use super::closure::upvalue_name;
 use super::csrc::{luasnap_gc_stopem, luasnap_proto};
-use super::dispatch::{ClosureKind, Frame};
+use super::frame::{ClosureKind, Frame};
 use super::ids::{push_obj, GLOBALS_ELSEWHERE};
 use super::limits::MAX_KEY_NESTING;
-use super::{Fail, Loader};
+use super::loader::{Fail, Loader};
 use crate::persist::format::{SpecialPart, SpecialParts, Upvalues};
 use crate::persist::options::Trust;
 use crate::persist::permanents::{CTORS_KEY, GMATCH_AUX, UNPERMS_KEY, WRAP_AUX};

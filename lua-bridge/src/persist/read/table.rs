@@ -8,10 +8,10 @@
 //! (`at == 0`) uses the id tables instead, so deep nesting never exhausts the Lua stack.
 
 use super::csrc::luasnap_rawset_charged;
-use super::dispatch::Frame;
+use super::frame::Frame;
 use super::ids::push_obj;
 use super::limits::{COLLISIONS, STACK_FRAMES};
-use super::{Fail, Loader};
+use super::loader::{Fail, Loader};
 use crate::persist::format::{TableHeader, TablePart, Tag};
 use crate::persist::slots::Slots;
 use mlua_sys::{self as ffi, lua_State};

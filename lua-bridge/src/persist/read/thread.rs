@@ -13,10 +13,10 @@ use super::csrc::{
     luasnap_thread_building, luasnap_thread_hold, luasnap_thread_put, luasnap_thread_restore,
     luasnap_thread_set_tbc,
 };
-use super::dispatch::Frame;
+use super::frame::Frame;
 use super::ids::thread_of;
-use super::open::LoadedCo;
-use super::{Fail, Loader};
+use super::loader::{Fail, Loader};
+use super::state::LoadedCo;
 use crate::persist::budget::budget_hook_intact;
 use crate::persist::format::{
     CallFrame, PendingCloses, Tag, ThreadHeader, ThreadPart, ThreadParts,

@@ -6,8 +6,8 @@
 //! (its methods read them as that type); a userdata rebuilt from raw bytes never takes a C
 //! library's metatable (see `meta.rs`); user value counts are bounded by the file.
 
-use super::dispatch::Frame;
-use super::{Fail, Loader};
+use super::frame::Frame;
+use super::loader::{Fail, Loader};
 use crate::persist::format::{PlainUserdata, UserdataBytes, UserdataPart, UserdataParts};
 use crate::persist::slots::Slots;
 use mlua_sys::{self as ffi, lua_State};

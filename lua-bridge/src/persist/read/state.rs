@@ -1,0 +1,147 @@
+//! What the loader keeps for the kinds that need memory across values: the records its kind
+//! files read and write in the [`Loader`](super::loader::Loader), defined here so that the
+//! loader holds them without importing the files that fill them. Their methods, and the
+//! invariants they keep, are in those files:
+//!
+//! | record                          | kept by       | for                                      |
+//! |---------------------------------|---------------|------------------------------------------|
+//! | [`LoadedChunk`]                 | `proto.rs`    | the chunks a file names (format 4)       |
+//! | [`LoadedCo`], [`UpMemo`]        | `open.rs`     | coroutines built, the open-upvalue check |
+//! | [`Idents`]                      | `ident.rs`    | identities of keys (format 7)            |
+//! | [`Rebinding`] and its parts     | `rebind.rs`   | saved functions bound to newer code      |
+
+use crate::persist::report::{LoadReport, SavedFunction};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::ffi::{c_int, c_void};
+
+/// A chunk a file names (format 4).
+pub(super) struct LoadedChunk {
+    /// Its name as the file gives it (`@town/agent.lua`).
+    pub(super) name: Vec<u8>,
+    /// Its main prototype in this VM (reused or compiled), or None: its functions are matched
+    /// by fingerprint (foreign loads, files without code).
+    pub(super) main: Option<*const c_void>,
+    /// Whether the file brought its code.
+    pub(super) brought_code: bool,
+    /// Whether `main` is the file's code this load compiled (not the VM's own).
+    pub(super) compiled: bool,
+    /// The VM's current version of it, when the load binds saved functions to the game's
+    /// current code and it differs from the saved one (`rebind.rs`).
+    pub(super) current: Option<usize>,
+}
+
+/// A suspended coroutine this load builds, for the open upvalues joined into it.
+pub(super) struct LoadedCo {
+    /// The stack size the file declares: open upvalues go into slots 1..=len.
+    pub len: c_int,
+    /// Its frames (`luasnap_thread_frames`) once restored: from then on the coroutine is held
+    /// unresumable until the load ends (`luasnap_thread_hold`), so they stay as indexed.
+    pub(super) frames: Option<Vec<*const c_void>>,
+    /// Open upvalues joined while its stack was still arriving, checked once its frames are
+    /// restored: (closure id, upvalue index, level).
+    pub(super) unchecked: Vec<(u32, c_int, c_int)>,
+    /// Its open upvalues by level, each as a closure joined to it (id, upvalue index), to link
+    /// a new one in O(log n) (see `luasnap_upval_join_at`).
+    pub(super) open: BTreeMap<c_int, (u32, c_int)>,
+}
+
+/// The memo of `luasnap_open_upval_check` (u64 words for its alignment): its answers for
+/// this load, in a table the C side allocates (bounded by the game's code; see
+/// docs/save-games.md), freed when the load ends (dropped with the loader: its `Drop` is in `open.rs`).
+#[derive(Default)]
+pub(super) struct UpMemo(pub(super) Vec<u64>);
+
+/// What a load knows of the identities its file gives.
+#[derive(Default)]
+pub(crate) struct Idents {
+    /// The identity for the new object whose tag comes next.
+    pub(super) next: Option<u32>,
+    /// Identities given so far (each once).
+    pub(super) given: HashSet<u32>,
+    /// The highest of them (0: none).
+    pub(super) max: u32,
+}
+
+/// The state of a load that binds saved functions to this version's
+/// ([`FunctionBinding::Current`](crate::persist::options::FunctionBinding)).
+#[derive(Default)]
+pub(super) struct Rebinding {
+    pub(super) currents: Vec<Current>,
+    /// Chunk name -> its current version, once looked up.
+    pub(super) by_name: HashMap<Vec<u8>, Option<usize>>,
+    pub(super) rebounds: Vec<Rebound>,
+    /// By prototype index (as `Loader::protos`): how its closures are made, for the saved
+    /// functions of the game's chunks.
+    pub bindings: HashMap<usize, Binding>,
+    /// Closures this load made for rebound functions (object ids, in the order made), and
+    /// each one's rebound function.
+    pub(super) pending: Vec<(u32, usize)>,
+    pub(super) pending_by_id: HashMap<u32, usize>,
+    /// Their addresses, to find them in suspended frames.
+    pub(super) pending_ptrs: HashMap<*const c_void, u32>,
+    /// Own loads: pending closures that keep their saved code (a suspended coroutine runs
+    /// them, or they share one's local).
+    pub(super) pinned: HashSet<u32>,
+    /// Closures this load made of functions directly inside a current chunk's main function,
+    /// which hold its module-level variables: (id, prototype, current).
+    pub(super) holders: Vec<(u32, *const c_void, usize)>,
+    /// Upvalue slots of loaded closures that no saved upvalue filled: (id, slot, prototype,
+    /// current), filled when the walk is over.
+    pub(super) unfilled: Vec<(u32, c_int, *const c_void, usize)>,
+    /// The game's closures holding each current chunk's module-level locals, once looked up.
+    pub(super) game_holders: HashMap<(usize, ModuleVar), (*const c_void, c_int)>,
+    pub(super) game_looked: HashSet<usize>,
+    pub report: LoadReport,
+}
+
+/// The VM's current version of a chunk the save names.
+pub(super) struct Current {
+    /// Its main prototype; its main closure is anchored in `protos` under this address.
+    pub(super) main: *const c_void,
+    /// Every prototype of its tree, by place.
+    pub(super) places: HashMap<Vec<Vec<u8>>, *const c_void>,
+    /// Each prototype's enclosing one (null for the main one).
+    pub(super) parents: HashMap<*const c_void, *const c_void>,
+}
+
+/// A saved function whose code changed, bound to this version's function at its place.
+pub(super) struct Rebound {
+    /// This version's function.
+    pub(super) target: *const c_void,
+    /// The chunk it is in (`Rebinding::currents`).
+    pub(super) current: usize,
+    /// The saved closure's upvalue count, and the target's.
+    pub(super) saved_n: usize,
+    pub(super) target_n: usize,
+    /// For each upvalue of the target, the saved upvalue of its name, if any.
+    pub(super) from_saved: Vec<Option<usize>>,
+    /// For each saved upvalue, the target's upvalue of its name, if any.
+    pub(super) to_target: Vec<Option<usize>>,
+    /// The saved upvalues' names (empty: none, a stripped function).
+    pub(super) saved_names: Vec<Vec<u8>>,
+    /// For the report and messages.
+    pub(super) function: SavedFunction,
+    /// Whether it is in the report's `rebound` list yet.
+    pub(super) reported: bool,
+    /// Whether its closures are made of the saved code (own loads of saves with code) and
+    /// bound when the walk is over; else they are made of the target at once.
+    pub(super) saved_code: bool,
+}
+
+/// How the closures of one saved function (a prototype index) are made.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct Binding {
+    /// Its rebound function (`Rebinding::rebounds`), if its code changed.
+    pub rebound: Option<usize>,
+    /// The current chunk it is in, if it is one of the game's and this version has it.
+    pub current: Option<usize>,
+}
+
+/// A variable of a chunk's main function that the chunk's functions share as an upvalue.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub(super) enum ModuleVar {
+    /// A local of the main function, by register.
+    Local(c_int),
+    /// An upvalue of the main function (its `_ENV`), by index.
+    Upvalue(c_int),
+}
