@@ -1137,7 +1137,41 @@ fn lua_code_run_while_loading_is_bounded() {
     };
     let err = c.unpersist_with(&big, "saved", &capped).unwrap_err();
     assert!(err.to_string().contains("not enough memory"), "{err}");
+    // Typed as the cap, named in the Rust API's words.
+    assert!(
+        matches!(err, LoadError::NeedsMoreMemory { cap, .. } if cap == MIB),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("max_heap_growth"), "{err}");
     c.unpersist(&big, "saved", Trust::Own).unwrap();
+}
+
+#[test]
+fn a_save_graph_past_its_memory_fails_with_the_typed_error() {
+    use luasnap::bridge::runtime::GameError;
+    use luasnap::bridge::value_diff::{needs_more_memory, save_graph_within};
+    let a = vm();
+    a.exec(
+        "big = {} for i = 1, 200000 do big[i] = { i, tostring(i) } end",
+        "big",
+    )
+    .unwrap();
+    let save = a.save_game().unwrap();
+    // The load may grow the heap by half of 2 MiB: far less than the save's tables.
+    let e = save_graph_within(None, &save, Trust::Own, 2 * MIB).unwrap_err();
+    assert!(needs_more_memory(&e), "{e:?}");
+    assert!(
+        matches!(&e, GameError::Load(LoadError::NeedsMoreMemory { cap, .. }) if *cap == MIB),
+        "{e:?}"
+    );
+    assert!(
+        e.to_string().contains("LoadOptions::max_heap_growth"),
+        "{e}"
+    );
+    // A bad file is not a want of memory.
+    let e = save_graph_within(None, &save[..save.len() / 2], Trust::Own, 2 * MIB).unwrap_err();
+    assert!(!needs_more_memory(&e), "{e:?}");
+    save_graph_within(None, &save, Trust::Own, 512 * MIB).unwrap();
 }
 
 #[test]

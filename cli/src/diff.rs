@@ -4,6 +4,7 @@ use luasnap::bridge::persist::{Accept, LoadError};
 use luasnap::bridge::persist::{Trust, MAGIC};
 use luasnap::bridge::runtime::{GameConfig, GameError};
 use luasnap::bridge::value_diff::{needs_more_memory, save_graph_allowing, ValueGraph};
+use luasnap::bridge::VmError;
 use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -103,6 +104,10 @@ fn graph_of(
             GameError::Load(l) => {
                 crate::loads::load_error_on_the_command_line(l, crate::loads::DIFF)
             }
+            GameError::Vm(VmError::ValueGraphTooLarge { limit, objects }) => format!(
+                "the state's values take more than {} MiB to compare ({objects} objects read so far)",
+                limit >> 20
+            ),
             e => e.to_string(),
         };
         let refused = match &e {
@@ -112,7 +117,7 @@ fn graph_of(
         let hint = match (game, trust) {
             _ if needs_more_memory(&e) => {
                 return format!(
-                    "{e}; luasnap diff loads each save within half of --max-memory ({} MiB now) \
+                    "{message}; luasnap diff loads each save within half of --max-memory ({} MiB now) \
                      and builds its graph within a quarter: raise it if the machine has the memory",
                     max_memory >> 20
                 )

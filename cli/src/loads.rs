@@ -1,5 +1,5 @@
 //! A refused load in the command line's words: what would accept it is a flag of the command
-//! being used, not a Rust option.
+//! being used, not a Rust option (and a load that needs more memory names no Rust option).
 
 use luasnap::bridge::persist::{Accept, LoadError};
 
@@ -40,8 +40,18 @@ pub const CLIENT: LoadFlags = LoadFlags {
 /// The message for a load that failed; a refusal names the flag of the command (or the
 /// game's declaration, where the command runs the game) that accepts what was refused.
 pub fn load_error_on_the_command_line(e: &LoadError, flags: LoadFlags) -> String {
-    let LoadError::Refused { message, accept } = e else {
-        return e.to_string();
+    let (message, accept) = match e {
+        LoadError::Refused { message, accept } => (message, accept),
+        // No Rust option: the command's own words (`diff` adds its `--max-memory`).
+        LoadError::NeedsMoreMemory { cap, message } => {
+            return format!(
+                "cannot load: the save-game needs more memory than luasnap {} lets a load take \
+                 ({} MiB; the load stopped with: {message})",
+                flags.command,
+                cap >> 20
+            )
+        }
+        e => return e.to_string(),
     };
     let how = match accept {
         Accept::TrustOwn if flags.trust_own => {

@@ -404,6 +404,11 @@ fn diff_of_deep_saves_stays_within_its_memory_or_says_so() {
     let stderr = String::from_utf8_lossy(&small.stderr);
     assert_eq!(small.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("--max-memory"), "{stderr}");
+    // In the command line's words only.
+    assert!(
+        !stderr.contains("LoadOptions") && !stderr.contains("Vm::"),
+        "{stderr}"
+    );
     let enough = luasnap(&["diff", &a, &b, "--limit", "3"]);
     assert_eq!(
         enough.status.code(),

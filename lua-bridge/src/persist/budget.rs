@@ -27,6 +27,9 @@ pub(crate) struct LoadBudget {
     loading: Cell<u32>,
     /// The heap size (bytes) past which the load fails (`u64::MAX`: none).
     heap_cap: Cell<u64>,
+    /// Whether the heap grew past `heap_cap` since the outermost load began (what failed
+    /// the load, typed as [`LoadError::NeedsMoreMemory`](super::LoadError::NeedsMoreMemory)).
+    over_cap: Cell<bool>,
 }
 
 /// What [`LoadBudget::end`] restores: the limits of the load around this one, if any.
@@ -50,6 +53,7 @@ pub(crate) fn register(vm: &mut Vm) -> Result<(), VmError> {
                 budget: Cell::new(0),
                 loading: Cell::new(0),
                 heap_cap: Cell::new(u64::MAX),
+                over_cap: Cell::new(false),
             },
         )
         .ok_or_else(|| VmError::Conversion {
@@ -76,6 +80,16 @@ impl LoadBudget {
         self.heap_cap.get()
     }
 
+    /// Notes that the heap grew past the load's cap (the load fails for it).
+    pub(crate) fn note_over_cap(&self) {
+        self.over_cap.set(true);
+    }
+
+    /// Whether the heap grew past a load's cap since the outermost load began.
+    pub(crate) fn was_over_cap(&self) -> bool {
+        self.over_cap.get()
+    }
+
     /// Starts a load with `opts`'s limits, within what an outer load has left, and puts the
     /// hook on `L`.
     ///
@@ -94,6 +108,9 @@ impl LoadBudget {
         let cap = opts
             .max_heap_growth
             .map_or(u64::MAX, |g| start.saturating_add(g as u64));
+        if loads == 0 {
+            self.over_cap.set(false);
+        }
         self.loading.set(loads + 1);
         self.budget.set(budget);
         self.heap_cap
@@ -157,7 +174,8 @@ unsafe extern "C-unwind" fn budget_hook(L: *mut lua_State, _ar: *mut ffi::lua_De
     // SAFETY: reads two counters of the global state.
     if unsafe { luasnap_heap_bytes(L) } > limits.heap_cap.get() {
         limits.budget.set(0); // and fail at every instruction from now on
-                              // SAFETY: as above.
+        limits.note_over_cap();
+        // SAFETY: as above.
         unsafe {
             ffi::lua_sethook(L, Some(budget_hook), ffi::LUA_MASKCOUNT, 1);
             ffi::lua_pushstring(L, c"save-game load exceeded its heap-growth cap (LoadOptions::max_heap_growth, eris.settings(\"maxgrowth\"))".as_ptr());

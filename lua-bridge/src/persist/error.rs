@@ -72,6 +72,16 @@ pub enum LoadError {
         /// What would accept it.
         accept: Accept,
     },
+    /// The load needed more memory than it may take: the heap grew past the load's cap
+    /// ([`LoadOptions::max_heap_growth`](super::LoadOptions::max_heap_growth)). The save may
+    /// be sound; a larger cap is what to try.
+    #[error("cannot load: the save-game needs more memory than the load may take (its heap-growth cap, LoadOptions::max_heap_growth, is {cap} bytes); raise the cap if the machine has the memory (the load stopped with: {message})")]
+    NeedsMoreMemory {
+        /// The cap, in bytes the heap may grow by.
+        cap: usize,
+        /// What stopped the load, where (as Lua or the reader said it).
+        message: String,
+    },
     /// Lua code run while loading failed (or used up the instruction budget, or memory).
     #[error(transparent)]
     Lua(VmError),

@@ -165,6 +165,8 @@ pub(super) struct LoadOutcome {
     pub(super) report: LoadReport,
     /// The highest identity the file gave an object (0: none; see `read/ident.rs`).
     pub(super) max_ident: u32,
+    /// Whether the heap grew past the load's cap ([`LoadBudget::was_over_cap`]).
+    pub(super) over_cap: bool,
 }
 
 /// Loads a file with unperms at `base + 1` (or nil): `opened` (from `format::open`), or else
@@ -197,6 +199,7 @@ pub(super) unsafe fn load_protected(
                         accept: None,
                         report: LoadReport::default(),
                         max_ident: 0,
+                        over_cap: false,
                     }
                 }
             }
@@ -267,6 +270,7 @@ pub(super) unsafe fn load_protected(
         accept: loader.accept.take(),
         report: loader.take_report(),
         max_ident: loader.idents.max(),
+        over_cap: limits.was_over_cap(),
     }
 }
 

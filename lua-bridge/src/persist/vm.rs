@@ -98,16 +98,19 @@ impl Vm {
         self.check_idle("load a save-game")
             .map_err(LoadError::Lua)?;
         let old_limit = self.arena.stats().limit_bytes as usize;
+        // Whether the arena's limit is the load's cap: Lua's memory error then means the cap.
+        let mut capped = false;
         if let Some(growth) = opts.max_heap_growth {
             // The arena's limit bounds the bytes of live blocks.
             let cap = (self.arena.stats().bytes_allocated as usize)
                 .saturating_add(growth)
                 .min(old_limit);
-            let _ = self.arena.set_limit(
-                cap.next_multiple_of(luasnap_alloc::PAGE_SIZE)
-                    .min(old_limit),
-            );
+            let cap = cap
+                .next_multiple_of(luasnap_alloc::PAGE_SIZE)
+                .min(old_limit);
+            capped = cap < old_limit && self.arena.set_limit(cap).is_ok();
         }
+        let mut over_cap = false;
         let mut staged: Option<String> = None;
         let mut accept: Option<Accept> = None;
         let mut report = LoadReport::default();
@@ -119,6 +122,7 @@ impl Vm {
                     ffi::lua_pushnil(L); // the file is read from `data`, not copied into Lua
                     let out = load_protected(L, opts, Some(opened));
                     (staged, accept, report) = (out.error, out.accept, out.report);
+                    over_cap = out.over_cap;
                     if out.status != ffi::LUA_OK {
                         ffi::lua_error(L);
                     }
@@ -145,17 +149,25 @@ impl Vm {
             |_, _| (),
         );
         let _ = self.arena.set_limit(old_limit);
+        // The loader's own error, when it is what ended the load.
+        let staged = staged.filter(|staged| {
+            matches!(&r, Err(VmError::Lua { message, .. }) if message.contains(staged.as_str()))
+        });
         match (r, staged) {
             (Ok(()), _) => Ok(report),
-            (Err(VmError::Lua { message, .. }), Some(staged)) if message.contains(&staged) => {
-                Err(match accept {
-                    Some(accept) => LoadError::Refused {
-                        message: staged,
-                        accept,
-                    },
-                    None => LoadError::Invalid { message: staged },
+            (Err(e), staged) if over_cap || (capped && e.is_out_of_memory()) => {
+                Err(LoadError::NeedsMoreMemory {
+                    cap: opts.max_heap_growth.unwrap_or(old_limit),
+                    message: staged.unwrap_or_else(|| e.to_string()),
                 })
             }
+            (Err(_), Some(staged)) => Err(match accept {
+                Some(accept) => LoadError::Refused {
+                    message: staged,
+                    accept,
+                },
+                None => LoadError::Invalid { message: staged },
+            }),
             (Err(e), _) => Err(LoadError::Lua(e)),
         }
     }

@@ -695,16 +695,14 @@ pub fn save_graph_allowing(
     read(reader(&d.script, &d.chunk_name)?).map_err(|_| runtime_error)
 }
 
-/// Whether [`save_graph_within`] failed for want of memory: the load's heap-growth cap (the
-/// arena's limit while the load runs, so Lua reports reaching it as its own memory error), or
-/// the graph's limit. Raising the memory is what to do.
+/// Whether [`save_graph_within`] failed for want of memory: the load's heap-growth cap
+/// ([`LoadError::NeedsMoreMemory`]), Lua's memory error, or the graph's limit
+/// ([`VmError::ValueGraphTooLarge`]). Raising the memory is what to do.
 pub fn needs_more_memory(e: &GameError) -> bool {
     match e {
-        GameError::Vm(VmError::ValueGraphTooLarge { .. }) => true,
-        GameError::Vm(v) | GameError::Load(LoadError::Lua(v)) => {
-            v.is_out_of_memory() || v.to_string().contains("heap-growth cap")
-        }
-        GameError::Load(LoadError::Invalid { message }) => message.contains("heap-growth cap"),
+        GameError::Vm(VmError::ValueGraphTooLarge { .. })
+        | GameError::Load(LoadError::NeedsMoreMemory { .. }) => true,
+        GameError::Vm(v) | GameError::Load(LoadError::Lua(v)) => v.is_out_of_memory(),
         _ => false,
     }
 }

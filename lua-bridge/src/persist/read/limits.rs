@@ -134,6 +134,7 @@ impl Loader<'_> {
     pub(super) fn check_heap(&mut self, L: *mut lua_State) -> Result<(), Fail> {
         // SAFETY: reads two counters of the global state.
         if unsafe { luasnap_heap_bytes(L) } > self.limits.heap_cap() {
+            self.limits.note_over_cap();
             return Err(self.fail("the load exceeded its heap-growth cap (LoadOptions::max_heap_growth, eris.settings(\"maxgrowth\"))"));
         }
         Ok(())
