@@ -439,6 +439,11 @@ fn a_vm_dropped_with_finalizers_that_never_end_closes_and_reports_them() {
         stderr.contains("error in __gc") && stderr.contains("instruction budget spent"),
         "{stderr}"
     );
+    // Named as the budget that stopped them (not a call's, which the drop is not).
+    assert!(
+        stderr.contains("CLOSE_BUDGET") && !stderr.contains("Vm::call_with_budget"),
+        "{stderr}"
+    );
 }
 
 // ----- the globals as a permanent -----

@@ -18,6 +18,9 @@
 /* Whether the current budget was spent, and where Lua code was the first time ("chunk:line"). */
 static __thread int ls_spent;
 static __thread char ls_where[LUA_IDSIZE + 24];
+/* What the error says stopped the code, and what to do: the budget's owner gives it (a call's,
+** or a dropped VM's close budget), a string that outlives the budget. */
+static __thread const char *ls_spent_message;
 
 /* What Lua code may still run once the budget is spent, once per budgeted call: the message
 ** handler of the budget's error (xpcall's) runs with hooks allowed, so it pays too; this grace
@@ -64,12 +67,13 @@ static void ls_budget_spent(lua_State *L) {
     grace_given = 1;
     luaV_budget = LS_HANDLER_GRACE;
   }
-  luaG_runerror(L, "instruction budget spent (Vm::call_with_budget)");
+  luaG_runerror(L, "%s", ls_spent_message);
 }
 
-int luasnap_budget_begin(uint64_t budget) {
+int luasnap_budget_begin(uint64_t budget, const char *spent_message) {
   if (luaV_budgethandler != NULL)
     return 0;  /* one budgeted call at a time on a thread */
+  ls_spent_message = spent_message;
   ls_spent = 0;
   ls_where[0] = '\0';
   luaV_budget = (budget >= (uint64_t)LUAI_BUDGETOFF) ? LUAI_BUDGETOFF : (l_mem)budget;

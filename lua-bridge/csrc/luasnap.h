@@ -468,9 +468,10 @@ void luasnap_scrub_light(void *p, size_t size);
 
 /* Starts a budget of `budget` instructions (as lvm.h counts them) for the Lua code this OS
 ** thread runs, coroutines and finalizers included, until luasnap_budget_end; once spent, Lua
-** code raises an error at each call and backward jump. 0 (and nothing changes) if a budget is
-** running already. */
-int luasnap_budget_begin(uint64_t budget);
+** code raises an error at each call and backward jump, whose message is `spent_message` (a
+** string that lives as long as the program: what stopped the code, what to do). 0 (and
+** nothing changes) if a budget is running already. */
+int luasnap_budget_begin(uint64_t budget, const char *spent_message);
 /* Ends the budget luasnap_budget_begin(budget) started: *used = the instructions charged (at
 ** most `budget`); returns 1 if it was spent, with where = "chunk:line" of the first stop
 ** (n bytes, NUL-terminated), else 0 and where = "". */

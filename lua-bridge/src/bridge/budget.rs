@@ -5,6 +5,21 @@
 use crate::bridge::helpers::{luasnap_budget_begin, luasnap_budget_end};
 use std::ffi::{c_char, CStr};
 
+/// The Lua error a spent budget raises in the code it stops: what stopped it and what to do.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Spent(&'static CStr);
+
+/// The budget of [`Vm::call_with_budget`](crate::Vm::call_with_budget).
+pub(crate) const CALL: Spent = Spent(c"instruction budget spent (Vm::call_with_budget)");
+
+/// The close budget of a dropped VM ([`CLOSE_BUDGET`](crate::CLOSE_BUDGET)).
+pub(crate) const CLOSE: Spent = Spent(
+    c"instruction budget spent: a dropped VM's finalizers and __close handlers may run \
+CLOSE_BUDGET Lua instructions in all; a finalizer that needs more (or never ends) \
+must run before the drop, under a budget you choose: clear the references to its object and \
+collect the garbage in a budgeted call",
+);
+
 /// What a budgeted call left: whether it spent its budget, how much it charged, and where
 /// Lua code was when the budget ran out.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -30,11 +45,13 @@ pub(crate) struct RunningBudget {
 }
 
 impl RunningBudget {
-    /// Starts a budget of `budget` instructions for all Lua code this OS thread runs; `None`
-    /// if one is running already (a budgeted call from inside another).
-    pub(crate) fn begin(budget: u64) -> Option<RunningBudget> {
-        // SAFETY: changes only the calling thread's budget state in the C helpers.
-        let started = unsafe { luasnap_budget_begin(budget) } != 0;
+    /// Starts a budget of `budget` instructions for all Lua code this OS thread runs, whose
+    /// error names what stopped the code ([`CALL`], [`CLOSE`]); `None` if one is running
+    /// already (a budgeted call from inside another).
+    pub(crate) fn begin(budget: u64, spent: Spent) -> Option<RunningBudget> {
+        // SAFETY: changes only the calling thread's budget state in the C helpers; the
+        // message is a static string, alive after the budget ends.
+        let started = unsafe { luasnap_budget_begin(budget, spent.0.as_ptr()) } != 0;
         started.then_some(RunningBudget {
             budget,
             ended: false,

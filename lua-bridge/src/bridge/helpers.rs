@@ -447,7 +447,7 @@ unsafe extern "C" {
 // budget.c: the instruction budget of the running OS thread (lvm.h), and the load's budget
 // hook that finalizers keep (Lua patch 8).
 unsafe extern "C" {
-    pub(crate) fn luasnap_budget_begin(budget: u64) -> c_int;
+    pub(crate) fn luasnap_budget_begin(budget: u64, spent_message: *const c_char) -> c_int;
     pub(crate) fn luasnap_budget_end(
         budget: u64,
         used: *mut u64,

@@ -459,7 +459,7 @@ impl Drop for Vm {
         // Finalizers and `__close` handlers that `lua_close` runs are counted against
         // CLOSE_BUDGET (or what a budgeted call that drops this VM has left: one budget per
         // OS thread), and stopped past it (Lua patch 8).
-        let budget = RunningBudget::begin(CLOSE_BUDGET);
+        let budget = RunningBudget::begin(CLOSE_BUDGET, crate::bridge::budget::CLOSE);
         // SAFETY: the state is idle (nothing borrows the Vm) and the arena is still alive;
         // closing runs finalizers in protected mode and frees everything into the arena.
         unsafe { ffi::lua_close(self.state.as_ptr()) };
@@ -565,7 +565,7 @@ impl Vm {
                 operation: "call into Lua from inside a native",
             });
         }
-        let Some(running) = RunningBudget::begin(budget) else {
+        let Some(running) = RunningBudget::begin(budget, crate::bridge::budget::CALL) else {
             return Err(VmError::LuaRunning {
                 operation: "a budgeted call while another runs on the same thread",
             });
