@@ -437,30 +437,10 @@ fn no_module_imports_from_a_layer_above_it() {
     );
 }
 
-/// Circles allowed for now, all of whose modules lie under one of these modules: the writer's
-/// files implement `Persister`, which their parent (`persist/write/mod.rs`) defines with fields
-/// of the kind files' frame types, so the parent and its children import each other. It leaves
-/// this list when that struct and the frame types move to files of their own that import no
-/// kind file (as the loader's did: `persist/read/loader.rs`, `frame.rs`, `state.rs`). A circle
-/// that reaches outside it (through `persist/mod.rs` or `persist/format/`, say) fails.
-const PENDING: &[&str] = &["persist::write"];
-
-fn pending(circle: &[Vec<String>]) -> bool {
-    PENDING.iter().any(|p| {
-        let p: Vec<&str> = p.split("::").collect();
-        circle
-            .iter()
-            .all(|m| m.len() >= p.len() && m.iter().zip(&p).all(|(a, b)| a == b))
-    })
-}
-
 #[test]
 fn no_import_circle_among_the_source_files() {
     let graph = graph();
-    let found: Vec<_> = circles(&graph)
-        .into_iter()
-        .filter(|c| !pending(c))
-        .collect();
+    let found = circles(&graph);
     // Each circle with its imports inside it: one of them has to go.
     let text: Vec<String> = found
         .iter()

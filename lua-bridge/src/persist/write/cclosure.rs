@@ -5,10 +5,9 @@
 use super::super::format::{Ident, Tag};
 use super::super::permanents::GMATCH_AUX;
 use super::super::slots::Slots;
-use super::closure::UpvalueFrame;
 use super::csrc::luasnap_identity_at;
-use super::path::Seg;
-use super::{push_seen, replace_with_upvalue, Fail, Frame, Persister};
+use super::frame::{Frame, Seg, UpvalueFrame};
+use super::persister::{push_seen, replace_with_upvalue, Fail, Persister};
 use mlua_sys::{self as ffi, lua_State};
 use std::ffi::{c_int, CStr};
 

@@ -12,24 +12,13 @@ use super::csrc::{
     kind, luasnap_checkstack, luasnap_closure_scan, luasnap_identity, luasnap_identity_at,
     luasnap_proto, luasnap_proto_nupvalues, luasnap_upval_open,
 };
+use super::frame::{Frame, Seg, UpvalueFrame};
 use super::ids::IdSpace;
-use super::path::Seg;
+use super::persister::{push_seen, replace_with_upvalue, Fail, Persister};
+use super::scratch::MAX_UPVALUES;
 use super::thread::is_main_thread;
-use super::{push_seen, replace_with_upvalue, Fail, Frame, Persister};
 use mlua_sys::{self as ffi, lua_State};
 use std::ffi::{c_int, c_void};
-
-/// Upvalues a Lua closure can have (Lua's MAXUPVAL).
-pub(super) const MAX_UPVALUES: usize = 255;
-
-/// A closure (Lua or C) whose upvalues are being written, in the format's order
-/// ([`Upvalues`]).
-#[derive(Clone, Copy, Debug)]
-pub(super) struct UpvalueFrame {
-    /// The closure's object id (anchored at `seen[id]`).
-    id: u32,
-    upvalues: Upvalues,
-}
 
 impl UpvalueFrame {
     pub(super) fn new(id: u32, n: c_int) -> Self {

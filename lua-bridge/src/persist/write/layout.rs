@@ -11,32 +11,10 @@ use super::csrc::{
     kind, luasnap_layout_cache_reset, luasnap_layout_cache_size, luasnap_node_key,
     luasnap_table_layout, RawVal, LAYOUT_WAYS,
 };
-use super::Persister;
+use super::persister::Persister;
+use super::scratch::LayoutBufs;
 use mlua_sys::lua_State;
 use std::ffi::c_void;
-
-/// Scratch buffers for tables' layouts.
-///
-/// Invariant: `cache` is zeroed or holds `luasnap_layout_cache_size()` bytes that only
-/// `luasnap_table_layout` wrote since the last [`LayoutBufs::forget_layouts`]; `written[w]`
-/// is non-empty only if bit `w` of `kept` is set, and then holds the bytes written for the
-/// table that filled cache entry `w` in this epoch.
-#[derive(Default)]
-pub(super) struct LayoutBufs {
-    codes: Vec<u32>,
-    nexts: Vec<i32>,
-    idx: Vec<u32>,
-    blob: Writer,
-    /// The layout cache of `luasnap_table_layout` (zeroed: empty).
-    cache: Vec<u64>,
-    /// For each entry of that cache, the bytes written (tag, length, layout) for the table
-    /// that filled it in this epoch, or nothing (not filled since the epoch began, or its
-    /// layout has removed keys, which the cache does not compare).
-    written: Vec<Vec<u8>>,
-    /// Bit w set: `written[w]` holds bytes (`luasnap_table_layout` then skips copying the
-    /// entry's codes on a hit).
-    kept: u64,
-}
 
 /// A layout as `luasnap_table_layout` gives it (the codes and chain offsets in the buffers).
 struct Layout {

@@ -18,6 +18,8 @@
 //!
 //! | file | writes |
 //! |---|---|
+//! | `persister.rs` | the writer's state (`Persister`), which every other file extends |
+//! | `frame.rs` | the frames of objects being written, and their path segments |
 //! | `table.rs`, `layout.rs` | tables: header, metatable, entries, hash layout |
 //! | `closure.rs`, `proto.rs` | Lua closures and their upvalues; prototypes and chunk homes |
 //! | `cclosure.rs` | C closures (a permanent function and its upvalues) |
@@ -28,6 +30,10 @@
 //! | `ids.rs`, `scratch.rs` | the id table, working memory |
 //! | `path.rs` | where the writer is, for error messages |
 //! | `csrc.rs` | every C helper the writer calls |
+//!
+//! The imports run one way: this file (the dispatcher: a value by its type, a frame by its
+//! kind) over the kinds' files, over `persister.rs`, over `scratch.rs`, over `frame.rs`,
+//! `ids.rs` and `csrc.rs`.
 //!
 //! # Invariants
 //!
@@ -54,9 +60,11 @@
 mod cclosure;
 mod closure;
 mod csrc;
+mod frame;
 mod ids;
 mod layout;
 mod path;
+mod persister;
 mod plain;
 mod proto;
 mod scratch;
@@ -65,101 +73,17 @@ mod table;
 mod thread;
 mod userdata;
 
-use super::format::Writer;
-use super::options::PersistOptions;
+pub(crate) use persister::Persister;
+
 use super::slots::Slots;
-use crate::bridge::ffi::UserDataType;
-use closure::UpvalueFrame;
 use csrc::{luasnap_anchor, luasnap_gc_stopem};
+use frame::Frame;
 use ids::IdSpace;
 use mlua_sys::{self as ffi, lua_State};
-use rustc_hash::FxHashMap as HashMap;
-use scratch::Scratch;
-use special::SpecialFrame;
-use std::ffi::{c_int, c_void, CString};
-use table::TableFrame;
-use thread::ThreadFrame;
-use userdata::UserdataFrame;
+use persister::Fail;
+use std::ffi::{c_int, c_void};
 
-/// A failure whose message is staged in `Persister::error`.
-pub(crate) struct Fail;
-
-/// An object whose contents are being written, one child value at a time: what it is and
-/// which child comes next. Each kind's file defines its frame and moves it on.
-enum Frame {
-    Table(TableFrame),
-    LClosure(UpvalueFrame),
-    CClosure(UpvalueFrame),
-    Userdata(UserdataFrame),
-    Special(SpecialFrame),
-    Thread(ThreadFrame),
-}
-
-/// Writes a value and everything reachable from it (see the module docs).
-pub(crate) struct Persister<'a> {
-    /// Working memory kept between persists on a thread: the id table (objects written by
-    /// identity, to their id; strings written, to their string id), the objects and strings
-    /// not anchored yet, table-scan batches, closure scans, prototypes and chunks written,
-    /// upvalue homes, the frame stack and layout buffers (see [`Scratch`]).
-    sc: Scratch,
-    pub w: Writer,
-    /// String ids given so far.
-    nstrs: u32,
-    /// String ids from this one on are not anchored yet (see `anchor`).
-    anchored: u32,
-    /// The spkey string (anchored in `strs[0]`).
-    spkey_str: *const c_void,
-    /// The last metatable `meta_has_spkey` looked in, and its answer.
-    last_meta: (*const c_void, bool),
-    /// Changes whenever Lua code may run (see `anchor`): older batches are stale.
-    scan_gen: u32,
-    next_id: u32,
-    /// Fingerprints of the prototypes of the chunks written, by identity (forgotten before
-    /// Lua code runs, which could free a prototype and give its address to another).
-    proto_hashes: HashMap<*const c_void, u64>,
-    pub error: Option<String>,
-    pub has_bytecode: bool,
-    /// Whether the file carries source text.
-    pub has_source: bool,
-    opts: &'a PersistOptions,
-    spkey: CString,
-    /// The VM's registered userdata types (written by name and bytes).
-    types: &'a [UserDataType],
-    /// Bytecode of a detached function, as `lua_dump` writes it (see `proto.rs`).
-    dump: Vec<u8>,
-}
-
-impl Drop for Persister<'_> {
-    fn drop(&mut self) {
-        std::mem::take(&mut self.sc).keep();
-    }
-}
-
-impl<'a> Persister<'a> {
-    /// A writer for the VM whose arena starts at `arena_base` (the key of its scratch
-    /// memory) and whose userdata types are `types`.
-    pub fn new(opts: &'a PersistOptions, types: &'a [UserDataType], arena_base: usize) -> Self {
-        Persister {
-            sc: Scratch::take(arena_base),
-            w: Writer::file(),
-            nstrs: 0,
-            anchored: 0,
-            spkey_str: std::ptr::null(),
-            last_meta: (std::ptr::null(), false),
-            scan_gen: 0,
-            next_id: 0,
-            proto_hashes: HashMap::default(),
-            error: None,
-            has_bytecode: false,
-            has_source: false,
-            spkey: CString::new(opts.spkey.as_str())
-                .unwrap_or_else(|_| CString::new("__persist").unwrap()),
-            opts,
-            types,
-            dump: Vec::new(),
-        }
-    }
-
+impl Persister<'_> {
     /// Writes the value on top of the stack (popped). `s` locates the helper tables.
     ///
     /// # Safety
@@ -390,28 +314,5 @@ impl<'a> Persister<'a> {
         self.sc.unanchored.clear();
         self.sc.unanchored_objs.clear();
         self.sc.unanchored_ids.clear();
-    }
-}
-
-/// Pushes the object anchored as `id` (at `seen[id]`).
-///
-/// # Safety
-/// Room for one value; `s.seen` is the writer's `seen` table.
-#[inline]
-unsafe fn push_seen(L: *mut lua_State, s: Slots, id: u32) {
-    // SAFETY: callers' contract; rawgeti raises nothing.
-    unsafe { ffi::lua_rawgeti(L, s.seen, id as ffi::lua_Integer) };
-}
-
-/// Replaces the closure on top with the value of its upvalue `i`.
-///
-/// # Safety
-/// A closure with upvalue `i` is on top, and room for one more value.
-unsafe fn replace_with_upvalue(L: *mut lua_State, i: c_int) {
-    // SAFETY: callers' contract: [f] -> [f, v] -> [v, f] -> [v].
-    unsafe {
-        ffi::lua_getupvalue(L, -1, i);
-        ffi::lua_rotate(L, -2, 1);
-        ffi::lua_pop(L, 1);
     }
 }

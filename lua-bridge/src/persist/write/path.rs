@@ -5,26 +5,9 @@
 //! read back from the table only when an error needs it.
 
 use super::csrc::luasnap_table_entry;
-use super::{Fail, Frame, Persister};
+use super::frame::{Frame, Seg};
+use super::persister::{Fail, Persister};
 use mlua_sys::{self as ffi, lua_State};
-use std::ffi::c_int;
-
-/// What a frame's current child is to its object.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub(super) enum Seg {
-    /// A table entry's key or value (the key is read back for the path).
-    Key,
-    Meta,
-    Upvalue(c_int),
-    UserValue(c_int),
-    /// The first function a `__persist` function returned (the rebuild function or the
-    /// create thunk).
-    Persist,
-    /// The second (two-phase initializer).
-    PersistInit,
-    /// A coroutine's stack slot.
-    Stack(c_int),
-}
 
 impl Persister<'_> {
     /// Stages the error message `what`, with where the writer is if paths are on.

@@ -10,7 +10,7 @@
 use super::super::format::{Scalar, MIN_STRREF_LEN};
 use super::csrc::{kind, luasnap_string_bytes, RawVal};
 use super::ids::IdSpace;
-use super::Persister;
+use super::persister::Persister;
 use mlua_sys::{self as ffi, lua_State};
 use std::ffi::c_void;
 

@@ -14,18 +14,12 @@ use super::csrc::{
     luasnap_chunk_describe, luasnap_dump, luasnap_proto_child, luasnap_proto_hash,
     luasnap_proto_tree_hashes, ChunkDesc,
 };
-use super::Persister;
+use super::persister::Persister;
+use super::scratch::TreeEntry;
 use crate::persist::place::{child_names, upvalue_names};
 use mlua_sys::{self as ffi, lua_State};
 use rustc_hash::FxHashMap as HashMap;
 use std::ffi::{c_int, c_void, CStr};
-
-/// Where a prototype is in its chunk's tree: the child indices from the main prototype, and
-/// its place (the names from the main prototype down; see `persist::place`).
-pub(super) struct TreeEntry {
-    path: Vec<u32>,
-    place: Vec<Vec<u8>>,
-}
 
 /// Where each prototype of a chunk's tree is, by fingerprint.
 type TreePaths = HashMap<u64, TreeEntry>;

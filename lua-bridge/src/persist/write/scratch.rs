@@ -1,15 +1,20 @@
-//! The writer's working memory, kept between persists on a thread.
+//! The writer's working memory, kept between persists on a thread, and the sizes of its
+//! buffers. The kinds' files that fill each part (`table.rs`, `layout.rs`, `proto.rs`, ...)
+//! import it; it imports none of them.
 
-use super::closure::MAX_UPVALUES;
+use super::super::format::Writer;
 use super::csrc::{RawVal, ScanEntry};
+use super::frame::{Frame, Seg};
 use super::ids::IdMap;
-use super::layout::LayoutBufs;
-use super::path::Seg;
-use super::table::SCAN_BATCH;
-use super::Frame;
 use mlua_sys as ffi;
 use rustc_hash::FxHashMap as HashMap;
 use std::ffi::{c_int, c_void};
+
+/// Table entries described per `luasnap_table_scan` call.
+pub(super) const SCAN_BATCH: usize = 64;
+
+/// Upvalues a Lua closure can have (Lua's MAXUPVAL).
+pub(super) const MAX_UPVALUES: usize = 255;
 
 /// The writer's working memory: kept between persists on a thread (up to `SCRATCH_KEEP`
 /// bytes), so a save does not pay again for allocating, growing and page-faulting what the
@@ -35,7 +40,7 @@ pub(super) struct Scratch {
     pub protos: HashMap<*const c_void, u32>,
     /// Chunks written (by record): their index in the file, and where each prototype of the
     /// chunk's tree is (its path and place), by fingerprint.
-    pub chunks: HashMap<*const c_void, (u32, HashMap<u64, super::proto::TreeEntry>)>,
+    pub chunks: HashMap<*const c_void, (u32, HashMap<u64, TreeEntry>)>,
     pub frames: Vec<Frame>,
     pub segs: Vec<Seg>,
     /// Scratch for tables' layouts.
@@ -43,6 +48,36 @@ pub(super) struct Scratch {
     /// Upvalues (identity, value) described by the last closure scan.
     pub cl_uids: Vec<*const c_void>,
     pub cl_vals: Vec<RawVal>,
+}
+
+/// Where a prototype is in its chunk's tree: the child indices from the main prototype, and
+/// its place (the names from the main prototype down; see `persist::place`).
+pub(super) struct TreeEntry {
+    pub(super) path: Vec<u32>,
+    pub(super) place: Vec<Vec<u8>>,
+}
+
+/// Scratch buffers for tables' layouts (filled and kept by `layout.rs`).
+///
+/// Invariant: `cache` is zeroed or holds `luasnap_layout_cache_size()` bytes that only
+/// `luasnap_table_layout` wrote since the last [`LayoutBufs::forget_layouts`]; `written[w]`
+/// is non-empty only if bit `w` of `kept` is set, and then holds the bytes written for the
+/// table that filled cache entry `w` in this epoch.
+#[derive(Default)]
+pub(super) struct LayoutBufs {
+    pub(super) codes: Vec<u32>,
+    pub(super) nexts: Vec<i32>,
+    pub(super) idx: Vec<u32>,
+    pub(super) blob: Writer,
+    /// The layout cache of `luasnap_table_layout` (zeroed: empty).
+    pub(super) cache: Vec<u64>,
+    /// For each entry of that cache, the bytes written (tag, length, layout) for the table
+    /// that filled it in this epoch, or nothing (not filled since the epoch began, or its
+    /// layout has removed keys, which the cache does not compare).
+    pub(super) written: Vec<Vec<u8>>,
+    /// Bit w set: `written[w]` holds bytes (`luasnap_table_layout` then skips copying the
+    /// entry's codes on a hit).
+    pub(super) kept: u64,
 }
 
 /// The most scratch memory a thread keeps between persists (enough for arenas of about

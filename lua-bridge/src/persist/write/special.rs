@@ -12,8 +12,8 @@
 use super::super::format::{Ident, SpecialPart, SpecialParts, Tag};
 use super::super::slots::Slots;
 use super::csrc::{luasnap_gc_stopem, luasnap_identity_at};
-use super::path::Seg;
-use super::{Fail, Frame, Persister};
+use super::frame::{Frame, Seg, SpecialFrame};
+use super::persister::{Fail, Persister};
 use mlua_sys::{self as ffi, lua_State};
 
 /// Where a function a `__persist` function returned sits in the table at `seen[-id - 1]`
@@ -31,15 +31,6 @@ fn seg(part: SpecialPart) -> Seg {
         SpecialPart::Rebuild | SpecialPart::Create => Seg::Persist,
         SpecialPart::Init => Seg::PersistInit,
     }
-}
-
-/// The functions a `__persist` function returned for the object with id `id`, being written
-/// in the format's order ([`SpecialParts`]), kept alive at `seen[-id - 1]` (a table of one or
-/// two functions).
-#[derive(Clone, Copy, Debug)]
-pub(super) struct SpecialFrame {
-    id: u32,
-    parts: SpecialParts,
 }
 
 impl SpecialFrame {
@@ -215,7 +206,7 @@ impl Persister<'_> {
 #[cfg(test)]
 mod tests {
     use super::{seg, slot, SpecialParts};
-    use crate::persist::write::path::Seg;
+    use crate::persist::write::frame::Seg;
 
     #[test]
     fn a_two_phase_special_writes_create_then_init_from_their_slots() {

@@ -17,15 +17,14 @@ use super::csrc::{
     kind, luasnap_identity, luasnap_meta_has, luasnap_push_metatable, luasnap_table_entry,
     luasnap_table_info, luasnap_table_next, luasnap_table_scan, ScanEntry,
 };
+use super::frame::{Frame, Seg, TableFrame, TableStep};
 use super::ids::{IdSpace, ObjState};
-use super::path::Seg;
+use super::persister::{Fail, Persister};
 use super::plain::{full_val, identity, is_obj, is_prim, Class, Plain};
-use super::{Fail, Frame, Persister};
+use super::scratch::SCAN_BATCH;
 use mlua_sys::{self as ffi, lua_State};
 use std::ffi::{c_int, c_void};
 
-/// Table entries described per `luasnap_table_scan` call.
-pub(super) const SCAN_BATCH: usize = 64;
 /// Scanned entries kept for tables waiting on a child (see [`TableFrame`]); past this many,
 /// a table opening a child drops the rest of its batch and scans it again later, so deep
 /// nesting costs no more memory than a frame each.
@@ -52,17 +51,6 @@ unsafe fn table_info(t: *const c_void) -> TableInfo {
     TableInfo { narr, nhash, mt }
 }
 
-/// Which part of a table comes next ([`TablePart`]): its metatable (written by the frame: it
-/// was neither nil nor written before when the header was); at `Key`, its entries from `pos`
-/// on; at `Value`, the value of the entry at `pos - 1`, whose key, the object `key`, has been
-/// written (its contents came first).
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub(super) struct TableStep {
-    part: TablePart,
-    /// At `Value`, the entry's key (else null).
-    key: *const c_void,
-}
-
 impl TableStep {
     const METATABLE: TableStep = TableStep {
         part: TablePart::Metatable,
@@ -79,26 +67,6 @@ impl TableStep {
             key,
         }
     }
-}
-
-/// A table being written (kept alive by the graph, or anchored: see `Persister::anchor`).
-///
-/// Its scanned entries live in `Scratch::scan` from `floor` on; those still to write are
-/// `scan[lo..hi]`, the ones from `pos` on. Invariant: they describe the table as it is while
-/// `gen` equals `Persister::scan_gen`, which changes before Lua code runs (only Lua code can
-/// change a table being written or free what its entries point to; the collector is stopped);
-/// a stale or empty batch is scanned again from `pos`. Child frames scan above `hi` and
-/// truncate back to their own floor when done.
-#[derive(Clone, Copy)]
-pub(super) struct TableFrame {
-    t: *const c_void,
-    step: TableStep,
-    /// The position after the current entry.
-    pos: u32,
-    floor: u32,
-    lo: u32,
-    hi: u32,
-    gen: u32,
 }
 
 impl TableFrame {

@@ -13,9 +13,9 @@ use super::csrc::{
     luasnap_checkstack, luasnap_identity, luasnap_thread_cis, luasnap_thread_info,
     luasnap_thread_push_slot, luasnap_thread_tbc, CiRecord,
 };
-use super::path::Seg;
+use super::frame::{Frame, Seg, ThreadFrame};
+use super::persister::{Fail, Persister};
 use super::plain::Plain;
-use super::{Fail, Frame, Persister};
 use mlua_sys::{self as ffi, lua_State};
 use std::ffi::{c_int, c_void};
 
@@ -44,16 +44,6 @@ impl CoState {
             _ => CoState::Dead,
         }
     }
-}
-
-/// A coroutine whose stack is being written, in the format's order ([`ThreadParts`]).
-#[derive(Clone, Copy, Debug)]
-pub(super) struct ThreadFrame {
-    /// The coroutine (anchored at `seen[id]` by `Persister::object`).
-    co: *mut lua_State,
-    parts: ThreadParts,
-    /// Its call frames to write after the stack (0: none, not suspended).
-    nci: c_int,
 }
 
 impl ThreadFrame {

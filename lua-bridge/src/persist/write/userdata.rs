@@ -5,19 +5,10 @@
 use super::super::format::{Ident, PlainUserdata, UserdataBytes, UserdataPart, UserdataParts};
 use super::super::slots::Slots;
 use super::csrc::luasnap_identity_at;
-use super::path::Seg;
-use super::{push_seen, Fail, Frame, Persister};
+use super::frame::{Frame, Seg, UserdataFrame};
+use super::persister::{push_seen, Fail, Persister};
 use mlua_sys::{self as ffi, lua_State};
 use std::ffi::c_int;
-
-/// A userdata whose metatable and user values are being written, in the format's order
-/// ([`UserdataParts`]).
-#[derive(Clone, Copy, Debug)]
-pub(super) struct UserdataFrame {
-    /// The userdata's object id (anchored at `seen[id]`).
-    id: u32,
-    parts: UserdataParts,
-}
 
 impl UserdataFrame {
     fn new(id: u32, nuv: c_int) -> Self {
