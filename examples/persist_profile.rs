@@ -160,22 +160,7 @@ fn dump(dir: &str) {
     write("mixed_game", m.save_game().expect("save"));
     drop(m);
     for (name, src) in GAMES {
-        let g = vm(64);
-        g.exec(
-            format!("G = (function() {src} end)()"),
-            &format!("@{name}.lua"),
-        )
-        .expect("game");
-        g.call::<()>("G.init", &[Value::Integer(2), Value::Integer(7)])
-            .expect("init");
-        for f in 0..40i64 {
-            g.exec(
-                format!("G.step({{ {}, {} }})", f % 32, (f * 7) % 32),
-                "=step",
-            )
-            .expect("step");
-        }
-        write(name, g.save_game().expect("save"));
+        write(name, game_at(src, name, 40).save_game().expect("save"));
     }
 }
 

@@ -6,19 +6,18 @@
 //! Loads that crashed, hung or ended the process before their fix run in a child process
 //! (`in_child`): the test fails, rather than the whole suite dying, if one comes back.
 
+mod common;
+
+use common::child::in_child;
 use luasnap::bridge::persist::forge::{
     self, body_of, cist, seal_body, FrameRec, Node, Proto, Upval,
 };
 use luasnap::bridge::persist::{LoadOptions, Trust};
 use luasnap::bridge::{PlainData, Value, Vm};
-use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 const MIB: usize = 1 << 20;
-const CHILD_ENV: &str = "LUASNAP_HOSTILE_CHILD";
-const DONE: &str = "hostile-child-finished";
 
 /// A VM with the whole standard library (os, io and debug included: what an attack reaches).
 fn vm() -> Vm {
@@ -27,47 +26,6 @@ fn vm() -> Vm {
         .memory_limit(1536 * MIB)
         .build()
         .unwrap()
-}
-
-/// Runs `body` in a child process (this test binary, filtered to `name`): a crash, an exit
-/// or a hang there fails the test instead of taking the suite down.
-fn in_child(name: &str, body: impl FnOnce()) {
-    if std::env::var(CHILD_ENV).as_deref() == Ok(name) {
-        body();
-        println!("{DONE}");
-        return;
-    }
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([name, "--exact", "--nocapture", "--test-threads=1"])
-        .env(CHILD_ENV, name)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let start = Instant::now();
-    let status = loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            break Some(st);
-        }
-        if start.elapsed() > Duration::from_secs(120) {
-            child.kill().unwrap();
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let out = child.wait_with_output().unwrap();
-    let (stdout, stderr) = (
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr),
-    );
-    match status {
-        None => panic!("the load hung (killed after 120 s)\n{stdout}\n{stderr}"),
-        Some(st) => assert!(
-            st.success() && stdout.contains(DONE),
-            "the child did not finish cleanly ({st}): it crashed, exited or failed\n{stdout}\n{stderr}"
-        ),
-    }
 }
 
 /// The body of `vm`'s save of the global `path`, decoded.

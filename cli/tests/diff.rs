@@ -1,12 +1,17 @@
 //! `luasnap diff` and the checks `luasnap simulate` makes before a long run.
 
-use std::process::Command;
+mod support;
 
-fn luasnap(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_luasnap"))
-        .args(args)
-        .output()
-        .unwrap()
+use std::path::Path;
+use support::output as luasnap;
+
+/// A save-game of `game` after `frames` frames, written to `path` by `luasnap simulate`.
+fn simulate_save(game: &str, frames: &str, path: &Path, extra: &[&str]) {
+    let mut args = vec!["simulate", game, "--frames", frames, "--mode", "full"];
+    args.extend_from_slice(extra);
+    args.extend_from_slice(&["--save", path.to_str().unwrap()]);
+    let out = luasnap(&args);
+    assert!(out.status.success(), "{}", support::stderr(&out));
 }
 
 #[test]
@@ -19,21 +24,7 @@ fn diff_of_two_saves_lists_paths_bounded_with_exit_status_1() {
     );
     let save = |frames: &str, name: &str| {
         let path = dir.join(name);
-        let out = luasnap(&[
-            "simulate",
-            game,
-            "--frames",
-            frames,
-            "--mode",
-            "full",
-            "--save",
-            path.to_str().unwrap(),
-        ]);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        simulate_save(game, frames, &path, &[]);
         path
     };
     let (a, b, c) = (
@@ -225,7 +216,7 @@ fn simulate_says_when_g_step_seems_to_loop_forever() {
          return G",
     )
     .unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_luasnap"))
+    let mut child = support::luasnap()
         .args(["simulate", game.to_str().unwrap(), "--frames", "10"])
         // The step budget would stop this loop first (tests/step_budget.rs); the warning
         // is for runs without one, and for loops inside C functions, which it does not count.
@@ -272,7 +263,7 @@ fn diff_runs_no_function_the_files_name() {
         "#,
     )
     .unwrap();
-    let made = Command::new(env!("CARGO_BIN_EXE_luasnap"))
+    let made = support::luasnap()
         .current_dir(&dir)
         .args(["run", "mk.lua"])
         .output()
@@ -439,23 +430,7 @@ fn diff_refuses_a_held_load_naming_allow_permanent_and_accepts_it_with_the_flag(
     let game = game.to_str().unwrap();
     let save = |frames: &str, name: &str| {
         let path = dir.join(name);
-        let out = luasnap(&[
-            "simulate",
-            game,
-            "--frames",
-            frames,
-            "--mode",
-            "full",
-            "--second-process",
-            "off",
-            "--save",
-            path.to_str().unwrap(),
-        ]);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        simulate_save(game, frames, &path, &["--second-process", "off"]);
         path.to_str().unwrap().to_string()
     };
     let (a, b) = (save("5", "a.sav"), save("8", "b.sav"));

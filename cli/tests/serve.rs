@@ -3,29 +3,13 @@
 //! running another game is refused, saying why; a game that is a folder (a main script and
 //! its modules) is served and joined by its folder or its main script.
 
-use std::process::{Child, Command, Stdio};
+mod support;
+
+use std::process::Child;
 use std::time::Duration;
+use support::{json_of as json, spawn as luasnap};
 
 const TINY: &str = include_str!("../../tests/lua/tiny_game.lua");
-
-fn luasnap(args: &[&str]) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_luasnap"))
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap()
-}
-
-fn json(child: Child) -> serde_json::Value {
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
-}
 
 fn free_port() -> u16 {
     std::net::UdpSocket::bind("127.0.0.1:0")
@@ -33,6 +17,32 @@ fn free_port() -> u16 {
         .local_addr()
         .unwrap()
         .port()
+}
+
+/// `luasnap serve GAME --json` on a free port of 127.0.0.1 with a tick of 20 ms, for
+/// `players`, starting with `start_with` clients, for `frames` frames; and its address.
+fn serve(
+    game: &str,
+    players: &str,
+    start_with: &str,
+    frames: &str,
+    extra: &[&str],
+) -> (Child, String) {
+    let port = free_port().to_string();
+    let mut args = vec!["serve", game, "--port", &port, "--bind", "127.0.0.1"];
+    args.extend_from_slice(&["--players", players, "--start-with", start_with]);
+    args.extend_from_slice(&["--frames", frames, "--tick-ms", "20", "--json"]);
+    args.extend_from_slice(extra);
+    (luasnap(&args), format!("127.0.0.1:{port}"))
+}
+
+/// The error of `luasnap client ARGS`, which must be refused.
+fn refused(args: &[&str]) -> String {
+    let out = luasnap(&[&["client"], args].concat())
+        .wait_with_output()
+        .unwrap();
+    assert!(!out.status.success());
+    support::stderr(&out)
 }
 
 #[test]
@@ -44,28 +54,8 @@ fn a_served_match_ends_on_one_digest_across_processes() {
     let other = dir.join("other").join("tiny_game.lua");
     std::fs::create_dir_all(other.parent().unwrap()).unwrap();
     std::fs::write(&other, format!("{TINY}\n-- another version\n")).unwrap();
-    let port = free_port().to_string();
-    let addr = format!("127.0.0.1:{port}");
     let g = game.to_str().unwrap();
-    let server = luasnap(&[
-        "serve",
-        g,
-        "--port",
-        &port,
-        "--bind",
-        "127.0.0.1",
-        "--players",
-        "3",
-        "--frames",
-        "150",
-        "--tick-ms",
-        "20",
-        "--check-every",
-        "25",
-        "--start-with",
-        "2",
-        "--json",
-    ]);
+    let (server, addr) = serve(g, "3", "2", "150", &["--check-every", "25"]);
     std::thread::sleep(Duration::from_millis(300));
     let near = luasnap(&["client", g, "--connect", &addr, "--json"]);
     let far = luasnap(&[
@@ -84,10 +74,7 @@ fn a_served_match_ends_on_one_digest_across_processes() {
         "--json",
     ]);
     std::thread::sleep(Duration::from_millis(1500));
-    let refused = luasnap(&["client", other.to_str().unwrap(), "--connect", &addr]);
-    let refused = refused.wait_with_output().unwrap();
-    assert!(!refused.status.success());
-    let why = String::from_utf8_lossy(&refused.stderr);
+    let why = refused(&[other.to_str().unwrap(), "--connect", &addr]);
     assert!(
         why.contains("refused this client") && why.contains("run the server's GAME"),
         "{why}"
@@ -146,25 +133,7 @@ fn a_folder_game_is_served_by_its_folder_and_joined_by_its_main_script() {
     let other = root.join("other");
     folder_game(&game, "(x + input) % 1000");
     folder_game(&other, "(x + input + 1) % 1000");
-    let port = free_port().to_string();
-    let addr = format!("127.0.0.1:{port}");
-    let server = luasnap(&[
-        "serve",
-        game.to_str().unwrap(),
-        "--port",
-        &port,
-        "--bind",
-        "127.0.0.1",
-        "--players",
-        "2",
-        "--start-with",
-        "1",
-        "--frames",
-        "120",
-        "--tick-ms",
-        "20",
-        "--json",
-    ]);
+    let (server, addr) = serve(game.to_str().unwrap(), "2", "1", "120", &[]);
     std::thread::sleep(Duration::from_millis(300));
     let main = game.join("main.lua");
     let client = luasnap(&[
@@ -176,10 +145,7 @@ fn a_folder_game_is_served_by_its_folder_and_joined_by_its_main_script() {
     ]);
     std::thread::sleep(Duration::from_millis(700));
     // Same main script, another lib/rules.lua: another game.
-    let refused = luasnap(&["client", other.to_str().unwrap(), "--connect", &addr]);
-    let refused = refused.wait_with_output().unwrap();
-    assert!(!refused.status.success());
-    let why = String::from_utf8_lossy(&refused.stderr);
+    let why = refused(&[other.to_str().unwrap(), "--connect", &addr]);
     assert!(why.contains("another game"), "{why}");
     let (client, server) = (json(client), json(server));
     assert_eq!(client["value_digest"], server["value_digest"], "{client}");
@@ -206,32 +172,11 @@ fn a_late_joiner_accepts_a_held_load_with_allow_permanent() {
     )
     .unwrap();
     let g = game.to_str().unwrap();
-    let port = free_port().to_string();
-    let addr = format!("127.0.0.1:{port}");
-    let mut server = luasnap(&[
-        "serve",
-        g,
-        "--port",
-        &port,
-        "--bind",
-        "127.0.0.1",
-        "--players",
-        "3",
-        "--frames",
-        "150",
-        "--tick-ms",
-        "20",
-        "--start-with",
-        "1",
-        "--json",
-    ]);
+    let (mut server, addr) = serve(g, "3", "1", "150", &[]);
     std::thread::sleep(Duration::from_millis(300));
     let first = luasnap(&["client", g, "--connect", &addr, "--json"]);
     std::thread::sleep(Duration::from_millis(600));
-    let refused = luasnap(&["client", g, "--connect", &addr]);
-    let refused = refused.wait_with_output().unwrap();
-    assert!(!refused.status.success());
-    let why = String::from_utf8_lossy(&refused.stderr);
+    let why = refused(&[g, "--connect", &addr]);
     assert!(
         why.contains("--allow-permanent load") && !why.contains("LoadOptions"),
         "{why}"

@@ -1,5 +1,7 @@
-//! Helpers shared by the integration tests that run whole games.
+//! Helpers shared by the integration tests: games run whole, tests run in a child process.
 #![allow(dead_code)] // each test binary uses its own subset
+
+pub mod child;
 
 use luasnap::bridge::runtime::{scripted_input, Backend, Game, GameConfig};
 

@@ -2,11 +2,33 @@
 #![allow(dead_code)] // each test binary uses its own subset
 
 use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::{Child, Command, Output, Stdio};
 
 /// The `luasnap` binary under test, as a command to add arguments to.
 pub fn luasnap() -> Command {
     Command::new(env!("CARGO_BIN_EXE_luasnap"))
+}
+
+/// `luasnap ARGS` run to its end.
+pub fn output(args: &[&str]) -> Output {
+    luasnap().args(args).output().unwrap()
+}
+
+/// `luasnap ARGS` started, its standard output and error piped.
+pub fn spawn(args: &[&str]) -> Child {
+    luasnap()
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// The JSON report of a started `luasnap ... --json` once it ended, which must be a success.
+pub fn json_of(child: Child) -> serde_json::Value {
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    serde_json::from_slice(&out.stdout).unwrap()
 }
 
 /// What a run wrote to its standard error.
