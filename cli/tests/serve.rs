@@ -198,3 +198,44 @@ fn a_late_joiner_accepts_a_held_load_with_allow_permanent() {
     let _ = server.wait();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The game's identity is read once, when the server starts: a game folder changed under a
+/// running server (an edit, a checkout) does not change the game its clients must run.
+#[test]
+fn a_served_game_keeps_the_identity_it_started_with() {
+    use std::io::{BufRead, Read};
+    let root = std::env::temp_dir().join(format!("luasnap-serve-edit-{}", std::process::id()));
+    let (game, copy) = (root.join("game"), root.join("copy"));
+    folder_game(&game, "(x + input) % 1000");
+    folder_game(&copy, "(x + input) % 1000");
+    let (mut server, addr) = serve(game.to_str().unwrap(), "2", "1", "120", &[]);
+    let client = luasnap(&[
+        "client",
+        copy.to_str().unwrap(),
+        "--connect",
+        &addr,
+        "--json",
+    ]);
+    // Once a client has joined, the server runs the game it read at start.
+    let mut events = std::io::BufReader::new(server.stderr.take().unwrap());
+    let mut line = String::new();
+    while !line.contains("joined") {
+        line.clear();
+        let read = events.read_line(&mut line).unwrap();
+        assert!(read > 0, "the server ended before a client joined");
+    }
+    let rest = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = events.read_to_string(&mut s);
+        s
+    });
+    folder_game(&game, "(x + input + 1) % 1000");
+    let why = refused(&[game.to_str().unwrap(), "--connect", &addr]);
+    assert!(why.contains("another game"), "{why}");
+    let (client, server) = (json(client), json(server));
+    assert_eq!(client["value_digest"], server["value_digest"], "{client}");
+    assert_eq!(client["matches_server"], true, "{client}");
+    let events = rest.join().unwrap();
+    assert!(events.contains("refused"), "{events}");
+    let _ = std::fs::remove_dir_all(&root);
+}

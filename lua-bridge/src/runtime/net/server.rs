@@ -303,17 +303,27 @@ struct Seat {
 pub struct MatchServer {
     socket: UdpSocket,
     opts: ServerOptions,
+    /// The game's identity, read once when the server is bound: a game folder that changes
+    /// under a running server (an edit, a checkout) does not change the game its clients
+    /// must run.
+    game_id: u64,
 }
 
 impl MatchServer {
-    /// Binds the server's UDP socket (`0.0.0.0:7000`, or port 0 for any free port).
+    /// Binds the server's UDP socket (`0.0.0.0:7000`, or port 0 for any free port), having
+    /// read the game's identity (its script and modules; the game's folder is read now).
     pub fn bind(addr: SocketAddr, opts: ServerOptions) -> Result<MatchServer, NetError> {
         opts.validate()?;
+        let game_id = game_id(&opts.game)?;
         let socket = UdpSocket::bind(addr).map_err(|error| NetError::Io {
             what: format!("cannot bind UDP {addr} (--port)"),
             error,
         })?;
-        Ok(MatchServer { socket, opts })
+        Ok(MatchServer {
+            socket,
+            opts,
+            game_id,
+        })
     }
 
     /// The address the server listens on.
@@ -338,7 +348,7 @@ impl MatchServer {
         cfg.base_address = None;
         let game = Game::new(&cfg, Backend::ArenaFull)?;
         let mut m = Match {
-            game_id: game_id(&cfg)?,
+            game_id: self.game_id,
             game,
             order: FrameOrder::new(players),
             seats: (0..players).map(|_| None).collect(),
