@@ -508,8 +508,9 @@ fn running(pid: u32) -> bool {
         .unwrap_or(false)
 }
 
-/// A simulate killed while its game loops forever takes its second process with it (it had
-/// run on as an orphan, using a core, for as long as the machine was up).
+/// A simulate or p2p killed (`kill -9`) while its game loops forever takes its second
+/// process with it (one had run on as an orphan, using a core, for as long as the machine was
+/// up): the lockstep reference of simulate, the second peer of p2p.
 #[test]
 fn a_killed_simulate_leaves_no_second_process_behind() {
     let game = write_game(
@@ -519,37 +520,45 @@ fn a_killed_simulate_leaves_no_second_process_behind() {
          function G.step(i) n = n + 1 if n == 3 then while true do end end end
          return G",
     );
-    let mut parent = luasnap()
-        .args(["simulate", game.to_str().unwrap(), "--frames", "10"])
-        .args(["--step-budget", "off", "--second-process", "on"])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    // The second process starts with the run; wait until it is there (bounded).
-    let mut second = Vec::new();
-    for _ in 0..600 {
-        second = children_of(parent.id());
-        if !second.is_empty() {
-            break;
+    for command in [&["simulate", "--second-process", "on"][..], &["p2p"][..]] {
+        let mut parent = luasnap()
+            .args(&command[..1])
+            .args([game.to_str().unwrap(), "--frames", "10"])
+            .args(&command[1..])
+            .args(["--step-budget", "off"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        // The second process starts with the run; wait until it is there (bounded).
+        let mut second = Vec::new();
+        for _ in 0..600 {
+            second = children_of(parent.id());
+            if !second.is_empty() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
         }
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-    assert!(!second.is_empty(), "simulate started no second process");
-    parent.kill().unwrap();
-    parent.wait().unwrap();
-    // Generous: the watcher checks five times a second.
-    for _ in 0..600 {
-        if !second.iter().any(|&p| running(p)) {
-            return;
+        assert!(!second.is_empty(), "{command:?} started no second process");
+        parent.kill().unwrap(); // SIGKILL: the parent gets no chance to stop its children
+        parent.wait().unwrap();
+        // Generous: the watcher checks five times a second.
+        let mut left: Vec<u32> = second.clone();
+        for _ in 0..600 {
+            left.retain(|&p| running(p));
+            if left.is_empty() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
         }
-        std::thread::sleep(std::time::Duration::from_millis(50));
+        for &p in &left {
+            let _ = Command::new("kill").args(["-9", &p.to_string()]).status();
+        }
+        assert!(
+            left.is_empty(),
+            "{command:?}: second processes {left:?} outlived their killed parent"
+        );
     }
-    let left: Vec<_> = second.iter().filter(|&&p| running(p)).collect();
-    for &&p in &left {
-        let _ = Command::new("kill").args(["-9", &p.to_string()]).status();
-    }
-    panic!("second processes {left:?} outlived their killed parent");
 }
 
 /// A game of several files runs from its folder (`require` finds its modules there); a save
