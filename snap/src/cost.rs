@@ -1,12 +1,12 @@
-//! What each way of copying costs on this machine, measured as snapshots are taken: the basis
-//! of [`SnapshotMode::Auto`](crate::SnapshotMode::Auto).
+//! What each way of copying costs on this machine: the basis of
+//! [`SnapshotMode::Auto`](crate::SnapshotMode::Auto).
 //!
 //! Per page of the extent, a whole copy costs one contiguous copy. Per page written, an
-//! incremental snapshot costs its share of the written-page scan, the copy into a record and
-//! the record's fold into the base copy (what the ring's incremental saves measure), plus one
-//! write fault taken inside the workload when the page was first written after the previous
-//! snapshot (what [`write_fault_ns`] measures once per process: the ring cannot see it). So
-//! copying written pages pays off while
+//! incremental snapshot costs the tracker's re-arming, the copy into a record and the record's
+//! fold into the base copy (both measured once per process on scratch pages,
+//! [`page_copy_ns`]), plus one write fault taken inside the workload when the page was first
+//! written after the previous snapshot (what [`write_fault_ns`] measures once per process: the
+//! ring cannot see it). So copying written pages pays off while
 //!
 //! ```text
 //! written pages × (written_ns + fault_ns)  <  extent pages × whole_ns
@@ -16,8 +16,23 @@
 //! pages written. With userfaultfd on the reference machine a fault costs about 0.6 µs and a
 //! page copy 0.1-0.3 µs, so the break-even lies near a tenth of the pages, not the half the
 //! copies alone would suggest.
+//!
+//! A tracked snapshot also has a part that does not depend on the pages written: the
+//! tracker's scan of the extent for written pages (`scan_ns` per page of the extent, measured
+//! apart from the copies). So the automatic mode compares, per snapshot,
+//!
+//! ```text
+//! tracked = extent pages × scan_ns + written pages × (written_ns + fault_ns)
+//! whole   = extent pages × whole_ns
+//! ```
+//!
+//! and switches with hysteresis ([`AutoState`]): tracking that runs stops only when `tracked`
+//! exceeds `whole`, twice in a row; tracking resumed to measure again (after a pause) goes on
+//! only when `tracked` is below 0.8 × `whole`. A game near the break-even
+//! keeps the mode it is in instead of flipping with the frame-to-frame spread of its writes,
+//! and a game far above it probes rarely.
 
-use luasnap_alloc::{write_fault_ns, TrackerKind};
+use luasnap_alloc::{page_copy_ns, write_fault_ns, TrackerKind};
 use std::time::Duration;
 
 /// What a write fault costs inside a workload, relative to the same fault on scratch pages
@@ -37,77 +52,362 @@ pub fn workload_fault_ns(kind: TrackerKind) -> f64 {
         })
 }
 
-/// An exponentially weighted mean (weight 1/4 on each new sample).
-#[derive(Debug, Clone, Copy)]
-struct Mean(Option<f64>);
+/// Samples kept per estimate: the median of the latest ones.
+const SAMPLES: usize = 9;
 
-impl Mean {
+/// The median of the latest [`SAMPLES`] samples: one copy that the scheduler interrupted (a
+/// shared machine: milliseconds for a copy of microseconds) moves it not at all, where it
+/// moved a mean for many snapshots, and a mean that stops being sampled (tracking paused)
+/// kept it for good.
+#[derive(Debug, Clone, Copy)]
+struct Recent {
+    samples: [f64; SAMPLES],
+    len: usize,
+    next: usize,
+}
+
+impl Recent {
+    const EMPTY: Recent = Recent {
+        samples: [0.0; SAMPLES],
+        len: 0,
+        next: 0,
+    };
+
     fn note(&mut self, x: f64) {
-        self.0 = Some(match self.0 {
-            Some(m) => m + (x - m) / 4.0,
-            None => x,
-        });
+        self.samples[self.next] = x;
+        self.next = (self.next + 1) % SAMPLES;
+        self.len = (self.len + 1).min(SAMPLES);
+    }
+
+    fn get(&self) -> Option<f64> {
+        let mut v = self.samples;
+        let v = &mut v[..self.len];
+        v.sort_by(f64::total_cmp);
+        v.get(v.len() / 2).copied()
     }
 }
 
 /// The costs the automatic mode compares, in nanoseconds per page.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct CopyCosts {
-    /// A whole copy of the extent, per page of it (measured on whole copies).
+    /// A whole copy of the extent, per page of it (measured once per process,
+    /// [`page_copy_ns`]).
     pub whole_ns: f64,
-    /// An incremental snapshot, per page written (scan, copy and fold; measured on incremental
-    /// snapshots; before the first one, estimated as twice `whole_ns`).
+    /// An incremental snapshot, per page written (re-arming, copy and fold; measured once per
+    /// process, [`page_copy_ns`]).
     pub written_ns: f64,
     /// One write fault of the page tracker, taken in the workload (measured once per process).
     pub fault_ns: f64,
+    /// A tracked snapshot's scan for written pages, per page of the extent, whatever was
+    /// written (measured on tracked snapshots that found at most an eighth of the extent
+    /// written; before the first one, 10 ns). Re-arming the written pages counts in
+    /// `written_ns`.
+    pub scan_ns: f64,
 }
 
 impl CopyCosts {
     /// The fraction of the extent's pages written above which a whole copy costs less than
     /// tracking and copying the written pages (in `0.0..=1.0`).
     pub fn break_even(&self) -> f64 {
-        (self.whole_ns / (self.written_ns + self.fault_ns)).clamp(0.0, 1.0)
+        ((self.whole_ns - self.scan_ns) / (self.written_ns + self.fault_ns)).clamp(0.0, 1.0)
+    }
+
+    /// What a tracked snapshot costs, in nanoseconds: the scan of `extent_pages`, and the
+    /// faults and copies of `written_pages`.
+    pub fn tracked_ns(&self, extent_pages: usize, written_pages: usize) -> f64 {
+        extent_pages as f64 * self.scan_ns
+            + written_pages as f64 * (self.written_ns + self.fault_ns)
+    }
+
+    /// What a whole copy of `extent_pages` costs, in nanoseconds.
+    pub fn whole_copy_ns(&self, extent_pages: usize) -> f64 {
+        extent_pages as f64 * self.whole_ns
+    }
+}
+
+/// Running tracking stops when a tracked snapshot costs more than this many times a whole
+/// copy (twice in a row); tracking resumed after a pause goes on only below
+/// [`RESUME_BELOW`] times it. The band leans to whole copies: a tracked frame's cost has the
+/// heavier tail (a collection's frame writes many more pages than the mean) and its faults are
+/// an estimate, where a whole copy costs what its extent does.
+pub(crate) const STOP_ABOVE: f64 = 1.0;
+/// See [`STOP_ABOVE`].
+pub(crate) const RESUME_BELOW: f64 = 0.8;
+/// The first pause of tracking, in snapshots; each pause after a probe that found tracking
+/// dearer doubles, up to [`MAX_PAUSE`] (or [`MAX_PAUSE_FAR`]).
+const MIN_PAUSE: u32 = 4;
+const MAX_PAUSE: u32 = 64;
+/// The longest pause when the last probe found tracking at least twice a whole copy's cost:
+/// a probe then wastes more than a whole frame's copies, and the game would have to change a
+/// great deal for tracking to pay.
+const MAX_PAUSE_FAR: u32 = 256;
+/// A probe that found tracking this many times a whole copy's cost lets pauses grow to
+/// [`MAX_PAUSE_FAR`].
+const FAR: f64 = 2.0;
+
+/// Tracked snapshots in a row after which tracking counts as settled: the next pause is the
+/// shortest again.
+const SETTLED: u32 = 16;
+
+/// A scan measures `scan_ns` when at most one page of the extent in this many was written.
+const SCAN_SAMPLE_BELOW: usize = 8;
+
+/// What the automatic mode does with a snapshot taken while tracking was armed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AutoStep {
+    /// Copy the written pages; tracking goes on.
+    Track,
+    /// Copy the whole extent; tracking goes on (one heavy snapshot among light ones, a
+    /// collection or a level load, that wrote more than a whole copy costs to copy page by
+    /// page).
+    CopyWhole,
+    /// Copy the written pages (their faults are paid) and pause tracking for this many
+    /// snapshots; the next tracked snapshot is a probe.
+    Pause(u32),
+}
+
+/// The automatic mode's switch between tracked and whole copies: a pure function of the
+/// costs and the pages written, so that it can be tested without timings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct AutoState {
+    /// The previous tracked snapshot cost more tracked than a whole copy.
+    heavy_before: bool,
+    /// Tracking was resumed after a pause to measure again: it goes on only if clearly
+    /// cheaper.
+    probing: bool,
+    /// Snapshots of the next pause.
+    next_pause: u32,
+    /// Tracked snapshots in a row that cost less tracked than a whole copy.
+    tracked_run: u32,
+}
+
+impl Default for AutoState {
+    fn default() -> Self {
+        AutoState {
+            heavy_before: false,
+            probing: false,
+            next_pause: MIN_PAUSE,
+            tracked_run: SETTLED,
+        }
+    }
+}
+
+impl AutoState {
+    /// Decides a snapshot taken while tracking was armed, which found `written_pages` of
+    /// `extent_pages` written.
+    pub(crate) fn after_tracked(
+        &mut self,
+        costs: &CopyCosts,
+        extent_pages: usize,
+        written_pages: usize,
+    ) -> AutoStep {
+        let whole = costs.whole_copy_ns(extent_pages).max(1.0);
+        let ratio = costs.tracked_ns(extent_pages, written_pages) / whole;
+        let limit = if self.probing {
+            RESUME_BELOW
+        } else {
+            STOP_ABOVE
+        };
+        if ratio <= limit {
+            // Pauses start short again only once tracking has lasted: a game whose frames
+            // straddle the break-even would otherwise probe every few snapshots.
+            self.tracked_run += 1;
+            if self.tracked_run >= SETTLED {
+                self.next_pause = MIN_PAUSE;
+            }
+            self.heavy_before = false;
+            self.probing = false;
+            return AutoStep::Track;
+        }
+        self.tracked_run = 0;
+        if !self.heavy_before && !self.probing {
+            // One heavy snapshot among light ones (a collection, a level load): tracking goes
+            // on, and its faults are paid by now, so the copy is the cheaper of the two
+            // without them (a page record also keeps rollbacks over it exact).
+            self.heavy_before = true;
+            let pages = written_pages as f64 * costs.written_ns;
+            return if pages < whole {
+                AutoStep::Track
+            } else {
+                AutoStep::CopyWhole
+            };
+        }
+        let pause = self.next_pause;
+        let most = if ratio >= FAR {
+            MAX_PAUSE_FAR
+        } else {
+            MAX_PAUSE
+        };
+        self.next_pause = (pause * 2).min(most).max(MIN_PAUSE);
+        self.heavy_before = true;
+        self.probing = true;
+        AutoStep::Pause(pause)
     }
 }
 
 /// Running measurements of one ring.
 #[derive(Debug, Clone)]
 pub(crate) struct CostModel {
-    whole: Mean,
-    written: Mean,
+    whole_ns: f64,
+    written_ns: f64,
+    scan: Recent,
     fault_ns: f64,
+    /// Where the switch between tracked and whole copies stands.
+    pub(crate) state: AutoState,
 }
 
 impl CostModel {
     pub(crate) fn new(kind: TrackerKind) -> CostModel {
+        // Where the measurement failed: a page copy at about 10 GB/s, twice that as written.
+        let copy_costs = page_copy_ns(kind).unwrap_or((400.0, 800.0));
         CostModel {
-            whole: Mean(None),
-            written: Mean(None),
+            whole_ns: copy_costs.0,
+            written_ns: copy_costs.1,
+            scan: Recent::EMPTY,
             fault_ns: workload_fault_ns(kind),
+            state: AutoState::default(),
         }
     }
 
-    /// A whole copy of `pages` pages took `took`.
-    pub(crate) fn note_whole(&mut self, pages: usize, took: Duration) {
-        if pages > 0 {
-            self.whole.note(took.as_nanos() as f64 / pages as f64);
+    /// A tracked snapshot's scan of `extent_pages`, which found `written_pages` written and
+    /// re-armed them, took `took`. Only a scan that found few pages written measures the
+    /// scan's own cost: re-arming a written page is part of what tracking it costs.
+    pub(crate) fn note_scan(&mut self, extent_pages: usize, written_pages: usize, took: Duration) {
+        if extent_pages > 0 && written_pages <= extent_pages / SCAN_SAMPLE_BELOW {
+            self.scan.note(took.as_nanos() as f64 / extent_pages as f64);
         }
     }
 
-    /// An incremental snapshot of `pages` written pages took `took`.
-    pub(crate) fn note_written(&mut self, pages: usize, took: Duration) {
-        if pages > 0 {
-            self.written.note(took.as_nanos() as f64 / pages as f64);
-        }
+    /// Decides a snapshot taken while tracking was armed ([`AutoState::after_tracked`]).
+    pub(crate) fn after_tracked(&mut self, extent_pages: usize, written_pages: usize) -> AutoStep {
+        let costs = self.costs();
+        self.state
+            .after_tracked(&costs, extent_pages, written_pages)
     }
 
     pub(crate) fn costs(&self) -> CopyCosts {
-        // Before any whole copy: a page copy at about 10 GB/s.
-        let whole_ns = self.whole.0.unwrap_or(400.0);
         CopyCosts {
-            whole_ns,
-            written_ns: self.written.0.unwrap_or(2.0 * whole_ns),
+            whole_ns: self.whole_ns,
+            written_ns: self.written_ns,
             fault_ns: self.fault_ns,
+            scan_ns: self.scan.get().unwrap_or(10.0),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Costs of a made-up machine: a whole copy 400 ns a page, a tracked page 1200 ns (copy
+    /// 400, fault 800), the scan 10 ns a page of the extent. With 1000 pages of extent a
+    /// whole copy costs 400 µs; tracking `w` pages costs 10 + 1.2 × `w` µs: equal at 325.
+    const COSTS: CopyCosts = CopyCosts {
+        whole_ns: 400.0,
+        written_ns: 400.0,
+        fault_ns: 800.0,
+        scan_ns: 10.0,
+    };
+    const EXTENT: usize = 1000;
+
+    /// The pages that make tracking cost `ratio` times a whole copy.
+    fn written_at(ratio: f64) -> usize {
+        ((ratio * 400_000.0 - 10_000.0) / 1200.0).round() as usize
+    }
+
+    fn run(state: &mut AutoState, ratios: &[f64]) -> Vec<AutoStep> {
+        ratios
+            .iter()
+            .map(|&r| state.after_tracked(&COSTS, EXTENT, written_at(r)))
+            .collect()
+    }
+
+    #[test]
+    fn an_interrupted_copy_does_not_move_the_estimate() {
+        let mut r = Recent::EMPTY;
+        assert_eq!(r.get(), None);
+        for x in [400.0, 410.0, 390.0, 45_000.0, 405.0] {
+            r.note(x);
+        }
+        assert_eq!(r.get(), Some(405.0));
+        // Only the latest samples count: a machine that became slower is followed.
+        for _ in 0..SAMPLES / 2 + 1 {
+            r.note(900.0);
+        }
+        assert_eq!(r.get(), Some(900.0));
+    }
+
+    #[test]
+    fn the_costs_count_the_scan_the_faults_and_the_copies() {
+        assert_eq!(COSTS.tracked_ns(EXTENT, 325), 400_000.0);
+        assert_eq!(COSTS.whole_copy_ns(EXTENT), 400_000.0);
+        assert_eq!(COSTS.break_even(), 0.325);
+    }
+
+    #[test]
+    fn one_heavy_snapshot_among_light_ones_is_copied_whole_and_tracking_goes_on() {
+        let mut s = AutoState::default();
+        let steps = run(&mut s, &[0.1, 0.1, 5.0, 0.1, 0.1]);
+        use AutoStep::*;
+        assert_eq!(steps, [Track, Track, CopyWhole, Track, Track]);
+        assert!(written_at(5.0) as f64 * COSTS.written_ns > COSTS.whole_copy_ns(EXTENT));
+    }
+
+    #[test]
+    fn a_heavy_snapshot_whose_faults_are_paid_copies_the_cheaper_way() {
+        use AutoStep::*;
+        // 1.2 times a whole copy tracked (392 pages written): their copies alone cost 157 µs
+        // against 400 for a whole copy; all 1000 pages written: 400 µs either way, whole.
+        let mut s = AutoState::default();
+        let steps = run(&mut s, &[0.1, 1.2, 0.1, 1.2, 1.2]);
+        assert_eq!(steps, [Track, Track, Track, Track, Pause(4)]);
+        let mut s = AutoState::default();
+        let steps = vec![
+            s.after_tracked(&COSTS, EXTENT, 10),
+            s.after_tracked(&COSTS, EXTENT, EXTENT),
+            s.after_tracked(&COSTS, EXTENT, 10),
+        ];
+        assert_eq!(steps, [Track, CopyWhole, Track]);
+    }
+
+    #[test]
+    fn heavy_snapshots_pause_tracking_longer_each_time_a_probe_confirms_them() {
+        use AutoStep::*;
+        let mut s = AutoState::default();
+        // Just above the break-even: pauses double up to 64 snapshots.
+        let steps = run(&mut s, &[1.5; 9]);
+        let pauses = [4, 8, 16, 32, 64, 64, 64, 64].map(Pause);
+        assert_eq!(steps[0], Track);
+        assert_eq!(steps[1..], pauses);
+        // Far above it (a probe costs more than a whole copy's frame): up to 256.
+        let mut s = AutoState::default();
+        let steps = run(&mut s, &[2.5; 9]);
+        let pauses = [4, 8, 16, 32, 64, 128, 256, 256].map(Pause);
+        assert_eq!(steps[1..], pauses);
+    }
+
+    #[test]
+    fn near_the_break_even_the_mode_in_use_is_kept() {
+        use AutoStep::*;
+        // Tracking that runs goes on up to the break-even, whatever the spread below it.
+        let mut s = AutoState::default();
+        let steps = run(&mut s, &[0.95, 0.85, 0.98, 1.0, 0.9, 0.82]);
+        assert_eq!(steps, [Track; 6]);
+        // Two snapshots in a row above it pause tracking; a probe a little below the
+        // break-even does not resume it, one clearly below does, and pauses go on growing
+        // until tracking has lasted 16 snapshots.
+        let steps = run(&mut s, &[1.2, 1.2, 0.85, 0.75, 0.9, 1.2, 1.2]);
+        assert_eq!(
+            steps,
+            [Track, Pause(4), Pause(8), Track, Track, Track, Pause(16)]
+        );
+        let steps = run(&mut s, &[0.75; 16]);
+        assert_eq!(steps, [Track; 16]);
+        let steps = run(&mut s, &[1.2, 1.2]);
+        assert_eq!(steps, [Track, Pause(4)]);
+        // One snapshot above it, then ones at it: tracking goes on.
+        let mut s = AutoState::default();
+        let steps = run(&mut s, &[1.2, 1.0, 0.98]);
+        assert_eq!(steps, [Track; 3]);
     }
 }

@@ -32,7 +32,7 @@
 //! The extent grows with the arena; pages newly inside it count as written. After a rollback it
 //! shrinks back to the snapshot's.
 
-use crate::cost::{CopyCosts, CostModel};
+use crate::cost::{AutoStep, CopyCosts, CostModel};
 use crate::{restore_bytes, SnapError};
 use luasnap_alloc::{
     Arena, ArenaId, PageTracker, Reservation, TrackError, TrackerKey, TrackerKind,
@@ -65,11 +65,15 @@ pub enum SnapshotMode {
     /// Falls back to full copies where no tracker works.
     Incremental(TrackerPreference),
     /// Incremental or whole copies, whichever costs less here for what the workload writes:
-    /// the ring measures what its copies cost and what a tracked write costs
-    /// ([`CopyCosts`]), and copies whole (with tracking paused, so the workload takes no
-    /// write faults) while the pages written per snapshot stay above the break-even fraction,
-    /// probing again after 4, 8, ... up to 64 snapshots. `RingConfig::full_copy_above` is
-    /// ignored. Falls back to full copies where no tracker works.
+    /// what a page costs copied whole, copied as written and tracked is measured once per
+    /// process on scratch pages, the scan for written pages on the ring's own snapshots
+    /// ([`CopyCosts`]); the ring copies whole
+    /// (with tracking paused, so the workload takes no write faults) while a tracked snapshot
+    /// costs more than a whole copy, with hysteresis: running tracking pauses after two
+    /// snapshots in a row above the whole copy's cost, and resumes after a probe below 0.8
+    /// times it; probes come after 4, 8, ... up to 64 snapshots (256 while tracking
+    /// costs twice a whole copy or more). `RingConfig::full_copy_above` is ignored. Falls
+    /// back to full copies where no tracker works.
     Auto(TrackerPreference),
 }
 
@@ -552,7 +556,6 @@ impl SnapshotRing {
     /// Call it only while nothing is running in the arena (for a Lua VM: while Lua is idle).
     pub fn snapshot(&mut self, arena: &mut Arena) -> Result<SnapshotId, SnapError> {
         self.check_arena(arena)?;
-        let started = Instant::now();
         let current = Extent::of(arena);
         let new_extent = if self.entries.is_empty() {
             current
@@ -583,16 +586,14 @@ impl SnapshotRing {
 
         // 2. Copies: each written page once.
         let record = if self.entries.is_empty() {
-            let t = Instant::now();
             copy_extent(arena, &new_extent, &mut self.base);
-            self.note_whole_copy(&new_extent, t);
+            self.stats.last_dirty_pages = new_extent.bytes() / PAGE_SIZE;
             None
         } else if full {
             self.recycle(rec.take().map(Record::Pages));
             let mut fresh = self.fresh_full_buffer(arena.capacity())?;
-            let t = Instant::now();
             copy_extent(arena, &new_extent, &mut fresh);
-            self.note_whole_copy(&new_extent, t);
+            self.stats.last_dirty_pages = new_extent.bytes() / PAGE_SIZE;
             Some(Record::Full(fresh))
         } else {
             let mut rec = rec.take().expect("incremental only while armed");
@@ -629,18 +630,7 @@ impl SnapshotRing {
             }
         }
         self.stats.snapshots += 1;
-        if let (Some(cost), false) = (&mut self.cost, full) {
-            cost.note_written(self.stats.last_dirty_pages, started.elapsed());
-        }
         Ok(SnapshotId { ring: self.id, seq })
-    }
-
-    fn note_whole_copy(&mut self, extent: &Extent, started: Instant) {
-        let pages = extent.bytes() / PAGE_SIZE;
-        self.stats.last_dirty_pages = pages;
-        if let Some(cost) = &mut self.cost {
-            cost.note_whole(pages, started.elapsed());
-        }
     }
 
     /// Decides whether this snapshot copies everything, and gathers the written runs if not.
@@ -678,10 +668,8 @@ impl SnapshotRing {
             return Ok(true);
         }
         let old_extent = self.extent.clone();
-        let limit = match &self.cost {
-            Some(cost) => cost.costs().break_even(),
-            None => self.threshold.unwrap_or(kind.break_even_fraction()),
-        };
+        let limit = self.threshold.unwrap_or(kind.break_even_fraction());
+        let scan_started = Instant::now();
         let tracker = self.tracker(arena)?;
         for r in old_extent.ranges() {
             tracker.collect(r, dirty)?;
@@ -694,8 +682,23 @@ impl SnapshotRing {
                 dirty.push(r);
             }
         }
+        let scan_took = scan_started.elapsed();
         let dirty_bytes: usize = dirty.iter().map(|r| r.len()).sum();
         self.stats.last_written_pages = Some(dirty_bytes / PAGE_SIZE);
+        if let Some(cost) = &mut self.cost {
+            let extent_pages = new_extent.bytes() / PAGE_SIZE;
+            cost.note_scan(extent_pages, dirty_bytes / PAGE_SIZE, scan_took);
+            return match cost.after_tracked(extent_pages, dirty_bytes / PAGE_SIZE) {
+                AutoStep::Track => Ok(false),
+                AutoStep::CopyWhole => Ok(true),
+                AutoStep::Pause(snapshots) => {
+                    // The faults of this interval are paid: its written pages are copied.
+                    tracker.disarm_all(new_extent)?;
+                    self.set_tracking(false, snapshots, next_pause);
+                    Ok(false)
+                }
+            };
+        }
         let heavy = dirty_bytes as f64 > limit * new_extent.bytes() as f64;
         self.set_heavy(heavy);
         if heavy && !heavy_before {
