@@ -717,3 +717,57 @@ fn simulate_json_reports_the_final_game_digest() {
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(v["game_digest"].is_null(), "{v}");
 }
+
+/// A tiny-ecs game (its filters compiled at run time with `load`, in `G.init` and every 25
+/// frames): `simulate --load` of its save, a foreign file, compiles the filters from the text
+/// the save carries once the game declares `load` (here with `--allow-permanent load`; the
+/// script of `tests/lua/ecs_swarm.lua` declares it in `G.permanents`), says so in its load
+/// line, and its run matches the reference. Without the declaration the refusal names it.
+#[test]
+fn simulate_loads_a_tiny_ecs_save_compiling_its_filters_with_allow_permanent_load() {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+    let dir = temp_dir("ecs-swarm");
+    std::fs::create_dir_all(dir.join("lib")).unwrap();
+    std::fs::copy(
+        format!("{root}/lua-bridge/games/ecs_arena/lib/tiny.lua"),
+        dir.join("lib/tiny.lua"),
+    )
+    .unwrap();
+    let main = std::fs::read_to_string(format!("{root}/tests/lua/ecs_swarm.lua")).unwrap();
+    let undeclared = main.replace("local G = { permanents = { \"load\" } }", "local G = {}");
+    assert_ne!(main, undeclared);
+    std::fs::write(dir.join("main.lua"), undeclared).unwrap();
+    let (game, save) = (dir.to_str().unwrap(), dir.join("swarm.sav"));
+    let save = save.to_str().unwrap();
+    let quick = ["--mode", "full", "--second-process", "off"];
+    let out = luasnap()
+        .args(["simulate", game, "--frames", "60", "--save", save])
+        .args(quick)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let load = |extra: &[&str]| {
+        luasnap()
+            .args(["simulate", game, "--frames", "40", "--load", save])
+            .args(quick)
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let out = load(&[]);
+    let e = stderr(&out);
+    assert!(!out.status.success());
+    assert!(
+        e.contains("--allow-permanent load") && e.contains("G.permanents"),
+        "{e}"
+    );
+    let out = load(&["--allow-permanent", "load"]);
+    let e = stderr(&out);
+    assert!(out.status.success(), "{e}");
+    assert!(
+        e.contains("compiled from the save's text")
+            && e.contains("[string \"return function(_, e)"),
+        "{e}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -3,7 +3,9 @@
 **
 ** Save-games name functions by their prototypes, and (later) carry each chunk's source text, so
 ** the VM keeps, per compiled chunk, a record: a full userdata with two user values, 1 = the source
-** text (the exact bytes the compiler read) and 2 = the chunk's first main closure.
+** text (the exact bytes the compiler read) and 2 = the chunk's first main closure. A chunk a
+** foreign save-game load compiled from the text the file carries has a third, true: it came
+** from a save, not from the game (ls_proto_from_save).
 **
 ** Lifetime. Every prototype of the chunk's tree holds its record as one extra trailing constant
 ** (see proto.h). A prototype is alive while any function of the chunk is, so the record, and
@@ -68,8 +70,10 @@ static int same_name(const TString *a, const TString *b) {
 }
 
 /* Records the chunk whose main closure is at fnidx and whose source text is the string at
-** srcidx. Leaves the stack as it was. May raise a memory error. */
-static void chunk_register(lua_State *L, int fnidx, int srcidx) {
+** srcidx; from_save: compiled from a save-game's text by a foreign load, so it gets a record of
+** its own, marked (never the game's record for the same text, which would mark the game's code).
+** Leaves the stack as it was. May raise a memory error. */
+static void chunk_register(lua_State *L, int fnidx, int srcidx, int from_save) {
   int top = lua_gettop(L);
   const TValue *fo;
   Proto *p;
@@ -90,7 +94,7 @@ static void chunk_register(lua_State *L, int fnidx, int srcidx) {
     lua_setfield(L, -2, "__mode");
     lua_setmetatable(L, -2);
   }
-  if (lua_rawgeti(L, -1, print) == LUA_TUSERDATA) {
+  if (lua_rawgeti(L, -1, print) == LUA_TUSERDATA && !from_save) {
     int same;
     lua_getiuservalue(L, -1, 1);
     same = lua_rawequal(L, -1, srcidx);
@@ -111,11 +115,15 @@ static void chunk_register(lua_State *L, int fnidx, int srcidx) {
   if (rec == NULL) {
     int fresh = lua_isnil(L, -1);  /* no live record under this fingerprint */
     lua_pop(L, 1);
-    lua_newuserdatauv(L, 0, 2);
+    lua_newuserdatauv(L, 0, from_save ? 3 : 2);
     lua_pushvalue(L, srcidx);
     lua_setiuservalue(L, -2, 1);
     lua_pushvalue(L, fnidx);
     lua_setiuservalue(L, -2, 2);
+    if (from_save) {
+      lua_pushboolean(L, 1);
+      lua_setiuservalue(L, -2, 3);
+    }
     if (fresh) {
       lua_pushvalue(L, -1);
       lua_rawseti(L, -3, print);
@@ -177,7 +185,7 @@ int ls_load(lua_State *L, lua_Reader reader, void *data, const char *chunkname,
   status = lua_load(L, tee_reader, &t, chunkname, mode);
   if (status == LUA_OK) {
     lua_pushlstring(L, t.buf ? t.buf : "", t.len);
-    chunk_register(L, -2, -1);
+    chunk_register(L, -2, -1, 0);
     lua_pop(L, 1);
   }
   lua_remove(L, t.box);
@@ -205,8 +213,28 @@ int luasnap_loadstring(lua_State *L, int idx, const char *chunkname, const char 
   idx = lua_absindex(L, idx);
   ls.s = lua_tolstring(L, idx, &ls.size);
   status = lua_load(L, getS, &ls, chunkname, mode);
-  if (status == LUA_OK) chunk_register(L, -1, idx);
+  if (status == LUA_OK) chunk_register(L, -1, idx, 0);
   return status;
+}
+
+/* luasnap_loadstring in text mode for a foreign save-game load: the chunk's record is marked as
+** one from a save (see chunk_register). */
+int luasnap_loadstring_from_save(lua_State *L, int idx, const char *chunkname) {
+  LoadS ls;
+  int status;
+  idx = lua_absindex(L, idx);
+  ls.s = lua_tolstring(L, idx, &ls.size);
+  status = lua_load(L, getS, &ls, chunkname, "t");
+  if (status == LUA_OK) chunk_register(L, -1, idx, 1);
+  return status;
+}
+
+/* Whether prototype p belongs to a chunk a foreign load compiled from a save's text. Reads
+** only. */
+int ls_proto_from_save(const void *p) {
+  Udata *u = anchor_of((const Proto *)p);
+  /* Invariant checked: only chunk_register's marked records have a third user value. */
+  return u != NULL && u->nuvalue >= 3 && !l_isfalse(&u->uv[2].uv);
 }
 
 /* ---------- dumping without the anchors ---------- */

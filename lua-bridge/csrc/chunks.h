@@ -1,5 +1,5 @@
 /*
-** chunks.h: the chunk registry, as loaders.c uses it (chunks.c defines it; see there).
+** chunks.h: the chunk registry, as loaders.c and state.c use it (chunks.c defines it; see there).
 */
 #ifndef LUASNAP_CHUNKS_H
 #define LUASNAP_CHUNKS_H
@@ -10,5 +10,9 @@
 ** Raises on L (memory). */
 int ls_load(lua_State *L, lua_Reader reader, void *data, const char *chunkname,
             const char *mode);
+
+/* Whether prototype p belongs to a chunk a foreign load compiled from a save-game's text
+** (luasnap_loadstring_from_save). Reads only. */
+int ls_proto_from_save(const void *p);
 
 #endif

@@ -12,10 +12,10 @@
 ** Names: `luasnap_*` is this interface; `ls_*` is shared between helper files only (declared in
 ** the internal header of the file that defines it: proto.h, chunks.h, tlayout.h, loadmemo.h,
 ** framecheck.h) or static. Files depend on each other one way, no circle:
-**   proto <- chunks <- loaders;  tlayout <- tscan;  tlayout, proto <- tbuild;
+**   proto <- chunks <- loaders, state;  tlayout <- tscan;  tlayout, proto <- tbuild;
 **   loadmemo <- framecheck <- coload;  loadmemo <- upvalcheck;  canonical <- corolib;
 **   cfids (compiled into the Lua library) <- tlayout, ident;
-**   coframes, state, readline, detsort, budget stand alone.
+**   coframes, readline, detsort, budget stand alone.
 **
 ** Raising: a function marked LUASNAP_RAISES may raise a Lua error (a longjmp to the innermost
 ** protected call; out of memory at least) and Rust declares it `extern "C-unwind"`; the others
@@ -248,6 +248,9 @@ void luasnap_push_lclosure(lua_State *L, const void *cl);
 ** text; returns the lua_load status (the function or the message on top). */
 LUASNAP_RAISES int luasnap_loadstring(lua_State *L, int idx, const char *chunkname,
                                       const char *mode);
+/* luasnap_loadstring in text mode, the chunk's record marked as compiled from a save-game's
+** text by a foreign load. */
+LUASNAP_RAISES int luasnap_loadstring_from_save(lua_State *L, int idx, const char *chunkname);
 /* lua_dump of the Lua function on top, written without the chunk record's anchor. */
 LUASNAP_RAISES int luasnap_dump(lua_State *L, lua_Writer writer, void *data, int strip);
 /* Calls f(p, ud) for every prototype of the chunks in the registry table. Does not allocate;
@@ -431,7 +434,8 @@ int luasnap_gc_stopem(lua_State *L, int on);
 ** it was marked. */
 int luasnap_gc_nofinal(lua_State *L, int on);
 /* Whether an object made since the load's first table (at stack index since) has a __gc that
-** is not a Lua function: 0 none, 1 a C function, 2 another value. */
+** is not one of the game's Lua functions: 0 none, 1 a C function, 2 another value, 3 a Lua
+** function compiled from a save-game's text. */
 int luasnap_finalizers_foreign(lua_State *L, int since);
 /* Marks for finalization the objects made since the one at stack index since (one walk), with
 ** the state's no-finalizer bit cleared meanwhile if clear. */

@@ -10,6 +10,8 @@
 #include "ltm.h"
 #include "lauxlib.h"
 
+#include "chunks.h"
+
 /* Stops (on > 0) or allows (on == 0) emergency collections, or only asks (on < 0); returns
 ** whether they were stopped. While a load resolves prototypes through raw pointers, no
 ** collection may run behind its back; it re-allows them at the end, and stops them again after
@@ -41,9 +43,11 @@ int luasnap_gc_nofinal(lua_State *L, int on) {
 /* The objects a load made: those in 'allgc' before the one at stack index 'since' (the load's
 ** first table, anchored for the whole load: new objects go to the head of 'allgc', and leave
 ** it only when freed or marked for finalization). Whether one of them, alive, has a metatable
-** whose __gc is present and not a Lua function: 0 none, 1 a C function, 2 anything else. Reads
-** only. For foreign loads that allow finalizers: a file that made table.concat or table.sort a
-** finalizer had it run outside every budget. */
+** whose __gc is present and not one of the game's Lua functions: 0 none, 1 a C function, 2
+** anything else but a Lua function, 3 a Lua function compiled from a save-game's text (a chunk
+** the game made with load, which a foreign load compiled: code from the file). Reads only. For
+** foreign loads that allow finalizers: a file that made table.concat or table.sort a finalizer
+** had it run outside every budget. */
 int luasnap_finalizers_foreign(lua_State *L, int since) {
   global_State *g = G(L);
   GCObject *last = gcvalue(ls_index2value(L, since));
@@ -54,7 +58,11 @@ int luasnap_finalizers_foreign(lua_State *L, int since) {
     const TValue *tm;
     if (mt == NULL || isdead(g, o)) continue;
     tm = luaH_Hgetshortstr(mt, g->tmname[TM_GC]);
-    if (isabstkey(tm) || ttisnil(tm) || ttisLclosure(tm)) continue;
+    if (isabstkey(tm) || ttisnil(tm)) continue;
+    if (ttisLclosure(tm)) {
+      if (ls_proto_from_save(clLvalue(tm)->p)) return 3;
+      continue;
+    }
     return ttisfunction(tm) ? 1 : 2;
   }
   return 0;

@@ -176,6 +176,11 @@ unsafe extern "C-unwind" {
         chunkname: *const c_char,
         mode: *const c_char,
     ) -> c_int;
+    pub(crate) fn luasnap_loadstring_from_save(
+        L: *mut lua_State,
+        idx: c_int,
+        chunkname: *const c_char,
+    ) -> c_int;
     pub(crate) fn luasnap_dump(
         L: *mut lua_State,
         writer: lua_Writer,

@@ -90,6 +90,14 @@ impl LoadBudget {
         self.over_cap.get()
     }
 
+    /// Charges `n` instructions of work done outside Lua code (compiling a save's text) to
+    /// the running load's budget; false, with the budget spent, if it had less left.
+    pub(crate) fn charge(&self, n: u64) -> bool {
+        let left = self.budget.get();
+        self.budget.set(left.saturating_sub(n));
+        left >= n
+    }
+
     /// Starts a load with `opts`'s limits, within what an outer load has left, and puts the
     /// hook on `L`.
     ///

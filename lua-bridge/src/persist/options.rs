@@ -41,7 +41,9 @@ pub enum Trust {
     /// [`LoadOptions::bytecode`] the file's bytecode is loaded for chunks that were loaded as
     /// binary. Memory safety, the instruction budget and the heap cap still hold.
     Own,
-    /// Downloaded, shared, or received from a peer: no code from the file, load-time calls
+    /// Downloaded, shared, or received from a peer: no code from the file (except, when `load`
+    /// is allowed, the text of chunks the game made with `load`: see
+    /// [`LoadOptions::allowed_permanents`]), load-time calls
     /// only to constructors the host registered ([`Vm::register_constructor`](crate::bridge::vm::Vm::register_constructor),
     /// `eris.constructor`), references only to the permanents not in
     /// [`LoadOptions::denied_permanents`], a smaller heap-growth cap by default.
@@ -132,6 +134,14 @@ pub struct LoadOptions {
     /// library's hidden helpers) refuses them, each by its exact name: the library functions
     /// a game's state holds on purpose (`load` for a library that compiles code, `require`),
     /// which the game declares (`G.permanents`, `GameConfig::permanents`). Default: none.
+    ///
+    /// Allowing `load` also lets a foreign load compile, from the text the file carries, the
+    /// chunks the game made at run time with `load(text)` that this VM has not (text chunks
+    /// named by their own text, at most 64 KiB each and 1 MiB a load): the file then brings
+    /// code, which
+    /// the game may call later inside its sandbox. Such functions are never taken as the
+    /// game's own (a foreign save cannot make one a finalizer). See "Code in the save" in
+    /// `docs/save-games.md`.
     pub allowed_permanents: Vec<String>,
     /// Which code loaded functions run (default [`FunctionBinding::Saved`]).
     pub functions: FunctionBinding,

@@ -33,6 +33,10 @@ pub struct LoadReport {
     /// Functions this version no longer has (removed or renamed), kept with their saved code
     /// (own loads; a foreign load refuses them).
     pub missing: Vec<SavedFunction>,
+    /// Functions of chunks the game made at run time with `load`, which this VM had not
+    /// compiled, compiled from the text the save carries: a foreign load of a game that
+    /// declares `load` (see "Code the game compiled at run time" in `docs/save-games.md`).
+    pub compiled: Vec<SavedFunction>,
 }
 
 impl LoadReport {
@@ -72,6 +76,13 @@ impl LoadReport {
                 "{} missing from this version, kept with their saved code ({})",
                 self.missing.len(),
                 list(&self.missing)
+            ));
+        }
+        if !self.compiled.is_empty() {
+            parts.push(format!(
+                "{} compiled from the save's text (chunks the game made with load: {})",
+                self.compiled.len(),
+                list(&self.compiled)
             ));
         }
         parts.join(", ")

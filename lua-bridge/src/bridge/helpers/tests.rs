@@ -387,6 +387,7 @@ fn the_c_files_depend_on_each_other_one_way() {
     let expect = [
         ("chunks", "proto"),
         ("loaders", "chunks"),
+        ("state", "chunks"),
         ("tscan", "tlayout"),
         ("tbuild", "tlayout"),
         ("tbuild", "proto"),

@@ -32,6 +32,9 @@ pub(crate) struct Loader<'a> {
     pub(super) format: u16,
     /// Chunks read so far (format 4).
     pub(super) chunks: Vec<LoadedChunk>,
+    /// Source text this load compiled for chunks the game made with `load` (see
+    /// `generated.rs`), in bytes.
+    pub(super) generated_text: usize,
     pub(super) index: Option<HashMap<u64, *const c_void>>,
     pub(super) full_index: bool,
     pub(super) frames: Vec<Frame>,

@@ -17,6 +17,9 @@ use crate::persist::slots::Slots;
 use mlua_sys::{self as ffi, lua_State};
 use std::ffi::c_int;
 
+/// Why a foreign load refused a finalizer compiled from the save's text (`generated.rs`).
+const SAVED_FINALIZER: &str = "the save-game gives an object a finalizer compiled from the text the save carries (a chunk the game made with load): a foreign save's finalizers may only be the game's own Lua functions; if you trust the file, load it as your own (Trust::Own)";
+
 /// Why a load refused a metatable with `__gc` (see [`LoadOptions::finalizers`]).
 ///
 /// [`LoadOptions::finalizers`]: crate::persist::LoadOptions::finalizers
@@ -212,7 +215,7 @@ impl Loader<'_> {
     ///
     /// A foreign load first checks each such `__gc`: only the game's own Lua functions
     /// (closures of its prototypes, matched like any function of the file) may be finalizers,
-    /// never a C function (`table.sort` or `table.concat` over forged references ran outside
+    /// never one compiled from the save's text (`generated.rs`), never a C function (`table.sort` or `table.concat` over forged references ran outside
     /// every budget). Nothing was marked while it ran (the state's no-finalizer bit), so a
     /// refused load leaves no finalizer behind; finalizers then run under the instruction
     /// budget of the call that runs them (Lua patch 8).
@@ -232,6 +235,7 @@ impl Loader<'_> {
             match unsafe { luasnap_finalizers_foreign(L, s.objs) } {
                 0 => {}
                 1 => return Err(self.fail(C_FINALIZER)),
+                3 => return Err(self.fail(SAVED_FINALIZER)),
                 _ => return Err(self.fail(NOT_A_FINALIZER)),
             }
         }

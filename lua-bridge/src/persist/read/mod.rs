@@ -32,6 +32,7 @@
 //! | `meta.rs`     | metatables of tables and userdata, and the finalizers they bring    |
 //! | `closure.rs`  | closures and their upvalues                                          |
 //! | `proto.rs`    | prototypes and the chunks they live in                               |
+//! | `generated.rs`| chunks the game made with `load`, compiled from the save's text      |
 //! | `rebind.rs`   | saved functions bound to a newer version of the game's code          |
 //! | `thread.rs`   | coroutines: stacks, frames, to-be-closed variables                   |
 //! | `open.rs`     | open upvalues into loaded coroutines, and their checks               |
@@ -53,6 +54,7 @@ mod closure;
 mod csrc;
 mod dispatch;
 mod frame;
+mod generated;
 mod ident;
 mod ids;
 mod layout;
@@ -110,6 +112,7 @@ impl<'a> Loader<'a> {
             protos: Vec::new(),
             format: file.format,
             chunks: Vec::new(),
+            generated_text: 0,
             index: None,
             full_index: false,
             frames: Vec::new(),

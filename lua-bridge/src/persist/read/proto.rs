@@ -3,7 +3,8 @@
 //! A Lua closure names its prototype by index; the first occurrence gives its fingerprint
 //! and where it lives: a chunk (by a path of child indices from the chunk's main prototype)
 //! or nowhere (detached). A prototype is found, never trusted: in a chunk the VM already has
-//! (the identical text), compiled from the text the file brings (own loads only), by its
+//! (the identical text), compiled from the text the file brings (own loads, and foreign loads
+//! of a game that declares `load` for chunks it made with `load`: `generated.rs`), by its
 //! fingerprint among the VM's live prototypes, or, for own loads that allow it, from the
 //! file's bytecode; each is checked against the fingerprint the file gives.
 //!
@@ -13,8 +14,8 @@
 use super::csrc::reserve;
 use super::csrc::{
     luasnap_chunk_find, luasnap_chunks_each_proto, luasnap_each_proto, luasnap_loadstring,
-    luasnap_proto, luasnap_proto_child, luasnap_proto_hash, luasnap_proto_tree,
-    luasnap_push_closure, ProtoFn,
+    luasnap_loadstring_from_save, luasnap_proto, luasnap_proto_child, luasnap_proto_hash,
+    luasnap_proto_tree, luasnap_push_closure, ProtoFn,
 };
 use super::loader::{Fail, Loader};
 use super::state::LoadedChunk;
@@ -29,10 +30,14 @@ use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
 
 impl LoadedChunk {
-    /// Its name for messages, as the file gives it (`@town/agent.lua`).
+    /// Its name as the file gives it (`@town/agent.lua`).
+    pub(super) fn name(&self) -> &[u8] {
+        &self.name
+    }
+
     /// The chunk's name in messages: as given (`@main.lua`), or Lua's `[string "..."]` for
     /// a chunk named by its source.
-    fn shown(&self) -> String {
+    pub(super) fn shown(&self) -> String {
         match self.name.first() {
             Some(b'@' | b'=') => String::from_utf8_lossy(&self.name).into_owned(),
             _ => super::rebind::string_chunk(&self.name),
@@ -213,14 +218,16 @@ impl Loader<'_> {
             }
         } else if let Some(p) = saved {
             if self.chunks[c].compiled {
-                self.rb
-                    .report
-                    .kept
-                    .push(crate::persist::report::SavedFunction {
-                        chunk: super::rebind::shown_chunk(&self.chunks[c].name),
-                        place: crate::persist::place::display(&place),
-                        line,
-                    });
+                let f = crate::persist::report::SavedFunction {
+                    chunk: super::rebind::shown_chunk(&self.chunks[c].name),
+                    place: crate::persist::place::display(&place),
+                    line,
+                };
+                if self.chunks[c].generated {
+                    self.rb.report.compiled.push(f);
+                } else {
+                    self.rb.report.kept.push(f);
+                }
             } else {
                 self.rb.report.unchanged += 1;
             }
@@ -247,6 +254,14 @@ impl Loader<'_> {
                     "{what}, and the save-game carries no code to keep it with"
                 ))
             });
+        }
+        let chunk = &self.chunks[c];
+        if self.opts.trust == Trust::Foreign
+            && chunk.made_by_load
+            && brought
+            && chunk.main.is_none()
+        {
+            return Err(self.refuse_generated(c, line));
         }
         Err(if brought {
             self.refuse(
@@ -326,7 +341,9 @@ impl Loader<'_> {
             name: name.to_vec(),
             main: None,
             brought_code: !code.is_empty(),
+            made_by_load: super::state::made_by_load(kind, name, code),
             compiled: false,
+            generated: false,
             current: None,
         };
         if self.opts.functions == FunctionBinding::Current && self.format >= 6 && kind == 0 {
@@ -343,6 +360,10 @@ impl Loader<'_> {
             }
         }
         if code.is_empty() || self.opts.trust == Trust::Foreign {
+            if self.compiles_generated(&chunk) {
+                // SAFETY: callers' contract.
+                unsafe { self.compile_generated(L, s, &mut chunk, main_hash, code)? };
+            }
             return Ok(chunk);
         }
         if kind == 1 && !(self.opts.trust == Trust::Own && self.opts.bytecode) {
@@ -353,7 +374,7 @@ impl Loader<'_> {
         }
         let key = -(self.chunks.len() as ffi::lua_Integer) - 1;
         // SAFETY: callers' contract.
-        match unsafe { find_or_compile(L, s, key, kind, name, main_hash, code) } {
+        match unsafe { find_or_compile(L, s, key, kind, name, main_hash, code, false) } {
             Ok((p, reused)) => {
                 chunk.main = Some(p);
                 chunk.compiled = !reused;
@@ -503,7 +524,7 @@ impl Loader<'_> {
 }
 
 /// Why a chunk's code was not used.
-enum Compiled {
+pub(super) enum Compiled {
     /// It does not compile: the message is on top, above the chunk name and code.
     Error,
     /// It compiles to another prototype tree than the fingerprint says.
@@ -512,7 +533,8 @@ enum Compiled {
 
 /// The main prototype of the chunk (text or binary `kind`, named `name`, fingerprint
 /// `main_hash`, code `code`): the identical chunk live in this VM (shared prototypes, no
-/// compile; `true` with it), or `code` compiled. Anchored at `protos[key]` either way.
+/// compile; `true` with it), or `code` compiled (in text mode with its record marked as from
+/// a save if `from_save`: `generated.rs`). Anchored at `protos[key]` either way.
 ///
 /// No Rust value with a destructor is alive across the calls (they may raise a memory
 /// error): the name and code are slices of the file, the outcome plain data.
@@ -520,7 +542,8 @@ enum Compiled {
 /// # Safety
 /// Protected context; `s` this load's slots; `kind` 0 or 1 (bytecode only for own loads that
 /// allow it).
-unsafe fn find_or_compile(
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn find_or_compile(
     L: *mut lua_State,
     s: Slots,
     key: ffi::lua_Integer,
@@ -528,6 +551,7 @@ unsafe fn find_or_compile(
     name: &[u8],
     main_hash: u64,
     code: &[u8],
+    from_save: bool,
 ) -> Result<(*const c_void, bool), Compiled> {
     // SAFETY: protected context (callers' contract); the name and code are slices of the
     // body, read by the C side for the call.
@@ -558,8 +582,12 @@ unsafe fn find_or_compile(
         ffi::lua_pushlstring(L, name.as_ptr().cast(), name.len());
         ffi::lua_pushlstring(L, code.as_ptr().cast(), code.len());
         let cname = ffi::lua_tolstring(L, -2, std::ptr::null_mut());
-        let mode = if kind == 1 { c"b" } else { c"t" };
-        luasnap_loadstring(L, -1, cname, mode.as_ptr())
+        if from_save {
+            luasnap_loadstring_from_save(L, -1, cname)
+        } else {
+            let mode = if kind == 1 { c"b" } else { c"t" };
+            luasnap_loadstring(L, -1, cname, mode.as_ptr())
+        }
     };
     if st != ffi::LUA_OK {
         // [name, code, message]: the message is read by the caller, then popped.
@@ -584,7 +612,7 @@ unsafe fn find_or_compile(
 ///
 /// # Safety
 /// The message on top, above the name and code.
-unsafe fn pop_compile_error(L: *mut lua_State) -> String {
+pub(super) unsafe fn pop_compile_error(L: *mut lua_State) -> String {
     // SAFETY: reads the message without conversion (a string, or nothing), then pops three.
     unsafe {
         let mut len = 0;

@@ -23,11 +23,24 @@ pub(super) struct LoadedChunk {
     pub(super) main: Option<*const c_void>,
     /// Whether the file brought its code.
     pub(super) brought_code: bool,
+    /// Whether it is a text chunk named by its own text: one the game made with `load(s)`
+    /// (`generated.rs`).
+    pub(super) made_by_load: bool,
     /// Whether `main` is the file's code this load compiled (not the VM's own).
     pub(super) compiled: bool,
+    /// Whether `main` is the file's code a foreign load compiled (`generated.rs`).
+    pub(super) generated: bool,
     /// The VM's current version of it, when the load binds saved functions to the game's
     /// current code and it differs from the saved one (`rebind.rs`).
     pub(super) current: Option<usize>,
+}
+
+/// Whether a chunk of the file (see `generated.rs`), text (`kind` 0) named `name` with source text `code`, is one
+/// the game made with `load` from a string without a chunk name: `load(s)` names the chunk by
+/// `s` itself. A file's chunk (`@main.lua`) or a host's (`Vm::exec(code, "=setup")`) is named
+/// otherwise, so neither is ever compiled here.
+pub(super) fn made_by_load(kind: u8, name: &[u8], code: &[u8]) -> bool {
+    kind == 0 && !code.is_empty() && name == code
 }
 
 /// A suspended coroutine this load builds, for the open upvalues joined into it.
