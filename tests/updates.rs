@@ -97,6 +97,18 @@ fn a_v1_save_runs_v2_code_under_foreign_trust() {
     assert!(places.contains(&"version"), "{places:?}");
     assert!(places.contains(&"Agent.hit"), "{places:?}");
     assert!(report.summary().contains("rebound"), "{}", report.summary());
+    // Every rebound function is shown at this version's line.
+    let hit = report
+        .rebound
+        .iter()
+        .find(|f| f.place == "Agent.hit")
+        .unwrap();
+    assert_eq!((hit.line, hit.now), (6, Some(10)));
+    assert!(
+        report.summary().contains("Agent.hit (game.lua:10)"),
+        "{}",
+        report.summary()
+    );
 }
 
 #[test]
@@ -175,6 +187,66 @@ fn a_function_removed_in_v2_is_kept_under_own_and_refused_by_name_under_foreign(
         report.summary()
     );
     assert!(report.summary().contains("missing"), "{}", report.summary());
+}
+
+/// Version 3 of V1: three comment lines above, `version` says 3. Every other function only
+/// moved: the same code three lines down.
+#[test]
+fn functions_that_only_moved_are_reported_as_moved_at_this_versions_lines() {
+    let v3 = format!(
+        "-- version 3\n-- (three lines\n-- of comments)\n{}",
+        V1.replace("return 1 end", "return 3 end")
+    );
+    let (b, report) = load_into(&v3, "@game.lua", &v1_save(), Trust::Foreign).unwrap();
+    assert_eq!(int(&b, "return saved.version()"), 3);
+    assert_eq!(int(&b, "return saved.hit(saved.player, 4)"), 4);
+    let rebound: Vec<(&str, u64, Option<u64>)> = report
+        .rebound
+        .iter()
+        .map(|f| (f.place.as_str(), f.line, f.now))
+        .collect();
+    assert_eq!(rebound, [("version", 8, Some(11))], "{}", report.summary());
+    let mut moved: Vec<(&str, u64, Option<u64>)> = report
+        .moved
+        .iter()
+        .map(|f| (f.place.as_str(), f.line, f.now))
+        .collect();
+    moved.sort();
+    assert!(
+        moved.contains(&("Agent.hit", 6, Some(9))) && moved.contains(&("Agent.new", 5, Some(8))),
+        "{}",
+        report.summary()
+    );
+    let summary = report.summary();
+    assert!(
+        summary.contains("1 rebound to this version (version (game.lua:11))")
+            && summary.contains("moved to other lines, code unchanged (")
+            && summary.contains("Agent.hit (game.lua:9)"),
+        "{summary}"
+    );
+}
+
+/// A function renamed in v2 without changing its body or its lines: a foreign load finds it
+/// by its code (the newer version's own, identical), as docs/updates.md says; renamed with a
+/// changed body, it has no counterpart and is refused by name.
+#[test]
+fn a_renamed_function_with_identical_code_is_found_by_its_code_under_foreign() {
+    let v1 = "function bonus() return 7 end\nfunction score() return 1 end";
+    let file = save_of(v1, "@rules.lua", "saved = { bonus = bonus, score = score }");
+    let same = "function extra() return 7 end\nfunction score() return 2 end";
+    let (c, report) = load_into(same, "@rules.lua", &file, Trust::Foreign).unwrap();
+    assert_eq!(int(&c, "return saved.bonus() + saved.score()"), 9);
+    assert!(
+        report.missing.is_empty() && report.unchanged >= 1,
+        "{}",
+        report.summary()
+    );
+    let changed = "function extra() return 8 end\nfunction score() return 2 end";
+    let e = load_into(changed, "@rules.lua", &file, Trust::Foreign).unwrap_err();
+    assert!(
+        e.to_string().contains("bonus") && e.to_string().contains("no longer has"),
+        "{e}"
+    );
 }
 
 /// `eris.unpersist` keeps Eris's behaviour: saved functions run their saved code.

@@ -205,6 +205,10 @@ int luasnap_proto_nchildren(const void *p);
 const void *luasnap_proto_child(const void *p, int i);
 /* Its structural fingerprint: how saves name functions. */
 uint64_t luasnap_proto_hash(const void *p);
+/* The fingerprint it would have with every line of its tree moved by shift. */
+uint64_t luasnap_proto_hash_shifted(const void *p, int64_t shift);
+/* The line it was defined at. */
+int luasnap_proto_line(const void *p);
 /* The fingerprints of p and every prototype nested in it, pre-order, into hs[0..max); returns
 ** how many prototypes the tree has, or -1 if it nests too deep (then hash each alone). */
 int luasnap_proto_tree_hashes(const void *p, uint64_t *hs, int max);

@@ -66,11 +66,12 @@ static uint64_t finish(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-/* Everything of p that its fingerprint covers but its nested prototypes. */
-static void proto_hash_fields(Hash *h, const Proto *p) {
+/* Everything of p that its fingerprint covers but its nested prototypes, its lines moved by
+** shift (0: as they are). */
+static void proto_hash_fields_at(Hash *h, const Proto *p, lua_Integer shift) {
   int i;
   hu64(h, (uint64_t)p->numparams); hu64(h, (uint64_t)(p->flag & ~PF_LSDONE)); hu64(h, (uint64_t)p->maxstacksize);
-  hu64(h, (uint64_t)p->linedefined); hu64(h, (uint64_t)p->lastlinedefined);
+  hu64(h, (uint64_t)(p->linedefined + shift)); hu64(h, (uint64_t)(p->lastlinedefined + shift));
   if (p->source) hbytes(h, getstr(p->source), tsslen(p->source));
   hu64(h, (uint64_t)p->sizecode);
   hbytes(h, p->code, sizeof(Instruction) * (size_t)p->sizecode);
@@ -89,6 +90,33 @@ static void proto_hash_fields(Hash *h, const Proto *p) {
     hu64(h, (uint64_t)p->upvalues[i].kind);
   }
   hu64(h, (uint64_t)p->sizep);
+}
+
+static void proto_hash_fields(Hash *h, const Proto *p) {
+  proto_hash_fields_at(h, p, 0);
+}
+
+/* proto_hash with every line of the tree moved by shift (its functions' definitions; the
+** per-instruction lines are not in a fingerprint). */
+static uint64_t proto_hash_shifted(const Proto *p, int depth, lua_Integer shift) {
+  Hash h = { 0xcbf29ce484222325ULL };
+  int i;
+  proto_hash_fields_at(&h, p, shift);
+  for (i = 0; i < p->sizep; i++)
+    hu64(&h, depth < 200 ? proto_hash_shifted(p->p[i], depth + 1, shift) : 0);
+  return finish(h.h);
+}
+
+/* The fingerprint p would have with every line of its tree moved by shift: equal to a saved
+** function's fingerprint when the saved function is p's code, only at other lines (a function
+** an update moved). */
+uint64_t luasnap_proto_hash_shifted(const void *p, int64_t shift) {
+  return proto_hash_shifted((const Proto *)p, 0, (lua_Integer)shift);
+}
+
+/* The line p was defined at. */
+int luasnap_proto_line(const void *p) {
+  return ((const Proto *)p)->linedefined;
 }
 
 static uint64_t proto_hash(const Proto *p, int depth) {

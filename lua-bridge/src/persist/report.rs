@@ -10,11 +10,21 @@ pub struct SavedFunction {
     pub place: String,
     /// The line it was defined at in the saved version.
     pub line: u64,
+    /// The line this version's function at its place is defined at (rebound and moved
+    /// functions), if this version has one.
+    pub now: Option<u64>,
 }
 
 impl std::fmt::Display for SavedFunction {
+    /// `place (chunk:line)`, the line this version's (or, without one, the saved one).
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} ({}:{})", self.place, self.chunk, self.line)
+        write!(
+            f,
+            "{} ({}:{})",
+            self.place,
+            self.chunk,
+            self.now.unwrap_or(self.line)
+        )
     }
 }
 
@@ -27,6 +37,9 @@ pub struct LoadReport {
     /// Functions whose code changed, bound to this version's function at the same place
     /// ([`FunctionBinding::Current`](super::FunctionBinding::Current)).
     pub rebound: Vec<SavedFunction>,
+    /// Functions whose code did not change but moved to other lines (code added above them),
+    /// bound to this version's function at the same place as rebound ones are.
+    pub moved: Vec<SavedFunction>,
     /// Functions that keep the code they were saved with although this VM's differs: run by a
     /// suspended coroutine (own loads), or loaded with [`FunctionBinding::Saved`](super::FunctionBinding::Saved).
     pub kept: Vec<SavedFunction>,
@@ -62,6 +75,13 @@ impl LoadReport {
                 "{} rebound to this version ({})",
                 self.rebound.len(),
                 list(&self.rebound)
+            ));
+        }
+        if !self.moved.is_empty() {
+            parts.push(format!(
+                "{} moved to other lines, code unchanged ({})",
+                self.moved.len(),
+                list(&self.moved)
             ));
         }
         if !self.kept.is_empty() {

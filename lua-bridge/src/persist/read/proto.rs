@@ -212,6 +212,7 @@ impl Loader<'_> {
                         chunk: super::rebind::shown_chunk(&self.chunks[c].name),
                         place: crate::persist::place::display(&place),
                         line,
+                        now: None,
                     });
                 self.protos.push(p);
                 return Ok(p);
@@ -222,6 +223,7 @@ impl Loader<'_> {
                     chunk: super::rebind::shown_chunk(&self.chunks[c].name),
                     place: crate::persist::place::display(&place),
                     line,
+                    now: None,
                 };
                 if self.chunks[c].generated {
                     self.rb.report.compiled.push(f);

@@ -37,9 +37,10 @@
 use super::closure::upvalue_name;
 use super::csrc::{
     luasnap_chunk_current, luasnap_closure_rebind, luasnap_closure_trim, luasnap_each_lclosure,
-    luasnap_proto_hash, luasnap_proto_nupvalues, luasnap_proto_upvalue_desc,
-    luasnap_push_closure_n, luasnap_push_lclosure, luasnap_thread_slot_lclosure,
-    luasnap_upval_closed_slot, luasnap_upval_join_slot, luasnap_upval_set_slot, CiRecord,
+    luasnap_proto_hash, luasnap_proto_hash_shifted, luasnap_proto_line, luasnap_proto_nupvalues,
+    luasnap_proto_upvalue_desc, luasnap_push_closure_n, luasnap_push_lclosure,
+    luasnap_thread_slot_lclosure, luasnap_upval_closed_slot, luasnap_upval_join_slot,
+    luasnap_upval_set_slot, CiRecord,
 };
 use super::ids::push_obj;
 use super::loader::{Fail, Loader};
@@ -235,10 +236,17 @@ impl Loader<'_> {
                 upvalue_names(target),
             )
         };
+        // SAFETY: as above; reads only.
+        let now = unsafe { luasnap_proto_line(target) }.max(0) as u64;
+        // The same code at other lines: every line of its tree moved alike.
+        // SAFETY: as above; reads only.
+        let moved = now != line
+            && unsafe { luasnap_proto_hash_shifted(target, line as i64 - now as i64) } == hash;
         let function = SavedFunction {
             chunk: shown_chunk(chunk),
             place: crate::persist::place::display(place),
             line,
+            now: Some(now),
         };
         let at_once = saved.is_none();
         if at_once && ups.len() + target_n > MAX_SLOTS {
@@ -264,6 +272,7 @@ impl Loader<'_> {
             saved_names: ups,
             function,
             reported: false,
+            moved,
             saved_code: !at_once,
         });
         self.rb.bindings.insert(
@@ -283,12 +292,18 @@ impl Loader<'_> {
         }
     }
 
-    /// Adds rebound function `r` to the report's `rebound` list (once).
+    /// Adds rebound function `r` to the report's `rebound` list, or `moved` if only its lines
+    /// changed (once).
     fn report_rebound(&mut self, r: usize) {
         let rb = &mut self.rb.rebounds[r];
         if !rb.reported {
             rb.reported = true;
-            self.rb.report.rebound.push(rb.function.clone());
+            let list = if rb.moved {
+                &mut self.rb.report.moved
+            } else {
+                &mut self.rb.report.rebound
+            };
+            list.push(rb.function.clone());
         }
     }
 

@@ -134,8 +134,10 @@ pub(super) struct Rebound {
     pub(super) saved_names: Vec<Vec<u8>>,
     /// For the report and messages.
     pub(super) function: SavedFunction,
-    /// Whether it is in the report's `rebound` list yet.
+    /// Whether it is in the report's `rebound` (or `moved`) list yet.
     pub(super) reported: bool,
+    /// Whether this version's function is the saved code at other lines (an update moved it).
+    pub(super) moved: bool,
     /// Whether its closures are made of the saved code (own loads of saves with code) and
     /// bound when the walk is over; else they are made of the target at once.
     pub(super) saved_code: bool,
