@@ -99,7 +99,9 @@ fn graph_of(
     max_memory: usize,
 ) -> Result<ValueGraph, String> {
     let trust = Trust::from(args.trust);
-    save_graph_allowing(game, bytes, trust, max_memory, &args.allow_permanent).map_err(|e| {
+    let mut allowed = args.allow_permanent.clone();
+    allowed.extend(crate::host_permanents());
+    save_graph_allowing(game, bytes, trust, max_memory, &allowed).map_err(|e| {
         let message = match &e {
             GameError::Load(l) => {
                 crate::loads::load_error_on_the_command_line(l, crate::loads::DIFF)

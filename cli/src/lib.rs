@@ -41,17 +41,39 @@ use std::ffi::OsString;
 use std::process::ExitCode;
 use std::sync::RwLock;
 
-/// The host's setup, applied to every game VM a command builds (see [`main_with`]).
-static HOST_SETUP: RwLock<Option<VmSetup>> = RwLock::new(None);
+/// What a host binary gives the tool for its games (see [`main_for`]).
+#[derive(Clone, Default)]
+pub struct Host {
+    /// Applied to every game VM a command builds, second processes included: the host's
+    /// natives and userdata types (as [`GameConfig::setup`]).
+    pub setup: VmSetup,
+    /// The library functions its games' state holds on purpose (`"load"` for a library that
+    /// compiles code), accepted by every load of a save-game as the game's own declaration
+    /// would be (as [`GameConfig::permanents`]): `simulate --load`, `client`, and `diff`,
+    /// which compiles a game without running it and so cannot read its `G.permanents`.
+    pub permanents: Vec<String>,
+}
+
+/// The host's setup and permanents, applied to every game a command builds.
+static HOST: RwLock<Option<Host>> = RwLock::new(None);
 
 /// A game's configuration as the commands start from: the embedded game, with the host's
-/// natives and userdata types (if any).
+/// natives, userdata types and permanents (if any).
 pub(crate) fn game_config(players: usize, seed: u64) -> GameConfig {
     let mut cfg = GameConfig::default_game(players, seed);
-    if let Some(setup) = HOST_SETUP.read().ok().and_then(|s| s.clone()) {
-        cfg.setup = setup;
+    if let Some(host) = HOST.read().ok().and_then(|s| s.clone()) {
+        cfg.setup = host.setup;
+        cfg.permanents = host.permanents;
     }
     cfg
+}
+
+/// The permanents the host declared ([`Host::permanents`]).
+pub(crate) fn host_permanents() -> Vec<String> {
+    HOST.read()
+        .ok()
+        .and_then(|s| s.as_ref().map(|h| h.permanents.clone()))
+        .unwrap_or_default()
 }
 
 /// Instant snapshot and rollback for Lua 5.5, and save-games.
@@ -109,6 +131,11 @@ pub fn main_with(setup: VmSetup) -> ExitCode {
     run_with(std::env::args_os(), setup)
 }
 
+/// [`main_with`] for a host that also declares its games' permanents ([`Host`]).
+pub fn main_for(host: Host) -> ExitCode {
+    run_for(std::env::args_os(), host)
+}
+
 /// Runs one command, `args` as a command line (the program's name first):
 /// `run_with(["host", "simulate", "game.lua", "--frames", "60"], setup)`.
 pub fn run_with<I, T>(args: I, setup: VmSetup) -> ExitCode
@@ -116,8 +143,23 @@ where
     I: IntoIterator<Item = T>,
     T: Into<OsString>,
 {
-    if let Ok(mut host) = HOST_SETUP.write() {
-        *host = Some(setup);
+    run_for(
+        args,
+        Host {
+            setup,
+            permanents: Vec::new(),
+        },
+    )
+}
+
+/// [`run_with`] for a host that also declares its games' permanents ([`Host`]).
+pub fn run_for<I, T>(args: I, host: Host) -> ExitCode
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString>,
+{
+    if let Ok(mut h) = HOST.write() {
+        *h = Some(host);
     }
     let argv: Vec<String> = args
         .into_iter()

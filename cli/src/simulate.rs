@@ -161,7 +161,7 @@ pub fn run(args: SimulateArgs) -> Result<(), String> {
     if let Some(path) = &args.game {
         game = game.game_at(path).map_err(|e| e.to_string())?;
     }
-    game.permanents = args.allow_permanent.clone();
+    game.permanents.extend(args.allow_permanent.iter().cloned());
     game.window = args.window;
     game.capacity = args.memory_limit;
     game.step_budget = args.step_budget.0;

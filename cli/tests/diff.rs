@@ -446,5 +446,16 @@ fn diff_refuses_a_held_load_naming_allow_permanent_and_accepts_it_with_the_flag(
     assert_eq!(accepted.status.code(), Some(1), "{e}");
     let out = String::from_utf8_lossy(&accepted.stdout);
     assert!(out.contains("s.n") || out.contains(".n:"), "{out}");
+    // A host binary that declares `load` for its games (luasnap_cli::Host::permanents):
+    // its diff accepts it without the flag.
+    let host = luasnap_cli::Host {
+        permanents: vec!["load".into()],
+        ..Default::default()
+    };
+    let code = luasnap_cli::run_for(["host", "diff", &a, &b, "--game", game], host);
+    assert_eq!(
+        format!("{code:?}"),
+        format!("{:?}", std::process::ExitCode::from(1))
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
