@@ -4,10 +4,28 @@
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
-/// The example's binary: `cargo test` builds the examples beside the tool.
+/// The example's binary, built (or found fresh) here with the profile the tool was built
+/// with: `cargo test` builds the examples beside the tool, but not when this test target runs
+/// alone (`cargo test -p luasnap-cli --test host_game`), and a stale one may be there.
 fn example() -> PathBuf {
     let tool = PathBuf::from(env!("CARGO_BIN_EXE_luasnap"));
-    tool.with_file_name("examples").join("host_game")
+    let bin = tool.with_file_name("examples").join("host_game");
+    static BUILT: std::sync::Once = std::sync::Once::new();
+    BUILT.call_once(|| {
+        let release = tool.parent().and_then(|p| p.file_name()) == Some("release".as_ref());
+        let mut cargo = Command::new(env!("CARGO"));
+        cargo.args(["build", "-p", "luasnap-cli", "--example", "host_game"]);
+        if release {
+            cargo.arg("--release");
+        }
+        let out = cargo.output().unwrap();
+        assert!(
+            out.status.success(),
+            "building the host_game example failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    });
+    bin
 }
 
 const GAME: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/host_game.lua");
