@@ -35,6 +35,7 @@ fn games_dir() -> PathBuf {
 fn game_config(game: &str) -> GameConfig {
     match game {
         "first_of_set" => config(game, FIRST_OF_SET, PLAYERS, SEED),
+        "weak_cache" => config(game, WEAK_CACHE, PLAYERS, SEED),
         _ if games_dir().join(game).is_dir() => folder(game, PLAYERS, SEED),
         _ => config(game, "", PLAYERS, SEED)
             .game_at(&games_dir().join(format!("{game}.lua")))
@@ -56,6 +57,10 @@ fn run_to(game: &mut Game, to: u64, trace: &mut Trace) {
 /// A game that acts on the first key of `pairs()` over sets of tables, closures and C
 /// functions (see the file).
 const FIRST_OF_SET: &str = include_str!("lua/first_of_set.lua");
+
+/// A game whose counters follow what a weak-valued cache still holds and how many objects
+/// were finalized (see the file).
+const WEAK_CACHE: &str = include_str!("lua/weak_cache.lua");
 
 /// The child's side: loads the save (trust and paths from [`CHILD`]), runs to [`END_AT`] and
 /// prints its trace, one `JOIN frame value game` line per frame.
@@ -152,6 +157,58 @@ fn a_set_keyed_by_tables_continues_alike_after_a_load_in_a_new_process() {
 }
 
 #[test]
+fn a_weak_cache_continues_alike_after_a_load_in_a_new_process() {
+    // The loaded heap has no garbage and other ages, so the collector runs at other moments
+    // than in the process that saved: weak entries are cleared and finalizers called at the
+    // runtime's collection points only (docs/gc.md), at the same frames in both.
+    check_join("weak_cache");
+}
+
+#[test]
+fn a_weak_cache_gives_the_same_results_under_any_collector_tuning() {
+    use luasnap::bridge::runtime::VmSetup;
+    use luasnap::bridge::GcMode;
+    let run = |setup: VmSetup| {
+        let mut cfg = game_config("weak_cache");
+        cfg.setup = setup;
+        let mut g = Game::new(&cfg, Backend::ArenaIncremental).unwrap();
+        let mut trace = Trace::new();
+        run_to(&mut g, END_AT, &mut trace);
+        trace
+    };
+    let stock = run(VmSetup::default());
+    let tunings = [
+        GcMode::Generational {
+            minor_multiplier: Some(5),
+            major_minor: None,
+            minor_major: None,
+        },
+        GcMode::Generational {
+            minor_multiplier: Some(100),
+            major_minor: Some(20),
+            minor_major: Some(20),
+        },
+        GcMode::Incremental {
+            pause: Some(100),
+            step_multiplier: Some(400),
+            step_size: None,
+        },
+    ];
+    for mode in tunings {
+        let tuned = run(VmSetup::new(move |b| b.gc(mode)));
+        let first = stock.iter().zip(&tuned).find(|(a, b)| a != b);
+        assert!(
+            first.is_none() && stock.len() == tuned.len(),
+            "{mode:?}: (frame, value digest, G.digest()) differ from the default collector's \
+             first at {first:?}"
+        );
+    }
+    // The game's counters did move: hits, misses and finalized objects all counted.
+    let last = stock.last().unwrap().2.unwrap();
+    assert!(last % 1000 > 0 && last / 1000 % 1000 > 0 && last / 1_000_000 > 0, "{last}");
+}
+
+#[test]
 fn library_games_keyed_by_tables_and_c_functions_continue_alike_after_a_load() {
     check_join("keyed_by_functions");
     // Own trust only: its state holds library functions a foreign load refuses (require,
@@ -170,4 +227,8 @@ fn every_corpus_game_continues_alike_after_a_load_in_a_new_process() {
     ] {
         check_join(game);
     }
+    // Own trust only: tiny-ecs compiles its filters from source text as the game runs, and a
+    // foreign load takes no code from the file. Its weak-valued grid cells (bump.lua) kept it
+    // from continuing alike until weak entries were cleared at collection points only.
+    check_join_with("ecs_arena", &["own"]);
 }

@@ -434,6 +434,11 @@ void luasnap_set_key_counter(lua_State *L, uint32_t n);
 /* Stops (on > 0) or allows (0) emergency collections, or only asks (< 0); returns whether they
 ** were stopped. */
 int luasnap_gc_stopem(lua_State *L, int on);
+/* Makes (on > 0) the state's collections quiet (Lua patch 10) or stock (0), or only asks (< 0);
+** returns whether they were quiet. */
+int luasnap_gc_quiet(lua_State *L, int on);
+/* A full collection that is not a point (quiet if the state is); protected body only. */
+void luasnap_gc_full_quiet(lua_State *L);
 /* Marks (on != 0) or unmarks the state as one where nothing gets a finalizer; returns whether
 ** it was marked. */
 int luasnap_gc_nofinal(lua_State *L, int on);

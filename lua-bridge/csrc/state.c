@@ -24,6 +24,28 @@ int luasnap_gc_stopem(lua_State *L, int on) {
   return old;
 }
 
+/* Makes (on > 0) the state's collections quiet or (on == 0) stock, or only asks (on < 0);
+** returns whether they were quiet. A quiet collection clears no weak entry and calls no
+** finalizer (Lua patch 10, 'gcisquiet' in lgc.h): the deterministic profile's, so that what a
+** game observes of the collector happens only at full collections it or the runtime asks for
+** (lua_gc LUA_GCCOLLECT), never at the moments the heap's history picks. Invariant kept:
+** the flag is never changed while a collection runs (the host calls this only when idle, and
+** a finalizer cannot reach it). */
+int luasnap_gc_quiet(lua_State *L, int on) {
+  int old = G(L)->gcquiet;
+  if (on >= 0) G(L)->gcquiet = on ? 1 : 0;
+  return old;
+}
+
+/* A full collection that is not a point: quiet if the state is (unlike lua_gc LUA_GCCOLLECT,
+** which clears the flag while it runs). For the host's housekeeping (after a game's init, after
+** a load), which a process that continues a game from a save does at other moments than the
+** one that saved it. Call it from a protected body, as lua_gc (finalizers of a stock state run
+** protected inside). */
+void luasnap_gc_full_quiet(lua_State *L) {
+  luaC_fullgc(L, 0);
+}
+
 /* Marks (on != 0) or unmarks the state as one where no object may be marked for finalization,
 ** returning whether it was marked. A foreign load marks it for the whole load (one that allows
 ** finalizers marks its objects when it ends, luasnap_finalizers_mark): luaC_checkfinalizer marks nothing while GCSTPCLS is set (lgc.c: "no extra finalizers

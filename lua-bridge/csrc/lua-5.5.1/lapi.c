@@ -1187,7 +1187,12 @@ LUA_API int lua_gc (lua_State *L, int what, ...) {
       break;
     }
     case LUA_GCCOLLECT: {
+      /* luasnap patch: a full collection asked for is a point where weak
+      ** entries are cleared and finalizers run ('gcisquiet', lgc.h) */
+      lu_byte quiet = g->gcquiet;
+      g->gcquiet = 0;
       luaC_fullgc(L, 0);
+      g->gcquiet = quiet;
       break;
     }
     case LUA_GCCOUNT: {

@@ -393,6 +393,23 @@ static void markbeingfnz (global_State *g) {
 
 
 /*
+** luasnap patch: mark the objects with finalizers, as 'separatetobefnz'
+** walks them ('finobj' up to 'finobjold1'; in generational mode the
+** older ones are not white, in incremental mode 'finobjold1' is NULL),
+** so that a quiet collection ('gcisquiet') keeps an unreachable one,
+** and everything it reaches, for a later full collection to finalize.
+** Invariant: no object leaves 'finobj' in a quiet collection, so
+** 'tobefnz' holds only what a full collection separated (and it calls
+** their finalizers before it ends).
+*/
+static void markfinobj (global_State *g) {
+  GCObject *o;
+  for (o = g->finobj; o != g->finobjold1; o = o->next)
+    markobject(g, o);
+}
+
+
+/*
 ** For each non-marked thread, simulates a barrier between each open
 ** upvalue and its value. (If the thread is collected, the value will be
 ** assigned to the upvalue, but then it can be too late for the barrier
@@ -607,7 +624,13 @@ static int getmode (global_State *g, Table *h) {
 
 static l_mem traversetable (global_State *g, Table *h) {
   markobjectN(g, h->metatable);
-  switch (getmode(g, h)) {
+  /* luasnap patch: a quiet collection treats a weak table as a strong
+  ** one. Invariant: 'gcquiet' does not change during a cycle (only
+  ** 'lua_gc' flips it, around a full collection, which starts and ends
+  ** a cycle of its own), so every weak table of a cycle is traversed one
+  ** way, and the lists 'weak', 'ephemeron' and 'allweak' stay empty in a
+  ** quiet cycle: 'atomic' clears nothing. */
+  switch (gcisquiet(g) ? 0 : getmode(g, h)) {
     case 0:  /* not weak */
       traversestrongtable(g, h);
       break;
@@ -1606,7 +1629,10 @@ static void atomic (lua_State *L) {
   clearbyvalues(g, g->weak, NULL);
   clearbyvalues(g, g->allweak, NULL);
   origweak = g->weak; origall = g->allweak;
-  separatetobefnz(g, 0);  /* separate objects to be finalized */
+  if (gcisquiet(g))  /* luasnap patch: finalizers wait for a full collection */
+    markfinobj(g);
+  else
+    separatetobefnz(g, 0);  /* separate objects to be finalized */
   markbeingfnz(g);  /* mark objects that will be finalized */
   propagateall(g);  /* remark, to propagate 'resurrection' */
   convergeephemerons(g);

@@ -215,6 +215,19 @@
 #define GCSTPCLS	4  /* bit true when closing Lua state */
 #define gcrunning(g)	((g)->gcstp == 0)
 
+/*
+** luasnap patch (see LUASNAP-PATCHES.md, patch 10): while 'gcquiet' is
+** set, a collection traverses weak tables as strong ones and keeps
+** objects with pending finalizers (and what they reach) alive, so it
+** clears no weak entry and separates nothing to be finalized: it frees
+** only objects no program can reach in any way, whatever the moment it
+** runs. 'lua_gc(LUA_GCCOLLECT)' (a full collection asked for: the
+** game's 'collectgarbage()', the runtime's collection points) clears it
+** while it runs: weak entries are cleared and finalizers called there
+** only, at moments the program chose.
+*/
+#define gcisquiet(g)	((g)->gcquiet != 0)
+
 
 /*
 ** Does one step of collection when debt becomes zero. 'pre'/'pos'

@@ -344,6 +344,8 @@ typedef struct global_State {
   lu_byte gcstopem;  /* stops emergency collections */
   lu_byte gcstp;  /* control whether GC is running */
   lu_byte gcemergency;  /* true if this is an emergency collection */
+  lu_byte gcquiet;  /* luasnap patch: collections free only what no program can
+                    ** observe, except a full collection asked for (see 'gcisquiet') */
   GCObject *allgc;  /* list of all collectable objects */
   GCObject **sweepgc;  /* current position of sweep in list */
   GCObject *finobj;  /* list of collectable objects with finalizers */

@@ -428,6 +428,7 @@ unsafe extern "C" {
 // state.c: the collector and memory, for the serializer.
 unsafe extern "C" {
     pub(crate) fn luasnap_gc_stopem(L: *mut lua_State, on: c_int) -> c_int;
+    pub(crate) fn luasnap_gc_quiet(L: *mut lua_State, on: c_int) -> c_int;
     pub(crate) fn luasnap_gc_nofinal(L: *mut lua_State, on: c_int) -> c_int;
     pub(crate) fn luasnap_finalizers_foreign(L: *mut lua_State, since: c_int) -> c_int;
     pub(crate) fn luasnap_finalizers_mark(L: *mut lua_State, since: c_int, clear: c_int);
@@ -435,6 +436,7 @@ unsafe extern "C" {
 }
 
 unsafe extern "C-unwind" {
+    pub(crate) fn luasnap_gc_full_quiet(L: *mut lua_State);
     pub(crate) fn luasnap_checkstack(L: *mut lua_State, n: c_int, msg: *const c_char);
     pub(crate) fn luasnap_raise_memerr(L: *mut lua_State) -> !;
 }

@@ -5,7 +5,7 @@ use crate::bridge::budget::RunningBudget;
 use crate::bridge::error::{LuaErrorKind, NativeError, VmError};
 use crate::bridge::ffi::{self as raw, LuaFailure, UserDataType};
 use crate::bridge::helpers::{
-    luasnap_chunks_install, luasnap_clear_dead_stack, luasnap_det_randomseed, luasnap_det_sort,
+    luasnap_chunks_install, luasnap_clear_dead_stack, luasnap_gc_full_quiet, luasnap_gc_quiet, luasnap_det_randomseed, luasnap_det_sort,
     luasnap_key_counter, luasnap_strtab_longest_chain,
 };
 use crate::bridge::modules::{self, Module, ModuleState};
@@ -321,6 +321,13 @@ impl VmBuilder {
         unsafe {
             ffi::lua_atpanic(L, raw::at_panic);
             ffi::lua_setwarnf(L, Some(warn::warn_to_stderr), arena.base().as_ptr().cast());
+        }
+        if let Profile::Deterministic { .. } = self.profile {
+            // What a game sees of the collector (weak entries cleared, finalizers called)
+            // happens only at full collections asked for, never at the moments the heap's
+            // history picks (a load's heap has another): see `Vm::gc_collect`.
+            // SAFETY: sets a flag of a fresh state; no collection is running.
+            unsafe { luasnap_gc_quiet(L, 1) };
         }
         let ring = match SnapshotRing::new(&mut arena, self.ring) {
             Ok(r) => r,
@@ -1228,7 +1235,12 @@ impl Vm {
         Ok(())
     }
 
-    /// Runs a full collection.
+    /// Runs a full collection: a **collection point**. In the deterministic profile it is the
+    /// only collection that clears weak tables' entries to collected objects and calls
+    /// finalizers (with `collectgarbage()`, `"collect"`, which is the same); every other one,
+    /// automatic or [`gc_collect_settled`](Self::gc_collect_settled), frees only objects no
+    /// program can reach in any way, so when it runs changes no result (Lua patch 10,
+    /// `docs/gc.md`). The standard profile's collections are all stock.
     pub fn gc_collect(&self) -> Result<(), VmError> {
         self.run(
             &mut |L| {
@@ -1243,6 +1255,10 @@ impl Vm {
     /// Runs a full collection after which a generational collector does minor collections
     /// again, scheduled from the live heap, as when it was first switched on (an incremental
     /// collector just collects, as [`gc_collect`](Self::gc_collect)).
+    ///
+    /// Not a collection point (see [`gc_collect`](Self::gc_collect)): in the deterministic
+    /// profile it clears no weak entry and calls no finalizer, so a process that settles at
+    /// other moments (after a load) keeps the same results.
     ///
     /// For after building a whole state at once (a game's init, a load): the loader allocates
     /// with the collector stopped, and the first minor collection after it counts every loaded
@@ -1261,7 +1277,7 @@ impl Vm {
                     if ffi::lua_gc(L, ffi::LUA_GCINC) == ffi::LUA_GCGEN {
                         ffi::lua_gc(L, ffi::LUA_GCGEN);
                     } else {
-                        ffi::lua_gc(L, ffi::LUA_GCCOLLECT);
+                        luasnap_gc_full_quiet(L);
                     }
                 }
                 0

@@ -245,7 +245,19 @@ pub struct GameConfig {
     /// of the game's saves accept them even from foreign files, as they accept the names the
     /// script lists in `G.permanents`. Default: none.
     pub permanents: Vec<String>,
+    /// Frames between the runtime's collection points (`Some(0)`: none, only the game's own
+    /// `collectgarbage()`); `None`: the game's `G.collect_every` (a field of the table the
+    /// script returns), else [`DEFAULT_COLLECT_EVERY`]. At the end of every frame whose number
+    /// is a multiple of it the runtime runs a full collection, the only moments besides the
+    /// game's `collectgarbage()` where weak tables lose entries and finalizers run (see
+    /// [`Vm::gc_collect`]); the count is part of the game's state, so a game continued from a
+    /// save keeps the saving game's. A game without weak tables or finalizers may set 0.
+    pub collect_every: Option<u64>,
 }
+
+/// Frames between the runtime's collection points when neither the host
+/// ([`GameConfig::collect_every`]) nor the game (`G.collect_every`) says (see `docs/gc.md`).
+pub const DEFAULT_COLLECT_EVERY: u64 = 60;
 
 impl GameConfig {
     /// The embedded default game.
@@ -263,6 +275,7 @@ impl GameConfig {
             permanents: Vec::new(),
             modules: Vec::new(),
             folder: None,
+            collect_every: None,
         }
     }
 
@@ -483,7 +496,13 @@ impl Game {
                 .load(script_source(&cfg.script).as_bytes(), &cfg.chunk_name)
                 .map_err(lua_error)?;
             let driver = vm.load(DRIVER, RUNTIME_CHUNK)?.into_function()?;
-            driver.call::<Value>(&g).map_err(lua_error)?
+            let every = match cfg.collect_every {
+                Some(n) => Value::Integer(n.min(i64::MAX as u64) as i64),
+                None => Value::Nil,
+            };
+            driver
+                .call::<Value>((&g, every, Value::Integer(DEFAULT_COLLECT_EVERY as i64)))
+                .map_err(lua_error)?
         };
         if let Value::String(what) = &verdict {
             return Err(GameError::Contract {
@@ -734,13 +753,21 @@ impl<I> Game<I> {
                 .collect::<Result<Vec<_>, _>>()?,
         );
         let args = [Value::Table(t)];
-        match self.step_budget {
+        let point = match self.step_budget {
             Some(budget) => self
                 .vm
-                .call_with_budget::<()>("luasnap_step", &args, budget),
-            None => self.vm.call::<()>("luasnap_step", &args),
+                .call_with_budget::<Value>("luasnap_step", &args, budget),
+            None => self.vm.call::<Value>("luasnap_step", &args),
         }
         .map_err(|source| self.script_error(source))?;
+        if point == Value::Boolean(true) {
+            // A collection point (`GameConfig::collect_every`): by frame number, so every
+            // process, every re-simulation and every continued game clears weak entries and
+            // calls finalizers at the same frames.
+            self.vm
+                .gc_collect()
+                .map_err(|source| self.script_error(source))?;
+        }
         self.frame += 1;
         Ok(())
     }
