@@ -205,7 +205,10 @@ fn a_weak_cache_gives_the_same_results_under_any_collector_tuning() {
     }
     // The game's counters did move: hits, misses and finalized objects all counted.
     let last = stock.last().unwrap().2.unwrap();
-    assert!(last % 1000 > 0 && last / 1000 % 1000 > 0 && last / 1_000_000 > 0, "{last}");
+    assert!(
+        last % 1000 > 0 && last / 1000 % 1000 > 0 && last / 1_000_000 > 0,
+        "{last}"
+    );
 }
 
 #[test]

@@ -456,3 +456,30 @@ fn one_budgeted_call_at_a_time_on_a_thread() {
         Err(VmError::InstructionBudget { .. })
     ));
 }
+
+/// A finalizer that never ends, called at a collection point after a step (weak entries and
+/// finalizers wait for those: docs/gc.md, "Collection points"), is stopped by a budget of the
+/// step's size, and the frame fails with the budget's error.
+#[test]
+fn a_finalizer_at_a_collection_point_runs_under_the_budget() {
+    let script = r#"
+local G = { collect_every = 2 }
+function G.init() end
+function G.step(inputs)
+  if inputs[1] == 99 then
+    setmetatable({}, { __gc = function() while true do end end })
+  end
+end
+return G
+"#;
+    let cfg = GameConfig {
+        step_budget: Some(2_000_000),
+        ..common::config("endless_gc", script, 1, 1)
+    };
+    let mut g: Game = Game::new(&cfg, Backend::ArenaFull).unwrap();
+    g.step(&[99]).unwrap(); // frame 1: no point, the object waits
+    match g.step(&[0]).unwrap_err() {
+        GameError::StepBudget { frame: 1, .. } => {}
+        other => panic!("expected GameError::StepBudget at frame 1, got {other:?}"),
+    }
+}

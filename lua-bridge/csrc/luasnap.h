@@ -438,7 +438,7 @@ int luasnap_gc_stopem(lua_State *L, int on);
 ** returns whether they were quiet. */
 int luasnap_gc_quiet(lua_State *L, int on);
 /* A full collection that is not a point (quiet if the state is); protected body only. */
-void luasnap_gc_full_quiet(lua_State *L);
+LUASNAP_RAISES void luasnap_gc_full_quiet(lua_State *L);
 /* Marks (on != 0) or unmarks the state as one where nothing gets a finalizer; returns whether
 ** it was marked. */
 int luasnap_gc_nofinal(lua_State *L, int on);

@@ -5,8 +5,8 @@ use crate::bridge::budget::RunningBudget;
 use crate::bridge::error::{LuaErrorKind, NativeError, VmError};
 use crate::bridge::ffi::{self as raw, LuaFailure, UserDataType};
 use crate::bridge::helpers::{
-    luasnap_chunks_install, luasnap_clear_dead_stack, luasnap_gc_full_quiet, luasnap_gc_quiet, luasnap_det_randomseed, luasnap_det_sort,
-    luasnap_key_counter, luasnap_strtab_longest_chain,
+    luasnap_chunks_install, luasnap_clear_dead_stack, luasnap_det_randomseed, luasnap_det_sort,
+    luasnap_gc_full_quiet, luasnap_gc_quiet, luasnap_key_counter, luasnap_strtab_longest_chain,
 };
 use crate::bridge::modules::{self, Module, ModuleState};
 use crate::bridge::natives::{self, Call, NativeFn, NativeState};
@@ -117,6 +117,7 @@ pub struct VmBuilder {
     profile: Profile,
     ring: RingConfig,
     gc: Option<GcMode>,
+    quiet: Option<bool>,
     natives: Vec<PendingNative>,
     userdata: Vec<PendingUserData>,
     extensions: Vec<Extension>,
@@ -138,6 +139,7 @@ impl VmBuilder {
                 ..RingConfig::default()
             },
             gc: None,
+            quiet: None,
             natives: Vec::new(),
             userdata: Vec::new(),
             extensions: Vec::new(),
@@ -236,6 +238,17 @@ impl VmBuilder {
         self
     }
 
+    /// Whether collections other than full ones asked for ([`Vm::gc_collect`],
+    /// `collectgarbage()`) are quiet: clear no weak entry and call no finalizer, so that when
+    /// the collector runs changes no result (Lua patch 10, `docs/gc.md`, "Collection points").
+    /// Default: quiet in the deterministic profile, stock in the standard one. Stock
+    /// collections in the deterministic profile are for measuring what quiet ones cost: a
+    /// game's results then follow the collector's schedule again.
+    pub fn quiet_collections(mut self, on: bool) -> Self {
+        self.quiet = Some(on);
+        self
+    }
+
     /// Registers a native: a Rust function Lua sees at the dotted global path `name` (tables
     /// on the way are created). Arguments are read from the [`Call`] (typed with
     /// [`Call::get`]), results added with [`Call::ret`], and Lua functions passed in can be
@@ -322,7 +335,8 @@ impl VmBuilder {
             ffi::lua_atpanic(L, raw::at_panic);
             ffi::lua_setwarnf(L, Some(warn::warn_to_stderr), arena.base().as_ptr().cast());
         }
-        if let Profile::Deterministic { .. } = self.profile {
+        let deterministic = matches!(self.profile, Profile::Deterministic { .. });
+        if self.quiet.unwrap_or(deterministic) {
             // What a game sees of the collector (weak entries cleared, finalizers called)
             // happens only at full collections asked for, never at the moments the heap's
             // history picks (a load's heap has another): see `Vm::gc_collect`.
@@ -567,6 +581,15 @@ impl Vm {
         args: impl crate::bridge::convert::IntoLuaMulti<'h>,
         budget: u64,
     ) -> Result<R, VmError> {
+        self.budgeted(budget, || self.call(path, args))
+    }
+
+    /// Runs `f` under an instruction budget (see [`Vm::call_with_budget`]).
+    fn budgeted<R>(
+        &self,
+        budget: u64,
+        f: impl FnOnce() -> Result<R, VmError>,
+    ) -> Result<R, VmError> {
         if self.depth.get() != 0 {
             return Err(VmError::LuaRunning {
                 operation: "call into Lua from inside a native",
@@ -577,7 +600,7 @@ impl Vm {
                 operation: "a budgeted call while another runs on the same thread",
             });
         };
-        let out = self.call(path, args);
+        let out = f();
         let outcome = running.end();
         self.budget_used.set(outcome.used);
         if !outcome.spent {
@@ -1250,6 +1273,14 @@ impl Vm {
             },
             |_, _| (),
         )
+    }
+
+    /// [`gc_collect`](Self::gc_collect) with the finalizers it calls under an instruction
+    /// budget, counted as [`Vm::call_with_budget`] counts: a finalizer that outlives it is
+    /// stopped (its error a warning, as any finalizer's) and the collection fails with
+    /// [`VmError::InstructionBudget`].
+    pub fn gc_collect_with_budget(&self, budget: u64) -> Result<(), VmError> {
+        self.budgeted(budget, || self.gc_collect())
     }
 
     /// Runs a full collection after which a generational collector does minor collections

@@ -231,7 +231,9 @@ pub struct GameConfig {
     /// Lua instructions one `G.step` may run before it is stopped with
     /// [`GameError::StepBudget`] (counted as [`Vm::call_with_budget`] says, coroutines
     /// included); `None`: no limit, what [`GameConfig::default_game`] sets (`luasnap simulate`
-    /// sets [`DEFAULT_STEP_BUDGET`] unless told otherwise). Its cost is within the noise of
+    /// sets [`DEFAULT_STEP_BUDGET`] unless told otherwise). The finalizers a collection
+    /// point runs after a step ([`GameConfig::collect_every`]) get a budget of the same size.
+    /// Its cost is within the noise of
     /// timing `G.step` (see [`DEFAULT_STEP_BUDGET`]).
     pub step_budget: Option<u64>,
     /// Modules the game's `require` finds by name, before the folder's.
@@ -763,10 +765,13 @@ impl<I> Game<I> {
         if point == Value::Boolean(true) {
             // A collection point (`GameConfig::collect_every`): by frame number, so every
             // process, every re-simulation and every continued game clears weak entries and
-            // calls finalizers at the same frames.
-            self.vm
-                .gc_collect()
-                .map_err(|source| self.script_error(source))?;
+            // calls finalizers at the same frames. Its finalizers run under a budget of the
+            // step's size.
+            match self.step_budget {
+                Some(budget) => self.vm.gc_collect_with_budget(budget),
+                None => self.vm.gc_collect(),
+            }
+            .map_err(|source| self.script_error(source))?;
         }
         self.frame += 1;
         Ok(())
