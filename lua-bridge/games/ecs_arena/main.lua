@@ -10,7 +10,10 @@ local ctx = require("context")
 local E = require("entities")
 local spawner = require("systems.spawner")
 
-local G = {}
+-- tiny-ecs compiles its filters with `load` (`local loadstring = loadstring or load`), so the
+-- state holds `load`: declared, a foreign load accepts it and compiles the filters from the
+-- text the save carries (docs/save-games.md, "Code in the save").
+local G = { permanents = { "load" } }
 
 local QUOTA = 300  -- drones the spawner keeps in the arena
 local PILLARS = 48

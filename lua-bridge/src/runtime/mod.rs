@@ -571,20 +571,7 @@ impl Game {
             vm.compile(&m.source, &format!("@{}", m.path))
                 .map_err(syntax)?;
         }
-        if let Some(dir) = &cfg.folder {
-            let in_folder = crate::bridge::modules::Module::all_in_folder(dir).map_err(|e| {
-                GameError::Config(format!(
-                    "cannot read the game's folder {}: {e}",
-                    dir.display()
-                ))
-            })?;
-            for m in in_folder {
-                match vm.compile(&m.source, &format!("@{}", m.path)) {
-                    Err(VmError::Lua { .. }) | Ok(()) => {}
-                    Err(e) => return Err(GameError::Vm(e)),
-                }
-            }
-        }
+        compile_folder(&vm, cfg)?;
         vm.compile(DRIVER, RUNTIME_CHUNK)?;
         Ok(vm)
     }
@@ -654,6 +641,8 @@ impl<I> Game<I> {
     /// one whose code changed, is refused, naming it; trusting the file
     /// ([`Game::from_save_with`] and `Trust::Own`) keeps their saved code instead. The
     /// permanents the game declares (`G.permanents`, [`GameConfig::permanents`]) are accepted.
+    /// Before the load, every Lua file of the game's folder is compiled (not run), so that
+    /// functions of modules the game requires only as it runs (in `G.init`) are found.
     pub fn from_save(
         cfg: &GameConfig,
         backend: Backend,
@@ -675,6 +664,7 @@ impl<I> Game<I> {
         opts: &crate::persist::LoadOptions,
     ) -> Result<Game<I>, GameError> {
         let mut vm = Game::load_script(cfg, backend).map_err(explain_base_in_use)?;
+        compile_folder(&vm, cfg)?;
         let mut opts = opts.clone();
         opts.allowed_permanents
             .extend(Game::declared_permanents(&vm, cfg)?);
@@ -1316,4 +1306,29 @@ fn oom_advice(heap_bytes: usize, capacity: usize, run: &str) -> String {
     } else {
         format!("if the game needs more, {raise}, else look for state that grows every frame")
     }
+}
+
+/// Compiles, without running, every Lua file in the game's folder ([`Game::reader_vm`]
+/// says which), so that a load finds the chunks of modules the game requires only as it
+/// runs (in `G.init`, or later): their functions are in the save, but a VM that ran only
+/// the script's top level has not loaded them. A file that does not compile is not a
+/// module the game loads, and is skipped. Compiling a chunk the VM has loaded already
+/// registers the same chunk again (chunks are found by their fingerprint).
+fn compile_folder(vm: &Vm, cfg: &GameConfig) -> Result<(), GameError> {
+    let Some(dir) = &cfg.folder else {
+        return Ok(());
+    };
+    let in_folder = crate::bridge::modules::Module::all_in_folder(dir).map_err(|e| {
+        GameError::Config(format!(
+            "cannot read the game's folder {}: {e}",
+            dir.display()
+        ))
+    })?;
+    for m in in_folder {
+        match vm.compile(&m.source, &format!("@{}", m.path)) {
+            Err(VmError::Lua { .. }) | Ok(()) => {}
+            Err(e) => return Err(GameError::Vm(e)),
+        }
+    }
+    Ok(())
 }
