@@ -8,7 +8,9 @@
 //! The join runs the loading side in a child process (this test binary again, told what to do
 //! by [`CHILD`]), as `tests/join.rs` does: another process has its code and arena elsewhere.
 
-use luasnap::bridge::persist::forge::{self, body_of, Node, Proto};
+mod common;
+
+use luasnap::bridge::persist::forge::{self, body_of};
 use luasnap::bridge::persist::{LoadError, LoadOptions, Trust};
 use luasnap::bridge::runtime::{scripted_input, Backend, Game, GameConfig};
 use luasnap::bridge::Module;
@@ -194,22 +196,7 @@ fn load_foreign(file: &[u8], opts: &LoadOptions) -> Result<Vm, String> {
 /// Edits the chunk definition of the save's first new prototype.
 fn with_first_chunk(file: &[u8], f: &mut dyn FnMut(&mut forge::ChunkDef<Vec<u8>>)) -> Vec<u8> {
     let mut node = forge::decode(body_of(file).unwrap()).unwrap();
-    let mut done = false;
-    forge::walk_mut(&mut node, &mut |n| {
-        if let Node::LClosure {
-            proto: Proto::New {
-                home: Some(home), ..
-            },
-            ..
-        } = n
-        {
-            if let (Some(def), false) = (home.def.as_mut(), done) {
-                f(def);
-                done = true;
-            }
-        }
-    });
-    assert!(done, "a chunk definition in the save");
+    common::chunks::with_first_chunk(&mut node, f);
     forge::file(&node)
 }
 

@@ -2,6 +2,9 @@
 //! text compiled at load by Lua's own compiler), the identical chunk is reused, old saves
 //! survive game updates, and what a trust level refuses is said clearly.
 
+mod common;
+
+use common::chunks::with_first_chunk;
 use luasnap::bridge::persist::forge::{self, body_of, Node, Proto};
 use luasnap::bridge::persist::{LoadError, LoadOptions, Trust};
 use luasnap::bridge::runtime::{scripted_input, Backend, Game, GameConfig};
@@ -171,26 +174,6 @@ fn the_identical_chunk_is_reused_not_compiled_again() {
     let before = used(&b);
     b.unpersist(&file, "copy2", Trust::Own).unwrap();
     assert!(used(&b) - before < 4096);
-}
-
-/// The first new prototype's home in a decoded save.
-fn with_first_chunk(node: &mut Node, f: &mut dyn FnMut(&mut forge::ChunkDef<Vec<u8>>)) {
-    let mut done = false;
-    forge::walk_mut(node, &mut |n| {
-        if let Node::LClosure {
-            proto: Proto::New {
-                home: Some(home), ..
-            },
-            ..
-        } = n
-        {
-            if let (Some(def), false) = (home.def.as_mut(), done) {
-                f(def);
-                done = true;
-            }
-        }
-    });
-    assert!(done, "a chunk definition in the save");
 }
 
 #[test]

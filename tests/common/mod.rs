@@ -2,6 +2,7 @@
 #![allow(dead_code)] // each test binary uses its own subset
 
 pub mod child;
+pub mod chunks;
 
 use luasnap::bridge::runtime::{scripted_input, Backend, Game, GameConfig};
 
