@@ -52,8 +52,8 @@ fn binary_strings_are_escaped_not_replaced() {
 }
 
 /// Differences within a table are listed in key order, numbers by value (`[2]` before
-/// `[10]`, found by a newcomer), then strings; entries on one side only come first (they
-/// differ at the table's level, the values of common keys one level below), in the same order.
+/// `[10]`, found by a newcomer), then strings; entries on one side only come after every
+/// other difference (`value_diff_keys.rs`), in the same order.
 #[test]
 fn differences_are_listed_in_key_order_numbers_by_value() {
     let paths = |text: &[String]| -> Vec<String> {

@@ -459,3 +459,74 @@ fn diff_refuses_a_held_load_naming_allow_permanent_and_accepts_it_with_the_flag(
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A game whose entities key a set (`world.all[e] = true`, found by an outside tester): the
+/// diff pairs each entity by its key identity and lists its fields under `@key` with its `id`,
+/// before the entities on one side only.
+#[test]
+fn diff_of_a_set_keyed_game_compares_entities_field_by_field() {
+    let dir = std::env::temp_dir().join(format!("luasnap-diff-keys-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let game = dir.join("set_keyed.lua");
+    std::fs::write(
+        &game,
+        "local G = {}
+         local world
+         function G.init(players, seed)
+           world = { all = {}, next_id = 1 }
+         end
+         function G.step(inputs)
+           if world.next_id <= 12 then
+             local e = { id = world.next_id, hp = 10, pos = { x = 0, y = 0 } }
+             world.next_id = world.next_id + 1
+             world.all[e] = true
+           end
+           for e in pairs(world.all) do
+             e.pos.x = e.pos.x + e.id
+             e.hp = e.hp - 1
+             if e.hp <= 0 then world.all[e] = nil end
+           end
+         end
+         function G.digest() return tostring(world.next_id) end
+         return G",
+    )
+    .unwrap();
+    let game = game.to_str().unwrap();
+    let (a, b) = (dir.join("a.sav"), dir.join("b.sav"));
+    simulate_save(game, "9", &a, &[]);
+    simulate_save(game, "11", &b, &[]);
+    let out = luasnap(&[
+        "diff",
+        a.to_str().unwrap(),
+        b.to_str().unwrap(),
+        "--game",
+        game,
+        "--limit",
+        "30",
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", support::stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = text.lines().filter(|l| l.starts_with("  ")).collect();
+    // Entity 3 is on both sides: its fields, named by its identity and id.
+    let hp = lines
+        .iter()
+        .position(|l| l.contains("{id=3}]@key.hp"))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(lines[hp].contains("world.all[table #"), "{text}");
+    assert!(
+        lines.iter().any(|l| l.contains("{id=3}]@key.pos.x")),
+        "{text}"
+    );
+    // Entities born in frames 10 and 11: membership lines, after every field difference.
+    let first_member = lines
+        .iter()
+        .position(|l| l.contains("(absent) vs true"))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(first_member > hp, "{text}");
+    assert!(
+        lines[first_member..].iter().all(|l| l.contains("(absent)")),
+        "{text}"
+    );
+    assert!(lines[first_member].contains("{id=10}"), "{text}");
+    std::fs::remove_dir_all(&dir).ok();
+}

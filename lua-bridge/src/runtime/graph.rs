@@ -122,6 +122,9 @@ pub(crate) struct Node {
     kind: u32,
     /// Where its parts start in [`Graph::parts`].
     parts: u32,
+    /// Its key identity (see docs/determinism.md, "Key order"): nonzero once the object was
+    /// a key of some table; a format 7 save carries it, so both sides of a diff agree on it.
+    pub(crate) ident: u32,
 }
 
 /// Bytes a graph holds per node, entry, part and primitive (what [`Graph::bytes`] counts):
@@ -571,7 +574,10 @@ impl Walk<'_> {
             }
         };
         let kind = self.g.kind_id(kind);
+        // SAFETY: the object is on top (callers' contract); reads its identity field.
+        let ident = unsafe { crate::bridge::helpers::luasnap_identity_at(L, -1) };
         let node = &mut self.g.nodes[id as usize];
+        node.ident = ident;
         node.kind_hash = kind_hash;
         node.kind = kind;
     }

@@ -11,9 +11,18 @@
 //! ```
 //!
 //! Paths: `.name` for a string key that is an identifier, `[k]` for other keys (a table key
-//! as `[table]`), `@name` for the upvalue `name` of a function (`@upvalue[i]` when Lua has no
-//! name), `@metatable`, `@uservalue[i]`, `@stack[i]` for a coroutine's stack slot.
-//! Table keys that are objects are matched by their content.
+//! by its name, see below), `@name` for the upvalue `name` of a function (`@upvalue[i]` when Lua has no
+//! name), `@metatable`, `@uservalue[i]`, `@stack[i]` for a coroutine's stack slot, `@key` for
+//! a key object itself (`world.all[table #17]@key.hp`: a field of the entity that keys the set).
+//!
+//! Keys that are objects: an entry's key is matched first by content (equal keys), then, among
+//! the keys left, by key identity (docs/determinism.md, "Key order": format 7 saves carry them),
+//! so an entity present on both sides whose fields changed is one pair, compared field by field
+//! under `@key`, not one key absent and another present. Keys without identities (0) fall back
+//! to content only. A key object is named by its shortest path from the globals through values
+//! (`world.all[world.workers[3]]`), else by its kind and identity (`[table #17]`); either way,
+//! a table with a field `id` or `name` holding a number or string shows it (`[table #17 {id=4}]`).
+//! Membership lines (an entry on one side only) come after all other differences.
 
 use crate::bridge::error::VmError;
 use crate::bridge::vm::Vm;
@@ -28,6 +37,10 @@ use std::collections::{HashMap, HashSet, VecDeque};
 pub struct ValueGraph {
     graph: Graph,
     root: Item,
+    /// Whether its objects' key identities are the game's own (a live VM, a format 7 save),
+    /// not ones a load of an older save gave in load order: [`ValueGraph::diff`] pairs keys
+    /// by identity only between two such graphs.
+    identities: bool,
 }
 
 impl std::fmt::Debug for ValueGraph {
@@ -107,14 +120,21 @@ impl ValueGraph {
             b: &other.graph,
             ha: &ha,
             hb: &hb,
+            ra: self.root,
+            rb: other.root,
+            by_identity: self.identities && other.identities,
+            va: std::cell::OnceCell::new(),
+            vb: std::cell::OnceCell::new(),
             paths: Vec::new(),
             out: Vec::new(),
+            members: Vec::new(),
+            members_over: false,
             limit,
             truncated: false,
         };
         if !equal {
             d.walk(self.root, other.root);
-            if d.out.is_empty() && !d.truncated {
+            if d.out.is_empty() && d.members.is_empty() && !d.truncated {
                 d.out.push(Difference {
                     path: "(globals)".into(),
                     left: "a state".into(),
@@ -125,9 +145,13 @@ impl ValueGraph {
                 });
             }
         }
+        let mut differences = d.out;
+        let room = limit - differences.len().min(limit);
+        let truncated = d.truncated || d.members_over || d.members.len() > room;
+        differences.extend(d.members.into_iter().take(room));
         ValueDiff {
-            differences: d.out,
-            truncated: d.truncated,
+            differences,
+            truncated,
             equal,
         }
     }
@@ -140,11 +164,43 @@ enum Side {
     Right,
 }
 
-/// The last step of a path: a table key, or a part.
+/// The last step of a path: a table key, a part, or the key object of the entry at the parent.
 #[derive(Clone, Copy)]
 enum Step {
     Key(Side, Item),
     Part(Side, Part),
+    KeyObject,
+}
+
+/// A step of a value path ([`value_paths`]): an entry's value, or a part.
+#[derive(Clone, Copy)]
+enum VStep {
+    Key(Item),
+    Part(Part),
+}
+
+/// For each node of `g`, its parent on a shortest path from `root` through values and parts
+/// (never through keys), and the step from there; `None` where no such path exists.
+fn value_paths(g: &Graph, root: Item) -> Vec<Option<(u32, VStep)>> {
+    let mut tree: Vec<Option<(u32, VStep)>> = vec![None; g.nodes.len()];
+    let Some(r) = root.as_node() else {
+        return tree;
+    };
+    tree[r as usize] = Some((ROOT, VStep::Part(Part::Metatable)));
+    let mut queue = VecDeque::from([r]);
+    while let Some(n) = queue.pop_front() {
+        let parts = g.parts(n).iter().map(|&(p, v)| (VStep::Part(p), v));
+        let entries = g.entries(n).iter().map(|&(k, v)| (VStep::Key(k), v));
+        for (step, v) in parts.chain(entries) {
+            if let Some(c) = v.as_node() {
+                if tree[c as usize].is_none() {
+                    tree[c as usize] = Some((n, step));
+                    queue.push_back(c);
+                }
+            }
+        }
+    }
+    tree
 }
 
 /// A path, built only when reported: its parent (`u32::MAX`: the globals) and last step.
@@ -161,9 +217,19 @@ struct Differ<'a> {
     b: &'a Graph,
     ha: &'a [u64],
     hb: &'a [u64],
+    ra: Item,
+    rb: Item,
+    /// Whether keys are paired by identity (both graphs carry the game's identities).
+    by_identity: bool,
+    /// Shortest value paths of each side's nodes, made when a key object is first named.
+    va: std::cell::OnceCell<Vec<Option<(u32, VStep)>>>,
+    vb: std::cell::OnceCell<Vec<Option<(u32, VStep)>>>,
     /// The paths of the pairs queued so far.
     paths: Vec<PathNode>,
     out: Vec<Difference>,
+    /// Entries on one side only, listed after `out` (at most `limit`; `members_over` past it).
+    members: Vec<Difference>,
+    members_over: bool,
     limit: usize,
     truncated: bool,
 }
@@ -235,9 +301,13 @@ impl Differ<'_> {
                             format!("{base}.{name}")
                         }
                     }
-                    _ => format!("{base}[{}]", self.describe(side, key)),
+                    _ => match key.as_node() {
+                        Some(id) => format!("{base}[{}]", self.key_name(side, id)),
+                        None => format!("{base}[{}]", self.describe(side, key)),
+                    },
                 }
             }
+            Step::KeyObject => format!("{base}@key"),
             Step::Part(side, part) => match part {
                 Part::Metatable => format!("{base}@metatable"),
                 Part::Upvalue(i, 0) => format!("{base}@upvalue[{i}]"),
@@ -245,6 +315,67 @@ impl Differ<'_> {
                 Part::UserValue(i) => format!("{base}@uservalue[{i}]"),
                 Part::Stack(i) => format!("{base}@stack[{i}]"),
             },
+        }
+    }
+
+    /// A key object's name: its shortest value path from the globals, else its kind and
+    /// identity; then a table's `id` or `name` field (a number or string), if it has one.
+    fn key_name(&self, side: Side, id: u32) -> String {
+        let g = self.graph(side);
+        let (cell, root) = match side {
+            Side::Left => (&self.va, self.ra),
+            Side::Right => (&self.vb, self.rb),
+        };
+        let tree = cell.get_or_init(|| value_paths(g, root));
+        let mut name = match tree[id as usize] {
+            Some((ROOT, _)) => "(globals)".to_string(),
+            Some(_) => {
+                let mut steps = Vec::new();
+                let mut n = id;
+                while let Some((p, step)) = tree[n as usize] {
+                    if p == ROOT {
+                        break;
+                    }
+                    steps.push(step);
+                    n = p;
+                }
+                steps
+                    .into_iter()
+                    .rev()
+                    .fold(String::new(), |base, step| match step {
+                        // Keys inside a key's name by identity only (no names within names).
+                        VStep::Key(k) if k.as_node().is_some() => {
+                            let k = k.as_node().expect("a node");
+                            format!("{base}[{}]", self.ident_name(side, k))
+                        }
+                        VStep::Key(k) => self.step_text(&base, Step::Key(side, k)),
+                        VStep::Part(p) => self.step_text(&base, Step::Part(side, p)),
+                    })
+            }
+            None => self.ident_name(side, id),
+        };
+        if *g.kind(id) == Kind::Table {
+            let field = g.entries(id).iter().find_map(|&(k, v)| {
+                let key = g.bytes_of(g.prim(k)?);
+                let shown = matches!(g.prim(v)?, Prim::Int(_) | Prim::Float(_) | Prim::Str { .. });
+                (shown && (key == b"id" || key == b"name")).then(|| {
+                    let key = String::from_utf8_lossy(key);
+                    format!("{key}={}", show_prim(g, g.prim(v).expect("a primitive")))
+                })
+            });
+            if let Some(f) = field {
+                name = format!("{name} {{{f}}}");
+            }
+        }
+        name
+    }
+
+    /// `table #17`: a node's kind and key identity (`table` alone if it has none).
+    fn ident_name(&self, side: Side, id: u32) -> String {
+        let g = self.graph(side);
+        match g.nodes[id as usize].ident {
+            0 => g.kind(id).to_string(),
+            n => format!("{} #{n}", g.kind(id)),
         }
     }
 
@@ -268,7 +399,14 @@ impl Differ<'_> {
     }
 
     fn report(&mut self, path: u32, a: Option<Item>, b: Option<Item>, note: Option<String>) {
-        if self.out.len() >= self.limit {
+        let member = (a.is_none() || b.is_none())
+            && path != ROOT
+            && matches!(self.paths[path as usize].step, Step::Key(..));
+        if member && self.members.len() >= self.limit {
+            self.members_over = true;
+            return;
+        }
+        if !member && self.out.len() >= self.limit {
             self.truncated = true;
             return;
         }
@@ -313,7 +451,7 @@ impl Differ<'_> {
                 note,
             ),
         };
-        self.out.push(Difference {
+        let d = Difference {
             path: if path.is_empty() {
                 "(globals)".into()
             } else {
@@ -322,7 +460,12 @@ impl Differ<'_> {
             left,
             right,
             note,
-        });
+        };
+        if member {
+            self.members.push(d);
+        } else {
+            self.out.push(d);
+        }
     }
 
     /// Walks both graphs from their roots, breadth first, where their hashes differ.
@@ -422,34 +565,112 @@ impl Differ<'_> {
                 None => left_only.push((k, v)),
             }
         }
+        let mut right_only: Vec<(Item, Item)> = right.into_values().flatten().collect();
+        self.pair_by_identity(path, &mut left_only, &mut right_only, &mut matched, queue);
         // In key order (numbers by value, so `[2]` comes before `[10]`, then strings, see
-        // `key_order`), so that of two equally short paths to a value the first in key
-        // order names it, the same way every time.
+        // `key_order`; objects by identity), so that of two equally short paths to a value
+        // the first in key order names it, the same way every time.
         matched.sort_by(|x, y| {
-            key_order(self.a, x.0, self.a, y.0).then_with(|| {
-                self.step_text("", Step::Key(Side::Left, x.0))
-                    .cmp(&self.step_text("", Step::Key(Side::Left, y.0)))
-            })
+            key_order(self.a, x.0, self.a, y.0)
+                .then_with(|| {
+                    self.ident(Side::Left, x.0)
+                        .cmp(&self.ident(Side::Left, y.0))
+                })
+                .then_with(|| {
+                    self.step_text("", Step::Key(Side::Left, x.0))
+                        .cmp(&self.step_text("", Step::Key(Side::Left, y.0)))
+                })
         });
         for (k, v, w) in matched {
             let sub = self.push_path(path, Step::Key(Side::Left, k));
             queue.push_back((sub, v, w));
         }
-        left_only.sort_by(|x, y| key_order(self.a, x.0, self.a, y.0));
+        left_only.sort_by(|x, y| {
+            key_order(self.a, x.0, self.a, y.0).then_with(|| {
+                self.ident(Side::Left, x.0)
+                    .cmp(&self.ident(Side::Left, y.0))
+            })
+        });
         for (k, v) in left_only {
             let sub = self.push_path(path, Step::Key(Side::Left, k));
             self.report(sub, Some(v), None, None);
         }
-        let mut right_only: Vec<(Item, Item)> = right.into_values().flatten().collect();
         right_only.sort_by(|x, y| {
-            key_order(self.b, x.0, self.b, y.0).then_with(|| {
-                self.describe(Side::Right, x.0)
-                    .cmp(&self.describe(Side::Right, y.0))
-            })
+            key_order(self.b, x.0, self.b, y.0)
+                .then_with(|| {
+                    self.ident(Side::Right, x.0)
+                        .cmp(&self.ident(Side::Right, y.0))
+                })
+                .then_with(|| {
+                    self.describe(Side::Right, x.0)
+                        .cmp(&self.describe(Side::Right, y.0))
+                })
         });
         for (k, w) in right_only {
             let sub = self.push_path(path, Step::Key(Side::Right, k));
             self.report(sub, None, Some(w), None);
+        }
+    }
+
+    /// A key's identity (0: a primitive, or an object that has none).
+    fn ident(&self, side: Side, k: Item) -> u32 {
+        k.as_node()
+            .map_or(0, |n| self.graph(side).nodes[n as usize].ident)
+    }
+
+    /// Pairs the object keys left unmatched by content on both sides by their identities
+    /// (same kind, nonzero identity): the entity keyed on both sides, with other contents.
+    /// Its key objects are queued under `@key`; its values join `matched` if they differ.
+    fn pair_by_identity(
+        &mut self,
+        path: u32,
+        left_only: &mut Vec<(Item, Item)>,
+        right_only: &mut Vec<(Item, Item)>,
+        matched: &mut Vec<(Item, Item, Item)>,
+        queue: &mut VecDeque<(u32, Item, Item)>,
+    ) {
+        let mut by_ident: HashMap<u32, usize> = HashMap::new();
+        for (i, &(k, _)) in right_only.iter().enumerate() {
+            let id = self.ident(Side::Right, k);
+            if id != 0 {
+                by_ident.insert(id, i);
+            }
+        }
+        if by_ident.is_empty() || !self.by_identity {
+            return;
+        }
+        let mut taken = vec![false; right_only.len()];
+        let mut keys = Vec::new();
+        left_only.retain(|&(k, v)| {
+            let id = self.ident(Side::Left, k);
+            let Some(&i) = by_ident.get(&id).filter(|_| id != 0) else {
+                return true;
+            };
+            let (k2, w) = right_only[i];
+            let same_kind = match (k.as_node(), k2.as_node()) {
+                (Some(x), Some(y)) => self.a.kind(x) == self.b.kind(y),
+                _ => false,
+            };
+            if taken[i] || !same_kind {
+                return true;
+            }
+            taken[i] = true;
+            if self.hash(Side::Left, v) != self.hash(Side::Right, w) {
+                matched.push((k, v, w));
+            }
+            keys.push((k, k2));
+            false
+        });
+        let mut i = 0;
+        right_only.retain(|_| {
+            i += 1;
+            !taken[i - 1]
+        });
+        keys.sort_by_key(|&(k, _)| self.ident(Side::Left, k));
+        for (k, k2) in keys {
+            let entry = self.push_path(path, Step::Key(Side::Left, k));
+            let sub = self.push_path(entry, Step::KeyObject);
+            queue.push_back((sub, k, k2));
         }
     }
 }
@@ -597,6 +818,7 @@ impl Vm {
         Ok(ValueGraph {
             graph,
             root: root.expect("extract ran")?,
+            identities: true,
         })
     }
 }
@@ -660,7 +882,10 @@ pub fn save_graph_allowing(
         opts.max_heap_growth = Some(max_memory / 2);
         vm.load_game_with(save, &opts)?;
         // The VM only lives to be read: no copy of its heap to restore it.
-        Ok(vm.into_value_graph(max_memory / 4)?)
+        let mut g = vm.into_value_graph(max_memory / 4)?;
+        // Saves before format 7 carry no identities: the load gave them in load order.
+        g.identities = save.get(8..10).map(|f| u16::from_le_bytes([f[0], f[1]])) >= Some(7);
+        Ok(g)
     };
     let reader = |script: &str, chunk_name: &str| {
         let mut cfg = GameConfig::default_game(1, 0);
