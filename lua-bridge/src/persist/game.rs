@@ -13,6 +13,7 @@
 //! used to set `saved[name] = live[name]` in whatever table the file put at `root.loaded`: a
 //! game table then got `os`, `io` and `debug`, the `string` library got `_G`.)
 
+use super::added::{add_new_functions, Added};
 use super::permanents::{PERMS_KEY, UNPERMS_KEY};
 use mlua_sys::{self as ffi, lua_State};
 use std::ffi::{c_int, CStr};
@@ -135,9 +136,12 @@ unsafe fn is_permanent(L: *mut lua_State, idx: c_int) -> bool {
 /// Restores `_G` and `package.loaded` from a loaded game root (on top, popped) in place. Every
 /// check comes before the first write: a refused root leaves both as they were.
 ///
+/// With `add` (an update load), first adds the functions new in this version to the saved
+/// module tables (see `persist::added`) and returns what it added.
+///
 /// # Safety
 /// Protected context; raises a clear error if the root is not a game save.
-pub(super) unsafe fn restore_game(L: *mut lua_State) {
+pub(super) unsafe fn restore_game(L: *mut lua_State, add: bool) -> Added {
     // SAFETY: protected context (callers' contract); balanced pushes.
     unsafe {
         let root = ffi::lua_gettop(L);
@@ -158,11 +162,17 @@ pub(super) unsafe fn restore_game(L: *mut lua_State) {
         if loaded {
             checked_pair(L, root, c"loaded_kept");
         }
+        let added = if loaded && add {
+            add_new_functions(L, root + 4, root + 5)
+        } else {
+            Added::default()
+        };
         restore_into(L, root + 1);
         if loaded {
             restore_into(L, root + 4);
         }
         ffi::lua_settop(L, root - 1);
+        added
     }
 }
 

@@ -41,6 +41,7 @@
 //! [`Vm::save_game`]: crate::Vm::save_game
 //! [`Vm::load_game`]: crate::Vm::load_game
 
+mod added;
 mod budget;
 mod error;
 #[cfg(any(test, feature = "fuzzing"))]

@@ -50,6 +50,13 @@ pub struct LoadReport {
     /// compiled, compiled from the text the save carries: a foreign load of a game that
     /// declares `load` (see "Code the game compiled at run time" in `docs/save-games.md`).
     pub compiled: Vec<SavedFunction>,
+    /// Functions new in this version that the saved module tables lacked, added to them
+    /// (`module.path.name (chunk:line)`): a method an update adds. See "Functions new in this
+    /// version" in `docs/updates.md`.
+    pub added: Vec<String>,
+    /// Functions new in this version not added (the Lua stack could not hold their
+    /// upvalues while they were bound).
+    pub not_added: Vec<String>,
 }
 
 impl LoadReport {
@@ -103,6 +110,27 @@ impl LoadReport {
                 "{} compiled from the save's text (chunks the game made with load: {})",
                 self.compiled.len(),
                 list(&self.compiled)
+            ));
+        }
+        if !self.added.is_empty() {
+            let shown: Vec<&str> = self.added.iter().take(4).map(String::as_str).collect();
+            let more = self.added.len().saturating_sub(4);
+            parts.push(format!(
+                "{} added (functions new in this version: {}{})",
+                self.added.len(),
+                shown.join(", "),
+                if more > 0 {
+                    format!(", and {more} more")
+                } else {
+                    String::new()
+                }
+            ));
+        }
+        if !self.not_added.is_empty() {
+            parts.push(format!(
+                "{} new in this version not added ({})",
+                self.not_added.len(),
+                self.not_added.join(", ")
             ));
         }
         parts.join(", ")

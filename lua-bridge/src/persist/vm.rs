@@ -130,7 +130,10 @@ impl Vm {
                         Some(path) => store_at_path(L, path),
                         None => match game_key_counter(L, out.max_ident) {
                             Ok(counter) => {
-                                super::game::restore_game(L);
+                                let update = opts.functions == super::FunctionBinding::Current;
+                                let added = super::game::restore_game(L, update);
+                                report.added = added.added;
+                                report.not_added = added.not_added;
                                 // The identities new keys get continue the saving VM's.
                                 if let Some(n) = counter {
                                     luasnap_set_key_counter(L, n);
