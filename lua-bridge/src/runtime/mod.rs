@@ -642,7 +642,8 @@ impl<I> Game<I> {
     /// ([`Game::from_save_with`] and `Trust::Own`) keeps their saved code instead. The
     /// permanents the game declares (`G.permanents`, [`GameConfig::permanents`]) are accepted.
     /// Before the load, every Lua file of the game's folder is compiled (not run), so that
-    /// functions of modules the game requires only as it runs (in `G.init`) are found.
+    /// functions of modules the game requires only as it runs (in `G.init`) are found (a
+    /// folder it cannot read is skipped: such functions are then refused, naming them).
     pub fn from_save(
         cfg: &GameConfig,
         backend: Backend,
@@ -664,7 +665,12 @@ impl<I> Game<I> {
         opts: &crate::persist::LoadOptions,
     ) -> Result<Game<I>, GameError> {
         let mut vm = Game::load_script(cfg, backend).map_err(explain_base_in_use)?;
-        compile_folder(&vm, cfg)?;
+        match compile_folder(&vm, cfg) {
+            // A folder it cannot read (a script's folder may hold anything) only means that
+            // chunks of modules the game requires later are not found: the load says so.
+            Ok(()) | Err(GameError::Config(_)) => {}
+            Err(e) => return Err(e),
+        }
         let mut opts = opts.clone();
         opts.allowed_permanents
             .extend(Game::declared_permanents(&vm, cfg)?);
