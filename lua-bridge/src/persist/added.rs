@@ -18,7 +18,7 @@
 //! anything else (a module local no saved function of those tables holds: a constant, a new
 //! local helper) stays this version's, as a rebound function's new upvalues do.
 
-use super::permanents::PERMS_KEY;
+use super::permanents::is_permanent;
 use mlua_sys::{self as ffi, lua_State};
 use std::collections::HashSet;
 use std::ffi::{c_int, c_void, CStr};
@@ -87,24 +87,6 @@ unsafe fn key_string(L: *mut lua_State, idx: c_int) -> String {
     let p = unsafe { ffi::lua_tolstring(L, idx, &mut len) };
     // SAFETY: p points to len bytes the string keeps alive.
     String::from_utf8_lossy(unsafe { std::slice::from_raw_parts(p.cast::<u8>(), len) }).into_owned()
-}
-
-/// Whether the value at `idx` is one of the loading VM's permanents.
-///
-/// # Safety
-/// Protected context; `idx` absolute.
-unsafe fn is_permanent(L: *mut lua_State, idx: c_int) -> bool {
-    // SAFETY: raw reads of a registry table; balanced pushes.
-    unsafe {
-        if ffi::lua_getfield(L, ffi::LUA_REGISTRYINDEX, PERMS_KEY.as_ptr()) != ffi::LUA_TTABLE {
-            ffi::lua_settop(L, -2);
-            return false;
-        }
-        ffi::lua_pushvalue(L, idx);
-        let known = ffi::lua_rawget(L, -2) != ffi::LUA_TNIL;
-        ffi::lua_settop(L, -3);
-        known
-    }
 }
 
 /// Walks the pair on top of `path` ((saved, live) absolute indices): adds new functions to

@@ -14,7 +14,7 @@
 //! game table then got `os`, `io` and `debug`, the `string` library got `_G`.)
 
 use super::added::{add_new_functions, Added};
-use super::permanents::{PERMS_KEY, UNPERMS_KEY};
+use super::permanents::{is_permanent, PERMS_KEY, UNPERMS_KEY};
 use mlua_sys::{self as ffi, lua_State};
 use std::ffi::{c_int, CStr};
 
@@ -110,26 +110,6 @@ unsafe fn raw_field(L: *mut lua_State, t: c_int, name: &CStr) -> c_int {
     unsafe {
         ffi::lua_pushstring(L, name.as_ptr());
         ffi::lua_rawget(L, t)
-    }
-}
-
-/// Whether the value at absolute index `idx` is one of the VM's permanents (the standard
-/// library's tables and functions, registered ones): those belong to the loading VM, and a
-/// save names them only as values.
-///
-/// # Safety
-/// Protected context; `idx` an absolute index.
-unsafe fn is_permanent(L: *mut lua_State, idx: c_int) -> bool {
-    // SAFETY: raw reads of a registry table; balanced pushes.
-    unsafe {
-        if ffi::lua_getfield(L, ffi::LUA_REGISTRYINDEX, PERMS_KEY.as_ptr()) != ffi::LUA_TTABLE {
-            ffi::lua_settop(L, -2);
-            return false;
-        }
-        ffi::lua_pushvalue(L, idx);
-        let known = ffi::lua_rawget(L, -2) != ffi::LUA_TNIL;
-        ffi::lua_settop(L, -3);
-        known
     }
 }
 

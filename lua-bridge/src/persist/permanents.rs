@@ -93,3 +93,23 @@ pub(crate) unsafe fn key_name(L: *mut lua_State, idx: c_int) -> Option<String> {
             .map(str::to_string)
     }
 }
+
+/// Whether the value at absolute index `idx` is one of the VM's permanents (the standard
+/// library's tables and functions, registered ones): those belong to the loading VM, and a
+/// save names them only as values.
+///
+/// # Safety
+/// Protected context; `idx` an absolute index.
+pub(crate) unsafe fn is_permanent(L: *mut lua_State, idx: c_int) -> bool {
+    // SAFETY: raw reads of a registry table; balanced pushes.
+    unsafe {
+        if ffi::lua_getfield(L, ffi::LUA_REGISTRYINDEX, PERMS_KEY.as_ptr()) != ffi::LUA_TTABLE {
+            ffi::lua_settop(L, -2);
+            return false;
+        }
+        ffi::lua_pushvalue(L, idx);
+        let known = ffi::lua_rawget(L, -2) != ffi::LUA_TNIL;
+        ffi::lua_settop(L, -3);
+        known
+    }
+}
