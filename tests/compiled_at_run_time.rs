@@ -80,7 +80,7 @@ fn a_tiny_ecs_game_continues_alike_from_a_foreign_save_in_a_new_process() {
     let mut g = Game::new(&cfg, Backend::ArenaIncremental).unwrap();
     let mut straight = Trace::new();
     run_to(&mut g, SAVE_AT, &mut straight);
-    let save = std::env::temp_dir().join(format!("luasnap-compiled-{}.sav", std::process::id()));
+    let save = common::temp_file("luasnap-compiled-", ".sav");
     std::fs::write(&save, g.save_game().unwrap()).unwrap();
     straight.clear();
     run_to(&mut g, END_AT, &mut straight);
@@ -95,7 +95,6 @@ fn a_tiny_ecs_game_continues_alike_from_a_foreign_save_in_a_new_process() {
         .env(CHILD, &save)
         .output()
         .unwrap();
-    std::fs::remove_file(&save).ok();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),

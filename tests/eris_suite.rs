@@ -128,11 +128,13 @@ fn eris_suite_across_processes() {
     if std::env::var("ERIS_SIDE").is_ok() {
         return;
     }
-    let dir = std::env::temp_dir().join(format!("luasnap-eris-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    child("persist", &dir);
-    let report = child("unpersist", &dir);
-    let _ = std::fs::remove_dir_all(&dir);
+    let dir = tempfile::Builder::new()
+        .prefix("luasnap-eris-")
+        .tempdir()
+        .unwrap();
+    child("persist", dir.path());
+    let report = child("unpersist", dir.path());
+    drop(dir);
 
     let mut results = BTreeMap::new();
     for line in report.lines() {

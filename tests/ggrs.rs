@@ -94,10 +94,12 @@ fn tiny() -> GameConfig {
     cfg
 }
 
-fn scratch_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("luasnap-ggrs-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    dir
+/// A fresh folder named by `name`, removed with all it holds when the guard drops.
+fn scratch_dir(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("luasnap-ggrs-{name}-"))
+        .tempdir()
+        .unwrap()
 }
 
 #[test]
@@ -264,7 +266,8 @@ fn plain_data_inputs_reach_lua_as_userdata() {
 #[test]
 fn a_sync_test_desync_writes_both_simulations_as_save_games() {
     let cfg = leaky_game();
-    let dir = scratch_dir("synctest");
+    let tmp = scratch_dir("synctest");
+    let dir = tmp.path().to_path_buf();
     let options = SessionOptions {
         desync_dir: Some(dir.clone()),
         ..Default::default()
@@ -293,7 +296,6 @@ fn a_sync_test_desync_writes_both_simulations_as_save_games() {
         game.value_digest().unwrap()
     };
     assert_ne!(digest(first), digest(&latest));
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -314,7 +316,8 @@ fn a_p2p_desync_writes_each_peers_state() {
             Ok(())
         })
     });
-    let dir = scratch_dir("p2p");
+    let tmp = scratch_dir("p2p");
+    let dir = tmp.path().to_path_buf();
     let options = SessionOptions {
         desync_dir: Some(dir.clone()),
         ..Default::default()
@@ -327,7 +330,6 @@ fn a_p2p_desync_writes_each_peers_state() {
     for f in files {
         assert!(std::fs::metadata(f).unwrap().len() > 0, "{}", f.display());
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A renderer reads the state after every frame through paths and handles; GGRS saves the

@@ -11,7 +11,7 @@
 
 mod common;
 
-use common::{config, folder};
+use common::{config, folder, temp_file};
 use luasnap::bridge::persist::{LoadOptions, Trust};
 use luasnap::bridge::runtime::{scripted_input, Backend, Game, GameConfig};
 use std::path::{Path, PathBuf};
@@ -133,7 +133,7 @@ fn check_join_with(game: &str, trusts: &[&str]) {
     let mut g = Game::new(&cfg, Backend::ArenaIncremental).unwrap();
     let mut straight = Trace::new();
     run_to(&mut g, SAVE_AT, &mut straight);
-    let save = std::env::temp_dir().join(format!("luasnap-join-{game}-{}.sav", std::process::id()));
+    let save = temp_file(&format!("luasnap-join-{game}-"), ".sav");
     std::fs::write(&save, g.save_game().unwrap()).unwrap();
     straight.clear();
     run_to(&mut g, END_AT, &mut straight);
@@ -148,7 +148,6 @@ fn check_join_with(game: &str, trusts: &[&str]) {
             );
         }
     }
-    std::fs::remove_file(&save).ok();
 }
 
 #[test]

@@ -4,13 +4,14 @@
 
 use luasnap::bridge::runtime::{Backend, Game, GameConfig};
 use luasnap::bridge::{Module, Value, Vm};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-fn temp_dir(tag: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("luasnap-modules-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+/// A fresh folder named by `tag`, removed with all it holds when the guard drops.
+fn temp_dir(tag: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("luasnap-modules-{tag}-"))
+        .tempdir()
+        .unwrap()
 }
 
 fn write(dir: &Path, rel: &str, text: &str) {
@@ -64,17 +65,18 @@ return Town
 
 #[test]
 fn require_loads_the_games_modules_from_its_folder_and_nothing_else() {
-    let dir = temp_dir("require");
-    small_game(&dir);
+    let tmp = temp_dir("require");
+    let dir = tmp.path();
+    small_game(dir);
     write(
-        &dir,
+        dir,
         "lib/probe.lua",
         "return { name = ..., path = select(2, ...) }",
     );
     let vm = Vm::builder()
         .capacity(64 << 20)
         .deterministic(1)
-        .module_folder(&dir)
+        .module_folder(dir)
         .build()
         .unwrap();
     let r = vm
@@ -114,13 +116,12 @@ fn require_loads_the_games_modules_from_its_folder_and_nothing_else() {
     assert_eq!(m.path, "town/init.lua");
     assert!(vm.module("nope").unwrap().is_none());
     // Errors name the module's chunk relative to the folder.
-    write(&dir, "lib/broken.lua", "local x = \n error('boom')");
+    write(dir, "lib/broken.lua", "local x = \n error('boom')");
     let e = vm
         .exec("require('lib.broken')", "=check")
         .unwrap_err()
         .to_string();
     assert!(e.contains("lib/broken.lua:2: boom"), "{e}");
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]
@@ -167,11 +168,11 @@ fn run_and_save(dir: &Path, frames: u64) -> (Vec<u8>, Option<i64>) {
 
 #[test]
 fn a_save_made_in_one_folder_loads_when_the_game_runs_from_another() {
-    let (a, b) = (temp_dir("from"), temp_dir("to"));
-    small_game(&a);
-    small_game(&b);
-    let (save, digest) = run_and_save(&a, 7);
-    std::fs::remove_dir_all(&a).ok();
+    let (from, to) = (temp_dir("from"), temp_dir("to"));
+    let (a, b) = (from.path(), to.path());
+    small_game(a);
+    small_game(b);
+    let (save, digest) = run_and_save(a, 7);
     // The main script given as a file this time, the folder elsewhere: the same chunk names.
     let cfg = GameConfig {
         base_address: None,
@@ -189,17 +190,17 @@ fn a_save_made_in_one_folder_loads_when_the_game_runs_from_another() {
         report.summary()
     );
     g.step(&[1u8, 1u8]).unwrap();
-    std::fs::remove_dir_all(&b).ok();
 }
 
 #[test]
 fn a_moved_module_of_version_2_runs_after_loading_a_version_1_save() {
-    let (a, b) = (temp_dir("v1"), temp_dir("v2"));
-    small_game(&a);
-    small_game(&b);
+    let (v1, v2) = (temp_dir("v1"), temp_dir("v2"));
+    let (a, b) = (v1.path(), v2.path());
+    small_game(a);
+    small_game(b);
     // Version 2: the counter counts double, its lines moved.
     write(
-        &b,
+        b,
         "lib/counter.lua",
         r#"
 -- version 2
@@ -212,13 +213,13 @@ function M:add(k) self.n = self.n + 2 * k end
 return M
 "#,
     );
-    let (save, digest) = run_and_save(&a, 3);
+    let (save, digest) = run_and_save(a, 3);
     let cfg = GameConfig {
         base_address: None,
         capacity: 256 << 20,
         ..GameConfig::default_game(2, 5)
     }
-    .game_at(&b)
+    .game_at(b)
     .unwrap();
     let mut g = Game::from_save(&cfg, Backend::ArenaFull, &save).unwrap();
     assert_eq!(g.game_digest().unwrap(), digest);
@@ -238,8 +239,6 @@ return M
         before + 4,
         "version 2's add runs"
     );
-    std::fs::remove_dir_all(&a).ok();
-    std::fs::remove_dir_all(&b).ok();
 }
 
 /// json_town (lua-bridge/games/json_town: json.lua, dkjson, serpent, inspect and middleclass
@@ -286,13 +285,14 @@ fn json_town_from_its_folder_matches_stock_lua_and_every_mode() {
 
 #[test]
 fn diff_saves_of_a_folder_game_reads_its_modules_without_running_it() {
-    let dir = temp_dir("diff");
-    small_game(&dir);
+    let tmp = temp_dir("diff");
+    let dir = tmp.path();
+    small_game(dir);
     // A file in the folder that is no module (it does not compile) is passed over.
-    write(&dir, "tools/broken.lua", "return +");
-    let (a, _) = run_and_save(&dir, 3);
-    let (b, _) = run_and_save(&dir, 9);
-    let cfg = GameConfig::default_game(2, 5).game_at(&dir).unwrap();
+    write(dir, "tools/broken.lua", "return +");
+    let (a, _) = run_and_save(dir, 3);
+    let (b, _) = run_and_save(dir, 9);
+    let cfg = GameConfig::default_game(2, 5).game_at(dir).unwrap();
     // Foreign trust: the saves' functions (lib/counter.lua's, town/init.lua's) must find their
     // code in the reading VM, which compiled the folder's modules and ran none of them.
     use luasnap::bridge::persist::Trust;
@@ -309,5 +309,4 @@ fn diff_saves_of_a_folder_game_reads_its_modules_without_running_it() {
     // Without the game: its functions are not this VM's code, and the error says whose.
     let e = diff_saves(None, &a, &b, Trust::Foreign, 50).unwrap_err();
     assert!(e.to_string().contains(".lua"), "{e}");
-    std::fs::remove_dir_all(&dir).ok();
 }

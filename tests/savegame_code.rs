@@ -445,7 +445,7 @@ fn a_default_game_save_loads_in_a_process_that_never_ran_the_script() {
         game.vm().call::<Value>("luasnap_game.digest", ()).unwrap()
     );
     drop(game);
-    let path = std::env::temp_dir().join(format!("luasnap-fresh-{}.sav", std::process::id()));
+    let path = common::temp_file("luasnap-fresh-", ".sav");
     std::fs::write(&path, &save).unwrap();
     let out = std::process::Command::new(std::env::current_exe().unwrap())
         .args([
@@ -457,7 +457,6 @@ fn a_default_game_save_loads_in_a_process_that_never_ran_the_script() {
         .env("LUASNAP_FRESH_LOAD", &path)
         .output()
         .unwrap();
-    let _ = std::fs::remove_file(&path);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),

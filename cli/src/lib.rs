@@ -76,6 +76,23 @@ pub(crate) fn host_permanents() -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// A fresh file in the system's temporary folder, `luasnap-{prefix}…{suffix}`, for a second
+/// process to write and this one to read: removed when the returned path drops, so an early
+/// return or a failing second process leaves nothing behind.
+pub(crate) fn scratch_file(prefix: &str, suffix: &str) -> Result<tempfile::TempPath, String> {
+    tempfile::Builder::new()
+        .prefix(&format!("luasnap-{prefix}"))
+        .suffix(suffix)
+        .tempfile()
+        .map(tempfile::NamedTempFile::into_temp_path)
+        .map_err(|e| {
+            format!(
+                "cannot make a file in the temporary folder {} (set TMPDIR): {e}",
+                std::env::temp_dir().display()
+            )
+        })
+}
+
 /// Instant snapshot and rollback for Lua 5.5, and save-games.
 #[derive(Debug, Parser)]
 #[command(name = "luasnap", version, about)]

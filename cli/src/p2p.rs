@@ -365,44 +365,35 @@ fn explain(
     }
     let from = frame.saturating_sub(DESYNC_INTERVAL as u64);
     let stretch: Vec<u64> = (from..=frame).collect();
-    let file = std::env::temp_dir().join(format!("luasnap-p2p-{}.inputs", std::process::id()));
+    // Both files are removed when they drop, whichever way this returns.
+    let file = crate::scratch_file("p2p-", ".inputs")?;
     write_inputs(&file, &inputs[..=frame as usize])?;
-    let result = (|| {
-        let theirs = replay_elsewhere(args, &file, &stretch, None)?;
-        let ours = replay(cfg, inputs, &stretch, None, false).map_err(|e| e.to_string())?;
-        let Some(f) = ours
-            .digests
-            .iter()
-            .zip(&theirs)
-            .find(|(a, b)| a != b)
-            .map(|(a, _)| a.0)
-        else {
-            return Ok(format!(
-                "Run in lockstep with the confirmed inputs, the game agrees in two processes up \
-                 to frame {frame}: the desync comes from a peer's re-simulations after rollbacks \
-                 (state the game keeps outside its values, collector timing), not from the process"
-            ));
-        };
-        let save = std::env::temp_dir().join(format!(
-            "luasnap-p2p-{}-frame{f}.luasave",
-            std::process::id()
+    let theirs = replay_elsewhere(args, &file, &stretch, None)?;
+    let ours = replay(cfg, inputs, &stretch, None, false).map_err(|e| e.to_string())?;
+    let Some(f) = ours
+        .digests
+        .iter()
+        .zip(&theirs)
+        .find(|(a, b)| a != b)
+        .map(|(a, _)| a.0)
+    else {
+        return Ok(format!(
+            "Run in lockstep with the confirmed inputs, the game agrees in two processes up \
+             to frame {frame}: the desync comes from a peer's re-simulations after rollbacks \
+             (state the game keeps outside its values, collector timing), not from the process"
         ));
-        let saved = replay_elsewhere(args, &file, &[], Some((f, &save)));
-        let bytes = std::fs::read(&save);
-        let _ = std::fs::remove_file(&save);
-        saved?;
-        let bytes = bytes.map_err(|e| format!("the second process's save-game: {e}"))?;
-        let ours = replay(cfg, inputs, &[], Some(f), true).map_err(|e| e.to_string())?;
-        let mut there = cfg.clone();
-        there.base_address = None;
-        let mut theirs: Game = Game::from_save(&there, Backend::ArenaFull, &bytes)
-            .map_err(|e| format!("the second process's save-game: {e}"))?;
-        let theirs = theirs.value_graph().map_err(|e| e.to_string())?;
-        let diff = ours.graph.expect("asked for").diff(&theirs, LIMIT);
-        Ok(describe(f, &diff))
-    })();
-    let _ = std::fs::remove_file(&file);
-    result
+    };
+    let save = crate::scratch_file(&format!("p2p-frame{f}-"), ".luasave")?;
+    replay_elsewhere(args, &file, &[], Some((f, &save)))?;
+    let bytes = std::fs::read(&save).map_err(|e| format!("the second process's save-game: {e}"))?;
+    let ours = replay(cfg, inputs, &[], Some(f), true).map_err(|e| e.to_string())?;
+    let mut there = cfg.clone();
+    there.base_address = None;
+    let mut theirs: Game = Game::from_save(&there, Backend::ArenaFull, &bytes)
+        .map_err(|e| format!("the second process's save-game: {e}"))?;
+    let theirs = theirs.value_graph().map_err(|e| e.to_string())?;
+    let diff = ours.graph.expect("asked for").diff(&theirs, LIMIT);
+    Ok(describe(f, &diff))
 }
 
 fn describe(f: u64, diff: &ValueDiff) -> String {

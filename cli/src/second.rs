@@ -291,16 +291,12 @@ fn diff_at(
     sim: &mut Simulation,
     f: u64,
 ) -> Result<ValueDiff, String> {
-    let path = std::env::temp_dir().join(format!(
-        "luasnap-second-{}-frame{f}.luasave",
-        std::process::id()
-    ));
+    // Removed when it drops, whichever way this returns.
+    let path = crate::scratch_file(&format!("second-frame{f}-"), ".luasave")?;
     let child = spawn(args, &[], Some((f, &path)))?;
     let ours = sim.lockstep_graph(f).map_err(|e| e.to_string())?;
     collect(child)?;
-    let bytes = std::fs::read(&path).map_err(|e| format!("the second process's save-game: {e}"));
-    let _ = std::fs::remove_file(&path);
-    let bytes = bytes?;
+    let bytes = std::fs::read(&path).map_err(|e| format!("the second process's save-game: {e}"))?;
     // Beside the simulation's own game: another arena, wherever the system puts it.
     let mut cfg = game.clone();
     cfg.base_address = None;

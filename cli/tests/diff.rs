@@ -16,8 +16,8 @@ fn simulate_save(game: &str, frames: &str, path: &Path, extra: &[&str]) {
 
 #[test]
 fn diff_of_two_saves_lists_paths_bounded_with_exit_status_1() {
-    let dir = std::env::temp_dir().join(format!("luasnap-diff-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = support::temp_dir("diff");
+    let dir = tmp.path();
     let game = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../lua-bridge/games/dungeon_crawl.lua"
@@ -87,7 +87,6 @@ fn diff_of_two_saves_lists_paths_bounded_with_exit_status_1() {
         "{}",
         String::from_utf8_lossy(&own.stderr)
     );
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]
@@ -111,8 +110,8 @@ fn simulate_checks_before_running() {
 
 #[test]
 fn diff_of_plain_saves_respects_limit_0_and_identical_files_are_equal() {
-    let dir = std::env::temp_dir().join(format!("luasnap-diff0-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = support::temp_dir("diff0");
+    let dir = tmp.path();
     let save = |code: &str, name: &str| {
         let vm = luasnap::bridge::Vm::builder()
             .capacity(64 << 20)
@@ -162,8 +161,8 @@ fn diff_of_plain_saves_respects_limit_0_and_identical_files_are_equal() {
 #[test]
 fn simulate_reports_a_failing_mode_beside_the_others() {
     // A gmatch iterator in the state: the serializer refuses it, the arena modes do not care.
-    let dir = std::env::temp_dir().join(format!("luasnap-failmode-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = support::temp_dir("failmode");
+    let dir = tmp.path();
     let game = dir.join("words.lua");
     std::fs::write(
         &game,
@@ -199,14 +198,13 @@ fn simulate_reports_a_failing_mode_beside_the_others() {
             .contains("gmatch"),
         "{v}"
     );
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]
 fn simulate_says_when_g_step_seems_to_loop_forever() {
     use std::io::{BufRead, BufReader};
-    let dir = std::env::temp_dir().join(format!("luasnap-stall-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = support::temp_dir("stall");
+    let dir = tmp.path();
     let game = dir.join("loop.lua");
     std::fs::write(
         &game,
@@ -239,7 +237,6 @@ fn simulate_says_when_g_step_seems_to_loop_forever() {
         line.contains("reference run (at frame 4)") && line.contains("endless loop"),
         "{line}"
     );
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 /// `luasnap diff` reads files from anyone: it never runs a function the file names, neither a
@@ -248,8 +245,8 @@ fn simulate_says_when_g_step_seems_to_loop_forever() {
 /// the load's checks ended).
 #[test]
 fn diff_runs_no_function_the_files_name() {
-    let dir = std::env::temp_dir().join(format!("luasnap-diff-code-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = support::temp_dir("diff-code");
+    let dir = tmp.path();
     let script = dir.join("mk.lua");
     std::fs::write(
         &script,
@@ -264,7 +261,7 @@ fn diff_runs_no_function_the_files_name() {
     )
     .unwrap();
     let made = support::luasnap()
-        .current_dir(&dir)
+        .current_dir(dir)
         .args(["run", "mk.lua"])
         .output()
         .unwrap();
@@ -287,7 +284,6 @@ fn diff_runs_no_function_the_files_name() {
         String::from_utf8_lossy(&root.stderr).contains("not a whole-game save"),
         "{root:?}"
     );
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 /// `simulate --load` takes no code from the file unless told to trust it: a save of an older
@@ -296,7 +292,8 @@ fn diff_runs_no_function_the_files_name() {
 /// accepts it, and `--trust own` keeps that function's saved code.
 #[test]
 fn simulate_load_trusts_the_file_only_when_told() {
-    let dir = std::env::temp_dir().join(format!("luasnap-sim-trust-{}", std::process::id()));
+    let tmp = support::temp_dir("sim-trust");
+    let dir = tmp.path();
     std::fs::create_dir_all(dir.join("v2")).unwrap();
     let v1 = "local G = {}
 W = {}
@@ -365,7 +362,6 @@ return G
         String::from_utf8_lossy(&own.stderr).contains("missing from this version"),
         "{own:?}"
     );
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]
@@ -374,8 +370,8 @@ fn diff_of_deep_saves_stays_within_its_memory_or_says_so() {
     // --max-memory and builds each graph under a quarter; past that it stops with an error
     // that names the flag (it used to build an uncapped graph: 1.2 GB for two 7 MB files).
     use luasnap_bridge::persist::forge::{self, Node};
-    let dir = std::env::temp_dir().join(format!("luasnap-diff-deep-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = support::temp_dir("diff-deep");
+    let dir = tmp.path();
     let write = |name: &str, leaf: i64| {
         let path = dir.join(name);
         let table = |entries| Node::Table {
@@ -407,7 +403,6 @@ fn diff_of_deep_saves_stays_within_its_memory_or_says_so() {
         "{}",
         String::from_utf8_lossy(&enough.stderr)
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A save whose state holds `load` (a game that compiles code keeps it on purpose): a
@@ -416,8 +411,8 @@ fn diff_of_deep_saves_stays_within_its_memory_or_says_so() {
 /// accepts it.
 #[test]
 fn diff_refuses_a_held_load_naming_allow_permanent_and_accepts_it_with_the_flag() {
-    let dir = std::env::temp_dir().join(format!("luasnap-diff-perm-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = support::temp_dir("diff-perm");
+    let dir = tmp.path();
     let game = dir.join("game.lua");
     std::fs::write(
         &game,
@@ -457,7 +452,6 @@ fn diff_refuses_a_held_load_naming_allow_permanent_and_accepts_it_with_the_flag(
         format!("{code:?}"),
         format!("{:?}", std::process::ExitCode::from(1))
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A game whose entities key a set (`world.all[e] = true`, found by an outside tester): the
@@ -465,8 +459,8 @@ fn diff_refuses_a_held_load_naming_allow_permanent_and_accepts_it_with_the_flag(
 /// before the entities on one side only.
 #[test]
 fn diff_of_a_set_keyed_game_compares_entities_field_by_field() {
-    let dir = std::env::temp_dir().join(format!("luasnap-diff-keys-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = support::temp_dir("diff-keys");
+    let dir = tmp.path();
     let game = dir.join("set_keyed.lua");
     std::fs::write(
         &game,
@@ -528,5 +522,4 @@ fn diff_of_a_set_keyed_game_compares_entities_field_by_field() {
         "{text}"
     );
     assert!(lines[first_member].contains("{id=10}"), "{text}");
-    std::fs::remove_dir_all(&dir).ok();
 }

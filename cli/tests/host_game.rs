@@ -46,8 +46,11 @@ fn the_host_binary_simulates_its_game_and_diff_reads_its_saves_without_the_nativ
     let t = text(&out);
     assert!(t.contains("| yes |") && !t.contains("| NO |"), "{t}");
 
-    let dir = std::env::temp_dir().join(format!("luasnap-host-game-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = tempfile::Builder::new()
+        .prefix("luasnap-host-game-")
+        .tempdir()
+        .unwrap();
+    let dir = tmp.path();
     let save = |frames: &str, name: &str| {
         let path = dir.join(name);
         let out = Command::new(example())
@@ -89,5 +92,4 @@ fn the_host_binary_simulates_its_game_and_diff_reads_its_saves_without_the_nativ
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -1,23 +1,26 @@
 //! `luasnap run` takes stock `lua`'s command line; a save-game one run writes, another reads.
 
+mod support;
+
 use std::io::Write;
 use std::process::{Command, Output, Stdio};
+use support::temp_dir;
 
-/// A cache folder of this test binary's, so that `run`'s `lua` entry point (see
-/// `arg_names_a_lua_that_runs_luasnap_again`) is made here, not in the user's cache.
-fn cache_home() -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("luasnap-run-cache-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+/// `luasnap run ARGS` with `stdin`, its cache in a folder of its own (so that `run`'s `lua`
+/// entry point is made there, not in the user's cache), gone when it ends.
+fn run(args: &[&str], stdin: &str) -> Output {
+    run_cached(temp_dir("run-cache").path(), args, stdin)
 }
 
-fn run(args: &[&str], stdin: &str) -> Output {
+/// [`run`] with `cache` as its cache folder (`XDG_CACHE_HOME`), where the `lua` entry point of
+/// `arg_names_a_lua_that_runs_luasnap_again` is made and looked at.
+fn run_cached(cache: &std::path::Path, args: &[&str], stdin: &str) -> Output {
     let mut child = Command::new(env!("CARGO_BIN_EXE_luasnap"))
         .arg("run")
         .args(args)
         .env_remove("LUA_INIT")
         .env_remove("LUA_INIT_5_5")
-        .env("XDG_CACHE_HOME", cache_home())
+        .env("XDG_CACHE_HOME", cache)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -40,17 +43,18 @@ fn err(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
-fn script(name: &str, code: &str) -> String {
-    let dir = std::env::temp_dir().join(format!("luasnap-run-cli-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let p = dir.join(name);
+/// A script `code` named `name` in `dir`: its path.
+fn script(dir: &tempfile::TempDir, name: &str, code: &str) -> String {
+    let p = dir.path().join(name);
     std::fs::write(&p, code).unwrap();
     p.to_string_lossy().into_owned()
 }
 
 #[test]
 fn options_run_in_order_and_the_script_gets_its_arguments() {
+    let dir = temp_dir("run-cli");
     let s = script(
+        &dir,
         "args.lua",
         "#!/usr/bin/env lua\nprint(a, str.upper('x'), ...) print(#arg, arg[0] ~= nil, arg[-1])",
     );
@@ -66,7 +70,10 @@ fn options_run_in_order_and_the_script_gets_its_arguments() {
 fn arg_names_a_lua_that_runs_luasnap_again() {
     // Test suites that start the interpreter again take it from `arg`: luaunit's functional
     // tests run `arg[-1]`, Penlight's run.lua and Lua's main.lua the lowest index.
+    let (dir, cache) = (temp_dir("run-cli"), temp_dir("run-cache"));
+    let run = |args: &[&str], stdin: &str| run_cached(cache.path(), args, stdin);
     let s = script(
+        &dir,
         "spawn.lua",
         r#"local low = -1 while arg[low - 1] do low = low - 1 end
 print(low, arg[-1])
@@ -76,7 +83,7 @@ assert(child:close())"#,
     );
     let o = run(&[&s], "");
     assert!(o.status.success(), "{}{}", out(&o), err(&o));
-    let link = std::fs::read_dir(cache_home().join("luasnap"))
+    let link = std::fs::read_dir(cache.path().join("luasnap"))
         .unwrap()
         .map(|e| e.unwrap().path().join("lua"))
         .find(|l| std::fs::read_link(l).is_ok())
@@ -93,6 +100,7 @@ assert(child:close())"#,
     );
     // Options sit between the entry point and the script, as stock lua has them.
     let lowest = script(
+        &dir,
         "lowest.lua",
         "local low = -1 while arg[low - 1] do low = low - 1 end print(low, arg[low], arg[-1])",
     );
@@ -304,8 +312,8 @@ fn a_small_memory_limit_starts_like_stock_lua() {
 
 #[test]
 fn a_save_game_written_by_one_process_loads_in_another() {
-    let dir = std::env::temp_dir().join(format!("luasnap-save-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = temp_dir("save");
+    let dir = tmp.path();
     let save = dir.join("game.sav");
     let game = r#"
         local Player = {} Player.__index = Player
@@ -345,5 +353,4 @@ fn a_save_game_written_by_one_process_loads_in_another() {
     };
     run(&script1);
     assert_eq!(run(&script2).trim(), "70\t3\tana\ttrue\ttrue");
-    std::fs::remove_dir_all(&dir).ok();
 }

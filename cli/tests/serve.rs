@@ -47,8 +47,8 @@ fn refused(args: &[&str]) -> String {
 
 #[test]
 fn a_served_match_ends_on_one_digest_across_processes() {
-    let dir = std::env::temp_dir().join(format!("luasnap-serve-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = support::temp_dir("serve");
+    let dir = tmp.path();
     let game = dir.join("tiny_game.lua");
     std::fs::write(&game, TINY).unwrap();
     let other = dir.join("other").join("tiny_game.lua");
@@ -99,7 +99,6 @@ fn a_served_match_ends_on_one_digest_across_processes() {
         "{server}"
     );
     assert!(clients.iter().any(|c| c["joined_from_save"] == true));
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A two-file game: `main.lua` requires `lib/rules.lua`, whose `bump` moves each player.
@@ -128,7 +127,8 @@ fn folder_game(dir: &std::path::Path, rule: &str) {
 
 #[test]
 fn a_folder_game_is_served_by_its_folder_and_joined_by_its_main_script() {
-    let root = std::env::temp_dir().join(format!("luasnap-serve-folder-{}", std::process::id()));
+    let tmp = support::temp_dir("serve-folder");
+    let root = tmp.path();
     let game = root.join("game");
     let other = root.join("other");
     folder_game(&game, "(x + input) % 1000");
@@ -152,7 +152,6 @@ fn a_folder_game_is_served_by_its_folder_and_joined_by_its_main_script() {
     assert_eq!(client["matches_server"], true, "{client}");
     assert_eq!(client["game_digest"], server["game_digest"], "{client}");
     assert!(server["game_digest"].is_i64(), "{server}");
-    let _ = std::fs::remove_dir_all(&root);
 }
 
 /// A game whose state holds `load` without declaring it in `G.permanents`: a late joiner
@@ -160,8 +159,8 @@ fn a_folder_game_is_served_by_its_folder_and_joined_by_its_main_script() {
 /// client's flag, and joins with `--allow-permanent load`.
 #[test]
 fn a_late_joiner_accepts_a_held_load_with_allow_permanent() {
-    let dir = std::env::temp_dir().join(format!("luasnap-serve-perm-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = support::temp_dir("serve-perm");
+    let dir = tmp.path();
     let game = dir.join("holds_load.lua");
     std::fs::write(
         &game,
@@ -196,7 +195,6 @@ fn a_late_joiner_accepts_a_held_load_with_allow_permanent() {
     let _ = first.wait_with_output();
     let _ = server.kill();
     let _ = server.wait();
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The game's identity is read once, when the server starts: a game folder changed under a
@@ -204,7 +202,8 @@ fn a_late_joiner_accepts_a_held_load_with_allow_permanent() {
 #[test]
 fn a_served_game_keeps_the_identity_it_started_with() {
     use std::io::{BufRead, Read};
-    let root = std::env::temp_dir().join(format!("luasnap-serve-edit-{}", std::process::id()));
+    let tmp = support::temp_dir("serve-edit");
+    let root = tmp.path();
     let (game, copy) = (root.join("game"), root.join("copy"));
     folder_game(&game, "(x + input) % 1000");
     folder_game(&copy, "(x + input) % 1000");
@@ -237,5 +236,4 @@ fn a_served_game_keeps_the_identity_it_started_with() {
     assert_eq!(client["matches_server"], true, "{client}");
     let events = rest.join().unwrap();
     assert!(events.contains("refused"), "{events}");
-    let _ = std::fs::remove_dir_all(&root);
 }

@@ -98,12 +98,12 @@ fn a_game_that_depends_on_addresses_is_reported_with_the_first_diverging_frame()
         .output()
         .unwrap();
     assert!(stderr(&missing).contains("cannot read"));
-    std::fs::remove_file(&path).ok();
 }
 
 #[test]
 fn simulate_json_and_save_load_through_the_cli() {
-    let dir = temp_dir("sim");
+    let tmp = temp_dir("sim");
+    let dir = tmp.path();
     let game = dir.join("tiny.lua");
     std::fs::write(&game, TINY).unwrap();
     let save = dir.join("g.sav");
@@ -192,13 +192,13 @@ fn simulate_json_and_save_load_through_the_cli() {
         resumed["modes"][0]["value_digest"],
         straight["reference_value_digest"]
     );
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]
 fn simulate_cli_reports_what_users_ask_about() {
     let output_of = |args: &[&str]| luasnap().args(args).output().unwrap();
-    let dir = temp_dir("simcli");
+    let tmp = temp_dir("simcli");
+    let dir = tmp.path();
     let game = dir.join("tiny.lua");
     std::fs::write(&game, TINY).unwrap();
     let game = game.to_str().unwrap();
@@ -293,14 +293,13 @@ fn running_out_of_memory_names_the_frame_the_run_and_the_limit() {
             && !e.contains("grows every frame"),
         "{e}"
     );
-    std::fs::remove_file(&path).ok();
 }
 
 /// A game whose eighth `G.step` (frame 7) loops for ever, in a fresh directory named after
-/// `what`: (the directory, the script's path).
-fn runaway_game(what: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+/// `what`: (the directory, removed when it drops, and the script's path).
+fn runaway_game(what: &str) -> (tempfile::TempDir, std::path::PathBuf) {
     let dir = temp_dir(&format!("budget-{what}"));
-    let path = dir.join("runaway.lua");
+    let path = dir.path().join("runaway.lua");
     std::fs::write(
         &path,
         "local G, n = {}, 0 function G.init() end
@@ -313,7 +312,7 @@ fn runaway_game(what: &str) -> (std::path::PathBuf, std::path::PathBuf) {
 
 #[test]
 fn simulate_names_the_frame_of_a_runaway_step() {
-    let (dir, path) = runaway_game("simulate");
+    let (_dir, path) = runaway_game("simulate");
     let out = luasnap()
         .args(["simulate", path.to_str().unwrap(), "--frames", "20"])
         .args(["--step-budget", "5000000"])
@@ -332,12 +331,11 @@ fn simulate_names_the_frame_of_a_runaway_step() {
     let err = stderr(&out);
     assert!(!out.status.success());
     assert!(err.contains("--step-budget"), "{err}");
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]
 fn p2p_stops_a_runaway_step_too() {
-    let (dir, path) = runaway_game("p2p");
+    let (_dir, path) = runaway_game("p2p");
     let out = luasnap()
         .args([
             "p2p",
@@ -354,7 +352,6 @@ fn p2p_stops_a_runaway_step_too() {
     assert!(!out.status.success());
     assert!(err.contains("instruction budget of 5000000"), "{err}");
     assert!(err.contains("runaway.lua:2:"), "{err}");
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 /// A game whose state depends on where the executable was loaded (ASLR moves it in every
@@ -419,8 +416,6 @@ fn simulate_checks_its_reference_in_a_second_process() {
         v["second_process"]["value_digest"], v["reference_value_digest"],
         "{v}"
     );
-    std::fs::remove_file(&path).ok();
-    std::fs::remove_file(&tiny).ok();
 }
 
 #[test]
@@ -443,7 +438,6 @@ fn p2p_runs_its_peers_in_two_processes_and_explains_a_desync() {
     // In one process both peers share the executable's address: no desync to see.
     let one = run(&["--one-process"]);
     assert!(one.status.success(), "{}", stderr(&one));
-    std::fs::remove_file(&path).ok();
 }
 
 #[test]
@@ -476,7 +470,6 @@ fn p2p_peers_agree_on_a_set_keyed_by_tables() {
         assert!(out.status.success(), "{extra:?}: {}", stderr(&out));
         assert!(String::from_utf8_lossy(&out.stdout).contains("no desync"));
     }
-    std::fs::remove_file(&path).ok();
 }
 
 /// The children a process has started, from /proc (every thread's list).
@@ -567,8 +560,8 @@ fn a_killed_simulate_leaves_no_second_process_behind() {
 /// state holding `load` is refused with the flag and the declaration that accept it.
 #[test]
 fn a_game_folder_runs_and_its_saves_load_from_another_folder() {
-    let base = std::env::temp_dir().join(format!("luasnap-folder-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&base);
+    let tmp = support::temp_dir("folder");
+    let base = tmp.path();
     let game = |dir: &std::path::Path, holds_load: bool| {
         std::fs::create_dir_all(dir.join("lib")).unwrap();
         std::fs::write(
@@ -650,7 +643,6 @@ fn a_game_folder_runs_and_its_saves_load_from_another_folder() {
     );
     let out = load(&["--allow-permanent", "load"]);
     assert!(out.status.success(), "{}", stderr(&out));
-    std::fs::remove_dir_all(&base).ok();
 }
 
 /// `--json` reports `G.digest()`'s value at the end: the figure another implementation of
@@ -692,12 +684,10 @@ fn simulate_json_reports_the_final_game_digest() {
         String::from_utf8_lossy(&driver.stderr)
     );
     // A game without G.digest reports null.
-    let plain = std::env::temp_dir().join(format!("luasnap-nodigest-{}.lua", std::process::id()));
-    std::fs::write(
-        &plain,
+    let plain = write_game(
+        "nodigest",
         "local G, n = {}, 0 function G.init() end function G.step() n = n + 1 end return G",
-    )
-    .unwrap();
+    );
     let out = Command::new(env!("CARGO_BIN_EXE_luasnap"))
         .args([
             "simulate",
@@ -726,7 +716,8 @@ fn simulate_json_reports_the_final_game_digest() {
 #[test]
 fn simulate_loads_a_tiny_ecs_save_compiling_its_filters_with_allow_permanent_load() {
     let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
-    let dir = temp_dir("ecs-swarm");
+    let tmp = temp_dir("ecs-swarm");
+    let dir = tmp.path();
     std::fs::create_dir_all(dir.join("lib")).unwrap();
     std::fs::copy(
         format!("{root}/lua-bridge/games/ecs_arena/lib/tiny.lua"),
@@ -769,7 +760,6 @@ fn simulate_loads_a_tiny_ecs_save_compiling_its_filters_with_allow_permanent_loa
             && e.contains("[string \"return function(_, e)"),
         "{e}"
     );
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 /// An update that adds a method called from an existing one, and renames another: a save of
@@ -778,8 +768,8 @@ fn simulate_loads_a_tiny_ecs_save_compiling_its_filters_with_allow_permanent_loa
 /// the load line names them.
 #[test]
 fn methods_new_in_an_update_are_added_to_the_saved_classes() {
-    let base = std::env::temp_dir().join(format!("luasnap-added-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&base);
+    let tmp = support::temp_dir("added");
+    let base = tmp.path();
     let game = |dir: &std::path::Path, v2: bool| {
         std::fs::create_dir_all(dir.join("src")).unwrap();
         std::fs::write(
@@ -854,5 +844,4 @@ fn methods_new_in_an_update_are_added_to_the_saved_classes() {
     ]);
     let e = stderr(&out);
     assert!(!out.status.success() && e.contains("W.inc_score"), "{e}");
-    std::fs::remove_dir_all(&base).ok();
 }

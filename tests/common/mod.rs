@@ -70,3 +70,14 @@ pub fn folder(game: &str, players: usize, seed: u64) -> GameConfig {
         .join(game);
     config(game, "", players, seed).game_at(&dir).unwrap()
 }
+
+/// A fresh file named `prefix`…`suffix`, removed when the returned path drops: at the end of
+/// the test, and while a failing test unwinds (a child process given its path only reads it).
+pub fn temp_file(prefix: &str, suffix: &str) -> tempfile::TempPath {
+    tempfile::Builder::new()
+        .prefix(prefix)
+        .suffix(suffix)
+        .tempfile()
+        .unwrap()
+        .into_temp_path()
+}

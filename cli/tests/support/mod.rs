@@ -1,7 +1,6 @@
 //! What the tests of the `luasnap` binary share: the command, its output, files to run.
 #![allow(dead_code)] // each test binary uses its own subset
 
-use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 
 /// The `luasnap` binary under test, as a command to add arguments to.
@@ -36,17 +35,23 @@ pub fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
-/// A fresh folder for this test process, named by `tag`.
-pub fn temp_dir(tag: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("luasnap-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+/// A fresh folder named by `tag`, removed with all it holds when the returned guard drops: at
+/// the end of the test, and while a failing test unwinds.
+pub fn temp_dir(tag: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("luasnap-{tag}-"))
+        .tempdir()
+        .unwrap()
 }
 
-/// A game script `source` in a file of its own, named by `name`.
-pub fn write_game(name: &str, source: &str) -> PathBuf {
-    let path = std::env::temp_dir().join(format!("luasnap-{name}-{}.lua", std::process::id()));
-    std::fs::write(&path, source).unwrap();
-    path
+/// A game script `source` in a file of its own, named by `name`, removed when the returned
+/// path drops.
+pub fn write_game(name: &str, source: &str) -> tempfile::TempPath {
+    let file = tempfile::Builder::new()
+        .prefix(&format!("luasnap-{name}-"))
+        .suffix(".lua")
+        .tempfile()
+        .unwrap();
+    std::fs::write(file.path(), source).unwrap();
+    file.into_temp_path()
 }
