@@ -40,6 +40,13 @@ pub struct P2pArgs {
     /// frame (an endless loop), counting the coroutines it resumes; `off` for no limit.
     #[arg(long, default_value_t = StepBudget(Some(DEFAULT_STEP_BUDGET)), value_parser = parse_step_budget)]
     pub step_budget: StepBudget,
+    /// Frames between the runtime's collection points: a full collection at the end of every
+    /// Nth frame, the only moments besides the game's own `collectgarbage()` where weak
+    /// entries are cleared and finalizers run; 0 for none. It overrides the game's own
+    /// `G.collect_every` (as GameConfig::collect_every does); without it, the game's, else 60.
+    /// Both peers run with it (the second process is given it).
+    #[arg(long, value_name = "N")]
+    pub collect_every: Option<u64>,
     /// Run both peers in this process (two VMs, each where the system puts it) instead of one
     /// here and one in a second process.
     #[arg(long)]
@@ -65,6 +72,7 @@ const LIMIT: usize = 20;
 fn config(args: &P2pArgs) -> Result<GameConfig, String> {
     let mut cfg = crate::game_config(2, args.seed);
     cfg.step_budget = args.step_budget.0;
+    cfg.collect_every = args.collect_every;
     if let Some(path) = &args.game {
         cfg = cfg.game_at(path).map_err(|e| e.to_string())?;
     }
@@ -214,6 +222,9 @@ fn base_command(args: &P2pArgs) -> Result<Command, String> {
         .args(["--seed", &args.seed.to_string()])
         .args(["--timeout", &args.timeout.to_string()])
         .args(["--step-budget", &args.step_budget.to_string()]);
+    if let Some(n) = args.collect_every {
+        cmd.args(["--collect-every", &n.to_string()]);
+    }
     Ok(cmd)
 }
 

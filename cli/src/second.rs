@@ -114,6 +114,9 @@ pub fn spawn(
         .args(["--memory-limit", &args.memory_limit.to_string()])
         .args(["--step-budget", &args.step_budget.to_string()])
         .args(["--second-process", "off"]);
+    if let Some(n) = args.collect_every {
+        cmd.args(["--collect-every", &n.to_string()]);
+    }
     if let Some(load) = &args.load {
         cmd.arg("--load").arg(load);
         cmd.args([

@@ -50,6 +50,14 @@ pub struct ServeArgs {
     /// frame; `off` for no limit.
     #[arg(long, default_value_t = StepBudget(Some(DEFAULT_STEP_BUDGET)), value_parser = parse_step_budget)]
     pub step_budget: StepBudget,
+    /// Frames between the runtime's collection points: a full collection at the end of every
+    /// Nth frame, the only moments besides the game's own `collectgarbage()` where weak
+    /// entries are cleared and finalizers run; 0 for none. It overrides the game's own
+    /// `G.collect_every` (as GameConfig::collect_every does); without it, the game's, else 60.
+    /// Part of the match's game: clients must give the same (a client that differs is
+    /// refused).
+    #[arg(long, value_name = "N")]
+    pub collect_every: Option<u64>,
 }
 
 /// Options of `luasnap client`.
@@ -85,6 +93,10 @@ pub struct ClientArgs {
     /// the names the game lists in `G.permanents`; repeat for more.
     #[arg(long = "allow-permanent", value_name = "NAME")]
     pub allow_permanent: Vec<String>,
+    /// The server's `--collect-every` (frames between the runtime's collection points), if
+    /// it gave one: part of the match's game, so a client that differs is refused.
+    #[arg(long, value_name = "N")]
+    pub collect_every: Option<u64>,
 }
 
 /// The game both ends run: a game's folder or its main script, as `simulate` takes it. Chunk
@@ -96,10 +108,12 @@ fn game_config(
     players: usize,
     seed: u64,
     budget: StepBudget,
+    collect_every: Option<u64>,
 ) -> Result<GameConfig, String> {
     let mut cfg = crate::game_config(players, seed);
     cfg.base_address = None;
     cfg.step_budget = budget.0;
+    cfg.collect_every = collect_every;
     if let Some(path) = path {
         cfg = cfg.game_at(path).map_err(|e| e.to_string())?;
     }
@@ -127,7 +141,13 @@ fn cpu_seconds() -> f64 {
 /// Runs `luasnap serve`.
 pub fn serve(args: ServeArgs) -> Result<(), String> {
     let players = args.players as usize;
-    let cfg = game_config(args.game.as_deref(), players, args.seed, args.step_budget)?;
+    let cfg = game_config(
+        args.game.as_deref(),
+        players,
+        args.seed,
+        args.step_budget,
+        args.collect_every,
+    )?;
     let mut opts = ServerOptions::new(cfg, args.frames);
     opts.tick = Duration::from_millis(args.tick_ms);
     opts.check_every = args.check_every;
@@ -288,7 +308,13 @@ pub fn client(args: ClientArgs) -> Result<(), String> {
             args.loss
         ));
     }
-    let mut cfg = game_config(args.game.as_deref(), 1, 0, args.step_budget)?;
+    let mut cfg = game_config(
+        args.game.as_deref(),
+        1,
+        0,
+        args.step_budget,
+        args.collect_every,
+    )?;
     cfg.permanents.extend(args.allow_permanent.iter().cloned());
     let mut opts = ClientOptions::new(cfg, server);
     opts.backend = Backend::from_name(&args.mode).expect("clap checked the value");

@@ -66,6 +66,13 @@ pub struct SimulateArgs {
     /// frame (an endless loop), counting the coroutines it resumes; `off` for no limit.
     #[arg(long, default_value_t = StepBudget(Some(DEFAULT_STEP_BUDGET)), value_parser = parse_step_budget)]
     pub step_budget: StepBudget,
+    /// Frames between the runtime's collection points: a full collection at the end of every
+    /// Nth frame, the only moments besides the game's own `collectgarbage()` where weak
+    /// entries are cleared and finalizers run; 0 for none. It overrides the game's own
+    /// `G.collect_every` (as GameConfig::collect_every does); without it, the game's, else 60.
+    /// Not with --load: the save carries the count it was played with.
+    #[arg(long, value_name = "N", conflicts_with = "load")]
+    pub collect_every: Option<u64>,
     /// Time steps, saves and loads by the thread's CPU time instead of the wall clock: on a
     /// shared machine, time spent waiting for a core is not counted (write faults are).
     #[arg(long)]
@@ -165,6 +172,7 @@ pub fn run(args: SimulateArgs) -> Result<(), String> {
     game.window = args.window;
     game.capacity = args.memory_limit;
     game.step_budget = args.step_budget.0;
+    game.collect_every = args.collect_every;
     let start = match &args.load {
         Some(path) => Some(crate::diff::read_save(path)?),
         None => None,

@@ -237,3 +237,34 @@ fn a_served_game_keeps_the_identity_it_started_with() {
     let events = rest.join().unwrap();
     assert!(events.contains("refused"), "{events}");
 }
+
+/// The collection points are part of the match's game: a client whose `--collect-every`
+/// differs from the server's is refused, saying so; with the server's it plays to the end.
+#[test]
+fn a_client_with_other_collection_points_is_refused() {
+    let tmp = support::temp_dir("serve-collect");
+    let game = tmp.path().join("tiny_game.lua");
+    std::fs::write(&game, TINY).unwrap();
+    let g = game.to_str().unwrap();
+    let (server, addr) = serve(g, "1", "1", "60", &["--collect-every", "10"]);
+    std::thread::sleep(Duration::from_millis(300));
+    for other in [&[][..], &["--collect-every", "20"][..]] {
+        let why = refused(&[&[g, "--connect", &addr][..], other].concat());
+        assert!(
+            why.contains("another game") && why.contains("--collect-every"),
+            "{other:?}: {why}"
+        );
+    }
+    let client_ok = json(luasnap(&[
+        "client",
+        g,
+        "--connect",
+        &addr,
+        "--collect-every",
+        "10",
+        "--json",
+    ]));
+    let server = json(server);
+    assert_eq!(client_ok["matches_server"], true, "{client_ok}");
+    assert_eq!(client_ok["value_digest"], server["value_digest"]);
+}

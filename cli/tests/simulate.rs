@@ -845,3 +845,100 @@ fn methods_new_in_an_update_are_added_to_the_saved_classes() {
     let e = stderr(&out);
     assert!(!out.status.success() && e.contains("W.inc_score"), "{e}");
 }
+
+/// A game whose weak cache loses its entry at every collection point, and counts the misses:
+/// its `G.digest()` is 1 + the collection points before its last frame. `every` is its own
+/// `G.collect_every` (none: the default, 60).
+fn weak_cache_game(every: Option<u64>) -> tempfile::TempPath {
+    let own = every.map_or(String::new(), |n| format!("G.collect_every = {n}"));
+    write_game(
+        "weak-cache",
+        &format!(
+            "local G = {{}} {own} local s
+             function G.init() s = {{ cache = setmetatable({{}}, {{ __mode = 'v' }}), misses = 0 }} end
+             function G.step(i)
+               if s.cache.entry == nil then s.misses = s.misses + 1 s.cache.entry = {{}} end
+             end
+             function G.digest() return s.misses end
+             return G"
+        ),
+    )
+}
+
+/// `--collect-every` sets the frames between the runtime's collection points, over the
+/// game's own `G.collect_every`; the second process runs with it too (else the reference and
+/// its check would part); a `--load`, whose count is in the save, refuses it.
+#[test]
+fn collect_every_sets_the_collection_points_over_the_games_own() {
+    let misses = |game: &std::path::Path, extra: &[&str]| {
+        let out = luasnap()
+            .args(["simulate", game.to_str().unwrap(), "--frames", "120"])
+            .args(["--mode", "incremental", "--json"])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{extra:?}: {}", stderr(&out));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(v["second_process"]["matches"], true, "{extra:?}: {v}");
+        v["game_digest"].as_i64().unwrap()
+    };
+    let plain = weak_cache_game(None);
+    assert_eq!(
+        misses(&plain, &[]),
+        2,
+        "the default: points after frames 60 and 120"
+    );
+    assert_eq!(misses(&plain, &["--collect-every", "10"]), 12);
+    assert_eq!(misses(&plain, &["--collect-every", "0"]), 1);
+    let own = weak_cache_game(Some(30));
+    assert_eq!(misses(&own, &[]), 4, "the game's G.collect_every");
+    assert_eq!(
+        misses(&own, &["--collect-every", "10"]),
+        12,
+        "the flag wins"
+    );
+    let bad = luasnap()
+        .args(["simulate", "--collect-every", "often"])
+        .output()
+        .unwrap();
+    assert!(!bad.status.success());
+    assert!(stderr(&bad).contains("--collect-every"), "{}", stderr(&bad));
+    let dir = temp_dir("collect-every");
+    let save = dir.path().join("s.sav");
+    let out = luasnap()
+        .args(["simulate", own.to_str().unwrap(), "--frames", "20"])
+        .args(["--mode", "full", "--save", save.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = luasnap()
+        .args([
+            "simulate",
+            own.to_str().unwrap(),
+            "--load",
+            save.to_str().unwrap(),
+        ])
+        .args(["--collect-every", "10"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("--collect-every") && stderr(&out).contains("--load"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+/// Both peers of `p2p` run with `--collect-every` (the second process is given it): the
+/// weak cache's misses, in the checksum, agree.
+#[test]
+fn p2p_gives_collect_every_to_its_second_peer() {
+    let game = weak_cache_game(Some(30));
+    let out = luasnap()
+        .args(["p2p", game.to_str().unwrap(), "--frames", "90"])
+        .args(["--timeout", "60", "--collect-every", "7"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("no desync"));
+}

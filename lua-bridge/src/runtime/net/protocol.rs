@@ -113,7 +113,12 @@ impl fmt::Display for DecodeError {
 impl std::error::Error for DecodeError {}
 
 /// An identity of a game's code: both ends of a match must run the same script and the
-/// same modules (those given by name and every Lua file in the game's folder, by path).
+/// same modules (those given by name and every Lua file in the game's folder, by path), and
+/// the same collection points where the host sets them ([`GameConfig::collect_every`]: a
+/// game's own `G.collect_every` is in its script), since they decide when weak entries are
+/// cleared.
+///
+/// [`GameConfig::collect_every`]: crate::runtime::GameConfig::collect_every
 pub(crate) fn game_id(cfg: &crate::runtime::GameConfig) -> Result<u64, super::error::NetError> {
     let mut modules = cfg.modules.clone();
     if let Some(dir) = &cfg.folder {
@@ -126,7 +131,12 @@ pub(crate) fn game_id(cfg: &crate::runtime::GameConfig) -> Result<u64, super::er
             })?,
         );
     }
-    Ok(game_id_of(&cfg.chunk_name, cfg.script.as_bytes(), &modules))
+    let code = game_id_of(&cfg.chunk_name, cfg.script.as_bytes(), &modules);
+    Ok(match cfg.collect_every {
+        // The id of a game run as it says stays its code's.
+        None => code,
+        Some(n) => xxhash_rust::xxh3::xxh3_64(&[code.to_le_bytes(), n.to_le_bytes()].concat()),
+    })
 }
 
 /// [`game_id`] of a script named `chunk_name` and its modules.

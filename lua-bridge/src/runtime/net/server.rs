@@ -705,8 +705,12 @@ impl Match<'_> {
     fn hello(&mut self, slot: usize, game_id: u64) -> Result<(), NetError> {
         let seat = self.seats[slot].as_mut().expect("seated");
         if game_id != self.game_id {
+            let points = match self.opts.game.collect_every {
+                Some(n) => format!("collection points every {n} frames (`--collect-every {n}`, GameConfig::collect_every)"),
+                None => "the game's own collection points (no `--collect-every`, GameConfig::collect_every None)".into(),
+            };
             let reason = format!(
-                "it runs another game (game id {game_id:016x}, the server's is {:016x}): run the server's GAME (its main script and modules, the same files under the same names)",
+                "it runs another game (game id {game_id:016x}, the server's is {:016x}): run the server's GAME (its main script and modules, the same files under the same names) with {points}",
                 self.game_id
             );
             let msg = ServerMessage::Refused {
