@@ -164,6 +164,62 @@ fn a_coroutine_suspended_in_changed_code_keeps_it_under_own_and_is_refused_under
     );
 }
 
+/// A coroutine suspended in functions that only moved resumes in this version's functions
+/// under foreign trust (they are the saved code at other lines: checked against the text the
+/// save carries), a closure sharing one of its locals included, and so does one whose own
+/// code is the same but a nested function's changed; without that text (a save written
+/// without code) the load cannot check it and refuses, saying why.
+#[test]
+fn a_coroutine_suspended_in_moved_code_resumes_there_if_the_save_carries_its_text() {
+    let v1 = "function walker()\n  local i = 0\n  peek = function() return i end\n  while true do i = i + 1 coroutine.yield(i) end\nend";
+    let v2 = format!("-- moved\n{v1}");
+    let setup = "saved = { co = coroutine.wrap(walker) } saved.co() saved.co() saved.peek = peek";
+    let file = save_of(v1, "@ai.lua", setup);
+    let (b, report) = load_into(&v2, "@ai.lua", &file, Trust::Foreign).unwrap();
+    assert_eq!(int(&b, "return saved.co()"), 3);
+    assert_eq!(
+        int(&b, "return saved.peek()"),
+        3,
+        "the closure shares the local"
+    );
+    assert!(
+        report.moved.iter().any(|f| f.place == "walker") && report.kept.is_empty(),
+        "{}",
+        report.summary()
+    );
+    // A function whose nested function changed is the same code itself: it resumes, and its
+    // local holding the nested function's closure runs the newer code.
+    let v1b = "function walker()\n  local i = 0\n  local function step(n) return n + 1 end\n  while true do i = step(i) coroutine.yield(i) end\nend";
+    let v2b = v1b.replace("n + 1", "n + 10");
+    let file = save_of(
+        v1b,
+        "@ai.lua",
+        "saved = coroutine.wrap(walker) saved() saved()",
+    );
+    let (b, report) = load_into(&v2b, "@ai.lua", &file, Trust::Foreign).unwrap();
+    assert_eq!(int(&b, "return saved()"), 12);
+    let rebound: Vec<&str> = report.rebound.iter().map(|f| f.place.as_str()).collect();
+    assert!(rebound.contains(&"walker > step"), "{}", report.summary());
+
+    let a = vm();
+    a.exec(v1, "@ai.lua").unwrap();
+    a.exec(setup, "=setup").unwrap();
+    let opts = luasnap::bridge::persist::PersistOptions {
+        code: false,
+        ..Default::default()
+    };
+    let bare = a.persist_with("saved", &opts).unwrap();
+    let e = load_into(&v2, "@ai.lua", &bare, Trust::Foreign).unwrap_err();
+    let msg = e.to_string();
+    assert!(matches!(e, LoadError::Refused { .. }), "{msg}");
+    assert!(
+        msg.contains("walker")
+            && msg.contains("only moved")
+            && msg.contains("PersistOptions::code"),
+        "{msg}"
+    );
+}
+
 /// A function this version no longer has: kept with its saved code under own trust (the
 /// report says so), refused by name under foreign trust.
 #[test]

@@ -942,3 +942,121 @@ fn p2p_gives_collect_every_to_its_second_peer() {
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(String::from_utf8_lossy(&out.stdout).contains("no desync"));
 }
+
+/// The AI module of `a_coroutine_suspended_in_a_function_that_only_moved_resumes_there`: a
+/// coroutine (`brain`, started by a closure of `M.new`) that yields each frame, records the
+/// line it runs at (an error's position) and leaves a closure reading one of its locals.
+const AI_V1: &str = "local M = {}
+local STEP = 1
+local function brain(s)
+  local count = 0
+  s.peek = function() return count end
+  while true do
+    count = count + STEP
+    s.n = s.n + 1 + s.input % 3
+    local _, msg = pcall(error, 'probe', 2)
+    s.line = tonumber(msg:match(':(%d+):'))
+    coroutine.yield()
+  end
+end
+function M.new()
+  local s = { n = 0, line = 0, input = 0 }
+  s.co = coroutine.create(function() brain(s) end)
+  return s
+end
+function M.step(s, input)
+  s.input = input
+  assert(coroutine.resume(s.co))
+end
+return M
+";
+
+/// A save whose coroutine is suspended in functions an update only moved (a comment line
+/// added above them) loads under the default (foreign) trust in a new process, and the
+/// coroutine goes on in the new version's code: its digest after more frames is a straight
+/// run's of the new version (which differs from the old one's only in the line the coroutine
+/// reports). One added local (registers shifted, the same lines) or a changed body is still
+/// refused as code that changed; own trust keeps the saved code as before.
+#[test]
+fn a_coroutine_suspended_in_a_function_that_only_moved_resumes_there() {
+    let tmp = temp_dir("comoved");
+    let base = tmp.path();
+    let game = |name: &str, ai: &str| {
+        let dir = base.join(name);
+        std::fs::create_dir_all(dir.join("src")).unwrap();
+        std::fs::write(
+            dir.join("main.lua"),
+            "local ai = require('src.ai')
+             local G = {} local s
+             function G.init() s = ai.new() end
+             function G.step(inputs) ai.step(s, inputs[1]) end
+             function G.digest()
+               return s.n * 1000000 + s.line * 1000 + (s.peek and s.peek() or 0) % 1000
+             end
+             return G",
+        )
+        .unwrap();
+        std::fs::write(dir.join("src/ai.lua"), ai).unwrap();
+        dir.to_str().unwrap().to_owned()
+    };
+    let v1 = game("v1", AI_V1);
+    let moved = game("moved", &format!("-- a comment added above\n{AI_V1}"));
+    let shifted = AI_V1.replace("  local count = 0\n", "  local pad, count = 0, 0\n");
+    let changed = AI_V1.replace("count + STEP", "count + 2 * STEP");
+    assert!(shifted != AI_V1 && changed != AI_V1);
+    let (shifted, changed) = (game("shifted", &shifted), game("changed", &changed));
+    let save = base.join("s30.sav");
+    let save = save.to_str().unwrap();
+    let run = |args: &[&str]| {
+        luasnap()
+            .arg("simulate")
+            .args(args)
+            .args(["--mode", "full", "--second-process", "off", "--json"])
+            .output()
+            .unwrap()
+    };
+    let digest = |out: &std::process::Output| {
+        assert!(out.status.success(), "{}", stderr(out));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        v["game_digest"].as_i64().expect("a game digest")
+    };
+    let out = run(&[&v1, "--frames", "30", "--save", save]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v1_straight = digest(&run(&[&v1, "--frames", "50"]));
+    let moved_straight = digest(&run(&[&moved, "--frames", "50"]));
+    assert_ne!(
+        v1_straight, moved_straight,
+        "the reported line tells them apart"
+    );
+
+    let out = run(&[&moved, "--frames", "20", "--load", save]);
+    let e = stderr(&out);
+    assert_eq!(digest(&out), moved_straight, "{e}");
+    assert!(
+        e.contains("moved to other lines, code unchanged")
+            && e.contains("brain (src/ai.lua:4)")
+            && !e.contains("kept"),
+        "{e}"
+    );
+    // The old version goes on as before.
+    assert_eq!(
+        digest(&run(&[&v1, "--frames", "20", "--load", save])),
+        v1_straight
+    );
+
+    for refused in [&shifted, &changed] {
+        let out = run(&[refused, "--frames", "20", "--load", save]);
+        let e = stderr(&out);
+        assert!(!out.status.success(), "{refused}: {e}");
+        assert!(
+            e.contains("suspended in the function brain (src/ai.lua:3), whose code changed")
+                && e.contains("--trust own"),
+            "{refused}: {e}"
+        );
+    }
+    // Own trust: the suspended functions keep their saved code (its lines), as before.
+    let out = run(&[&moved, "--frames", "20", "--load", save, "--trust", "own"]);
+    let e = stderr(&out);
+    assert_eq!(digest(&out), v1_straight, "{e}");
+    assert!(e.contains("kept with their saved code (brain"), "{e}");
+}

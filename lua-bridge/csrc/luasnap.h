@@ -209,6 +209,12 @@ uint64_t luasnap_proto_hash(const void *p);
 uint64_t luasnap_proto_hash_shifted(const void *p, int64_t shift);
 /* The line it was defined at. */
 int luasnap_proto_line(const void *p);
+/* Whether a and b are the same code but for lines (what a frame suspended in a needs to resume
+** in b), nested functions compared by number only. Reads only. */
+int luasnap_proto_same_code(const void *a, const void *b);
+/* Clears PF_LSDONE over p's tree (a tree compiled only to be compared): luasnap_each_proto
+** then never offers it. */
+void luasnap_proto_tree_retire(const void *p);
 /* The fingerprints of p and every prototype nested in it, pre-order, into hs[0..max); returns
 ** how many prototypes the tree has, or -1 if it nests too deep (then hash each alone). */
 int luasnap_proto_tree_hashes(const void *p, uint64_t *hs, int max);

@@ -7,6 +7,7 @@
 ** prototypes the VM compiled itself, matched by a structural fingerprint.
 */
 #include <stdio.h>
+#include <string.h>
 
 #include "lopcodes.h"
 
@@ -112,6 +113,58 @@ static uint64_t proto_hash_shifted(const Proto *p, int depth, lua_Integer shift)
 ** an update moved). */
 uint64_t luasnap_proto_hash_shifted(const void *p, int64_t shift) {
   return proto_hash_shifted((const Proto *)p, 0, (lua_Integer)shift);
+}
+
+/* Whether a and b are the same code, lines aside: what a frame suspended in a relies on to
+** resume in b at the same pc with the same stack (an update that only moved the function, with
+** lines added above it). Compared: parameters, vararg flags, stack size, every instruction,
+** the constants by value (a float by its bits), the upvalue descriptors with their names (a
+** load binds a saved closure's upvalues by name), and the number of nested functions
+** (OP_CLOSURE indexes them; each one's own code is its own question). Not compared: the lines
+** (of the definition and of each instruction), local names, the chunk name. */
+int luasnap_proto_same_code(const void *pa, const void *pb) {
+  const Proto *a = (const Proto *)pa, *b = (const Proto *)pb;
+  int i, nk = luasnap_nconsts(a);
+  if (a->numparams != b->numparams || a->maxstacksize != b->maxstacksize
+      || (a->flag & ~(PF_LSDONE | PF_FIXED)) != (b->flag & ~(PF_LSDONE | PF_FIXED))
+      || a->sizecode != b->sizecode || nk != luasnap_nconsts(b)
+      || a->sizeupvalues != b->sizeupvalues || a->sizep != b->sizep)
+    return 0;
+  if (memcmp(a->code, b->code, sizeof(Instruction) * (size_t)a->sizecode) != 0) return 0;
+  for (i = 0; i < nk; i++) {
+    const TValue *x = &a->k[i], *y = &b->k[i];
+    if (ttypetag(x) != ttypetag(y)) return 0;
+    if (ttisstring(x)) {
+      if (tsslen(tsvalue(x)) != tsslen(tsvalue(y))
+          || memcmp(getstr(tsvalue(x)), getstr(tsvalue(y)), tsslen(tsvalue(x))) != 0)
+        return 0;
+    } else if (ttisinteger(x)) {
+      if (ivalue(x) != ivalue(y)) return 0;
+    } else if (ttisfloat(x)) {
+      lua_Number m = fltvalue(x), n = fltvalue(y);
+      if (memcmp(&m, &n, sizeof m) != 0) return 0;
+    }
+  }
+  for (i = 0; i < a->sizeupvalues; i++) {
+    const Upvaldesc *u = &a->upvalues[i], *v = &b->upvalues[i];
+    const TString *m = u->name, *n = v->name;
+    if (u->instack != v->instack || u->idx != v->idx || u->kind != v->kind) return 0;
+    if (m != n && (m == NULL || n == NULL || tsslen(m) != tsslen(n)
+                   || memcmp(getstr(m), getstr(n), tsslen(m)) != 0))
+      return 0;
+  }
+  return 1;
+}
+
+/* Clears PF_LSDONE over p's tree: a tree compiled only to be compared with the game's code (a
+** saved version of a chunk, from a save's text) is then never offered by luasnap_each_proto,
+** so no load binds a saved function to it by fingerprint and no code of it runs. Nothing else
+** reads the flag (the fingerprint leaves it out). */
+void luasnap_proto_tree_retire(const void *p) {
+  Proto *q = (Proto *)p;
+  int i;
+  q->flag &= (lu_byte)~PF_LSDONE;
+  for (i = 0; i < q->sizep; i++) luasnap_proto_tree_retire(q->p[i]);
 }
 
 /* The line p was defined at. */

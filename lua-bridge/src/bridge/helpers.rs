@@ -130,6 +130,8 @@ unsafe extern "C" {
     pub(crate) fn luasnap_proto_hash(p: *const c_void) -> u64;
     pub(crate) fn luasnap_proto_hash_shifted(p: *const c_void, shift: i64) -> u64;
     pub(crate) fn luasnap_proto_line(p: *const c_void) -> c_int;
+    pub(crate) fn luasnap_proto_same_code(a: *const c_void, b: *const c_void) -> c_int;
+    pub(crate) fn luasnap_proto_tree_retire(p: *const c_void);
     pub(crate) fn luasnap_proto_tree_hashes(p: *const c_void, hs: *mut u64, max: c_int) -> c_int;
     pub(crate) fn luasnap_each_proto(L: *mut lua_State, f: ProtoFn, ud: *mut c_void);
     pub(crate) fn luasnap_proto_tree(p: *const c_void, f: ProtoFn, ud: *mut c_void);

@@ -256,7 +256,8 @@ impl Loader<'_> {
             }
             return Ok(());
         };
-        self.open_in_rebound(id)?;
+        // SAFETY: callers' contract; [f, v] on top.
+        unsafe { self.open_in_rebound(L, s, id)? };
         // The child is the thread whose stack slot `level` the upvalue is: only a suspended
         // coroutine this load builds (never the loading thread, the main thread or one that
         // exists already: their stacks change under the load), inside the stack the file

@@ -21,9 +21,10 @@ pub(super) use crate::bridge::helpers::{
 };
 pub(super) use crate::bridge::helpers::{
     luasnap_chunk_current, luasnap_closure_rebind, luasnap_closure_trim, luasnap_each_lclosure,
-    luasnap_proto_hash_shifted, luasnap_proto_line, luasnap_proto_upvalue_desc,
-    luasnap_push_closure_n, luasnap_push_lclosure, luasnap_thread_slot_lclosure,
-    luasnap_upval_closed_slot, luasnap_upval_join_slot, luasnap_upval_set_slot,
+    luasnap_proto_hash_shifted, luasnap_proto_line, luasnap_proto_same_code,
+    luasnap_proto_tree_retire, luasnap_proto_upvalue_desc, luasnap_push_closure_n,
+    luasnap_push_lclosure, luasnap_thread_slot_lclosure, luasnap_upval_closed_slot,
+    luasnap_upval_join_slot, luasnap_upval_set_slot,
 };
 
 /// Makes sure of `n` free slots on the loading thread's stack (a memory error if it cannot

@@ -34,6 +34,7 @@
 //! | `proto.rs`    | prototypes and the chunks they live in                               |
 //! | `generated.rs`| chunks the game made with `load`, compiled from the save's text      |
 //! | `rebind.rs`   | saved functions bound to a newer version of the game's code          |
+//! | `resume.rs`   | coroutines suspended in such functions: resumed there, kept or refused |
 //! | `thread.rs`   | coroutines: stacks, frames, to-be-closed variables                   |
 //! | `open.rs`     | open upvalues into loaded coroutines, and their checks               |
 //! | `userdata.rs` | plain-data and raw-byte userdata                                     |
@@ -64,6 +65,7 @@ mod meta;
 mod open;
 mod proto;
 mod rebind;
+mod resume;
 mod special;
 mod state;
 mod table;

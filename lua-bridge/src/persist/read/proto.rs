@@ -18,7 +18,7 @@ use super::csrc::{
     luasnap_proto_tree, luasnap_push_closure, ProtoFn,
 };
 use super::loader::{Fail, Loader};
-use super::state::LoadedChunk;
+use super::state::{LoadedChunk, SavedChunk};
 use crate::persist::format::{
     ChunkDef, Detached, LegacyProto, ProtoHome, ProtoNames, ProtoPath, ProtoRecord, MAX_PATH,
     MAX_UPVALUE_NAMES,
@@ -198,6 +198,8 @@ impl Loader<'_> {
                 chunk: &name,
                 place: &place,
                 ups,
+                file_chunk: c,
+                path: &path,
             };
             if let Some(p) = self.bind_place(current, f, saved)? {
                 self.protos.push(p);
@@ -297,7 +299,7 @@ impl Loader<'_> {
 
     /// The prototype at `path` (child indices) from chunk `c`'s main prototype `p`, checked
     /// against its fingerprint `hash`.
-    fn by_path(
+    pub(super) fn by_path(
         &mut self,
         mut p: *const c_void,
         path: &[u64],
@@ -347,6 +349,7 @@ impl Loader<'_> {
             compiled: false,
             generated: false,
             current: None,
+            saved: SavedChunk::Absent,
         };
         if self.opts.functions == FunctionBinding::Current && self.format >= 6 && kind == 0 {
             // SAFETY: callers' contract.
@@ -359,6 +362,15 @@ impl Loader<'_> {
                     return Ok(chunk);
                 }
                 chunk.current = Some(c);
+                if !code.is_empty() {
+                    // `code` is a slice of the body.
+                    let at = code.as_ptr() as usize - self.r.data.as_ptr() as usize;
+                    chunk.saved = SavedChunk::Text {
+                        at,
+                        len: code.len(),
+                        main_hash,
+                    };
+                }
             }
         }
         if code.is_empty() || self.opts.trust == Trust::Foreign {
@@ -615,7 +627,17 @@ pub(super) unsafe fn find_or_compile(
 /// # Safety
 /// The message on top, above the name and code.
 pub(super) unsafe fn pop_compile_error(L: *mut lua_State) -> String {
-    // SAFETY: reads the message without conversion (a string, or nothing), then pops three.
+    // SAFETY: callers' contract.
+    unsafe { compile_error(L, 2) }
+}
+
+/// The compiler's message on top, popped with the `below` values under it.
+///
+/// # Safety
+/// The message on top, at least `below` values under it.
+pub(super) unsafe fn compile_error(L: *mut lua_State, below: c_int) -> String {
+    // SAFETY: reads the message without conversion (a string, or nothing), then pops it and
+    // the values under it.
     unsafe {
         let mut len = 0;
         let m = ffi::lua_tolstring(L, -1, &mut len);
@@ -624,7 +646,7 @@ pub(super) unsafe fn pop_compile_error(L: *mut lua_State) -> String {
         } else {
             String::from_utf8_lossy(std::slice::from_raw_parts(m.cast::<u8>(), len)).into_owned()
         };
-        ffi::lua_settop(L, -4);
+        ffi::lua_settop(L, -2 - below);
         msg
     }
 }

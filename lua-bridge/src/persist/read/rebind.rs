@@ -16,7 +16,8 @@
 //!   upvalues arrive, so that later closures sharing one by its saved number find it); each
 //!   saved upvalue is shared into the newer function's upvalue of its name as it arrives. A
 //!   suspended coroutine running such a closure, or a closure sharing a suspended coroutine's
-//!   local, is refused: it is at a pc of code the load does not have.
+//!   local, is at a pc of the saved code: it resumes in the newer function only if that is the
+//!   saved code at other lines, and is refused otherwise (`resume.rs`).
 //! - **Own**: as a closure of the saved function (compiled from the save's text) with enough
 //!   slots for either version, its upvalues as saved, so load-time functions run the saved
 //!   code as Eris would. When the walk is over, each is bound in place to the newer function
@@ -39,14 +40,12 @@ use super::csrc::{
     luasnap_chunk_current, luasnap_closure_rebind, luasnap_closure_trim, luasnap_each_lclosure,
     luasnap_proto_hash, luasnap_proto_hash_shifted, luasnap_proto_line, luasnap_proto_nupvalues,
     luasnap_proto_upvalue_desc, luasnap_push_closure_n, luasnap_push_lclosure,
-    luasnap_thread_slot_lclosure, luasnap_upval_closed_slot, luasnap_upval_join_slot,
-    luasnap_upval_set_slot, CiRecord,
+    luasnap_upval_closed_slot, luasnap_upval_join_slot, luasnap_upval_set_slot,
 };
 use super::ids::push_obj;
 use super::loader::{Fail, Loader};
 use super::state::{Binding, Current, ModuleVar, Rebinding, Rebound};
 use crate::persist::error::Accept;
-use crate::persist::options::Trust;
 use crate::persist::place::{each_place, upvalue_map, upvalue_names};
 use crate::persist::report::{LoadReport, SavedFunction};
 use crate::persist::slots::Slots;
@@ -67,6 +66,9 @@ pub(super) struct SavedProto<'a> {
     pub place: &'a [Vec<u8>],
     /// Its upvalues' names.
     pub ups: Vec<Vec<u8>>,
+    /// Its chunk (`Loader::chunks`) and its path of child indices there.
+    pub file_chunk: usize,
+    pub path: &'a [u64],
 }
 
 /// Where an upvalue to share is: a closure this load made (object id) or one of the game's
@@ -213,6 +215,8 @@ impl Loader<'_> {
             chunk,
             place,
             ups,
+            file_chunk,
+            path,
         } = f;
         let Some(&target) = self.rb.currents[current].places.get(place) else {
             return Ok(None);
@@ -274,6 +278,10 @@ impl Loader<'_> {
             reported: false,
             moved,
             saved_code: !at_once,
+            chunk: file_chunk,
+            path: path.to_vec(),
+            hash,
+            same_code: None,
         });
         self.rb.bindings.insert(
             self.protos.len(),
@@ -441,65 +449,6 @@ impl Loader<'_> {
             }
         }
         true
-    }
-
-    /// A closure this load made for a rebound function (`id`) gets an open upvalue: made of
-    /// the saved code, it keeps it; made of the target, the load is refused (it shares a
-    /// local of a coroutine suspended in code the load does not have).
-    pub(super) fn open_in_rebound(&mut self, id: u32) -> Result<(), Fail> {
-        let Some(&r) = self.rb.pending_by_id.get(&id) else {
-            return Ok(());
-        };
-        if !self.rb.rebounds[r].saved_code {
-            let f = self.rb.rebounds[r].function.clone();
-            return Err(self.no_saved_code(
-                format!("the function {f}, whose code changed in this version, shares a local variable of a coroutine suspended in its saved code"),
-            ));
-        }
-        self.rb.pinned.insert(id);
-        Ok(())
-    }
-
-    /// Refuses what needs saved code the load does not have: a foreign load takes none from
-    /// the file (an own load would), a save written without code has none.
-    fn no_saved_code(&mut self, what: String) -> Fail {
-        if self.opts.trust == Trust::Foreign {
-            self.refuse(
-                format!("{what}, which a foreign load does not take from the file"),
-                Accept::TrustOwn,
-            )
-        } else {
-            self.fail(format!(
-                "{what}, and the save-game carries no code (it was written without PersistOptions::code)"
-            ))
-        }
-    }
-
-    /// The frame records (`cis`) of a suspended coroutine `co`, its stack in place: a frame
-    /// running a closure made for a rebound function is at a pc of the saved code, so in a
-    /// foreign load the coroutine is refused, and in an own load the closure keeps its saved
-    /// code.
-    pub(super) fn frames_in_rebound(&mut self, co: *mut lua_State) -> Result<(), Fail> {
-        if self.rb.pending_ptrs.is_empty() {
-            return Ok(());
-        }
-        let cis: Vec<CiRecord> = self.cis.clone();
-        for ci in &cis {
-            // SAFETY: co is a coroutine this load made, its stack in place; reads a slot.
-            let cl = unsafe { luasnap_thread_slot_lclosure(co, ci.func) };
-            let Some(&id) = self.rb.pending_ptrs.get(&cl) else {
-                continue;
-            };
-            let r = self.rb.pending_by_id[&id];
-            if !self.rb.rebounds[r].saved_code {
-                let f = self.rb.rebounds[r].function.clone();
-                return Err(self.no_saved_code(format!(
-                    "a coroutine in the save is suspended in the function {f}, whose code changed in this version: it can resume only in its saved code"
-                )));
-            }
-            self.rb.pinned.insert(id);
-        }
-        Ok(())
     }
 
     /// When the walk is over: own loads bind their pending closures to this version's

@@ -9,6 +9,7 @@
 //! | [`LoadedCo`], [`UpMemo`]        | `open.rs`     | coroutines built, the open-upvalue check |
 //! | [`Idents`]                      | `ident.rs`    | identities of keys (format 7)            |
 //! | [`Rebinding`] and its parts     | `rebind.rs`   | saved functions bound to newer code      |
+//! | [`SavedChunk`]                  | `resume.rs`   | saved code a suspended frame must match  |
 
 use crate::persist::report::{LoadReport, SavedFunction};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -33,6 +34,28 @@ pub(super) struct LoadedChunk {
     /// The VM's current version of it, when the load binds saved functions to the game's
     /// current code and it differs from the saved one (`rebind.rs`).
     pub(super) current: Option<usize>,
+    /// Its saved version as the file gives it, to compare with the current one when a
+    /// suspended frame needs it (`resume.rs`).
+    pub(super) saved: SavedChunk,
+}
+
+/// The saved version of a chunk whose code changed in this version, as far as a foreign load
+/// compares it with the current one (`resume.rs`).
+#[derive(Clone, Copy, Debug)]
+pub(super) enum SavedChunk {
+    /// Not needed (the VM has the saved code), or the file has no text for it (written
+    /// without code, or a binary chunk).
+    Absent,
+    /// Its source text (`len` bytes at `at` in the file's body) and its main function's
+    /// fingerprint, not compiled yet.
+    Text {
+        at: usize,
+        len: usize,
+        main_hash: u64,
+    },
+    /// Compiled for comparison only (never run, hidden from fingerprint searches), its main
+    /// closure anchored in `protos` under this address.
+    Compiled(*const c_void),
 }
 
 /// Whether a chunk of the file (see `generated.rs`), text (`kind` 0) named `name` with source text `code`, is one
@@ -141,6 +164,14 @@ pub(super) struct Rebound {
     /// Whether its closures are made of the saved code (own loads of saves with code) and
     /// bound when the walk is over; else they are made of the target at once.
     pub(super) saved_code: bool,
+    /// The saved function as the file names it: its chunk (`Loader::chunks`), its path of
+    /// child indices there, its fingerprint.
+    pub(super) chunk: usize,
+    pub(super) path: Vec<u64>,
+    pub(super) hash: u64,
+    /// Whether the target is the saved code, lines aside (a frame suspended in it resumes
+    /// there: `resume.rs`), once asked.
+    pub(super) same_code: Option<bool>,
 }
 
 /// How the closures of one saved function (a prototype index) are made.

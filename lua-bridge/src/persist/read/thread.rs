@@ -190,7 +190,8 @@ impl Loader<'_> {
             ));
         }
         // A frame running a function whose code changed in this version (`rebind.rs`).
-        self.frames_in_rebound(co)?;
+        // SAFETY: callers' contract.
+        unsafe { self.frames_in_rebound(L, s, co)? };
         // SAFETY: callers' contract.
         unsafe { self.rebuild_frames(L, co, errfunc)? };
         if self.format >= 4 {
