@@ -22,17 +22,23 @@
 //! apart from the copies). So the automatic mode compares, per snapshot,
 //!
 //! ```text
-//! tracked = extent pages × scan_ns + written pages × (written_ns + fault_ns)
+//! tracked = fixed_ns + extent pages × scan_ns + written pages × (written_ns + fault_ns)
 //! whole   = extent pages × whole_ns
 //! ```
 //!
-//! and switches with hysteresis ([`AutoState`]): tracking that runs stops only when `tracked`
+//! plus a fixed cost per tracked snapshot (`fixed_ns`): the tracker's own calls, which do not
+//! grow with the pages (its system calls at the snapshot's scan, and a rollback's peek, opening
+//! and re-arming, shared over the snapshots between rollbacks), measured once per process
+//! ([`tracker_call_ns`]). On a small arena they are a share a per-page model misses: a 0.7 MiB
+//! game's whole copy takes 30-60 µs.
+//!
+//! The automatic mode switches with hysteresis ([`AutoState`]): tracking that runs stops only when `tracked`
 //! exceeds `whole`, twice in a row; tracking resumed to measure again (after a pause) goes on
 //! only when `tracked` is below 0.8 × `whole`. A game near the break-even
 //! keeps the mode it is in instead of flipping with the frame-to-frame spread of its writes,
 //! and a game far above it probes rarely.
 
-use luasnap_alloc::{page_copy_ns, write_fault_ns, TrackerKind};
+use luasnap_alloc::{page_copy_ns, tracker_call_ns, write_fault_ns, TrackerKind};
 use std::time::Duration;
 
 /// What a write fault costs inside a workload, relative to the same fault on scratch pages
@@ -103,19 +109,26 @@ pub struct CopyCosts {
     /// written; before the first one, 10 ns). Re-arming the written pages counts in
     /// `written_ns`.
     pub scan_ns: f64,
+    /// A tracked snapshot's fixed cost, whatever the pages: the tracker's calls at its scan
+    /// and the share of a rollback's calls (peek, opening, re-arming) that falls on each
+    /// snapshot (measured once per process, [`tracker_call_ns`]).
+    pub fixed_ns: f64,
 }
 
 impl CopyCosts {
     /// The fraction of the extent's pages written above which a whole copy costs less than
     /// tracking and copying the written pages (in `0.0..=1.0`).
-    pub fn break_even(&self) -> f64 {
-        ((self.whole_ns - self.scan_ns) / (self.written_ns + self.fault_ns)).clamp(0.0, 1.0)
+    /// On an extent of `extent_pages`: the fixed cost is shared over its pages.
+    pub fn break_even(&self, extent_pages: usize) -> f64 {
+        let fixed = self.fixed_ns / extent_pages.max(1) as f64;
+        ((self.whole_ns - self.scan_ns - fixed) / (self.written_ns + self.fault_ns)).clamp(0.0, 1.0)
     }
 
-    /// What a tracked snapshot costs, in nanoseconds: the scan of `extent_pages`, and the
-    /// faults and copies of `written_pages`.
+    /// What a tracked snapshot costs, in nanoseconds: the fixed cost, the scan of
+    /// `extent_pages`, and the faults and copies of `written_pages`.
     pub fn tracked_ns(&self, extent_pages: usize, written_pages: usize) -> f64 {
-        extent_pages as f64 * self.scan_ns
+        self.fixed_ns
+            + extent_pages as f64 * self.scan_ns
             + written_pages as f64 * (self.written_ns + self.fault_ns)
     }
 
@@ -252,6 +265,11 @@ pub(crate) struct CostModel {
     written_ns: f64,
     scan: Recent,
     fault_ns: f64,
+    /// The tracker's calls at a snapshot and at a rollback ([`tracker_call_ns`]).
+    snapshot_calls_ns: f64,
+    rollback_calls_ns: f64,
+    /// Rollbacks per snapshot so far (how much of a rollback's calls each snapshot carries).
+    rollbacks_per_snapshot: f64,
     /// Where the switch between tracked and whole copies stands.
     pub(crate) state: AutoState,
 }
@@ -260,22 +278,35 @@ impl CostModel {
     pub(crate) fn new(kind: TrackerKind) -> CostModel {
         // Where the measurement failed: a page copy at about 10 GB/s, twice that as written.
         let copy_costs = page_copy_ns(kind).unwrap_or((400.0, 800.0));
+        let calls = tracker_call_ns(kind).unwrap_or((3000.0, 5000.0));
         CostModel {
             whole_ns: copy_costs.0,
             written_ns: copy_costs.1,
             scan: Recent::EMPTY,
             fault_ns: workload_fault_ns(kind),
+            // Where the measurement failed: three system calls at a snapshot, five at a
+            // rollback, about 1 µs each.
+            snapshot_calls_ns: calls.0,
+            rollback_calls_ns: calls.1,
+            rollbacks_per_snapshot: 0.0,
             state: AutoState::default(),
         }
     }
 
     /// A tracked snapshot's scan of `extent_pages`, which found `written_pages` written and
     /// re-armed them, took `took`. Only a scan that found few pages written measures the
-    /// scan's own cost: re-arming a written page is part of what tracking it costs.
+    /// scan's own cost: re-arming a written page is part of what tracking it costs. The
+    /// tracker's calls count in the fixed cost, not per page.
     pub(crate) fn note_scan(&mut self, extent_pages: usize, written_pages: usize, took: Duration) {
         if extent_pages > 0 && written_pages <= extent_pages / SCAN_SAMPLE_BELOW {
-            self.scan.note(took.as_nanos() as f64 / extent_pages as f64);
+            let pages_ns = (took.as_nanos() as f64 - self.snapshot_calls_ns).max(0.0);
+            self.scan.note(pages_ns / extent_pages as f64);
         }
+    }
+
+    /// The ring has taken `snapshots` and rolled back `rollbacks` times.
+    pub(crate) fn note_counts(&mut self, snapshots: u64, rollbacks: u64) {
+        self.rollbacks_per_snapshot = rollbacks as f64 / snapshots.max(1) as f64;
     }
 
     /// Decides a snapshot taken while tracking was armed ([`AutoState::after_tracked`]).
@@ -291,6 +322,8 @@ impl CostModel {
             written_ns: self.written_ns,
             fault_ns: self.fault_ns,
             scan_ns: self.scan.get().unwrap_or(10.0),
+            fixed_ns: self.snapshot_calls_ns
+                + self.rollback_calls_ns * self.rollbacks_per_snapshot.min(1.0),
         }
     }
 }
@@ -307,6 +340,7 @@ mod tests {
         written_ns: 400.0,
         fault_ns: 800.0,
         scan_ns: 10.0,
+        fixed_ns: 0.0,
     };
     const EXTENT: usize = 1000;
 
@@ -341,7 +375,51 @@ mod tests {
     fn the_costs_count_the_scan_the_faults_and_the_copies() {
         assert_eq!(COSTS.tracked_ns(EXTENT, 325), 400_000.0);
         assert_eq!(COSTS.whole_copy_ns(EXTENT), 400_000.0);
-        assert_eq!(COSTS.break_even(), 0.325);
+        assert_eq!(COSTS.break_even(EXTENT), 0.325);
+    }
+
+    #[test]
+    fn on_a_small_extent_the_fixed_cost_tips_the_balance_to_whole_copies() {
+        use AutoStep::*;
+        // 100 pages: a whole copy 40 µs. 20 pages written cost 1 + 24 µs per page, tracked
+        // (0.63 of a whole copy): without a fixed cost tracking goes on; with the tracker's
+        // calls at 20 µs a snapshot it costs 45 µs, more than a whole copy, twice in a row.
+        let small = 100;
+        let per_page = COSTS;
+        let with_calls = CopyCosts {
+            fixed_ns: 20_000.0,
+            ..COSTS
+        };
+        assert!(with_calls.break_even(small) < 0.2 && per_page.break_even(small) > 0.3);
+        let mut s = AutoState::default();
+        let steps: Vec<_> = (0..3)
+            .map(|_| s.after_tracked(&per_page, small, 20))
+            .collect();
+        assert_eq!(steps, [Track; 3]);
+        let mut s = AutoState::default();
+        let steps: Vec<_> = (0..2)
+            .map(|_| s.after_tracked(&with_calls, small, 20))
+            .collect();
+        assert_eq!(steps, [Track, Pause(4)]);
+        // On a large extent the same calls change nothing.
+        let mut s = AutoState::default();
+        let steps: Vec<_> = (0..3)
+            .map(|_| s.after_tracked(&with_calls, 100 * small, 20 * small))
+            .collect();
+        assert_eq!(steps, [Track; 3]);
+    }
+
+    #[test]
+    fn the_fixed_cost_carries_the_rollbacks_share_and_leaves_the_scan() {
+        let mut m = CostModel::new(TrackerKind::Mprotect);
+        m.snapshot_calls_ns = 2_000.0;
+        m.rollback_calls_ns = 6_000.0;
+        assert_eq!(m.costs().fixed_ns, 2_000.0);
+        m.note_counts(300, 75);
+        assert_eq!(m.costs().fixed_ns, 3_500.0);
+        // A scan of 1000 pages that took 12 µs: 2 µs of calls, 10 ns a page.
+        m.note_scan(1000, 0, Duration::from_micros(12));
+        assert_eq!(m.costs().scan_ns, 10.0);
     }
 
     #[test]

@@ -688,6 +688,7 @@ impl SnapshotRing {
         if let Some(cost) = &mut self.cost {
             let extent_pages = new_extent.bytes() / PAGE_SIZE;
             cost.note_scan(extent_pages, dirty_bytes / PAGE_SIZE, scan_took);
+            cost.note_counts(self.stats.snapshots, self.stats.rollbacks);
             return match cost.after_tracked(extent_pages, dirty_bytes / PAGE_SIZE) {
                 AutoStep::Track => Ok(false),
                 AutoStep::CopyWhole => Ok(true),

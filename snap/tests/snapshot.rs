@@ -608,7 +608,7 @@ fn the_automatic_mode_copies_whole_while_that_costs_less_and_tracks_otherwise() 
     assert_eq!(r.strategy(), CopyStrategy::PausedIncremental(kind));
     let costs = r.copy_costs().expect("measured in automatic mode");
     assert!(costs.whole_ns > 0.0 && costs.fault_ns > 0.0, "{costs:?}");
-    assert!((0.0..1.0).contains(&costs.break_even()), "{costs:?}");
+    assert!((0.0..1.0).contains(&costs.break_even(1000)), "{costs:?}");
     // One block in 64 written: tracking resumes after the pause and stays on.
     for v in 0..8 {
         touch(1, 10 + v);
