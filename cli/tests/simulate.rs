@@ -1060,3 +1060,60 @@ fn a_coroutine_suspended_in_a_function_that_only_moved_resumes_there() {
     assert_eq!(digest(&out), v1_straight, "{e}");
     assert!(e.contains("kept with their saved code (brain"), "{e}");
 }
+
+/// A chunk the game compiles at run time under a name of its own (`load(text, "=rules")` in
+/// `G.init`) is not compiled from a foreign save: the refusal tells the game's author the two
+/// ways out, and the second (compile it at the script's top level, keep its function) loads.
+#[test]
+fn a_chunk_loaded_under_its_own_name_is_refused_saying_what_the_game_can_do() {
+    let tmp = temp_dir("named-chunk");
+    let game = |name: &str, top: &str, init: &str| {
+        let path = tmp.path().join(name);
+        std::fs::write(
+            &path,
+            format!(
+                "local G = {{}} local s
+                 {top}
+                 function G.init() s = {{ n = 0 }} s.rule = {init} end
+                 function G.step() s.n = s.rule(s.n) end
+                 function G.digest() return s.n end
+                 return G"
+            ),
+        )
+        .unwrap();
+        path.to_str().unwrap().to_owned()
+    };
+    let text = "'return function(n) return n + 1 end'";
+    let in_init = game("init.lua", "", &format!("load({text}, '=rules')()"));
+    let at_top = game(
+        "top.lua",
+        &format!("local make_rule = load({text}, '=rules')"),
+        "make_rule()",
+    );
+    let quick = ["--mode", "full", "--second-process", "off"];
+    for (script, loads) in [(&in_init, false), (&at_top, true)] {
+        let save = format!("{script}.sav");
+        let out = luasnap()
+            .args(["simulate", script, "--frames", "10", "--save", &save])
+            .args(quick)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", stderr(&out));
+        let out = luasnap()
+            .args(["simulate", script, "--frames", "10", "--load", &save])
+            .args(quick)
+            .output()
+            .unwrap();
+        let e = stderr(&out);
+        assert_eq!(out.status.success(), loads, "{e}");
+        if !loads {
+            assert!(
+                e.contains("rules:1")
+                    && e.contains("load(text) without a chunk name")
+                    && e.contains("G.permanents")
+                    && e.contains("at its script's top level"),
+                "{e}"
+            );
+        }
+    }
+}

@@ -267,6 +267,13 @@ impl Loader<'_> {
         {
             return Err(self.refuse_generated(c, line));
         }
+        if self.opts.trust == Trust::Foreign
+            && brought
+            && chunk.source_text
+            && chunk.name.first() == Some(&b'=')
+        {
+            return Err(self.refuse_named_at_run_time(c, line));
+        }
         Err(if brought {
             self.refuse(
                 format!("the function defined at {name}:{line} is not among the chunks this VM has loaded; the save-game brings that chunk's code, which only an own-trust load compiles"),
@@ -345,6 +352,7 @@ impl Loader<'_> {
             name: name.to_vec(),
             main: None,
             brought_code: !code.is_empty(),
+            source_text: kind == 0,
             made_by_load: super::state::made_by_load(kind, name, code),
             compiled: false,
             generated: false,

@@ -24,6 +24,8 @@ pub(super) struct LoadedChunk {
     pub(super) main: Option<*const c_void>,
     /// Whether the file brought its code.
     pub(super) brought_code: bool,
+    /// Whether it is a text chunk (not `string.dump` output).
+    pub(super) source_text: bool,
     /// Whether it is a text chunk named by its own text: one the game made with `load(s)`
     /// (`generated.rs`).
     pub(super) made_by_load: bool,
