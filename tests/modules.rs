@@ -310,3 +310,126 @@ fn diff_saves_of_a_folder_game_reads_its_modules_without_running_it() {
     let e = diff_saves(None, &a, &b, Trust::Foreign, 50).unwrap_err();
     assert!(e.to_string().contains(".lua"), "{e}");
 }
+
+/// A game whose `ai` module is required only in `G.init`: a VM that ran the script's top
+/// level has not compiled it, so a load finds its chunk by the name the save gives.
+const LAZY_MAIN: &str = r#"
+local G = {}
+local state
+function G.init(players, seed) state = { ai = require("ai").new(seed) } end
+function G.step(inputs) state.ai:think(#inputs) end
+function G.digest() return state.ai.n end
+return G
+"#;
+
+const LAZY_AI: &str = r#"
+local A = {}
+A.__index = A
+function A.new(s) return setmetatable({ n = s }, A) end
+function A:think(k) self.n = self.n + k end
+return A
+"#;
+
+fn lazy_cfg(at: &Path, modules: Vec<Module>) -> GameConfig {
+    GameConfig {
+        base_address: None,
+        capacity: 256 << 20,
+        modules,
+        ..GameConfig::default_game(2, 5)
+    }
+    .game_at(at)
+    .unwrap()
+}
+
+fn lazy_save(cfg: &GameConfig) -> (Vec<u8>, Option<i64>) {
+    let mut g = Game::new(cfg, Backend::ArenaFull).unwrap();
+    for _ in 0..3 {
+        g.step(&[1u8, 1u8]).unwrap();
+    }
+    (g.save_game().unwrap(), g.game_digest().unwrap())
+}
+
+/// A save names the chunks of its functions, and a hostile one names any path: a chunk named
+/// `../../outside.lua` or by an absolute path is not read even where that file exists and
+/// holds the very module, and the load refuses the function as one this game does not have.
+#[test]
+fn a_save_naming_a_chunk_outside_the_games_folder_reads_nothing_there() {
+    let root = temp_dir("escape");
+    let game = root.path().join("x/y/game");
+    write(&game, "main.lua", LAZY_MAIN);
+    write(root.path(), "x/outside.lua", LAZY_AI);
+    write(root.path(), "abs/outside.lua", LAZY_AI);
+    let absolute = root.path().join("abs/outside.lua");
+    for path in ["../../outside.lua", absolute.to_str().unwrap()] {
+        // The saving game's module is named by that path (a forged save could say anything).
+        let ai = Module {
+            name: "ai".into(),
+            path: path.into(),
+            source: LAZY_AI.into(),
+        };
+        let (save, _) = lazy_save(&lazy_cfg(&game, vec![ai]));
+        let err = Game::<u8>::from_save(&lazy_cfg(&game, Vec::new()), Backend::ArenaFull, &save)
+            .err()
+            .unwrap_or_else(|| panic!("a save naming {path} loaded"))
+            .to_string();
+        assert!(
+            err.contains(path) && err.contains("not among the chunks this VM has loaded"),
+            "{path}: {err}"
+        );
+    }
+}
+
+/// A module reached through a symbolic link out of the game's folder is not read by a load
+/// (the same folder with the module in it loads the same save).
+#[cfg(unix)]
+#[test]
+fn a_save_naming_a_chunk_through_a_symbolic_link_reads_nothing_there() {
+    let root = temp_dir("link");
+    let (real, linked) = (root.path().join("real"), root.path().join("linked"));
+    let main = LAZY_MAIN.replace("require(\"ai\")", "require(\"lib.ai\")");
+    for dir in [&real, &linked] {
+        write(dir, "main.lua", &main);
+    }
+    write(&real, "lib/ai.lua", LAZY_AI);
+    write(root.path(), "elsewhere/ai.lua", LAZY_AI);
+    std::os::unix::fs::symlink(root.path().join("elsewhere"), linked.join("lib")).unwrap();
+    let (save, digest) = lazy_save(&lazy_cfg(&real, Vec::new()));
+    let g = Game::<u8>::from_save(&lazy_cfg(&real, Vec::new()), Backend::ArenaFull, &save).unwrap();
+    assert_eq!(g.game_digest().unwrap(), digest);
+    let err = Game::<u8>::from_save(&lazy_cfg(&linked, Vec::new()), Backend::ArenaFull, &save)
+        .err()
+        .unwrap_or_else(|| panic!("a chunk read through a link out of the folder loaded"))
+        .to_string();
+    assert!(
+        err.contains("lib/ai.lua") && err.contains("not among the chunks this VM has loaded"),
+        "{err}"
+    );
+}
+
+/// A game given as one script in a folder full of other files (a downloads folder): a load
+/// reads only the chunks the save names. 2,000 unrelated Lua files sorting before `ai.lua`
+/// (more than a walk of the folder would read) and one that does not compile change
+/// nothing.
+#[test]
+fn a_single_script_game_in_a_crowded_folder_loads_reading_only_its_modules() {
+    let dir = temp_dir("crowded");
+    let d = dir.path();
+    write(d, "game.lua", LAZY_MAIN);
+    write(d, "ai.lua", LAZY_AI);
+    write(d, "broken.lua", "this is not Lua (");
+    for i in 0..2000 {
+        std::fs::write(d.join(format!("a{i:04}.lua")), "return 1").unwrap();
+    }
+    let cfg = lazy_cfg(&d.join("game.lua"), Vec::new());
+    let (save, digest) = lazy_save(&cfg);
+    let mut g = Game::<u8>::from_save(&cfg, Backend::ArenaFull, &save).unwrap();
+    assert_eq!(g.game_digest().unwrap(), digest);
+    let report = g.load_report().unwrap();
+    assert!(
+        report.rebound.is_empty() && report.missing.is_empty(),
+        "{}",
+        report.summary()
+    );
+    g.step(&[1u8, 1u8]).unwrap();
+    assert_eq!(g.game_digest().unwrap(), digest.map(|n| n + 2));
+}

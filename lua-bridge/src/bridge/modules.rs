@@ -71,10 +71,10 @@ impl Module {
 
     /// Every Lua file in the game's folder `dir` that `require` could load, as a module named
     /// by its path (`lib/bump.lua` -> `lib.bump`, `town/init.lua` -> `town.init`), in path
-    /// order: for VMs that read a game's saves without running it, which compile them all
-    /// so that saved functions of any module find their code. Hidden folders and files
+    /// order: a game's identity in a match (`runtime::net`) covers them all. Hidden folders and files
     /// and symbolic links are skipped; at most [`FOLDER_DEPTH`] folders deep and
     /// [`FOLDER_FILES`] files, so a game that lives in a large folder costs a bounded walk.
+    #[cfg_attr(not(feature = "net"), allow(dead_code))]
     pub(crate) fn all_in_folder(dir: &Path) -> std::io::Result<Vec<Module>> {
         let mut found = Vec::new();
         let mut pending = vec![(dir.to_path_buf(), String::new(), 0)];
@@ -109,11 +109,37 @@ impl Module {
     }
 }
 
+/// The source of the file chunk `path` (a chunk's name without its `@`: `src/ai.lua`) of the
+/// game's folder `dir`, for a load that compiles the chunks a save names: `None` unless `path`
+/// is a Lua file that [`Module::all_in_folder`] would list, i.e. relative, `/`-separated,
+/// ending in `.lua`, at most [`FOLDER_DEPTH`] folders deep, no part empty or hidden (so no
+/// `.` or `..`), and no part of it a symbolic link. A save names these paths, and a hostile
+/// one names `../../etc/passwd` or `/etc/passwd`: nothing outside the folder is read. (A
+/// folder whose own entries are swapped for links while it is read is out of scope: the
+/// save is the adversary here, not the file system.)
+pub(crate) fn chunk_in_folder(dir: &Path, path: &str) -> Option<Vec<u8>> {
+    let parts: Vec<&str> = path.split('/').collect();
+    let bad = |p: &&str| p.is_empty() || p.starts_with('.') || p.contains(['\\', '\0', ':']);
+    if !path.ends_with(".lua") || parts.len() > FOLDER_DEPTH + 1 || parts.iter().any(bad) {
+        return None;
+    }
+    let mut at = dir.to_path_buf();
+    for (i, part) in parts.iter().enumerate() {
+        at.push(part);
+        let meta = std::fs::symlink_metadata(&at).ok()?;
+        let last = i + 1 == parts.len();
+        if (last && !meta.is_file()) || (!last && !meta.is_dir()) {
+            return None;
+        }
+    }
+    std::fs::read(&at).ok()
+}
+
 /// How many folders deep [`Module::all_in_folder`] looks.
 const FOLDER_DEPTH: usize = 6;
 
 /// How many files [`Module::all_in_folder`] reads at most.
-const FOLDER_FILES: usize = 2000;
+pub(crate) const FOLDER_FILES: usize = 2000;
 
 /// The modules' part of one VM, which `require` finds from a `lua_State`.
 ///

@@ -76,7 +76,7 @@ pub use format::{FORMAT_VERSION, HEADER_LEN, LUA_RELEASE, MAGIC};
 #[doc(hidden)]
 pub use fuzz::{fuzz_load, FUZZ_GAME};
 pub use options::{
-    FunctionBinding, LoadOptions, PersistOptions, Trust, DEFAULT_FOREIGN_DENIED,
+    ChunkSources, FunctionBinding, LoadOptions, PersistOptions, Trust, DEFAULT_FOREIGN_DENIED,
     DEFAULT_FOREIGN_HEAP_GROWTH, DEFAULT_INSTRUCTION_BUDGET, DEFAULT_OWN_HEAP_GROWTH,
 };
 pub use report::{LoadReport, SavedFunction};

@@ -163,6 +163,40 @@ pub struct LoadOptions {
     /// type's name (`Vec2`). Everything else loads and compares as usual; calling a stand-in
     /// fails. Default: false.
     pub stand_ins: bool,
+    /// Where the load finds the source of a file chunk (`@path`) a save names that this VM
+    /// has not compiled (default: nowhere). The load asks once per such chunk, before it
+    /// binds the chunk's functions, with the chunk name without its `@` (`src/ai.lua`), and
+    /// compiles (never runs) what it gets, as [`Vm::compile`](crate::bridge::Vm::compile)
+    /// would; a chunk it gets nothing for, or that does not compile, is a chunk this VM does
+    /// not have. The names come from the file: a foreign save names any path it likes, so
+    /// the source must refuse what is not the game's (`Game::from_save` reads only files of
+    /// the game's folder).
+    pub chunk_sources: Option<ChunkSources>,
+}
+
+/// The host's lookup of chunk sources by name, for [`LoadOptions::chunk_sources`].
+#[derive(Clone)]
+pub struct ChunkSources(std::sync::Arc<FindChunk>);
+
+/// `find(path)`: the source of the chunk `@path`, or `None`.
+type FindChunk = dyn Fn(&str) -> Option<Vec<u8>> + Send + Sync;
+
+impl ChunkSources {
+    /// A lookup: `find(path)` is the source of the chunk `@path`, or `None`.
+    pub fn new(find: impl Fn(&str) -> Option<Vec<u8>> + Send + Sync + 'static) -> Self {
+        ChunkSources(std::sync::Arc::new(find))
+    }
+
+    /// The source of the chunk `@path`, if the host has one.
+    pub(crate) fn find(&self, path: &str) -> Option<Vec<u8>> {
+        (self.0)(path)
+    }
+}
+
+impl std::fmt::Debug for ChunkSources {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ChunkSources(..)")
+    }
 }
 
 impl LoadOptions {
@@ -182,6 +216,7 @@ impl LoadOptions {
             allowed_permanents: Vec::new(),
             functions: FunctionBinding::Saved,
             stand_ins: false,
+            chunk_sources: None,
             denied_permanents: match trust {
                 Trust::Own => Vec::new(),
                 Trust::Foreign => DEFAULT_FOREIGN_DENIED

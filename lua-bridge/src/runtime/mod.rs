@@ -548,11 +548,9 @@ impl Game {
     /// (natives, userdata types), the script, its modules and the runtime's glue compiled but
     /// not run, so that a foreign load matches the saves' functions against them, and a
     /// script whose top level calls the host's natives needs none of them. The modules are
-    /// [`GameConfig::modules`] and every Lua file in [`GameConfig::folder`] (hidden ones and
-    /// symbolic links aside, 6 folders deep, 2000 files at most; a file there that does not
-    /// compile is not a module the game loads, and is skipped). For
-    /// reading a save's values ([`crate::runtime::value_diff::save_graph`]), not for playing
-    /// it.
+    /// [`GameConfig::modules`]; those of [`GameConfig::folder`] are compiled as a save names
+    /// them, by a load given [`Game::folder_chunks`]. For reading a save's values
+    /// ([`crate::runtime::value_diff::save_graph`]), not for playing it.
     pub fn reader_vm(cfg: &GameConfig) -> Result<Vm, GameError> {
         let mut reader = cfg.clone();
         reader.base_address = None;
@@ -571,7 +569,6 @@ impl Game {
             vm.compile(&m.source, &format!("@{}", m.path))
                 .map_err(syntax)?;
         }
-        compile_folder(&vm, cfg)?;
         vm.compile(DRIVER, RUNTIME_CHUNK)?;
         Ok(vm)
     }
@@ -641,9 +638,11 @@ impl<I> Game<I> {
     /// one whose code changed, is refused, naming it; trusting the file
     /// ([`Game::from_save_with`] and `Trust::Own`) keeps their saved code instead. The
     /// permanents the game declares (`G.permanents`, [`GameConfig::permanents`]) are accepted.
-    /// Before the load, every Lua file of the game's folder is compiled (not run), so that
-    /// functions of modules the game requires only as it runs (in `G.init`) are found (a
-    /// folder it cannot read is skipped: such functions are then refused, naming them).
+    /// The chunks of modules the game requires only as it runs (in `G.init`) are compiled
+    /// (not run) as the save names them, from the game's folder ([`GameConfig::folder`])
+    /// and nothing else: only the files the save names are read, and a name that is not a
+    /// Lua file inside the folder (`../../etc/passwd`, an absolute path, a path through a
+    /// symbolic link) is a chunk this game does not have, refused as such.
     pub fn from_save(
         cfg: &GameConfig,
         backend: Backend,
@@ -665,13 +664,10 @@ impl<I> Game<I> {
         opts: &crate::persist::LoadOptions,
     ) -> Result<Game<I>, GameError> {
         let mut vm = Game::load_script(cfg, backend).map_err(explain_base_in_use)?;
-        match compile_folder(&vm, cfg) {
-            // A folder it cannot read (a script's folder may hold anything) only means that
-            // chunks of modules the game requires later are not found: the load says so.
-            Ok(()) | Err(GameError::Config(_)) => {}
-            Err(e) => return Err(e),
-        }
         let mut opts = opts.clone();
+        if opts.chunk_sources.is_none() {
+            opts.chunk_sources = Game::folder_chunks(cfg);
+        }
         opts.allowed_permanents
             .extend(Game::declared_permanents(&vm, cfg)?);
         let report = vm.load_game_reporting(save, &opts)?;
@@ -1314,27 +1310,27 @@ fn oom_advice(heap_bytes: usize, capacity: usize, run: &str) -> String {
     }
 }
 
-/// Compiles, without running, every Lua file in the game's folder ([`Game::reader_vm`]
-/// says which), so that a load finds the chunks of modules the game requires only as it
-/// runs (in `G.init`, or later): their functions are in the save, but a VM that ran only
-/// the script's top level has not loaded them. A file that does not compile is not a
-/// module the game loads, and is skipped. Compiling a chunk the VM has loaded already
-/// registers the same chunk again (chunks are found by their fingerprint).
-fn compile_folder(vm: &Vm, cfg: &GameConfig) -> Result<(), GameError> {
-    let Some(dir) = &cfg.folder else {
-        return Ok(());
-    };
-    let in_folder = crate::bridge::modules::Module::all_in_folder(dir).map_err(|e| {
-        GameError::Config(format!(
-            "cannot read the game's folder {}: {e}",
-            dir.display()
-        ))
-    })?;
-    for m in in_folder {
-        match vm.compile(&m.source, &format!("@{}", m.path)) {
-            Err(VmError::Lua { .. }) | Ok(()) => {}
-            Err(e) => return Err(GameError::Vm(e)),
-        }
+impl Game {
+    /// The Lua files of the game's folder ([`GameConfig::folder`]) as a load's
+    /// [`LoadOptions::chunk_sources`](crate::persist::LoadOptions::chunk_sources): the load
+    /// compiles those a save names, and nothing else is read. A name that is not a Lua file
+    /// inside the folder (relative, no `.` or `..` part, no hidden part, no symbolic link on
+    /// the way, at most 6 folders deep) finds nothing, so a hostile save naming
+    /// `../../etc/passwd` or `/etc/passwd` reads nothing outside it; and at most 2000 names
+    /// are looked up per load. `None` for a game without a folder.
+    pub fn folder_chunks(cfg: &GameConfig) -> Option<crate::persist::ChunkSources> {
+        folder_chunks(cfg)
     }
-    Ok(())
+}
+
+fn folder_chunks(cfg: &GameConfig) -> Option<crate::persist::ChunkSources> {
+    let dir = cfg.folder.clone()?;
+    let asked = std::sync::atomic::AtomicUsize::new(0);
+    Some(crate::persist::ChunkSources::new(move |path| {
+        let n = asked.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if n >= crate::bridge::modules::FOLDER_FILES {
+            return None;
+        }
+        crate::bridge::modules::chunk_in_folder(&dir, path)
+    }))
 }

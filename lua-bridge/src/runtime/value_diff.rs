@@ -880,6 +880,7 @@ pub fn save_graph_allowing(
         opts.inert_finalizers = true;
         opts.stand_ins = true;
         opts.max_heap_growth = Some(max_memory / 2);
+        opts.chunk_sources = game.and_then(Game::folder_chunks);
         vm.load_game_with(save, &opts)?;
         // The VM only lives to be read: no copy of its heap to restore it.
         let mut g = vm.into_value_graph(max_memory / 4)?;

@@ -13,9 +13,9 @@
 
 use super::csrc::reserve;
 use super::csrc::{
-    luasnap_chunk_find, luasnap_chunks_each_proto, luasnap_each_proto, luasnap_loadstring,
-    luasnap_loadstring_from_save, luasnap_proto, luasnap_proto_child, luasnap_proto_hash,
-    luasnap_proto_tree, luasnap_push_closure, ProtoFn,
+    luasnap_chunk_current, luasnap_chunk_find, luasnap_chunks_each_proto, luasnap_each_proto,
+    luasnap_loadstring, luasnap_loadstring_from_save, luasnap_proto, luasnap_proto_child,
+    luasnap_proto_hash, luasnap_proto_tree, luasnap_push_closure, ProtoFn,
 };
 use super::loader::{Fail, Loader};
 use super::state::{LoadedChunk, SavedChunk};
@@ -359,6 +359,10 @@ impl Loader<'_> {
             current: None,
             saved: SavedChunk::Absent,
         };
+        if kind == 0 {
+            // SAFETY: callers' contract.
+            unsafe { self.compile_from_host(L, name) };
+        }
         if self.opts.functions == FunctionBinding::Current && self.format >= 6 && kind == 0 {
             // SAFETY: callers' contract.
             if let Some(c) = unsafe { self.current_chunk(L, s, name) } {
@@ -415,6 +419,51 @@ impl Loader<'_> {
                 chunk.shown()
             ))),
         }
+    }
+
+    /// Compiles the file chunk `name` (`@path`) from [`LoadOptions::chunk_sources`] if the
+    /// VM has no chunk of that name yet, so that the lookups below (by name, by fingerprint)
+    /// find it: the host's own code, compiled, never run, and kept as
+    /// [`Vm::compile`](crate::bridge::Vm::compile) keeps it. A chunk the host has no source
+    /// for, or whose source does not compile, stays missing.
+    ///
+    /// [`LoadOptions::chunk_sources`]: crate::persist::LoadOptions::chunk_sources
+    ///
+    /// # Safety
+    /// As [`Loader::proto`].
+    unsafe fn compile_from_host(&mut self, L: *mut lua_State, name: &[u8]) {
+        let Some(sources) = &self.opts.chunk_sources else {
+            return;
+        };
+        let Some(Ok(path)) = name.strip_prefix(b"@").map(std::str::from_utf8) else {
+            return;
+        };
+        let Ok(cname) = std::ffi::CString::new(name) else {
+            return;
+        };
+        // SAFETY: protected context (callers' contract).
+        unsafe { reserve(L, 4) };
+        // SAFETY: protected context, free slots reserved; a found chunk's closure is pushed.
+        if !unsafe { luasnap_chunk_current(L, name.as_ptr().cast(), name.len()) }.is_null() {
+            // SAFETY: the closure pushed above.
+            unsafe { ffi::lua_settop(L, -2) };
+            return;
+        }
+        let Some(source) = sources.find(path) else {
+            return;
+        };
+        // SAFETY: protected context, free slots reserved; the chunk or the compiler's
+        // message is left on top.
+        let st = unsafe { crate::bridge::chunks::load_host_chunk(L, &source, &cname) };
+        if let (ffi::LUA_OK, Some(index)) = (st, self.index.as_mut()) {
+            // The fingerprint index, if built already, learns the new chunk's prototypes.
+            let ud = (index as *mut HashMap<u64, *const c_void>).cast();
+            // SAFETY: the chunk's main closure is on top, its prototypes alive; the walk
+            // only reads them.
+            unsafe { luasnap_proto_tree(luasnap_proto(L, -1), collect_proto, ud) };
+        }
+        // SAFETY: pops the chunk (kept by the VM) or the message.
+        unsafe { ffi::lua_settop(L, -2) };
     }
 
     /// A prototype outside every chunk (or from a format 1-3 file): the file's bytecode if
