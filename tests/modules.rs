@@ -433,3 +433,38 @@ fn a_single_script_game_in_a_crowded_folder_loads_reading_only_its_modules() {
     g.step(&[1u8, 1u8]).unwrap();
     assert_eq!(g.game_digest().unwrap(), digest.map(|n| n + 2));
 }
+
+/// A game's folder read once ([`GameConfig::read_folder`]): a module edited on disk since,
+/// before the game first requires it (in `G.init`) or while it runs, changes nothing, in a
+/// new game and in one loaded from a save; the same config read afresh runs the edit.
+#[test]
+fn a_game_read_once_runs_the_files_it_read_whatever_the_folder_becomes() {
+    let dir = temp_dir("read-once");
+    let d = dir.path();
+    write(d, "main.lua", LAZY_MAIN);
+    write(d, "ai.lua", LAZY_AI);
+    let read = lazy_cfg(d, Vec::new()).read_folder().unwrap();
+    let (save, digest) = lazy_save(&read);
+    write(
+        d,
+        "ai.lua",
+        &LAZY_AI.replace("self.n + k", "self.n + 1000 * k"),
+    );
+    let (_, again) = lazy_save(&read);
+    assert_eq!(again, digest, "a new game runs the module as read");
+    let mut g = Game::<u8>::from_save(&read, Backend::ArenaFull, &save).unwrap();
+    g.step(&[1u8, 1u8]).unwrap();
+    assert_eq!(g.game_digest().unwrap(), digest.map(|n| n + 2));
+    // The folder as it is now: the edit runs.
+    let (_, edited) = lazy_save(&lazy_cfg(d, Vec::new()));
+    assert_eq!(edited, digest.map(|n| n + 3 * 2 * 999));
+    // A module not among the files read is not found, though it is in the folder now.
+    write(d, "extra.lua", "return 1");
+    let mut probe = read.clone();
+    probe.script = LAZY_MAIN.replace("require(\"ai\")", "require(\"extra\") and require(\"ai\")");
+    let err = Game::<u8>::new(&probe, Backend::ArenaFull)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(err.contains("extra"), "{err}");
+}

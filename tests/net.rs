@@ -319,3 +319,46 @@ fn a_client_that_leaves_is_dropped_and_the_others_play_on() {
         "{log:#?}"
     );
 }
+
+/// A match server reads the game's folder when it is bound, the identity its clients are
+/// checked against: a module edited after that, before the match first requires it, does
+/// not change the game the match plays. A client that read the folder before the edit plays
+/// the same game to the same end.
+#[test]
+fn a_match_plays_the_files_read_at_bind_though_the_folder_changes() {
+    let dir = tempfile::Builder::new()
+        .prefix("luasnap-net-folder-")
+        .tempdir()
+        .unwrap();
+    let d = dir.path();
+    let main = "local G = {}
+local state
+function G.init(players, seed) state = require('ai').new(seed) end
+function G.step(inputs) state:think() end
+function G.digest() return state.n end
+return G
+";
+    let ai = "local A = {}
+A.__index = A
+function A.new(s) return setmetatable({ n = s }, A) end
+function A:think() self.n = self.n + 1 end
+return A
+";
+    std::fs::write(d.join("main.lua"), main).unwrap();
+    std::fs::write(d.join("ai.lua"), ai).unwrap();
+    let cfg = common::config("folder", "", 1, 5).game_at(d).unwrap();
+    let read = cfg.clone().read_folder().unwrap();
+    let mut opts = ServerOptions::new(cfg, 60);
+    opts.tick = Duration::from_millis(10);
+    let (addr, server, _) = serve(opts);
+    std::fs::write(d.join("ai.lua"), ai.replace("self.n + 1", "self.n + 1000")).unwrap();
+    let client = client(ClientOptions::new(read, addr)).join().unwrap();
+    let server = server.join().unwrap();
+    assert_eq!(
+        server.game_digest,
+        Some(5 + 60),
+        "the server ran the module read at bind"
+    );
+    assert_eq!(client.game_digest, server.game_digest);
+    assert_eq!(client.value_digest, server.value_digest);
+}

@@ -50,13 +50,10 @@ impl Module {
     /// dots as folders; `None` if neither is a file. Names that could leave the folder (empty
     /// parts, `..`, slashes, NUL) find nothing.
     pub fn in_folder(dir: &Path, name: &str) -> std::io::Result<Option<Module>> {
-        let parts: Vec<&str> = name.split('.').collect();
-        let bad = |p: &&str| p.is_empty() || *p == ".." || p.contains(['/', '\\', '\0']);
-        if parts.iter().any(bad) {
+        let Some(paths) = module_paths(name) else {
             return Ok(None);
-        }
-        let stem = parts.join("/");
-        for path in [format!("{stem}.lua"), format!("{stem}/init.lua")] {
+        };
+        for path in paths {
             let file = dir.join(&path);
             if file.is_file() {
                 return Ok(Some(Module {
@@ -109,6 +106,48 @@ impl Module {
     }
 }
 
+/// The paths in a game's folder where `require(name)` looks (`a.b`: `a/b.lua`, then
+/// `a/b/init.lua`); `None` for a name that could leave the folder (empty parts, `..`,
+/// slashes, NUL).
+fn module_paths(name: &str) -> Option<[String; 2]> {
+    let parts: Vec<&str> = name.split('.').collect();
+    let bad = |p: &&str| p.is_empty() || *p == ".." || p.contains(['/', '\\', '\0']);
+    if parts.iter().any(bad) {
+        return None;
+    }
+    let stem = parts.join("/");
+    Some([format!("{stem}.lua"), format!("{stem}/init.lua")])
+}
+
+/// Where a VM's `require` finds the modules it was not given by name.
+#[derive(Debug, Clone)]
+pub(crate) enum ModuleFolder {
+    /// A game's folder on disk, each module read the first time it is required.
+    Disk(PathBuf),
+    /// A game's folder read into memory before ([`Module::all_in_folder`], by path): found
+    /// as in the folder, and no file is read. A game whose identity was computed from
+    /// these files runs exactly them, whatever happens to the folder since.
+    Read(std::sync::Arc<[Module]>),
+}
+
+impl ModuleFolder {
+    /// The module `name` in this folder (see [`Module::in_folder`]).
+    fn find(&self, name: &str) -> std::io::Result<Option<Module>> {
+        match self {
+            ModuleFolder::Disk(dir) => Module::in_folder(dir, name),
+            ModuleFolder::Read(files) => Ok(module_paths(name).and_then(|paths| {
+                paths.iter().find_map(|path| {
+                    files.iter().find(|m| &m.path == path).map(|m| Module {
+                        name: name.to_string(),
+                        path: m.path.clone(),
+                        source: m.source.clone(),
+                    })
+                })
+            })),
+        }
+    }
+}
+
 /// The source of the file chunk `path` (a chunk's name without its `@`: `src/ai.lua`) of the
 /// game's folder `dir`, for a load that compiles the chunks a save names: `None` unless `path`
 /// is a Lua file that [`Module::all_in_folder`] would list, i.e. relative, `/`-separated,
@@ -147,7 +186,7 @@ pub(crate) const FOLDER_FILES: usize = 2000;
 /// bytes `require` hands to C stay where they are until C has copied them.
 pub(crate) struct ModuleState {
     found: RefCell<HashMap<String, Module>>,
-    folder: Option<PathBuf>,
+    folder: Option<ModuleFolder>,
 }
 
 static STATE: PerVm<ModuleState> = PerVm::new();
@@ -157,7 +196,7 @@ static STATE: PerVm<ModuleState> = PerVm::new();
 pub(crate) fn register(
     base: usize,
     given: Vec<Module>,
-    folder: Option<PathBuf>,
+    folder: Option<ModuleFolder>,
 ) -> Option<Registered<ModuleState>> {
     let found = given.into_iter().map(|m| (m.name.clone(), m)).collect();
     STATE.register(
@@ -178,7 +217,7 @@ impl ModuleState {
         let Some(dir) = &self.folder else {
             return Ok(None);
         };
-        let found = Module::in_folder(dir, name)?;
+        let found = dir.find(name)?;
         if let Some(m) = &found {
             self.found.borrow_mut().insert(name.to_string(), m.clone());
         }

@@ -122,7 +122,7 @@ pub struct VmBuilder {
     userdata: Vec<PendingUserData>,
     extensions: Vec<Extension>,
     modules: Vec<Module>,
-    module_folder: Option<PathBuf>,
+    module_folder: Option<modules::ModuleFolder>,
 }
 
 impl VmBuilder {
@@ -209,7 +209,15 @@ impl VmBuilder {
     /// it; its chunks are named by their paths in the folder (`@a/b.lua`), so a game moved
     /// elsewhere keeps its saves. See [`Module`] and [`Vm::module`].
     pub fn module_folder(mut self, dir: impl Into<PathBuf>) -> Self {
-        self.module_folder = Some(dir.into());
+        self.module_folder = Some(modules::ModuleFolder::Disk(dir.into()));
+        self
+    }
+
+    /// [`module_folder`](VmBuilder::module_folder) from the folder's Lua files read before
+    /// (`Module::all_in_folder`): `require` finds them as it would in the folder, and reads
+    /// no file.
+    pub(crate) fn module_files(mut self, files: std::sync::Arc<[Module]>) -> Self {
+        self.module_folder = Some(modules::ModuleFolder::Read(files));
         self
     }
 

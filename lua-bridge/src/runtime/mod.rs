@@ -242,6 +242,13 @@ pub struct GameConfig {
     /// `a/b/init.lua`); their chunks are named by their paths in it. See
     /// [`GameConfig::game_at`].
     pub folder: Option<std::path::PathBuf>,
+    /// The Lua files of [`GameConfig::folder`] as they were read once
+    /// ([`GameConfig::read_folder`]), by path: when set, `require` and the loads of saves
+    /// find the folder's modules here and never read the folder again, so every VM of the
+    /// game runs these very files, whatever becomes of the folder (a match server's and its
+    /// clients' game is the one whose identity they checked). Default: `None` (each VM reads
+    /// a module the first time it is required).
+    pub folder_files: Option<std::sync::Arc<[crate::bridge::modules::Module]>>,
     /// The library functions the game's state holds on purpose (`"load"` for a library that
     /// compiles code, `"collectgarbage"`), by name as the permanents table gives them: loads
     /// of the game's saves accept them even from foreign files, as they accept the names the
@@ -277,6 +284,7 @@ impl GameConfig {
             permanents: Vec::new(),
             modules: Vec::new(),
             folder: None,
+            folder_files: None,
             collect_every: None,
         }
     }
@@ -312,6 +320,25 @@ impl GameConfig {
             .unwrap_or_else(|| "main.lua".into());
         self.chunk_name = format!("@{name}");
         self.folder = Some(dir);
+        self.folder_files = None;
+        Ok(self)
+    }
+
+    /// This configuration with the game's folder read now ([`GameConfig::folder_files`]):
+    /// every Lua file in it that `require` could load (hidden ones and symbolic links aside,
+    /// 6 folders deep, 2000 files at most). Games built from it read no file of the folder;
+    /// a module outside that set is not found. Unchanged if the folder was read already or
+    /// the game has none.
+    pub fn read_folder(mut self) -> Result<GameConfig, GameError> {
+        if let (Some(dir), None) = (&self.folder, &self.folder_files) {
+            let files = crate::bridge::modules::Module::all_in_folder(dir).map_err(|e| {
+                GameError::Config(format!(
+                    "cannot read the game's folder {}: {e}",
+                    dir.display()
+                ))
+            })?;
+            self.folder_files = Some(files.into());
+        }
         Ok(self)
     }
 }
@@ -466,8 +493,10 @@ impl Game {
         for m in &cfg.modules {
             b = b.module(m.clone());
         }
-        if let Some(dir) = &cfg.folder {
-            b = b.module_folder(dir.clone());
+        match (&cfg.folder_files, &cfg.folder) {
+            (Some(files), _) => b = b.module_files(files.clone()),
+            (None, Some(dir)) => b = b.module_folder(dir.clone()),
+            (None, None) => {}
         }
         let vm = cfg.setup.apply(b).build()?;
         // A game's state is its globals: the save-game module is not one of them (a library
@@ -1324,6 +1353,13 @@ impl Game {
 }
 
 fn folder_chunks(cfg: &GameConfig) -> Option<crate::persist::ChunkSources> {
+    if let Some(files) = cfg.folder_files.clone() {
+        // Read before, inside the folder: a chunk is one of them by its exact path.
+        return Some(crate::persist::ChunkSources::new(move |path| {
+            let m = files.iter().find(|m| m.path == path)?;
+            Some(m.source.clone())
+        }));
+    }
     let dir = cfg.folder.clone()?;
     let asked = std::sync::atomic::AtomicUsize::new(0);
     Some(crate::persist::ChunkSources::new(move |path| {

@@ -343,8 +343,9 @@ impl MatchClient {
         let started = Instant::now();
         self.conn
             .wait_connected(self.opts.server, self.opts.connect_timeout)?;
+        // Reads the game's folder into `opts.game`: the client runs the files it identified.
         let hello = ClientMessage::Hello {
-            game_id: game_id(&self.opts.game)?,
+            game_id: game_id(&mut self.opts.game)?,
         };
         self.conn.send(CHANNEL_CONTROL, hello.encode());
         let (welcome, early) = self.welcome()?;

@@ -116,21 +116,21 @@ impl std::error::Error for DecodeError {}
 /// same modules (those given by name and every Lua file in the game's folder, by path), and
 /// the same collection points where the host sets them ([`GameConfig::collect_every`]: a
 /// game's own `G.collect_every` is in its script), since they decide when weak entries are
-/// cleared.
+/// cleared. The folder is read into `cfg` ([`GameConfig::read_folder`]) if it was not
+/// already, so that the games built from `cfg` run the files the identity names, not the
+/// folder as it is when they start or require a module.
 ///
 /// [`GameConfig::collect_every`]: crate::runtime::GameConfig::collect_every
-pub(crate) fn game_id(cfg: &crate::runtime::GameConfig) -> Result<u64, super::error::NetError> {
-    let mut modules = cfg.modules.clone();
-    if let Some(dir) = &cfg.folder {
-        modules.extend(
-            crate::bridge::modules::Module::all_in_folder(dir).map_err(|e| {
-                super::error::NetError::Config(format!(
-                    "cannot read the game's folder {}: {e}",
-                    dir.display()
-                ))
-            })?,
-        );
+/// [`GameConfig::read_folder`]: crate::runtime::GameConfig::read_folder
+pub(crate) fn game_id(cfg: &mut crate::runtime::GameConfig) -> Result<u64, super::error::NetError> {
+    if cfg.folder_files.is_none() {
+        *cfg = cfg
+            .clone()
+            .read_folder()
+            .map_err(|e| super::error::NetError::Config(e.to_string()))?;
     }
+    let mut modules = cfg.modules.clone();
+    modules.extend(cfg.folder_files.iter().flat_map(|f| f.iter().cloned()));
     let code = game_id_of(&cfg.chunk_name, cfg.script.as_bytes(), &modules);
     Ok(match cfg.collect_every {
         // The id of a game run as it says stays its code's.

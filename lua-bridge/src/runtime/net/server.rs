@@ -312,9 +312,10 @@ pub struct MatchServer {
 impl MatchServer {
     /// Binds the server's UDP socket (`0.0.0.0:7000`, or port 0 for any free port), having
     /// read the game's identity (its script and modules; the game's folder is read now).
-    pub fn bind(addr: SocketAddr, opts: ServerOptions) -> Result<MatchServer, NetError> {
+    pub fn bind(addr: SocketAddr, mut opts: ServerOptions) -> Result<MatchServer, NetError> {
         opts.validate()?;
-        let game_id = game_id(&opts.game)?;
+        // Reads the game's folder into `opts.game`: the match runs the files identified here.
+        let game_id = game_id(&mut opts.game)?;
         let socket = UdpSocket::bind(addr).map_err(|error| NetError::Io {
             what: format!("cannot bind UDP {addr} (--port)"),
             error,
