@@ -1,7 +1,7 @@
 //! Updates that keep saves: a save of version 1 of a game loads into version 2, each saved
 //! function bound to version 2's function at the same place (`FunctionBinding::Current`).
 
-use luasnap::bridge::persist::{FunctionBinding, LoadError, LoadOptions, Trust};
+use luasnap::bridge::persist::{Accept, FunctionBinding, LoadError, LoadOptions, Trust};
 use luasnap::bridge::{Value, Vm};
 
 const MIB: usize = 1 << 20;
@@ -306,6 +306,52 @@ fn a_renamed_function_with_identical_code_is_found_by_its_code_under_foreign() {
 }
 
 /// `eris.unpersist` keeps Eris's behaviour: saved functions run their saved code.
+/// A function that read a global in version 1 (its `_ENV` holds the globals) and reads none
+/// in version 2 (a `require` or a global call taken out): the saved `_ENV` has no slot in the
+/// new function and is dropped; a foreign load is not refused as "_G somewhere else".
+#[test]
+fn a_function_that_no_longer_reads_globals_loads_under_foreign_trust() {
+    let v1 = "local state = { n = 0 }
+        function init() state.n = 0 state.m = tostring(1) end
+        function bump() state.n = state.n + 1 return state.n end";
+    let v2 = "local state = { n = 0 }
+        function init() state.n = 0 state.m = false end
+        function bump() state.n = state.n + 1 return state.n end";
+    let save = save_of(v1, "@game.lua", "init() bump() saved = { init = init, bump = bump }");
+    let (b, report) = load_into(v2, "@game.lua", &save, Trust::Foreign).unwrap();
+    let places: Vec<&str> = report.rebound.iter().map(|f| f.place.as_str()).collect();
+    assert_eq!(places, ["init"], "{}", report.summary());
+    assert_eq!(int(&b, "return saved.bump()"), 2);
+    // The rebound init runs version 2's code, which reads no global.
+    b.exec("saved.init()", "=check").unwrap();
+    assert_eq!(int(&b, "return saved.bump()"), 1);
+    // The globals anywhere else than an `_ENV` are still refused.
+    let elsewhere = save_of(v1, "@game.lua", "saved = { init = init, g = _G }");
+    let e = load_into(v2, "@game.lua", &elsewhere, Trust::Foreign).unwrap_err();
+    assert!(e.to_string().contains("globals table (_G)"), "{e}");
+    // ... and say which permanent accepts them.
+    assert!(
+        matches!(&e, LoadError::Refused { accept: Accept::Permanent(n), .. } if n == "_G"),
+        "{e:?}"
+    );
+}
+
+/// A chunk name with a NUL byte (a hostile save's): the refusal shows it escaped, whole.
+#[test]
+fn a_chunk_name_with_a_nul_byte_is_shown_escaped_in_the_refusal() {
+    use luasnap::bridge::persist::forge::{body_of, seal_body};
+    let file = v1_save();
+    let mut body = body_of(&file).unwrap().to_vec();
+    while let Some(at) = body.windows(9).position(|w| w == b"@game.lua") {
+        body[at + 5] = 0;
+    }
+    let e = load_into(V2, "@game.lua", &seal_body(&body, true), Trust::Foreign).unwrap_err();
+    let msg = e.to_string();
+    assert!(!msg.contains('\0'), "{msg:?}");
+    assert!(msg.contains("@game\\0lua"), "{msg}");
+    assert!(msg.contains("(at byte "), "{msg}");
+}
+
 #[test]
 fn eris_unpersist_keeps_the_saved_code() {
     let a = vm();

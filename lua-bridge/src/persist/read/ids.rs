@@ -7,6 +7,7 @@
 //! `__persist` function's), which is refused rather than read as nil.
 
 use super::loader::{Fail, Loader};
+use crate::persist::error::Accept;
 use crate::persist::slots::Slots;
 use mlua_sys::{self as ffi, lua_State};
 use std::ffi::c_int;
@@ -15,7 +16,7 @@ use std::ffi::c_int;
 pub(super) const REBUILDING: &str = "a reference to an object that is still being rebuilt: a __persist rebuild function captured its own object; use two-phase persistence (return a create function and an init function)";
 
 /// Why a load that denies the permanent `_G` refused it where it was.
-pub(super) const GLOBALS_ELSEWHERE: &str = "the save puts the globals table (_G) somewhere else than a function's _ENV (a table's entry or metatable, another upvalue, a coroutine's stack): game code writing there would overwrite the globals; a foreign save names _G only as its functions' _ENV. If the game's state holds _G elsewhere (a module's local G = _G), allow it: remove \"_G\" from LoadOptions::denied_permanents";
+pub(super) const GLOBALS_ELSEWHERE: &str = "the save puts the globals table (_G) somewhere else than a function's _ENV (a table's entry or metatable, another upvalue, a coroutine's stack): game code writing there would overwrite the globals, so a foreign save names _G only as its functions' _ENV";
 
 /// Pushes the object with id `id` (nil if none).
 ///
@@ -136,7 +137,7 @@ impl Loader<'_> {
             && self.globals_denied
             && !unsafe { self.globals_here(L, s) }
         {
-            return Err(self.fail(GLOBALS_ELSEWHERE));
+            return Err(self.refuse(GLOBALS_ELSEWHERE, Accept::Permanent("_G".into())));
         }
         // SAFETY: callers' contract; the id was defined (checked above).
         if unsafe { push_obj(L, s, id as u32) } == ffi::LUA_TNIL {

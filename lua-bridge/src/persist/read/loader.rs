@@ -128,9 +128,11 @@ pub(crate) struct Loader<'a> {
 impl Loader<'_> {
     /// Records why the load fails, at the reader's position.
     pub(super) fn fail(&mut self, what: impl Into<String>) -> Fail {
+        // A name the save gives (a chunk's, a permanent's) may hold NUL bytes: shown escaped,
+        // as C code reading the message would stop at the first.
         self.error = Some(format!(
             "{} (at byte {} of the body)",
-            what.into(),
+            what.into().replace('\0', "\\0"),
             self.r.pos
         ));
         Fail

@@ -363,7 +363,14 @@ impl Loader<'_> {
             // SAFETY: callers' contract.
             unsafe { self.compile_from_host(L, name) };
         }
-        if self.opts.functions == FunctionBinding::Current && self.format >= 6 && kind == 0 {
+        // A chunk its creator named with `=` (`load(s, "=name")`, the runtime's own glue) is
+        // no file of the game: its functions are found by their code only, never bound by
+        // place (a save renaming a chunk so would reach the host's functions).
+        if self.opts.functions == FunctionBinding::Current
+            && self.format >= 6
+            && kind == 0
+            && name.first() != Some(&b'=')
+        {
             // SAFETY: callers' contract.
             if let Some(c) = unsafe { self.current_chunk(L, s, name) } {
                 let main = self.rb.currents_main(c);

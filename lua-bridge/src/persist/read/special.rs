@@ -10,7 +10,6 @@
 //! load calls only the constructors the host registered, and every call runs under the
 //! load's instruction budget with its hook intact (`Loader::after_call`).
 
-use super::closure::upvalue_name;
 use super::csrc::{luasnap_gc_stopem, luasnap_proto};
 use super::frame::{ClosureKind, Frame};
 use super::ids::{push_obj, GLOBALS_ELSEWHERE};
@@ -196,8 +195,17 @@ impl Loader<'_> {
             ffi::lua_settop(L, -2);
             p
         };
-        // SAFETY: p is the prototype of a live closure (anchored in objs) or null.
-        !p.is_null() && unsafe { upvalue_name(p, next as c_int) } == Some(b"_ENV".as_slice())
+        if p.is_null() {
+            return false;
+        }
+        // A rebound closure reads its saved upvalues into slots past its target's, named as
+        // the save names them (then bound by name: a saved `_ENV` goes to the target's `_ENV`
+        // or nowhere, as when this version's function reads no global).
+        let slot = self.saved_slot(id, next as c_int).map_or(next as c_int - 1, |(s, _)| s);
+        // SAFETY: p is the prototype of a live closure (anchored in objs), the closure read
+        // as `id`.
+        let name = unsafe { self.slot_name(id, p, slot) };
+        name == Some(b"_ENV".as_slice())
     }
 
     /// A C closure (after `Tag::CClosure`): the key of a permanent naming a bare C function,
@@ -542,7 +550,10 @@ impl Loader<'_> {
             }
             // SAFETY: pops the key.
             unsafe { ffi::lua_settop(L, -2) };
-            return Err(self.fail(GLOBALS_ELSEWHERE));
+            return Err(self.refuse(
+                GLOBALS_ELSEWHERE,
+                crate::persist::error::Accept::Permanent("_G".into()),
+            ));
         }
         let name = String::from_utf8_lossy(name).into_owned();
         // SAFETY: pops the key.
