@@ -479,4 +479,5 @@ return G
             .unwrap();
         assert_eq!(r[0], luasnap::bridge::Value::Boolean(true));
     }
+
 }

@@ -71,6 +71,10 @@ mod write;
 pub use read::{last_load_frame_check_reads, last_load_open_upvalue_walks};
 
 pub use error::{Accept, LoadError, SaveError};
+
+/// How luasnap's own chunks are named (the runtime's glue, `[luasnap runtime]`): an update
+/// load never binds a saved function to one of theirs by place, only by code.
+pub(crate) const LUASNAP_CHUNK_PREFIX: &str = "=[luasnap";
 pub use format::{FORMAT_VERSION, HEADER_LEN, LUA_RELEASE, MAGIC};
 #[cfg(any(test, feature = "fuzzing"))]
 #[doc(hidden)]

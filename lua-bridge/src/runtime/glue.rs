@@ -33,3 +33,12 @@ pub(crate) const DRIVER: &str = r#"return function(G, every, default)
   return nil
 end
 "#;
+
+#[cfg(test)]
+mod tests {
+    /// The glue's name is one an update load never binds by place.
+    #[test]
+    fn the_glue_is_named_as_luasnap_chunks_are() {
+        assert!(super::RUNTIME_CHUNK.starts_with(crate::persist::LUASNAP_CHUNK_PREFIX));
+    }
+}

@@ -363,13 +363,13 @@ impl Loader<'_> {
             // SAFETY: callers' contract.
             unsafe { self.compile_from_host(L, name) };
         }
-        // A chunk its creator named with `=` (`load(s, "=name")`, the runtime's own glue) is
-        // no file of the game: its functions are found by their code only, never bound by
-        // place (a save renaming a chunk so would reach the host's functions).
+        // luasnap's own chunks (the runtime's glue) are no part of the game: their functions
+        // are found by their code only, never bound by place (a save renaming a chunk so
+        // would reach the runtime's functions).
         if self.opts.functions == FunctionBinding::Current
             && self.format >= 6
             && kind == 0
-            && name.first() != Some(&b'=')
+            && !name.starts_with(crate::persist::LUASNAP_CHUNK_PREFIX.as_bytes())
         {
             // SAFETY: callers' contract.
             if let Some(c) = unsafe { self.current_chunk(L, s, name) } {
