@@ -317,7 +317,11 @@ fn a_function_that_no_longer_reads_globals_loads_under_foreign_trust() {
     let v2 = "local state = { n = 0 }
         function init() state.n = 0 state.m = false end
         function bump() state.n = state.n + 1 return state.n end";
-    let save = save_of(v1, "@game.lua", "init() bump() saved = { init = init, bump = bump }");
+    let save = save_of(
+        v1,
+        "@game.lua",
+        "init() bump() saved = { init = init, bump = bump }",
+    );
     let (b, report) = load_into(v2, "@game.lua", &save, Trust::Foreign).unwrap();
     let places: Vec<&str> = report.rebound.iter().map(|f| f.place.as_str()).collect();
     assert_eq!(places, ["init"], "{}", report.summary());
@@ -479,5 +483,4 @@ return G
             .unwrap();
         assert_eq!(r[0], luasnap::bridge::Value::Boolean(true));
     }
-
 }

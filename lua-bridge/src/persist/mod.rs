@@ -71,14 +71,11 @@ mod write;
 pub use read::{last_load_frame_check_reads, last_load_open_upvalue_walks};
 
 pub use error::{Accept, LoadError, SaveError};
-
-/// How luasnap's own chunks are named (the runtime's glue, `[luasnap runtime]`): an update
-/// load never binds a saved function to one of theirs by place, only by code.
-pub(crate) const LUASNAP_CHUNK_PREFIX: &str = "=[luasnap";
 pub use format::{FORMAT_VERSION, HEADER_LEN, LUA_RELEASE, MAGIC};
 #[cfg(any(test, feature = "fuzzing"))]
 #[doc(hidden)]
 pub use fuzz::{fuzz_load, FUZZ_GAME};
+pub(crate) use options::LUASNAP_CHUNK_PREFIX;
 pub use options::{
     ChunkSources, FunctionBinding, LoadOptions, PersistOptions, Trust, DEFAULT_FOREIGN_DENIED,
     DEFAULT_FOREIGN_HEAP_GROWTH, DEFAULT_INSTRUCTION_BUDGET, DEFAULT_OWN_HEAP_GROWTH,

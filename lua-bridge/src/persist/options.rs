@@ -251,3 +251,7 @@ impl LoadOptions {
         })
     }
 }
+
+/// How luasnap's own chunks are named (the runtime's glue, `[luasnap runtime]`): an update
+/// load never binds a saved function to one of theirs by place, only by code.
+pub(crate) const LUASNAP_CHUNK_PREFIX: &str = "=[luasnap";

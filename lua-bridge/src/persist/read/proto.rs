@@ -369,7 +369,7 @@ impl Loader<'_> {
         if self.opts.functions == FunctionBinding::Current
             && self.format >= 6
             && kind == 0
-            && !name.starts_with(crate::persist::LUASNAP_CHUNK_PREFIX.as_bytes())
+            && !name.starts_with(crate::persist::options::LUASNAP_CHUNK_PREFIX.as_bytes())
         {
             // SAFETY: callers' contract.
             if let Some(c) = unsafe { self.current_chunk(L, s, name) } {

@@ -201,7 +201,9 @@ impl Loader<'_> {
         // A rebound closure reads its saved upvalues into slots past its target's, named as
         // the save names them (then bound by name: a saved `_ENV` goes to the target's `_ENV`
         // or nowhere, as when this version's function reads no global).
-        let slot = self.saved_slot(id, next as c_int).map_or(next as c_int - 1, |(s, _)| s);
+        let slot = self
+            .saved_slot(id, next as c_int)
+            .map_or(next as c_int - 1, |(s, _)| s);
         // SAFETY: p is the prototype of a live closure (anchored in objs), the closure read
         // as `id`.
         let name = unsafe { self.slot_name(id, p, slot) };
