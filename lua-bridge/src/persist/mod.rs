@@ -75,6 +75,8 @@ pub use format::{FORMAT_VERSION, HEADER_LEN, LUA_RELEASE, MAGIC};
 #[cfg(any(test, feature = "fuzzing"))]
 #[doc(hidden)]
 pub use fuzz::{fuzz_load, FUZZ_GAME};
+/// For the runtime's check that its glue is named as luasnap's chunks are.
+#[cfg(test)]
 pub(crate) use options::LUASNAP_CHUNK_PREFIX;
 pub use options::{
     ChunkSources, FunctionBinding, LoadOptions, PersistOptions, Trust, DEFAULT_FOREIGN_DENIED,
