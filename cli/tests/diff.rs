@@ -6,12 +6,13 @@ use std::path::Path;
 use support::output as luasnap;
 
 /// A save-game of `game` after `frames` frames, written to `path` by `luasnap simulate`.
-fn simulate_save(game: &str, frames: &str, path: &Path, extra: &[&str]) {
-    let mut args = vec!["simulate", game, "--frames", frames, "--mode", "full"];
-    args.extend_from_slice(extra);
-    args.extend_from_slice(&["--save", path.to_str().unwrap()]);
-    let out = luasnap(&args);
-    assert!(out.status.success(), "{}", support::stderr(&out));
+fn simulate_save(game: &str, frames: u64, path: &Path, extra: &[&str]) {
+    support::simulate_and_save(
+        Path::new(game),
+        frames,
+        path,
+        &[&["--mode", "full"], extra].concat(),
+    );
 }
 
 #[test]
@@ -22,16 +23,12 @@ fn diff_of_two_saves_lists_paths_bounded_with_exit_status_1() {
         env!("CARGO_MANIFEST_DIR"),
         "/../lua-bridge/games/dungeon_crawl.lua"
     );
-    let save = |frames: &str, name: &str| {
+    let save = |frames: u64, name: &str| {
         let path = dir.join(name);
         simulate_save(game, frames, &path, &[]);
         path
     };
-    let (a, b, c) = (
-        save("20", "a.sav"),
-        save("23", "b.sav"),
-        save("20", "c.sav"),
-    );
+    let (a, b, c) = (save(20, "a.sav"), save(23, "b.sav"), save(20, "c.sav"));
     let (a, b, c) = (
         a.to_str().unwrap(),
         b.to_str().unwrap(),
@@ -292,71 +289,45 @@ fn diff_runs_no_function_the_files_name() {
 /// accepts it, and `--trust own` keeps that function's saved code.
 #[test]
 fn simulate_load_trusts_the_file_only_when_told() {
-    let tmp = support::temp_dir("sim-trust");
-    let dir = tmp.path();
-    std::fs::create_dir_all(dir.join("v2")).unwrap();
     let v1 = "local G = {}
 W = {}
 function G.init() W.x = 0 W.f = function(x) return x + 1 end end
 function G.step(i) W.x = W.f(W.x) end
 return G
 ";
-    std::fs::write(dir.join("game.lua"), v1).unwrap();
-    std::fs::write(dir.join("v2/game.lua"), v1.replace("x + 1", "x + 50")).unwrap();
-    let at = |f: &str| dir.join(f).to_str().unwrap().to_string();
-    let save = at("v1.sav");
-    let out = luasnap(&[
-        "simulate",
-        &at("game.lua"),
-        "--frames",
-        "10",
-        "--mode",
-        "full",
-        "--save",
-        &save,
-    ]);
-    assert!(out.status.success(), "{out:?}");
+    let versions = support::GameVersions::new("sim-trust");
+    let version = |name: &str, script: &str| {
+        versions
+            .write(name, &[("game.lua", script)])
+            .join("game.lua")
+    };
+    let game = version("v1", v1);
+    let save = versions.path("v1.sav");
+    let full = ["--frames", "5", "--mode", "full"];
+    support::simulate_and_save(&game, 10, &save, &["--mode", "full"]);
     // The same script: loads as a foreign file.
-    let same = luasnap(&[
-        "simulate",
-        &at("game.lua"),
-        "--frames",
-        "5",
-        "--mode",
-        "full",
-        "--load",
-        &save,
-    ]);
+    let same = support::simulate_loading(&game, &save, &full);
     assert!(same.status.success(), "{same:?}");
     // Version 2 of the script: the saved closure is bound to version 2's W.f.
-    let v2 = at("v2/game.lua");
-    let updated = luasnap(&[
-        "simulate", &v2, "--frames", "5", "--mode", "full", "--load", &save,
-    ]);
+    let v2 = version("v2", &v1.replace("x + 1", "x + 50"));
+    let updated = support::simulate_loading(&v2, &save, &full);
     assert!(updated.status.success(), "{updated:?}");
     let e = String::from_utf8_lossy(&updated.stderr);
     assert!(e.contains("rebound") && e.contains("W.f"), "{e}");
     // Version 3 makes W.f elsewhere (inside a new function): the saved closure's function is
     // not in it.
-    std::fs::create_dir_all(dir.join("v3")).unwrap();
-    std::fs::write(
-        dir.join("v3/game.lua"),
-        v1.replace(
+    let v3 = version(
+        "v3",
+        &v1.replace(
             "W.f = function(x) return x + 1 end",
             "W.f = (function() return function(x) return x + 7 end end)()",
         ),
-    )
-    .unwrap();
-    let v3 = at("v3/game.lua");
-    let refused = luasnap(&[
-        "simulate", &v3, "--frames", "5", "--mode", "full", "--load", &save,
-    ]);
+    );
+    let refused = support::simulate_loading(&v3, &save, &full);
     assert!(!refused.status.success(), "{refused:?}");
     let e = String::from_utf8_lossy(&refused.stderr);
     assert!(e.contains("pass --trust own") && e.contains("W.f"), "{e}");
-    let own = luasnap(&[
-        "simulate", &v3, "--frames", "5", "--mode", "full", "--load", &save, "--trust", "own",
-    ]);
+    let own = support::simulate_loading(&v3, &save, &[&full[..], &["--trust", "own"]].concat());
     assert!(own.status.success(), "{own:?}");
     assert!(
         String::from_utf8_lossy(&own.stderr).contains("missing from this version"),
@@ -423,12 +394,12 @@ fn diff_refuses_a_held_load_naming_allow_permanent_and_accepts_it_with_the_flag(
     )
     .unwrap();
     let game = game.to_str().unwrap();
-    let save = |frames: &str, name: &str| {
+    let save = |frames: u64, name: &str| {
         let path = dir.join(name);
         simulate_save(game, frames, &path, &["--second-process", "off"]);
         path.to_str().unwrap().to_string()
     };
-    let (a, b) = (save("5", "a.sav"), save("8", "b.sav"));
+    let (a, b) = (save(5, "a.sav"), save(8, "b.sav"));
     let refused = luasnap(&["diff", &a, &b, "--game", game]);
     let e = String::from_utf8_lossy(&refused.stderr);
     assert_eq!(refused.status.code(), Some(2), "{e}");
@@ -487,8 +458,8 @@ fn diff_of_a_set_keyed_game_compares_entities_field_by_field() {
     .unwrap();
     let game = game.to_str().unwrap();
     let (a, b) = (dir.join("a.sav"), dir.join("b.sav"));
-    simulate_save(game, "9", &a, &[]);
-    simulate_save(game, "11", &b, &[]);
+    simulate_save(game, 9, &a, &[]);
+    simulate_save(game, 11, &b, &[]);
     let out = luasnap(&[
         "diff",
         a.to_str().unwrap(),

@@ -4,7 +4,9 @@
 mod support;
 
 use std::process::Command;
-use support::{luasnap, stderr, temp_dir, write_game};
+use support::{
+    luasnap, simulate_and_save, simulate_loading, stderr, temp_dir, write_game, GameVersions,
+};
 
 const TINY: &str = include_str!("../../tests/lua/tiny_game.lua");
 
@@ -560,50 +562,23 @@ fn a_killed_simulate_leaves_no_second_process_behind() {
 /// state holding `load` is refused with the flag and the declaration that accept it.
 #[test]
 fn a_game_folder_runs_and_its_saves_load_from_another_folder() {
-    let tmp = support::temp_dir("folder");
-    let base = tmp.path();
-    let game = |dir: &std::path::Path, holds_load: bool| {
-        std::fs::create_dir_all(dir.join("lib")).unwrap();
-        std::fs::write(
-            dir.join("main.lua"),
-            format!(
-                "local count = require('lib.count')
-                 local G = {{}} local s
-                 function G.init() s = {{ n = 0, keep = {} }} end
-                 function G.step(i) s.n = count.add(s.n, i[1]) end
-                 function G.digest() return s.n end return G",
-                if holds_load { "load" } else { "false" }
-            ),
-        )
-        .unwrap();
-        std::fs::write(
-            dir.join("lib/count.lua"),
-            "local M = {} function M.add(n, k) return n + k end return M",
-        )
-        .unwrap();
+    let versions = GameVersions::new("folder");
+    let game = |name: &str, holds_load: bool| {
+        let main = format!(
+            "local count = require('lib.count')
+             local G = {{}} local s
+             function G.init() s = {{ n = 0, keep = {} }} end
+             function G.step(i) s.n = count.add(s.n, i[1]) end
+             function G.digest() return s.n end return G",
+            if holds_load { "load" } else { "false" }
+        );
+        let count = "local M = {} function M.add(n, k) return n + k end return M";
+        versions.write(name, &[("main.lua", &main), ("lib/count.lua", count)])
     };
-    let luasnap = |args: &[&str]| luasnap().args(args).output().unwrap();
-    let (a, b) = (base.join("a"), base.join("b"));
-    game(&a, false);
-    game(&b, false);
-    let save = base.join("s.sav");
-    let out = luasnap(&[
-        "simulate",
-        a.to_str().unwrap(),
-        "--frames",
-        "20",
-        "--save",
-        save.to_str().unwrap(),
-    ]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    let out = luasnap(&[
-        "simulate",
-        b.join("main.lua").to_str().unwrap(),
-        "--frames",
-        "10",
-        "--load",
-        save.to_str().unwrap(),
-    ]);
+    let (a, b) = (game("a", false), game("b", false));
+    let save = versions.path("s.sav");
+    simulate_and_save(&a, 20, &save, &[]);
+    let out = simulate_loading(&b.join("main.lua"), &save, &["--frames", "10"]);
     let e = stderr(&out);
     assert!(out.status.success(), "{e}");
     assert!(
@@ -611,29 +586,9 @@ fn a_game_folder_runs_and_its_saves_load_from_another_folder() {
         "{e}"
     );
     // A state holding `load`: refused, naming how to accept it.
-    let c = base.join("c");
-    game(&c, true);
-    let out = luasnap(&[
-        "simulate",
-        c.to_str().unwrap(),
-        "--frames",
-        "5",
-        "--save",
-        save.to_str().unwrap(),
-    ]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    let load = |extra: &[&str]| {
-        let mut args = vec![
-            "simulate",
-            c.to_str().unwrap(),
-            "--frames",
-            "5",
-            "--load",
-            save.to_str().unwrap(),
-        ];
-        args.extend_from_slice(extra);
-        luasnap(&args)
-    };
+    let c = game("c", true);
+    simulate_and_save(&c, 5, &save, &[]);
+    let load = |extra: &[&str]| simulate_loading(&c, &save, &[&["--frames", "5"], extra].concat());
     let out = load(&[]);
     let e = stderr(&out);
     assert!(!out.status.success());
@@ -716,34 +671,25 @@ fn simulate_json_reports_the_final_game_digest() {
 #[test]
 fn simulate_loads_a_tiny_ecs_save_compiling_its_filters_with_allow_permanent_load() {
     let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
-    let tmp = temp_dir("ecs-swarm");
-    let dir = tmp.path();
-    std::fs::create_dir_all(dir.join("lib")).unwrap();
-    std::fs::copy(
-        format!("{root}/lua-bridge/games/ecs_arena/lib/tiny.lua"),
-        dir.join("lib/tiny.lua"),
-    )
-    .unwrap();
+    let tiny =
+        std::fs::read_to_string(format!("{root}/lua-bridge/games/ecs_arena/lib/tiny.lua")).unwrap();
     let main = std::fs::read_to_string(format!("{root}/tests/lua/ecs_swarm.lua")).unwrap();
     let undeclared = main.replace("local G = { permanents = { \"load\" } }", "local G = {}");
     assert_ne!(main, undeclared);
-    std::fs::write(dir.join("main.lua"), undeclared).unwrap();
-    let (game, save) = (dir.to_str().unwrap(), dir.join("swarm.sav"));
-    let save = save.to_str().unwrap();
+    let versions = GameVersions::new("ecs-swarm");
+    let game = versions.write(
+        "swarm",
+        &[("lib/tiny.lua", &tiny), ("main.lua", &undeclared)],
+    );
+    let save = versions.path("swarm.sav");
     let quick = ["--mode", "full", "--second-process", "off"];
-    let out = luasnap()
-        .args(["simulate", game, "--frames", "60", "--save", save])
-        .args(quick)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", stderr(&out));
+    simulate_and_save(&game, 60, &save, &quick);
     let load = |extra: &[&str]| {
-        luasnap()
-            .args(["simulate", game, "--frames", "40", "--load", save])
-            .args(quick)
-            .args(extra)
-            .output()
-            .unwrap()
+        simulate_loading(
+            &game,
+            &save,
+            &[&["--frames", "40"][..], &quick, extra].concat(),
+        )
     };
     let out = load(&[]);
     let e = stderr(&out);
@@ -768,66 +714,35 @@ fn simulate_loads_a_tiny_ecs_save_compiling_its_filters_with_allow_permanent_loa
 /// the load line names them.
 #[test]
 fn methods_new_in_an_update_are_added_to_the_saved_classes() {
-    let tmp = support::temp_dir("added");
-    let base = tmp.path();
-    let game = |dir: &std::path::Path, v2: bool| {
-        std::fs::create_dir_all(dir.join("src")).unwrap();
-        std::fs::write(
-            dir.join("main.lua"),
-            "local W = require('src.world')
-             local G = {} local w
-             function G.init() w = W.new() end
-             function G.step(i) w:step(i[1]) end
-             function G.digest() return w.score * 1000 + w.n end return G",
-        )
-        .unwrap();
-        let world = if v2 {
-            "local Object = {} Object.__index = Object
-             function Object:extend() local c = setmetatable({}, self) c.__index = c return c end
-             local W = Object:extend()
-             local BONUS = 3
-             function W.new() return setmetatable({ score = 0, n = 0, tick = 1 }, W) end
-             function W:bonus() return BONUS + self.n % 2 end
-             function W:add_score(k) self.score = self.score + k end
-             function W:step(k) self.n = self.n + 1 self:add_score(k + self:bonus()) end
-             return W"
-        } else {
-            "local Object = {} Object.__index = Object
-             function Object:extend() local c = setmetatable({}, self) c.__index = c return c end
-             local W = Object:extend()
-             function W.new() return setmetatable({ score = 0, n = 0, tick = 1 }, W) end
-             function W:inc_score(k) self.score = self.score + k end
-             function W:step(k) self.n = self.n + 1 self:inc_score(k) end
-             return W"
-        };
-        std::fs::write(dir.join("src/world.lua"), world).unwrap();
-    };
-    let luasnap = |args: &[&str]| luasnap().args(args).output().unwrap();
-    let (v1, v2) = (base.join("v1"), base.join("v2"));
-    game(&v1, false);
-    game(&v2, true);
-    let save = base.join("s.sav");
-    let out = luasnap(&[
-        "simulate",
-        v1.to_str().unwrap(),
-        "--frames",
-        "20",
-        "--save",
-        save.to_str().unwrap(),
-    ]);
-    assert!(out.status.success(), "{}", stderr(&out));
+    let main = "local W = require('src.world')
+         local G = {} local w
+         function G.init() w = W.new() end
+         function G.step(i) w:step(i[1]) end
+         function G.digest() return w.score * 1000 + w.n end return G";
+    let world_v1 = "local Object = {} Object.__index = Object
+         function Object:extend() local c = setmetatable({}, self) c.__index = c return c end
+         local W = Object:extend()
+         function W.new() return setmetatable({ score = 0, n = 0, tick = 1 }, W) end
+         function W:inc_score(k) self.score = self.score + k end
+         function W:step(k) self.n = self.n + 1 self:inc_score(k) end
+         return W";
+    let world_v2 = "local Object = {} Object.__index = Object
+         function Object:extend() local c = setmetatable({}, self) c.__index = c return c end
+         local W = Object:extend()
+         local BONUS = 3
+         function W.new() return setmetatable({ score = 0, n = 0, tick = 1 }, W) end
+         function W:bonus() return BONUS + self.n % 2 end
+         function W:add_score(k) self.score = self.score + k end
+         function W:step(k) self.n = self.n + 1 self:add_score(k + self:bonus()) end
+         return W";
+    let versions = GameVersions::new("added");
+    let v1 = versions.write("v1", &[("main.lua", main), ("src/world.lua", world_v1)]);
+    let v2 = versions.write("v2", &[("main.lua", main), ("src/world.lua", world_v2)]);
+    let save = versions.path("s.sav");
+    simulate_and_save(&v1, 20, &save, &[]);
     // The renamed method's saved code (still referenced by the saved class) is taken only
     // from a file the player trusts; the added ones are this version's own code.
-    let out = luasnap(&[
-        "simulate",
-        v2.to_str().unwrap(),
-        "--frames",
-        "10",
-        "--load",
-        save.to_str().unwrap(),
-        "--trust",
-        "own",
-    ]);
+    let out = simulate_loading(&v2, &save, &["--frames", "10", "--trust", "own"]);
     let e = stderr(&out);
     assert!(out.status.success(), "{e}");
     assert!(e.contains("2 added (functions new in this version"), "{e}");
@@ -836,12 +751,7 @@ fn methods_new_in_an_update_are_added_to_the_saved_classes() {
         "{e}"
     );
     assert!(!e.contains("not added"), "{e}");
-    let out = luasnap(&[
-        "simulate",
-        v2.to_str().unwrap(),
-        "--load",
-        save.to_str().unwrap(),
-    ]);
+    let out = simulate_loading(&v2, &save, &[]);
     let e = stderr(&out);
     assert!(!out.status.success() && e.contains("W.inc_score"), "{e}");
 }
@@ -905,22 +815,8 @@ fn collect_every_sets_the_collection_points_over_the_games_own() {
     assert!(stderr(&bad).contains("--collect-every"), "{}", stderr(&bad));
     let dir = temp_dir("collect-every");
     let save = dir.path().join("s.sav");
-    let out = luasnap()
-        .args(["simulate", own.to_str().unwrap(), "--frames", "20"])
-        .args(["--mode", "full", "--save", save.to_str().unwrap()])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", stderr(&out));
-    let out = luasnap()
-        .args([
-            "simulate",
-            own.to_str().unwrap(),
-            "--load",
-            save.to_str().unwrap(),
-        ])
-        .args(["--collect-every", "10"])
-        .output()
-        .unwrap();
+    simulate_and_save(&own, 20, &save, &["--mode", "full"]);
+    let out = simulate_loading(&own, &save, &["--collect-every", "10"]);
     assert!(!out.status.success());
     assert!(
         stderr(&out).contains("--collect-every") && stderr(&out).contains("--load"),

@@ -55,3 +55,65 @@ pub fn write_game(name: &str, source: &str) -> tempfile::TempPath {
     std::fs::write(file.path(), source).unwrap();
     file.into_temp_path()
 }
+
+/// Versions of a game for the update tests, each a folder of files, under one temporary
+/// folder (removed when this drops) that also holds their save-games.
+pub struct GameVersions {
+    root: tempfile::TempDir,
+}
+
+impl GameVersions {
+    /// An empty set, its folder named by `tag`.
+    pub fn new(tag: &str) -> GameVersions {
+        GameVersions {
+            root: temp_dir(tag),
+        }
+    }
+
+    /// The version `name`: a folder holding `files` (each a path in the folder and its
+    /// text; folders made as needed), written over what was there. Returns the folder.
+    pub fn write(&self, name: &str, files: &[(&str, &str)]) -> std::path::PathBuf {
+        let dir = self.path(name);
+        for (rel, text) in files {
+            let path = dir.join(rel);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, text).unwrap();
+        }
+        dir
+    }
+
+    /// `rel` in the root folder: a save-game's path, a version's file.
+    pub fn path(&self, rel: &str) -> std::path::PathBuf {
+        self.root.path().join(rel)
+    }
+}
+
+/// `luasnap simulate GAME --frames FRAMES --save SAVE EXTRA...`, which must succeed.
+pub fn simulate_and_save(
+    game: &std::path::Path,
+    frames: u64,
+    save: &std::path::Path,
+    extra: &[&str],
+) {
+    let out = luasnap()
+        .arg("simulate")
+        .arg(game)
+        .args(["--frames", &frames.to_string(), "--save"])
+        .arg(save)
+        .args(extra)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+}
+
+/// `luasnap simulate GAME --load SAVE EXTRA...` run to its end: its output.
+pub fn simulate_loading(game: &std::path::Path, save: &std::path::Path, extra: &[&str]) -> Output {
+    luasnap()
+        .arg("simulate")
+        .arg(game)
+        .arg("--load")
+        .arg(save)
+        .args(extra)
+        .output()
+        .unwrap()
+}
