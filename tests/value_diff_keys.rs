@@ -129,3 +129,28 @@ fn equal_entities_pair_by_content_and_an_extra_one_is_one_line() {
     let (text, _) = diff(&mut a, &mut a2, 10);
     assert_eq!(text, ["world.all[table #N {id=9}]: (absent) vs true"]);
 }
+
+/// Keys on one side only are counted per table, all of them, past the limit of the lines
+/// listed, and the count is in the order the walk met the tables.
+#[test]
+fn keys_on_one_side_are_counted_per_table_past_the_limit() {
+    let mut a = world(50, "extra = { 1, 2, 3 }");
+    let mut b = world(
+        50,
+        "for e in pairs(world.all) do if e.id <= 30 then world.all[e] = nil end end
+         for i = 1, 5 do world.all[{ id = 100 + i, hp = 1, pos = { x = 0, y = 0 } }] = true end
+         extra = { 1 }",
+    );
+    let d = a.value_graph().unwrap().diff(&b.value_graph().unwrap(), 4);
+    assert!(d.truncated);
+    assert!(d.differences.len() <= 4);
+    let counts: Vec<String> = d.keys_on_one_side.iter().map(|k| k.to_string()).collect();
+    assert!(
+        counts.contains(&"world.all: 30 keys only on the left, 5 only on the right".to_string()),
+        "{counts:?}"
+    );
+    assert!(
+        counts.contains(&"extra: 2 keys only on the left".to_string()),
+        "{counts:?}"
+    );
+}

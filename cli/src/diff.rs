@@ -3,7 +3,9 @@
 use luasnap::bridge::persist::{Accept, LoadError};
 use luasnap::bridge::persist::{Trust, MAGIC};
 use luasnap::bridge::runtime::{GameConfig, GameError};
-use luasnap::bridge::value_diff::{needs_more_memory, save_graph_allowing, ValueGraph};
+use luasnap::bridge::value_diff::{
+    needs_more_memory, save_graph_allowing, KeysOnOneSide, ValueGraph,
+};
 use luasnap::bridge::VmError;
 use serde_json::json;
 use std::path::{Path, PathBuf};
@@ -160,6 +162,24 @@ pub fn run(args: DiffArgs) -> ExitCode {
     }
 }
 
+/// The keys on one side only, a line per table (at most `limit` tables): the count behind the
+/// `(absent)` lines, which `--limit` cuts short.
+fn keys_on_one_side(tables: &[KeysOnOneSide], limit: usize) {
+    if tables.is_empty() || limit == 0 {
+        return;
+    }
+    out!("keys on one side only, by table (left vs right):");
+    for k in tables.iter().take(limit) {
+        out!("  {k}");
+    }
+    if tables.len() > limit {
+        out!(
+            "  ... ({} more tables; raise --limit)",
+            tables.len() - limit
+        );
+    }
+}
+
 fn diff(args: &DiffArgs) -> Result<bool, String> {
     let (a, b) = (read_save(&args.left)?, read_save(&args.right)?);
     let game = match &args.game {
@@ -201,6 +221,13 @@ fn diff(args: &DiffArgs) -> Result<bool, String> {
             .iter()
             .map(|x| json!({"path": x.path, "left": x.left, "right": x.right, "note": x.note}))
             .collect();
+        let keys: Vec<_> = d
+            .keys_on_one_side
+            .iter()
+            .map(
+                |k| json!({"table": k.table, "only_left": k.only_left, "only_right": k.only_right}),
+            )
+            .collect();
         out!(
             "{}",
             json!({
@@ -211,6 +238,7 @@ fn diff(args: &DiffArgs) -> Result<bool, String> {
                 "right_digest": format!("{:016x}", gb.digest()),
                 "differences": diffs,
                 "truncated": d.truncated,
+                "keys_on_one_side": keys,
             })
         );
     } else if d.equal {
@@ -229,6 +257,7 @@ fn diff(args: &DiffArgs) -> Result<bool, String> {
         } else if d.truncated {
             out!("  ... (more; raise --limit)");
         }
+        keys_on_one_side(&d.keys_on_one_side, args.limit);
     }
     Ok(d.equal)
 }

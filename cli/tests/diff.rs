@@ -50,8 +50,11 @@ fn diff_of_two_saves_lists_paths_bounded_with_exit_status_1() {
     );
     let text = String::from_utf8_lossy(&differ.stdout);
     assert!(text.contains("luasnap_frame: 20 vs 23"), "{text}");
+    let (listed, _) = text
+        .split_once("keys on one side only")
+        .unwrap_or((&text, ""));
     assert_eq!(
-        text.lines().filter(|l| l.starts_with("  ")).count(),
+        listed.lines().filter(|l| l.starts_with("  ")).count(),
         4,
         "3 paths and a '...' line: {text}"
     );
@@ -471,7 +474,15 @@ fn diff_of_a_set_keyed_game_compares_entities_field_by_field() {
     ]);
     assert_eq!(out.status.code(), Some(1), "{}", support::stderr(&out));
     let text = String::from_utf8_lossy(&out.stdout);
-    let lines: Vec<&str> = text.lines().filter(|l| l.starts_with("  ")).collect();
+    let (listed, counted) = text
+        .split_once("keys on one side only")
+        .unwrap_or((&text, ""));
+    // Two entities died in frames 10 and 11, two were born.
+    assert!(
+        counted.contains("world.all: 2 keys only on the left, 2 only on the right"),
+        "{text}"
+    );
+    let lines: Vec<&str> = listed.lines().filter(|l| l.starts_with("  ")).collect();
     // Entity 3 is on both sides: its fields, named by its identity and id.
     let hp = lines
         .iter()
@@ -493,4 +504,55 @@ fn diff_of_a_set_keyed_game_compares_entities_field_by_field() {
         "{text}"
     );
     assert!(lines[first_member].contains("{id=10}"), "{text}");
+}
+
+/// Keys on one side only are counted per table, every one, in a line per table after the
+/// differences, while the `(absent)` lines stay bounded by `--limit`.
+#[test]
+fn diff_counts_the_keys_on_one_side_per_table() {
+    let tmp = support::temp_dir("diff-keys-one-side");
+    let save = |code: &str, name: &str| {
+        let vm = luasnap::bridge::Vm::builder()
+            .capacity(64 << 20)
+            .deterministic(0)
+            .build()
+            .unwrap();
+        vm.exec(code, "state").unwrap();
+        let path = tmp.path().join(name);
+        std::fs::write(&path, vm.save_game().unwrap()).unwrap();
+        path.to_str().unwrap().to_string()
+    };
+    let a = save("t = { a = 1, b = 2, c = 3, d = 4 } u = { x = 1 }", "a.sav");
+    let b = save("t = { d = 4, e = 5 } u = { x = 1, y = 2, z = 3 }", "b.sav");
+    let diff = |extra: &[&str]| {
+        let out = luasnap(&[&["diff", &a, &b, "--trust", "own"][..], extra].concat());
+        assert_eq!(out.status.code(), Some(1), "{}", support::stderr(&out));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let text = diff(&[]);
+    assert!(text.contains("t.a: 1 vs (absent)"), "{text}");
+    assert!(text.contains("keys on one side only, by table"), "{text}");
+    assert!(
+        text.contains("  t: 3 keys only on the left, 1 only on the right\n"),
+        "{text}"
+    );
+    assert!(text.contains("  u: 2 keys only on the right\n"), "{text}");
+    // Two lines listed; the counts are still of every key.
+    let text = diff(&["--limit", "2"]);
+    assert!(text.contains("raise --limit"), "{text}");
+    assert!(
+        text.contains("t: 3 keys only on the left, 1 only on the right")
+            && text.contains("u: 2 keys only on the right"),
+        "{text}"
+    );
+    let text = diff(&["--limit", "1"]);
+    assert!(text.contains("(1 more tables; raise --limit)"), "{text}");
+    let v: serde_json::Value = serde_json::from_str(&diff(&["--json", "--limit", "1"])).unwrap();
+    let keys = v["keys_on_one_side"].as_array().unwrap();
+    assert_eq!(keys.len(), 2, "{v}");
+    let t = keys.iter().find(|k| k["table"] == "t").unwrap();
+    assert_eq!(
+        (t["only_left"].as_u64(), t["only_right"].as_u64()),
+        (Some(3), Some(1))
+    );
 }

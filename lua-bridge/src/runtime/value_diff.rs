@@ -74,6 +74,33 @@ impl std::fmt::Display for Difference {
     }
 }
 
+/// The keys one table holds on one side only, counted: the grouped form of the `(absent)`
+/// lines of [`ValueDiff::differences`], which lists at most the limit of them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeysOnOneSide {
+    /// The table, by path from the globals (`(globals)` for the globals themselves).
+    pub table: String,
+    /// Keys only on the left.
+    pub only_left: usize,
+    /// Keys only on the right.
+    pub only_right: usize,
+}
+
+impl std::fmt::Display for KeysOnOneSide {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let keys = |n: usize| match n {
+            1 => "1 key".to_string(),
+            n => format!("{n} keys"),
+        };
+        write!(f, "{}: ", self.table)?;
+        match (self.only_left, self.only_right) {
+            (l, 0) => write!(f, "{} only on the left", keys(l)),
+            (0, r) => write!(f, "{} only on the right", keys(r)),
+            (l, r) => write!(f, "{} only on the left, {r} only on the right", keys(l)),
+        }
+    }
+}
+
 /// The result of [`ValueGraph::diff`].
 #[derive(Debug, Clone)]
 pub struct ValueDiff {
@@ -83,6 +110,11 @@ pub struct ValueDiff {
     pub truncated: bool,
     /// Whether the two states are equal (equal value digests).
     pub equal: bool,
+    /// Per table with keys on one side only, how many, in the order the walk met the
+    /// tables: every such key the walk reached, listed or not. The walk stops early only
+    /// when [`ValueDiff::truncated`] is set by other differences past the limit (or its step
+    /// bound); then these counts are of what it reached.
+    pub keys_on_one_side: Vec<KeysOnOneSide>,
 }
 
 impl ValueGraph {
@@ -129,6 +161,8 @@ impl ValueGraph {
             out: Vec::new(),
             members: Vec::new(),
             members_over: false,
+            member_tables: Vec::new(),
+            member_table_at: HashMap::new(),
             limit,
             truncated: false,
         };
@@ -145,6 +179,18 @@ impl ValueGraph {
                 });
             }
         }
+        let keys_on_one_side = d
+            .member_tables
+            .iter()
+            .map(|&(at, only_left, only_right)| KeysOnOneSide {
+                table: match d.path(at) {
+                    p if p.is_empty() => "(globals)".into(),
+                    p => p,
+                },
+                only_left,
+                only_right,
+            })
+            .collect();
         let mut differences = d.out;
         let room = limit - differences.len().min(limit);
         let truncated = d.truncated || d.members_over || d.members.len() > room;
@@ -153,6 +199,7 @@ impl ValueGraph {
             differences,
             truncated,
             equal,
+            keys_on_one_side,
         }
     }
 }
@@ -230,6 +277,11 @@ struct Differ<'a> {
     /// Entries on one side only, listed after `out` (at most `limit`; `members_over` past it).
     members: Vec<Difference>,
     members_over: bool,
+    /// Per table with keys on one side only (its path): how many on the left, on the right;
+    /// every one, past the limit too.
+    member_tables: Vec<(u32, usize, usize)>,
+    /// Where each table's counts are in `member_tables`.
+    member_table_at: HashMap<u32, usize>,
     limit: usize,
     truncated: bool,
 }
@@ -393,6 +445,20 @@ impl Differ<'_> {
             .fold(String::new(), |base, step| self.step_text(&base, step))
     }
 
+    /// One more key of the table at `table` on one side only (the left if `left`).
+    fn count_member(&mut self, table: u32, left: bool) {
+        let at = *self.member_table_at.entry(table).or_insert_with(|| {
+            self.member_tables.push((table, 0, 0));
+            self.member_tables.len() - 1
+        });
+        let counts = &mut self.member_tables[at];
+        if left {
+            counts.1 += 1;
+        } else {
+            counts.2 += 1;
+        }
+    }
+
     fn push_path(&mut self, parent: u32, step: Step) -> u32 {
         self.paths.push(PathNode { parent, step });
         (self.paths.len() - 1) as u32
@@ -402,6 +468,9 @@ impl Differ<'_> {
         let member = (a.is_none() || b.is_none())
             && path != ROOT
             && matches!(self.paths[path as usize].step, Step::Key(..));
+        if member {
+            self.count_member(self.paths[path as usize].parent, a.is_some());
+        }
         if member && self.members.len() >= self.limit {
             self.members_over = true;
             return;
