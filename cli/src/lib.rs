@@ -27,6 +27,7 @@ mod diff;
 mod gc_pages;
 mod loads;
 mod p2p;
+mod reseal;
 mod run;
 mod second;
 mod serve;
@@ -118,6 +119,9 @@ enum Command {
     GcPages(gc_pages::GcPagesArgs),
     /// Print the values that differ between two save-games, by path (exit status 1 if any).
     Diff(diff::DiffArgs),
+    /// Seal a save-game edited by hand again: its header's body length and checksum written
+    /// for the bytes it now has (a load still checks everything else).
+    Reseal(reseal::ResealArgs),
     /// Host one match: order the clients' commands into frames, run the synchronous model,
     /// check the clients' digests, send save-games to late joiners and to clients that disagree.
     Serve(serve::ServeArgs),
@@ -214,6 +218,7 @@ where
             }
         },
         Some(Command::Diff(args)) => diff::run(args),
+        Some(Command::Reseal(args)) => report(reseal::run(args)),
         Some(Command::Serve(args)) => report(serve::serve(args)),
         Some(Command::Client(args)) => report(serve::client(args)),
         Some(Command::Trackers) => {

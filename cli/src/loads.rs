@@ -51,6 +51,15 @@ pub fn load_error_on_the_command_line(e: &LoadError, flags: LoadFlags) -> String
                 cap >> 20
             )
         }
+        // Damage, or an edit: the header's seal (`luasnap reseal`) is all that differs.
+        LoadError::Corrupt { what }
+            if what == "checksum mismatch" || what.contains(" body bytes, has ") =>
+        {
+            return format!(
+                "{e} (if the file was edited on purpose, `luasnap reseal FILE` writes its \
+                 checksum again; a load still checks everything else)"
+            )
+        }
         e => return e.to_string(),
     };
     let how = match accept {

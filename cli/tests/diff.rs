@@ -108,19 +108,25 @@ fn simulate_checks_before_running() {
     assert!(e.contains("use --window 7 or a delay of at most 2"), "{e}");
 }
 
+/// A save-game of the globals `code` sets in a plain deterministic VM (no game, no code in
+/// the state).
+fn plain_save(code: &str) -> Vec<u8> {
+    let vm = luasnap::bridge::Vm::builder()
+        .capacity(64 << 20)
+        .deterministic(0)
+        .build()
+        .unwrap();
+    vm.exec(code, "state").unwrap();
+    vm.save_game().unwrap()
+}
+
 #[test]
 fn diff_of_plain_saves_respects_limit_0_and_identical_files_are_equal() {
     let tmp = support::temp_dir("diff0");
     let dir = tmp.path();
     let save = |code: &str, name: &str| {
-        let vm = luasnap::bridge::Vm::builder()
-            .capacity(64 << 20)
-            .deterministic(0)
-            .build()
-            .unwrap();
-        vm.exec(code, "state").unwrap();
         let path = dir.join(name);
-        std::fs::write(&path, vm.save_game().unwrap()).unwrap();
+        std::fs::write(&path, plain_save(code)).unwrap();
         path.to_str().unwrap().to_string()
     };
     let a = save("x = 1 y = 'a'", "a.sav");
@@ -512,14 +518,8 @@ fn diff_of_a_set_keyed_game_compares_entities_field_by_field() {
 fn diff_counts_the_keys_on_one_side_per_table() {
     let tmp = support::temp_dir("diff-keys-one-side");
     let save = |code: &str, name: &str| {
-        let vm = luasnap::bridge::Vm::builder()
-            .capacity(64 << 20)
-            .deterministic(0)
-            .build()
-            .unwrap();
-        vm.exec(code, "state").unwrap();
         let path = tmp.path().join(name);
-        std::fs::write(&path, vm.save_game().unwrap()).unwrap();
+        std::fs::write(&path, plain_save(code)).unwrap();
         path.to_str().unwrap().to_string()
     };
     let a = save("t = { a = 1, b = 2, c = 3, d = 4 } u = { x = 1 }", "a.sav");
@@ -555,4 +555,75 @@ fn diff_counts_the_keys_on_one_side_per_table() {
         (t["only_left"].as_u64(), t["only_right"].as_u64()),
         (Some(3), Some(1))
     );
+}
+
+/// A save edited by hand is refused by its checksum, with the command that seals it again;
+/// resealed, it loads and diff shows the edit. The seal is no pass: a body broken by the
+/// edit is resealed, and its load still refuses it. What is not a save-game of this format
+/// is refused.
+#[test]
+fn reseal_seals_an_edited_save_again_and_loads_still_check_it() {
+    let tmp = support::temp_dir("reseal");
+    let saved = plain_save("hero = { name = 'knight', gold = 10 }");
+    let file = |name: &str, bytes: &[u8]| {
+        let path = tmp.path().join(name);
+        std::fs::write(&path, bytes).unwrap();
+        path.to_str().unwrap().to_string()
+    };
+    let a = file("a.sav", &saved);
+    let at = saved.windows(6).position(|w| w == b"knight").unwrap();
+    let mut edited = saved.clone();
+    edited[at..at + 6].copy_from_slice(b"wizard");
+    let b = file("b.sav", &edited);
+    let diff = |x: &str| luasnap(&["diff", &a, x, "--trust", "own"]);
+    let out = diff(&b);
+    assert_eq!(out.status.code(), Some(2));
+    let e = support::stderr(&out);
+    assert!(
+        e.contains("checksum mismatch") && e.contains("luasnap reseal"),
+        "{e}"
+    );
+    let out = luasnap(&["reseal", &b]);
+    assert!(out.status.success(), "{}", support::stderr(&out));
+    assert!(support::stderr(&out).contains("sealed again"));
+    let out = diff(&b);
+    assert_eq!(out.status.code(), Some(1), "{}", support::stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("hero.name: \"knight\" vs \"wizard\""),
+        "{text}"
+    );
+    let out = luasnap(&["reseal", &b]);
+    assert!(out.status.success());
+    assert!(support::stderr(&out).contains("matches its body already"));
+    // Bytes added to the body: the length and checksum are written again, the load refuses
+    // the body.
+    let broken = file("c.sav", &[&saved[..], &[0xff, 0xff, 0xff]].concat());
+    let d = tmp.path().join("d.sav");
+    let out = luasnap(&["reseal", &broken, "--output", d.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", support::stderr(&out));
+    assert_eq!(std::fs::read(&broken).unwrap().len(), saved.len() + 3);
+    let out = diff(d.to_str().unwrap());
+    assert_eq!(out.status.code(), Some(2));
+    let e = support::stderr(&out);
+    assert!(!e.contains("checksum") && !e.contains("body bytes"), "{e}");
+    // Not a save-game of this build's formats: refused, not sealed.
+    let mut future = saved.clone();
+    future[8..10].copy_from_slice(&999u16.to_le_bytes());
+    let future = file("future.sav", &future);
+    for (path, says) in [
+        (future.as_str(), "format"),
+        (&a[..a.len() - 5], "cannot read"),
+    ] {
+        let out = luasnap(&["reseal", path]);
+        assert!(!out.status.success());
+        assert!(
+            support::stderr(&out).contains(says),
+            "{}",
+            support::stderr(&out)
+        );
+    }
+    let text = file("notes.txt", b"not a save");
+    let out = luasnap(&["reseal", &text]);
+    assert!(support::stderr(&out).contains("not a luasnap save-game"));
 }

@@ -71,6 +71,17 @@ mod write;
 pub use read::{last_load_frame_check_reads, last_load_open_upvalue_walks};
 
 pub use error::{Accept, LoadError, SaveError};
+
+/// A save-game edited by hand (a modder's tool, a hex editor) sealed again: the file with its
+/// header's body length and checksum written for the bytes it now has, or `None` when they
+/// match already. The checksum only tells a damaged file from the file as written (anyone can
+/// recompute it), so a resealed file is as untrusted as before and a load checks everything
+/// else as it would (a foreign load takes no code from it). What a load refuses before the
+/// checksum is refused here too: not a save-game, another format version, Lua release or
+/// number format, a file shorter than its header.
+pub fn reseal(file: &[u8]) -> Result<Option<Vec<u8>>, LoadError> {
+    format::reseal(file).map_err(LoadError::from)
+}
 pub use format::{FORMAT_VERSION, HEADER_LEN, LUA_RELEASE, MAGIC};
 #[cfg(any(test, feature = "fuzzing"))]
 #[doc(hidden)]

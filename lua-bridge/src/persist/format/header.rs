@@ -148,6 +148,22 @@ pub fn open(file: &[u8]) -> Result<Opened<'_>, HeaderError> {
     })
 }
 
+/// `file` with the body length and checksum of its header written for the body it has: `None`
+/// when they match already. Every other field must check out as [`open`] checks it.
+pub fn reseal(file: &[u8]) -> Result<Option<Vec<u8>>, HeaderError> {
+    match open(file) {
+        Ok(_) => return Ok(None),
+        Err(HeaderError::Length { .. } | HeaderError::Checksum) => {}
+        Err(e) => return Err(e),
+    }
+    let body = &file[HEADER_LEN..];
+    let mut out = file.to_vec();
+    out[34..42].copy_from_slice(&(body.len() as u64).to_le_bytes());
+    out[42..HEADER_LEN].copy_from_slice(&xxh3_64(body).to_le_bytes());
+    debug_assert!(open(&out).is_ok());
+    Ok(Some(out))
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::Tag;
@@ -174,5 +190,23 @@ mod tests {
             open(b"PK\x03\x04 not a save game at all, sorry!!!!!!!!!!!!!!!!!!!!"),
             Err(HeaderError::Magic)
         );
+    }
+
+    #[test]
+    fn reseal_writes_only_the_length_and_checksum() {
+        let mut w = Writer::default();
+        w.tag(Tag::True);
+        let file = w.finish(0);
+        assert_eq!(reseal(&file), Ok(None));
+        let mut edited = file.clone();
+        edited[HEADER_LEN] = Tag::False as u8;
+        edited.push(Tag::Nil as u8);
+        let sealed = reseal(&edited).unwrap().expect("resealed");
+        assert_eq!(open(&sealed).unwrap().body, &edited[HEADER_LEN..]);
+        assert_eq!(sealed[..34], file[..34], "no other header field changes");
+        let mut v2 = edited.clone();
+        v2[8] = 9;
+        assert_eq!(reseal(&v2), Err(HeaderError::Format { found: 9 }));
+        assert_eq!(reseal(&file[..20]), Err(HeaderError::Truncated { len: 20 }));
     }
 }

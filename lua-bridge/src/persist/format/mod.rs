@@ -84,7 +84,7 @@ mod value;
 mod wire;
 
 pub use header::{
-    min_strref_len, open, HeaderError, Opened, FLAG_BYTECODE, FLAG_SOURCE, FORMAT_VERSION,
+    min_strref_len, open, reseal, HeaderError, Opened, FLAG_BYTECODE, FLAG_SOURCE, FORMAT_VERSION,
     HEADER_LEN, LUA_RELEASE, MAGIC, MIN_STRREF_LEN,
 };
 pub use layout::{layout_nodes, LayoutHeader, LayoutNode, RemovedKey, BAD_LAYOUT};
