@@ -379,11 +379,15 @@ fn a_save_naming_a_chunk_outside_the_games_folder_reads_nothing_there() {
     }
 }
 
-/// A module reached through a symbolic link out of the game's folder is not read by a load
-/// (the same folder with the module in it loads the same save).
+/// A symbolic link in the game's folder counts as what it points to, wherever that is, as
+/// stock Lua's `require` follows it: a module folder linked from elsewhere (a library shared
+/// by several games) is required, read with the folder ([`GameConfig::read_folder`], what
+/// every command does) under the link's path, and a save of the game loads through it, lazily
+/// or read once, as from a folder holding the files. A link to the folder itself is walked
+/// once; a `.lua` link to nothing is an error naming it.
 #[cfg(unix)]
 #[test]
-fn a_save_naming_a_chunk_through_a_symbolic_link_reads_nothing_there() {
+fn a_symbolic_link_in_the_games_folder_counts_as_what_it_points_to() {
     let root = temp_dir("link");
     let (real, linked) = (root.path().join("real"), root.path().join("linked"));
     let main = LAZY_MAIN.replace("require(\"ai\")", "require(\"lib.ai\")");
@@ -393,15 +397,34 @@ fn a_save_naming_a_chunk_through_a_symbolic_link_reads_nothing_there() {
     write(&real, "lib/ai.lua", LAZY_AI);
     write(root.path(), "elsewhere/ai.lua", LAZY_AI);
     std::os::unix::fs::symlink(root.path().join("elsewhere"), linked.join("lib")).unwrap();
+    std::os::unix::fs::symlink(".", linked.join("again")).unwrap();
     let (save, digest) = lazy_save(&lazy_cfg(&real, Vec::new()));
-    let g = Game::<u8>::from_save(&lazy_cfg(&real, Vec::new()), Backend::ArenaFull, &save).unwrap();
-    assert_eq!(g.game_digest().unwrap(), digest);
-    let err = Game::<u8>::from_save(&lazy_cfg(&linked, Vec::new()), Backend::ArenaFull, &save)
+    let read = lazy_cfg(&linked, Vec::new()).read_folder().unwrap();
+    let paths: Vec<&str> = read
+        .folder_files
+        .as_deref()
+        .unwrap()
+        .iter()
+        .map(|m| m.path.as_str())
+        .collect();
+    assert_eq!(paths, ["lib/ai.lua", "main.lua"]);
+    for cfg in [lazy_cfg(&linked, Vec::new()), read] {
+        assert_eq!(
+            lazy_save(&cfg).1,
+            digest,
+            "a game through the link runs alike"
+        );
+        let g = Game::<u8>::from_save(&cfg, Backend::ArenaFull, &save).unwrap();
+        assert_eq!(g.game_digest().unwrap(), digest);
+    }
+    std::os::unix::fs::symlink(root.path().join("gone.lua"), linked.join("old.lua")).unwrap();
+    let err = lazy_cfg(&linked, Vec::new())
+        .read_folder()
         .err()
-        .unwrap_or_else(|| panic!("a chunk read through a link out of the folder loaded"))
+        .unwrap()
         .to_string();
     assert!(
-        err.contains("lib/ai.lua") && err.contains("not among the chunks this VM has loaded"),
+        err.contains("old.lua") && err.contains("gone.lua") && err.contains("symbolic link"),
         "{err}"
     );
 }

@@ -24,6 +24,7 @@
 
 mod bench;
 mod diff;
+mod game_files;
 mod gc_pages;
 mod loads;
 mod p2p;

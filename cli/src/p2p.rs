@@ -64,24 +64,43 @@ pub struct P2pArgs {
     /// (With --replay: FRAME:PATH, a save-game of the state after FRAME.)
     #[arg(long, hide = true)]
     pub lockstep_save: Option<String>,
+    /// (The second process's side: the game's files as the first process read them, run
+    /// instead of reading the game's folder.)
+    #[arg(long, hide = true)]
+    pub game_files: Option<PathBuf>,
 }
 
 /// Differing paths listed.
 const LIMIT: usize = 20;
 
+/// The game of `args` with its folder read once: both peers, in one process or two, and the
+/// replays that explain a desync run these files, whatever becomes of the folder meanwhile.
 fn config(args: &P2pArgs) -> Result<GameConfig, String> {
     let mut cfg = crate::game_config(2, args.seed);
     cfg.step_budget = args.step_budget.0;
     cfg.collect_every = args.collect_every;
-    if let Some(path) = &args.game {
-        cfg = cfg.game_at(path).map_err(|e| e.to_string())?;
+    match (&args.game_files, &args.game) {
+        (Some(files), _) => crate::game_files::read(files, cfg),
+        (None, Some(path)) => cfg
+            .game_at(path)
+            .and_then(GameConfig::read_folder)
+            .map_err(|e| e.to_string()),
+        (None, None) => Ok(cfg),
     }
-    Ok(cfg)
 }
 
 /// Runs the two peers and reports.
-pub fn run(args: P2pArgs) -> Result<(), String> {
+pub fn run(mut args: P2pArgs) -> Result<(), String> {
     let mut cfg = config(&args)?;
+    // Second processes run the files read here (removed when the run ends).
+    let _files = match (&args.game, &args.game_files) {
+        (Some(_), None) if !args.one_process => {
+            let files = crate::game_files::write(&cfg)?;
+            args.game_files = Some(files.to_path_buf());
+            Some(files)
+        }
+        _ => None,
+    };
     let timeout = Duration::from_secs(args.timeout);
     if let Some(path) = &args.replay {
         return replay_child(&args, &cfg, path);
@@ -224,6 +243,9 @@ fn base_command(args: &P2pArgs) -> Result<Command, String> {
         .args(["--step-budget", &args.step_budget.to_string()]);
     if let Some(n) = args.collect_every {
         cmd.args(["--collect-every", &n.to_string()]);
+    }
+    if let Some(files) = &args.game_files {
+        cmd.arg("--game-files").arg(files);
     }
     Ok(cmd)
 }

@@ -130,6 +130,9 @@ pub fn spawn(
     for name in &args.allow_permanent {
         cmd.args(["--allow-permanent", name]);
     }
+    if let Some(files) = &args.game_files {
+        cmd.arg("--game-files").arg(files);
+    }
     let list: Vec<String> = digests.iter().map(u64::to_string).collect();
     cmd.args(["--lockstep-digests", &list.join(",")]);
     if let Some((frame, path)) = save {

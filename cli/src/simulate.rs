@@ -25,7 +25,10 @@ pub struct SimulateArgs {
     /// Frames remote inputs arrive late.
     #[arg(long, default_value_t = 3)]
     pub delay: u64,
-    /// Seeds the game and the input schedule.
+    /// Seeds the game and the input schedule. With --load the game's own state, its random
+    /// generator included, is the save's, so the seed chooses only the scripted inputs of
+    /// the frames played from it: give the seed the save was played with to continue that
+    /// game as one straight run would.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
     /// Which save/load backend to run.
@@ -89,6 +92,10 @@ pub struct SimulateArgs {
     /// (The second process's side: FRAME:PATH, a save-game of the state after FRAME.)
     #[arg(long, hide = true)]
     pub lockstep_save: Option<String>,
+    /// (The second process's side: the game's files as the first process read them, run
+    /// instead of reading the game's folder.)
+    #[arg(long, hide = true)]
+    pub game_files: Option<PathBuf>,
 }
 
 /// `--step-budget`: a number of Lua instructions, or `off`.
@@ -162,12 +169,32 @@ fn human_bytes(b: u64) -> String {
     }
 }
 
-/// Runs the simulation; returns an error message for the user on failure.
-pub fn run(args: SimulateArgs) -> Result<(), String> {
-    let mut game = crate::game_config(args.players, args.seed);
-    if let Some(path) = &args.game {
-        game = game.game_at(path).map_err(|e| e.to_string())?;
+/// The game of `args` with its folder read once: every mode's VM, the loads of saves and the
+/// second process run these files, whatever becomes of the folder during the run.
+fn game_of(args: &SimulateArgs) -> Result<GameConfig, String> {
+    let game = crate::game_config(args.players, args.seed);
+    match (&args.game_files, &args.game) {
+        (Some(files), _) => crate::game_files::read(files, game),
+        (None, Some(path)) => game
+            .game_at(path)
+            .and_then(GameConfig::read_folder)
+            .map_err(|e| e.to_string()),
+        (None, None) => Ok(game),
     }
+}
+
+/// Runs the simulation; returns an error message for the user on failure.
+pub fn run(mut args: SimulateArgs) -> Result<(), String> {
+    let mut game = game_of(&args)?;
+    // The second process runs the files read here (removed when the run ends).
+    let _files = match (&args.game, &args.game_files, args.second_process.as_str()) {
+        (Some(_), None, "on") => {
+            let files = crate::game_files::write(&game)?;
+            args.game_files = Some(files.to_path_buf());
+            Some(files)
+        }
+        _ => None,
+    };
     game.permanents.extend(args.allow_permanent.iter().cloned());
     game.window = args.window;
     game.capacity = args.memory_limit;
@@ -197,7 +224,12 @@ pub fn run(args: SimulateArgs) -> Result<(), String> {
         e => e.to_string(),
     })?;
     if let (Some(path), Some(report)) = (&args.load, sim.load_report()) {
-        eprintln!("luasnap: loaded {}: {}", path.display(), report.summary());
+        eprintln!(
+            "luasnap: loaded {}: {}; inputs from --seed {}",
+            path.display(),
+            report.summary(),
+            args.seed
+        );
     }
     if args.cpu_time {
         sim.set_clock(Clock::ThreadCpu);

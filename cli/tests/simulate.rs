@@ -759,7 +759,7 @@ fn methods_new_in_an_update_are_added_to_the_saved_classes() {
 /// A game whose weak cache loses its entry at every collection point, and counts the misses:
 /// its `G.digest()` is 1 + the collection points before its last frame. `every` is its own
 /// `G.collect_every` (none: the default, 60).
-fn weak_cache_game(every: Option<u64>) -> tempfile::TempPath {
+fn weak_cache_game(every: Option<u64>) -> support::GameFile {
     let own = every.map_or(String::new(), |n| format!("G.collect_every = {n}"));
     write_game(
         "weak-cache",
@@ -1012,4 +1012,83 @@ fn a_chunk_loaded_under_its_own_name_is_refused_saying_what_the_game_can_do() {
             );
         }
     }
+}
+
+/// With `--load`, `--seed` chooses the scripted inputs of the frames played from the save
+/// (the game's own random state is the save's): the saving run's seed continues its game as
+/// one straight run, another seed plays other inputs, and the load's line says which seed.
+#[test]
+fn simulate_load_takes_the_seed_of_the_inputs_it_plays() {
+    let game = write_game("seed-load", TINY);
+    let dir = temp_dir("seed-load");
+    let save = dir.path().join("at50.luasave");
+    let quick = ["--mode", "full", "--second-process", "off", "--json"];
+    simulate_and_save(&game, 50, &save, &[&quick[..], &["--seed", "7"]].concat());
+    let digest = |out: std::process::Output| {
+        assert!(out.status.success(), "{}", stderr(&out));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        (v["game_digest"].as_i64().unwrap(), stderr(&out))
+    };
+    let straight = digest(
+        luasnap()
+            .arg("simulate")
+            .arg(&game)
+            .args(["--frames", "100", "--seed", "7"])
+            .args(quick)
+            .output()
+            .unwrap(),
+    );
+    let load = |seed: &str| {
+        digest(simulate_loading(
+            &game,
+            &save,
+            &[&quick[..], &["--frames", "50", "--seed", seed]].concat(),
+        ))
+    };
+    let (same, said) = load("7");
+    assert_eq!(same, straight.0, "continued with the saving seed");
+    assert!(said.contains("inputs from --seed 7"), "{said}");
+    assert_ne!(load("9").0, straight.0, "another seed, other inputs");
+}
+
+/// A module reached through a symbolic link (a library shared by games) runs in every mode
+/// and in the second process; a `.lua` link to nothing stops the run naming it.
+#[cfg(unix)]
+#[test]
+fn simulate_follows_a_symbolic_link_in_the_games_folder() {
+    let root = temp_dir("link-game");
+    let (game, shared) = (root.path().join("game"), root.path().join("shared"));
+    std::fs::create_dir_all(&game).unwrap();
+    std::fs::create_dir_all(&shared).unwrap();
+    std::fs::write(shared.join("count.lua"), "return { by = 3 }").unwrap();
+    std::os::unix::fs::symlink(&shared, game.join("lib")).unwrap();
+    std::fs::write(
+        game.join("main.lua"),
+        "local count = require('lib.count') local G, n = {}, 0
+         function G.init() n = 0 end
+         function G.step(i) n = n + count.by * i[1] end
+         function G.digest() return n end
+         return G",
+    )
+    .unwrap();
+    let run = || {
+        luasnap()
+            .arg("simulate")
+            .arg(&game)
+            .args(["--frames", "20", "--json"])
+            .output()
+            .unwrap()
+    };
+    let out = run();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["second_process"]["matches"], true, "{v}");
+    std::os::unix::fs::symlink(root.path().join("gone.lua"), game.join("old.lua")).unwrap();
+    let out = run();
+    let e = stderr(&out);
+    assert!(!out.status.success());
+    assert!(
+        e.contains("old.lua") && e.contains("gone.lua") && e.contains("symbolic link"),
+        "{e}"
+    );
 }

@@ -44,16 +44,39 @@ pub fn temp_dir(tag: &str) -> tempfile::TempDir {
         .unwrap()
 }
 
-/// A game script `source` in a file of its own, named by `name`, removed when the returned
-/// path drops.
-pub fn write_game(name: &str, source: &str) -> tempfile::TempPath {
-    let file = tempfile::Builder::new()
-        .prefix(&format!("luasnap-{name}-"))
-        .suffix(".lua")
-        .tempfile()
-        .unwrap();
-    std::fs::write(file.path(), source).unwrap();
-    file.into_temp_path()
+/// A game script `source` in a folder of its own (a script's folder is its game's folder,
+/// which the commands read: not the shared temporary folder), named by `name`, removed when
+/// the returned guard drops.
+pub fn write_game(name: &str, source: &str) -> GameFile {
+    let dir = temp_dir(name);
+    let path = dir.path().join(format!("{name}.lua"));
+    std::fs::write(&path, source).unwrap();
+    GameFile { _dir: dir, path }
+}
+
+/// A game script [`write_game`] wrote: a path, removed with its folder when this drops.
+pub struct GameFile {
+    _dir: tempfile::TempDir,
+    path: std::path::PathBuf,
+}
+
+impl std::ops::Deref for GameFile {
+    type Target = std::path::Path;
+    fn deref(&self) -> &std::path::Path {
+        &self.path
+    }
+}
+
+impl AsRef<std::ffi::OsStr> for GameFile {
+    fn as_ref(&self) -> &std::ffi::OsStr {
+        self.path.as_os_str()
+    }
+}
+
+impl AsRef<std::path::Path> for GameFile {
+    fn as_ref(&self) -> &std::path::Path {
+        &self.path
+    }
 }
 
 /// Versions of a game for the update tests, each a folder of files, under one temporary

@@ -68,41 +68,85 @@ impl Module {
 
     /// Every Lua file in the game's folder `dir` that `require` could load, as a module named
     /// by its path (`lib/bump.lua` -> `lib.bump`, `town/init.lua` -> `town.init`), in path
-    /// order: a game's identity in a match (`runtime::net`) covers them all. Hidden folders and files
-    /// and symbolic links are skipped; at most [`FOLDER_DEPTH`] folders deep and
-    /// [`FOLDER_FILES`] files, so a game that lives in a large folder costs a bounded walk.
-    #[cfg_attr(not(feature = "net"), allow(dead_code))]
+    /// order: a game's identity in a match (`runtime::net`) covers them all. Hidden folders and
+    /// files are skipped. A symbolic link counts as what it points to, wherever that is (as
+    /// stock Lua's `require` follows it), under the link's own path: a folder reached again
+    /// through a link is not walked twice, and a link named `*.lua` to nothing is an error
+    /// naming it. A game given as one script has its script's folder, which may be a shared
+    /// one (`/tmp`, a downloads folder): what vanishes while it is walked and what this user
+    /// may not read there are skipped, not errors (a module among them is not found, as a
+    /// missing one). At most [`FOLDER_DEPTH`] folders deep and [`FOLDER_FILES`] files, so a
+    /// game that lives in a large folder costs a bounded walk.
     pub(crate) fn all_in_folder(dir: &Path) -> std::io::Result<Vec<Module>> {
+        use std::io::ErrorKind::{NotFound, PermissionDenied};
+        let named =
+            |path: &str, e: std::io::Error| std::io::Error::new(e.kind(), format!("{path}: {e}"));
         let mut found = Vec::new();
+        let mut walked = std::collections::HashSet::new();
         let mut pending = vec![(dir.to_path_buf(), String::new(), 0)];
-        while let Some((folder, prefix, depth)) = pending.pop() {
-            let mut entries: Vec<_> = std::fs::read_dir(&folder)?.collect::<Result<_, _>>()?;
+        'walk: while let Some((folder, prefix, depth)) = pending.pop() {
+            // A folder met again through a link (`lib/self -> ..`) adds nothing new.
+            if !walked.insert(std::fs::canonicalize(&folder).unwrap_or_else(|_| folder.clone())) {
+                continue;
+            }
+            let entries = std::fs::read_dir(&folder).and_then(|d| d.collect::<Result<Vec<_>, _>>());
+            let mut entries = match entries {
+                Ok(entries) => entries,
+                Err(e) if depth > 0 && matches!(e.kind(), NotFound | PermissionDenied) => continue,
+                Err(e) => return Err(named(if prefix.is_empty() { "." } else { &prefix }, e)),
+            };
             entries.sort_by_key(|e| e.file_name());
             for e in entries {
                 let Some(name) = e.file_name().to_str().map(str::to_string) else {
                     continue;
                 };
-                let kind = e.file_type()?;
                 let path = format!("{prefix}{name}");
-                if name.starts_with('.') || kind.is_symlink() {
+                if name.starts_with('.') {
                     continue;
-                } else if kind.is_dir() && depth < FOLDER_DEPTH {
+                }
+                // Followed: the link's target's kind.
+                let meta = match std::fs::metadata(e.path()) {
+                    Ok(meta) => meta,
+                    Err(err) if name.ends_with(".lua") && e.path().is_symlink() => {
+                        return Err(named(&path, link_error(&e.path(), err)));
+                    }
+                    Err(_) => continue,
+                };
+                if meta.is_dir() && depth < FOLDER_DEPTH {
                     pending.push((e.path(), format!("{path}/"), depth + 1));
-                } else if kind.is_file() && name.ends_with(".lua") {
-                    let module = path.trim_end_matches(".lua").replace('/', ".");
+                } else if meta.is_file() && name.ends_with(".lua") {
+                    let source = match std::fs::read(e.path()) {
+                        Ok(source) => source,
+                        Err(err) if matches!(err.kind(), NotFound | PermissionDenied) => continue,
+                        Err(err) => return Err(named(&path, err)),
+                    };
                     found.push(Module {
-                        name: module,
+                        name: path.trim_end_matches(".lua").replace('/', "."),
                         path,
-                        source: std::fs::read(e.path())?,
+                        source,
                     });
                     if found.len() >= FOLDER_FILES {
-                        return Ok(found);
+                        break 'walk;
                     }
                 }
             }
         }
         found.sort_by(|a, b| a.path.cmp(&b.path));
         Ok(found)
+    }
+}
+
+/// Why the symbolic link at `at` cannot be read, saying where it points.
+fn link_error(at: &Path, e: std::io::Error) -> std::io::Error {
+    match std::fs::read_link(at) {
+        Ok(target) => std::io::Error::new(
+            e.kind(),
+            format!(
+                "a symbolic link to {}, which cannot be read ({e}): point it at the module's file or remove it",
+                target.display()
+            ),
+        ),
+        Err(_) => e,
     }
 }
 
@@ -152,10 +196,11 @@ impl ModuleFolder {
 /// game's folder `dir`, for a load that compiles the chunks a save names: `None` unless `path`
 /// is a Lua file that [`Module::all_in_folder`] would list, i.e. relative, `/`-separated,
 /// ending in `.lua`, at most [`FOLDER_DEPTH`] folders deep, no part empty or hidden (so no
-/// `.` or `..`), and no part of it a symbolic link. A save names these paths, and a hostile
-/// one names `../../etc/passwd` or `/etc/passwd`: nothing outside the folder is read. (A
-/// folder whose own entries are swapped for links while it is read is out of scope: the
-/// save is the adversary here, not the file system.)
+/// `.` or `..`). A save names these paths, and a hostile one names `../../etc/passwd` or
+/// `/etc/passwd`: nothing is read but by a path inside the folder. A symbolic link in the
+/// folder counts as what it points to, as for `require` and [`Module::all_in_folder`]: the
+/// links are the host's, part of its game as the files are (the save is the adversary here,
+/// not the file system).
 pub(crate) fn chunk_in_folder(dir: &Path, path: &str) -> Option<Vec<u8>> {
     let parts: Vec<&str> = path.split('/').collect();
     let bad = |p: &&str| p.is_empty() || p.starts_with('.') || p.contains(['\\', '\0', ':']);
@@ -165,7 +210,7 @@ pub(crate) fn chunk_in_folder(dir: &Path, path: &str) -> Option<Vec<u8>> {
     let mut at = dir.to_path_buf();
     for (i, part) in parts.iter().enumerate() {
         at.push(part);
-        let meta = std::fs::symlink_metadata(&at).ok()?;
+        let meta = std::fs::metadata(&at).ok()?;
         let last = i + 1 == parts.len();
         if (last && !meta.is_file()) || (!last && !meta.is_dir()) {
             return None;

@@ -325,8 +325,9 @@ impl GameConfig {
     }
 
     /// This configuration with the game's folder read now ([`GameConfig::folder_files`]):
-    /// every Lua file in it that `require` could load (hidden ones and symbolic links aside,
-    /// 6 folders deep, 2000 files at most). Games built from it read no file of the folder;
+    /// every Lua file in it that `require` could load (hidden ones aside, a symbolic link as
+    /// what it points to, 6 folders deep, 2000 files at most; a `.lua` link that cannot be
+    /// read is an error naming it). Games built from it read no file of the folder;
     /// a module outside that set is not found. Unchanged if the folder was read already or
     /// the game has none.
     pub fn read_folder(mut self) -> Result<GameConfig, GameError> {
@@ -670,8 +671,9 @@ impl<I> Game<I> {
     /// The chunks of modules the game requires only as it runs (in `G.init`) are compiled
     /// (not run) as the save names them, from the game's folder ([`GameConfig::folder`])
     /// and nothing else: only the files the save names are read, and a name that is not a
-    /// Lua file inside the folder (`../../etc/passwd`, an absolute path, a path through a
-    /// symbolic link) is a chunk this game does not have, refused as such.
+    /// Lua file inside the folder (`../../etc/passwd`, an absolute path, a hidden file) is a
+    /// chunk this game does not have, refused as such. A symbolic link in the folder counts
+    /// as what it points to, as for `require`.
     pub fn from_save(
         cfg: &GameConfig,
         backend: Backend,
@@ -1343,8 +1345,8 @@ impl Game {
     /// The Lua files of the game's folder ([`GameConfig::folder`]) as a load's
     /// [`LoadOptions::chunk_sources`](crate::persist::LoadOptions::chunk_sources): the load
     /// compiles those a save names, and nothing else is read. A name that is not a Lua file
-    /// inside the folder (relative, no `.` or `..` part, no hidden part, no symbolic link on
-    /// the way, at most 6 folders deep) finds nothing, so a hostile save naming
+    /// inside the folder (relative, no `.` or `..` part, no hidden part, at most 6 folders
+    /// deep; a symbolic link counts as what it points to) finds nothing, so a hostile save naming
     /// `../../etc/passwd` or `/etc/passwd` reads nothing outside it; and at most 2000 names
     /// are looked up per load. `None` for a game without a folder.
     pub fn folder_chunks(cfg: &GameConfig) -> Option<crate::persist::ChunkSources> {
