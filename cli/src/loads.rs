@@ -88,6 +88,19 @@ pub fn load_error_on_the_command_line(e: &LoadError, flags: LoadFlags) -> String
             }
             how
         }
+        Accept::Rename(place) => {
+            let mut how = Accept::rename_declarations(place);
+            if !flags.runs_game {
+                how += &format!(
+                    " (luasnap {} compiles the game without running it: its declarations are not read)",
+                    flags.command
+                );
+            }
+            if flags.trust_own {
+                how += "; or if you trust the file, pass --trust own (its saved code is then kept)";
+            }
+            how
+        }
         _ => accept.to_string(),
     };
     format!("cannot load: {message}; {how}")

@@ -1092,3 +1092,86 @@ fn simulate_follows_a_symbolic_link_in_the_games_folder() {
         "{e}"
     );
 }
+
+/// The newcomer team's game (`tests/newcomer-game`, written outside the project): its
+/// version 3 renamed `Entity:hurt` to `Entity:take_damage` and changed its body, and the
+/// saved class table still holds the old method. A version 1 save loads into version 3
+/// under the default (foreign) trust in another process once the game declares the rename
+/// (`G.renamed`), and plays on as under `--trust own` (which keeps the old method's saved
+/// code; version 3 never calls it). Without the declaration the refusal names the
+/// declaration to add; a declaration naming a place version 3 lacks is refused, naming it.
+#[test]
+fn the_newcomers_renamed_method_loads_under_foreign_trust_once_declared() {
+    let game = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/newcomer-game");
+    let versions = GameVersions::new("renamed");
+    let declaring = |name: &str, declaration: &str| {
+        let dir = versions.path(name);
+        copy_folder(&game.join("v3"), &dir);
+        let main = std::fs::read_to_string(dir.join("main.lua")).unwrap();
+        let main = main.replace("\nreturn G", &format!("\n{declaration}\nreturn G"));
+        assert!(main.contains(declaration));
+        std::fs::write(dir.join("main.lua"), main).unwrap();
+        dir
+    };
+    let renamed = declaring(
+        "v3-renamed",
+        r#"G.renamed = { ["Entity.hurt"] = "Entity.take_damage" }"#,
+    );
+    let mistyped = declaring(
+        "v3-mistyped",
+        r#"G.renamed = { ["Entity.hurt"] = "Entity.take_dmg" }"#,
+    );
+    let save = versions.path("v1.sav");
+    simulate_and_save(&game.join("v1"), 120, &save, &["--mode", "full"]);
+    let more = ["--frames", "60", "--mode", "full", "--json"];
+    let digest = |out: &std::process::Output| {
+        assert!(out.status.success(), "{}", stderr(out));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        v["game_digest"].as_i64().expect("a game digest")
+    };
+
+    let own = simulate_loading(
+        &game.join("v3"),
+        &save,
+        &[&more[..], &["--trust", "own"]].concat(),
+    );
+    let out = simulate_loading(&renamed, &save, &more);
+    let e = stderr(&out);
+    assert_eq!(digest(&out), digest(&own), "{e}");
+    assert!(
+        e.contains("1 renamed as the game declares (Entity.hurt as Entity.take_damage (src/entity.lua:28))"),
+        "{e}"
+    );
+
+    let out = simulate_loading(&game.join("v3"), &save, &more);
+    let e = stderr(&out);
+    assert!(!out.status.success(), "{e}");
+    assert!(
+        e.contains("the save holds the function Entity.hurt")
+            && e.contains(r#"G.renamed = { ["Entity.hurt"] = "its name now" }"#)
+            && e.contains("--trust own"),
+        "{e}"
+    );
+
+    let out = simulate_loading(&mistyped, &save, &more);
+    let e = stderr(&out);
+    assert!(!out.status.success(), "{e}");
+    assert!(
+        e.contains(r#"G.renamed["Entity.hurt"] = "Entity.take_dmg" names Entity.take_dmg, which this version of src/entity.lua does not have (it has Entity.init, Entity.take_damage, Entity.update)"#),
+        "{e}"
+    );
+}
+
+/// Copies the files of folder `from` into `to` (made), folders included.
+fn copy_folder(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_folder(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}

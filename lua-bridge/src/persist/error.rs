@@ -98,6 +98,22 @@ pub enum Accept {
     /// `GameConfig::permanents`), or the load allows it
     /// ([`LoadOptions::allowed_permanents`](super::LoadOptions::allowed_permanents); `--allow-permanent NAME`).
     Permanent(String),
+    /// Declaring what became of the function at this saved place, which this version no
+    /// longer has: its new place if it was renamed (`G.renamed`), its replacement if it was
+    /// removed (`G.removed`; [`LoadOptions::renames`](super::LoadOptions::renames)); or
+    /// trusting the file, which then keeps its saved code ([`Trust::Own`](super::Trust::Own);
+    /// `--trust own`).
+    Rename(String),
+}
+
+impl Accept {
+    /// For [`Accept::Rename`]: the declarations that would accept the saved function at
+    /// `place`, in the game's words.
+    pub fn rename_declarations(place: &str) -> String {
+        format!(
+            "if it was renamed, declare its new name in the game (G.renamed = {{ [{place:?}] = \"its name now\" }}), or if it was removed, the function of this version that replaces it (G.removed = {{ [{place:?}] = \"its replacement\" }})"
+        )
+    }
 }
 
 impl Accept {
@@ -110,6 +126,9 @@ impl Accept {
             Accept::Permanent(name) => format!(
                 "if the file is trusted, load it as your own (eris.settings(\"trust\", \"own\")), or name {name:?} in the perms table you pass"
             ),
+            Accept::Rename(_) => {
+                "if you trust the file, load it as your own (eris.settings(\"trust\", \"own\"))".into()
+            }
         }
     }
 }
@@ -122,6 +141,11 @@ impl std::fmt::Display for Accept {
             Accept::Permanent(name) => write!(
                 f,
                 "if the game's state holds it on purpose, declare it in the game (G.permanents = {{ {name:?} }} in the script's G, or GameConfig::permanents), or allow it for this load (LoadOptions::allowed_permanents)"
+            ),
+            Accept::Rename(place) => write!(
+                f,
+                "{} in the script's G, or LoadOptions::renames; or if you trust the file, load it as your own (Trust::Own: its saved code is kept)",
+                Accept::rename_declarations(place)
             ),
         }
     }

@@ -58,6 +58,7 @@ pub(crate) mod permanents;
 pub(crate) mod place;
 mod protected;
 mod read;
+mod renames;
 mod report;
 mod slots;
 mod vm;
@@ -93,4 +94,5 @@ pub use options::{
     ChunkSources, FunctionBinding, LoadOptions, PersistOptions, Trust, DEFAULT_FOREIGN_DENIED,
     DEFAULT_FOREIGN_HEAP_GROWTH, DEFAULT_INSTRUCTION_BUDGET, DEFAULT_OWN_HEAP_GROWTH,
 };
-pub use report::{LoadReport, SavedFunction};
+pub use renames::{Rename, RenameTo};
+pub use report::{LoadReport, RenamedFunction, SavedFunction};

@@ -172,6 +172,12 @@ pub struct LoadOptions {
     /// the source must refuse what is not the game's (`Game::from_save` reads only files of
     /// the game's folder).
     pub chunk_sources: Option<ChunkSources>,
+    /// Functions an update renamed or removed ([`FunctionBinding::Current`] loads): a saved
+    /// function at a place this version no longer has is bound to the place its declaration
+    /// names, or refused as the declaration says. `Game::from_save` adds the game's own
+    /// (`G.renamed`, `G.removed`). A malformed declaration fails every load. Default: none. See
+    /// "Renamed and removed functions" in `docs/updates.md`.
+    pub renames: Vec<super::renames::Rename>,
 }
 
 /// The host's lookup of chunk sources by name, for [`LoadOptions::chunk_sources`].
@@ -217,6 +223,7 @@ impl LoadOptions {
             functions: FunctionBinding::Saved,
             stand_ins: false,
             chunk_sources: None,
+            renames: Vec::new(),
             denied_permanents: match trust {
                 Trust::Own => Vec::new(),
                 Trust::Foreign => DEFAULT_FOREIGN_DENIED

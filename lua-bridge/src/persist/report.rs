@@ -28,6 +28,32 @@ impl std::fmt::Display for SavedFunction {
     }
 }
 
+/// A saved function bound to this version's function at the place the game declares for it
+/// ([`Rename`](super::Rename): `G.renamed`, `G.removed`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RenamedFunction {
+    /// The saved function, at its saved place (`now`: the line of this version's function).
+    pub saved: SavedFunction,
+    /// The place it is bound to (`Entity.take_damage`).
+    pub to: String,
+    /// Whether the declaration is a removal with a replacement (`G.removed`), not a rename.
+    pub replacement: bool,
+}
+
+impl std::fmt::Display for RenamedFunction {
+    /// `Entity.hurt as Entity.take_damage (src/entity.lua:28)`, `... replaced by ...`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let how = if self.replacement {
+            "replaced by"
+        } else {
+            "as"
+        };
+        let s = &self.saved;
+        let line = s.now.unwrap_or(s.line);
+        write!(f, "{} {how} {} ({}:{line})", s.place, self.to, s.chunk)
+    }
+}
+
 /// What a load did with the functions the save holds (one entry per function, not per
 /// closure).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -54,6 +80,10 @@ pub struct LoadReport {
     /// (`module.path.name (chunk:line)`): a method an update adds. See "Functions new in this
     /// version" in `docs/updates.md`.
     pub added: Vec<String>,
+    /// Functions bound to the place the game declares for them: renamed, or removed with a
+    /// replacement (see "Renamed and removed functions" in `docs/updates.md`). Each is also
+    /// counted as what its code is: unchanged, moved or rebound.
+    pub renamed: Vec<RenamedFunction>,
     /// Functions new in this version not added (the Lua stack could not hold their
     /// upvalues while they were bound).
     pub not_added: Vec<String>,
@@ -89,6 +119,20 @@ impl LoadReport {
                 "{} moved to other lines, code unchanged ({})",
                 self.moved.len(),
                 list(&self.moved)
+            ));
+        }
+        if !self.renamed.is_empty() {
+            let shown: Vec<String> = self.renamed.iter().take(4).map(|f| f.to_string()).collect();
+            let more = self.renamed.len().saturating_sub(4);
+            parts.push(format!(
+                "{} renamed as the game declares ({}{})",
+                self.renamed.len(),
+                shown.join(", "),
+                if more > 0 {
+                    format!(", and {more} more")
+                } else {
+                    String::new()
+                }
             ));
         }
         if !self.kept.is_empty() {

@@ -17,6 +17,7 @@
 //!   take a new synchronous snapshot, and re-apply what is still pending.
 
 mod clock;
+mod declared;
 pub mod digest;
 #[cfg(feature = "ggrs")]
 pub mod ggrs_adapter;
@@ -667,8 +668,10 @@ impl<I> Game<I> {
     /// what was rebound. A function this version no longer has, or a coroutine suspended in
     /// one whose code changed, is refused, naming it; trusting the file
     /// ([`Game::from_save_with`] and `Trust::Own`) keeps their saved code instead. The
-    /// permanents the game declares (`G.permanents`, [`GameConfig::permanents`]) are accepted.
-    /// The chunks of modules the game requires only as it runs (in `G.init`) are compiled
+    /// permanents the game declares (`G.permanents`, [`GameConfig::permanents`]) are accepted,
+    /// and the functions it declares renamed or removed (`G.renamed`, `G.removed`, read from
+    /// this version's script before the load: see [`LoadOptions::renames`](crate::persist::LoadOptions::renames)) are bound as
+    /// declared. The chunks of modules the game requires only as it runs (in `G.init`) are compiled
     /// (not run) as the save names them, from the game's folder ([`GameConfig::folder`])
     /// and nothing else: only the files the save names are read, and a name that is not a
     /// Lua file inside the folder (`../../etc/passwd`, an absolute path, a hidden file) is a
@@ -687,7 +690,7 @@ impl<I> Game<I> {
 
     /// [`Game::from_save`] with the load's options (trust level, budgets, which code the
     /// saved functions run) given; the game's declared permanents are added to
-    /// `opts.allowed_permanents`.
+    /// `opts.allowed_permanents`, its declared renames and removals to `opts.renames`.
     pub fn from_save_with(
         cfg: &GameConfig,
         backend: Backend,
@@ -701,6 +704,8 @@ impl<I> Game<I> {
         }
         opts.allowed_permanents
             .extend(Game::declared_permanents(&vm, cfg)?);
+        opts.renames
+            .extend(declared::declared_renames(&vm)?.map_err(GameError::Config)?);
         let report = vm.load_game_reporting(save, &opts)?;
         let frame = vm.get::<Value>("luasnap_frame")?.as_integer();
         let players = vm.get::<Value>("luasnap_players")?.as_integer();

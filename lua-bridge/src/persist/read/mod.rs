@@ -34,6 +34,7 @@
 //! | `proto.rs`    | prototypes and the chunks they live in                               |
 //! | `generated.rs`| chunks the game made with `load`, compiled from the save's text      |
 //! | `rebind.rs`   | saved functions bound to a newer version of the game's code          |
+//! | `renamed.rs`  | saved functions the game declares renamed or removed                 |
 //! | `resume.rs`   | coroutines suspended in such functions: resumed there, kept or refused |
 //! | `thread.rs`   | coroutines: stacks, frames, to-be-closed variables                   |
 //! | `open.rs`     | open upvalues into loaded coroutines, and their checks               |
@@ -65,6 +66,7 @@ mod meta;
 mod open;
 mod proto;
 mod rebind;
+mod renamed;
 mod resume;
 mod special;
 mod state;

@@ -201,6 +201,10 @@ impl Loader<'_> {
                 file_chunk: c,
                 path: &path,
             };
+            if let Some(p) = self.bind_declared(current, &f, saved)? {
+                self.protos.push(p);
+                return Ok(p);
+            }
             if let Some(p) = self.bind_place(current, f, saved)? {
                 self.protos.push(p);
                 return Ok(p);
@@ -251,7 +255,7 @@ impl Loader<'_> {
             return Err(if self.opts.trust == Trust::Foreign {
                 self.refuse(
                     format!("{what}; its saved code could be kept, but a foreign load takes no code from the file"),
-                    crate::persist::error::Accept::TrustOwn,
+                    crate::persist::error::Accept::Rename(place),
                 )
             } else {
                 self.fail(format!(

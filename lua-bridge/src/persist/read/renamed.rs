@@ -1,0 +1,102 @@
+//! Saved functions the game declares renamed or removed (`persist::renames`): bound to the
+//! declared place of this version as `rebind.rs` binds a function at its own place, or
+//! refused as the declaration says. Nothing here comes from the file but the saved place
+//! the declarations are matched against.
+
+use super::csrc::luasnap_proto_line;
+use super::loader::{Fail, Loader};
+use super::rebind::{shown_chunk, SavedProto};
+use crate::persist::place::display;
+use crate::persist::renames::{applied, RenameTo};
+use crate::persist::report::{RenamedFunction, SavedFunction};
+use std::ffi::c_void;
+
+/// How many of a chunk's places a refused declaration lists.
+const PLACES_SHOWN: usize = 8;
+
+impl Loader<'_> {
+    /// Binds the saved function `f` (of the chunk whose current version is `current`) to the
+    /// place the game declares for it, if a declaration applies: Ok(None) if none does (the
+    /// caller binds it at its own place). A declaration whose place this version lacks, and a
+    /// removal with no replacement, fail the load whatever its trust: the first is the game's
+    /// mistake, the second the game's word that the saved code must not run.
+    pub(super) fn bind_declared(
+        &mut self,
+        current: usize,
+        f: &SavedProto<'_>,
+        saved: Option<*const c_void>,
+    ) -> Result<Option<*const c_void>, Fail> {
+        let Some(a) = applied(&self.opts.renames, f.chunk, f.place) else {
+            return Ok(None);
+        };
+        let (declaration, replacement) = (
+            a.rename.declaration(),
+            matches!(a.rename.to, RenameTo::Replacement(_)),
+        );
+        let saved_fn = SavedFunction {
+            chunk: shown_chunk(f.chunk),
+            place: display(f.place),
+            line: f.line,
+            now: None,
+        };
+        let Some(target) = a.target else {
+            return Err(self.fail(format!(
+                "the save holds the function {saved_fn}, which the game declares removed with no replacement ({declaration}): a save holding it does not load; to load such saves, name the function of this version that replaces it (G.removed[{:?}] = \"its replacement\")",
+                a.rename.from
+            )));
+        };
+        let Some(&p) = self.rb.currents[current].places.get(&target) else {
+            let shown = self.places_like(current, &target);
+            return Err(self.fail(format!(
+                "the game's declaration {declaration} names {}, which this version of {} does not have ({shown}); the save holds the function {saved_fn}: correct the declaration",
+                display(&target),
+                saved_fn.chunk,
+            )));
+        };
+        let proto = SavedProto {
+            hash: f.hash,
+            line: f.line,
+            chunk: f.chunk,
+            place: &target,
+            ups: f.ups.clone(),
+            file_chunk: f.file_chunk,
+            path: f.path,
+        };
+        let bound = self.bind_place(current, proto, saved)?;
+        // SAFETY: p is alive (its chunk's main closure is anchored for the load); reads only.
+        let now = unsafe { luasnap_proto_line(p) }.max(0) as u64;
+        self.rb.report.renamed.push(RenamedFunction {
+            saved: SavedFunction {
+                now: Some(now),
+                ..saved_fn
+            },
+            to: display(&target),
+            replacement,
+        });
+        Ok(bound)
+    }
+
+    /// The places of current chunk `current` that share the first name's table with `place`
+    /// (`Entity.` for `Entity.take_dmg`), or all its top-level ones, for a message.
+    fn places_like(&self, current: usize, place: &[Vec<u8>]) -> String {
+        let first = place.first().map(Vec::as_slice).unwrap_or_default();
+        let table = match first.iter().rposition(|&b| b == b'.') {
+            Some(i) => &first[..=i],
+            None => &[][..],
+        };
+        let mut like: Vec<String> = self.rb.currents[current]
+            .places
+            .keys()
+            .filter(|p| p.len() == 1 && p[0].starts_with(table))
+            .map(|p| display(p))
+            .collect();
+        like.sort();
+        let more = like.len().saturating_sub(PLACES_SHOWN);
+        like.truncate(PLACES_SHOWN);
+        match (like.is_empty(), more) {
+            (true, _) => "it has no function of that name".into(),
+            (false, 0) => format!("it has {}", like.join(", ")),
+            (false, n) => format!("it has {}, and {n} more", like.join(", ")),
+        }
+    }
+}

@@ -1,0 +1,249 @@
+//! Functions an update renamed or removed, as the game declares them: where an update load
+//! ([`FunctionBinding::Current`](super::FunctionBinding::Current)) binds a saved function
+//! whose place this version no longer has. See "Renamed and removed functions" in
+//! `docs/updates.md`.
+//!
+//! A declaration comes from the game (its script's `G.renamed` and `G.removed`, read before
+//! the save is loaded, or [`LoadOptions::renames`](super::LoadOptions::renames)), never from
+//! the save: the file can only hold functions at places, and a declaration says where the
+//! game's *current* code for such a place is. It never takes code from the file: a renamed
+//! function is bound to this version's function at the declared place under the rules that
+//! apply to a function at its own place (unchanged, moved, rebound when its code changed, a
+//! coroutine suspended in it resumes only in the same code).
+//!
+//! A declaration's place covers the functions nested in it: renaming `Entity.hurt` to
+//! `Entity.take_damage` binds a saved `Entity.hurt > (function #1)` to
+//! `Entity.take_damage > (function #1)`. The declaration naming the longest part of a saved
+//! place applies.
+
+/// A function an update renamed or removed, as the game declares it (`G.renamed`,
+/// `G.removed`, [`LoadOptions::renames`](super::LoadOptions::renames)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rename {
+    /// The function's place in the version that wrote the save, as the load report shows
+    /// places (`Entity.hurt`, `G.step > turn`): in any of the game's files that had a
+    /// function there, or in one file only when the place follows its path and a colon
+    /// (`src/entity.lua:Entity.hurt`).
+    pub from: String,
+    /// What a saved function there is bound to now.
+    pub to: RenameTo,
+}
+
+/// What became of a function an update renamed or removed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RenameTo {
+    /// Renamed (`G.renamed`): this version's function at this place of the same file is the
+    /// saved one under another name. Its code is checked as a moved function's is: the same
+    /// code is found as it is, changed code is rebound with the saved upvalues by name.
+    Place(String),
+    /// Removed, its saved references now this version's function at this place of the same
+    /// file (`G.removed = { [from] = "place" }`), bound as a renamed one is (upvalues by
+    /// name; a coroutine suspended in it resumes only in the same code).
+    Replacement(String),
+    /// Removed with no replacement (`G.removed = { [from] = false }`): a save holding it is
+    /// refused under every trust level (the game says its saved code must not run), naming
+    /// the function and this declaration.
+    Removed,
+}
+
+impl Rename {
+    /// `from` was renamed to `to` (a place in the same file).
+    pub fn renamed(from: impl Into<String>, to: impl Into<String>) -> Rename {
+        Rename {
+            from: from.into(),
+            to: RenameTo::Place(to.into()),
+        }
+    }
+
+    /// `from` was removed; saved references to it become this version's function `by` (a
+    /// place in the same file).
+    pub fn replaced(from: impl Into<String>, by: impl Into<String>) -> Rename {
+        Rename {
+            from: from.into(),
+            to: RenameTo::Replacement(by.into()),
+        }
+    }
+
+    /// `from` was removed with no replacement: saves holding it are refused.
+    pub fn removed(from: impl Into<String>) -> Rename {
+        Rename {
+            from: from.into(),
+            to: RenameTo::Removed,
+        }
+    }
+
+    /// The declaration as the game writes it: `G.renamed["Entity.hurt"] = "Entity.take_damage"`.
+    pub fn declaration(&self) -> String {
+        match &self.to {
+            RenameTo::Place(to) => format!("G.renamed[{:?}] = {:?}", self.from, to),
+            RenameTo::Replacement(by) => format!("G.removed[{:?}] = {:?}", self.from, by),
+            RenameTo::Removed => format!("G.removed[{:?}] = false", self.from),
+        }
+    }
+
+    /// The place it binds to, if any.
+    fn to_place(&self) -> Option<&str> {
+        match &self.to {
+            RenameTo::Place(p) | RenameTo::Replacement(p) => Some(p),
+            RenameTo::Removed => None,
+        }
+    }
+}
+
+/// `file:place` split into its file (None: any) and its place.
+fn split_file(s: &str) -> (Option<&str>, &str) {
+    match s.find(".lua:") {
+        Some(i) => (Some(s[..i + 4].trim()), &s[i + 5..]),
+        None => (None, s),
+    }
+}
+
+/// A place as people write it (`G.step > turn`): its names, spaces around them dropped.
+fn names(place: &str) -> Vec<Vec<u8>> {
+    place
+        .split('>')
+        .map(|n| n.trim().as_bytes().to_vec())
+        .collect()
+}
+
+/// Checks the declarations' shapes before a load: each names a place, a rename stays in its
+/// file, a place is declared once, and nothing is renamed to itself. The message names the
+/// declaration.
+pub(crate) fn check(renames: &[Rename]) -> Result<(), String> {
+    let bad =
+        |r: &Rename, why: &str| Err(format!("the game's declaration {} {why}", r.declaration()));
+    for (i, r) in renames.iter().enumerate() {
+        let (_, from) = split_file(&r.from);
+        if names(from).iter().any(Vec::is_empty) {
+            return bad(r, "does not name a saved function's place (such as \"Entity.hurt\" or \"G.step > turn\")");
+        }
+        if let Some(to) = r.to_place() {
+            let (file, place) = split_file(to);
+            if file.is_some() {
+                return bad(r, "names a file for the new place: a renamed function stays in its file (write the new place only)");
+            }
+            if names(place).iter().any(Vec::is_empty) {
+                return bad(
+                    r,
+                    "does not name a place of this version (such as \"Entity.take_damage\")",
+                );
+            }
+            if names(place) == names(from) {
+                return bad(r, "renames a function to its own place");
+            }
+        }
+        if renames[..i].iter().any(|o| o.from.trim() == r.from.trim()) {
+            return bad(r, "declares a place that another declaration declares too");
+        }
+    }
+    Ok(())
+}
+
+/// A declaration that applies to a saved function: the target place (None: removed with no
+/// replacement), and the declaration.
+pub(crate) struct Applied<'a> {
+    pub(crate) target: Option<Vec<Vec<u8>>>,
+    pub(crate) rename: &'a Rename,
+}
+
+/// The declaration that applies to the saved function at `place` in the chunk named `chunk`
+/// (`@src/entity.lua`, or a host's `=game`; not a string given to `load`), if any: of those whose place is `place` or encloses it (and whose
+/// file, if they name one, is the chunk's), the one naming the most of it; the target is
+/// its place followed by the rest of `place`.
+pub(crate) fn applied<'a>(
+    renames: &'a [Rename],
+    chunk: &[u8],
+    place: &[Vec<u8>],
+) -> Option<Applied<'a>> {
+    let file = chunk
+        .strip_prefix(b"@")
+        .or_else(|| chunk.strip_prefix(b"="))?;
+    let mut best: Option<(usize, &Rename)> = None;
+    for r in renames {
+        let (f, from) = split_file(&r.from);
+        if f.is_some_and(|f| f.as_bytes() != file) {
+            continue;
+        }
+        let from = names(from);
+        let n = from.len();
+        if n <= place.len() && place[..n] == from[..] && best.is_none_or(|(m, _)| n > m) {
+            best = Some((n, r));
+        }
+    }
+    let (n, rename) = best?;
+    let target = rename.to_place().map(|to| {
+        let mut t = names(split_file(to).1);
+        t.extend_from_slice(&place[n..]);
+        t
+    });
+    Some(Applied { target, rename })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn place(s: &str) -> Vec<Vec<u8>> {
+        names(s)
+    }
+
+    #[test]
+    fn a_rename_covers_the_functions_nested_in_it_and_the_longest_applies() {
+        let r = [
+            Rename::renamed("Entity.hurt", "Entity.take_damage"),
+            Rename::replaced("Entity.hurt > (function #2)", "Entity.on_hit"),
+        ];
+        let a = applied(&r, b"@src/entity.lua", &place("Entity.hurt")).unwrap();
+        assert_eq!(a.target, Some(place("Entity.take_damage")));
+        let a = applied(
+            &r,
+            b"@src/entity.lua",
+            &place("Entity.hurt > (function #1)"),
+        )
+        .unwrap();
+        assert_eq!(a.target, Some(place("Entity.take_damage > (function #1)")));
+        let a = applied(
+            &r,
+            b"@src/entity.lua",
+            &place("Entity.hurt > (function #2)"),
+        )
+        .unwrap();
+        assert_eq!(a.target, Some(place("Entity.on_hit")));
+        assert!(applied(&r, b"@src/entity.lua", &place("Entity.hurtful")).is_none());
+        assert!(applied(&r, b"@src/entity.lua", &place("Entity")).is_none());
+        // A host's chunk (`=game`) has places; a string given to `load` is not the game's.
+        assert!(applied(&r, b"=game", &place("Entity.hurt")).is_some());
+        assert!(applied(&r, b"return 1", &place("Entity.hurt")).is_none());
+    }
+
+    #[test]
+    fn a_file_in_the_declaration_limits_it_to_that_file() {
+        let r = [Rename::removed("src/entity.lua:Entity.hurt")];
+        let a = applied(&r, b"@src/entity.lua", &place("Entity.hurt")).unwrap();
+        assert_eq!(a.target, None);
+        assert!(applied(&r, b"@src/other.lua", &place("Entity.hurt")).is_none());
+    }
+
+    #[test]
+    fn malformed_declarations_are_named() {
+        let e = check(&[Rename::renamed("Entity.hurt", "src/x.lua:Entity.x")]).unwrap_err();
+        assert!(
+            e.contains("G.renamed[\"Entity.hurt\"]") && e.contains("stays in its file"),
+            "{e}"
+        );
+        let e = check(&[Rename::renamed("", "Entity.x")]).unwrap_err();
+        assert!(e.contains("does not name a saved function's place"), "{e}");
+        let e = check(&[Rename::replaced("A.f", "A.f")]).unwrap_err();
+        assert!(e.contains("to its own place"), "{e}");
+        let e = check(&[Rename::renamed("A.f", "A.g"), Rename::removed("A.f")]).unwrap_err();
+        assert!(
+            e.contains("G.removed[\"A.f\"] = false") && e.contains("declares too"),
+            "{e}"
+        );
+        check(&[
+            Rename::renamed("A.f", "A.g > h"),
+            Rename::removed("src/a.lua:B.f"),
+        ])
+        .unwrap();
+    }
+}
