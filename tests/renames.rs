@@ -141,6 +141,26 @@ fn a_renamed_function_that_only_moved_is_moved_and_its_nested_functions_follow()
     )
     .unwrap();
     assert_eq!(int(&c, "return saved.times3(5)"), 16);
+    // No nested function there any more: missing, as at its own place (own trust keeps its
+    // saved code, foreign refuses naming the declaration that would bind it), and a
+    // declaration of its own binds it.
+    let v4 = "function triple(n) return 3 * n end\nfunction build(k) return k end";
+    let renames = [Rename::renamed("make", "build")];
+    let e = load_into(v4, &file, Trust::Foreign, &renames).unwrap_err();
+    assert!(
+        matches!(&e, LoadError::Refused { accept: Accept::Rename(p), .. } if p == "make > (function #1)"),
+        "{e}"
+    );
+    assert!(e.to_string().contains("nested in a function the game declares renamed (G.renamed[\"make\"] = \"build\"), and this version has no function at build > (function #1)"), "{e}");
+    let (d, report) = load_into(v4, &file, Trust::Own, &renames).unwrap();
+    assert_eq!(int(&d, "return saved.times3(5)"), 15);
+    assert_eq!(report.missing.len(), 1, "{}", report.summary());
+    let renames = [
+        Rename::renamed("make", "build"),
+        Rename::replaced("make > (function #1)", "triple"),
+    ];
+    let (e, _) = load_into(v4, &file, Trust::Foreign, &renames).unwrap();
+    assert_eq!(int(&e, "return saved.times3(5)"), 15);
 }
 
 #[test]

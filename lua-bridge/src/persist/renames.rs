@@ -144,6 +144,8 @@ pub(crate) fn check(renames: &[Rename]) -> Result<(), String> {
 pub(crate) struct Applied<'a> {
     pub(crate) target: Option<Vec<Vec<u8>>>,
     pub(crate) rename: &'a Rename,
+    /// Whether the saved function is nested in the declared one (not the declared one).
+    pub(crate) nested: bool,
 }
 
 /// The declaration that applies to the saved function at `place` in the chunk named `chunk`
@@ -176,7 +178,11 @@ pub(crate) fn applied<'a>(
         t.extend_from_slice(&place[n..]);
         t
     });
-    Some(Applied { target, rename })
+    Some(Applied {
+        target,
+        rename,
+        nested: n < place.len(),
+    })
 }
 
 #[cfg(test)]

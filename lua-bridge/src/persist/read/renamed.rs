@@ -6,6 +6,8 @@
 use super::csrc::luasnap_proto_line;
 use super::loader::{Fail, Loader};
 use super::rebind::{shown_chunk, SavedProto};
+use crate::persist::error::Accept;
+use crate::persist::options::Trust;
 use crate::persist::place::display;
 use crate::persist::renames::{applied, RenameTo};
 use crate::persist::report::{RenamedFunction, SavedFunction};
@@ -46,6 +48,9 @@ impl Loader<'_> {
             )));
         };
         let Some(&p) = self.rb.currents[current].places.get(&target) else {
+            if a.nested {
+                return self.nested_missing(saved_fn, &declaration, &target, saved);
+            }
             let shown = self.places_like(current, &target);
             return Err(self.fail(format!(
                 "the game's declaration {declaration} names {}, which this version of {} does not have ({shown}); the save holds the function {saved_fn}: correct the declaration",
@@ -74,6 +79,36 @@ impl Loader<'_> {
             replacement,
         });
         Ok(bound)
+    }
+
+    /// A saved function nested in one the game declares renamed, which this version's
+    /// function at the declared place does not have at `target`: missing, as a function at
+    /// its own place would be (its saved code kept by an own load, a foreign load refused),
+    /// and a declaration of its own binds it.
+    fn nested_missing(
+        &mut self,
+        saved_fn: SavedFunction,
+        declaration: &str,
+        target: &[Vec<u8>],
+        saved: Option<*const c_void>,
+    ) -> Result<Option<*const c_void>, Fail> {
+        let what = format!(
+            "the save holds the function {saved_fn}, nested in a function the game declares renamed ({declaration}), and this version has no function at {}",
+            display(target)
+        );
+        match saved {
+            Some(p) => {
+                self.rb.report.missing.push(saved_fn);
+                Ok(Some(p))
+            }
+            None if self.opts.trust == Trust::Foreign => Err(self.refuse(
+                format!("{what}; its saved code could be kept, but a foreign load takes no code from the file"),
+                Accept::Rename(saved_fn.place),
+            )),
+            None => Err(self.fail(format!(
+                "{what}, and the save-game carries no code to keep it with"
+            ))),
+        }
     }
 
     /// The places of current chunk `current` that share the first name's table with `place`
