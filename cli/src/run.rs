@@ -22,7 +22,7 @@ const VERSION: &str = "Lua 5.5.1  Copyright (C) 1994-2026 Lua.org, PUC-Rio";
 #[command(disable_help_flag = true)]
 pub struct RunArgs {
     /// `[--memory-limit SIZE] [--capacity SIZE] [--deterministic SEED] [--base-address ADDR]
-    /// [--digest]` then lua's options (`-e stat`, `-i`, `-l mod`, `-l g=mod`, `-v`, `-E`, `-W`,
+    /// [--digest] [--fresh-keys]` then lua's options (`-e stat`, `-i`, `-l mod`, `-l g=mod`, `-v`, `-E`, `-W`,
     /// `--`, `-`) and `[script [args]]`
     #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0..)]
     pub args: Vec<String>,
@@ -36,6 +36,7 @@ struct Own {
     deterministic: Option<u64>,
     base_address: Option<usize>,
     digest: bool,
+    fresh_keys: bool,
 }
 
 /// An action of the command line, in order.
@@ -125,6 +126,7 @@ fn parse(argv: &[String], first: usize) -> Result<Parsed, ParseError> {
                     p.own.base_address = Some(parse_address(&v).map_err(ParseError::Own)?);
                 }
                 "digest" if inline.is_none() => p.own.digest = true,
+                "fresh-keys" if inline.is_none() => p.own.fresh_keys = true,
                 "help" => return Err(ParseError::Usage(a.to_string())),
                 _ => return Err(ParseError::Usage(a.to_string())),
             }
@@ -191,7 +193,9 @@ luasnap options (before lua's):
                         4G with --deterministic); the same error when the heap reaches it
   --deterministic SEED  the deterministic profile (no io/os, seeded math.random)
   --base-address ADDR   place the arena at this address (hex with 0x)
-  --digest              print the arena and value digests to stderr at the end"
+  --digest              print the arena and value digests to stderr at the end
+  --fresh-keys          a removed table key set again is inserted anew (Lua patch 11), as in
+                        the deterministic profile: to run a test suite under that rule"
     );
 }
 
@@ -364,6 +368,9 @@ fn builder(own: &Own) -> VmBuilder {
     }
     if let Some(base) = own.base_address {
         b = b.base_address(base);
+    }
+    if own.fresh_keys {
+        b = b.fresh_keys(true);
     }
     b
 }

@@ -37,6 +37,19 @@ int luasnap_gc_quiet(lua_State *L, int on) {
   return old;
 }
 
+/* Makes (on > 0) a removed collectable key that is set again take a new node (Lua patch 11,
+** 'luaH_finishset' in ltable.c) or reuse its old one as stock Lua does while the collector has
+** not marked it dead (on == 0), or only asks (on < 0); returns whether it was on. The
+** deterministic profile's, so that where an entry lands, and the order 'next' gives, does not
+** depend on when the collector ran (a load's heap has another schedule). Invariant kept: the
+** flag only changes how a set that is about to store into such a node proceeds, so changing it
+** between two calls leaves every table valid. */
+int luasnap_fresh_keys(lua_State *L, int on) {
+  int old = G(L)->freshkeys;
+  if (on >= 0) G(L)->freshkeys = on ? 1 : 0;
+  return old;
+}
+
 /* A full collection that is not a point: quiet if the state is (unlike lua_gc LUA_GCCOLLECT,
 ** which clears the flag while it runs). For the host's housekeeping (after a game's init, after
 ** a load), which a process that continues a game from a save does at other moments than the

@@ -346,6 +346,8 @@ typedef struct global_State {
   lu_byte gcemergency;  /* true if this is an emergency collection */
   lu_byte gcquiet;  /* luasnap patch: collections free only what no program can
                     ** observe, except a full collection asked for (see 'gcisquiet') */
+  lu_byte freshkeys;  /* luasnap patch: a removed collectable key set again takes a
+                      ** new node, whatever the collector did (see 'luaH_finishset') */
   GCObject *allgc;  /* list of all collectable objects */
   GCObject **sweepgc;  /* current position of sweep in list */
   GCObject *finobj;  /* list of collectable objects with finalizers */

@@ -1206,6 +1206,24 @@ int luaH_pset (Table *t, const TValue *key, TValue *val) {
 void luaH_finishset (lua_State *L, Table *t, const TValue *key,
                                     TValue *value, int hres) {
   lua_assert(hres != HOK);
+  if (hres >= HFIRSTNODE && G(L)->freshkeys) {
+    /* luasnap patch (see LUASNAP-PATCHES.md): a node answered for a set holds 'key' with
+    ** an empty value (the entry was removed): 'retpsetcode' names a node only for a nil
+    ** slot its lookup found by key. Stock Lua stores the value back into that node, but
+    ** only while the collector has not yet marked a collectable key dead ('clearkey'),
+    ** and when it does depends on the collector's schedule. Here such a key is marked
+    ** dead now and inserted as a new key, as it would be after the mark, so where the
+    ** entry lands (and 'next' order) does not depend on when the collector ran. A key in
+    ** its main position stays: 'luaH_newkey' would put it back in that same empty node,
+    ** links untouched, so storing the value there is the same (and is the common case:
+    ** 'obj.field = nil' then 'obj.field = v'). */
+    Node *n = gnode(t, hres - HFIRSTNODE);
+    lua_assert(isempty(gval(n)));
+    if (keyiscollectable(n) && mainpositionfromnode(t, n) != n) {
+      setdeadkey(n);
+      hres = HNOTFOUND;
+    }
+  }
   if (hres == HNOTFOUND) {
     TValue aux;
     const TValue *actk = key;  /* actual key to insert */

@@ -6,7 +6,8 @@ use crate::bridge::error::{LuaErrorKind, NativeError, VmError};
 use crate::bridge::ffi::{self as raw, LuaFailure, UserDataType};
 use crate::bridge::helpers::{
     luasnap_chunks_install, luasnap_clear_dead_stack, luasnap_det_randomseed, luasnap_det_sort,
-    luasnap_gc_full_quiet, luasnap_gc_quiet, luasnap_key_counter, luasnap_strtab_longest_chain,
+    luasnap_fresh_keys, luasnap_gc_full_quiet, luasnap_gc_quiet, luasnap_key_counter,
+    luasnap_strtab_longest_chain,
 };
 use crate::bridge::modules::{self, Module, ModuleState};
 use crate::bridge::natives::{self, Call, NativeFn, NativeState};
@@ -118,6 +119,7 @@ pub struct VmBuilder {
     ring: RingConfig,
     gc: Option<GcMode>,
     quiet: Option<bool>,
+    fresh_keys: Option<bool>,
     natives: Vec<PendingNative>,
     userdata: Vec<PendingUserData>,
     extensions: Vec<Extension>,
@@ -140,6 +142,7 @@ impl VmBuilder {
             },
             gc: None,
             quiet: None,
+            fresh_keys: None,
             natives: Vec::new(),
             userdata: Vec::new(),
             extensions: Vec::new(),
@@ -257,6 +260,18 @@ impl VmBuilder {
         self
     }
 
+    /// Whether a table entry that was removed and is set again with the same collectable key
+    /// (a table, function, userdata, thread or string) is inserted anew, as it is once the
+    /// collector has marked the old key dead, rather than stored back into its old node, as
+    /// stock Lua does until then: so where the entry lands, and the order `pairs` gives, does
+    /// not depend on when the collector ran (Lua patch 11, `docs/determinism.md`). Default: on
+    /// in the deterministic profile, off in the standard one. Off in the deterministic profile
+    /// is for measuring what it costs: `pairs` order can then differ after a load.
+    pub fn fresh_keys(mut self, on: bool) -> Self {
+        self.fresh_keys = Some(on);
+        self
+    }
+
     /// Registers a native: a Rust function Lua sees at the dotted global path `name` (tables
     /// on the way are created). Arguments are read from the [`Call`] (typed with
     /// [`Call::get`]), results added with [`Call::ret`], and Lua functions passed in can be
@@ -350,6 +365,11 @@ impl VmBuilder {
             // history picks (a load's heap has another): see `Vm::gc_collect`.
             // SAFETY: sets a flag of a fresh state; no collection is running.
             unsafe { luasnap_gc_quiet(L, 1) };
+        }
+        if self.fresh_keys.unwrap_or(deterministic) {
+            // Where a removed key set again lands does not follow the collector's schedule.
+            // SAFETY: sets a flag of a fresh state; no table operation is running.
+            unsafe { luasnap_fresh_keys(L, 1) };
         }
         let ring = match SnapshotRing::new(&mut arena, self.ring) {
             Ok(r) => r,
