@@ -354,6 +354,17 @@ fn simulate_checks_g_digest_at_the_start_and_the_end() {
     );
     let err = run("return math.random(1000)").unwrap_err().to_string();
     assert!(err.contains("changed the game's state"), "{err}");
+    // Keying an object for the first time numbers it: no value changes, but the numbering
+    // orders pairs() for good, so peers that take digests at other frames part (an outside
+    // tester's p2p game desynced this way while simulate matched).
+    let err = run("local seen = {} seen[G] = true return G.n")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("G.digest() at frame 0 made 1 object(s) table keys for the first time"),
+        "{err}"
+    );
+    run("local seen = {} seen[G.n] = true return G.n").unwrap();
     run("local c = {} for k, v in pairs(G) do c[#c + 1] = tostring(k) end table.sort(c) return #c")
         .unwrap();
     let err = run("error('no digest today')").unwrap_err().to_string();

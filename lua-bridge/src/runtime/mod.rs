@@ -186,6 +186,21 @@ pub enum GameError {
         /// Lua's error with its traceback (in the message, not the `source()`).
         error: VmError,
     },
+    /// `G.digest()` used objects as table keys for the first time: they took identities, which
+    /// are game state, so two peers that call it at other frames part.
+    #[error(
+        "G.digest() at frame {frame} made {objects} object(s) table keys for the first time \
+         (`seen[entity] = true`, or a table, function or coroutine it made): an object's first \
+         use as a key numbers it, and the numbering is part of the game's state (pairs() order), \
+         so peers that take digests at other frames part. Key by a number or string instead \
+         (`seen[e.id]`), or let G.init or G.step key those objects first (docs/determinism.md)"
+    )]
+    DigestKeyed {
+        /// The frame count when it was called.
+        frame: u64,
+        /// How many identities it gave.
+        objects: u32,
+    },
     /// The game script does not compile.
     #[error("the game script has a syntax error: {message}")]
     Syntax {
@@ -934,6 +949,7 @@ impl<I> Game<I> {
         if !self.has_digest {
             return Ok(None);
         }
+        let identities = self.vm.key_identities();
         let v = self
             .vm
             .call::<Value>("luasnap_game.digest", ())
@@ -941,6 +957,13 @@ impl<I> Game<I> {
                 frame: self.frame,
                 error,
             })?;
+        let given = self.vm.key_identities().wrapping_sub(identities);
+        if given != 0 {
+            return Err(GameError::DigestKeyed {
+                frame: self.frame,
+                objects: given,
+            });
+        }
         match v {
             Value::Integer(i) => Ok(Some(i)),
             Value::String(s) => Ok(Some(xxhash_rust::xxh3::xxh3_64(&s) as i64)),
