@@ -3,7 +3,8 @@
 //! `cargo run --release -p luasnap-bridge --example frame_census -- GAME.lua [FRAMES] [WARM]`
 //!
 //! Runs the game (2 players, seed 7) as the runtime does (Lua's generational collector,
-//! automatic; a folder game bundled first, see `benches/README.md`), with the tracker always
+//! automatic, quiet; minor collections after `MINORMUL` percent of growth when that variable is
+//! set, Lua's default otherwise; a folder game bundled first, see `benches/README.md`), with the tracker always
 //! armed, and snapshots after each of FRAMES frames (default 40, after WARM, default 40). Each
 //! page the frame wrote is put in one class by comparing its blocks before and after:
 //! - *collector only*: the only changed blocks are table headers (48-byte blocks tagged as
@@ -33,7 +34,14 @@ fn build(script: &str) -> Vm {
         .capacity(2 << 30)
         .deterministic(7)
         .full_copy_above(1.0)
-        .gc(GcMode::GENERATIONAL)
+        .quiet_collections(true)
+        .gc(GcMode::Generational {
+            minor_multiplier: std::env::var("MINORMUL")
+                .ok()
+                .map(|s| s.parse().expect("MINORMUL")),
+            major_minor: None,
+            minor_major: None,
+        })
         .build()
         .expect("vm");
     {

@@ -262,6 +262,157 @@ void luaC_barrier_ (lua_State *L, GCObject *o, GCObject *v) {
 
 
 /*
+** {======================================================
+** luasnap patch: the remembered set of minor mode
+** =======================================================
+**
+** In stock Lua's generational mode, an old table that gets a white value
+** (the game's 'e.pos = {x, y}') is painted gray, linked into 'grayagain'
+** and aged TOUCHED1 by the barrier, made black and TOUCHED2 by the next
+** young collection and OLD by the one after: its header ('marked',
+** 'gclist') is written two or three times, usually on a page nothing
+** else of the frame writes, and a table the game writes every frame has
+** its header written every frame, though its bytes end as they were.
+** Snapshots copy every page written (docs/gc.md, issue 24). Here such a
+** table stays black and OLD, and the barrier records it instead in a
+** buffer of the collector's own ('g->rem'): the next two young
+** collections traverse it from there ('markremembered'), as they would have traversed it from
+** 'grayagain' as TOUCHED1 and TOUCHED2. So the same objects are marked,
+** and freed, at the same collections as in stock Lua; only where the
+** collector keeps its note differs.
+**
+** Invariants:
+** - only tables of age OLD (black: an old object outside every gray
+**   list) are recorded, and only in minor mode ('gckind' KGC_GENMINOR);
+** - an entry stays valid until the collection after next: OLD objects
+**   are freed only by a major collection, and every way out of minor
+**   mode ('minor2inc': major collections, full collections, mode
+**   changes, 'lua_close') empties the set first;
+** - entries of the current cycle follow those of the previous one
+**   ('rem.prev' of them); a collection traverses both, then keeps only
+**   the current cycle's, as the previous one;
+** - neither the buffer nor the fields of 'g->rem' are Lua memory: the
+**   buffer is taken from and given back to the allocator directly, and
+**   the state counts as stock Lua's size ('gstatebytes'), so the
+**   collector's debt and schedule are stock Lua's to the byte. When it cannot grow (REMMAX, or no memory) the barrier
+**   takes stock Lua's path, and a recorded table touched that way is left
+**   to 'grayagain' by 'markremembered' (its age is no longer OLD);
+** - a filter of REMFILTER slots before the entries holds the tables
+**   recorded in this cycle, by address, so that a table the game writes
+**   many white values into is recorded about once per cycle (a table
+**   recorded twice is traversed twice: the same marks).
+*/
+
+#define REMFILTER	256  /* slots of the filter (a power of 2) */
+#define REMFIRST	1024  /* entries in the first buffer */
+#define REMMAX		(1u << 17)  /* entries at most (1 MiB of buffer) */
+
+#define remfilter(o)	((cast_sizet(o) >> 4) & (REMFILTER - 1))
+#define rementries(g)	((g)->rem.buf + REMFILTER)
+#define rembytes(cap)	((REMFILTER + cast_sizet(cap)) * sizeof(GCObject *))
+
+
+static int getmode (global_State *g, Table *h);
+static void traversestrongtable (global_State *g, Table *h);
+
+
+/*
+** Make room for one more entry; 0 when it cannot.
+*/
+static int remgrow (global_State *g) {
+  unsigned int ncap = (g->rem.cap == 0) ? REMFIRST : g->rem.cap * 2;
+  GCObject **nb;
+  if (ncap > REMMAX)
+    return 0;
+  nb = cast(GCObject **, (*g->frealloc)(g->ud, NULL, 0, rembytes(ncap)));
+  if (nb == NULL)
+    return 0;
+  if (g->rem.buf == NULL)
+    memset(nb, 0, rembytes(0));  /* an empty filter */
+  else {  /* filter and entries move to the new buffer */
+    memcpy(nb, g->rem.buf, rembytes(g->rem.n));
+    (*g->frealloc)(g->ud, g->rem.buf, rembytes(g->rem.cap), 0);
+  }
+  g->rem.buf = nb;
+  g->rem.cap = ncap;
+  return 1;
+}
+
+
+/*
+** Record the old table 'o' in this cycle's set; 0 when the set is full.
+*/
+static int remember (global_State *g, GCObject *o) {
+  GCObject **slot;
+  lua_assert(g->gckind == KGC_GENMINOR && o->tt == LUA_VTABLE);
+  lua_assert(getage(o) == G_OLD && isblack(o));
+  if (g->rem.buf != NULL && g->rem.buf[remfilter(o)] == o)
+    return 1;  /* already recorded in this cycle */
+  if (g->rem.n == g->rem.cap && !remgrow(g))
+    return 0;
+  slot = &g->rem.buf[remfilter(o)];
+  *slot = o;
+  rementries(g)[g->rem.n++] = o;
+  return 1;
+}
+
+
+/*
+** At a young collection, before 'atomic': traverse the tables recorded
+** in this cycle and the previous one. A table no longer OLD was touched
+** by stock Lua's barrier since, and is in 'grayagain'. A weak table (in
+** a collection that is not quiet) is handed to 'grayagain' as stock
+** Lua's barrier would have, so that 'atomic' puts it in its weak list.
+*/
+static void markremembered (global_State *g) {
+  GCObject **e;
+  unsigned int i;
+  if (g->rem.buf == NULL)
+    return;  /* nothing recorded yet */
+  e = rementries(g);
+  for (i = 0; i < g->rem.n; i++) {
+    GCObject *o = e[i];
+    if (getage(o) != G_OLD)
+      continue;  /* in 'grayagain' (see above) */
+    lua_assert(isblack(o));
+    if (!gcisquiet(g) && getmode(g, gco2t(o)) != 0) {
+      linkobjgclist(o, g->grayagain);
+      setage(o, G_TOUCHED1);
+    }
+    else {
+      markobjectN(g, gco2t(o)->metatable);
+      traversestrongtable(g, gco2t(o));
+    }
+  }
+  /* this cycle's entries become the previous cycle's */
+  memmove(e, e + g->rem.prev, (g->rem.n - g->rem.prev) * sizeof(GCObject *));
+  g->rem.n -= g->rem.prev;
+  g->rem.prev = g->rem.n;
+  memset(g->rem.buf, 0, rembytes(0));  /* empty filter */
+}
+
+
+/*
+** Forget every entry (leaving minor mode).
+*/
+static void remclear (global_State *g) {
+  g->rem.n = g->rem.prev = 0;
+  if (g->rem.buf != NULL)
+    memset(g->rem.buf, 0, rembytes(0));
+}
+
+
+void luaC_freeremset (global_State *g) {
+  if (g->rem.buf != NULL)
+    (*g->frealloc)(g->ud, g->rem.buf, rembytes(g->rem.cap), 0);
+  g->rem.buf = NULL;
+  g->rem.cap = g->rem.n = g->rem.prev = 0;
+}
+
+/* }====================================================== */
+
+
+/*
 ** barrier that moves collector backward, that is, mark the black object
 ** pointing to a white object as gray again.
 */
@@ -270,6 +421,10 @@ void luaC_barrierback_ (lua_State *L, GCObject *o) {
   lua_assert(isblack(o) && !isdead(g, o));
   lua_assert((g->gckind != KGC_GENMINOR)
           || (isold(o) && getage(o) != G_TOUCHED1));
+  /* luasnap patch: an OLD table in minor mode goes to the remembered set */
+  if (g->gckind == KGC_GENMINOR && o->tt == LUA_VTABLE &&
+      getage(o) == G_OLD && remember(g, o))
+    return;
   if (getage(o) == G_TOUCHED2)  /* already in gray list? */
     set2gray(o);  /* make it gray to become touched1 */
   else  /* link it in 'grayagain' and paint it gray */
@@ -1369,6 +1524,7 @@ static void finishgencycle (lua_State *L, global_State *g) {
 ** in generational mode.
 */
 static void minor2inc (lua_State *L, global_State *g, lu_byte kind) {
+  remclear(g);  /* luasnap patch: a major cycle traverses every object */
   g->GCmajorminor = g->GCmarked;  /* number of live bytes */
   g->gckind = kind;
   g->reallyold = g->old1 = g->survival = NULL;
@@ -1409,6 +1565,7 @@ static void youngcollection (lua_State *L, global_State *g) {
   }
   markold(g, g->finobj, g->finobjrold);
   markold(g, g->tobefnz, NULL);
+  markremembered(g);  /* luasnap patch: old tables the barrier recorded */
 
   atomic(L);  /* will lose 'g->marked' */
 

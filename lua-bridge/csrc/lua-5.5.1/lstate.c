@@ -271,8 +271,9 @@ static void close_state (lua_State *L) {
     luai_userstateclose(L);
   }
   luaM_freearray(L, G(L)->strt.hash, cast_sizet(G(L)->strt.size));
+  luaC_freeremset(g);  /* luasnap patch */
   freestack(L);
-  lua_assert(gettotalbytes(g) == sizeof(global_State));
+  lua_assert(gettotalbytes(g) == gstatebytes);  /* luasnap patch: was sizeof */
   (*g->frealloc)(g->ud, g, sizeof(global_State), 0);  /* free main block */
 }
 
@@ -378,7 +379,9 @@ LUA_API lua_State *lua_newstate (lua_Alloc f, void *ud, unsigned seed) {
   g->gray = g->grayagain = NULL;
   g->weak = g->ephemeron = g->allweak = NULL;
   g->twups = NULL;
-  g->GCtotalbytes = sizeof(global_State);
+  g->rem.buf = NULL;  /* luasnap patch: the remembered set is made at its first use */
+  g->rem.cap = g->rem.n = g->rem.prev = 0;
+  g->GCtotalbytes = gstatebytes;  /* luasnap patch: was sizeof(global_State) */
   g->GCmarked = 0;
   g->GCdebt = 0;
   setivalue(&g->nilvalue, 0);  /* to signal that state is not yet built */

@@ -323,6 +323,17 @@ typedef struct LX {
 
 
 /*
+** luasnap patch: the remembered set of minor mode (see 'remember' in lgc.c)
+*/
+typedef struct RemSet {
+  GCObject **buf;  /* a filter of REMFILTER slots, then the entries */
+  unsigned int cap;  /* entries 'buf' has room for */
+  unsigned int n;  /* entries in 'buf' */
+  unsigned int prev;  /* of those, the previous cycle's (the first ones) */
+} RemSet;
+
+
+/*
 ** 'global state', shared by all threads of this state
 */
 typedef struct global_State {
@@ -366,6 +377,7 @@ typedef struct global_State {
   GCObject *finobjsur;  /* list of survival objects with finalizers */
   GCObject *finobjold1;  /* list of old1 objects with finalizers */
   GCObject *finobjrold;  /* list of really old objects with finalizers */
+  RemSet rem;  /* luasnap patch: old tables touched in minor mode (see 'remember') */
   struct lua_State *twups;  /* list of threads with open upvalues */
   lua_CFunction panic;  /* to be called in unprotected errors */
   TString *memerrmsg;  /* message for memory-allocation errors */
@@ -376,6 +388,15 @@ typedef struct global_State {
   void *ud_warn;         /* auxiliary data to 'warnf' */
   LX mainth;  /* main thread of this state */
 } global_State;
+
+
+/*
+** luasnap patch: the bytes of the state counted as Lua memory, stock Lua's
+** 'global_State': the remembered set's fields (between pointers, so they
+** add exactly their size) are not counted, as its buffer is not, so the
+** collector's schedule is stock Lua's to the byte.
+*/
+#define gstatebytes	(sizeof(global_State) - sizeof(RemSet))
 
 
 #define G(L)	(L->l_G)
