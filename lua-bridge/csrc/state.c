@@ -50,6 +50,13 @@ int luasnap_fresh_keys(lua_State *L, int on) {
   return old;
 }
 
+/* The bytes of the arena the collector keeps outside Lua's count (LUA_GCCOUNT): the
+** remembered set of minor mode (Lua patch 12), its fields in global_State and its buffer,
+** which Lua leaves uncounted so that its collector's schedule is stock Lua's. Reads only. */
+size_t luasnap_gc_uncounted(lua_State *L) {
+  return luaC_remsetbytes(G(L));
+}
+
 /* A full collection that is not a point: quiet if the state is (unlike lua_gc LUA_GCCOLLECT,
 ** which clears the flag while it runs). For the host's housekeeping (after a game's init, after
 ** a load), which a process that continues a game from a save does at other moments than the

@@ -402,6 +402,15 @@ static void remclear (global_State *g) {
 }
 
 
+/*
+** The bytes of the allocator's memory the set takes outside Lua's count
+** ('gstatebytes'): its fields in 'global_State' and its buffer.
+*/
+size_t luaC_remsetbytes (global_State *g) {
+  return sizeof(RemSet) + ((g->rem.buf != NULL) ? rembytes(g->rem.cap) : 0);
+}
+
+
 void luaC_freeremset (global_State *g) {
   if (g->rem.buf != NULL)
     (*g->frealloc)(g->ud, g->rem.buf, rembytes(g->rem.cap), 0);

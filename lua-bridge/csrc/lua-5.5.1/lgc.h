@@ -275,6 +275,7 @@ LUAI_FUNC GCObject *luaC_newobjdt (lua_State *L, lu_byte tt, size_t sz,
 LUAI_FUNC void luaC_barrier_ (lua_State *L, GCObject *o, GCObject *v);
 LUAI_FUNC void luaC_barrierback_ (lua_State *L, GCObject *o);
 LUAI_FUNC void luaC_freeremset (global_State *g);  /* luasnap patch */
+LUAI_FUNC size_t luaC_remsetbytes (global_State *g);  /* luasnap patch */
 LUAI_FUNC void luaC_checkfinalizer (lua_State *L, GCObject *o, Table *mt);
 /* luasnap patch (see LUASNAP-PATCHES.md): 'luaC_checkfinalizer' for the objects made since
 ** 'last', in one walk; and whether a finalizer runs with hooks allowed (csrc/budget.c). */

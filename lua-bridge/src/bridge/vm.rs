@@ -6,8 +6,8 @@ use crate::bridge::error::{LuaErrorKind, NativeError, VmError};
 use crate::bridge::ffi::{self as raw, LuaFailure, UserDataType};
 use crate::bridge::helpers::{
     luasnap_chunks_install, luasnap_clear_dead_stack, luasnap_det_randomseed, luasnap_det_sort,
-    luasnap_fresh_keys, luasnap_gc_full_quiet, luasnap_gc_quiet, luasnap_key_counter,
-    luasnap_strtab_longest_chain,
+    luasnap_fresh_keys, luasnap_gc_full_quiet, luasnap_gc_quiet, luasnap_gc_uncounted,
+    luasnap_key_counter, luasnap_strtab_longest_chain,
 };
 use crate::bridge::modules::{self, Module, ModuleState};
 use crate::bridge::natives::{self, Call, NativeFn, NativeState};
@@ -1240,6 +1240,15 @@ impl Vm {
             let b = ffi::lua_gc(self.L(), ffi::LUA_GCCOUNTB) as usize;
             kb * 1024 + b
         }
+    }
+
+    /// Bytes of the arena the collector keeps for its own bookkeeping outside
+    /// [`lua_memory`](Vm::lua_memory): the remembered set of generational mode (Lua patch 12),
+    /// which Lua does not count so that its collector runs on stock Lua's schedule.
+    /// `lua_memory() + collector_bookkeeping_bytes()` is what Lua holds in the arena.
+    pub fn collector_bookkeeping_bytes(&self) -> usize {
+        // SAFETY: reads two fields of the state's global_State; no Lua call.
+        unsafe { luasnap_gc_uncounted(self.L()) }
     }
 
     /// The profile this VM was built with.
