@@ -1216,10 +1216,15 @@ void luaH_finishset (lua_State *L, Table *t, const TValue *key,
     ** entry lands (and 'next' order) does not depend on when the collector ran. A key in
     ** its main position stays: 'luaH_newkey' would put it back in that same empty node,
     ** links untouched, so storing the value there is the same (and is the common case:
-    ** 'obj.field = nil' then 'obj.field = v'). */
+    ** 'obj.field = nil' then 'obj.field = v'). Light C functions and light userdata are
+    ** never marked dead by the collector, but a save-game writes their removed entries as
+    ** dead keys (it does not carry them), so they are handled alike: the order after a load
+    ** is the straight run's. Numbers and booleans keep their node (a save carries them). */
     Node *n = gnode(t, hres - HFIRSTNODE);
+    int tt = keytt(n);
     lua_assert(isempty(gval(n)));
-    if (keyiscollectable(n) && mainpositionfromnode(t, n) != n) {
+    if ((keyiscollectable(n) || tt == LUA_VLCF || tt == LUA_VLIGHTUSERDATA)
+        && mainpositionfromnode(t, n) != n) {
       setdeadkey(n);
       hres = HNOTFOUND;
     }
