@@ -360,6 +360,10 @@ return G
             ("G.renamed = { ['W.hurt'] = W.take_damage }", "G.renamed[\"W.hurt\"] must be the place of the function in this version"),
             ("G.removed = { ['W.hurt'] = true }", "G.removed[\"W.hurt\"] must be the place of the function of this version that replaces it"),
             ("G.renamed = { ['W.hurt'] = 'W.take_damage' } G.removed = { ['W.hurt'] = false }", "declares a place that another declaration declares too"),
+            (
+                "G.renamed = { ['W.hurt'] = 'main.lua:W.take_damage' }",
+                "a renamed function stays in its file",
+            ),
         ] {
             let script = V2.replace("\nreturn G", &format!("\n{decl}\nreturn G"));
             let e = Game::<u8>::from_save(&config(&script), Backend::ArenaFull, &save).unwrap_err();

@@ -58,7 +58,7 @@ pub(crate) mod permanents;
 pub(crate) mod place;
 mod protected;
 mod read;
-mod renames;
+pub(crate) mod renames;
 mod report;
 mod slots;
 mod vm;

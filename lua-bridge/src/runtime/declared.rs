@@ -44,7 +44,8 @@ return table.unpack(out)
 "#;
 
 /// The game's declared renames and removals, in the order of their saved places, or what is
-/// wrong with them (in the game's words).
+/// wrong with them (in the game's words): the table's shape here, the places' shapes as
+/// every load checks them.
 pub(super) fn declared_renames(vm: &Vm) -> Result<Result<Vec<Rename>, String>, VmError> {
     let got = vm.exec(READ, "=luasnap")?;
     let text = |v: &Value| match v {
@@ -65,7 +66,7 @@ pub(super) fn declared_renames(vm: &Vm) -> Result<Result<Vec<Rename>, String>, V
                 })
                 .collect();
             renames.sort_by(|a, b| a.from.cmp(&b.from));
-            Ok(Ok(renames))
+            Ok(crate::persist::renames::check(&renames).map(|()| renames))
         }
         Some((_, [why, ..])) => Ok(Err(text(why))),
         _ => Ok(Err(
