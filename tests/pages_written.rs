@@ -5,9 +5,9 @@
 use luasnap::alloc::{probe_trackers, TrackerPreference, PAGE_SIZE};
 use luasnap::bridge::{GcMode, SnapshotMode, Vm};
 
-/// A deterministic VM with incremental snapshots, with this rule for removed keys set again
-/// (Lua patch 11; the profile's default is `true`).
-fn vm_with(fresh_keys: bool) -> Option<Vm> {
+/// A deterministic VM with incremental snapshots, this collector and this rule for removed
+/// keys set again (Lua patch 11; the profile's default is `true`).
+fn vm(gc: GcMode, fresh_keys: bool) -> Option<Vm> {
     if probe_trackers().best().is_none() {
         eprintln!("note: no page tracker works here; not tested");
         return None;
@@ -16,7 +16,7 @@ fn vm_with(fresh_keys: bool) -> Option<Vm> {
         .capacity(256 << 20)
         .deterministic(1)
         .fresh_keys(fresh_keys)
-        .gc(GcMode::INCREMENTAL)
+        .gc(gc)
         .snapshot_mode(SnapshotMode::Incremental(TrackerPreference::Auto))
         .full_copy_above(1.0)
         .build()
@@ -56,7 +56,7 @@ fn setting_a_key_whose_value_is_nil_does_not_rewrite_the_tables_header() {
 
 /// The test above, for tables `{ fields }`.
 fn assign_after_clear(fresh_keys: bool, fields: &str) {
-    let Some(mut vm) = vm_with(fresh_keys) else {
+    let Some(mut vm) = vm(GcMode::INCREMENTAL, fresh_keys) else {
         return;
     };
     vm.exec(
@@ -86,22 +86,6 @@ fn assign_after_clear(fresh_keys: bool, fields: &str) {
     );
 }
 
-fn generational_vm() -> Option<Vm> {
-    if probe_trackers().best().is_none() {
-        eprintln!("note: no page tracker works here; not tested");
-        return None;
-    }
-    let vm = Vm::builder()
-        .capacity(256 << 20)
-        .deterministic(1)
-        .gc(GcMode::GENERATIONAL)
-        .snapshot_mode(SnapshotMode::Incremental(TrackerPreference::Auto))
-        .full_copy_above(1.0)
-        .build()
-        .unwrap();
-    Some(vm)
-}
-
 #[test]
 fn an_old_table_given_a_young_value_keeps_its_header_unwritten() {
     // In stock Lua's generational mode the write barrier paints such a table gray and links it
@@ -110,7 +94,7 @@ fn an_old_table_given_a_young_value_keeps_its_header_unwritten() {
     // headers (about 35 pages of their own size class) on top of the hash parts it updates.
     // The patched Lua records the tables in a buffer of its own (Lua patch 12), so the frame
     // writes what an update with a number writes, plus that buffer (3,000 entries: 6 pages).
-    let Some(mut vm) = generational_vm() else {
+    let Some(mut vm) = vm(GcMode::GENERATIONAL, true) else {
         return;
     };
     vm.exec(
