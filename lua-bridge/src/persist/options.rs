@@ -166,7 +166,7 @@ pub struct LoadOptions {
     /// Where the load finds the source of a file chunk (`@path`) a save names that this VM
     /// has not compiled (default: nowhere). The load asks once per such chunk, before it
     /// binds the chunk's functions, with the chunk name without its `@` (`src/ai.lua`), and
-    /// compiles (never runs) what it gets, as [`Vm::compile`](crate::bridge::Vm::compile)
+    /// compiles (never runs) what it gets, as [`Vm::compile`](crate::Vm::compile)
     /// would; a chunk it gets nothing for, or that does not compile, is a chunk this VM does
     /// not have. The names come from the file: a foreign save names any path it likes, so
     /// the source must refuse what is not the game's (`Game::from_save` reads only files of
