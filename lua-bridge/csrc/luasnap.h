@@ -450,6 +450,9 @@ size_t luasnap_gc_uncounted(lua_State *L);
 /* Makes (on > 0) a removed collectable key set again take a new node (Lua patch 11) or reuse
 ** its old one as stock Lua may (0), or only asks (< 0); returns whether it was on. */
 int luasnap_fresh_keys(lua_State *L, int on);
+/* Makes (on != 0) collectgarbage() an error while the host reads the state, or allows it
+** (0); returns whether it was an error. */
+int luasnap_gc_nopoints(lua_State *L, int on);
 /* A full collection that is not a point (quiet if the state is); protected body only. */
 LUASNAP_RAISES void luasnap_gc_full_quiet(lua_State *L);
 /* Marks (on != 0) or unmarks the state as one where nothing gets a finalizer; returns whether

@@ -57,6 +57,17 @@ size_t luasnap_gc_uncounted(lua_State *L) {
   return luaC_remsetbytes(G(L));
 }
 
+/* Makes (on != 0) a full collection asked for (lua_gc LUA_GCCOLLECT: collectgarbage()) an
+** error, or allows it again (0); returns whether it was an error. The runtime sets it while
+** G.digest() runs: a digest reads the state, and a collection point there would clear weak
+** entries and run finalizers at a frame only the peer that checksums has. Invariant kept:
+** only the host changes it, between its calls into Lua (never while a collection runs). */
+int luasnap_gc_nopoints(lua_State *L, int on) {
+  int old = G(L)->nopoints;
+  G(L)->nopoints = on ? 1 : 0;
+  return old;
+}
+
 /* A full collection that is not a point: quiet if the state is (unlike lua_gc LUA_GCCOLLECT,
 ** which clears the flag while it runs). For the host's housekeeping (after a game's init, after
 ** a load), which a process that continues a game from a save does at other moments than the

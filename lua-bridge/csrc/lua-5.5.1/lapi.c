@@ -1190,6 +1190,10 @@ LUA_API int lua_gc (lua_State *L, int what, ...) {
       /* luasnap patch: a full collection asked for is a point where weak
       ** entries are cleared and finalizers run ('gcisquiet', lgc.h) */
       lu_byte quiet = g->gcquiet;
+      if (g->nopoints)  /* luasnap patch: the host reads the state; it must not change */
+        luaG_runerror(L, "collectgarbage() called while the host reads the state "
+                         "(G.digest() must not collect: a collection point clears weak "
+                         "entries and runs finalizers, at a frame only this peer has)");
       g->gcquiet = 0;
       luaC_fullgc(L, 0);
       g->gcquiet = quiet;

@@ -372,6 +372,7 @@ LUA_API lua_State *lua_newstate (lua_Alloc f, void *ud, unsigned seed) {
   g->gcemergency = 0;
   g->gcquiet = 0;  /* luasnap patch: stock collections unless the host asks */
   g->freshkeys = 0;  /* luasnap patch: stock node reuse unless the host asks */
+  g->nopoints = 0;  /* luasnap patch: collections may be asked for */
   g->finobj = g->tobefnz = g->fixedgc = NULL;
   g->firstold1 = g->survival = g->old1 = g->reallyold = NULL;
   g->finobjsur = g->finobjold1 = g->finobjrold = NULL;

@@ -359,6 +359,8 @@ typedef struct global_State {
                     ** observe, except a full collection asked for (see 'gcisquiet') */
   lu_byte freshkeys;  /* luasnap patch: a removed collectable key set again takes a
                       ** new node, whatever the collector did (see 'luaH_finishset') */
+  lu_byte nopoints;  /* luasnap patch: a full collection asked for is an error (the
+                     ** host sets it while a digest runs; see 'lua_gc') */
   GCObject *allgc;  /* list of all collectable objects */
   GCObject **sweepgc;  /* current position of sweep in list */
   GCObject *finobj;  /* list of collectable objects with finalizers */

@@ -434,6 +434,7 @@ unsafe extern "C" {
     pub(crate) fn luasnap_gc_quiet(L: *mut lua_State, on: c_int) -> c_int;
     pub(crate) fn luasnap_gc_uncounted(L: *mut lua_State) -> usize;
     pub(crate) fn luasnap_fresh_keys(L: *mut lua_State, on: c_int) -> c_int;
+    pub(crate) fn luasnap_gc_nopoints(L: *mut lua_State, on: c_int) -> c_int;
     pub(crate) fn luasnap_gc_nofinal(L: *mut lua_State, on: c_int) -> c_int;
     pub(crate) fn luasnap_finalizers_foreign(L: *mut lua_State, since: c_int) -> c_int;
     pub(crate) fn luasnap_finalizers_mark(L: *mut lua_State, since: c_int, clear: c_int);

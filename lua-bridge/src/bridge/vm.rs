@@ -6,8 +6,8 @@ use crate::bridge::error::{LuaErrorKind, NativeError, VmError};
 use crate::bridge::ffi::{self as raw, LuaFailure, UserDataType};
 use crate::bridge::helpers::{
     luasnap_chunks_install, luasnap_clear_dead_stack, luasnap_det_randomseed, luasnap_det_sort,
-    luasnap_fresh_keys, luasnap_gc_full_quiet, luasnap_gc_quiet, luasnap_gc_uncounted,
-    luasnap_key_counter, luasnap_strtab_longest_chain,
+    luasnap_fresh_keys, luasnap_gc_full_quiet, luasnap_gc_nopoints, luasnap_gc_quiet,
+    luasnap_gc_uncounted, luasnap_key_counter, luasnap_strtab_longest_chain,
 };
 use crate::bridge::modules::{self, Module, ModuleState};
 use crate::bridge::natives::{self, Call, NativeFn, NativeState};
@@ -660,6 +660,18 @@ impl Vm {
     pub fn key_identities(&self) -> u32 {
         // SAFETY: reads a counter of the global state, which is idle between host calls.
         unsafe { luasnap_key_counter(self.L()) }
+    }
+
+    /// Runs `body` with collections asked for refused (a `collectgarbage()` inside raises an
+    /// error): for the host's reads of the game's state (`G.digest()`), which must not change
+    /// it (Lua patch 10, `luasnap_gc_nopoints`).
+    pub(crate) fn refusing_collections<R>(&self, body: impl FnOnce() -> R) -> R {
+        // SAFETY: sets a flag of the global state between host calls (no Lua code runs).
+        let old = unsafe { luasnap_gc_nopoints(self.L(), 1) };
+        let out = body();
+        // SAFETY: as above: the call has returned.
+        unsafe { luasnap_gc_nopoints(self.L(), old) };
+        out
     }
 
     /// Runs `body` protected, counting it as Lua running.

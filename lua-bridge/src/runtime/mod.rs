@@ -952,7 +952,7 @@ impl<I> Game<I> {
         let identities = self.vm.key_identities();
         let v = self
             .vm
-            .call::<Value>("luasnap_game.digest", ())
+            .refusing_collections(|| self.vm.call::<Value>("luasnap_game.digest", ()))
             .map_err(|error| GameError::DigestFailed {
                 frame: self.frame,
                 error,
