@@ -400,12 +400,13 @@ fn a_symbolic_link_in_the_games_folder_counts_as_what_it_points_to() {
     std::os::unix::fs::symlink(".", linked.join("again")).unwrap();
     let (save, digest) = lazy_save(&lazy_cfg(&real, Vec::new()));
     let read = lazy_cfg(&linked, Vec::new()).read_folder().unwrap();
-    let paths: Vec<&str> = read
+    let paths: Vec<String> = read
         .folder_files
         .as_deref()
         .unwrap()
-        .iter()
-        .map(|m| m.path.as_str())
+        .files()
+        .into_iter()
+        .map(|m| m.path)
         .collect();
     assert_eq!(paths, ["lib/ai.lua", "main.lua"]);
     for cfg in [lazy_cfg(&linked, Vec::new()), read] {
@@ -455,6 +456,53 @@ fn a_single_script_game_in_a_crowded_folder_loads_reading_only_its_modules() {
     );
     g.step(&[1u8, 1u8]).unwrap();
     assert_eq!(g.game_digest().unwrap(), digest.map(|n| n + 2));
+}
+
+/// A game's folder read lazily for the run ([`GameConfig::read_folder_lazily`]): a single
+/// script among thousands of Lua files reads the module it requires, and nothing else of the
+/// folder, in every game built from the configuration; a module edited on disk after the
+/// first game read it changes nothing in later games or loads, and a file looked for and
+/// missing stays missing.
+#[test]
+fn a_game_read_lazily_reads_what_it_requires_once_for_the_run() {
+    let dir = temp_dir("lazily");
+    let d = dir.path();
+    write(d, "game.lua", LAZY_MAIN);
+    write(d, "ai.lua", LAZY_AI);
+    write(d, "broken.lua", "this is not Lua (");
+    for i in 0..3000 {
+        std::fs::write(d.join(format!("a{i:04}.lua")), "return 1").unwrap();
+    }
+    let cfg = lazy_cfg(&d.join("game.lua"), Vec::new()).read_folder_lazily();
+    let files = cfg.folder_files.clone().unwrap();
+    let read = || -> Vec<String> { files.files().into_iter().map(|m| m.path).collect() };
+    assert!(read().is_empty(), "nothing read before a game runs");
+    let (save, digest) = lazy_save(&cfg);
+    assert_eq!(read(), ["ai.lua"], "only the module the game required");
+    write(
+        d,
+        "ai.lua",
+        &LAZY_AI.replace("self.n + k", "self.n + 1000 * k"),
+    );
+    assert_eq!(
+        lazy_save(&cfg).1,
+        digest,
+        "a later game runs the module as read"
+    );
+    let mut g = Game::<u8>::from_save(&cfg, Backend::ArenaFull, &save).unwrap();
+    g.step(&[1u8, 1u8]).unwrap();
+    assert_eq!(g.game_digest().unwrap(), digest.map(|n| n + 2));
+    assert_eq!(read(), ["ai.lua"]);
+    assert_eq!(files.file("later.lua").unwrap(), None);
+    write(d, "later.lua", "return 1");
+    assert_eq!(
+        files.file("later.lua").unwrap(),
+        None,
+        "missing stays missing"
+    );
+    // A configuration read afresh runs the edit.
+    let fresh = lazy_cfg(&d.join("game.lua"), Vec::new()).read_folder_lazily();
+    assert_ne!(lazy_save(&fresh).1, digest);
 }
 
 /// A game's folder read once ([`GameConfig::read_folder`]): a module edited on disk since,

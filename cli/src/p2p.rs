@@ -73,7 +73,8 @@ pub struct P2pArgs {
 /// Differing paths listed.
 const LIMIT: usize = 20;
 
-/// The game of `args` with its folder read once: both peers, in one process or two, and the
+/// The game of `args` with its folder read once for the run, each file the first time it is
+/// required (`GameConfig::read_folder_lazily`): both peers, in one process or two, and the
 /// replays that explain a desync run these files, whatever becomes of the folder meanwhile.
 fn config(args: &P2pArgs) -> Result<GameConfig, String> {
     let mut cfg = crate::game_config(2, args.seed);
@@ -83,7 +84,7 @@ fn config(args: &P2pArgs) -> Result<GameConfig, String> {
         (Some(files), _) => crate::game_files::read(files, cfg),
         (None, Some(path)) => cfg
             .game_at(path)
-            .and_then(GameConfig::read_folder)
+            .map(GameConfig::read_folder_lazily)
             .map_err(|e| e.to_string()),
         (None, None) => Ok(cfg),
     }
@@ -95,7 +96,7 @@ pub fn run(mut args: P2pArgs) -> Result<(), String> {
     // Second processes run the files read here (removed when the run ends).
     let _files = match (&args.game, &args.game_files) {
         (Some(_), None) if !args.one_process => {
-            let files = crate::game_files::write(&cfg)?;
+            let files = crate::game_files::write(&mut cfg)?;
             args.game_files = Some(files.to_path_buf());
             Some(files)
         }

@@ -169,7 +169,8 @@ fn human_bytes(b: u64) -> String {
     }
 }
 
-/// The game of `args` with its folder read once: every mode's VM, the loads of saves and the
+/// The game of `args` with its folder read once for the run, each file the first time it is
+/// required (`GameConfig::read_folder_lazily`): every mode's VM, the loads of saves and the
 /// second process run these files, whatever becomes of the folder during the run.
 fn game_of(args: &SimulateArgs) -> Result<GameConfig, String> {
     let game = crate::game_config(args.players, args.seed);
@@ -177,7 +178,7 @@ fn game_of(args: &SimulateArgs) -> Result<GameConfig, String> {
         (Some(files), _) => crate::game_files::read(files, game),
         (None, Some(path)) => game
             .game_at(path)
-            .and_then(GameConfig::read_folder)
+            .map(GameConfig::read_folder_lazily)
             .map_err(|e| e.to_string()),
         (None, None) => Ok(game),
     }
@@ -189,7 +190,7 @@ pub fn run(mut args: SimulateArgs) -> Result<(), String> {
     // The second process runs the files read here (removed when the run ends).
     let _files = match (&args.game, &args.game_files, args.second_process.as_str()) {
         (Some(_), None, "on") => {
-            let files = crate::game_files::write(&game)?;
+            let files = crate::game_files::write(&mut game)?;
             args.game_files = Some(files.to_path_buf());
             Some(files)
         }

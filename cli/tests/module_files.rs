@@ -54,6 +54,14 @@ fn setup() -> VmSetup {
             }
             Ok(())
         })
+        .native("host.record", |_| {
+            // A second process keeps a copy of the run's record of what it read.
+            let args: Vec<String> = std::env::args().collect();
+            if let Some(i) = args.iter().position(|a| a == "--game-files") {
+                std::fs::copy(&args[i + 1], folder().join("record.copy")).unwrap();
+            }
+            Ok(())
+        })
         .native("host.after", |_| {
             if !second_process() {
                 let dir = folder();
@@ -78,9 +86,14 @@ fn game() -> tempfile::TempDir {
 
 /// This binary as the tool, on the game in `dir`.
 fn tool(dir: &Path, args: &[&str]) -> Output {
+    tool_at(dir, dir, args)
+}
+
+/// This binary as the tool, on the game at `game` (a folder or a script) in `dir`.
+fn tool_at(game: &Path, dir: &Path, args: &[&str]) -> Output {
     Command::new(std::env::current_exe().unwrap())
         .args(args)
-        .arg(dir)
+        .arg(game)
         .env("MODULE_FILES_GAME", dir)
         .output()
         .unwrap()
@@ -126,12 +139,59 @@ fn p2p_peers_run_the_files_read_at_start() {
     }
 }
 
+/// A single script in a folder crowded with other Lua files (a downloads folder, /tmp): the
+/// run reads the module it requires and nothing else, finds its sibling module although
+/// 3,000 files sort before it (more than a walk of the folder reads), and its second process
+/// runs the bytes the first read, from the run's record, which names only that module.
+fn a_single_script_in_a_crowded_folder_reads_only_what_it_requires() {
+    let dir = tempfile::Builder::new()
+        .prefix("luasnap-module-files-crowded-")
+        .tempdir()
+        .unwrap();
+    let d = dir.path();
+    let main = MAIN
+        .replace("host.before()", "host.record()")
+        .replace("host.after()", "");
+    std::fs::write(d.join("game.lua"), main).unwrap();
+    std::fs::write(d.join("ai.lua"), AI).unwrap();
+    std::fs::write(d.join("broken.lua"), "this is not Lua (").unwrap();
+    std::fs::create_dir(d.join("sub")).unwrap();
+    for i in 0..3000 {
+        let at = if i % 2 == 0 {
+            d.to_path_buf()
+        } else {
+            d.join("sub")
+        };
+        std::fs::write(at.join(format!("a{i:04}.lua")), "return 1").unwrap();
+    }
+    let out = tool_at(
+        &d.join("game.lua"),
+        d,
+        &["simulate", "--frames", "30", "--mode", "full", "--json"],
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["second_process"]["matches"], true, "{v}");
+    let record = std::fs::read(d.join("record.copy")).expect("the second process ran");
+    let has = |b: &[u8]| record.windows(b.len()).any(|w| w == b);
+    assert!(has(b"ai.lua") && has(AI.as_bytes()), "the module read");
+    assert!(
+        !has(b"a0000.lua") && !has(b"broken.lua") && !has(b"sub/"),
+        "no other file of the folder in the record"
+    );
+    assert!(record.len() < 1024, "{} bytes", record.len());
+}
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().collect();
     if matches!(args.get(1).map(String::as_str), Some("simulate" | "p2p")) {
         return luasnap_cli::run_with(args, setup());
     }
-    let tests: [(&str, fn()); 2] = [
+    let tests: [(&str, fn()); 3] = [
+        (
+            "a_single_script_in_a_crowded_folder_reads_only_what_it_requires",
+            a_single_script_in_a_crowded_folder_reads_only_what_it_requires,
+        ),
         (
             "simulate_second_process_runs_the_files_read_at_start",
             simulate_second_process_runs_the_files_read_at_start,

@@ -63,7 +63,7 @@ pub use bridge::convert::{
 };
 pub use bridge::error::{LuaErrorKind, NativeError, VmError};
 pub use bridge::handle::{Function, LuaRef, LuaTable, Thread, ThreadStatus};
-pub use bridge::modules::Module;
+pub use bridge::modules::{FolderFiles, FolderReader, Module};
 pub use bridge::natives::Call;
 pub use bridge::serde_value::{from_value, to_value, Serde};
 #[cfg(feature = "interpreter")]

@@ -13,7 +13,8 @@
 //! (`FunctionBinding::Current` in `persist`).
 //!
 //! Determinism: a module is read once per VM, the first time it is required; later requires
-//! of it (after a rollback to before the first, too) load those same bytes.
+//! of it (after a rollback to before the first, too) load those same bytes. VMs that share a
+//! [`FolderFiles`] (a game's run) share that: a module is read once per run.
 
 use crate::bridge::helpers::{luasnap_require_load, luasnap_require_loaded};
 use crate::bridge::per_vm::{PerVm, Registered};
@@ -163,32 +164,154 @@ fn module_paths(name: &str) -> Option<[String; 2]> {
     Some([format!("{stem}.lua"), format!("{stem}/init.lua")])
 }
 
-/// Where a VM's `require` finds the modules it was not given by name.
-#[derive(Debug, Clone)]
-pub(crate) enum ModuleFolder {
-    /// A game's folder on disk, each module read the first time it is required.
-    Disk(PathBuf),
-    /// A game's folder read into memory before ([`Module::all_in_folder`], by path): found
-    /// as in the folder, and no file is read. A game whose identity was computed from
-    /// these files runs exactly them, whatever happens to the folder since.
-    Read(std::sync::Arc<[Module]>),
+/// Reads the file at `path` in a game's folder for [`FolderFiles::with_reader`]: its bytes,
+/// `None` if it is not a file there.
+pub type FolderReader = dyn Fn(&Path, &str) -> std::io::Result<Option<Vec<u8>>> + Send + Sync;
+
+/// A game's folder as one run reads it: each Lua file is read once, the first time any VM
+/// built from it looks for it (a `require`, a load's chunk), and every later lookup, in any
+/// VM of the run, gets those same bytes; a file looked for and missing stays missing. A file
+/// never looked for is never read. Shared by the VMs of a run through an `Arc`
+/// ([`GameConfig::folder_files`](crate::runtime::GameConfig::folder_files)).
+pub struct FolderFiles {
+    dir: PathBuf,
+    /// By path in the folder: the bytes read, `None` for a file looked for and missing.
+    memo: std::sync::Mutex<std::collections::BTreeMap<String, Option<Vec<u8>>>>,
+    /// Every file was listed when made ([`Module::all_in_folder`]): a path not in `memo` is
+    /// missing, and nothing is read.
+    complete: bool,
+    /// How a file missing from `memo` is read; `None`: from `dir`.
+    reader: Option<Box<FolderReader>>,
 }
+
+impl std::fmt::Debug for FolderFiles {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FolderFiles")
+            .field("dir", &self.dir)
+            .field("complete", &self.complete)
+            .field("read", &self.files().len())
+            .finish()
+    }
+}
+
+impl FolderFiles {
+    /// The folder `dir`, each file read the first time it is looked for.
+    pub fn lazy(dir: impl Into<PathBuf>) -> FolderFiles {
+        FolderFiles {
+            dir: dir.into(),
+            memo: Default::default(),
+            complete: false,
+            reader: None,
+        }
+    }
+
+    /// The folder `dir`, each file read by `reader(dir, path)` the first time it is looked
+    /// for (a second process reads them from the first one's record of what it read).
+    pub fn with_reader(dir: impl Into<PathBuf>, reader: Box<FolderReader>) -> FolderFiles {
+        FolderFiles {
+            reader: Some(reader),
+            ..FolderFiles::lazy(dir)
+        }
+    }
+
+    /// The folder `dir` read now, whole ([`Module::all_in_folder`]): a file it did not list
+    /// is missing.
+    pub(crate) fn read_all(dir: &Path) -> std::io::Result<FolderFiles> {
+        let files = Module::all_in_folder(dir)?;
+        Ok(FolderFiles {
+            dir: dir.to_path_buf(),
+            memo: std::sync::Mutex::new(
+                files
+                    .into_iter()
+                    .map(|m| (m.path, Some(m.source)))
+                    .collect(),
+            ),
+            complete: true,
+            reader: None,
+        })
+    }
+
+    /// The file at `path` (`lib/bump.lua`) of the folder `dir` on disk, `None` if it is not
+    /// a file there (a symbolic link counts as what it points to). What [`FolderFiles::lazy`]
+    /// reads.
+    pub fn read_from_disk(dir: &Path, path: &str) -> std::io::Result<Option<Vec<u8>>> {
+        let file = dir.join(path);
+        if !file.is_file() {
+            return Ok(None);
+        }
+        match std::fs::read(&file) {
+            Ok(source) => Ok(Some(source)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The folder.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Whether every file of the folder was read when this was made ([`Module::all_in_folder`]).
+    pub fn is_complete(&self) -> bool {
+        self.complete
+    }
+
+    /// The files read so far, as modules named by their paths (`lib/bump.lua` ->
+    /// `lib.bump`), in path order.
+    pub fn files(&self) -> Vec<Module> {
+        let memo = self.memo.lock().unwrap_or_else(|e| e.into_inner());
+        memo.iter()
+            .filter_map(|(path, source)| {
+                Some(Module {
+                    name: path.trim_end_matches(".lua").replace('/', "."),
+                    path: path.clone(),
+                    source: source.clone()?,
+                })
+            })
+            .collect()
+    }
+
+    /// The bytes of the file at `path` in the folder: as read the first time it was looked
+    /// for, in any VM of the run; `None` if it was missing then. `path` is not checked here.
+    pub fn file(&self, path: &str) -> std::io::Result<Option<Vec<u8>>> {
+        let mut memo = self.memo.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(known) = memo.get(path) {
+            return Ok(known.clone());
+        }
+        if self.complete {
+            return Ok(None);
+        }
+        // Read under the lock: two VMs of the run asking at once get the same bytes.
+        let read = match &self.reader {
+            Some(reader) => reader(&self.dir, path)?,
+            None => FolderFiles::read_from_disk(&self.dir, path)?,
+        };
+        memo.insert(path.to_string(), read.clone());
+        Ok(read)
+    }
+}
+
+/// Where a VM's `require` finds the modules it was not given by name: a game's folder, each
+/// module read the first time this VM or another sharing the [`FolderFiles`] requires it.
+#[derive(Debug, Clone)]
+pub(crate) struct ModuleFolder(pub(crate) std::sync::Arc<FolderFiles>);
 
 impl ModuleFolder {
     /// The module `name` in this folder (see [`Module::in_folder`]).
     fn find(&self, name: &str) -> std::io::Result<Option<Module>> {
-        match self {
-            ModuleFolder::Disk(dir) => Module::in_folder(dir, name),
-            ModuleFolder::Read(files) => Ok(module_paths(name).and_then(|paths| {
-                paths.iter().find_map(|path| {
-                    files.iter().find(|m| &m.path == path).map(|m| Module {
-                        name: name.to_string(),
-                        path: m.path.clone(),
-                        source: m.source.clone(),
-                    })
-                })
-            })),
+        let Some(paths) = module_paths(name) else {
+            return Ok(None);
+        };
+        for path in paths {
+            if let Some(source) = self.0.file(&path)? {
+                return Ok(Some(Module {
+                    name: name.to_string(),
+                    path,
+                    source,
+                }));
+            }
         }
+        Ok(None)
     }
 }
 
@@ -202,11 +325,10 @@ impl ModuleFolder {
 /// links are the host's, part of its game as the files are (the save is the adversary here,
 /// not the file system).
 pub(crate) fn chunk_in_folder(dir: &Path, path: &str) -> Option<Vec<u8>> {
-    let parts: Vec<&str> = path.split('/').collect();
-    let bad = |p: &&str| p.is_empty() || p.starts_with('.') || p.contains(['\\', '\0', ':']);
-    if !path.ends_with(".lua") || parts.len() > FOLDER_DEPTH + 1 || parts.iter().any(bad) {
+    if !chunk_path_ok(path) {
         return None;
     }
+    let parts: Vec<&str> = path.split('/').collect();
     let mut at = dir.to_path_buf();
     for (i, part) in parts.iter().enumerate() {
         at.push(part);
@@ -217,6 +339,14 @@ pub(crate) fn chunk_in_folder(dir: &Path, path: &str) -> Option<Vec<u8>> {
         }
     }
     std::fs::read(&at).ok()
+}
+
+/// Whether a save's chunk name `path` may name a file of a game's folder (see
+/// [`chunk_in_folder`]).
+pub(crate) fn chunk_path_ok(path: &str) -> bool {
+    let parts: Vec<&str> = path.split('/').collect();
+    let bad = |p: &&str| p.is_empty() || p.starts_with('.') || p.contains(['\\', '\0', ':']);
+    path.ends_with(".lua") && parts.len() <= FOLDER_DEPTH + 1 && !parts.iter().any(bad)
 }
 
 /// How many folders deep [`Module::all_in_folder`] looks.

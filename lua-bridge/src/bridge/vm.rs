@@ -212,15 +212,15 @@ impl VmBuilder {
     /// it; its chunks are named by their paths in the folder (`@a/b.lua`), so a game moved
     /// elsewhere keeps its saves. See [`Module`] and [`Vm::module`].
     pub fn module_folder(mut self, dir: impl Into<PathBuf>) -> Self {
-        self.module_folder = Some(modules::ModuleFolder::Disk(dir.into()));
+        let files = modules::FolderFiles::lazy(dir);
+        self.module_folder = Some(modules::ModuleFolder(std::sync::Arc::new(files)));
         self
     }
 
-    /// [`module_folder`](VmBuilder::module_folder) from the folder's Lua files read before
-    /// (`Module::all_in_folder`): `require` finds them as it would in the folder, and reads
-    /// no file.
-    pub(crate) fn module_files(mut self, files: std::sync::Arc<[Module]>) -> Self {
-        self.module_folder = Some(modules::ModuleFolder::Read(files));
+    /// [`module_folder`](VmBuilder::module_folder) through `files`, shared with other VMs:
+    /// a module any of them read is not read again, and all of them run its same bytes.
+    pub(crate) fn module_files(mut self, files: std::sync::Arc<modules::FolderFiles>) -> Self {
+        self.module_folder = Some(modules::ModuleFolder(files));
         self
     }
 

@@ -258,13 +258,14 @@ pub struct GameConfig {
     /// `a/b/init.lua`); their chunks are named by their paths in it. See
     /// [`GameConfig::game_at`].
     pub folder: Option<std::path::PathBuf>,
-    /// The Lua files of [`GameConfig::folder`] as they were read once
-    /// ([`GameConfig::read_folder`]), by path: when set, `require` and the loads of saves
-    /// find the folder's modules here and never read the folder again, so every VM of the
-    /// game runs these very files, whatever becomes of the folder (a match server's and its
-    /// clients' game is the one whose identity they checked). Default: `None` (each VM reads
-    /// a module the first time it is required).
-    pub folder_files: Option<std::sync::Arc<[crate::bridge::modules::Module]>>,
+    /// The Lua files of [`GameConfig::folder`] as this run reads them, shared by every game
+    /// built from this configuration (and its clones): `require` and the loads of saves find
+    /// the folder's files here, each read once, the first time any of them looks for it
+    /// ([`GameConfig::read_folder_lazily`]), or all at once ([`GameConfig::read_folder`]),
+    /// so every VM of the run runs these very bytes, whatever becomes of the folder (a match
+    /// server's and its clients' game is the one whose identity they checked). Default:
+    /// `None` (each VM reads a module the first time it is required).
+    pub folder_files: Option<std::sync::Arc<crate::bridge::modules::FolderFiles>>,
     /// The library functions the game's state holds on purpose (`"load"` for a library that
     /// compiles code, `"collectgarbage"`), by name as the permanents table gives them: loads
     /// of the game's saves accept them even from foreign files, as they accept the names the
@@ -344,19 +345,34 @@ impl GameConfig {
     /// every Lua file in it that `require` could load (hidden ones aside, a symbolic link as
     /// what it points to, 6 folders deep, 2000 files at most; a `.lua` link that cannot be
     /// read is an error naming it). Games built from it read no file of the folder;
-    /// a module outside that set is not found. Unchanged if the folder was read already or
-    /// the game has none.
+    /// a module outside that set is not found. Unchanged if the folder was read whole already
+    /// or the game has none; a folder read lazily before is read again, whole.
     pub fn read_folder(mut self) -> Result<GameConfig, GameError> {
-        if let (Some(dir), None) = (&self.folder, &self.folder_files) {
-            let files = crate::bridge::modules::Module::all_in_folder(dir).map_err(|e| {
+        let whole = self.folder_files.as_ref().is_some_and(|f| f.is_complete());
+        if let (Some(dir), false) = (&self.folder, whole) {
+            let files = crate::bridge::modules::FolderFiles::read_all(dir).map_err(|e| {
                 GameError::Config(format!(
                     "cannot read the game's folder {}: {e}",
                     dir.display()
                 ))
             })?;
-            self.folder_files = Some(files.into());
+            self.folder_files = Some(std::sync::Arc::new(files));
         }
         Ok(self)
+    }
+
+    /// This configuration with the game's folder read once for the run, lazily
+    /// ([`GameConfig::folder_files`]): a file of the folder is read the first time a game
+    /// built from it (or from a clone) requires it or a load names it, and every later game
+    /// gets those bytes; a file never looked for is never read, so a single script in a
+    /// crowded folder costs what it requires. Unchanged if the folder's files are set already
+    /// or the game has none.
+    pub fn read_folder_lazily(mut self) -> GameConfig {
+        if let (Some(dir), None) = (&self.folder, &self.folder_files) {
+            let files = crate::bridge::modules::FolderFiles::lazy(dir.clone());
+            self.folder_files = Some(std::sync::Arc::new(files));
+        }
+        self
     }
 }
 
@@ -1383,20 +1399,27 @@ impl Game {
 }
 
 fn folder_chunks(cfg: &GameConfig) -> Option<crate::persist::ChunkSources> {
-    if let Some(files) = cfg.folder_files.clone() {
-        // Read before, inside the folder: a chunk is one of them by its exact path.
-        return Some(crate::persist::ChunkSources::new(move |path| {
-            let m = files.iter().find(|m| m.path == path)?;
-            Some(m.source.clone())
-        }));
+    use crate::bridge::modules::{chunk_in_folder, chunk_path_ok, FOLDER_FILES};
+    let files = cfg.folder_files.clone();
+    let dir = cfg.folder.clone();
+    if files.is_none() && dir.is_none() {
+        return None;
     }
-    let dir = cfg.folder.clone()?;
+    // What a load may look up on disk is bounded; a folder read whole is in memory.
+    let whole = files.as_ref().is_some_and(|f| f.is_complete());
     let asked = std::sync::atomic::AtomicUsize::new(0);
     Some(crate::persist::ChunkSources::new(move |path| {
         let n = asked.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        if n >= crate::bridge::modules::FOLDER_FILES {
+        if n >= FOLDER_FILES && !whole {
             return None;
         }
-        crate::bridge::modules::chunk_in_folder(&dir, path)
+        match (&files, &dir) {
+            // Read once for the run, inside the folder: by its exact path.
+            (Some(files), _) => chunk_path_ok(path)
+                .then(|| files.file(path).ok().flatten())
+                .flatten(),
+            (None, Some(dir)) => chunk_in_folder(dir, path),
+            (None, None) => None,
+        }
     }))
 }

@@ -116,21 +116,21 @@ impl std::error::Error for DecodeError {}
 /// same modules (those given by name and every Lua file in the game's folder, by path), and
 /// the same collection points where the host sets them ([`GameConfig::collect_every`]: a
 /// game's own `G.collect_every` is in its script), since they decide when weak entries are
-/// cleared. The folder is read into `cfg` ([`GameConfig::read_folder`]) if it was not
-/// already, so that the games built from `cfg` run the files the identity names, not the
+/// cleared. The folder is read whole into `cfg` ([`GameConfig::read_folder`]) if it was not
+/// already (a folder read lazily is read again, whole), so that the games built from `cfg` run the files the identity names, not the
 /// folder as it is when they start or require a module.
 ///
 /// [`GameConfig::collect_every`]: crate::runtime::GameConfig::collect_every
 /// [`GameConfig::read_folder`]: crate::runtime::GameConfig::read_folder
 pub(crate) fn game_id(cfg: &mut crate::runtime::GameConfig) -> Result<u64, super::error::NetError> {
-    if cfg.folder_files.is_none() {
+    if !cfg.folder_files.as_ref().is_some_and(|f| f.is_complete()) {
         *cfg = cfg
             .clone()
             .read_folder()
             .map_err(|e| super::error::NetError::Config(e.to_string()))?;
     }
     let mut modules = cfg.modules.clone();
-    modules.extend(cfg.folder_files.iter().flat_map(|f| f.iter().cloned()));
+    modules.extend(cfg.folder_files.iter().flat_map(|f| f.files()));
     let code = game_id_of(&cfg.chunk_name, cfg.script.as_bytes(), &modules);
     Ok(match cfg.collect_every {
         // The id of a game run as it says stays its code's.
