@@ -1052,7 +1052,8 @@ fn simulate_load_takes_the_seed_of_the_inputs_it_plays() {
 }
 
 /// A module reached through a symbolic link (a library shared by games) runs in every mode
-/// and in the second process; a `.lua` link to nothing stops the run naming it.
+/// and in the second process; a `.lua` link to nothing that the game does not require is
+/// not read.
 #[cfg(unix)]
 #[test]
 fn simulate_follows_a_symbolic_link_in_the_games_folder() {
@@ -1083,14 +1084,11 @@ fn simulate_follows_a_symbolic_link_in_the_games_folder() {
     assert!(out.status.success(), "{}", stderr(&out));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["second_process"]["matches"], true, "{v}");
+    // A file the game never requires is never read: a `.lua` link to nothing beside it
+    // changes nothing (`serve` reads the folder whole and stops naming it).
     std::os::unix::fs::symlink(root.path().join("gone.lua"), game.join("old.lua")).unwrap();
     let out = run();
-    let e = stderr(&out);
-    assert!(!out.status.success());
-    assert!(
-        e.contains("old.lua") && e.contains("gone.lua") && e.contains("symbolic link"),
-        "{e}"
-    );
+    assert!(out.status.success(), "{}", stderr(&out));
 }
 
 /// The newcomer team's game (`tests/newcomer-game`, written outside the project): its
