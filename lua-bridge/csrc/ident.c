@@ -28,12 +28,6 @@ uint32_t luasnap_identity_at(lua_State *L, int idx) {
   return has_identity(o) ? gcoid(gcvalue(o)) : 0;
 }
 
-uint32_t luasnap_cfunction_identity_at(lua_State *L, int idx) {
-  const TValue *o = ls_index2value(L, idx);
-  if (!ttislcf(o) || !luasnap_cfunction_named(fvalue(o))) return 0;
-  return luasnap_cfunction_id(fvalue(o));
-}
-
 uint32_t luasnap_identity(const void *o) {
   return gcoid(cast(GCObject *, cast(void *, o)));
 }

@@ -424,9 +424,6 @@ uint32_t luasnap_hash_seed(lua_State *L);
 /* The identity of the object at idx (a table, closure, full userdata or thread), 0 for any
 ** other value or an object never a key. */
 uint32_t luasnap_identity_at(lua_State *L, int idx);
-/* The identity of the light C function at idx when a library name gives it one (the same in
-** every process), 0 for any other value. */
-uint32_t luasnap_cfunction_identity_at(lua_State *L, int idx);
 /* The identity of the table, closure or thread o (the object lua_topointer gives for these). */
 uint32_t luasnap_identity(const void *o);
 /* Gives the object at idx the identity id if it has none (a new object); returns whether it

@@ -415,7 +415,6 @@ unsafe extern "C" {
 // ident.c: identities of keys (patch 4), for save-games.
 unsafe extern "C" {
     pub(crate) fn luasnap_identity_at(L: *mut lua_State, idx: c_int) -> u32;
-    pub(crate) fn luasnap_cfunction_identity_at(L: *mut lua_State, idx: c_int) -> u32;
     pub(crate) fn luasnap_identity(o: *const c_void) -> u32;
     pub(crate) fn luasnap_set_identity(L: *mut lua_State, idx: c_int, id: u32) -> c_int;
     pub(crate) fn luasnap_name_identity(

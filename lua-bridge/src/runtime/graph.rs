@@ -640,16 +640,12 @@ impl Walk<'_> {
     /// # Safety
     /// Protected context, a function on top, two free slots.
     unsafe fn function(&mut self, L: *mut lua_State) -> (u64, Kind) {
-        // SAFETY: callers' contract; a C function's name identity read (no stack change);
-        // `ar` filled by lua_getinfo for a copy of the function (popped by it); each upvalue
-        // pushed and classified (popped).
+        // SAFETY: callers' contract; `ar` filled by lua_getinfo for a copy of the function
+        // (popped by it); each upvalue pushed and classified (popped).
         unsafe {
             let at = ffi::lua_gettop(L);
             let out = if ffi::lua_iscfunction(L, at) != 0 {
-                // A library function by its name's identity, so `set[assert]` pairs with
-                // `set[assert]` on the other side, not with whichever C function came first.
-                let named = crate::bridge::helpers::luasnap_cfunction_identity_at(L, at);
-                (tag(b"cfunction", &named.to_le_bytes()), Kind::CFunction)
+                (tag(b"cfunction", &[]), Kind::CFunction)
             } else {
                 let mut ar: ffi::lua_Debug = std::mem::zeroed();
                 ffi::lua_pushvalue(L, at);
