@@ -444,7 +444,7 @@ int luasnap_gc_stopem(lua_State *L, int on);
 ** returns whether they were quiet. */
 int luasnap_gc_quiet(lua_State *L, int on);
 size_t luasnap_gc_uncounted(lua_State *L);
-/* Makes (on > 0) a removed collectable key set again take a new node (Lua patch 11) or reuse
+/* Makes (on > 0) a removed key (not a number or boolean) set again take a new node (Lua patch 11) or reuse
 ** its old one as stock Lua may (0), or only asks (< 0); returns whether it was on. */
 int luasnap_fresh_keys(lua_State *L, int on);
 /* Makes (on != 0) collectgarbage() an error while the host reads the state, or allows it

@@ -37,7 +37,7 @@ int luasnap_gc_quiet(lua_State *L, int on) {
   return old;
 }
 
-/* Makes (on > 0) a removed collectable key that is set again take a new node (Lua patch 11,
+/* Makes (on > 0) a removed key (not a number or boolean) that is set again take a new node (Lua patch 11,
 ** 'luaH_finishset' in ltable.c) or reuse its old one as stock Lua does while the collector has
 ** not marked it dead (on == 0), or only asks (on < 0); returns whether it was on. The
 ** deterministic profile's, so that where an entry lands, and the order 'next' gives, does not

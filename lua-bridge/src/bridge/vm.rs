@@ -260,8 +260,9 @@ impl VmBuilder {
         self
     }
 
-    /// Whether a table entry that was removed and is set again with the same collectable key
-    /// (a table, function, userdata, thread or string) is inserted anew, as it is once the
+    /// Whether a table entry that was removed and is set again with the same key (a table,
+    /// function, C function, userdata, light userdata, thread or string: not a number or a
+    /// boolean) is inserted anew, as it is once the
     /// collector has marked the old key dead, rather than stored back into its old node, as
     /// stock Lua does until then: so where the entry lands, and the order `pairs` gives, does
     /// not depend on when the collector ran (Lua patch 11, `docs/determinism.md`). Default: on
@@ -666,12 +667,17 @@ impl Vm {
     /// error): for the host's reads of the game's state (`G.digest()`), which must not change
     /// it (Lua patch 10, `luasnap_gc_nopoints`).
     pub(crate) fn refusing_collections<R>(&self, body: impl FnOnce() -> R) -> R {
+        /// Restores the flag when dropped, so that a panic in `body` leaves it as it was.
+        struct Restore(*mut lua_State, c_int);
+        impl Drop for Restore {
+            fn drop(&mut self) {
+                // SAFETY: sets a flag of the global state; `body` has returned or unwound.
+                unsafe { luasnap_gc_nopoints(self.0, self.1) };
+            }
+        }
         // SAFETY: sets a flag of the global state between host calls (no Lua code runs).
-        let old = unsafe { luasnap_gc_nopoints(self.L(), 1) };
-        let out = body();
-        // SAFETY: as above: the call has returned.
-        unsafe { luasnap_gc_nopoints(self.L(), old) };
-        out
+        let _restore = Restore(self.L(), unsafe { luasnap_gc_nopoints(self.L(), 1) });
+        body()
     }
 
     /// Runs `body` protected, counting it as Lua running.
