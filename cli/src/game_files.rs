@@ -74,8 +74,18 @@ fn through(record: &Path, dir: &Path) -> Arc<FolderFiles> {
 /// takes the first entry, so both run the same bytes (an append is one `write` to a file
 /// opened for appending, which the system does not interleave with another).
 fn lookup(record: &Path, dir: &Path, path: &str) -> std::io::Result<Option<Vec<u8>>> {
+    let named = |e: std::io::Error| {
+        std::io::Error::new(
+            e.kind(),
+            format!(
+                "the run's record of its game files, {}, is unreadable ({e}); a second process \
+                 reads modules only through it: was it removed while the run went on?",
+                record.display()
+            ),
+        )
+    };
     let first = || -> std::io::Result<Option<Option<Vec<u8>>>> {
-        let bytes = std::fs::read(record)?;
+        let bytes = std::fs::read(record).map_err(named)?;
         let (_, entries) = parse(record, &bytes)
             .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
         Ok(entries
@@ -87,7 +97,10 @@ fn lookup(record: &Path, dir: &Path, path: &str) -> std::io::Result<Option<Vec<u
         return Ok(source);
     }
     let source = FolderFiles::read_from_disk(dir, path)?;
-    let mut file = std::fs::OpenOptions::new().append(true).open(record)?;
+    let mut file = std::fs::OpenOptions::new()
+        .append(true)
+        .open(record)
+        .map_err(named)?;
     file.write_all(&entry(path, source.as_deref()))?;
     drop(file);
     first()?.ok_or_else(|| {
@@ -145,4 +158,37 @@ fn take<'a>(rest: &mut &'a [u8], path: &Path) -> Result<&'a [u8], String> {
     let (value, tail) = tail.split_at(len);
     *rest = tail;
     Ok(value)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A record that went away (or was never there) is named in the error `require` shows,
+    /// with what to look at, instead of the module counting as missing.
+    #[test]
+    fn a_missing_record_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("ai.lua"), "return 1").unwrap();
+        let record = dir.path().join("gone.files");
+        let files = through(&record, dir.path());
+        let err = files.file("ai.lua").unwrap_err().to_string();
+        assert!(
+            err.contains("record of its game files") && err.contains(&record.display().to_string()),
+            "{err}"
+        );
+    }
+
+    /// A record whose bytes are not a record is named too.
+    #[test]
+    fn a_spoilt_record_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let record = dir.path().join("spoilt.files");
+        std::fs::write(&record, b"not a record").unwrap();
+        let err = through(&record, dir.path())
+            .file("ai.lua")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("spoilt.files is not a game's files"), "{err}");
+    }
 }

@@ -1089,6 +1089,18 @@ fn simulate_follows_a_symbolic_link_in_the_games_folder() {
     std::os::unix::fs::symlink(root.path().join("gone.lua"), game.join("old.lua")).unwrap();
     let out = run();
     assert!(out.status.success(), "{}", stderr(&out));
+    // A required module that is a link to nothing is named as such, not "not found".
+    std::fs::remove_file(shared.join("count.lua")).unwrap();
+    std::os::unix::fs::symlink(root.path().join("moved.lua"), shared.join("count.lua")).unwrap();
+    let out = run();
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(
+        err.contains("module 'lib.count' could not be read")
+            && err.contains("is a symbolic link to")
+            && err.contains("moved.lua, which does not exist"),
+        "{err}"
+    );
 }
 
 /// The newcomer team's game (`tests/newcomer-game`, written outside the project): its

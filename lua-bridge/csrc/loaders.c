@@ -284,10 +284,15 @@ int luasnap_require_loaded(lua_State *L) {
 /* Step 2, on [name, package.loaded]: loads the module's source src[0..srclen) as the chunk
 ** "@path", calls it with (name, path), remembers its result (or true) in package.loaded and
 ** returns 2 (that value and the path). path NULL: the VM has no such module; raises the error
-** stock require gives, which pcall catches (libraries probe for optional modules that way). */
+** stock require gives, which pcall catches (libraries probe for optional modules that way);
+** with src not NULL, the module is there but could not be read, and src[0..srclen) says why. */
 int luasnap_require_load(lua_State *L, const char *path, size_t pathlen, const char *src,
                          size_t srclen) {
   const char *name = lua_tostring(L, 1);
+  if (path == NULL && src != NULL) {
+    lua_pushlstring(L, src, srclen);
+    return luaL_error(L, "module '%s' could not be read: %s", name, lua_tostring(L, -1));
+  }
   if (path == NULL) {
     const char *file = luaL_gsub(L, name, ".", "/");
     return luaL_error(L,

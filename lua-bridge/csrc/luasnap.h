@@ -288,7 +288,8 @@ LUASNAP_RAISES int luasnap_loadfilex(lua_State *L, const char *filename, const c
 LUASNAP_RAISES void luasnap_chunks_install(lua_State *L);
 /* The deterministic profile's require, in two steps around the host's lookup
 ** (bridge/modules.rs): whether package.loaded[name] answers (pushed, 1); then the module
-** path/src loaded as the chunk "@path" and run as stock require does (path NULL: not found). */
+** path/src loaded as the chunk "@path" and run as stock require does (path NULL: not found,
+** or, with src not NULL, unreadable for the reason src says). */
 LUASNAP_RAISES int luasnap_require_loaded(lua_State *L);
 LUASNAP_RAISES int luasnap_require_load(lua_State *L, const char *path, size_t pathlen,
                                         const char *src, size_t srclen);

@@ -237,6 +237,18 @@ impl FolderFiles {
     pub fn read_from_disk(dir: &Path, path: &str) -> std::io::Result<Option<Vec<u8>>> {
         let file = dir.join(path);
         if !file.is_file() {
+            if file.is_symlink() && !file.exists() {
+                let to = std::fs::read_link(&file).unwrap_or_default();
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::NotFound,
+                    format!(
+                        "{} is a symbolic link to {}, which does not exist: mend or remove \
+                         the link",
+                        file.display(),
+                        to.display()
+                    ),
+                ));
+            }
             return Ok(None);
         }
         match std::fs::read(&file) {
@@ -251,7 +263,8 @@ impl FolderFiles {
         &self.dir
     }
 
-    /// Whether every file of the folder was read when this was made ([`Module::all_in_folder`]).
+    /// Whether every file of the folder was read when this was made (read whole at once, as
+    /// `serve` does to compute a game id), so a file it does not hold is missing.
     pub fn is_complete(&self) -> bool {
         self.complete
     }
@@ -361,6 +374,10 @@ pub(crate) const FOLDER_FILES: usize = 2000;
 /// bytes `require` hands to C stay where they are until C has copied them.
 pub(crate) struct ModuleState {
     found: RefCell<HashMap<String, Module>>,
+    /// Why a module could not be read (an unreadable file, a dangling link, a run record
+    /// that went away), by name; entries are never removed or replaced while the VM lives,
+    /// as for `found`, so the message `require` hands to C stays where it is.
+    unreadable: RefCell<HashMap<String, String>>,
     folder: Option<ModuleFolder>,
 }
 
@@ -378,6 +395,7 @@ pub(crate) fn register(
         base,
         ModuleState {
             found: RefCell::new(found),
+            unreadable: RefCell::new(HashMap::new()),
             folder,
         },
     )
@@ -399,19 +417,39 @@ impl ModuleState {
         Ok(found)
     }
 
-    /// The path and source of module `name` as pointers into `found` (see the invariant), or
-    /// None; an unreadable file counts as none.
-    fn locate(&self, name: &str) -> Option<(*const u8, usize, *const u8, usize)> {
-        self.find(name).ok().flatten()?;
+    /// What `require` hands to C for module `name`, as pointers into `found` or `unreadable`
+    /// (see the invariant).
+    fn locate(&self, name: &str) -> Located {
+        match self.find(name) {
+            Ok(Some(_)) => {}
+            Ok(None) => return Located::Missing,
+            Err(e) => {
+                let mut unreadable = self.unreadable.borrow_mut();
+                let why = unreadable
+                    .entry(name.to_string())
+                    .or_insert_with(|| e.to_string());
+                return Located::Unreadable(why.as_ptr(), why.len());
+            }
+        }
         let found = self.found.borrow();
-        let m = found.get(name)?;
-        Some((
-            m.path.as_ptr(),
-            m.path.len(),
-            m.source.as_ptr(),
-            m.source.len(),
-        ))
+        match found.get(name) {
+            Some(m) => Located::Found(
+                m.path.as_ptr(),
+                m.path.len(),
+                m.source.as_ptr(),
+                m.source.len(),
+            ),
+            None => Located::Missing,
+        }
     }
+}
+
+/// A module looked up for `require`: its path and source, or why it could not be read
+/// (pointer and length of each), or nothing.
+enum Located {
+    Found(*const u8, usize, *const u8, usize),
+    Unreadable(*const u8, usize),
+    Missing,
 }
 
 /// The deterministic profile's `require(name)` (a `lua_CFunction`): package.loaded[name] if
@@ -438,11 +476,15 @@ pub(crate) unsafe extern "C-unwind" fn require(L: *mut lua_State) -> c_int {
         match std::str::from_utf8(name) {
             // SAFETY: a VM built by this crate registers its modules' part when built.
             Ok(name) => unsafe { STATE.of(L) }.locate(name),
-            Err(_) => None,
+            Err(_) => Located::Missing,
         }
     };
-    let (path, pathlen, src, srclen) =
-        located.unwrap_or((std::ptr::null(), 0, std::ptr::null(), 0));
+    let null = std::ptr::null();
+    let (path, pathlen, src, srclen) = match located {
+        Located::Found(path, pathlen, src, srclen) => (path, pathlen, src, srclen),
+        Located::Unreadable(why, len) => (null, 0, why, len),
+        Located::Missing => (null, 0, null, 0),
+    };
     // SAFETY: [name, package.loaded] from step 1; the bytes live in the VM's modules' part
     // (its invariant) and C copies them before anything else runs.
     unsafe { luasnap_require_load(L, path.cast(), pathlen, src.cast(), srclen) }
