@@ -113,7 +113,10 @@ pub(crate) fn check(renames: &[Rename]) -> Result<(), String> {
     let bad =
         |r: &Rename, why: &str| Err(format!("the game's declaration {} {why}", r.declaration()));
     for (i, r) in renames.iter().enumerate() {
-        let (_, from) = split_file(&r.from);
+        let (file, from) = split_file(&r.from);
+        if let Some(why) = file.and_then(bad_file) {
+            return bad(r, why);
+        }
         if names(from).iter().any(Vec::is_empty) {
             return bad(r, "does not name a saved function's place (such as \"Entity.hurt\" or \"G.step > turn\")");
         }
@@ -132,11 +135,37 @@ pub(crate) fn check(renames: &[Rename]) -> Result<(), String> {
                 return bad(r, "renames a function to its own place");
             }
         }
-        if renames[..i].iter().any(|o| o.from.trim() == r.from.trim()) {
+        if renames[..i].iter().any(|o| same_place(&o.from, &r.from)) {
             return bad(r, "declares a place that another declaration declares too");
         }
     }
     Ok(())
+}
+
+/// Why the file part of a declared place (`src/entity.lua` in `src/entity.lua:Entity.hurt`)
+/// can name no file of a game, if it cannot: such a declaration would apply to nothing, and
+/// a ban written that way (`G.removed = { ["@main.lua:Debug.cheat"] = false }`) would be
+/// lifted without a word. A file the game no longer has is a file an older save can hold.
+fn bad_file(file: &str) -> Option<&'static str> {
+    if file.starts_with('@') || file.starts_with('=') {
+        Some("names its file as Lua names a chunk: write the file's path in the game's folder, without the '@' (\"src/entity.lua:Entity.hurt\")")
+    } else if file.starts_with('/') || file.contains('\\') {
+        Some("names its file by an absolute path or with '\\': write its path in the game's folder with '/' (\"src/entity.lua:Entity.hurt\")")
+    } else if file
+        .split('/')
+        .any(|part| part.is_empty() || part == "." || part == "..")
+    {
+        Some("names a file outside the game's folder or with an empty part: write its path in the game's folder (\"src/entity.lua:Entity.hurt\")")
+    } else {
+        None
+    }
+}
+
+/// Whether two declared places are the same (the same file, or none, and the same names,
+/// spaces aside).
+fn same_place(a: &str, b: &str) -> bool {
+    let ((fa, pa), (fb, pb)) = (split_file(a), split_file(b));
+    fa == fb && names(pa) == names(pb)
 }
 
 /// A declaration that applies to a saved function: the target place (None: removed with no
@@ -149,9 +178,11 @@ pub(crate) struct Applied<'a> {
 }
 
 /// The declaration that applies to the saved function at `place` in the chunk named `chunk`
-/// (`@src/entity.lua`, or a host's `=game`; not a string given to `load`), if any: of those whose place is `place` or encloses it (and whose
-/// file, if they name one, is the chunk's), the one naming the most of it; the target is
-/// its place followed by the rest of `place`.
+/// (`@src/entity.lua`, or a host's `=game`; not a string given to `load`), if any: of those
+/// whose place is `place` or encloses it (and whose file, if they name one, is the chunk's),
+/// the one naming the most of it, and of two naming as much the one naming the file (the
+/// narrower: `main.lua:Debug.cheat` beats `Debug.cheat`, in whatever order the game's table
+/// lists them); the target is its place followed by the rest of `place`.
 pub(crate) fn applied<'a>(
     renames: &'a [Rename],
     chunk: &[u8],
@@ -160,7 +191,7 @@ pub(crate) fn applied<'a>(
     let file = chunk
         .strip_prefix(b"@")
         .or_else(|| chunk.strip_prefix(b"="))?;
-    let mut best: Option<(usize, &Rename)> = None;
+    let mut best: Option<((usize, bool), &Rename)> = None;
     for r in renames {
         let (f, from) = split_file(&r.from);
         if f.is_some_and(|f| f.as_bytes() != file) {
@@ -168,11 +199,12 @@ pub(crate) fn applied<'a>(
         }
         let from = names(from);
         let n = from.len();
-        if n <= place.len() && place[..n] == from[..] && best.is_none_or(|(m, _)| n > m) {
-            best = Some((n, r));
+        let rank = (n, f.is_some());
+        if n <= place.len() && place[..n] == from[..] && best.is_none_or(|(m, _)| rank > m) {
+            best = Some((rank, r));
         }
     }
-    let (n, rename) = best?;
+    let ((n, _), rename) = best?;
     let target = rename.to_place().map(|to| {
         let mut t = names(split_file(to).1);
         t.extend_from_slice(&place[n..]);
@@ -230,6 +262,51 @@ mod tests {
         assert!(applied(&r, b"@src/other.lua", &place("Entity.hurt")).is_none());
     }
 
+    /// Of two declarations naming as much of a place, the one naming the file applies,
+    /// whichever comes first (a game's table lists them in any order).
+    #[test]
+    fn a_declaration_naming_the_file_beats_one_naming_as_much_without() {
+        let qualified = Rename::removed("main.lua:Debug.cheat");
+        let anywhere = Rename::replaced("Debug.cheat", "Entity.new");
+        for r in [
+            [qualified.clone(), anywhere.clone()],
+            [anywhere.clone(), qualified.clone()],
+        ] {
+            check(&r).unwrap();
+            let a = applied(&r, b"@main.lua", &place("Debug.cheat")).unwrap();
+            assert_eq!(a.rename, &qualified);
+            let a = applied(&r, b"@src/debug.lua", &place("Debug.cheat")).unwrap();
+            assert_eq!(a.rename, &anywhere);
+        }
+        // A longer place still beats a shorter one naming a file.
+        let r = [
+            Rename::removed("main.lua:Debug"),
+            Rename::renamed("Debug > (function #1)", "Debug > (function #2)"),
+        ];
+        let a = applied(&r, b"@main.lua", &place("Debug > (function #1)")).unwrap();
+        assert_eq!(a.rename, &r[1]);
+    }
+
+    /// A file part that can name no file of a game is refused, not left to match nothing.
+    #[test]
+    fn a_file_no_game_can_have_is_refused() {
+        for from in [
+            "@main.lua:Debug.cheat",
+            "=main.lua:Debug.cheat",
+            "/abs/main.lua:Debug.cheat",
+            "../main.lua:Debug.cheat",
+            "src//main.lua:Debug.cheat",
+            "src\\main.lua:Debug.cheat",
+        ] {
+            let e = check(&[Rename::removed(from)]).unwrap_err();
+            assert!(
+                e.contains("G.removed") && e.contains("path in the game's folder"),
+                "{from}: {e}"
+            );
+        }
+        check(&[Rename::removed("old/gone.lua:Debug.cheat")]).unwrap();
+    }
+
     #[test]
     fn malformed_declarations_are_named() {
         let e = check(&[Rename::renamed("Entity.hurt", "src/x.lua:Entity.x")]).unwrap_err();
@@ -245,6 +322,15 @@ mod tests {
         assert!(
             e.contains("G.removed[\"A.f\"] = false") && e.contains("declares too"),
             "{e}"
+        );
+        let e = check(&[
+            Rename::renamed("A.f > g", "A.h"),
+            Rename::removed(" A.f>g "),
+        ])
+        .unwrap_err();
+        assert!(
+            e.contains("declares too"),
+            "spaces aside, the same place: {e}"
         );
         check(&[
             Rename::renamed("A.f", "A.g > h"),
