@@ -13,8 +13,14 @@
 //!   (apart from blocks allocated or freed in the frame, counted as a class of their own);
 //! - *mutated (n blocks)*: n blocks live before and after have other bytes;
 //! - *new only*, *freed only*: only blocks allocated, or freed, in the frame;
-//! - *unchanged*: written, but every byte is as it was (a store of the value a field held, or
-//!   a change undone within the frame);
+//! - *free slots only*: no live block changed, none was allocated or freed, but bytes between
+//!   them did: blocks made and freed within the frame (young objects a collection freed), or
+//!   free-list links;
+//! - *unchanged*: written, but every byte of the page is as it was (a store of the value a
+//!   field held, or a change undone within the frame).
+//!
+//! A block counts on every page it overlaps, by its bytes on that page (blocks of most size
+//! classes straddle page boundaries inside their span).
 //! - the allocator's map, and pages of large blocks.
 //!
 //! Then the sparse pages (one or two changed blocks), by the changed blocks' size and kind (the
@@ -130,21 +136,24 @@ impl Census {
             .filter(|o| o.block_size == s.block_size && o.head_page == s.head_page);
         let (mut new_blocks, mut freed, mut gc_only) = (0, 0, true);
         let mut changed = Vec::new();
+        let page = off..off + PAGE_SIZE;
         for (i, &live) in s.live.iter().enumerate() {
             let lo = head + i * size;
-            // Each block counts on the page where it starts.
-            if lo < off || lo >= off + PAGE_SIZE {
+            // A block counts on every page it overlaps, by its bytes on that page: a block
+            // that starts on the page before and changed only here changed this page.
+            if lo + size <= page.start || lo >= page.end {
                 continue;
             }
             let hi = (lo + size).min(new.bytes.len()).min(old.bytes.len());
+            let (a, b) = (lo.max(page.start), hi.min(page.end));
             let was = before.is_some_and(|o| o.live[i]);
             match (was, live) {
                 (false, true) => new_blocks += 1,
                 (true, false) => freed += 1,
-                (true, true) if old.bytes[lo..hi] != new.bytes[lo..hi] => {
-                    let (a, b) = (&old.bytes[lo..hi], &new.bytes[lo..hi]);
-                    gc_only &= collector_only(size, a, b);
-                    changed.push(format!("{size} B {}", kind(b)));
+                (true, true) if a < b && old.bytes[a..b] != new.bytes[a..b] => {
+                    let (x, y) = (&old.bytes[lo..hi], &new.bytes[lo..hi]);
+                    gc_only &= collector_only(size, x, y);
+                    changed.push(format!("{size} B {}", kind(y)));
                 }
                 _ => {}
             }
@@ -157,7 +166,14 @@ impl Census {
         match changed.len() {
             0 if new_blocks > 0 => "new only".into(),
             0 if freed > 0 => "freed only".into(),
-            0 => "unchanged".into(),
+            0 if page.end <= old.bytes.len()
+                && old.bytes[page.clone()] == new.bytes[page.clone()] =>
+            {
+                "unchanged".into()
+            }
+            // Only bytes outside live blocks differ: blocks made and freed within the frame
+            // (young objects a collection freed), or free-list links.
+            0 => "free slots only".into(),
             _ if gc_only && new_blocks + freed == 0 => "collector only (table headers)".into(),
             _ if gc_only => "collector's table headers + new/freed".into(),
             n if n > 4 => "mutated (more than 4 blocks)".into(),
