@@ -40,8 +40,11 @@ fn diff(a: &mut Vm, b: &mut Vm, limit: usize) -> (Vec<String>, bool) {
         let mut rest = t.as_str();
         while let Some(at) = rest.find('#') {
             out.push_str(&rest[..=at]);
-            rest = rest[at + 1..].trim_start_matches(|c: char| c.is_ascii_digit());
-            out.push('N');
+            let digits = rest[at + 1..].trim_start_matches(|c: char| c.is_ascii_digit());
+            if digits.len() < rest[at + 1..].len() {
+                out.push('N');
+            }
+            rest = digits;
         }
         out + rest
     };
@@ -152,5 +155,45 @@ fn keys_on_one_side_are_counted_per_table_past_the_limit() {
     assert!(
         counts.contains(&"extra: 2 keys only on the left".to_string()),
         "{counts:?}"
+    );
+}
+
+#[test]
+fn library_functions_as_keys_pair_by_name() {
+    // An outside tester's case: one side lacks `set[assert]`; C function keys all looked
+    // alike, so the others paired with whichever came first (`set[error]: 2 vs 8`).
+    let script = |after: &str| {
+        let v = vm();
+        v.exec(
+            format!(
+                "local fns = {{ assert, error, ipairs, pairs, print, rawget, rawset, select,
+                   tonumber, tostring, type, next, math.floor, math.abs, string.format }}
+                 world = {{ set = {{}} }}
+                 for i, f in ipairs(fns) do world.set[f] = i end
+                 {after}"
+            ),
+            "fns",
+        )
+        .unwrap();
+        v
+    };
+    let (mut a, mut b) = (script(""), script("world.set[assert] = nil"));
+    let (lines, _) = diff(&mut a, &mut b, 20);
+    assert_eq!(lines, ["world.set[assert]: 1 vs (absent)"], "{lines:?}");
+    // Swapped values: each key with its own value, named by the function's name where no
+    // value path reaches it (`ipairs`'s iterator).
+    let (mut a, mut b) = (
+        script("world.set[(ipairs({}))] = 16 world.set[assert] = 100"),
+        script("world.set[(ipairs({}))] = 17 world.set[error] = 100"),
+    );
+    let (lines, _) = diff(&mut a, &mut b, 20);
+    assert_eq!(
+        lines,
+        [
+            "world.set[C function ipairs#aux]: 16 vs 17",
+            "world.set[assert]: 100 vs 1",
+            "world.set[error]: 2 vs 100",
+        ],
+        "{lines:?}"
     );
 }

@@ -627,3 +627,57 @@ fn reseal_seals_an_edited_save_again_and_loads_still_check_it() {
     let out = luasnap(&["reseal", &text]);
     assert!(support::stderr(&out).contains("not a luasnap save-game"));
 }
+
+#[test]
+fn diff_pairs_c_function_keys_by_name() {
+    // An outside tester's diffcf2: one side lacks `set[assert]`; every C-function key used to
+    // pair with whichever came first on the other side (`set[error]: 2 vs 8`).
+    let tmp = support::temp_dir("diffcf");
+    let game = tmp.path().join("cfkeys.lua");
+    std::fs::write(
+        &game,
+        r#"local G = {}
+local world
+local FNS = { assert, error, ipairs, pairs, print, rawget, rawset, select, tonumber, tostring, type, next, math.floor, math.abs, string.format }
+function G.init(players, seed)
+  world = { tick = 0, names = {}, set = {} }
+  for i, f in ipairs(FNS) do world.names[f] = tostring(i); world.set[f] = i end
+end
+function G.step(inputs)
+  world.tick = world.tick + 1
+  if world.tick == 2 then world.set[assert] = nil end
+end
+function G.digest() return world.tick end
+return G
+"#,
+    )
+    .unwrap();
+    let game = game.to_str().unwrap();
+    let (a, b) = (tmp.path().join("a.sav"), tmp.path().join("b.sav"));
+    simulate_save(game, 1, &a, &[]);
+    simulate_save(game, 2, &b, &[]);
+    let out = luasnap(&[
+        "diff",
+        a.to_str().unwrap(),
+        b.to_str().unwrap(),
+        "--game",
+        game,
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let listed: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("  "))
+        .map(str::trim)
+        .collect();
+    assert_eq!(
+        listed,
+        [
+            "luasnap_frame: 1 vs 2",
+            "luasnap_game.digest@world.tick: 1 vs 2",
+            "luasnap_game.digest@world.set[assert]: 1 vs (absent)",
+            "luasnap_game.digest@world.set: 1 key only on the left",
+        ],
+        "{text}"
+    );
+}

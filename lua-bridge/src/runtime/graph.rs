@@ -89,8 +89,10 @@ pub(crate) enum Kind {
     Table,
     /// A Lua function (`source:linedefined`).
     LuaFunction(String),
-    /// A C function.
-    CFunction,
+    /// A C function, by its least name among the VM's permanents (`string.format`), empty
+    /// if it has none or the graph does not name them ([`Graph::naming_cfunctions`]). Only the
+    /// diff reads it: the digest hashes every C function alike ([`Node::kind_hash`]).
+    CFunction(String),
     /// A full userdata of this many bytes.
     UserData(usize),
     /// A coroutine with this status code.
@@ -105,7 +107,8 @@ impl std::fmt::Display for Kind {
             Kind::Unvisited => write!(f, "object"),
             Kind::Table => write!(f, "table"),
             Kind::LuaFunction(at) => write!(f, "function {at}"),
-            Kind::CFunction => write!(f, "C function"),
+            Kind::CFunction(name) if name.is_empty() => write!(f, "C function"),
+            Kind::CFunction(name) => write!(f, "C function {name}"),
             Kind::UserData(n) => write!(f, "userdata ({n} bytes)"),
             Kind::Thread(s) => write!(f, "coroutine (status {s})"),
             Kind::Other(t) => write!(f, "{t}"),
@@ -173,6 +176,10 @@ pub(crate) struct Graph {
     limit: usize,
     /// Whether a string did not fit (then the graph counts as over its limit).
     over: bool,
+    /// C functions' names by address, read from the VM's permanents at the first C function
+    /// met, if the graph names them ([`Graph::naming_cfunctions`]).
+    cf_names: Option<HashMap<*const c_void, String>>,
+    naming: bool,
 }
 
 impl std::fmt::Debug for Graph {
@@ -225,12 +232,23 @@ impl Graph {
             small_ints: vec![u32::MAX; 2 * SMALL_INTS as usize],
             limit: limit.min(MAX_GRAPH_BYTES),
             over: false,
+            cf_names: None,
+            naming: false,
         };
         g.push_prim(Prim::Nil, tag(b"nil", &[]));
         g.push_prim(Prim::Bool(false), tag(b"bool", &[0]));
         g.push_prim(Prim::Bool(true), tag(b"bool", &[1]));
         g.push_prim(Prim::Light, tag(b"light", &[]));
         g
+    }
+
+    /// The graph, naming C functions in their kinds ([`Kind::CFunction`]), for the diff to
+    /// pair C-function keys by name. The name comes from the extracting VM's own permanents,
+    /// never from the process-wide map of csrc/cfids.c (whose names depend on which VMs the
+    /// process built first), and never enters the digest.
+    pub(crate) fn naming_cfunctions(mut self) -> Graph {
+        self.naming = true;
+        self
     }
 
     /// The bytes the graph holds, as counted against its limit.
@@ -638,14 +656,19 @@ impl Walk<'_> {
     /// A function (on top): its identity, then its upvalues.
     ///
     /// # Safety
-    /// Protected context, a function on top, two free slots.
+    /// Protected context, a function on top, three free slots.
     unsafe fn function(&mut self, L: *mut lua_State) -> (u64, Kind) {
         // SAFETY: callers' contract; `ar` filled by lua_getinfo for a copy of the function
         // (popped by it); each upvalue pushed and classified (popped).
         unsafe {
             let at = ffi::lua_gettop(L);
             let out = if ffi::lua_iscfunction(L, at) != 0 {
-                (tag(b"cfunction", &[]), Kind::CFunction)
+                let name = if self.g.naming {
+                    self.cfunction_name(L, at)
+                } else {
+                    String::new()
+                };
+                (tag(b"cfunction", &[]), Kind::CFunction(name))
             } else {
                 let mut ar: ffi::lua_Debug = std::mem::zeroed();
                 ffi::lua_pushvalue(L, at);
@@ -671,6 +694,42 @@ impl Walk<'_> {
             }
             out
         }
+    }
+
+    /// The name of the C function at `at` among the VM's permanents (the least, if several),
+    /// or empty; the names are read once per extraction.
+    ///
+    /// # Safety
+    /// Protected context, a function at `at`, three free slots.
+    unsafe fn cfunction_name(&mut self, L: *mut lua_State, at: c_int) -> String {
+        // SAFETY: callers' contract; reads the registry's permanents table (name -> value)
+        // raw with lua_next, which neither allocates nor raises for keys taken from it.
+        let names = self.g.cf_names.get_or_insert_with(|| unsafe {
+            let mut names: HashMap<*const c_void, String> = HashMap::new();
+            let perms = crate::persist::permanents::UNPERMS_KEY;
+            if ffi::lua_getfield(L, ffi::LUA_REGISTRYINDEX, perms.as_ptr()) == ffi::LUA_TTABLE {
+                let t = ffi::lua_gettop(L);
+                ffi::lua_pushnil(L);
+                while ffi::lua_next(L, t) != 0 {
+                    let name = crate::persist::permanents::key_name(L, -2);
+                    if let (Some(name), true) = (name, ffi::lua_iscfunction(L, -1) != 0) {
+                        let p = ffi::lua_topointer(L, -1);
+                        match names.get(&p) {
+                            Some(old) if *old <= name => {}
+                            _ => {
+                                names.insert(p, name);
+                            }
+                        }
+                    }
+                    ffi::lua_settop(L, -2);
+                }
+            }
+            ffi::lua_settop(L, -2);
+            names
+        });
+        // SAFETY: `at` holds a function (callers' contract).
+        let p = unsafe { ffi::lua_topointer(L, at) };
+        names.get(&p).cloned().unwrap_or_default()
     }
 
     /// A full userdata (on top): its bytes, metatable and user values.

@@ -19,7 +19,9 @@
 //! the keys left, by key identity (docs/determinism.md, "Key order": format 7 saves carry them),
 //! so an entity present on both sides whose fields changed is one pair, compared field by field
 //! under `@key`, not one key absent and another present. Keys without identities (0) fall back
-//! to content only. A key object is named by its shortest path from the globals through values
+//! to content only. C functions as keys are matched by content and their names among each
+//! side's permanents (`set[assert]` with `set[assert]`; the digest hashes every C function
+//! alike). A key object is named by its shortest path from the globals through values
 //! (`world.all[world.workers[3]]`), else by its kind and identity (`[table #17]`); either way,
 //! a table with a field `id` or `name` holding a number or string shows it (`[table #17 {id=4}]`).
 //! Membership lines (an entry on one side only) come after all other differences.
@@ -27,7 +29,7 @@
 use crate::bridge::error::VmError;
 use crate::bridge::vm::Vm;
 use crate::persist::{LoadError, LoadOptions, Trust};
-use crate::runtime::graph::{extract, Graph, Item, Kind, Part, Prim};
+use crate::runtime::graph::{extract, mix, tag, Graph, Item, Kind, Part, Prim};
 use crate::runtime::{Game, GameConfig, GameError};
 use luasnap_snap::Snapshot;
 use mlua_sys as ffi;
@@ -331,6 +333,20 @@ impl Differ<'_> {
         }
     }
 
+    /// What an entry's key is matched by across the sides: its hash, and a C function's name,
+    /// which the hash lacks (every C function hashes alike, so `set[assert]` would pair with
+    /// whichever C function key came first on the other side).
+    fn key_hash(&self, side: Side, it: Item) -> u64 {
+        let h = self.hash(side, it);
+        let g = self.graph(side);
+        match it.as_node().map(|id| g.kind(id)) {
+            Some(Kind::CFunction(name)) if !name.is_empty() => {
+                mix(h, tag(b"cfname", name.as_bytes()))
+            }
+            _ => h,
+        }
+    }
+
     fn describe(&self, side: Side, it: Item) -> String {
         let g = self.graph(side);
         match it.as_node() {
@@ -615,7 +631,7 @@ impl Differ<'_> {
         let mut right: HashMap<u64, Vec<(Item, Item)>> = HashMap::new();
         for &(k, v) in self.b.entries(nb) {
             right
-                .entry(self.hash(Side::Right, k))
+                .entry(self.key_hash(Side::Right, k))
                 .or_default()
                 .push((k, v));
         }
@@ -623,7 +639,7 @@ impl Differ<'_> {
         let mut matched = Vec::new();
         for &(k, v) in self.a.entries(na) {
             match right
-                .get_mut(&self.hash(Side::Left, k))
+                .get_mut(&self.key_hash(Side::Left, k))
                 .and_then(|l| l.pop())
             {
                 Some((_, w)) => {
@@ -655,10 +671,15 @@ impl Differ<'_> {
             queue.push_back((sub, v, w));
         }
         left_only.sort_by(|x, y| {
-            key_order(self.a, x.0, self.a, y.0).then_with(|| {
-                self.ident(Side::Left, x.0)
-                    .cmp(&self.ident(Side::Left, y.0))
-            })
+            key_order(self.a, x.0, self.a, y.0)
+                .then_with(|| {
+                    self.ident(Side::Left, x.0)
+                        .cmp(&self.ident(Side::Left, y.0))
+                })
+                .then_with(|| {
+                    self.describe(Side::Left, x.0)
+                        .cmp(&self.describe(Side::Left, y.0))
+                })
         });
         for (k, v) in left_only {
             let sub = self.push_path(path, Step::Key(Side::Left, k));
@@ -871,7 +892,7 @@ impl Vm {
     }
 
     fn extract_graph(&mut self, max_bytes: usize) -> Result<ValueGraph, VmError> {
-        let mut graph = Graph::with_limit(max_bytes);
+        let mut graph = Graph::with_limit(max_bytes).naming_cfunctions();
         let mut root = None;
         self.run(
             &mut |L| {
