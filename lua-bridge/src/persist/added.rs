@@ -10,6 +10,13 @@
 //! version's function. Nothing else is written: no data field, no saved value replaced, no
 //! permanent (a library table) touched.
 //!
+//! Only a function of a chunk this version changed is new: when the save holds functions of
+//! the same chunk with this version's very code (the loader finds its fingerprint equal), a
+//! function of it that the saved table lacks was there in the saved game too, and the game
+//! removed it (`M.listeners.on_tick = nil`, `Vec.__add = nil`); putting it back would make a
+//! game continued from its own save run differently from the straight run. A chunk the save
+//! holds no function of is not known to be unchanged: its functions are added as before.
+//!
 //! The rule for upvalues (a function's module locals), each in turn: `_ENV` holding the
 //! globals stays (they are restored in place); an upvalue of a name that a saved function of
 //! the same table (or of a table above it on the path) holds is shared with it (the saved
@@ -46,13 +53,24 @@ enum Bind {
 }
 
 /// With the saved `package.loaded` at `saved` and the live one at `live` (absolute indices):
-/// adds this version's new functions to the saved module tables (see the module docs).
+/// adds this version's new functions to the saved module tables (see the module docs), none
+/// of the `unchanged` chunks (names as Lua gives them: `@M.lua`).
 ///
 /// # Safety
 /// Protected context; `saved` and `live` tables; 20 free slots plus 4 a level.
-pub(super) unsafe fn add_new_functions(L: *mut lua_State, saved: c_int, live: c_int) -> Added {
+pub(super) unsafe fn add_new_functions(
+    L: *mut lua_State,
+    saved: c_int,
+    live: c_int,
+    unchanged: &HashSet<Vec<u8>>,
+) -> Added {
     let mut out = Added::default();
     let mut seen = HashSet::new();
+    let mut walk_state = Walk {
+        seen: &mut seen,
+        unchanged,
+        out: &mut out,
+    };
     // SAFETY: protected context; balanced pushes.
     unsafe {
         let top = ffi::lua_gettop(L);
@@ -67,7 +85,7 @@ pub(super) unsafe fn add_new_functions(L: *mut lua_State, saved: c_int, live: c_
                 ffi::lua_pushvalue(L, module - 1);
                 if ffi::lua_rawget(L, saved) == ffi::LUA_TTABLE {
                     let mut path = vec![(module + 1, module)];
-                    walk(L, &mut path, &name, 0, &mut seen, &mut out);
+                    walk(L, &mut path, &name, 0, &mut walk_state);
                 }
             }
             ffi::lua_settop(L, module - 1);
@@ -89,6 +107,14 @@ unsafe fn key_string(L: *mut lua_State, idx: c_int) -> String {
     String::from_utf8_lossy(unsafe { std::slice::from_raw_parts(p.cast::<u8>(), len) }).into_owned()
 }
 
+/// What a walk carries: the saved tables walked, the chunks whose functions are not new, and
+/// what it added.
+struct Walk<'a> {
+    seen: &'a mut HashSet<*const c_void>,
+    unchanged: &'a HashSet<Vec<u8>>,
+    out: &'a mut Added,
+}
+
 /// Walks the pair on top of `path` ((saved, live) absolute indices): adds new functions to
 /// the saved table, recurses into tables both have.
 ///
@@ -99,15 +125,14 @@ unsafe fn walk(
     path: &mut Vec<(c_int, c_int)>,
     name: &str,
     depth: usize,
-    seen: &mut HashSet<*const c_void>,
-    out: &mut Added,
+    w: &mut Walk<'_>,
 ) {
     let (saved, live) = *path.last().expect("a pair");
     // SAFETY: protected context; balanced pushes.
     unsafe {
         if ffi::lua_rawequal(L, saved, live) != 0
             || is_permanent(L, saved)
-            || !seen.insert(ffi::lua_topointer(L, saved))
+            || !w.seen.insert(ffi::lua_topointer(L, saved))
         {
             return;
         }
@@ -124,12 +149,12 @@ unsafe fn walk(
             ffi::lua_pushvalue(L, v - 1);
             let there = ffi::lua_rawget(L, saved); // at v + 1
             match (ffi::lua_type(L, v), there) {
-                (ffi::LUA_TFUNCTION, ffi::LUA_TNIL) => {
-                    add_one(L, path, v, &field, out);
+                (ffi::LUA_TFUNCTION, ffi::LUA_TNIL) if !of_chunk_in(L, v, w.unchanged) => {
+                    add_one(L, path, v, &field, w.out);
                 }
                 (ffi::LUA_TTABLE, ffi::LUA_TTABLE) if depth < MAX_DEPTH => {
                     path.push((v + 1, v));
-                    walk(L, path, &field, depth + 1, seen, out);
+                    walk(L, path, &field, depth + 1, w);
                     path.pop();
                 }
                 _ => {}
@@ -196,6 +221,27 @@ unsafe fn add_one(
         ffi::lua_rawset(L, saved);
         out.added.push(shown);
         ffi::lua_settop(L, top);
+    }
+}
+
+/// Whether the function at `f` is a Lua function of a chunk named in `chunks`.
+///
+/// # Safety
+/// Protected context; a function at `f`.
+unsafe fn of_chunk_in(L: *mut lua_State, f: c_int, chunks: &HashSet<Vec<u8>>) -> bool {
+    if chunks.is_empty() {
+        return false;
+    }
+    // SAFETY: lua_getinfo with '>' pops the function pushed; `source` is the function's
+    // chunk name, alive while the function is (it stays at `f`).
+    unsafe {
+        let mut ar: ffi::lua_Debug = std::mem::zeroed();
+        ffi::lua_pushvalue(L, f);
+        if ffi::lua_getinfo(L, c">S".as_ptr(), &mut ar) == 0 || ar.source.is_null() {
+            return false;
+        }
+        let source = std::slice::from_raw_parts(ar.source.cast::<u8>(), ar.srclen);
+        chunks.contains(source)
     }
 }
 

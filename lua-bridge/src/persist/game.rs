@@ -16,6 +16,7 @@
 use super::added::{add_new_functions, Added};
 use super::permanents::{is_permanent, PERMS_KEY, UNPERMS_KEY};
 use mlua_sys::{self as ffi, lua_State};
+use std::collections::HashSet;
 use std::ffi::{c_int, CStr};
 
 /// Pushes `{ globals = copy of _G, loaded = copy of package.loaded }` with their kept-name
@@ -117,11 +118,16 @@ unsafe fn raw_field(L: *mut lua_State, t: c_int, name: &CStr) -> c_int {
 /// check comes before the first write: a refused root leaves both as they were.
 ///
 /// With `add` (an update load), first adds the functions new in this version to the saved
-/// module tables (see `persist::added`) and returns what it added.
+/// module tables (see `persist::added`; none of the `unchanged` chunks) and returns what it
+/// added.
 ///
 /// # Safety
 /// Protected context; raises a clear error if the root is not a game save.
-pub(super) unsafe fn restore_game(L: *mut lua_State, add: bool) -> Added {
+pub(super) unsafe fn restore_game(
+    L: *mut lua_State,
+    add: bool,
+    unchanged: &HashSet<Vec<u8>>,
+) -> Added {
     // SAFETY: protected context (callers' contract); balanced pushes.
     unsafe {
         let root = ffi::lua_gettop(L);
@@ -143,7 +149,7 @@ pub(super) unsafe fn restore_game(L: *mut lua_State, add: bool) -> Added {
             checked_pair(L, root, c"loaded_kept");
         }
         let added = if loaded && add {
-            add_new_functions(L, root + 4, root + 5)
+            add_new_functions(L, root + 4, root + 5, unchanged)
         } else {
             Added::default()
         };

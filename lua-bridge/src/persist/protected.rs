@@ -167,6 +167,9 @@ pub(super) struct LoadOutcome {
     pub(super) max_ident: u32,
     /// Whether the heap grew past the load's cap ([`LoadBudget::was_over_cap`]).
     pub(super) over_cap: bool,
+    /// The chunks whose saved code is this version's (`persist::added` adds none of their
+    /// functions).
+    pub(super) unchanged_chunks: std::collections::HashSet<Vec<u8>>,
 }
 
 /// Loads a file with unperms at `base + 1` (or nil): `opened` (from `format::open`), or else
@@ -200,6 +203,7 @@ pub(super) unsafe fn load_protected(
                         report: LoadReport::default(),
                         max_ident: 0,
                         over_cap: false,
+                        unchanged_chunks: Default::default(),
                     }
                 }
             }
@@ -271,6 +275,7 @@ pub(super) unsafe fn load_protected(
         report: loader.take_report(),
         max_ident: loader.idents.max(),
         over_cap: limits.was_over_cap(),
+        unchanged_chunks: loader.take_unchanged_chunks(),
     }
 }
 

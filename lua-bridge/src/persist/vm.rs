@@ -115,6 +115,7 @@ impl Vm {
         let mut staged: Option<String> = None;
         let mut accept: Option<Accept> = None;
         let mut report = LoadReport::default();
+        let mut unchanged_chunks = Default::default();
         let r = self.run(
             &mut |L| {
                 // SAFETY: protected body; the load itself runs in a nested protected call.
@@ -123,6 +124,7 @@ impl Vm {
                     ffi::lua_pushnil(L); // the file is read from `data`, not copied into Lua
                     let out = load_protected(L, opts, Some(opened));
                     (staged, accept, report) = (out.error, out.accept, out.report);
+                    unchanged_chunks = out.unchanged_chunks;
                     over_cap = out.over_cap;
                     if out.status != ffi::LUA_OK {
                         ffi::lua_error(L);
@@ -132,7 +134,7 @@ impl Vm {
                         None => match game_key_counter(L, out.max_ident) {
                             Ok(counter) => {
                                 let update = opts.functions == super::FunctionBinding::Current;
-                                let added = super::game::restore_game(L, update);
+                                let added = super::game::restore_game(L, update, &unchanged_chunks);
                                 report.added = added.added;
                                 report.not_added = added.not_added;
                                 // The identities new keys get continue the saving VM's.

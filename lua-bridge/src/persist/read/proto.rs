@@ -382,6 +382,7 @@ impl Loader<'_> {
                 if unsafe { luasnap_proto_hash(main) } == main_hash {
                     // The game's current code is the saved code: found by path.
                     chunk.main = Some(main);
+                    self.rb.unchanged_chunks.insert(name.to_vec());
                     return Ok(chunk);
                 }
                 chunk.current = Some(c);

@@ -682,6 +682,12 @@ impl Loader<'_> {
     pub fn take_report(&mut self) -> LoadReport {
         std::mem::take(&mut self.rb.report)
     }
+
+    /// The names of the chunks whose saved code is this version's (see
+    /// `Rebinding::unchanged_chunks`), taken.
+    pub fn take_unchanged_chunks(&mut self) -> std::collections::HashSet<Vec<u8>> {
+        std::mem::take(&mut self.rb.unchanged_chunks)
+    }
 }
 
 #[cfg(test)]

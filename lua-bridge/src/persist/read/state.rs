@@ -129,6 +129,10 @@ pub(super) struct Rebinding {
     /// The game's closures holding each current chunk's module-level locals, once looked up.
     pub(super) game_holders: HashMap<(usize, ModuleVar), (*const c_void, c_int)>,
     pub(super) game_looked: HashSet<usize>,
+    /// Names of the chunks the save holds functions of whose saved code is this version's
+    /// (`@M.lua`): a function of one of them that a saved module table lacks was removed by
+    /// the saved game, not added by an update (`persist::added`).
+    pub(super) unchanged_chunks: HashSet<Vec<u8>>,
     pub report: LoadReport,
 }
 
