@@ -1097,8 +1097,8 @@ fn simulate_follows_a_symbolic_link_in_the_games_folder() {
     let err = stderr(&out);
     assert!(
         err.contains("module 'lib.count' could not be read")
-            && err.contains("is a symbolic link to")
-            && err.contains("moved.lua, which does not exist"),
+            && err.contains("lib/count.lua: a symbolic link to")
+            && err.contains("moved.lua, which cannot be read"),
         "{err}"
     );
 }

@@ -60,7 +60,7 @@ impl Module {
                 return Ok(Some(Module {
                     name: name.to_string(),
                     path,
-                    source: std::fs::read(&file)?,
+                    source: read_source(&file)?,
                 }));
             }
         }
@@ -77,12 +77,15 @@ impl Module {
     /// one (`/tmp`, a downloads folder): what vanishes while it is walked and what this user
     /// may not read there are skipped, not errors (a module among them is not found, as a
     /// missing one). At most [`FOLDER_DEPTH`] folders deep and [`FOLDER_FILES`] files, so a
-    /// game that lives in a large folder costs a bounded walk.
+    /// game that lives in a large folder costs a bounded walk; a file over [`SOURCE_BYTES`]
+    /// or a folder over [`FOLDER_BYTES`] of them is an error naming it, not a read of
+    /// whatever someone left there (a sparse file of gigabytes in `/tmp`).
     pub(crate) fn all_in_folder(dir: &Path) -> std::io::Result<Vec<Module>> {
         use std::io::ErrorKind::{NotFound, PermissionDenied};
         let named =
             |path: &str, e: std::io::Error| std::io::Error::new(e.kind(), format!("{path}: {e}"));
         let mut found = Vec::new();
+        let mut bytes = 0;
         let mut walked = std::collections::HashSet::new();
         let mut pending = vec![(dir.to_path_buf(), String::new(), 0)];
         'walk: while let Some((folder, prefix, depth)) = pending.pop() {
@@ -116,11 +119,22 @@ impl Module {
                 if meta.is_dir() && depth < FOLDER_DEPTH {
                     pending.push((e.path(), format!("{path}/"), depth + 1));
                 } else if meta.is_file() && name.ends_with(".lua") {
-                    let source = match std::fs::read(e.path()) {
+                    let source = match read_source(&e.path()) {
                         Ok(source) => source,
                         Err(err) if matches!(err.kind(), NotFound | PermissionDenied) => continue,
                         Err(err) => return Err(named(&path, err)),
                     };
+                    bytes += source.len();
+                    if bytes > FOLDER_BYTES {
+                        return Err(std::io::Error::new(
+                            std::io::ErrorKind::InvalidData,
+                            format!(
+                                "{path}: the game's folder holds more than {} MiB of .lua files \
+                                 (up to this one): give the game a folder of its own",
+                                FOLDER_BYTES >> 20
+                            ),
+                        ));
+                    }
                     found.push(Module {
                         name: path.trim_end_matches(".lua").replace('/', "."),
                         path,
@@ -238,20 +252,13 @@ impl FolderFiles {
         let file = dir.join(path);
         if !file.is_file() {
             if file.is_symlink() && !file.exists() {
-                let to = std::fs::read_link(&file).unwrap_or_default();
-                return Err(std::io::Error::new(
-                    std::io::ErrorKind::NotFound,
-                    format!(
-                        "{} is a symbolic link to {}, which does not exist: mend or remove \
-                         the link",
-                        file.display(),
-                        to.display()
-                    ),
-                ));
+                let gone = std::io::Error::from(std::io::ErrorKind::NotFound);
+                let e = link_error(&file, gone);
+                return Err(std::io::Error::new(e.kind(), format!("{path}: {e}")));
             }
             return Ok(None);
         }
-        match std::fs::read(&file) {
+        match read_source(&file) {
             Ok(source) => Ok(Some(source)),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(e),
@@ -351,7 +358,7 @@ pub(crate) fn chunk_in_folder(dir: &Path, path: &str) -> Option<Vec<u8>> {
             return None;
         }
     }
-    std::fs::read(&at).ok()
+    read_source(&at).ok()
 }
 
 /// Whether a save's chunk name `path` may name a file of a game's folder (see
@@ -367,6 +374,41 @@ const FOLDER_DEPTH: usize = 6;
 
 /// How many files [`Module::all_in_folder`] reads at most.
 pub(crate) const FOLDER_FILES: usize = 2000;
+
+/// The largest Lua source file of a game read (a module, the main script, a chunk a save
+/// names): 64 MiB, far above any real module (Penlight's largest file is 40 KiB).
+pub(crate) const SOURCE_BYTES: u64 = 64 << 20;
+
+/// The most bytes of `.lua` files [`Module::all_in_folder`] reads in all.
+const FOLDER_BYTES: usize = 256 << 20;
+
+/// The bytes of the Lua source file at `file`, at most [`SOURCE_BYTES`]: a larger one (or
+/// one that grows past it while read) is an error saying so, naming no path (the caller
+/// does).
+pub(crate) fn read_source(file: &Path) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let too_big = |len: u64| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!(
+                "{} MiB or more, over the {} MiB a Lua source file of a game may have",
+                len >> 20,
+                SOURCE_BYTES >> 20
+            ),
+        )
+    };
+    let f = std::fs::File::open(file)?;
+    let len = f.metadata()?.len();
+    if len > SOURCE_BYTES {
+        return Err(too_big(len));
+    }
+    let mut source = Vec::with_capacity(len as usize);
+    f.take(SOURCE_BYTES + 1).read_to_end(&mut source)?;
+    if source.len() as u64 > SOURCE_BYTES {
+        return Err(too_big(source.len() as u64));
+    }
+    Ok(source)
+}
 
 /// The modules' part of one VM, which `require` finds from a `lua_State`.
 ///
@@ -488,4 +530,37 @@ pub(crate) unsafe extern "C-unwind" fn require(L: *mut lua_State) -> c_int {
     // SAFETY: [name, package.loaded] from step 1; the bytes live in the VM's modules' part
     // (its invariant) and C copies them before anything else runs.
     unsafe { luasnap_require_load(L, path.cast(), pathlen, src.cast(), srclen) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A `.lua` file over the limit (a sparse file: nothing is written) is refused by every
+    /// way a game's files are read, naming it where the caller knows the path, and read by
+    /// none of them.
+    #[test]
+    fn a_source_file_over_the_limit_is_refused_everywhere() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("main.lua"), "return {}").unwrap();
+        let big = std::fs::File::create(dir.path().join("big.lua")).unwrap();
+        big.set_len(SOURCE_BYTES + 1).unwrap();
+        let over = |e: std::io::Error| {
+            let e = e.to_string();
+            assert!(e.contains("over the 64 MiB a Lua source file"), "{e}");
+            e
+        };
+        let e = over(Module::all_in_folder(dir.path()).unwrap_err());
+        assert!(e.starts_with("big.lua: "), "{e}");
+        over(Module::in_folder(dir.path(), "big").unwrap_err());
+        over(FolderFiles::read_from_disk(dir.path(), "big.lua").unwrap_err());
+        assert_eq!(chunk_in_folder(dir.path(), "big.lua"), None);
+        assert!(chunk_in_folder(dir.path(), "main.lua").is_some());
+        // At the limit, it is read.
+        big.set_len(SOURCE_BYTES).unwrap();
+        assert_eq!(
+            read_source(&dir.path().join("big.lua")).unwrap().len() as u64,
+            SOURCE_BYTES
+        );
+    }
 }

@@ -321,7 +321,11 @@ impl GameConfig {
             };
             (dir, path.to_path_buf())
         };
-        self.script = std::fs::read_to_string(&main).map_err(|e| {
+        let script = crate::bridge::modules::read_source(&main).and_then(|b| {
+            String::from_utf8(b)
+                .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidData, "not UTF-8 text"))
+        });
+        self.script = script.map_err(|e| {
             GameError::Config(if path.is_dir() {
                 format!(
                     "cannot read {}: a game's folder holds its main script as main.lua ({e})",
