@@ -32,6 +32,11 @@
 //! ([`tracker_call_ns`]). On a small arena they are a share a per-page model misses: a 0.7 MiB
 //! game's whole copy takes 30-60 µs.
 //!
+//! The snapshots of frames re-simulated after a rollback that left its restored pages open
+//! (the ring's module docs) are not samples: they copy the open pages without faults, so they
+//! cost less than the model says, and the model leaves them out rather than learn from them.
+//! That errs towards whole copies on games that roll back often.
+//!
 //! The automatic mode switches with hysteresis ([`AutoState`]): tracking that runs stops only when `tracked`
 //! exceeds `whole`, twice in a row; tracking resumed to measure again (after a pause) goes on
 //! only when `tracked` is below 0.8 × `whole`. A game near the break-even

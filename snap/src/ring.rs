@@ -31,6 +31,23 @@
 //!
 //! The extent grows with the arena; pages newly inside it count as written. After a rollback it
 //! shrinks back to the snapshot's.
+//!
+//! # Frames re-simulated after a rollback
+//!
+//! A rollback to `S_k` drops the snapshots after it, and the frames they held are simulated
+//! again at once, each followed by a snapshot: they write about the pages the dropped frames
+//! wrote, which are the pages the rollback has just restored. Armed again, every one of them
+//! would take a write fault in each re-simulated frame (about 0.85 µs inside a game, against
+//! about 0.5 µs to copy a page as part of a run). So an exact rollback leaves the pages it
+//! restored open (with the clean pages it opened between them), while they are at most
+//! [`OPEN_AT_MOST`] times the pages a dropped frame wrote. An open page is reported written by
+//! the tracker like a page that took a fault, so the invariant above holds unchanged: the
+//! snapshots of the re-simulated frames copy every open page, written or not (their scans
+//! peek, they do not re-arm), the rollbacks among them restore every open page, and the
+//! snapshot of the last re-simulated frame (the count of snapshots dropped) re-arms them with
+//! its scan. Those snapshots are not samples of what tracking costs: the automatic mode's
+//! rule and the heavy-frame rule do not see them, and a page open without a fault is not
+//! counted in [`RingStats::pages_tracked`].
 
 use crate::cost::{AutoStep, CopyCosts, CostModel};
 use crate::{restore_bytes, SnapError};
@@ -53,6 +70,13 @@ const MAX_BACKOFF: u32 = 64;
 /// Runs a rollback opens for writing closer than this are opened by one call: opening a clean
 /// page between them (re-armed afterwards by the scan) costs less than another call.
 const OPEN_GAP: usize = 8 * PAGE_SIZE;
+
+/// A rollback leaves the pages it restored open for the re-simulated frames only while they
+/// are at most this many times the pages a dropped frame wrote: each open page is copied at
+/// every re-simulated snapshot (about 0.5 µs as a run) where a page the frame writes costs a
+/// fault (about 0.85 µs) and a copy. Over the 3-4 frames of a rollback at delay 4, leaving
+/// open pays below about 3 times; the margin is for the open pages' later folds into the base.
+const OPEN_AT_MOST: f64 = 2.0;
 
 static NEXT_RING_ID: AtomicU64 = AtomicU64::new(1);
 
@@ -163,6 +187,9 @@ pub struct RingStats {
     /// rollback counts again). What tracking cost the workload is this times
     /// [`CopyCosts::fault_ns`](crate::CopyCosts::fault_ns) ([`workload_fault_ns`](crate::workload_fault_ns)).
     pub pages_tracked: u64,
+    /// Pages rollbacks left open for the frames re-simulated after them, over the ring's life
+    /// (copied at their snapshots without a write fault; see the ring's module docs).
+    pub pages_left_open: u64,
     /// Snapshots currently retained.
     pub retained: usize,
     /// Bytes of the snapshots' extent (what a full copy copies; the base copy holds at most
@@ -298,6 +325,17 @@ struct Entry {
     record: Option<Record>,
 }
 
+/// What a rollback left open for the frames that re-simulate after it.
+#[derive(Debug, Default, Clone, Copy)]
+struct OpenAfterRollback {
+    /// Snapshots to take before the open pages are armed again: the snapshots the rollback
+    /// dropped (the frames a rollback session re-simulates). The last of them re-arms.
+    snapshots_left: usize,
+    /// Pages open in the tracked extent that no write fault opened: restored by the rollback,
+    /// or between restored runs.
+    pages: usize,
+}
+
 enum Tracking {
     Off(CopyStrategy),
     On {
@@ -354,6 +392,10 @@ pub struct SnapshotRing {
     stats: RingStats,
     /// The measured costs, in [`SnapshotMode::Auto`].
     cost: Option<CostModel>,
+    /// The pages a rollback left open (see "Frames re-simulated after a rollback"): snapshots
+    /// still to take before they are armed again, and how many pages are open without a
+    /// fault (so that a scan's count of written pages is not taken for that many faults).
+    open: OpenAfterRollback,
 }
 
 impl fmt::Debug for SnapshotRing {
@@ -414,6 +456,7 @@ impl SnapshotRing {
             spare_pages: Vec::new(),
             dirty: Vec::new(),
             restored_pages: Vec::new(),
+            open: OpenAfterRollback::default(),
             stats: RingStats::default(),
             cost: match (&config.mode, &tracking) {
                 (SnapshotMode::Auto(_), Tracking::On { kind, .. }) => Some(CostModel::new(*kind)),
@@ -533,6 +576,7 @@ impl SnapshotRing {
                 arena.disable_tracking();
             }
         }
+        self.open = OpenAfterRollback::default();
         self.tracking = Tracking::Off(CopyStrategy::FullTrackerLost(e.to_string()));
         SnapError::TrackerLost { error: e }
     }
@@ -667,6 +711,10 @@ impl SnapshotRing {
             self.set_tracking(left == 0, left, next_pause);
             return Ok(true);
         }
+        if self.open.snapshots_left > 0 {
+            self.snapshot_while_open(arena, new_extent, dirty)?;
+            return Ok(false);
+        }
         let old_extent = self.extent.clone();
         let limit = self.threshold.unwrap_or(kind.break_even_fraction());
         let scan_started = Instant::now();
@@ -717,6 +765,82 @@ impl SnapshotRing {
         }
         self.set_tracking(true, 0, MIN_BACKOFF);
         Ok(false)
+    }
+
+    /// A snapshot of a re-simulated frame, while the pages the rollback restored are open:
+    /// every open page counts as written (the tracker reports it) and is copied, written or
+    /// not; no write fault was taken for it. The pages stay open for the next re-simulated
+    /// frame, but for the last of them: its scan arms them again, and the frames after it are
+    /// tracked as before. Not a sample of what tracking costs: the automatic mode's rule and
+    /// the heavy-frame rule do not see it, and it reports no count of written pages.
+    fn snapshot_while_open(
+        &mut self,
+        arena: &mut Arena,
+        new_extent: &Extent,
+        dirty: &mut Vec<Range<usize>>,
+    ) -> Result<(), TrackError> {
+        self.open.snapshots_left -= 1;
+        let rearm = self.open.snapshots_left == 0;
+        let old_extent = self.extent.clone();
+        let tracker = self.tracker(arena)?;
+        for r in old_extent.ranges() {
+            if rearm {
+                tracker.collect(r, dirty)?;
+            } else {
+                tracker.peek(r, dirty)?;
+            }
+        }
+        let open: usize = dirty.iter().map(|r| r.len() / PAGE_SIZE).sum();
+        self.stats.pages_tracked += open.saturating_sub(self.open.pages) as u64;
+        self.open.pages = if rearm { 0 } else { open };
+        for r in new_extent.grown_since(&old_extent) {
+            if !r.is_empty() {
+                tracker.arm(r.clone())?;
+                dirty.push(r);
+            }
+        }
+        Ok(())
+    }
+
+    /// Step 5 of a rollback to an extent `target` (tracking armed), after the restore. Exact,
+    /// and the pages restored (with those opened between them) not many more than a dropped
+    /// frame wrote: they stay open for the `dropped` re-simulated frames (see "Frames
+    /// re-simulated after a rollback" at the top). Otherwise they are re-armed: the arena is
+    /// `S_k` there, and every page of the target's extent the tracker reports as written now
+    /// was restored, so a scan that re-arms the written pages re-arms exactly those; it only
+    /// reads the entries of the others, where re-arming runs rewrites every entry they span.
+    fn after_restore(
+        &mut self,
+        arena: &mut Arena,
+        target: &Extent,
+        exact: bool,
+        leave_open: bool,
+        open_pages: usize,
+        dropped: usize,
+    ) {
+        if leave_open {
+            self.open = OpenAfterRollback {
+                snapshots_left: dropped.max(1),
+                pages: open_pages,
+            };
+            self.stats.pages_left_open += open_pages as u64;
+            return;
+        }
+        self.open = OpenAfterRollback::default();
+        let rearmed = self.tracker(arena).and_then(|t| {
+            if exact {
+                let mut rearmed_runs = Vec::new();
+                target
+                    .ranges()
+                    .into_iter()
+                    .try_for_each(|r| t.collect(r, &mut rearmed_runs))
+            } else {
+                t.arm_all(target)
+            }
+        });
+        if let Err(e) = rearmed {
+            let _ = self.lose_tracking(arena, e);
+        }
     }
 
     fn set_heavy(&mut self, heavy: bool) {
@@ -813,15 +937,16 @@ impl SnapshotRing {
                 self.dirty = dirty;
                 return Err(self.lose_tracking(arena, e));
             }
-            let faulted: usize = dirty.iter().map(|r| r.len() / PAGE_SIZE).sum();
-            self.stats.pages_tracked += faulted as u64;
+            let reported: usize = dirty.iter().map(|r| r.len() / PAGE_SIZE).sum();
+            self.stats.pages_tracked += reported.saturating_sub(self.open.pages) as u64;
         }
 
         // 2. The pages to restore (exact: those written since `S_k`, inside its extent), and
         //    opening the armed ones for writing, one call per run: writing them while armed
-        //    would take a write fault per page. They are re-armed in step 5.
+        //    would take a write fault per page. Step 5 re-arms them or leaves them open.
         let mut bits = std::mem::take(&mut self.restored_pages);
         let mut set = PageSet::new(&target, &mut bits);
+        let mut open_pages = 0;
         let opened = if exact {
             for rec in page_records(&self.entries, k + 1..n + 1) {
                 for run in &rec.runs {
@@ -838,9 +963,15 @@ impl SnapshotRing {
                 run.clone().step_by(PAGE_SIZE).for_each(|off| set.add(off));
             }
             let open = coalesce(&armed_runs, OPEN_GAP);
+            open_pages = set.count()
+                + open
+                    .iter()
+                    .map(|r| set.count_absent(r.clone()))
+                    .sum::<usize>();
             self.tracker(arena).and_then(|t| t.open_runs(&open))
         } else if armed {
             let open = target.ranges();
+            open_pages = target.bytes() / PAGE_SIZE;
             self.tracker(arena).and_then(|t| t.open_runs(&open))
         } else {
             Ok(())
@@ -893,6 +1024,11 @@ impl SnapshotRing {
         }
         self.restored_pages = bits;
 
+        // Pages the dropped frames wrote, per frame: what a re-simulated frame will write.
+        let dropped_pages: usize = page_records(&self.entries, k + 1..n + 1)
+            .map(|r| r.len / PAGE_SIZE)
+            .sum();
+        let per_frame = dropped_pages / (n - k).max(1);
         // 4. Forget what was undone.
         for i in k + 1..=n {
             let record = self.entries[i].record.take();
@@ -902,25 +1038,10 @@ impl SnapshotRing {
         self.extent = target.clone();
         self.stats.rollbacks += 1;
 
-        // 5. Re-arm what the restore wrote (and step 2 opened): the arena is `S_k` there. Every
-        //    page of the target's extent the tracker reports as written now was restored, so a
-        //    scan that re-arms the written pages re-arms exactly those; it only reads the
-        //    entries of the others, where re-arming runs rewrites every entry they span.
+        // 5. Re-arm what the restore wrote, or leave it open for the re-simulated frames.
         if armed {
-            let rearmed = self.tracker(arena).and_then(|t| {
-                if exact {
-                    let mut rearmed_runs = Vec::new();
-                    target
-                        .ranges()
-                        .into_iter()
-                        .try_for_each(|r| t.collect(r, &mut rearmed_runs))
-                } else {
-                    t.arm_all(&target)
-                }
-            });
-            if let Err(e) = rearmed {
-                let _ = self.lose_tracking(arena, e);
-            }
+            let leave_open = exact && (open_pages as f64) <= OPEN_AT_MOST * per_frame as f64;
+            self.after_restore(arena, &target, exact, leave_open, open_pages, n - k);
         }
         self.dirty = dirty;
         Ok(())
@@ -990,6 +1111,24 @@ impl<'b> PageSet<'b> {
             }
             _ => false,
         }
+    }
+
+    /// Pages in the set.
+    fn count(&self) -> usize {
+        self.bits.iter().map(|w| w.count_ones() as usize).sum()
+    }
+
+    /// Pages of `run` (inside the extent) not in the set.
+    fn count_absent(&self, run: Range<usize>) -> usize {
+        run.step_by(PAGE_SIZE)
+            .filter(|&off| off < self.meta_end || self.data.contains(&off))
+            .filter(|&off| {
+                let p = off / PAGE_SIZE;
+                self.bits
+                    .get(p / 64)
+                    .is_some_and(|w| w & (1u64 << (p % 64)) == 0)
+            })
+            .count()
     }
 
     /// The pages in the set as sorted, merged runs.
