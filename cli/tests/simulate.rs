@@ -807,6 +807,24 @@ fn collect_every_sets_the_collection_points_over_the_games_own() {
         12,
         "the flag wins"
     );
+    for wrong in ["1.5", "-1", "0/0", "1e300", "'60'"] {
+        let game = write_game(
+            "collect-every-wrong",
+            &format!(
+                "local G = {{ collect_every = {wrong} }} function G.init() end
+                 function G.step() end return G"
+            ),
+        );
+        let out = luasnap()
+            .args(["simulate", game.to_str().unwrap(), "--frames", "2"])
+            .output()
+            .unwrap();
+        assert!(
+            !out.status.success() && stderr(&out).contains("must be an integer from 0 to 2^53"),
+            "{wrong}: {}",
+            stderr(&out)
+        );
+    }
     let bad = luasnap()
         .args(["simulate", "--collect-every", "often"])
         .output()

@@ -317,13 +317,26 @@ impl FolderFiles {
 pub(crate) struct ModuleFolder(pub(crate) std::sync::Arc<FolderFiles>);
 
 impl ModuleFolder {
-    /// The module `name` in this folder (see [`Module::in_folder`]).
+    /// The module `name` in this folder (see [`Module::in_folder`]). A file deeper than
+    /// [`FOLDER_DEPTH`] folders is not one of the game's (the folder is read whole to that
+    /// depth for a match's game id): finding one is an error saying so, so `simulate` stops
+    /// where a served match would not find the module, instead of running it.
     fn find(&self, name: &str) -> std::io::Result<Option<Module>> {
         let Some(paths) = module_paths(name) else {
             return Ok(None);
         };
         for path in paths {
+            let deep = path.split('/').count() > FOLDER_DEPTH + 1;
             if let Some(source) = self.0.file(&path)? {
+                if deep {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::InvalidInput,
+                        format!(
+                            "{path} lies more than {FOLDER_DEPTH} folders deep in the game's \
+                             folder, deeper than a game's modules may be (move it up)"
+                        ),
+                    ));
+                }
                 return Ok(Some(Module {
                     name: name.to_string(),
                     path,
@@ -540,7 +553,7 @@ mod tests {
     /// way a game's files are read, naming it where the caller knows the path, and read by
     /// none of them.
     #[test]
-    fn a_source_file_over_the_limit_is_refused_everywhere() {
+    fn files_past_the_limits_are_refused_everywhere() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("main.lua"), "return {}").unwrap();
         let big = std::fs::File::create(dir.path().join("big.lua")).unwrap();
@@ -556,6 +569,19 @@ mod tests {
         over(FolderFiles::read_from_disk(dir.path(), "big.lua").unwrap_err());
         assert_eq!(chunk_in_folder(dir.path(), "big.lua"), None);
         assert!(chunk_in_folder(dir.path(), "main.lua").is_some());
+        // Modules deeper than a game's folder is read are errors, in every folder lookup.
+        let deep = dir.path().join("a/b/c/d/e/f/g");
+        std::fs::create_dir_all(&deep).unwrap();
+        std::fs::write(deep.join("m.lua"), "return 1").unwrap();
+        std::fs::write(dir.path().join("a/b/c/d/e/f/ok.lua"), "return 2").unwrap();
+        let folder = ModuleFolder(std::sync::Arc::new(FolderFiles::lazy(dir.path())));
+        let e = folder.find("a.b.c.d.e.f.g.m").unwrap_err().to_string();
+        assert!(
+            e.contains("a/b/c/d/e/f/g/m.lua lies more than 6 folders deep"),
+            "{e}"
+        );
+        assert!(folder.find("a.b.c.d.e.f.ok").unwrap().is_some());
+        assert!(folder.find("a.b.c.d.e.f.missing").unwrap().is_none());
         // At the limit, it is read.
         big.set_len(SOURCE_BYTES).unwrap();
         assert_eq!(

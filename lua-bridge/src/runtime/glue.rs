@@ -17,8 +17,8 @@ pub(crate) const DRIVER: &str = r#"return function(G, every, default)
   if type(G.step) ~= "function" then return "has no function G.step" end
   if every == nil then every = G.collect_every end
   if every == nil then every = default end
-  if type(every) ~= "number" or every < 0 or every % 1 ~= 0 then
-    return "has G.collect_every = " .. tostring(every) .. "; it must be an integer >= 0 "
+  if type(every) ~= "number" or every < 0 or every % 1 ~= 0 or every >= 2^53 then
+    return "has G.collect_every = " .. tostring(every) .. "; it must be an integer from 0 to 2^53 "
       .. "(frames between collection points; 0: only where the game calls collectgarbage())"
   end
   luasnap_game = G
