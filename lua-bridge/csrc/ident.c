@@ -5,7 +5,9 @@
 ** a load gives them back, so tables keyed by objects keep their layout and order.
 **
 ** Two ranges: identities the state's counter gives (the next number each time an object
-** first becomes a key: 1, 2, ... below 2^31 in any real game), and name identities, bit 31
+** first becomes a key: 1, 2, ... up to 2^31 - 1, then from 1 again: ltable.c, luaH_keyid;
+** the state also counts how many it gave, which a whole-game save carries), and name
+** identities, bit 31
 ** set, that a permanent gets from its name when it is registered (luasnap_name_identity): the
 ** same in every VM whatever it registered before, so a loaded table keyed by `string` or by a
 ** native finds it where the saving VM put it. Invariant kept by every setter here: an
@@ -45,10 +47,12 @@ void luasnap_name_identity(lua_State *L, int idx, const char *name, size_t len) 
     gcoid(gcvalue(o)) = LS_NAMED | luasnap_name_hash(name, len);
 }
 
-uint32_t luasnap_key_counter(lua_State *L) {
-  return G(L)->lastid;
+uint64_t luasnap_key_counter(lua_State *L) {
+  return G(L)->keycount;
 }
 
-void luasnap_set_key_counter(lua_State *L, uint32_t n) {
-  G(L)->lastid = n;
+void luasnap_set_key_counter(lua_State *L, uint64_t n) {
+  /* The invariant at luaH_keyid (ltable.c): lastid follows from keycount. */
+  G(L)->keycount = n;
+  G(L)->lastid = n == 0 ? 0 : (unsigned int)(1 + (n - 1) % LUASNAP_ID_MAX);
 }

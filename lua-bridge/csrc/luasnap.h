@@ -432,9 +432,10 @@ uint32_t luasnap_identity(const void *o);
 int luasnap_set_identity(lua_State *L, int idx, uint32_t id);
 /* Gives the object at idx, if it has no identity yet, the identity of `name` (bit 31 set). */
 void luasnap_name_identity(lua_State *L, int idx, const char *name, size_t len);
-/* The last identity the VM's counter gave, and setting it (a whole-game load). */
-uint32_t luasnap_key_counter(lua_State *L);
-void luasnap_set_key_counter(lua_State *L, uint32_t n);
+/* How many identities the VM's counter gave (the last one follows: ltable.c, luaH_keyid),
+** and setting it (a whole-game load). */
+uint64_t luasnap_key_counter(lua_State *L);
+void luasnap_set_key_counter(lua_State *L, uint64_t n);
 
 /* ===================== state.c: the collector and memory, for the serializer ===================== */
 

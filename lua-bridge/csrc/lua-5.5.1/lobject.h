@@ -336,6 +336,10 @@ typedef struct GCObject {
 
 #define gcoid(o)	(*cast(unsigned int *, cast_charp(o) + LUASNAP_ID_OFFSET))
 
+/* luasnap patch: the highest identity the counter gives; bit 31 marks the identities
+** permanents take from their names (csrc/ident.c), which the counter never reaches. */
+#define LUASNAP_ID_MAX	0x7fffffffu
+
 
 /* Bit mark for collectable types */
 #define BIT_ISCOLLECTABLE	(1 << 6)

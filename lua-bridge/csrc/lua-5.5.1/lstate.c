@@ -361,6 +361,7 @@ LUA_API lua_State *lua_newstate (lua_Alloc f, void *ud, unsigned seed) {
   g->ud_warn = NULL;
   g->seed = seed;
   g->lastid = 0;  /* luasnap patch: identities start at 1 */
+  g->keycount = 0;
   g->gcstp = GCSTPGC;  /* no GC while building state */
   g->strt.size = g->strt.nuse = 0;
   g->strt.hash = NULL;

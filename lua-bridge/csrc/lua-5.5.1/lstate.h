@@ -348,6 +348,7 @@ typedef struct global_State {
   TValue nilvalue;  /* a nil value */
   unsigned int seed;  /* randomized seed for hashes */
   unsigned int lastid;  /* luasnap patch: the last identity given to a key (see 'gcoid') */
+  unsigned long long keycount;  /* luasnap patch: identities given ever ('luaH_keyid') */
   lu_byte gcparams[LUA_GCPN];
   lu_byte currentwhite;
   lu_byte gcstate;  /* state of garbage collector */

@@ -948,14 +948,17 @@ static void newcheckedkey (Table *t, const TValue *key, TValue *value) {
 ** luasnap patch (see LUASNAP-PATCHES.md): gives object 'o' (a table, closure, full userdata
 ** or thread) the next identity of the state if it has none yet; an identity never changes,
 ** so every table holding 'o' as a key finds it where it put it. Identities are numbered
-** from 1 in the order objects first become keys; after 2^32 - 1 of them they wrap around,
-** skipping 0 (two keys with one identity only share a chain).
+** from 1 in the order objects first become keys; after LUASNAP_ID_MAX (2^31 - 1) of them
+** they start again at 1, below the named range (two keys with one identity only share a
+** chain), and 'keycount' counts every identity given, so a save says whether they did.
+** Invariant: lastid == 0 if keycount == 0, else 1 + (keycount - 1) % LUASNAP_ID_MAX.
 */
 void luaH_keyid (lua_State *L, GCObject *o) {
   if (gcoid(o) == 0) {
     global_State *g = G(L);
-    if (++g->lastid == 0) g->lastid = 1;
-    gcoid(o) = g->lastid;
+    g->keycount++;
+    if (g->lastid >= LUASNAP_ID_MAX) g->lastid = 0;
+    gcoid(o) = ++g->lastid;
   }
 }
 

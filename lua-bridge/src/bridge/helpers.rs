@@ -423,8 +423,8 @@ unsafe extern "C" {
         name: *const c_char,
         len: usize,
     );
-    pub(crate) fn luasnap_key_counter(L: *mut lua_State) -> u32;
-    pub(crate) fn luasnap_set_key_counter(L: *mut lua_State, n: u32);
+    pub(crate) fn luasnap_key_counter(L: *mut lua_State) -> u64;
+    pub(crate) fn luasnap_set_key_counter(L: *mut lua_State, n: u64);
 }
 
 // state.c: the collector and memory, for the serializer.

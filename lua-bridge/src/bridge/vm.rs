@@ -658,9 +658,23 @@ impl Vm {
     /// (`docs/determinism.md`, "Key order"). A whole-game save carries the count and a load
     /// continues it, so two VMs that make the same calls number alike; a difference shows
     /// calls one made and the other did not (a host call that used a new object as a key).
-    pub fn key_identities(&self) -> u32 {
+    ///
+    /// Identities themselves go up to 2^31 - 1, then start again at 1 (bit 31 marks the
+    /// identities permanents take from their names): past that many, two keys may share one,
+    /// which only shares a collision chain; this count goes on.
+    pub fn key_identities(&self) -> u64 {
         // SAFETY: reads a counter of the global state, which is idle between host calls.
         unsafe { luasnap_key_counter(self.L()) }
+    }
+
+    /// Sets the count [`key_identities`](Vm::key_identities) reads, and so the next identity
+    /// an object gets: for tests of a game that has keyed 2^31 objects, which would take
+    /// minutes to key them one by one. Not for games: identities an object already has stay.
+    #[doc(hidden)]
+    pub fn set_key_identities_for_tests(&mut self, n: u64) {
+        // SAFETY: sets a counter of the global state, which is idle between host calls
+        // (`&mut self`); any value keeps the invariant (ltable.c, luaH_keyid).
+        unsafe { crate::bridge::helpers::luasnap_set_key_counter(self.L(), n) }
     }
 
     /// Runs `body` with collections asked for refused (a `collectgarbage()` inside raises an

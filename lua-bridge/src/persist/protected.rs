@@ -165,6 +165,8 @@ pub(super) struct LoadOutcome {
     pub(super) report: LoadReport,
     /// The highest identity the file gave an object (0: none; see `read/ident.rs`).
     pub(super) max_ident: u32,
+    /// Whether the file gave an identity to two objects.
+    pub(super) shared_ident: bool,
     /// Whether the heap grew past the load's cap ([`LoadBudget::was_over_cap`]).
     pub(super) over_cap: bool,
     /// The chunks whose saved code is this version's (`persist::added` adds none of their
@@ -202,6 +204,7 @@ pub(super) unsafe fn load_protected(
                         accept: None,
                         report: LoadReport::default(),
                         max_ident: 0,
+                        shared_ident: false,
                         over_cap: false,
                         unchanged_chunks: Default::default(),
                     }
@@ -274,6 +277,7 @@ pub(super) unsafe fn load_protected(
         accept: loader.accept.take(),
         report: loader.take_report(),
         max_ident: loader.idents.max(),
+        shared_ident: loader.idents.shared(),
         over_cap: limits.was_over_cap(),
         unchanged_chunks: loader.take_unchanged_chunks(),
     }

@@ -131,7 +131,7 @@ impl Vm {
                     }
                     match store {
                         Some(path) => store_at_path(L, path),
-                        None => match game_key_counter(L, out.max_ident) {
+                        None => match game_key_counter(L, out.max_ident, out.shared_ident) {
                             Ok(counter) => {
                                 let update = opts.functions == super::FunctionBinding::Current;
                                 let added = super::game::restore_game(L, update, &unchanged_chunks);
@@ -306,12 +306,16 @@ unsafe fn store_at_path(L: *mut lua_State, path: &CStr) {
 }
 
 /// The key counter of the whole-game save whose root is on top (None in saves of format 6 and
-/// older: the loading VM's counter goes on), checked against the highest identity its file
-/// gave (`max_ident`).
+/// older: the loading VM's counter goes on), checked against the identities its file gave
+/// (the highest `max_ident`; `shared` if one went to two objects).
 ///
 /// # Safety
 /// A protected context; the root on top.
-unsafe fn game_key_counter(L: *mut lua_State, max_ident: u32) -> Result<Option<u32>, &'static str> {
+unsafe fn game_key_counter(
+    L: *mut lua_State,
+    max_ident: u32,
+    shared: bool,
+) -> Result<Option<u64>, &'static str> {
     // SAFETY: callers' contract; a raw read of one field, popped.
     unsafe {
         if ffi::lua_type(L, -1) != ffi::LUA_TTABLE {
@@ -323,8 +327,8 @@ unsafe fn game_key_counter(L: *mut lua_State, max_ident: u32) -> Result<Option<u
         let n = ffi::lua_tointegerx(L, -1, &mut isnum);
         ffi::lua_settop(L, -2);
         match t {
-            ffi::LUA_TNIL if max_ident == 0 => Ok(None),
-            ffi::LUA_TNUMBER if isnum != 0 => read::check_counter(n, max_ident).map(Some),
+            ffi::LUA_TNIL if max_ident == 0 && !shared => Ok(None),
+            ffi::LUA_TNUMBER if isnum != 0 => read::check_counter(n, max_ident, shared).map(Some),
             _ => Err("malformed save-game: the key counter of a whole-game save is missing or not an integer"),
         }
     }

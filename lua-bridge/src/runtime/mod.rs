@@ -981,7 +981,7 @@ impl<I> Game<I> {
         if given != 0 {
             return Err(GameError::DigestKeyed {
                 frame: self.frame,
-                objects: given,
+                objects: u32::try_from(given).unwrap_or(u32::MAX),
             });
         }
         match v {

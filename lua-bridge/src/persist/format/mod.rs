@@ -61,7 +61,8 @@
 //! same place in a newer version of the chunk; files of formats 4 and 5 have none, and their
 //! functions keep their saved code. Format 7 brought identities (`Ident`): each object that
 //! was a table key in the saving VM carries the identity that decides its position in tables,
-//! and a whole-game save's root carries the VM's key counter (`keys`), so a loaded game's
+//! and a whole-game save's root carries the VM's key counter (`keys`: how many identities it
+//! gave, past 2^31 - 1 too, where identities start again at 1), so a loaded game's
 //! `pairs()` order over object keys, now and for keys made after the load, is the saving
 //! process's. Files of format 6 and older have neither: a load gives objects new identities
 //! from the loading VM's counter as they become keys, so their values load the same but

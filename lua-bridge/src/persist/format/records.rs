@@ -21,12 +21,13 @@ pub const MAX_UPVALUE_NAMES: u64 = 255;
 /// given the object as a table key (a varint in `1..IDENT_LIMIT`; luasnap's Lua, patch 4), so
 /// the loaded object hashes where it did and tables keyed by it keep their layout and
 /// `pairs()` order. Objects never used as keys have none, and nothing is written for them.
-/// What may follow is [`Ident::PRECEDES`]; each identity is given once per file.
+/// What may follow is [`Ident::PRECEDES`]; an identity is given once per file unless the
+/// saving VM's counter started again (see `read/ident.rs`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Ident(pub u32);
 
-/// Identities a file may give are below this: the saving VM's counter stays below it in any
-/// real game (it counts objects that became keys), and bit 31 marks the identities
+/// Identities a file may give are below this: the saving VM's counter gives 1 up to this
+/// minus 1, then starts again at 1 (luaH_keyid in ltable.c), and bit 31 marks the identities
 /// permanents take from their names, which a file names instead of writing.
 pub const IDENT_LIMIT: u64 = 1 << 31;
 

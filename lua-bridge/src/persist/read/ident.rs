@@ -5,9 +5,12 @@
 //!
 //! Checked as every field of a file is: an identity is in `1..IDENT_LIMIT` (the range the
 //! saving VM's counter gives; name identities, bit 31 set, belong to permanents, which a file
-//! names instead of writing), given to one object only, and only to a new object whose tag
-//! follows it (`Ident::decode`). A whole-game save's key counter is at least every identity in
-//! it ([`check_counter`]). The identity of an object the load did not build (a permanent)
+//! names instead of writing), and given only to a new object whose tag follows it
+//! (`Ident::decode`). A whole-game save's key counter (how many identities the saving VM gave)
+//! is at least every identity in it, and then each is given to one object only, unless the
+//! counter went past `IDENT_LIMIT - 1` and started again at 1 ([`check_counter`]). A load of a
+//! value takes shared identities as they come (they only share a collision chain): the file of
+//! a value a game saved after its counter started again may hold them. The identity of an object the load did not build (a permanent)
 //! never changes: the file names none, and a `__persist` rebuild that returns an object that
 //! has an identity already keeps it.
 //!
@@ -27,6 +30,11 @@ impl Idents {
     pub fn max(&self) -> u32 {
         self.max
     }
+
+    /// Whether the file gave some identity to two objects.
+    pub fn shared(&self) -> bool {
+        self.shared
+    }
 }
 
 impl Loader<'_> {
@@ -42,7 +50,7 @@ impl Loader<'_> {
         let decoded = Ident::decode(&mut self.r);
         let Ident(ident) = self.record(decoded)?;
         if !self.idents.given.insert(ident) {
-            return Err(self.malformed("two objects with one identity"));
+            self.idents.shared = true;
         }
         self.idents.max = self.idents.max.max(ident);
         self.idents.next = Some(ident);
@@ -74,17 +82,26 @@ impl Loader<'_> {
     }
 }
 
-/// Whether `counter`, a whole-game save's key counter, fits the identities of its file (the
-/// highest of them `max`): what the saving VM's counter had given, so at least each of them.
-pub(crate) fn check_counter(counter: i64, max: u32) -> Result<u32, &'static str> {
-    if !(0..IDENT_LIMIT as i64).contains(&counter) {
+/// Whether `counter`, a whole-game save's key counter (how many identities the saving VM
+/// gave), fits the identities of its file (the highest of them `max`; `shared` if one was
+/// given twice). Until the counter passes `IDENT_LIMIT - 1` its identities are 1..=counter,
+/// each given once; after, they start again at 1 and may repeat (luaH_keyid in ltable.c).
+pub(crate) fn check_counter(counter: i64, max: u32, shared: bool) -> Result<u64, &'static str> {
+    if counter < 0 {
         return Err("malformed save-game: the key counter of a whole-game save is out of range");
     }
-    if (counter as u32) < max {
+    let wrapped = counter as u64 >= IDENT_LIMIT;
+    if !wrapped && (counter as u64) < max as u64 {
         return Err(
             "malformed save-game: the key counter of a whole-game save is below an identity \
              the file gives",
         );
     }
-    Ok(counter as u32)
+    if !wrapped && shared {
+        return Err(
+            "malformed save-game: two objects with one identity, in a game whose key counter \
+             never started again",
+        );
+    }
+    Ok(counter as u64)
 }

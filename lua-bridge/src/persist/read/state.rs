@@ -94,10 +94,13 @@ pub(super) struct UpMemo(pub(super) Vec<u64>);
 pub(crate) struct Idents {
     /// The identity for the new object whose tag comes next.
     pub(super) next: Option<u32>,
-    /// Identities given so far (each once).
+    /// Identities given so far.
     pub(super) given: HashSet<u32>,
     /// The highest of them (0: none).
     pub(super) max: u32,
+    /// Whether the file gave an identity twice: only a game whose counter went past 2^31 - 1
+    /// and started again does (`check_counter`).
+    pub(super) shared: bool,
 }
 
 /// The state of a load that binds saved functions to this version's
