@@ -895,8 +895,12 @@ static l_mem traversethread (global_State *g, lua_State *th) {
   if (g->gcstate == GCSatomic) {  /* final traversal? */
     if (!g->gcemergency)
       luaD_shrinkstack(th); /* do not change stack in emergency cycle */
-    for (o = th->top.p; o < th->stack_last.p + EXTRA_STACK; o++)
-      setnilvalue2s(o);  /* clear dead stack slice */
+    for (o = th->top.p; o < th->stack_last.p + EXTRA_STACK; o++) {
+      /* clear dead stack slice (luasnap patch 13: slots already nil, with patch 1's zero
+         payload, are not stored again) */
+      if (!(ttypetag(s2v(o)) == LUA_VNIL && s2v(o)->value_.i == 0))
+        setnilvalue2s(o);
+    }
     /* 'remarkupvals' may have removed thread from 'twups' list */
     if (!isintwups(th) && th->openupval != NULL) {
       th->twups = g->twups;  /* link it back to the list */

@@ -133,6 +133,20 @@ l_sinline void luasnap_settag0 (TValue *o, lu_byte t) {
 	  checkliveness(L,io1); lua_assert(!isnonstrictnil(io1)); }
 
 /*
+** luasnap patch 13 (see LUASNAP-PATCHES.md): a copy into a heap slot that stores only when
+** the slot's bytes would change. A store of the value a slot already holds still writes its
+** page, and luasnap's incremental snapshots copy every page written in a frame. Exact:
+** patch 1 gives nil and booleans an all-zero payload, so equal tags and equal 8 payload
+** bytes are equal values, byte for byte (a float compares by its bits, not by '==').
+*/
+#define luasnap_samevalue(v1,t1,v2,t2)	((t1) == (t2) && (v1).i == (v2).i)
+
+#define setobj_changed(L,obj1,obj2) \
+	{ TValue *io1_=(obj1); const TValue *io2_=(obj2); \
+	  if (!luasnap_samevalue(io1_->value_, io1_->tt_, io2_->value_, io2_->tt_)) \
+	    setobj(L,io1_,io2_); }
+
+/*
 ** Different types of assignments, according to source and destination.
 ** (They are mostly equal now, but may be different in the future.)
 */

@@ -1111,7 +1111,8 @@ static int retpsetcode (Table *t, const TValue *slot) {
 
 static int finishnodeset (Table *t, const TValue *slot, TValue *val) {
   if (!ttisnil(slot)) {
-    setobj(((lua_State*)NULL), cast(TValue*, slot), val);
+    /* luasnap patch 13: only a changed value is stored */
+    setobj_changed(((lua_State*)NULL), cast(TValue*, slot), val);
     return HOK;  /* success */
   }
   else
@@ -1153,7 +1154,8 @@ static int psetint (Table *t, lua_Integer key, TValue *val) {
 int luaH_psetshortstr (Table *t, TString *key, TValue *val) {
   const TValue *slot = luaH_Hgetshortstr(t, key);
   if (!ttisnil(slot)) {  /* key already has a value? (all too common) */
-    setobj(((lua_State*)NULL), cast(TValue*, slot), val);  /* update it */
+    /* update it (luasnap patch 13: only a changed value is stored) */
+    setobj_changed(((lua_State*)NULL), cast(TValue*, slot), val);
     return HOK;  /* done */
   }
   else if (checknoTM(t->metatable, TM_NEWINDEX)) {  /* no metamethod? */
@@ -1361,7 +1363,8 @@ static unsigned int binsearch (Table *array, unsigned int i, unsigned int j) {
 /* return a border, saving it as a hint for next call */
 static lua_Unsigned newhint (Table *t, unsigned hint) {
   lua_assert(hint <= luaH_asize(t));
-  *lenhint(t) = hint;
+  if (*lenhint(t) != hint)  /* luasnap patch 13: an unchanged hint is not stored */
+    *lenhint(t) = hint;
   return hint;
 }
 
@@ -1411,7 +1414,8 @@ lua_Unsigned luaH_getn (lua_State *L, Table *t) {
     }
     /* last element non empty; set a hint to speed up finding that again */
     /* (keys in the hash part cannot be hints) */
-    *lenhint(t) = asize;
+    if (*lenhint(t) != asize)  /* luasnap patch 13: an unchanged hint is not stored */
+      *lenhint(t) = asize;
   }
   /* no array part or t[asize] is not empty; check the hash part */
   lua_assert(asize == 0 || !arraykeyisempty(t, asize));

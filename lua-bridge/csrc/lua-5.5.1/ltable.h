@@ -183,8 +183,11 @@
 #define farr2val(h,k,tag,res)  \
   ((res)->tt_ = tag, (res)->value_ = *getArrVal(h,(k)))
 
+/* luasnap patch 13: stores only when the slot's bytes change (lobject.h) */
 #define fval2arr(h,k,tag,val)  \
-  (*tag = (val)->tt_, *getArrVal(h,(k)) = (val)->value_)
+  { Value *v_ = getArrVal(h,(k)); \
+    if (!luasnap_samevalue(*v_, *(tag), (val)->value_, (val)->tt_)) \
+      { *(tag) = (val)->tt_; *v_ = (val)->value_; } }
 
 
 LUAI_FUNC lu_byte luaH_get (Table *t, const TValue *key, TValue *res);

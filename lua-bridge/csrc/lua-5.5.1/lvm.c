@@ -1332,7 +1332,7 @@ void luaV_execute (lua_State *L, CallInfo *ci) {
       vmcase(OP_SETUPVAL) {
         StkId ra = RA(i);
         UpVal *uv = cl->upvals[GETARG_B(i)];
-        setobj(L, uv->v.p, s2v(ra));
+        setobj_changed(L, uv->v.p, s2v(ra));  /* luasnap patch 13 */
         luaC_barrier(L, uv, s2v(ra));
         vmbreak;
       }
