@@ -1059,14 +1059,16 @@ fn foreign_loads_give_no_object_a_finalizer() {
         );
         assert_eq!(out[2], Value::Integer(0), "{which}: a finalizer ran");
     }
-    // An own load keeps Eris's behaviour: the finalizer is the file's to choose.
+    // An own load restores the saving VM's marks (format 8): the object got its `__gc` after
+    // setmetatable, so it was never marked, and is not after the load either (Eris marked it,
+    // and so did loads of format 7: docs/determinism.md, "Finalizers after a load").
     let out = vm
         .exec(
             "local r = eris.unpersist(plain) r = nil collectgarbage() collectgarbage() return finalized",
             "own",
         )
         .unwrap();
-    assert_eq!(out[0], Value::Integer(1));
+    assert_eq!(out[0], Value::Integer(0));
 }
 
 // ----- registers a resumed frame trusts, open upvalues that are never closed, userdata -----
@@ -2616,4 +2618,163 @@ fn a_game_saves_key_counter_is_checked_against_its_identities() {
     dst.load_game(&forge::file(&shared), Trust::Foreign)
         .unwrap();
     assert_eq!(dst.key_identities(), wrapped);
+}
+
+/// The finalization marks (format 8) a tree gives, in file order.
+fn finals_of(node: &mut Node) -> Vec<u64> {
+    let mut out = Vec::new();
+    forge::walk_mut(node, &mut |n| {
+        if let Node::Final(m, _) = n {
+            out.push(*m);
+        }
+    });
+    out
+}
+
+/// Changes the `nth` `Final` node of a tree (file order) with `f`.
+fn forge_final(node: &mut Node, nth: usize, f: &mut dyn FnMut(&mut u64, &mut Box<Node>)) {
+    let mut seen = 0;
+    forge::walk_mut(node, &mut |n| {
+        if let Node::Final(m, v) = n {
+            if seen == nth {
+                f(m, v);
+            }
+            seen += 1;
+        }
+    });
+}
+
+/// Two objects marked for finalization (in the order a, b), one finalized already and still
+/// held (resurrected), one whose metatable got its `__gc` after `setmetatable`.
+const FINALS: &str = "
+    FIN = 0
+    local mt = { __gc = function(o) FIN = FIN + 1 end }
+    local held
+    local late_mt = {}
+    local a, b = setmetatable({ 'a' }, mt), setmetatable({ 'b' }, mt)
+    do
+      local gone = setmetatable({ 'gone' }, { __gc = function(o) held = o end })
+    end
+    collectgarbage() collectgarbage()
+    local late = setmetatable({ 'late' }, late_mt)
+    late_mt.__gc = function() FIN = FIN + 100 end
+    S = { a, b, held, late }";
+
+#[test]
+fn finalization_marks_are_checked_like_any_field() {
+    let src = vm();
+    src.exec(FINALS, "=finals").unwrap();
+    let mut honest = decoded(&src, "S");
+    // a and b marked (in that order: numbers in the saving VM's order of marking, which has
+    // marked the standard files too), the resurrected one and the late one not.
+    let marks = finals_of(&mut honest);
+    assert!(
+        marks.len() == 4 && 0 < marks[0] && marks[0] < marks[1] && marks[2..] == [0, 0],
+        "{marks:?}"
+    );
+    let first = marks[0];
+    let cases: Vec<(&str, Forgery, &str)> = vec![
+        (
+            "same place",
+            Box::new(move |n: &mut Node| forge_final(n, 1, &mut |m, _| *m = first)),
+            "two objects in one place of the order of finalization",
+        ),
+        (
+            "2^32 + 1",
+            Box::new(|n: &mut Node| forge_final(n, 0, &mut |m, _| *m = (1 << 32) + 1)),
+            "a finalization mark out of range",
+        ),
+        (
+            "on a string",
+            Box::new(|n: &mut Node| {
+                forge_final(n, 0, &mut |_, v| **v = Node::Str(b"x".to_vec()));
+            }),
+            "a finalization mark before a value that is not a new table or userdata",
+        ),
+        (
+            "on a reference",
+            Box::new(|n: &mut Node| forge_final(n, 0, &mut |_, v| **v = Node::Ref(0))),
+            "a finalization mark before a value that is not a new table or userdata",
+        ),
+        (
+            "on a mark",
+            Box::new(|n: &mut Node| {
+                forge_final(n, 0, &mut |_, v| {
+                    let inner = std::mem::replace(&mut **v, Node::Nil);
+                    **v = Node::Final(9, Box::new(inner));
+                });
+            }),
+            "a finalization mark before a value that is not a new table or userdata",
+        ),
+    ];
+    for (what, forge_it, expect) in cases {
+        let mut node = honest.clone();
+        forge_it(&mut node);
+        let mut dst = vm();
+        let e = refused(load(&mut dst, &node, Trust::Own), what);
+        assert!(e.contains(expect), "{what}: {e}");
+        use_it(&dst);
+    }
+    // A file of format 7 has no marks.
+    let mut old = forge::file(&honest);
+    old[8..10].copy_from_slice(&7u16.to_le_bytes());
+    let old = luasnap::bridge::persist::reseal(&old)
+        .unwrap()
+        .unwrap_or(old);
+    let e = vm()
+        .unpersist(&old, "loaded", Trust::Own)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("a finalization mark in a file of format 7 or older"),
+        "{e}"
+    );
+    // A foreign load that refuses finalizers refuses a mark as it refuses a __gc.
+    let mut dst = vm();
+    let e = refused(load(&mut dst, &honest, Trust::Foreign), "foreign");
+    assert!(e.contains("finalizer"), "{e}");
+    // The honest file: a and b finalized once each, the others never (Lua finalizes an object
+    // once, and marks it only at setmetatable).
+    let mut dst = vm();
+    load(&mut dst, &honest, Trust::Own).unwrap();
+    let out = dst
+        .exec(
+            "FIN = 0 loaded = nil collectgarbage() collectgarbage() return FIN",
+            "=run",
+        )
+        .unwrap();
+    assert_eq!(out, vec![Value::Integer(2)]);
+}
+
+/// A mark on an object without `__gc`, or without a metatable, is a state Lua reaches (an
+/// object keeps its mark when its metatable loses `__gc`): such a file loads, and collecting
+/// the object calls nothing, until the game gives it a `__gc`.
+#[test]
+fn a_mark_without_a_finalizer_calls_nothing() {
+    let src = vm();
+    src.exec("S = { {}, setmetatable({}, {}) }", "=plain")
+        .unwrap();
+    let mut node = decoded(&src, "S");
+    assert!(finals_of(&mut node).is_empty(), "{node:?}");
+    let Node::Table { entries, .. } = &mut node else {
+        panic!("a table")
+    };
+    for (n, (_, v)) in entries.iter_mut().enumerate() {
+        let t = std::mem::replace(v, Node::Nil);
+        *v = Node::Final(n as u64 + 1, Box::new(t));
+    }
+    assert_eq!(finals_of(&mut node), vec![1, 2]);
+    let mut dst = vm();
+    load(&mut dst, &node, Trust::Own).unwrap();
+    let out = dst
+        .exec(
+            "FIN = 0
+             setmetatable(loaded[1], { __gc = function() FIN = FIN + 1 end }) -- marked: runs
+             getmetatable(loaded[2]).__gc = function() FIN = FIN + 10 end  -- marked: runs
+             loaded = nil collectgarbage() collectgarbage()
+             return FIN",
+            "=run",
+        )
+        .unwrap();
+    assert_eq!(out, vec![Value::Integer(11)]);
 }

@@ -396,9 +396,12 @@ void luasnap_node_key(lua_State *L, const void *tp, uint32_t i, luasnap_val *out
 /* ===================== tbuild.c: tables and closures, built for the loader ===================== */
 
 /* Runs n building steps (see tbuild.c) on the table on top; -1, or the index of the step that
-** failed (-2 - i: step i set a metatable with __gc under nofinal). */
+** failed (-2 - i: step i set a metatable with __gc under LS_BUILD_NOFINAL). finals: the flags
+** below. */
+#define LS_BUILD_NOFINAL 1   /* a metatable with __gc fails the step */
+#define LS_BUILD_UNMARKED 2  /* setting a metatable marks nothing for finalization */
 LUASNAP_RAISES int luasnap_table_build(lua_State *L, int strs, int objs, const luasnap_val *ops,
-                                       int n, int nofinal, const uint32_t *lay,
+                                       int n, int finals, const uint32_t *lay,
                                        const int32_t *laynx, void *scratch, void *memo);
 /* Puts the entries of the table at idx into the nodes of a saved layout; 0 done, 1 does not
 ** apply (another seed or size), -1 inconsistent (the table left as it was). */
@@ -464,6 +467,23 @@ int luasnap_finalizers_foreign(lua_State *L, int since);
 /* Marks for finalization the objects made since the one at stack index since (one walk), with
 ** the state's no-finalizer bit cleared meanwhile if clear. */
 void luasnap_finalizers_mark(lua_State *L, int since, int clear);
+/* The finalization states luasnap_final_state reports (save-game format 8). */
+#define LS_FINAL_NONE 0
+#define LS_FINAL_UNMARKED 1
+#define LS_FINAL_MARKED 2
+/* For the writer: the finalization state of the table or full userdata o; the objects marked
+** for finalization, in the order Lua would finalize them (the first cap in out[]; returns how
+** many). Read only. */
+int luasnap_final_state(lua_State *L, const void *o);
+int luasnap_final_state_at(lua_State *L, int idx, const void **gco);
+size_t luasnap_finalizer_list(lua_State *L, const void **out, size_t cap);
+/* For the loader: sets the metatable on top (popped) without marking the object at idx for
+** finalization (0: not a table or userdata, or not a metatable); restores the marks a file
+** of format 8 records when the load ends (0: a mark the load cannot give; nothing marked). */
+int luasnap_setmetatable_unmarked(lua_State *L, int idx);
+int luasnap_finalizers_restore(lua_State *L, int since, int objs, const uint32_t *marked,
+                               int n, const uint32_t *unmarked, int m, int clear,
+                               void **scratch);
 /* luaL_checkstack, raising a memory error (not "stack overflow") when growing failed for want
 ** of memory. */
 LUASNAP_RAISES void luasnap_checkstack(lua_State *L, int n, const char *msg);

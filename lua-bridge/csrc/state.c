@@ -11,6 +11,7 @@
 #include "lauxlib.h"
 
 #include "chunks.h"
+#include "luasnap.h"
 
 /* Stops (on > 0) or allows (on == 0) emergency collections, or only asks (on < 0); returns
 ** whether they were stopped. While a load resolves prototypes through raw pointers, no
@@ -132,6 +133,133 @@ void luasnap_finalizers_mark(lua_State *L, int since, int clear) {
   if (clear) g->gcstp &= (lu_byte)~GCSTPCLS;
   luaC_checkfinalizers(L, last);
   g->gcstp = stp;
+}
+
+/* Whether the metatable mt (or NULL) has a __gc field. Reads only (no cache of absent
+** metamethods is written, unlike gfasttm). */
+static int ls_has_gc(global_State *g, Table *mt) {
+  const TValue *tm;
+  if (mt == NULL) return 0;
+  tm = luaH_Hgetshortstr(mt, g->tmname[TM_GC]);
+  return !(isabstkey(tm) || ttisnil(tm));
+}
+
+/* For the save-game writer: the finalization state of the table or full userdata o (alive):
+** LS_FINAL_MARKED if it is marked for finalization (FINALIZEDBIT: on 'finobj', or on
+** 'tobefnz' waiting for its finalizer; Lua finalizes it once it is unreachable),
+** LS_FINAL_UNMARKED if not though its metatable has __gc (never marked: the __gc came after
+** setmetatable; or finalized already and still reachable), LS_FINAL_NONE otherwise. Reads
+** only. */
+int luasnap_final_state(lua_State *L, const void *o) {
+  const GCObject *gco = (const GCObject *)o;
+  Table *mt = (gco->tt == LUA_VTABLE) ? gco2t(gco)->metatable
+            : (gco->tt == LUA_VUSERDATA) ? gco2u(gco)->metatable : NULL;
+  if (tofinalize(gco)) return LS_FINAL_MARKED;
+  return ls_has_gc(G(L), mt) ? LS_FINAL_UNMARKED : LS_FINAL_NONE;
+}
+
+/* luasnap_final_state of the table or full userdata at stack index idx, whose object (as
+** luasnap_finalizer_list gives it: a userdata's header, not its block) goes to *gco. Reads
+** only. */
+int luasnap_final_state_at(lua_State *L, int idx, const void **gco) {
+  const TValue *v = ls_index2value(L, idx);
+  *gco = iscollectable(v) ? gcvalue(v) : NULL;
+  return *gco ? luasnap_final_state(L, *gco) : LS_FINAL_NONE;
+}
+
+/* For the save-game writer: the objects marked for finalization, in the order Lua would
+** finalize them were they all unreachable at once ('tobefnz', then 'finobj', each from its
+** head: the object marked last comes first); the first 'cap' of them go to out[]. Returns how
+** many there are. Reads only. In generational mode 'finobj' is one list whose parts
+** ('finobjsur', 'finobjold1', 'finobjrold') only point into it, so the walk covers them. */
+size_t luasnap_finalizer_list(lua_State *L, const void **out, size_t cap) {
+  global_State *g = G(L);
+  size_t n = 0;
+  GCObject *o;
+  for (o = g->tobefnz; o != NULL; o = o->next, n++)
+    if (n < cap) out[n] = o;
+  for (o = g->finobj; o != NULL; o = o->next, n++)
+    if (n < cap) out[n] = o;
+  return n;
+}
+
+/* Sets the metatable on top (a table, or nil) as the metatable of the table or full userdata
+** at idx, and pops it, without marking the object for finalization: lua_setmetatable as
+** the loader of a save of format 8 needs it, which restores the marks the file records when
+** it ends (luasnap_finalizers_restore) instead of the ones setmetatable would make. Returns 0,
+** setting nothing, if the values are not what they must be. */
+int luasnap_setmetatable_unmarked(lua_State *L, int idx) {
+  const TValue *obj = ls_index2value(L, idx);
+  const TValue *mtv = s2v(L->top.p - 1);
+  Table *mt;
+  if (ttisnil(mtv)) mt = NULL;
+  else if (ttistable(mtv)) mt = hvalue(mtv);
+  else return 0;
+  if (ttistable(obj)) {
+    hvalue(obj)->metatable = mt;
+    if (mt) luaC_objbarrier(L, gcvalue(obj), mt);
+  }
+  else if (ttisfulluserdata(obj)) {
+    uvalue(obj)->metatable = mt;
+    if (mt) luaC_objbarrier(L, uvalue(obj), mt);
+  }
+  else return 0;
+  L->top.p--;
+  return 1;
+}
+
+/* When a load of a save of format 8 ends: the objects it built that the file marks for
+** finalization ('marked', n ids into the objs table at stack index 'objs', in the order the
+** saving VM marked them) are marked, in that order (Lua patch 8, luaC_markfinalizers); then
+** every other object the load made (since the one at stack index 'since', as in
+** luasnap_finalizers_mark) whose metatable has __gc is marked as before format 8: those the
+** game's own code built during the load (a __persist rebuild), whose marks no file records;
+** except the 'unmarked' ones (m ids), which the file records as not marked (finalized already,
+** or never marked). 'scratch' has room for max(n, m) pointers. The state's "closing" bit
+** (GCSTPCLS) is cleared meanwhile if 'clear' (the load set it). Returns 1, or 0 if a marked
+** object is not a table or userdata the load built, alive and not marked (nothing is then
+** marked). */
+int luasnap_finalizers_restore(lua_State *L, int since, int objs, const uint32_t *marked,
+                               int n, const uint32_t *unmarked, int m, int clear,
+                               void **scratch) {
+  global_State *g = G(L);
+  GCObject *last = gcvalue(ls_index2value(L, since));
+  GCObject **os = (GCObject **)scratch;
+  lu_byte stp = g->gcstp;
+  int i, k = 0, ok;
+  objs = lua_absindex(L, objs);
+  for (i = 0; i < n; i++) {
+    const TValue *v;
+    lua_rawgeti(L, objs, (lua_Integer)marked[i]);
+    v = s2v(L->top.p - 1);
+    os[i] = iscollectable(v) ? gcvalue(v) : NULL;
+    lua_pop(L, 1);
+    /* Invariant checked: only a table or full userdata is marked (anything else is not
+    ** in 'allgc' as one luaC_markfinalizers moves; it checks the rest). */
+    if (os[i] == NULL || (os[i]->tt != LUA_VTABLE && os[i]->tt != LUA_VUSERDATA)) return 0;
+  }
+  if (clear) g->gcstp &= (lu_byte)~GCSTPCLS;
+  ok = n == 0 || luaC_markfinalizers(L, last, os, n);
+  if (ok) {
+    /* Set aside (FINALIZEDBIT, which luaC_checkfinalizers skips) the objects the file says
+    ** are not marked, for the walk only: nothing runs between (no allocation, no Lua code),
+    ** so no part of the collector sees them so. Invariant: only bits set here are reset. */
+    for (i = 0; i < m; i++) {
+      const TValue *v;
+      lua_rawgeti(L, objs, (lua_Integer)unmarked[i]);
+      v = s2v(L->top.p - 1);
+      if ((ttistable(v) || ttisfulluserdata(v)) && !tofinalize(gcvalue(v))) {
+        os[k] = gcvalue(v);
+        l_setbit(os[k]->marked, FINALIZEDBIT);
+        k++;
+      }
+      lua_pop(L, 1);
+    }
+    luaC_checkfinalizers(L, last);
+    for (i = 0; i < k; i++) resetbit(os[i]->marked, FINALIZEDBIT);
+  }
+  g->gcstp = stp;
+  return ok;
 }
 
 /* luaL_checkstack for the serializer: room for n more values, else an error that says why.

@@ -576,7 +576,7 @@ int luasnap_table_relayout(lua_State *L, int idx, const uint32_t *codes, const i
 ** caller guarantees stack room for 2 + 2 * (the tables the program leaves open) values;
 ** strs and objs are absolute indices. */
 int luasnap_table_build(lua_State *L, int strs, int objs, const luasnap_val *ops, int n,
-                        int nofinal, const uint32_t *lay, const int32_t *laynx, void *scratch,
+                        int finals, const uint32_t *lay, const int32_t *laynx, void *scratch,
                         void *memo) {
   Table *st = ls_table_at(L, strs);
   Table *ot = ls_table_at(L, objs);
@@ -622,14 +622,18 @@ int luasnap_table_build(lua_State *L, int strs, int objs, const luasnap_val *ops
         t = hvalue(s2v(L->top.p - 2));
         if (ttisnil(mt)) t->metatable = NULL;
         else if (ttistable(mt)) {
-          /* Invariant checked: with nofinal (foreign loads), no loaded object is marked for
-          ** finalization. Lua marks an object only if its metatable has __gc when it is set
-          ** (luaC_checkfinalizer), so refusing such a metatable here is exact. */
-          if (nofinal && !isabstkey(luaH_Hgetshortstr(hvalue(mt), G(L)->tmname[TM_GC])))
+          /* Invariant checked: with LS_BUILD_NOFINAL (foreign loads), no loaded object is
+          ** marked for finalization. Lua marks an object only if its metatable has __gc when
+          ** it is set (luaC_checkfinalizer), so refusing such a metatable here is exact. */
+          if ((finals & LS_BUILD_NOFINAL) &&
+              !isabstkey(luaH_Hgetshortstr(hvalue(mt), G(L)->tmname[TM_GC])))
             return -2 - i;
           t->metatable = hvalue(mt);
           luaC_objbarrier(L, t, hvalue(mt));
-          luaC_checkfinalizer(L, obj2gco(t), hvalue(mt));
+          /* A save of format 8 records the tables marked (LS_BUILD_UNMARKED: the loader marks
+          ** them when it ends; a batch builds none of them) */
+          if (!(finals & LS_BUILD_UNMARKED))
+            luaC_checkfinalizer(L, obj2gco(t), hvalue(mt));
         }
         else goto fail;
         L->top.p--;

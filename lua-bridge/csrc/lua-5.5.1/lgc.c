@@ -1303,8 +1303,9 @@ void luaC_checkfinalizers (lua_State *L, GCObject *last) {
     GCObject *o = *p;
     Table *mt = (o->tt == LUA_VTABLE) ? gco2t(o)->metatable
               : (o->tt == LUA_VUSERDATA) ? gco2u(o)->metatable : NULL;
-    if (mt == NULL || gfasttm(g, mt, TM_GC) == NULL || isdead(g, o)) {
-      p = &o->next;  /* no finalizer, or garbage the sweep has not freed yet */
+    if (mt == NULL || gfasttm(g, mt, TM_GC) == NULL || isdead(g, o) || tofinalize(o)) {
+      p = &o->next;  /* no finalizer, garbage the sweep has not freed yet, or one the
+                     ** caller set aside (marked: see 'luaC_markfinalizers') */
       continue;
     }
     /* as 'luaC_checkfinalizer', with the pointer to 'o' at hand */
@@ -1320,6 +1321,63 @@ void luaC_checkfinalizers (lua_State *L, GCObject *last) {
     g->finobj = o;
     l_setbit(o->marked, FINALIZEDBIT);  /* mark it as such */
   }
+}
+
+
+/*
+** luasnap patch (see LUASNAP-PATCHES.md): marks for finalization the 'n' objects 'objs' (tables
+** or full userdata, each in 'allgc' before 'last', that is, made since 'last', alive and not
+** marked) in that order, as 'n' calls of 'luaC_checkfinalizer' in that order would, whatever
+** their metatables (Lua keeps an object marked when its metatable loses '__gc', and calls
+** nothing then): 'objs[n - 1]' ends first in 'finobj', so it is finalized first. A save-game
+** load restores the marks the saving VM had, in its order. One walk of 'allgc'. Returns 0,
+** changing nothing, if an object is not what it must be (a table or userdata made since
+** 'last', alive, not marked, listed once).
+*/
+int luaC_markfinalizers (lua_State *L, GCObject *last, GCObject **objs, int n) {
+  global_State *g = G(L);
+  GCObject **p;
+  int i, found = 0;
+  if (g->gcstp & GCSTPCLS)  /* closing state? (as in 'luaC_checkfinalizer') */
+    return 0;
+  for (i = 0; i < n; i++) {
+    GCObject *o = objs[i];
+    if ((o->tt != LUA_VTABLE && o->tt != LUA_VUSERDATA) || tofinalize(o) || isdead(g, o)) {
+      while (i-- > 0) resetbit(objs[i]->marked, FINALIZEDBIT);
+      return 0;
+    }
+    l_setbit(o->marked, FINALIZEDBIT);  /* chosen: found and moved by the walks below */
+  }
+  /* Invariant checked: every chosen object (FINALIZEDBIT set, still in 'allgc') is in the
+  ** part of 'allgc' the walk covers, each once; else nothing changes. */
+  for (p = &g->allgc; *p != NULL && *p != last; p = &(*p)->next)
+    found += tofinalize(*p) != 0;
+  if (found != n) {
+    for (i = 0; i < n; i++) resetbit(objs[i]->marked, FINALIZEDBIT);
+    return 0;
+  }
+  p = &g->allgc;
+  while (*p != NULL && *p != last) {
+    GCObject *o = *p;
+    if (!tofinalize(o)) {
+      p = &o->next;
+      continue;
+    }
+    /* as 'luaC_checkfinalizer', with the pointer to 'o' at hand */
+    if (issweepphase(g)) {
+      makewhite(g, o);  /* "sweep" object 'o' */
+      if (g->sweepgc == &o->next)  /* should not remove 'sweepgc' object */
+        g->sweepgc = sweeptolive(L, g->sweepgc);  /* change 'sweepgc' */
+    }
+    else
+      correctpointers(g, o);
+    *p = o->next;  /* remove 'o' from 'allgc' list (linked in 'finobj' below) */
+  }
+  for (i = 0; i < n; i++) {  /* in their order: the last one ends at the head */
+    objs[i]->next = g->finobj;
+    g->finobj = objs[i];
+  }
+  return 1;
 }
 
 /* }====================================================== */

@@ -278,8 +278,10 @@ LUAI_FUNC void luaC_freeremset (global_State *g);  /* luasnap patch */
 LUAI_FUNC size_t luaC_remsetbytes (global_State *g);  /* luasnap patch */
 LUAI_FUNC void luaC_checkfinalizer (lua_State *L, GCObject *o, Table *mt);
 /* luasnap patch (see LUASNAP-PATCHES.md): 'luaC_checkfinalizer' for the objects made since
-** 'last', in one walk; and whether a finalizer runs with hooks allowed (csrc/budget.c). */
+** 'last', in one walk; the marks a save-game recorded, restored in their order; and whether a
+** finalizer runs with hooks allowed (csrc/budget.c). */
 LUAI_FUNC void luaC_checkfinalizers (lua_State *L, GCObject *last);
+LUAI_FUNC int luaC_markfinalizers (lua_State *L, GCObject *last, GCObject **objs, int n);
 int ls_finalizer_keeps_hook (lua_State *L);
 LUAI_FUNC void luaC_changemode (lua_State *L, int newmode);
 

@@ -381,7 +381,7 @@ unsafe extern "C-unwind" {
         objs: c_int,
         ops: *const RawVal,
         n: c_int,
-        nofinal: c_int,
+        finals: c_int,
         lay: *const u32,
         laynx: *const i32,
         scratch: *mut c_void,
@@ -437,6 +437,30 @@ unsafe extern "C" {
     pub(crate) fn luasnap_gc_nofinal(L: *mut lua_State, on: c_int) -> c_int;
     pub(crate) fn luasnap_finalizers_foreign(L: *mut lua_State, since: c_int) -> c_int;
     pub(crate) fn luasnap_finalizers_mark(L: *mut lua_State, since: c_int, clear: c_int);
+    pub(crate) fn luasnap_final_state(L: *mut lua_State, o: *const c_void) -> c_int;
+    pub(crate) fn luasnap_final_state_at(
+        L: *mut lua_State,
+        idx: c_int,
+        gco: *mut *const c_void,
+    ) -> c_int;
+    pub(crate) fn luasnap_finalizer_list(
+        L: *mut lua_State,
+        out: *mut *const c_void,
+        cap: usize,
+    ) -> usize;
+    pub(crate) fn luasnap_setmetatable_unmarked(L: *mut lua_State, idx: c_int) -> c_int;
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn luasnap_finalizers_restore(
+        L: *mut lua_State,
+        since: c_int,
+        objs: c_int,
+        marked: *const u32,
+        n: c_int,
+        unmarked: *const u32,
+        m: c_int,
+        clear: c_int,
+        scratch: *mut *mut c_void,
+    ) -> c_int;
     pub(crate) fn luasnap_heap_bytes(L: *mut lua_State) -> u64;
 }
 

@@ -105,6 +105,10 @@ pub enum Node {
     /// An identity as a table key (format 7 on), then the value it is for (a new object in a
     /// valid file; any value, and any number, in a forged one).
     Ident(u64, Box<Node>),
+    /// A finalization mark (format 8 on: 0 not marked, n + 1 marked n-th), then the value it
+    /// is for (a new table or userdata from bytes, maybe after its identity, in a valid file;
+    /// any value, and any number, in a forged one).
+    Final(u64, Box<Node>),
     /// Bytes written as they are (anything the tree cannot say).
     Raw(Vec<u8>),
 }
@@ -271,6 +275,10 @@ impl Decoder<'_> {
             Tag::Ident => {
                 let ident = self.r.varint()?;
                 Node::Ident(ident, self.boxed(depth)?)
+            }
+            Tag::Final => {
+                let mark = self.r.varint()?;
+                Node::Final(mark, self.boxed(depth)?)
             }
             Tag::UpvalNew | Tag::UpvalRef | Tag::UpvalOpen => return None,
         })
@@ -563,6 +571,10 @@ fn put(w: &mut Writer, node: &Node) {
             w.tagged(Tag::Ident, *ident);
             put(w, v);
         }
+        Node::Final(mark, v) => {
+            w.tagged(Tag::Final, *mark);
+            put(w, v);
+        }
         Node::Raw(b) => w.buf.extend_from_slice(b),
         _ => put_thread(w, node),
     }
@@ -674,7 +686,7 @@ pub fn table(entries: Vec<(&str, Node)>) -> Node {
 pub fn walk_mut(node: &mut Node, f: &mut dyn FnMut(&mut Node)) {
     f(node);
     match node {
-        Node::Perm(k) | Node::Thunk(k) | Node::Ident(_, k) => walk_mut(k, f),
+        Node::Perm(k) | Node::Thunk(k) | Node::Ident(_, k) | Node::Final(_, k) => walk_mut(k, f),
         Node::TwoPhase(a, b) => {
             walk_mut(a, f);
             walk_mut(b, f);

@@ -999,6 +999,7 @@ fn edit_node(n: &mut Node, edit: usize, g: &mut Gen<'_>) {
         }
         Node::Perm(k) if edit < 70 => **k = g.name(),
         Node::Ident(ident, _) if edit < 70 => *ident = g.delta(*ident),
+        Node::Final(mark, _) if edit < 70 => *mark = g.delta(*mark),
         Node::CClosure { name, n, .. } if edit < 70 => {
             if edit < 35 {
                 **name = g.name();

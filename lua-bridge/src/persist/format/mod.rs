@@ -37,6 +37,8 @@
 //!           | MainThread
 //!           | Ident varint object (format 7 on; object: a Table, LClosure, CClosure, UdBytes,
 //!             UdPlain, Thunk, TwoPhase or Thread value, new)                   -- Ident
+//!           | Final varint [Ident varint] (Table ... | UdBytes ...) (format 8 on: 0 not
+//!             marked for finalization, n + 1 marked n-th)                      -- Final
 //! end       = Nil | Layout bytes (a LayoutBlob: format 5 on)
 //! upvalue   = UpvalNew value | UpvalRef UpvalueRef | UpvalOpen OpenUpvalue value (the coroutine)
 //! ProtoRef  = varint (index) [first occurrence: ProtoRecord, or LegacyProto in formats 1-3]
@@ -66,7 +68,13 @@
 //! `pairs()` order over object keys, now and for keys made after the load, is the saving
 //! process's. Files of format 6 and older have neither: a load gives objects new identities
 //! from the loading VM's counter as they become keys, so their values load the same but
-//! `pairs()` order over object keys may differ from the process that saved.
+//! `pairs()` order over object keys may differ from the process that saved. Format 8 brought
+//! finalization marks (`Final`): each table or userdata from bytes that the saving VM had
+//! marked for finalization carries its place in the order of marking, and each one not marked
+//! whose metatable has `__gc` says so, and a load marks exactly those (in that order) instead
+//! of every object whose metatable has `__gc` when the load ends, as it does for files of
+//! format 7 and older (so an object finalized already, or whose metatable got `__gc` after
+//! `setmetatable`, is finalized after such a load though not in the saving VM).
 //!
 //! Each record's `encode` writes its tag (if it has one of its own) and its fields; its `decode`
 //! reads the fields after the tag (the reader dispatches on the tag) in the same order, every
@@ -92,9 +100,9 @@ pub use layout::{layout_nodes, LayoutHeader, LayoutNode, RemovedKey, BAD_LAYOUT}
 pub use parts::{SpecialPart, SpecialParts, TablePart, ThreadPart, ThreadParts, UserdataPart};
 pub use parts::{Upvalues, UserdataParts};
 pub use records::{
-    CallFrame, ChunkDef, Detached, Ident, LegacyProto, OpenUpvalue, PendingCloses, PlainUserdata,
-    ProtoHome, ProtoNames, ProtoPath, ProtoRecord, TableHeader, ThreadHeader, UpvalueRef,
-    UserdataBytes, IDENT_LIMIT, MAX_PATH, MAX_UPVALUE_NAMES,
+    CallFrame, ChunkDef, Detached, Final, Ident, LegacyProto, OpenUpvalue, PendingCloses,
+    PlainUserdata, ProtoHome, ProtoNames, ProtoPath, ProtoRecord, TableHeader, ThreadHeader,
+    UpvalueRef, UserdataBytes, IDENT_LIMIT, MAX_PATH, MAX_UPVALUE_NAMES,
 };
 pub use tag::Tag;
 pub use value::Scalar;

@@ -65,6 +65,44 @@ impl Ident {
     }
 }
 
+/// Before a new table or userdata rebuilt from bytes (format 8 on, ahead of its [`Ident`] if
+/// it has one): `Tag::Final`, then whether the saving VM had marked the object for
+/// finalization (a varint: 0 not marked, n + 1 marked n-th). Lua marks an object when
+/// `setmetatable` gives it a metatable with `__gc`, once: an object finalized already (and
+/// still reachable: resurrected) or whose metatable got its `__gc` later is not marked, and
+/// one marked stays so when its metatable loses `__gc`. A save writes this record for each
+/// object marked, and for each one not marked whose metatable has `__gc`; the loader marks
+/// exactly the objects marked, in increasing n (the saving VM's order of marking, which
+/// decides the order Lua runs finalizers in: the reverse), instead of those whose metatable
+/// has `__gc`. The order numbers of one file are distinct.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Final(pub Option<u32>);
+
+impl Final {
+    /// The tags a finalization record may precede: an identity (whose object is checked
+    /// when it registers) or a table or userdata from bytes.
+    pub const PRECEDES: [Tag; 3] = [Tag::Ident, Tag::Table, Tag::UdBytes];
+
+    /// Writes `Tag::Final` and the state.
+    #[inline]
+    pub fn encode(&self, w: &mut Writer) {
+        w.tagged(Tag::Final, self.0.map_or(0, |n| n as u64 + 1));
+    }
+
+    /// Reads the state after `Tag::Final` and checks what follows.
+    pub fn decode(r: &mut Reader<'_>) -> Result<Self, Bad> {
+        let state = match r.varint() {
+            Some(0) => None,
+            Some(n) if n <= u32::MAX as u64 => Some((n - 1) as u32),
+            _ => return Err("a finalization mark out of range"),
+        };
+        match r.peek().and_then(Tag::from_u8) {
+            Some(t) if Self::PRECEDES.contains(&t) => Ok(Final(state)),
+            _ => Err("a finalization mark before a value that is not a new table or userdata"),
+        }
+    }
+}
+
 /// After `Tag::Table`: the size hints of its array and hash parts. Its metatable and entries
 /// follow ([`TablePart`](super::TablePart)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -27,6 +27,9 @@ pub enum Tag {
     /// ([`Ident`](super::Ident)).
     Ident = 28,
     Thread = 29,
+    /// Format 8 on: the new table or userdata that follows is, or is not, marked for
+    /// finalization ([`Final`](super::Final)).
+    Final = 30,
     MainThread = 32,
     UpvalNew = 40,
     UpvalRef = 41,
@@ -57,6 +60,7 @@ impl Tag {
             27 => Layout,
             28 => Ident,
             29 => Thread,
+            30 => Final,
             32 => MainThread,
             40 => UpvalNew,
             41 => UpvalRef,

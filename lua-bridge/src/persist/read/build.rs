@@ -128,7 +128,7 @@ impl Loader<'_> {
                 s.objs,
                 self.ops.as_ptr(),
                 n as c_int,
-                self.refuses_finalizers() as c_int,
+                self.build_finals(),
                 self.blay.as_ptr(),
                 self.blaynx.as_ptr(),
                 self.scratch.as_mut_ptr().cast(),

@@ -8,16 +8,17 @@
 pub(super) use crate::bridge::helpers::luasnap_set_identity;
 pub(super) use crate::bridge::helpers::{
     kind, luasnap_checkstack, luasnap_chunk_find, luasnap_chunks_each_proto, luasnap_each_proto,
-    luasnap_finalizers_foreign, luasnap_finalizers_mark, luasnap_gc_nofinal, luasnap_gc_stopem,
-    luasnap_hash_seed, luasnap_heap_bytes, luasnap_loadstring, luasnap_loadstring_from_save,
-    luasnap_open_upval_check, luasnap_proto, luasnap_proto_child, luasnap_proto_hash,
-    luasnap_proto_nupvalues, luasnap_proto_tree, luasnap_proto_upvalue_name, luasnap_push_closure,
-    luasnap_rawset_charged, luasnap_relayout_memo_limit, luasnap_relayout_memo_over,
-    luasnap_relayout_memo_size, luasnap_relayout_scratch, luasnap_table_build, luasnap_table_nodes,
-    luasnap_table_relayout, luasnap_thread_building, luasnap_thread_frames, luasnap_thread_hold,
-    luasnap_thread_put, luasnap_thread_restore, luasnap_thread_set_tbc, luasnap_upmemo_free,
-    luasnap_upmemo_reads, luasnap_upmemo_size, luasnap_upmemo_walks, luasnap_upval_join_at,
-    luasnap_upval_shareable, CiRecord, ProtoFn, RawVal, BUILD_DEPTH,
+    luasnap_finalizers_foreign, luasnap_finalizers_mark, luasnap_finalizers_restore,
+    luasnap_gc_nofinal, luasnap_gc_stopem, luasnap_hash_seed, luasnap_heap_bytes,
+    luasnap_loadstring, luasnap_loadstring_from_save, luasnap_open_upval_check, luasnap_proto,
+    luasnap_proto_child, luasnap_proto_hash, luasnap_proto_nupvalues, luasnap_proto_tree,
+    luasnap_proto_upvalue_name, luasnap_push_closure, luasnap_rawset_charged,
+    luasnap_relayout_memo_limit, luasnap_relayout_memo_over, luasnap_relayout_memo_size,
+    luasnap_relayout_scratch, luasnap_setmetatable_unmarked, luasnap_table_build,
+    luasnap_table_nodes, luasnap_table_relayout, luasnap_thread_building, luasnap_thread_frames,
+    luasnap_thread_hold, luasnap_thread_put, luasnap_thread_restore, luasnap_thread_set_tbc,
+    luasnap_upmemo_free, luasnap_upmemo_reads, luasnap_upmemo_size, luasnap_upmemo_walks,
+    luasnap_upval_join_at, luasnap_upval_shareable, CiRecord, ProtoFn, RawVal, BUILD_DEPTH,
 };
 pub(super) use crate::bridge::helpers::{
     luasnap_chunk_current, luasnap_closure_rebind, luasnap_closure_trim, luasnap_each_lclosure,

@@ -147,6 +147,11 @@ impl Loader<'_> {
                     self.identity()?;
                     return self.value(L, s);
                 }
+                Tag::Final => {
+                    // The new table or userdata whose tag follows (checked) takes it.
+                    self.final_mark()?;
+                    return self.value(L, s);
+                }
                 Tag::UpvalNew | Tag::UpvalRef | Tag::UpvalOpen => {
                     return Err(self.malformed("upvalue outside a closure"));
                 }

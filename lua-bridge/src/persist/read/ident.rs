@@ -21,7 +21,7 @@
 use super::csrc::luasnap_set_identity;
 use super::loader::{Fail, Loader};
 use super::state::Idents;
-use crate::persist::format::{Ident, IDENT_LIMIT};
+use crate::persist::format::{Ident, Tag, IDENT_LIMIT};
 use mlua_sys::lua_State;
 
 impl Idents {
@@ -49,6 +49,16 @@ impl Loader<'_> {
         }
         let decoded = Ident::decode(&mut self.r);
         let Ident(ident) = self.record(decoded)?;
+        if self.final_waiting()
+            && !matches!(
+                self.r.peek().and_then(Tag::from_u8),
+                Some(Tag::Table | Tag::UdBytes)
+            )
+        {
+            return Err(self.malformed(
+                "a finalization mark before a value that is not a new table or userdata",
+            ));
+        }
         if !self.idents.given.insert(ident) {
             self.idents.shared = true;
         }

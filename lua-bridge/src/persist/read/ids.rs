@@ -71,6 +71,12 @@ impl Loader<'_> {
         s: Slots,
         id: u32,
     ) -> Result<(), Fail> {
+        if self.final_waiting() {
+            // A finalization record before an identity before another kind of object.
+            return Err(self.malformed(
+                "a finalization mark before a value that is not a new table or userdata",
+            ));
+        }
         // SAFETY: callers' contract; the identity the file gave the object first (see
         // `ident.rs`), then a copy of the top stored in objs[id] (an integer key).
         unsafe {

@@ -85,8 +85,9 @@ pub(crate) struct Loader<'a> {
     /// was set, in a load that refuses finalizers: a save writes an object's metatable before
     /// its entries, so a class that is its own metatable (`T = setmetatable({ __gc = f },
     /// ...)`, `setmetatable(T, T)`) gets its `__gc` after. Checked again when the load ends
-    /// (`recheck_finalizers`). Loads that allow finalizers mark every object they made when
-    /// they end instead (`mark_finalizers`).
+    /// (`recheck_finalizers`). Loads that allow finalizers mark objects when they end instead
+    /// (`mark_finalizers`: those the file marks, or in files of format 7 and older every one
+    /// whose metatable has `__gc`).
     pub(super) late_meta: Vec<u32>,
     /// Suspended coroutines this load created, in creation order: the only threads open
     /// upvalues may point into (`loaded_cos` by address).
@@ -123,6 +124,8 @@ pub(crate) struct Loader<'a> {
     pub accept: Option<Accept>,
     /// The identities the file gives its objects as table keys (see `ident.rs`).
     pub idents: Idents,
+    /// The finalization marks the file gives its objects (see `finals.rs`).
+    pub(super) finals: super::finals::Finals,
 }
 
 impl Loader<'_> {

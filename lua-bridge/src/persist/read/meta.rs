@@ -9,7 +9,10 @@
 //!
 //! [`LoadOptions::finalizers`]: crate::persist::LoadOptions::finalizers
 
-use super::csrc::{luasnap_finalizers_foreign, luasnap_finalizers_mark, luasnap_gc_nofinal};
+use super::csrc::{
+    luasnap_finalizers_foreign, luasnap_finalizers_mark, luasnap_gc_nofinal,
+    luasnap_setmetatable_unmarked,
+};
 use super::ids::push_obj;
 use super::loader::{Fail, Loader};
 use crate::persist::options::Trust;
@@ -73,6 +76,24 @@ unsafe fn library_metatable(L: *mut lua_State) -> bool {
 }
 
 impl Loader<'_> {
+    /// Sets the checked metatable on top (popped) as the metatable of the table or userdata
+    /// at `idx`: without marking it for finalization in a file of format 8, which records the
+    /// marks (`finals.rs`), as `setmetatable` does in older ones.
+    ///
+    /// # Safety
+    /// A table or full userdata at `idx`, a table or nil on top.
+    unsafe fn set_metatable(&self, L: *mut lua_State, idx: c_int) {
+        if self.format >= 8 {
+            // SAFETY: callers' contract (the C side checks both values again and sets
+            // nothing if they are not what they must be, which callers exclude).
+            let set = unsafe { luasnap_setmetatable_unmarked(L, idx) };
+            debug_assert_eq!(set, 1);
+        } else {
+            // SAFETY: callers' contract.
+            unsafe { ffi::lua_setmetatable(L, idx) };
+        }
+    }
+
     /// Whether a metatable with `__gc` fails the load (see [`LoadOptions::finalizers`]; with
     /// `inert_finalizers` the whole load runs marked as one without new finalizers instead).
     ///
@@ -137,13 +158,13 @@ impl Loader<'_> {
         }
         if at > 0 {
             // SAFETY: the table is at `at` (see table.rs); pops the checked metatable.
-            unsafe { ffi::lua_setmetatable(L, at) };
+            unsafe { self.set_metatable(L, at) };
         } else {
             // SAFETY: [mt] -> [t, mt], the metatable set, both popped (a free slot).
             unsafe {
                 push_obj(L, s, id);
                 ffi::lua_rotate(L, -2, 1);
-                ffi::lua_setmetatable(L, -2);
+                self.set_metatable(L, -2);
                 ffi::lua_settop(L, -2);
             }
         }
@@ -167,7 +188,7 @@ impl Loader<'_> {
             return Err(e);
         }
         // SAFETY: the userdata at -2 (callers' contract); pops the checked metatable.
-        unsafe { ffi::lua_setmetatable(L, -2) };
+        unsafe { self.set_metatable(L, -2) };
         Ok(())
     }
 
@@ -205,7 +226,8 @@ impl Loader<'_> {
         Ok(())
     }
 
-    /// When a load that allows finalizers ends well: marks for finalization every object it
+    /// When a load that allows finalizers ends well: in a file of format 8, marks the objects
+    /// the file marks (`finals.rs`); in older ones, marks for finalization every object it
     /// made (its own and those of the functions it called) whose metatable has `__gc` now, in
     /// one walk of the objects made since its first table (marking each alone searched the
     /// collector's list from its head: time quadratic in the objects). Lua marks an object
@@ -238,6 +260,10 @@ impl Loader<'_> {
                 3 => return Err(self.fail(SAVED_FINALIZER)),
                 _ => return Err(self.fail(NOT_A_FINALIZER)),
             }
+        }
+        if self.format >= 8 {
+            // SAFETY: callers' contract.
+            return unsafe { self.restore_finalizers(L, s) };
         }
         // SAFETY: as above; clears the no-finalizer bit only if this load set it.
         unsafe { luasnap_finalizers_mark(L, s.objs, self.nofinal_marked as c_int) };

@@ -55,6 +55,7 @@ mod build;
 mod closure;
 mod csrc;
 mod dispatch;
+mod finals;
 mod frame;
 mod generated;
 mod ident;
@@ -157,6 +158,7 @@ impl<'a> Loader<'a> {
             rb: Rebinding::default(),
             accept: None,
             idents: Idents::default(),
+            finals: Default::default(),
         };
         loader.limit_collisions(file.body.len());
         loader

@@ -25,6 +25,7 @@ impl Loader<'_> {
     /// Protected context, two free slots; `s` this load's slots.
     pub(super) unsafe fn table(&mut self, L: *mut lua_State, s: Slots) -> Result<bool, Fail> {
         let id = self.id();
+        self.take_final(id);
         let header = TableHeader::decode(&mut self.r);
         let TableHeader { narr, nhash } = self.record(header)?;
         let (narr, nhash) = self.table_sizes(narr, nhash);

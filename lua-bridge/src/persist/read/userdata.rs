@@ -95,6 +95,7 @@ impl Loader<'_> {
         let header = UserdataBytes::decode(&mut self.r);
         let UserdataBytes { bytes, nuv } = self.record(header)?;
         let id = self.id();
+        self.take_final(id);
         // SAFETY: callers' contract; a new block of bytes.len() bytes filled from them.
         unsafe {
             let p = ffi::lua_newuserdatauv(L, bytes.len(), nuv as c_int);

@@ -60,6 +60,7 @@
 mod cclosure;
 mod closure;
 mod csrc;
+mod finals;
 mod frame;
 mod ids;
 mod layout;

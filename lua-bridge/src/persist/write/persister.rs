@@ -47,6 +47,8 @@ pub(crate) struct Persister<'a> {
     pub(super) types: &'a [UserDataType],
     /// Bytecode of a detached function, as `lua_dump` writes it (see `proto.rs`).
     pub(super) dump: Vec<u8>,
+    /// The saving VM's order of finalization marks, as far as read (see `finals.rs`).
+    pub(super) marks: super::finals::MarkOrder,
 }
 
 impl Drop for Persister<'_> {
@@ -77,6 +79,7 @@ impl<'a> Persister<'a> {
             opts,
             types,
             dump: Vec::new(),
+            marks: Default::default(),
         }
     }
 }

@@ -14,8 +14,8 @@
 use super::super::format::{Ident, TableHeader, TablePart};
 use super::super::slots::Slots;
 use super::csrc::{
-    kind, luasnap_identity, luasnap_meta_has, luasnap_push_metatable, luasnap_table_entry,
-    luasnap_table_info, luasnap_table_next, luasnap_table_scan, ScanEntry,
+    kind, luasnap_final_state, luasnap_identity, luasnap_meta_has, luasnap_push_metatable,
+    luasnap_table_entry, luasnap_table_info, luasnap_table_next, luasnap_table_scan, ScanEntry,
 };
 use super::frame::{Frame, Seg, TableFrame, TableStep};
 use super::ids::{IdSpace, ObjState};
@@ -145,15 +145,21 @@ impl Persister<'_> {
         }
         // SAFETY: t is the live table on top.
         let info = unsafe { table_info(t) };
-        self.table_header(t, info);
+        // SAFETY: t is the live table on top; nothing runs meanwhile.
+        unsafe { self.table_header(L, t, info) };
         Ok(())
     }
 
-    /// Writes a table's header and (if nil or written already) its metatable, and pushes the
-    /// frame for the rest.
+    /// Writes a table's finalization mark, header and (if nil or written already) its
+    /// metatable, and pushes the frame for the rest.
+    ///
+    /// # Safety
+    /// `t` is a live table (a table on top, or one a fresh scan described) of `L`'s VM.
     #[inline(always)]
-    fn table_header(&mut self, t: *const c_void, info: TableInfo) {
-        // SAFETY: t is a live table (callers: a table on top, or one a fresh scan described).
+    unsafe fn table_header(&mut self, L: *mut lua_State, t: *const c_void, info: TableInfo) {
+        // SAFETY: callers' contract; reads the table's mark and its metatable's __gc.
+        unsafe { self.final_record(L, t, luasnap_final_state(L, t)) };
+        // SAFETY: callers' contract.
         Ident(unsafe { luasnap_identity(t) }).encode(&mut self.w);
         let header = TableHeader {
             narr: info.narr as u64,
@@ -348,7 +354,8 @@ impl Persister<'_> {
                 if let Some(Frame::Table(f)) = self.sc.frames.last_mut() {
                     f.step = o.parent;
                 }
-                self.table_header(o.t, o.info);
+                // SAFETY: Fresh: o.t was described by the batch scanned under scan_gen.
+                unsafe { self.table_header(L, o.t, o.info) };
                 return Ok(Left::Opened);
             }
             // SAFETY: Protected; f.t is alive.

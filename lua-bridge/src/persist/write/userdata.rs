@@ -4,7 +4,7 @@
 
 use super::super::format::{Ident, PlainUserdata, UserdataBytes, UserdataPart, UserdataParts};
 use super::super::slots::Slots;
-use super::csrc::luasnap_identity_at;
+use super::csrc::{luasnap_final_state_at, luasnap_identity_at};
 use super::frame::{Frame, Seg, UserdataFrame};
 use super::persister::{push_seen, Fail, Persister};
 use mlua_sys::{self as ffi, lua_State};
@@ -53,6 +53,12 @@ impl Persister<'_> {
         unsafe { ffi::lua_pop(L, 1) };
         // SAFETY: a full userdata is on top.
         let (bytes, nuv) = unsafe { (userdata_bytes(L), count_user_values(L)) };
+        // SAFETY: the userdata is on top; reads its mark and its metatable's __gc.
+        unsafe {
+            let mut o = std::ptr::null();
+            let state = luasnap_final_state_at(L, -1, &mut o);
+            self.final_record(L, o, state);
+        }
         // SAFETY: the userdata is on top; reads only.
         Ident(unsafe { luasnap_identity_at(L, -1) }).encode(&mut self.w);
         UserdataBytes {
