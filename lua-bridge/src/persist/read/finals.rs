@@ -30,17 +30,6 @@ use crate::persist::slots::Slots;
 use mlua_sys::lua_State;
 use std::ffi::{c_int, c_void};
 
-/// What a load knows of the finalization marks its file gives (format 8).
-#[derive(Default)]
-pub(crate) struct Finals {
-    /// The record for the new table or userdata whose tag comes next.
-    pub(super) next: Option<Final>,
-    /// Objects marked: (order number, object id).
-    marked: Vec<(u32, u32)>,
-    /// Objects whose metatable has `__gc` though the saving VM had not marked them.
-    unmarked: Vec<u32>,
-}
-
 impl Loader<'_> {
     /// A finalization record (after `Tag::Final`), for the new table or userdata whose tag
     /// comes next (after its identity, if it has one): checked and kept until it is made.

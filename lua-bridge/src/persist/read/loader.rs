@@ -125,7 +125,7 @@ pub(crate) struct Loader<'a> {
     /// The identities the file gives its objects as table keys (see `ident.rs`).
     pub idents: Idents,
     /// The finalization marks the file gives its objects (see `finals.rs`).
-    pub(super) finals: super::finals::Finals,
+    pub(super) finals: super::state::Finals,
 }
 
 impl Loader<'_> {

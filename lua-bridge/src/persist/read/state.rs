@@ -89,6 +89,17 @@ pub(super) struct LoadedCo {
 #[derive(Default)]
 pub(super) struct UpMemo(pub(super) Vec<u64>);
 
+/// What a load knows of the finalization marks its file gives (format 8).
+#[derive(Default)]
+pub(crate) struct Finals {
+    /// The record for the new table or userdata whose tag comes next.
+    pub(super) next: Option<crate::persist::format::Final>,
+    /// Objects marked: (order number, object id).
+    pub(super) marked: Vec<(u32, u32)>,
+    /// Objects whose metatable has `__gc` though the saving VM had not marked them.
+    pub(super) unmarked: Vec<u32>,
+}
+
 /// What a load knows of the identities its file gives.
 #[derive(Default)]
 pub(crate) struct Idents {

@@ -12,21 +12,9 @@
 
 use super::super::format::Final;
 use super::csrc::{luasnap_finalizer_list, LS_FINAL_MARKED, LS_FINAL_NONE};
-use super::persister::Persister;
+use super::persister::{MarkOrder, Persister};
 use mlua_sys::lua_State;
-use rustc_hash::FxHashMap as HashMap;
 use std::ffi::{c_int, c_void};
-
-/// The order in which the saving VM marked its objects for finalization, as far as read.
-#[derive(Default)]
-pub(crate) struct MarkOrder {
-    /// Object (a table, or a userdata's header) to its number: the first marked is 0.
-    numbers: HashMap<*const c_void, u32>,
-    /// The next number to give.
-    next: u32,
-    /// The collector's lists as last read (finalized first to last).
-    list: Vec<*const c_void>,
-}
 
 impl MarkOrder {
     /// Reads the collector's lists again and numbers the objects it did not know, from the

@@ -12,6 +12,17 @@ use mlua_sys::{self as ffi, lua_State};
 use rustc_hash::FxHashMap as HashMap;
 use std::ffi::{c_int, c_void, CString};
 
+/// The order in which the saving VM marked its objects for finalization, as far as read.
+#[derive(Default)]
+pub(crate) struct MarkOrder {
+    /// Object (a table, or a userdata's header) to its number: the first marked is 0.
+    pub(super) numbers: HashMap<*const c_void, u32>,
+    /// The next number to give.
+    pub(super) next: u32,
+    /// The collector's lists as last read (finalized first to last).
+    pub(super) list: Vec<*const c_void>,
+}
+
 /// A failure whose message is staged in `Persister::error`.
 pub(crate) struct Fail;
 
@@ -48,7 +59,7 @@ pub(crate) struct Persister<'a> {
     /// Bytecode of a detached function, as `lua_dump` writes it (see `proto.rs`).
     pub(super) dump: Vec<u8>,
     /// The saving VM's order of finalization marks, as far as read (see `finals.rs`).
-    pub(super) marks: super::finals::MarkOrder,
+    pub(super) marks: MarkOrder,
 }
 
 impl Drop for Persister<'_> {
