@@ -362,3 +362,166 @@ return A
     assert_eq!(client.game_digest, server.game_digest);
     assert_eq!(client.value_digest, server.value_digest);
 }
+
+/// Events of a server as text, slot numbers from 1.
+fn event_lines(events: &Mutex<Vec<ServerEvent>>) -> Vec<String> {
+    events
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|e| e.to_string())
+        .collect()
+}
+
+/// Pumps a raw peer until the server drops it; false if it is still connected after a
+/// minute (no server timeout here is near that).
+fn pump_until_dropped(peer: &mut luasnap::bridge::runtime::net::testing::RawPeer) -> bool {
+    let end = std::time::Instant::now() + Duration::from_secs(60);
+    while peer.is_connected() && std::time::Instant::now() < end {
+        let _ = peer.pump();
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    !peer.is_connected()
+}
+
+/// A connection that never says hello held a slot for the whole match (an outside tester's
+/// F5): it is dropped after `hello_timeout`, said so, and a player takes the slot.
+#[test]
+fn a_connection_that_never_says_hello_gives_its_slot_up() {
+    use luasnap::bridge::runtime::net::testing::RawPeer;
+    let mut opts = match_options(1, 60, 15, 20);
+    opts.hello_timeout = Duration::from_millis(300);
+    let (addr, server, events) = serve(opts);
+    let mut silent = RawPeer::connect(addr).unwrap();
+    assert!(
+        pump_until_dropped(&mut silent),
+        "the silent peer kept its slot"
+    );
+    let player = client(ClientOptions::new(game(1), addr)).join().unwrap();
+    let server = server.join().unwrap();
+    assert_eq!(player.value_digest, server.value_digest);
+    let log = event_lines(&events);
+    assert!(
+        log.iter()
+            .any(|l| l.starts_with("slot 1 (") && l.contains("no hello within 0.3 s")),
+        "{log:#?}"
+    );
+}
+
+/// A full server says so to the client it turns away (it said "no answer ... within 0 s").
+#[test]
+fn a_client_turned_away_by_a_full_server_is_told_it_is_full() {
+    use luasnap::bridge::runtime::net::testing::{self, RawPeer, CONTROL};
+    let mut opts = match_options(1, 30, 15, 10);
+    opts.end_wait = Duration::from_millis(200);
+    let (addr, server, _) = serve(opts);
+    let mut player = RawPeer::connect(addr).unwrap();
+    player.send(CONTROL, testing::hello("=tiny_game", TINY));
+    pump_for(&mut player, 100);
+    let err = match RawPeer::connect(addr) {
+        Ok(_) => panic!("a second connection to a one-player server was let in"),
+        Err(e) => e.to_string(),
+    };
+    assert!(
+        err.contains("is full") && !err.contains("no answer"),
+        "{err}"
+    );
+    player.close();
+    server.join().unwrap();
+}
+
+/// A client that said hello, then only keeps the transport alive (no command, no digest),
+/// is dropped once `quiet_timeout` has passed while the clock runs.
+#[test]
+fn a_client_that_sends_no_command_nor_digest_is_dropped() {
+    use luasnap::bridge::runtime::net::testing::{self, RawPeer, CONTROL};
+    let mut opts = match_options(2, 100_000, 15, 20);
+    opts.start_with = 1;
+    opts.quiet_timeout = Duration::from_millis(500);
+    opts.end_wait = Duration::from_millis(200);
+    let (addr, _server, events) = serve(opts);
+    let mut idle = RawPeer::connect(addr).unwrap();
+    idle.send(CONTROL, testing::hello("=tiny_game", TINY));
+    assert!(pump_until_dropped(&mut idle), "the idle peer kept its slot");
+    let log = event_lines(&events);
+    assert!(
+        log.iter()
+            .any(|l| l.contains("no command nor digest for 0.5 s while the match ran")),
+        "{log:#?}"
+    );
+}
+
+/// A joiner that stops acknowledging made the server send the join save again and again until
+/// netcode's timeout (an outside tester's F11: 27 MB for 1 KB): it is dropped once it has
+/// acknowledged nothing more of the save for `state_ack_timeout`.
+#[test]
+fn a_joiner_that_acknowledges_nothing_of_its_save_is_dropped() {
+    use luasnap::bridge::runtime::net::testing::{self, RawPeer, CONTROL};
+    let mut opts = match_options(2, 200, 15, 20);
+    opts.start_with = 1;
+    opts.state_ack_timeout = Duration::from_millis(300);
+    let (addr, server, events) = serve(opts);
+    let honest = client(ClientOptions::new(game(2), addr));
+    let started = std::time::Instant::now();
+    while !events
+        .lock()
+        .unwrap()
+        .iter()
+        .any(|e| matches!(e, ServerEvent::Started { .. }))
+    {
+        assert!(started.elapsed() < Duration::from_secs(60), "no start");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let mut joiner = RawPeer::connect(addr).unwrap();
+    joiner.send(CONTROL, testing::hello("=tiny_game", TINY));
+    // Reads until the save-game (message tag 6) is whole, then stops: what arrived in that
+    // last read is never acknowledged.
+    let end = std::time::Instant::now() + Duration::from_secs(60);
+    while !joiner.pump().unwrap().iter().any(|m| m.first() == Some(&6)) {
+        assert!(std::time::Instant::now() < end, "no save-game");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let honest = honest.join().unwrap();
+    let server = server.join().unwrap();
+    assert_eq!(honest.value_digest, server.value_digest);
+    let rec = server
+        .clients
+        .iter()
+        .find(|c| c.slot != honest.slot)
+        .expect("the joiner's record");
+    let (_, why) = rec.left.clone().expect("the joiner was dropped");
+    assert!(
+        why.contains("acknowledged nothing more of the save-game sent to it for 0.3 s"),
+        "{why}"
+    );
+    drop(joiner);
+}
+
+/// Each (re)connection left a record for the whole match (an outside tester's F12): past
+/// DEPARTED_RECORDS_KEPT departures they are summed.
+#[test]
+fn departed_connections_past_the_kept_ones_are_summed() {
+    use luasnap::bridge::runtime::net::testing::{self, RawPeer, CONTROL};
+    use luasnap::bridge::runtime::net::DEPARTED_RECORDS_KEPT;
+    let opts = match_options(1, 30, 15, 10);
+    let (addr, server, events) = serve(opts);
+    let n = DEPARTED_RECORDS_KEPT + 6;
+    for _ in 0..n {
+        // Another game's hello: refused and dropped at once.
+        let mut peer = RawPeer::connect(addr).unwrap();
+        peer.send(CONTROL, testing::hello("=other", "return 1"));
+        assert!(pump_until_dropped(&mut peer));
+    }
+    let player = client(ClientOptions::new(game(1), addr)).join().unwrap();
+    let server = server.join().unwrap();
+    assert_eq!(player.value_digest, server.value_digest);
+    assert_eq!(server.clients.len(), DEPARTED_RECORDS_KEPT + 1);
+    assert!(server.clients.last().unwrap().left.is_none());
+    assert_eq!(server.departed.clients, 6, "{:?}", server.departed);
+    assert!(server.departed.bytes_sent > 0);
+    let left = event_lines(&events)
+        .iter()
+        .filter(|l| l.contains("left at frame 0: refused: it runs another game"))
+        .count();
+    assert_eq!(left, n);
+}

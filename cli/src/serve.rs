@@ -243,6 +243,12 @@ fn server_json(r: &ServerReport, cpu: f64) -> serde_json::Value {
         "saves": r.saves,
         "resyncs": r.clients.iter().map(|c| c.resyncs as u64).sum::<u64>(),
         "clients": clients,
+        "departed_beyond_kept": {
+            "clients": r.departed.clients,
+            "bytes_sent": r.departed.bytes_sent,
+            "bytes_received": r.departed.bytes_received,
+            "refused_messages": r.departed.refused,
+        },
     })
 }
 
@@ -285,6 +291,17 @@ fn server_table(r: &ServerReport, cpu: f64) -> String {
                 Some(d) => format!("DIFFERS ({d:016x})"),
                 None => "-".into(),
             }
+        );
+    }
+    let d = &r.departed;
+    if d.clients > 0 {
+        let _ = writeln!(
+            t,
+            "| {} more | (left) | | | {} | {} | | | | | {} | |",
+            d.clients,
+            kib(d.bytes_sent),
+            kib(d.bytes_received),
+            d.refused
         );
     }
     t

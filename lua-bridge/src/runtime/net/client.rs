@@ -273,6 +273,9 @@ impl Conn {
         while !self.is_connected() {
             self.pump()?;
             self.flush()?;
+            if self.transport.denied() {
+                return Err(NetError::Full { server });
+            }
             if let Some(reason) = self.ended() {
                 return Err(NetError::Connect {
                     server,

@@ -27,6 +27,12 @@ pub enum NetError {
         /// What netcode said, if anything.
         reason: String,
     },
+    /// Every player slot of the server is taken (netcode denied the connection).
+    #[error("the server at {server} is full: every player slot (its --players) is taken; try again when a player leaves")]
+    Full {
+        /// The server's address.
+        server: std::net::SocketAddr,
+    },
     /// The server refused the client.
     #[error("the server at {server} refused this client: {reason}")]
     Refused {

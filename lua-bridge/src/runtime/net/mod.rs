@@ -57,6 +57,12 @@
 //! frame not yet closed, is refused and reported ([`ServerEvent::Refused`]) naming the slot,
 //! the address and what was wrong; a client that keeps at it, floods, or disagrees too often
 //! is dropped. A client that leaves is dropped, and its slot plays no input (0) from then on.
+//! So is a connection that holds a slot without playing: no hello within
+//! [`ServerOptions::hello_timeout`], no command nor digest for
+//! [`ServerOptions::quiet_timeout`] while the clock runs, or nothing more of a save-game
+//! acknowledged for [`ServerOptions::state_ack_timeout`] (the transport would send it again
+//! and again). Text a peer sends that is printed (a server's refusal) has its control
+//! characters escaped.
 //! Nothing a client sends stops the match for the others.
 //!
 //! Inputs are one byte per player (the scripted input source of `luasnap simulate`).
@@ -73,7 +79,10 @@ pub use client::{ClientEvent, ClientOptions, ClientReport, MatchClient, SyncHook
 pub use error::NetError;
 pub use link::LinkConditions;
 pub use protocol::DecodeError;
-pub use server::{ClientRecord, MatchServer, ServerEvent, ServerOptions, ServerReport};
+pub use server::{
+    ClientRecord, DepartedTotals, MatchServer, ServerEvent, ServerOptions, ServerReport,
+    DEPARTED_RECORDS_KEPT, HELLO_TIMEOUT, QUIET_TIMEOUT, STATE_ACK_TIMEOUT,
+};
 
 #[cfg(feature = "fuzzing")]
 pub mod testing;

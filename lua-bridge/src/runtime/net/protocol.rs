@@ -395,7 +395,9 @@ impl ServerMessage {
         w.0
     }
 
-    /// Reads a message; any defect is an error naming it.
+    /// Reads a message; any defect is an error naming it. A refusal's text comes from the
+    /// peer: its control characters are escaped (`\n`, `\u{1b}`), so that it cannot end a
+    /// line, colour or retitle the terminal it is printed to.
     pub(crate) fn decode(bytes: &[u8]) -> Result<ServerMessage, DecodeError> {
         Reader::message(bytes, |tag, r| {
             Ok(match tag {
@@ -404,7 +406,7 @@ impl ServerMessage {
                     r.kind = "refusal";
                     let text = r.bytes("reason", MAX_TEXT)?;
                     ServerMessage::Refused {
-                        reason: String::from_utf8_lossy(text).into_owned(),
+                        reason: printable(&String::from_utf8_lossy(text)),
                     }
                 }
                 3 => {
@@ -485,6 +487,24 @@ fn decode_welcome(r: &mut Reader<'_>) -> Result<ServerMessage, DecodeError> {
     Ok(msg)
 }
 
+/// `text` with its control characters escaped as Rust writes them (`\n`, `\u{1b}`); other
+/// characters, non-ASCII letters included, are kept.
+pub(crate) fn printable(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        // Bidirectional overrides and isolates reorder what follows them on a terminal.
+        let reorders = matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
+        if reorders {
+            out.extend(c.escape_unicode());
+        } else if c.is_control() {
+            out.extend(c.escape_debug());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -554,6 +574,23 @@ mod tests {
                 assert!(ServerMessage::decode(&b[..n]).is_err());
             }
         }
+    }
+
+    #[test]
+    fn a_refusals_control_characters_arrive_escaped() {
+        let hostile = "\n\x1b[1;32mluasnap client: slot 1\x1b[0m\n\x1b]0;owned\x07\u{202e}é";
+        let b = ServerMessage::Refused {
+            reason: hostile.into(),
+        }
+        .encode();
+        let Ok(ServerMessage::Refused { reason }) = ServerMessage::decode(&b) else {
+            panic!("not a refusal");
+        };
+        assert!(!reason.chars().any(|c| c.is_control()), "{reason:?}");
+        assert_eq!(
+            reason,
+            "\\n\\u{1b}[1;32mluasnap client: slot 1\\u{1b}[0m\\n\\u{1b}]0;owned\\u{7}\\u{202e}é"
+        );
     }
 
     #[test]

@@ -8,7 +8,7 @@ use super::protocol::{
     game_id, ClientMessage, ServerMessage, Start, StateReason, CHANNEL_CONTROL, CHANNEL_FRAMES,
     CHANNEL_STATE, MAX_PLAYERS,
 };
-use super::transport::{connection_config, ServerTransport, SEND_INTERVAL};
+use super::transport::{connection_config, ServerTransport, SEND_INTERVAL, STATE_CHANNEL_BYTES};
 use crate::runtime::{Backend, Game, GameConfig};
 use renet::RenetServer;
 use std::collections::{BTreeMap, HashMap};
@@ -32,6 +32,10 @@ const CHECKS_KEPT: usize = 256;
 const START_DELAY: Duration = Duration::from_millis(300);
 /// How long the server keeps sending after the end, so the last messages arrive.
 const LINGER: Duration = Duration::from_millis(1500);
+/// Departed clients whose records the report keeps one by one; later departures are summed
+/// into [`ServerReport::departed`] (each (re)connection would otherwise cost memory for the
+/// whole match and a row of the report).
+pub const DEPARTED_RECORDS_KEPT: usize = 64;
 
 /// What to serve.
 #[derive(Debug, Clone)]
@@ -50,7 +54,24 @@ pub struct ServerOptions {
     pub end_wait: Duration,
     /// Resyncs one client may need before it is dropped as unable to follow.
     pub max_resyncs: u32,
+    /// A connection that has not said hello this long after netcode's handshake is dropped
+    /// (it would hold a player slot without playing).
+    pub hello_timeout: Duration,
+    /// While the clock runs, a client that sends no command or digest for this long is
+    /// dropped (transport acknowledgements alone do not keep a slot).
+    pub quiet_timeout: Duration,
+    /// A client that acknowledges nothing more of a save-game sent to it (a join or a resync)
+    /// for this long is dropped, so that it cannot make the server send the save again and
+    /// again until the transport's own timeout.
+    pub state_ack_timeout: Duration,
 }
+
+/// The default of [`ServerOptions::hello_timeout`].
+pub const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
+/// The default of [`ServerOptions::quiet_timeout`].
+pub const QUIET_TIMEOUT: Duration = Duration::from_secs(15);
+/// The default of [`ServerOptions::state_ack_timeout`].
+pub const STATE_ACK_TIMEOUT: Duration = Duration::from_secs(3);
 
 impl ServerOptions {
     /// A match of `frames` frames of `game` at 30 frames a second, digests every 30 frames,
@@ -65,6 +86,9 @@ impl ServerOptions {
             start_with: players,
             end_wait: Duration::from_secs(20),
             max_resyncs: 5,
+            hello_timeout: HELLO_TIMEOUT,
+            quiet_timeout: QUIET_TIMEOUT,
+            state_ack_timeout: STATE_ACK_TIMEOUT,
         }
     }
 
@@ -271,8 +295,11 @@ pub struct ServerReport {
     pub value_digest: u64,
     /// `G.digest()` after the last frame, if the game has one.
     pub game_digest: Option<i64>,
-    /// Every client that took a slot, in order of arrival.
+    /// Every client that took a slot, in order of arrival, but for departures past the first
+    /// [`DEPARTED_RECORDS_KEPT`]: those are summed in `departed`.
     pub clients: Vec<ClientRecord>,
+    /// The clients that left after the first [`DEPARTED_RECORDS_KEPT`] departures, summed.
+    pub departed: DepartedTotals,
     /// Time the server spent working (not waiting), per frame, in microseconds.
     pub busy_us_per_frame: f64,
     /// Mean time of one `G.step` on the server, in microseconds.
@@ -285,11 +312,37 @@ pub struct ServerReport {
     pub seconds: f64,
 }
 
+/// Clients that left, summed (the report keeps the first [`DEPARTED_RECORDS_KEPT`] one by
+/// one).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DepartedTotals {
+    /// Connections.
+    pub clients: u64,
+    /// Datagram bytes the server sent them.
+    pub bytes_sent: u64,
+    /// Datagram bytes received from them.
+    pub bytes_received: u64,
+    /// Messages refused.
+    pub refused: u64,
+}
+
 /// A client in a slot.
 struct Seat {
     client_id: u64,
     addr: SocketAddr,
-    record: usize,
+    /// Its record, while it is seated (it moves to the match's departed records when it
+    /// leaves).
+    record: ClientRecord,
+    /// Its place in the order of arrival.
+    arrival: u64,
+    /// When netcode's handshake was done.
+    connected_at: Instant,
+    /// When it last sent a message the protocol expects (its hello, a command or a digest
+    /// that was accepted).
+    last_useful: Instant,
+    /// A save-game it has not acknowledged whole: the state channel's free bytes when it last
+    /// acknowledged more, and when that was.
+    state_wait: Option<(usize, Instant)>,
     hello: bool,
     delay: DelayControl,
     /// Save-games sent to it (its digests name the count they follow).
@@ -354,7 +407,9 @@ impl MatchServer {
             order: FrameOrder::new(players),
             seats: (0..players).map(|_| None).collect(),
             by_client: HashMap::new(),
-            records: Vec::new(),
+            departed: Vec::new(),
+            departed_totals: DepartedTotals::default(),
+            arrivals: 0,
             checks: BTreeMap::new(),
             renet: RenetServer::new(connection_config()),
             transport,
@@ -386,7 +441,11 @@ struct Match<'o> {
     order: FrameOrder,
     seats: Vec<Option<Seat>>,
     by_client: HashMap<u64, usize>,
-    records: Vec<ClientRecord>,
+    /// Records of clients that left (the first [`DEPARTED_RECORDS_KEPT`]), with their arrival.
+    departed: Vec<(u64, ClientRecord)>,
+    /// Clients that left past those.
+    departed_totals: DepartedTotals,
+    arrivals: u64,
     /// The server's value digest after each check frame.
     checks: BTreeMap<u64, u64>,
     renet: RenetServer,
@@ -411,6 +470,7 @@ impl Match<'_> {
             let dt = now - last;
             last = now;
             self.network_in(dt)?;
+            self.watch_seats(now);
             let before = self.order.next();
             self.close_due_frames(now)?;
             if self.order.next() == self.opts.frames {
@@ -451,10 +511,59 @@ impl Match<'_> {
 
     fn all_final(&self) -> bool {
         self.seats.iter().flatten().all(|s| {
-            !s.hello
-                || self.records[s.record].final_digest
-                    == self.checks.get(&self.opts.frames).copied()
+            !s.hello || s.record.final_digest == self.checks.get(&self.opts.frames).copied()
         })
+    }
+
+    /// Drops the connections that hold a slot without playing: no hello in time, no
+    /// command nor digest for too long while the clock runs, or a save-game left
+    /// unacknowledged (which the transport would send again and again).
+    fn watch_seats(&mut self, now: Instant) {
+        let running = !self.end_sent && self.order.next() < self.opts.frames;
+        for slot in 0..self.seats.len() {
+            let Some(seat) = self.seats[slot].as_mut() else {
+                continue;
+            };
+            let secs = |d: Duration| d.as_secs_f64();
+            let reason = if !seat.hello {
+                let timeout = self.opts.hello_timeout;
+                (now - seat.connected_at >= timeout).then(|| {
+                    format!("dropped: no hello within {} s of connecting (a connection that does not say which game it runs holds no slot)", secs(timeout))
+                })
+            } else if let Some((free, since)) = seat.state_wait {
+                let free_now = self
+                    .renet
+                    .channel_available_memory(seat.client_id, CHANNEL_STATE);
+                let timeout = self.opts.state_ack_timeout;
+                if free_now >= STATE_CHANNEL_BYTES {
+                    seat.state_wait = None;
+                    seat.last_useful = seat.last_useful.max(now);
+                    None
+                } else if free_now > free {
+                    seat.state_wait = Some((free_now, now));
+                    None
+                } else {
+                    (now - since >= timeout).then(|| {
+                        format!("dropped: it acknowledged nothing more of the save-game sent to it for {} s", secs(timeout))
+                    })
+                }
+            } else {
+                let timeout = self.opts.quiet_timeout;
+                let since = match self.started {
+                    Some(started) if running => seat.last_useful.max(started),
+                    _ => now,
+                };
+                (now - since >= timeout).then(|| {
+                    format!(
+                        "dropped: no command nor digest for {} s while the match ran",
+                        secs(timeout)
+                    )
+                })
+            };
+            if let Some(reason) = reason {
+                self.drop_seat(slot, reason);
+            }
+        }
     }
 
     fn send_end(&mut self) -> Result<(), NetError> {
@@ -472,18 +581,22 @@ impl Match<'_> {
     }
 
     fn report(&mut self) -> Result<ServerReport, NetError> {
+        let mut clients = std::mem::take(&mut self.departed);
         for slot in 0..self.seats.len() {
-            if let Some(seat) = self.seats[slot].take() {
-                self.finish_record(&seat);
+            if let Some(mut seat) = self.seats[slot].take() {
+                self.finish_record(&mut seat);
+                clients.push((seat.arrival, seat.record));
             }
         }
+        clients.sort_by_key(|(arrival, _)| *arrival);
         let frames = self.order.next();
         let per = |d: Duration, n: u64| d.as_secs_f64() * 1e6 / n.max(1) as f64;
         Ok(ServerReport {
             frames,
             value_digest: self.game.value_digest()?,
             game_digest: self.game.game_digest()?,
-            clients: self.records.clone(),
+            clients: clients.into_iter().map(|(_, r)| r).collect(),
+            departed: self.departed_totals,
             busy_us_per_frame: per(self.stats.busy, frames),
             step_us: per(self.stats.steps, frames),
             digest_us: per(self.stats.digests, self.stats.digest_count),
@@ -529,13 +642,14 @@ impl Match<'_> {
     fn seat(&mut self, client_id: u64) {
         let Some(slot) = self.seats.iter().position(Option::is_none) else {
             self.renet.disconnect(client_id);
+            self.transport.forget(client_id);
             return;
         };
         let addr = self
             .transport
             .client_addr(client_id)
             .unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0)));
-        self.records.push(ClientRecord {
+        let record = ClientRecord {
             slot,
             addr,
             client_id,
@@ -551,11 +665,17 @@ impl Match<'_> {
             delay: 0,
             refused: 0,
             final_digest: None,
-        });
+        };
+        let now = Instant::now();
+        self.arrivals += 1;
         self.seats[slot] = Some(Seat {
             client_id,
             addr,
-            record: self.records.len() - 1,
+            record,
+            arrival: self.arrivals,
+            connected_at: now,
+            last_useful: now,
+            state_wait: None,
             hello: false,
             delay: DelayControl::new(0.0, self.order.next()),
             epoch: 0,
@@ -569,14 +689,31 @@ impl Match<'_> {
     fn leave_after_end(&mut self, slot: usize) {
         if let Some(seat) = self.seats[slot].take() {
             self.by_client.remove(&seat.client_id);
-            self.finish_record(&seat);
+            self.depart(seat, true);
+        }
+    }
+
+    /// Keeps a departed client's record, or adds it to the totals once
+    /// [`DEPARTED_RECORDS_KEPT`] are kept (a client that played to the end is always kept:
+    /// there are at most as many as players); the transport forgets the client.
+    fn depart(&mut self, mut seat: Seat, at_end: bool) {
+        self.finish_record(&mut seat);
+        self.transport.forget(seat.client_id);
+        if at_end || self.departed.len() < DEPARTED_RECORDS_KEPT {
+            self.departed.push((seat.arrival, seat.record));
+        } else {
+            let t = &mut self.departed_totals;
+            t.clients += 1;
+            t.bytes_sent += seat.record.bytes_sent;
+            t.bytes_received += seat.record.bytes_received;
+            t.refused += seat.record.refused as u64;
         }
     }
 
     /// Copies a seat's counters into its record.
-    fn finish_record(&mut self, seat: &Seat) {
+    fn finish_record(&mut self, seat: &mut Seat) {
         let t = self.transport.traffic(seat.client_id);
-        let r = &mut self.records[seat.record];
+        let r = &mut seat.record;
         r.bytes_sent = t.sent;
         r.bytes_received = t.received;
         r.delay = seat.delay.delay();
@@ -585,20 +722,21 @@ impl Match<'_> {
 
     /// Frees a slot: the client is disconnected and its slot plays no input.
     fn drop_seat(&mut self, slot: usize, reason: String) {
-        let Some(seat) = self.seats[slot].take() else {
+        let Some(mut seat) = self.seats[slot].take() else {
             return;
         };
         self.by_client.remove(&seat.client_id);
         self.order.clear(slot);
-        self.finish_record(&seat);
         let frame = self.order.next();
-        self.records[seat.record].left = Some((frame, reason.clone()));
+        seat.record.left = Some((frame, reason.clone()));
         if self.renet.is_connected(seat.client_id) {
             self.renet.disconnect(seat.client_id);
         }
+        let addr = seat.addr;
+        self.depart(seat, false);
         (self.observe)(&ServerEvent::Left {
             slot,
-            addr: seat.addr,
+            addr,
             frame,
             reason,
         });
@@ -651,13 +789,12 @@ impl Match<'_> {
 
     /// Records a refused message; a client that keeps sending them is dropped.
     fn refuse(&mut self, slot: usize, what: String) {
-        let Some(seat) = self.seats[slot].as_ref() else {
+        let Some(seat) = self.seats[slot].as_mut() else {
             return;
         };
         let addr = seat.addr;
-        let r = &mut self.records[seat.record];
-        r.refused += 1;
-        let count = r.refused;
+        seat.record.refused += 1;
+        let count = seat.record.refused;
         (self.observe)(&ServerEvent::Refused { slot, addr, what });
         if count > MAX_REFUSALS {
             self.drop_seat(slot, format!("dropped after {count} refused messages"));
@@ -693,6 +830,7 @@ impl Match<'_> {
             Ok(placement) => {
                 let next = self.order.next();
                 let seat = self.seats[slot].as_mut().expect("seated");
+                seat.last_useful = Instant::now();
                 if let Some(delay) = seat.delay.observe(placement, next) {
                     let msg = ServerMessage::Delay { frames: delay }.encode();
                     self.renet
@@ -726,6 +864,7 @@ impl Match<'_> {
             return Ok(());
         }
         seat.hello = true;
+        seat.last_useful = Instant::now();
         let frame = self.order.next();
         let rtt_ticks = self.renet.rtt(seat.client_id) / self.opts.tick.as_secs_f64();
         seat.delay = DelayControl::new(rtt_ticks, frame);
@@ -742,14 +881,13 @@ impl Match<'_> {
         };
         let client_id = seat.client_id;
         let addr = seat.addr;
-        let record = seat.record;
         self.renet
             .send_message(client_id, CHANNEL_CONTROL, welcome.encode());
         let mut save_bytes = 0;
         if from_save {
             save_bytes = self.send_state(slot, StateReason::Join)?;
         }
-        let r = &mut self.records[record];
+        let r = &mut self.seats[slot].as_mut().expect("seated").record;
         r.joined_at = frame;
         r.joined_from_save = from_save;
         (self.observe)(&ServerEvent::Joined {
@@ -788,6 +926,10 @@ impl Match<'_> {
         };
         self.renet
             .send_message(seat.client_id, CHANNEL_STATE, msg.encode());
+        let free = self
+            .renet
+            .channel_available_memory(seat.client_id, CHANNEL_STATE);
+        seat.state_wait = Some((free, Instant::now()));
         Ok(save.len())
     }
 
@@ -825,16 +967,17 @@ impl Match<'_> {
         let Some(&ours) = self.checks.get(&frame) else {
             return Ok(()); // older than the digests kept
         };
-        let (addr, record) = (seat.addr, seat.record);
+        let addr = seat.addr;
+        let seat = self.seats[slot].as_mut().expect("seated");
+        seat.last_useful = Instant::now();
+        let r = &mut seat.record;
         if ours == value {
-            let r = &mut self.records[record];
             r.checks_passed += 1;
             if frame == self.opts.frames {
                 r.final_digest = Some(value);
             }
             return Ok(());
         }
-        let r = &mut self.records[record];
         r.desyncs += 1;
         if frame == self.opts.frames {
             r.final_digest = Some(value);

@@ -32,7 +32,7 @@ const CLIENT_CHANNEL_BYTES: usize = 256 << 10;
 /// What the server may hold unacknowledged on its small channels, per client.
 const SERVER_CHANNEL_BYTES: usize = 4 << 20;
 /// What the server may hold unacknowledged in save-games, per client.
-const STATE_CHANNEL_BYTES: usize = 300 << 20;
+pub(crate) const STATE_CHANNEL_BYTES: usize = 300 << 20;
 
 fn reliable(channel_id: u8, bytes: usize, resend_time: Duration) -> ChannelConfig {
     ChannelConfig {
@@ -108,6 +108,11 @@ impl ServerTransport {
         self.traffic.get(&client_id).copied().unwrap_or_default()
     }
 
+    /// Stops counting a client's traffic (it left, and its record has its counts).
+    pub(crate) fn forget(&mut self, client_id: u64) {
+        self.traffic.remove(&client_id);
+    }
+
     /// Advances the clocks by `dt` and hands what arrived to renet.
     pub(crate) fn update(&mut self, dt: Duration, server: &mut RenetServer) -> io::Result<()> {
         self.netcode.update(dt);
@@ -115,7 +120,9 @@ impl ServerTransport {
             let n = bytes.len() as u64;
             let result = self.netcode.process_packet(addr, &mut bytes);
             if let ServerResult::Payload { client_id, .. } = &result {
-                self.traffic.entry(*client_id).or_default().received += n;
+                if let Some(t) = self.traffic.get_mut(client_id) {
+                    t.received += n;
+                }
             }
             handle(result, &mut self.link, &mut self.traffic, server)?;
         }
@@ -143,7 +150,9 @@ impl ServerTransport {
                 else {
                     break;
                 };
-                self.traffic.entry(client_id).or_default().sent += payload.len() as u64;
+                if let Some(t) = self.traffic.get_mut(&client_id) {
+                    t.sent += payload.len() as u64;
+                }
                 self.link.send_to(payload, addr)?;
             }
         }
@@ -240,6 +249,14 @@ impl ClientTransport {
             sent: self.link.bytes_sent,
             received: self.link.bytes_received,
         }
+    }
+
+    /// Whether the server denied the connection (netcode does when every slot is taken).
+    pub(crate) fn denied(&self) -> bool {
+        matches!(
+            self.netcode.disconnect_reason(),
+            Some(renetcode::DisconnectReason::ConnectionDenied)
+        )
     }
 
     /// Why netcode closed the connection, if it did.
