@@ -484,3 +484,111 @@ return G
         assert_eq!(r[0], luasnap::bridge::Value::Boolean(true));
     }
 }
+
+/// Version 1 of a game whose handler `M.a.b` is saved; version 2 adds an unrelated handler
+/// under the key "a.b" above it (and, in `changed`, changes `M.a.b`'s code).
+const KEYS_V1: &str = "M = { a = {} }\nM.a.b = function() return 1 end";
+fn keys_v2(changed: bool) -> String {
+    let body = if changed { "return 2" } else { "return 1" };
+    format!("M = {{ a = {{}} }}\nM[\"a.b\"] = function() return 1000 end\nM.a.b = function() {body} end")
+}
+
+/// A key that is no name is a place of its own (`M["a.b"]`), never `M.a.b`: a save's
+/// `M.a.b` stays bound to `M.a.b` when a version adds `M["a.b"]` (an outside tester's
+/// place1 w1/w2, where the saved handler silently ran the new one).
+#[test]
+fn a_quoted_key_is_not_the_path_of_names_it_reads_as() {
+    let save = save_of(KEYS_V1, "@game.lua", "saved = { f = M.a.b }");
+    for changed in [false, true] {
+        let (b, report) = load_into(&keys_v2(changed), "@game.lua", &save, Trust::Foreign).unwrap();
+        assert_eq!(
+            int(&b, "return saved.f()"),
+            if changed { 2 } else { 1 },
+            "{}",
+            report.summary()
+        );
+        let rebound: Vec<&str> = report
+            .rebound
+            .iter()
+            .chain(&report.moved)
+            .map(|f| f.place.as_str())
+            .collect();
+        assert_eq!(rebound, ["M.a.b"], "{}", report.summary());
+    }
+    // Both in the save: each to its own.
+    let both = save_of(
+        &keys_v2(false),
+        "@game.lua",
+        "saved = { f = M.a.b, g = M['a.b'] }",
+    );
+    let (b, report) = load_into(&keys_v2(true), "@game.lua", &both, Trust::Foreign).unwrap();
+    assert_eq!(int(&b, "return saved.f() * 10000 + saved.g()"), 21000);
+    let places: Vec<&str> = report.rebound.iter().map(|f| f.place.as_str()).collect();
+    assert_eq!(places, ["M.a.b"], "{}", report.summary());
+}
+
+/// A save written before places quoted keys (its header lacks the flag) read `M["a.b"]` as
+/// `M.a.b`: such a place is bound only to the function with the saved code, and refused
+/// under foreign trust, naming the functions it could be, when none has it.
+#[test]
+fn an_old_save_binds_a_place_two_functions_read_as_only_by_its_code() {
+    let mut save = save_of(KEYS_V1, "@game.lua", "saved = { f = M.a.b }");
+    save[32] &= !luasnap::bridge::persist::FLAG_QUOTED_PLACES;
+    let (b, report) = load_into(&keys_v2(false), "@game.lua", &save, Trust::Foreign).unwrap();
+    assert_eq!(int(&b, "return saved.f()"), 1, "{}", report.summary());
+    let e = load_into(&keys_v2(true), "@game.lua", &save, Trust::Foreign).unwrap_err();
+    let msg = e.to_string();
+    assert!(
+        msg.contains("M[\"a.b\"] (game.lua:2), M.a.b (game.lua:3)")
+            && msg.contains("cannot be told"),
+        "{msg}"
+    );
+    assert!(
+        matches!(
+            &e,
+            LoadError::Refused {
+                accept: Accept::TrustOwn,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    let (b, report) = load_into(&keys_v2(true), "@game.lua", &save, Trust::Own).unwrap();
+    assert_eq!(int(&b, "return saved.f()"), 1, "{}", report.summary());
+    assert_eq!(report.kept.len(), 1, "{}", report.summary());
+    // With no quoted key in the family, an old save's place is bound as before.
+    let plain = save_of(KEYS_V1, "@game.lua", "saved = { f = M.a.b }");
+    let (b, _) = load_into(
+        "M = { a = {} }\nM.a.b = function() return 3 end",
+        "@game.lua",
+        &plain,
+        Trust::Foreign,
+    )
+    .unwrap();
+    assert_eq!(int(&b, "return saved.f()"), 3);
+}
+
+/// Names a hostile save provides reach no message raw: a place with a line break and a
+/// terminal escape is shown escaped (an outside tester's upd2 esc.sav).
+#[test]
+fn a_saved_place_with_control_characters_is_shown_escaped() {
+    use luasnap::bridge::persist::forge::{body_of, seal_body};
+    let v1 = "function cheat() return 1 end\nfunction keep() return 2 end";
+    let file = save_of(v1, "@game.lua", "saved = { f = cheat }");
+    let mut body = body_of(&file).unwrap().to_vec();
+    let at = body.windows(5).rposition(|w| w == b"cheat").unwrap();
+    body[at..at + 5].copy_from_slice(b"\n\x1b[1m");
+    let e = load_into(
+        "function keep() return 2 end",
+        "@game.lua",
+        &seal_body(&body, true),
+        Trust::Foreign,
+    )
+    .unwrap_err();
+    let msg = e.to_string();
+    assert!(!msg.chars().any(char::is_control), "{msg:?}");
+    assert!(
+        msg.contains("function \\n\\u{1b}[1m (@game.lua:1)"),
+        "{msg}"
+    );
+}

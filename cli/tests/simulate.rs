@@ -1266,4 +1266,54 @@ return G
     let said = stderr(&updated);
     assert!(said.contains("M.bonus"), "{said}");
     assert!(digest(&updated) >= 20000 + 4 + 10 * 100, "{said}");
+
+/// A saved handler `M.a.b` stays bound to `M.a.b` in a new process when the update adds an
+/// unrelated `M["a.b"]` above it: a key that is no name is a place of its own (an outside
+/// tester's place1 w1/w2, where the save ran the new handler: G.digest() 10010, not 20).
+#[test]
+fn a_new_quoted_key_does_not_take_over_a_saved_functions_place() {
+    let tmp = temp_dir("quoted");
+    let base = tmp.path();
+    let game = |name: &str, extra: &str| {
+        let dir = base.join(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(
+            dir.join("main.lua"),
+            format!(
+                "local G = {{}} local world
+                 local M = {{ a = {{}} }}
+                 {extra}
+                 M.a.b = function(w) w.x = w.x + 1 end
+                 function G.init() world = {{ x = 0, f = M.a.b }} end
+                 function G.step() world.f(world) end
+                 function G.digest() return world.x end
+                 return G"
+            ),
+        )
+        .unwrap();
+        dir.to_str().unwrap().to_owned()
+    };
+    let w1 = game("w1", "");
+    let w2 = game("w2", "M[\"a.b\"] = function(w) w.x = w.x + 1000 end");
+    let save = base.join("w1.sav");
+    let save = save.to_str().unwrap();
+    let run = |args: &[&str]| {
+        luasnap()
+            .arg("simulate")
+            .args(args)
+            .args(["--mode", "full", "--second-process", "off", "--json"])
+            .output()
+            .unwrap()
+    };
+    let out = run(&[&w1, "--frames", "10", "--save", save]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = run(&[&w2, "--frames", "10", "--load", save]);
+    let e = stderr(&out);
+    assert!(out.status.success(), "{e}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["game_digest"].as_i64(), Some(20), "{e}");
+    assert!(
+        e.contains("5 functions unchanged") && !e.contains("rebound"),
+        "{e}"
+    );
 }

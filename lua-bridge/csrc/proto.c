@@ -280,6 +280,50 @@ static void nb_str(NameBuf *b, const TString *s) {
   nb_put(b, getstr(s), tsslen(s));
 }
 
+/* Whether s is a Lua name (letters, digits, underscores, not starting with a digit): a key
+** a source can write as `t.key`. */
+static int is_name(const TString *s) {
+  const char *c = getstr(s);
+  size_t i, n = tsslen(s);
+  if (n == 0 || (c[0] >= '0' && c[0] <= '9')) return 0;
+  for (i = 0; i < n; i++) {
+    unsigned char ch = (unsigned char)c[i];
+    if (!(ch == '_' || (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+          (ch >= '0' && ch <= '9')))
+      return 0;
+  }
+  return 1;
+}
+
+/* Writes key as a place writes it after a qualifier that is `qualified`: `.key` (`key`
+** alone) for a name, else `["key"]` as Lua would quote it (`\"`, `\\`, and `\ddd` for
+** bytes outside printable ASCII). A key that is no name is thereby never read as a path of
+** names (`M["a.b"]` is not `M.a.b`), nor as a place's separators or `#k` numbering. */
+static void nb_key(NameBuf *b, const TString *key, int qualified) {
+  const char *c = getstr(key);
+  size_t i, n = tsslen(key);
+  if (is_name(key)) {
+    if (qualified) nb_put(b, ".", 1);
+    nb_str(b, key);
+    return;
+  }
+  nb_put(b, "[\"", 2);
+  for (i = 0; i < n; i++) {
+    unsigned char ch = (unsigned char)c[i];
+    if (ch == '"' || ch == '\\') {
+      nb_put(b, "\\", 1);
+      nb_put(b, (const char *)&c[i], 1);
+    } else if (ch < 0x20 || ch > 0x7e) {
+      char esc[8];
+      snprintf(esc, sizeof esc, "\\%03u", (unsigned)ch);
+      nb_put(b, esc, strlen(esc));
+    } else {
+      nb_put(b, (const char *)&c[i], 1);
+    }
+  }
+  nb_put(b, "\"]", 2);
+}
+
 /* The short-string constant k[i] of f, or NULL. */
 static const TString *kstring(const Proto *f, int i) {
   if (i < 0 || i >= luasnap_nconsts(f) || !ttisshrstring(&f->k[i])) return NULL;
@@ -311,15 +355,14 @@ static int reg_name(const Proto *f, int pc, int r, NameBuf *b, int depth) {
     OpCode op = GET_OPCODE(in);
     if (!testAMode(op) || GETARG_A(in) != r) continue;
     if (op == OP_GETTABUP && is_env(upvalue_name(f, GETARG_B(in))) && kstring(f, GETARG_C(in))) {
-      nb_str(b, kstring(f, GETARG_C(in)));
+      nb_key(b, kstring(f, GETARG_C(in)), 0);
       return 1;
     }
     if (op == OP_GETFIELD && kstring(f, GETARG_C(in))) {
       int mark = b->len;
       if (!reg_name(f, at, GETARG_B(in), b, depth + 1)) return 0;
       if (b->len == mark) return 0;
-      nb_put(b, ".", 1);
-      nb_str(b, kstring(f, GETARG_C(in)));
+      nb_key(b, kstring(f, GETARG_C(in)), 1);
       return 1;
     }
     if (op == OP_MOVE) return reg_name(f, at, GETARG_B(in), b, depth + 1);
@@ -328,12 +371,13 @@ static int reg_name(const Proto *f, int pc, int r, NameBuf *b, int depth) {
   return 0;
 }
 
-/* Writes `qualifier.key` (or `key` when the table has no name). */
+/* Writes `qualifier.key` (or `key` when the table has no name; `qualifier["k.k"]` for a key
+** that is no name). */
 static void field_name(const Proto *f, int pc, int table, const TString *key, NameBuf *b) {
   int mark = b->len;
-  if (reg_name(f, pc, table, b, 0) && b->len > mark) nb_put(b, ".", 1);
-  else b->len = mark;
-  nb_str(b, key);
+  int qualified = reg_name(f, pc, table, b, 0) && b->len > mark;
+  if (!qualified) b->len = mark;
+  nb_key(b, key, qualified);
 }
 
 /* The name the function made at pc (an OP_CLOSURE of p) gets where p stores it, into
@@ -359,11 +403,9 @@ int luasnap_proto_child_name(const void *p, int pc, char *buf, int cap) {
       case OP_SETTABUP:  /* name = function, a global (or a field of an upvalue table) */
         if (!GETARG_k(in) && GETARG_C(in) == a && kstring(f, GETARG_B(in))) {
           const TString *up = upvalue_name(f, GETARG_A(in));
-          if (up != NULL && !is_env(up)) {
-            nb_str(&b, up);
-            nb_put(&b, ".", 1);
-          }
-          nb_str(&b, kstring(f, GETARG_B(in)));
+          int qualified = up != NULL && !is_env(up);
+          if (qualified) nb_str(&b, up);
+          nb_key(&b, kstring(f, GETARG_B(in)), qualified);
           return b.len;
         }
         break;

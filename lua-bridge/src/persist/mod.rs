@@ -83,7 +83,7 @@ pub use error::{Accept, LoadError, SaveError};
 pub fn reseal(file: &[u8]) -> Result<Option<Vec<u8>>, LoadError> {
     format::reseal(file).map_err(LoadError::from)
 }
-pub use format::{FORMAT_VERSION, HEADER_LEN, LUA_RELEASE, MAGIC};
+pub use format::{FLAG_QUOTED_PLACES, FORMAT_VERSION, HEADER_LEN, LUA_RELEASE, MAGIC};
 #[cfg(any(test, feature = "fuzzing"))]
 #[doc(hidden)]
 pub use fuzz::{fuzz_load, FUZZ_GAME};

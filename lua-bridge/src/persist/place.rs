@@ -14,6 +14,15 @@
 //! name (an argument, a return value, a positional table item) is `(function #k)`, counting
 //! only the unnamed ones, so adding a named function does not move them.
 //!
+//! A key that is not a Lua name is written as Lua would quote it, `M["a.b"]` (`\"`, `\\`,
+//! `\ddd` for bytes outside printable ASCII), so it is never read as a path of names, a
+//! place's ` > ` or a `#k`. Saves written before this read `M["a.b"]` as `M.a.b`: a place is
+//! therefore looked up among its *family*, the functions of one enclosing function whose names
+//! read the same once quoted keys are unquoted and `#k` numbers dropped ([`family_key`]). A
+//! family of one is the function itself; in a larger one the place is no proof of identity
+//! (a new `M["a.b"]`, or a new `init` above an old one, takes over a saved name), so only the
+//! saved function's own code, at its lines or moved, binds there (`read/rebind.rs`).
+//!
 //! Upvalues are matched by name too: the saved closure's upvalue `count` binds to the newer
 //! function's upvalue `count` wherever it now is (the k-th of a name to the k-th).
 
@@ -131,16 +140,93 @@ unsafe fn visit(
     }
 }
 
-/// A place as people read it: `Agent.plan > (function #1)`, or `the main chunk`.
+/// A place as people read it: `Agent.plan > (function #1)`, or `the main chunk`. A saved
+/// place is the file's bytes: anything but printable text is escaped ([`printable`]).
 pub(crate) fn display(place: &[Vec<u8>]) -> String {
     if place.is_empty() {
         return "the main chunk".into();
     }
     place
         .iter()
-        .map(|n| String::from_utf8_lossy(n).into_owned())
+        .map(|n| printable(n))
         .collect::<Vec<_>>()
         .join(" > ")
+}
+
+/// Bytes a save-game provides (a place, a chunk name, an upvalue or permanent name) as text
+/// safe to print: UTF-8 text as is, control characters and invalid bytes escaped (`\n`,
+/// `\u{1b}`, `\x{ff}`), so a hostile file writes no line break or terminal escape into a
+/// message.
+pub(crate) fn printable(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len());
+    for chunk in bytes.utf8_chunks() {
+        for c in chunk.valid().chars() {
+            if c.is_control() {
+                out.extend(c.escape_debug());
+            } else {
+                out.push(c);
+            }
+        }
+        for b in chunk.invalid() {
+            out.push_str(&format!("\\x{{{b:02x}}}"));
+        }
+    }
+    out
+}
+
+/// The name a save written before keys were quoted gives `name`: each `["k"]` as `.k` (`k`
+/// first), its escapes undone.
+fn unquoted(name: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(name.len());
+    let mut i = 0;
+    while i < name.len() {
+        if name[i..].starts_with(b"[\"") {
+            if !out.is_empty() {
+                out.push(b'.');
+            }
+            i += 2;
+            while i < name.len() && name[i] != b'"' {
+                if name[i] == b'\\' && i + 1 < name.len() {
+                    let digits = name[i + 1..]
+                        .iter()
+                        .take(3)
+                        .take_while(|b| b.is_ascii_digit());
+                    let n = digits.count();
+                    if n == 3 {
+                        let d = &name[i + 1..i + 4];
+                        out.push(d.iter().fold(0u32, |v, b| v * 10 + u32::from(b - b'0')) as u8);
+                        i += 4;
+                    } else {
+                        out.push(name[i + 1]);
+                        i += 2;
+                    }
+                } else {
+                    out.push(name[i]);
+                    i += 1;
+                }
+            }
+            i += 2; // `"]`
+        } else {
+            out.push(name[i]);
+            i += 1;
+        }
+    }
+    out
+}
+
+/// The family a place's function is of (see the module doc): its enclosing function's place
+/// and its own name, keys unquoted and the `#k` number dropped. None for the main function and
+/// for unnamed functions (`(function #k)`, counted apart).
+pub(crate) fn family_key(place: &[Vec<u8>]) -> Option<(Vec<Vec<u8>>, Vec<u8>)> {
+    let (last, parent) = place.split_last()?;
+    if last.starts_with(b"(function #") {
+        return None;
+    }
+    let base = match last.iter().rposition(|&b| b == b'#') {
+        Some(i) if is_numbered(last, &last[..i]) => &last[..i],
+        _ => last.as_slice(),
+    };
+    Some((parent.iter().map(|n| unquoted(n)).collect(), unquoted(base)))
 }
 
 /// For each upvalue of the newer function (`target`, by name), the saved closure's upvalue
@@ -165,7 +251,7 @@ pub(crate) fn upvalue_map(saved: &[Vec<u8>], target: &[Vec<u8>]) -> Vec<Option<u
 
 #[cfg(test)]
 mod tests {
-    use super::{display, is_numbered, upvalue_map};
+    use super::{display, family_key, is_numbered, printable, upvalue_map};
 
     fn names(v: &[&str]) -> Vec<Vec<u8>> {
         v.iter().map(|s| s.as_bytes().to_vec()).collect()
@@ -191,5 +277,30 @@ mod tests {
         assert!(is_numbered(b"init#2", b"init"));
         assert!(!is_numbered(b"init#x", b"init"));
         assert!(!is_numbered(b"initial", b"init"));
+    }
+
+    #[test]
+    fn quoted_keys_unquote_into_the_family_of_the_names_they_read_as() {
+        let key = |v: &[&str]| family_key(&names(v)).unwrap();
+        assert_eq!(key(&["M[\"a.b\"]"]), key(&["M.a.b"]));
+        assert_eq!(key(&["M.a.b#2"]), key(&["M.a.b"]));
+        assert_eq!(key(&["[\"x > y\"]"]).1, b"x > y");
+        assert_eq!(key(&["t[\"q\\\"\\010\"]"]).1, b"t.q\"\n");
+        assert_eq!(
+            key(&["G.step", "turn#3"]),
+            (names(&["G.step"]), b"turn".to_vec())
+        );
+        assert!(family_key(&names(&["(function #2)"])).is_none());
+        assert!(family_key(&[]).is_none());
+    }
+
+    #[test]
+    fn saved_names_print_without_control_characters() {
+        assert_eq!(printable(b"\n\x1b[1;32mOK"), "\\n\\u{1b}[1;32mOK");
+        assert_eq!(printable(b"a\xffb"), "a\\x{ff}b");
+        assert_eq!(
+            display(&names(&["Agent.plan", "M[\"a b\"]"])),
+            "Agent.plan > M[\"a b\"]"
+        );
     }
 }

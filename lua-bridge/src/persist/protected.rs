@@ -77,7 +77,8 @@ pub(super) unsafe fn persist_protected(
                 format::FLAG_BYTECODE
             } else {
                 0
-            } | if p.has_source { format::FLAG_SOURCE } else { 0 };
+            } | if p.has_source { format::FLAG_SOURCE } else { 0 }
+                | format::FLAG_QUOTED_PLACES;
             out = std::mem::take(&mut p.w).finish(flags);
             if as_string {
                 ffi::lua_pushlstring(L, out.as_ptr().cast(), out.len());

@@ -90,20 +90,47 @@ impl Rename {
     }
 }
 
+/// The byte offsets in `s` that are outside a quoted key (`M["a > b"]`: `persist::place`).
+fn unquoted_at(s: &str) -> impl Iterator<Item = usize> + '_ {
+    let b = s.as_bytes();
+    let (mut quoted, mut escaped) = (false, false);
+    (0..b.len()).filter(move |&i| {
+        let outside = !quoted;
+        if quoted {
+            match (escaped, b[i]) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => quoted = false,
+                _ => {}
+            }
+        } else if b[i] == b'"' && i > 0 && b[i - 1] == b'[' {
+            quoted = true;
+        }
+        outside
+    })
+}
+
 /// `file:place` split into its file (None: any) and its place.
 fn split_file(s: &str) -> (Option<&str>, &str) {
-    match s.find(".lua:") {
+    match unquoted_at(s).find(|&i| s[i..].starts_with(".lua:")) {
         Some(i) => (Some(s[..i + 4].trim()), &s[i + 5..]),
         None => (None, s),
     }
 }
 
-/// A place as people write it (`G.step > turn`): its names, spaces around them dropped.
+/// A place as people write it (`G.step > turn`): its names, spaces around them dropped (a
+/// `>` inside a quoted key is the key's).
 fn names(place: &str) -> Vec<Vec<u8>> {
-    place
-        .split('>')
-        .map(|n| n.trim().as_bytes().to_vec())
-        .collect()
+    let cuts: Vec<usize> = unquoted_at(place)
+        .filter(|&i| place.as_bytes()[i] == b'>')
+        .collect();
+    let mut from = 0;
+    let mut out = Vec::with_capacity(cuts.len() + 1);
+    for i in cuts.into_iter().chain([place.len()]) {
+        out.push(place[from..i].trim().as_bytes().to_vec());
+        from = i + 1;
+    }
+    out
 }
 
 /// Checks the declarations' shapes before a load: each names a place, a rename stays in its
@@ -337,5 +364,19 @@ mod tests {
             Rename::removed("src/a.lua:B.f"),
         ])
         .unwrap();
+    }
+
+    #[test]
+    fn a_quoted_key_keeps_its_separators() {
+        assert_eq!(
+            place(r#"M["a > b"] > turn"#),
+            [br#"M["a > b"]"#.to_vec(), b"turn".to_vec()]
+        );
+        assert_eq!(split_file(r#"M["x.lua:y"]"#), (None, r#"M["x.lua:y"]"#));
+        assert_eq!(
+            split_file(r#"a.lua:M["\"]>"]"#),
+            (Some("a.lua"), r#"M["\"]>"]"#)
+        );
+        assert_eq!(place(r#"M["\"]>"] > f"#).len(), 2);
     }
 }

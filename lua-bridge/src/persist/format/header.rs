@@ -21,6 +21,9 @@ const NUM_CHECK: f64 = -370.5;
 pub const FLAG_BYTECODE: u8 = 1;
 /// Flag: the file carries source text (from format 4 on).
 pub const FLAG_SOURCE: u8 = 2;
+/// Flag: the file's places write a key that is no Lua name quoted (`M["a.b"]`), so no two
+/// functions of one version share one; without it (files before), `M["a.b"]` reads `M.a.b`.
+pub const FLAG_QUOTED_PLACES: u8 = 4;
 
 /// Strings at least this long are written once and referred to afterwards, in files of this
 /// build's format.

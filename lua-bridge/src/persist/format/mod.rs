@@ -93,8 +93,8 @@ mod value;
 mod wire;
 
 pub use header::{
-    min_strref_len, open, reseal, HeaderError, Opened, FLAG_BYTECODE, FLAG_SOURCE, FORMAT_VERSION,
-    HEADER_LEN, LUA_RELEASE, MAGIC, MIN_STRREF_LEN,
+    min_strref_len, open, reseal, HeaderError, Opened, FLAG_BYTECODE, FLAG_QUOTED_PLACES,
+    FLAG_SOURCE, FORMAT_VERSION, HEADER_LEN, LUA_RELEASE, MAGIC, MIN_STRREF_LEN,
 };
 pub use layout::{layout_nodes, LayoutHeader, LayoutNode, RemovedKey, BAD_LAYOUT};
 pub use parts::{SpecialPart, SpecialParts, TablePart, ThreadPart, ThreadParts, UserdataPart};

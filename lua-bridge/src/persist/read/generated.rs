@@ -103,7 +103,7 @@ impl Loader<'_> {
     /// its own (by the game's `load(text, "=rules")`, or by the host), that this VM has not
     /// compiled, in a foreign load: what the game's author can do about it.
     pub(super) fn refuse_named_at_run_time(&mut self, c: usize, line: u64) -> Fail {
-        let given = String::from_utf8_lossy(&self.chunks[c].name).into_owned();
+        let given = crate::persist::place::printable(&self.chunks[c].name);
         let shown = super::rebind::shown_chunk(&self.chunks[c].name);
         self.refuse(
             format!("the function defined at {shown}:{line} is not among the chunks this VM has loaded: its chunk, named {given:?}, was compiled by the game's load(text, {given:?}) or by the host, and this process has not compiled it; the save-game carries its text, which an own-trust load compiles, but a foreign load compiles a save's text only for a chunk named by its text, in a game that declares load. To load such saves, the game can call load(text) without a chunk name and declare load (G.permanents = {{ \"load\" }}), or compile that chunk at its script's top level and keep the function (a module local), so every process has it before a save is loaded"),

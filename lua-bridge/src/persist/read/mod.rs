@@ -83,7 +83,7 @@ pub(crate) use proto::proto_tree;
 
 use crate::bridge::ffi::UserDataType;
 use crate::persist::budget::LoadBudget;
-use crate::persist::format::{min_strref_len, Opened, Reader, FLAG_BYTECODE};
+use crate::persist::format::{min_strref_len, Opened, Reader, FLAG_BYTECODE, FLAG_QUOTED_PLACES};
 use crate::persist::options::{LoadOptions, Trust};
 use csrc::{luasnap_gc_stopem, luasnap_relayout_memo_size};
 use mlua_sys::lua_State;
@@ -155,7 +155,10 @@ impl<'a> Loader<'a> {
             globals_denied: !opts.allows_permanent(b"_G"),
             globals: std::ptr::null(),
             globals_id: u32::MAX,
-            rb: Rebinding::default(),
+            rb: Rebinding {
+                quoted_places: file.flags & FLAG_QUOTED_PLACES != 0,
+                ..Rebinding::default()
+            },
             accept: None,
             idents: Idents::default(),
             finals: Default::default(),

@@ -39,7 +39,7 @@ impl LoadedChunk {
     /// a chunk named by its source.
     pub(super) fn shown(&self) -> String {
         match self.name.first() {
-            Some(b'@' | b'=') => String::from_utf8_lossy(&self.name).into_owned(),
+            Some(b'@' | b'=') => crate::persist::place::printable(&self.name),
             _ => super::rebind::string_chunk(&self.name),
         }
     }
@@ -501,7 +501,7 @@ impl Loader<'_> {
             Some(p) => Ok(p),
             None => {
                 let src = match src.first() {
-                    Some(b'@' | b'=') => String::from_utf8_lossy(src).into_owned(),
+                    Some(b'@' | b'=') => crate::persist::place::printable(src),
                     _ => super::rebind::string_chunk(src),
                 };
                 let hint = if code.is_empty() || self.opts.trust == Trust::Foreign {
@@ -713,7 +713,7 @@ pub(super) unsafe fn compile_error(L: *mut lua_State, below: c_int) -> String {
         let msg = if m.is_null() {
             String::new()
         } else {
-            String::from_utf8_lossy(std::slice::from_raw_parts(m.cast::<u8>(), len)).into_owned()
+            crate::persist::place::printable(std::slice::from_raw_parts(m.cast::<u8>(), len))
         };
         ffi::lua_settop(L, -2 - below);
         msg

@@ -46,7 +46,7 @@ use super::ids::push_obj;
 use super::loader::{Fail, Loader};
 use super::state::{Binding, Current, ModuleVar, Rebinding, Rebound};
 use crate::persist::error::Accept;
-use crate::persist::place::{each_place, upvalue_map, upvalue_names};
+use crate::persist::place::{each_place, family_key, upvalue_map, upvalue_names};
 use crate::persist::report::{LoadReport, SavedFunction};
 use crate::persist::slots::Slots;
 use mlua_sys::{self as ffi, lua_State};
@@ -71,6 +71,16 @@ pub(super) struct SavedProto<'a> {
     pub path: &'a [u64],
 }
 
+/// What a saved place finds in this version (`Loader::place_target`).
+enum PlaceTarget {
+    /// This function.
+    Function(*const c_void),
+    /// No function.
+    None,
+    /// Several functions read as the place and none has the saved code: these.
+    Shared(Vec<*const c_void>),
+}
+
 /// Where an upvalue to share is: a closure this load made (object id) or one of the game's
 /// (anchored in `protos` under its address), and the slot.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -91,7 +101,7 @@ impl Rebinding {
 /// A chunk name as Lua shows it in messages (`town/agent.lua`, `game`).
 pub(super) fn shown_chunk(name: &[u8]) -> String {
     match name.first() {
-        Some(b'@' | b'=') => String::from_utf8_lossy(&name[1..]).into_owned(),
+        Some(b'@' | b'=') => crate::persist::place::printable(&name[1..]),
         _ => string_chunk(name),
     }
 }
@@ -102,10 +112,10 @@ pub(super) fn string_chunk(source: &[u8]) -> String {
     const ROOM: usize = 60 - "[string \"...\"]".len() - 1;
     let line = source.split(|&b| b == b'\n').next().unwrap_or_default();
     if line.len() == source.len() && source.len() < ROOM {
-        return format!("[string \"{}\"]", String::from_utf8_lossy(source));
+        return format!("[string \"{}\"]", crate::persist::place::printable(source));
     }
     let cut = &line[..line.len().min(ROOM)];
-    format!("[string \"{}...\"]", String::from_utf8_lossy(cut))
+    format!("[string \"{}...\"]", crate::persist::place::printable(cut))
 }
 
 /// Makes slot `slot` of the loaded closure `id` share the upvalue `holder` holds, if that one
@@ -183,12 +193,16 @@ impl Loader<'_> {
                 main,
                 places: HashMap::new(),
                 parents: HashMap::new(),
+                families: HashMap::new(),
             };
             // SAFETY: main is alive (anchored above); the walk reads only.
             unsafe {
                 each_place(main, &mut |p, parent, place| {
                     cur.places.entry(place.to_vec()).or_insert(p);
                     cur.parents.insert(p, parent);
+                    if let Some(key) = family_key(place) {
+                        cur.families.entry(key).or_default().push(p);
+                    }
                 })
             };
             self.rb.currents.push(cur);
@@ -218,8 +232,24 @@ impl Loader<'_> {
             file_chunk,
             path,
         } = f;
-        let Some(&target) = self.rb.currents[current].places.get(place) else {
-            return Ok(None);
+        let target = match self.place_target(current, place, hash, line) {
+            PlaceTarget::Function(target) => target,
+            PlaceTarget::None => return Ok(None),
+            PlaceTarget::Shared(family) => {
+                let what = self.shared_place(chunk, place, line, &family);
+                return match saved {
+                    Some(saved) => {
+                        self.rb.report.kept.push(SavedFunction {
+                            chunk: shown_chunk(chunk),
+                            place: crate::persist::place::display(place),
+                            line,
+                            now: None,
+                        });
+                        Ok(Some(saved))
+                    }
+                    None => Err(self.refuse(what, Accept::TrustOwn)),
+                };
+            }
         };
         // SAFETY: target is alive (its chunk's main closure is anchored for the load).
         if unsafe { luasnap_proto_hash(target) } == hash {
@@ -298,6 +328,82 @@ impl Loader<'_> {
                 Ok(Some(target))
             }
         }
+    }
+
+    /// This version's function at saved `place` (of the function with fingerprint `hash`,
+    /// defined at `line`), looked up in its family (`persist::place`, module doc): a family
+    /// of one is the function, also for a save that wrote `M["a.b"]` as `M.a.b`; in a larger
+    /// one only the member with the saved code (at its lines, or moved) is.
+    fn place_target(&self, current: usize, place: &[Vec<u8>], hash: u64, line: u64) -> PlaceTarget {
+        let cur = &self.rb.currents[current];
+        let exact = cur.places.get(place).copied();
+        if self.rb.quoted_places {
+            return exact.map_or(PlaceTarget::None, PlaceTarget::Function);
+        }
+        // A file from before places quoted keys: `M.a.b` may be this version's `M["a.b"]`.
+        let family = family_key(place).and_then(|k| cur.families.get(&k));
+        let quoted = |p: &*const c_void| {
+            cur.places
+                .iter()
+                .any(|(k, q)| q == p && k.iter().any(|n| n.windows(2).any(|w| w == b"[\"")))
+        };
+        let Some(family) = family.filter(|f| f.len() > 1 && f.iter().any(quoted)) else {
+            let alone = family.filter(|f| f.len() == 1).map(|f| f[0]);
+            return exact
+                .or(alone)
+                .map_or(PlaceTarget::None, PlaceTarget::Function);
+        };
+        // SAFETY: the family's prototypes are alive (their chunk's main closure is anchored
+        // for the load); reads only.
+        let same = |&&p: &&*const c_void| unsafe { luasnap_proto_hash(p) } == hash;
+        // SAFETY: as above.
+        let moved = |&&p: &&*const c_void| unsafe {
+            let now = luasnap_proto_line(p).max(0) as u64;
+            now != line && luasnap_proto_hash_shifted(p, line as i64 - now as i64) == hash
+        };
+        match family
+            .iter()
+            .find(same)
+            .or_else(|| family.iter().find(moved))
+        {
+            Some(&p) => PlaceTarget::Function(p),
+            None => PlaceTarget::Shared(family.clone()),
+        }
+    }
+
+    /// The refusal of a saved function whose place a family of several reads as (see
+    /// [`Loader::place_target`]), naming them.
+    fn shared_place(
+        &self,
+        chunk: &[u8],
+        place: &[Vec<u8>],
+        line: u64,
+        family: &[*const c_void],
+    ) -> String {
+        let file = shown_chunk(chunk);
+        let cur_places: HashMap<*const c_void, &Vec<Vec<u8>>> = self
+            .rb
+            .currents
+            .iter()
+            .flat_map(|c| c.places.iter().map(|(k, &p)| (p, k)))
+            .collect();
+        let members: Vec<String> = family
+            .iter()
+            .map(|p| {
+                let name = cur_places
+                    .get(p)
+                    .map_or_else(String::new, |k| crate::persist::place::display(k));
+                // SAFETY: alive for the load (see place_target); reads only.
+                let now = unsafe { luasnap_proto_line(*p) }.max(0);
+                format!("{name} ({file}:{now})")
+            })
+            .collect();
+        format!(
+            "the save holds the function {} ({file}:{line}), whose code changed in this version, at a place written before places told a quoted key (M[\"a.b\"]) from a path of names (M.a.b): {} functions of this version read as it ({}), and which one it is cannot be told",
+            crate::persist::place::display(place),
+            family.len(),
+            members.join(", ")
+        )
     }
 
     /// Adds rebound function `r` to the report's `rebound` list, or `moved` if only its lines

@@ -557,7 +557,7 @@ impl Loader<'_> {
                 crate::persist::error::Accept::Permanent("_G".into()),
             ));
         }
-        let name = String::from_utf8_lossy(name).into_owned();
+        let name = crate::persist::place::printable(name);
         // SAFETY: pops the key.
         unsafe { ffi::lua_settop(L, -2) };
         let what =

@@ -148,6 +148,9 @@ pub(super) struct Rebinding {
     /// the saved game, not added by an update (`persist::added`).
     pub(super) unchanged_chunks: HashSet<Vec<u8>>,
     pub report: LoadReport,
+    /// Whether the file's places quote keys that are no names (`format::FLAG_QUOTED_PLACES`);
+    /// an older file's may read two functions alike (`persist::place`).
+    pub(super) quoted_places: bool,
 }
 
 /// The VM's current version of a chunk the save names.
@@ -158,6 +161,8 @@ pub(super) struct Current {
     pub(super) places: HashMap<Vec<Vec<u8>>, *const c_void>,
     /// Each prototype's enclosing one (null for the main one).
     pub(super) parents: HashMap<*const c_void, *const c_void>,
+    /// The named prototypes by family (`persist::place::family_key`), in source order.
+    pub(super) families: HashMap<(Vec<Vec<u8>>, Vec<u8>), Vec<*const c_void>>,
 }
 
 /// A saved function whose code changed, bound to this version's function at its place.

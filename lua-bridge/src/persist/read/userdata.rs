@@ -32,7 +32,7 @@ impl Loader<'_> {
                 // SAFETY: callers' contract.
                 return unsafe { self.stand_in_userdata(L, s, &name, &bytes) };
             }
-            let n = String::from_utf8_lossy(name).into_owned();
+            let n = crate::persist::place::printable(name);
             return Err(self.fail(format!("userdata type '{n}' is not registered in this VM; register it (VmBuilder::userdata) before loading")));
         };
         if ty.size != bytes.len() {
