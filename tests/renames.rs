@@ -371,3 +371,20 @@ return G
         }
     }
 }
+
+/// A place with a quoted key (`H["a > b"]`) is declared as it is written: its ` > ` and `.`
+/// are the key's, not a nested place's or a file's.
+#[test]
+fn a_quoted_key_is_declared_as_it_is_written() {
+    let v1 = "H = {}\nH[\"a > b.lua:c\"] = function() return 1 end";
+    let file = save_of(v1, "saved = { f = H[\"a > b.lua:c\"] }");
+    let v2 = "H = {}\nfunction H.renamed() return 2 end";
+    let e = load_into(v2, &file, Trust::Foreign, &[]).unwrap_err();
+    assert!(
+        matches!(&e, LoadError::Refused { accept: Accept::Rename(p), .. } if p == r#"H["a > b.lua:c"]"#),
+        "{e}"
+    );
+    let declared = [Rename::renamed(r#"H["a > b.lua:c"]"#, "H.renamed")];
+    let (b, report) = load_into(v2, &file, Trust::Foreign, &declared).unwrap();
+    assert_eq!(int(&b, "return saved.f()"), 2, "{}", report.summary());
+}
