@@ -214,10 +214,13 @@ fn unquoted(name: &[u8]) -> Vec<u8> {
     out
 }
 
+/// A family (see the module doc): its enclosing function's place and its name, unquoted.
+pub(crate) type Family = (Vec<Vec<u8>>, Vec<u8>);
+
 /// The family a place's function is of (see the module doc): its enclosing function's place
 /// and its own name, keys unquoted and the `#k` number dropped. None for the main function and
 /// for unnamed functions (`(function #k)`, counted apart).
-pub(crate) fn family_key(place: &[Vec<u8>]) -> Option<(Vec<Vec<u8>>, Vec<u8>)> {
+pub(crate) fn family_key(place: &[Vec<u8>]) -> Option<Family> {
     let (last, parent) = place.split_last()?;
     if last.starts_with(b"(function #") {
         return None;

@@ -162,7 +162,7 @@ pub(super) struct Current {
     /// Each prototype's enclosing one (null for the main one).
     pub(super) parents: HashMap<*const c_void, *const c_void>,
     /// The named prototypes by family (`persist::place::family_key`), in source order.
-    pub(super) families: HashMap<(Vec<Vec<u8>>, Vec<u8>), Vec<*const c_void>>,
+    pub(super) families: HashMap<crate::persist::place::Family, Vec<*const c_void>>,
 }
 
 /// A saved function whose code changed, bound to this version's function at its place.
