@@ -1266,6 +1266,7 @@ return G
     let said = stderr(&updated);
     assert!(said.contains("M.bonus"), "{said}");
     assert!(digest(&updated) >= 20000 + 4 + 10 * 100, "{said}");
+}
 
 /// A saved handler `M.a.b` stays bound to `M.a.b` in a new process when the update adds an
 /// unrelated `M["a.b"]` above it: a key that is no name is a place of its own (an outside
