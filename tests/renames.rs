@@ -388,3 +388,31 @@ fn a_quoted_key_is_declared_as_it_is_written() {
     let (b, report) = load_into(v2, &file, Trust::Foreign, &declared).unwrap();
     assert_eq!(int(&b, "return saved.f()"), 2, "{}", report.summary());
 }
+
+/// A coroutine suspended in a function the game declares removed, replaced by another: the
+/// refusal names the saved function and says the replacement is other code (an outside
+/// tester's upd2 co3 named the replacement "whose code changed"); own trust keeps the saved
+/// function's code for it, and the report names that function.
+#[test]
+fn a_coroutine_in_a_replaced_function_is_named_by_its_saved_place() {
+    let v1 = "Entity = {}\nfunction Entity.hurt(e) e.hp = e.hp - 1 end
+function Entity.ai(e) while true do e.hp = e.hp + 1 coroutine.yield() end end";
+    let file = save_of(
+        v1,
+        "local e = { hp = 0 } local co = coroutine.create(Entity.ai) coroutine.resume(co, e)
+         saved = { co = co, e = e }",
+    );
+    let v2 = format!("{v1}\nx = 1");
+    let declared = [Rename::replaced("Entity.ai", "Entity.hurt")];
+    let e = load_into(&v2, &file, Trust::Foreign, &declared).unwrap_err();
+    let msg = e.to_string();
+    assert!(
+        msg.contains("suspended in the function Entity.ai (rules.lua:3), which the game declares replaced by Entity.hurt (rules.lua:2), a function with other code"),
+        "{msg}"
+    );
+    let (b, report) = load_into(&v2, &file, Trust::Own, &declared).unwrap();
+    let kept: Vec<&str> = report.kept.iter().map(|f| f.place.as_str()).collect();
+    assert_eq!(kept, ["Entity.ai"], "{}", report.summary());
+    b.exec("coroutine.resume(saved.co)", "=check").unwrap();
+    assert_eq!(int(&b, "return saved.e.hp"), 2);
+}

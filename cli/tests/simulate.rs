@@ -1318,3 +1318,45 @@ fn a_new_quoted_key_does_not_take_over_a_saved_functions_place() {
         "{e}"
     );
 }
+
+/// A saved function of a file the update removed: no declaration can bind it (a new place is
+/// in the same file), and the refusal says the file was not found and what to do.
+#[test]
+fn a_function_of_a_removed_file_is_refused_naming_the_file() {
+    let main = "local Brain = require 'ai.brain'
+local G, world = {}
+function G.think(w) w.x = w.x + 1 end
+function G.init() world = { x = 0, f = Brain.think } end
+function G.step() world.f(world) end
+function G.digest() return world.x end
+return G
+";
+    let brain = "local Brain = {}\nfunction Brain.think(w) w.x = w.x + 1 end\nreturn Brain\n";
+    let versions = GameVersions::new("removed-file");
+    let v1 = versions.write("v1", &[("main.lua", main), ("ai/brain.lua", brain)]);
+    let inlined = main
+        .replace(
+            "local Brain = require 'ai.brain'",
+            "local Brain = { think = function(w) w.x = w.x + 1 end }",
+        )
+        .replace(
+            "return G\n",
+            "G.removed = { [\"ai/brain.lua:Brain.think\"] = \"G.think\" }\nreturn G\n",
+        );
+    let v2 = versions.write("v2", &[("main.lua", &inlined)]);
+    let save = versions.path("v1.sav");
+    simulate_and_save(
+        &v1,
+        5,
+        &save,
+        &["--mode", "full", "--second-process", "off"],
+    );
+    let out = simulate_loading(&v2, &save, &["--frames", "3", "--mode", "full"]);
+    let said = stderr(&out);
+    assert!(!out.status.success(), "{said}");
+    assert!(
+        said.contains("no file ai/brain.lua was found among the game's files")
+            && said.contains("--trust own"),
+        "{said}"
+    );
+}

@@ -278,9 +278,18 @@ impl Loader<'_> {
         {
             return Err(self.refuse_named_at_run_time(c, line));
         }
+        // A game file this version does not have (an update removed or renamed it): no
+        // declaration can help, since a new place or replacement is in the function's file.
+        let gone = match chunk.name.strip_prefix(b"@") {
+            Some(file) if file.ends_with(b".lua") => format!(
+                " (no file {} was found among the game's files: if an update removed or renamed it, keep that file, since a declaration's new place or replacement must be in the function's own file, or load with --trust own)",
+                crate::persist::place::printable(file)
+            ),
+            _ => String::new(),
+        };
         Err(if brought {
             self.refuse(
-                format!("the function defined at {name}:{line} is not among the chunks this VM has loaded; the save-game brings that chunk's code, which only an own-trust load compiles"),
+                format!("the function defined at {name}:{line} is not among the chunks this VM has loaded{gone}; the save-game brings that chunk's code, which only an own-trust load compiles"),
                 crate::persist::error::Accept::TrustOwn,
             )
         } else {

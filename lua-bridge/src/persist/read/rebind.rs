@@ -312,6 +312,7 @@ impl Loader<'_> {
             path: path.to_vec(),
             hash,
             same_code: None,
+            declared: None,
         });
         self.rb.bindings.insert(
             self.protos.len(),
@@ -404,6 +405,24 @@ impl Loader<'_> {
             family.len(),
             members.join(", ")
         )
+    }
+
+    /// Rebound function `r` as a message about its saved code names it, with `what` said of
+    /// it: `G.step (main.lua:4), whose code changed in this version`; a function bound by
+    /// the game's declaration by its saved place, and the declared target as another's code.
+    pub(super) fn rebound_named(&self, r: usize, what: &str) -> String {
+        let rb = &self.rb.rebounds[r];
+        match &rb.declared {
+            None => format!("{}, {what}", rb.function),
+            Some((saved, true)) => format!(
+                "{saved}, which the game declares replaced by {}, a function with other code",
+                rb.function
+            ),
+            Some((saved, false)) => format!(
+                "{saved}, which the game declares renamed {}, {what}",
+                rb.function
+            ),
+        }
     }
 
     /// Adds rebound function `r` to the report's `rebound` list, or `moved` if only its lines
@@ -622,7 +641,8 @@ impl Loader<'_> {
         r: usize,
     ) -> Result<(), Fail> {
         if self.rb.pinned.contains(&id) {
-            let f = self.rb.rebounds[r].function.clone();
+            let rb = &self.rb.rebounds[r];
+            let f = rb.declared.as_ref().map_or(&rb.function, |d| &d.0).clone();
             if !self.rb.report.kept.contains(&f) {
                 self.rb.report.kept.push(f);
             }

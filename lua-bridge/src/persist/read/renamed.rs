@@ -67,7 +67,13 @@ impl Loader<'_> {
             file_chunk: f.file_chunk,
             path: f.path,
         };
+        let before = self.rb.rebounds.len();
         let bound = self.bind_place(current, proto, saved)?;
+        if self.rb.rebounds.len() > before {
+            if let Some(rb) = self.rb.rebounds.last_mut() {
+                rb.declared = Some((saved_fn.clone(), replacement));
+            }
+        }
         // SAFETY: p is alive (its chunk's main closure is anchored for the load); reads only.
         let now = unsafe { luasnap_proto_line(p) }.max(0) as u64;
         self.rb.report.renamed.push(RenamedFunction {

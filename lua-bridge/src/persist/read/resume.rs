@@ -70,9 +70,9 @@ impl Loader<'_> {
             }
             // SAFETY: callers' contract.
             if !unsafe { self.resumes_in_target(L, s, r)? } {
-                let f = self.rb.rebounds[r].function.clone();
+                let f = self.rebound_named(r, "whose code changed in this version");
                 return Err(self.no_saved_code(r, format!(
-                    "a coroutine in the save is suspended in the function {f}, whose code changed in this version: it can resume only in its saved code"
+                    "a coroutine in the save is suspended in the function {f}: it can resume only in its saved code"
                 )));
             }
         }
@@ -102,10 +102,10 @@ impl Loader<'_> {
         if unsafe { self.resumes_in_target(L, s, r)? } {
             return Ok(());
         }
-        let f = self.rb.rebounds[r].function.clone();
+        let f = self.rebound_named(r, "whose code changed in this version");
         Err(self.no_saved_code(
             r,
-            format!("the function {f}, whose code changed in this version, shares a local variable of a coroutine suspended in its saved code"),
+            format!("the function {f}, and it shares a local variable of a coroutine suspended in its saved code"),
         ))
     }
 

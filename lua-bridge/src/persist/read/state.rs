@@ -197,6 +197,10 @@ pub(super) struct Rebound {
     /// Whether the target is the saved code, lines aside (a frame suspended in it resumes
     /// there: `resume.rs`), once asked.
     pub(super) same_code: Option<bool>,
+    /// For a saved function bound by the game's declaration (`renamed.rs`): the saved function
+    /// at its own place, and whether the declaration names a replacement (`G.removed`) rather
+    /// than its new place. Messages about the saved code name it, not the target.
+    pub(super) declared: Option<(SavedFunction, bool)>,
 }
 
 /// How the closures of one saved function (a prototype index) are made.
