@@ -699,6 +699,8 @@ impl SnapshotRing {
         };
         if self.entries.is_empty() {
             self.tracker(arena)?.arm_all(new_extent)?;
+            // Armed whole: nothing a rollback left open stays open.
+            self.open = OpenAfterRollback::default();
             self.set_tracking(true, 0, next_pause);
             return Ok(true);
         }
@@ -707,6 +709,7 @@ impl SnapshotRing {
             let left = paused_left.saturating_sub(1);
             if left == 0 {
                 self.tracker(arena)?.arm_all(new_extent)?;
+                self.open = OpenAfterRollback::default();
             }
             self.set_tracking(left == 0, left, next_pause);
             return Ok(true);
