@@ -15,7 +15,7 @@
 //! - the VM: [`Vm`], [`VmBuilder`], [`Value`], the conversion traits, the handles, snapshots
 //!   ([`SnapshotId`], [`Snapshot`]);
 //! - a game: [`Game`], [`GameConfig`], [`Backend`], the input types ([`GameInput`],
-//!   [`PodInput`]), the host's [`VmSetup`], the client models [`FrameSession`] and
+//!   [`PodInput`]), the host's [`VmSetup`], the client models [`FrameSession`] (which frames it saves: [`Saving`]) and
 //!   [`PredictiveClient`];
 //! - GGRS (feature `ggrs`): [`GgrsGame`], [`LuaGgrs`], [`Checksum`], [`PeerSocket`],
 //!   [`SessionOptions`];
@@ -55,8 +55,9 @@ pub use luasnap_bridge::{
     from_value, to_value, Accept, Backend, Call, Error, FrameSession, FromLua, FromLuaMulti,
     Function, FunctionBinding, Game, GameConfig, GameError, GameInput, IntoLua, IntoLuaMulti,
     LoadError, LoadOptions, LoadReport, LuaRef, LuaTable, NativeError, PersistOptions, PlainData,
-    PodInput, PredictiveClient, Profile, SaveError, SaveHandle, Serde, Snapshot, SnapshotId, Table,
-    Thread, ThreadStatus, Trust, UserData, Value, Values, Vm, VmBuilder, VmError, VmSetup,
+    PodInput, PredictiveClient, Profile, SaveError, SaveHandle, Saving, Serde, Snapshot,
+    SnapshotId, Table, Thread, ThreadStatus, Trust, UserData, Value, Values, Vm, VmBuilder,
+    VmError, VmSetup,
 };
 #[cfg(feature = "ggrs")]
 pub use luasnap_bridge::{Checksum, GgrsGame, LuaGgrs, PeerSocket, SessionOptions};

@@ -49,6 +49,7 @@ fn check_game(
             delay,
             start: None,
             start_trust: luasnap::bridge::persist::Trust::Foreign,
+            saving: luasnap::bridge::runtime::Saving::EveryFrame,
         };
         let mut sim = Simulation::new(opts).unwrap();
         let (reference, _) = sim.reference(false).unwrap();

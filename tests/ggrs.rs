@@ -298,6 +298,32 @@ fn a_sync_test_desync_writes_both_simulations_as_save_games() {
     assert_ne!(digest(first), digest(&latest));
 }
 
+/// GGRS's sparse saving through the adapter: the peers save only confirmed frames (fewer
+/// saves than frames), load the last of them on a rollback, and still agree.
+#[test]
+fn p2p_peers_with_sparse_saving_agree() {
+    let options = SessionOptions {
+        sparse_saving: true,
+        ..Default::default()
+    };
+    let [a, b] = p2p_pair_with(
+        &tiny(),
+        150,
+        Duration::from_secs(120),
+        &options,
+        scripted_input,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    for r in [&a, &b] {
+        assert!(r.frames >= 150, "{r:?}");
+        assert!(r.desyncs.is_empty(), "{r:?}");
+        assert!(
+            r.saves < r.frames,
+            "sparse saving saves fewer frames than it plays: {r:?}"
+        );
+    }
+}
+
 #[test]
 fn a_p2p_desync_writes_each_peers_state() {
     // Each VM gets its own id from the setup hook: the peers diverge from the first frame.

@@ -271,6 +271,7 @@ fn json_town_from_its_folder_matches_stock_lua_and_every_mode() {
         delay: 3,
         start: None,
         start_trust: luasnap::bridge::persist::Trust::Foreign,
+        saving: luasnap::bridge::runtime::Saving::EveryFrame,
     })
     .unwrap();
     let (reference, _) = sim.reference(false).unwrap();

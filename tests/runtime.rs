@@ -32,6 +32,7 @@ fn every_backend_ends_in_the_reference_state() {
             delay,
             start: None,
             start_trust: luasnap::bridge::persist::Trust::Foreign,
+            saving: luasnap::bridge::runtime::Saving::EveryFrame,
         };
         let mut sim = Simulation::new(opts).unwrap();
         let (reference, _) = sim.reference(false).unwrap();
@@ -78,6 +79,7 @@ fn the_embedded_game_rolls_back_exactly_on_every_backend() {
         delay: 2,
         start: None,
         start_trust: luasnap::bridge::persist::Trust::Foreign,
+        saving: luasnap::bridge::runtime::Saving::EveryFrame,
     };
     let mut sim = Simulation::new(opts).unwrap();
     let (reference, _) = sim.reference(false).unwrap();
@@ -103,6 +105,7 @@ fn save_then_load_continues_exactly() {
             delay: 0,
             start: None,
             start_trust: luasnap::bridge::persist::Trust::Foreign,
+            saving: luasnap::bridge::runtime::Saving::EveryFrame,
         })
         .unwrap();
         sim.reference(false).unwrap().0
@@ -114,6 +117,7 @@ fn save_then_load_continues_exactly() {
             delay: 0,
             start: None,
             start_trust: luasnap::bridge::persist::Trust::Foreign,
+            saving: luasnap::bridge::runtime::Saving::EveryFrame,
         })
         .unwrap();
         sim.reference(true).unwrap()
@@ -125,6 +129,7 @@ fn save_then_load_continues_exactly() {
         delay: 3,
         start: save,
         start_trust: luasnap::bridge::persist::Trust::Foreign,
+        saving: luasnap::bridge::runtime::Saving::EveryFrame,
     })
     .unwrap();
     let (second, _) = sim.reference(false).unwrap();
@@ -231,6 +236,7 @@ fn bad_games_get_clear_messages() {
         delay: 0,
         start: None,
         start_trust: luasnap::bridge::persist::Trust::Foreign,
+        saving: luasnap::bridge::runtime::Saving::EveryFrame,
     })
     .unwrap();
     match sim.reference(false) {
@@ -323,6 +329,7 @@ fn simulate_checks_g_digest_at_the_start_and_the_end() {
             delay: 0,
             start: None,
             start_trust: luasnap::bridge::persist::Trust::Foreign,
+            saving: luasnap::bridge::runtime::Saving::EveryFrame,
         })?
         .reference(false)
         .map(|_| ())

@@ -125,6 +125,7 @@ fn games_that_iterate_with_pairs_match_with_the_serializer() {
             delay: 3,
             start: None,
             start_trust: luasnap::bridge::persist::Trust::Foreign,
+            saving: luasnap::bridge::runtime::Saving::EveryFrame,
         })
         .unwrap();
         let (reference, _) = sim.reference(false).unwrap();

@@ -257,6 +257,7 @@ fn every_backend_matches_the_reference_under_the_budget() {
         delay: 3,
         start: None,
         start_trust: luasnap::bridge::persist::Trust::Foreign,
+        saving: luasnap::bridge::runtime::Saving::EveryFrame,
     };
     let mut sim = Simulation::new(opts).unwrap();
     let (reference, _) = sim.reference(false).unwrap();

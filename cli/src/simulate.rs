@@ -1,6 +1,8 @@
 //! `luasnap simulate`: a networked client that predicts and rolls back, on each backend.
 
-use luasnap::bridge::runtime::{Backend, Clock, GameConfig, GameError, DEFAULT_STEP_BUDGET};
+use luasnap::bridge::runtime::{
+    Backend, Clock, GameConfig, GameError, Saving, DEFAULT_STEP_BUDGET,
+};
 use luasnap::bridge::simulate::{Divergence, ModeReport, Reference, SimOptions, Simulation};
 use serde_json::json;
 use std::fmt::Write as _;
@@ -37,6 +39,15 @@ pub struct SimulateArgs {
     /// Snapshots retained (the rollback window).
     #[arg(long, default_value_t = 10)]
     pub window: usize,
+    /// Which frames the client saves: `new` (the default): every new frame, and of the frames
+    /// a rollback re-simulates only the one after the last confirmed frame (one save per
+    /// rollback instead of one per re-simulated frame; a later rollback into the other
+    /// re-simulated frames loads that one and replays the frames between); `every` frame
+    /// (GGPO's own: each re-simulated frame saved again); or `sparse`: only the state after
+    /// the last confirmed frame (GGRS's sparse saving: a rollback goes back to the newest save,
+    /// further than the first wrong frame when predictions were right for a while).
+    #[arg(long, value_enum, default_value = "new")]
+    pub saving: SavingArg,
     /// Print one JSON object instead of tables.
     #[arg(long)]
     pub json: bool,
@@ -96,6 +107,27 @@ pub struct SimulateArgs {
     /// instead of reading the game's folder.)
     #[arg(long, hide = true)]
     pub game_files: Option<PathBuf>,
+}
+
+/// `--saving`.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum SavingArg {
+    /// Every frame, re-simulated ones included.
+    Every,
+    /// Only the confirmed frames.
+    Sparse,
+    /// Every new frame; of re-simulated ones only the confirmed.
+    New,
+}
+
+impl From<SavingArg> for Saving {
+    fn from(s: SavingArg) -> Saving {
+        match s {
+            SavingArg::Every => Saving::EveryFrame,
+            SavingArg::Sparse => Saving::Sparse,
+            SavingArg::New => Saving::NewFrames,
+        }
+    }
 }
 
 /// `--step-budget`: a number of Lua instructions, or `off`.
@@ -214,6 +246,7 @@ pub fn run(mut args: SimulateArgs) -> Result<(), String> {
         delay: args.delay,
         start,
         start_trust: args.trust.into(),
+        saving: args.saving.into(),
     };
     opts.validate().map_err(|e| e.to_string())?;
     let frames = opts.frames;
@@ -444,6 +477,7 @@ fn json_report(args: &SimulateArgs, reference: &Reference, outcome: &Outcome) ->
         "frames": args.frames,
         "players": args.players,
         "delay": args.delay,
+        "saving": Saving::from(args.saving).name(),
         "seed": args.seed,
         "start_frame": reference.start_frame,
         "end_frame": reference.end_frame,
@@ -469,12 +503,13 @@ fn table_report(args: &SimulateArgs, reference: &Reference, outcome: &Outcome) -
         .map(|k| k.to_string());
     let _ = writeln!(
         text,
-        "luasnap simulate: {} | frames {}..{} | {} players | delay {} | seed {} | heap {} | G.step {:.0} µs | tracker {}",
+        "luasnap simulate: {} | frames {}..{} | {} players | delay {} | saving {} | seed {} | heap {} | G.step {:.0} µs | tracker {}",
         what_runs(args),
         reference.start_frame,
         reference.end_frame,
         args.players,
         args.delay,
+        Saving::from(args.saving).name(),
         args.seed,
         human_bytes(reference.heap_bytes),
         reference.step_us,

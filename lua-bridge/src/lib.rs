@@ -83,5 +83,5 @@ pub use persist::{
 pub use runtime::ggrs_adapter::{Checksum, GgrsGame, LuaGgrs, PeerSocket, SessionOptions};
 pub use runtime::{
     Backend, FrameSession, Game, GameConfig, GameError, GameInput, PodInput, PredictiveClient,
-    SaveHandle, VmSetup,
+    SaveHandle, Saving, VmSetup,
 };

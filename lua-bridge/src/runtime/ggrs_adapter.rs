@@ -493,6 +493,13 @@ pub struct SessionOptions {
     pub input_delay: usize,
     /// P2P: frames between checksum comparisons (default [`DESYNC_INTERVAL`]).
     pub desync_interval: u32,
+    /// P2P: GGRS's sparse saving (`SessionBuilder::with_sparse_saving_mode`, default off):
+    /// GGRS asks to save only the last frame all inputs are confirmed for, so a rollback costs
+    /// one load and one save instead of a save per re-simulated frame, and goes back to that
+    /// frame (further than the first wrong one when predictions were right since). For games
+    /// whose saves cost much more than a step: see [`Saving`](crate::runtime::Saving) for
+    /// the same choice in [`FrameSession`](crate::runtime::FrameSession).
+    pub sparse_saving: bool,
 }
 
 /// P2P: frames a peer may predict ahead by default ([`SessionOptions::max_prediction`]).
@@ -511,6 +518,7 @@ impl Default for SessionOptions {
             max_prediction: MAX_PREDICTION,
             input_delay: INPUT_DELAY,
             desync_interval: DESYNC_INTERVAL,
+            sparse_saving: false,
         }
     }
 }
@@ -626,6 +634,8 @@ pub struct PeerReport {
     pub rollbacks: u64,
     /// Frames advanced in total (re-simulations included).
     pub advances: u64,
+    /// Saves served (repeated saves of a stalled frame included).
+    pub saves: u64,
     /// Desyncs GGRS detected: (frame, local checksum, remote checksum).
     pub desyncs: Vec<(i32, u128, u128)>,
     /// Save-games written for desyncs ([`SessionOptions::desync_dir`]).
@@ -825,6 +835,7 @@ where
         |b| {
             b.with_desync_detection_mode(ggrs::DesyncDetection::On { interval })
                 .with_max_prediction_window(options.max_prediction)
+                .with_sparse_saving_mode(options.sparse_saving)
                 .with_input_delay(options.input_delay)
                 .add_player(PlayerType::Local, me)?
                 .add_player(PlayerType::Remote(other), 1 - me)?
@@ -900,6 +911,7 @@ where
     report.checksum = driver.checksum_kind();
     report.rollbacks = driver.loads;
     report.advances = driver.advances;
+    report.saves = driver.saves;
     report.elapsed = start.elapsed();
     if report.frames < frames {
         return Err(format!(

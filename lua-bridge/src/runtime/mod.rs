@@ -9,8 +9,9 @@
 //! so the two speeds can be compared on the same game.
 //!
 //! Two client models:
-//! - [`FrameSession`]: the GGPO model. Save every frame within a window; when a prediction
-//!   turns out wrong, load the frame of the first wrong prediction and re-simulate.
+//! - [`FrameSession`]: the GGPO model. Save every frame within a window (or only the confirmed
+//!   ones, [`Saving::Sparse`]); when a prediction turns out wrong, load the frame of the first
+//!   wrong prediction (or the newest save before it) and re-simulate.
 //! - [`PredictiveClient`]: predictive re-execution, as in the seed design. The synchronous
 //!   form holds the confirmed state; the asynchronous form is that plus the unacknowledged
 //!   commands. When acknowledgements arrive, roll back to the synchronous form, apply them,
@@ -26,6 +27,7 @@ pub(crate) mod graph;
 pub(crate) mod input;
 #[cfg(feature = "net")]
 pub mod net;
+mod saving;
 pub mod simulate;
 pub mod value_diff;
 
@@ -35,6 +37,7 @@ use crate::bridge::vm::{GcMode, Vm};
 use crate::persist::{FunctionBinding, LoadError, LoadReport, SaveError};
 pub use crate::runtime::clock::Clock;
 pub use crate::runtime::input::{GameInput, PodInput, VmSetup};
+pub use crate::runtime::saving::Saving;
 use glue::DRIVER;
 pub use glue::RUNTIME_CHUNK;
 use luasnap_alloc::TrackerPreference;
@@ -1129,34 +1132,56 @@ pub(crate) fn quantile_us(d: &[Duration], q: f64) -> f64 {
     v[((v.len() - 1) as f64 * q).round() as usize]
 }
 
-/// The GGPO model: a state saved every frame within a window; a misprediction loads the frame
-/// of the first wrong prediction and re-simulates from there. Inputs are any [`GameInput`]
-/// (`u8` by default), as for [`Game::step`].
+/// The GGPO model: a state saved within a window; a misprediction loads the frame of the
+/// first wrong prediction (or, when [`Saving`] skipped it, the newest save before it) and
+/// re-simulates from there. Inputs are any [`GameInput`] (`u8` by default), as for
+/// [`Game::step`].
 pub struct FrameSession<I: GameInput = u8> {
     game: Game<I>,
     window: usize,
+    saving: Saving,
+    /// Inputs of frames up to this one are final ([`FrameSession::confirm`]).
+    confirmed: Option<u64>,
     saves: VecDeque<(u64, SaveHandle)>,
+    in_rollback: bool,
+    /// The inputs each frame since the oldest save ran with (sparse saving re-simulates the
+    /// frames between a save and the frame a rollback asks for with them).
+    stepped: VecDeque<(u64, Vec<I>)>,
     /// Rollbacks done.
     pub rollbacks: u64,
     /// Frames simulated again after rollbacks.
     pub resimulated: u64,
     /// Durations.
     pub(crate) timings: Timings,
-    inputs: std::marker::PhantomData<fn(&I)>,
 }
 
 impl<I: GameInput> FrameSession<I> {
-    /// A session over a game; `window` frames are kept (at least 1).
+    /// A session over a game that saves every frame; `window` frames are kept (at least 1).
     pub fn new(game: Game<I>, window: usize) -> FrameSession<I> {
+        FrameSession::with_saving(game, window, Saving::EveryFrame)
+    }
+
+    /// A session over a game saving as `saving` says; at most `window` saves are kept (at
+    /// least 1), and with [`Saving::Sparse`] a frame is saved when the newest save is
+    /// `window` frames old.
+    pub fn with_saving(game: Game<I>, window: usize, saving: Saving) -> FrameSession<I> {
         FrameSession {
-            inputs: std::marker::PhantomData,
             game,
             window: window.max(1),
+            saving,
+            confirmed: None,
             saves: VecDeque::new(),
+            in_rollback: false,
+            stepped: VecDeque::new(),
             rollbacks: 0,
             resimulated: 0,
             timings: Timings::default(),
         }
+    }
+
+    /// Which frames this session saves.
+    pub fn saving(&self) -> Saving {
+        self.saving
     }
 
     /// Times steps, saves and loads with `clock` from now on (default: the wall clock).
@@ -1174,7 +1199,27 @@ impl<I: GameInput> FrameSession<I> {
         &mut self.game
     }
 
-    /// Saves the state at the current frame (before it is simulated).
+    /// Saves taken so far (re-simulated frames' included).
+    pub fn saves_taken(&self) -> usize {
+        self.timings.saves.len()
+    }
+
+    /// The frames whose saved states are held, oldest first.
+    pub fn saved_frames(&self) -> impl Iterator<Item = u64> + '_ {
+        self.saves.iter().map(|(f, _)| *f)
+    }
+
+    /// Says that the inputs of every frame up to `frame` are final: with [`Saving::NewFrames`]
+    /// and [`Saving::Sparse`] the state after it is the one a rollback saves. Call it when those inputs arrive, before the
+    /// rollback they cause ([`FrameSession::rollback_and_resimulate`] then saves that state
+    /// on its way). A frame before one already confirmed changes nothing.
+    pub fn confirm(&mut self, frame: u64) {
+        if self.confirmed.is_none_or(|c| frame > c) {
+            self.confirmed = Some(frame);
+        }
+    }
+
+    /// Saves the state at the current frame (before it is simulated), whatever the saving.
     pub fn save_frame(&mut self) -> Result<(), GameError> {
         let frame = self.game.frame();
         let game = &mut self.game;
@@ -1184,10 +1229,27 @@ impl<I: GameInput> FrameSession<I> {
         while self.saves.len() > self.window {
             self.saves.pop_front();
         }
+        let oldest = self.saves.front().map_or(frame, |(f, _)| *f);
+        while self.stepped.front().is_some_and(|(f, _)| *f < oldest) {
+            self.stepped.pop_front();
+        }
         Ok(())
     }
 
-    /// Loads the state saved at `frame` (it must be in the window).
+    /// Whether the state at the current frame is one this session's saving keeps.
+    fn wants_save(&self) -> bool {
+        let frame = self.game.frame();
+        match (self.saving, self.saves.back()) {
+            (Saving::EveryFrame, _) | (_, None) => true,
+            (Saving::NewFrames, Some(_)) if !self.in_rollback => true,
+            (Saving::Sparse | Saving::NewFrames, Some((newest, _))) => {
+                self.confirmed.is_some_and(|c| c + 1 == frame)
+                    || newest + self.window as u64 <= frame
+            }
+        }
+    }
+
+    /// Loads the state saved at `frame` (it must be held: [`FrameSession::saved_frames`]).
     pub fn load_frame(&mut self, frame: u64) -> Result<(), GameError> {
         let Some(pos) = self.saves.iter().position(|(f, _)| *f == frame) else {
             return Err(GameError::Config(format!(
@@ -1199,41 +1261,99 @@ impl<I: GameInput> FrameSession<I> {
         let game = &mut self.game;
         self.timings.load(|| game.load(&handle, frame))?;
         self.saves.truncate(pos + 1);
+        while self.stepped.back().is_some_and(|(f, _)| *f >= frame) {
+            self.stepped.pop_back();
+        }
         Ok(())
     }
 
-    /// Saves, then simulates one frame.
+    /// Saves (as the session's [`Saving`] says), then simulates one frame.
     pub fn advance(&mut self, inputs: &[I]) -> Result<(), GameError> {
-        self.save_frame()?;
-        let game = &mut self.game;
-        self.timings.step(game.frame(), || game.step(inputs))
+        if self.wants_save() {
+            self.save_frame()?;
+        }
+        self.step(inputs.to_vec())
     }
 
-    /// Rolls back to `frame` and re-simulates up to the current frame with `inputs_of(frame)`,
-    /// saving each frame again; records the rollback's overhead.
+    fn step(&mut self, inputs: Vec<I>) -> Result<(), GameError> {
+        let game = &mut self.game;
+        let frame = game.frame();
+        self.timings.step(frame, || game.step(&inputs))?;
+        if self.saving != Saving::EveryFrame {
+            self.stepped.push_back((frame, inputs));
+        }
+        Ok(())
+    }
+
+    /// Rolls back to `frame` and re-simulates up to the current frame with `inputs_of(f)` for
+    /// each frame `f` from `frame` on; records the rollback's overhead. With
+    /// [`Saving::EveryFrame`] it loads `frame` and saves each re-simulated frame again;
+    /// otherwise it loads the newest save at or before `frame`, re-simulates the frames
+    /// before `frame` with the inputs they ran with, and saves only the state after the last
+    /// confirmed frame ([`FrameSession::confirm`]).
     pub fn rollback_and_resimulate(
         &mut self,
         frame: u64,
         mut inputs_of: impl FnMut(u64) -> Vec<I>,
     ) -> Result<(), GameError> {
         let now = self.game.frame();
+        let from = match self.saving {
+            Saving::EveryFrame => frame,
+            Saving::Sparse | Saving::NewFrames => self.newest_save_at_or_before(frame)?,
+        };
+        // Sparse saving re-simulates from an earlier save with the inputs recorded since.
+        let replay: Vec<Vec<I>> = self
+            .stepped
+            .iter()
+            .filter(|(f, _)| (from..frame).contains(f))
+            .map(|(_, i)| i.clone())
+            .collect();
+        if replay.len() as u64 != frame - from {
+            return Err(GameError::Config(format!(
+                "frame {frame} cannot be re-simulated from the save of frame {from}: the inputs of the frames between were not kept (call rollback_and_resimulate only for frames this session stepped)"
+            )));
+        }
         let saves_before = self.timings.saves.len();
         let loads_before = self.timings.loads.len();
         let steps_before = self.timings.steps.len();
-        self.load_frame(frame)?;
-        for f in frame..now {
-            if f != frame {
-                self.save_frame()?;
+        self.load_frame(from)?;
+        let mut replay = replay.into_iter();
+        self.in_rollback = true;
+        let r = (|| {
+            for f in from..now {
+                if f != from && self.wants_save() {
+                    self.save_frame()?;
+                }
+                let inputs = match replay.next() {
+                    Some(i) => i,
+                    None => inputs_of(f),
+                };
+                self.step(inputs)?;
             }
-            let inputs = inputs_of(f);
-            let game = &mut self.game;
-            self.timings.step(f, || game.step(&inputs))?;
-        }
+            Ok::<(), GameError>(())
+        })();
+        self.in_rollback = false;
+        r?;
         self.rollbacks += 1;
-        self.resimulated += now - frame;
+        self.resimulated += now - from;
         self.timings
             .close_rollback(loads_before, saves_before, steps_before);
         Ok(())
+    }
+
+    /// The newest saved frame at or before `frame`.
+    fn newest_save_at_or_before(&self, frame: u64) -> Result<u64, GameError> {
+        self.saves
+            .iter()
+            .rev()
+            .map(|(f, _)| *f)
+            .find(|f| *f <= frame)
+            .ok_or_else(|| {
+                GameError::Config(format!(
+                    "frame {frame} is before every state this session holds (oldest {}); raise the window or lower the delay",
+                    self.saves.front().map_or("none".into(), |(f, _)| f.to_string())
+                ))
+            })
     }
 
     /// Bytes of saved state held: the snapshot ring's, or the save-games'.

@@ -14,7 +14,8 @@
 
 use crate::runtime::value_diff::ValueDiff;
 use crate::runtime::{
-    quantile_us, scripted_input, Backend, Clock, FrameSession, Game, GameConfig, GameError, Timings,
+    quantile_us, scripted_input, Backend, Clock, FrameSession, Game, GameConfig, GameError, Saving,
+    Timings,
 };
 use luasnap_snap::Snapshot;
 use std::time::Duration;
@@ -42,6 +43,9 @@ pub struct SimOptions {
     /// run this version's code where it has them ([`FunctionBinding::Current`](crate::persist::FunctionBinding)).
     /// See [`Game::from_save`].
     pub start_trust: crate::persist::Trust,
+    /// Which frames the GGPO client saves: every frame, or only the confirmed ones
+    /// ([`Saving::Sparse`], one save per rollback instead of one per re-simulated frame).
+    pub saving: Saving,
 }
 
 impl SimOptions {
@@ -195,10 +199,12 @@ pub struct ModeReport {
     /// Whether the run ended in the reference state.
     pub matches_reference: bool,
     /// Pages each snapshot copied (the written pages, or the whole extent for a whole copy),
-    /// one entry per frame advanced; empty for the serializer.
+    /// one entry per frame advanced that took a save (every frame, unless the saving is
+    /// [`Saving::Sparse`]); empty for the serializer.
     pub pages_per_frame: Vec<usize>,
     /// Pages the tracker saw written in each frame advanced while it was armed (empty in full
-    /// mode, and for frames the automatic mode copied whole with tracking paused).
+    /// mode, and for frames the automatic mode copied whole with tracking paused); with
+    /// [`Saving::Sparse`], written since the save before, one entry per frame that saved.
     pub written_per_frame: Vec<usize>,
     /// The arena's extent at the end, bytes (what a full snapshot copies).
     pub extent_bytes: u64,
@@ -533,13 +539,16 @@ impl Simulation {
         reference: &Reference,
     ) -> Result<ModeReport, GameError> {
         let game = self.fresh(backend)?;
-        let mut s = FrameSession::new(game, self.opts.game.window - 1);
+        let mut s = FrameSession::with_saving(game, self.opts.game.window - 1, self.opts.saving);
         s.set_clock(self.clock);
         let mut progress = self.progress.take();
         let mut pages_per_frame = Vec::new();
         let mut written_per_frame = Vec::new();
+        let mut saves_seen = 0;
         let result = drive(&self.opts, &mut s, &mut |done, s: &FrameSession| {
-            if backend != Backend::Serialize {
+            // A frame that took no save (sparse saving) leaves the ring's figures as they were.
+            let saved = std::mem::replace(&mut saves_seen, s.saves_taken()) < s.saves_taken();
+            if backend != Backend::Serialize && saved {
                 let stats = s.game().vm().snapshots().stats();
                 pages_per_frame.push(stats.last_dirty_pages);
                 written_per_frame.extend(stats.last_written_pages);
@@ -672,7 +681,8 @@ impl Simulation {
                 self.game = Some(game);
                 let left = left?;
                 let game = self.fresh(backend)?;
-                let mut s = FrameSession::new(game, self.opts.game.window - 1);
+                let mut s =
+                    FrameSession::with_saving(game, self.opts.game.window - 1, self.opts.saving);
                 let r = drive(&self.opts, &mut s, &mut |_, _| {});
                 let mut game = s.into_game();
                 let right = r.and_then(|()| game.value_graph());
@@ -771,6 +781,8 @@ fn drive(
         let from = checked.map_or(start, |c| c + 1);
         let upto = k.min(now - 1);
         if from <= upto {
+            // Before the rollback those inputs cause: sparse saving saves the state after them.
+            s.confirm(upto);
             let wrong = (from..=upto).find(|&g| used[(g - start) as usize] != opts.actual(g));
             if let Some(g) = wrong {
                 s.rollback_and_resimulate(g, |h| {

@@ -1,0 +1,193 @@
+//! Which frames a `FrameSession` saves (`Saving`): whatever it skips, a run whose remote
+//! inputs arrive late, in order or in bursts, ends where the straight run of the true inputs
+//! does, on every backend; the fewer saves are counted, and a rollback it cannot serve is an
+//! error that says why.
+
+use luasnap::bridge::runtime::{scripted_input, Backend, FrameSession, Game, GameConfig, Saving};
+use proptest::prelude::*;
+
+const TINY: &str = include_str!("lua/tiny_game.lua");
+const PLAYERS: usize = 2;
+const SEED: u64 = 11;
+
+fn tiny() -> GameConfig {
+    GameConfig {
+        script: TINY.into(),
+        chunk_name: "=tiny".into(),
+        base_address: None,
+        window: 12,
+        capacity: 64 << 20,
+        ..GameConfig::default_game(PLAYERS, SEED)
+    }
+}
+
+fn truth(f: u64) -> Vec<u8> {
+    (0..PLAYERS).map(|p| scripted_input(SEED, f, p)).collect()
+}
+
+/// Player 0 is local (its input known at once); player 1's inputs are known up to
+/// `known[f]` when frame `f` is simulated, and predicted to repeat the last one known.
+fn predicted(f: u64, known: Option<u64>) -> Vec<u8> {
+    let remote = match known {
+        Some(k) if f <= k => scripted_input(SEED, f, 1),
+        Some(k) => scripted_input(SEED, k, 1),
+        None => 0,
+    };
+    vec![scripted_input(SEED, f, 0), remote]
+}
+
+struct Run {
+    value_digest: u64,
+    game_digest: Option<i64>,
+    saves: usize,
+    rollbacks: u64,
+    resimulated: u64,
+}
+
+/// The GGPO loop over `known` (the remote inputs known at each frame, never decreasing), as
+/// `luasnap simulate` drives it: confirm, roll back to the first wrong frame, advance.
+fn play(backend: Backend, saving: Saving, known: &[Option<u64>]) -> Run {
+    let game: Game = Game::new(&tiny(), backend).unwrap();
+    let mut s = FrameSession::with_saving(game, 11, saving);
+    let mut used: Vec<Vec<u8>> = Vec::new();
+    let mut checked: Option<u64> = None;
+    let frames = known.len() as u64;
+    // At the end the network catches up: every input becomes known.
+    let last = std::iter::once(Some(frames - 1));
+    for (f, k) in known.iter().copied().chain(last).enumerate() {
+        let f = f as u64;
+        if let Some(k) = k {
+            let upto = k.min(f.saturating_sub(1));
+            let from = checked.map_or(0, |c| c + 1);
+            if f > 0 && from <= upto {
+                s.confirm(upto);
+                if let Some(g) = (from..=upto).find(|&g| used[g as usize] != truth(g)) {
+                    s.rollback_and_resimulate(g, |h| {
+                        let i = predicted(h, Some(k));
+                        used[h as usize] = i.clone();
+                        i
+                    })
+                    .unwrap();
+                }
+                checked = Some(upto);
+            }
+        }
+        if f < frames {
+            let i = predicted(f, k);
+            s.advance(&i).unwrap();
+            used.push(i);
+        }
+    }
+    let (rollbacks, resimulated, saves) = (s.rollbacks, s.resimulated, s.saves_taken());
+    let mut game = s.into_game();
+    Run {
+        value_digest: game.value_digest().unwrap(),
+        game_digest: game.game_digest().unwrap(),
+        saves,
+        rollbacks,
+        resimulated,
+    }
+}
+
+fn straight(frames: u64) -> (u64, Option<i64>) {
+    let mut game: Game = Game::new(&tiny(), Backend::ArenaFull).unwrap();
+    for f in 0..frames {
+        game.step(&truth(f)).unwrap();
+    }
+    (game.value_digest().unwrap(), game.game_digest().unwrap())
+}
+
+/// Remote inputs known `delay` frames late.
+fn in_order(frames: u64, delay: u64) -> Vec<Option<u64>> {
+    (0..frames).map(|f| f.checked_sub(delay)).collect()
+}
+
+#[test]
+fn inputs_in_order_one_save_per_rollback_and_the_same_end() {
+    let frames = 120;
+    let known = in_order(frames, 4);
+    let want = straight(frames);
+    for backend in [
+        Backend::ArenaFull,
+        Backend::ArenaIncremental,
+        Backend::Serialize,
+    ] {
+        let every = play(backend, Saving::EveryFrame, &known);
+        let new = play(backend, Saving::NewFrames, &known);
+        let sparse = play(backend, Saving::Sparse, &known);
+        for (name, r) in [("every", &every), ("new", &new), ("sparse", &sparse)] {
+            assert_eq!(
+                (r.value_digest, r.game_digest),
+                want,
+                "{backend:?} saving {name}"
+            );
+        }
+        assert!(
+            every.rollbacks > 5,
+            "predictions must fail: {}",
+            every.rollbacks
+        );
+        // In order, the state a rollback saves is the one the next rollback loads: the same
+        // rollbacks and frames re-simulated, a save per rollback instead of one per
+        // re-simulated frame.
+        assert_eq!(new.rollbacks, every.rollbacks, "{backend:?}");
+        assert_eq!(new.resimulated, every.resimulated, "{backend:?}");
+        let (frames, rollbacks) = (frames as usize, every.rollbacks as usize);
+        assert_eq!(
+            every.saves,
+            frames + (every.resimulated as usize - rollbacks),
+            "{backend:?}"
+        );
+        // One save a rollback, but the last one's (the catch-up at the end, whose confirmed
+        // frame is the current one).
+        assert_eq!(new.saves, frames + rollbacks - 1, "{backend:?}");
+        assert!(sparse.saves < new.saves, "{backend:?}");
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    /// Confirmations that jump several frames at once, pauses, catching up: rollbacks into
+    /// frames whose state was not saved replay the frames between from the newest save.
+    #[test]
+    fn bursts_of_confirmations_end_where_the_straight_run_does(
+        steps in prop::collection::vec(0u64..4, 40..90),
+        saving in prop_oneof![Just(Saving::EveryFrame), Just(Saving::NewFrames), Just(Saving::Sparse)],
+        incremental in any::<bool>(),
+    ) {
+        // The remote side's progress: a step of 0 is a pause, 2 or 3 a burst; never more than
+        // 8 frames behind (the window), never ahead of the frame simulated.
+        let mut known = Vec::new();
+        let mut k: Option<u64> = None;
+        for (f, step) in steps.iter().enumerate() {
+            let f = f as u64;
+            let next = k.map_or(0, |k| k + step);
+            k = if f < 2 { None } else { Some(next.max(f.saturating_sub(8)).min(f - 1)) };
+            known.push(k);
+        }
+        let frames = known.len() as u64;
+        let backend = if incremental { Backend::ArenaIncremental } else { Backend::ArenaFull };
+        let r = play(backend, saving, &known);
+        prop_assert_eq!((r.value_digest, r.game_digest), straight(frames));
+    }
+}
+
+#[test]
+fn a_rollback_before_every_save_says_so() {
+    let game: Game = Game::new(&tiny(), Backend::ArenaFull).unwrap();
+    let mut s = FrameSession::with_saving(game, 3, Saving::NewFrames);
+    for f in 0..10 {
+        s.advance(&truth(f)).unwrap();
+    }
+    let held: Vec<u64> = s.saved_frames().collect();
+    assert_eq!(held, [7, 8, 9]);
+    let e = s.rollback_and_resimulate(2, truth).unwrap_err().to_string();
+    assert!(
+        e.contains("frame 2 is before every state this session holds (oldest 7)"),
+        "{e}"
+    );
+    // The session still works.
+    s.rollback_and_resimulate(8, truth).unwrap();
+    assert_eq!(s.game().frame(), 10);
+}
