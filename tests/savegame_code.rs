@@ -384,8 +384,7 @@ fn format_3_files_with_functions_still_load() {
     let mut body = vec![21u8, 0];
     body.extend_from_slice(&hash.to_le_bytes());
     body.extend_from_slice(&[3, b'o', b'l', b'd', line as u8, 0, 0]); // no code, no upvalues
-    let mut v3 = forge::seal_body(&body, false);
-    v3[8..10].copy_from_slice(&3u16.to_le_bytes());
+    let v3 = forge::seal_old_body(&body, 3, 0);
     let mut b = vm();
     b.exec("function old(x) return x + 1 end", "=old").unwrap();
     b.unpersist(&v3, "loaded", Trust::Own).unwrap();

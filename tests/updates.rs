@@ -527,6 +527,25 @@ fn a_quoted_key_is_not_the_path_of_names_it_reads_as() {
     assert_eq!(places, ["M.a.b"], "{}", report.summary());
 }
 
+/// A hand-made save (the crate's forge) reads as a save of this build: its header carries the
+/// quoted-places flag an honest save carries, so its `M.a.b` is never taken for `M["a.b"]`;
+/// an old save is forged only on purpose (`seal_old_body`).
+#[test]
+fn a_forged_save_reads_as_this_builds_unless_forged_old() {
+    use luasnap::bridge::persist::forge::{body_of, seal_body, seal_old_body};
+    use luasnap::bridge::persist::{FLAG_QUOTED_PLACES, FORMAT_VERSION};
+    let honest = save_of(KEYS_V1, "@game.lua", "saved = { f = M.a.b }");
+    let (flags, body) = (honest[32], body_of(&honest).unwrap());
+    assert_eq!(seal_old_body(body, FORMAT_VERSION, flags), honest);
+    let forged = seal_body(body, flags & 1 != 0); // flag 1: bytecode
+    let (b, report) = load_into(&keys_v2(true), "@game.lua", &forged, Trust::Foreign)
+        .unwrap_or_else(|e| panic!("a forged save read as an old one: {e}"));
+    assert_eq!(int(&b, "return saved.f()"), 2, "{}", report.summary());
+    let old = seal_old_body(body, FORMAT_VERSION, flags & !FLAG_QUOTED_PLACES);
+    let e = load_into(&keys_v2(true), "@game.lua", &old, Trust::Foreign).unwrap_err();
+    assert!(e.to_string().contains("cannot be told"), "{e}");
+}
+
 /// A save written before places quoted keys (its header lacks the flag) read `M["a.b"]` as
 /// `M.a.b`: such a place is bound only to the function with the saved code, and refused
 /// under foreign trust, naming the functions it could be, when none has it.

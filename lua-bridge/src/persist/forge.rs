@@ -13,7 +13,7 @@ use super::format::{
     open, CallFrame, Detached, OpenUpvalue, PendingCloses, PlainUserdata, ProtoHome, ProtoNames,
     ProtoPath, ProtoRecord, Reader, Scalar, SpecialParts, TableHeader, Tag, ThreadHeader,
     ThreadPart, ThreadParts, UpvalueRef, Upvalues, UserdataBytes, UserdataPart, UserdataParts,
-    Writer, FLAG_BYTECODE, MAX_PATH, MAX_UPVALUE_NAMES,
+    Writer, FLAG_BYTECODE, FLAG_QUOTED_PLACES, MAX_PATH, MAX_UPVALUE_NAMES,
 };
 
 pub use super::format::ChunkDef;
@@ -484,13 +484,29 @@ pub fn file(node: &Node) -> Vec<u8> {
     seal_body(&encode(node), true)
 }
 
-/// Wraps a body in a valid header (checksum included), with the bytecode flag if
-/// `with_bytecode`: mutated or forged bodies get past the checksum, so the parser itself is
-/// exercised.
+/// The header flags every file this build writes carries, whatever its body holds: its places
+/// quote keys that are no names ([`FLAG_QUOTED_PLACES`]). A forged file has them too, so it
+/// reads as a file of this build, not as one from before.
+pub const CURRENT_FLAGS: u8 = FLAG_QUOTED_PLACES;
+
+/// Wraps a body in a valid header (checksum included) of this build's format, with the
+/// [`CURRENT_FLAGS`] and the bytecode flag if `with_bytecode`: mutated or forged bodies get
+/// past the checksum, so the parser itself is exercised.
 pub fn seal_body(body: &[u8], with_bytecode: bool) -> Vec<u8> {
+    let bytecode = if with_bytecode { FLAG_BYTECODE } else { 0 };
+    seal_old_body(body, super::FORMAT_VERSION, CURRENT_FLAGS | bytecode)
+}
+
+/// Wraps a body in a valid header that claims format `format` and exactly `flags`: a save
+/// from an older build on purpose (for instance one without [`FLAG_QUOTED_PLACES`], whose
+/// places read `M["a.b"]` as `M.a.b`), for tests of how old saves load.
+pub fn seal_old_body(body: &[u8], format: u16, flags: u8) -> Vec<u8> {
     let mut w = Writer::default();
     w.buf.extend_from_slice(body);
-    w.finish(if with_bytecode { FLAG_BYTECODE } else { 0 })
+    let mut file = w.finish(flags);
+    // The version sits after the magic; the checksum covers the body only.
+    file[8..10].copy_from_slice(&format.to_le_bytes());
+    file
 }
 
 /// The body of a save-game (after its header), if the header is valid.
