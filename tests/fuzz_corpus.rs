@@ -143,6 +143,65 @@ fn edited_entries_of_tables_with_layouts_load_or_fail_cleanly() {
     assert!(edited > 30, "{edited} of 3000 inputs edited such entries");
 }
 
+/// The seeds hold finalization marks (format 8), and the structured target puts marks where
+/// the save had none, besides editing the ones it had: the loader's checks on marks (an
+/// object marked twice, out of order, one it did not build) are fuzzed, not only replayed.
+#[test]
+fn the_structured_target_inserts_finalization_marks() {
+    let mut vm = fuzz_vm();
+    let seeds = fuzz_seeds(&vm);
+    // Marks on any object, and marks an honest save never writes: on an object without a
+    // metatable (so without `__gc`).
+    let marks = |n: &forge::Node| {
+        let mut n = n.clone();
+        let (mut all, mut forged) = (0, 0);
+        forge::walk_mut(&mut n, &mut |x| {
+            if let forge::Node::Final(mark, object) = x {
+                all += usize::from(*mark > 0);
+                if let forge::Node::Table { meta, .. } | forge::Node::UdBytes { meta, .. } =
+                    &**object
+                {
+                    forged += usize::from(*mark > 0 && **meta == forge::Node::Nil);
+                }
+            }
+        });
+        (all, forged)
+    };
+    assert!(seeds.iter().any(|s| marks(s).0 > 0), "no seed has a mark");
+    assert!(seeds.iter().all(|s| marks(s).1 == 0));
+    let dict = permanent_names(&vm);
+    let mut inserted = 0;
+    for i in 0..3000u32 {
+        let input: Vec<u8> = (0..64u32)
+            .map(|j| (i.wrapping_mul(2654435761) ^ j.wrapping_mul(97)).to_le_bytes()[2])
+            .collect();
+        if marks(&structured(&input, &seeds, &dict)).1 > 0 {
+            inserted += 1;
+            fuzz_structured(&mut vm, &input, &seeds, &dict);
+        }
+    }
+    vm.arena().verify().unwrap();
+    assert!(inserted > 15, "{inserted} of 3000 inputs added a mark");
+}
+
+/// Every seed file of the byte corpus is a save of this build (format and flags), so the
+/// fuzzer starts from what the writer writes today.
+#[test]
+fn the_seed_files_are_of_this_format() {
+    for f in files("load") {
+        let name = f.file_name().unwrap().to_string_lossy().into_owned();
+        if name.starts_with("seed-") && name.ends_with(".sav") {
+            let bytes = std::fs::read(&f).unwrap();
+            assert_eq!(
+                u16::from_le_bytes([bytes[8], bytes[9]]),
+                luasnap::bridge::persist::FORMAT_VERSION,
+                "{name}: regenerate with `cargo test --test fuzz_corpus -- --ignored write_seeds`"
+            );
+            assert_ne!(bytes[32] & forge::CURRENT_FLAGS, 0, "{name}");
+        }
+    }
+}
+
 /// Regenerates the seed files of both corpora and the byte target's dictionary (every
 /// permanent's name, and the format's tags): `cargo test --test fuzz_corpus -- --ignored`.
 #[test]

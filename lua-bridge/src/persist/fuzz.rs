@@ -93,6 +93,15 @@ function layouts()
   w[2000] = nil w[5000] = nil w.s = "s"
   return { t = t, u = u, w = w, list = { 1, 2, 3, key = "v" } }
 end
+-- Tables marked for finalization (format 8 marks), one dropped from the saved graph.
+finalized = 0
+function finals()
+  local Fin = { __gc = function(o) finalized = finalized + (o.n or 1) end }
+  local a, b = setmetatable({ n = 1 }, Fin), setmetatable({ n = 10 }, Fin)
+  setmetatable({ n = 100 }, Fin)
+  local c = setmetatable({ n = 1000 }, Fin)
+  return { a = a, b = b, c = c, list = { a, c }, plain = setmetatable({}, { __index = Fin }) }
+end
 "#;
 
 /// Permanents the fuzz VM's own-save loads may not name: what would touch the process
@@ -176,6 +185,7 @@ pub fn fuzz_seeds(vm: &Vm) -> Vec<Node> {
         "fuzz_saved = shapes2()",
         "fuzz_saved = layouts()",
         "local s = shapes2() fuzz_saved = { s.fornum, s.forfloat, s.vatab, s.noclose, s.bump }",
+        "fuzz_saved = finals()",
     ] {
         if vm.exec(code, "seed").is_err() {
             continue;
@@ -1049,6 +1059,12 @@ fn edit_node(n: &mut Node, edit: usize, g: &mut Gen<'_>) {
                     entries.remove(i);
                 }
             }
+        }
+        Node::Table { .. } | Node::UdBytes { .. } if (60..85).contains(&edit) => {
+            // A mark where the save had none (or a second one): the loader must refuse a
+            // mark on an object already marked, out of order, or on one it did not build.
+            let object = std::mem::replace(n, Node::Nil);
+            *n = Node::Final(1 + g.below(8) as u64, Box::new(object));
         }
         Node::Table { narr, nhash, .. } if edit < 40 => {
             *narr = g.delta(*narr);
