@@ -2778,3 +2778,115 @@ fn a_mark_without_a_finalizer_calls_nothing() {
         .unwrap();
     assert_eq!(out, vec![Value::Integer(11)]);
 }
+
+/// Two objects dropped while the collector is stopped: awaiting finalization (marked a, then
+/// b; Lua finalizes b first), reachable from nothing, their metatable from them only.
+const PENDING: &str = "
+    ORDER = ''
+    collectgarbage('stop')
+    do
+      local mt = { __gc = function(o) ORDER = ORDER .. o[1] end }
+      local a = setmetatable({ 'a' }, mt)
+      local b = setmetatable({ 'b', held = a }, mt)
+    end";
+
+/// What the game `vm` finalizes at its next collection.
+fn finalized_next(vm: &Vm) -> Value {
+    vm.exec("ORDER = '' collectgarbage() return ORDER", "=run")
+        .unwrap()
+        .remove(0)
+}
+
+/// The objects awaiting finalization after a whole-game save's root (format 9): the honest
+/// list finalizes in the saving VM's order after a load; a forged one is refused, or harmless
+/// (an object not marked is garbage, one written already is reachable anyway).
+#[test]
+fn objects_awaiting_finalization_are_checked_like_any_field() {
+    let src = vm();
+    src.exec(PENDING, "=pending").unwrap();
+    let file = src.save_game().unwrap();
+    let honest = forge::decode(body_of(&file).unwrap()).expect("an honest save decodes");
+    let Node::Pending { n: 2, list, .. } = &honest else {
+        panic!("two objects after the root: {honest:?}")
+    };
+    assert_eq!(list.len(), 2);
+    let expected = Value::String("ba".into());
+    let mut dst = vm();
+    dst.load_game(&file, Trust::Own).unwrap();
+    assert_eq!(finalized_next(&dst), expected, "loaded");
+    assert_eq!(finalized_next(&src), expected, "the saving VM");
+    let forged = |f: &dyn Fn(&mut u64, &mut Vec<Node>)| {
+        let mut node = honest.clone();
+        let Node::Pending { n, list, .. } = &mut node else {
+            unreachable!()
+        };
+        f(n, list);
+        node
+    };
+    let cases: Vec<(&str, Node, &str)> = vec![
+        (
+            "a count past the end",
+            forged(&|n, _| *n = 1000),
+            "a count of objects awaiting finalization larger than the file",
+        ),
+        (
+            "an empty list",
+            forged(&|n, l| {
+                *n = 0;
+                l.clear()
+            }),
+            "an empty list of objects awaiting finalization",
+        ),
+        (
+            "a number",
+            forged(&|_, l| l[1] = Node::Int(5)),
+            "an object awaiting finalization that is not a table or userdata",
+        ),
+        (
+            "two in one place",
+            forged(&|_, l| {
+                // b holds a: a's mark comes inside b's value, and a second as a reference.
+                let mut first = None;
+                forge::walk_mut(&mut l[0], &mut |x| {
+                    if let Node::Final(m, _) = x {
+                        *m = *first.get_or_insert(*m);
+                    }
+                });
+            }),
+            "two objects in one place of the order of finalization",
+        ),
+    ];
+    // (Own trust: a foreign load refuses the chunk this test's VM compiled before it reads
+    // the list.)
+    for (what, node, expect) in cases {
+        let mut dst = vm();
+        let e = refused(
+            dst.load_game(&forge::file(&node), Trust::Own)
+                .map_err(|e| e.to_string()),
+            what,
+        );
+        assert!(e.contains(expect), "{what}: {e}");
+        use_it(&dst);
+    }
+    // Harmless: an object written already (the root) in the list, and objects recorded as not
+    // marked (garbage once the load ends).
+    let harmless = forged(&|_, l| {
+        l[1] = Node::Ref(0);
+        forge::walk_mut(&mut l[0], &mut |x| {
+            if let Node::Final(m, _) = x {
+                *m = 0;
+            }
+        });
+    });
+    let mut dst = vm();
+    dst.load_game(&forge::file(&harmless), Trust::Own).unwrap();
+    assert_eq!(finalized_next(&dst), Value::String("".into()));
+    // A file of format 8 has nothing after its root.
+    let mut old = file.clone();
+    old[8..10].copy_from_slice(&8u16.to_le_bytes());
+    let old = luasnap::bridge::persist::reseal(&old)
+        .unwrap()
+        .unwrap_or(old);
+    let e = vm().load_game(&old, Trust::Own).unwrap_err().to_string();
+    assert!(e.contains("trailing bytes after the root value"), "{e}");
+}

@@ -477,6 +477,9 @@ void luasnap_finalizers_mark(lua_State *L, int since, int clear);
 int luasnap_final_state(lua_State *L, const void *o);
 int luasnap_final_state_at(lua_State *L, int idx, const void **gco);
 size_t luasnap_finalizer_list(lua_State *L, const void **out, size_t cap);
+/* For the writer: pushes the table or full userdata o that luasnap_finalizer_list gave (with
+** the collector stopped and no Lua code run since); 0, pushing nothing, for another kind. */
+int luasnap_push_finalizable(lua_State *L, const void *o);
 /* For the loader: sets the metatable on top (popped) without marking the object at idx for
 ** finalization (0: not a table or userdata, or not a metatable); restores the marks a file
 ** of format 8 records when the load ends (0: a mark the load cannot give; nothing marked). */

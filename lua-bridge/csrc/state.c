@@ -183,6 +183,27 @@ size_t luasnap_finalizer_list(lua_State *L, const void **out, size_t cap) {
   return n;
 }
 
+/* For the save-game writer: pushes the object o, one luasnap_finalizer_list gave, as a value;
+** returns 0, pushing nothing, if it is not a table or full userdata (the lists hold only those).
+** The caller read the lists with the collector stopped and no Lua code run since, so o is an
+** object of this state, alive (an object on 'finobj' or 'tobefnz' is freed only after its
+** finalizer ran, and no collection step ran). */
+int luasnap_push_finalizable(lua_State *L, const void *o) {
+  GCObject *gco = (GCObject *)o;
+  /* Invariant checked: only a table or full userdata goes on the stack (anything else on the
+  ** lists would be a collector invariant broken: only these two kinds get a '__gc' mark). */
+  if (gco->tt == LUA_VTABLE) {
+    sethvalue2s(L, L->top.p, gco2t(gco));
+  }
+  else if (gco->tt == LUA_VUSERDATA) {
+    setuvalue(L, s2v(L->top.p), gco2u(gco));
+  }
+  else
+    return 0;
+  L->top.p++;  /* the caller has room for one value */
+  return 1;
+}
+
 /* Sets the metatable on top (a table, or nil) as the metatable of the table or full userdata
 ** at idx, and pops it, without marking the object for finalization: lua_setmetatable as
 ** the loader of a save of format 8 needs it, which restores the marks the file records when

@@ -448,6 +448,7 @@ unsafe extern "C" {
         out: *mut *const c_void,
         cap: usize,
     ) -> usize;
+    pub(crate) fn luasnap_push_finalizable(L: *mut lua_State, o: *const c_void) -> c_int;
     pub(crate) fn luasnap_setmetatable_unmarked(L: *mut lua_State, idx: c_int) -> c_int;
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn luasnap_finalizers_restore(

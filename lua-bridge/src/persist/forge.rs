@@ -111,6 +111,14 @@ pub enum Node {
     Final(u64, Box<Node>),
     /// Bytes written as they are (anything the tree cannot say).
     Raw(Vec<u8>),
+    /// A body of format 9 on with objects awaiting finalization after its root: the root,
+    /// their count `n` (as is: any number in a forged file), then the values (`list`).
+    /// Decoded only at the top of a body that has bytes after its root.
+    Pending {
+        root: Box<Node>,
+        n: u64,
+        list: Vec<Node>,
+    },
 }
 
 /// A closure's prototype: an index into those already listed, or a new one.
@@ -212,7 +220,16 @@ pub fn decode(body: &[u8]) -> Option<Node> {
         chunks: 0,
     };
     let n = d.node(0)?;
-    (d.r.remaining() == 0).then_some(n)
+    if d.r.remaining() == 0 {
+        return Some(n);
+    }
+    let count = d.r.varint()?;
+    let list = d.list(count, 0)?;
+    (d.r.remaining() == 0).then_some(Node::Pending {
+        root: Box::new(n),
+        n: count,
+        list,
+    })
 }
 
 /// Decodes nodes, numbering prototypes and chunks by their first occurrence as the loader
@@ -591,6 +608,11 @@ fn put(w: &mut Writer, node: &Node) {
             w.tagged(Tag::Final, *mark);
             put(w, v);
         }
+        Node::Pending { root, n, list } => {
+            put(w, root);
+            w.varint(*n);
+            list.iter().for_each(|v| put(w, v));
+        }
         Node::Raw(b) => w.buf.extend_from_slice(b),
         _ => put_thread(w, node),
     }
@@ -706,6 +728,10 @@ pub fn walk_mut(node: &mut Node, f: &mut dyn FnMut(&mut Node)) {
         Node::TwoPhase(a, b) => {
             walk_mut(a, f);
             walk_mut(b, f);
+        }
+        Node::Pending { root, list, .. } => {
+            walk_mut(root, f);
+            list.iter_mut().for_each(|v| walk_mut(v, f));
         }
         Node::Table { meta, entries, .. } => {
             walk_mut(meta, f);

@@ -403,6 +403,9 @@ enum Attack {
     PermanentFinalizer,
     /// Tables nested deep, then compared as `luasnap diff` compares.
     Deep,
+    /// Objects awaiting finalization after the root (format 9): marked tables with a
+    /// permanent `__gc`, any generated value, forged counts.
+    Pending,
 }
 
 impl Attack {
@@ -413,6 +416,7 @@ impl Attack {
             1 => Some(Attack::KeptLists),
             2 => Some(Attack::PermanentFinalizer),
             3 => Some(Attack::Deep),
+            4 => Some(Attack::Pending),
             _ => None,
         }
     }
@@ -496,6 +500,31 @@ impl Attack {
                         .collect(),
                 };
                 push_entry(node, victim)
+            }
+            Attack::Pending => {
+                let k = 1 + g.below(4);
+                let list: Vec<Node> = (0..k)
+                    .map(|i| match g.below(3) {
+                        0 => g.node(1),
+                        _ => Node::Final(
+                            g.delta(i as u64 + 1),
+                            Box::new(Node::Table {
+                                narr: 0,
+                                nhash: 1,
+                                meta: Box::new(forge::table(vec![(
+                                    "__gc",
+                                    Node::Perm(Box::new(forge::str("table.concat"))),
+                                )])),
+                                entries: vec![(forge::str("id"), Node::Int(i as i64))],
+                            }),
+                        ),
+                    })
+                    .collect();
+                Node::Pending {
+                    root: Box::new(node),
+                    n: if g.below(4) == 0 { g.delta(k as u64) } else { k as u64 },
+                    list,
+                }
             }
             Attack::Deep => {
                 let depth = 1 + g.below(60_000);
@@ -1010,6 +1039,13 @@ fn edit_node(n: &mut Node, edit: usize, g: &mut Gen<'_>) {
         Node::Perm(k) if edit < 70 => **k = g.name(),
         Node::Ident(ident, _) if edit < 70 => *ident = g.delta(*ident),
         Node::Final(mark, _) if edit < 70 => *mark = g.delta(*mark),
+        Node::Pending { n, list, .. } if edit < 70 => match edit % 3 {
+            0 => *n = g.delta(*n),
+            1 => list.push(g.node(2)),
+            _ => {
+                list.pop();
+            }
+        },
         Node::CClosure { name, n, .. } if edit < 70 => {
             if edit < 35 {
                 **name = g.name();

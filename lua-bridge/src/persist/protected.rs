@@ -38,6 +38,7 @@ pub(super) unsafe fn persist_protected(
     // SAFETY: a VM built by this crate, on its thread; the caller pushed perms and value.
     let (natives, base) = unsafe { (natives::state_of(L), per_vm::arena_base(L)) };
     let mut p = write::Persister::new(opts, natives.registry.types(), base);
+    p.game = game_root;
     let mut out: Vec<u8> = Vec::new();
     // SAFETY: queries only.
     let running = unsafe { ffi::lua_gc(L, ffi::LUA_GCISRUNNING) } != 0;

@@ -16,7 +16,9 @@
 //!   reserved     u8
 //!   body_len     u64
 //!   checksum     u64 XXH3-64 of the body
-//! body: one value (the root), depth first.
+//! body: one value (the root), depth first; from format 9 on, a whole-game save whose VM had
+//!   objects awaiting finalization that the root does not reach then has
+//!   Pending (varint n > 0) value{n}  (each a new table or userdata, or a Ref).
 //! ```
 //!
 //! Fields are varints (LEB128, at most ten bytes), zigzag varints for signed ones (`zz`), `u8`,
@@ -74,7 +76,11 @@
 //! whose metatable has `__gc` says so, and a load marks exactly those (in that order) instead
 //! of every object whose metatable has `__gc` when the load ends, as it does for files of
 //! format 7 and older (so an object finalized already, or whose metatable got `__gc` after
-//! `setmetatable`, is finalized after such a load though not in the saving VM).
+//! `setmetatable`, is finalized after such a load though not in the saving VM). Format 9
+//! brought the objects awaiting finalization (`Pending`): a whole-game save writes, after the
+//! root, the objects the saving VM had marked for finalization that the root does not reach
+//! (dropped since the last collection point, or separated and not yet finalized), so the
+//! loaded game finalizes them where the saving process would; older files lose them.
 //!
 //! Each record's `encode` writes its tag (if it has one of its own) and its fields; its `decode`
 //! reads the fields after the tag (the reader dispatches on the tag) in the same order, every
@@ -94,13 +100,13 @@ mod wire;
 
 pub use header::{
     min_strref_len, open, reseal, HeaderError, Opened, FLAG_BYTECODE, FLAG_QUOTED_PLACES,
-    FLAG_SOURCE, FORMAT_VERSION, HEADER_LEN, LUA_RELEASE, MAGIC, MIN_STRREF_LEN,
+    FLAG_SOURCE, FORMAT_VERSION, HEADER_LEN, LUA_RELEASE, MAGIC, MIN_STRREF_LEN, PENDING_FORMAT,
 };
 pub use layout::{layout_nodes, LayoutHeader, LayoutNode, RemovedKey, BAD_LAYOUT};
 pub use parts::{SpecialPart, SpecialParts, TablePart, ThreadPart, ThreadParts, UserdataPart};
 pub use parts::{Upvalues, UserdataParts};
 pub use records::{
-    CallFrame, ChunkDef, Detached, Final, Ident, LegacyProto, OpenUpvalue, PendingCloses,
+    CallFrame, ChunkDef, Detached, Final, Ident, LegacyProto, OpenUpvalue, Pending, PendingCloses,
     PlainUserdata, ProtoHome, ProtoNames, ProtoPath, ProtoRecord, TableHeader, ThreadHeader,
     UpvalueRef, UserdataBytes, IDENT_LIMIT, MAX_PATH, MAX_UPVALUE_NAMES,
 };

@@ -65,6 +65,33 @@ impl Ident {
     }
 }
 
+/// After the root of a whole-game save ([`PENDING_FORMAT`](super::PENDING_FORMAT) on), when
+/// the saving VM had objects awaiting finalization that the root does not reach (dropped since
+/// the last collection point, or separated for finalization and not yet finalized): their
+/// count, then each as a value (a new table or userdata from bytes with its [`Final`] record,
+/// or a reference to one written already). A body without bytes after the root has none.
+/// The load builds them, marks them in their saved order and leaves them reachable from
+/// nothing, so the collection point that would have finalized them in the saving process
+/// finalizes them in the loading one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pending(pub u64);
+
+impl Pending {
+    /// Writes the count.
+    pub fn encode(&self, w: &mut Writer) {
+        w.varint(self.0);
+    }
+
+    /// Reads the count: at most one object per byte left (each value takes one at least).
+    pub fn decode(r: &mut Reader<'_>) -> Result<Self, Bad> {
+        match r.varint() {
+            Some(n) if n > 0 && n <= r.remaining() as u64 => Ok(Pending(n)),
+            Some(0) => Err("an empty list of objects awaiting finalization"),
+            _ => Err("a count of objects awaiting finalization larger than the file"),
+        }
+    }
+}
+
 /// Before a new table or userdata rebuilt from bytes (format 8 on, ahead of its [`Ident`] if
 /// it has one): `Tag::Final`, then whether the saving VM had marked the object for
 /// finalization (a varint: 0 not marked, n + 1 marked n-th). Lua marks an object when

@@ -11,7 +11,7 @@ use super::csrc::{luasnap_gc_nofinal, luasnap_gc_stopem, luasnap_hash_seed, rese
 use super::frame::Frame;
 use super::ids::push_obj;
 use super::loader::{Fail, Loader};
-use crate::persist::format::{Scalar, Tag, ThreadPart};
+use crate::persist::format::{Scalar, Tag, ThreadPart, PENDING_FORMAT};
 use crate::persist::options::Trust;
 use crate::persist::slots::Slots;
 use mlua_sys::{self as ffi, lua_State};
@@ -27,6 +27,9 @@ impl Loader<'_> {
         unsafe {
             self.begin(L);
             self.walk(L, s)?;
+            if self.format >= PENDING_FORMAT && self.r.remaining() != 0 {
+                self.pending_finalizers(L, s)?;
+            }
         }
         if self.r.remaining() != 0 {
             return Err(self.malformed("trailing bytes after the root value"));
@@ -81,7 +84,7 @@ impl Loader<'_> {
     ///
     /// # Safety
     /// As [`Loader::run`].
-    unsafe fn walk(&mut self, L: *mut lua_State, s: Slots) -> Result<(), Fail> {
+    pub(super) unsafe fn walk(&mut self, L: *mut lua_State, s: Slots) -> Result<(), Fail> {
         // SAFETY: callers' contract, for each step.
         unsafe {
             let mut ready = self.value(L, s)?;

@@ -25,9 +25,9 @@
 use super::csrc::luasnap_finalizers_restore;
 use super::loader::{Fail, Loader};
 use super::meta::NO_FINALIZERS;
-use crate::persist::format::Final;
+use crate::persist::format::{Final, Pending};
 use crate::persist::slots::Slots;
-use mlua_sys::lua_State;
+use mlua_sys::{self as ffi, lua_State};
 use std::ffi::{c_int, c_void};
 
 impl Loader<'_> {
@@ -46,6 +46,38 @@ impl Loader<'_> {
             return Err(self.fail(NO_FINALIZERS));
         }
         self.finals.next = Some(mark);
+        Ok(())
+    }
+
+    /// The objects awaiting finalization after the root ([`Pending`], format 9 on): each read
+    /// as a value (anchored, as every object read, in the objects table until the load
+    /// ends), checked to be a table or userdata, and dropped, so that nothing but the
+    /// collector's lists reaches it after the load. Their marks come from their `Final`
+    /// records (`restore_finalizers`). One that is not marked, or one written already (a
+    /// reference), changes nothing: the first is garbage, the second is reachable anyway.
+    ///
+    /// # Safety
+    /// As [`Loader::run`], with the root on top.
+    pub(super) unsafe fn pending_finalizers(
+        &mut self,
+        L: *mut lua_State,
+        s: Slots,
+    ) -> Result<(), Fail> {
+        let decoded = Pending::decode(&mut self.r);
+        let Pending(n) = self.record(decoded)?;
+        for _ in 0..n {
+            // SAFETY: callers' contract; the value read is left on top, and popped.
+            unsafe {
+                self.walk(L, s)?;
+                let t = ffi::lua_type(L, -1);
+                ffi::lua_settop(L, -2);
+                if t != ffi::LUA_TTABLE && t != ffi::LUA_TUSERDATA {
+                    return Err(self.malformed(
+                        "an object awaiting finalization that is not a table or userdata",
+                    ));
+                }
+            }
+        }
         Ok(())
     }
 

@@ -8,6 +8,7 @@
 pub(super) use crate::bridge::helpers::{
     kind, luasnap_anchor, luasnap_checkstack, luasnap_chunk_describe, luasnap_closure_scan,
     luasnap_dump, luasnap_final_state, luasnap_final_state_at, luasnap_finalizer_list,
+    luasnap_push_finalizable,
     luasnap_gc_stopem, luasnap_identity, luasnap_identity_at, luasnap_layout_cache_reset,
     luasnap_layout_cache_size, luasnap_meta_has, luasnap_node_key, luasnap_proto,
     luasnap_proto_child, luasnap_proto_hash, luasnap_proto_nupvalues, luasnap_proto_tree_hashes,

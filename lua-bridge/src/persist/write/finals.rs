@@ -10,10 +10,13 @@
 //! while the save runs (by a `__persist` function) is numbered after the others when the lists
 //! are read again, and the numbers given so far stay.
 
-use super::super::format::Final;
-use super::csrc::{luasnap_finalizer_list, LS_FINAL_MARKED, LS_FINAL_NONE};
-use super::persister::{MarkOrder, Persister};
-use mlua_sys::lua_State;
+use super::super::format::{Final, Pending};
+use super::super::slots::Slots;
+use super::csrc::{
+    luasnap_finalizer_list, luasnap_push_finalizable, LS_FINAL_MARKED, LS_FINAL_NONE,
+};
+use super::persister::{Fail, MarkOrder, Persister};
+use mlua_sys::{self as ffi, lua_State};
 use std::ffi::{c_int, c_void};
 
 impl MarkOrder {
@@ -77,5 +80,96 @@ impl Persister<'_> {
             marks.next - 1
         });
         Final(Some(n)).encode(&mut self.w);
+    }
+}
+
+impl Persister<'_> {
+    /// After the root of a whole-game save: writes the objects awaiting finalization that the
+    /// root did not reach ([`Pending`]: dropped since the last collection point, or separated
+    /// for finalization and not yet finalized), in the collector's order; nothing if there are
+    /// none. A userdata the writer could only refuse (neither plain data nor given a
+    /// `__persist` field: a closed file handle the game dropped) is left out, as a save
+    /// before format 9 left every such object out: its finalizer then runs in the saving
+    /// process only.
+    ///
+    /// # Safety
+    /// Protected (see the module docs of `write`), the root written (no frame left), the
+    /// collector stopped (**Alive**).
+    pub(super) unsafe fn pending_finalizers(
+        &mut self,
+        L: *mut lua_State,
+        s: Slots,
+    ) -> Result<(), Fail> {
+        // SAFETY: callers' contract: no Lua code runs while the lists are read.
+        unsafe { self.marks.refresh(L) };
+        let list = std::mem::take(&mut self.marks.list);
+        // SAFETY: Protected: a table anchoring the objects to write, so that Lua code a
+        // `__persist` function runs (a full collection it asks for) cannot free one.
+        unsafe { ffi::lua_createtable(L, 0, 0) };
+        let mut n = 0;
+        for &o in &list {
+            // SAFETY: o comes from the lists just read, with no Lua code run since (the
+            // object is alive); room for the value pushed and, below, its metatable.
+            if unsafe { luasnap_push_finalizable(L, o) } == 0 {
+                continue;
+            }
+            // SAFETY: the object is on top.
+            let p = unsafe { ffi::lua_topointer(L, -1) };
+            // SAFETY: the object is on top; the table anchoring them below it.
+            unsafe {
+                if self.unwritten(p) && self.pending_writable(L) {
+                    n += 1;
+                    ffi::lua_rawseti(L, -2, n);
+                } else {
+                    ffi::lua_pop(L, 1);
+                }
+            }
+        }
+        self.marks.list = list;
+        if n > 0 {
+            Pending(n as u64).encode(&mut self.w);
+        }
+        for i in 1..=n {
+            // SAFETY: Protected; the object anchored at i (a reference if written meanwhile,
+            // as something an earlier one holds).
+            unsafe {
+                ffi::lua_rawgeti(L, -1, i);
+                self.value(L, s)?;
+                while !self.sc.frames.is_empty() {
+                    self.advance(L, s)?;
+                }
+            }
+        }
+        // SAFETY: the anchoring table is on top.
+        unsafe { ffi::lua_pop(L, 1) };
+        Ok(())
+    }
+
+    /// Whether the table or userdata on top, awaiting finalization, goes in the save: a
+    /// table always, a userdata if it is plain data of a registered type or its metatable
+    /// has a `__persist` field (the ways the writer has to write one).
+    ///
+    /// # Safety
+    /// Protected (pushes a string); a table or full userdata on top, room for two values.
+    unsafe fn pending_writable(&mut self, L: *mut lua_State) -> bool {
+        // SAFETY: callers' contract; what is pushed is popped.
+        unsafe {
+            if ffi::lua_type(L, -1) == ffi::LUA_TTABLE {
+                return true;
+            }
+            if ffi::lua_getmetatable(L, -1) == 0 {
+                return false;
+            }
+            let mt = ffi::lua_topointer(L, -1);
+            let size = ffi::lua_rawlen(L, -2);
+            let plain = self
+                .types
+                .iter()
+                .any(|t| t.metatable == mt && t.size == size);
+            ffi::lua_pushstring(L, self.spkey.as_ptr());
+            let persist = ffi::lua_rawget(L, -2) != ffi::LUA_TNIL;
+            ffi::lua_pop(L, 2);
+            plain || persist
+        }
     }
 }

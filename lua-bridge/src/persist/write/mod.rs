@@ -116,6 +116,10 @@ impl Persister<'_> {
             // SAFETY: Protected (callers' contract).
             unsafe { self.advance(L, s)? };
         }
+        if self.game {
+            // SAFETY: Protected, the root written, the collector stopped (callers' contract).
+            unsafe { self.pending_finalizers(L, s)? };
+        }
         Ok(())
     }
 

@@ -60,6 +60,9 @@ pub(crate) struct Persister<'a> {
     pub(super) dump: Vec<u8>,
     /// The saving VM's order of finalization marks, as far as read (see `finals.rs`).
     pub(super) marks: MarkOrder,
+    /// Whether the value is a whole-game save's root, after which the objects awaiting
+    /// finalization that it does not reach are written (`finals.rs`).
+    pub game: bool,
 }
 
 impl Drop for Persister<'_> {
@@ -91,6 +94,7 @@ impl<'a> Persister<'a> {
             types,
             dump: Vec::new(),
             marks: Default::default(),
+            game: false,
         }
     }
 }
