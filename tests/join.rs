@@ -303,5 +303,8 @@ fn a_loaded_game_finalizes_the_objects_the_saving_process_would() {
         digest_at("refinal_pool", 100) % 100_000 > 0,
         "refinal_pool: recycled"
     );
-    assert!(digest_at("pending_order", 60) % 1000 > 0, "pending_order: finalized");
+    assert!(
+        digest_at("pending_order", 60) % 1000 > 0,
+        "pending_order: finalized"
+    );
 }

@@ -522,7 +522,11 @@ impl Attack {
                     .collect();
                 Node::Pending {
                     root: Box::new(node),
-                    n: if g.below(4) == 0 { g.delta(k as u64) } else { k as u64 },
+                    n: if g.below(4) == 0 {
+                        g.delta(k as u64)
+                    } else {
+                        k as u64
+                    },
                     list,
                 }
             }
