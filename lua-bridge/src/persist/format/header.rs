@@ -189,8 +189,9 @@ mod tests {
         bad[HEADER_LEN] ^= 1;
         assert_eq!(open(&bad), Err(HeaderError::Checksum));
         let mut v2 = file.clone();
-        v2[8] = 9;
-        assert_eq!(open(&v2), Err(HeaderError::Format { found: 9 }));
+        let next = FORMAT_VERSION + 1;
+        v2[8..10].copy_from_slice(&next.to_le_bytes());
+        assert_eq!(open(&v2), Err(HeaderError::Format { found: next }));
         assert_eq!(open(&file[..20]), Err(HeaderError::Truncated { len: 20 }));
         assert_eq!(
             open(b"PK\x03\x04 not a save game at all, sorry!!!!!!!!!!!!!!!!!!!!"),
@@ -211,8 +212,9 @@ mod tests {
         assert_eq!(open(&sealed).unwrap().body, &edited[HEADER_LEN..]);
         assert_eq!(sealed[..34], file[..34], "no other header field changes");
         let mut v2 = edited.clone();
-        v2[8] = 9;
-        assert_eq!(reseal(&v2), Err(HeaderError::Format { found: 9 }));
+        let next = FORMAT_VERSION + 1;
+        v2[8..10].copy_from_slice(&next.to_le_bytes());
+        assert_eq!(reseal(&v2), Err(HeaderError::Format { found: next }));
         assert_eq!(reseal(&file[..20]), Err(HeaderError::Truncated { len: 20 }));
     }
 }
