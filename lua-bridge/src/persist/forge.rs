@@ -13,7 +13,7 @@ use super::format::{
     open, CallFrame, Detached, OpenUpvalue, PendingCloses, PlainUserdata, ProtoHome, ProtoNames,
     ProtoPath, ProtoRecord, Reader, Scalar, SpecialParts, TableHeader, Tag, ThreadHeader,
     ThreadPart, ThreadParts, UpvalueRef, Upvalues, UserdataBytes, UserdataPart, UserdataParts,
-    Writer, FLAG_BYTECODE, FLAG_QUOTED_PLACES, MAX_PATH, MAX_UPVALUE_NAMES,
+    Writer, FLAG_BYTECODE, FLAG_QUOTED_PLACES, FORMAT_VERSION, MAX_PATH, MAX_UPVALUE_NAMES,
 };
 
 pub use super::format::ChunkDef;
@@ -511,7 +511,7 @@ pub const CURRENT_FLAGS: u8 = FLAG_QUOTED_PLACES;
 /// past the checksum, so the parser itself is exercised.
 pub fn seal_body(body: &[u8], with_bytecode: bool) -> Vec<u8> {
     let bytecode = if with_bytecode { FLAG_BYTECODE } else { 0 };
-    seal_old_body(body, super::FORMAT_VERSION, CURRENT_FLAGS | bytecode)
+    seal_old_body(body, FORMAT_VERSION, CURRENT_FLAGS | bytecode)
 }
 
 /// Wraps a body in a valid header that claims format `format` and exactly `flags`: a save
