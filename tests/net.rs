@@ -525,3 +525,241 @@ fn departed_connections_past_the_kept_ones_are_summed() {
         .count();
     assert_eq!(left, n);
 }
+
+/// Waits (a minute at most) for the server to say something `pred` matches; false if it
+/// did not.
+fn wait_for_event(
+    events: &Mutex<Vec<ServerEvent>>,
+    mut also: impl FnMut(),
+    pred: impl Fn(&ServerEvent) -> bool,
+) -> bool {
+    let end = std::time::Instant::now() + Duration::from_secs(60);
+    while std::time::Instant::now() < end {
+        if events.lock().unwrap().iter().any(&pred) {
+            return true;
+        }
+        also();
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    false
+}
+
+/// Why slot `slot` left, once it has.
+fn left_reason(events: &Mutex<Vec<ServerEvent>>, slot: usize) -> Option<String> {
+    events.lock().unwrap().iter().find_map(|e| match e {
+        ServerEvent::Left {
+            slot: s, reason, ..
+        } if *s == slot => Some(reason.clone()),
+        _ => None,
+    })
+}
+
+/// Waits for the clock to start.
+fn wait_started(
+    events: &Mutex<Vec<ServerEvent>>,
+    peer: &mut luasnap::bridge::runtime::net::testing::RawPeer,
+) {
+    assert!(
+        wait_for_event(
+            events,
+            || {
+                let _ = peer.pump();
+            },
+            |e| matches!(e, ServerEvent::Started { .. })
+        ),
+        "no start"
+    );
+}
+
+/// A client that sends commands but never a digest held its slot for the whole match (the
+/// quiet timeout counts commands): it is dropped once a check frame's digest is
+/// `digest_timeout` overdue, and told why.
+#[test]
+fn a_client_that_sends_commands_but_no_digest_is_dropped_and_told() {
+    use luasnap::bridge::runtime::net::testing::{self, RawPeer, CONTROL, FRAMES};
+    let mut opts = match_options(1, 100_000, 15, 10);
+    opts.digest_timeout = Duration::from_millis(300);
+    let (addr, _server, events) = serve(opts);
+    let mut peer = RawPeer::connect(addr).unwrap();
+    peer.send(CONTROL, testing::hello("=tiny_game", TINY));
+    let mut told = None;
+    let mut frame = 0;
+    let dropped = wait_for_event(
+        &events,
+        || {
+            frame += 1;
+            peer.send(FRAMES, testing::command(frame, (frame % 7) as u8));
+            for m in peer.pump().unwrap_or_default() {
+                told = told.take().or_else(|| testing::refusal(&m));
+            }
+        },
+        |e| matches!(e, ServerEvent::Left { .. }),
+    );
+    assert!(dropped, "a client sending only commands kept its slot");
+    let why = left_reason(&events, 0).unwrap();
+    assert!(
+        why.contains("no digest of frame 10 within 0.3 s of the server closing it"),
+        "{why}"
+    );
+    let end = std::time::Instant::now() + Duration::from_secs(60);
+    while told.is_none() && peer.is_connected() && std::time::Instant::now() < end {
+        for m in peer.pump().unwrap_or_default() {
+            told = told.or_else(|| testing::refusal(&m));
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(
+        told.as_deref(),
+        Some(why.as_str()),
+        "the client was not told"
+    );
+}
+
+/// A client that keeps sending commands and digests but never acknowledges what the server
+/// sends made it send every confirmation again every 100 ms for as long as it stayed (the
+/// cost grows with the square of the time): it is dropped once the confirmations of
+/// `ack_timeout` are unacknowledged.
+#[test]
+fn a_client_that_never_acknowledges_its_confirmations_is_dropped() {
+    use luasnap::bridge::runtime::net::testing::{self, RawPeer, CONTROL, FRAMES};
+    let mut opts = match_options(1, 100_000, 15, 10);
+    opts.ack_timeout = Duration::from_millis(150);
+    let (addr, server, events) = serve(opts);
+    let mut peer = RawPeer::connect(addr).unwrap();
+    peer.send(CONTROL, testing::hello("=tiny_game", TINY));
+    wait_started(&events, &mut peer);
+    let mut frame = 0;
+    let dropped = wait_for_event(
+        &events,
+        || {
+            frame += 1;
+            peer.send(FRAMES, testing::command(frame, 1));
+            let _ = peer.send_only();
+        },
+        |e| matches!(e, ServerEvent::Left { .. }),
+    );
+    assert!(dropped, "a client acknowledging nothing kept its slot");
+    let why = left_reason(&events, 0).unwrap();
+    assert!(
+        why.contains("bytes of confirmations unacknowledged, more than 0.15 s of frames"),
+        "{why}"
+    );
+    drop(server);
+}
+
+/// A joiner that acknowledged a little of its save now and then could be sent it again
+/// and again until netcode's timeout; with the stall timeout out of reach, the budget of
+/// what a save may cost (STATE_BUDGET_SAVES times it plus STATE_BUDGET_SLACK) drops it.
+/// Its address is then sent no save for SAVE_BACKOFF: the next join from it is turned
+/// away, told why, with no save sent; a joiner that had its save whole and left is no
+/// reason to turn its address away.
+#[test]
+fn a_joiner_that_takes_no_save_costs_its_budget_and_its_address_waits() {
+    use luasnap::bridge::runtime::net::testing::{self, RawPeer, CONTROL};
+    use luasnap::bridge::runtime::net::{STATE_BUDGET_SAVES, STATE_BUDGET_SLACK};
+    let mut opts = match_options(2, 100_000, 15, 20);
+    opts.start_with = 1;
+    opts.state_ack_timeout = Duration::from_secs(600);
+    opts.ack_timeout = Duration::from_secs(600);
+    let (addr, server, events) = serve(opts);
+    let mut first = RawPeer::connect(addr).unwrap();
+    first.send(CONTROL, testing::hello("=tiny_game", TINY));
+    wait_started(&events, &mut first);
+    let mut keep_first = || {
+        let _ = first.pump();
+    };
+    // An honest joiner: the save whole, acknowledged, then it leaves; and joins again.
+    for _ in 0..2 {
+        let mut joiner = RawPeer::connect(addr).unwrap();
+        joiner.send(CONTROL, testing::hello("=tiny_game", TINY));
+        let end = std::time::Instant::now() + Duration::from_secs(60);
+        while !joiner.pump().unwrap().iter().any(|m| m.first() == Some(&6)) {
+            assert!(std::time::Instant::now() < end, "no save-game");
+            keep_first();
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        pump_for(&mut joiner, 300);
+        joiner.close();
+        pump_for(&mut joiner, 50);
+    }
+    // A joiner that reads nothing: the save is resent until its budget is spent.
+    let mut taker = RawPeer::connect(addr).unwrap();
+    taker.send(CONTROL, testing::hello("=tiny_game", TINY));
+    let _ = taker.send_only();
+    let save_bytes = |events: &Mutex<Vec<ServerEvent>>| {
+        events.lock().unwrap().iter().rev().find_map(|e| match e {
+            ServerEvent::Joined { save_bytes, .. } => Some(*save_bytes as u64),
+            _ => None,
+        })
+    };
+    assert!(
+        wait_for_event(
+            &events,
+            || {
+                let _ = taker.send_only();
+                let _ = first.pump();
+            },
+            |e| matches!(e, ServerEvent::Left { reason, .. } if reason.contains("since its save-game"))
+        ),
+        "{:#?}",
+        event_lines(&events)
+    );
+    let save = save_bytes(&events).unwrap();
+    let why = event_lines(&events)
+        .into_iter()
+        .find(|l| l.contains("since its save-game"))
+        .unwrap();
+    assert!(why.contains("its address is sent none for 10 s"), "{why}");
+    // "it was sent N bytes since its save-game": over the budget, by less than a save and
+    // the slack (what one round of packets may add).
+    let sent: u64 = why
+        .split("it was sent ")
+        .nth(1)
+        .and_then(|t| t.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .expect("the bytes sent");
+    let budget = save * STATE_BUDGET_SAVES + STATE_BUDGET_SLACK;
+    assert!(
+        sent > budget && sent < budget + save + STATE_BUDGET_SLACK,
+        "{sent} for a budget of {budget}"
+    );
+    eprintln!("save {save} bytes, sent {sent} before the drop, budget {budget}");
+    // Turned away at its hello: told, and no save sent (the taker's connection is closed
+    // a moment after its slot is freed: till then the server is full).
+    let end = std::time::Instant::now() + Duration::from_secs(60);
+    let mut again = loop {
+        match RawPeer::connect(addr) {
+            Ok(peer) => break peer,
+            Err(e) if std::time::Instant::now() < end => {
+                let _ = first.pump();
+                assert!(e.to_string().contains("is full"), "{e}");
+            }
+            Err(e) => panic!("{e}"),
+        }
+    };
+    again.send(CONTROL, testing::hello("=tiny_game", TINY));
+    let mut got = Vec::new();
+    let end = std::time::Instant::now() + Duration::from_secs(60);
+    while again.is_connected() && std::time::Instant::now() < end {
+        got.extend(again.pump().unwrap_or_default());
+        let _ = first.pump();
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    assert!(
+        !again.is_connected(),
+        "the address was let in again at once"
+    );
+    assert!(
+        !got.iter().any(|m| m.first() == Some(&6)),
+        "a save was sent"
+    );
+    let told = got.iter().find_map(|m| testing::refusal(m)).expect("told");
+    assert!(
+        told.starts_with(
+            "turned away: a connection from this address left a save-game unacknowledged"
+        ),
+        "{told}"
+    );
+    first.close();
+    drop(server);
+}

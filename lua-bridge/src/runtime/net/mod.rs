@@ -81,7 +81,8 @@ pub use link::LinkConditions;
 pub use protocol::DecodeError;
 pub use server::{
     ClientRecord, DepartedTotals, MatchServer, ServerEvent, ServerOptions, ServerReport,
-    DEPARTED_RECORDS_KEPT, HELLO_TIMEOUT, QUIET_TIMEOUT, STATE_ACK_TIMEOUT,
+    ACK_TIMEOUT, DEPARTED_RECORDS_KEPT, DIGEST_TIMEOUT, HELLO_TIMEOUT, QUIET_TIMEOUT, SAVE_BACKOFF,
+    SAVE_BACKOFF_MAX, STATE_ACK_TIMEOUT, STATE_BUDGET_SAVES, STATE_BUDGET_SLACK,
 };
 
 #[cfg(feature = "fuzzing")]

@@ -8,12 +8,14 @@ use super::protocol::{
     game_id, ClientMessage, ServerMessage, Start, StateReason, CHANNEL_CONTROL, CHANNEL_FRAMES,
     CHANNEL_STATE, MAX_PLAYERS,
 };
-use super::transport::{connection_config, ServerTransport, SEND_INTERVAL, STATE_CHANNEL_BYTES};
+use super::transport::{
+    connection_config, ServerTransport, SEND_INTERVAL, SERVER_CHANNEL_BYTES, STATE_CHANNEL_BYTES,
+};
 use crate::runtime::{Backend, Game, GameConfig};
 use renet::RenetServer;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
-use std::net::{SocketAddr, UdpSocket};
+use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -36,6 +38,25 @@ const LINGER: Duration = Duration::from_millis(1500);
 /// into [`ServerReport::departed`] (each (re)connection would otherwise cost memory for the
 /// whole match and a row of the report).
 pub const DEPARTED_RECORDS_KEPT: usize = 64;
+/// What the server may send a client while a save-game is on its way to it: this many times
+/// the save's size, plus [`STATE_BUDGET_SLACK`] (confirmations and digests go with it). An
+/// honest client on a round trip shorter than the save channel's resend time (400 ms) is
+/// sent a save about once, plus its losses; one on a 1 s round trip about twice.
+pub const STATE_BUDGET_SAVES: u64 = 3;
+/// See [`STATE_BUDGET_SAVES`].
+pub const STATE_BUDGET_SLACK: u64 = 64 << 10;
+/// An address whose connection left a save-game unacknowledged (it was dropped for it, or it
+/// left before it had the save whole) is sent no save-game for this long; each further such
+/// departure within [`SAVE_BACKOFF_MAX`] doubles it.
+pub const SAVE_BACKOFF: Duration = Duration::from_secs(10);
+/// The longest wait of [`SAVE_BACKOFF`].
+pub const SAVE_BACKOFF_MAX: Duration = Duration::from_secs(300);
+/// A dropped client's connection is closed this long after its slot is freed, so that the
+/// message saying why reaches it before the disconnection (a client that reads both in one
+/// update drops the message).
+const CLOSE_GRACE: Duration = Duration::from_millis(250);
+/// Addresses whose backoff the server remembers at most (the oldest are forgotten first).
+const BACKOFF_ADDRESSES: usize = 4096;
 
 /// What to serve.
 #[derive(Debug, Clone)]
@@ -64,6 +85,17 @@ pub struct ServerOptions {
     /// for this long is dropped, so that it cannot make the server send the save again and
     /// again until the transport's own timeout.
     pub state_ack_timeout: Duration,
+    /// While the clock runs, a client must send the digest of each check frame within this
+    /// long of the server closing that frame (or of the client having its last save-game
+    /// whole, if later); one that does not is dropped. A digest is what shows the server a
+    /// client follows the match: commands alone do not.
+    pub digest_timeout: Duration,
+    /// A client whose transport leaves the server's confirmations of this long unacknowledged
+    /// (the frames channel holds more unacknowledged bytes than the confirmations of this
+    /// many seconds of frames) is dropped: every unacknowledged confirmation is sent again
+    /// every 100 ms, so the cost of a client that never acknowledges grows with the square
+    /// of the time it is kept.
+    pub ack_timeout: Duration,
 }
 
 /// The default of [`ServerOptions::hello_timeout`].
@@ -72,6 +104,10 @@ pub const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
 pub const QUIET_TIMEOUT: Duration = Duration::from_secs(15);
 /// The default of [`ServerOptions::state_ack_timeout`].
 pub const STATE_ACK_TIMEOUT: Duration = Duration::from_secs(3);
+/// The default of [`ServerOptions::digest_timeout`].
+pub const DIGEST_TIMEOUT: Duration = Duration::from_secs(20);
+/// The default of [`ServerOptions::ack_timeout`].
+pub const ACK_TIMEOUT: Duration = Duration::from_secs(5);
 
 impl ServerOptions {
     /// A match of `frames` frames of `game` at 30 frames a second, digests every 30 frames,
@@ -89,6 +125,8 @@ impl ServerOptions {
             hello_timeout: HELLO_TIMEOUT,
             quiet_timeout: QUIET_TIMEOUT,
             state_ack_timeout: STATE_ACK_TIMEOUT,
+            digest_timeout: DIGEST_TIMEOUT,
+            ack_timeout: ACK_TIMEOUT,
         }
     }
 
@@ -340,9 +378,12 @@ struct Seat {
     /// When it last sent a message the protocol expects (its hello, a command or a digest
     /// that was accepted).
     last_useful: Instant,
-    /// A save-game it has not acknowledged whole: the state channel's free bytes when it last
-    /// acknowledged more, and when that was.
-    state_wait: Option<(usize, Instant)>,
+    /// A save-game it has not acknowledged whole.
+    state_wait: Option<StateWait>,
+    /// The check frames after this frame are due from it, each no earlier than the time
+    /// given plus [`ServerOptions::digest_timeout`] (the time its state last started:
+    /// its hello, or its last save-game acknowledged whole).
+    digest_from: (u64, Instant),
     hello: bool,
     delay: DelayControl,
     /// Save-games sent to it (its digests name the count they follow).
@@ -350,6 +391,61 @@ struct Seat {
     flood_updates: u32,
     /// The frame the server was closing when this client's last message arrived.
     last_heard: u64,
+}
+
+/// A save-game on its way to a client.
+struct StateWait {
+    /// The state channel's free bytes when the client last acknowledged more of it.
+    free: usize,
+    /// When that was.
+    since: Instant,
+    /// The bytes sent to the client when the save was queued.
+    sent_before: u64,
+    /// The bytes the server may send it before it has the save whole.
+    budget: u64,
+}
+
+/// Addresses whose connections left save-games unacknowledged: no save-game goes to them
+/// until their time is up.
+#[derive(Default)]
+struct SaveBackoff {
+    /// Per address: no save before this time; departures counted (each doubles the wait).
+    until: HashMap<IpAddr, (Instant, u32)>,
+}
+
+impl SaveBackoff {
+    /// How long `ip` must still wait for a save-game, if at all.
+    fn wait(&self, ip: IpAddr, now: Instant) -> Option<Duration> {
+        let (until, _) = self.until.get(&ip)?;
+        (*until > now).then(|| *until - now)
+    }
+
+    /// `ip`'s connection left a save-game unacknowledged: the next waits longer. Returns the
+    /// wait.
+    fn punish(&mut self, ip: IpAddr, now: Instant) -> Duration {
+        // The count starts again once the last wait and SAVE_BACKOFF_MAX after it are over.
+        let strikes = match self.until.get(&ip) {
+            Some((until, n)) if now < *until + SAVE_BACKOFF_MAX => n + 1,
+            _ => 1,
+        };
+        let wait = SAVE_BACKOFF
+            .saturating_mul(1 << (strikes - 1).min(16))
+            .min(SAVE_BACKOFF_MAX);
+        if self.until.len() >= BACKOFF_ADDRESSES && !self.until.contains_key(&ip) {
+            self.until
+                .retain(|_, (until, _)| now < *until + SAVE_BACKOFF_MAX);
+            if self.until.len() >= BACKOFF_ADDRESSES {
+                let oldest = self
+                    .until
+                    .iter()
+                    .min_by_key(|(_, (u, _))| *u)
+                    .map(|(a, _)| *a);
+                oldest.map(|a| self.until.remove(&a));
+            }
+        }
+        self.until.insert(ip, (now + wait, strikes));
+        wait
+    }
 }
 
 /// A match server bound to its port; [`MatchServer::run`] plays the match.
@@ -411,6 +507,9 @@ impl MatchServer {
             departed_totals: DepartedTotals::default(),
             arrivals: 0,
             checks: BTreeMap::new(),
+            closed_at: BTreeMap::new(),
+            backoff: SaveBackoff::default(),
+            closing: Vec::new(),
             renet: RenetServer::new(connection_config()),
             transport,
             opts: self.opts,
@@ -448,6 +547,11 @@ struct Match<'o> {
     arrivals: u64,
     /// The server's value digest after each check frame.
     checks: BTreeMap<u64, u64>,
+    /// When each check frame of `checks` was closed.
+    closed_at: BTreeMap<u64, Instant>,
+    backoff: SaveBackoff,
+    /// Dropped clients' connections, closed at the time given.
+    closing: Vec<(u64, Instant)>,
     renet: RenetServer,
     transport: ServerTransport,
     opts: ServerOptions,
@@ -471,6 +575,7 @@ impl Match<'_> {
             last = now;
             self.network_in(dt)?;
             self.watch_seats(now);
+            self.close_dropped(now);
             let before = self.order.next();
             self.close_due_frames(now)?;
             if self.order.next() == self.opts.frames {
@@ -515,54 +620,148 @@ impl Match<'_> {
         })
     }
 
-    /// Drops the connections that hold a slot without playing: no hello in time, no
-    /// command nor digest for too long while the clock runs, or a save-game left
-    /// unacknowledged (which the transport would send again and again).
+    /// Drops the connections that hold a slot without playing (no hello in time, no command
+    /// nor digest for too long while the clock runs, a save-game left unacknowledged, which
+    /// the transport would send again and again) or that do not follow the match (no
+    /// digest of a check frame in time, confirmations left unacknowledged), telling each
+    /// why.
     fn watch_seats(&mut self, now: Instant) {
-        let running = !self.end_sent && self.order.next() < self.opts.frames;
         for slot in 0..self.seats.len() {
-            let Some(seat) = self.seats[slot].as_mut() else {
-                continue;
-            };
-            let secs = |d: Duration| d.as_secs_f64();
-            let reason = if !seat.hello {
-                let timeout = self.opts.hello_timeout;
-                (now - seat.connected_at >= timeout).then(|| {
-                    format!("dropped: no hello within {} s of connecting (a connection that does not say which game it runs holds no slot)", secs(timeout))
-                })
-            } else if let Some((free, since)) = seat.state_wait {
-                let free_now = self
-                    .renet
-                    .channel_available_memory(seat.client_id, CHANNEL_STATE);
-                let timeout = self.opts.state_ack_timeout;
-                if free_now >= STATE_CHANNEL_BYTES {
-                    seat.state_wait = None;
-                    seat.last_useful = seat.last_useful.max(now);
-                    None
-                } else if free_now > free {
-                    seat.state_wait = Some((free_now, now));
-                    None
-                } else {
-                    (now - since >= timeout).then(|| {
-                        format!("dropped: it acknowledged nothing more of the save-game sent to it for {} s", secs(timeout))
-                    })
-                }
-            } else {
-                let timeout = self.opts.quiet_timeout;
-                let since = match self.started {
-                    Some(started) if running => seat.last_useful.max(started),
-                    _ => now,
-                };
-                (now - since >= timeout).then(|| {
-                    format!(
-                        "dropped: no command nor digest for {} s while the match ran",
-                        secs(timeout)
-                    )
-                })
-            };
-            if let Some(reason) = reason {
-                self.drop_seat(slot, reason);
+            if let Some(reason) = self.seat_fault(slot, now) {
+                self.expel(slot, reason);
             }
+        }
+    }
+
+    /// Why a seat must go, if it must.
+    fn seat_fault(&mut self, slot: usize, now: Instant) -> Option<String> {
+        let running = !self.end_sent && self.order.next() < self.opts.frames;
+        let seat = self.seats[slot].as_ref()?;
+        let secs = |d: Duration| d.as_secs_f64();
+        if !seat.hello {
+            let timeout = self.opts.hello_timeout;
+            return (now - seat.connected_at >= timeout).then(|| {
+                format!("dropped: no hello within {} s of connecting (a connection that does not say which game it runs holds no slot)", secs(timeout))
+            });
+        }
+        if let Some(reason) = self.ack_fault(slot) {
+            return Some(reason);
+        }
+        if self.seats[slot].as_ref()?.state_wait.is_some() {
+            return self.state_fault(slot, now);
+        }
+        let seat = self.seats[slot].as_ref()?;
+        let started = self.started.filter(|_| running)?;
+        let timeout = self.opts.quiet_timeout;
+        if now - seat.last_useful.max(started) >= timeout {
+            return Some(format!(
+                "dropped: no command nor digest for {} s while the match ran",
+                secs(timeout)
+            ));
+        }
+        let (from, since) = seat.digest_from;
+        let (&due, &closed) = self.closed_at.range(from + 1..).next()?;
+        let timeout = self.opts.digest_timeout;
+        (now - closed.max(since) >= timeout).then(|| {
+            format!(
+                "dropped: no digest of frame {due} within {} s of the server closing it (a client sends the value digest of every check frame, every {} frames)",
+                secs(timeout),
+                self.opts.check_every
+            )
+        })
+    }
+
+    /// A client whose transport leaves more of the confirmations unacknowledged than those
+    /// of [`ServerOptions::ack_timeout`] must go.
+    fn ack_fault(&self, slot: usize) -> Option<String> {
+        let seat = self.seats[slot].as_ref()?;
+        let unacked = SERVER_CHANNEL_BYTES.saturating_sub(
+            self.renet
+                .channel_available_memory(seat.client_id, CHANNEL_FRAMES),
+        );
+        let limit = self.unacked_frames_limit();
+        (unacked > limit).then(|| {
+            format!(
+                "dropped: its transport left {unacked} bytes of confirmations unacknowledged, more than {} s of frames ({limit} bytes)",
+                self.opts.ack_timeout.as_secs_f64()
+            )
+        })
+    }
+
+    /// The bytes of the confirmations of [`ServerOptions::ack_timeout`] (at least 64 of them).
+    fn unacked_frames_limit(&self) -> usize {
+        let confirm = ServerMessage::Confirm {
+            frame: 0,
+            inputs: vec![0; self.opts.game.players],
+        }
+        .encode()
+        .len();
+        let frames = self.opts.ack_timeout.as_secs_f64() / self.opts.tick.as_secs_f64();
+        confirm * (frames.ceil() as usize).max(64)
+    }
+
+    /// Follows a save-game on its way: none of it acknowledged for
+    /// [`ServerOptions::state_ack_timeout`], or more than its budget sent, and the client must
+    /// go; acknowledged whole, and its digests are due from now on.
+    fn state_fault(&mut self, slot: usize, now: Instant) -> Option<String> {
+        let seat = self.seats[slot].as_mut()?;
+        let wait = seat.state_wait.as_mut()?;
+        let free_now = self
+            .renet
+            .channel_available_memory(seat.client_id, CHANNEL_STATE);
+        if free_now >= STATE_CHANNEL_BYTES {
+            seat.state_wait = None;
+            seat.last_useful = seat.last_useful.max(now);
+            seat.digest_from.1 = now;
+            return None;
+        }
+        let sent = self.transport.traffic(seat.client_id).sent - wait.sent_before;
+        if sent > wait.budget {
+            return Some(format!(
+                "dropped: it was sent {sent} bytes since its save-game and had not acknowledged it whole (the limit is {} times the save plus {} KiB)",
+                STATE_BUDGET_SAVES,
+                STATE_BUDGET_SLACK >> 10
+            ));
+        }
+        if free_now > wait.free {
+            wait.free = free_now;
+            wait.since = now;
+            return None;
+        }
+        let timeout = self.opts.state_ack_timeout;
+        (now - wait.since >= timeout).then(|| {
+            format!(
+                "dropped: it acknowledged nothing more of the save-game sent to it for {} s",
+                timeout.as_secs_f64()
+            )
+        })
+    }
+
+    /// Tells a client why it must go, then drops it.
+    fn expel(&mut self, slot: usize, reason: String) {
+        let Some(seat) = self.seats[slot].as_ref() else {
+            return;
+        };
+        let msg = ServerMessage::Refused {
+            reason: reason.clone(),
+        }
+        .encode();
+        self.renet
+            .send_message(seat.client_id, CHANNEL_CONTROL, msg);
+        // Sent before the seat goes: the message leaves with the next packets.
+        let _ = self.transport.send_packets(&mut self.renet);
+        self.drop_seat(slot, reason);
+    }
+
+    /// Closes the connections of dropped clients whose grace is over.
+    fn close_dropped(&mut self, now: Instant) {
+        let (due, wait): (Vec<_>, Vec<_>) = self.closing.iter().partition(|(_, at)| *at <= now);
+        self.closing = wait;
+        for (client_id, _) in due {
+            if self.renet.is_connected(client_id) {
+                self.renet.disconnect(client_id);
+            }
+            self.transport.forget(client_id);
         }
     }
 
@@ -676,6 +875,7 @@ impl Match<'_> {
             connected_at: now,
             last_useful: now,
             state_wait: None,
+            digest_from: (self.order.next(), now),
             hello: false,
             delay: DelayControl::new(0.0, self.order.next()),
             epoch: 0,
@@ -728,9 +928,19 @@ impl Match<'_> {
         self.by_client.remove(&seat.client_id);
         self.order.clear(slot);
         let frame = self.order.next();
+        let mut reason = reason;
+        if seat.state_wait.is_some() {
+            // It left with a save-game unacknowledged: its address waits for the next.
+            let wait = self.backoff.punish(seat.addr.ip(), Instant::now());
+            reason += &format!(
+                " (with its save-game unacknowledged: its address is sent none for {} s)",
+                wait.as_secs()
+            );
+        }
         seat.record.left = Some((frame, reason.clone()));
         if self.renet.is_connected(seat.client_id) {
-            self.renet.disconnect(seat.client_id);
+            self.closing
+                .push((seat.client_id, Instant::now() + CLOSE_GRACE));
         }
         let addr = seat.addr;
         self.depart(seat, false);
@@ -863,12 +1073,25 @@ impl Match<'_> {
             self.drop_seat(slot, format!("refused: {reason}"));
             return Ok(());
         }
+        let from_save = self.started.is_some();
+        if let Some(wait) = from_save
+            .then(|| self.backoff.wait(seat.addr.ip(), Instant::now()))
+            .flatten()
+        {
+            let reason = format!(
+                "turned away: a connection from this address left a save-game unacknowledged, and no save-game (which a join needs) goes to it for {} s more; try again then",
+                wait.as_secs().max(1)
+            );
+            self.expel(slot, reason);
+            return Ok(());
+        }
+        let seat = self.seats[slot].as_mut().expect("seated");
         seat.hello = true;
         seat.last_useful = Instant::now();
+        seat.digest_from = (self.order.next(), Instant::now());
         let frame = self.order.next();
         let rtt_ticks = self.renet.rtt(seat.client_id) / self.opts.tick.as_secs_f64();
         seat.delay = DelayControl::new(rtt_ticks, frame);
-        let from_save = self.started.is_some();
         let welcome = ServerMessage::Welcome {
             slot: slot as u8,
             players: self.opts.game.players as u8,
@@ -929,7 +1152,14 @@ impl Match<'_> {
         let free = self
             .renet
             .channel_available_memory(seat.client_id, CHANNEL_STATE);
-        seat.state_wait = Some((free, Instant::now()));
+        let sent_before = self.transport.traffic(seat.client_id).sent;
+        seat.state_wait = Some(StateWait {
+            free,
+            since: Instant::now(),
+            sent_before,
+            budget: STATE_BUDGET_SAVES * save.len() as u64 + STATE_BUDGET_SLACK,
+        });
+        seat.digest_from = (frame, Instant::now());
         Ok(save.len())
     }
 
@@ -970,6 +1200,7 @@ impl Match<'_> {
         let addr = seat.addr;
         let seat = self.seats[slot].as_mut().expect("seated");
         seat.last_useful = Instant::now();
+        seat.digest_from.0 = seat.digest_from.0.max(frame);
         let r = &mut seat.record;
         if ours == value {
             r.checks_passed += 1;
@@ -1045,8 +1276,10 @@ impl Match<'_> {
             self.stats.digests += t.elapsed();
             self.stats.digest_count += 1;
             self.checks.insert(count, digest);
+            self.closed_at.insert(count, Instant::now());
             while self.checks.len() > CHECKS_KEPT {
                 self.checks.pop_first();
+                self.closed_at.pop_first();
             }
         }
         let clients = self.seats.iter().flatten().filter(|s| s.hello).count();

@@ -4,7 +4,7 @@
 use super::client::Conn;
 use super::error::NetError;
 use super::link::LinkConditions;
-use super::protocol::{game_id_of, ClientMessage, CHANNEL_CONTROL, CHANNEL_FRAMES};
+use super::protocol::{game_id_of, ClientMessage, ServerMessage, CHANNEL_CONTROL, CHANNEL_FRAMES};
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -35,6 +35,12 @@ impl RawPeer {
     pub fn pump(&mut self) -> Result<Vec<Vec<u8>>, NetError> {
         self.conn.flush()?;
         Ok(self.conn.pump()?.into_iter().map(|(_, b)| b).collect())
+    }
+
+    /// Sends what is queued without reading anything: what the server sent is never
+    /// acknowledged.
+    pub fn send_only(&mut self) -> Result<(), NetError> {
+        self.conn.flush()
     }
 
     /// Whether the server still holds the connection.
@@ -69,4 +75,12 @@ pub fn digest(frame: u64, value: u64, epoch: u32) -> Vec<u8> {
         epoch,
     }
     .encode()
+}
+
+/// The reason of a server's refusal, if `bytes` is one.
+pub fn refusal(bytes: &[u8]) -> Option<String> {
+    match ServerMessage::decode(bytes) {
+        Ok(ServerMessage::Refused { reason }) => Some(reason),
+        _ => None,
+    }
 }

@@ -30,7 +30,7 @@ const STATE_RESEND: Duration = Duration::from_millis(400);
 /// are a few bytes each: a client that fills this is flooding, and renet disconnects it).
 const CLIENT_CHANNEL_BYTES: usize = 256 << 10;
 /// What the server may hold unacknowledged on its small channels, per client.
-const SERVER_CHANNEL_BYTES: usize = 4 << 20;
+pub(crate) const SERVER_CHANNEL_BYTES: usize = 4 << 20;
 /// What the server may hold unacknowledged in save-games, per client.
 pub(crate) const STATE_CHANNEL_BYTES: usize = 300 << 20;
 
