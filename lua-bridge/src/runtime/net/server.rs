@@ -750,7 +750,7 @@ impl Match<'_> {
             .send_message(seat.client_id, CHANNEL_CONTROL, msg);
         // Sent before the seat goes: the message leaves with the next packets.
         let _ = self.transport.send_packets(&mut self.renet);
-        self.drop_seat(slot, reason);
+        self.drop_seat_closing(slot, reason, CLOSE_GRACE);
     }
 
     /// Closes the connections of dropped clients whose grace is over.
@@ -922,6 +922,12 @@ impl Match<'_> {
 
     /// Frees a slot: the client is disconnected and its slot plays no input.
     fn drop_seat(&mut self, slot: usize, reason: String) {
+        self.drop_seat_closing(slot, reason, Duration::ZERO);
+    }
+
+    /// [`Match::drop_seat`], the connection closed `grace` later (it holds one of netcode's
+    /// connections till then).
+    fn drop_seat_closing(&mut self, slot: usize, reason: String, grace: Duration) {
         let Some(mut seat) = self.seats[slot].take() else {
             return;
         };
@@ -938,9 +944,10 @@ impl Match<'_> {
             );
         }
         seat.record.left = Some((frame, reason.clone()));
-        if self.renet.is_connected(seat.client_id) {
-            self.closing
-                .push((seat.client_id, Instant::now() + CLOSE_GRACE));
+        if grace.is_zero() && self.renet.is_connected(seat.client_id) {
+            self.renet.disconnect(seat.client_id);
+        } else if self.renet.is_connected(seat.client_id) {
+            self.closing.push((seat.client_id, Instant::now() + grace));
         }
         let addr = seat.addr;
         self.depart(seat, false);
