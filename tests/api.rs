@@ -976,6 +976,7 @@ fn frame_session_and_predictive_client_take_structured_inputs() {
         end
         return G"
         .into();
+    cfg.chunk_name = "=test".into();
     let pad = |dx, fire| Pad { dx, fire };
     let mut fs: FrameSession<Pad> =
         FrameSession::new(Game::new(&cfg, Backend::ArenaIncremental).unwrap(), 8);
@@ -1199,6 +1200,7 @@ fn a_second_game_at_the_fixed_base_address_is_told_to_use_none() {
     cfg.script =
         "G = {} function G.init() G.x = 0 end function G.step(i) G.x = G.x + i[1] end return G"
             .into();
+    cfg.chunk_name = "=test".into();
     let mut first = Game::new(&cfg, Backend::ArenaIncremental).unwrap();
     first.step(&[1u8, 2]).unwrap();
     let save = first.save_game().unwrap();
@@ -1229,6 +1231,7 @@ fn from_save_takes_no_code_from_the_file_unless_trusted() {
     cfg.script = "G = {} function G.init() W = { f = function(x) return x + 1 end, x = 0 } end
                   function G.step(i) W.x = W.f(W.x) end return G"
         .into();
+    cfg.chunk_name = "=test".into();
     let mut v1 = Game::new(&cfg, Backend::ArenaFull).unwrap();
     v1.step(&[0u8]).unwrap();
     let save = v1.save_game().unwrap();
@@ -1410,6 +1413,7 @@ fn error_values_that_are_tables_reach_the_host_whole() {
     cfg.script = "local G = {} function G.init() end
         function G.step() error({ reason = 'desk closed' }) end return G"
         .into();
+    cfg.chunk_name = "=test".into();
     let mut game = Game::new(&cfg, Backend::ArenaFull).unwrap();
     let e = game.step(&[0u8]).unwrap_err();
     let chain = format!("{e} {:?}", std::error::Error::source(&e));

@@ -39,6 +39,7 @@ fn leaky_game() -> GameConfig {
         function G.step(i) s.v = (s.v * 31 + host.outside()) % 1000003 end
         return G"
         .into();
+    cfg.chunk_name = "=test".into();
     cfg.setup = luasnap::bridge::runtime::VmSetup::new(|b| {
         let counter = std::cell::Cell::new(0i64);
         b.native("host.outside", move |call| {

@@ -388,3 +388,70 @@ fn simulate_checks_g_digest_at_the_start_and_the_end() {
         "{err}"
     );
 }
+
+/// A script of one's own under the embedded game's chunk name is refused (its errors would
+/// point at `arena_brawl` and saves of any other script so named would load into it); named,
+/// its errors carry its name and another script's saves do not bind to it.
+#[test]
+fn a_script_of_its_own_needs_a_name_of_its_own() {
+    let mut cfg = GameConfig::default_game(2, 1);
+    cfg.base_address = None;
+    cfg.capacity = 64 << 20;
+    cfg.script = "local G = {} function G.init() end function G.step() end return G".into();
+    let err = Game::<u8>::new(&cfg, Backend::ArenaFull)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        err.contains("chunk name is still the default game's") && err.contains("with_script"),
+        "{err}"
+    );
+    let a = cfg.clone().with_script(
+        "game_a",
+        "local G, s = {}, {} function G.init() s.n = 0 end
+         function G.step() s.n = s.n + 1 end return G",
+    );
+    let b = cfg.clone().with_script(
+        "game_b",
+        "local G, t = {}, {} function G.init() t.k = 'x' end
+         function G.step() error('boom') end return G",
+    );
+    let mut ga = Game::<u8>::new(&a, Backend::ArenaFull).unwrap();
+    ga.step(&[0, 0]).unwrap();
+    let save = ga.save_game().unwrap();
+    let err = Game::<u8>::from_save(&b, Backend::ArenaFull, &save)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(err.contains("game_a"), "{err}");
+    let mut gb = Game::<u8>::new(&b, Backend::ArenaFull).unwrap();
+    let err = gb.step(&[0, 0]).unwrap_err().to_string();
+    assert!(err.contains("game_b:2: boom"), "{err}");
+}
+
+/// Running out of the arena while the script loads or `G.init` runs says so, as in a step.
+#[test]
+fn out_of_memory_at_init_names_the_capacity() {
+    let mut cfg = tiny(2, 1);
+    cfg.capacity = 64 << 10;
+    let err = Game::<u8>::new(&cfg, Backend::ArenaFull)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        err.contains("ran out of memory at frame 0") && err.contains("GameConfig::capacity"),
+        "{err}"
+    );
+    cfg.capacity = 4 << 20;
+    cfg.script = "local G = {} function G.init() local t = {} for i = 1, 1e7 do t[i] = i end end
+                  function G.step() end return G"
+        .into();
+    let err = Game::<u8>::new(&cfg, Backend::ArenaFull)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        err.contains("ran out of memory at frame 0") && err.contains("GameConfig::capacity"),
+        "{err}"
+    );
+}

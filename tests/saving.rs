@@ -184,10 +184,50 @@ fn a_rollback_before_every_save_says_so() {
     assert_eq!(held, [7, 8, 9]);
     let e = s.rollback_and_resimulate(2, truth).unwrap_err().to_string();
     assert!(
-        e.contains("frame 2 is before every state this session holds (oldest 7)"),
+        e.contains(
+            "frame 2 is before every state this session holds (frames 7..=9; its window keeps 3)"
+        ),
+        "{e}"
+    );
+    // A frame it never saved is named with what it holds.
+    let e = s.load_frame(4).unwrap_err().to_string();
+    assert!(
+        e.contains("frame 4 is not among the states this session holds (frames 7..=9"),
         "{e}"
     );
     // The session still works.
     s.rollback_and_resimulate(8, truth).unwrap();
     assert_eq!(s.game().frame(), 10);
+}
+
+/// A session's window is bounded by the game's snapshot window (its saves are snapshots
+/// there), and `Game::load` names a handle of another frame.
+#[test]
+fn windows_and_frames_a_session_cannot_serve_are_refused_by_name() {
+    let mut cfg = tiny();
+    cfg.window = 3;
+    let game: Game = Game::new(&cfg, Backend::ArenaIncremental).unwrap();
+    let mut s = FrameSession::new(game, 10);
+    for f in 0..10 {
+        s.advance(&truth(f)).unwrap();
+    }
+    let held: Vec<u64> = s.saved_frames().collect();
+    assert_eq!(
+        held,
+        [7, 8, 9],
+        "the game's window of 3 bounds the session's 10"
+    );
+    let e = s.load_frame(2).unwrap_err().to_string();
+    assert!(e.contains("GameConfig::window"), "{e}");
+    let mut game = s.into_game();
+    let handle = game.save().unwrap();
+    game.step(&truth(10)).unwrap();
+    let e = game.load(&handle, 99).unwrap_err().to_string();
+    assert!(
+        e.contains("told frame 99, but the handle holds the state of frame 10"),
+        "{e}"
+    );
+    assert_eq!(game.frame(), 10);
+    game.load(&handle, 10).unwrap();
+    assert_eq!(game.frame(), 10);
 }

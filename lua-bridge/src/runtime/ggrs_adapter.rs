@@ -954,6 +954,7 @@ mod tests {
             function G.digest() return s.v end
             return G"
             .into();
+        cfg.chunk_name = "=test".into();
         let window = cfg.window;
         let game = Game::new(&cfg, Backend::ArenaIncremental).unwrap();
         // Loads frame 0 from frame 8, as a P2P session with max prediction 8 may.
@@ -997,6 +998,7 @@ mod tests {
             cfg.base_address = None;
             cfg.window = window;
             cfg.script = "local G = {} function G.init() end function G.step() end return G".into();
+            cfg.chunk_name = "=test".into();
             Game::new(&cfg, backend).unwrap()
         };
         let synctest = |d| {
@@ -1033,6 +1035,7 @@ mod tests {
         cfg.script = "local G, s = {}, 0 function G.init() end
             function G.step(i) s = s * 31 + i[1] + 7 * i[2] end return G"
             .into();
+        cfg.chunk_name = "=test".into();
         sync_test(&cfg, Backend::ArenaIncremental, 40, 6).unwrap();
         // The serializer has no window; spectators and lockstep never load.
         GgrsGame::<LuaGgrs>::new(

@@ -288,12 +288,16 @@ pub struct GameConfig {
 /// ([`GameConfig::collect_every`]) nor the game (`G.collect_every`) says (see `docs/gc.md`).
 pub const DEFAULT_COLLECT_EVERY: u64 = 60;
 
+/// The chunk name [`GameConfig::default_game`] gives the embedded game.
+const DEFAULT_GAME_CHUNK: &str = "=arena_brawl";
+
 impl GameConfig {
-    /// The embedded default game.
+    /// The embedded default game. For a game of your own, name its script with
+    /// [`GameConfig::with_script`] or [`GameConfig::game_at`].
     pub fn default_game(players: usize, seed: u64) -> GameConfig {
         GameConfig {
             script: DEFAULT_GAME.to_string(),
-            chunk_name: "=arena_brawl".into(),
+            chunk_name: DEFAULT_GAME_CHUNK.into(),
             players,
             seed,
             base_address: Some(GAME_BASE_ADDRESS),
@@ -307,6 +311,28 @@ impl GameConfig {
             folder_files: None,
             collect_every: None,
         }
+    }
+
+    /// This configuration running `source` as the game's script, its chunk named `=name`: the
+    /// name errors and tracebacks give its lines (`name:12: attempt to index a nil value`)
+    /// and saves give its functions, so a save of another script does not bind to this one's
+    /// functions. Keep the name across versions of the game, or its old saves no longer find
+    /// their functions. A game in files: [`GameConfig::game_at`].
+    pub fn with_script(mut self, name: &str, source: impl Into<String>) -> GameConfig {
+        self.script = source.into();
+        self.chunk_name = format!("={name}");
+        self
+    }
+
+    /// A script that is not the embedded game under the embedded game's name would report
+    /// its errors at `arena_brawl:LINE` and take saves of any other script so named.
+    fn check_chunk_name(&self) -> Result<(), GameError> {
+        if self.chunk_name == DEFAULT_GAME_CHUNK && self.script != DEFAULT_GAME {
+            return Err(GameError::Config(format!(
+                "the game's script is not the embedded default game, but its chunk name is still the default game's ({DEFAULT_GAME_CHUNK:?}): name your script, `GameConfig::default_game(players, seed).with_script(\"my_game\", source)` or `cfg.chunk_name = \"=my_game\".into()`; otherwise its errors point at arena_brawl's lines and a save of any other script left so named loads into it"
+            )));
+        }
+        Ok(())
     }
 
     /// This configuration with the game at `path`: a game's folder (its `main.lua` is the
@@ -453,11 +479,13 @@ pub(crate) fn script_source(script: &str) -> std::borrow::Cow<'_, str> {
 /// struct Pad { dx: i8, fire: bool }
 /// impl GameInput for Pad {}
 ///
-/// let mut cfg = GameConfig::default_game(2, 1);
+/// let mut cfg = GameConfig::default_game(2, 1).with_script(
+///     "pads",
+///     "local G, x = {}, 0 function G.init() end
+///      function G.step(inputs) x = x + inputs[1].dx end return G",
+/// );
 /// cfg.base_address = None;
 /// cfg.capacity = 64 << 20;
-/// cfg.script = "local G, x = {}, 0 function G.init() end
-///     function G.step(inputs) x = x + inputs[1].dx end return G".into();
 /// let mut game: Game<Pad> = Game::new(&cfg, Backend::ArenaAuto)?;
 /// game.step(&[Pad { dx: 1, fire: false }, Pad::default()])?;
 /// # Ok::<(), luasnap_bridge::runtime::GameError>(())
@@ -470,11 +498,13 @@ pub(crate) fn script_source(script: &str) -> std::borrow::Cow<'_, str> {
 /// # #[derive(Clone, Copy, Default, serde::Serialize)]
 /// # struct Pad { dx: i8, fire: bool }
 /// # impl GameInput for Pad {}
-/// # let mut cfg = GameConfig::default_game(2, 1);
+/// # let mut cfg = GameConfig::default_game(2, 1).with_script(
+/// #     "pads",
+/// #     "local G, x = {}, 0 function G.init() end
+/// #      function G.step(inputs) x = x + inputs[1].dx end return G",
+/// # );
 /// # cfg.base_address = None;
 /// # cfg.capacity = 64 << 20;
-/// # cfg.script = "local G, x = {}, 0 function G.init() end
-/// #     function G.step(inputs) x = x + inputs[1].dx end return G".into();
 /// let mut game: Game<Pad> = Game::new(&cfg, Backend::ArenaAuto)?;
 /// game.step(&[1u8, 2u8])?;
 /// # Ok::<(), luasnap_bridge::runtime::GameError>(())
@@ -549,6 +579,7 @@ impl Game {
     /// Builds the VM and runs the script, checking the game contract in Lua (G holds
     /// functions; `luasnap_game` is set).
     pub fn load_script(cfg: &GameConfig, backend: Backend) -> Result<Vm, GameError> {
+        cfg.check_chunk_name()?;
         let vm = Self::build_vm(cfg, backend)?;
         let lua_error = |source: VmError| match source {
             VmError::Lua {
@@ -621,6 +652,7 @@ impl Game {
     /// them, by a load given [`Game::folder_chunks`]. For reading a save's values
     /// ([`crate::runtime::value_diff::save_graph`]), not for playing it.
     pub fn reader_vm(cfg: &GameConfig) -> Result<Vm, GameError> {
+        cfg.check_chunk_name()?;
         let mut reader = cfg.clone();
         reader.base_address = None;
         let vm = Self::build_vm(&reader, Backend::ArenaFull)?;
@@ -659,7 +691,18 @@ impl<I> Game<I> {
 
     /// Loads the script and calls `G.init(players, seed)`.
     pub fn new(cfg: &GameConfig, backend: Backend) -> Result<Game<I>, GameError> {
-        let vm = Game::load_script(cfg, backend).map_err(explain_base_in_use)?;
+        let at_init = |e: GameError, heap_bytes: usize| match out_of_memory(&e) {
+            true => GameError::OutOfMemory {
+                frame: 0,
+                run: backend.name().into(),
+                heap_bytes,
+                capacity: cfg.capacity,
+            },
+            false => e,
+        };
+        let vm = Game::load_script(cfg, backend)
+            .map_err(explain_base_in_use)
+            .map_err(|e| at_init(e, 0))?;
         let has_digest = Self::has_digest(&vm)?;
         let mut game = Game {
             vm,
@@ -684,7 +727,8 @@ impl<I> Game<I> {
             .map_err(|source| match game.script_error(source) {
                 GameError::Script { error, .. } => GameError::Init { error },
                 e => e,
-            })?;
+            })
+            .map_err(|e| at_init(e, game.vm.lua_memory()))?;
         game.vm
             .set("luasnap_players", Value::Integer(cfg.players as i64))?;
         // Frames start under the collector's steady schedule, whatever built the heap (a
@@ -892,15 +936,7 @@ impl<I> Game<I> {
     /// A save or a load that ran out of the arena is [`GameError::OutOfMemory`], naming the
     /// frame and the run, like a `G.step` that does.
     fn memory_failure(&self, e: GameError) -> GameError {
-        use crate::bridge::error::LuaErrorKind::Memory;
-        let memory = |v: &VmError| matches!(v, VmError::Lua { kind: Memory, .. });
-        let out_of_memory = match &e {
-            GameError::Vm(v)
-            | GameError::Save(SaveError::Lua(v))
-            | GameError::Load(LoadError::Lua(v)) => memory(v),
-            _ => false,
-        };
-        if out_of_memory {
+        if out_of_memory(&e) {
             GameError::OutOfMemory {
                 frame: self.frame,
                 run: self.backend.name().into(),
@@ -912,7 +948,9 @@ impl<I> Game<I> {
         }
     }
 
-    /// Restores a state saved with [`Game::save`] at `frame`.
+    /// Restores a state saved with [`Game::save`] at `frame`. The state knows its frame: a
+    /// handle saved at another frame is restored all the same, the game's frame becomes the
+    /// handle's, and the call returns [`GameError::Config`] naming both.
     pub fn load(&mut self, handle: &SaveHandle, frame: u64) -> Result<(), GameError> {
         match handle {
             SaveHandle::Snapshot(id) => self.vm.rollback(*id)?,
@@ -927,13 +965,22 @@ impl<I> Game<I> {
                 self.vm.gc_collect_settled()?;
             }
         }
-        self.frame = frame;
+        let saved = self.vm.get::<Value>("luasnap_frame")?.as_integer();
+        self.frame = saved.map_or(frame, |f| f as u64);
+        if self.frame != frame {
+            return Err(GameError::Config(format!(
+                "Game::load was told frame {frame}, but the handle holds the state of frame {}: the game is at frame {} now (keep each handle with the frame Game::save was called at)",
+                self.frame, self.frame
+            )));
+        }
         Ok(())
     }
 
     /// A save-game of the current state (whatever the backend).
     pub fn save_game(&self) -> Result<Vec<u8>, GameError> {
-        Ok(self.vm.save_game()?)
+        self.vm
+            .save_game()
+            .map_err(|e| self.memory_failure(e.into()))
     }
 
     /// Frames simulated since `G.init`.
@@ -963,7 +1010,9 @@ impl<I> Game<I> {
 
     /// The value digest (address-independent).
     pub fn value_digest(&mut self) -> Result<u64, GameError> {
-        Ok(self.vm.value_digest()?)
+        self.vm
+            .value_digest()
+            .map_err(|e| self.memory_failure(e.into()))
     }
 
     /// `G.digest()`, if the game defines it: an integer as is, a string (a hex checksum, a
@@ -1156,18 +1205,24 @@ pub struct FrameSession<I: GameInput = u8> {
 }
 
 impl<I: GameInput> FrameSession<I> {
-    /// A session over a game that saves every frame; `window` frames are kept (at least 1).
+    /// A session over a game that saves every frame; `window` frames are kept (at least 1, at
+    /// most the game's snapshot window on the arena backends: see [`FrameSession::with_saving`]).
     pub fn new(game: Game<I>, window: usize) -> FrameSession<I> {
         FrameSession::with_saving(game, window, Saving::EveryFrame)
     }
 
     /// A session over a game saving as `saving` says; at most `window` saves are kept (at
-    /// least 1), and with [`Saving::Sparse`] a frame is saved when the newest save is
-    /// `window` frames old.
+    /// least 1, and on the arena backends at most the game's snapshot window,
+    /// [`GameConfig::window`], whose snapshots they are), and with [`Saving::Sparse`] a frame
+    /// is saved when the newest save is `window` frames old.
     pub fn with_saving(game: Game<I>, window: usize, saving: Saving) -> FrameSession<I> {
+        let most = match game.backend() {
+            Backend::Serialize => usize::MAX,
+            _ => game.vm().snapshots().window(),
+        };
         FrameSession {
             game,
-            window: window.max(1),
+            window: window.clamp(1, most.max(1)),
             saving,
             confirmed: None,
             saves: VecDeque::new(),
@@ -1253,7 +1308,8 @@ impl<I: GameInput> FrameSession<I> {
     pub fn load_frame(&mut self, frame: u64) -> Result<(), GameError> {
         let Some(pos) = self.saves.iter().position(|(f, _)| *f == frame) else {
             return Err(GameError::Config(format!(
-                "frame {frame} is not in the {}-frame window; raise the window or lower the delay",
+                "frame {frame} is not among the states this session holds ({}; its window keeps {}): raise the window (FrameSession's, and GameConfig::window, which bounds it on the arena backends) or roll back less far",
+                self.held(),
                 self.window
             )));
         };
@@ -1341,6 +1397,25 @@ impl<I: GameInput> FrameSession<I> {
         Ok(())
     }
 
+    /// The frames held, for messages: `frames 7..=9`, `frames 3, 9`, `none`.
+    fn held(&self) -> String {
+        let frames: Vec<u64> = self.saved_frames().collect();
+        match frames.as_slice() {
+            [] => "none".into(),
+            [a, .., b] if frames.windows(2).all(|w| w[1] == w[0] + 1) => {
+                format!("frames {a}..={b}")
+            }
+            _ => format!(
+                "frames {}",
+                frames
+                    .iter()
+                    .map(u64::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        }
+    }
+
     /// The newest saved frame at or before `frame`.
     fn newest_save_at_or_before(&self, frame: u64) -> Result<u64, GameError> {
         self.saves
@@ -1350,8 +1425,9 @@ impl<I: GameInput> FrameSession<I> {
             .find(|f| *f <= frame)
             .ok_or_else(|| {
                 GameError::Config(format!(
-                    "frame {frame} is before every state this session holds (oldest {}); raise the window or lower the delay",
-                    self.saves.front().map_or("none".into(), |(f, _)| f.to_string())
+                    "frame {frame} is before every state this session holds ({}; its window keeps {}): raise the window (FrameSession's, and GameConfig::window, which bounds it on the arena backends) or roll back less far",
+                    self.held(),
+                    self.window
                 ))
             })
     }
@@ -1493,6 +1569,20 @@ impl<I: GameInput> PredictiveClient<I> {
     /// Frames predicted and not yet confirmed.
     pub fn pending(&self) -> usize {
         self.pending.len()
+    }
+}
+
+/// Whether `e` is Lua running out of the arena (a step's, a save's, a load's, the script's
+/// or `G.init`'s allocation).
+fn out_of_memory(e: &GameError) -> bool {
+    use crate::bridge::error::LuaErrorKind::Memory;
+    let memory = |v: &VmError| matches!(v, VmError::Lua { kind: Memory, .. });
+    match e {
+        GameError::Vm(v)
+        | GameError::Init { error: v }
+        | GameError::Save(SaveError::Lua(v))
+        | GameError::Load(LoadError::Lua(v)) => memory(v),
+        _ => false,
     }
 }
 

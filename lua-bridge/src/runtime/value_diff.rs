@@ -860,7 +860,8 @@ fn int_float(i: i64, f: f64) -> std::cmp::Ordering {
 impl Game {
     /// The values reachable from the globals, for a path-by-path diff with another state.
     pub fn value_graph(&mut self) -> Result<ValueGraph, GameError> {
-        Ok(self.vm.value_graph()?)
+        let graph = self.vm.value_graph();
+        graph.map_err(|e| self.memory_failure(e.into()))
     }
 }
 
