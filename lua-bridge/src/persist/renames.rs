@@ -144,6 +144,9 @@ pub(crate) fn check(renames: &[Rename]) -> Result<(), String> {
         if let Some(why) = file.and_then(bad_file) {
             return bad(r, why);
         }
+        if has_colon(from) || r.to_place().is_some_and(has_colon) {
+            return bad(r, "writes a method with ':', which no place has: a place names a method with '.' (\"Entity.hurt\" for `function Entity:hurt`), and a file part ends in \".lua:\" (\"src/entity.lua:Entity.hurt\")");
+        }
         if names(from).iter().any(Vec::is_empty) {
             return bad(r, "does not name a saved function's place (such as \"Entity.hurt\" or \"G.step > turn\")");
         }
@@ -167,6 +170,13 @@ pub(crate) fn check(renames: &[Rename]) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// Whether a declared place (its file part, if any, left out) has a ':' outside quoted keys:
+/// a method as Lua code writes it (`Entity:hurt`), which matches no saved place.
+fn has_colon(declared: &str) -> bool {
+    let (_, place) = split_file(declared);
+    unquoted_at(place).any(|i| place.as_bytes()[i] == b':')
 }
 
 /// Why the file part of a declared place (`src/entity.lua` in `src/entity.lua:Entity.hurt`)
@@ -279,6 +289,22 @@ mod tests {
         // A host's chunk (`=game`) has places; a string given to `load` is not the game's.
         assert!(applied(&r, b"=game", &place("Entity.hurt")).is_some());
         assert!(applied(&r, b"return 1", &place("Entity.hurt")).is_none());
+    }
+
+    /// A method written as in the code (`Entity:hurt`) names no place: refused, on either
+    /// side; a ':' inside a quoted key is the key's.
+    #[test]
+    fn a_method_written_with_a_colon_is_refused() {
+        for r in [
+            Rename::renamed("Entity:hurt", "Entity.take_damage"),
+            Rename::renamed("Entity.hurt", "Entity:take_damage"),
+            Rename::replaced("src/entity.lua:Entity:hurt", "Entity.on_hit"),
+        ] {
+            let e = check(std::slice::from_ref(&r)).unwrap_err();
+            assert!(e.contains("writes a method with ':'"), "{e}");
+        }
+        check(&[Rename::renamed("M[\"a:b\"]", "M.c")]).unwrap();
+        check(&[Rename::renamed("src/entity.lua:Entity.hurt", "Entity.c")]).unwrap();
     }
 
     #[test]

@@ -1264,10 +1264,11 @@ impl<I: GameInput> FrameSession<I> {
         self.saves.iter().map(|(f, _)| *f)
     }
 
-    /// Says that the inputs of every frame up to `frame` are final: with [`Saving::NewFrames`]
-    /// and [`Saving::Sparse`] the state after it is the one a rollback saves. Call it when those inputs arrive, before the
-    /// rollback they cause ([`FrameSession::rollback_and_resimulate`] then saves that state
-    /// on its way). A frame before one already confirmed changes nothing.
+    /// Says that the inputs of every frame up to `frame` are final: with
+    /// [`Saving::NewFrames`] and [`Saving::Sparse`] the state after it is the one a rollback
+    /// saves. Call it when those inputs arrive, before the rollback they cause
+    /// ([`FrameSession::rollback_and_resimulate`] then saves that state on its way). A frame
+    /// before one already confirmed changes nothing.
     pub fn confirm(&mut self, frame: u64) {
         if self.confirmed.is_none_or(|c| frame > c) {
             self.confirmed = Some(frame);
