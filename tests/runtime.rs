@@ -389,6 +389,13 @@ fn simulate_checks_g_digest_at_the_start_and_the_end() {
     );
 }
 
+/// What `Game::new` refuses `cfg` with.
+fn refusal(cfg: &GameConfig) -> String {
+    Game::<u8>::new(cfg, Backend::ArenaFull)
+        .expect_err("refused")
+        .to_string()
+}
+
 /// A script of one's own under the embedded game's chunk name is refused (its errors would
 /// point at `arena_brawl` and saves of any other script so named would load into it); named,
 /// its errors carry its name and another script's saves do not bind to it.
@@ -398,10 +405,7 @@ fn a_script_of_its_own_needs_a_name_of_its_own() {
     cfg.base_address = None;
     cfg.capacity = 64 << 20;
     cfg.script = "local G = {} function G.init() end function G.step() end return G".into();
-    let err = Game::<u8>::new(&cfg, Backend::ArenaFull)
-        .err()
-        .unwrap()
-        .to_string();
+    let err = refusal(&cfg);
     assert!(
         err.contains("chunk name is still the default game's") && err.contains("with_script"),
         "{err}"
@@ -434,10 +438,7 @@ fn a_script_of_its_own_needs_a_name_of_its_own() {
 fn out_of_memory_at_init_names_the_capacity() {
     let mut cfg = tiny(2, 1);
     cfg.capacity = 64 << 10;
-    let err = Game::<u8>::new(&cfg, Backend::ArenaFull)
-        .err()
-        .unwrap()
-        .to_string();
+    let err = refusal(&cfg);
     assert!(
         err.contains("ran out of memory at frame 0") && err.contains("GameConfig::capacity"),
         "{err}"
@@ -446,10 +447,7 @@ fn out_of_memory_at_init_names_the_capacity() {
     cfg.script = "local G = {} function G.init() local t = {} for i = 1, 1e7 do t[i] = i end end
                   function G.step() end return G"
         .into();
-    let err = Game::<u8>::new(&cfg, Backend::ArenaFull)
-        .err()
-        .unwrap()
-        .to_string();
+    let err = refusal(&cfg);
     assert!(
         err.contains("ran out of memory at frame 0") && err.contains("GameConfig::capacity"),
         "{err}"

@@ -6,7 +6,8 @@
 /// re-simulated frame is saved again); with [`Saving::NewFrames`] or [`Saving::Sparse`] one
 /// load and one save. On games whose frames write most of their heap a save costs about a
 /// load, so that takes most of the copies out of a rollback: on the two churning library games
-/// of the corpus at delay 4, 1.6-1.8 ms → 0.7-0.9 ms (docs/gc.md, "One save per rollback").
+/// of the corpus at delay 4, 1.5-2.0 ms → 0.75-1.04 ms (docs/gc.md, "One save per
+/// rollback").
 /// What the fewer saves give up is depth, and only when confirmations come in bursts or
 /// predictions were right for long: a rollback then loads the newest save before the frame
 /// asked for and re-simulates the frames between with the inputs they ran with.

@@ -739,18 +739,22 @@ impl Match<'_> {
 
     /// Tells a client why it must go, then drops it.
     fn expel(&mut self, slot: usize, reason: String) {
-        let Some(seat) = self.seats[slot].as_ref() else {
+        let Some(client_id) = self.seats[slot].as_ref().map(|s| s.client_id) else {
             return;
         };
+        self.tell_refused(client_id, &reason);
+        self.drop_seat_closing(slot, reason, CLOSE_GRACE);
+    }
+
+    /// Sends a client the reason it is refused, now: before its seat goes, so the message
+    /// leaves with the next packets.
+    fn tell_refused(&mut self, client_id: u64, reason: &str) {
         let msg = ServerMessage::Refused {
-            reason: reason.clone(),
+            reason: reason.to_string(),
         }
         .encode();
-        self.renet
-            .send_message(seat.client_id, CHANNEL_CONTROL, msg);
-        // Sent before the seat goes: the message leaves with the next packets.
+        self.renet.send_message(client_id, CHANNEL_CONTROL, msg);
         let _ = self.transport.send_packets(&mut self.renet);
-        self.drop_seat_closing(slot, reason, CLOSE_GRACE);
     }
 
     /// Closes the connections of dropped clients whose grace is over.
@@ -1069,14 +1073,8 @@ impl Match<'_> {
                 "it runs another game (game id {game_id:016x}, the server's is {:016x}): run the server's GAME (its main script and modules, the same files under the same names) with {points}",
                 self.game_id
             );
-            let msg = ServerMessage::Refused {
-                reason: reason.clone(),
-            }
-            .encode();
-            self.renet
-                .send_message(seat.client_id, CHANNEL_CONTROL, msg);
-            // Sent before the seat goes: the refusal leaves with the next packets.
-            let _ = self.transport.send_packets(&mut self.renet);
+            let client_id = seat.client_id;
+            self.tell_refused(client_id, &reason);
             self.drop_seat(slot, format!("refused: {reason}"));
             return Ok(());
         }
