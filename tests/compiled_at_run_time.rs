@@ -15,7 +15,6 @@ use luasnap::bridge::persist::{LoadError, LoadOptions, Trust};
 use luasnap::bridge::runtime::{scripted_input, Backend, Game, GameConfig};
 use luasnap::bridge::Module;
 use luasnap::bridge::Vm;
-use std::process::Command;
 
 /// Set in the child: the path of the save to load.
 const CHILD: &str = "LUASNAP_COMPILED_CHILD";
@@ -85,28 +84,8 @@ fn a_tiny_ecs_game_continues_alike_from_a_foreign_save_in_a_new_process() {
     straight.clear();
     run_to(&mut g, END_AT, &mut straight);
 
-    let out = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "compiled_child",
-            "--exact",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(CHILD, &save)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "the loading process failed\n{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let field = |tag: &str| {
-        stdout
-            .lines()
-            .filter_map(|l| l.find(tag).map(|at| l[at + tag.len()..].to_string()))
-            .collect::<Vec<_>>()
-    };
+    let stdout = common::child::run_with("compiled_child", CHILD, &save.to_string_lossy());
+    let field = |tag: &str| common::child::fields(&stdout, tag);
     // The filters of G.init (3) and of frames 25 and 50 (2): none compiled in the new process
     // before the load, so the load compiled each from the save's text.
     let compiled: usize = field("COMPILED ")[0].parse().unwrap();

@@ -13,7 +13,6 @@ mod common;
 
 use luasnap::bridge::persist::Trust;
 use luasnap::bridge::Vm;
-use std::process::Command;
 
 /// Set in the child: the path of the save to load.
 const CHILD: &str = "LUASNAP_KEY_IDENTITIES_CHILD";
@@ -114,28 +113,8 @@ fn a_game_past_2_pow_31_identities_saves_and_goes_on_alike_in_another_process() 
 
     let save = common::temp_file("luasnap-idwrap-", ".sav");
     std::fs::write(&save, &file).unwrap();
-    let out = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "key_identities_child",
-            "--exact",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(CHILD, &save)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "the loading process failed\n{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let field = |tag: &str| {
-        stdout
-            .lines()
-            .filter_map(|l| l.find(tag).map(|at| l[at + tag.len()..].to_string()))
-            .collect::<Vec<_>>()
-    };
+    let stdout = common::child::run_with("key_identities_child", CHILD, &save.to_string_lossy());
+    let field = |tag: &str| common::child::fields(&stdout, tag);
     // The same in every process that loads the file: order, count, and what follows.
     assert_eq!(
         field("LOADED "),

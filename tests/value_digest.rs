@@ -2,6 +2,8 @@
 //! depends on the collector are left out, differences at any depth count, and the value diff
 //! names differing values by path.
 
+mod common;
+
 use luasnap::bridge::runtime::{Backend, Game, GameConfig};
 use luasnap::bridge::Vm;
 
@@ -293,22 +295,7 @@ fn the_digest_does_not_depend_on_the_vms_the_process_built_before() {
     }
     Game::<u8>::new(&GameConfig::default_game(1, 0), Backend::ArenaIncremental).unwrap();
     let here = c_functions_game_digest();
-    let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args([
-            "c_functions_digest_child",
-            "--exact",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(DIGEST_CHILD, "1")
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = common::child::run_with("c_functions_digest_child", DIGEST_CHILD, "1");
     let child: u64 = stdout
         .lines()
         .find_map(|l| l.split_once("DIGEST ").map(|(_, d)| d))

@@ -52,3 +52,29 @@ pub fn in_child(name: &str, body: impl FnOnce()) -> Option<String> {
     }
     Some(stderr.into_owned())
 }
+
+/// Runs the test `name` of this binary in a child process with the environment variable
+/// `var` set to `value` (what the child test reads to know it is the child, and its input),
+/// and returns what it printed. A child that fails fails the calling test, with its output.
+pub fn run_with(name: &str, var: &str, value: &str) -> String {
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args([name, "--exact", "--nocapture", "--test-threads=1"])
+        .env(var, value)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "the child process ({name}) failed\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+/// What follows `tag` on each line of a child's output that holds it, in order.
+pub fn fields(stdout: &str, tag: &str) -> Vec<String> {
+    stdout
+        .lines()
+        .filter_map(|l| l.find(tag).map(|at| l[at + tag.len()..].to_string()))
+        .collect()
+}

@@ -1287,6 +1287,26 @@ void luaC_checkfinalizer (lua_State *L, GCObject *o, Table *mt) {
 
 
 /*
+** luasnap patch (see LUASNAP-PATCHES.md): takes 'o', the object at '*p' in 'allgc', out of
+** that list as 'luaC_checkfinalizer' does before it links an object in 'finobj' ("swept" in
+** the sweep phase, keeping 'sweepgc' off it; else the generational pointers corrected), with
+** the pointer to 'o' at hand instead of searched for.
+*/
+static void unlinkfromallgc (lua_State *L, GCObject **p) {
+  global_State *g = G(L);
+  GCObject *o = *p;
+  if (issweepphase(g)) {
+    makewhite(g, o);  /* "sweep" object 'o' */
+    if (g->sweepgc == &o->next)  /* should not remove 'sweepgc' object */
+      g->sweepgc = sweeptolive(L, g->sweepgc);  /* change 'sweepgc' */
+  }
+  else
+    correctpointers(g, o);
+  *p = o->next;  /* remove 'o' from 'allgc' list */
+}
+
+
+/*
 ** luasnap patch (see LUASNAP-PATCHES.md): 'luaC_checkfinalizer' for every table and full
 ** userdata in 'allgc' before 'last', that is, every object made since 'last' was (new objects
 ** go to the head of 'allgc', and objects leave it only when freed or marked for finalization),
@@ -1308,15 +1328,7 @@ void luaC_checkfinalizers (lua_State *L, GCObject *last) {
                      ** caller set aside (marked: see 'luaC_markfinalizers') */
       continue;
     }
-    /* as 'luaC_checkfinalizer', with the pointer to 'o' at hand */
-    if (issweepphase(g)) {
-      makewhite(g, o);  /* "sweep" object 'o' */
-      if (g->sweepgc == &o->next)  /* should not remove 'sweepgc' object */
-        g->sweepgc = sweeptolive(L, g->sweepgc);  /* change 'sweepgc' */
-    }
-    else
-      correctpointers(g, o);
-    *p = o->next;  /* remove 'o' from 'allgc' list */
+    unlinkfromallgc(L, p);
     o->next = g->finobj;  /* link it in 'finobj' list */
     g->finobj = o;
     l_setbit(o->marked, FINALIZEDBIT);  /* mark it as such */
@@ -1363,15 +1375,7 @@ int luaC_markfinalizers (lua_State *L, GCObject *last, GCObject **objs, int n) {
       p = &o->next;
       continue;
     }
-    /* as 'luaC_checkfinalizer', with the pointer to 'o' at hand */
-    if (issweepphase(g)) {
-      makewhite(g, o);  /* "sweep" object 'o' */
-      if (g->sweepgc == &o->next)  /* should not remove 'sweepgc' object */
-        g->sweepgc = sweeptolive(L, g->sweepgc);  /* change 'sweepgc' */
-    }
-    else
-      correctpointers(g, o);
-    *p = o->next;  /* remove 'o' from 'allgc' list (linked in 'finobj' below) */
+    unlinkfromallgc(L, p);  /* linked in 'finobj' below */
   }
   for (i = 0; i < n; i++) {  /* in their order: the last one ends at the head */
     objs[i]->next = g->finobj;

@@ -1329,15 +1329,16 @@ impl<I: GameInput> FrameSession<I> {
         if self.wants_save() {
             self.save_frame()?;
         }
-        self.step(inputs.to_vec())
+        self.step(inputs)
     }
 
-    fn step(&mut self, inputs: Vec<I>) -> Result<(), GameError> {
+    /// Steps the game, keeping the inputs when a rollback may replay them.
+    fn step(&mut self, inputs: &[I]) -> Result<(), GameError> {
         let game = &mut self.game;
         let frame = game.frame();
-        self.timings.step(frame, || game.step(&inputs))?;
+        self.timings.step(frame, || game.step(inputs))?;
         if self.saving != Saving::EveryFrame {
-            self.stepped.push_back((frame, inputs));
+            self.stepped.push_back((frame, inputs.to_vec()));
         }
         Ok(())
     }
@@ -1385,7 +1386,7 @@ impl<I: GameInput> FrameSession<I> {
                     Some(i) => i,
                     None => inputs_of(f),
                 };
-                self.step(inputs)?;
+                self.step(&inputs)?;
             }
             Ok::<(), GameError>(())
         })();
