@@ -178,7 +178,7 @@ pub struct StateRanges {
     /// The header and the used part of the allocator's page map.
     pub meta: Range<usize>,
     /// The data pages below the high-water mark, free ones included (they are interleaved
-    /// with live ones; copying them keeps every copy one contiguous `memcpy`).
+    /// with live ones, and zero: [`Arena::free_runs`]).
     pub data: Range<usize>,
 }
 
@@ -373,6 +373,21 @@ impl Arena {
             meta: 0..heap.meta_len(),
             data: c.data_offset..c.data_offset + c.top_pages as usize * PAGE_SIZE,
         }
+    }
+
+    /// The free page runs inside [`Arena::state_ranges`]' data range, as byte ranges of the
+    /// arena (offsets as for [`Arena::bytes`]), in address order, replacing `out`'s contents.
+    /// Their bytes are zero, always: the allocator zeroes pages as it frees them, so a
+    /// snapshot may skip them and a restore needs only to zero them where they are not free
+    /// now.
+    pub fn free_runs(&self, out: &mut Vec<Range<usize>>) {
+        let heap = self.heap_ref();
+        let data = heap.counters().data_offset;
+        out.clear();
+        heap.for_each_free_run(|r| {
+            out.push(data + r.start as usize * PAGE_SIZE..data + r.end as usize * PAGE_SIZE)
+        });
+        out.sort_unstable_by_key(|r| r.start);
     }
 
     /// Bytes the data region can span at most (capacity minus the allocator's map).

@@ -20,6 +20,9 @@
 //! - A span is in the partial list of its class and group iff it has a free block.
 //! - Pages are zeroed as they enter the extent, so the extent's bytes depend only on the
 //!   operations that produced it, never on leftovers above `top`.
+//! - Every page of a free run is zero: pages are zeroed as they are freed (unless they go back
+//!   to the wilderness above `top`). A free run's bytes are then known without reading them, so
+//!   a snapshot need not copy them ([`Heap::for_each_free_run`]).
 //!
 //! Blocks carry no header: Lua passes the old size on free and realloc, and the descriptor of
 //! the block's page says which class or run it belongs to, so the size passed is only used for
@@ -28,6 +31,7 @@
 
 use crate::error::CorruptionError;
 use crate::mapping::PAGE_SIZE;
+use std::ops::Range;
 use std::ptr;
 
 /// Alignment and size granularity of every block.
@@ -1167,6 +1171,7 @@ impl Heap {
     /// limit).
     fn free_run(&mut self, mut start: u32, mut pages: u32) {
         self.hdr().run_pages -= pages;
+        let freed = start..start + pages;
         if start > 0 {
             let left = self.desc(start - 1);
             let left_head = match left.kind() {
@@ -1186,12 +1191,34 @@ impl Heap {
             self.hdr().top = start;
             return;
         }
+        // Free runs are zero (module docs); the runs merged with this one are already.
+        // SAFETY: pages `freed` lie below `top` (inside the arena) and belong to no block any
+        // more: the caller gave them back, and nothing else points into them.
+        unsafe { ptr::write_bytes(self.page_ptr(freed.start), 0, freed.len() * PAGE_SIZE) };
         let right = self.desc(end);
         if right.kind() == Kind::FreeHead {
             self.bin_remove(end);
             pages += right.len;
         }
         self.insert_free(start, pages);
+    }
+
+    /// The free runs below `top`, as page ranges, in no particular order. Their bytes are zero
+    /// (module docs). Walks the bins: free runs are few (maximal, between spans and large
+    /// blocks).
+    pub fn for_each_free_run(&self, mut f: impl FnMut(Range<u32>)) {
+        let h = self.hdr_ref();
+        let mut map = h.bin_map;
+        while map != 0 {
+            let bin = map.trailing_zeros() as usize;
+            let mut run = h.bins[bin];
+            while run != NIL {
+                let d = self.desc(run);
+                f(run..run + d.len);
+                run = d.next;
+            }
+            map &= map - 1;
+        }
     }
 
     fn insert_free(&mut self, start: u32, pages: u32) {
@@ -1376,6 +1403,14 @@ impl Heap {
                 }
                 Kind::FreeHead => {
                     walk.free_runs += 1;
+                    // SAFETY: pages [p, p + len) lie below `top` (checked above), inside the
+                    // arena; reading them races with nothing (the struct's invariant).
+                    let bytes = unsafe {
+                        std::slice::from_raw_parts(self.page_ptr(p), len as usize * PAGE_SIZE)
+                    };
+                    if bytes.iter().any(|&b| b != 0) {
+                        return corrupt(p, format!("free run of {len} pages is not zero"));
+                    }
                     Kind::FreeTail
                 }
                 Kind::Large => {

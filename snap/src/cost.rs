@@ -212,14 +212,16 @@ impl Default for AutoState {
 
 impl AutoState {
     /// Decides a snapshot taken while tracking was armed, which found `written_pages` of
-    /// `extent_pages` written.
+    /// `extent_pages` written; a whole copy would copy `whole_pages` of them (the extent but
+    /// its free runs).
     pub(crate) fn after_tracked(
         &mut self,
         costs: &CopyCosts,
         extent_pages: usize,
+        whole_pages: usize,
         written_pages: usize,
     ) -> AutoStep {
-        let whole = costs.whole_copy_ns(extent_pages).max(1.0);
+        let whole = costs.whole_copy_ns(whole_pages).max(1.0);
         let ratio = costs.tracked_ns(extent_pages, written_pages) / whole;
         let limit = if self.probing {
             RESUME_BELOW
@@ -315,10 +317,15 @@ impl CostModel {
     }
 
     /// Decides a snapshot taken while tracking was armed ([`AutoState::after_tracked`]).
-    pub(crate) fn after_tracked(&mut self, extent_pages: usize, written_pages: usize) -> AutoStep {
+    pub(crate) fn after_tracked(
+        &mut self,
+        extent_pages: usize,
+        whole_pages: usize,
+        written_pages: usize,
+    ) -> AutoStep {
         let costs = self.costs();
         self.state
-            .after_tracked(&costs, extent_pages, written_pages)
+            .after_tracked(&costs, extent_pages, whole_pages, written_pages)
     }
 
     pub(crate) fn costs(&self) -> CopyCosts {
@@ -357,7 +364,7 @@ mod tests {
     fn run(state: &mut AutoState, ratios: &[f64]) -> Vec<AutoStep> {
         ratios
             .iter()
-            .map(|&r| state.after_tracked(&COSTS, EXTENT, written_at(r)))
+            .map(|&r| state.after_tracked(&COSTS, EXTENT, EXTENT, written_at(r)))
             .collect()
     }
 
@@ -398,18 +405,18 @@ mod tests {
         assert!(with_calls.break_even(small) < 0.2 && per_page.break_even(small) > 0.3);
         let mut s = AutoState::default();
         let steps: Vec<_> = (0..3)
-            .map(|_| s.after_tracked(&per_page, small, 20))
+            .map(|_| s.after_tracked(&per_page, small, small, 20))
             .collect();
         assert_eq!(steps, [Track; 3]);
         let mut s = AutoState::default();
         let steps: Vec<_> = (0..2)
-            .map(|_| s.after_tracked(&with_calls, small, 20))
+            .map(|_| s.after_tracked(&with_calls, small, small, 20))
             .collect();
         assert_eq!(steps, [Track, Pause(4)]);
         // On a large extent the same calls change nothing.
         let mut s = AutoState::default();
         let steps: Vec<_> = (0..3)
-            .map(|_| s.after_tracked(&with_calls, 100 * small, 20 * small))
+            .map(|_| s.after_tracked(&with_calls, 100 * small, 100 * small, 20 * small))
             .collect();
         assert_eq!(steps, [Track; 3]);
     }
@@ -446,9 +453,9 @@ mod tests {
         assert_eq!(steps, [Track, Track, Track, Track, Pause(4)]);
         let mut s = AutoState::default();
         let steps = vec![
-            s.after_tracked(&COSTS, EXTENT, 10),
-            s.after_tracked(&COSTS, EXTENT, EXTENT),
-            s.after_tracked(&COSTS, EXTENT, 10),
+            s.after_tracked(&COSTS, EXTENT, EXTENT, 10),
+            s.after_tracked(&COSTS, EXTENT, EXTENT, EXTENT),
+            s.after_tracked(&COSTS, EXTENT, EXTENT, 10),
         ];
         assert_eq!(steps, [Track, CopyWhole, Track]);
     }

@@ -21,6 +21,7 @@ mod digest;
 mod error;
 mod ring;
 mod snapshot;
+mod whole;
 
 pub use cost::{workload_fault_ns, CopyCosts};
 pub use digest::digest;
@@ -41,4 +42,12 @@ fn restore_bytes(arena: &mut Arena, offset: usize, src: &[u8]) {
     // SAFETY: see above: the bytes restore an earlier state of this same arena (the arena id is
     // checked by every public entry point before any restore).
     unsafe { arena.bytes_mut(offset..offset + src.len()) }.copy_from_slice(src);
+}
+
+/// Writes zeros over `range` of the arena: the bytes of pages that were a free run in the state
+/// a restore reproduces (free runs are zero, see [`Arena::free_runs`]).
+fn zero_bytes(arena: &mut Arena, range: std::ops::Range<usize>) {
+    // SAFETY: as for `restore_bytes`: zero is what these bytes held in the earlier state of
+    // this same arena that the caller restores.
+    unsafe { arena.bytes_mut(range) }.fill(0);
 }

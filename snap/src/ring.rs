@@ -6,7 +6,10 @@
 //! `S_0`, in a buffer as large as the arena's reservation but committed only where written.
 //! Each newer snapshot `S_i` keeps a *record*: the contents, as of `S_i`, of the pages written
 //! between `S_{i-1}` and `S_i` (a page record), or of the whole extent (a full record). Memory
-//! is one base copy plus the changed pages; a snapshot copies each written page once.
+//! is one base copy plus the changed pages; a snapshot copies each written page once. The base
+//! and full records leave out the extent's free page runs, which the allocator keeps zero: they
+//! list them, and a restore writes zeros there only where the arena is not free already
+//! (`whole.rs`).
 //!
 //! Invariant (while tracking is armed): for every page `p` in the tracked extent, either the
 //! tracker reports `p` as written since the latest snapshot `S_n`, or `arena[p]` is `p`'s
@@ -50,6 +53,7 @@
 //! counted in [`RingStats::pages_tracked`].
 
 use crate::cost::{AutoStep, CopyCosts, CostModel};
+use crate::whole::WholeCopy;
 use crate::{restore_bytes, SnapError};
 use luasnap_alloc::{
     Arena, ArenaId, PageTracker, Reservation, TrackError, TrackerKey, TrackerKind,
@@ -176,8 +180,8 @@ pub struct RingStats {
     pub incremental_snapshots: u64,
     /// Rollbacks done.
     pub rollbacks: u64,
-    /// Pages the latest snapshot copied: those written since the one before, or all of the
-    /// extent for a whole copy.
+    /// Pages the latest snapshot copied: those written since the one before, or for a whole
+    /// copy all of the extent but its free runs (zero, so listed instead of copied).
     pub last_dirty_pages: usize,
     /// Pages the tracker saw written between the last two snapshots, whether or not the
     /// latest copied only those (`None` when tracking was not armed over that interval).
@@ -303,10 +307,10 @@ impl PageRecord {
         }
     }
 
-    fn fold_into(&self, base: &mut Reservation) {
+    fn fold_into(&self, base: &mut WholeCopy) {
         let mut at = 0;
         for run in &self.runs {
-            base.as_mut_slice()[run.clone()].copy_from_slice(&self.bytes()[at..at + run.len()]);
+            base.write(run.start, &self.bytes()[at..at + run.len()]);
             at += run.len();
         }
     }
@@ -314,8 +318,9 @@ impl PageRecord {
 
 enum Record {
     Pages(PageRecord),
-    /// The arena at that snapshot, over that snapshot's extent.
-    Full(Reservation),
+    /// The arena at that snapshot, over that snapshot's extent (its free runs listed, not
+    /// copied).
+    Full(WholeCopy),
 }
 
 struct Entry {
@@ -379,12 +384,14 @@ pub struct SnapshotRing {
     threshold: Option<f64>,
     tracking: Tracking,
     /// The arena at the oldest retained snapshot.
-    base: Reservation,
+    base: WholeCopy,
     extent: Extent,
     entries: VecDeque<Entry>,
     next_seq: u64,
     evicted_below: u64,
-    spare_full: Vec<Reservation>,
+    spare_full: Vec<WholeCopy>,
+    /// Scratch: the arena's free runs, for whole copies and restores.
+    free_runs: Vec<Range<usize>>,
     spare_pages: Vec<PageRecord>,
     dirty: Vec<Range<usize>>,
     /// Scratch for rollbacks: one bit per page of the extent, set once the page is restored.
@@ -447,12 +454,13 @@ impl SnapshotRing {
             arena: arena.id(),
             window: config.window,
             threshold: config.full_copy_above,
-            base: Reservation::new(arena.capacity(), None)?,
+            base: WholeCopy::new(arena.capacity())?,
             extent: Extent::default(),
             entries: VecDeque::with_capacity(config.window + 1),
             next_seq: 0,
             evicted_below: 0,
             spare_full: Vec::new(),
+            free_runs: Vec::new(),
             spare_pages: Vec::new(),
             dirty: Vec::new(),
             restored_pages: Vec::new(),
@@ -588,10 +596,10 @@ impl SnapshotRing {
         }
     }
 
-    fn fresh_full_buffer(&mut self, capacity: usize) -> Result<Reservation, SnapError> {
+    fn fresh_full_buffer(&mut self, capacity: usize) -> Result<WholeCopy, SnapError> {
         match self.spare_full.pop() {
             Some(r) => Ok(r),
-            None => Ok(Reservation::new(capacity, None)?),
+            None => WholeCopy::new(capacity),
         }
     }
 
@@ -630,14 +638,18 @@ impl SnapshotRing {
 
         // 2. Copies: each written page once.
         let record = if self.entries.is_empty() {
-            copy_extent(arena, &new_extent, &mut self.base);
-            self.stats.last_dirty_pages = new_extent.bytes() / PAGE_SIZE;
+            arena.free_runs(&mut self.free_runs);
+            let copied = self
+                .base
+                .capture(arena, &new_extent.ranges(), &self.free_runs);
+            self.stats.last_dirty_pages = copied / PAGE_SIZE;
             None
         } else if full {
             self.recycle(rec.take().map(Record::Pages));
             let mut fresh = self.fresh_full_buffer(arena.capacity())?;
-            copy_extent(arena, &new_extent, &mut fresh);
-            self.stats.last_dirty_pages = new_extent.bytes() / PAGE_SIZE;
+            arena.free_runs(&mut self.free_runs);
+            let copied = fresh.capture(arena, &new_extent.ranges(), &self.free_runs);
+            self.stats.last_dirty_pages = copied / PAGE_SIZE;
             Some(Record::Full(fresh))
         } else {
             let mut rec = rec.take().expect("incremental only while armed");
@@ -720,6 +732,10 @@ impl SnapshotRing {
         }
         let old_extent = self.extent.clone();
         let limit = self.threshold.unwrap_or(kind.break_even_fraction());
+        // What a whole copy would copy: the extent but its free runs (`whole.rs`).
+        arena.free_runs(&mut self.free_runs);
+        let free_bytes: usize = self.free_runs.iter().map(|r| r.len()).sum();
+        let whole_pages = (new_extent.bytes() - free_bytes) / PAGE_SIZE;
         let scan_started = Instant::now();
         let tracker = self.tracker(arena)?;
         for r in old_extent.ranges() {
@@ -740,7 +756,7 @@ impl SnapshotRing {
             let extent_pages = new_extent.bytes() / PAGE_SIZE;
             cost.note_scan(extent_pages, dirty_bytes / PAGE_SIZE, scan_took);
             cost.note_counts(self.stats.snapshots, self.stats.rollbacks);
-            return match cost.after_tracked(extent_pages, dirty_bytes / PAGE_SIZE) {
+            return match cost.after_tracked(extent_pages, whole_pages, dirty_bytes / PAGE_SIZE) {
                 AutoStep::Track => Ok(false),
                 AutoStep::CopyWhole => Ok(true),
                 AutoStep::Pause(snapshots) => {
@@ -985,7 +1001,10 @@ impl SnapshotRing {
             return Err(self.lose_tracking(arena, e));
         }
 
-        // 3. Restore.
+        // 3. Restore. Whole copies hold free runs as zeros to write where the arena is not
+        //    free now (free runs are zero).
+        let mut free_now = std::mem::take(&mut self.free_runs);
+        arena.free_runs(&mut free_now);
         if exact {
             // Each page once, from the newest record up to `S_k` that holds it (its content
             // at `S_k`), else from the newest full state up to `S_k`.
@@ -1007,7 +1026,7 @@ impl SnapshotRing {
                 }
             }
             for run in set.runs() {
-                restore_bytes(arena, run.start, &source.as_slice()[run]);
+                source.restore(arena, run, &free_now);
             }
         } else {
             let j = (1..=k)
@@ -1019,13 +1038,14 @@ impl SnapshotRing {
                 _ => &self.base,
             };
             for r in target.ranges() {
-                restore_bytes(arena, r.start, &source.as_slice()[r.clone()]);
+                source.restore(arena, r, &free_now);
             }
             for rec in page_records(&self.entries, j + 1..k + 1) {
                 rec.apply(arena);
             }
         }
         self.restored_pages = bits;
+        self.free_runs = free_now;
 
         // Pages the dropped frames wrote, per frame: what a re-simulated frame will write.
         let dropped_pages: usize = page_records(&self.entries, k + 1..n + 1)
@@ -1163,11 +1183,4 @@ fn coalesce(runs: &[Range<usize>], gap: usize) -> Vec<Range<usize>> {
         }
     }
     out
-}
-
-fn copy_extent(arena: &Arena, extent: &Extent, dst: &mut Reservation) {
-    let out = dst.as_mut_slice();
-    for r in extent.ranges() {
-        out[r.clone()].copy_from_slice(arena.bytes(r));
-    }
 }

@@ -763,3 +763,56 @@ fn a_rollback_over_several_frames_restores_pages_written_in_many_of_them() {
     r.rollback(&mut a, snaps[0].0).unwrap();
     assert_eq!(digest(&a), snaps[0].1);
 }
+
+/// A whole copy leaves free page runs out (the allocator keeps them zero): pages freed before
+/// a snapshot and written after it come back as zeros, pages free now but live at the snapshot
+/// come back with their bytes, in every mode.
+#[test]
+fn whole_copies_skip_free_runs_and_restore_them_as_zeros() {
+    for mode in modes() {
+        let mut arena = Arena::new(32 * MIB).unwrap();
+        let mut ring = ring(&mut arena, mode, 8);
+        let block = 16 * PAGE_SIZE;
+        let a = arena.alloc(block).unwrap();
+        let b = arena.alloc(block).unwrap();
+        let _c = arena.alloc(block).unwrap(); // keeps a's and b's runs below the top
+                                              // SAFETY: live blocks of `block` bytes.
+        unsafe {
+            a.as_ptr().write_bytes(0xa1, block);
+            b.as_ptr().write_bytes(0xb2, block);
+        }
+        // SAFETY: a is live with that size.
+        assert!(unsafe { arena.free(a, block) });
+        let s = arena.state_ranges();
+        let extent = (s.meta.end.next_multiple_of(PAGE_SIZE) + s.data.len()) / PAGE_SIZE;
+        let at_free = ring.snapshot(&mut arena).unwrap();
+        assert_eq!(
+            ring.stats().last_dirty_pages,
+            extent - block / PAGE_SIZE,
+            "{mode:?}: the first copy leaves a's free run out"
+        );
+        let want = digest(&arena);
+        // a's pages are taken and written again; b is freed (zeroed by the allocator).
+        let again = arena.alloc(block).unwrap();
+        assert_eq!(again, a, "the free run is reused");
+        // SAFETY: live block of `block` bytes; b is live with that size.
+        unsafe { again.as_ptr().write_bytes(0xcc, block) };
+        assert!(unsafe { arena.free(b, block) });
+        ring.snapshot(&mut arena).unwrap();
+        ring.rollback(&mut arena, at_free).unwrap();
+        assert_eq!(digest(&arena), want, "{mode:?}");
+        arena.verify().unwrap();
+        let bytes = |p: NonNull<u8>| {
+            let off = p.as_ptr() as usize - arena.base().as_ptr() as usize;
+            arena.bytes(off..off + block).to_vec()
+        };
+        assert!(
+            bytes(a).iter().all(|&x| x == 0),
+            "{mode:?}: a's run is zero again"
+        );
+        assert!(
+            bytes(b).iter().all(|&x| x == 0xb2),
+            "{mode:?}: b's bytes are back"
+        );
+    }
+}
