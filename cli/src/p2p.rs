@@ -10,8 +10,9 @@
 use crate::second::{frame_list, save_spec};
 use crate::simulate::{parse_step_budget, StepBudget};
 use luasnap::bridge::ggrs_adapter::{
-    p2p_pair, p2p_peer, replay, PeerReport, PeerSocket, DESYNC_INTERVAL,
+    p2p_pair_with, p2p_peer_with, replay, PeerReport, PeerSocket, SessionOptions, DESYNC_INTERVAL,
 };
+use luasnap::bridge::runtime::scripted_input;
 use luasnap::bridge::runtime::{Backend, Game, GameConfig, DEFAULT_STEP_BUDGET};
 use luasnap::bridge::value_diff::ValueDiff;
 use serde_json::json;
@@ -51,6 +52,12 @@ pub struct P2pArgs {
     /// here and one in a second process.
     #[arg(long)]
     pub one_process: bool,
+    /// GGRS's sparse saving: each peer saves only the last frame all inputs are confirmed for,
+    /// so a rollback is one load and one save instead of a save per re-simulated frame, and
+    /// goes back to that frame. Pays where a save costs more than a step (large heaps, cheap
+    /// frames). Both peers run with it.
+    #[arg(long)]
+    pub sparse_saving: bool,
     /// (The second process's side: be player 2, talking to the first peer at this address.)
     #[arg(long, hide = true)]
     pub peer_of: Option<SocketAddr>,
@@ -68,6 +75,14 @@ pub struct P2pArgs {
     /// instead of reading the game's folder.)
     #[arg(long, hide = true)]
     pub game_files: Option<PathBuf>,
+}
+
+/// The session's options: the defaults, with `--sparse-saving`.
+fn session_options(args: &P2pArgs) -> SessionOptions {
+    SessionOptions {
+        sparse_saving: args.sparse_saving,
+        ..SessionOptions::default()
+    }
 }
 
 /// Differing paths listed.
@@ -107,11 +122,17 @@ pub fn run(mut args: P2pArgs) -> Result<(), String> {
         return replay_child(&args, &cfg, path);
     }
     if let Some(first) = args.peer_of {
-        return second_peer(&cfg, first, args.frames, timeout);
+        return second_peer(&cfg, first, args.frames, timeout, &session_options(&args));
     }
     let peers = if args.one_process {
         cfg.base_address = None; // two VMs in one process
-        p2p_pair(&cfg, args.frames, timeout)?
+        p2p_pair_with(
+            &cfg,
+            args.frames,
+            timeout,
+            &session_options(&args),
+            scripted_input,
+        )?
     } else {
         two_processes(&args, &cfg, timeout)?
     };
@@ -135,11 +156,16 @@ pub fn run(mut args: P2pArgs) -> Result<(), String> {
         .min_by_key(|d| d.0)
     else {
         println!(
-            "no desync: both peers agreed on every checksum exchanged ({})",
+            "no desync: both peers agreed on every checksum exchanged ({}{})",
             if args.one_process {
                 "one process"
             } else {
                 "two processes"
+            },
+            if args.sparse_saving {
+                ", sparse saving"
+            } else {
+                ""
             }
         );
         return Ok(());
@@ -183,7 +209,17 @@ fn two_processes(
             "the second peer's process did not start",
         ));
     };
-    let mine = p2p_peer(cfg, 0, socket, there, args.frames, timeout);
+    let seed = cfg.seed;
+    let mine = p2p_peer_with(
+        cfg,
+        0,
+        socket,
+        there,
+        args.frames,
+        timeout,
+        &session_options(args),
+        |f, p| scripted_input(seed, f, p),
+    );
     if let Err(e) = mine {
         // The other peer would wait for this one until its timeout.
         let _ = child.kill();
@@ -245,6 +281,9 @@ fn base_command(args: &P2pArgs) -> Result<Command, String> {
     if let Some(n) = args.collect_every {
         cmd.args(["--collect-every", &n.to_string()]);
     }
+    if args.sparse_saving {
+        cmd.arg("--sparse-saving");
+    }
     if let Some(files) = &args.game_files {
         cmd.arg("--game-files").arg(files);
     }
@@ -257,11 +296,15 @@ fn second_peer(
     first: SocketAddr,
     frames: u64,
     timeout: Duration,
+    options: &SessionOptions,
 ) -> Result<(), String> {
     let socket = PeerSocket::loopback().map_err(|e| e.to_string())?;
     let port = socket.local_addr().map_err(|e| e.to_string())?.port();
     println!("{}", json!({ "port": port }));
-    let r = p2p_peer(cfg, 1, socket, first, frames, timeout)?;
+    let seed = cfg.seed;
+    let r = p2p_peer_with(cfg, 1, socket, first, frames, timeout, options, |f, p| {
+        scripted_input(seed, f, p)
+    })?;
     let desyncs: Vec<_> = r
         .desyncs
         .iter()

@@ -462,7 +462,14 @@ fn p2p_peers_agree_on_a_set_keyed_by_tables() {
         function G.digest() local s = 0 for i, id in ipairs(W.picked) do s = (s * 31 + id) % 1000000007 end return s end
         return G";
     let path = write_game("p2p-table-keys", game);
-    for extra in [&[][..], &["--one-process"][..]] {
+    let sparse = ["--sparse-saving"];
+    let sparse_one = ["--sparse-saving", "--one-process"];
+    for extra in [
+        &[][..],
+        &["--one-process"][..],
+        &sparse[..],
+        &sparse_one[..],
+    ] {
         let out = luasnap()
             .args(["p2p", path.to_str().unwrap(), "--frames", "80"])
             .args(["--timeout", "60"])
@@ -470,7 +477,13 @@ fn p2p_peers_agree_on_a_set_keyed_by_tables() {
             .output()
             .unwrap();
         assert!(out.status.success(), "{extra:?}: {}", stderr(&out));
-        assert!(String::from_utf8_lossy(&out.stdout).contains("no desync"));
+        let said = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(said.contains("no desync"), "{said}");
+        assert_eq!(
+            said.contains("sparse saving"),
+            extra.contains(&"--sparse-saving"),
+            "{said}"
+        );
     }
 }
 
