@@ -15,6 +15,7 @@ const AI_VILLAGE: &str = include_str!("../lua-bridge/games/ai_village.lua");
 const BULK_MARKET: &str = include_str!("../lua-bridge/games/bulk_market.lua");
 const DUNGEON_CRAWL: &str = include_str!("../lua-bridge/games/dungeon_crawl.lua");
 const FIRST_OF_SET: &str = include_str!("lua/first_of_set.lua");
+const POOL_BY_FINALIZERS: &str = include_str!("lua/pool_by_finalizers.lua");
 
 /// Runs the reference and `backends` on each (players, delay, seed); panics with the
 /// divergence explained by path if one does not match.
@@ -124,6 +125,21 @@ fn ecs_arena_matches_with_the_serializer_past_removed_keys_added_again() {
         cfg
     };
     check_game("ecs_arena", &game, 150, &[(2, 3, 1)], &[Backend::Serialize]);
+}
+
+#[test]
+fn a_pool_refilled_by_finalizers_matches_on_every_backend_serialize_included() {
+    // Serialize mode loads each rollback's save into the VM that ran the game: the replaced
+    // state's particles, unreachable then, were finalized at the next collection point into
+    // the new state's globals (its pool and count) until a load dropped their marks (Lua
+    // patch 14).
+    check(
+        "pool_by_finalizers",
+        POOL_BY_FINALIZERS,
+        60,
+        &[(2, 4, 7), (3, 2, 11)],
+        &Backend::ALL,
+    );
 }
 
 #[test]

@@ -487,6 +487,11 @@ int luasnap_setmetatable_unmarked(lua_State *L, int idx);
 int luasnap_finalizers_restore(lua_State *L, int since, int objs, const uint32_t *marked,
                                int n, const uint32_t *unmarked, int m, int clear,
                                void **scratch);
+/* For a whole-game load: the head of the list of objects marked for finalization when it
+** begins; when it has replaced the state, drops the replaced state's pending finalizers and
+** unmarks its unreachable marked objects at the next full collection (Lua patch 14). */
+const void *luasnap_finalizers_head(lua_State *L);
+void luasnap_finalizers_replaced(lua_State *L, const void *head);
 /* luaL_checkstack, raising a memory error (not "stack overflow") when growing failed for want
 ** of memory. */
 LUASNAP_RAISES void luasnap_checkstack(lua_State *L, int n, const char *msg);

@@ -183,6 +183,22 @@ size_t luasnap_finalizer_list(lua_State *L, const void **out, size_t cap) {
   return n;
 }
 
+/* At the start of a whole-game load: the head of 'finobj', the last object the state marked
+** for finalization (NULL if none). Reads only. */
+const void *luasnap_finalizers_head(lua_State *L) {
+  return G(L)->finobj;
+}
+
+/* When a whole-game load replaced the state: 'head' is what luasnap_finalizers_head gave when
+** it began. The replaced state's objects waiting for their finalizers are dropped, and those
+** it had marked lose their marks at the next full collection if nothing reaches them then
+** (Lua patch 14, luaC_dropreplaced): their finalizers would run the replaced state's code
+** in the new one. The caller calls it with no collection run since luasnap_finalizers_head
+** but quiet ones (which take nothing out of 'finobj'), so 'head' is still in 'finobj'. */
+void luasnap_finalizers_replaced(lua_State *L, const void *head) {
+  luaC_dropreplaced(L, (GCObject *)head);
+}
+
 /* For the save-game writer: pushes the object o, one luasnap_finalizer_list gave, as a value;
 ** returns 0, pushing nothing, if it is not a table or full userdata (the lists hold only those).
 ** The caller read the lists with the collector stopped and no Lua code run since, so o is an

@@ -562,9 +562,10 @@ static void markbeingfnz (global_State *g) {
 ** older ones are not white, in incremental mode 'finobjold1' is NULL),
 ** so that a quiet collection ('gcisquiet') keeps an unreachable one,
 ** and everything it reaches, for a later full collection to finalize.
-** Invariant: no object leaves 'finobj' in a quiet collection, so
-** 'tobefnz' holds only what a full collection separated (and it calls
-** their finalizers before it ends).
+** Invariant: no object leaves 'finobj' for 'tobefnz' in a quiet
+** collection (patch 14 takes a replaced state's unreachable ones to
+** 'allgc', unmarked), so 'tobefnz' holds only what a full collection
+** separated (and it calls their finalizers before it ends).
 */
 static void markfinobj (global_State *g) {
   GCObject *o;
@@ -1384,6 +1385,25 @@ int luaC_markfinalizers (lua_State *L, GCObject *last, GCObject **objs, int n) {
   return 1;
 }
 
+
+/*
+** luasnap patch 14 (see LUASNAP-PATCHES.md): a save-game load replaced the state; 'oldfinobj'
+** was the head of 'finobj' when it began (objects join 'finobj' at its head, so it and the
+** objects after it are those the replaced state had marked). The objects waiting in
+** 'tobefnz' (unreachable already) go back to 'allgc' unmarked, as 'udata2finalize' returns
+** them, without their finalizers called; those of 'finobj' from 'oldfinobj' on are unmarked
+** at the next full collection's 'atomic' if no program reaches them then ('unmarkreplaced').
+** Until then they stay marked: a quiet cycle keeps them ('markfinobj'), and a full
+** collection asked for before the host's own unmarks them before it separates any.
+*/
+void luaC_dropreplaced (lua_State *L, GCObject *oldfinobj) {
+  global_State *g = G(L);
+  while (g->tobefnz != NULL)
+    udata2finalize(g);
+  g->dropfrom = oldfinobj;
+  g->dropfin = (oldfinobj != NULL);
+}
+
 /* }====================================================== */
 
 
@@ -1724,6 +1744,8 @@ static void setminordebt (global_State *g) {
 */
 static void entergen (lua_State *L, global_State *g) {
   luaC_runtilstate(L, GCSpause, 1);  /* prepare to start a new cycle */
+  if (g->dropfin)  /* luasnap patch 14: this new cycle unmarks a replaced state */
+    g->dropfin = 2;
   luaC_runtilstate(L, GCSpropagate, 1);  /* start new cycle */
   atomic(L);  /* propagates all and then do the atomic stuff */
   atomic2gen(L, g);
@@ -1837,6 +1859,41 @@ void luaC_freeallobjects (lua_State *L) {
 }
 
 
+/*
+** luasnap patch 14: takes the objects of 'finobj' from 'g->dropfrom' on that this cycle left
+** white (no program reaches them) out of 'finobj', unmarked for finalization, into 'allgc',
+** where this cycle's sweep frees them: they belong to a state a save-game load replaced, and
+** their finalizers would run that state's code in the one that replaced it. Marked ones
+** (reachable still) keep their marks. Runs in a cycle a full collection started ('fullinc',
+** 'entergen'), so the marks are this cycle's, not those of a cycle begun before the load;
+** there neither 'finobj' nor 'allgc' has generational sublists ('enterinc' cleared them),
+** so relinking needs no pointer fixes.
+*/
+static void unmarkreplaced (global_State *g) {
+  GCObject **p = &g->finobj;
+  lua_assert(g->finobjsur == NULL && g->finobjold1 == NULL && g->finobjrold == NULL);
+  lua_assert(g->survival == NULL && g->old1 == NULL && g->reallyold == NULL);
+  while (*p != NULL && *p != g->dropfrom)
+    p = &(*p)->next;
+  /* Invariant checked: 'dropfrom' is still in 'finobj' (objects join 'finobj' at its head,
+  ** and leave it, between the load and this cycle, only by a full cycle's separation, which
+  ** is this one); if it is not, *p is NULL here and nothing is unmarked. */
+  while (*p != NULL) {
+    GCObject *o = *p;
+    if (iswhite(o)) {
+      *p = o->next;  /* out of 'finobj' */
+      resetbit(o->marked, FINALIZEDBIT);  /* a normal object, garbage */
+      o->next = g->allgc;
+      g->allgc = o;
+    }
+    else
+      p = &o->next;
+  }
+  g->dropfin = 0;
+  g->dropfrom = NULL;
+}
+
+
 static void atomic (lua_State *L) {
   global_State *g = G(L);
   GCObject *origweak, *origall;
@@ -1861,6 +1918,8 @@ static void atomic (lua_State *L) {
   clearbyvalues(g, g->weak, NULL);
   clearbyvalues(g, g->allweak, NULL);
   origweak = g->weak; origall = g->allweak;
+  if (g->dropfin == 2)  /* luasnap patch 14: a replaced state's marks */
+    unmarkreplaced(g);
   if (gcisquiet(g))  /* luasnap patch: finalizers wait for a full collection */
     markfinobj(g);
   else
@@ -2072,6 +2131,8 @@ static void fullinc (lua_State *L, global_State *g) {
     entersweep(L); /* sweep everything to turn them back to white */
   /* finish any pending sweep phase to start a new cycle */
   luaC_runtilstate(L, GCSpause, 1);
+  if (g->dropfin)  /* luasnap patch 14: this new cycle unmarks a replaced state */
+    g->dropfin = 2;
   luaC_runtilstate(L, GCScallfin, 1);  /* run up to finalizers */
   luaC_runtilstate(L, GCSpause, 1);  /* finish collection */
   setpause(g);

@@ -282,6 +282,7 @@ LUAI_FUNC void luaC_checkfinalizer (lua_State *L, GCObject *o, Table *mt);
 ** finalizer runs with hooks allowed (csrc/budget.c). */
 LUAI_FUNC void luaC_checkfinalizers (lua_State *L, GCObject *last);
 LUAI_FUNC int luaC_markfinalizers (lua_State *L, GCObject *last, GCObject **objs, int n);
+LUAI_FUNC void luaC_dropreplaced (lua_State *L, GCObject *oldfinobj);
 int ls_finalizer_keeps_hook (lua_State *L);
 LUAI_FUNC void luaC_changemode (lua_State *L, int newmode);
 

@@ -374,6 +374,8 @@ LUA_API lua_State *lua_newstate (lua_Alloc f, void *ud, unsigned seed) {
   g->gcquiet = 0;  /* luasnap patch: stock collections unless the host asks */
   g->freshkeys = 0;  /* luasnap patch: stock node reuse unless the host asks */
   g->nopoints = 0;  /* luasnap patch: collections may be asked for */
+  g->dropfin = 0;  /* luasnap patch 14: no replaced state */
+  g->dropfrom = NULL;
   g->finobj = g->tobefnz = g->fixedgc = NULL;
   g->firstold1 = g->survival = g->old1 = g->reallyold = NULL;
   g->finobjsur = g->finobjold1 = g->finobjrold = NULL;

@@ -362,9 +362,13 @@ typedef struct global_State {
                       ** new node, whatever the collector did (see 'luaH_finishset') */
   lu_byte nopoints;  /* luasnap patch: a full collection asked for is an error (the
                      ** host sets it while a digest runs; see 'lua_gc') */
+  lu_byte dropfin;  /* luasnap patch 14: 1 if the objects of 'finobj' from 'dropfrom' on
+                    ** are those of a state a save-game load replaced, 2 in the full cycle
+                    ** that unmarks the unreachable ones (see 'luaC_dropreplaced') */
   GCObject *allgc;  /* list of all collectable objects */
   GCObject **sweepgc;  /* current position of sweep in list */
   GCObject *finobj;  /* list of collectable objects with finalizers */
+  GCObject *dropfrom;  /* luasnap patch 14: see 'dropfin' */
   GCObject *gray;  /* list of gray objects */
   GCObject *grayagain;  /* list of objects to be traversed atomically */
   GCObject *weak;  /* list of tables with weak values */

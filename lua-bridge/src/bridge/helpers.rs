@@ -462,6 +462,8 @@ unsafe extern "C" {
         clear: c_int,
         scratch: *mut *mut c_void,
     ) -> c_int;
+    pub(crate) fn luasnap_finalizers_head(L: *mut lua_State) -> *const c_void;
+    pub(crate) fn luasnap_finalizers_replaced(L: *mut lua_State, head: *const c_void);
     pub(crate) fn luasnap_heap_bytes(L: *mut lua_State) -> u64;
 }
 

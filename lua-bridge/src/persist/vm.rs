@@ -11,7 +11,9 @@ use super::read;
 use super::report::LoadReport;
 use crate::bridge::error::VmError;
 use crate::bridge::ffi as raw;
-use crate::bridge::helpers::luasnap_set_key_counter;
+use crate::bridge::helpers::{
+    luasnap_finalizers_head, luasnap_finalizers_replaced, luasnap_set_key_counter,
+};
 use crate::bridge::vm::Vm;
 use mlua_sys::{self as ffi, lua_State};
 use std::ffi::{CStr, CString};
@@ -120,6 +122,8 @@ impl Vm {
             &mut |L| {
                 // SAFETY: protected body; the load itself runs in a nested protected call.
                 unsafe {
+                    // The replaced state's marked objects (see `luasnap_finalizers_replaced`).
+                    let replaced_marks = luasnap_finalizers_head(L);
                     ffi::lua_pushnil(L);
                     ffi::lua_pushnil(L); // the file is read from `data`, not copied into Lua
                     let out = load_protected(L, opts, Some(opened));
@@ -141,6 +145,11 @@ impl Vm {
                                 if let Some(n) = counter {
                                     luasnap_set_key_counter(L, n);
                                 }
+                                // The replaced state's finalizers must not run in this one:
+                                // its pending ones are dropped, and its marked objects
+                                // nothing reaches lose their marks at the next full
+                                // collection (Lua patch 14).
+                                luasnap_finalizers_replaced(L, replaced_marks);
                             }
                             Err(why) => {
                                 staged = Some(why.to_string());
