@@ -175,6 +175,43 @@ fn the_predictive_client_ends_where_lockstep_does() {
 }
 
 /// An error and its `source()` chain as a report prints them (anyhow's `{:#}`, `Report`).
+#[test]
+fn a_wrong_repredicted_frame_is_refused_and_the_predictions_kept() {
+    let cfg = tiny(2, 4);
+    let mut client = PredictiveClient::new(Game::new(&cfg, Backend::ArenaFull).unwrap()).unwrap();
+    let truth = |f: u64| (0..2).map(|p| scripted_input(4, f, p)).collect::<Vec<u8>>();
+    for f in 0..3 {
+        client.predict(vec![scripted_input(4, f, 0), 0]).unwrap();
+    }
+    let before = client.game_mut().value_digest().unwrap();
+    // One input where the game has two players, for the second frame re-predicted.
+    let e = client
+        .confirm(&truth(0), |f| if f == 2 { vec![1] } else { truth(f) })
+        .unwrap_err();
+    let said = e.to_string();
+    assert!(
+        said.contains("repredict returned 1 inputs for frame 2, for 2 players"),
+        "{said}"
+    );
+    assert!(said.contains("still holds its 3 predictions"), "{said}");
+    assert_eq!(client.pending(), 3, "the predictions are kept");
+    assert_eq!(client.sync_frame(), 0);
+    assert_eq!(
+        client.game_mut().value_digest().unwrap(),
+        before,
+        "nothing ran"
+    );
+    // A confirmed frame of the wrong size is refused the same way.
+    let e = client.confirm(&[7], truth).unwrap_err().to_string();
+    assert!(
+        e.contains("the confirmed frames give 1 inputs for frame 0"),
+        "{e}"
+    );
+    // Then a right confirmation goes on as if nothing had happened.
+    client.confirm(&truth(0), truth).unwrap();
+    assert_eq!((client.pending(), client.sync_frame()), (2, 1));
+}
+
 fn chain(e: &dyn std::error::Error) -> String {
     let mut out = e.to_string();
     let mut next = e.source();

@@ -1512,7 +1512,10 @@ impl<I: GameInput> PredictiveClient<I> {
     /// back to the synchronous form, applies each confirmed frame, calling `at_sync` on the
     /// game after each (it is then the synchronous state of that frame: digests, a host's
     /// observers), saves the new synchronous form, and re-applies as many predictions as were
-    /// pending beyond the confirmed frames, with `repredict(frame)`'s inputs.
+    /// pending beyond the confirmed frames, with `repredict(frame)`'s inputs (asked for
+    /// before anything changes: a frame with the wrong number of inputs, confirmed or
+    /// repredicted, is [`GameError::Config`] naming it, and the client keeps its state and
+    /// its predictions).
     pub fn confirm_frames(
         &mut self,
         frames: &[Vec<I>],
@@ -1523,6 +1526,28 @@ impl<I: GameInput> PredictiveClient<I> {
             return Ok(());
         }
         let (sync_frame, handle) = self.sync.clone().expect("a synchronous form exists");
+        // The predictions to re-apply, asked for and checked before anything changes: a
+        // wrong one must not cost the client the predictions it had.
+        let still_pending = self.pending.len().saturating_sub(frames.len()) as u64;
+        let first = sync_frame + frames.len() as u64;
+        let again: Vec<Vec<I>> = (0..still_pending).map(|i| repredict(first + i)).collect();
+        let players = self.game.players();
+        let mut checked = again
+            .iter()
+            .zip(first..)
+            .chain(frames.iter().zip(sync_frame..));
+        if let Some((inputs, frame)) = checked.find(|(i, _)| i.len() != players) {
+            let what = if frame >= first {
+                "repredict returned"
+            } else {
+                "the confirmed frames give"
+            };
+            return Err(GameError::Config(format!(
+                "{what} {} inputs for frame {frame}, for {players} players: give one input per player (nothing was changed: the client still holds its {} predictions)",
+                inputs.len(),
+                self.pending.len()
+            )));
+        }
         let had_pending = !self.pending.is_empty();
         let loads_before = self.timings.loads.len();
         let saves_before = self.timings.saves.len();
@@ -1531,15 +1556,12 @@ impl<I: GameInput> PredictiveClient<I> {
             let game = &mut self.game;
             self.timings.load(|| game.load(&handle, sync_frame))?;
         }
-        let still_pending = self.pending.len().saturating_sub(frames.len()) as u64;
         for inputs in frames {
             let game = &mut self.game;
             self.timings.step(game.frame(), || game.step(inputs))?;
             at_sync(&mut self.game)?;
         }
         self.take_sync()?;
-        let first = sync_frame + frames.len() as u64;
-        let again: Vec<Vec<I>> = (0..still_pending).map(|i| repredict(first + i)).collect();
         self.pending.clear();
         for inp in again {
             self.predict(inp)?;
