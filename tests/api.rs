@@ -882,10 +882,39 @@ fn unbounded_recursion_through_a_native_is_a_lua_error() {
     assert_eq!(out[0], Value::Boolean(false), "{out:?}");
     let msg = out[1].as_str().unwrap();
     assert!(msg.contains("stack overflow"), "{msg}");
+    // Said once, not once more per level it passed through.
+    assert_eq!(msg.matches("host.call").count(), 0, "{msg}");
     assert_eq!(
         vm.exec("return 1", "after").unwrap(),
         vec![Value::Integer(1)]
     );
+}
+
+#[test]
+fn a_callback_error_passes_through_natives_as_it_was_raised() {
+    let vm = Vm::builder()
+        .capacity(64 * MIB)
+        .native("host.call", |call| {
+            call.call_function::<()>(0, ())?;
+            Ok(())
+        })
+        .native("host.fail", |_| Err(NativeError::new("boom")))
+        .build()
+        .unwrap();
+    // Two natives between the failing one and the pcall: the message names the place and
+    // the native that raised it, once (it had a "nest:N: host.call: " before it per level).
+    let out = vm
+        .exec(
+            "local ok, e = pcall(host.call, function()\n\
+               return host.call(function()\n\
+                 host.fail()\n\
+               end)\n\
+             end)\n\
+             return e",
+            "nest",
+        )
+        .unwrap();
+    assert_eq!(out[0].as_str().unwrap(), "nest:3: host.fail: boom");
 }
 
 #[test]

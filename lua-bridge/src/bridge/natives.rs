@@ -194,6 +194,11 @@ pub struct Call<'a> {
     /// [`call_function`](Call::call_function): kept at this stack index of the native's own
     /// frame, with the text the native got for it. Returning that error raises the value.
     kept_error: Option<(c_int, String)>,
+    /// The last error message a callback of [`call_function`](Call::call_function) raised as
+    /// a string: returning that error raises it as it is (it already names where it was
+    /// raised, as an error passing through `lua_call` does), not with this native's name and
+    /// position before it, once more for each native it passes through.
+    callback_error: Option<String>,
 }
 
 impl<'a> Call<'a> {
@@ -412,7 +417,12 @@ impl<'a> Call<'a> {
                 };
                 Err(NativeError(match job.panic.take() {
                     Some(p) => format!("{message}: {p}"),
-                    None => message,
+                    None => {
+                        if kept.is_none() {
+                            self.callback_error = Some(message.clone());
+                        }
+                        message
+                    }
                 }))
             };
             match kept {
@@ -454,6 +464,8 @@ enum Outcome {
     Raise,
     /// Raise the value at this index of the native's stack.
     RaiseValue(c_int),
+    /// Raise the staged message as it is (a callback's error passing through).
+    RaiseAsIs,
 }
 
 /// The C function behind every native. Upvalue 1 is the native's index.
@@ -479,6 +491,8 @@ pub(crate) unsafe extern "C-unwind" fn native_trampoline(L: *mut lua_State) -> c
             ffi::luaL_where(L, 1);
             raise_staged_error_at(L, &state.staging)
         },
+        // SAFETY: as for Raise, without the position.
+        Outcome::RaiseAsIs => unsafe { raise_staged_error(L, &state.staging) },
         // SAFETY: the index holds the kept error value (call_function left a free slot above
         // it); pushing a copy does not allocate, and lua_error never returns.
         Outcome::RaiseValue(idx) => unsafe {
@@ -507,6 +521,7 @@ unsafe fn run_native(
         state,
         nargs,
         kept_error: None,
+        callback_error: None,
     };
     IN_NATIVE.with(|n| n.set(n.get() + 1));
     let result = catch_unwind(AssertUnwindSafe(|| (native.f)(&mut call)));
@@ -519,6 +534,14 @@ unsafe fn run_native(
                 // SAFETY: only this (innermost) trampoline touches these buffers now.
                 unsafe { (*staging.results.get()).truncate(base) };
                 return Outcome::RaiseValue(idx);
+            }
+            _ if call.callback_error.as_deref() == Some(e.0.as_str()) => {
+                // SAFETY: as above.
+                unsafe {
+                    (*staging.results.get()).truncate(base);
+                    *staging.error.get() = e.0;
+                }
+                return Outcome::RaiseAsIs;
             }
             _ => format!("{}: {}", native.name, e.0),
         },
