@@ -195,9 +195,9 @@ pub struct Call<'a> {
     /// frame, with the text the native got for it. Returning that error raises the value.
     kept_error: Option<(c_int, String)>,
     /// The last error message a callback of [`call_function`](Call::call_function) raised as
-    /// a string: returning that error raises it as it is (it already names where it was
-    /// raised, as an error passing through `lua_call` does), not with this native's name and
-    /// position before it, once more for each native it passes through.
+    /// a string: returning that error raises it with this native's name before it, once (not
+    /// again when it starts with it), and no position (it names where it was raised), not
+    /// with this native's name and position before it once more per level it passes through.
     callback_error: Option<String>,
 }
 
@@ -464,7 +464,7 @@ enum Outcome {
     Raise,
     /// Raise the value at this index of the native's stack.
     RaiseValue(c_int),
-    /// Raise the staged message as it is (a callback's error passing through).
+    /// Raise the staged message without a position (a callback's error passing through).
     RaiseAsIs,
 }
 
@@ -536,10 +536,18 @@ unsafe fn run_native(
                 return Outcome::RaiseValue(idx);
             }
             _ if call.callback_error.as_deref() == Some(e.0.as_str()) => {
+                // Named by the native it passed through once, without a position: the message
+                // has the place where it was raised.
+                let named = format!("{}: ", native.name);
+                let message = if e.0.starts_with(&named) {
+                    e.0
+                } else {
+                    named + &e.0
+                };
                 // SAFETY: as above.
                 unsafe {
                     (*staging.results.get()).truncate(base);
-                    *staging.error.get() = e.0;
+                    *staging.error.get() = message;
                 }
                 return Outcome::RaiseAsIs;
             }
