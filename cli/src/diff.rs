@@ -186,7 +186,7 @@ fn diff(args: &DiffArgs) -> Result<bool, String> {
         Some(p) => Some(
             crate::game_config(1, 0)
                 .game_at(p)
-                .map_err(|e| e.to_string())?,
+                .map_err(|e| format!("the game given by --game: {e}"))?,
         ),
         None => None,
     };

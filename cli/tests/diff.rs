@@ -80,6 +80,15 @@ fn diff_of_two_saves_lists_paths_bounded_with_exit_status_1() {
         "{e}"
     );
     assert!(!e.contains("luasnap runtime"), "{e}");
+    // A --game that is not there is named as the flag's file, not taken for a save.
+    let missing = dir.join("no_such_game.lua");
+    let lost = luasnap(&["diff", a, b, "--game", missing.to_str().unwrap()]);
+    assert_eq!(lost.status.code(), Some(2));
+    let e = String::from_utf8_lossy(&lost.stderr);
+    assert!(
+        e.contains("the game given by --game: cannot read") && e.contains("no_such_game.lua"),
+        "{e}"
+    );
     let own = luasnap(&["diff", a, b, "--trust", "own"]);
     assert_eq!(
         own.status.code(),
