@@ -85,6 +85,22 @@ fn session_options(args: &P2pArgs) -> SessionOptions {
     }
 }
 
+/// This process's peer `me` of a two-process run, with the run's options and scripted inputs.
+fn scripted_peer(
+    cfg: &GameConfig,
+    me: usize,
+    socket: PeerSocket,
+    other: SocketAddr,
+    frames: u64,
+    timeout: Duration,
+    options: &SessionOptions,
+) -> Result<PeerReport, String> {
+    let seed = cfg.seed;
+    p2p_peer_with(cfg, me, socket, other, frames, timeout, options, |f, p| {
+        scripted_input(seed, f, p)
+    })
+}
+
 /// Differing paths listed.
 const LIMIT: usize = 20;
 
@@ -209,17 +225,8 @@ fn two_processes(
             "the second peer's process did not start",
         ));
     };
-    let seed = cfg.seed;
-    let mine = p2p_peer_with(
-        cfg,
-        0,
-        socket,
-        there,
-        args.frames,
-        timeout,
-        &session_options(args),
-        |f, p| scripted_input(seed, f, p),
-    );
+    let options = session_options(args);
+    let mine = scripted_peer(cfg, 0, socket, there, args.frames, timeout, &options);
     if let Err(e) = mine {
         // The other peer would wait for this one until its timeout.
         let _ = child.kill();
@@ -301,10 +308,7 @@ fn second_peer(
     let socket = PeerSocket::loopback().map_err(|e| e.to_string())?;
     let port = socket.local_addr().map_err(|e| e.to_string())?.port();
     println!("{}", json!({ "port": port }));
-    let seed = cfg.seed;
-    let r = p2p_peer_with(cfg, 1, socket, first, frames, timeout, options, |f, p| {
-        scripted_input(seed, f, p)
-    })?;
+    let r = scripted_peer(cfg, 1, socket, first, frames, timeout, options)?;
     let desyncs: Vec<_> = r
         .desyncs
         .iter()

@@ -732,10 +732,15 @@ impl SnapshotRing {
         }
         let old_extent = self.extent.clone();
         let limit = self.threshold.unwrap_or(kind.break_even_fraction());
-        // What a whole copy would copy: the extent but its free runs (`whole.rs`).
-        arena.free_runs(&mut self.free_runs);
-        let free_bytes: usize = self.free_runs.iter().map(|r| r.len()).sum();
-        let whole_pages = (new_extent.bytes() - free_bytes) / PAGE_SIZE;
+        // What a whole copy would copy, for the automatic mode's model: the extent but its
+        // free runs (`whole.rs`).
+        let whole_pages = if self.cost.is_some() {
+            arena.free_runs(&mut self.free_runs);
+            let free_bytes: usize = self.free_runs.iter().map(|r| r.len()).sum();
+            (new_extent.bytes() - free_bytes) / PAGE_SIZE
+        } else {
+            0
+        };
         let scan_started = Instant::now();
         let tracker = self.tracker(arena)?;
         for r in old_extent.ranges() {

@@ -71,22 +71,17 @@ impl WholeCopy {
     pub(crate) fn write(&mut self, at: usize, bytes: &[u8]) {
         let run = at..at + bytes.len();
         self.buf.as_mut_slice()[run.clone()].copy_from_slice(bytes);
-        if self
-            .zero
-            .iter()
-            .any(|z| z.start < run.end && run.start < z.end)
-        {
-            let mut kept = Vec::with_capacity(self.zero.len() + 1);
-            for z in &self.zero {
-                if z.start < run.start {
-                    kept.push(z.start..z.end.min(run.start));
-                }
-                if z.end > run.end {
-                    kept.push(z.start.max(run.end)..z.end);
-                }
-            }
-            self.zero = kept;
+        // The zero runs `run` overlaps, found by binary search (a fold writes many runs),
+        // give way to what is left of the first and the last of them outside `run`.
+        let first = self.zero.partition_point(|z| z.end <= run.start);
+        let last = first + self.zero[first..].partition_point(|z| z.start < run.end);
+        if first == last {
+            return;
         }
+        let (head, tail) = (self.zero[first].start, self.zero[last - 1].end);
+        let left = (head < run.start).then_some(head..run.start);
+        let right = (tail > run.end).then_some(run.end..tail);
+        self.zero.splice(first..last, left.into_iter().chain(right));
     }
 
     /// Bytes the copy left out (free runs).

@@ -195,9 +195,9 @@ pub struct Call<'a> {
     /// frame, with the text the native got for it. Returning that error raises the value.
     kept_error: Option<(c_int, String)>,
     /// The last error message a callback of [`call_function`](Call::call_function) raised as
-    /// a string: returning that error raises it with this native's name before it, once (not
-    /// again when it starts with it), and no position (it names where it was raised), not
-    /// with this native's name and position before it once more per level it passes through.
+    /// a string. Returning that error raises its text with this native's name before it once
+    /// (not again when it starts with it) and no position: the text names where it was
+    /// raised, where a name and position added per native it passed through repeated.
     callback_error: Option<String>,
 }
 
