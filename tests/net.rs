@@ -412,22 +412,54 @@ fn a_connection_that_never_says_hello_gives_its_slot_up() {
 #[test]
 fn a_client_turned_away_by_a_full_server_is_told_it_is_full() {
     use luasnap::bridge::runtime::net::testing::{self, RawPeer, CONTROL};
+    use luasnap::bridge::runtime::net::NetError;
     let mut opts = match_options(1, 30, 15, 10);
     opts.end_wait = Duration::from_millis(200);
     let (addr, server, _) = serve(opts);
     let mut player = RawPeer::connect(addr).unwrap();
     player.send(CONTROL, testing::hello("=tiny_game", TINY));
     pump_for(&mut player, 100);
-    let err = match RawPeer::connect(addr) {
-        Ok(_) => panic!("a second connection to a one-player server was let in"),
-        Err(e) => e.to_string(),
-    };
-    assert!(
-        err.contains("is full") && !err.contains("no answer"),
-        "{err}"
-    );
+    let second =
+        MatchClient::connect(ClientOptions::new(game(1), addr)).and_then(|c| c.run(|_| {}));
+    match second {
+        Err(e @ NetError::Full { .. }) => {
+            let err = e.to_string();
+            assert!(
+                err.contains("is full") && err.contains("--players"),
+                "{err}"
+            );
+        }
+        other => panic!("a second client of a one-player server: {other:?}"),
+    }
     player.close();
     server.join().unwrap();
+}
+
+/// A refused client's connection stays open a moment so the refusal reaches it: a client
+/// retrying at once with the right game was told the server was full (CI saw it: the
+/// one-player server's only netcode slot was still the refused client's). A refused client
+/// says goodbye, and the server holds connections beyond its player slots.
+#[test]
+fn a_refused_clients_slot_is_taken_at_once_by_the_next() {
+    use luasnap::bridge::runtime::net::NetError;
+    let mut opts = match_options(1, 40, 15, 10);
+    opts.end_wait = Duration::from_millis(200);
+    let (addr, server, events) = serve(opts);
+    for _ in 0..3 {
+        let other = common::config("tiny_game", &format!("{TINY}\n-- v2\n"), 1, 5);
+        let refused =
+            MatchClient::connect(ClientOptions::new(other, addr)).and_then(|c| c.run(|_| {}));
+        match refused {
+            Err(NetError::Refused { reason, .. }) => {
+                assert!(reason.contains("another game"), "{reason}")
+            }
+            other => panic!("a client of another game: {other:?}"),
+        }
+    }
+    let player = client(ClientOptions::new(game(1), addr)).join().unwrap();
+    let server = server.join().unwrap();
+    assert_eq!(player.value_digest, server.value_digest);
+    assert_eq!(player.frames, 40, "{:#?}", event_lines(&events));
 }
 
 /// A client that said hello, then only keeps the transport alive (no command, no digest),

@@ -6,7 +6,7 @@ use super::link::LinkConditions;
 use super::order::MAX_DELAY_FRAMES;
 use super::protocol::{
     game_id, ClientMessage, ServerMessage, Start, StateReason, CHANNEL_CONTROL, CHANNEL_FRAMES,
-    CHANNEL_STATE,
+    CHANNEL_STATE, REFUSED_FULL,
 };
 use super::transport::{connection_config, ClientTransport, SEND_INTERVAL};
 use crate::runtime::{
@@ -180,6 +180,14 @@ pub(crate) struct Conn {
     pub(crate) peer: String,
 }
 
+/// A connection dropped on any path, an error's included, says goodbye: the server frees
+/// its slot at once instead of holding it until the connection times out.
+impl Drop for Conn {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
 impl Conn {
     pub(crate) fn open(
         server: SocketAddr,
@@ -202,6 +210,19 @@ impl Conn {
 
     /// Reads what arrived; returns each message's bytes with its channel.
     pub(crate) fn pump(&mut self) -> Result<Vec<(u8, Vec<u8>)>, NetError> {
+        self.update()?;
+        let mut out = Vec::new();
+        for channel in [CHANNEL_CONTROL, CHANNEL_FRAMES, CHANNEL_STATE] {
+            while let Some(bytes) = self.renet.receive_message(channel) {
+                out.push((channel, bytes.to_vec()));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Advances the clocks and hands what arrived to renet, whose messages stay queued for
+    /// the next [`Conn::pump`]: a server may send one (a refusal) as the handshake ends.
+    fn update(&mut self) -> Result<(), NetError> {
         let now = Instant::now();
         let dt = now - self.last_update;
         self.last_update = now;
@@ -211,14 +232,7 @@ impl Conn {
             .map_err(|error| NetError::Io {
                 what: "cannot receive".into(),
                 error,
-            })?;
-        let mut out = Vec::new();
-        for channel in [CHANNEL_CONTROL, CHANNEL_FRAMES, CHANNEL_STATE] {
-            while let Some(bytes) = self.renet.receive_message(channel) {
-                out.push((channel, bytes.to_vec()));
-            }
-        }
-        Ok(out)
+            })
     }
 
     pub(crate) fn send(&mut self, channel: u8, bytes: Vec<u8>) {
@@ -259,7 +273,10 @@ impl Conn {
         )
     }
 
+    /// Leaves: renet's acknowledgements go first, so that the server knows what this client
+    /// had whole (a save-game it read and then refused is not one it left unacknowledged).
     pub(crate) fn close(&mut self) {
+        let _ = self.transport.send_packets(&mut self.renet);
         self.transport.disconnect();
     }
 
@@ -271,7 +288,7 @@ impl Conn {
     ) -> Result<(), NetError> {
         let start = Instant::now();
         while !self.is_connected() {
-            self.pump()?;
+            self.update()?;
             self.flush()?;
             if self.transport.denied() {
                 return Err(NetError::Full { server });
@@ -426,10 +443,7 @@ impl MatchClient {
                         })
                     }
                     ServerMessage::Refused { reason } => {
-                        return Err(NetError::Refused {
-                            server: self.opts.server,
-                            reason,
-                        })
+                        return Err(refusal(self.opts.server, reason))
                     }
                     other => rest.push(other),
                 }
@@ -468,6 +482,16 @@ fn joining_note(link: &LinkConditions) -> String {
         )
     } else {
         format!("{what}; the network to the server may be too lossy or slow for the save: join over a better one, or start with the match (--start-with), which needs no save-game")
+    }
+}
+
+/// The error a server's refusal is: every slot taken is [`NetError::Full`], as netcode's own
+/// denial is.
+fn refusal(server: SocketAddr, reason: String) -> NetError {
+    if reason == REFUSED_FULL {
+        NetError::Full { server }
+    } else {
+        NetError::Refused { server, reason }
     }
 }
 
@@ -599,12 +623,7 @@ impl Session<'_> {
         };
         match msg {
             ServerMessage::Welcome { .. } => return Err(protocol("a second welcome".into())),
-            ServerMessage::Refused { reason } => {
-                return Err(NetError::Refused {
-                    server: self.opts.server,
-                    reason,
-                })
-            }
+            ServerMessage::Refused { reason } => return Err(refusal(self.opts.server, reason)),
             ServerMessage::Confirm { frame, inputs } => {
                 if inputs.len() != self.w.players {
                     return Err(protocol(format!(

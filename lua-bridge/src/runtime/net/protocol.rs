@@ -25,6 +25,9 @@ pub(crate) const PROTOCOL_ID: u64 = 0x6c75_6173_6e61_7001; // "luasnap" + versio
 pub(crate) const MAX_SAVE_BYTES: usize = 256 << 20;
 /// The longest refusal text.
 const MAX_TEXT: usize = 1024;
+/// The reason of a refusal that says every player slot is taken (the client reports it as
+/// [`NetError::Full`](super::error::NetError::Full), as when netcode itself denies it).
+pub(crate) const REFUSED_FULL: &str = "full";
 /// The most players of a match (as for [`GameConfig::players`](crate::runtime::GameConfig)).
 pub(crate) const MAX_PLAYERS: usize = 16;
 

@@ -6,7 +6,7 @@ use super::error::NetError;
 use super::order::{DelayControl, FrameOrder};
 use super::protocol::{
     game_id, ClientMessage, ServerMessage, Start, StateReason, CHANNEL_CONTROL, CHANNEL_FRAMES,
-    CHANNEL_STATE, MAX_PLAYERS,
+    CHANNEL_STATE, MAX_PLAYERS, REFUSED_FULL,
 };
 use super::transport::{
     connection_config, ServerTransport, SEND_INTERVAL, SERVER_CHANNEL_BYTES, STATE_CHANNEL_BYTES,
@@ -55,6 +55,13 @@ pub const SAVE_BACKOFF_MAX: Duration = Duration::from_secs(300);
 /// message saying why reaches it before the disconnection (a client that reads both in one
 /// update drops the message).
 const CLOSE_GRACE: Duration = Duration::from_millis(250);
+/// Connections netcode takes beyond the player slots. A refused or dropped client's
+/// connection stays open for [`CLOSE_GRACE`] after its slot is free (and a client that left
+/// without saying so, until it times out): with netcode's slots only as many as the
+/// players', a client retrying at once with the right flags was denied as if the match were
+/// full. A connection for which no slot is free is refused as full ([`REFUSED_FULL`]) and
+/// closed after the grace.
+const SPARE_CONNECTIONS: usize = 8;
 /// Addresses whose backoff the server remembers at most (the oldest are forgotten first).
 const BACKOFF_ADDRESSES: usize = 4096;
 
@@ -492,7 +499,7 @@ impl MatchServer {
             let what = what.to_string();
             move |error| NetError::Io { what, error }
         };
-        let transport = ServerTransport::new(self.socket, players)
+        let transport = ServerTransport::new(self.socket, players + SPARE_CONNECTIONS)
             .map_err(io("cannot set up the server's socket"))?;
         let mut cfg = self.opts.game.clone();
         cfg.base_address = None;
@@ -821,7 +828,15 @@ impl Match<'_> {
             match event {
                 renet::ServerEvent::ClientConnected { client_id } => self.seat(client_id),
                 renet::ServerEvent::ClientDisconnected { client_id, reason } => {
+                    let state_whole = self.transport.left_with_state_whole(client_id);
                     if let Some(&slot) = self.by_client.get(&client_id) {
+                        if state_whole {
+                            // It acknowledged its save-game whole as it left (a client
+                            // that read the save and refused it): not one it left owing.
+                            if let Some(seat) = self.seats[slot].as_mut() {
+                                seat.state_wait = None;
+                            }
+                        }
                         if self.end_sent {
                             self.leave_after_end(slot);
                         } else {
@@ -844,8 +859,8 @@ impl Match<'_> {
     /// Gives a new connection the first free slot.
     fn seat(&mut self, client_id: u64) {
         let Some(slot) = self.seats.iter().position(Option::is_none) else {
-            self.renet.disconnect(client_id);
-            self.transport.forget(client_id);
+            self.tell_refused(client_id, REFUSED_FULL);
+            self.closing.push((client_id, Instant::now() + CLOSE_GRACE));
             return;
         };
         let addr = self

@@ -77,6 +77,9 @@ pub(crate) struct ServerTransport {
     link: Link,
     netcode: NetcodeServer,
     traffic: HashMap<u64, Traffic>,
+    /// Whether each connection removed this update had its save-game channel acknowledged
+    /// whole as it went (renet forgets the connection before the server hears it left).
+    departures: HashMap<u64, bool>,
 }
 
 impl ServerTransport {
@@ -95,7 +98,14 @@ impl ServerTransport {
             link,
             netcode,
             traffic: HashMap::new(),
+            departures: HashMap::new(),
         })
+    }
+
+    /// Whether a connection renet reported gone had nothing of its save-game channel
+    /// unacknowledged as it went (a client acknowledges what it read as it leaves).
+    pub(crate) fn left_with_state_whole(&mut self, client_id: u64) -> bool {
+        self.departures.remove(&client_id).unwrap_or(false)
     }
 
     /// A client's address while it is connected.
@@ -124,15 +134,33 @@ impl ServerTransport {
                     t.received += n;
                 }
             }
-            handle(result, &mut self.link, &mut self.traffic, server)?;
+            handle(
+                result,
+                &mut self.link,
+                &mut self.traffic,
+                &mut self.departures,
+                server,
+            )?;
         }
         for client_id in self.netcode.clients_id() {
             let result = self.netcode.update_client(client_id);
-            handle(result, &mut self.link, &mut self.traffic, server)?;
+            handle(
+                result,
+                &mut self.link,
+                &mut self.traffic,
+                &mut self.departures,
+                server,
+            )?;
         }
         for client_id in server.disconnections_id() {
             let result = self.netcode.disconnect(client_id);
-            handle(result, &mut self.link, &mut self.traffic, server)?;
+            handle(
+                result,
+                &mut self.link,
+                &mut self.traffic,
+                &mut self.departures,
+                server,
+            )?;
         }
         Ok(())
     }
@@ -163,17 +191,25 @@ impl ServerTransport {
     pub(crate) fn disconnect_all(&mut self, server: &mut RenetServer) -> io::Result<()> {
         for client_id in self.netcode.clients_id() {
             let result = self.netcode.disconnect(client_id);
-            handle(result, &mut self.link, &mut self.traffic, server)?;
+            handle(
+                result,
+                &mut self.link,
+                &mut self.traffic,
+                &mut self.departures,
+                server,
+            )?;
         }
         self.link.flush()
     }
 }
 
 /// Carries out what netcode decided about a datagram.
+/// Carries out what netcode asked for.
 fn handle(
     result: ServerResult<'_, '_>,
     link: &mut Link,
     traffic: &mut HashMap<u64, Traffic>,
+    departures: &mut HashMap<u64, bool>,
     server: &mut RenetServer,
 ) -> io::Result<()> {
     match result {
@@ -199,6 +235,9 @@ fn handle(
             addr,
             payload,
         } => {
+            let whole =
+                server.channel_available_memory(client_id, CHANNEL_STATE) >= STATE_CHANNEL_BYTES;
+            departures.insert(client_id, whole);
             server.remove_connection(client_id);
             match payload {
                 Some(p) => link.send_to(p, addr),
@@ -311,7 +350,11 @@ impl ClientTransport {
 
     /// Leaves: what is queued goes out, then netcode's disconnect packet, past the emulated
     /// network (a leaving client does not wait out its latency).
+    /// Once closed (by this client, the server or a timeout), it sends nothing more.
     pub(crate) fn disconnect(&mut self) {
+        if self.netcode.is_disconnected() {
+            return;
+        }
         let _ = self.link.flush();
         if let Ok((addr, packet)) = self.netcode.disconnect() {
             let _ = self.link.send_unconditioned(packet, addr);
