@@ -392,6 +392,16 @@ size_t luasnap_layout_cache_size(void);
 void luasnap_layout_cache_reset(void *cache);
 /* Describes the key of node i of the table tp (a removed entry's: layout code 2). */
 void luasnap_node_key(lua_State *L, const void *tp, uint32_t i, luasnap_val *out);
+/* Kinds of a removed entry's key a layout writes as code 1 (luasnap_table_removed_keys). */
+#define LS_RK_DEAD 0   /* cleared by the collector: an address only */
+#define LS_RK_OBJ 1    /* an object not cleared yet */
+#define LS_RK_CFUNC 2  /* a light C function */
+/* The removed entries of tp whose keys a layout writes as code 1: node, identity, kind; the
+** count (fills at most cap). */
+uint32_t luasnap_table_removed_keys(const void *tp, uint32_t *nodes, const void **ptrs,
+                                    uint8_t *kinds, uint32_t cap);
+/* Pushes the key of node i of tp, a removed entry's of kind LS_RK_CFUNC. */
+void luasnap_push_node_key(lua_State *L, const void *tp, uint32_t i);
 
 /* ===================== tbuild.c: tables and closures, built for the loader ===================== */
 
@@ -410,6 +420,14 @@ int luasnap_table_relayout(lua_State *L, int idx, const uint32_t *codes, const i
                            void *scratch, void *memo);
 /* The node count of the table at idx (0 for the dummy node). */
 uint32_t luasnap_table_nodes(lua_State *L, int idx);
+/* Gives node `node` of the table at tidx, a removed entry a layout placed as code 1 (a dead
+** key with no identity), the key at kidx again: dead (an identity only) or not; 0 done, 1 the
+** node is no such entry (the layout did not apply: nothing changed), -1 a key of a kind no
+** such entry has. */
+int luasnap_table_removed_key(lua_State *L, int tidx, uint32_t node, int kidx, int dead);
+/* Resizes the hash part of the table at idx to `nodes` nodes (a power of two), its entries
+** reinserted; raises a memory error. */
+LUASNAP_RAISES void luasnap_table_resize_nodes(lua_State *L, int idx, uint32_t nodes);
 /* Scratch bytes a relayout of `size` nodes needs. */
 size_t luasnap_relayout_scratch(uint32_t size);
 /* Bytes of a relayout memo (zeroed: empty); its collision-chain limit (0: none); whether the

@@ -510,6 +510,58 @@ uint32_t luasnap_table_nodes(lua_State *L, int idx) {
   return isdummy(t) ? 0 : sizenode(t);
 }
 
+/* For the loader (format 10): gives node `node` of the table at tidx, a removed entry that a
+** layout placed as code 1, the key at kidx again, dead (an identity only: `next` from that key
+** finds the node, as Lua's own dead keys do) or not (an object or light C function key whose
+** entry was removed but not yet cleared by a collection: the node matches the key again, and
+** `t[k] = v` reuses it). Returns 0 done; 1 when the node is no such entry (the layout did not
+** apply to the table, or the file names another node) or the dead key is no object (it
+** matches nothing either way): nothing changes; -1 when a key that is not dead is of a kind no
+** such entry has. Neither allocates nor raises. */
+int luasnap_table_removed_key(lua_State *L, int tidx, uint32_t node, int kidx, int dead) {
+  Table *t = ls_table_at(L, tidx);
+  const TValue *k = ls_index2value(L, kidx);
+  Node *n;
+  if (t == NULL || isdummy(t) || node >= (uint32_t)sizenode(t)) return 1;
+  n = gnode(t, node);
+  /* Invariant checked: the node is what relayout makes of a code-1 node (a dead key with no
+  ** identity and an empty value) and nothing has given it an identity yet. Only its key
+  ** changes: its chain link, the table's other nodes and its lookups stay as relayout checked
+  ** them (a dead key matches no lookup; a removed key sits in a chain its main position
+  ** starts, as Lua left it, and matches only itself). */
+  if (!isempty(gval(n)) || !keyisdead(n) || keyval(n).gc != NULL) return 1;
+  if (dead) {
+    /* Lua compares a dead key with a collectable key by address alone (equalkey, deadok),
+    ** and with nothing else: a dead key whose bits were a light C function's (Lua patch 11
+    ** marks those dead too) matches nothing, as the node left without an identity does. */
+    if (!iscollectable(k)) return 1;
+    keyval(n).gc = gcvalue(k);
+    return 0;
+  }
+  switch (ttypetag(k)) {
+    case LUA_VTABLE: case LUA_VLCL: case LUA_VCCL: case LUA_VUSERDATA: case LUA_VTHREAD:
+      setnodekey(n, k);
+      /* The key is new to t: a table the collector traversed already in this cycle must be
+      ** traversed again (which clears the key before the object can be swept). */
+      luaC_barrierback(L, obj2gco(t), k);
+      return 0;
+    case LUA_VLCF:
+      setnodekey(n, k);
+      return 0;
+    default:
+      return -1;
+  }
+}
+
+/* Resizes the hash part of the table at idx to `nodes` nodes (a power of two at least the
+** count of its live entries: the caller's check), its entries reinserted; the array part
+** keeps its size. Raises a memory error. */
+void luasnap_table_resize_nodes(lua_State *L, int idx, uint32_t nodes) {
+  Table *t = ls_table_at(L, idx);
+  if (t == NULL) return;
+  luaH_resize(L, t, luaH_asize(t), nodes);
+}
+
 /* For the loader: moves the entries of the table at idx (just built by inserting the saved
 ** entries into a table of the saved sizes) into the nodes of a layout read from the file
 ** (codes, nexts: size entries each; lastfree; seed: as luasnap_table_layout wrote them; the

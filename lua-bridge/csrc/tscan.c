@@ -409,3 +409,45 @@ void luasnap_node_key(lua_State *L, const void *tp, uint32_t i, luasnap_val *out
   getnodekey(L, &k, gnode(t, i));
   describe(&k, out);
 }
+
+/* For the saver: the removed entries of the table tp whose key a layout writes as code 1
+** (luasnap_table_layout), so that a load can give each its key again (format 10: a
+** coroutine suspended in a pairs() loop after t[k] = nil resumes with `next(t, k)`, which
+** finds the node by that key). For each such node, in node order: its index in nodes[],
+** its key's identity in ptrs[] and its kind in kinds[]: LS_RK_DEAD, a dead key (cleared by
+** the collector: the identity is an address only, perhaps of an object freed since: the
+** saver looks it up among the objects it wrote and never reads through it); LS_RK_OBJ, an
+** object key not cleared yet (a live object); LS_RK_CFUNC, a light C function (never
+** cleared). Fills at most cap and returns the count (a larger count: the caller grows its
+** buffers and asks again). Reads only. */
+uint32_t luasnap_table_removed_keys(const void *tp, uint32_t *nodes, const void **ptrs,
+                                    uint8_t *kinds, uint32_t cap) {
+  const Table *t = (const Table *)tp;
+  unsigned int i, size;
+  uint32_t n = 0;
+  if (t == NULL || isdummy(t)) return 0;
+  size = sizenode(t);
+  for (i = 0; i < size; i++) {
+    const Node *nd = gnode(t, i);
+    const void *p;
+    uint8_t k;
+    if (keyisnil(nd) || !isempty(gval(nd)) || ls_inline_key(nd)) continue;
+    if (keyisdead(nd)) { k = LS_RK_DEAD; p = keyval(nd).gc; }
+    else if (keytt(nd) == LUA_VLCF) { k = LS_RK_CFUNC; p = (const void *)fvalueraw(keyval(nd)); }
+    else if (keyiscollectable(nd)) { k = LS_RK_OBJ; p = keyval(nd).gc; }
+    else continue;  /* a light userdata: no layout is written for its table */
+    if (p == NULL) continue;
+    if (n < cap) { nodes[n] = i; ptrs[n] = p; kinds[n] = k; }
+    n++;
+  }
+  return n;
+}
+
+/* Pushes the key of node i of the table tp, a removed entry's of kind LS_RK_CFUNC
+** (luasnap_table_removed_keys: a light C function, whose value is the function's address:
+** nothing is read through it). The caller guarantees stack room. */
+void luasnap_push_node_key(lua_State *L, const void *tp, uint32_t i) {
+  const Table *t = (const Table *)tp;
+  getnodekey(L, s2v(L->top.p), gnode(t, i));
+  L->top.p++;
+}

@@ -360,6 +360,14 @@ unsafe extern "C" {
     pub(crate) fn luasnap_layout_cache_size() -> usize;
     pub(crate) fn luasnap_layout_cache_reset(cache: *mut c_void);
     pub(crate) fn luasnap_node_key(L: *mut lua_State, tp: *const c_void, i: u32, out: *mut RawVal);
+    pub(crate) fn luasnap_table_removed_keys(
+        tp: *const c_void,
+        nodes: *mut u32,
+        ptrs: *mut *const c_void,
+        kinds: *mut u8,
+        cap: u32,
+    ) -> u32;
+    pub(crate) fn luasnap_push_node_key(L: *mut lua_State, tp: *const c_void, i: u32);
 }
 
 unsafe extern "C-unwind" {
@@ -387,6 +395,7 @@ unsafe extern "C-unwind" {
         scratch: *mut c_void,
         memo: *mut c_void,
     ) -> c_int;
+    pub(crate) fn luasnap_table_resize_nodes(L: *mut lua_State, idx: c_int, nodes: u32);
     pub(crate) fn luasnap_rawset_charged(L: *mut lua_State, idx: c_int, memo: *mut c_void)
         -> c_int;
 }
@@ -405,6 +414,13 @@ unsafe extern "C" {
         memo: *mut c_void,
     ) -> c_int;
     pub(crate) fn luasnap_table_nodes(L: *mut lua_State, idx: c_int) -> u32;
+    pub(crate) fn luasnap_table_removed_key(
+        L: *mut lua_State,
+        tidx: c_int,
+        node: u32,
+        kidx: c_int,
+        dead: c_int,
+    ) -> c_int;
     pub(crate) fn luasnap_relayout_scratch(size: u32) -> usize;
     pub(crate) fn luasnap_relayout_memo_size() -> usize;
     pub(crate) fn luasnap_relayout_memo_limit(memo: *mut c_void, limit: u64);

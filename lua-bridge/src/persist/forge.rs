@@ -10,10 +10,11 @@
 //! changes here too, or fails to compile here.
 
 use super::format::{
-    open, CallFrame, Detached, OpenUpvalue, PendingCloses, PlainUserdata, ProtoHome, ProtoNames,
-    ProtoPath, ProtoRecord, Reader, Scalar, SpecialParts, TableHeader, Tag, ThreadHeader,
-    ThreadPart, ThreadParts, UpvalueRef, Upvalues, UserdataBytes, UserdataPart, UserdataParts,
-    Writer, FLAG_BYTECODE, FLAG_QUOTED_PLACES, FORMAT_VERSION, MAX_PATH, MAX_UPVALUE_NAMES,
+    open, After, CallFrame, Detached, OpenUpvalue, PendingCloses, PlainUserdata, ProtoHome,
+    ProtoNames, ProtoPath, ProtoRecord, Reader, Scalar, SpecialParts, TableHeader, Tag,
+    ThreadHeader, ThreadPart, ThreadParts, UpvalueRef, Upvalues, UserdataBytes, UserdataPart,
+    UserdataParts, Writer, FLAG_BYTECODE, FLAG_QUOTED_PLACES, FORMAT_VERSION, MAX_PATH,
+    MAX_UPVALUE_NAMES,
 };
 
 pub use super::format::ChunkDef;
@@ -111,13 +112,23 @@ pub enum Node {
     Final(u64, Box<Node>),
     /// Bytes written as they are (anything the tree cannot say).
     Raw(Vec<u8>),
-    /// A body of format 9 on with objects awaiting finalization after its root: the root,
-    /// their count `n` (as is: any number in a forged file), then the values (`list`).
-    /// Decoded only at the top of a body that has bytes after its root.
+    /// A body with objects awaiting finalization after its root: the root, their count `n`
+    /// (as is: any number in a forged file), then the values (`list`); written with its
+    /// part's tag (`After::Pending`, format 10). Decoded only at the top of a body that has
+    /// bytes after its root.
     Pending {
         root: Box<Node>,
         n: u64,
         list: Vec<Node>,
+    },
+    /// A body (the root, perhaps with a `Pending` part) with removed keys after it
+    /// (`After::RemovedKeys`, format 10): their count `n` (as is), then per entry the table's
+    /// object id, the node, the dead flag (any numbers in a forged file) and the key (a `Ref`,
+    /// `StrRef` or `Perm` in a valid file; any value in a forged one).
+    RemovedKeys {
+        root: Box<Node>,
+        n: u64,
+        entries: Vec<(u64, u64, u64, Node)>,
     },
 }
 
@@ -219,17 +230,39 @@ pub fn decode(body: &[u8]) -> Option<Node> {
         protos: 0,
         chunks: 0,
     };
-    let n = d.node(0)?;
-    if d.r.remaining() == 0 {
-        return Some(n);
+    let mut n = d.node(0)?;
+    let mut last = 0;
+    while let Some(tag) = d.r.u8() {
+        if tag <= last {
+            return None;
+        }
+        last = tag;
+        let count = d.r.varint()?;
+        n = match After::from_u8(tag)? {
+            After::Pending => Node::Pending {
+                root: Box::new(n),
+                n: count,
+                list: d.list(count, 0)?,
+            },
+            After::RemovedKeys => {
+                if count > d.r.remaining() as u64 {
+                    return None;
+                }
+                let entries = (0..count)
+                    .map(|_| {
+                        let (t, node, dead) = (d.r.varint()?, d.r.varint()?, d.r.varint()?);
+                        Some((t, node, dead, d.node(1)?))
+                    })
+                    .collect::<Option<_>>()?;
+                Node::RemovedKeys {
+                    root: Box::new(n),
+                    n: count,
+                    entries,
+                }
+            }
+        };
     }
-    let count = d.r.varint()?;
-    let list = d.list(count, 0)?;
-    (d.r.remaining() == 0).then_some(Node::Pending {
-        root: Box::new(n),
-        n: count,
-        list,
-    })
+    Some(n)
 }
 
 /// Decodes nodes, numbering prototypes and chunks by their first occurrence as the loader
@@ -610,8 +643,20 @@ fn put(w: &mut Writer, node: &Node) {
         }
         Node::Pending { root, n, list } => {
             put(w, root);
+            w.u8(After::Pending as u8);
             w.varint(*n);
             list.iter().for_each(|v| put(w, v));
+        }
+        Node::RemovedKeys { root, n, entries } => {
+            put(w, root);
+            w.u8(After::RemovedKeys as u8);
+            w.varint(*n);
+            for (t, node, dead, key) in entries {
+                w.varint(*t);
+                w.varint(*node);
+                w.varint(*dead);
+                put(w, key);
+            }
         }
         Node::Raw(b) => w.buf.extend_from_slice(b),
         _ => put_thread(w, node),
@@ -732,6 +777,10 @@ pub fn walk_mut(node: &mut Node, f: &mut dyn FnMut(&mut Node)) {
         Node::Pending { root, list, .. } => {
             walk_mut(root, f);
             list.iter_mut().for_each(|v| walk_mut(v, f));
+        }
+        Node::RemovedKeys { root, entries, .. } => {
+            walk_mut(root, f);
+            entries.iter_mut().for_each(|e| walk_mut(&mut e.3, f));
         }
         Node::Table { meta, entries, .. } => {
             walk_mut(meta, f);

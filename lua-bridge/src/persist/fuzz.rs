@@ -93,6 +93,24 @@ function layouts()
   w[2000] = nil w[5000] = nil w.s = "s"
   return { t = t, u = u, w = w, list = { 1, 2, 3, key = "v" } }
 end
+-- Coroutines suspended in pairs() loops that cleared their current entry (format 10's removed
+-- keys after the root): keys that are tables, functions, C functions and strings.
+function removed()
+  local sets = { t = {}, f = {}, c = {}, s = {} }
+  local cf = { type, rawget, rawset, rawequal, rawlen, select, tostring, tonumber }
+  for i = 1, 8 do
+    sets.t[{}] = i sets.f[function() return i end] = i sets.c[cf[i]] = i sets.s['s' .. i] = i
+  end
+  local walks = {}
+  for name, t in pairs(sets) do
+    local w = coroutine.wrap(function()
+      for k in pairs(t) do t[k] = nil coroutine.yield(name) end
+    end)
+    w() w()
+    walks[name] = w
+  end
+  return { sets = sets, walks = walks }
+end
 -- Tables marked for finalization (format 8 marks), one dropped from the saved graph.
 finalized = 0
 function finals()
@@ -186,6 +204,7 @@ pub fn fuzz_seeds(vm: &Vm) -> Vec<Node> {
         "fuzz_saved = layouts()",
         "local s = shapes2() fuzz_saved = { s.fornum, s.forfloat, s.vatab, s.noclose, s.bump }",
         "fuzz_saved = finals()",
+        "fuzz_saved = removed()",
     ] {
         if vm.exec(code, "seed").is_err() {
             continue;
@@ -406,6 +425,9 @@ enum Attack {
     /// Objects awaiting finalization after the root (format 9): marked tables with a
     /// permanent `__gc`, any generated value, forged counts.
     Pending,
+    /// Removed keys after the root (format 10): entries naming any object id, node and dead
+    /// flag, with references, permanents or any generated value as keys, forged counts.
+    RemovedKeys,
 }
 
 impl Attack {
@@ -417,6 +439,7 @@ impl Attack {
             2 => Some(Attack::PermanentFinalizer),
             3 => Some(Attack::Deep),
             4 => Some(Attack::Pending),
+            5 => Some(Attack::RemovedKeys),
             _ => None,
         }
     }
@@ -528,6 +551,29 @@ impl Attack {
                         k as u64
                     },
                     list,
+                }
+            }
+            Attack::RemovedKeys => {
+                let k = 1 + g.below(6);
+                let entries: Vec<(u64, u64, u64, Node)> = (0..k)
+                    .map(|_| {
+                        let key = match g.below(4) {
+                            0 => Node::Ref(g.delta(1)),
+                            1 => Node::StrRef(g.delta(1)),
+                            2 => Node::Perm(Box::new(g.name())),
+                            _ => g.node(1),
+                        };
+                        (g.delta(0), g.delta(1), g.delta(0), key)
+                    })
+                    .collect();
+                Node::RemovedKeys {
+                    root: Box::new(node),
+                    n: if g.below(4) == 0 {
+                        g.delta(k as u64)
+                    } else {
+                        k as u64
+                    },
+                    entries,
                 }
             }
             Attack::Deep => {
@@ -1043,6 +1089,16 @@ fn edit_node(n: &mut Node, edit: usize, g: &mut Gen<'_>) {
         Node::Perm(k) if edit < 70 => **k = g.name(),
         Node::Ident(ident, _) if edit < 70 => *ident = g.delta(*ident),
         Node::Final(mark, _) if edit < 70 => *mark = g.delta(*mark),
+        Node::RemovedKeys { n, entries, .. } if edit < 70 && !entries.is_empty() => {
+            let i = g.below(entries.len());
+            match edit % 5 {
+                0 => *n = g.delta(*n),
+                1 => entries[i].0 = g.delta(entries[i].0),
+                2 => entries[i].1 = g.delta(entries[i].1),
+                3 => entries[i].2 = g.delta(entries[i].2),
+                _ => entries[i].3 = g.node(1),
+            }
+        }
         Node::Pending { n, list, .. } if edit < 70 => match edit % 3 {
             0 => *n = g.delta(*n),
             1 => list.push(g.node(2)),

@@ -27,18 +27,60 @@ use std::ffi::{c_int, CStr};
 pub(super) unsafe fn push_game_root(L: *mut lua_State) {
     // SAFETY: protected context.
     unsafe {
-        ffi::lua_createtable(L, 0, 5); // and `keys`, set by persist_protected
+        ffi::lua_createtable(L, 0, 7); // and `keys`, set by persist_protected
         ffi::lua_rawgeti(L, ffi::LUA_REGISTRYINDEX, ffi::LUA_RIDX_GLOBALS);
+        push_layout(L, -2, c"globals_layout");
         shallow_copy_keeping(L);
         ffi::lua_setfield(L, -3, c"globals_kept".as_ptr());
         ffi::lua_setfield(L, -2, c"globals".as_ptr());
         if ffi::lua_getfield(L, ffi::LUA_REGISTRYINDEX, c"_LOADED".as_ptr()) == ffi::LUA_TTABLE {
+            push_layout(L, -2, c"loaded_layout");
             shallow_copy_keeping(L);
             ffi::lua_setfield(L, -3, c"loaded_kept".as_ptr());
             ffi::lua_setfield(L, -2, c"loaded".as_ptr());
         } else {
             ffi::lua_settop(L, -2);
         }
+    }
+}
+
+/// Sets `root[field]` (the root at `root`, a relative index from before the call) to the
+/// layout of the table on top (`write::layout_blob`), a byte string, if it has one: a load
+/// puts the entries it sets into its own `_G` and `package.loaded` in the saved nodes, so
+/// that `pairs(_G)` visits them in the saving process's order (format 10 on; a load of an
+/// older file, or one that cannot apply it, keeps the order its insertions give).
+///
+/// # Safety
+/// Protected context; a table on top, the root a table at `root` (below it).
+unsafe fn push_layout(L: *mut lua_State, root: c_int, field: &CStr) {
+    // SAFETY: protected context; the table on top is live and no Lua code runs while its
+    // layout is read; the string pushed is stored in the root (may allocate).
+    unsafe {
+        let root = ffi::lua_absindex(L, root);
+        let Some(blob) = super::write::layout_blob(L, ffi::lua_topointer(L, -1)) else {
+            return;
+        };
+        ffi::lua_pushlstring(L, blob.as_ptr().cast(), blob.len());
+        ffi::lua_setfield(L, root, field.as_ptr());
+    }
+}
+
+/// Puts the entries of the live table at `live` into the nodes of the layout at
+/// `root[field]`, if the root has one and it applies (see `read::relayout_blob`).
+///
+/// # Safety
+/// Protected context; `root` and `live` absolute indices of tables.
+unsafe fn apply_layout(L: *mut lua_State, root: c_int, field: &CStr, live: c_int) {
+    // SAFETY: protected context; the field is read raw and popped; a string's bytes stay
+    // valid while it is on the stack.
+    unsafe {
+        if raw_field(L, root, field) == ffi::LUA_TSTRING {
+            let mut len = 0usize;
+            let p = ffi::lua_tolstring(L, -1, &mut len);
+            let blob = std::slice::from_raw_parts(p.cast::<u8>(), len);
+            super::read::relayout_blob(L, live, blob);
+        }
+        ffi::lua_settop(L, -2);
     }
 }
 
@@ -154,8 +196,10 @@ pub(super) unsafe fn restore_game(
             Added::default()
         };
         restore_into(L, root + 1);
+        apply_layout(L, root, c"globals_layout", root + 2);
         if loaded {
             restore_into(L, root + 4);
+            apply_layout(L, root, c"loaded_layout", root + 5);
         }
         ffi::lua_settop(L, root - 1);
         added

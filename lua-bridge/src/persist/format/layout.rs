@@ -70,6 +70,10 @@ pub struct LayoutNode {
 }
 
 impl LayoutNode {
+    /// The code of a removed entry whose key is not written here: dead (cleared by a
+    /// collection), an object or a light C function (format 10 on, the file may give it its
+    /// key after the root: [`RemovedKeys`](super::RemovedKeys)).
+    pub const KEY_ELSEWHERE: u32 = 1;
     /// The code of a removed entry whose dead key follows ([`RemovedKey`]).
     pub const REMOVED: u32 = 2;
 

@@ -18,7 +18,9 @@
 //!   checksum     u64 XXH3-64 of the body
 //! body: one value (the root), depth first; from format 9 on, a whole-game save whose VM had
 //!   objects awaiting finalization that the root does not reach then has
-//!   Pending (varint n > 0) value{n}  (each a new table or userdata, or a Ref).
+//!   Pending (varint n > 0) value{n}  (each a new table or userdata, or a Ref);
+//!   from format 10 on, the parts after the root are tagged (after.rs):
+//!   (After::Pending Pending value{n})? (After::RemovedKeys RemovedKeys (RemovedKeyEntry key){n})?
 //! ```
 //!
 //! Fields are varints (LEB128, at most ten bytes), zigzag varints for signed ones (`zz`), `u8`,
@@ -80,7 +82,11 @@
 //! brought the objects awaiting finalization (`Pending`): a whole-game save writes, after the
 //! root, the objects the saving VM had marked for finalization that the root does not reach
 //! (dropped since the last collection point, or separated and not yet finalized), so the
-//! loaded game finalizes them where the saving process would; older files lose them.
+//! loaded game finalizes them where the saving process would; older files lose them. Format
+//! 10 tags the parts after the root and adds removed keys (`RemovedKeys`: the keys a table
+//! layout wrote as code 1, so that `next` finds a removed entry again by its key after a
+//! load, as a coroutine suspended in a `pairs()` loop needs), and a whole-game root's layouts
+//! of `_G` and `package.loaded` (`persist::game`).
 //!
 //! Each record's `encode` writes its tag (if it has one of its own) and its fields; its `decode`
 //! reads the fields after the tag (the reader dispatches on the tag) in the same order, every
@@ -90,6 +96,7 @@
 //! stops (a loader that acts between two fields, such as making the coroutine before its stack
 //! size, decodes the record in the parts this file offers for it).
 
+mod after;
 mod header;
 mod layout;
 mod parts;
@@ -98,6 +105,7 @@ mod tag;
 mod value;
 mod wire;
 
+pub use after::{After, RemovedKeyEntry, RemovedKeys, REMOVED_KEYS_FORMAT};
 pub use header::{
     min_strref_len, open, reseal, HeaderError, Opened, FLAG_BYTECODE, FLAG_QUOTED_PLACES,
     FLAG_SOURCE, FORMAT_VERSION, HEADER_LEN, LUA_RELEASE, MAGIC, MIN_STRREF_LEN, PENDING_FORMAT,

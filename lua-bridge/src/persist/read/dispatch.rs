@@ -11,7 +11,7 @@ use super::csrc::{luasnap_gc_nofinal, luasnap_gc_stopem, luasnap_hash_seed, rese
 use super::frame::Frame;
 use super::ids::push_obj;
 use super::loader::{Fail, Loader};
-use crate::persist::format::{Scalar, Tag, ThreadPart, PENDING_FORMAT};
+use crate::persist::format::{Scalar, Tag, ThreadPart, PENDING_FORMAT, REMOVED_KEYS_FORMAT};
 use crate::persist::options::Trust;
 use crate::persist::slots::Slots;
 use mlua_sys::{self as ffi, lua_State};
@@ -27,7 +27,9 @@ impl Loader<'_> {
         unsafe {
             self.begin(L);
             self.walk(L, s)?;
-            if self.format >= PENDING_FORMAT && self.r.remaining() != 0 {
+            if self.format >= REMOVED_KEYS_FORMAT {
+                self.after_root(L, s)?;
+            } else if self.format >= PENDING_FORMAT && self.r.remaining() != 0 {
                 self.pending_finalizers(L, s)?;
             }
         }
@@ -168,7 +170,12 @@ impl Loader<'_> {
     ///
     /// # Safety
     /// Protected context and two free slots; `s` this load's slots.
-    unsafe fn scalar(&mut self, L: *mut lua_State, s: Slots, tag: Tag) -> Result<(), Fail> {
+    pub(super) unsafe fn scalar(
+        &mut self,
+        L: *mut lua_State,
+        s: Slots,
+        tag: Tag,
+    ) -> Result<(), Fail> {
         let v = Scalar::decode(tag, &mut self.r);
         let v = self.record(v)?;
         // SAFETY: a free slot (callers' contract); each arm pushes one value, which does not

@@ -9,6 +9,9 @@
 //! so a forged layout can only make a load fail.
 
 use super::csrc::reserve;
+use super::csrc::{
+    luasnap_relayout_memo_limit, luasnap_relayout_memo_size, luasnap_table_resize_nodes,
+};
 use super::csrc::{luasnap_relayout_scratch, luasnap_table_nodes, luasnap_table_relayout};
 use super::ids::push_obj;
 use super::limits::COLLISIONS;
@@ -155,24 +158,120 @@ impl Loader<'_> {
         let Some(key) = RemovedKey::payload(k, r) else {
             return Err(self.malformed(BAD_LAYOUT));
         };
-        // SAFETY: a free slot (reserved with the keys table); each arm pushes one key (a
-        // string is copied: may allocate, in the protected context).
-        unsafe {
-            match key {
-                RemovedKey::False => ffi::lua_pushboolean(L, 0),
-                RemovedKey::True => ffi::lua_pushboolean(L, 1),
-                RemovedKey::Int(i) => ffi::lua_pushinteger(L, i),
-                RemovedKey::Float(bits) => ffi::lua_pushnumber(L, f64::from_bits(bits)),
-                RemovedKey::Str(b) => {
-                    ffi::lua_pushlstring(L, b.as_ptr().cast(), b.len());
-                }
-            }
-        }
+        // SAFETY: a free slot (reserved with the keys table), the protected context.
+        unsafe { push_removed_key(L, key) };
         *nkeys += 1;
         // SAFETY: the key on top of the keys table: stored (may allocate: protected context).
         unsafe { ffi::lua_rawseti(L, -2, *nkeys) };
         Ok(())
     }
+}
+
+/// Pushes a removed entry's key.
+///
+/// # Safety
+/// A protected context (a string is copied: may allocate) and a free slot.
+unsafe fn push_removed_key(L: *mut lua_State, key: RemovedKey<&[u8]>) {
+    // SAFETY: callers' contract; each arm pushes one key.
+    unsafe {
+        match key {
+            RemovedKey::False => ffi::lua_pushboolean(L, 0),
+            RemovedKey::True => ffi::lua_pushboolean(L, 1),
+            RemovedKey::Int(i) => ffi::lua_pushinteger(L, i),
+            RemovedKey::Float(bits) => ffi::lua_pushnumber(L, f64::from_bits(bits)),
+            RemovedKey::Str(b) => {
+                ffi::lua_pushlstring(L, b.as_ptr().cast(), b.len());
+            }
+        }
+    }
+}
+
+/// Collision-chain nodes a layout applied by [`relayout_blob`] may walk, per node of its
+/// hash part (a forged blob's chains cannot make it walk more).
+const BLOB_STEPS_PER_NODE: u64 = 64;
+
+/// Puts the entries of the table at the absolute index `idx` into the nodes of the layout
+/// `blob` (as a table's record ends with; `write::layout_blob`), resizing its hash part to
+/// the layout's node count first. For the tables whose entries a whole-game load sets into
+/// the loading VM's own (`_G`, `package.loaded`), so that `next` visits them in the saved
+/// order. Returns whether it did: a blob that is not one, is implausible for the table (its
+/// nodes in use under a quarter of its node count: Lua's hash parts are at least half used
+/// after each resize, and removed entries keep their nodes), or does not match the table's
+/// entries (another hash seed, a library the loading VM has and the saving one had not)
+/// changes nothing but perhaps the hash part's size.
+///
+/// # Safety
+/// A protected context of a VM built by this crate (a resize may raise a memory error);
+/// `idx` the absolute index of a table.
+pub(crate) unsafe fn relayout_blob(L: *mut lua_State, idx: std::ffi::c_int, blob: &[u8]) -> bool {
+    let mut r = Reader::new(blob);
+    let Some(h) = LayoutHeader::decode(&mut r, blob.len()) else {
+        return false;
+    };
+    // SAFETY: protected context (callers' contract): room for the keys table and a key.
+    let top = unsafe {
+        reserve(L, 3);
+        ffi::lua_gettop(L)
+    };
+    let (mut codes, mut links) = (Vec::new(), Vec::new());
+    let mut nkeys = 0;
+    for _ in 0..h.size {
+        let Some(node) = LayoutNode::decode(&mut r, h.size) else {
+            break;
+        };
+        if node.code == LayoutNode::REMOVED {
+            let key = RemovedKey::kind(&mut r).and_then(|k| RemovedKey::payload(k, &mut r));
+            let Some(key) = key else {
+                break;
+            };
+            // SAFETY: protected context, room reserved; the keys table made at the first.
+            unsafe {
+                if nkeys == 0 {
+                    ffi::lua_createtable(L, 0, 0);
+                }
+                push_removed_key(L, key);
+                nkeys += 1;
+                ffi::lua_rawseti(L, top + 1, nkeys);
+            }
+        }
+        codes.push(node.code);
+        links.push(node.link);
+    }
+    let used = codes.iter().filter(|&&c| c != 0).count() as u64;
+    let whole = codes.len() == h.size as usize && r.pos == blob.len();
+    // SAFETY: protected context; idx is a table (callers' contract). The C side checks the
+    // layout against the table, neither allocates nor raises, and walks at most the memo's
+    // limit of chain nodes.
+    let rc = unsafe {
+        if whole && used * 4 >= h.size as u64 {
+            if luasnap_table_nodes(L, idx) != h.size {
+                luasnap_table_resize_nodes(L, idx, h.size);
+            }
+            let mut scratch = vec![0u64; luasnap_relayout_scratch(h.size).div_ceil(8)];
+            let mut memo = vec![0u64; luasnap_relayout_memo_size().div_ceil(8)];
+            luasnap_relayout_memo_limit(
+                memo.as_mut_ptr().cast(),
+                h.size as u64 * BLOB_STEPS_PER_NODE,
+            );
+            luasnap_table_relayout(
+                L,
+                idx,
+                codes.as_ptr(),
+                links.as_ptr(),
+                h.size,
+                h.lastfree,
+                h.seed,
+                if nkeys > 0 { top + 1 } else { 0 },
+                scratch.as_mut_ptr().cast(),
+                memo.as_mut_ptr().cast(),
+            )
+        } else {
+            -1
+        }
+    };
+    // SAFETY: pops the keys table, if made.
+    unsafe { ffi::lua_settop(L, top) };
+    rc == 0
 }
 
 /// The node count of the hash part of the table objs[id].

@@ -67,6 +67,7 @@ mod meta;
 mod open;
 mod proto;
 mod rebind;
+mod removed;
 mod renamed;
 mod resume;
 mod special;
@@ -76,6 +77,7 @@ mod thread;
 mod userdata;
 
 pub(crate) use ident::check_counter;
+pub(crate) use layout::relayout_blob;
 pub(crate) use loader::Loader;
 #[cfg(any(test, feature = "fuzzing"))]
 pub use open::{last_load_frame_check_reads, last_load_open_upvalue_walks};

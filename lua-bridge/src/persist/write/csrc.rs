@@ -11,10 +11,11 @@ pub(super) use crate::bridge::helpers::{
     luasnap_gc_stopem, luasnap_identity, luasnap_identity_at, luasnap_layout_cache_reset,
     luasnap_layout_cache_size, luasnap_meta_has, luasnap_node_key, luasnap_proto,
     luasnap_proto_child, luasnap_proto_hash, luasnap_proto_nupvalues, luasnap_proto_tree_hashes,
-    luasnap_push_finalizable, luasnap_push_metatable, luasnap_string_bytes, luasnap_table_entry,
-    luasnap_table_info, luasnap_table_layout, luasnap_table_next, luasnap_table_scan,
-    luasnap_thread_cis, luasnap_thread_info, luasnap_thread_push_slot, luasnap_thread_tbc,
-    luasnap_upval_open, ChunkDesc, CiRecord, RawVal, ScanEntry, LAYOUT_WAYS,
+    luasnap_push_finalizable, luasnap_push_metatable, luasnap_push_node_key, luasnap_string_bytes,
+    luasnap_table_entry, luasnap_table_info, luasnap_table_layout, luasnap_table_next,
+    luasnap_table_removed_keys, luasnap_table_scan, luasnap_thread_cis, luasnap_thread_info,
+    luasnap_thread_push_slot, luasnap_thread_tbc, luasnap_upval_open, ChunkDesc, CiRecord, RawVal,
+    ScanEntry, LAYOUT_WAYS,
 };
 
 /// The finalization states `luasnap_final_state` reports (csrc/luasnap.h).

@@ -10,7 +10,7 @@
 //! while the save runs (by a `__persist` function) is numbered after the others when the lists
 //! are read again, and the numbers given so far stay.
 
-use super::super::format::{Final, Pending};
+use super::super::format::{After, Final, Pending};
 use super::super::slots::Slots;
 use super::csrc::{
     luasnap_finalizer_list, luasnap_push_finalizable, LS_FINAL_MARKED, LS_FINAL_NONE,
@@ -127,6 +127,7 @@ impl Persister<'_> {
         }
         self.marks.list = list;
         if n > 0 {
+            self.w.buf.push(After::Pending as u8);
             Pending(n as u64).encode(&mut self.w);
         }
         for i in 1..=n {

@@ -42,6 +42,7 @@ impl LayoutBufs {
             w.clear();
         }
         self.kept = 0;
+        self.kept_dead = 0;
     }
 
     /// Bytes it holds.
@@ -100,21 +101,22 @@ impl LayoutBufs {
         }
     }
 
-    /// The bytes written for the table that filled the cache entry `lay` hit, if kept.
+    /// The bytes written for the table that filled the cache entry `lay` hit, if kept, and
+    /// whether that layout has code-1 nodes.
     #[inline(always)]
-    fn hit(&self, lay: &Layout) -> Option<&[u8]> {
-        lay.way
-            .checked_sub(LAYOUT_WAYS as i32)
-            .and_then(|w| self.written.get(w as usize))
-            .filter(|b| !b.is_empty())
-            .map(Vec::as_slice)
+    fn hit(&self, lay: &Layout) -> Option<(&[u8], bool)> {
+        let w = lay.way.checked_sub(LAYOUT_WAYS as i32)?;
+        let bytes = self.written.get(w as usize).filter(|b| !b.is_empty())?;
+        Some((bytes, (self.kept_dead >> w) & 1 != 0))
     }
 
-    /// Encodes `lay` (of the table `t`) into `blob`; returns whether it has removed keys.
+    /// Encodes `lay` (of the table `t`) into `blob`; returns whether it has removed keys it
+    /// writes (code 2), and whether it has removed keys it does not (code 1: see
+    /// `Persister::removed_keys`).
     ///
     /// # Safety
     /// `t` is the live table `lay` describes; no Lua code ran since.
-    unsafe fn encode(&mut self, L: *mut lua_State, t: *const c_void, lay: &Layout) -> bool {
+    unsafe fn encode(&mut self, L: *mut lua_State, t: *const c_void, lay: &Layout) -> (bool, bool) {
         let blob = &mut self.blob;
         blob.buf.clear();
         let header = LayoutHeader {
@@ -124,21 +126,24 @@ impl LayoutBufs {
         };
         header.encode(blob);
         let mut removed_keys = false;
+        let mut unwritten_keys = false;
         let entries = self.codes[..lay.n].iter().zip(&self.nexts[..lay.n]);
         for (i, (&code, &link)) in entries.enumerate() {
             LayoutNode { code, link }.encode(blob);
+            unwritten_keys |= code == LayoutNode::KEY_ELSEWHERE;
             if code == LayoutNode::REMOVED {
                 removed_keys = true;
                 // SAFETY: i is below the node count; t is live (callers' contract).
                 unsafe { put_removed_key(blob, L, t, i as u32) };
             }
         }
-        removed_keys
+        (removed_keys, unwritten_keys)
     }
 
     /// Keeps the bytes `out[start..]` written for a layout that filled a cache entry (`way`
-    /// below `LAYOUT_WAYS`), for the tables that hit it; forgets that entry's old bytes.
-    fn keep(&mut self, way: i32, out: &[u8], removed_keys: bool) {
+    /// below `LAYOUT_WAYS`), for the tables that hit it, and whether it has code-1 nodes;
+    /// forgets that entry's old bytes.
+    fn keep(&mut self, way: i32, out: &[u8], removed_keys: bool, unwritten_keys: bool) {
         let Some(w) = usize::try_from(way).ok().filter(|&w| w < LAYOUT_WAYS) else {
             return;
         };
@@ -148,11 +153,33 @@ impl LayoutBufs {
         let keep = &mut self.written[w];
         keep.clear();
         self.kept &= !(1 << w);
+        self.kept_dead &= !(1 << w);
         if !removed_keys {
             keep.extend_from_slice(out);
             self.kept |= 1 << w;
+            self.kept_dead |= (unwritten_keys as u64) << w;
         }
     }
+}
+
+/// The layout blob of the table `t` (what a table's record ends with after `Tag::Layout`),
+/// or None when its keys allow none or need none. For the tables a whole-game save does not
+/// write as such: `_G` and `package.loaded`, whose entries a load sets into the loading VM's
+/// own tables (`persist::game`).
+///
+/// # Safety
+/// `t` is a live table; no Lua code runs meanwhile.
+pub(crate) unsafe fn layout_blob(L: *mut lua_State, t: *const c_void) -> Option<Vec<u8>> {
+    let mut bufs = LayoutBufs::default();
+    bufs.forget_layouts();
+    // SAFETY: t is live (callers' contract).
+    let lay = unsafe { bufs.query(L, t) };
+    if lay.n == 0 {
+        return None;
+    }
+    // SAFETY: lay describes t, live, and nothing ran since (callers' contract).
+    unsafe { bufs.encode(L, t, &lay) };
+    Some(std::mem::take(&mut bufs.blob.buf))
 }
 
 /// Appends the key of node `i` of the table `t`, a removed entry's (a number, boolean or
@@ -197,8 +224,11 @@ impl Persister<'_> {
             return;
         }
         // A table laid out like the one that filled this cache entry: the same bytes.
-        if let Some(b) = bufs.hit(&lay) {
+        if let Some((b, unwritten_keys)) = bufs.hit(&lay) {
             w.buf.extend_from_slice(b);
+            if unwritten_keys {
+                self.sc.removed_tables.push(t);
+            }
             return;
         }
         // SAFETY: lay describes t, live (callers' contract), and nothing ran since.
@@ -214,10 +244,13 @@ impl Persister<'_> {
         let bufs = &mut self.sc.layout;
         let w = &mut self.w;
         // SAFETY: callers' contract.
-        let removed_keys = unsafe { bufs.encode(L, t, lay) };
+        let (removed_keys, unwritten_keys) = unsafe { bufs.encode(L, t, lay) };
         let start = w.buf.len();
         w.tag(Tag::Layout);
         w.bytes(&bufs.blob.buf);
-        bufs.keep(lay.way, &w.buf[start..], removed_keys);
+        bufs.keep(lay.way, &w.buf[start..], removed_keys, unwritten_keys);
+        if unwritten_keys {
+            self.sc.removed_tables.push(t);
+        }
     }
 }

@@ -68,12 +68,14 @@ mod path;
 mod persister;
 mod plain;
 mod proto;
+mod removed;
 mod scratch;
 mod special;
 mod table;
 mod thread;
 mod userdata;
 
+pub(crate) use layout::layout_blob;
 pub(crate) use persister::Persister;
 
 use super::slots::Slots;
@@ -120,7 +122,8 @@ impl Persister<'_> {
             // SAFETY: Protected, the root written, the collector stopped (callers' contract).
             unsafe { self.pending_finalizers(L, s)? };
         }
-        Ok(())
+        // SAFETY: Protected, everything written, the collector stopped (callers' contract).
+        unsafe { self.removed_keys(L, s) }
     }
 
     /// Gives the identity of every permanent that is an object an entry in the id table

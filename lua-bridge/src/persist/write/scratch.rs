@@ -48,6 +48,13 @@ pub(super) struct Scratch {
     /// Upvalues (identity, value) described by the last closure scan.
     pub cl_uids: Vec<*const c_void>,
     pub cl_vals: Vec<RawVal>,
+    /// Tables written whose layouts have removed entries without their keys (code 1), whose
+    /// keys go after the root (see `Persister::removed_keys`).
+    pub removed_tables: Vec<*const c_void>,
+    /// What `luasnap_table_removed_keys` describes of one of them: nodes, identities, kinds.
+    pub rk_nodes: Vec<u32>,
+    pub rk_ptrs: Vec<*const c_void>,
+    pub rk_kinds: Vec<u8>,
 }
 
 /// Where a prototype is in its chunk's tree: the child indices from the main prototype, and
@@ -78,6 +85,9 @@ pub(super) struct LayoutBufs {
     /// Bit w set: `written[w]` holds bytes (`luasnap_table_layout` then skips copying the
     /// entry's codes on a hit).
     pub(super) kept: u64,
+    /// Bit w set: the layout `written[w]` holds has code-1 nodes (removed entries whose keys
+    /// go after the root).
+    pub(super) kept_dead: u64,
 }
 
 /// The most scratch memory a thread keeps between persists (enough for arenas of about
@@ -108,6 +118,7 @@ impl Scratch {
         sc.cl_uids.resize(MAX_UPVALUES, std::ptr::null());
         sc.cl_vals.resize(MAX_UPVALUES, RawVal::EMPTY);
         sc.layout.forget_layouts();
+        sc.removed_tables.clear();
         sc
     }
 
@@ -126,6 +137,10 @@ impl Scratch {
             + bytes(&self.frames)
             + bytes(&self.segs)
             + self.layout.footprint()
+            + bytes(&self.removed_tables)
+            + bytes(&self.rk_nodes)
+            + bytes(&self.rk_ptrs)
+            + bytes(&self.rk_kinds)
     }
 
     /// Keeps it for the thread's next persist, if it is not too large.
