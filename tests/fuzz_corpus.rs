@@ -184,6 +184,37 @@ fn the_structured_target_inserts_finalization_marks() {
     assert!(inserted > 15, "{inserted} of 3000 inputs added a mark");
 }
 
+/// A seed holds removed keys after its root (format 10: coroutines suspended in `pairs()`
+/// loops that cleared their entry), and the structured target forges such parts (entries
+/// naming any object, node and flag, with any value as the key) and edits honest ones: the
+/// loader's checks on them are fuzzed, not only replayed.
+#[test]
+fn the_structured_target_forges_removed_keys() {
+    let mut vm = fuzz_vm();
+    let seeds = fuzz_seeds(&vm);
+    let removed = |n: &forge::Node| match n {
+        forge::Node::RemovedKeys { entries, .. } => entries.len(),
+        _ => 0,
+    };
+    assert!(
+        seeds.iter().any(|s| removed(s) >= 4),
+        "no seed has removed keys of tables, functions, C functions and strings"
+    );
+    let dict = permanent_names(&vm);
+    let mut forged = 0;
+    for i in 0..3000u32 {
+        let input: Vec<u8> = (0..64u32)
+            .map(|j| (i.wrapping_mul(2246822519) ^ j.wrapping_mul(31)).to_le_bytes()[1])
+            .collect();
+        if removed(&structured(&input, &seeds, &dict)) > 0 {
+            forged += 1;
+            fuzz_structured(&mut vm, &input, &seeds, &dict);
+        }
+    }
+    vm.arena().verify().unwrap();
+    assert!(forged > 30, "{forged} of 3000 inputs had removed keys");
+}
+
 /// Every seed file of the byte corpus is a save of this build (format and flags), so the
 /// fuzzer starts from what the writer writes today.
 #[test]

@@ -2890,3 +2890,142 @@ fn objects_awaiting_finalization_are_checked_like_any_field() {
     let e = vm().load_game(&old, Trust::Own).unwrap_err().to_string();
     assert!(e.contains("trailing bytes after the root value"), "{e}");
 }
+
+/// A coroutine suspended in a `pairs()` loop over a table keyed by tables, after clearing
+/// its current entry (format 10 writes the removed keys after the root).
+const WALK: &str = "
+    set = {}
+    for i = 1, 12 do set[{ id = i }] = i end
+    walk = coroutine.wrap(function()
+      for k, v in pairs(set) do set[k] = nil coroutine.yield(v) end
+      return 'done'
+    end)
+    walk() walk()";
+
+/// The removed keys after a whole-game save's root (format 10): the honest part lets the
+/// suspended loop go on after a load; a forged one is refused (an undefined object, something
+/// that is not a table, a key that is no reference nor permanent, a key of a kind no removed
+/// entry has, a count past the end, parts out of order) or harmless (a node that is no removed
+/// entry stays as it is), and never harms the VM.
+#[test]
+fn removed_keys_after_the_root_are_checked_like_any_field() {
+    let det = || {
+        Vm::builder()
+            .capacity(256 * MIB)
+            .deterministic(7)
+            .build()
+            .unwrap()
+    };
+    let src = det();
+    src.exec(WALK, "=walk").unwrap();
+    let file = src.save_game().unwrap();
+    let honest = forge::decode(body_of(&file).unwrap()).expect("an honest save decodes");
+    let Node::RemovedKeys { n, entries, .. } = &honest else {
+        panic!("removed keys after the root: {honest:?}")
+    };
+    assert_eq!((*n, entries.len()), (1, 1), "{entries:?}");
+    let go_on = |vm: &Vm| {
+        vm.exec("local out = {} for _ = 1, 11 do out[#out + 1] = walk() end return table.concat(out, ',')", "=go")
+            .map(|mut v| v.remove(0))
+    };
+    let mut dst = det();
+    dst.load_game(&file, Trust::Own).unwrap();
+    assert_eq!(go_on(&dst).unwrap(), go_on(&src).unwrap());
+    type Entries = Vec<(u64, u64, u64, Node)>;
+    let forged = |f: &dyn Fn(&mut u64, &mut Entries)| {
+        let mut node = honest.clone();
+        let Node::RemovedKeys { n, entries, .. } = &mut node else {
+            unreachable!()
+        };
+        f(n, entries);
+        node
+    };
+    let cases: Vec<(&str, Node, &str)> = vec![
+        (
+            "a count past the end",
+            forged(&|n, _| *n = 1000),
+            "a count of removed keys larger than the file",
+        ),
+        (
+            "an object the file does not define",
+            forged(&|_, e| e[0].0 = 1 << 20),
+            "a removed key of an object the file does not define",
+        ),
+        (
+            "a key that is a number",
+            forged(&|_, e| e[0].3 = Node::Int(3)),
+            "a removed key that is not a reference nor a permanent",
+        ),
+        (
+            "a key that is a new table",
+            forged(&|_, e| e[0].3 = forge::table(vec![])),
+            "a removed key that is not a reference nor a permanent",
+        ),
+        (
+            "a flag that is neither",
+            forged(&|_, e| e[0].2 = 2),
+            "a removed key's entry that is not one",
+        ),
+        (
+            "a reference past the objects",
+            forged(&|_, e| e[0].3 = Node::Ref(1 << 20)),
+            "reference to an object not yet defined",
+        ),
+        (
+            "a string as a live key",
+            forged(&|_, e| {
+                e[0].2 = 0;
+                e[0].3 = Node::StrRef(0);
+            }),
+            "a removed key of a kind no removed entry has",
+        ),
+    ];
+    for (what, node, expect) in cases {
+        let mut dst = det();
+        let e = refused(
+            dst.load_game(&forge::file(&node), Trust::Own)
+                .map_err(|e| e.to_string()),
+            what,
+        );
+        assert!(e.contains(expect), "{what}: {e}");
+        use_it(&dst);
+    }
+    // Not a table: some object id that is a closure's (the walk's), found by trying.
+    let not_table = (1..200u64).find_map(|id| {
+        let node = forged(&|_, e| e[0].0 = id);
+        let e = det()
+            .load_game(&forge::file(&node), Trust::Own)
+            .err()?
+            .to_string();
+        e.contains("a removed key of something that is not a table")
+            .then_some(id)
+    });
+    assert!(
+        not_table.is_some(),
+        "no object id that is not a table was refused"
+    );
+    // Harmless: a node that is no removed entry (out of range, or a live one), a table whose
+    // layout is another's: the load goes on, the walk may stop where it would have without
+    // the key ("invalid key to 'next'"), and the VM stays whole.
+    for node in [
+        forged(&|_, e| e[0].1 = 1 << 29),
+        forged(&|_, e| e[0].1 = 0),
+        forged(&|_, e| e[0].0 = 0),
+    ] {
+        let mut dst = det();
+        dst.load_game(&forge::file(&node), Trust::Own).unwrap();
+        let _ = go_on(&dst);
+        use_it(&dst);
+        dst.arena().verify().unwrap();
+    }
+    // Parts out of order: the removed keys' tag again after them, and an unknown tag.
+    let body = forge::encode(&honest);
+    for tail in [&[2u8, 1, 0, 0, 0, 10, 0][..], &[9u8][..]] {
+        let forged = [&body[..], tail].concat();
+        let e = det()
+            .load_game(&forge::seal_body(&forged, true), Trust::Own)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("unknown or out of order"), "{e}");
+    }
+}
