@@ -76,6 +76,12 @@ pub(crate) struct Traffic {
 pub(crate) struct ServerTransport {
     link: Link,
     netcode: NetcodeServer,
+    books: Books,
+}
+
+/// What the server's transport keeps per client.
+#[derive(Default)]
+struct Books {
     traffic: HashMap<u64, Traffic>,
     /// Whether each connection removed this update had its save-game channel acknowledged
     /// whole as it went (renet forgets the connection before the server hears it left).
@@ -97,15 +103,14 @@ impl ServerTransport {
         Ok(ServerTransport {
             link,
             netcode,
-            traffic: HashMap::new(),
-            departures: HashMap::new(),
+            books: Books::default(),
         })
     }
 
     /// Whether a connection renet reported gone had nothing of its save-game channel
     /// unacknowledged as it went (a client acknowledges what it read as it leaves).
     pub(crate) fn left_with_state_whole(&mut self, client_id: u64) -> bool {
-        self.departures.remove(&client_id).unwrap_or(false)
+        self.books.departures.remove(&client_id).unwrap_or(false)
     }
 
     /// A client's address while it is connected.
@@ -115,12 +120,16 @@ impl ServerTransport {
 
     /// A client's traffic so far.
     pub(crate) fn traffic(&self, client_id: u64) -> Traffic {
-        self.traffic.get(&client_id).copied().unwrap_or_default()
+        self.books
+            .traffic
+            .get(&client_id)
+            .copied()
+            .unwrap_or_default()
     }
 
     /// Stops counting a client's traffic (it left, and its record has its counts).
     pub(crate) fn forget(&mut self, client_id: u64) {
-        self.traffic.remove(&client_id);
+        self.books.traffic.remove(&client_id);
     }
 
     /// Advances the clocks by `dt` and hands what arrived to renet.
@@ -130,37 +139,19 @@ impl ServerTransport {
             let n = bytes.len() as u64;
             let result = self.netcode.process_packet(addr, &mut bytes);
             if let ServerResult::Payload { client_id, .. } = &result {
-                if let Some(t) = self.traffic.get_mut(client_id) {
+                if let Some(t) = self.books.traffic.get_mut(client_id) {
                     t.received += n;
                 }
             }
-            handle(
-                result,
-                &mut self.link,
-                &mut self.traffic,
-                &mut self.departures,
-                server,
-            )?;
+            handle(result, &mut self.link, &mut self.books, server)?;
         }
         for client_id in self.netcode.clients_id() {
             let result = self.netcode.update_client(client_id);
-            handle(
-                result,
-                &mut self.link,
-                &mut self.traffic,
-                &mut self.departures,
-                server,
-            )?;
+            handle(result, &mut self.link, &mut self.books, server)?;
         }
         for client_id in server.disconnections_id() {
             let result = self.netcode.disconnect(client_id);
-            handle(
-                result,
-                &mut self.link,
-                &mut self.traffic,
-                &mut self.departures,
-                server,
-            )?;
+            handle(result, &mut self.link, &mut self.books, server)?;
         }
         Ok(())
     }
@@ -178,7 +169,7 @@ impl ServerTransport {
                 else {
                     break;
                 };
-                if let Some(t) = self.traffic.get_mut(&client_id) {
+                if let Some(t) = self.books.traffic.get_mut(&client_id) {
                     t.sent += payload.len() as u64;
                 }
                 self.link.send_to(payload, addr)?;
@@ -191,13 +182,7 @@ impl ServerTransport {
     pub(crate) fn disconnect_all(&mut self, server: &mut RenetServer) -> io::Result<()> {
         for client_id in self.netcode.clients_id() {
             let result = self.netcode.disconnect(client_id);
-            handle(
-                result,
-                &mut self.link,
-                &mut self.traffic,
-                &mut self.departures,
-                server,
-            )?;
+            handle(result, &mut self.link, &mut self.books, server)?;
         }
         self.link.flush()
     }
@@ -208,8 +193,7 @@ impl ServerTransport {
 fn handle(
     result: ServerResult<'_, '_>,
     link: &mut Link,
-    traffic: &mut HashMap<u64, Traffic>,
-    departures: &mut HashMap<u64, bool>,
+    books: &mut Books,
     server: &mut RenetServer,
 ) -> io::Result<()> {
     match result {
@@ -227,7 +211,7 @@ fn handle(
             ..
         } => {
             server.add_connection(client_id);
-            traffic.entry(client_id).or_default().sent += payload.len() as u64;
+            books.traffic.entry(client_id).or_default().sent += payload.len() as u64;
             link.send_to(payload, addr)
         }
         ServerResult::ClientDisconnected {
@@ -237,7 +221,7 @@ fn handle(
         } => {
             let whole =
                 server.channel_available_memory(client_id, CHANNEL_STATE) >= STATE_CHANNEL_BYTES;
-            departures.insert(client_id, whole);
+            books.departures.insert(client_id, whole);
             server.remove_connection(client_id);
             match payload {
                 Some(p) => link.send_to(p, addr),
