@@ -422,8 +422,8 @@ int luasnap_table_relayout(lua_State *L, int idx, const uint32_t *codes, const i
 uint32_t luasnap_table_nodes(lua_State *L, int idx);
 /* Gives node `node` of the table at tidx, a removed entry a layout placed as code 1 (a dead
 ** key with no identity), the key at kidx again: dead (an identity only) or not; 0 done, 1 the
-** node is no such entry (the layout did not apply: nothing changed), -1 a key of a kind no
-** such entry has. */
+** node is no such entry or a lookup of the key would not stop there alone (nothing changed),
+** -1 a key of a kind no such entry has. */
 int luasnap_table_removed_key(lua_State *L, int tidx, uint32_t node, int kidx, int dead);
 /* Resizes the hash part of the table at idx to `nodes` nodes (a power of two), its entries
 ** reinserted; raises a memory error. */

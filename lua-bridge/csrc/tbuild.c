@@ -510,14 +510,41 @@ uint32_t luasnap_table_nodes(lua_State *L, int idx) {
   return isdummy(t) ? 0 : sizenode(t);
 }
 
+/* Whether node nd's key is k, live or dead (a dead key by address, as equalkey with deadok). */
+static int ls_key_is(const Node *nd, const TValue *k) {
+  if (keyisdead(nd)) return iscollectable(k) && keyval(nd).gc == gcvalue(k);
+  if (keytt(nd) != rawtt(k)) return 0;
+  if (ttislcf(k)) return fvalueraw(keyval(nd)) == fvalue(k);
+  return iscollectable(k) && keyval(nd).gc == gcvalue(k);
+}
+
+/* Whether k, given to node n of t, is found there and only there: k is no live key of t, and
+** the chain from k's main position reaches n before any node whose key is k (a lookup that
+** allows dead keys, as `next` does, stops at n). Lua placed every removed key so; a file that
+** names another node or a key the table holds live would make `next` loop or skip. */
+static int ls_removed_key_fits(lua_State *L, Table *t, const Node *n, const TValue *k) {
+  TValue res;
+  const Node *nd;
+  unsigned int steps = 0, size = sizenode(t);
+  (void)L;
+  if (!tagisempty(luaH_get(t, k, &res))) return 0;
+  nd = luaH_mainposition(t, k);
+  for (;;) {
+    if (nd == n) return 1;
+    if (ls_key_is(nd, k) || gnext(nd) == 0 || ++steps >= size) return 0;
+    nd += gnext(nd);
+  }
+}
+
 /* For the loader (format 10): gives node `node` of the table at tidx, a removed entry that a
 ** layout placed as code 1, the key at kidx again, dead (an identity only: `next` from that key
 ** finds the node, as Lua's own dead keys do) or not (an object or light C function key whose
 ** entry was removed but not yet cleared by a collection: the node matches the key again, and
 ** `t[k] = v` reuses it). Returns 0 done; 1 when the node is no such entry (the layout did not
-** apply to the table, or the file names another node) or the dead key is no object (it
-** matches nothing either way): nothing changes; -1 when a key that is not dead is of a kind no
-** such entry has. Neither allocates nor raises. */
+** apply to the table, or the file names another node), the dead key is no object (it
+** matches nothing either way), or the key would not be found at that node alone
+** (ls_removed_key_fits): nothing changes; -1 when a key that is not dead is of a kind no such
+** entry has. Neither allocates nor raises. */
 int luasnap_table_removed_key(lua_State *L, int tidx, uint32_t node, int kidx, int dead) {
   Table *t = ls_table_at(L, tidx);
   const TValue *k = ls_index2value(L, kidx);
@@ -535,17 +562,20 @@ int luasnap_table_removed_key(lua_State *L, int tidx, uint32_t node, int kidx, i
     ** and with nothing else: a dead key whose bits were a light C function's (Lua patch 11
     ** marks those dead too) matches nothing, as the node left without an identity does. */
     if (!iscollectable(k)) return 1;
+    if (!ls_removed_key_fits(L, t, n, k)) return 1;
     keyval(n).gc = gcvalue(k);
     return 0;
   }
   switch (ttypetag(k)) {
     case LUA_VTABLE: case LUA_VLCL: case LUA_VCCL: case LUA_VUSERDATA: case LUA_VTHREAD:
+      if (!ls_removed_key_fits(L, t, n, k)) return 1;
       setnodekey(n, k);
       /* The key is new to t: a table the collector traversed already in this cycle must be
       ** traversed again (which clears the key before the object can be swept). */
       luaC_barrierback(L, obj2gco(t), k);
       return 0;
     case LUA_VLCF:
+      if (!ls_removed_key_fits(L, t, n, k)) return 1;
       setnodekey(n, k);
       return 0;
     default:

@@ -239,12 +239,18 @@ pub(crate) unsafe fn relayout_blob(L: *mut lua_State, idx: std::ffi::c_int, blob
     }
     let used = codes.iter().filter(|&&c| c != 0).count() as u64;
     let whole = codes.len() == h.size as usize && r.pos == blob.len();
+    // SAFETY: protected context; idx is a table (callers' contract).
+    let (entries, nodes) = unsafe { (entries(L, idx), luasnap_table_nodes(L, idx)) };
+    // Resized only to hold every entry (a hash part smaller than its entries drops some as
+    // they are reinserted: an outside tester's forged 2-node layout emptied `_G`), and back
+    // if the layout is then refused.
+    let fits = entries <= h.size as u64;
     // SAFETY: protected context; idx is a table (callers' contract). The C side checks the
     // layout against the table, neither allocates nor raises, and walks at most the memo's
     // limit of chain nodes.
     let rc = unsafe {
-        if whole && used * 4 >= h.size as u64 {
-            if luasnap_table_nodes(L, idx) != h.size {
+        if whole && fits && used * 4 >= h.size as u64 {
+            if nodes != h.size {
                 luasnap_table_resize_nodes(L, idx, h.size);
             }
             let mut scratch = vec![0u64; luasnap_relayout_scratch(h.size).div_ceil(8)];
@@ -253,7 +259,7 @@ pub(crate) unsafe fn relayout_blob(L: *mut lua_State, idx: std::ffi::c_int, blob
                 memo.as_mut_ptr().cast(),
                 h.size as u64 * BLOB_STEPS_PER_NODE,
             );
-            luasnap_table_relayout(
+            let rc = luasnap_table_relayout(
                 L,
                 idx,
                 codes.as_ptr(),
@@ -264,7 +270,11 @@ pub(crate) unsafe fn relayout_blob(L: *mut lua_State, idx: std::ffi::c_int, blob
                 if nkeys > 0 { top + 1 } else { 0 },
                 scratch.as_mut_ptr().cast(),
                 memo.as_mut_ptr().cast(),
-            )
+            );
+            if rc != 0 && nodes != h.size {
+                luasnap_table_resize_nodes(L, idx, nodes);
+            }
+            rc
         } else {
             -1
         }
@@ -272,6 +282,24 @@ pub(crate) unsafe fn relayout_blob(L: *mut lua_State, idx: std::ffi::c_int, blob
     // SAFETY: pops the keys table, if made.
     unsafe { ffi::lua_settop(L, top) };
     rc == 0
+}
+
+/// How many entries the table at the absolute index `idx` holds (raw `next`).
+///
+/// # Safety
+/// A protected context with a free slot pair; `idx` the absolute index of a table.
+unsafe fn entries(L: *mut lua_State, idx: std::ffi::c_int) -> u64 {
+    let mut n = 0;
+    // SAFETY: callers' contract; lua_next over a table nothing changes meanwhile, each turn
+    // pops the value and keeps the key for the next.
+    unsafe {
+        ffi::lua_pushnil(L);
+        while ffi::lua_next(L, idx) != 0 {
+            ffi::lua_settop(L, -2);
+            n += 1;
+        }
+    }
+    n
 }
 
 /// The node count of the hash part of the table objs[id].

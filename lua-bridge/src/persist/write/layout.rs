@@ -66,9 +66,15 @@ impl LayoutBufs {
     #[inline(always)]
     unsafe fn query(&mut self, L: *mut lua_State, t: *const c_void) -> Layout {
         let (mut lastfree, mut seed, mut nodes, mut way) = (0u32, 0u32, 0u32, -1i32);
+        // No cache (a layout computed once: `layout_blob`) until `forget_layouts` made one.
+        let cache = if self.cache.is_empty() {
+            std::ptr::null_mut()
+        } else {
+            self.cache.as_mut_ptr().cast()
+        };
         loop {
             let cap = self.codes.len();
-            // SAFETY: the buffers hold `cap` entries each, the cache its size (type
+            // SAFETY: the buffers hold `cap` entries each, the cache is null or its size (type
             // invariant); t is live (callers' contract); reads only the table.
             let n = unsafe {
                 luasnap_table_layout(
@@ -80,7 +86,7 @@ impl LayoutBufs {
                     cap as u32,
                     &mut lastfree,
                     &mut seed,
-                    self.cache.as_mut_ptr().cast(),
+                    cache,
                     &mut nodes,
                     &mut way,
                     self.kept,
@@ -171,7 +177,6 @@ impl LayoutBufs {
 /// `t` is a live table; no Lua code runs meanwhile.
 pub(crate) unsafe fn layout_blob(L: *mut lua_State, t: *const c_void) -> Option<Vec<u8>> {
     let mut bufs = LayoutBufs::default();
-    bufs.forget_layouts();
     // SAFETY: t is live (callers' contract).
     let lay = unsafe { bufs.query(L, t) };
     if lay.n == 0 {
