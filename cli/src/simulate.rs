@@ -33,7 +33,13 @@ pub struct SimulateArgs {
     /// game as one straight run would.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// Which save/load backend to run.
+    /// Which save/load backend to run: `auto` (the runtime's default, the one to use: whole
+    /// copies or copies of the pages written since the last snapshot, whichever its cost model
+    /// prices lower per frame, decided again as the game changes; docs/gc.md, "The runtime:
+    /// one collector, copies chosen by cost"), `full` (whole copies), `incremental` (written
+    /// pages only, tracked by userfaultfd), `serialize` (the save-game serializer), or `all`
+    /// (each in turn in one process; to compare modes' times, run each in its own process,
+    /// alternated, with --cpu-time on a busy machine).
     #[arg(long, default_value = "all", value_parser = ["full", "incremental", "auto", "serialize", "all"])]
     pub mode: String,
     /// Snapshots retained (the rollback window).
