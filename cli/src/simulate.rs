@@ -624,6 +624,7 @@ fn mode_json(r: &ModeReport, reference: &Reference) -> serde_json::Value {
         "pages_tracked": r.pages_tracked,
         "fault_ns": r.fault_ns,
         "memory_bytes": r.memory_bytes,
+        "memory_mean_bytes": r.memory_mean_bytes,
         "pages_copied_per_frame_median": r.pages_per_frame_median(),
         "pages_copied_per_frame_mean": mean(&r.pages_per_frame),
         "pages_written_per_frame_median": r.written_per_frame_median(),
@@ -653,7 +654,7 @@ fn mode_json(r: &ModeReport, reference: &Reference) -> serde_json::Value {
 fn mode_table(text: &mut String, reports: &[ModeReport], reference: &Reference) {
     let _ = writeln!(
         text,
-        "| mode | rollbacks | re-simulated frames | save µs median / p99 | load µs median / p99 | rollback overhead µs median / p99 | the same with tracking, median | G.step µs (mean) | snapshot cost µs per frame | saves, loads and faults µs per frame | pages written / copied per frame (median) | arena extent | snapshot memory | matches reference |"
+        "| mode | rollbacks | re-simulated frames | save µs median / p99 | load µs median / p99 | rollback overhead µs median / p99 | the same with tracking, median | G.step µs (mean) | snapshot cost µs per frame | saves, loads and faults µs per frame | pages written / copied per frame (median) | arena extent | snapshot memory, peak / mean | matches reference |"
     );
     let _ = writeln!(
         text,
@@ -667,7 +668,7 @@ fn mode_table(text: &mut String, reports: &[ModeReport], reference: &Reference) 
         };
         let _ = writeln!(
             text,
-            "| {} | {} | {} | {:.0} / {:.0} | {:.0} / {:.0} | {:.0} / {:.0} | {} | {:.0} | {} | {:.0} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {:.0} / {:.0} | {:.0} / {:.0} | {:.0} / {:.0} | {} | {:.0} | {} | {:.0} | {} | {} | {} / {} | {} |",
             r.backend.name(),
             r.rollbacks,
             r.resimulated,
@@ -684,6 +685,7 @@ fn mode_table(text: &mut String, reports: &[ModeReport], reference: &Reference) 
             pages,
             human_bytes(r.extent_bytes),
             human_bytes(r.memory_bytes as u64),
+            human_bytes(r.memory_mean_bytes as u64),
             if r.matches_reference { "yes" } else { "NO" },
         );
     }

@@ -578,6 +578,59 @@ fn heavy_writes_switch_to_full_copies_and_back() {
 }
 
 #[test]
+fn growth_is_not_a_heavy_write_and_a_long_heavy_phase_pauses_tracking_briefly() {
+    let Some(kind) = probe_trackers().best() else {
+        panic!("no tracker on Linux?")
+    };
+    let mut a = Arena::new(64 * MIB).unwrap();
+    let first: Vec<_> = (0..8).map(|_| a.alloc(64 * 1024).unwrap()).collect();
+    let mut r = ring(
+        &mut a,
+        SnapshotMode::Incremental(TrackerPreference::Only(kind)),
+        16,
+    );
+    let write = |blocks: &[NonNull<u8>], v: u8| {
+        for p in blocks {
+            // SAFETY: each block is live with 64 KiB.
+            unsafe { p.as_ptr().write_bytes(v, 64 * 1024) };
+        }
+    };
+    let mut snaps = vec![(r.snapshot(&mut a).unwrap(), digest(&a))];
+    // The heap grows eightfold (a level load) while one old block is written: the new pages
+    // are copied as one run either way and took no fault, so this is a light frame.
+    let grown: Vec<_> = (0..64).map(|_| a.alloc(64 * 1024).unwrap()).collect();
+    write(&grown, 1);
+    write(&first[..1], 1);
+    snaps.push((r.snapshot(&mut a).unwrap(), digest(&a)));
+    assert_eq!(
+        r.stats().incremental_snapshots,
+        1,
+        "growth alone made the snapshot a whole copy"
+    );
+    assert_eq!(r.strategy(), CopyStrategy::Incremental(kind));
+    // A long phase of heavy frames (every block written) pauses tracking for longer and
+    // longer, but never for more than 16 snapshots: one unlucky sample (a collection frame)
+    // as the game settles must not decide how 64 frames are copied.
+    for v in 0..40 {
+        write(&grown, v);
+        snaps.push((r.snapshot(&mut a).unwrap(), digest(&a)));
+    }
+    assert_eq!(r.strategy(), CopyStrategy::PausedIncremental(kind));
+    let mut light = 0;
+    while r.strategy() != CopyStrategy::Incremental(kind) {
+        light += 1;
+        assert!(light <= 17, "still paused after {light} light snapshots");
+        write(&first[..1], light as u8);
+        snaps.push((r.snapshot(&mut a).unwrap(), digest(&a)));
+    }
+    for (id, d) in snaps.iter().rev().take(16) {
+        r.rollback(&mut a, *id).unwrap();
+        assert_eq!(digest(&a), *d);
+    }
+    a.verify().unwrap();
+}
+
+#[test]
 fn the_automatic_mode_copies_whole_while_that_costs_less_and_tracks_otherwise() {
     let Some(kind) = probe_trackers().best() else {
         panic!("no tracker on Linux?")

@@ -190,8 +190,12 @@ pub struct ModeReport {
     pub resimulated: u64,
     /// Save, load and rollback-overhead durations.
     pub(crate) timings: Timings,
-    /// Saved state held at the end (ring or save-games), bytes.
+    /// Saved state held (ring or save-games), bytes: the most held after any frame of the
+    /// run, what a client must budget. Not the figure at the end, which depends on where the
+    /// run stops (a ring that copies whole for a few frames holds whole copies then).
     pub memory_bytes: usize,
+    /// Saved state held after a frame, bytes: the mean over the run's frames.
+    pub memory_mean_bytes: usize,
     /// Arena digest at the end.
     pub final_digest: u64,
     /// Value digest at the end.
@@ -545,7 +549,12 @@ impl Simulation {
         let mut pages_per_frame = Vec::new();
         let mut written_per_frame = Vec::new();
         let mut saves_seen = 0;
+        let (mut memory_peak, mut memory_sum, mut memory_frames) = (0, 0u128, 0u128);
         let result = drive(&self.opts, &mut s, &mut |done, s: &FrameSession| {
+            let held = s.memory_bytes();
+            memory_peak = memory_peak.max(held);
+            memory_sum += held as u128;
+            memory_frames += 1;
             // A frame that took no save (sparse saving) leaves the ring's figures as they were.
             let saved = std::mem::replace(&mut saves_seen, s.saves_taken()) < s.saves_taken();
             if backend != Backend::Serialize && saved {
@@ -558,7 +567,8 @@ impl Simulation {
             }
         });
         self.progress = progress;
-        let memory_bytes = s.memory_bytes();
+        let memory_bytes = memory_peak.max(s.memory_bytes());
+        let memory_mean_bytes = (memory_sum / memory_frames.max(1)) as usize;
         let (rollbacks, resimulated, timings) = (s.rollbacks, s.resimulated, s.timings.clone());
         let mut game = s.into_game();
         let report = result.and_then(|()| {
@@ -584,6 +594,7 @@ impl Simulation {
                 resimulated,
                 timings,
                 memory_bytes,
+                memory_mean_bytes,
                 final_digest,
                 value_digest,
                 matches_reference,
