@@ -425,6 +425,14 @@ uint32_t luasnap_table_nodes(lua_State *L, int idx);
 ** node is no such entry or a lookup of the key would not stop there alone (nothing changed),
 ** -1 a key of a kind no such entry has. */
 int luasnap_table_removed_key(lua_State *L, int tidx, uint32_t node, int kidx, int dead);
+/* Where a table's layout did not apply: puts the key at kidx into the table at tidx as an
+** entry being removed (a placeholder value until luasnap_table_seal_removed), so `next` finds
+** it; dead: it becomes a dead key then. 0 inserted; 1 skipped (the table holds the key in a
+** node already, the key takes no node, or the table has no room without growing). The
+** caller reserves two stack slots. */
+int luasnap_table_add_removed(lua_State *L, int tidx, int kidx, int dead);
+/* Empties the entries luasnap_table_add_removed gave the table at tidx; returns how many. */
+uint32_t luasnap_table_seal_removed(lua_State *L, int tidx);
 /* Resizes the hash part of the table at idx to `nodes` nodes (a power of two), its entries
 ** reinserted; raises a memory error. */
 LUASNAP_RAISES void luasnap_table_resize_nodes(lua_State *L, int idx, uint32_t nodes);

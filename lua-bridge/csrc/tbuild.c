@@ -10,6 +10,7 @@
 #include "tlayout.h"
 #include "lmem.h"
 #include "lstring.h"
+#include "lvm.h"
 
 /* The last layout relayout applied, for the next table laid out alike (objects made by one
 ** constructor: same sizes, same keys arriving in the same order, same layout). Where a table
@@ -581,6 +582,122 @@ int luasnap_table_removed_key(lua_State *L, int tidx, uint32_t node, int kidx, i
     default:
       return -1;
   }
+}
+
+/* ----- removed keys where a layout did not apply ----- */
+
+/* The placeholders a removed key inserted by luasnap_table_add_removed holds as its value
+** until luasnap_table_seal_removed empties it: a light userdata of these addresses, which no
+** loaded value can be (a save holds no light userdata). */
+static const char ls_removed_mark[2];
+#define LS_MARK_REMOVED ((void *)&ls_removed_mark[0])
+#define LS_MARK_DEAD ((void *)&ls_removed_mark[1])
+
+/* Whether a dead node in the chain of k's main position holds k's identity (a lookup that
+** allows dead keys, as `next` does, would stop there). Bounded by the node count. */
+static int ls_dead_key_in_chain(const Table *t, const TValue *k) {
+  const Node *nd = luaH_mainposition(t, k);
+  unsigned int steps = 0, size = sizenode(t);
+  for (;;) {
+    if (keyisdead(nd) && keyval(nd).gc == gcvalue(k)) return 1;
+    if (gnext(nd) == 0 || ++steps >= size) return 0;
+    nd += gnext(nd);
+  }
+}
+
+/* Whether Lua's insertkey (ltable.c) puts a new key whose main position is mp into t without
+** a rehash: at mp when mp's value is empty, else at the free node getfreepos finds, which
+** this looks for as it does (below 'lastfree' when the table keeps one, else anywhere) but
+** without moving 'lastfree' (ltable.c's own is private). The next insertkey walks the same
+** nodes, so a table's insertions walk each node at most twice. */
+static int ls_insert_fits(const Table *t, const Node *mp) {
+  unsigned int i;
+  if (isdummy(t)) return 0;
+  if (isempty(gval(mp))) return 1;
+  if (ls_haslastfree(t)) {
+    const Node *n = ls_getlastfree(t);
+    while (n > t->node)
+      if (keyisnil(--n)) return 1;
+    return 0;
+  }
+  for (i = sizenode(t); i-- > 0;)
+    if (keyisnil(gnode(t, i))) return 1;
+  return 0;
+}
+
+/* For the loader, where a table's saved layout did not apply (another hash seed or node
+** count: the table holds its entries where inserting them put them): puts the key at kidx
+** into the table at tidx as an entry that is being removed, so `next(t, k)` (a coroutine
+** suspended in a `pairs()` loop that cleared k holds it) finds its node and goes on with the
+** nodes after it. dead: the saving VM's collector had cleared the key (it becomes a dead key,
+** an identity only; a dead key that is no object matches nothing, and is skipped).
+** The entry holds a placeholder until luasnap_table_seal_removed empties it, so that
+** inserting the next removed key cannot take its node (insertkey reuses a node whose value is
+** empty, at its main position). Returns 0 inserted; 1 skipped, nothing changed.
+** Neither allocates nor raises (the caller reserves two stack slots). */
+int luasnap_table_add_removed(lua_State *L, int tidx, int kidx, int dead) {
+  Table *t = ls_table_at(L, tidx);
+  const TValue *k = ls_index2value(L, kidx);
+  TValue res;
+  if (t == NULL) return 1;
+  /* Keys Lua's own insertion takes as they are: no nil, NaN or float with an integer value
+  ** (a table holds that as the integer; no saver writes one), no dead key that is no object.
+  ** An integer key in the array part needs no node: `next` finds it by its index. */
+  switch (ttypetag(k)) {
+    case LUA_VNUMINT:
+      if (l_castS2U(ivalue(k)) - 1u < luaH_asize(t)) return 1;
+      break;
+    case LUA_VNUMFLT: {
+      lua_Integer i;
+      if (luai_numisnan(fltvalue(k)) || luaV_flttointeger(fltvalue(k), &i, F2Ieq)) return 1;
+      break;
+    }
+    case LUA_VNIL:
+      return 1;
+    default:
+      break;
+  }
+  if (dead && !iscollectable(k)) return 1;
+  /* Invariant checked: t holds k in no node, live, removed or dead (no lookup and no `next`
+  ** can then stop at another node than the one inserted here, and no live key is shadowed:
+  ** a removed key that a live key of t equals, or one a file names twice, is skipped). */
+  if (luaH_get(t, k, &res) != LUA_VABSTKEY) return 1;
+  if (!isdummy(t) && iscollectable(k) && ls_dead_key_in_chain(t, k)) return 1;
+  /* Objects get their identity before their position is computed, as luaH_newkey does. */
+  if (iscollectable(k) && !ttisstring(k) && !noids(t)) luaH_keyid(L, gcvalue(k));
+  /* Invariant checked: the insertion finds a node without growing the table (a rehash would
+  ** drop the entries removed so far, and a forged list could grow it without end): a table
+  ** without room skips the key. */
+  if (!ls_insert_fits(t, luaH_mainposition(t, k))) return 1;
+  /* Lua's own insertion (chains, moved colliding nodes, the collector's barrier), with the
+  ** placeholder as the value. */
+  setobj2s(L, L->top.p, k);
+  setpvalue(s2v(L->top.p + 1), dead ? LS_MARK_DEAD : LS_MARK_REMOVED);
+  L->top.p += 2;
+  lua_rawset(L, tidx < 0 ? tidx - 2 : tidx);
+  return 0;
+}
+
+/* Empties the entries luasnap_table_add_removed gave the table at tidx (their placeholder
+** values), making the dead ones' keys dead: they stay in their chains and match only `next`
+** (by identity), as Lua's own removed entries. Returns how many. Neither allocates nor
+** raises. */
+uint32_t luasnap_table_seal_removed(lua_State *L, int tidx) {
+  Table *t = ls_table_at(L, tidx);
+  uint32_t i, n = 0;
+  if (t == NULL || isdummy(t)) return 0;
+  for (i = 0; i < sizenode(t); i++) {
+    Node *nd = gnode(t, i);
+    void *mark;
+    if (!ttislightuserdata(gval(nd))) continue;
+    mark = pvalue(gval(nd));
+    if (mark != LS_MARK_REMOVED && mark != LS_MARK_DEAD) continue;
+    setempty(gval(nd));
+    if (mark == LS_MARK_DEAD && keyiscollectable(nd)) setdeadkey(nd);
+    n++;
+  }
+  invalidateTMcache(t);
+  return n;
 }
 
 /* Resizes the hash part of the table at idx to `nodes` nodes (a power of two at least the

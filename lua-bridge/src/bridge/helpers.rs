@@ -421,6 +421,13 @@ unsafe extern "C" {
         kidx: c_int,
         dead: c_int,
     ) -> c_int;
+    pub(crate) fn luasnap_table_add_removed(
+        L: *mut lua_State,
+        tidx: c_int,
+        kidx: c_int,
+        dead: c_int,
+    ) -> c_int;
+    pub(crate) fn luasnap_table_seal_removed(L: *mut lua_State, tidx: c_int) -> u32;
     pub(crate) fn luasnap_relayout_scratch(size: u32) -> usize;
     pub(crate) fn luasnap_relayout_memo_size() -> usize;
     pub(crate) fn luasnap_relayout_memo_limit(memo: *mut c_void, limit: u64);

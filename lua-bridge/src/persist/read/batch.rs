@@ -109,6 +109,8 @@ pub(super) struct Batch<'a, 'b> {
     pub frames: &'b [Frame],
     /// `Loader::late_meta`.
     pub late_meta: &'b mut Vec<u32>,
+    /// `Loader::unlaid`.
+    pub unlaid: &'b mut HashMap<u32, bool>,
     pub strref_len: usize,
     pub protos: &'b [*const c_void],
     /// `Rebinding::bindings`: closures of the functions named there (a game's changed chunk)
@@ -187,8 +189,11 @@ impl Batch<'_, '_> {
                 return false;
             };
             *lay_full = self.nlay >= BATCH_LAYOUT / 2;
-            if let Some(at) = open.tables[open.n - 1].1 {
-                self.place_hint(at, size, seed);
+            let (id, at) = open.tables[open.n - 1];
+            // A table not placed is one whose layout may not apply (its size hints capped,
+            // another seed or node count): its removed keys go in by insertion.
+            if !at.is_some_and(|at| self.place_hint(at, size, seed)) {
+                self.unlaid.entry(id).or_insert(false);
             }
         }
         open.n -= 1;
@@ -512,16 +517,18 @@ impl Batch<'_, '_> {
     /// a hash part of the table's node count (a layout that does not apply leaves the table as
     /// its insertions built it, which a placed table cannot be). The C side checks the layout
     /// against the entries as for any table.
-    fn place_hint(&mut self, at: usize, size: u32, seed: u32) {
+    /// Returns whether it did.
+    fn place_hint(&mut self, at: usize, size: u32, seed: u32) -> bool {
         let op = &mut self.ops[at];
         let nhash = op.len & 0xffff_ffff;
-        if op.kind == kind::NEWTABLE
+        let placed = op.kind == kind::NEWTABLE
             && seed == self.seed
             && nhash > 0
-            && nhash.next_power_of_two() == size as u64
-        {
+            && nhash.next_power_of_two() == size as u64;
+        if placed {
             op.kind = kind::NEWTABLE_PLACED;
         }
+        placed
     }
 
     /// Back to `mark` (reader position, step count): drops the steps from there on, and the
@@ -613,6 +620,7 @@ mod tests {
                     own_cap: None,
                     frames: &[],
                     late_meta: &mut late,
+                    unlaid: &mut HashMap::new(),
                     strref_len: 1,
                     protos: &[],
                     bindings: &bindings,

@@ -79,6 +79,7 @@ impl Loader<'_> {
             own_cap: self.own_cap,
             frames: &self.frames,
             late_meta: &mut self.late_meta,
+            unlaid: &mut self.unlaid,
             strref_len: self.strref_len,
             protos: &self.protos,
             bindings: &self.rb.bindings,

@@ -32,6 +32,7 @@ impl Loader<'_> {
             } else if self.format >= PENDING_FORMAT && self.r.remaining() != 0 {
                 self.pending_finalizers(L, s)?;
             }
+            self.seal_unlaid(L, s);
         }
         if self.r.remaining() != 0 {
             return Err(self.malformed("trailing bytes after the root value"));

@@ -8,11 +8,11 @@
 //! step) checks the layout against the table's entries and places nothing unless it matches,
 //! so a forged layout can only make a load fail.
 
-use super::csrc::reserve;
 use super::csrc::{
     luasnap_relayout_memo_limit, luasnap_relayout_memo_size, luasnap_table_resize_nodes,
 };
 use super::csrc::{luasnap_relayout_scratch, luasnap_table_nodes, luasnap_table_relayout};
+use super::csrc::{luasnap_table_add_removed, luasnap_table_seal_removed, reserve};
 use super::ids::push_obj;
 use super::limits::COLLISIONS;
 use super::loader::{Fail, Loader};
@@ -61,20 +61,26 @@ impl Loader<'_> {
         // nodes are read into host memory (about 60 bytes a node with the scratch), so that
         // memory is bounded by the heap the table takes (under the load's growth cap), not
         // by what the file claims (an attacker's 4 MB file took 273 MB outside the cap).
+        // Its removed entries' keys are still read (into the heap, under the cap), to go in
+        // by insertion.
         // SAFETY: callers' contract.
-        if unsafe { table_nodes(L, s, id) } != size {
-            return Ok(());
-        }
+        let applies = unsafe { table_nodes(L, s, id) } == size;
         // SAFETY: callers' contract.
-        let nkeys = unsafe { self.read_nodes(L, &mut r, size)? };
+        let nkeys = unsafe { self.read_nodes(L, &mut r, size, applies)? };
         if r.pos != blob.len() {
             return Err(self.malformed(BAD_LAYOUT));
+        }
+        if !applies {
+            // SAFETY: callers' contract; the keys table (if any) on top, popped.
+            unsafe { self.unlaid_keys(L, s, id, nkeys) };
+            return Ok(());
         }
         let scratch = self.scratch_for(size);
         // SAFETY: protected context; objs[id] is the table (callers' contract); lay and laynx
         // hold `size` entries, scratch the bytes the C side asks for, the memo is the
         // loader's; the keys table (if any) is on top. The C side checks everything else and
-        // neither allocates nor raises. Pops the table and the keys.
+        // neither allocates nor raises. Pops the table, and the keys unless the layout did
+        // not apply.
         let rc = unsafe {
             reserve(L, 3);
             push_obj(L, s, id);
@@ -90,9 +96,13 @@ impl Loader<'_> {
                 scratch,
                 self.memo.as_mut_ptr().cast(),
             );
-            ffi::lua_settop(L, if nkeys > 0 { -3 } else { -2 });
+            ffi::lua_settop(L, if nkeys > 0 && rc != 1 { -3 } else { -2 });
             rc
         };
+        if rc == 1 {
+            // SAFETY: callers' contract; the keys table (if any) on top, popped.
+            unsafe { self.unlaid_keys(L, s, id, nkeys) };
+        }
         if rc < 0 && self.collisions_over() {
             return Err(self.fail(COLLISIONS));
         }
@@ -105,8 +115,9 @@ impl Loader<'_> {
         Ok(())
     }
 
-    /// Reads a layout's `size` nodes into `lay`/`laynx`; the removed entries' keys go to a
-    /// table (keys[1..]) for the C side, left on top if there are any. Returns their number.
+    /// Reads a layout's `size` nodes, into `lay`/`laynx` if `keep`; the removed entries' keys
+    /// go to a table (keys[1..]) for the C side, left on top if there are any. Returns their
+    /// number.
     ///
     /// # Safety
     /// Protected context.
@@ -115,6 +126,7 @@ impl Loader<'_> {
         L: *mut lua_State,
         r: &mut Reader<'_>,
         size: u32,
+        keep: bool,
     ) -> Result<ffi::lua_Integer, Fail> {
         self.lay.clear();
         self.laynx.clear();
@@ -127,8 +139,10 @@ impl Loader<'_> {
                 // SAFETY: callers' contract.
                 unsafe { self.removed_key(L, r, &mut nkeys)? };
             }
-            self.lay.push(node.code);
-            self.laynx.push(node.link);
+            if keep {
+                self.lay.push(node.code);
+                self.laynx.push(node.link);
+            }
         }
         Ok(nkeys)
     }
@@ -208,9 +222,10 @@ pub(crate) unsafe fn relayout_blob(L: *mut lua_State, idx: std::ffi::c_int, blob
     let Some(h) = LayoutHeader::decode(&mut r, blob.len()) else {
         return false;
     };
-    // SAFETY: protected context (callers' contract): room for the keys table and a key.
+    // SAFETY: protected context (callers' contract): room for the keys table, a key and the
+    // two slots luasnap_table_add_removed takes.
     let top = unsafe {
-        reserve(L, 3);
+        reserve(L, 5);
         ffi::lua_gettop(L)
     };
     let (mut codes, mut links) = (Vec::new(), Vec::new());
@@ -279,6 +294,19 @@ pub(crate) unsafe fn relayout_blob(L: *mut lua_State, idx: std::ffi::c_int, blob
             -1
         }
     };
+    // Where the layout did not apply, the removed entries' keys go in by insertion.
+    // SAFETY: protected context, room reserved; the keys table at top + 1, idx a table
+    // (callers' contract); neither C call allocates nor raises.
+    unsafe {
+        if rc != 0 && nkeys > 0 {
+            for i in 1..=nkeys {
+                ffi::lua_rawgeti(L, top + 1, i);
+                luasnap_table_add_removed(L, idx, -1, 0);
+                ffi::lua_settop(L, -2);
+            }
+            luasnap_table_seal_removed(L, idx);
+        }
+    }
     // SAFETY: pops the keys table, if made.
     unsafe { ffi::lua_settop(L, top) };
     rc == 0

@@ -126,6 +126,10 @@ pub(crate) struct Loader<'a> {
     pub idents: Idents,
     /// The finalization marks the file gives its objects (see `finals.rs`).
     pub(super) finals: super::state::Finals,
+    /// Tables whose saved layout did not (or may not) apply, under another hash seed or node
+    /// count, and whether they were given removed keys to seal when the walk ends (see
+    /// `removed.rs`).
+    pub(super) unlaid: HashMap<u32, bool>,
 }
 
 impl Loader<'_> {

@@ -164,6 +164,7 @@ impl<'a> Loader<'a> {
             accept: None,
             idents: Idents::default(),
             finals: Default::default(),
+            unlaid: Default::default(),
         };
         loader.limit_collisions(file.body.len());
         loader

@@ -2,7 +2,9 @@
 //! keys of removed entries that tables' layouts placed without them ([`RemovedKeys`], see
 //! `write/removed.rs`).
 
-use super::csrc::{luasnap_table_removed_key, reserve};
+use super::csrc::{
+    luasnap_table_add_removed, luasnap_table_removed_key, luasnap_table_seal_removed, reserve,
+};
 use super::ids::push_obj;
 use super::loader::{Fail, Loader};
 use crate::persist::format::{After, RemovedKeyEntry, RemovedKeys, Tag};
@@ -76,10 +78,15 @@ impl Loader<'_> {
                 unsafe { ffi::lua_settop(L, -2) };
                 return Err(e);
             }
-            // SAFETY: [table, key] on top; the C side checks the node and the key, and
-            // neither allocates nor raises; both popped.
+            // SAFETY: [table, key] on top, with room for the two slots the insertion takes;
+            // the C side checks the node and the key, and neither allocates nor raises; both
+            // popped.
             let rc = unsafe {
-                let rc = luasnap_table_removed_key(L, -2, e.node, -1, e.dead as i32);
+                let mut rc = luasnap_table_removed_key(L, -2, e.node, -1, e.dead as i32);
+                if rc == 1 && self.unlaid.contains_key(&e.table) {
+                    self.add_unlaid_key(L, e.table, e.dead);
+                    rc = 0;
+                }
                 ffi::lua_settop(L, -3);
                 rc
             };
@@ -88,5 +95,73 @@ impl Loader<'_> {
             }
         }
         Ok(())
+    }
+
+    /// Where the layout of the table objs[id] did not apply (another hash seed or node count:
+    /// its entries sit where inserting them put them), its removed entries' keys in the keys
+    /// table on top (keys[1..=n], none if n is 0) go in by insertion, as entries being
+    /// removed: `next(t, k)` then finds k and goes on with the nodes after it, in the order
+    /// this VM's insertions gave (docs/save-games.md, "Iteration order"). Pops the keys.
+    ///
+    /// # Safety
+    /// Protected context; `s` this load's slots; objs[id] a table; the keys table on top if
+    /// n > 0.
+    pub(super) unsafe fn unlaid_keys(
+        &mut self,
+        L: *mut lua_State,
+        s: Slots,
+        id: u32,
+        n: ffi::lua_Integer,
+    ) {
+        self.unlaid.entry(id).or_insert(false);
+        if n == 0 {
+            return;
+        }
+        // SAFETY: callers' contract; room for the table, a key and the insertion's two slots;
+        // the table and the keys table popped.
+        unsafe {
+            reserve(L, 4);
+            push_obj(L, s, id);
+            for i in 1..=n {
+                ffi::lua_rawgeti(L, -2, i);
+                self.add_unlaid_key(L, id, false);
+                ffi::lua_settop(L, -2);
+            }
+            ffi::lua_settop(L, -3);
+        }
+    }
+
+    /// [table objs[id], key] on top (left there), the table's layout not applied: the key
+    /// goes in as an entry being removed (`luasnap_table_add_removed`: skipped where the
+    /// table holds it already or has no room without growing), sealed when the walk ends.
+    ///
+    /// # Safety
+    /// Two free stack slots above the key.
+    unsafe fn add_unlaid_key(&mut self, L: *mut lua_State, id: u32, dead: bool) {
+        // SAFETY: callers' contract; the C side neither allocates nor raises.
+        if unsafe { luasnap_table_add_removed(L, -2, -1, dead as i32) } == 0 {
+            self.unlaid.insert(id, true);
+        }
+    }
+
+    /// Empties the entries `add_unlaid_key` gave (their placeholder values), once the walk
+    /// and the parts after the root are read: before anything of the game runs.
+    ///
+    /// # Safety
+    /// Protected context; `s` this load's slots.
+    pub(super) unsafe fn seal_unlaid(&mut self, L: *mut lua_State, s: Slots) {
+        for (&id, given) in self.unlaid.iter_mut() {
+            if !std::mem::take(given) {
+                continue;
+            }
+            // SAFETY: callers' contract; objs[id] is the table given keys; pushed and popped;
+            // the C side neither allocates nor raises.
+            unsafe {
+                reserve(L, 1);
+                push_obj(L, s, id);
+                luasnap_table_seal_removed(L, -1);
+                ffi::lua_settop(L, -2);
+            }
+        }
     }
 }
