@@ -583,3 +583,182 @@ fn globals_layout_blob_mutations() {
     eprintln!("{} loads differed ({applied})", bad.len());
     assert!(bad.is_empty(), "{bad:?}");
 }
+
+/// Where a table's layout does not apply (loaded under another hash seed), each removed key
+/// the file names goes in by insertion as an entry being removed. Forged RemovedKeys entries
+/// naming every object of the file (the table's live keys among them, each twice, dead or
+/// not) for that table: the load succeeds or is refused, and the table keeps every live key
+/// reachable, `pairs` ends and visits each once, and setting each key again makes no second
+/// entry.
+#[test]
+fn forged_removed_keys_where_the_layout_did_not_apply() {
+    let src = det();
+    src.exec(WALK, "=walk").unwrap();
+    let file = src.save_game().unwrap();
+    let honest = forge::decode(body_of(&file).unwrap()).unwrap();
+    let Node::RemovedKeys { entries, .. } = &honest else {
+        panic!("no removed keys in {honest:?}")
+    };
+    let tid = entries[0].0;
+    let (mut bad, mut checked) = (Vec::new(), 0);
+    let mut valid = Vec::new();
+    // Each object id alone (twice), then all the ids the file defines at once.
+    let mut tries: Vec<Vec<u64>> = (0..60).map(|id| vec![id, id]).collect();
+    tries.push(Vec::new());
+    for ids in tries {
+        let ids = if ids.is_empty() { valid.clone() } else { ids };
+        for dead in [0u64, 1] {
+            for node in [0u64, 3, 1 << 20] {
+                let mut forged = honest.clone();
+                let Node::RemovedKeys { n, entries, .. } = &mut forged else {
+                    unreachable!()
+                };
+                for &id in &ids {
+                    entries.push((tid, node, dead, Node::Ref(id)));
+                }
+                *n = entries.len() as u64;
+                let mut dst = full();
+                if dst.load_game(&forge::file(&forged), Trust::Own).is_err() {
+                    continue;
+                }
+                if dead == 0 && node == 0 && ids.len() == 2 {
+                    valid.push(ids[0]);
+                }
+                checked += 1;
+                let got = dst
+                    .exec(CHECK, "=check")
+                    .map(|mut v| format!("{:?}", v.remove(0)))
+                    .unwrap_or_else(|e| format!("error {e}"));
+                // The walk goes on and ends; never an endless loop or an error.
+                let walked = dst
+                    .exec(
+                        "for n = 1, 100 do if walk() == 'done' then return n end end return 'endless'",
+                        "=walk",
+                    )
+                    .map(|mut v| format!("{:?}", v.remove(0)))
+                    .unwrap_or_else(|e| format!("error {e}"));
+                dst.arena().verify().unwrap();
+                if !got.contains("ok") || walked.contains("endless") || walked.contains("error") {
+                    eprintln!("ids {ids:?} dead {dead} node {node}: {got}; walk: {walked}");
+                    bad.push((ids.clone(), dead, node, got, walked));
+                }
+            }
+        }
+    }
+    eprintln!("{checked} forged loads checked, ids {valid:?}");
+    assert!(checked > 100, "only {checked} forged loads succeeded");
+    assert!(bad.is_empty(), "{bad:?}");
+}
+
+/// A layout blob whose removed entries (code 2, keys inline) name the table's live keys, the
+/// same key many times, integer keys of its array part, an integral float, and more keys
+/// than the table has free nodes, in a load where that layout does not apply (another seed,
+/// or another node count): every live key stays reachable with its value, `pairs` visits
+/// each once, and the removed keys that went in are found by `next`.
+#[test]
+fn forged_inline_removed_keys_where_the_layout_did_not_apply() {
+    const DATA: &str = "
+      t = { 'a1', 'a2', 'a3' }
+      for i = 1, 20 do t['s' .. i] = i end
+      for i = 1, 20, 4 do t['s' .. i] = nil end";
+    let src = det();
+    src.exec(DATA, "=data").unwrap();
+    let honest = forge::decode(body_of(&src.save_game().unwrap()).unwrap()).unwrap();
+    let seed = forge::layout_seed(&honest).unwrap();
+    // kinds: 1 false, 2 true, 3 int (zigzag), 4 float (bits), 5 string
+    let mut keys: Vec<Vec<u8>> = Vec::new();
+    let key_str = |s: &str| {
+        let mut b = Vec::new();
+        varint(&mut b, 5);
+        varint(&mut b, s.len() as u64);
+        b.extend_from_slice(s.as_bytes());
+        b
+    };
+    for i in 1..=20 {
+        keys.push(key_str(&format!("s{i}"))); // live and removed names
+        keys.push(key_str("s1")); // one removed name, many times
+    }
+    for i in [1i64, 2, 3, 4, 1000] {
+        let mut b = Vec::new();
+        varint(&mut b, 3);
+        varint(&mut b, ((i << 1) ^ (i >> 63)) as u64);
+        keys.push(b);
+    }
+    let mut b = Vec::new();
+    varint(&mut b, 4);
+    varint(&mut b, 2.0f64.to_bits());
+    keys.push(b);
+    keys.push(vec![2]);
+    for i in 0..40 {
+        keys.push(key_str(&format!("extra{i}")));
+    }
+    let mut bad = Vec::new();
+    for size in [32u64, 128] {
+        let mut blob_b = Vec::new();
+        varint(&mut blob_b, (seed ^ 0x5a5a) as u64);
+        varint(&mut blob_b, size);
+        varint(&mut blob_b, size);
+        for i in 0..size as usize {
+            match keys.get(i) {
+                Some(k) => {
+                    varint(&mut blob_b, 2);
+                    varint(&mut blob_b, 0);
+                    blob_b.extend_from_slice(k);
+                }
+                None => varint(&mut blob_b, 0),
+            }
+        }
+        let mut forged = honest.clone();
+        let mut done = 0;
+        forge::walk_mut(&mut forged, &mut |x| {
+            if let Node::Table { entries, .. } = x {
+                let ours = entries.iter().any(|(k, _)| *k == Node::Str(b"s2".to_vec()));
+                if let (true, Some((Node::Layout(b), _))) = (ours, entries.last_mut()) {
+                    *b = blob_b.clone();
+                    done += 1;
+                }
+            }
+        });
+        assert_eq!(done, 1, "the table's layout");
+        for trust in [Trust::Own, Trust::Foreign] {
+            let mut dst = det();
+            if dst.load_game(&forge::file(&forged), trust).is_err() {
+                continue;
+            }
+            let got = dst
+                .exec(
+                    "local n, seen = 0, {}
+                     for k, v in pairs(t) do
+                       n = n + 1
+                       if n > 1000 then return 'endless' end
+                       if seen[k] then return 'twice ' .. tostring(k) end
+                       seen[k] = true
+                       if rawget(t, k) ~= v then return 'hidden ' .. tostring(k) end
+                     end
+                     for i = 1, 20 do
+                       local want = (i % 4 ~= 1) and i or nil
+                       if t['s' .. i] ~= want then return 'lost s' .. i end
+                     end
+                     if t[1] ~= 'a1' or t[3] ~= 'a3' then return 'lost the array' end
+                     -- a removed key that went in is found by next
+                     local ok, err = pcall(next, t, 's1')
+                     if not ok then return 'next: ' .. err end
+                     for k in pairs(seen) do t[k] = 'x' end
+                     local m = 0
+                     for _ in pairs(t) do m = m + 1 end
+                     if m ~= n then return 'count ' .. m .. ' vs ' .. n end
+                     collectgarbage()
+                     return 'ok ' .. n",
+                    "=check",
+                )
+                .map(|mut v| format!("{:?}", v.remove(0)))
+                .unwrap_or_else(|e| format!("error {e}"));
+            dst.arena().verify().unwrap();
+            eprintln!("size {size} {trust:?}: {got}");
+            if got != "String(\"ok 18\")" {
+                bad.push((size, trust, got));
+            }
+        }
+    }
+    assert!(bad.is_empty(), "{bad:?}");
+}
