@@ -628,3 +628,118 @@ fn the_value_graph_of_a_deep_save_is_compact_and_capped() {
     let again = vm.value_graph().unwrap();
     assert_eq!(again.digest(), graph.digest());
 }
+
+// ----- refused permanents, all named at once -----
+
+/// json_town's state holds what serpent maps by name (`require`, `load`, `debug`, ...): a
+/// foreign load used to name only the first, so a user allowed them one try at a time (about
+/// six tries). One load now names them all, in one typed refusal, and allowing exactly those
+/// loads the save.
+#[test]
+fn a_foreign_load_of_json_town_names_every_refused_permanent_at_once() {
+    use luasnap::bridge::persist::{Accept, LoadError, LoadOptions};
+    use luasnap::bridge::runtime::{scripted_input, Backend, Game, GameError};
+    let cfg = common::folder("json_town", 2, 7);
+    let mut game: Game = Game::new(&cfg, Backend::ArenaFull).unwrap();
+    for f in 0..3 {
+        game.step(&[scripted_input(7, f, 0), scripted_input(7, f, 1)])
+            .unwrap();
+    }
+    let save = game.save_game().unwrap();
+    let e = match Game::<u8>::from_save(&cfg, Backend::Serialize, &save) {
+        Err(e) => e,
+        Ok(_) => panic!("a foreign load of json_town took its permanents"),
+    };
+    let GameError::Load(LoadError::Refused {
+        message,
+        accept: Accept::Permanents { names, more },
+    }) = &e
+    else {
+        panic!("not one refusal naming the permanents: {e}")
+    };
+    eprintln!("{e}");
+    assert_eq!(*more, 0);
+    for name in ["require", "load", "collectgarbage"] {
+        assert!(names.iter().any(|n| n == name), "{name} not in {names:?}");
+    }
+    assert!(names.len() >= 4, "{names:?}");
+    let mut sorted = names.clone();
+    sorted.sort();
+    sorted.dedup();
+    assert_eq!(sorted.len(), names.len(), "a name twice: {names:?}");
+    assert!(message.contains(&format!("{} permanents", names.len())), "{message}");
+    assert!(e.to_string().contains("G.permanents"), "{e}");
+    // Allowing the names of that one error is enough.
+    let mut opts = LoadOptions::new(luasnap::bridge::persist::Trust::Foreign);
+    opts.finalizers = true;
+    opts.functions = luasnap::bridge::persist::FunctionBinding::Current;
+    opts.allowed_permanents = names.clone();
+    let loaded = Game::<u8>::from_save_with(&cfg, Backend::Serialize, &save, &opts);
+    assert!(loaded.is_ok(), "{:?}", loaded.err().map(|e| e.to_string()));
+}
+
+/// Past `REFUSED_NAMES` refused permanents the error lists that many and counts the rest; one
+/// refused permanent keeps the single-name refusal.
+#[test]
+fn refused_permanents_are_listed_up_to_a_cap_and_counted_past_it() {
+    use luasnap::bridge::persist::{Accept, LoadError, REFUSED_NAMES};
+    let src = vm();
+    src.exec(
+        "held = {}
+         for _, lib in ipairs({ debug, os, io, package, string, table, math, coroutine, utf8 }) do
+           for _, f in pairs(lib) do
+             if type(f) == 'function' then held[#held + 1] = f end
+           end
+         end
+         for _, f in pairs(_G) do
+           if type(f) == 'function' then held[#held + 1] = f end
+         end",
+        "=held",
+    )
+    .unwrap();
+    let save = src.save_game().unwrap();
+    let mut dst = vm();
+    let e = dst.load_game(&save, Trust::Foreign).unwrap_err();
+    let LoadError::Refused {
+        accept: Accept::Permanents { names, more },
+        message,
+    } = &e
+    else {
+        panic!("{e}")
+    };
+    eprintln!("{e}");
+    assert_eq!(names.len(), REFUSED_NAMES, "{names:?}");
+    assert!(*more > 0, "{message}");
+    assert!(message.contains(&format!(" and {more} more")), "{message}");
+    assert!(e.to_string().contains("the next load names"), "{e}");
+    // Allowing those: the next load names the rest, none of them again.
+    let mut opts = luasnap::bridge::persist::LoadOptions::new(Trust::Foreign);
+    opts.allowed_permanents = names.clone();
+    let mut dst = vm();
+    let e2 = dst.load_game_with(&save, &opts).unwrap_err();
+    let rest = match &e2 {
+        LoadError::Refused {
+            accept: Accept::Permanents { names: rest, more: 0 },
+            ..
+        } => rest.clone(),
+        LoadError::Refused {
+            accept: Accept::Permanent(name),
+            ..
+        } => vec![name.clone()],
+        _ => panic!("{e2}"),
+    };
+    assert_eq!(rest.len(), *more, "{e2}");
+    assert!(rest.iter().all(|n| !names.contains(n)), "{e2}");
+
+    // One refused permanent: the single-name refusal, as before.
+    let src = vm();
+    src.exec("held = { os.exit }", "=one").unwrap();
+    let mut dst = vm();
+    let e = dst
+        .load_game(&src.save_game().unwrap(), Trust::Foreign)
+        .unwrap_err();
+    assert!(
+        matches!(&e, LoadError::Refused { accept: Accept::Permanent(n), .. } if n == "os.exit"),
+        "{e}"
+    );
+}

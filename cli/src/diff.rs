@@ -128,7 +128,14 @@ fn graph_of(
             }
             (Some(_), _) => return message,
             // The refusal names the flags that accept the permanent; a game would not.
-            (None, _) if matches!(refused, Some(Accept::Permanent(_))) => return message,
+            (None, _)
+                if matches!(
+                    refused,
+                    Some(Accept::Permanent(_) | Accept::Permanents { .. })
+                ) =>
+            {
+                return message
+            }
             // The refusal names --trust own already.
             (None, _) if refused.is_some() => {
                 return format!(

@@ -88,6 +88,34 @@ pub fn load_error_on_the_command_line(e: &LoadError, flags: LoadFlags) -> String
             }
             how
         }
+        Accept::Permanents { names, more } => {
+            let quoted: Vec<String> = names.iter().map(|n| format!("{n:?}")).collect();
+            let flags_for: Vec<String> = names
+                .iter()
+                .map(|n| format!("--allow-permanent {n}"))
+                .collect();
+            let mut how = "if the game's state holds them on purpose, ".to_string();
+            if flags.runs_game {
+                how += &format!(
+                    "declare them in the game (G.permanents = {{ {} }}) or pass {}",
+                    quoted.join(", "),
+                    flags_for.join(" ")
+                );
+            } else {
+                how += &format!(
+                    "pass {} (luasnap {} compiles the game without running it: its G.permanents is not read)",
+                    flags_for.join(" "),
+                    flags.command
+                );
+            }
+            if *more > 0 {
+                how += &format!(" (the next load names the {more} more)");
+            }
+            if flags.trust_own {
+                how += ", or --trust own if you trust the file";
+            }
+            how
+        }
         Accept::Rename(place) => {
             let mut how = Accept::rename_declarations(place);
             if !flags.runs_game {

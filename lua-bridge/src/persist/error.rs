@@ -87,6 +87,18 @@ pub enum LoadError {
     Lua(VmError),
 }
 
+/// The most names of refused permanents one load's error lists ([`Accept::Permanents`]).
+pub const REFUSED_NAMES: usize = 32;
+
+/// The names of [`Accept::Permanents`] as a Lua list: `"a", "b"`.
+fn name_list(names: &[String]) -> String {
+    names
+        .iter()
+        .map(|n| format!("{n:?}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// What accepts a save a load refused ([`LoadError::Refused`]), so each interface can say it
 /// in its own words: an option in Rust, a flag on the command line.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -98,6 +110,15 @@ pub enum Accept {
     /// `GameConfig::permanents`), or the load allows it
     /// ([`LoadOptions::allowed_permanents`](super::LoadOptions::allowed_permanents); `--allow-permanent NAME`).
     Permanent(String),
+    /// Accepting the permanents of these names, as [`Accept::Permanent`] does one: a load
+    /// that refuses more than one names each (the first [`REFUSED_NAMES`] met), and `more`
+    /// says how many others it refused besides.
+    Permanents {
+        /// The names, in the order the load met them.
+        names: Vec<String>,
+        /// How many more it refused (named by a load once these are accepted).
+        more: usize,
+    },
     /// Declaring what became of the function at this saved place, which this version no
     /// longer has: its new place if it was renamed (`G.renamed`), its replacement if it was
     /// removed (`G.removed`; [`LoadOptions::renames`](super::LoadOptions::renames)); or
@@ -126,6 +147,10 @@ impl Accept {
             Accept::Permanent(name) => format!(
                 "if the file is trusted, load it as your own (eris.settings(\"trust\", \"own\")), or name {name:?} in the perms table you pass"
             ),
+            Accept::Permanents { names, .. } => format!(
+                "if the file is trusted, load it as your own (eris.settings(\"trust\", \"own\")), or name {} in the perms table you pass",
+                name_list(names)
+            ),
             Accept::Rename(_) => {
                 "if you trust the file, load it as your own (eris.settings(\"trust\", \"own\"))".into()
             }
@@ -142,6 +167,17 @@ impl std::fmt::Display for Accept {
                 f,
                 "if the game's state holds it on purpose, declare it in the game (G.permanents = {{ {name:?} }} in the script's G, or GameConfig::permanents), or allow it for this load (LoadOptions::allowed_permanents)"
             ),
+            Accept::Permanents { names, more } => {
+                write!(
+                    f,
+                    "if the game's state holds them on purpose, declare them in the game (G.permanents = {{ {} }} in the script's G, or GameConfig::permanents), or allow them for this load (LoadOptions::allowed_permanents)",
+                    name_list(names)
+                )?;
+                if *more > 0 {
+                    write!(f, "; the next load names the {more} more")?;
+                }
+                Ok(())
+            }
             Accept::Rename(place) => write!(
                 f,
                 "{} in the script's G, or LoadOptions::renames; or if you trust the file, load it as your own (Trust::Own: its saved code is kept)",

@@ -71,7 +71,7 @@ mod write;
 #[doc(hidden)]
 pub use read::{last_load_frame_check_reads, last_load_open_upvalue_walks};
 
-pub use error::{Accept, LoadError, SaveError};
+pub use error::{Accept, LoadError, SaveError, REFUSED_NAMES};
 
 /// A save-game edited by hand (a modder's tool, a hex editor) sealed again: the file with its
 /// header's body length and checksum written for the bytes it now has, or `None` when they

@@ -23,17 +23,13 @@ impl Loader<'_> {
     /// # Safety
     /// Protected context; `s` are valid absolute indices of this call's helper tables.
     pub unsafe fn run(&mut self, L: *mut lua_State, s: Slots) -> Result<(), Fail> {
-        // SAFETY: callers' contract, for each step.
-        unsafe {
-            self.begin(L);
-            self.walk(L, s)?;
-            if self.format >= REMOVED_KEYS_FORMAT {
-                self.after_root(L, s)?;
-            } else if self.format >= PENDING_FORMAT && self.r.remaining() != 0 {
-                self.pending_finalizers(L, s)?;
-            }
-            self.seal_unlaid(L, s);
+        // SAFETY: callers' contract.
+        let walked = unsafe { self.walk_all(L, s) };
+        // Refused permanents, all named at once, before anything runs.
+        if let Some(refused) = self.refused_permanents(walked.is_err()) {
+            return Err(refused);
         }
+        walked?;
         if self.r.remaining() != 0 {
             return Err(self.malformed("trailing bytes after the root value"));
         }
@@ -50,6 +46,25 @@ impl Loader<'_> {
             self.run_inits(L, s)?;
             self.mark_finalizers(L, s)?;
             self.unhook_threads();
+        }
+        Ok(())
+    }
+
+    /// The walk from the root, and the parts after it.
+    ///
+    /// # Safety
+    /// As [`Loader::run`].
+    unsafe fn walk_all(&mut self, L: *mut lua_State, s: Slots) -> Result<(), Fail> {
+        // SAFETY: callers' contract, for each step.
+        unsafe {
+            self.begin(L);
+            self.walk(L, s)?;
+            if self.format >= REMOVED_KEYS_FORMAT {
+                self.after_root(L, s)?;
+            } else if self.format >= PENDING_FORMAT && self.r.remaining() != 0 {
+                self.pending_finalizers(L, s)?;
+            }
+            self.seal_unlaid(L, s);
         }
         Ok(())
     }

@@ -7,7 +7,6 @@
 //! `__persist` function's), which is refused rather than read as nil.
 
 use super::loader::{Fail, Loader};
-use crate::persist::error::Accept;
 use crate::persist::slots::Slots;
 use mlua_sys::{self as ffi, lua_State};
 use std::ffi::c_int;
@@ -143,7 +142,8 @@ impl Loader<'_> {
             && self.globals_denied
             && !unsafe { self.globals_here(L, s) }
         {
-            return Err(self.refuse(GLOBALS_ELSEWHERE, Accept::Permanent("_G".into())));
+            // Refused when the walk ends, with every other refused permanent.
+            self.refuse_later(b"_G");
         }
         // SAFETY: callers' contract; the id was defined (checked above).
         if unsafe { push_obj(L, s, id as u32) } == ffi::LUA_TNIL {

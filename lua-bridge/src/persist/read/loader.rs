@@ -130,6 +130,13 @@ pub(crate) struct Loader<'a> {
     /// count, and whether they were given removed keys to seal when the walk ends (see
     /// `removed.rs`).
     pub(super) unlaid: HashMap<u32, bool>,
+    /// Permanents the load's options do not allow, met so far: the first `REFUSED_NAMES`
+    /// (printable), how many more, each name once, and where the first was (see
+    /// `Loader::refused_permanents`).
+    pub(super) refused: Vec<String>,
+    pub(super) refused_more: usize,
+    pub(super) refused_seen: std::collections::HashSet<Vec<u8>>,
+    pub(super) refused_at: usize,
 }
 
 impl Loader<'_> {

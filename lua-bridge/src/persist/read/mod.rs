@@ -165,6 +165,10 @@ impl<'a> Loader<'a> {
             idents: Idents::default(),
             finals: Default::default(),
             unlaid: Default::default(),
+            refused: Vec::new(),
+            refused_more: 0,
+            refused_seen: Default::default(),
+            refused_at: 0,
         };
         loader.limit_collisions(file.body.len());
         loader

@@ -15,6 +15,7 @@ use super::frame::{ClosureKind, Frame};
 use super::ids::{push_obj, GLOBALS_ELSEWHERE};
 use super::limits::MAX_KEY_NESTING;
 use super::loader::{Fail, Loader};
+use crate::persist::error::{Accept, REFUSED_NAMES};
 use crate::persist::format::{SpecialPart, SpecialParts, Upvalues};
 use crate::persist::options::Trust;
 use crate::persist::permanents::{CTORS_KEY, GMATCH_AUX, UNPERMS_KEY, WRAP_AUX};
@@ -546,25 +547,86 @@ impl Loader<'_> {
             return Ok(());
         }
         // SAFETY: callers' contract (the key on top stays).
-        if name == b"_G" {
-            if unsafe { self.globals_here(L, s) } {
-                return Ok(());
-            }
-            // SAFETY: pops the key.
-            unsafe { ffi::lua_settop(L, -2) };
-            return Err(self.refuse(
-                GLOBALS_ELSEWHERE,
-                crate::persist::error::Accept::Permanent("_G".into()),
-            ));
+        // SAFETY: callers' contract (the key on top stays).
+        if name == b"_G" && unsafe { self.globals_here(L, s) } {
+            return Ok(());
         }
-        let name = crate::persist::place::printable(name);
-        // SAFETY: pops the key.
-        unsafe { ffi::lua_settop(L, -2) };
-        let what =
+        let name = name.to_vec();
+        self.refuse_later(&name);
+        Ok(())
+    }
+
+    /// Records a permanent the load's options do not allow (`_G` where it is no function's
+    /// `_ENV`), and the load goes on with it, so that its error names every refused one at
+    /// once (`refused_permanents`): nothing the load builds runs before the walk ends, and
+    /// the load fails then.
+    pub(super) fn refuse_later(&mut self, name: &[u8]) {
+        if !self.refused_seen.insert(name.to_vec()) {
+            return;
+        }
+        if self.refused.is_empty() {
+            self.refused_at = self.r.pos;
+        }
+        if self.refused.len() < REFUSED_NAMES {
+            self.refused.push(crate::persist::place::printable(name));
+        } else {
+            self.refused_more += 1;
+        }
+    }
+
+    /// When the walk ends (or stops: `stopped`), the refusal of the permanents the load's
+    /// options do not allow, if it met any: one error naming them all (the first
+    /// `REFUSED_NAMES`, and how many more), and what accepts them. A stop on a lack of memory
+    /// stands as it is.
+    pub(super) fn refused_permanents(&mut self, stopped: bool) -> Option<Fail> {
+        if self.refused.is_empty() || (stopped && self.out_of_memory) {
+            return None;
+        }
+        let names = std::mem::take(&mut self.refused);
+        let more = self.refused_more;
+        let trust = if self.opts.trust == Trust::Foreign {
+            "a foreign"
+        } else {
+            "an own"
+        };
+        let globals = self.refused_seen.contains(&b"_G"[..]);
+        let mut what = if names.len() == 1 && more == 0 && globals {
+            format!("{GLOBALS_ELSEWHERE} (at byte {} of the body)", self.refused_at)
+        } else if names.len() == 1 {
             format!(
-            "the save refers to the permanent {name:?}, which this load does not allow ({} save)",
-            if self.opts.trust == Trust::Foreign { "a foreign" } else { "an own" }
-        );
-        Err(self.refuse(what, crate::persist::error::Accept::Permanent(name)))
+                "the save refers to the permanent {:?}, which this load does not allow ({trust} save; at byte {} of the body)",
+                names[0], self.refused_at
+            )
+        } else {
+            let list: Vec<String> = names.iter().map(|n| format!("{n:?}")).collect();
+            format!(
+                "the save refers to {} permanents this load does not allow ({trust} save; the first at byte {} of the body): {}{}",
+                names.len() + more,
+                self.refused_at,
+                list.join(", "),
+                if more > 0 {
+                    format!(" and {more} more")
+                } else {
+                    String::new()
+                }
+            ) + if globals {
+                " (_G: the save puts the globals table somewhere else than a function's _ENV, \
+                 where game code writing would overwrite the globals)"
+            } else {
+                ""
+            }
+        };
+        if stopped {
+            if let Some(e) = self.error.take() {
+                what = format!("{what} (the load also stopped on: {e})");
+            }
+        }
+        self.error = Some(what.replace('\0', "\\0"));
+        self.accept = Some(if names.len() == 1 && more == 0 {
+            Accept::Permanent(names.into_iter().next().unwrap_or_default())
+        } else {
+            Accept::Permanents { names, more }
+        });
+        Some(Fail)
     }
 }
