@@ -667,7 +667,10 @@ fn a_foreign_load_of_json_town_names_every_refused_permanent_at_once() {
     sorted.sort();
     sorted.dedup();
     assert_eq!(sorted.len(), names.len(), "a name twice: {names:?}");
-    assert!(message.contains(&format!("{} permanents", names.len())), "{message}");
+    assert!(
+        message.contains(&format!("{} permanents", names.len())),
+        "{message}"
+    );
     assert!(e.to_string().contains("G.permanents"), "{e}");
     // Allowing the names of that one error is enough.
     let mut opts = LoadOptions::new(luasnap::bridge::persist::Trust::Foreign);
@@ -719,7 +722,11 @@ fn refused_permanents_are_listed_up_to_a_cap_and_counted_past_it() {
     let e2 = dst.load_game_with(&save, &opts).unwrap_err();
     let rest = match &e2 {
         LoadError::Refused {
-            accept: Accept::Permanents { names: rest, more: 0 },
+            accept:
+                Accept::Permanents {
+                    names: rest,
+                    more: 0,
+                },
             ..
         } => rest.clone(),
         LoadError::Refused {

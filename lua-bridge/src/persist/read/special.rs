@@ -591,7 +591,10 @@ impl Loader<'_> {
         };
         let globals = self.refused_seen.contains(&b"_G"[..]);
         let mut what = if names.len() == 1 && more == 0 && globals {
-            format!("{GLOBALS_ELSEWHERE} (at byte {} of the body)", self.refused_at)
+            format!(
+                "{GLOBALS_ELSEWHERE} (at byte {} of the body)",
+                self.refused_at
+            )
         } else if names.len() == 1 {
             format!(
                 "the save refers to the permanent {:?}, which this load does not allow ({trust} save; at byte {} of the body)",
