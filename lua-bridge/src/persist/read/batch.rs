@@ -620,7 +620,7 @@ mod tests {
                     own_cap: None,
                     frames: &[],
                     late_meta: &mut late,
-                    unlaid: &mut HashMap::new(),
+                    unlaid: &mut std::collections::HashMap::new(),
                     strref_len: 1,
                     protos: &[],
                     bindings: &bindings,
