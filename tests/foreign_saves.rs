@@ -750,3 +750,34 @@ fn refused_permanents_are_listed_up_to_a_cap_and_counted_past_it() {
         "{e}"
     );
 }
+
+/// A refused permanent is recorded and the load goes on, but no Lua code runs while the load
+/// holds one: a registered constructor's rebuild closure whose upvalue is a refused permanent
+/// is not called (the refusal comes first).
+#[test]
+fn no_load_time_call_runs_while_a_refused_permanent_is_held() {
+    use luasnap::bridge::persist::{Accept, LoadError};
+    let game = "Vec = {} Vec.__index = Vec
+        Vec.__persist = function(v)
+          local f = v.f
+          return function() called = true return setmetatable({ r = f('PATH') }, Vec) end
+        end";
+    let a = vm();
+    a.exec(game, "game").unwrap();
+    a.exec("saved = { p = setmetatable({ f = os.getenv }, Vec) }", "s")
+        .unwrap();
+    let file = a.persist("saved").unwrap();
+    let mut b = vm();
+    b.exec(game, "game").unwrap();
+    b.register_constructor("Vec.__persist").unwrap();
+    let e = b.unpersist(&file, "loaded", Trust::Foreign).unwrap_err();
+    assert!(
+        matches!(&e, LoadError::Refused { accept: Accept::Permanent(n), .. } if n == "os.getenv"),
+        "{e}"
+    );
+    assert_eq!(
+        b.exec("return called == nil", "probe").unwrap(),
+        vec![luasnap::bridge::Value::Boolean(true)],
+        "the rebuild ran"
+    );
+}

@@ -394,6 +394,13 @@ impl Loader<'_> {
         id: u32,
         ident: u32,
     ) -> Result<(), Fail> {
+        // Invariant kept: no Lua code runs while the load holds a refused permanent (the
+        // rebuild's upvalues may hold one): the refusal comes first, naming those met so far.
+        if let Some(refused) = self.refused_permanents(false) {
+            // SAFETY: pops the function.
+            unsafe { ffi::lua_settop(L, -2) };
+            return Err(refused);
+        }
         // Lua code may collect: the collector must find the flag clear (lgc.c's singlestep
         // asserts it); after_call stops emergencies again.
         // SAFETY: clears a flag of the global state.
@@ -547,7 +554,6 @@ impl Loader<'_> {
             return Ok(());
         }
         // SAFETY: callers' contract (the key on top stays).
-        // SAFETY: callers' contract (the key on top stays).
         if name == b"_G" && unsafe { self.globals_here(L, s) } {
             return Ok(());
         }
@@ -558,8 +564,8 @@ impl Loader<'_> {
 
     /// Records a permanent the load's options do not allow (`_G` where it is no function's
     /// `_ENV`), and the load goes on with it, so that its error names every refused one at
-    /// once (`refused_permanents`): nothing the load builds runs before the walk ends, and
-    /// the load fails then.
+    /// once (`refused_permanents`) when the walk ends, or before the first load-time call
+    /// (`rebuild`): no Lua code runs while a refused permanent is in what the load built.
     pub(super) fn refuse_later(&mut self, name: &[u8]) {
         if !self.refused_seen.insert(name.to_vec()) {
             return;
