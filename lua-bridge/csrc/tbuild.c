@@ -511,11 +511,13 @@ uint32_t luasnap_table_nodes(lua_State *L, int idx) {
   return isdummy(t) ? 0 : sizenode(t);
 }
 
-/* Whether node nd's key is k, live or dead (a dead key by address, as equalkey with deadok). */
+/* Whether node nd's key is k, live or dead (a dead key by address, as equalkey with deadok;
+** a long string by its bytes, as equalkey does). */
 static int ls_key_is(const Node *nd, const TValue *k) {
   if (keyisdead(nd)) return iscollectable(k) && keyval(nd).gc == gcvalue(k);
   if (keytt(nd) != rawtt(k)) return 0;
   if (ttislcf(k)) return fvalueraw(keyval(nd)) == fvalue(k);
+  if (ttislngstring(k)) return luaS_eqstr(keystrval(nd), tsvalue(k));
   return iscollectable(k) && keyval(nd).gc == gcvalue(k);
 }
 
@@ -568,6 +570,10 @@ int luasnap_table_removed_key(lua_State *L, int tidx, uint32_t node, int kidx, i
     return 0;
   }
   switch (ttypetag(k)) {
+    case LUA_VLNGSTR:
+      /* A long string matches a live key by its bytes: ls_removed_key_fits's lookup refuses
+      ** one whose bytes a live key of t has, and a dead key by address only. */
+      /* fall through */
     case LUA_VTABLE: case LUA_VLCL: case LUA_VCCL: case LUA_VUSERDATA: case LUA_VTHREAD:
       if (!ls_removed_key_fits(L, t, n, k)) return 1;
       setnodekey(n, k);

@@ -53,12 +53,15 @@ static inline int ls_layout_key(const Node *n) {
 }
 
 /* Whether node n's key, removed (its value empty), is written inline in a layout: a number,
-** boolean or string (a later t[k] = v reuses its node). A removed object key is written as a
-** dead key (it stays in its chain and matches nothing, as once the collector has cleared it). */
+** boolean or short string (a later t[k] = v reuses its node). A removed object key, and a
+** long string, is written as code 1 and its key after the root, by reference: a long string
+** is an object of its own (Lua interns short strings only), and once a collection marks the
+** node dead `next(t, k)` finds it by k's address alone, so the loaded node must hold the very
+** string the suspended loop holds, not a copy of its bytes. */
 static inline int ls_inline_key(const Node *n) {
   switch (keytt(n)) {
     case LUA_VNUMINT: case LUA_VNUMFLT: case LUA_VFALSE: case LUA_VTRUE:
-    case ctb(LUA_VSHRSTR): case ctb(LUA_VLNGSTR):
+    case ctb(LUA_VSHRSTR):
       return 1;
     default:
       return 0;
