@@ -367,3 +367,76 @@ fn suspended_walk_over_globals_after_a_collection_goes_on() {
     }
     assert!(bad.is_empty(), "{} bad:\n{}", bad.len(), bad.join("\n"));
 }
+
+/// Control for the long-string finding: the same game with 40-byte keys (Lua's short strings,
+/// interned, so the loaded key is the walk's own object) goes on after a collection.
+#[test]
+fn forty_byte_keys_hold_after_a_collection_in_both_profiles() {
+    let game = "local t = {}
+         for i = 1, 30 do t[string.rep('L', 38) .. string.format('%02d', i)] = i end
+         mkwalk(t)";
+    let mut bad = Vec::new();
+    for (profile, make) in [("det", det as fn() -> Vm), ("full", full)] {
+        for s in [1usize, 5, 20] {
+            for cb in [false, true] {
+                for ca in [false, true] {
+                    let r = run_in(make, game, s, cb, ca);
+                    if !r.starts_with("ok") {
+                        bad.push(format!(
+                            "{profile} steps {s} gc-before {cb} gc-after {ca}: {r}"
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    assert!(
+        bad.is_empty(),
+        "{} bad runs:\n{}",
+        bad.len(),
+        bad.join("\n")
+    );
+}
+
+const LONG_CHILD: &str = "LUASNAP_ATTACK11_LONG_CHILD";
+
+#[test]
+fn long_string_child() {
+    let Ok(save) = std::env::var(LONG_CHILD) else {
+        return;
+    };
+    let mut v = det();
+    v.load_game(&std::fs::read(save).unwrap(), Trust::Own)
+        .unwrap();
+    let r = v.exec(
+        "collectgarbage() collectgarbage()
+         for i = 1, 100 do if walk() == 'done' then return 'done' end end return 'endless'",
+        "=after",
+    );
+    println!("RESULT {r:?}");
+}
+
+/// The long-string finding across two processes, deterministic profile, honest save: a walk
+/// that cleared one long-string key, saved; the other process loads, collects, goes on.
+#[test]
+#[ignore = "finding: a removed long-string key is rebuilt as a new string; after a collection in the loading process the walk stops with invalid key to 'next' (run with --ignored)"]
+fn long_string_walk_goes_on_in_another_process_after_a_collection() {
+    let v = det();
+    v.exec(
+        "t = {}
+         for i = 1, 30 do t[string.rep('L', 50) .. i] = i end
+         walk = coroutine.wrap(function()
+           for k in pairs(t) do t[k] = nil coroutine.yield(k) end
+           return 'done'
+         end)
+         walk()",
+        "=game",
+    )
+    .unwrap();
+    let save = common::temp_file("luasnap-attack11-", ".sav");
+    std::fs::write(&save, v.save_game().unwrap()).unwrap();
+    let out = common::child::run_with("long_string_child", LONG_CHILD, &save.to_string_lossy());
+    let r = common::child::fields(&out, "RESULT ");
+    assert_eq!(r.len(), 1, "{out}");
+    assert!(r[0].contains("\"done\""), "after the load: {}", r[0]);
+}
