@@ -440,3 +440,41 @@ fn long_string_walk_goes_on_in_another_process_after_a_collection() {
     assert_eq!(r.len(), 1, "{out}");
     assert!(r[0].contains("\"done\""), "after the load: {}", r[0]);
 }
+
+/// Minimal repro of the `_G` finding in the full profile, no collection anywhere: a walk over
+/// `_G` that cleared 3 of 30 game globals (1 or 2 go on; 3 or more fail in every run
+/// measured, 6 of 6 per step count).
+#[test]
+#[ignore = "finding: a walk over _G that cleared 3 or more globals fails after a full-profile load: invalid key to 'next' (run with --ignored)"]
+fn walk_over_globals_that_cleared_three_goes_on_in_the_full_profile() {
+    let mut fails = Vec::new();
+    for round in 0..6 {
+        let src = full();
+        src.exec(
+            "for i = 1, 30 do _G['gv' .. i] = { i } end
+             walkT = coroutine.wrap(function()
+               for k in next, _G do
+                 if type(k) == 'string' and k:sub(1, 2) == 'gv' then
+                   _G[k] = nil
+                   coroutine.yield(k)
+                 end
+               end
+               return 'done'
+             end)
+             for i = 1, 3 do walkT() end",
+            "=game",
+        )
+        .unwrap();
+        let file = src.save_game().unwrap();
+        let mut dst = full();
+        dst.load_game(&file, Trust::Own).unwrap();
+        let r = dst.exec(
+            "for i = 1, 1000 do if walkT() == 'done' then return 'done' end end",
+            "=after",
+        );
+        if let Err(e) = r {
+            fails.push(format!("round {round}: {e}"));
+        }
+    }
+    assert!(fails.is_empty(), "{}", fails.join("\n"));
+}
