@@ -5,8 +5,8 @@ use super::error::NetError;
 use super::link::LinkConditions;
 use super::order::MAX_DELAY_FRAMES;
 use super::protocol::{
-    game_id, ClientMessage, ServerMessage, Start, StateReason, CHANNEL_CONTROL, CHANNEL_FRAMES,
-    CHANNEL_STATE, REFUSED_FULL,
+    game_id, ClientMessage, SaveAssembly, ServerMessage, Start, StateReason, WholeSave,
+    CHANNEL_CONTROL, CHANNEL_FRAMES, CHANNEL_STATE, REFUSED_FULL,
 };
 use super::transport::{connection_config, ClientTransport, SEND_INTERVAL};
 use crate::runtime::{
@@ -256,6 +256,23 @@ impl Conn {
         }
     }
 
+    /// Sends renet's packets now, its acknowledgements three times over: renet repeats an
+    /// acknowledgement only in its next packets, and on a lossy link the next may be
+    /// seconds away (a save-game being loaded); the copies cost a few small datagrams.
+    pub(crate) fn acknowledge(&mut self) -> Result<(), NetError> {
+        self.queued = false;
+        self.last_send = Instant::now();
+        for _ in 0..3 {
+            self.transport
+                .send_packets(&mut self.renet)
+                .map_err(|error| NetError::Io {
+                    what: "cannot send".into(),
+                    error,
+                })?;
+        }
+        Ok(())
+    }
+
     pub(crate) fn is_connected(&self) -> bool {
         self.renet.is_connected()
     }
@@ -383,6 +400,7 @@ impl MatchClient {
             confirmed: BTreeMap::new(),
             held: vec![0; welcome.players],
             epoch: 0,
+            assembly: None,
             pending_state: None,
             last_sent: None,
             next_command: 0,
@@ -516,7 +534,10 @@ struct Session<'o> {
     held: Vec<u8>,
     /// Save-games loaded.
     epoch: u32,
-    pending_state: Option<(u64, StateReason, Vec<u8>)>,
+    /// The save-game whose pieces are arriving.
+    assembly: Option<SaveAssembly>,
+    /// A save-game arrived whole, to load.
+    pending_state: Option<WholeSave>,
     last_sent: Option<u8>,
     next_command: u64,
     final_digest: Option<u64>,
@@ -541,6 +562,10 @@ impl Session<'_> {
                 self.on_message(msg).map_err(|e| self.while_joining(e))?;
             }
             if let Some(state) = self.pending_state.take() {
+                // Acknowledged first: the load and the catching up after it can take
+                // seconds on a busy machine, and the server counts the wait for the save's
+                // last piece (a joiner at 40% loss that had its save whole was dropped so).
+                self.conn.acknowledge()?;
                 self.load_state(state)?;
             }
             if self.client.is_some() {
@@ -607,7 +632,7 @@ impl Session<'_> {
     }
 
     fn finished(&self) -> bool {
-        if self.final_digest.is_none() || self.pending_state.is_some() {
+        if self.final_digest.is_none() || self.pending_state.is_some() || self.assembly.is_some() {
             return false;
         }
         self.server_end.is_some()
@@ -653,11 +678,13 @@ impl Session<'_> {
                     client,
                 });
             }
-            ServerMessage::State {
-                frame,
-                reason,
-                save,
-            } => self.pending_state = Some((frame, reason, save)),
+            msg @ (ServerMessage::StateHead { .. } | ServerMessage::StatePiece { .. }) => {
+                if let Some(whole) =
+                    SaveAssembly::take(&mut self.assembly, msg).map_err(protocol)?
+                {
+                    self.pending_state = Some(whole);
+                }
+            }
             ServerMessage::End { value_digest, .. } => self.server_end = Some(value_digest),
         }
         Ok(())
@@ -666,7 +693,11 @@ impl Session<'_> {
     /// Replaces the client's state with the server's save-game (foreign trust).
     fn load_state(
         &mut self,
-        (frame, reason, save): (u64, StateReason, Vec<u8>),
+        WholeSave {
+            frame,
+            reason,
+            save,
+        }: WholeSave,
     ) -> Result<(), NetError> {
         let game = Game::from_save(&self.cfg, self.opts.backend, &save)?;
         if game.frame() != frame {

@@ -5,8 +5,8 @@
 use super::error::NetError;
 use super::order::{DelayControl, FrameOrder};
 use super::protocol::{
-    game_id, ClientMessage, ServerMessage, Start, StateReason, CHANNEL_CONTROL, CHANNEL_FRAMES,
-    CHANNEL_STATE, MAX_PLAYERS, REFUSED_FULL,
+    game_id, state_messages, ClientMessage, ServerMessage, Start, StateReason, CHANNEL_CONTROL,
+    CHANNEL_FRAMES, CHANNEL_STATE, MAX_PLAYERS, REFUSED_FULL,
 };
 use super::transport::{
     connection_config, ServerTransport, SEND_INTERVAL, SERVER_CHANNEL_BYTES, STATE_CHANNEL_BYTES,
@@ -90,7 +90,8 @@ pub struct ServerOptions {
     pub quiet_timeout: Duration,
     /// A client that acknowledges nothing more of a save-game sent to it (a join or a resync)
     /// for this long is dropped, so that it cannot make the server send the save again and
-    /// again until the transport's own timeout.
+    /// again until the transport's own timeout. Progress is counted in whole pieces of the
+    /// save (64 KiB; renet frees a message's memory only when all of it is acknowledged).
     pub state_ack_timeout: Duration,
     /// While the clock runs, a client must send the digest of each check frame within this
     /// long of the server closing that frame (or of the client having its last save-game
@@ -707,9 +708,10 @@ impl Match<'_> {
         confirm * (frames.ceil() as usize).max(64)
     }
 
-    /// Follows a save-game on its way: none of it acknowledged for
-    /// [`ServerOptions::state_ack_timeout`], or more than its budget sent, and the client must
-    /// go; acknowledged whole, and its digests are due from now on.
+    /// Follows a save-game on its way: no further piece of it acknowledged for
+    /// [`ServerOptions::state_ack_timeout`] (the channel's free memory grows by a piece as
+    /// each is acknowledged whole), or more than its budget sent, and the client must go;
+    /// acknowledged whole, and its digests are due from now on.
     fn state_fault(&mut self, slot: usize, now: Instant) -> Option<String> {
         let seat = self.seats[slot].as_mut()?;
         let wait = seat.state_wait.as_mut()?;
@@ -1162,13 +1164,11 @@ impl Match<'_> {
         };
         let seat = self.seats[slot].as_mut().expect("seated");
         seat.epoch += 1;
-        let msg = ServerMessage::State {
-            frame,
-            reason,
-            save: save.to_vec(),
-        };
-        self.renet
-            .send_message(seat.client_id, CHANNEL_STATE, msg.encode());
+        // In pieces: renet frees a message's memory only once all of it is acknowledged, and
+        // the free memory is what state_fault watches for progress.
+        for msg in state_messages(frame, reason, &save) {
+            self.renet.send_message(seat.client_id, CHANNEL_STATE, msg);
+        }
         let free = self
             .renet
             .channel_available_memory(seat.client_id, CHANNEL_STATE);

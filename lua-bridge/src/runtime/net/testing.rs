@@ -4,7 +4,9 @@
 use super::client::Conn;
 use super::error::NetError;
 use super::link::LinkConditions;
-use super::protocol::{game_id_of, ClientMessage, ServerMessage, CHANNEL_CONTROL, CHANNEL_FRAMES};
+use super::protocol::{
+    game_id_of, ClientMessage, SaveAssembly, ServerMessage, CHANNEL_CONTROL, CHANNEL_FRAMES,
+};
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -82,5 +84,27 @@ pub fn refusal(bytes: &[u8]) -> Option<String> {
     match ServerMessage::decode(bytes) {
         Ok(ServerMessage::Refused { reason }) => Some(reason),
         _ => None,
+    }
+}
+
+/// Puts the server's save-games back together from their pieces, as a client does.
+#[derive(Debug, Default)]
+pub struct SaveReader {
+    assembly: Option<SaveAssembly>,
+}
+
+impl SaveReader {
+    /// Takes a raw message: true if it made a save-game whole. Messages that are not a
+    /// save-game's are passed over; pieces out of order panic (the server sends them in
+    /// order).
+    pub fn whole(&mut self, bytes: &[u8]) -> bool {
+        match ServerMessage::decode(bytes) {
+            Ok(msg @ (ServerMessage::StateHead { .. } | ServerMessage::StatePiece { .. })) => {
+                SaveAssembly::take(&mut self.assembly, msg)
+                    .unwrap_or_else(|e| panic!("the server's save-game: {e}"))
+                    .is_some()
+            }
+            _ => false,
+        }
     }
 }
