@@ -7,11 +7,13 @@
 //! message did not pay for.
 //!
 //! A save-game goes as a head that announces its size, then pieces of at most
-//! [`SAVE_PIECE_BYTES`] in order ([`state_messages`]); the client puts them together with a
-//! [`SaveAssembly`]. In pieces because renet frees a reliable message's memory only once
-//! every slice of it is acknowledged: sent as one message, a save showed the server no
-//! progress until it was whole, and a joiner on a lossy link that was getting it was dropped
-//! for acknowledging nothing (an outside tester's F4c, at 40% loss).
+//! [`SAVE_PIECE_BYTES`] in order ([`save_head`], [`save_piece`]); the client puts them
+//! together with a [`SaveAssembly`]. In pieces because renet frees a reliable message's
+//! memory only once every slice of it is acknowledged: sent as one message, a save showed the
+//! server no progress until it was whole, and a joiner on a lossy link that was getting it
+//! was dropped for acknowledging nothing (an outside tester's F4c, at 40% loss). A piece fits
+//! one renet packet, so that the server's unacknowledged bytes are exactly the pieces in
+//! flight, which it keeps few (see `server::STATE_WINDOW_BYTES`).
 
 use std::fmt;
 
@@ -30,9 +32,17 @@ pub(crate) const PROTOCOL_ID: u64 = 0x6c75_6173_6e61_7002; // "luasnap" + versio
 
 /// The largest save-game a client accepts from the server (a joining or resynced state).
 pub(crate) const MAX_SAVE_BYTES: usize = 256 << 20;
-/// The most bytes of a save-game one [`ServerMessage::StatePiece`] carries: what the server
-/// sees acknowledged at a time while a save is on its way.
-pub(crate) const SAVE_PIECE_BYTES: usize = 64 << 10;
+/// The most bytes of a save-game one [`ServerMessage::StatePiece`] carries. A piece, encoded,
+/// is at most [`RENET_SMALL_MESSAGE`]: renet sends it whole in one packet and frees its
+/// memory as that packet is acknowledged (a larger message is sliced, and freed only when
+/// every slice is), so the server sees each piece acknowledged as it arrives.
+pub(crate) const SAVE_PIECE_BYTES: usize = 1 << 10;
+/// The largest message renet 2.0.1 sends in one packet (its `SLICE_SIZE`, which it does not
+/// export), less the message's own framing in the packet (its length and id, at most 9 bytes
+/// each as varints).
+const RENET_SMALL_MESSAGE: usize = 1200 - 18;
+// A piece's tag, offset and length (9 bytes) with its bytes are one renet packet.
+const _: () = assert!(9 + SAVE_PIECE_BYTES <= RENET_SMALL_MESSAGE);
 /// The longest refusal text.
 const MAX_TEXT: usize = 1024;
 /// The reason of a refusal that says every player slot is taken (the client reports it as
@@ -500,24 +510,36 @@ impl ServerMessage {
     }
 }
 
-/// The messages that carry `save`, the state after `frame` frames: its head, then its
-/// pieces in order.
-pub(crate) fn state_messages(frame: u64, reason: StateReason, save: &[u8]) -> Vec<Vec<u8>> {
-    let head = ServerMessage::StateHead {
+/// The head of `save`, the state after `frame` frames: the first message that carries it.
+pub(crate) fn save_head(frame: u64, reason: StateReason, save: &[u8]) -> Vec<u8> {
+    ServerMessage::StateHead {
         frame,
         reason,
         bytes: save.len() as u32,
-    };
-    let pieces =
-        save.chunks(SAVE_PIECE_BYTES)
-            .enumerate()
-            .map(|(i, data)| ServerMessage::StatePiece {
-                offset: (i * SAVE_PIECE_BYTES) as u32,
-                data: data.to_vec(),
-            });
-    std::iter::once(head)
-        .chain(pieces)
-        .map(|m| m.encode())
+    }
+    .encode()
+}
+
+/// The piece of `save` that starts at byte `offset` (at most [`SAVE_PIECE_BYTES`]); `offset`
+/// is below the save's length.
+pub(crate) fn save_piece(save: &[u8], offset: usize) -> Vec<u8> {
+    let end = save.len().min(offset + SAVE_PIECE_BYTES);
+    ServerMessage::StatePiece {
+        offset: offset as u32,
+        data: save[offset..end].to_vec(),
+    }
+    .encode()
+}
+
+/// The messages that carry `save`: its head, then its pieces in order.
+#[cfg(test)]
+pub(crate) fn state_messages(frame: u64, reason: StateReason, save: &[u8]) -> Vec<Vec<u8>> {
+    std::iter::once(save_head(frame, reason, save))
+        .chain(
+            (0..save.len())
+                .step_by(SAVE_PIECE_BYTES)
+                .map(|offset| save_piece(save, offset)),
+        )
         .collect()
 }
 
@@ -794,7 +816,7 @@ mod tests {
         let save: Vec<u8> = (0..3 * SAVE_PIECE_BYTES + 17).map(|i| i as u8).collect();
         let msgs = state_messages(90, StateReason::Join, &save);
         assert_eq!(msgs.len(), 1 + 4);
-        assert!(msgs.iter().all(|m| m.len() <= SAVE_PIECE_BYTES + 16));
+        assert!(msgs.iter().all(|m| m.len() <= RENET_SMALL_MESSAGE));
         assert_eq!(
             assemble(&msgs),
             Ok(Some(WholeSave {
@@ -820,9 +842,11 @@ mod tests {
         assert!(err(msgs[1..].to_vec()).contains("no save-game announced"));
         // A piece skipped, a piece twice.
         let e = err(vec![msgs[0].clone(), msgs[2].clone()]);
-        assert!(e.contains("at byte 65536 where byte 0 was next"), "{e}");
+        let second = format!("at byte {SAVE_PIECE_BYTES} where byte 0 was next");
+        assert!(e.contains(&second), "{e}");
         let e = err(vec![msgs[0].clone(), msgs[1].clone(), msgs[1].clone()]);
-        assert!(e.contains("at byte 0 where byte 65536 was next"), "{e}");
+        let again = format!("at byte 0 where byte {SAVE_PIECE_BYTES} was next");
+        assert!(e.contains(&again), "{e}");
         // A second head before the first save is whole.
         let e = err(vec![msgs[0].clone(), msgs[1].clone(), msgs[0].clone()]);
         assert!(e.contains("before the last one"), "{e}");

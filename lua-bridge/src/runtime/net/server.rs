@@ -5,8 +5,8 @@
 use super::error::NetError;
 use super::order::{DelayControl, FrameOrder};
 use super::protocol::{
-    game_id, state_messages, ClientMessage, ServerMessage, Start, StateReason, CHANNEL_CONTROL,
-    CHANNEL_FRAMES, CHANNEL_STATE, MAX_PLAYERS, REFUSED_FULL,
+    game_id, save_head, save_piece, ClientMessage, ServerMessage, Start, StateReason, CHANNEL_CONTROL,
+    CHANNEL_FRAMES, CHANNEL_STATE, MAX_PLAYERS, REFUSED_FULL, SAVE_PIECE_BYTES,
 };
 use super::transport::{
     connection_config, ServerTransport, SEND_INTERVAL, SERVER_CHANNEL_BYTES, STATE_CHANNEL_BYTES,
@@ -45,22 +45,37 @@ pub const DEPARTED_RECORDS_KEPT: usize = 64;
 pub const STATE_BUDGET_SAVES: u64 = 3;
 /// See [`STATE_BUDGET_SAVES`].
 pub const STATE_BUDGET_SLACK: u64 = 64 << 10;
+/// The most bytes of save-games the server leaves unacknowledged with one client: the next
+/// piece goes to renet only when the client's unacknowledged pieces are fewer. Renet 2.0.1's
+/// receiving end keeps what it acknowledges as at most 64 runs of packet numbers, until it
+/// hears its acknowledgement arrived; at a loss rate p a run starts at about p(1-p) <= 1/4 of
+/// the packets, so 64 runs cover at least ~256 packets sent in that time, and a packet past
+/// them is never acknowledged and is sent again and again. A save of several MB handed to
+/// renet whole went out as thousands of packets within milliseconds: a joiner at 40% loss had
+/// much of it resent though it had arrived, until the server's budget was spent (F4c).
+/// 128 pieces (one packet each) stay within the runs however the round trip goes, and keep
+/// ~450 KiB/s going at 40% loss on a short round trip (a lost piece waits the save channel's
+/// 400 ms resend), more with less loss; about this window per round trip on a long one.
+pub const STATE_WINDOW_BYTES: usize = 128 << 10;
 /// An address whose connection left a save-game unacknowledged (it was dropped for it, or it
 /// left before it had the save whole) is sent no save-game for this long; each further such
 /// departure within [`SAVE_BACKOFF_MAX`] doubles it.
 pub const SAVE_BACKOFF: Duration = Duration::from_secs(10);
 /// The longest wait of [`SAVE_BACKOFF`].
 pub const SAVE_BACKOFF_MAX: Duration = Duration::from_secs(300);
-/// A dropped client's connection is closed this long after its slot is freed, so that the
-/// message saying why reaches it before the disconnection (a client that reads both in one
-/// update drops the message).
-const CLOSE_GRACE: Duration = Duration::from_millis(250);
+/// A refused client's connection is closed once it has acknowledged the message saying why
+/// (renet resends it every 100 ms till then), or at the latest this long after its slot is
+/// freed. Closed at once, the message would not reach a client that reads both in one update
+/// (it drops the message); closed after a fixed 250 ms, as it once was, a client at 40% loss
+/// missed it about once in 16 (all three sendings lost). At 40% loss, twenty sendings are all
+/// lost about once in 10^8.
+const CLOSE_GRACE: Duration = Duration::from_secs(2);
 /// Connections netcode takes beyond the player slots. A refused or dropped client's
-/// connection stays open for [`CLOSE_GRACE`] after its slot is free (and a client that left
-/// without saying so, until it times out): with netcode's slots only as many as the
-/// players', a client retrying at once with the right flags was denied as if the match were
-/// full. A connection for which no slot is free is refused as full ([`REFUSED_FULL`]) and
-/// closed after the grace.
+/// connection stays open until it has its refusal, at most [`CLOSE_GRACE`], after its slot
+/// is free (and a client that left without saying so, until it times out): with netcode's
+/// slots only as many as the players', a client retrying at once with the right flags was
+/// denied as if the match were full. A connection for which no slot is free is refused as
+/// full ([`REFUSED_FULL`]) and closed the same way.
 const SPARE_CONNECTIONS: usize = 8;
 /// Addresses whose backoff the server remembers at most (the oldest are forgotten first).
 const BACKOFF_ADDRESSES: usize = 4096;
@@ -90,8 +105,8 @@ pub struct ServerOptions {
     pub quiet_timeout: Duration,
     /// A client that acknowledges nothing more of a save-game sent to it (a join or a resync)
     /// for this long is dropped, so that it cannot make the server send the save again and
-    /// again until the transport's own timeout. Progress is counted in whole pieces of the
-    /// save (64 KiB; renet frees a message's memory only when all of it is acknowledged).
+    /// again until the transport's own timeout. Progress is counted in pieces of the save
+    /// (1 KiB, one packet each).
     pub state_ack_timeout: Duration,
     /// While the clock runs, a client must send the digest of each check frame within this
     /// long of the server closing that frame (or of the client having its last save-game
@@ -401,11 +416,19 @@ struct Seat {
     last_heard: u64,
 }
 
-/// A save-game on its way to a client.
+/// A save-game on its way to a client. Its pieces go to renet as the earlier ones are
+/// acknowledged, at most [`STATE_WINDOW_BYTES`] unacknowledged.
 struct StateWait {
-    /// The state channel's free bytes when the client last acknowledged more of it.
-    free: usize,
-    /// When that was.
+    save: Arc<Vec<u8>>,
+    /// The bytes of the save handed to renet so far (its head went first).
+    next: usize,
+    /// Bytes of state messages handed to renet for this client: those unacknowledged when
+    /// this save was queued, and this save's since. Less the channel's unacknowledged bytes,
+    /// what the client has acknowledged (it never falls).
+    handed: usize,
+    /// The most of `handed` the client had acknowledged at the last look.
+    acked: usize,
+    /// When that grew last.
     since: Instant,
     /// The bytes sent to the client when the save was queued.
     sent_before: u64,
@@ -419,6 +442,13 @@ struct StateWait {
 struct SaveBackoff {
     /// Per address: no save before this time; departures counted (each doubles the wait).
     until: HashMap<IpAddr, (Instant, u32)>,
+}
+
+impl StateWait {
+    /// Whether every piece has been handed to renet.
+    fn all_handed(&self) -> bool {
+        self.next == self.save.len()
+    }
 }
 
 impl SaveBackoff {
@@ -708,17 +738,34 @@ impl Match<'_> {
         confirm * (frames.ceil() as usize).max(64)
     }
 
-    /// Follows a save-game on its way: no further piece of it acknowledged for
-    /// [`ServerOptions::state_ack_timeout`] (the channel's free memory grows by a piece as
-    /// each is acknowledged whole), or more than its budget sent, and the client must go;
-    /// acknowledged whole, and its digests are due from now on.
-    fn state_fault(&mut self, slot: usize, now: Instant) -> Option<String> {
+    /// Hands renet the next pieces of the save-game on its way to a slot while fewer than
+    /// [`STATE_WINDOW_BYTES`] are unacknowledged; returns the bytes unacknowledged.
+    fn hand_pieces(&mut self, slot: usize) -> Option<usize> {
         let seat = self.seats[slot].as_mut()?;
         let wait = seat.state_wait.as_mut()?;
-        let free_now = self
-            .renet
-            .channel_available_memory(seat.client_id, CHANNEL_STATE);
-        if free_now >= STATE_CHANNEL_BYTES {
+        let mut unacked = STATE_CHANNEL_BYTES.saturating_sub(
+            self.renet
+                .channel_available_memory(seat.client_id, CHANNEL_STATE),
+        );
+        while unacked < STATE_WINDOW_BYTES && !wait.all_handed() {
+            let piece = save_piece(&wait.save, wait.next);
+            wait.next = wait.save.len().min(wait.next + SAVE_PIECE_BYTES);
+            wait.handed += piece.len();
+            unacked += piece.len();
+            self.renet
+                .send_message(seat.client_id, CHANNEL_STATE, piece);
+        }
+        Some(unacked)
+    }
+
+    /// Follows a save-game on its way ([`Match::hand_pieces`]): no further piece
+    /// acknowledged for [`ServerOptions::state_ack_timeout`], or more than its budget sent,
+    /// and the client must go; acknowledged whole, and its digests are due from now on.
+    fn state_fault(&mut self, slot: usize, now: Instant) -> Option<String> {
+        let unacked = self.hand_pieces(slot)?;
+        let seat = self.seats[slot].as_mut()?;
+        let wait = seat.state_wait.as_mut()?;
+        if unacked == 0 && wait.all_handed() {
             seat.state_wait = None;
             seat.last_useful = seat.last_useful.max(now);
             seat.digest_from.1 = now;
@@ -732,8 +779,9 @@ impl Match<'_> {
                 STATE_BUDGET_SLACK >> 10
             ));
         }
-        if free_now > wait.free {
-            wait.free = free_now;
+        let acked = wait.handed.saturating_sub(unacked);
+        if acked > wait.acked {
+            wait.acked = acked;
             wait.since = now;
             return None;
         }
@@ -766,9 +814,17 @@ impl Match<'_> {
         let _ = self.transport.send_packets(&mut self.renet);
     }
 
-    /// Closes the connections of dropped clients whose grace is over.
+    /// Closes the connections of dropped clients that have acknowledged all the server's
+    /// control messages (their refusal among them) or whose grace is over.
     fn close_dropped(&mut self, now: Instant) {
-        let (due, wait): (Vec<_>, Vec<_>) = self.closing.iter().partition(|(_, at)| *at <= now);
+        let renet = &self.renet;
+        let told = |client_id: u64| {
+            renet.channel_available_memory(client_id, CHANNEL_CONTROL) >= SERVER_CHANNEL_BYTES
+        };
+        let (due, wait): (Vec<_>, Vec<_>) = self
+            .closing
+            .iter()
+            .partition(|&&(client_id, at)| at <= now || told(client_id));
         self.closing = wait;
         for (client_id, _) in due {
             if self.renet.is_connected(client_id) {
@@ -832,10 +888,12 @@ impl Match<'_> {
                 renet::ServerEvent::ClientDisconnected { client_id, reason } => {
                     let state_whole = self.transport.left_with_state_whole(client_id);
                     if let Some(&slot) = self.by_client.get(&client_id) {
-                        if state_whole {
-                            // It acknowledged its save-game whole as it left (a client
-                            // that read the save and refused it): not one it left owing.
-                            if let Some(seat) = self.seats[slot].as_mut() {
+                        if let Some(seat) = self.seats[slot].as_mut() {
+                            if state_whole
+                                && seat.state_wait.as_ref().is_none_or(StateWait::all_handed)
+                            {
+                                // It acknowledged its save-game whole as it left (a client
+                                // that read the save and refused it): not one it left owing.
                                 seat.state_wait = None;
                             }
                         }
@@ -1092,7 +1150,7 @@ impl Match<'_> {
             );
             let client_id = seat.client_id;
             self.tell_refused(client_id, &reason);
-            self.drop_seat(slot, format!("refused: {reason}"));
+            self.drop_seat_closing(slot, format!("refused: {reason}"), CLOSE_GRACE);
             return Ok(());
         }
         let from_save = self.started.is_some();
@@ -1164,17 +1222,31 @@ impl Match<'_> {
         };
         let seat = self.seats[slot].as_mut().expect("seated");
         seat.epoch += 1;
-        // In pieces: renet frees a message's memory only once all of it is acknowledged, and
-        // the free memory is what state_fault watches for progress.
-        for msg in state_messages(frame, reason, &save) {
-            self.renet.send_message(seat.client_id, CHANNEL_STATE, msg);
+        // A save goes only to a client that loaded the last one (its digest names the last
+        // epoch), so the last one's pieces were all handed to renet; were they not, they go
+        // now, before the next head, which the client takes only after a whole save.
+        if let Some(last) = seat.state_wait.take() {
+            for offset in (last.next..last.save.len()).step_by(SAVE_PIECE_BYTES) {
+                let piece = save_piece(&last.save, offset);
+                self.renet
+                    .send_message(seat.client_id, CHANNEL_STATE, piece);
+            }
         }
-        let free = self
-            .renet
-            .channel_available_memory(seat.client_id, CHANNEL_STATE);
+        let unacked = STATE_CHANNEL_BYTES.saturating_sub(
+            self.renet
+                .channel_available_memory(seat.client_id, CHANNEL_STATE),
+        );
+        // The head now; the pieces as the client acknowledges (state_fault, each update).
+        let head = save_head(frame, reason, &save);
+        let handed = unacked + head.len();
+        self.renet
+            .send_message(seat.client_id, CHANNEL_STATE, head);
         let sent_before = self.transport.traffic(seat.client_id).sent;
         seat.state_wait = Some(StateWait {
-            free,
+            save: Arc::clone(&save),
+            next: 0,
+            handed,
+            acked: unacked,
             since: Instant::now(),
             sent_before,
             budget: STATE_BUDGET_SAVES * save.len() as u64 + STATE_BUDGET_SLACK,
