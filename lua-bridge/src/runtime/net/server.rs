@@ -5,8 +5,8 @@
 use super::error::NetError;
 use super::order::{DelayControl, FrameOrder};
 use super::protocol::{
-    game_id, save_head, save_piece, ClientMessage, ServerMessage, Start, StateReason, CHANNEL_CONTROL,
-    CHANNEL_FRAMES, CHANNEL_STATE, MAX_PLAYERS, REFUSED_FULL, SAVE_PIECE_BYTES,
+    game_id, save_head, save_piece, ClientMessage, ServerMessage, Start, StateReason,
+    CHANNEL_CONTROL, CHANNEL_FRAMES, CHANNEL_STATE, MAX_PLAYERS, REFUSED_FULL, SAVE_PIECE_BYTES,
 };
 use super::transport::{
     connection_config, ServerTransport, SEND_INTERVAL, SERVER_CHANNEL_BYTES, STATE_CHANNEL_BYTES,
@@ -1239,8 +1239,7 @@ impl Match<'_> {
         // The head now; the pieces as the client acknowledges (state_fault, each update).
         let head = save_head(frame, reason, &save);
         let handed = unacked + head.len();
-        self.renet
-            .send_message(seat.client_id, CHANNEL_STATE, head);
+        self.renet.send_message(seat.client_id, CHANNEL_STATE, head);
         let sent_before = self.transport.traffic(seat.client_id).sent;
         seat.state_wait = Some(StateWait {
             save: Arc::clone(&save),
