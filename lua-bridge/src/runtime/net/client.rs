@@ -497,7 +497,7 @@ fn joining_note(link: &LinkConditions) -> String {
     let what = "before this client had the server's join save-game whole (the server sends a joiner at most 3 times the save's size plus 64 KiB and drops it when the save stops arriving, then sends that address no save-game for 10 s or more)";
     if link.loss > 0.0 || !link.latency.is_zero() {
         format!(
-            "{what}; this client's emulated link loses {}% of the datagrams each way with {} ms one way (--loss, --latency): the save-game likely could not get through it in time; join over a better link (a 1.5 MB save got through 40% loss and not 60% when measured), or start with the match (--start-with), which needs no save-game",
+            "{what}; this client's emulated link loses {}% of the datagrams each way with {} ms one way (--loss, --latency): the save-game likely could not get through it in time; join over a better link (a 1.5 MB save got through 60% loss when measured, close to the 3 saves), or start with the match (--start-with), which needs no save-game",
             link.loss * 100.0,
             link.latency.as_millis()
         )

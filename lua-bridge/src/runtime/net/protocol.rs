@@ -792,7 +792,7 @@ mod tests {
         let e = ServerMessage::decode(&piece).unwrap_err();
         assert_eq!(
             e.to_string(),
-            "malformed state piece: piece of 65537 bytes is over the limit of 65536"
+            "malformed state piece: piece of 1025 bytes is over the limit of 1024"
         );
         let e = ServerMessage::decode(&[8, 0, 0, 0, 0, 0, 0, 0, 0]).unwrap_err();
         assert_eq!(e.to_string(), "malformed state piece: an empty piece");
