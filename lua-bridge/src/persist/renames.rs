@@ -254,6 +254,63 @@ pub(crate) fn applied<'a>(
     })
 }
 
+/// How many of a chunk's places a message about a missing new place lists.
+const PLACES_SHOWN: usize = 8;
+
+/// The new place of each declaration that binds to one (not a removal with no replacement):
+/// the file its saved place names, if any (the new place is in that file), and the new
+/// place's names, as [`applied`] makes a target of it.
+pub(crate) fn targets(renames: &[Rename]) -> Vec<(&Rename, Option<&str>, Vec<Vec<u8>>)> {
+    renames
+        .iter()
+        .filter_map(|r| {
+            let to = r.to_place()?;
+            Some((r, split_file(&r.from).0, names(split_file(to).1)))
+        })
+        .collect()
+}
+
+/// What a file has near the missing place `target`, for a message: the top-level places
+/// of `places` that share the first name's table with it (`Entity.` for `Entity.take_dmg`),
+/// or all its top-level ones.
+pub(crate) fn places_like<'a>(
+    places: impl Iterator<Item = &'a Vec<Vec<u8>>>,
+    target: &[Vec<u8>],
+) -> String {
+    let first = target.first().map(Vec::as_slice).unwrap_or_default();
+    let table = match first.iter().rposition(|&b| b == b'.') {
+        Some(i) => &first[..=i],
+        None => &[][..],
+    };
+    let mut like: Vec<String> = places
+        .filter(|p| p.len() == 1 && p[0].starts_with(table))
+        .map(|p| super::place::display(p))
+        .collect();
+    like.sort();
+    let more = like.len().saturating_sub(PLACES_SHOWN);
+    like.truncate(PLACES_SHOWN);
+    match (like.is_empty(), more) {
+        (true, _) => "it has no function of that name".into(),
+        (false, 0) => format!("it has {}", like.join(", ")),
+        (false, n) => format!("it has {}, and {n} more", like.join(", ")),
+    }
+}
+
+/// The start of the message for a declaration whose new place `target` the chunk shown as
+/// `chunk` does not have (`like`: [`places_like`]); a load and a game's start both say it.
+pub(crate) fn missing_target(
+    rename: &Rename,
+    target: &[Vec<u8>],
+    chunk: &str,
+    like: &str,
+) -> String {
+    format!(
+        "the game's declaration {} names {}, which this version of {chunk} does not have ({like})",
+        rename.declaration(),
+        super::place::display(target),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -5,6 +5,7 @@ use super::error::{Accept, LoadError, SaveError};
 use super::format;
 use super::options::{LoadOptions, PersistOptions, Trust};
 use super::permanents::add_permanent;
+use super::place::each_place;
 use super::protected::GAME_KEYS;
 use super::protected::{load_protected, mark_constructor, persist_protected};
 use super::read;
@@ -12,10 +13,12 @@ use super::report::LoadReport;
 use crate::bridge::error::VmError;
 use crate::bridge::ffi as raw;
 use crate::bridge::helpers::{
-    luasnap_finalizers_head, luasnap_finalizers_replaced, luasnap_set_key_counter,
+    luasnap_chunk_current, luasnap_finalizers_head, luasnap_finalizers_replaced,
+    luasnap_set_key_counter,
 };
 use crate::bridge::vm::Vm;
 use mlua_sys::{self as ffi, lua_State};
+use std::collections::HashSet;
 use std::ffi::{CStr, CString};
 
 /// What the root of a persist is.
@@ -291,6 +294,38 @@ impl Vm {
             },
             |_, _| (),
         )
+    }
+}
+
+impl Vm {
+    /// The places of this VM's current version of the chunk `name` (`@src/entity.lua`): the
+    /// places an update load binds saved functions at (`read::rebind`), or None if the VM has
+    /// no chunk of that name. Runs nothing; allocates only the name's string.
+    pub(crate) fn chunk_places(
+        &self,
+        name: &str,
+    ) -> Result<Option<HashSet<Vec<Vec<u8>>>>, VmError> {
+        let mut places = None;
+        self.run(
+            &mut |L| {
+                // SAFETY: protected body; luasnap_chunk_current makes room for the main
+                // closure it pushes (popped here), which keeps the prototypes walked alive.
+                unsafe {
+                    let main = luasnap_chunk_current(L, name.as_ptr().cast(), name.len());
+                    if !main.is_null() {
+                        let mut found = HashSet::new();
+                        each_place(main, &mut |_, _, place| {
+                            found.insert(place.to_vec());
+                        });
+                        places = Some(found);
+                        ffi::lua_settop(L, -2);
+                    }
+                }
+                0
+            },
+            |_, _| (),
+        )?;
+        Ok(places)
     }
 }
 

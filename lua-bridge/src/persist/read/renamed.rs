@@ -9,12 +9,9 @@ use super::rebind::{shown_chunk, SavedProto};
 use crate::persist::error::Accept;
 use crate::persist::options::Trust;
 use crate::persist::place::display;
-use crate::persist::renames::{applied, RenameTo};
+use crate::persist::renames::{applied, missing_target, places_like, RenameTo};
 use crate::persist::report::{RenamedFunction, SavedFunction};
 use std::ffi::c_void;
-
-/// How many of a chunk's places a refused declaration lists.
-const PLACES_SHOWN: usize = 8;
 
 impl Loader<'_> {
     /// Binds the saved function `f` (of the chunk whose current version is `current`) to the
@@ -51,11 +48,10 @@ impl Loader<'_> {
             if a.nested {
                 return self.nested_missing(saved_fn, &declaration, &target, saved);
             }
-            let shown = self.places_like(current, &target);
+            let like = places_like(self.rb.currents[current].places.keys(), &target);
+            let missing = missing_target(a.rename, &target, &saved_fn.chunk, &like);
             return Err(self.fail(format!(
-                "the game's declaration {declaration} names {}, which this version of {} does not have ({shown}); the save holds the function {saved_fn}: correct the declaration",
-                display(&target),
-                saved_fn.chunk,
+                "{missing}; the save holds the function {saved_fn}: correct the declaration"
             )));
         };
         let proto = SavedProto {
@@ -114,30 +110,6 @@ impl Loader<'_> {
             None => Err(self.fail(format!(
                 "{what}, and the save-game carries no code to keep it with"
             ))),
-        }
-    }
-
-    /// The places of current chunk `current` that share the first name's table with `place`
-    /// (`Entity.` for `Entity.take_dmg`), or all its top-level ones, for a message.
-    fn places_like(&self, current: usize, place: &[Vec<u8>]) -> String {
-        let first = place.first().map(Vec::as_slice).unwrap_or_default();
-        let table = match first.iter().rposition(|&b| b == b'.') {
-            Some(i) => &first[..=i],
-            None => &[][..],
-        };
-        let mut like: Vec<String> = self.rb.currents[current]
-            .places
-            .keys()
-            .filter(|p| p.len() == 1 && p[0].starts_with(table))
-            .map(|p| display(p))
-            .collect();
-        like.sort();
-        let more = like.len().saturating_sub(PLACES_SHOWN);
-        like.truncate(PLACES_SHOWN);
-        match (like.is_empty(), more) {
-            (true, _) => "it has no function of that name".into(),
-            (false, 0) => format!("it has {}", like.join(", ")),
-            (false, n) => format!("it has {}, and {n} more", like.join(", ")),
         }
     }
 }
