@@ -336,12 +336,13 @@ return G
 
     /// A save is the saved game's state, its `G` included: a version 1 whose own `G` holds
     /// a declaration (as a hostile save can hold any table there) declares nothing to the
-    /// version that loads it.
+    /// version that loads it. (Set in `G.init`: one its script returned would have to name
+    /// places version 1 has, checked as it starts.)
     #[test]
     fn a_save_declares_nothing() {
         let save = v1_save(&V1.replace(
-            "\nreturn G",
-            "\nG.renamed = { [\"W.hurt\"] = \"W.take_damage\" }\nG.removed = { [\"G.step\"] = false }\nreturn G",
+            "function G.init() ",
+            "function G.init() G.renamed = { [\"W.hurt\"] = \"W.take_damage\" }; G.removed = { [\"G.step\"] = false }; ",
         ));
         let e = Game::<u8>::from_save(&config(V2), Backend::ArenaFull, &save).unwrap_err();
         assert!(
@@ -369,6 +370,101 @@ return G
             let e = Game::<u8>::from_save(&config(&script), Backend::ArenaFull, &save).unwrap_err();
             assert!(e.to_string().contains(says), "{decl}: {e}");
         }
+    }
+
+    /// A declaration is checked every time the game starts, before any save exists: a new
+    /// place or replacement this version does not have fails `Game::new`, naming the
+    /// declaration and what the file has there, as a load would.
+    #[test]
+    fn a_mistyped_declaration_fails_as_the_game_starts() {
+        for (decl, says) in [
+            (
+                "G.renamed = { ['W.hurt'] = 'W.take_dmg' }",
+                r#"the game's declaration G.renamed["W.hurt"] = "W.take_dmg" names W.take_dmg, which this version of main.lua does not have (it has W.take_damage), nor does any other file of the game; correct G.renamed"#,
+            ),
+            (
+                "G.removed = { ['W.poke'] = 'W.take_dmg' }",
+                r#"G.removed["W.poke"] = "W.take_dmg" names W.take_dmg, which this version of main.lua does not have (it has W.take_damage), nor does any other file of the game; correct G.removed"#,
+            ),
+            (
+                "G.renamed = { ['main.lua:W.hurt'] = 'W.take_dmg' }",
+                r#"G.renamed["main.lua:W.hurt"] = "W.take_dmg" names W.take_dmg, which this version of main.lua does not have (it has W.take_damage); correct G.renamed"#,
+            ),
+            (
+                "G.renamed = { ['W.hurt'] = 'Nowhere.f' }",
+                r#"names Nowhere.f, which this version of the game does not have (no file of it has a function of that name)"#,
+            ),
+        ] {
+            let script = V2.replace("\nreturn G", &format!("\n{decl}\nreturn G"));
+            let e = Game::<u8>::new(&config(&script), Backend::ArenaFull).unwrap_err();
+            assert!(
+                matches!(&e, GameError::Declared { message } if message.contains(says)),
+                "{decl}: {e}"
+            );
+        }
+        // Malformed tables fail the start as they fail a load.
+        let script = V2.replace("\nreturn G", "\nG.renamed = { W.take_damage }\nreturn G");
+        let e = Game::<u8>::new(&config(&script), Backend::ArenaFull).unwrap_err();
+        assert!(
+            matches!(&e, GameError::Declared { message } if message.contains("G.renamed has a key that is a number")),
+            "{e}"
+        );
+    }
+
+    /// Correct declarations start; so does one whose old place this version has again (a
+    /// new function at the old name: the declaration says where the saved one went).
+    #[test]
+    fn correct_declarations_start_and_an_old_place_may_exist_again() {
+        for decl in [
+            "G.renamed = { ['W.hurt'] = 'W.take_damage' }",
+            "G.removed = { ['W.poke'] = 'W.take_damage', ['Debug.cheat'] = false }",
+            "G.renamed = { ['main.lua:W.hurt'] = 'W.take_damage' }",
+            "function W.hurt() end G.renamed = { ['W.hurt'] = 'W.take_damage' }",
+        ] {
+            let script = V2.replace("\nreturn G", &format!("\n{decl}\nreturn G"));
+            let mut g = Game::<u8>::new(&config(&script), Backend::ArenaFull)
+                .unwrap_or_else(|e| panic!("{decl}: {e}"));
+            g.step(&[0u8, 0u8]).unwrap();
+        }
+    }
+
+    /// A new place in a module is found in the module's file, which the check compiles and
+    /// never runs; a declaration naming that file is looked for there only.
+    #[test]
+    fn a_new_place_in_a_module_is_found_there() {
+        let module = "local E = {}\nfunction E.take_damage(s, n) s.hp = s.hp - n end\nreturn E\n";
+        let with = |decl: &str| GameConfig {
+            modules: vec![luasnap::bridge::Module::new("ent", module)],
+            ..config(&V2.replace("\nreturn G", &format!("\n{decl}\nreturn G")))
+        };
+        Game::<u8>::new(
+            &with("G.renamed = { ['E.hurt'] = 'E.take_damage' }"),
+            Backend::ArenaFull,
+        )
+        .unwrap();
+        Game::<u8>::new(
+            &with("G.renamed = { ['ent.lua:E.hurt'] = 'E.take_damage' }"),
+            Backend::ArenaFull,
+        )
+        .unwrap();
+        let e = Game::<u8>::new(
+            &with("G.renamed = { ['main.lua:E.hurt'] = 'E.take_damage' }"),
+            Backend::ArenaFull,
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string().contains("names E.take_damage, which this version of main.lua does not have (it has no function of that name)"),
+            "{e}"
+        );
+        let e = Game::<u8>::new(
+            &with("G.renamed = { ['E.hurt'] = 'E.take_dmg' }"),
+            Backend::ArenaFull,
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string().contains("which this version of ent.lua does not have (it has E.take_damage), nor does any other file of the game"),
+            "{e}"
+        );
     }
 }
 

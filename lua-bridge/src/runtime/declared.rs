@@ -6,7 +6,10 @@
 use crate::bridge::error::VmError;
 use crate::bridge::value::Value;
 use crate::bridge::vm::Vm;
-use crate::persist::Rename;
+use crate::persist::renames::{missing_target, places_like};
+use crate::persist::{Rename, RenameTo};
+use crate::runtime::{Game, GameConfig, GameError};
+use std::collections::{HashMap, HashSet};
 
 /// Reads both tables: on success `true` and then (kind, from, to) for each entry, kind `n`
 /// (renamed), `r` (removed, replaced by `to`) or `x` (removed, no replacement); else `false`
@@ -72,5 +75,167 @@ pub(super) fn declared_renames(vm: &Vm) -> Result<Result<Vec<Rename>, String>, V
         _ => Ok(Err(
             "the game's G.renamed and G.removed could not be read".into()
         )),
+    }
+}
+
+/// Checks, as the game starts, that each declared new place and replacement is a function of
+/// this version, as a load finds it (`persist::read::renamed`): the places of this version's
+/// files, walked as the load walks them, without running anything of the game, in a VM of
+/// their own (the game's VM is left as the script made it). A declaration naming its file
+/// (`src/entity.lua:Entity.hurt`) is looked for in that file; one naming none, in every file
+/// of the game (the script, [`GameConfig::modules`], the folder's Lua files), since it
+/// applies in whichever file a save had a function at its old place. What is not checked,
+/// and stays the load's to refuse: a declaration naming a file this version no longer has
+/// (a function of a removed file is bound by no declaration, and the load says so), and a
+/// declaration naming no file whose new place only some of the files with its old place have
+/// (which file a save's function was in is known only from the save). The old place is not
+/// checked: this version may have a function there again (see `docs/updates.md`).
+pub(super) fn check_targets(cfg: &GameConfig, renames: &[Rename]) -> Result<(), GameError> {
+    let targets = crate::persist::renames::targets(renames);
+    if targets.is_empty() {
+        return Ok(());
+    }
+    let mut files = GameFiles::new(cfg)?;
+    for (rename, file, target) in targets {
+        let field = match rename.to {
+            RenameTo::Replacement(_) => "G.removed",
+            _ => "G.renamed",
+        };
+        let fix = format!(
+            "; correct {field} in the table the game's script returns: a new place or replacement names a function this version has, as the load report writes places (\"Entity.take_damage\"), so that a save holding the old place loads"
+        );
+        let missing = match file {
+            Some(file) => {
+                let chunk = format!("@{file}");
+                match files.places(&chunk)? {
+                    None => continue,
+                    Some(places) if places.contains(&target) => continue,
+                    Some(places) => {
+                        missing_target(rename, &target, file, &places_like(places.iter(), &target))
+                    }
+                }
+            }
+            None => {
+                let mut near: Option<String> = None;
+                let mut found = false;
+                for chunk in files.chunks()? {
+                    let Some(places) = files.places(&chunk)? else {
+                        continue;
+                    };
+                    if places.contains(&target) {
+                        found = true;
+                        break;
+                    }
+                    let like = places_like(places.iter(), &target);
+                    if near.is_none() && places.iter().any(|p| like_table(p, &target)) {
+                        near = Some(missing_target(rename, &target, shown(&chunk), &like));
+                    }
+                }
+                if found {
+                    continue;
+                }
+                match near {
+                    Some(near) => format!("{near}, nor does any other file of the game"),
+                    None => missing_target(
+                        rename,
+                        &target,
+                        "the game",
+                        "no file of it has a function of that name",
+                    ),
+                }
+            }
+        };
+        return Err(GameError::Declared {
+            message: format!("{missing}{fix}"),
+        });
+    }
+    Ok(())
+}
+
+/// Whether the top-level place `p` shares the first name's table with `target` (what
+/// [`places_like`] lists), so its file is the one to show.
+fn like_table(p: &[Vec<u8>], target: &[Vec<u8>]) -> bool {
+    let first = target.first().map(Vec::as_slice).unwrap_or_default();
+    match first.iter().rposition(|&b| b == b'.') {
+        Some(i) => p.len() == 1 && p[0].starts_with(&first[..=i]),
+        None => false,
+    }
+}
+
+/// A chunk name as messages show a file (`src/entity.lua` for `@src/entity.lua`).
+fn shown(chunk: &str) -> &str {
+    chunk
+        .strip_prefix('@')
+        .or_else(|| chunk.strip_prefix('='))
+        .unwrap_or(chunk)
+}
+
+/// This version's files for [`check_targets`]: compiled (never run) as they are first looked
+/// at, in a reader VM ([`Game::reader_vm`]), their places kept.
+struct GameFiles<'a> {
+    cfg: &'a GameConfig,
+    vm: Vm,
+    sources: Option<crate::persist::ChunkSources>,
+    places: HashMap<String, Option<HashSet<Vec<Vec<u8>>>>>,
+}
+
+impl<'a> GameFiles<'a> {
+    fn new(cfg: &'a GameConfig) -> Result<GameFiles<'a>, GameError> {
+        Ok(GameFiles {
+            cfg,
+            vm: Game::reader_vm(cfg)?,
+            sources: Game::folder_chunks(cfg),
+            places: HashMap::new(),
+        })
+    }
+
+    /// The game's chunk names: the script's, its modules', then its folder's Lua files'.
+    fn chunks(&self) -> Result<Vec<String>, GameError> {
+        let mut out = vec![self.cfg.chunk_name.clone()];
+        out.extend(self.cfg.modules.iter().map(|m| format!("@{}", m.path)));
+        let folder = match (&self.cfg.folder_files, &self.cfg.folder) {
+            (Some(files), _) if files.is_complete() => {
+                files.files().into_iter().map(|m| m.path).collect()
+            }
+            (_, Some(dir)) => crate::bridge::modules::Module::all_in_folder(dir)
+                .map_err(|e| {
+                    GameError::Config(format!(
+                        "cannot read the game's folder {} to check its G.renamed and G.removed: {e}",
+                        dir.display()
+                    ))
+                })?
+                .into_iter()
+                .map(|m| m.path)
+                .collect(),
+            _ => Vec::new(),
+        };
+        for path in folder {
+            let chunk = format!("@{path}");
+            if !out.contains(&chunk) {
+                out.push(chunk);
+            }
+        }
+        Ok(out)
+    }
+
+    /// The places of the chunk `chunk` (`@src/entity.lua`), compiled from the game's folder
+    /// if the reader VM does not have it yet; None if the game has no such file or it does
+    /// not compile (a load needing it fails on that, naming it).
+    fn places(&mut self, chunk: &str) -> Result<Option<&HashSet<Vec<Vec<u8>>>>, GameError> {
+        if !self.places.contains_key(chunk) {
+            let mut found = self.vm.chunk_places(chunk)?;
+            if found.is_none() {
+                let source = chunk
+                    .strip_prefix('@')
+                    .and_then(|path| self.sources.as_ref()?.find(path));
+                if let Some(source) = source {
+                    if self.vm.compile(&source, chunk).is_ok() {
+                        found = self.vm.chunk_places(chunk)?;
+                    }
+                }
+            }
+            self.places.insert(chunk.to_string(), found);
+        }
+        Ok(self.places[chunk].as_ref())
     }
 }

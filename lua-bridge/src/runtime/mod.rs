@@ -219,6 +219,16 @@ pub enum GameError {
     /// Loading a save-game failed.
     #[error(transparent)]
     Load(#[from] LoadError),
+    /// The game's `G.renamed` or `G.removed` (or [`LoadOptions::renames`](crate::persist::LoadOptions::renames))
+    /// is malformed, or declares a new place or a replacement that no function of this
+    /// version is at: checked every time the game starts ([`Game::new`], [`Game::from_save`]),
+    /// so a mistyped declaration fails before any save that needs it is loaded. The message
+    /// names the declaration, says what the file has there and what to correct.
+    #[error("{message}")]
+    Declared {
+        /// What is wrong, naming the declaration as the script writes it.
+        message: String,
+    },
     /// Options out of range, or a save for another setup.
     #[error("{0}")]
     Config(String),
@@ -703,6 +713,9 @@ impl<I> Game<I> {
         let vm = Game::load_script(cfg, backend)
             .map_err(explain_base_in_use)
             .map_err(|e| at_init(e, 0))?;
+        let renames =
+            declared::declared_renames(&vm)?.map_err(|message| GameError::Declared { message })?;
+        declared::check_targets(cfg, &renames)?;
         let has_digest = Self::has_digest(&vm)?;
         let mut game = Game {
             vm,
@@ -786,8 +799,10 @@ impl<I> Game<I> {
         }
         opts.allowed_permanents
             .extend(Game::declared_permanents(&vm, cfg)?);
-        opts.renames
-            .extend(declared::declared_renames(&vm)?.map_err(GameError::Config)?);
+        opts.renames.extend(
+            declared::declared_renames(&vm)?.map_err(|message| GameError::Declared { message })?,
+        );
+        declared::check_targets(cfg, &opts.renames)?;
         let report = vm.load_game_reporting(save, &opts)?;
         let frame = vm.get::<Value>("luasnap_frame")?.as_integer();
         let players = vm.get::<Value>("luasnap_players")?.as_integer();
