@@ -1201,6 +1201,24 @@ fn the_newcomers_renamed_method_loads_under_foreign_trust_once_declared() {
         e.contains(r#"G.renamed["Entity.hurt"] = "Entity.take_dmg" names Entity.take_dmg, which this version of src/entity.lua does not have (it has Entity.init, Entity.take_damage, Entity.update)"#),
         "{e}"
     );
+
+    // The typo shows as the game starts, with no save at all: a developer's plain run.
+    let out = support::output(&[
+        "simulate",
+        mistyped.to_str().unwrap(),
+        "--frames",
+        "1",
+        "--mode",
+        "full",
+        "--second-process",
+        "off",
+    ]);
+    let e = stderr(&out);
+    assert!(!out.status.success(), "{e}");
+    assert!(
+        e.contains(r#"G.renamed["Entity.hurt"] = "Entity.take_dmg" names Entity.take_dmg, which this version of src/entity.lua does not have (it has Entity.init, Entity.take_damage, Entity.update), nor does any other file of the game; correct G.renamed"#),
+        "{e}"
+    );
 }
 
 /// Copies the files of folder `from` into `to` (made), folders included.
