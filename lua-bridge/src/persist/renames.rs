@@ -257,15 +257,26 @@ pub(crate) fn applied<'a>(
 /// How many of a chunk's places a message about a missing new place lists.
 const PLACES_SHOWN: usize = 8;
 
-/// The new place of each declaration that binds to one (not a removal with no replacement):
-/// the file its saved place names, if any (the new place is in that file), and the new
-/// place's names, as [`applied`] makes a target of it.
-pub(crate) fn targets(renames: &[Rename]) -> Vec<(&Rename, Option<&str>, Vec<Vec<u8>>)> {
+/// The new place a declaration binds to (a rename's or a replacement's).
+pub(crate) struct Target<'a> {
+    pub(crate) rename: &'a Rename,
+    /// The file its saved place names, if any: the new place is in that file.
+    pub(crate) file: Option<&'a str>,
+    /// The new place's names, as [`applied`] makes a target of it.
+    pub(crate) place: Vec<Vec<u8>>,
+}
+
+/// The new place of each declaration that binds to one (not a removal with no replacement).
+pub(crate) fn targets(renames: &[Rename]) -> Vec<Target<'_>> {
     renames
         .iter()
-        .filter_map(|r| {
-            let to = r.to_place()?;
-            Some((r, split_file(&r.from).0, names(split_file(to).1)))
+        .filter_map(|rename| {
+            let to = rename.to_place()?;
+            Some(Target {
+                rename,
+                file: split_file(&rename.from).0,
+                place: names(split_file(to).1),
+            })
         })
         .collect()
 }

@@ -96,7 +96,12 @@ pub(super) fn check_targets(cfg: &GameConfig, renames: &[Rename]) -> Result<(), 
         return Ok(());
     }
     let mut files = GameFiles::new(cfg)?;
-    for (rename, file, target) in targets {
+    for crate::persist::renames::Target {
+        rename,
+        file,
+        place: target,
+    } in targets
+    {
         let field = match rename.to {
             RenameTo::Replacement(_) => "G.removed",
             _ => "G.renamed",
