@@ -8,7 +8,6 @@ use crate::bridge::value::Value;
 use crate::bridge::vm::Vm;
 use crate::persist::renames::{missing_target, places_like};
 use crate::persist::{Rename, RenameTo};
-use crate::runtime::{Game, GameConfig, GameError};
 use std::collections::{HashMap, HashSet};
 
 /// Reads both tables: on success `true` and then (kind, from, to) for each entry, kind `n`
@@ -83,19 +82,25 @@ pub(super) fn declared_renames(vm: &Vm) -> Result<Result<Vec<Rename>, String>, V
 /// files, walked as the load walks them, without running anything of the game, in a VM of
 /// their own (the game's VM is left as the script made it). A declaration naming its file
 /// (`src/entity.lua:Entity.hurt`) is looked for in that file; one naming none, in every file
-/// of the game (the script, [`GameConfig::modules`], the folder's Lua files), since it
+/// of the game (the script, its modules, the folder's Lua files), since it
 /// applies in whichever file a save had a function at its old place. What is not checked,
 /// and stays the load's to refuse: a declaration naming a file this version no longer has
 /// (a function of a removed file is bound by no declaration, and the load says so), and a
 /// declaration naming no file whose new place only some of the files with its old place have
 /// (which file a save's function was in is known only from the save). The old place is not
 /// checked: this version may have a function there again (see `docs/updates.md`).
-pub(super) fn check_targets(cfg: &GameConfig, renames: &[Rename]) -> Result<(), GameError> {
+///
+/// `open` gives the game's files, called only if a declaration binds to a place. Ok(Err(why))
+/// if a declaration names no function of this version, why naming it and what to correct.
+pub(super) fn check_targets<E: From<VmError>>(
+    renames: &[Rename],
+    open: impl FnOnce() -> Result<GameFiles, E>,
+) -> Result<Result<(), String>, E> {
     let targets = crate::persist::renames::targets(renames);
     if targets.is_empty() {
-        return Ok(());
+        return Ok(Ok(()));
     }
-    let mut files = GameFiles::new(cfg)?;
+    let mut files = open()?;
     for crate::persist::renames::Target {
         rename,
         file,
@@ -123,7 +128,7 @@ pub(super) fn check_targets(cfg: &GameConfig, renames: &[Rename]) -> Result<(), 
             None => {
                 let mut near: Option<String> = None;
                 let mut found = false;
-                for chunk in files.chunks()? {
+                for chunk in files.chunks.clone() {
                     let Some(places) = files.places(&chunk)? else {
                         continue;
                     };
@@ -150,11 +155,9 @@ pub(super) fn check_targets(cfg: &GameConfig, renames: &[Rename]) -> Result<(), 
                 }
             }
         };
-        return Err(GameError::Declared {
-            message: format!("{missing}{fix}"),
-        });
+        return Ok(Err(format!("{missing}{fix}")));
     }
-    Ok(())
+    Ok(Ok(()))
 }
 
 /// Whether the top-level place `p` shares the first name's table with `target` (what
@@ -176,57 +179,36 @@ fn shown(chunk: &str) -> &str {
 }
 
 /// This version's files for [`check_targets`]: compiled (never run) as they are first looked
-/// at, in a reader VM ([`Game::reader_vm`]), their places kept.
-struct GameFiles<'a> {
-    cfg: &'a GameConfig,
+/// at, in a VM that reads the game's saves without running it (`Game::reader_vm`), their
+/// places kept.
+pub(super) struct GameFiles {
     vm: Vm,
     sources: Option<crate::persist::ChunkSources>,
+    /// The game's chunk names: the script's, its modules', then its folder's Lua files'.
+    chunks: Vec<String>,
     places: HashMap<String, Option<HashSet<Vec<Vec<u8>>>>>,
 }
 
-impl<'a> GameFiles<'a> {
-    fn new(cfg: &'a GameConfig) -> Result<GameFiles<'a>, GameError> {
-        Ok(GameFiles {
-            cfg,
-            vm: Game::reader_vm(cfg)?,
-            sources: Game::folder_chunks(cfg),
+impl GameFiles {
+    /// The files of the chunks named `chunks` (`@src/entity.lua`), compiled in `vm` unless it
+    /// has them, from `sources`.
+    pub(super) fn new(
+        vm: Vm,
+        sources: Option<crate::persist::ChunkSources>,
+        chunks: Vec<String>,
+    ) -> GameFiles {
+        GameFiles {
+            vm,
+            sources,
+            chunks,
             places: HashMap::new(),
-        })
-    }
-
-    /// The game's chunk names: the script's, its modules', then its folder's Lua files'.
-    fn chunks(&self) -> Result<Vec<String>, GameError> {
-        let mut out = vec![self.cfg.chunk_name.clone()];
-        out.extend(self.cfg.modules.iter().map(|m| format!("@{}", m.path)));
-        let folder = match (&self.cfg.folder_files, &self.cfg.folder) {
-            (Some(files), _) if files.is_complete() => {
-                files.files().into_iter().map(|m| m.path).collect()
-            }
-            (_, Some(dir)) => crate::bridge::modules::Module::all_in_folder(dir)
-                .map_err(|e| {
-                    GameError::Config(format!(
-                        "cannot read the game's folder {} to check its G.renamed and G.removed: {e}",
-                        dir.display()
-                    ))
-                })?
-                .into_iter()
-                .map(|m| m.path)
-                .collect(),
-            _ => Vec::new(),
-        };
-        for path in folder {
-            let chunk = format!("@{path}");
-            if !out.contains(&chunk) {
-                out.push(chunk);
-            }
         }
-        Ok(out)
     }
 
     /// The places of the chunk `chunk` (`@src/entity.lua`), compiled from the game's folder
     /// if the reader VM does not have it yet; None if the game has no such file or it does
     /// not compile (a load needing it fails on that, naming it).
-    fn places(&mut self, chunk: &str) -> Result<Option<&HashSet<Vec<Vec<u8>>>>, GameError> {
+    fn places(&mut self, chunk: &str) -> Result<Option<&HashSet<Vec<Vec<u8>>>>, VmError> {
         if !self.places.contains_key(chunk) {
             let mut found = self.vm.chunk_places(chunk)?;
             if found.is_none() {

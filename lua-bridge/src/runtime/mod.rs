@@ -624,6 +624,42 @@ impl Game {
         Ok(vm)
     }
 
+    /// The game's files, for checking the new places it declares ([`declared::check_targets`]):
+    /// a reader VM (the script and [`GameConfig::modules`] compiled, not run), the folder's
+    /// files as a load reads them, and every chunk name: the script's, the modules', then
+    /// each Lua file's of the folder.
+    fn declared_files(cfg: &GameConfig) -> Result<declared::GameFiles, GameError> {
+        let mut chunks = vec![cfg.chunk_name.clone()];
+        chunks.extend(cfg.modules.iter().map(|m| format!("@{}", m.path)));
+        let folder: Vec<String> = match (&cfg.folder_files, &cfg.folder) {
+            (Some(files), _) if files.is_complete() => {
+                files.files().into_iter().map(|m| m.path).collect()
+            }
+            (_, Some(dir)) => crate::bridge::modules::Module::all_in_folder(dir)
+                .map_err(|e| {
+                    GameError::Config(format!(
+                        "cannot read the game's folder {} to check its G.renamed and G.removed: {e}",
+                        dir.display()
+                    ))
+                })?
+                .into_iter()
+                .map(|m| m.path)
+                .collect(),
+            _ => Vec::new(),
+        };
+        for path in folder {
+            let chunk = format!("@{path}");
+            if !chunks.contains(&chunk) {
+                chunks.push(chunk);
+            }
+        }
+        Ok(declared::GameFiles::new(
+            Game::reader_vm(cfg)?,
+            Game::folder_chunks(cfg),
+            chunks,
+        ))
+    }
+
     /// The permanents the game declares: [`GameConfig::permanents`] and the strings of the
     /// script's `G.permanents` list.
     fn declared_permanents(vm: &Vm, cfg: &GameConfig) -> Result<Vec<String>, GameError> {
@@ -715,7 +751,8 @@ impl<I> Game<I> {
             .map_err(|e| at_init(e, 0))?;
         let renames =
             declared::declared_renames(&vm)?.map_err(|message| GameError::Declared { message })?;
-        declared::check_targets(cfg, &renames)?;
+        declared::check_targets(&renames, || Game::declared_files(cfg))?
+            .map_err(|message| GameError::Declared { message })?;
         let has_digest = Self::has_digest(&vm)?;
         let mut game = Game {
             vm,
@@ -802,7 +839,8 @@ impl<I> Game<I> {
         opts.renames.extend(
             declared::declared_renames(&vm)?.map_err(|message| GameError::Declared { message })?,
         );
-        declared::check_targets(cfg, &opts.renames)?;
+        declared::check_targets(&opts.renames, || Game::declared_files(cfg))?
+            .map_err(|message| GameError::Declared { message })?;
         let report = vm.load_game_reporting(save, &opts)?;
         let frame = vm.get::<Value>("luasnap_frame")?.as_integer();
         let players = vm.get::<Value>("luasnap_players")?.as_integer();
