@@ -494,16 +494,7 @@ fn a_joiner_that_acknowledges_nothing_of_its_save_is_dropped() {
     opts.state_ack_timeout = Duration::from_millis(300);
     let (addr, server, events) = serve(opts);
     let honest = client(ClientOptions::new(game(2), addr));
-    let started = std::time::Instant::now();
-    while !events
-        .lock()
-        .unwrap()
-        .iter()
-        .any(|e| matches!(e, ServerEvent::Started { .. }))
-    {
-        assert!(started.elapsed() < Duration::from_secs(60), "no start");
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    wait_for_start(&events, 60);
     let mut joiner = RawPeer::connect(addr).unwrap();
     joiner.send(CONTROL, testing::hello("=tiny_game", TINY));
     // Reads until the save-game is whole, then stops: what arrived in that last read (its
@@ -575,6 +566,20 @@ fn wait_for_event(
         std::thread::sleep(Duration::from_millis(2));
     }
     false
+}
+
+/// Waits `secs` at most for the clock to start, with no peer to pump.
+fn wait_for_start(events: &Mutex<Vec<ServerEvent>>, secs: u64) {
+    let started = std::time::Instant::now();
+    while !events
+        .lock()
+        .unwrap()
+        .iter()
+        .any(|e| matches!(e, ServerEvent::Started { .. }))
+    {
+        assert!(started.elapsed() < Duration::from_secs(secs), "no start");
+        std::thread::sleep(Duration::from_millis(5));
+    }
 }
 
 /// Why slot `slot` left, once it has.
@@ -836,16 +841,7 @@ fn a_joiner_on_a_lossy_link_gets_a_big_save_and_plays_to_the_end() {
     opts.start_with = 1;
     let (addr, server, events) = serve(opts);
     let first = client(ClientOptions::new(heavy_game(2), addr));
-    let started = std::time::Instant::now();
-    while !events
-        .lock()
-        .unwrap()
-        .iter()
-        .any(|e| matches!(e, ServerEvent::Started { .. }))
-    {
-        assert!(started.elapsed() < Duration::from_secs(120), "no start");
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    wait_for_start(&events, 120);
     let mut late = ClientOptions::new(heavy_game(2), addr);
     late.link = LinkConditions {
         latency: Duration::ZERO,

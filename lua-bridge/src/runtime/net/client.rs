@@ -243,10 +243,7 @@ impl Conn {
     /// Sends renet's packets if a message is queued or [`SEND_INTERVAL`] has passed, and the
     /// emulated link's datagrams that are due.
     pub(crate) fn flush(&mut self) -> Result<(), NetError> {
-        let io = |error| NetError::Io {
-            what: "cannot send".into(),
-            error,
-        };
+        let io = NetError::cannot_send;
         if self.queued || self.last_send.elapsed() >= SEND_INTERVAL || !self.renet.is_connected() {
             self.queued = false;
             self.last_send = Instant::now();
@@ -265,10 +262,7 @@ impl Conn {
         for _ in 0..3 {
             self.transport
                 .send_packets(&mut self.renet)
-                .map_err(|error| NetError::Io {
-                    what: "cannot send".into(),
-                    error,
-                })?;
+                .map_err(NetError::cannot_send)?;
         }
         Ok(())
     }

@@ -63,3 +63,13 @@ pub enum NetError {
     #[error(transparent)]
     Game(#[from] GameError),
 }
+
+impl NetError {
+    /// The socket failed to send renet's packets.
+    pub(crate) fn cannot_send(error: std::io::Error) -> NetError {
+        NetError::Io {
+            what: "cannot send".into(),
+            error,
+        }
+    }
+}

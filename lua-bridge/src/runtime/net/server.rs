@@ -631,10 +631,7 @@ impl Match<'_> {
                 last_send = now;
                 self.transport
                     .send_packets(&mut self.renet)
-                    .map_err(|error| NetError::Io {
-                        what: "cannot send".into(),
-                        error,
-                    })?;
+                    .map_err(NetError::cannot_send)?;
             }
             self.stats.busy += now.elapsed();
             if end_sent.is_some_and(|t| now - t >= LINGER) {
