@@ -2891,17 +2891,6 @@ fn objects_awaiting_finalization_are_checked_like_any_field() {
     assert!(e.contains("trailing bytes after the root value"), "{e}");
 }
 
-/// A coroutine suspended in a `pairs()` loop over a table keyed by tables, after clearing
-/// its current entry (format 10 writes the removed keys after the root).
-const WALK: &str = "
-    set = {}
-    for i = 1, 12 do set[{ id = i }] = i end
-    walk = coroutine.wrap(function()
-      for k, v in pairs(set) do set[k] = nil coroutine.yield(v) end
-      return 'done'
-    end)
-    walk() walk()";
-
 /// The removed keys after a whole-game save's root (format 10): the honest part lets the
 /// suspended loop go on after a load; a forged one is refused (an undefined object, something
 /// that is not a table, a key that is no reference nor permanent, a key of a kind no removed
@@ -2917,7 +2906,7 @@ fn removed_keys_after_the_root_are_checked_like_any_field() {
             .unwrap()
     };
     let src = det();
-    src.exec(WALK, "=walk").unwrap();
+    src.exec(common::SET_WALK, "=walk").unwrap();
     let file = src.save_game().unwrap();
     let honest = forge::decode(body_of(&file).unwrap()).expect("an honest save decodes");
     let Node::RemovedKeys { n, entries, .. } = &honest else {

@@ -1,6 +1,9 @@
 //! Forged format-10 parts (globals_layout / loaded_layout blobs, RemovedKeys), from an outside
 //! attacker: each forgery is refused or harmless (no global lost, no endless `pairs()`).
 
+mod common;
+
+use common::SET_WALK as WALK;
 use luasnap::bridge::persist::forge::{self, body_of, Node};
 use luasnap::bridge::persist::{LoadOptions, Trust};
 use luasnap::bridge::Vm;
@@ -27,17 +30,10 @@ fn varint(b: &mut Vec<u8>, mut v: u64) {
     b.push(v as u8);
 }
 
-const GAME: &str = "
+/// Globals some of which were cleared (removed entries in `_G`), before [`WALK`].
+const GLOBALS: &str = "
 for i = 1, 40 do _G['g' .. i] = i end
-for i = 1, 40, 3 do _G['g' .. i] = nil end
-set = {}
-for i = 1, 12 do set[{ id = i }] = i end
-walk = coroutine.wrap(function()
-  for k, v in pairs(set) do set[k] = nil coroutine.yield(v) end
-  return 'done'
-end)
-walk() walk()
-";
+for i = 1, 40, 3 do _G['g' .. i] = nil end";
 
 /// Uses the VM after a load: globals, pairs over _G, collections, the arena.
 fn use_vm(vm: &Vm) -> String {
@@ -107,7 +103,7 @@ fn blob(seed: u64, size: u64, lastfree: u64, nodes: &[(u64, i64)], fill_free: u6
 }
 
 fn honest_game(vm: &Vm) -> Node {
-    vm.exec(GAME, "=game").unwrap();
+    vm.exec(&format!("{GLOBALS}{WALK}"), "=game").unwrap();
     let file = vm.save_game().unwrap();
     forge::decode(body_of(&file).unwrap()).expect("decodes")
 }
@@ -203,15 +199,6 @@ fn globals_layout_huge_size_vs_heap_cap() {
         eprintln!("after collect: {} KiB", dst.lua_memory() / 1024);
     }
 }
-
-const WALK: &str = "
-set = {}
-for i = 1, 12 do set[{ id = i }] = i end
-walk = coroutine.wrap(function()
-  for k, v in pairs(set) do set[k] = nil coroutine.yield(v) end
-  return 'done'
-end)
-walk() walk()";
 
 const CHECK: &str = "
 local seen, n = {}, 0

@@ -6,6 +6,17 @@ pub mod chunks;
 
 use luasnap::bridge::runtime::{scripted_input, Backend, Game, GameConfig};
 
+/// A coroutine suspended in a `pairs()` loop over a table keyed by tables, after clearing
+/// its current entry twice (format 10 writes the removed keys after the root).
+pub const SET_WALK: &str = "
+set = {}
+for i = 1, 12 do set[{ id = i }] = i end
+walk = coroutine.wrap(function()
+  for k, v in pairs(set) do set[k] = nil coroutine.yield(v) end
+  return 'done'
+end)
+walk() walk()";
+
 /// A game of `players` from `script`, at an address the OS chooses.
 pub fn config(name: &str, script: &str, players: usize, seed: u64) -> GameConfig {
     GameConfig {
