@@ -103,7 +103,7 @@ fn blob(seed: u64, size: u64, lastfree: u64, nodes: &[(u64, i64)], fill_free: u6
 }
 
 fn honest_game(vm: &Vm) -> Node {
-    vm.exec(&format!("{GLOBALS}{WALK}"), "=game").unwrap();
+    vm.exec(format!("{GLOBALS}{WALK}"), "=game").unwrap();
     let file = vm.save_game().unwrap();
     forge::decode(body_of(&file).unwrap()).expect("decodes")
 }
