@@ -63,6 +63,6 @@ pub use heap::{
 pub use mapping::{Reservation, PAGE_SIZE};
 pub use raw::RawArena;
 pub use track::{
-    page_copy_ns, probe as probe_trackers, tracker_call_ns, write_fault_ns, PageTracker,
-    TrackerKind, TrackerPreference, TrackerSupport,
+    page_copy_ns, probe as probe_trackers, thread_cpu_ns, tracker_call_ns, write_fault_ns,
+    PageTracker, TrackerKind, TrackerPreference, TrackerSupport,
 };

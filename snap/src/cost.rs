@@ -301,7 +301,7 @@ impl CostModel {
     }
 
     /// A tracked snapshot's scan of `extent_pages`, which found `written_pages` written and
-    /// re-armed them, took `took`. Only a scan that found few pages written measures the
+    /// re-armed them, took `took` (the thread's CPU time). Only a scan that found few pages written measures the
     /// scan's own cost: re-arming a written page is part of what tracking it costs. The
     /// tracker's calls count in the fixed cost, not per page.
     pub(crate) fn note_scan(&mut self, extent_pages: usize, written_pages: usize, took: Duration) {

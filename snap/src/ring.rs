@@ -57,14 +57,14 @@ use crate::cost::{AutoStep, CopyCosts, CostModel};
 use crate::whole::WholeCopy;
 use crate::{restore_bytes, SnapError};
 use luasnap_alloc::{
-    Arena, ArenaId, PageTracker, Reservation, TrackError, TrackerKey, TrackerKind,
+    thread_cpu_ns, Arena, ArenaId, PageTracker, Reservation, TrackError, TrackerKey, TrackerKind,
     TrackerPreference, PAGE_SIZE,
 };
 use std::collections::VecDeque;
 use std::fmt;
 use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Instant;
+use std::time::Duration;
 
 /// Snapshots retained by default: the 8 frames GGPO and GGRS predict ahead.
 pub const DEFAULT_WINDOW: usize = 8;
@@ -748,7 +748,9 @@ impl SnapshotRing {
         } else {
             0
         };
-        let scan_started = Instant::now();
+        // In the thread's CPU time, as the costs it is weighed against: a scan the scheduler
+        // interrupted on a shared machine does not read as milliseconds.
+        let scan_started = thread_cpu_ns();
         let tracker = self.tracker(arena)?;
         for r in old_extent.ranges() {
             tracker.collect(r, dirty)?;
@@ -761,7 +763,7 @@ impl SnapshotRing {
                 dirty.push(r);
             }
         }
-        let scan_took = scan_started.elapsed();
+        let scan_took = Duration::from_nanos((thread_cpu_ns() - scan_started).max(0.0) as u64);
         let dirty_bytes: usize = dirty.iter().map(|r| r.len()).sum();
         self.stats.last_written_pages = Some(dirty_bytes / PAGE_SIZE);
         if let Some(cost) = &mut self.cost {
