@@ -47,6 +47,7 @@
 #![deny(unsafe_op_in_unsafe_fn, missing_docs)]
 
 mod arena;
+mod copy;
 mod error;
 mod heap;
 mod mapping;
@@ -56,6 +57,7 @@ pub mod track;
 pub use arena::{
     Arena, ArenaBuilder, ArenaId, ArenaStats, StateRanges, TrackerKey, MAX_CAPACITY, MIN_CAPACITY,
 };
+pub use copy::copy_streaming;
 pub use error::{ArenaError, CorruptionError, TrackError};
 pub use heap::{
     HeapUsage, PageOwner, SpanBlocks, CLASS_SIZES, GRAIN, HELD_SLACK_BYTES, MAX_SMALL, NGROUPS,

@@ -57,8 +57,8 @@ use crate::cost::{AutoStep, CopyCosts, CostModel};
 use crate::whole::WholeCopy;
 use crate::{restore_bytes, SnapError};
 use luasnap_alloc::{
-    thread_cpu_ns, Arena, ArenaId, PageTracker, Reservation, TrackError, TrackerKey, TrackerKind,
-    TrackerPreference, PAGE_SIZE,
+    copy_streaming, thread_cpu_ns, Arena, ArenaId, PageTracker, Reservation, TrackError,
+    TrackerKey, TrackerKind, TrackerPreference, PAGE_SIZE,
 };
 use std::collections::VecDeque;
 use std::fmt;
@@ -284,7 +284,7 @@ impl PageRecord {
         let mut at = 0;
         let out = self.buf.as_mut_slice();
         for run in runs {
-            out[at..at + run.len()].copy_from_slice(arena.bytes(run.clone()));
+            copy_streaming(&mut out[at..at + run.len()], arena.bytes(run.clone()));
             at += run.len();
         }
         self.len = at;

@@ -1,7 +1,7 @@
 //! A single full snapshot of an arena.
 
 use crate::{restore_bytes, SnapError};
-use luasnap_alloc::{Arena, ArenaId, StateRanges};
+use luasnap_alloc::{copy_streaming, Arena, ArenaId, StateRanges};
 use xxhash_rust::xxh3::Xxh3;
 
 /// A full copy of an arena's state: its allocator map and every used range.
@@ -56,7 +56,7 @@ impl Snapshot {
         let mut at = 0;
         for r in self.ranges.iter() {
             let n = r.len();
-            self.bytes[at..at + n].copy_from_slice(arena.bytes(r));
+            copy_streaming(&mut self.bytes[at..at + n], arena.bytes(r));
             at += n;
         }
     }

@@ -6,7 +6,7 @@
 //! library games a fifth of the extent is free runs at a frame's end.
 
 use crate::{restore_bytes, zero_bytes, SnapError};
-use luasnap_alloc::{Arena, Reservation};
+use luasnap_alloc::{copy_streaming, Arena, Reservation};
 use std::ops::Range;
 
 /// The arena's bytes over one snapshot's extent, but for the free runs it had then.
@@ -42,7 +42,7 @@ impl WholeCopy {
                     self.zero.push(piece);
                 } else {
                     copied += piece.len();
-                    out[piece.clone()].copy_from_slice(arena.bytes(piece));
+                    copy_streaming(&mut out[piece.clone()], arena.bytes(piece));
                 }
             });
         }
@@ -70,7 +70,7 @@ impl WholeCopy {
     /// in the buffer now, whatever the copy left out there.
     pub(crate) fn write(&mut self, at: usize, bytes: &[u8]) {
         let run = at..at + bytes.len();
-        self.buf.as_mut_slice()[run.clone()].copy_from_slice(bytes);
+        copy_streaming(&mut self.buf.as_mut_slice()[run.clone()], bytes);
         // The zero runs `run` overlaps, found by binary search (a fold writes many runs),
         // give way to what is left of the first and the last of them outside `run`.
         let first = self.zero.partition_point(|z| z.end <= run.start);
