@@ -9,8 +9,8 @@ use std::time::Instant;
 /// Options of `luasnap gc-pages`.
 #[derive(Debug, clap::Args)]
 pub struct GcPagesArgs {
-    /// Heap sizes in MB of live Lua objects.
-    #[arg(long, value_delimiter = ',', default_values_t = [1usize, 10, 50])]
+    /// Heap sizes in MB of live Lua objects (`--sizes 1 10 50` or `--sizes 1,10,50`).
+    #[arg(long, num_args = 1.., value_delimiter = ',', default_values_t = [1usize, 10, 50])]
     pub sizes: Vec<usize>,
     /// Frames measured per case (after 30 warm-up frames).
     #[arg(long, default_value_t = 600, value_parser = clap::value_parser!(u32).range(1..=100_000))]
