@@ -331,7 +331,8 @@ pub fn write_fault_ns(kind: TrackerKind) -> Option<f64> {
 
 /// What a page costs in this process, in nanoseconds: copied within a whole copy, and copied
 /// as written (the tracker's scan and re-arming, the copy into a record and the record's fold
-/// into a base copy: what the snapshot ring's saves do). Measured once per process, on first
+/// into a base copy: what the snapshot ring's saves do, with the same streaming copies,
+/// [`copy_streaming`](crate::copy_streaming)). Measured once per process, on first
 /// use, on 8 MiB of scratch pages in the thread's CPU time (a copy the scheduler interrupts is
 /// not counted longer), the median of 5 rounds: a few milliseconds. `None` if the tracker does
 /// not work here.
@@ -441,7 +442,7 @@ fn measure_page_copies(kind: TrackerKind) -> Result<(f64, f64), String> {
     let (mut whole, mut written, mut runs) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..5 {
         let t = thread_cpu_ns();
-        dst.as_mut_slice().copy_from_slice(src.as_slice());
+        crate::copy_streaming(dst.as_mut_slice(), src.as_slice());
         whole.push((thread_cpu_ns() - t) / PAGES as f64);
         tracker.arm(0..len).map_err(|e| e.to_string())?;
         for page in (0..PAGES).step_by(EVERY) {
@@ -455,12 +456,18 @@ fn measure_page_copies(kind: TrackerKind) -> Result<(f64, f64), String> {
             .map_err(|e| e.to_string())?;
         let mut at = 0;
         for run in &runs {
-            rec.as_mut_slice()[at..at + run.len()].copy_from_slice(&src.as_slice()[run.clone()]);
+            crate::copy_streaming(
+                &mut rec.as_mut_slice()[at..at + run.len()],
+                &src.as_slice()[run.clone()],
+            );
             at += run.len();
         }
         let mut at = 0;
         for run in &runs {
-            dst.as_mut_slice()[run.clone()].copy_from_slice(&rec.as_slice()[at..at + run.len()]);
+            crate::copy_streaming(
+                &mut dst.as_mut_slice()[run.clone()],
+                &rec.as_slice()[at..at + run.len()],
+            );
             at += run.len();
         }
         written.push((thread_cpu_ns() - t) / (PAGES / EVERY) as f64);
