@@ -1,14 +1,15 @@
 //! `luasnap diff A.sav B.sav`: the values that differ between two save-games, by path.
 
+use crate::save_file::{read_save, Body};
+use luasnap::bridge::persist::Trust;
 use luasnap::bridge::persist::{Accept, LoadError};
-use luasnap::bridge::persist::{Trust, MAGIC};
 use luasnap::bridge::runtime::{GameConfig, GameError};
 use luasnap::bridge::value_diff::{
     needs_more_memory, save_graph_allowing, KeysOnOneSide, ValueGraph,
 };
 use luasnap::bridge::VmError;
 use serde_json::json;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 /// `println!` that ignores a closed stdout (`luasnap diff a b | head -1` ends quietly).
@@ -75,20 +76,6 @@ impl From<TrustArg> for Trust {
             TrustArg::Foreign => Trust::Foreign,
         }
     }
-}
-
-/// Reads a file and checks that it is a luasnap save-game.
-pub fn read_save(path: &Path) -> Result<Vec<u8>, String> {
-    let bytes = std::fs::read(path)
-        .map_err(|e| format!("cannot read save-game {}: {e}", path.display()))?;
-    if !bytes.starts_with(MAGIC) {
-        return Err(format!(
-            "{} is not a luasnap save-game (it does not start with {:?}); give a file written by `luasnap simulate --save` or Vm::save_game",
-            path.display(),
-            String::from_utf8_lossy(MAGIC)
-        ));
-    }
-    Ok(bytes)
 }
 
 /// The save's values, read by the library's `save_graph_allowing` (stand-ins for what this
@@ -188,7 +175,11 @@ fn keys_on_one_side(tables: &[KeysOnOneSide], limit: usize) {
 }
 
 fn diff(args: &DiffArgs) -> Result<bool, String> {
-    let (a, b) = (read_save(&args.left)?, read_save(&args.right)?);
+    let body = Body::Load {
+        max: args.max_memory.saturating_mul(1 << 20) as u64,
+        flag: "--max-memory",
+    };
+    let (a, b) = (read_save(&args.left, body)?, read_save(&args.right, body)?);
     let game = match &args.game {
         Some(p) => Some(
             crate::game_config(1, 0)

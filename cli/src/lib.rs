@@ -30,6 +30,7 @@ mod loads;
 mod p2p;
 mod reseal;
 mod run;
+mod save_file;
 mod second;
 mod serve;
 mod simulate;

@@ -1,6 +1,7 @@
 //! `luasnap reseal SAVE`: a save-game edited by hand, its header's body length and checksum
 //! written again for the bytes it now has (`docs/save-games.md`, "Saves edited by hand").
 
+use crate::save_file::{read_save, Body};
 use luasnap::bridge::persist::reseal;
 use std::path::PathBuf;
 
@@ -16,7 +17,7 @@ pub struct ResealArgs {
 
 /// Runs `luasnap reseal`.
 pub fn run(args: ResealArgs) -> Result<(), String> {
-    let bytes = crate::diff::read_save(&args.save)?;
+    let bytes = read_save(&args.save, Body::Edited)?;
     let out = args.output.as_ref().unwrap_or(&args.save);
     let sealed = reseal(&bytes).map_err(|e| {
         format!(

@@ -1,5 +1,6 @@
 //! `luasnap simulate`: a networked client that predicts and rolls back, on each backend.
 
+use crate::save_file::{read_save, Body};
 use luasnap::bridge::runtime::{
     Backend, Clock, GameConfig, GameError, Saving, DEFAULT_STEP_BUDGET,
 };
@@ -240,7 +241,13 @@ pub fn run(mut args: SimulateArgs) -> Result<(), String> {
     game.step_budget = args.step_budget.0;
     game.collect_every = args.collect_every;
     let start = match &args.load {
-        Some(path) => Some(crate::diff::read_save(path)?),
+        Some(path) => Some(read_save(
+            path,
+            Body::Load {
+                max: args.memory_limit as u64,
+                flag: "--memory-limit",
+            },
+        )?),
         None => None,
     };
     if let Some(path) = &args.save {

@@ -83,6 +83,17 @@ pub use error::{Accept, LoadError, SaveError, REFUSED_NAMES};
 pub fn reseal(file: &[u8]) -> Result<Option<Vec<u8>>, LoadError> {
     format::reseal(file).map_err(LoadError::from)
 }
+/// The body length that the header at the start of `head` (its first [`HEADER_LEN`] bytes, or
+/// more) declares, once every other field of the header a load checks before the body checks
+/// out (not a save-game, another format version, Lua release or number format are refused as a
+/// load refuses them). A reader of a file checks this before it reads the body: a file whose
+/// length disagrees is damaged or edited, and a declared length larger than what the reader
+/// will load is refused without reading gigabytes.
+pub fn declared_body_len(head: &[u8]) -> Result<u64, LoadError> {
+    format::check_head(head)
+        .map(|(_, _, len)| len)
+        .map_err(LoadError::from)
+}
 pub use format::{FLAG_QUOTED_PLACES, FORMAT_VERSION, HEADER_LEN, LUA_RELEASE, MAGIC};
 #[cfg(any(test, feature = "fuzzing"))]
 #[doc(hidden)]

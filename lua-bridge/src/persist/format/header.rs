@@ -106,8 +106,10 @@ pub enum HeaderError {
     Checksum,
 }
 
-/// Checks the header and returns the body, flags and format version.
-pub fn open(file: &[u8]) -> Result<Opened<'_>, HeaderError> {
+/// Checks every field of the header at the start of `file` but the body's length and checksum,
+/// and returns the flags, the format version and the body length the header declares: what a
+/// reader can check from the first [`HEADER_LEN`] bytes alone, before it reads the body.
+pub fn check_head(file: &[u8]) -> Result<(u8, u16, u64), HeaderError> {
     if file.len() < HEADER_LEN {
         if file.len() >= 8 && &file[..8] != MAGIC {
             return Err(HeaderError::Magic);
@@ -135,8 +137,12 @@ pub fn open(file: &[u8]) -> Result<Opened<'_>, HeaderError> {
     {
         return Err(HeaderError::Numbers);
     }
-    let flags = file[32];
-    let len = u64_at(34);
+    Ok((file[32], format, u64_at(34)))
+}
+
+/// Checks the header and returns the body, flags and format version.
+pub fn open(file: &[u8]) -> Result<Opened<'_>, HeaderError> {
+    let (flags, format, len) = check_head(file)?;
     let body = &file[HEADER_LEN..];
     if len != body.len() as u64 {
         return Err(HeaderError::Length {
@@ -144,7 +150,8 @@ pub fn open(file: &[u8]) -> Result<Opened<'_>, HeaderError> {
             actual: body.len(),
         });
     }
-    if xxh3_64(body) != u64_at(42) {
+    let checksum = u64::from_le_bytes(file[42..HEADER_LEN].try_into().unwrap());
+    if xxh3_64(body) != checksum {
         return Err(HeaderError::Checksum);
     }
     Ok(Opened {

@@ -107,8 +107,9 @@ mod wire;
 
 pub use after::{After, RemovedKeyEntry, RemovedKeys, REMOVED_KEYS_FORMAT};
 pub use header::{
-    min_strref_len, open, reseal, HeaderError, Opened, FLAG_BYTECODE, FLAG_QUOTED_PLACES,
-    FLAG_SOURCE, FORMAT_VERSION, HEADER_LEN, LUA_RELEASE, MAGIC, MIN_STRREF_LEN, PENDING_FORMAT,
+    check_head, min_strref_len, open, reseal, HeaderError, Opened, FLAG_BYTECODE,
+    FLAG_QUOTED_PLACES, FLAG_SOURCE, FORMAT_VERSION, HEADER_LEN, LUA_RELEASE, MAGIC,
+    MIN_STRREF_LEN, PENDING_FORMAT,
 };
 pub use layout::{layout_nodes, LayoutHeader, LayoutNode, RemovedKey, BAD_LAYOUT};
 pub use parts::{SpecialPart, SpecialParts, TablePart, ThreadPart, ThreadParts, UserdataPart};
