@@ -320,7 +320,16 @@ fn interpreter(progname: &str, argv: &[String], first: usize) -> ExitCode {
             std::env::remove_var(v);
         }
     }
-    let mut vm = match builder(&p.own).build() {
+    // The deterministic profile's `require` loads only the game's own files: the script's.
+    let folder = p
+        .script
+        .map(|i| argv[i].as_str())
+        .filter(|s| *s != "-")
+        .map(|s| match std::path::Path::new(s).parent() {
+            Some(dir) if !dir.as_os_str().is_empty() => dir.to_path_buf(),
+            _ => std::path::PathBuf::from("."),
+        });
+    let mut vm = match builder(&p.own, folder).build() {
         Ok(vm) => vm,
         Err(e) => {
             message(progname, &e.to_string());
@@ -348,7 +357,9 @@ fn interpreter(progname: &str, argv: &[String], first: usize) -> ExitCode {
     }
 }
 
-fn builder(own: &Own) -> VmBuilder {
+/// The VM `own` asks for; in the deterministic profile, `require` loads the Lua files of
+/// `folder` (the script's), as a folder game's does.
+fn builder(own: &Own, folder: Option<std::path::PathBuf>) -> VmBuilder {
     let mut b = Vm::builder()
         .profile(match own.deterministic {
             Some(seed) => Profile::Deterministic { seed },
@@ -371,6 +382,9 @@ fn builder(own: &Own) -> VmBuilder {
     }
     if own.fresh_keys {
         b = b.fresh_keys(true);
+    }
+    if let (Some(_), Some(dir)) = (own.deterministic, folder) {
+        b = b.module_folder(dir);
     }
     b
 }

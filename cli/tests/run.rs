@@ -354,3 +354,29 @@ fn a_save_game_written_by_one_process_loads_in_another() {
     run(&script1);
     assert_eq!(run(&script2).trim(), "70\t3\tana\ttrue\ttrue");
 }
+
+#[test]
+fn the_deterministic_profile_requires_the_scripts_own_modules() {
+    // An outside tester's driver beside a game's main.lua could not `require "main"`: the
+    // profile's require loads only the game's files, and `run` named no folder for them.
+    let dir = temp_dir("run-det-require");
+    script(
+        &dir,
+        "main.lua",
+        "local G = {} function G.answer() return 42 end return G",
+    );
+    std::fs::create_dir(dir.path().join("lib")).unwrap();
+    script(
+        &dir,
+        "lib/util.lua",
+        "return { twice = function(x) return 2 * x end }",
+    );
+    let driver = script(
+        &dir,
+        "driver.lua",
+        "local G = require 'main' local u = require 'lib.util' print(u.twice(G.answer()))",
+    );
+    let o = run(&["--deterministic", "7", &driver], "");
+    assert!(o.status.success(), "{}", err(&o));
+    assert_eq!(out(&o), "84\n");
+}
