@@ -81,7 +81,7 @@ pub struct SimulateArgs {
     /// bytes, or with a K, M or G suffix (1024-based): `--memory-limit 4G`. Not the cap on live
     /// bytes as `luasnap run --memory-limit` is: it is what `luasnap run --capacity` sets.
     /// Running out names the frame and the run.
-    #[arg(long, default_value = "2G", value_parser = parse_size)]
+    #[arg(long, default_value = "2G", value_parser = parse_memory_limit)]
     pub memory_limit: usize,
     /// Lua instructions one G.step may run before it is stopped with an error naming the
     /// frame (an endless loop), counting the coroutines it resumes; `off` for no limit.
@@ -164,23 +164,15 @@ pub fn parse_step_budget(s: &str) -> Result<StepBudget, String> {
     }
 }
 
-/// Parses `123`, `64K`, `512M`, `4G` (1024-based) into bytes.
-pub fn parse_size(s: &str) -> Result<usize, String> {
-    let t = s.trim();
-    let (num, mult) = match t.char_indices().last() {
-        Some((i, c)) if c.eq_ignore_ascii_case(&'k') => (&t[..i], 1usize << 10),
-        Some((i, c)) if c.eq_ignore_ascii_case(&'m') => (&t[..i], 1 << 20),
-        Some((i, c)) if c.eq_ignore_ascii_case(&'g') => (&t[..i], 1 << 30),
-        _ => (t, 1),
-    };
-    let n: usize = num
-        .parse()
-        .map_err(|_| format!("{s:?} is not a size; give bytes or a number with K, M or G"))?;
-    let bytes = n
-        .checked_mul(mult)
-        .filter(|&b| (1 << 20..=1 << 40).contains(&b))
-        .ok_or_else(|| format!("{s:?}: the memory limit must be between 1M and 1024G"))?;
-    Ok(bytes)
+/// Parses `--memory-limit`: a size as every size option takes it (`crate::size::parse_size`:
+/// bytes, or a number with K, M, G or T), from 1M to 1T.
+pub fn parse_memory_limit(s: &str) -> Result<usize, String> {
+    crate::size::parse_size(s)
+        .ok()
+        .filter(|b| (1 << 20..=1 << 40).contains(b))
+        .ok_or_else(|| {
+            format!("{s:?}: the memory limit must be a size from 1M to 1T (bytes, or a number with K, M, G or T: 64M, 4G)")
+        })
 }
 
 /// What a one-player run says about rollbacks.

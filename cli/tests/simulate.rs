@@ -238,6 +238,46 @@ fn simulate_cli_reports_what_users_ask_about() {
         e.contains(&format!("saved frame 20 to {}", save.display())),
         "{e}"
     );
+    // Loaded with other players than the save's: the flag to give, not only the mismatch.
+    let out = output_of(&[
+        "simulate",
+        game,
+        "--frames",
+        "5",
+        "--players",
+        "3",
+        "--load",
+        save.to_str().unwrap(),
+    ]);
+    assert!(!out.status.success());
+    let e = stderr(&out);
+    assert!(
+        e.contains("the save-game is for 2 players, not 3") && e.contains("--players 2"),
+        "{e}"
+    );
+    // A memory limit is a size as every size option takes it, T included, from 1M to 1T.
+    for (limit, ok) in [("1K", false), ("2T", false), ("1T", true), ("64M", true)] {
+        let out = output_of(&[
+            "simulate",
+            game,
+            "--frames",
+            "2",
+            "--mode",
+            "full",
+            "--second-process",
+            "off",
+            "--memory-limit",
+            limit,
+        ]);
+        assert_eq!(out.status.success(), ok, "{limit}: {}", stderr(&out));
+        if !ok {
+            let e = stderr(&out);
+            assert!(
+                e.contains("the memory limit must be a size from 1M to 1T"),
+                "{e}"
+            );
+        }
+    }
     // A reader that stops early (`| head -1`) ends the output quietly, no panic.
     let mut child = luasnap()
         .args(["simulate", game, "--frames", "20", "--mode", "full"])

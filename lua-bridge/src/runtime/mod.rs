@@ -851,7 +851,7 @@ impl<I> Game<I> {
         };
         if players as usize != cfg.players {
             return Err(GameError::Config(format!(
-                "the save-game is for {players} players, not {}",
+                "the save-game is for {players} players, not {}: continue it with as many (`luasnap simulate --players {players}`, GameConfig::players)",
                 cfg.players
             )));
         }
