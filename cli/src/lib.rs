@@ -27,6 +27,7 @@ mod diff;
 mod game_files;
 mod gc_pages;
 mod loads;
+mod mode_process;
 mod p2p;
 mod reseal;
 mod run;

@@ -1,9 +1,10 @@
 //! `luasnap simulate`'s second process: the lockstep reference run again in another process,
 //! compared with this one's.
 //!
-//! Every backend runs in this process, so anything that depends on the process (where the
-//! executable was loaded, where the arena sits, a host library's state) agrees among them and
-//! goes unseen. The second process runs the same command, reference only, and reports the
+//! A backend runs in the same process as the reference it is checked against (with `--mode
+//! all` each mode's process runs its own), so anything that depends on the process (where the
+//! executable was loaded, where the arena sits, a host library's state) agrees between them
+//! and goes unseen. The second process runs the same command, reference only, and reports the
 //! value digest after a few frames spread over the run; if one differs, it runs again and
 //! reports after every frame of the stretch where they parted, which gives the first
 //! differing frame, and then writes a save-game of its state after that frame, whose values
@@ -93,16 +94,13 @@ pub fn first_frames(start: u64, frames: u64) -> Vec<u64> {
     checkpoints(start, frames, CHECKPOINTS)
 }
 
-/// Starts the second process: the same game, start and options, reference only, reporting
-/// the value digest after each frame of `digests`, and with `save` a save-game of the state
-/// after that frame written to that file.
-pub fn spawn(
-    args: &SimulateArgs,
-    digests: &[u64],
-    save: Option<(u64, &Path)>,
-) -> Result<Child, String> {
+/// A command that runs `simulate` in another process of this binary on the same game, start
+/// and options as `args` (the files read for this run, the save loaded, the arena, budget and
+/// collection points), without a second process of its own: the second process and the
+/// processes of `--mode all`'s modes start from it.
+pub fn same_game(args: &SimulateArgs) -> Result<Command, String> {
     let exe = std::env::current_exe()
-        .map_err(|e| format!("cannot start a second process (the executable: {e})"))?;
+        .map_err(|e| format!("cannot start another process (the executable: {e})"))?;
     let mut cmd = Command::new(exe);
     cmd.arg("simulate");
     if let Some(g) = &args.game {
@@ -133,6 +131,18 @@ pub fn spawn(
     if let Some(files) = &args.game_files {
         cmd.arg("--game-files").arg(files);
     }
+    Ok(cmd)
+}
+
+/// Starts the second process: the same game, start and options, reference only, reporting
+/// the value digest after each frame of `digests`, and with `save` a save-game of the state
+/// after that frame written to that file.
+pub fn spawn(
+    args: &SimulateArgs,
+    digests: &[u64],
+    save: Option<(u64, &Path)>,
+) -> Result<Child, String> {
+    let mut cmd = same_game(args)?;
     let list: Vec<String> = digests.iter().map(u64::to_string).collect();
     cmd.args(["--lockstep-digests", &list.join(",")]);
     if let Some((frame, path)) = save {

@@ -410,8 +410,8 @@ const PROCESS_DEPENDENT: &str = "local G = {} local s
 
 #[test]
 fn simulate_checks_its_reference_in_a_second_process() {
-    // Every backend runs in one process, so they all agree on a game that depends on the
-    // process; the reference run again in a second process does not, and says where.
+    // One mode runs in one process with its reference, so they agree on a game that depends
+    // on the process; the reference run again in a second process does not, and says where.
     let path = write_game("process-dependent", PROCESS_DEPENDENT);
     let run = |extra: &[&str]| {
         luasnap()
@@ -457,6 +457,188 @@ fn simulate_checks_its_reference_in_a_second_process() {
     assert_eq!(
         v["second_process"]["value_digest"], v["reference_value_digest"],
         "{v}"
+    );
+}
+
+#[test]
+fn every_mode_of_all_runs_in_a_process_of_its_own() {
+    let game = write_game("own-processes", TINY);
+    let child = support::spawn(&[
+        "simulate",
+        game.to_str().unwrap(),
+        "--frames",
+        "30",
+        "--second-process",
+        "off",
+        "--json",
+    ]);
+    let parent = child.id();
+    let v = support::json_of(child);
+    assert_eq!(v["process"], parent, "{v}");
+    let modes = v["modes"].as_array().unwrap();
+    let names: Vec<_> = modes.iter().map(|m| m["mode"].as_str().unwrap()).collect();
+    assert_eq!(names, ["full", "incremental", "auto", "serialize"], "{v}");
+    let mut processes: Vec<u64> = modes
+        .iter()
+        .map(|m| m["process"].as_u64().unwrap())
+        .collect();
+    assert!(!processes.contains(&u64::from(parent)), "{v}");
+    processes.sort_unstable();
+    processes.dedup();
+    assert_eq!(processes.len(), 4, "one process per mode: {v}");
+    for m in modes {
+        assert_eq!(m["matches_reference"], true, "{m}");
+        // Compared across processes by the value digest (the arena holds addresses).
+        assert_eq!(m["value_digest"], v["reference_value_digest"], "{m}");
+    }
+    // One mode runs here, beside its reference.
+    let child = support::spawn(&[
+        "simulate",
+        game.to_str().unwrap(),
+        "--frames",
+        "30",
+        "--mode",
+        "full",
+        "--second-process",
+        "off",
+        "--json",
+    ]);
+    let parent = child.id();
+    let v = support::json_of(child);
+    assert_eq!(v["modes"][0]["process"], parent, "{v}");
+}
+
+#[test]
+fn a_mode_that_fails_in_its_process_is_named_with_what_the_process_said() {
+    // Arena snapshots copy the gmatch iterator's bytes; the serializer cannot save it.
+    let game = write_game(
+        "gmatch-held",
+        "local G = {} local s
+         function G.init() s = { v = 0, it = string.gmatch('a b c', '%a') } end
+         function G.step(i) s.v = s.v + i[1] end
+         return G",
+    );
+    let out = luasnap()
+        .args(["simulate", game.to_str().unwrap(), "--frames", "20"])
+        .args(["--second-process", "off", "--json"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let e = stderr(&out);
+    assert!(
+        e.contains("mode serialize failed: cannot save: a string.gmatch iterator"),
+        "{e}"
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let failed = v["failed_modes"].as_array().unwrap();
+    assert_eq!(failed.len(), 1, "{v}");
+    assert_eq!(failed[0]["mode"], "serialize", "{v}");
+    assert!(
+        failed[0]["error"].as_str().unwrap().contains("gmatch"),
+        "{v}"
+    );
+    let ran: Vec<_> = v["modes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["mode"].as_str().unwrap())
+        .collect();
+    assert_eq!(ran, ["full", "incremental", "auto"], "{v}");
+}
+
+#[test]
+fn a_mode_whose_process_is_killed_is_reported_with_the_signal() {
+    // Steps slow enough that the first mode's process is still running when it is killed.
+    let game = write_game(
+        "killed-mode",
+        "local G = {} local s
+         function G.init() s = { v = 0 } end
+         function G.step(i)
+           local x = 0 for k = 1, 200000 do x = x + k % 7 end
+           s.v = s.v + i[1] + x % 3
+         end
+         return G",
+    );
+    let parent = support::spawn(&[
+        "simulate",
+        game.to_str().unwrap(),
+        "--frames",
+        "100",
+        "--second-process",
+        "off",
+        "--json",
+    ]);
+    // The first process it starts is the first mode's (bounded wait).
+    let mut first = Vec::new();
+    for _ in 0..6000 {
+        first = children_of(parent.id());
+        if !first.is_empty() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    assert!(
+        !first.is_empty(),
+        "simulate started no process for its modes"
+    );
+    let killed = Command::new("kill")
+        .args(["-KILL", &first[0].to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let out = parent.wait_with_output().unwrap();
+    assert!(!out.status.success());
+    let e = stderr(&out);
+    let said = format!(
+        "its process (pid {}) was killed by signal 9 (SIGKILL)",
+        first[0]
+    );
+    assert!(e.contains(&format!("mode full failed: {said}")), "{e}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["failed_modes"][0]["mode"], "full", "{v}");
+    assert_eq!(v["failed_modes"][0]["error"], said.as_str(), "{v}");
+    // The other modes ran, each in its own process.
+    let ran: Vec<_> = v["modes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["mode"].as_str().unwrap())
+        .collect();
+    assert_eq!(ran, ["incremental", "auto", "serialize"], "{v}");
+}
+
+#[test]
+fn all_modes_are_compared_with_the_reference_of_another_process() {
+    // Each mode agrees with the reference of its own process; the first process's reference
+    // differs from theirs, which is explained as a second process's difference is.
+    let path = write_game("process-dependent-all", PROCESS_DEPENDENT);
+    let out = luasnap()
+        .args(["simulate", path.to_str().unwrap(), "--frames", "60"])
+        .args(["--second-process", "off", "--json"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let e = stderr(&out);
+    assert!(
+        e.contains("mode full did not end in the reference state: in its own process"),
+        "{e}"
+    );
+    assert!(e.contains("first differs after frame "), "{e}");
+    assert!(e.contains("@s.h: "), "the differing value by path: {e}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    for m in v["modes"].as_array().unwrap() {
+        assert_eq!(m["matches_reference"], false, "{m}");
+    }
+    let d = &v["divergence"];
+    assert_eq!(d["mode"], "full", "{d}");
+    assert!(d["first_differing_frame"].is_u64(), "{d}");
+    assert!(
+        d["differences"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|x| x["path"].as_str().unwrap().contains("@s.h")),
+        "{d}"
     );
 }
 
