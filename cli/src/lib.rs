@@ -17,8 +17,8 @@
 //! ```
 //!
 //! `cargo run -p luasnap-cli --example host_game` runs one (examples/host_game.rs). Commands
-//! that start a second process (`simulate`'s check, `p2p`'s second peer) start this same
-//! binary, so the natives are there too.
+//! that start a second process (`simulate`'s check and its modes' processes, `p2p`'s second
+//! peer) start this same binary, so the natives are there too.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
