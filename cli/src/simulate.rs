@@ -502,24 +502,27 @@ fn run_modes(
     // A mode's process ended in its own reference's state; across processes only the value
     // digest is the same for the same state (the arena holds addresses).
     let reference_digest = format!("{:016x}", reference.value_digest);
-    let mut elsewhere = vec![false; modes.len()];
     if several {
-        for (m, other) in modes.iter_mut().zip(&mut elsewhere) {
-            if m["matches_reference"] == true && m["value_digest"] != reference_digest.as_str() {
+        for m in &mut modes {
+            if m["value_digest"] != reference_digest.as_str() {
                 m["matches_reference"] = false.into();
-                *other = true;
             }
         }
     }
-    // A mismatch is explained before printing, so --json carries the explanation too.
+    // A mismatch is explained before printing, so --json carries the explanation too (a
+    // mode's process explained its own).
     let mut divergence = None;
     if let Some(i) = modes.iter().position(|m| m["matches_reference"] != true) {
         let name = modes[i]["mode"].as_str().unwrap_or("?").to_string();
-        progress.note(&format!("locating where mode {name} diverges..."));
+        let locating = || progress.note(&format!("locating where mode {name} diverges..."));
         divergence = Some(match (explained[i].take(), backends) {
             (Some(d), _) => d,
-            (None, [backend]) => divergence_json(&sim.explain(*backend, 20).map_err(err)?),
+            (None, [backend]) => {
+                locating();
+                divergence_json(&sim.explain(*backend, 20).map_err(err)?)
+            }
             (None, _) => {
+                locating();
                 let fresh;
                 let c = match &cross {
                     Some(c) if !c.agrees => c,
