@@ -28,7 +28,7 @@
 
 use crate::bridge::error::VmError;
 use crate::bridge::vm::Vm;
-use crate::persist::{LoadError, LoadOptions, Trust};
+use crate::persist::{FunctionBinding, LoadError, LoadOptions, Trust};
 use crate::runtime::graph::{extract, mix, tag, Graph, Item, Kind, Part, Prim};
 use crate::runtime::{Game, GameConfig, GameError};
 use luasnap_snap::Snapshot;
@@ -972,6 +972,12 @@ pub fn save_graph_allowing(
         opts.stand_ins = true;
         opts.max_heap_growth = Some(max_memory / 2);
         opts.chunk_sources = game.and_then(Game::folder_chunks);
+        if game.is_some() {
+            // As a game's own loads do: a save of an older version compares with its
+            // functions bound to this version's at their places (`docs/updates.md`), not
+            // refused for code that changed.
+            opts.functions = FunctionBinding::Current;
+        }
         vm.load_game_with(save, &opts)?;
         // The VM only lives to be read: no copy of its heap to restore it.
         let mut g = vm.into_value_graph(max_memory / 4)?;
