@@ -644,7 +644,7 @@ fn table_report(args: &SimulateArgs, reference: &Reference, outcome: &Outcome) -
         .map(|k| k.to_string());
     let _ = writeln!(
         text,
-        "luasnap simulate: {} | frames {}..{} | {} players | delay {} | saving {} | seed {} | heap {} | G.step {:.0} µs | tracker {}",
+        "luasnap simulate: {} | frames {}..{} | {} players | delay {} | saving {} | seed {} | heap {} | reference G.step {:.0} µs (mean, this process, no snapshots) | tracker {}",
         what_runs(args),
         reference.start_frame,
         reference.end_frame,
