@@ -282,7 +282,7 @@ impl Loader<'_> {
         // declaration can help, since a new place or replacement is in the function's file.
         // Only a load that binds to this version's code looked for the file; one that binds
         // to the saved code wanted that code, which the file may have changed.
-        let current = self.opts.functions == crate::persist::FunctionBinding::Current;
+        let current = self.opts.functions == FunctionBinding::Current;
         let gone = match chunk.name.strip_prefix(b"@") {
             Some(file) if !current && file.ends_with(b".lua") => {
                 " (or its code changed: this load binds each function to the code it was saved with; a game's own loads bind them to this version's code by place, docs/updates.md)".to_string()
