@@ -86,7 +86,10 @@ pub(crate) unsafe fn stage(L: *mut lua_State) {
 /// After a load: copies the loaded holder's words into `math.random`'s state. A holder that
 /// is missing or malformed leaves the state as it is. Then a fresh holder (the state's words)
 /// replaces the loaded one: that one is whatever table the file put there (a game table, or
-/// a permanent such as `string`), and [`stage`] writes into the holder.
+/// a permanent such as `string`), and [`stage`] writes into the holder. Where the loaded
+/// `package.loaded` has no holder (the game removed it, so the saving VM had none either),
+/// none is added: an entry added there would be one a straight run lacks, which a suspended
+/// `pairs()` loop over `package.loaded` would meet (`tests/attack11.rs`).
 ///
 /// # Safety
 /// Protected context (a body run by `Vm::run`).
@@ -99,10 +102,18 @@ pub(crate) unsafe fn unstage(L: *mut lua_State) {
         };
         ffi::luaL_getsubtable(L, ffi::LUA_REGISTRYINDEX, c"_LOADED".as_ptr());
         let loaded = ffi::lua_gettop(L);
-        if ffi::lua_getfield(L, loaded, HOLDER.as_ptr()) == ffi::LUA_TTABLE {
-            if let Some(out) = holder_words(L) {
-                *words = out;
+        ffi::lua_pushstring(L, HOLDER.as_ptr());
+        match ffi::lua_rawget(L, loaded) {
+            ffi::LUA_TNIL => {
+                ffi::lua_settop(L, loaded - 1);
+                return;
             }
+            ffi::LUA_TTABLE => {
+                if let Some(out) = holder_words(L) {
+                    *words = out;
+                }
+            }
+            _ => {}
         }
         ffi::lua_settop(L, loaded);
         ffi::lua_createtable(L, 4, 0);
