@@ -250,7 +250,6 @@ fn tables_with_metatables() {
 }
 
 #[test]
-#[ignore = "known hole (docs/save-games.md, Iteration order): a walk over _G or package.loaded that cleared globals stops after a load: the load sets globals into the loading VM's own _G, no object of the file, so its removed keys cannot be named (run with --ignored)"]
 fn globals_and_package_loaded() {
     check(
         "_G and package.loaded",
@@ -343,7 +342,6 @@ fn walk_library_table(make: fn() -> Vm, table: &str, collect_before: bool) -> St
 }
 
 #[test]
-#[ignore = "known hole (docs/save-games.md, Iteration order): a walk over _G or package.loaded that cleared globals stops after a load: the load sets globals into the loading VM's own _G, no object of the file, so its removed keys cannot be named (run with --ignored)"]
 fn suspended_walk_over_globals_after_a_collection_goes_on() {
     let mut bad = Vec::new();
     for (profile, make) in [("det", det as fn() -> Vm), ("full", full)] {
@@ -439,7 +437,6 @@ fn long_string_walk_goes_on_in_another_process_after_a_collection() {
 /// `_G` that cleared 3 of 30 game globals (1 or 2 go on; 3 or more fail in every run
 /// measured, 6 of 6 per step count).
 #[test]
-#[ignore = "known hole (docs/save-games.md, Iteration order): a walk over _G or package.loaded that cleared globals stops after a load: the load sets globals into the loading VM's own _G, no object of the file, so its removed keys cannot be named (run with --ignored)"]
 fn walk_over_globals_that_cleared_three_goes_on_in_the_full_profile() {
     let mut fails = Vec::new();
     for round in 0..6 {

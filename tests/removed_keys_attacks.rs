@@ -63,7 +63,26 @@ fn use_vm(vm: &Vm) -> String {
 /// Finds the root table (under RemovedKeys/Pending wrappers).
 fn root_mut(n: &mut Node) -> &mut Node {
     match n {
-        Node::RemovedKeys { root, .. } | Node::Pending { root, .. } => root_mut(root),
+        Node::RemovedKeys { root, .. }
+        | Node::Pending { root, .. }
+        | Node::GameRemovedKeys { root, .. } => root_mut(root),
+        other => other,
+    }
+}
+
+/// The removed keys of tables after the root, under the removed keys of `_G` (format 11: a
+/// game whose globals lost an entry a collection cleared has both parts).
+fn tables_part(n: &Node) -> &Node {
+    match n {
+        Node::GameRemovedKeys { root, .. } => tables_part(root),
+        other => other,
+    }
+}
+
+/// As [`tables_part`], to change it.
+fn tables_part_mut(n: &mut Node) -> &mut Node {
+    match n {
+        Node::GameRemovedKeys { root, .. } => tables_part_mut(root),
         other => other,
     }
 }
@@ -280,7 +299,7 @@ fn removed_keys_forged(walk: &str, ids: u64, nnodes: u64) {
     src.exec(walk, "=walk").unwrap();
     let file = src.save_game().unwrap();
     let honest = forge::decode(body_of(&file).unwrap()).unwrap();
-    let Node::RemovedKeys { entries, .. } = &honest else {
+    let Node::RemovedKeys { entries, .. } = tables_part(&honest) else {
         panic!()
     };
     eprintln!("honest entries: {entries:?}");
@@ -312,13 +331,13 @@ fn removed_keys_forged(walk: &str, ids: u64, nnodes: u64) {
         for &node in &targets {
             for dead in [0u64, 1] {
                 let mut forged = honest.clone();
-                let Node::RemovedKeys { entries, .. } = &mut forged else {
+                let Node::RemovedKeys { entries, .. } = tables_part_mut(&mut forged) else {
                     unreachable!()
                 };
                 // keep the honest entry, add ours
                 entries.push((tid, node, dead, Node::Ref(id)));
                 let count = entries.len() as u64;
-                let Node::RemovedKeys { n, .. } = &mut forged else {
+                let Node::RemovedKeys { n, .. } = tables_part_mut(&mut forged) else {
                     unreachable!()
                 };
                 *n = count;
@@ -403,7 +422,7 @@ fn forged_removed_key_hides_a_live_key_or_makes_pairs_endless() {
     let mut bad = Vec::new();
     for dead in [0u64, 1] {
         let mut forged = honest.clone();
-        let Node::RemovedKeys { n, entries, .. } = &mut forged else {
+        let Node::RemovedKeys { n, entries, .. } = tables_part_mut(&mut forged) else {
             unreachable!()
         };
         let tid = entries[0].0;
@@ -457,7 +476,7 @@ fn removed_keys_naming_permanents_under_foreign_trust() {
     dst.exec(WALK, "=walk").unwrap();
     dst.load_game(&file, Trust::Foreign)
         .expect("honest foreign load");
-    let Node::RemovedKeys { entries, .. } = &honest else {
+    let Node::RemovedKeys { entries, .. } = tables_part(&honest) else {
         panic!()
     };
     let (tid, node) = (entries[0].0, entries[0].1);
@@ -475,7 +494,7 @@ fn removed_keys_naming_permanents_under_foreign_trust() {
         for dead in [0u64, 1] {
             for n in [node, node ^ 1] {
                 let mut forged = honest.clone();
-                let Node::RemovedKeys { entries, .. } = &mut forged else {
+                let Node::RemovedKeys { entries, .. } = tables_part_mut(&mut forged) else {
                     unreachable!()
                 };
                 entries[0] = (tid, n, dead, forge::perm(name));
@@ -583,7 +602,7 @@ fn forged_removed_keys_where_the_layout_did_not_apply() {
     src.exec(WALK, "=walk").unwrap();
     let file = src.save_game().unwrap();
     let honest = forge::decode(body_of(&file).unwrap()).unwrap();
-    let Node::RemovedKeys { entries, .. } = &honest else {
+    let Node::RemovedKeys { entries, .. } = tables_part(&honest) else {
         panic!("no removed keys in {honest:?}")
     };
     let tid = entries[0].0;
@@ -597,7 +616,7 @@ fn forged_removed_keys_where_the_layout_did_not_apply() {
         for dead in [0u64, 1] {
             for node in [0u64, 3, 1 << 20] {
                 let mut forged = honest.clone();
-                let Node::RemovedKeys { n, entries, .. } = &mut forged else {
+                let Node::RemovedKeys { n, entries, .. } = tables_part_mut(&mut forged) else {
                     unreachable!()
                 };
                 for &id in &ids {

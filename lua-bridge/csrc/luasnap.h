@@ -425,6 +425,9 @@ uint32_t luasnap_table_nodes(lua_State *L, int idx);
 ** node is no such entry or a lookup of the key would not stop there alone (nothing changed),
 ** -1 a key of a kind no such entry has. */
 int luasnap_table_removed_key(lua_State *L, int tidx, uint32_t node, int kidx, int dead);
+/* Whether the key at kidx is of a kind a code-1 node's key can be (not dead: a long string,
+** an object or a light C function; dead: any). Reads only. */
+int luasnap_removed_key_kind(lua_State *L, int kidx, int dead);
 /* Where a table's layout did not apply: puts the key at kidx into the table at tidx as an
 ** entry being removed (a placeholder value until luasnap_table_seal_removed), so `next` finds
 ** it; dead: it becomes a dead key then. 0 inserted; 1 skipped (the table holds the key in a

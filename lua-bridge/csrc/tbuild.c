@@ -539,6 +539,24 @@ static int ls_removed_key_fits(lua_State *L, Table *t, const Node *n, const TVal
   }
 }
 
+/* Whether the key at kidx is of a kind a code-1 node's key can be (see luasnap_table_layout
+** and ls_inline_key): not dead, a long string, an object or a light C function (a removed
+** number, boolean or short string is written inline, as code 2); dead, anything (a dead key
+** that is no object matches nothing: the loader skips it). The loader refuses an entry of
+** another kind before it changes any table (luasnap_table_removed_key also returns -1 for
+** one). Reads only. */
+int luasnap_removed_key_kind(lua_State *L, int kidx, int dead) {
+  const TValue *k = ls_index2value(L, kidx);
+  if (dead) return 1;
+  switch (ttypetag(k)) {
+    case LUA_VLNGSTR: case LUA_VTABLE: case LUA_VLCL: case LUA_VCCL: case LUA_VUSERDATA:
+    case LUA_VTHREAD: case LUA_VLCF:
+      return 1;
+    default:
+      return 0;
+  }
+}
+
 /* For the loader (format 10): gives node `node` of the table at tidx, a removed entry that a
 ** layout placed as code 1, the key at kidx again, dead (an identity only: `next` from that key
 ** finds the node, as Lua's own dead keys do) or not (an object or light C function key whose

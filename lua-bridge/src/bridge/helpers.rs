@@ -421,6 +421,7 @@ unsafe extern "C" {
         kidx: c_int,
         dead: c_int,
     ) -> c_int;
+    pub(crate) fn luasnap_removed_key_kind(L: *mut lua_State, kidx: c_int, dead: c_int) -> c_int;
     pub(crate) fn luasnap_table_add_removed(
         L: *mut lua_State,
         tidx: c_int,

@@ -130,6 +130,14 @@ pub enum Node {
         n: u64,
         entries: Vec<(u64, u64, u64, Node)>,
     },
+    /// A body (the root, perhaps with the parts above) with the removed keys of the loading
+    /// VM's own `_G` and `package.loaded` after it (`After::GameRemovedKeys`, format 11): as
+    /// `RemovedKeys`, with the table 0 (`_G`) or 1 (`package.loaded`) in a valid file.
+    GameRemovedKeys {
+        root: Box<Node>,
+        n: u64,
+        entries: Vec<(u64, u64, u64, Node)>,
+    },
 }
 
 /// A closure's prototype: an index into those already listed, or a new one.
@@ -244,22 +252,16 @@ pub fn decode(body: &[u8]) -> Option<Node> {
                 n: count,
                 list: d.list(count, 0)?,
             },
-            After::RemovedKeys => {
-                if count > d.r.remaining() as u64 {
-                    return None;
-                }
-                let entries = (0..count)
-                    .map(|_| {
-                        let (t, node, dead) = (d.r.varint()?, d.r.varint()?, d.r.varint()?);
-                        Some((t, node, dead, d.node(1)?))
-                    })
-                    .collect::<Option<_>>()?;
-                Node::RemovedKeys {
-                    root: Box::new(n),
-                    n: count,
-                    entries,
-                }
-            }
+            After::RemovedKeys => Node::RemovedKeys {
+                root: Box::new(n),
+                n: count,
+                entries: d.removed_entries(count)?,
+            },
+            After::GameRemovedKeys => Node::GameRemovedKeys {
+                root: Box::new(n),
+                n: count,
+                entries: d.removed_entries(count)?,
+            },
         };
     }
     Some(n)
@@ -274,6 +276,20 @@ struct Decoder<'a> {
 }
 
 impl Decoder<'_> {
+    /// `n` entries of a removed-keys part (table, node, dead flag, key), if the bytes left
+    /// can hold them.
+    fn removed_entries(&mut self, n: u64) -> Option<Vec<(u64, u64, u64, Node)>> {
+        if n > self.r.remaining() as u64 {
+            return None;
+        }
+        (0..n)
+            .map(|_| {
+                let (t, node, dead) = (self.r.varint()?, self.r.varint()?, self.r.varint()?);
+                Some((t, node, dead, self.node(1)?))
+            })
+            .collect()
+    }
+
     /// `n` values, if the bytes left can hold them.
     fn list(&mut self, n: u64, depth: usize) -> Option<Vec<Node>> {
         if n > self.r.remaining() as u64 {
@@ -647,9 +663,12 @@ fn put(w: &mut Writer, node: &Node) {
             w.varint(*n);
             list.iter().for_each(|v| put(w, v));
         }
-        Node::RemovedKeys { root, n, entries } => {
+        Node::RemovedKeys { root, n, entries } | Node::GameRemovedKeys { root, n, entries } => {
             put(w, root);
-            w.u8(After::RemovedKeys as u8);
+            w.u8(match node {
+                Node::RemovedKeys { .. } => After::RemovedKeys,
+                _ => After::GameRemovedKeys,
+            } as u8);
             w.varint(*n);
             for (t, node, dead, key) in entries {
                 w.varint(*t);
@@ -778,7 +797,7 @@ pub fn walk_mut(node: &mut Node, f: &mut dyn FnMut(&mut Node)) {
             walk_mut(root, f);
             list.iter_mut().for_each(|v| walk_mut(v, f));
         }
-        Node::RemovedKeys { root, entries, .. } => {
+        Node::RemovedKeys { root, entries, .. } | Node::GameRemovedKeys { root, entries, .. } => {
             walk_mut(root, f);
             entries.iter_mut().for_each(|e| walk_mut(&mut e.3, f));
         }

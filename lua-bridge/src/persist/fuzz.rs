@@ -1089,7 +1089,9 @@ fn edit_node(n: &mut Node, edit: usize, g: &mut Gen<'_>) {
         Node::Perm(k) if edit < 70 => **k = g.name(),
         Node::Ident(ident, _) if edit < 70 => *ident = g.delta(*ident),
         Node::Final(mark, _) if edit < 70 => *mark = g.delta(*mark),
-        Node::RemovedKeys { n, entries, .. } if edit < 70 && !entries.is_empty() => {
+        Node::RemovedKeys { n, entries, .. } | Node::GameRemovedKeys { n, entries, .. }
+            if edit < 70 && !entries.is_empty() =>
+        {
             let i = g.below(entries.len());
             match edit % 5 {
                 0 => *n = g.delta(*n),

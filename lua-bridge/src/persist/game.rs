@@ -14,27 +14,39 @@
 //! game table then got `os`, `io` and `debug`, the `string` library got `_G`.)
 
 use super::added::{add_new_functions, Added};
+use super::format::GameTable;
 use super::permanents::{is_permanent, PERMS_KEY, UNPERMS_KEY};
+use super::write::GameRemovedNode;
 use mlua_sys::{self as ffi, lua_State};
 use std::collections::HashSet;
 use std::ffi::{c_int, CStr};
 
+/// Host memory the build of a game root uses, owned by the caller outside the protected call
+/// (a Lua error raised while the root is built unwinds no Rust frame that owns memory): the
+/// last layout's bytes, and the code-1 nodes of `_G` and `package.loaded` described with
+/// their layouts, for the writer (`write::GameRemovedNode`).
+#[derive(Default)]
+pub(super) struct GameRootParts {
+    blob: Vec<u8>,
+    pub(super) removed: Vec<GameRemovedNode>,
+}
+
 /// Pushes `{ globals = copy of _G, loaded = copy of package.loaded }` with their kept-name
-/// lists.
+/// lists and layouts.
 ///
 /// # Safety
 /// Protected context.
-pub(super) unsafe fn push_game_root(L: *mut lua_State) {
+pub(super) unsafe fn push_game_root(L: *mut lua_State, parts: &mut GameRootParts) {
     // SAFETY: protected context.
     unsafe {
         ffi::lua_createtable(L, 0, 7); // and `keys`, set by persist_protected
         ffi::lua_rawgeti(L, ffi::LUA_REGISTRYINDEX, ffi::LUA_RIDX_GLOBALS);
-        push_layout(L, -2, c"globals_layout");
+        push_layout(L, -2, c"globals_layout", GameTable::Globals, parts);
         shallow_copy_keeping(L);
         ffi::lua_setfield(L, -3, c"globals_kept".as_ptr());
         ffi::lua_setfield(L, -2, c"globals".as_ptr());
         if ffi::lua_getfield(L, ffi::LUA_REGISTRYINDEX, c"_LOADED".as_ptr()) == ffi::LUA_TTABLE {
-            push_layout(L, -2, c"loaded_layout");
+            push_layout(L, -2, c"loaded_layout", GameTable::Loaded, parts);
             shallow_copy_keeping(L);
             ffi::lua_setfield(L, -3, c"loaded_kept".as_ptr());
             ffi::lua_setfield(L, -2, c"loaded".as_ptr());
@@ -48,39 +60,68 @@ pub(super) unsafe fn push_game_root(L: *mut lua_State) {
 /// layout of the table on top (`write::layout_blob`), a byte string, if it has one: a load
 /// puts the entries it sets into its own `_G` and `package.loaded` in the saved nodes, so
 /// that `pairs(_G)` visits them in the saving process's order (format 10 on; a load of an
-/// older file, or one that cannot apply it, keeps the order its insertions give).
+/// older file, or one that cannot apply it, keeps the order its insertions give). The
+/// layout's code-1 nodes (`which` of the two tables) go to `parts.removed` at the same time,
+/// so that their indices match the layout (format 11).
 ///
 /// # Safety
 /// Protected context; a table on top, the root a table at `root` (below it).
-unsafe fn push_layout(L: *mut lua_State, root: c_int, field: &CStr) {
+unsafe fn push_layout(
+    L: *mut lua_State,
+    root: c_int,
+    field: &CStr,
+    which: GameTable,
+    parts: &mut GameRootParts,
+) {
     // SAFETY: protected context; the table on top is live and no Lua code runs while its
-    // layout is read; the string pushed is stored in the root (may allocate).
+    // layout and code-1 nodes are read (host memory only); the string pushed is stored in the
+    // root (may allocate).
     unsafe {
         let root = ffi::lua_absindex(L, root);
-        let Some(blob) = super::write::layout_blob(L, ffi::lua_topointer(L, -1)) else {
+        let t = ffi::lua_topointer(L, -1);
+        if !super::write::layout_blob(L, t, &mut parts.blob) {
             return;
-        };
-        ffi::lua_pushlstring(L, blob.as_ptr().cast(), blob.len());
+        }
+        super::write::game_removed_nodes(t, which, &mut parts.removed);
+        ffi::lua_pushlstring(L, parts.blob.as_ptr().cast(), parts.blob.len());
         ffi::lua_setfield(L, root, field.as_ptr());
     }
 }
 
 /// Puts the entries of the live table at `live` into the nodes of the layout at
-/// `root[field]`, if the root has one and it applies (see `read::relayout_blob`).
+/// `root[field]`, if the root has one and it applies (see `read::relayout_blob`; where it does
+/// not, the layout's removed keys go in by insertion), then gives the table the removed keys
+/// the file names for it after its root (`which`, in the list at `list`, or none if `list`
+/// holds nil: see `read::give_game_removed_keys`), and seals the entries inserted as removed.
+/// So a coroutine suspended in a `pairs()` loop over `_G` or `package.loaded` that cleared its
+/// current entry finds that entry's key again (docs/save-games.md, "Iteration order").
 ///
 /// # Safety
-/// Protected context; `root` and `live` absolute indices of tables.
-unsafe fn apply_layout(L: *mut lua_State, root: c_int, field: &CStr, live: c_int) {
+/// Protected context; `root`, `live` and `list` absolute indices, of tables but for `list`
+/// (a table `Loader::game_removed_keys` filled, or nil).
+unsafe fn apply_layout(
+    L: *mut lua_State,
+    root: c_int,
+    field: &CStr,
+    live: c_int,
+    list: c_int,
+    which: GameTable,
+) {
     // SAFETY: protected context; the field is read raw and popped; a string's bytes stay
     // valid while it is on the stack.
     unsafe {
+        let mut laid = false;
         if raw_field(L, root, field) == ffi::LUA_TSTRING {
             let mut len = 0usize;
             let p = ffi::lua_tolstring(L, -1, &mut len);
             let blob = std::slice::from_raw_parts(p.cast::<u8>(), len);
-            super::read::relayout_blob(L, live, blob);
+            laid = super::read::relayout_blob(L, live, blob);
         }
         ffi::lua_settop(L, -2);
+        if ffi::lua_type(L, list) == ffi::LUA_TTABLE {
+            super::read::give_game_removed_keys(L, live, list, which, laid);
+        }
+        super::read::seal_game_table(L, live);
     }
 }
 
@@ -163,12 +204,17 @@ unsafe fn raw_field(L: *mut lua_State, t: c_int, name: &CStr) -> c_int {
 /// module tables (see `persist::added`; none of the `unchanged` chunks) and returns what it
 /// added.
 ///
+/// `list` is the absolute index of the removed keys the file gives `_G` and
+/// `package.loaded` (nil if none: `LoadOutcome::take_game_removed`), given once their
+/// entries are set and their layouts applied.
+///
 /// # Safety
 /// Protected context; raises a clear error if the root is not a game save.
 pub(super) unsafe fn restore_game(
     L: *mut lua_State,
     add: bool,
     unchanged: &HashSet<Vec<u8>>,
+    list: c_int,
 ) -> Added {
     // SAFETY: protected context (callers' contract); balanced pushes.
     unsafe {
@@ -196,10 +242,17 @@ pub(super) unsafe fn restore_game(
             Added::default()
         };
         restore_into(L, root + 1);
-        apply_layout(L, root, c"globals_layout", root + 2);
+        apply_layout(
+            L,
+            root,
+            c"globals_layout",
+            root + 2,
+            list,
+            GameTable::Globals,
+        );
         if loaded {
             restore_into(L, root + 4);
-            apply_layout(L, root, c"loaded_layout", root + 5);
+            apply_layout(L, root, c"loaded_layout", root + 5, list, GameTable::Loaded);
         }
         ffi::lua_settop(L, root - 1);
         added

@@ -28,17 +28,20 @@ pub(super) const GAME_KEYS: &CStr = c"keys";
 /// or nil for the VM's permanents). Runs protected. On success the file is left on the stack
 /// as a string if `as_string`, else returned (and nil left). Returns the status, the
 /// Persister's error (if it produced it) and the file. With `game_root`, the value is a
-/// whole-game save's root (`push_game_root`), which gets the VM's key counter.
+/// whole-game save's root (`push_game_root`), which gets the VM's key counter, and
+/// `game_root` holds the code-1 nodes of `_G` and `package.loaded` its layouts describe.
 pub(super) unsafe fn persist_protected(
     L: *mut lua_State,
     opts: &PersistOptions,
     as_string: bool,
-    game_root: bool,
+    game_root: Option<&[write::GameRemovedNode]>,
 ) -> (c_int, Option<String>, Option<Vec<u8>>) {
     // SAFETY: a VM built by this crate, on its thread; the caller pushed perms and value.
     let (natives, base) = unsafe { (natives::state_of(L), per_vm::arena_base(L)) };
     let mut p = write::Persister::new(opts, natives.registry.types(), base);
-    p.game = game_root;
+    p.game = game_root.is_some();
+    p.game_removed = game_root.unwrap_or_default().to_vec();
+    let game_root = p.game;
     let mut out: Vec<u8> = Vec::new();
     // SAFETY: queries only.
     let running = unsafe { ffi::lua_gc(L, ffi::LUA_GCISRUNNING) } != 0;
@@ -174,6 +177,35 @@ pub(super) struct LoadOutcome {
     /// The chunks whose saved code is this version's (`persist::added` adds none of their
     /// functions).
     pub(super) unchanged_chunks: std::collections::HashSet<Vec<u8>>,
+    /// The removed keys the file gives the loading VM's own `_G` and `package.loaded` (a
+    /// registry reference, only after a load that succeeded): see [`Self::take_game_removed`].
+    game_removed: Option<c_int>,
+}
+
+impl LoadOutcome {
+    /// Releases the list of removed keys the file gives `_G` and `package.loaded` (see
+    /// `read::give_game_removed_keys`), first pushing it if `push` (nil if the file has
+    /// none). Every taker of an outcome calls this once: a whole-game restore to give the
+    /// keys, any other load to drop them.
+    ///
+    /// # Safety
+    /// `L` a thread of the VM the load ran in, with a free slot if `push`; neither raises nor
+    /// allocates (the reference's registry slot exists).
+    pub(super) unsafe fn take_game_removed(&mut self, L: *mut lua_State, push: bool) {
+        // SAFETY: callers' contract; the reference is this load's, released once.
+        unsafe {
+            match self.game_removed.take() {
+                Some(r) => {
+                    if push {
+                        ffi::lua_rawgeti(L, ffi::LUA_REGISTRYINDEX, r as ffi::lua_Integer);
+                    }
+                    ffi::luaL_unref(L, ffi::LUA_REGISTRYINDEX, r);
+                }
+                None if push => ffi::lua_pushnil(L),
+                None => {}
+            }
+        }
+    }
 }
 
 /// Loads a file with unperms at `base + 1` (or nil): `opened` (from `format::open`), or else
@@ -209,6 +241,7 @@ pub(super) unsafe fn load_protected(
                         shared_ident: false,
                         over_cap: false,
                         unchanged_chunks: Default::default(),
+                        game_removed: None,
                     }
                 }
             }
@@ -273,6 +306,14 @@ pub(super) unsafe fn load_protected(
             read::allow_emergency_gc(L);
         }
     }
+    // The list of removed keys is for a load that succeeded only.
+    let mut game_removed = loader.game_removed.take();
+    if st != ffi::LUA_OK {
+        if let Some(r) = game_removed.take() {
+            // SAFETY: L is a thread of this VM; the reference is this load's.
+            unsafe { ffi::luaL_unref(L, ffi::LUA_REGISTRYINDEX, r) };
+        }
+    }
     LoadOutcome {
         status: st,
         error: loader.error.take(),
@@ -282,6 +323,7 @@ pub(super) unsafe fn load_protected(
         shared_ident: loader.idents.shared(),
         over_cap: limits.was_over_cap(),
         unchanged_chunks: loader.take_unchanged_chunks(),
+        game_removed,
     }
 }
 
@@ -316,7 +358,7 @@ unsafe fn eris_persist_inner(L: *mut lua_State) -> c_int {
             spkey,
         };
         ffi::lua_settop(L, 2);
-        persist_protected(L, &opts, true, false).0
+        persist_protected(L, &opts, true, None).0
     }
 }
 
@@ -344,7 +386,9 @@ unsafe fn eris_unpersist_inner(L: *mut lua_State) -> c_int {
             ..LoadOptions::new(trust)
         };
         ffi::lua_settop(L, 2);
-        let out = load_protected(L, &opts, None);
+        let mut out = load_protected(L, &opts, None);
+        // Not a whole-game load: nothing takes the keys of `_G` and `package.loaded`.
+        out.take_game_removed(L, false);
         if out.status != ffi::LUA_OK {
             if let Some(mut msg) = out.error {
                 if let Some(accept) = out.accept {

@@ -31,17 +31,19 @@ impl Vm {
     fn persist_root(&self, root: Root<'_>, opts: &PersistOptions) -> Result<Vec<u8>, SaveError> {
         let mut staged: Option<String> = None;
         let mut result: Option<Vec<u8>> = None;
+        let mut parts = super::game::GameRootParts::default();
         let r = self.run(
             &mut |L| {
                 // SAFETY: protected body; builds the root, then persists it in a nested
                 // protected call so the Persister's state is dropped before errors propagate.
+                // The root's host memory (`parts`) is owned outside.
                 unsafe {
                     ffi::lua_pushnil(L);
                     match &root {
                         Root::Path(p) => raw::push_path(L, p),
-                        Root::Game => super::game::push_game_root(L),
+                        Root::Game => super::game::push_game_root(L, &mut parts),
                     }
-                    let game = matches!(root, Root::Game);
+                    let game = matches!(root, Root::Game).then_some(&parts.removed[..]);
                     let (st, err, file) = persist_protected(L, opts, false, game);
                     staged = err;
                     if st != ffi::LUA_OK {
@@ -129,7 +131,14 @@ impl Vm {
                     let replaced_marks = luasnap_finalizers_head(L);
                     ffi::lua_pushnil(L);
                     ffi::lua_pushnil(L); // the file is read from `data`, not copied into Lua
-                    let out = load_protected(L, opts, Some(opened));
+                    let mut out = load_protected(L, opts, Some(opened));
+                    // A whole-game load keeps the removed keys the file gives `_G` and
+                    // `package.loaded` for the restore, under the root: [.., list, root].
+                    let game = store.is_none() && out.status == ffi::LUA_OK;
+                    out.take_game_removed(L, game);
+                    if game {
+                        ffi::lua_rotate(L, -2, 1);
+                    }
                     (staged, accept, report) = (out.error, out.accept, out.report);
                     unchanged_chunks = out.unchanged_chunks;
                     over_cap = out.over_cap;
@@ -141,7 +150,10 @@ impl Vm {
                         None => match game_key_counter(L, out.max_ident, out.shared_ident) {
                             Ok(counter) => {
                                 let update = opts.functions == super::FunctionBinding::Current;
-                                let added = super::game::restore_game(L, update, &unchanged_chunks);
+                                let list = ffi::lua_gettop(L) - 1;
+                                let added =
+                                    super::game::restore_game(L, update, &unchanged_chunks, list);
+                                ffi::lua_settop(L, list - 1);
                                 report.added = added.added;
                                 report.not_added = added.not_added;
                                 // The identities new keys get continue the saving VM's.

@@ -4,7 +4,9 @@
 //!
 //! ```text
 //! after      = (After::Pending Pending value{n})? (After::RemovedKeys RemovedKeys entry{n})?
+//!              (After::GameRemovedKeys RemovedKeys game_entry{n})?        (format 11 on)
 //! entry      = RemovedKeyEntry key
+//! game_entry = GameRemovedKeyEntry key
 //! key        = Ref varint | StrRef varint | Perm value      (nothing new: a reference or a name)
 //! ```
 
@@ -18,6 +20,9 @@ pub enum After {
     Pending = 1,
     /// The keys of removed entries a table layout wrote without them ([`RemovedKeys`]).
     RemovedKeys = 2,
+    /// The same for the loading VM's own `_G` and `package.loaded`, whose layouts a
+    /// whole-game save's root carries ([`GameRemovedKeyEntry`], format 11 on).
+    GameRemovedKeys = 3,
 }
 
 impl After {
@@ -25,6 +30,7 @@ impl After {
         match b {
             1 => Some(After::Pending),
             2 => Some(After::RemovedKeys),
+            3 => Some(After::GameRemovedKeys),
             _ => None,
         }
     }
@@ -32,6 +38,9 @@ impl After {
 
 /// The first format whose parts after the root are tagged and may hold removed keys.
 pub const REMOVED_KEYS_FORMAT: u16 = 10;
+
+/// The first format that may carry [`After::GameRemovedKeys`].
+pub const GAME_REMOVED_KEYS_FORMAT: u16 = 11;
 
 /// After `After::RemovedKeys`: how many entries follow (n > 0). A table layout writes a removed
 /// entry whose key is an object, a light C function or a string a collection cleared as code 1,
@@ -95,6 +104,53 @@ impl RemovedKeyEntry {
     }
 }
 
+/// Which of the loading VM's own tables a [`GameRemovedKeyEntry`] names: a whole-game load
+/// sets the saved globals and modules into them, so they are no objects of the file and have
+/// no object id.
+#[repr(u8)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum GameTable {
+    /// `_G` (the root's `globals_layout`).
+    Globals = 0,
+    /// `package.loaded` (the root's `loaded_layout`).
+    Loaded = 1,
+}
+
+/// One entry of [`After::GameRemovedKeys`] (its count is a [`RemovedKeys`]), before its key:
+/// as [`RemovedKeyEntry`], with the table one of the loading VM's own ([`GameTable`]) and the
+/// node an index into the layout the root carries for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GameRemovedKeyEntry {
+    pub table: GameTable,
+    pub node: u32,
+    pub dead: bool,
+}
+
+impl GameRemovedKeyEntry {
+    pub fn encode(&self, w: &mut Writer) {
+        RemovedKeyEntry {
+            table: self.table as u32,
+            node: self.node,
+            dead: self.dead,
+        }
+        .encode(w);
+    }
+
+    pub fn decode(r: &mut Reader<'_>) -> Result<Self, Bad> {
+        let e = RemovedKeyEntry::decode(r)?;
+        let table = match e.table {
+            0 => GameTable::Globals,
+            1 => GameTable::Loaded,
+            _ => return Err("a removed key of a game table that is neither _G nor package.loaded"),
+        };
+        Ok(GameRemovedKeyEntry {
+            table,
+            node: e.node,
+            dead: e.dead,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -129,7 +185,31 @@ mod tests {
             "3 entries in 14 bytes"
         );
         assert_eq!(After::from_u8(2), Some(After::RemovedKeys));
-        assert_eq!(After::from_u8(3), None);
+        assert_eq!(After::from_u8(3), Some(After::GameRemovedKeys));
+        assert_eq!(After::from_u8(4), None);
         assert!(After::Pending < After::RemovedKeys);
+        assert!(After::RemovedKeys < After::GameRemovedKeys);
+    }
+
+    #[test]
+    fn game_entries_name_only_globals_or_loaded() {
+        for table in [GameTable::Globals, GameTable::Loaded] {
+            let e = GameRemovedKeyEntry {
+                table,
+                node: 5,
+                dead: false,
+            };
+            let mut w = Writer::default();
+            e.encode(&mut w);
+            assert_eq!(GameRemovedKeyEntry::decode(&mut Reader::new(&w.buf)), Ok(e));
+        }
+        let mut w = Writer::default();
+        RemovedKeyEntry {
+            table: 2,
+            node: 0,
+            dead: true,
+        }
+        .encode(&mut w);
+        assert!(GameRemovedKeyEntry::decode(&mut Reader::new(&w.buf)).is_err());
     }
 }

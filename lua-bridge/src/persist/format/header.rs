@@ -7,7 +7,7 @@ use xxhash_rust::xxh3::xxh3_64;
 /// Identifies a save-game.
 pub const MAGIC: &[u8; 8] = b"LUASNAPS";
 /// Version of this format. Files of other versions are refused with a clear error.
-pub const FORMAT_VERSION: u16 = 10;
+pub const FORMAT_VERSION: u16 = 11;
 /// The first format whose whole-game saves may carry, after the root, the objects awaiting
 /// finalization that nothing else reaches ([`Pending`](super::Pending)).
 pub const PENDING_FORMAT: u16 = 9;

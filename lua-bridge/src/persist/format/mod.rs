@@ -21,6 +21,7 @@
 //!   Pending (varint n > 0) value{n}  (each a new table or userdata, or a Ref);
 //!   from format 10 on, the parts after the root are tagged (after.rs):
 //!   (After::Pending Pending value{n})? (After::RemovedKeys RemovedKeys (RemovedKeyEntry key){n})?
+//!   and from format 11 on (After::GameRemovedKeys RemovedKeys (GameRemovedKeyEntry key){n})?
 //! ```
 //!
 //! Fields are varints (LEB128, at most ten bytes), zigzag varints for signed ones (`zz`), `u8`,
@@ -106,6 +107,7 @@ mod value;
 mod wire;
 
 pub use after::{After, RemovedKeyEntry, RemovedKeys, REMOVED_KEYS_FORMAT};
+pub use after::{GameRemovedKeyEntry, GameTable, GAME_REMOVED_KEYS_FORMAT};
 pub use header::{
     check_head, min_strref_len, open, reseal, HeaderError, Opened, FLAG_BYTECODE,
     FLAG_QUOTED_PLACES, FLAG_SOURCE, FORMAT_VERSION, HEADER_LEN, LUA_RELEASE, MAGIC,

@@ -8,11 +8,11 @@
 //! step) checks the layout against the table's entries and places nothing unless it matches,
 //! so a forged layout can only make a load fail.
 
+use super::csrc::{luasnap_hash_seed, luasnap_table_add_removed, reserve};
 use super::csrc::{
     luasnap_relayout_memo_limit, luasnap_relayout_memo_size, luasnap_table_resize_nodes,
 };
 use super::csrc::{luasnap_relayout_scratch, luasnap_table_nodes, luasnap_table_relayout};
-use super::csrc::{luasnap_table_add_removed, luasnap_table_seal_removed, reserve};
 use super::ids::push_obj;
 use super::limits::COLLISIONS;
 use super::loader::{Fail, Loader};
@@ -214,6 +214,13 @@ const BLOB_STEPS_PER_NODE: u64 = 64;
 /// entries (another hash seed, a library the loading VM has and the saving one had not)
 /// changes nothing but perhaps the hash part's size.
 ///
+/// Where the layout did not apply, the removed entries' keys the blob holds go in by
+/// insertion, as entries being removed (`luasnap_table_add_removed`), and the caller seals
+/// them (`luasnap_table_seal_removed`) once the keys the file gives after its root
+/// (`give_game_removed_keys`) went in too. So that they find free nodes without a rehash, the
+/// hash part first grows, if it must, to hold the table's entries and every removed entry the
+/// layout has (its codes 1 and 2): at most the layout's node count more than the entries.
+///
 /// # Safety
 /// A protected context of a VM built by this crate (a resize may raise a memory error);
 /// `idx` the absolute index of a table.
@@ -253,18 +260,29 @@ pub(crate) unsafe fn relayout_blob(L: *mut lua_State, idx: std::ffi::c_int, blob
         links.push(node.link);
     }
     let used = codes.iter().filter(|&&c| c != 0).count() as u64;
+    let removed = codes
+        .iter()
+        .filter(|&&c| c == LayoutNode::KEY_ELSEWHERE || c == LayoutNode::REMOVED)
+        .count() as u64;
     let whole = codes.len() == h.size as usize && r.pos == blob.len();
     // SAFETY: protected context; idx is a table (callers' contract).
-    let (entries, nodes) = unsafe { (entries(L, idx), luasnap_table_nodes(L, idx)) };
+    let (entries, nodes, seed) = unsafe {
+        (
+            entries(L, idx),
+            luasnap_table_nodes(L, idx),
+            luasnap_hash_seed(L),
+        )
+    };
     // Resized only to hold every entry (a hash part smaller than its entries drops some as
     // they are reinserted: an outside tester's forged 2-node layout emptied `_G`), and back
-    // if the layout is then refused.
+    // if the layout is then refused; not at all under another hash seed, where the C side
+    // refuses the layout first.
     let fits = entries <= h.size as u64;
     // SAFETY: protected context; idx is a table (callers' contract). The C side checks the
     // layout against the table, neither allocates nor raises, and walks at most the memo's
     // limit of chain nodes.
     let rc = unsafe {
-        if whole && fits && used * 4 >= h.size as u64 {
+        if whole && fits && used * 4 >= h.size as u64 && h.seed == seed {
             if nodes != h.size {
                 luasnap_table_resize_nodes(L, idx, h.size);
             }
@@ -294,9 +312,19 @@ pub(crate) unsafe fn relayout_blob(L: *mut lua_State, idx: std::ffi::c_int, blob
             -1
         }
     };
-    // Where the layout did not apply, the removed entries' keys go in by insertion.
+    if rc != 0 && removed > 0 {
+        // Room for the removed keys (the blob's and those after the root, one per code-1
+        // node): Lua's insertion without a rehash needs a free node for each. Bounded by the
+        // blob's node count, itself at most the blob's length.
+        let need = entries + removed;
+        if need > nodes as u64 && need <= 1 << 30 {
+            // SAFETY: protected context (a memory error is raised there); idx a table.
+            unsafe { luasnap_table_resize_nodes(L, idx, (need as u32).next_power_of_two()) };
+        }
+    }
+    // Where the layout did not apply, the blob's removed entries' keys go in by insertion.
     // SAFETY: protected context, room reserved; the keys table at top + 1, idx a table
-    // (callers' contract); neither C call allocates nor raises.
+    // (callers' contract); luasnap_table_add_removed neither allocates nor raises.
     unsafe {
         if rc != 0 && nkeys > 0 {
             for i in 1..=nkeys {
@@ -304,7 +332,6 @@ pub(crate) unsafe fn relayout_blob(L: *mut lua_State, idx: std::ffi::c_int, blob
                 luasnap_table_add_removed(L, idx, -1, 0);
                 ffi::lua_settop(L, -2);
             }
-            luasnap_table_seal_removed(L, idx);
         }
     }
     // SAFETY: pops the keys table, if made.

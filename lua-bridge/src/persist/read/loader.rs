@@ -130,6 +130,11 @@ pub(crate) struct Loader<'a> {
     /// count, and whether they were given removed keys to seal when the walk ends (see
     /// `removed.rs`).
     pub(super) unlaid: HashMap<u32, bool>,
+    /// The removed keys the file gives the loading VM's own `_G` and `package.loaded` (a
+    /// registry reference to the list `Loader::game_removed_keys` read, format 11), for the
+    /// whole-game restore; whoever takes the loader's outcome releases it
+    /// (`LoadOutcome::take_game_removed`).
+    pub game_removed: Option<std::ffi::c_int>,
     /// Permanents the load's options do not allow, met so far: the first `REFUSED_NAMES`
     /// (printable), how many more, each name once, and where the first was (see
     /// `Loader::refused_permanents`).

@@ -82,6 +82,7 @@ pub(crate) use loader::Loader;
 #[cfg(any(test, feature = "fuzzing"))]
 pub use open::{last_load_frame_check_reads, last_load_open_upvalue_walks};
 pub(crate) use proto::proto_tree;
+pub(crate) use removed::{give_game_removed_keys, seal_game_table};
 
 use crate::bridge::ffi::UserDataType;
 use crate::persist::budget::LoadBudget;
@@ -165,6 +166,7 @@ impl<'a> Loader<'a> {
             idents: Idents::default(),
             finals: Default::default(),
             unlaid: Default::default(),
+            game_removed: None,
             refused: Vec::new(),
             refused_more: 0,
             refused_seen: Default::default(),

@@ -168,23 +168,24 @@ impl LayoutBufs {
     }
 }
 
-/// The layout blob of the table `t` (what a table's record ends with after `Tag::Layout`),
-/// or None when its keys allow none or need none. For the tables a whole-game save does not
-/// write as such: `_G` and `package.loaded`, whose entries a load sets into the loading VM's
-/// own tables (`persist::game`).
+/// Puts into `out` the layout blob of the table `t` (what a table's record ends with after
+/// `Tag::Layout`) and returns true, or returns false when its keys allow none or need none.
+/// For the tables a whole-game save does not write as such: `_G` and `package.loaded`, whose
+/// entries a load sets into the loading VM's own tables (`persist::game`).
 ///
 /// # Safety
 /// `t` is a live table; no Lua code runs meanwhile.
-pub(crate) unsafe fn layout_blob(L: *mut lua_State, t: *const c_void) -> Option<Vec<u8>> {
+pub(crate) unsafe fn layout_blob(L: *mut lua_State, t: *const c_void, out: &mut Vec<u8>) -> bool {
     let mut bufs = LayoutBufs::default();
     // SAFETY: t is live (callers' contract).
     let lay = unsafe { bufs.query(L, t) };
     if lay.n == 0 {
-        return None;
+        return false;
     }
     // SAFETY: lay describes t, live, and nothing ran since (callers' contract).
     unsafe { bufs.encode(L, t, &lay) };
-    Some(std::mem::take(&mut bufs.blob.buf))
+    *out = std::mem::take(&mut bufs.blob.buf);
+    true
 }
 
 /// Appends the key of node `i` of the table `t`, a removed entry's (a number, boolean or

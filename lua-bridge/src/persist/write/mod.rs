@@ -77,6 +77,7 @@ mod userdata;
 
 pub(crate) use layout::layout_blob;
 pub(crate) use persister::Persister;
+pub(crate) use removed::{game_removed_nodes, GameRemovedNode};
 
 use super::slots::Slots;
 use csrc::{luasnap_anchor, luasnap_gc_stopem};
@@ -123,7 +124,12 @@ impl Persister<'_> {
             unsafe { self.pending_finalizers(L, s)? };
         }
         // SAFETY: Protected, everything written, the collector stopped (callers' contract).
-        unsafe { self.removed_keys(L, s) }
+        unsafe { self.removed_keys(L, s)? };
+        if self.game {
+            // SAFETY: as above.
+            unsafe { self.game_removed_keys(L, s)? };
+        }
+        Ok(())
     }
 
     /// Gives the identity of every permanent that is an object an entry in the id table

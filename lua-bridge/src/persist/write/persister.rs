@@ -6,6 +6,7 @@
 use super::super::format::Writer;
 use super::super::options::PersistOptions;
 use super::super::slots::Slots;
+use super::removed::GameRemovedNode;
 use super::scratch::Scratch;
 use crate::bridge::ffi::UserDataType;
 use mlua_sys::{self as ffi, lua_State};
@@ -63,6 +64,9 @@ pub(crate) struct Persister<'a> {
     /// Whether the value is a whole-game save's root, after which the objects awaiting
     /// finalization that it does not reach are written (`finals.rs`).
     pub game: bool,
+    /// For a whole-game save, the code-1 nodes of `_G` and `package.loaded` its root's
+    /// layouts describe, whose keys follow the other tables' (`removed.rs`).
+    pub game_removed: Vec<GameRemovedNode>,
 }
 
 impl Drop for Persister<'_> {
@@ -95,6 +99,7 @@ impl<'a> Persister<'a> {
             dump: Vec::new(),
             marks: Default::default(),
             game: false,
+            game_removed: Vec::new(),
         }
     }
 }

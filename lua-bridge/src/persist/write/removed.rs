@@ -9,8 +9,15 @@
 //! or a string a collection cleared) may have no id yet; so the keys come here, after every
 //! object has its id. A key no object or string written has stays without one: nothing the
 //! file holds can look it up.
+//!
+//! A whole-game save does the same for the loading VM's own `_G` and `package.loaded`, whose
+//! layouts its root carries (`persist::game`): their code-1 nodes are described with those
+//! layouts ([`game_removed_nodes`]) and their keys written after the other tables'
+//! ([`After::GameRemovedKeys`], format 11).
 
-use super::super::format::{After, RemovedKeyEntry, RemovedKeys, Scalar};
+use super::super::format::{
+    After, GameRemovedKeyEntry, GameTable, RemovedKeyEntry, RemovedKeys, Scalar,
+};
 use super::csrc::{luasnap_push_node_key, luasnap_table_removed_keys};
 use super::ids::{IdSpace, ObjState};
 use super::persister::{Fail, Persister};
@@ -22,7 +29,143 @@ use std::ffi::c_void;
 const RK_DEAD: u8 = 0;
 const RK_CFUNC: u8 = 2;
 
+/// A code-1 node of `_G` or `package.loaded` (see `luasnap_table_removed_keys`), described
+/// together with the layout the game root carries for that table, so that the node indices
+/// match it whatever runs before the keys are written (a finalizer may change the tables).
+/// `key` is an identity only, never read through.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct GameRemovedNode {
+    table: GameTable,
+    node: u32,
+    key: *const c_void,
+    kind: u8,
+}
+
+/// Appends the code-1 nodes of the table `t` (the live `_G` or `package.loaded`, `table`) to
+/// `out`.
+///
+/// # Safety
+/// `t` is a live table; no Lua code runs meanwhile. Allocates host memory only.
+pub(crate) unsafe fn game_removed_nodes(
+    t: *const c_void,
+    table: GameTable,
+    out: &mut Vec<GameRemovedNode>,
+) {
+    let (mut nodes, mut ptrs, mut kinds) = (Vec::new(), Vec::new(), Vec::new());
+    loop {
+        let cap = nodes.len();
+        // SAFETY: the three buffers hold `cap` entries each; t is live (callers' contract);
+        // reads only.
+        let n = unsafe {
+            luasnap_table_removed_keys(
+                t,
+                nodes.as_mut_ptr(),
+                ptrs.as_mut_ptr(),
+                kinds.as_mut_ptr(),
+                cap as u32,
+            )
+        } as usize;
+        if n <= cap {
+            for i in 0..n {
+                out.push(GameRemovedNode {
+                    table,
+                    node: nodes[i],
+                    key: ptrs[i],
+                    kind: kinds[i],
+                });
+            }
+            return;
+        }
+        nodes.resize(n, 0);
+        ptrs.resize(n, std::ptr::null());
+        kinds.resize(n, 0);
+    }
+}
+
 impl Persister<'_> {
+    /// Writes the keys of the code-1 nodes of `_G` and `package.loaded` described with their
+    /// layouts ([`GameRemovedNode`]), if any (`After::GameRemovedKeys`): each key looked up
+    /// among the objects and strings written, or a library C function named, as
+    /// [`Persister::removed_keys`] does; a key that is neither is left out.
+    ///
+    /// # Safety
+    /// As for [`Persister::removed_keys`].
+    pub(super) unsafe fn game_removed_keys(
+        &mut self,
+        L: *mut lua_State,
+        s: Slots,
+    ) -> Result<(), Fail> {
+        let nodes = std::mem::take(&mut self.game_removed);
+        let start = self.w.buf.len();
+        let mut n = 0u64;
+        for g in &nodes {
+            let at = self.w.buf.len();
+            GameRemovedKeyEntry {
+                table: g.table,
+                node: g.node,
+                dead: g.kind == RK_DEAD,
+            }
+            .encode(&mut self.w);
+            let written = self.key_ref(g.key)
+                || (g.kind == RK_CFUNC
+                    && self.sc.refs.obj_state(g.key) == ObjState::Permanent
+                    // SAFETY: Protected; g.key is the address of a light C function (the
+                    // node's key bits, kind LS_RK_CFUNC), pushed only to be looked up among
+                    // the permanents by address, never called.
+                    && unsafe {
+                        ffi::lua_checkstack(L, 4);
+                        ffi::lua_pushcfunction(
+                            L,
+                            std::mem::transmute::<*const c_void, ffi::lua_CFunction>(g.key),
+                        );
+                        self.permanent_or_pop(L, s)
+                    });
+            if written {
+                n += 1;
+            } else {
+                self.w.buf.truncate(at);
+            }
+        }
+        self.game_removed = nodes;
+        if n > 0 {
+            let entries = self.w.buf.split_off(start);
+            self.w.buf.push(After::GameRemovedKeys as u8);
+            RemovedKeys(n).encode(&mut self.w);
+            self.w.buf.extend_from_slice(&entries);
+        }
+        Ok(())
+    }
+
+    /// Writes the key whose identity is `p` as a reference, if it is an object or string
+    /// written; returns whether it did.
+    fn key_ref(&mut self, p: *const c_void) -> bool {
+        if let Some(id) = self.sc.refs.get(p, IdSpace::Obj) {
+            Scalar::<&[u8]>::Ref(id as u64).encode(&mut self.w);
+            return true;
+        }
+        if let Some(sid) = self.sc.refs.get(p, IdSpace::Str) {
+            Scalar::<&[u8]>::StrRef(sid as u64).encode(&mut self.w);
+            return true;
+        }
+        false
+    }
+
+    /// Writes the permanent on top by its name and pops it; returns false, writing nothing,
+    /// when it is none (popped too).
+    ///
+    /// # Safety
+    /// Protected; a value on top and room for what `permanent` pushes.
+    unsafe fn permanent_or_pop(&mut self, L: *mut lua_State, s: Slots) -> bool {
+        // SAFETY: callers' contract; `permanent` pops the value when it writes it.
+        unsafe {
+            if self.permanent(L, s) {
+                return true;
+            }
+            ffi::lua_pop(L, 1);
+        }
+        false
+    }
+
     /// Writes the keys of the code-1 nodes of the tables `end_table` listed, if any
     /// (`After::RemovedKeys`). Each table is read as it is now, and each key looked up among
     /// the objects and strings written: a dead key's identity is an address only (its object
@@ -114,12 +257,7 @@ impl Persister<'_> {
         p: *const c_void,
         kind: u8,
     ) -> bool {
-        if let Some(id) = self.sc.refs.get(p, IdSpace::Obj) {
-            Scalar::<&[u8]>::Ref(id as u64).encode(&mut self.w);
-            return true;
-        }
-        if let Some(sid) = self.sc.refs.get(p, IdSpace::Str) {
-            Scalar::<&[u8]>::StrRef(sid as u64).encode(&mut self.w);
+        if self.key_ref(p) {
             return true;
         }
         if kind != RK_CFUNC || self.sc.refs.obj_state(p) != ObjState::Permanent {
@@ -127,16 +265,11 @@ impl Persister<'_> {
         }
         // A library C function not written yet: by its name.
         // SAFETY: Protected; room for the key and what `permanent` pushes; the node's key is
-        // a light C function (callers' contract); `permanent` pops it when it writes it, else
-        // it is popped here.
+        // a light C function (callers' contract).
         unsafe {
             ffi::lua_checkstack(L, 4);
             luasnap_push_node_key(L, t, node);
-            if self.permanent(L, s) {
-                return true;
-            }
-            ffi::lua_pop(L, 1);
+            self.permanent_or_pop(L, s)
         }
-        false
     }
 }
