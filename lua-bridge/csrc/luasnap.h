@@ -430,7 +430,8 @@ int luasnap_table_removed_key(lua_State *L, int tidx, uint32_t node, int kidx, i
 int luasnap_removed_key_kind(lua_State *L, int kidx, int dead);
 /* Where a table's layout did not apply: puts the key at kidx into the table at tidx as an
 ** entry being removed (a placeholder value until luasnap_table_seal_removed), so `next` finds
-** it; dead: it becomes a dead key then. 0 inserted; 1 skipped (the table holds the key in a
+** it (in the lowest free node where Lua's insertion picks a free node for it, so a loop
+** suspended at it visits the most entries after it); dead: it becomes a dead key then. 0 inserted; 1 skipped (the table holds the key in a
 ** node already, the key takes no node, or the table has no room without growing). The
 ** caller reserves two stack slots. */
 int luasnap_table_add_removed(lua_State *L, int tidx, int kidx, int dead);
