@@ -485,11 +485,11 @@ fn repeated_strings_are_written_once_and_format_1_files_still_load() {
             .unwrap(),
         vec![Value::String(b"abcdabcd abcdab".to_vec())]
     );
-    // Format 11 is refused, naming what this build reads.
-    v1[8..10].copy_from_slice(&11u16.to_le_bytes());
+    // Format 12 is refused, naming what this build reads.
+    v1[8..10].copy_from_slice(&12u16.to_le_bytes());
     let err = a.unpersist(&v1, "x", Trust::Own).unwrap_err().to_string();
     assert!(
-        err.contains("format 11 is not supported") && err.contains("1 to 10"),
+        err.contains("format 12 is not supported") && err.contains("1 to 11"),
         "{err}"
     );
     // A hostile reference to a string that was never written is a clear error.
@@ -999,10 +999,10 @@ fn bad_headers_get_clear_errors() {
         (
             {
                 let mut v = good.clone();
-                v[8] = 11;
+                v[8] = 12;
                 v
             },
-            "format 11 is not supported",
+            "format 12 is not supported",
         ),
         (
             {

@@ -129,11 +129,11 @@ impl Loader<'_> {
         let decoded = RemovedKeys::decode(&mut self.r);
         let RemovedKeys(n) = self.record(decoded)?;
         // SAFETY: protected context (callers' contract); room for the list, the key and what
-        // reading it pushes. n is at most the bytes left over five, so the list's array
-        // part is bounded by the file.
+        // reading it pushes. Not presized by the count the file claims: the list grows with
+        // the entries read, each at least five bytes of the file.
         unsafe {
             reserve(L, 12);
-            ffi::lua_createtable(L, (n as i64 * GAME_ENTRY).min(i32::MAX as i64) as i32, 0);
+            ffi::lua_createtable(L, 0, 0);
         }
         for i in 0..n as ffi::lua_Integer {
             let decoded = GameRemovedKeyEntry::decode(&mut self.r);

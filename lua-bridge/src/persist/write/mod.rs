@@ -77,7 +77,8 @@ mod userdata;
 
 pub(crate) use layout::layout_blob;
 pub(crate) use persister::Persister;
-pub(crate) use removed::{game_removed_nodes, GameRemovedNode};
+pub(crate) use removed::game_removed_nodes;
+pub(crate) use scratch::GameRemovedNode;
 
 use super::slots::Slots;
 use csrc::{luasnap_anchor, luasnap_gc_stopem};

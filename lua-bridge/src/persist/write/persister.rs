@@ -6,8 +6,7 @@
 use super::super::format::Writer;
 use super::super::options::PersistOptions;
 use super::super::slots::Slots;
-use super::removed::GameRemovedNode;
-use super::scratch::Scratch;
+use super::scratch::{GameRemovedNode, Scratch};
 use crate::bridge::ffi::UserDataType;
 use mlua_sys::{self as ffi, lua_State};
 use rustc_hash::FxHashMap as HashMap;

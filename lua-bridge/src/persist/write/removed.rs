@@ -21,6 +21,7 @@ use super::super::format::{
 use super::csrc::{luasnap_push_node_key, luasnap_table_removed_keys};
 use super::ids::{IdSpace, ObjState};
 use super::persister::{Fail, Persister};
+use super::scratch::GameRemovedNode;
 use crate::persist::slots::Slots;
 use mlua_sys::{self as ffi, lua_State};
 use std::ffi::c_void;
@@ -28,18 +29,6 @@ use std::ffi::c_void;
 /// The kinds of `luasnap_table_removed_keys` (csrc/luasnap.h `LS_RK_*`).
 const RK_DEAD: u8 = 0;
 const RK_CFUNC: u8 = 2;
-
-/// A code-1 node of `_G` or `package.loaded` (see `luasnap_table_removed_keys`), described
-/// together with the layout the game root carries for that table, so that the node indices
-/// match it whatever runs before the keys are written (a finalizer may change the tables).
-/// `key` is an identity only, never read through.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct GameRemovedNode {
-    table: GameTable,
-    node: u32,
-    key: *const c_void,
-    kind: u8,
-}
 
 /// Appends the code-1 nodes of the table `t` (the live `_G` or `package.loaded`, `table`) to
 /// `out`.

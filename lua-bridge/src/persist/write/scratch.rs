@@ -2,7 +2,7 @@
 //! buffers. The kinds' files that fill each part (`table.rs`, `layout.rs`, `proto.rs`, ...)
 //! import it; it imports none of them.
 
-use super::super::format::Writer;
+use super::super::format::{GameTable, Writer};
 use super::csrc::{RawVal, ScanEntry};
 use super::frame::{Frame, Seg};
 use super::ids::IdMap;
@@ -11,6 +11,18 @@ use rustc_hash::FxHashMap as HashMap;
 use std::ffi::{c_int, c_void};
 
 /// Table entries described per `luasnap_table_scan` call.
+/// A code-1 node of `_G` or `package.loaded` (see `luasnap_table_removed_keys`), described
+/// together with the layout the game root carries for that table, so that the node indices
+/// match it whatever runs before the keys are written (a finalizer may change the tables).
+/// `key` is an identity only, never read through.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct GameRemovedNode {
+    pub(super) table: GameTable,
+    pub(super) node: u32,
+    pub(super) key: *const c_void,
+    pub(super) kind: u8,
+}
+
 pub(super) const SCAN_BATCH: usize = 64;
 
 /// Upvalues a Lua closure can have (Lua's MAXUPVAL).
