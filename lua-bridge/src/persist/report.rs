@@ -84,6 +84,18 @@ pub struct LoadReport {
     /// replacement (see "Renamed and removed functions" in `docs/updates.md`). Each is also
     /// counted as what its code is: unchanged, moved or rebound.
     pub renamed: Vec<RenamedFunction>,
+    /// Unnamed functions (`G.init > (function #1)`) whose saved code this version has, at
+    /// the same lines or moved, only at another rank among the unnamed functions of the same
+    /// enclosing function (an update added an unnamed function above them): bound to that
+    /// one, by its code, not to the function now at their saved rank. `to` is this version's
+    /// place. Each is also counted as unchanged or moved.
+    pub relocated: Vec<RenamedFunction>,
+    /// Unnamed functions bound by their rank among the unnamed functions of their enclosing
+    /// function to one whose code differs from the saved code, this version having no other
+    /// unnamed function there with exactly the saved code (or several): the binding by rank
+    /// is a guess, which the report shows. Each is also in `rebound`. Name such callbacks
+    /// (see "What "the same place" is" in `docs/updates.md`).
+    pub unnamed_rebound: Vec<SavedFunction>,
     /// Functions new in this version not added (the Lua stack could not hold their
     /// upvalues while they were bound).
     pub not_added: Vec<String>,
@@ -112,6 +124,41 @@ impl LoadReport {
                 "{} rebound to this version ({})",
                 self.rebound.len(),
                 list(&self.rebound)
+            ));
+        }
+        if !self.unnamed_rebound.is_empty() {
+            parts.push(format!(
+                "{} of them unnamed, bound by their rank to a function with other code: check it is the same callback, or name it ({})",
+                self.unnamed_rebound.len(),
+                list(&self.unnamed_rebound)
+            ));
+        }
+        if !self.relocated.is_empty() {
+            let shown: Vec<String> = self
+                .relocated
+                .iter()
+                .take(4)
+                .map(|f| {
+                    let s = &f.saved;
+                    format!(
+                        "{} at {} ({}:{})",
+                        s.place,
+                        f.to,
+                        s.chunk,
+                        s.now.unwrap_or(s.line)
+                    )
+                })
+                .collect();
+            let more = self.relocated.len().saturating_sub(4);
+            parts.push(format!(
+                "{} unnamed found by their code at another rank ({}{})",
+                self.relocated.len(),
+                shown.join(", "),
+                if more > 0 {
+                    format!(", and {more} more")
+                } else {
+                    String::new()
+                }
             ));
         }
         if !self.moved.is_empty() {

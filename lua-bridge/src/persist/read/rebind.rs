@@ -47,7 +47,7 @@ use super::loader::{Fail, Loader};
 use super::state::{Binding, Current, ModuleVar, Rebinding, Rebound};
 use crate::persist::error::Accept;
 use crate::persist::place::{each_place, family_key, upvalue_map, upvalue_names};
-use crate::persist::report::{LoadReport, SavedFunction};
+use crate::persist::report::{LoadReport, RenamedFunction, SavedFunction};
 use crate::persist::slots::Slots;
 use mlua_sys::{self as ffi, lua_State};
 use std::collections::{HashMap, HashSet};
@@ -146,6 +146,27 @@ unsafe fn share_from(L: *mut lua_State, s: Slots, id: u32, slot: c_int, holder: 
     }
 }
 
+/// Whether a place's last name is that of an unnamed function (`(function #k)`).
+fn is_unnamed(name: &[u8]) -> bool {
+    name.starts_with(b"(function #")
+}
+
+/// Whether prototype `p` is the code with fingerprint `hash` defined at `line`: at those lines,
+/// or moved alike.
+///
+/// # Safety
+/// `p` is a live prototype.
+unsafe fn same_code_at(p: *const c_void, hash: u64, line: u64) -> bool {
+    // SAFETY: callers' contract; reads only.
+    unsafe {
+        if luasnap_proto_hash(p) == hash {
+            return true;
+        }
+        let now = luasnap_proto_line(p).max(0) as u64;
+        now != line && luasnap_proto_hash_shifted(p, line as i64 - now as i64) == hash
+    }
+}
+
 /// The state of a walk over the game's closures (`Loader::look_up_game_holders`).
 struct ClosureWalk {
     /// The prototypes looked for.
@@ -232,7 +253,52 @@ impl Loader<'_> {
             file_chunk,
             path,
         } = f;
-        let target = match self.place_target(current, place, hash, line) {
+        let saved_place = place;
+        // A function nested in an unnamed one found at another rank is looked up under it.
+        let moved_under = self.relocated_place(current, place);
+        let lookup: &[Vec<u8>] = moved_under.as_deref().unwrap_or(place);
+        let mut by_rank = false;
+        let mut found = self.place_target(current, lookup, hash, line);
+        let mut relocated = None;
+        if lookup.last().is_some_and(|n| is_unnamed(n)) {
+            let differs = match found {
+                // SAFETY: t is alive (its chunk's main closure is anchored for the load).
+                PlaceTarget::Function(t) => !unsafe { same_code_at(t, hash, line) },
+                PlaceTarget::None => true,
+                PlaceTarget::Shared(_) => false,
+            };
+            if differs {
+                match self.unnamed_by_code(current, lookup, hash, line) {
+                    Some((at, p)) => {
+                        found = PlaceTarget::Function(p);
+                        relocated = Some(at);
+                    }
+                    None => by_rank = matches!(found, PlaceTarget::Function(_)),
+                }
+            }
+        }
+        if let Some(at) = &relocated {
+            self.rb
+                .relocated
+                .insert((current, saved_place.to_vec()), at.clone());
+            // SAFETY: the function found is alive (anchored with its chunk); reads only.
+            let now = match found {
+                PlaceTarget::Function(p) => unsafe { luasnap_proto_line(p) }.max(0) as u64,
+                _ => line,
+            };
+            self.rb.report.relocated.push(RenamedFunction {
+                saved: SavedFunction {
+                    chunk: shown_chunk(chunk),
+                    place: crate::persist::place::display(saved_place),
+                    line,
+                    now: Some(now),
+                },
+                to: crate::persist::place::display(at),
+                replacement: false,
+            });
+        }
+        let place = saved_place;
+        let target = match found {
             PlaceTarget::Function(target) => target,
             PlaceTarget::None => return Ok(None),
             PlaceTarget::Shared(family) => {
@@ -313,6 +379,7 @@ impl Loader<'_> {
             hash,
             same_code: None,
             declared: None,
+            by_rank,
         });
         self.rb.bindings.insert(
             self.protos.len(),
@@ -370,6 +437,70 @@ impl Loader<'_> {
             Some(&p) => PlaceTarget::Function(p),
             None => PlaceTarget::Shared(family.clone()),
         }
+    }
+
+    /// The saved `place` with its longest prefix that is an unnamed function found at another
+    /// rank ([`Rebinding::relocated`]) replaced by this version's place of it; None if no
+    /// prefix was relocated.
+    fn relocated_place(&self, current: usize, place: &[Vec<u8>]) -> Option<Vec<Vec<u8>>> {
+        if self.rb.relocated.is_empty() {
+            return None;
+        }
+        (1..place.len()).rev().find_map(|k| {
+            let at = self.rb.relocated.get(&(current, place[..k].to_vec()))?;
+            let mut p = at.clone();
+            p.extend_from_slice(&place[k..]);
+            Some(p)
+        })
+    }
+
+    /// For a saved unnamed function at `place` (with fingerprint `hash`, defined at `line`)
+    /// whose rank this version gives to other code or to nothing: the one unnamed function
+    /// of the same enclosing function in this version with exactly the saved code (at the
+    /// saved lines; else, if none, moved alike), and its place. None if there is none, or
+    /// several (which one the saved function is cannot be told: it is bound by rank).
+    fn unnamed_by_code(
+        &self,
+        current: usize,
+        place: &[Vec<u8>],
+        hash: u64,
+        line: u64,
+    ) -> Option<(Vec<Vec<u8>>, *const c_void)> {
+        let cur = &self.rb.currents[current];
+        let parent = &place[..place.len() - 1];
+        let mut siblings: Vec<(&Vec<Vec<u8>>, *const c_void)> = cur
+            .places
+            .iter()
+            .filter(|(k, _)| {
+                k.len() == place.len()
+                    && k[..parent.len()] == *parent
+                    && k.last().is_some_and(|n| is_unnamed(n))
+                    && k.as_slice() != place
+            })
+            .map(|(k, &p)| (k, p))
+            .collect();
+        siblings.sort_by(|a, b| a.0.cmp(b.0));
+        // SAFETY: the siblings are alive (their chunk's main closure is anchored); reads only.
+        let exact: Vec<_> = siblings
+            .iter()
+            .filter(|(_, p)| unsafe { luasnap_proto_hash(*p) } == hash)
+            .collect();
+        let pick = match exact.len() {
+            1 => exact[0],
+            0 => {
+                // SAFETY: as above.
+                let moved: Vec<_> = siblings
+                    .iter()
+                    .filter(|(_, p)| unsafe { same_code_at(*p, hash, line) })
+                    .collect();
+                if moved.len() != 1 {
+                    return None;
+                }
+                moved[0]
+            }
+            _ => return None,
+        };
+        Some((pick.0.clone(), pick.1))
     }
 
     /// The refusal of a saved function whose place a family of several reads as (see
@@ -437,6 +568,9 @@ impl Loader<'_> {
                 &mut self.rb.report.rebound
             };
             list.push(rb.function.clone());
+            if rb.by_rank && !rb.moved {
+                self.rb.report.unnamed_rebound.push(rb.function.clone());
+            }
         }
     }
 

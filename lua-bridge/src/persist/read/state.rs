@@ -114,6 +114,9 @@ pub(crate) struct Idents {
     pub(super) shared: bool,
 }
 
+/// A place in a chunk: the names from its main function down (`persist::place`).
+pub(super) type Place = Vec<Vec<u8>>;
+
 /// The state of a load that binds saved functions to this version's
 /// ([`FunctionBinding::Current`](crate::persist::options::FunctionBinding)).
 #[derive(Default)]
@@ -151,6 +154,10 @@ pub(super) struct Rebinding {
     /// Whether the file's places quote keys that are no names (`format::FLAG_QUOTED_PLACES`);
     /// an older file's may read two functions alike (`persist::place`).
     pub(super) quoted_places: bool,
+    /// Saved places of unnamed functions found by their code at another rank among the
+    /// unnamed functions of their enclosing function (`rebind.rs`), by current chunk: the
+    /// saved place and this version's; the functions nested in one are looked up under it.
+    pub(super) relocated: HashMap<(usize, Place), Place>,
 }
 
 /// The VM's current version of a chunk the save names.
@@ -201,6 +208,10 @@ pub(super) struct Rebound {
     /// at its own place, and whether the declaration names a replacement (`G.removed`) rather
     /// than its new place. Messages about the saved code name it, not the target.
     pub(super) declared: Option<(SavedFunction, bool)>,
+    /// Whether it is an unnamed function bound by its rank among the unnamed functions of its
+    /// enclosing function although this version's function there has other code (and no
+    /// unnamed function of this version has exactly the saved code): reported as such.
+    pub(super) by_rank: bool,
 }
 
 /// How the closures of one saved function (a prototype index) are made.

@@ -1,0 +1,192 @@
+//! An outside tester's findings about updates (`/work/coord/stranger/findings.md` 1, 3, 4):
+//! unnamed functions found by their code when an update adds one above them, functions
+//! declared removed with nothing replacing them, and what an own-trust load does with a
+//! function a suspended coroutine runs whose code changed. See `docs/updates.md`.
+
+use luasnap::bridge::persist::{FunctionBinding, LoadOptions, LoadReport, Trust};
+use luasnap::bridge::runtime::{Backend, Game, GameConfig};
+
+fn config(script: &str) -> GameConfig {
+    GameConfig {
+        script: script.into(),
+        chunk_name: "@main.lua".into(),
+        base_address: None,
+        capacity: 256 << 20,
+        step_budget: Some(1_000_000),
+        ..GameConfig::default_game(2, 3)
+    }
+}
+
+fn own() -> LoadOptions {
+    LoadOptions {
+        functions: FunctionBinding::Current,
+        finalizers: true,
+        ..LoadOptions::new(Trust::Own)
+    }
+}
+
+/// Runs `script` for `frames` frames and returns its save.
+fn saved(script: &str, frames: usize) -> Vec<u8> {
+    let mut g = Game::<u8>::new(&config(script), Backend::ArenaFull).unwrap();
+    for _ in 0..frames {
+        g.step(&[0, 0]).unwrap();
+    }
+    g.save_game().unwrap()
+}
+
+/// Loads `save` into `script` (foreign trust unless `opts`), plays a frame; the digest and the
+/// load's report.
+fn continued(script: &str, save: &[u8], opts: Option<&LoadOptions>) -> (Option<i64>, LoadReport) {
+    let mut g: Game = match opts {
+        Some(o) => Game::from_save_with(&config(script), Backend::ArenaFull, save, o),
+        None => Game::from_save(&config(script), Backend::ArenaFull, save),
+    }
+    .unwrap_or_else(|e| panic!("load: {e}"));
+    let report = g.load_report().cloned().unwrap();
+    g.step(&[0, 0]).unwrap();
+    let d = g.game_digest().unwrap();
+    (d, report)
+}
+
+/// Version 1 keeps an unnamed callback in its state.
+const HANDLER_V1: &str = "local G = {} local state
+function G.init(players, seed)
+  state = { t = 0, hs = {} }
+  table.insert(state.hs, function(x) return x + 1 end)
+end
+function G.step(inputs) state.t = state.hs[#state.hs](state.t) end
+function G.digest() return state.t end
+return G";
+
+const V1_LINE: &str = "  table.insert(state.hs, function(x) return x + 1 end)";
+
+/// Version 2 adds another unnamed callback *above* it: the saved `x + 1` closure's place
+/// `G.init > (function #1)` is now the new `x * 1000`; this version still has the saved code,
+/// moved, as `(function #2)`, and the load finds it there by its code.
+#[test]
+fn a_saved_unnamed_callback_keeps_its_code_when_an_update_adds_one_above_it() {
+    let v2 = HANDLER_V1.replace(
+        V1_LINE,
+        "  table.insert(state.hs, function(x) return x * 1000 end)\n  table.insert(state.hs, function(x) return x + 1 end)",
+    );
+    let save = saved(HANDLER_V1, 5);
+    for opts in [None, Some(&own())] {
+        let (d, report) = continued(&v2, &save, opts);
+        assert_eq!(
+            d,
+            Some(6),
+            "the saved `x + 1` handler ran other code; report: {}",
+            report.summary()
+        );
+        assert_eq!(report.relocated.len(), 1, "{}", report.summary());
+        assert_eq!(report.relocated[0].saved.place, "G.init > (function #1)");
+        assert_eq!(report.relocated[0].to, "G.init > (function #2)");
+        assert!(report.unnamed_rebound.is_empty(), "{}", report.summary());
+        let summary = report.summary();
+        assert!(
+            summary.contains("1 unnamed found by their code at another rank (G.init > (function #1) at G.init > (function #2) (main.lua:5))"),
+            "{summary}"
+        );
+    }
+}
+
+/// A function nested in an unnamed one found at another rank is looked up under it: the
+/// save holds the outer callback (first, in the list's array part) and a closure it made.
+#[test]
+fn a_function_nested_in_an_unnamed_callback_is_found_under_its_new_rank() {
+    let v1 = "local G = {} local state
+function G.init(players, seed)
+  state = { t = 0, hs = {} }
+  table.insert(state.hs, function(x) return function() return x + 1 end end)
+  state.hs[2] = state.hs[1](1)
+end
+function G.step(inputs) state.t = state.t + state.hs[2]() end
+function G.digest() return state.t end
+return G";
+    let v2 = v1.replace(
+        "  table.insert(state.hs, function(x) return function() return x + 1 end end)",
+        "  local others = { function(x) return function() return x * 1000 end end }\n  table.insert(state.hs, function(x) return function() return x + 1 end end)",
+    );
+    let save = saved(v1, 5);
+    let (d, report) = continued(&v2, &save, None);
+    assert_eq!(d, Some(12), "{}", report.summary());
+    assert_eq!(report.relocated.len(), 1, "{}", report.summary());
+    assert!(report.unnamed_rebound.is_empty(), "{}", report.summary());
+    assert!(
+        report
+            .moved
+            .iter()
+            .any(|f| f.place == "G.init > (function #1) > (function #1)"),
+        "{}",
+        report.summary()
+    );
+}
+
+/// Two unnamed functions of this version both have the saved code (moved): which one the saved
+/// closure is cannot be told, and it is bound by its rank, as before, to the function now at
+/// its place, with other code; the report says so.
+#[test]
+fn an_unnamed_callback_whose_code_is_there_twice_is_bound_by_rank_and_reported() {
+    let v2 = HANDLER_V1.replace(
+        V1_LINE,
+        "  table.insert(state.hs, function(x) return x * 1000 end)\n  table.insert(state.hs, function(x) return x + 1 end)\n  table.insert(state.hs, function(x) return x + 1 end)",
+    );
+    let save = saved(HANDLER_V1, 5);
+    let (d, report) = continued(&v2, &save, None);
+    assert_eq!(
+        d,
+        Some(5000),
+        "bound by rank to `x * 1000`; {}",
+        report.summary()
+    );
+    assert!(report.relocated.is_empty(), "{}", report.summary());
+    assert_eq!(report.unnamed_rebound.len(), 1, "{}", report.summary());
+    assert_eq!(report.unnamed_rebound[0].place, "G.init > (function #1)");
+    assert!(
+        report.summary().contains("1 of them unnamed, bound by their rank to a function with other code: check it is the same callback, or name it (G.init > (function #1) (main.lua:4))"),
+        "{}",
+        report.summary()
+    );
+}
+
+/// An unnamed callback whose code changed, and this version has it nowhere: bound by rank
+/// (the update changed that callback), reported as such.
+#[test]
+fn an_unnamed_callback_whose_code_changed_is_bound_by_rank_and_reported() {
+    let v2 = HANDLER_V1.replace("x + 1", "x + 2");
+    let save = saved(HANDLER_V1, 5);
+    let (d, report) = continued(&v2, &save, None);
+    assert_eq!(d, Some(7), "{}", report.summary());
+    assert_eq!(report.unnamed_rebound.len(), 1, "{}", report.summary());
+    assert!(report.relocated.is_empty());
+    // Unchanged code at its rank is no guess: nothing reported.
+    let (d, report) = continued(HANDLER_V1, &save, None);
+    assert_eq!(d, Some(6));
+    assert!(report.unnamed_rebound.is_empty() && report.relocated.is_empty());
+}
+
+/// Version 2 removed the callback at the saved rank and has the saved code at another: v1
+/// had two unnamed callbacks, v2 dropped the first, so the saved second's rank (#2) is no
+/// function now; it is found at #1 by its code, under foreign trust too.
+#[test]
+fn an_unnamed_callback_whose_rank_is_gone_is_found_by_its_code() {
+    let v1 = HANDLER_V1.replace(
+        V1_LINE,
+        "  table.insert(state.hs, function(x) return x * 1000 end)\n  table.insert(state.hs, function(x) return x + 1 end)",
+    );
+    let v2 = HANDLER_V1.replace(
+        V1_LINE,
+        "  local unused = 0\n  table.insert(state.hs, function(x) return x + 1 end)",
+    );
+    let save = saved(&v1, 5);
+    let (d, report) = continued(&v2, &save, None);
+    assert_eq!(d, Some(6), "{}", report.summary());
+    assert!(
+        report
+            .relocated
+            .iter()
+            .any(|r| r.saved.place == "G.init > (function #2)" && r.to == "G.init > (function #1)"),
+        "{}",
+        report.summary()
+    );
+}
