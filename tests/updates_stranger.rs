@@ -190,3 +190,88 @@ fn an_unnamed_callback_whose_rank_is_gone_is_found_by_its_code() {
         report.summary()
     );
 }
+
+/// Version 1 of a game with a module-like table holding a function the state references.
+const LOG_V1: &str = "local G = {} local state
+local Log = {}
+function Log.label(x) return 'label ' .. x end
+function Log.count(x) return x + 1 end
+function G.init(players, seed) state = { t = 0, log = Log, f = Log.label } end
+function G.step(inputs) state.t = Log.count(state.t) end
+function G.digest() return state.t end
+function G.call_label() return state.f(1) end
+return G";
+
+/// `Log.label` removed, declared gone (`true`): the save holding it loads (foreign and own
+/// trust) and plays; a call of the saved reference raises an error naming it.
+#[test]
+fn a_function_declared_removed_with_nothing_replacing_it_is_a_stand_in_that_raises() {
+    let v2 = LOG_V1
+        .replace("function Log.label(x) return 'label ' .. x end\n", "")
+        .replace(
+            "function G.call_label() return state.f(1) end\nreturn G",
+            "function G.call_label() return state.f(1) end\nG.removed = { [\"Log.label\"] = true }\nreturn G",
+        );
+    assert!(v2.contains("= true"));
+    let save = saved(LOG_V1, 3);
+    for opts in [None, Some(&own())] {
+        let mut g: Game = match opts {
+            Some(o) => Game::from_save_with(&config(&v2), Backend::ArenaFull, &save, o),
+            None => Game::from_save(&config(&v2), Backend::ArenaFull, &save),
+        }
+        .unwrap_or_else(|e| panic!("load: {e}"));
+        let report = g.load_report().cloned().unwrap();
+        assert_eq!(report.removed.len(), 1, "{}", report.summary());
+        assert_eq!(report.removed[0].place, "Log.label");
+        assert!(
+            report.summary().contains("1 removed as the game declares, nothing replacing them: a call raises an error (Log.label (main.lua:3))"),
+            "{}",
+            report.summary()
+        );
+        g.step(&[0, 0]).unwrap();
+        assert_eq!(g.game_digest().unwrap(), Some(4));
+        let e = g
+            .vm()
+            .exec("return luasnap_game.call_label()", "=test")
+            .expect_err("a call of the removed function must fail");
+        let e = e.to_string();
+        assert!(
+            e.contains("Log.label (main.lua:3) was removed from this version of the game (G.removed[\"Log.label\"] = true)"),
+            "{e}"
+        );
+    }
+}
+
+/// The declaration is checked as the game starts: `true` is accepted, any other value but a
+/// string or false is refused naming the three choices, a method written with ':' too.
+#[test]
+fn a_removal_with_nothing_replacing_it_is_checked_as_the_game_starts() {
+    let with = |decl: &str| LOG_V1.replace("return G", &format!("{decl}\nreturn G"));
+    Game::<u8>::new(
+        &config(&with("G.removed = { [\"Old.f\"] = true }")),
+        Backend::ArenaFull,
+    )
+    .expect("a removal declared with true starts");
+    let e = Game::<u8>::new(
+        &config(&with("G.removed = { [\"Old.f\"] = 1 }")),
+        Backend::ArenaFull,
+    )
+    .map(|_| ())
+    .expect_err("a number is refused")
+    .to_string();
+    assert!(
+        e.contains("true (nothing replaces it: calls raise an error)"),
+        "{e}"
+    );
+    let e = Game::<u8>::new(
+        &config(&with("G.removed = { [\"Old:f\"] = true }")),
+        Backend::ArenaFull,
+    )
+    .map(|_| ())
+    .expect_err("a method with ':' is refused")
+    .to_string();
+    assert!(
+        e.contains("G.removed[\"Old:f\"] = true") && e.contains("':'"),
+        "{e}"
+    );
+}

@@ -44,6 +44,11 @@ pub enum RenameTo {
     /// refused under every trust level (the game says its saved code must not run), naming
     /// the function and this declaration.
     Removed,
+    /// Removed, nothing replaces it (`G.removed = { [from] = true }`): the loaded state's
+    /// references to it become a stand-in function of this binary (no code from the file)
+    /// that raises an error naming the removed function when called, so a save that merely
+    /// holds it loads and plays, and a call fails loudly.
+    Gone,
 }
 
 impl Rename {
@@ -64,6 +69,15 @@ impl Rename {
         }
     }
 
+    /// `from` was removed and nothing replaces it: saved references to it become a function
+    /// that raises an error naming it when called.
+    pub fn gone(from: impl Into<String>) -> Rename {
+        Rename {
+            from: from.into(),
+            to: RenameTo::Gone,
+        }
+    }
+
     /// `from` was removed with no replacement: saves holding it are refused.
     pub fn removed(from: impl Into<String>) -> Rename {
         Rename {
@@ -78,6 +92,7 @@ impl Rename {
             RenameTo::Place(to) => format!("G.renamed[{:?}] = {:?}", self.from, to),
             RenameTo::Replacement(by) => format!("G.removed[{:?}] = {:?}", self.from, by),
             RenameTo::Removed => format!("G.removed[{:?}] = false", self.from),
+            RenameTo::Gone => format!("G.removed[{:?}] = true", self.from),
         }
     }
 
@@ -85,7 +100,7 @@ impl Rename {
     fn to_place(&self) -> Option<&str> {
         match &self.to {
             RenameTo::Place(p) | RenameTo::Replacement(p) => Some(p),
-            RenameTo::Removed => None,
+            RenameTo::Removed | RenameTo::Gone => None,
         }
     }
 }

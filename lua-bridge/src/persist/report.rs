@@ -96,6 +96,10 @@ pub struct LoadReport {
     /// is a guess, which the report shows. Each is also in `rebound`. Name such callbacks
     /// (see "What "the same place" is" in `docs/updates.md`).
     pub unnamed_rebound: Vec<SavedFunction>,
+    /// Functions the game declares removed with nothing replacing them (`G.removed = {
+    /// ["Log.label"] = true }`): the loaded state's references to them are a stand-in that
+    /// raises an error naming the function when called.
+    pub removed: Vec<SavedFunction>,
     /// Functions new in this version not added (the Lua stack could not hold their
     /// upvalues while they were bound).
     pub not_added: Vec<String>,
@@ -180,6 +184,13 @@ impl LoadReport {
                 } else {
                     String::new()
                 }
+            ));
+        }
+        if !self.removed.is_empty() {
+            parts.push(format!(
+                "{} removed as the game declares, nothing replacing them: a call raises an error ({})",
+                self.removed.len(),
+                list(&self.removed)
             ));
         }
         if !self.kept.is_empty() {

@@ -11,7 +11,8 @@ use crate::persist::{Rename, RenameTo};
 use std::collections::{HashMap, HashSet};
 
 /// Reads both tables: on success `true` and then (kind, from, to) for each entry, kind `n`
-/// (renamed), `r` (removed, replaced by `to`) or `x` (removed, no replacement); else `false`
+/// (renamed), `r` (removed, replaced by `to`), `g` (removed, nothing replaces it: a stand-in
+/// raises) or `x` (removed, saves holding it refused); else `false`
 /// and why, in the game's words.
 const READ: &str = r#"
 local out = { true }
@@ -31,9 +32,11 @@ local function each(field, removal)
       out[#out + 1] = removal and 'r' or 'n'; out[#out + 1] = k; out[#out + 1] = v
     elseif removal and v == false then
       out[#out + 1] = 'x'; out[#out + 1] = k; out[#out + 1] = ''
+    elseif removal and v == true then
+      out[#out + 1] = 'g'; out[#out + 1] = k; out[#out + 1] = ''
     else
       return 'G.' .. field .. '[' .. string.format('%q', k) .. '] must be '
-        .. (removal and 'the place of the function of this version that replaces it (a string such as "Entity.take_damage"), or false (saves holding it are refused)'
+        .. (removal and 'the place of the function of this version that replaces it (a string such as "Entity.take_damage"), true (nothing replaces it: calls raise an error), or false (saves holding it are refused)'
                      or 'the place of the function in this version (a string such as "Entity.take_damage")')
         .. ', got a ' .. type(v)
     end
@@ -63,6 +66,7 @@ pub(super) fn declared_renames(vm: &Vm) -> Result<Result<Vec<Rename>, String>, V
                     match text(&e[0]).as_str() {
                         "n" => Rename::renamed(from, to),
                         "r" => Rename::replaced(from, to),
+                        "g" => Rename::gone(from),
                         _ => Rename::removed(from),
                     }
                 })

@@ -201,7 +201,8 @@ impl Loader<'_> {
                 file_chunk: c,
                 path: &path,
             };
-            if let Some(p) = self.bind_declared(current, &f, saved)? {
+            // SAFETY: callers' contract.
+            if let Some(p) = unsafe { self.bind_declared(L, s, current, &f, saved)? } {
                 self.protos.push(p);
                 return Ok(p);
             }

@@ -380,6 +380,7 @@ impl Loader<'_> {
             same_code: None,
             declared: None,
             by_rank,
+            removed: false,
         });
         self.rb.bindings.insert(
             self.protos.len(),
@@ -394,6 +395,61 @@ impl Loader<'_> {
                 // Every closure is rebound (or the load refused).
                 self.report_rebound(self.rb.rebounds.len() - 1);
                 Ok(Some(target))
+            }
+        }
+    }
+
+    /// Binds the saved function `f`, which the game declares removed with nothing replacing
+    /// it, to the stand-in `target` (this binary's code, no upvalues: `renamed.rs`) as a
+    /// rebound function with other code is bound: its closures become closures of the
+    /// stand-in (an own load makes them of the saved code and binds them when the walk is
+    /// over; one a suspended coroutine runs keeps its saved code, as for any changed
+    /// function). Returns the prototype to make its closures of.
+    pub(super) fn bind_stand_in(
+        &mut self,
+        current: usize,
+        f: &SavedProto<'_>,
+        saved: Option<*const c_void>,
+        target: *const c_void,
+        saved_fn: SavedFunction,
+    ) -> *const c_void {
+        let at_once = saved.is_none();
+        self.rb.rebounds.push(Rebound {
+            target,
+            current,
+            saved_n: f.ups.len(),
+            target_n: 0,
+            from_saved: Vec::new(),
+            to_target: vec![None; f.ups.len()],
+            saved_names: f.ups.clone(),
+            function: SavedFunction {
+                place: "(a stand-in that raises an error)".into(),
+                ..saved_fn.clone()
+            },
+            reported: false,
+            moved: false,
+            saved_code: !at_once,
+            chunk: f.file_chunk,
+            path: f.path.to_vec(),
+            hash: f.hash,
+            same_code: None,
+            declared: Some((saved_fn, true)),
+            by_rank: false,
+            removed: true,
+        });
+        let r = self.rb.rebounds.len() - 1;
+        self.rb.bindings.insert(
+            self.protos.len(),
+            Binding {
+                rebound: Some(r),
+                current: Some(current),
+            },
+        );
+        match saved {
+            Some(saved) => saved,
+            None => {
+                self.report_rebound(r);
+                target
             }
         }
     }
@@ -562,12 +618,17 @@ impl Loader<'_> {
         let rb = &mut self.rb.rebounds[r];
         if !rb.reported {
             rb.reported = true;
-            let list = if rb.moved {
+            let list = if rb.removed {
+                &mut self.rb.report.removed
+            } else if rb.moved {
                 &mut self.rb.report.moved
             } else {
                 &mut self.rb.report.rebound
             };
-            list.push(rb.function.clone());
+            list.push(match (&rb.declared, rb.removed) {
+                (Some((saved, _)), true) => saved.clone(),
+                _ => rb.function.clone(),
+            });
             if rb.by_rank && !rb.moved {
                 self.rb.report.unnamed_rebound.push(rb.function.clone());
             }

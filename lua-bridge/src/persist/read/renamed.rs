@@ -6,11 +6,14 @@
 use super::csrc::luasnap_proto_line;
 use super::loader::{Fail, Loader};
 use super::rebind::{shown_chunk, SavedProto};
+use crate::bridge::helpers::{luasnap_proto, luasnap_proto_child};
 use crate::persist::error::Accept;
 use crate::persist::options::Trust;
 use crate::persist::place::display;
 use crate::persist::renames::{applied, missing_target, places_like, RenameTo};
 use crate::persist::report::{RenamedFunction, SavedFunction};
+use crate::persist::slots::Slots;
+use mlua_sys::{self as ffi, lua_State};
 use std::ffi::c_void;
 
 impl Loader<'_> {
@@ -18,9 +21,15 @@ impl Loader<'_> {
     /// place the game declares for it, if a declaration applies: Ok(None) if none does (the
     /// caller binds it at its own place). A declaration whose place this version lacks, and a
     /// removal with no replacement, fail the load whatever its trust: the first is the game's
-    /// mistake, the second the game's word that the saved code must not run.
-    pub(super) fn bind_declared(
+    /// mistake, the second the game's word that the saved code must not run. A removal with
+    /// nothing replacing it (`true`) binds the saved function to a stand-in ([`stand_in`]).
+    ///
+    /// # Safety
+    /// Protected context, 4 free slots; `s` this load's slots.
+    pub(super) unsafe fn bind_declared(
         &mut self,
+        L: *mut lua_State,
+        s: Slots,
         current: usize,
         f: &SavedProto<'_>,
         saved: Option<*const c_void>,
@@ -38,6 +47,11 @@ impl Loader<'_> {
             line: f.line,
             now: None,
         };
+        if matches!(a.rename.to, RenameTo::Gone) {
+            // SAFETY: callers' contract.
+            let p = unsafe { self.stand_in(L, s, &saved_fn, &declaration)? };
+            return Ok(Some(self.bind_stand_in(current, f, saved, p, saved_fn)));
+        }
         let Some(target) = a.target else {
             return Err(self.fail(format!(
                 "the save holds the function {saved_fn}, which the game declares removed with no replacement ({declaration}): a save holding it does not load; to load such saves, name the function of this version that replaces it (G.removed[{:?}] = \"its replacement\")",
@@ -81,6 +95,59 @@ impl Loader<'_> {
             replacement,
         });
         Ok(bound)
+    }
+
+    /// Compiles (never from the file: this binary's text, with the saved function's name and
+    /// the declaration as a string constant) the stand-in for the removed function `saved_fn`:
+    /// a function of no upvalues that raises `attempt to call a nil value (field '<saved_fn>
+    /// was removed ...')` when called. Its main closure is anchored in `protos` for the load;
+    /// returns the stand-in's prototype.
+    ///
+    /// # Safety
+    /// Protected context, 4 free slots; `s` this load's slots.
+    unsafe fn stand_in(
+        &mut self,
+        L: *mut lua_State,
+        s: Slots,
+        saved_fn: &SavedFunction,
+        declaration: &str,
+    ) -> Result<*const c_void, Fail> {
+        let what = format!(
+            "{saved_fn} was removed from this version of the game ({declaration}): the loaded game called it"
+        );
+        let mut eq = String::new();
+        while what.contains(&format!("]{eq}]")) {
+            eq.push('=');
+        }
+        let text =
+            format!("return function() local removed = {{}} removed[ [{eq}[{what}]{eq}] ]() end");
+        const NAME: &[u8] = b"=luasnap: removed function\0";
+        // SAFETY: protected context (callers' contract); the text and name outlive the call;
+        // the compiled main closure (or the error) is on top.
+        let rc = unsafe {
+            ffi::luaL_loadbufferx(
+                L,
+                text.as_ptr().cast(),
+                text.len(),
+                NAME.as_ptr().cast(),
+                c"t".as_ptr(),
+            )
+        };
+        if rc != ffi::LUA_OK {
+            // SAFETY: pops the error.
+            unsafe { ffi::lua_settop(L, -2) };
+            return Err(self.fail(format!(
+                "the stand-in for the removed function {saved_fn} could not be compiled (out of memory?)"
+            )));
+        }
+        // SAFETY: the main closure is on top; its prototype's first child is the stand-in;
+        // anchored under the main prototype's address (popped), alive for the load.
+        unsafe {
+            let main = luasnap_proto(L, -1);
+            let p = luasnap_proto_child(main, 0);
+            ffi::lua_rawsetp(L, s.protos, main);
+            Ok(p)
+        }
     }
 
     /// A saved function nested in one the game declares renamed, which this version's

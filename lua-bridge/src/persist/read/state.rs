@@ -212,6 +212,9 @@ pub(super) struct Rebound {
     /// enclosing function although this version's function there has other code (and no
     /// unnamed function of this version has exactly the saved code): reported as such.
     pub(super) by_rank: bool,
+    /// Whether the target is the stand-in for a function the game declares removed with
+    /// nothing replacing it (`G.removed = { [place] = true }`; `renamed.rs`).
+    pub(super) removed: bool,
 }
 
 /// How the closures of one saved function (a prototype index) are made.
