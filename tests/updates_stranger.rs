@@ -275,3 +275,72 @@ fn a_removal_with_nothing_replacing_it_is_checked_as_the_game_starts() {
         "{e}"
     );
 }
+
+/// Version 1: every frame starts one more AI coroutine running `wander`; each yields 1.
+const AI_V1: &str = "local G = {} local state
+local function wander()
+  while true do coroutine.yield(1) end
+end
+function G.init(players, seed) state = { cos = {}, last = {} } end
+function G.step(inputs)
+  state.cos[#state.cos + 1] = coroutine.create(wander)
+  for i, co in ipairs(state.cos) do local _, v = coroutine.resume(co) state.last[i] = v end
+end
+function G.digest()
+  local twos = 0
+  for _, v in ipairs(state.last) do if v == 2 then twos = twos + 1 end end
+  return twos
+end
+return G";
+
+/// docs/updates.md: under own trust, a function whose code changed and a suspended coroutine
+/// runs keeps its saved code as a closure: the module local holds that closure, so a
+/// coroutine the game starts after the load runs the saved code too, and the report says so.
+/// (The stranger's test expected this version's code for new coroutines; that is not what
+/// luasnap does, and the docs now say what it does.)
+#[test]
+fn coroutines_started_after_an_own_load_from_a_kept_function_run_its_saved_code() {
+    let v2 = AI_V1.replace("coroutine.yield(1)", "coroutine.yield(2)");
+    let save = saved(AI_V1, 3);
+    let (d, report) = continued(&v2, &save, Some(&own()));
+    // 3 suspended coroutines and 1 started after the load: all run the saved `yield(1)`.
+    assert_eq!(d, Some(0), "{}", report.summary());
+    assert!(
+        report.kept.iter().any(|f| f.place == "wander"),
+        "{}",
+        report.summary()
+    );
+    assert!(
+        report.summary().contains("1 kept with their saved code, which every later call through them runs too, coroutines started from them later included (wander (main.lua:2))"),
+        "{}",
+        report.summary()
+    );
+    // Foreign trust refuses the save, naming the function.
+    let e = Game::<u8>::from_save(&config(&v2), Backend::ArenaFull, &save)
+        .map(|_| ())
+        .expect_err("a coroutine suspended in changed code is refused under foreign trust")
+        .to_string();
+    assert!(e.contains("wander"), "{e}");
+}
+
+/// The way docs/updates.md gives for an update to reach a continued game: the suspended
+/// function stays as it was, the new code has a new name, and a migration re-creates the
+/// coroutines with it. Every coroutine then runs this version's code, under foreign trust too.
+#[test]
+fn a_migration_that_restarts_the_coroutines_with_new_code_reaches_a_continued_game() {
+    let v2 = AI_V1
+        .replace(
+            "function G.init(players, seed) state = { cos = {}, last = {} } end",
+            "local function wander_v2()\n  while true do coroutine.yield(2) end\nend\nfunction G.init(players, seed) state = { cos = {}, last = {}, version = 2 } end",
+        )
+        .replace(
+            "  state.cos[#state.cos + 1] = coroutine.create(wander)",
+            "  if state.version ~= 2 then\n    for i = 1, #state.cos do state.cos[i] = coroutine.create(wander_v2) end\n    state.version = 2\n  end\n  state.cos[#state.cos + 1] = coroutine.create(wander_v2)",
+        );
+    let save = saved(AI_V1, 3);
+    for opts in [None, Some(&own())] {
+        let (d, report) = continued(&v2, &save, opts);
+        assert_eq!(d, Some(4), "{}", report.summary());
+        assert!(report.kept.is_empty(), "{}", report.summary());
+    }
+}

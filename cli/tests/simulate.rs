@@ -1207,7 +1207,7 @@ fn a_coroutine_suspended_in_a_function_that_only_moved_resumes_there() {
     let out = run(&[&moved, "--frames", "20", "--load", save, "--trust", "own"]);
     let e = stderr(&out);
     assert_eq!(digest(&out), v1_straight, "{e}");
-    assert!(e.contains("kept with their saved code (brain"), "{e}");
+    assert!(e.contains("kept with their saved code, which every later call through them runs too, coroutines started from them later included (brain"), "{e}");
 }
 
 /// A chunk the game compiles at run time under a name of its own (`load(text, "=rules")` in

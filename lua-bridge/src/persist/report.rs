@@ -67,7 +67,8 @@ pub struct LoadReport {
     /// bound to this version's function at the same place as rebound ones are.
     pub moved: Vec<SavedFunction>,
     /// Functions that keep the code they were saved with although this VM's differs: run by a
-    /// suspended coroutine (own loads), or loaded with [`FunctionBinding::Saved`](super::FunctionBinding::Saved).
+    /// suspended coroutine (own loads; the closure keeps it, so every later call through it
+    /// runs the saved code too, coroutines the game starts from it later included), or loaded with [`FunctionBinding::Saved`](super::FunctionBinding::Saved).
     pub kept: Vec<SavedFunction>,
     /// Functions this version no longer has (removed or renamed), kept with their saved code
     /// (own loads; a foreign load refuses them).
@@ -195,7 +196,7 @@ impl LoadReport {
         }
         if !self.kept.is_empty() {
             parts.push(format!(
-                "{} kept with their saved code ({})",
+                "{} kept with their saved code, which every later call through them runs too, coroutines started from them later included ({})",
                 self.kept.len(),
                 list(&self.kept)
             ));
