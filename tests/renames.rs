@@ -359,7 +359,7 @@ return G
             ("G.renamed = 'W.take_damage'", "G.renamed must be a table keyed by saved places"),
             ("G.renamed = { W.take_damage }", "G.renamed has a key that is a number"),
             ("G.renamed = { ['W.hurt'] = W.take_damage }", "G.renamed[\"W.hurt\"] must be the place of the function in this version"),
-            ("G.removed = { ['W.hurt'] = true }", "G.removed[\"W.hurt\"] must be the place of the function of this version that replaces it"),
+            ("G.removed = { ['W.hurt'] = 1 }", "G.removed[\"W.hurt\"] must be the place of the function of this version that replaces it"),
             ("G.renamed = { ['W.hurt'] = 'W.take_damage' } G.removed = { ['W.hurt'] = false }", "declares a place that another declaration declares too"),
             (
                 "G.renamed = { ['W.hurt'] = 'main.lua:W.take_damage' }",
