@@ -82,6 +82,6 @@ pub use persist::{
 #[cfg(feature = "ggrs")]
 pub use runtime::ggrs_adapter::{Checksum, GgrsGame, LuaGgrs, PeerSocket, SessionOptions};
 pub use runtime::{
-    Backend, FrameSession, Game, GameConfig, GameError, GameInput, PodInput, PredictiveClient,
-    SaveHandle, Saving, VmSetup,
+    Backend, FrameSession, Game, GameCall, GameConfig, GameError, GameInput, PodInput,
+    PredictiveClient, SaveHandle, Saving, VmSetup,
 };

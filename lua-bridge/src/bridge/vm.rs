@@ -613,8 +613,9 @@ impl Vm {
         self.budgeted(budget, || self.call(path, args))
     }
 
-    /// Runs `f` under an instruction budget (see [`Vm::call_with_budget`]).
-    fn budgeted<R>(
+    /// Runs `f` under an instruction budget (see [`Vm::call_with_budget`]): the runtime runs
+    /// every call into a game this way (its script's top level, `G.init`, `G.digest()`).
+    pub(crate) fn budgeted<R>(
         &self,
         budget: u64,
         f: impl FnOnce() -> Result<R, VmError>,

@@ -170,6 +170,22 @@ pub enum GameError {
         /// Lua's traceback of the error that stopped the frame.
         traceback: Option<String>,
     },
+    /// A call into the game other than `G.step` (the top level of its script with the modules
+    /// it requires there, `G.init`, `G.digest()`) ran more Lua instructions than
+    /// [`GameConfig::step_budget`] allows and was stopped: every call the runtime makes into
+    /// the game runs under that budget, so an endless loop anywhere ends with this error
+    /// instead of hanging the process.
+    #[error("{call} did not finish within the instruction budget of {budget} Lua instructions (the step budget, which every call into the game runs under) and was stopped{}: look for an endless loop there; if it really needs that much work, raise the budget (`--step-budget N`, or `--step-budget off`; GameConfig::step_budget){}", location.as_deref().map(|l| format!(" at {l}")).unwrap_or_default(), traceback.as_deref().map(|t| format!("\n{t}")).unwrap_or_default())]
+    CallBudget {
+        /// The call that was stopped.
+        call: GameCall,
+        /// The budget, in Lua VM instructions.
+        budget: u64,
+        /// Where the budget ran out (`chunk:line`).
+        location: Option<String>,
+        /// Lua's traceback of the error that stopped the call.
+        traceback: Option<String>,
+    },
     /// The game's snapshot window is smaller than the frames a GGRS session may load back
     /// (checked by `GgrsGame::new`, before the session runs).
     #[error("the game's snapshot window holds {window} snapshots, but {session} may load a frame that needs {needed} of them: use a window of at least {needed} (GameConfig::window), or let the session roll back less")]
@@ -234,6 +250,72 @@ pub enum GameError {
     Config(String),
 }
 
+/// A call the runtime makes into the game besides `G.step`, as [`GameError::CallBudget`]
+/// names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum GameCall {
+    /// Running the game's script: its top level and the modules it requires there. Holds the
+    /// script's name as its chunk gives it (`main.lua`).
+    TopLevel(String),
+    /// `G.init(players, seed)`.
+    Init,
+    /// `G.digest()` after the frame count given.
+    Digest(u64),
+}
+
+impl std::fmt::Display for GameCall {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            GameCall::TopLevel(script) => write!(
+                f,
+                "the top level of {script} (the script and the modules it requires as it runs)"
+            ),
+            GameCall::Init => f.write_str("G.init(players, seed)"),
+            GameCall::Digest(frame) => write!(f, "G.digest() at frame {frame}"),
+        }
+    }
+}
+
+impl GameCall {
+    /// The script's name as its chunk name gives it: `@main.lua` and `=arena_brawl` are
+    /// `main.lua` and `arena_brawl`.
+    fn top_level(chunk_name: &str) -> GameCall {
+        let name = chunk_name.strip_prefix(['@', '=']).unwrap_or(chunk_name);
+        GameCall::TopLevel(name.to_string())
+    }
+
+    /// `error` as this call's error if it is a spent budget.
+    fn over_budget(self, error: VmError) -> Result<GameError, VmError> {
+        match error {
+            VmError::InstructionBudget {
+                budget,
+                location,
+                traceback,
+            } => Ok(GameError::CallBudget {
+                call: self,
+                budget,
+                location,
+                traceback,
+            }),
+            e => Err(e),
+        }
+    }
+}
+
+/// Runs `f`, a call into the game's code, under `budget` instructions if there is one
+/// ([`Vm::call_with_budget`]).
+fn within<R>(
+    vm: &Vm,
+    budget: Option<u64>,
+    f: impl FnOnce() -> Result<R, VmError>,
+) -> Result<R, VmError> {
+    match budget {
+        Some(b) => vm.budgeted(b, f),
+        None => f(),
+    }
+}
+
 /// How to run a game.
 #[derive(Debug, Clone)]
 pub struct GameConfig {
@@ -261,7 +343,10 @@ pub struct GameConfig {
     /// [`GameError::StepBudget`] (counted as [`Vm::call_with_budget`] says, coroutines
     /// included); `None`: no limit, what [`GameConfig::default_game`] sets (`luasnap simulate`
     /// sets [`DEFAULT_STEP_BUDGET`] unless told otherwise). The finalizers a collection
-    /// point runs after a step ([`GameConfig::collect_every`]) get a budget of the same size.
+    /// point runs after a step ([`GameConfig::collect_every`]) get a budget of the same size,
+    /// and so does every other call the runtime makes into the game: the script's top level
+    /// (with the modules it requires there), `G.init` and each `G.digest()`, stopped with
+    /// [`GameError::CallBudget`] naming the call.
     /// Its cost is within the noise of
     /// timing `G.step` (see [`DEFAULT_STEP_BUDGET`]).
     pub step_budget: Option<u64>,
@@ -598,15 +683,18 @@ impl Game {
                 ..
             } => GameError::Syntax { message },
             VmError::Lua { .. } => GameError::Init { error: source },
-            e => GameError::Vm(e),
+            e => GameCall::top_level(&cfg.chunk_name)
+                .over_budget(e)
+                .unwrap_or_else(GameError::Vm),
         };
         // The script is its own chunk under its own name (lines and messages as `lua` gives
         // them); the glue is another chunk, so tracebacks never put its lines under the
         // script's name.
         let verdict = {
-            let g = vm
-                .load(script_source(&cfg.script).as_bytes(), &cfg.chunk_name)
-                .map_err(lua_error)?;
+            let g = within(&vm, cfg.step_budget, || {
+                vm.load(script_source(&cfg.script).as_bytes(), &cfg.chunk_name)
+            })
+            .map_err(lua_error)?;
             let driver = vm.load(DRIVER, RUNTIME_CHUNK)?.into_function()?;
             let every = match cfg.collect_every {
                 Some(n) => Value::Integer(n.min(i64::MAX as u64) as i64),
@@ -766,19 +854,21 @@ impl<I> Game<I> {
             loaded: None,
             input: std::marker::PhantomData,
         };
-        game.vm
-            .call::<()>(
-                "luasnap_game.init",
-                &[
-                    Value::Integer(cfg.players as i64),
-                    Value::Integer(cfg.seed as i64),
-                ],
-            )
-            .map_err(|source| match game.script_error(source) {
+        let args = [
+            Value::Integer(cfg.players as i64),
+            Value::Integer(cfg.seed as i64),
+        ];
+        within(&game.vm, game.step_budget, || {
+            game.vm.call::<()>("luasnap_game.init", &args)
+        })
+        .map_err(|source| match GameCall::Init.over_budget(source) {
+            Ok(e) => e,
+            Err(source) => match game.script_error(source) {
                 GameError::Script { error, .. } => GameError::Init { error },
                 e => e,
-            })
-            .map_err(|e| at_init(e, game.vm.lua_memory()))?;
+            },
+        })
+        .map_err(|e| at_init(e, game.vm.lua_memory()))?;
         game.vm
             .set("luasnap_players", Value::Integer(cfg.players as i64))?;
         // Frames start under the collector's steady schedule, whatever built the heap (a
@@ -1077,10 +1167,18 @@ impl<I> Game<I> {
         let identities = self.vm.key_identities();
         let v = self
             .vm
-            .refusing_collections(|| self.vm.call::<Value>("luasnap_game.digest", ()))
-            .map_err(|error| GameError::DigestFailed {
-                frame: self.frame,
-                error,
+            .refusing_collections(|| {
+                within(&self.vm, self.step_budget, || {
+                    self.vm.call::<Value>("luasnap_game.digest", ())
+                })
+            })
+            .map_err(|error| {
+                GameCall::Digest(self.frame)
+                    .over_budget(error)
+                    .unwrap_or_else(|error| GameError::DigestFailed {
+                        frame: self.frame,
+                        error,
+                    })
             })?;
         let given = self.vm.key_identities().wrapping_sub(identities);
         if given != 0 {
