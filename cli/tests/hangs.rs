@@ -201,3 +201,33 @@ fn serve_stops_an_endless_g_digest_with_an_error() {
         assert!(err.contains("G.digest() at frame"), "{who}: {err}");
     }
 }
+
+/// `simulate` refuses a digest that sorts the state in place: checked at its first call too,
+/// which sorts the list (later calls find it sorted and change nothing).
+#[test]
+fn simulate_refuses_a_digest_that_sorts_the_state_in_place() {
+    use luasnap::bridge::persist::Trust;
+    use luasnap::bridge::runtime::simulate::{SimOptions, Simulation};
+    let script = "local G = {} local t, ents = 0, {}
+        function G.init(players, seed) t = 0 for i = 1, 5 do ents[i] = { id = i } end end
+        function G.step(inputs) t = t + 1 end
+        function G.digest()
+          table.sort(ents, function(a, b) return a.id > b.id end)
+          return t * 100 + ents[1].id
+        end
+        return G";
+    let r = Simulation::new(SimOptions {
+        game: config(script),
+        frames: 20,
+        delay: 0,
+        start: None,
+        start_trust: Trust::Foreign,
+        saving: luasnap::bridge::runtime::Saving::EveryFrame,
+    })
+    .and_then(|mut sim| sim.reference(false).map(|_| ()));
+    let e = r.expect_err("a digest that sorts the game's list in place must be refused");
+    assert!(
+        matches!(e, GameError::DigestChangesState { frame: 0 }),
+        "{e}"
+    );
+}
