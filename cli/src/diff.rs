@@ -150,7 +150,7 @@ pub fn run(args: DiffArgs) -> ExitCode {
             }
         }
         Err(e) => {
-            eprintln!("luasnap: {e}");
+            eprintln!("luasnap: {}", crate::shown(&e));
             ExitCode::from(2)
         }
     }

@@ -133,11 +133,18 @@ enum Command {
     Client(serve::ClientArgs),
 }
 
+/// An error for the terminal: its control characters escaped, newlines and tabs kept. Errors
+/// carry the game's text (its error messages, which can quote strings of a foreign save), which
+/// could otherwise clear the screen or fake a line of luasnap's own.
+pub(crate) fn shown(text: &str) -> String {
+    luasnap::bridge::runtime::printable_text(text)
+}
+
 fn report(r: Result<(), String>) -> ExitCode {
     match r {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("luasnap: {e}");
+            eprintln!("luasnap: {}", shown(&e));
             ExitCode::FAILURE
         }
     }
@@ -216,7 +223,7 @@ where
         Some(Command::GcPages(args)) => match gc_pages::run(args) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
-                eprintln!("luasnap: {e}");
+                eprintln!("luasnap: {}", shown(&e.to_string()));
                 ExitCode::FAILURE
             }
         },

@@ -177,8 +177,8 @@ pub fn serve(args: ServeArgs) -> Result<(), String> {
                 }
             }
             other => match &bar {
-                Some(bar) => bar.println(format!("  {other}")),
-                None => eprintln!("luasnap serve: {other}"),
+                Some(bar) => bar.println(format!("  {}", crate::shown(&other.to_string()))),
+                None => eprintln!("luasnap serve: {}", crate::shown(&other.to_string())),
             },
         })
         .map_err(|e| e.to_string())?;
@@ -380,8 +380,8 @@ pub fn client(args: ClientArgs) -> Result<(), String> {
                 _ => return,
             };
             match &bar {
-                Some(bar) => bar.println(format!("  {line}")),
-                None if !args.json => eprintln!("luasnap client: {line}"),
+                Some(bar) => bar.println(format!("  {}", crate::shown(&line))),
+                None if !args.json => eprintln!("luasnap client: {}", crate::shown(&line)),
                 None => {}
             }
         })

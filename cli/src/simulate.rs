@@ -667,7 +667,7 @@ fn table_report(args: &SimulateArgs, reference: &Reference, outcome: &Outcome) -
     );
     mode_table(&mut text, &outcome.modes);
     for (b, e) in &outcome.failures {
-        let _ = writeln!(text, "| {} | failed: {e} |", b.name());
+        let _ = writeln!(text, "| {} | failed: {} |", b.name(), crate::shown(e));
     }
     if let Some(c) = outcome.cross.as_ref().filter(|c| c.agrees) {
         let _ = writeln!(text, "\n{c}");

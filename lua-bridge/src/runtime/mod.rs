@@ -548,6 +548,40 @@ pub const FULL_COPY_ABOVE: f64 = 0.5;
 /// (`cargo run --release --example step_budget_cost`; `docs/measurements.md`).
 pub const DEFAULT_STEP_BUDGET: u64 = 100_000_000;
 
+/// `text` with its control characters escaped as Rust writes them (`\n`, `\u{1b}`), and the
+/// bidirectional overrides and isolates that reorder what follows them on a terminal; other
+/// characters, non-ASCII letters included, are kept. For one line of text that comes from a
+/// game, a save or a peer (a server's refusal): such text may carry escape sequences that
+/// clear a terminal, retitle it or fake a line of the tool's own. See [`printable_text`] for
+/// text of several lines.
+pub fn printable_line(text: &str) -> String {
+    printable(text, false)
+}
+
+/// [`printable_line`] keeping newlines and tabs: for a message of several lines that may
+/// carry the game's text (a game's error with its traceback, which can quote strings of a
+/// foreign save), printed where a person reads it.
+pub fn printable_text(text: &str) -> String {
+    printable(text, true)
+}
+
+fn printable(text: &str, keep_lines: bool) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        let reorders = matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
+        if reorders {
+            out.extend(c.escape_unicode());
+        } else if keep_lines && matches!(c, '\n' | '\t') {
+            out.push(c);
+        } else if c.is_control() {
+            out.extend(c.escape_debug());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 /// The script as Lua's standalone loader reads a file: a first line starting with `#` (a
 /// `#!` line) is skipped. It becomes a comment so line numbers stay those of the file.
 pub(crate) fn script_source(script: &str) -> std::borrow::Cow<'_, str> {

@@ -436,7 +436,7 @@ impl ServerMessage {
                     r.kind = "refusal";
                     let text = r.bytes("reason", MAX_TEXT)?;
                     ServerMessage::Refused {
-                        reason: printable(&String::from_utf8_lossy(text)),
+                        reason: crate::runtime::printable_line(&String::from_utf8_lossy(text)),
                     }
                 }
                 3 => {
@@ -649,24 +649,6 @@ fn decode_welcome(r: &mut Reader<'_>) -> Result<ServerMessage, DecodeError> {
         },
     };
     Ok(msg)
-}
-
-/// `text` with its control characters escaped as Rust writes them (`\n`, `\u{1b}`); other
-/// characters, non-ASCII letters included, are kept.
-pub(crate) fn printable(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        // Bidirectional overrides and isolates reorder what follows them on a terminal.
-        let reorders = matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
-        if reorders {
-            out.extend(c.escape_unicode());
-        } else if c.is_control() {
-            out.extend(c.escape_debug());
-        } else {
-            out.push(c);
-        }
-    }
-    out
 }
 
 #[cfg(test)]
