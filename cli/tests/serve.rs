@@ -268,3 +268,57 @@ fn a_client_with_other_collection_points_is_refused() {
     assert_eq!(client_ok["matches_server"], true, "{client_ok}");
     assert_eq!(client_ok["value_digest"], server["value_digest"]);
 }
+
+/// An outside tester's finding 10 (`bad/gmatch`): a game whose state holds a `string.gmatch`
+/// iterator, which cannot be saved, ended the match for everyone when a late joiner needed a
+/// save-game (the server exited with status 1). The joiner is turned away with the save's
+/// error, the first client plays on to the end, and a later join, once the game let go of
+/// the iterator (frame 100 here, unlike the tester's game, so that it can be saved again and
+/// the final digests compare no iterator), is sent a save-game and joins.
+#[test]
+fn a_join_the_server_cannot_save_for_is_refused_and_the_match_goes_on() {
+    let tmp = support::temp_dir("serve-gmatch");
+    let game = tmp.path().join("main.lua");
+    std::fs::write(
+        &game,
+        "local G = {} local state
+         function G.init(p, s) state = { t = 0, words = string.gmatch(string.rep('w ', 100000), '%a') } end
+         function G.step(inputs) state.t = state.t + 1
+           if state.words then state.last = state.words() end
+           if state.t == 100 then state.words = nil end end
+         function G.digest() return state.t end
+         return G",
+    )
+    .unwrap();
+    let g = game.to_str().unwrap();
+    // Digests only at the end (300 frames of 20 ms), when no iterator is held: the value
+    // digest hashes a gmatch iterator's match state, which holds addresses (docs/determinism.md).
+    let (server, addr) = serve(g, "3", "1", "300", &["--check-every", "300"]);
+    std::thread::sleep(Duration::from_millis(300));
+    let first = luasnap(&["client", g, "--connect", &addr, "--json"]);
+    std::thread::sleep(Duration::from_millis(600));
+    let why = refused(&[g, "--connect", &addr]);
+    assert!(
+        why.contains("refused this client")
+            && why.contains("cannot save the match's state")
+            && why.contains("string.gmatch iterator cannot be saved"),
+        "{why}"
+    );
+    // Frame 100 is 2 s after the clock started; the match ends at 6 s.
+    std::thread::sleep(Duration::from_millis(2500));
+    let later = luasnap(&["client", g, "--connect", &addr, "--json"]);
+    let (first, later, server) = (json(first), json(later), json(server));
+    let digest = server["value_digest"].as_str().unwrap();
+    for c in [&first, &later] {
+        assert_eq!(c["value_digest"].as_str(), Some(digest), "{c}");
+        assert_eq!(c["matches_server"], true, "{c}");
+    }
+    assert!(later["joined_at"].as_u64().unwrap() > 100, "{later}");
+    let clients = server["clients"].as_array().unwrap();
+    assert!(
+        clients.iter().any(|c| c["left"]["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("string.gmatch iterator cannot be saved"))),
+        "{server}"
+    );
+}

@@ -11,7 +11,7 @@ use super::protocol::{
 use super::transport::{
     connection_config, ServerTransport, SEND_INTERVAL, SERVER_CHANNEL_BYTES, STATE_CHANNEL_BYTES,
 };
-use crate::runtime::{Backend, Game, GameConfig};
+use crate::runtime::{Backend, Game, GameConfig, GameError};
 use renet::RenetServer;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
@@ -1162,6 +1162,19 @@ impl Match<'_> {
             self.expel(slot, reason);
             return Ok(());
         }
+        // A join needs a save-game; a state that cannot be saved now turns this joiner away
+        // and leaves the match as it is (a later join tries again).
+        let save = match from_save.then(|| self.current_save()) {
+            Some(Err(e)) => {
+                let reason = format!(
+                    "turned away: the server cannot save the match's state, which a join needs: {e}; try again later (the game may hold what cannot be saved only for a while)"
+                );
+                self.expel(slot, reason);
+                return Ok(());
+            }
+            Some(Ok(save)) => Some(save),
+            None => None,
+        };
         let seat = self.seats[slot].as_mut().expect("seated");
         seat.hello = true;
         seat.last_useful = Instant::now();
@@ -1183,10 +1196,7 @@ impl Match<'_> {
         let addr = seat.addr;
         self.renet
             .send_message(client_id, CHANNEL_CONTROL, welcome.encode());
-        let mut save_bytes = 0;
-        if from_save {
-            save_bytes = self.send_state(slot, StateReason::Join)?;
-        }
+        let save_bytes = save.map_or(0, |save| self.send_state(slot, StateReason::Join, save));
         let r = &mut self.seats[slot].as_mut().expect("seated").record;
         r.joined_at = frame;
         r.joined_from_save = from_save;
@@ -1205,18 +1215,25 @@ impl Match<'_> {
         Ok(())
     }
 
-    /// Sends a slot the synchronous state as a save-game; returns its size.
-    fn send_state(&mut self, slot: usize, reason: StateReason) -> Result<usize, NetError> {
+    /// The synchronous state as a save-game, made once per frame for that frame's joins and
+    /// resyncs. A state that cannot be saved is not remembered: the next join or resync tries
+    /// again.
+    fn current_save(&mut self) -> Result<Arc<Vec<u8>>, GameError> {
         let frame = self.order.next();
-        let save = match &self.cached_save {
-            Some((f, save)) if *f == frame => Arc::clone(save),
-            _ => {
-                let save = Arc::new(self.game.save_game()?);
-                self.stats.saves += 1;
-                self.cached_save = Some((frame, Arc::clone(&save)));
-                save
+        if let Some((f, save)) = &self.cached_save {
+            if *f == frame {
+                return Ok(Arc::clone(save));
             }
-        };
+        }
+        let save = Arc::new(self.game.save_game()?);
+        self.stats.saves += 1;
+        self.cached_save = Some((frame, Arc::clone(&save)));
+        Ok(save)
+    }
+
+    /// Sends a slot `save`, the synchronous state ([`Match::current_save`]); returns its size.
+    fn send_state(&mut self, slot: usize, reason: StateReason, save: Arc<Vec<u8>>) -> usize {
+        let frame = self.order.next();
         let seat = self.seats[slot].as_mut().expect("seated");
         seat.epoch += 1;
         // A save goes only to a client that loaded the last one (its digest names the last
@@ -1248,7 +1265,7 @@ impl Match<'_> {
             budget: STATE_BUDGET_SAVES * save.len() as u64 + STATE_BUDGET_SLACK,
         });
         seat.digest_from = (frame, Instant::now());
-        Ok(save.len())
+        save.len()
     }
 
     fn digest(&mut self, slot: usize, frame: u64, value: u64, epoch: u32) -> Result<(), NetError> {
@@ -1309,6 +1326,21 @@ impl Match<'_> {
             );
             return Ok(());
         }
+        // A resync needs a save-game. A client whose state disagrees and that cannot be
+        // resynced cannot follow the match: it goes, told why; the others play on.
+        let save = match self.current_save() {
+            Ok(save) => save,
+            Err(e) => {
+                self.expel(
+                    slot,
+                    format!(
+                        "dropped: its state disagreed with the server's at frame {frame} (value digest {value:016x}, the server's {ours:016x}) and the server cannot save its state to resync it: {e}"
+                    ),
+                );
+                return Ok(());
+            }
+        };
+        let r = &mut self.seats[slot].as_mut().expect("seated").record;
         r.resyncs += 1;
         (self.observe)(&ServerEvent::Resync {
             slot,
@@ -1325,7 +1357,7 @@ impl Match<'_> {
         };
         self.renet
             .send_message(seat.client_id, CHANNEL_CONTROL, notice.encode());
-        self.send_state(slot, StateReason::Resync)?;
+        self.send_state(slot, StateReason::Resync, save);
         Ok(())
     }
 
