@@ -78,17 +78,8 @@ impl Loader<'_> {
                     return Err(self.malformed("a removed key of something that is not a table"));
                 }
             }
-            let tag = self.r.u8().and_then(Tag::from_u8);
-            // SAFETY: as above, the table on top; each arm pushes the key or fails.
-            let read = unsafe {
-                match tag {
-                    Some(t @ (Tag::Ref | Tag::StrRef)) => self.scalar(L, s, t),
-                    Some(Tag::Perm) => self.permanent(L, s),
-                    _ => {
-                        Err(self.malformed("a removed key that is not a reference nor a permanent"))
-                    }
-                }
-            };
+            // SAFETY: as above, the table on top.
+            let read = unsafe { self.referenced_key(L, s) };
             if let Err(e) = read {
                 // SAFETY: pops the table.
                 unsafe { ffi::lua_settop(L, -2) };
@@ -111,6 +102,23 @@ impl Loader<'_> {
             }
         }
         Ok(())
+    }
+
+    /// Reads a removed entry's key, a reference or a permanent (nothing new is built), and
+    /// pushes it; pushes nothing when it fails.
+    ///
+    /// # Safety
+    /// As [`Loader::run`], with room for what reading the key pushes.
+    unsafe fn referenced_key(&mut self, L: *mut lua_State, s: Slots) -> Result<(), Fail> {
+        let tag = self.r.u8().and_then(Tag::from_u8);
+        // SAFETY: callers' contract; each arm pushes the key or fails.
+        unsafe {
+            match tag {
+                Some(t @ (Tag::Ref | Tag::StrRef)) => self.scalar(L, s, t),
+                Some(Tag::Perm) => self.permanent(L, s),
+                _ => Err(self.malformed("a removed key that is not a reference nor a permanent")),
+            }
+        }
     }
 
     /// Reads the removed keys of the loading VM's own `_G` and `package.loaded`
@@ -145,17 +153,8 @@ impl Loader<'_> {
                     return Err(f);
                 }
             };
-            let tag = self.r.u8().and_then(Tag::from_u8);
-            // SAFETY: as above, the list on top; each arm pushes the key or fails.
-            let read = unsafe {
-                match tag {
-                    Some(t @ (Tag::Ref | Tag::StrRef)) => self.scalar(L, s, t),
-                    Some(Tag::Perm) => self.permanent(L, s),
-                    _ => {
-                        Err(self.malformed("a removed key that is not a reference nor a permanent"))
-                    }
-                }
-            };
+            // SAFETY: as above, the list on top.
+            let read = unsafe { self.referenced_key(L, s) };
             // SAFETY: [list, key] on top after a read, [list] after a failed one; the kind
             // check reads only.
             let kind_ok =
