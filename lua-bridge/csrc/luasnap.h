@@ -485,6 +485,10 @@ int luasnap_fresh_keys(lua_State *L, int on);
 /* Makes (on != 0) collectgarbage() an error while the host reads the state, or allows it
 ** (0); returns whether it was an error. */
 int luasnap_gc_nopoints(lua_State *L, int on);
+/* Defers the collector's steps while the host reads the state (returns the debt to give back)
+** and gives the debt back, less what the read allocated. */
+int64_t luasnap_gc_defer_begin(lua_State *L);
+void luasnap_gc_defer_end(lua_State *L, int64_t saved);
 /* A full collection that is not a point (quiet if the state is); protected body only. */
 LUASNAP_RAISES void luasnap_gc_full_quiet(lua_State *L);
 /* Marks (on != 0) or unmarks the state as one where nothing gets a finalizer; returns whether

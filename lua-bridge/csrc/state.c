@@ -69,6 +69,31 @@ int luasnap_gc_nopoints(lua_State *L, int on) {
   return old;
 }
 
+/* A host read's deferral of the collector's steps (Vm::reading): the step an allocation check
+** would take while the host reads the state (lua_pushlstring of a path's key checks, and may
+** find the debt spent) waits for the game's next check point instead. Begin sets a debt no read
+** spends and returns the one it replaced; end gives back that debt, less what the read
+** allocated (plus what it freed), as it would be had no step been due. A read that allocates
+** nothing so leaves the global state's bytes as they were: the same GCtotalbytes and GCdebt,
+** and the step at the same allocation of the next frame as in a run without the read.
+** Invariant checked: no collection step ran in between (the deferral's debt is far above any
+** read's allocations: LS_READ_DEBT); else the debt is left as the step set it. */
+#define LS_READ_DEBT ((l_mem)1 << 50)
+
+int64_t luasnap_gc_defer_begin(lua_State *L) {
+  global_State *g = G(L);
+  l_mem saved = g->GCdebt;
+  luaE_setdebt(g, LS_READ_DEBT);
+  return (int64_t)saved;
+}
+
+void luasnap_gc_defer_end(lua_State *L, int64_t saved) {
+  global_State *g = G(L);
+  l_mem spent = LS_READ_DEBT - g->GCdebt;  /* allocated less freed during the read */
+  if (g->GCdebt > LS_READ_DEBT / 2)  /* no step (an emergency one) reset the debt */
+    luaE_setdebt(g, (l_mem)saved - spent);
+}
+
 /* A full collection that is not a point: quiet if the state is (unlike lua_gc LUA_GCCOLLECT,
 ** which clears the flag while it runs). For the host's housekeeping (after a game's init, after
 ** a load), which a process that continues a game from a save does at other moments than the

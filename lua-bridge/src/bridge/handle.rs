@@ -159,19 +159,21 @@ impl Vm {
             });
         }
         let mut miss = None;
-        let v = self.run(
-            &mut |L| {
-                // SAFETY: protected body; only references live in this frame.
-                unsafe {
-                    if let Some(i) = path::push_path(L, &p) {
-                        miss = Some(path::not_found(L, &p, i));
-                        return 0;
+        let v = self.reading(|| {
+            self.run(
+                &mut |L| {
+                    // SAFETY: protected body; only references live in this frame.
+                    unsafe {
+                        if let Some(i) = path::push_path(L, &p) {
+                            miss = Some(path::not_found(L, &p, i));
+                            return 0;
+                        }
                     }
-                }
-                1
-            },
-            |L, n| self.collect_values(L, n),
-        )??;
+                    1
+                },
+                |L, n| self.collect_values(L, n),
+            )
+        })??;
         if let Some(e) = miss {
             return Err(e);
         }
@@ -322,22 +324,24 @@ impl Vm {
         let p = Path::parse(path)?;
         let vm: &Vm = self;
         let mut miss = None;
-        let slot = self.run(
-            &mut |L| {
-                // SAFETY: protected body.
-                unsafe {
-                    if let Some(i) = path::push_path(L, &p) {
-                        miss = Some(path::not_found(L, &p, i));
-                        return 0;
+        let slot = self.reading(|| {
+            self.run(
+                &mut |L| {
+                    // SAFETY: protected body.
+                    unsafe {
+                        if let Some(i) = path::push_path(L, &p) {
+                            miss = Some(path::not_found(L, &p, i));
+                            return 0;
+                        }
+                        let slot = vm.anchors.anchor_top(L);
+                        ffi::lua_pushinteger(L, slot as ffi::lua_Integer);
+                        1
                     }
-                    let slot = vm.anchors.anchor_top(L);
-                    ffi::lua_pushinteger(L, slot as ffi::lua_Integer);
-                    1
-                }
-            },
-            // SAFETY: the slot number pushed above sits at index 2.
-            |L, n| (n == 1).then(|| unsafe { ffi::lua_tointegerx(L, 2, std::ptr::null_mut()) }),
-        )?;
+                },
+                // SAFETY: the slot number pushed above sits at index 2.
+                |L, n| (n == 1).then(|| unsafe { ffi::lua_tointegerx(L, 2, std::ptr::null_mut()) }),
+            )
+        })?;
         match (slot, miss) {
             (Some(slot), _) => Ok(LuaRef {
                 vm: self,
@@ -620,7 +624,9 @@ impl<'vm> LuaRef<'vm> {
 
     /// Copies the value out and converts it.
     pub fn get<T: FromLua>(&self) -> Result<T, VmError> {
-        let v = self.with(&mut |_| 1, |L, n| self.vm.collect_values(L, n))??;
+        let v = self
+            .vm
+            .reading(|| self.with(&mut |_| 1, |L, n| self.vm.collect_values(L, n)))??;
         T::from_lua(v.into_iter().next().unwrap_or(Value::Nil)).map_err(|e| at(e, "the value"))
     }
 
@@ -715,17 +721,19 @@ impl<'vm> LuaTable<'vm> {
         let key = [key.into_lua()?];
         self.0.vm.own_args(&key)?;
         let vm: &Vm = self.0.vm;
-        let v = self.0.with(
-            &mut |L| {
-                // SAFETY: protected body, the table at 1.
-                unsafe {
-                    push_arg(L, &key[0], vm);
-                    ffi::lua_gettable(L, 1);
-                }
-                1
-            },
-            |L, n| self.0.vm.collect_values(L, n),
-        )??;
+        let v = vm.reading(|| {
+            self.0.with(
+                &mut |L| {
+                    // SAFETY: protected body, the table at 1.
+                    unsafe {
+                        push_arg(L, &key[0], vm);
+                        ffi::lua_gettable(L, 1);
+                    }
+                    1
+                },
+                |L, n| self.0.vm.collect_values(L, n),
+            )
+        })??;
         V::from_lua(v.into_iter().next().unwrap_or(Value::Nil))
             .map_err(|e| at(e, &format!("table{}", arg_label(&key[0]))))
     }
@@ -741,22 +749,24 @@ impl<'vm> LuaTable<'vm> {
         let p = Path::parse(path)?;
         let vm: &Vm = self.0.vm;
         let mut miss = None;
-        let slot = self.0.with(
-            &mut |L| {
-                // SAFETY: protected body, the table on top.
-                unsafe {
-                    if let Some(i) = path::walk(L, &p.keys) {
-                        miss = Some(path::not_found(L, &p, i));
-                        return 0;
+        let slot = vm.reading(|| {
+            self.0.with(
+                &mut |L| {
+                    // SAFETY: protected body, the table on top.
+                    unsafe {
+                        if let Some(i) = path::walk(L, &p.keys) {
+                            miss = Some(path::not_found(L, &p, i));
+                            return 0;
+                        }
+                        let slot = vm.anchors.anchor_top(L);
+                        ffi::lua_pushinteger(L, slot as ffi::lua_Integer);
+                        1
                     }
-                    let slot = vm.anchors.anchor_top(L);
-                    ffi::lua_pushinteger(L, slot as ffi::lua_Integer);
-                    1
-                }
-            },
-            // SAFETY: the slot number sits at index 2 when present.
-            |L, n| (n == 1).then(|| unsafe { ffi::lua_tointegerx(L, 2, std::ptr::null_mut()) }),
-        )?;
+                },
+                // SAFETY: the slot number sits at index 2 when present.
+                |L, n| (n == 1).then(|| unsafe { ffi::lua_tointegerx(L, 2, std::ptr::null_mut()) }),
+            )
+        })?;
         match (slot, miss) {
             (Some(slot), _) => Ok(LuaRef {
                 vm: self.0.vm,
@@ -776,20 +786,22 @@ impl<'vm> LuaTable<'vm> {
         let key = [key];
         self.0.vm.own_args(&key)?;
         let vm: &Vm = self.0.vm;
-        let slot = self.0.with(
-            &mut |L| {
-                // SAFETY: protected body, the table at 1.
-                unsafe {
-                    push_arg(L, &key[0], vm);
-                    ffi::lua_gettable(L, 1);
-                    let slot = vm.anchors.anchor_top(L);
-                    ffi::lua_pushinteger(L, slot as ffi::lua_Integer);
-                }
-                1
-            },
-            // SAFETY: the slot number is the only result.
-            |L, _| unsafe { ffi::lua_tointegerx(L, -1, std::ptr::null_mut()) } as c_int,
-        )?;
+        let slot = vm.reading(|| {
+            self.0.with(
+                &mut |L| {
+                    // SAFETY: protected body, the table at 1.
+                    unsafe {
+                        push_arg(L, &key[0], vm);
+                        ffi::lua_gettable(L, 1);
+                        let slot = vm.anchors.anchor_top(L);
+                        ffi::lua_pushinteger(L, slot as ffi::lua_Integer);
+                    }
+                    1
+                },
+                // SAFETY: the slot number is the only result.
+                |L, _| unsafe { ffi::lua_tointegerx(L, -1, std::ptr::null_mut()) } as c_int,
+            )
+        })?;
         Ok(LuaRef {
             vm: self.0.vm,
             slot,
@@ -835,14 +847,16 @@ impl<'vm> LuaTable<'vm> {
 
     /// The length `#t` (running `__len`).
     pub fn len(&self) -> Result<i64, VmError> {
-        let v = self.0.with(
-            &mut |L| {
-                // SAFETY: protected body, the table at 1.
-                unsafe { ffi::lua_len(L, 1) };
-                1
-            },
-            |L, n| self.0.vm.collect_values(L, n),
-        )??;
+        let v = self.0.vm.reading(|| {
+            self.0.with(
+                &mut |L| {
+                    // SAFETY: protected body, the table at 1.
+                    unsafe { ffi::lua_len(L, 1) };
+                    1
+                },
+                |L, n| self.0.vm.collect_values(L, n),
+            )
+        })??;
         i64::from_lua(v.into_iter().next().unwrap_or(Value::Nil)).map_err(|e| at(e, "#table"))
     }
 

@@ -458,6 +458,8 @@ unsafe extern "C" {
     pub(crate) fn luasnap_gc_uncounted(L: *mut lua_State) -> usize;
     pub(crate) fn luasnap_fresh_keys(L: *mut lua_State, on: c_int) -> c_int;
     pub(crate) fn luasnap_gc_nopoints(L: *mut lua_State, on: c_int) -> c_int;
+    pub(crate) fn luasnap_gc_defer_begin(L: *mut lua_State) -> i64;
+    pub(crate) fn luasnap_gc_defer_end(L: *mut lua_State, saved: i64);
     pub(crate) fn luasnap_gc_nofinal(L: *mut lua_State, on: c_int) -> c_int;
     pub(crate) fn luasnap_finalizers_foreign(L: *mut lua_State, since: c_int) -> c_int;
     pub(crate) fn luasnap_finalizers_mark(L: *mut lua_State, since: c_int, clear: c_int);

@@ -6,8 +6,9 @@ use crate::bridge::error::{LuaErrorKind, NativeError, VmError};
 use crate::bridge::ffi::{self as raw, LuaFailure, UserDataType};
 use crate::bridge::helpers::{
     luasnap_chunks_install, luasnap_clear_dead_stack, luasnap_det_randomseed, luasnap_det_sort,
-    luasnap_fresh_keys, luasnap_gc_full_quiet, luasnap_gc_nopoints, luasnap_gc_quiet,
-    luasnap_gc_uncounted, luasnap_key_counter, luasnap_strtab_longest_chain,
+    luasnap_fresh_keys, luasnap_gc_defer_begin, luasnap_gc_defer_end, luasnap_gc_full_quiet,
+    luasnap_gc_nopoints, luasnap_gc_quiet, luasnap_gc_uncounted, luasnap_key_counter,
+    luasnap_strtab_longest_chain,
 };
 use crate::bridge::modules::{self, Module, ModuleState};
 use crate::bridge::natives::{self, Call, NativeFn, NativeState};
@@ -692,6 +693,27 @@ impl Vm {
         }
         // SAFETY: sets a flag of the global state between host calls (no Lua code runs).
         let _restore = Restore(self.L(), unsafe { luasnap_gc_nopoints(self.L(), 1) });
+        body()
+    }
+
+    /// Runs `body`, a host read of the state, with the collector's steps deferred to the
+    /// game's next allocation check (`luasnap_gc_defer_begin`): a read of values that exist
+    /// allocates nothing, so it leaves the arena as it was, and the next frame collects at the
+    /// same allocation as in a run without the read. Without it a read's key push could take the
+    /// step that was due, and a rollback followed by a read (`Game::load`) would collect at
+    /// another moment than the straight run.
+    pub(crate) fn reading<R>(&self, body: impl FnOnce() -> R) -> R {
+        /// Gives the debt back when dropped, so that a panic in `body` does too.
+        struct GiveBack(*mut lua_State, i64);
+        impl Drop for GiveBack {
+            fn drop(&mut self) {
+                // SAFETY: sets the collector's debt of the global state; `body` has returned
+                // or unwound, so no Lua code runs.
+                unsafe { luasnap_gc_defer_end(self.0, self.1) };
+            }
+        }
+        // SAFETY: sets the collector's debt between host calls (no Lua code runs).
+        let _give_back = GiveBack(self.L(), unsafe { luasnap_gc_defer_begin(self.L()) });
         body()
     }
 
