@@ -304,3 +304,30 @@ fn the_digest_does_not_depend_on_the_vms_the_process_built_before() {
         .unwrap();
     assert_eq!(here, child, "the value digest differs in a fresh process");
 }
+
+/// A `string.gmatch` iterator's match state is pointers into its subject: the digest hashes its
+/// positions instead, so two heaps laid out differently (a server and its client, a game and its
+/// continuation) agree while a game holds one, and disagree once it has moved on.
+#[test]
+fn a_gmatch_iterator_is_digested_by_its_position_not_its_addresses() {
+    let digest = |garbage: usize, calls: usize| {
+        let mut vm = vm();
+        vm.exec(
+            &format!(
+                "local junk = {{}} for i = 1, {garbage} do junk[i] = ('x'):rep(i % 50 + 20) .. i end
+                 subject = table.concat({{'alpha', 'beta', 'gamma', 'delta'}}, ' ')
+                 words = subject:gmatch('%a+')
+                 for _ = 1, {calls} do words() end"
+            ),
+            "setup",
+        )
+        .unwrap();
+        vm.value_digest().unwrap()
+    };
+    assert_eq!(
+        digest(0, 2),
+        digest(3000, 2),
+        "the same iterator at the same position, at other addresses"
+    );
+    assert_ne!(digest(0, 1), digest(0, 2), "an iterator that moved on");
+}

@@ -485,6 +485,9 @@ int luasnap_fresh_keys(lua_State *L, int on);
 /* Makes (on != 0) collectgarbage() an error while the host reads the state, or allows it
 ** (0); returns whether it was an error. */
 int luasnap_gc_nopoints(lua_State *L, int on);
+/* The positions (next search, end of the last match or -1) of the string.gmatch iterator at
+** idx as offsets into its subject, for the value digest; 0 if its upvalues are not gmatch's. */
+int luasnap_gmatch_positions(lua_State *L, int idx, int64_t out[2]);
 /* Defers the collector's steps while the host reads the state (returns the debt to give back)
 ** and gives the debt back, less what the read allocated. */
 int64_t luasnap_gc_defer_begin(lua_State *L);

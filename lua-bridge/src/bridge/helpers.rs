@@ -459,6 +459,7 @@ unsafe extern "C" {
     pub(crate) fn luasnap_fresh_keys(L: *mut lua_State, on: c_int) -> c_int;
     pub(crate) fn luasnap_gc_nopoints(L: *mut lua_State, on: c_int) -> c_int;
     pub(crate) fn luasnap_gc_defer_begin(L: *mut lua_State) -> i64;
+    pub(crate) fn luasnap_gmatch_positions(L: *mut lua_State, idx: c_int, out: *mut i64) -> c_int;
     pub(crate) fn luasnap_gc_defer_end(L: *mut lua_State, saved: i64);
     pub(crate) fn luasnap_gc_nofinal(L: *mut lua_State, on: c_int) -> c_int;
     pub(crate) fn luasnap_finalizers_foreign(L: *mut lua_State, since: c_int) -> c_int;

@@ -9,7 +9,8 @@
 //! - tables: entries and metatable;
 //! - Lua functions: `source:linedefined:lastlinedefined`, then their upvalues in order;
 //!   C functions: their upvalues (so `math.random`'s generator state is covered);
-//! - full userdata: bytes, metatable, user values; coroutines: status and live stack values
+//! - full userdata: bytes (a `string.gmatch` iterator's match state: its positions in the
+//!   subject, not its pointers), metatable, user values; coroutines: status and live stack values
 //!   (the main thread's stack, which holds the traversal itself, is left out);
 //! - primitives by value: integers and floats kept apart, strings by bytes; light userdata
 //!   only as "a light userdata" (its address is not a value).

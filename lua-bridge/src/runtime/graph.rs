@@ -17,6 +17,7 @@
 
 use crate::bridge::error::VmError;
 use crate::bridge::ffi::{self as raw};
+use crate::bridge::helpers::luasnap_gmatch_positions;
 use mlua_sys::{self as ffi, lua_State};
 use std::collections::HashMap;
 use std::ffi::{c_int, c_void, CStr};
@@ -180,6 +181,11 @@ pub(crate) struct Graph {
     /// met, if the graph names them ([`Graph::naming_cfunctions`]).
     cf_names: Option<HashMap<*const c_void, String>>,
     naming: bool,
+    /// string.gmatch's helper (read from the permanents at the first C function met; 0: none)
+    /// and the positions of the match states of the iterators met, by the state's address:
+    /// such a state is hashed by its positions, not by its bytes, which are pointers.
+    gmatch_aux: Option<usize>,
+    gmatch_states: HashMap<*const c_void, [i64; 2]>,
 }
 
 impl std::fmt::Debug for Graph {
@@ -234,6 +240,8 @@ impl Graph {
             over: false,
             cf_names: None,
             naming: false,
+            gmatch_aux: None,
+            gmatch_states: HashMap::new(),
         };
         g.push_prim(Prim::Nil, tag(b"nil", &[]));
         g.push_prim(Prim::Bool(false), tag(b"bool", &[0]));
@@ -668,6 +676,7 @@ impl Walk<'_> {
                 } else {
                     String::new()
                 };
+                self.note_gmatch_state(L, at);
                 (tag(b"cfunction", &[]), Kind::CFunction(name))
             } else {
                 let mut ar: ffi::lua_Debug = std::mem::zeroed();
@@ -732,7 +741,49 @@ impl Walk<'_> {
         names.get(&p).cloned().unwrap_or_default()
     }
 
-    /// A full userdata (on top): its bytes, metatable and user values.
+    /// If the C function at `at` is a string.gmatch iterator, notes its match state's
+    /// positions (`luasnap_gmatch_positions`) for [`Self::userdata`] to hash instead of the
+    /// state's bytes.
+    ///
+    /// # Safety
+    /// Protected context, a C function at `at`, three free slots.
+    unsafe fn note_gmatch_state(&mut self, L: *mut lua_State, at: c_int) {
+        // SAFETY: callers' contract; reads a registry field, balanced pushes.
+        let aux = *self.g.gmatch_aux.get_or_insert_with(|| unsafe {
+            let perms = crate::persist::permanents::UNPERMS_KEY;
+            let mut f = 0;
+            if ffi::lua_getfield(L, ffi::LUA_REGISTRYINDEX, perms.as_ptr()) == ffi::LUA_TTABLE {
+                ffi::lua_getfield(L, -1, crate::persist::permanents::GMATCH_AUX.as_ptr());
+                f = ffi::lua_tocfunction(L, -1).map_or(0, |f| f as usize);
+                ffi::lua_settop(L, -2);
+            }
+            ffi::lua_settop(L, -2);
+            f
+        });
+        // SAFETY: `at` holds a C function (callers' contract).
+        let f = unsafe { ffi::lua_tocfunction(L, at) }.map_or(0, |f| f as usize);
+        if aux == 0 || f != aux {
+            return;
+        }
+        let mut positions = [0i64; 2];
+        // SAFETY: a C closure at `at`, three free slots; it pushes nothing in the end, and
+        // reads the state only once its upvalues are as gmatch makes them.
+        if unsafe { luasnap_gmatch_positions(L, at, positions.as_mut_ptr()) } == 0 {
+            return;
+        }
+        // SAFETY: pushes upvalue 3 (checked above: the state) and pops it.
+        let state = unsafe {
+            ffi::lua_getupvalue(L, at, 3);
+            let p = ffi::lua_touserdata(L, -1).cast_const();
+            ffi::lua_settop(L, -2);
+            p
+        };
+        self.g.gmatch_states.insert(state, positions);
+    }
+
+    /// A full userdata (on top): its bytes, metatable and user values; a string.gmatch
+    /// iterator's match state by its positions in the subject (the rest of its bytes are
+    /// pointers, the subject and the pattern are the iterator's other upvalues).
     ///
     /// # Safety
     /// Protected context, a userdata on top, two free slots.
@@ -743,7 +794,15 @@ impl Walk<'_> {
             let at = ffi::lua_gettop(L);
             let len = ffi::lua_rawlen(L, at) as usize;
             let p = ffi::lua_touserdata(L, at).cast::<u8>();
-            let h = tag(b"userdata", std::slice::from_raw_parts(p, len));
+            let h = match self.g.gmatch_states.get(&p.cast_const().cast::<c_void>()) {
+                Some(&[next, last]) => {
+                    let mut bytes = [0u8; 16];
+                    bytes[..8].copy_from_slice(&next.to_le_bytes());
+                    bytes[8..].copy_from_slice(&last.to_le_bytes());
+                    tag(b"gmatch state", &bytes)
+                }
+                None => tag(b"userdata", std::slice::from_raw_parts(p, len)),
+            };
             self.metatable(L, at);
             let mut i = 1;
             while ffi::lua_getiuservalue(L, at, i) != ffi::LUA_TNONE {
