@@ -522,3 +522,64 @@ fn a_p2p_session_resolves_auto_to_the_game_digest_and_refuses_arena_digests() {
     assert!(err.contains("another peer's"), "{err}");
     assert!(err.contains("Checksum::Auto or Checksum::Game"), "{err}");
 }
+
+/// A renderer that calls a Lua function building a list between frames allocates in the heap,
+/// which the frames GGRS re-simulates never see: under arena checksums the SyncTest reported a
+/// desync naming nothing of the cause (an outside tester's finding). `handle` refuses the
+/// changed heap instead, naming the cause and the way out; under `Checksum::Game` it is fine.
+#[test]
+fn a_renderer_that_allocates_between_frames_is_named_not_reported_as_a_desync() {
+    let cfg = pad_game();
+    for checksum in [Checksum::Auto, Checksum::Game] {
+        let game = Game::new(&cfg, Backend::ArenaIncremental).unwrap();
+        game.vm()
+            .exec(
+                "function render_list() local out = {} for i = 1, 20 do out[i] = { i, tostring(i) } end return #out end",
+                "renderer",
+            )
+            .unwrap();
+        let mut session = luasnap::ggrs::SessionBuilder::<LuaGgrs<Pad>>::new()
+            .with_num_players(2)
+            .unwrap()
+            .with_check_distance(4)
+            .start_synctest_session()
+            .unwrap();
+        let mut driver = GgrsGame::<LuaGgrs<Pad>>::new(game, checksum, &session).unwrap();
+        let mut refused = None;
+        for f in 0..40u64 {
+            for p in 0..2 {
+                session.add_local_input(p, pad(cfg.seed, f, p)).unwrap();
+            }
+            let requests = session
+                .advance_frame()
+                .unwrap_or_else(|e| panic!("{checksum:?}, frame {f}: {e}"));
+            if let Err(e) = driver.handle(requests) {
+                refused = Some(e);
+                break;
+            }
+            let n: i64 = driver.game().vm().call("render_list", ()).unwrap();
+            assert_eq!(n, 20);
+        }
+        match checksum {
+            Checksum::Auto => {
+                let e = refused.expect("the changed heap is refused under arena checksums");
+                assert!(
+                    matches!(
+                        e,
+                        luasnap::bridge::runtime::GameError::HeapChangedBetweenFrames {
+                            frame: 1,
+                            ..
+                        }
+                    ),
+                    "{e}"
+                );
+                let text = e.to_string();
+                assert!(
+                    text.contains("Checksum::Game") && text.contains("Reading between frames"),
+                    "{text}"
+                );
+            }
+            _ => assert!(refused.is_none(), "{checksum:?}: {}", refused.unwrap()),
+        }
+    }
+}

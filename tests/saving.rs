@@ -231,3 +231,105 @@ fn windows_and_frames_a_session_cannot_serve_are_refused_by_name() {
     game.load(&handle, 10).unwrap();
     assert_eq!(game.frame(), 10);
 }
+
+/// A game whose `G.step` changes its state, then fails on one input (a bug that a predicted
+/// input reaches).
+fn fails_on_13() -> GameConfig {
+    GameConfig {
+        script: "local G = {}
+                 local w = { n = 0 }
+                 function G.init() end
+                 function G.step(inputs)
+                   w.n = w.n + 1
+                   if inputs[2] == 13 then error('rare bug on a predicted input') end
+                 end
+                 function G.digest() return w.n end
+                 return G"
+            .into(),
+        chunk_name: "=fails_on_13".into(),
+        ..tiny()
+    }
+}
+
+/// A failed `G.step` leaves its frame half-way: a session that logs the error and goes on
+/// must not save that state over the frame's clean save (an outside tester's finding: every
+/// later rollback to the frame restored the half-way state, and the client drifted from its
+/// peers for good). The session loads its save of the frame back on every backend.
+#[test]
+fn a_failed_step_never_stands_for_its_frame_in_a_session() {
+    for backend in [
+        Backend::ArenaIncremental,
+        Backend::ArenaFull,
+        Backend::Serialize,
+    ] {
+        let game: Game = Game::new(&fails_on_13(), backend).unwrap();
+        let mut s = FrameSession::new(game, 8);
+        s.advance(&[1, 0]).unwrap();
+        s.advance(&[2, 0]).unwrap();
+        let e = s.advance(&[3, 13]).unwrap_err();
+        assert!(e.to_string().contains("rare bug"), "{backend:?}: {e}");
+        assert_eq!(s.game().frame(), 2, "{backend:?}");
+        assert_eq!(
+            s.game().game_digest().unwrap(),
+            Some(2),
+            "{backend:?}: restored"
+        );
+        s.advance(&[3, 0]).unwrap();
+        s.advance(&[4, 0]).unwrap();
+        s.load_frame(2).unwrap();
+        assert_eq!(
+            s.game().game_digest().unwrap(),
+            Some(2),
+            "{backend:?}: the save of frame 2 is the clean one"
+        );
+    }
+}
+
+/// Without a session, the half-way state is refused to `step` and to every save until a
+/// saved state is loaded; without a save of the frame (sparse saving), a session refuses too.
+#[test]
+fn a_half_stepped_state_is_refused_until_a_load() {
+    let mut game: Game = Game::new(&fails_on_13(), Backend::ArenaIncremental).unwrap();
+    game.step(&[1, 0]).unwrap();
+    let saved = game.save().unwrap();
+    game.step(&[2, 13]).unwrap_err();
+    assert_eq!(game.half_stepped(), Some(1));
+    for e in [
+        game.step(&[2, 0]).unwrap_err(),
+        game.save().map(|_| ()).unwrap_err(),
+        game.save_game().map(|_| ()).unwrap_err(),
+    ] {
+        assert!(
+            matches!(
+                e,
+                luasnap::bridge::runtime::GameError::HalfStepped { frame: 1, .. }
+            ),
+            "{e}"
+        );
+        assert!(
+            e.to_string().contains("load a state saved at frame 1"),
+            "{e}"
+        );
+    }
+    game.load(&saved, 1).unwrap();
+    assert_eq!(game.half_stepped(), None);
+    game.step(&[2, 0]).unwrap();
+    assert_eq!(game.game_digest().unwrap(), Some(2));
+
+    let game: Game = Game::new(&fails_on_13(), Backend::ArenaIncremental).unwrap();
+    let mut s = FrameSession::with_saving(game, 8, Saving::Sparse);
+    s.advance(&[1, 0]).unwrap();
+    s.advance(&[2, 0]).unwrap();
+    s.advance(&[3, 13]).unwrap_err();
+    let e = s.advance(&[3, 0]).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            luasnap::bridge::runtime::GameError::HalfStepped { frame: 2, .. }
+        ),
+        "{e}"
+    );
+    s.load_frame(0).unwrap();
+    s.advance(&[1, 0]).unwrap();
+    assert_eq!(s.game().game_digest().unwrap(), Some(1));
+}

@@ -195,6 +195,8 @@ pub struct GgrsGame<C: ggrs::Config<State = SaveHandle> = LuaGgrs> {
     desync: Option<DesyncSaves>,
     /// The inputs each frame was last simulated with (by frame, from the game's first).
     inputs: Vec<Vec<C::Input>>,
+    /// Lua's heap bytes and live blocks when the last `handle` ended (`check_heap_unchanged`).
+    heap_mark: Option<(u64, u64)>,
     _config: PhantomData<fn() -> C>,
 }
 
@@ -260,6 +262,7 @@ where
             last_save: None,
             desync: None,
             inputs: Vec::new(),
+            heap_mark: None,
             _config: PhantomData,
         })
     }
@@ -367,8 +370,51 @@ where
         Ok(())
     }
 
+    /// Lua's heap bytes and live blocks: what a host call that allocated between two
+    /// [`handle`](GgrsGame::handle) calls changes.
+    fn heap_mark(&self) -> (u64, u64) {
+        let stats = self.game.vm().arena_stats();
+        (stats.bytes_in_use, stats.live_blocks)
+    }
+
+    /// Under [`Checksum::Arena`], refuses a heap that changed since the last
+    /// [`handle`](GgrsGame::handle) ended: the frames GGRS re-simulates would not see that
+    /// change, so their checksums would differ from the first simulation's and the session
+    /// would report a desync that names nothing of the cause.
+    fn check_heap_unchanged(&self) -> Result<(), GameError> {
+        let Some((bytes_before, blocks_before)) = self.heap_mark else {
+            return Ok(());
+        };
+        let (bytes_after, blocks_after) = self.heap_mark();
+        if self.checksum != Checksum::Arena
+            || (bytes_after, blocks_after) == (bytes_before, blocks_before)
+        {
+            return Ok(());
+        }
+        Err(GameError::HeapChangedBetweenFrames {
+            frame: self.game.frame(),
+            bytes_before,
+            blocks_before,
+            bytes_after,
+            blocks_after,
+        })
+    }
+
     /// Serves a batch of requests, in order.
+    ///
+    /// Under [`Checksum::Arena`] (a SyncTest's default), the heap must be as the last call
+    /// left it: reads between frames through paths, handles and keys the game uses leave it
+    /// so, but a Lua function that allocates, called from Rust between frames, does not, and
+    /// is refused here ([`GameError::HeapChangedBetweenFrames`]) before GGRS would report it
+    /// as a desync.
     pub fn handle(&mut self, requests: Vec<GgrsRequest<C>>) -> Result<(), GameError> {
+        self.check_heap_unchanged()?;
+        let served = self.serve(requests);
+        self.heap_mark = Some(self.heap_mark());
+        served
+    }
+
+    fn serve(&mut self, requests: Vec<GgrsRequest<C>>) -> Result<(), GameError> {
         for request in requests {
             match request {
                 GgrsRequest::SaveGameState { cell, frame } => {

@@ -127,13 +127,26 @@ pub enum GameError {
         /// so a report that walks the chain prints it once).
         error: VmError,
     },
-    /// The game's Lua code failed in `G.step`.
+    /// The game's Lua code failed in `G.step`. The state is what the frame left half-way:
+    /// the game refuses to step or save it ([`GameError::HalfStepped`]) until a state saved
+    /// at that frame or before is loaded ([`Game::load`]; a [`FrameSession`] loads its save of
+    /// the frame itself when it holds one).
     #[error("the game failed in G.step at frame {frame} (frames count from 0: G.step's call number {}): {error}", frame + 1)]
     Script {
         /// The frame being simulated (or 0 during init).
         frame: u64,
         /// Lua's error with its traceback (in the message, not the `source()`).
         error: VmError,
+    },
+    /// `G.step` failed at `frame` (an error, its budget, the arena), leaving the state half-way
+    /// through the frame; stepping or saving that state is refused until a state saved at the
+    /// frame or before is loaded. Saved, it would stand for the frame in every later rollback.
+    #[error("G.step failed at frame {frame} and left the state half-way through it, so {operation} is refused: load a state saved at frame {frame} or before (Game::load, FrameSession::load_frame or rollback_and_resimulate) and go on from there")]
+    HalfStepped {
+        /// The frame `G.step` failed in.
+        frame: u64,
+        /// What was refused (`G.step`, `a save`).
+        operation: &'static str,
     },
     /// `G.digest()` returned something other than an integer or a string.
     #[error("G.digest() returned {returned} at frame {frame}; it must return an integer or a string (a checksum of the game state, equal whenever the states are equal)")]
@@ -196,6 +209,22 @@ pub enum GameError {
         needed: usize,
         /// The session (`a P2P session with max prediction 8`).
         session: String,
+    },
+    /// The heap changed between two `GgrsGame::handle` calls under arena checksums: a host
+    /// call allocated between frames (a Lua function called from Rust, a string key the game
+    /// never used). Every frame re-simulated without that call would be reported as a desync.
+    #[error("the game's heap changed between two GgrsGame::handle calls (before frame {frame}: {bytes_before} bytes in {blocks_before} blocks, then {bytes_after} in {blocks_after}): something called from Rust between frames allocated, such as a Lua function that builds values or a string key the game never used. Under Checksum::Arena every frame re-simulated without that call would be reported as a desync. Read between frames with paths, handles and keys the game uses (docs/rust-api.md, \"Reading between frames\"), build what the renderer needs inside G.step, or compare Checksum::Game")]
+    HeapChangedBetweenFrames {
+        /// The game's frame when the change was found.
+        frame: u64,
+        /// Lua's heap bytes at the end of the previous `handle`.
+        bytes_before: u64,
+        /// Live blocks then.
+        blocks_before: u64,
+        /// Lua's heap bytes at the start of this one.
+        bytes_after: u64,
+        /// Live blocks now.
+        blocks_after: u64,
     },
     /// `G.digest()` raised an error.
     #[error("G.digest() failed at frame {frame} (luasnap calls it to compare states; it must not raise): {error}")]
@@ -647,6 +676,9 @@ pub struct Game<I = u8> {
     has_digest: bool,
     capacity: usize,
     step_budget: Option<u64>,
+    /// The frame whose `G.step` failed, while its half-way state is loaded
+    /// ([`GameError::HalfStepped`]).
+    half_stepped: Option<u64>,
     /// What the load of the save the game started from did with its functions.
     loaded: Option<LoadReport>,
     /// The input type `G.step` is called with.
@@ -885,6 +917,7 @@ impl<I> Game<I> {
             has_digest,
             capacity: cfg.capacity,
             step_budget: cfg.step_budget,
+            half_stepped: None,
             loaded: None,
             input: std::marker::PhantomData,
         };
@@ -989,6 +1022,7 @@ impl<I> Game<I> {
             has_digest,
             capacity: cfg.capacity,
             step_budget: cfg.step_budget,
+            half_stepped: None,
             loaded: Some(report),
             input: std::marker::PhantomData,
         };
@@ -1013,6 +1047,7 @@ impl<I> Game<I> {
             .reconfigure_snapshots(backend.snapshot_mode(), window.max(2))?;
         self.backend = backend;
         self.frame = frame;
+        self.half_stepped = None;
         Ok(())
     }
 
@@ -1041,12 +1076,23 @@ impl<I> Game<I> {
                 .map(GameInput::to_lua)
                 .collect::<Result<Vec<_>, _>>()?,
         );
+        self.refuse_half_step("G.step")?;
         let args = [Value::Table(t)];
+        if let Err(e) = self.run_step(&args) {
+            self.half_stepped = Some(self.frame);
+            return Err(e);
+        }
+        self.frame += 1;
+        Ok(())
+    }
+
+    /// `G.step` with its arguments, then the frame's collection point if it is one.
+    fn run_step(&mut self, args: &[Value]) -> Result<(), GameError> {
         let point = match self.step_budget {
             Some(budget) => self
                 .vm
-                .call_with_budget::<Value>("luasnap_step", &args, budget),
-            None => self.vm.call::<Value>("luasnap_step", &args),
+                .call_with_budget::<Value>("luasnap_step", args, budget),
+            None => self.vm.call::<Value>("luasnap_step", args),
         }
         .map_err(|source| self.script_error(source))?;
         if point == Value::Boolean(true) {
@@ -1060,8 +1106,21 @@ impl<I> Game<I> {
             }
             .map_err(|source| self.script_error(source))?;
         }
-        self.frame += 1;
         Ok(())
+    }
+
+    /// Refuses `operation` on a state a failed `G.step` left half-way.
+    fn refuse_half_step(&self, operation: &'static str) -> Result<(), GameError> {
+        match self.half_stepped {
+            Some(frame) => Err(GameError::HalfStepped { frame, operation }),
+            None => Ok(()),
+        }
+    }
+
+    /// The frame whose `G.step` failed, while the state it left half-way is loaded: stepping
+    /// and saving are refused until a save is loaded ([`GameError::HalfStepped`]).
+    pub fn half_stepped(&self) -> Option<u64> {
+        self.half_stepped
     }
 
     /// The error for a failure of the game's code at the current frame.
@@ -1095,6 +1154,7 @@ impl<I> Game<I> {
 
     /// Saves the current state with this game's backend.
     pub fn save(&mut self) -> Result<SaveHandle, GameError> {
+        self.refuse_half_step("a save")?;
         let saved = match self.backend {
             Backend::Serialize => self
                 .vm
@@ -1142,6 +1202,8 @@ impl<I> Game<I> {
                 self.vm.gc_collect_settled()?;
             }
         }
+        // A whole saved state replaced what a failed G.step left.
+        self.half_stepped = None;
         let saved = self.vm.get::<Value>("luasnap_frame")?.as_integer();
         self.frame = saved.map_or(frame, |f| f as u64);
         if self.frame != frame {
@@ -1155,6 +1217,7 @@ impl<I> Game<I> {
 
     /// A save-game of the current state (whatever the backend).
     pub fn save_game(&self) -> Result<Vec<u8>, GameError> {
+        self.refuse_half_step("a save-game")?;
         self.vm
             .save_game()
             .map_err(|e| self.memory_failure(e.into()))
@@ -1510,11 +1573,22 @@ impl<I: GameInput> FrameSession<I> {
     }
 
     /// Saves (as the session's [`Saving`] says), then simulates one frame.
+    ///
+    /// If `G.step` fails, the error is returned and the state the frame left half-way is
+    /// replaced by the session's save of the frame when it holds one (so the game is at the
+    /// start of the frame again, and a later rollback restores a clean state); without one
+    /// (sparse saving), stepping and saving are refused until a rollback loads an earlier
+    /// frame ([`GameError::HalfStepped`]).
     pub fn advance(&mut self, inputs: &[I]) -> Result<(), GameError> {
         if self.wants_save() {
             self.save_frame()?;
         }
-        self.step(inputs)
+        let frame = self.game.frame();
+        let stepped = self.step(inputs);
+        if stepped.is_err() && self.saves.back().is_some_and(|(f, _)| *f == frame) {
+            self.load_frame(frame)?;
+        }
+        stepped
     }
 
     /// Steps the game, keeping the inputs when a rollback may replay them.
