@@ -313,7 +313,7 @@ fn a_gmatch_iterator_is_digested_by_its_position_not_its_addresses() {
     let digest = |garbage: usize, calls: usize| {
         let mut vm = vm();
         vm.exec(
-            &format!(
+            format!(
                 "local junk = {{}} for i = 1, {garbage} do junk[i] = ('x'):rep(i % 50 + 20) .. i end
                  subject = table.concat({{'alpha', 'beta', 'gamma', 'delta'}}, ' ')
                  words = subject:gmatch('%a+')
