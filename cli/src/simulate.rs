@@ -427,6 +427,9 @@ struct Outcome {
     cross: Option<crate::second::CrossCheck>,
 }
 
+/// Runs the reference and every mode, then reports: the second process started beside them,
+/// the save written, the modes compared with the reference, the first mismatch explained,
+/// the report printed; an error says what did not agree or failed.
 fn run_modes(
     args: &SimulateArgs,
     game: &GameConfig,
@@ -434,7 +437,6 @@ fn run_modes(
     backends: &[Backend],
     progress: &Progress,
 ) -> Result<(), String> {
-    let err = |e: GameError| e.to_string();
     let several = backends.len() > 1;
     // The second process runs beside this one's reference and modes. With several modes the
     // reference also takes the digests a second process is compared by, to explain a mode
@@ -451,46 +453,10 @@ fn run_modes(
     };
     let (reference, save) = sim
         .reference_with(args.save.is_some(), &probes)
-        .map_err(err)?;
-    let mut modes = Vec::new();
-    let mut failures: Vec<(Backend, String)> = Vec::new();
-    // Each mode's explanation, if it did not match the reference of its process.
-    let mut explained = Vec::new();
-    if let [backend] = backends {
-        let r = sim.run(*backend, &reference).map_err(err)?;
-        modes.push(mode_json(&r, &reference));
-        explained.push(None);
-    } else {
-        for b in backends {
-            let name = b.name();
-            let mut child_progress = |run: &str, done, total| {
-                if run == name {
-                    progress.report(name, name, done, total);
-                } else {
-                    let label = format!("{name}: {run}");
-                    progress.report(&label, &format!("{name} process's {run}"), done, total);
-                }
-            };
-            match crate::mode_process::run(args, *b, &mut child_progress) {
-                ModeOutcome::Ran { report, divergence } => {
-                    modes.push(report);
-                    explained.push(divergence);
-                }
-                ModeOutcome::Failed(e) => {
-                    progress.clear();
-                    failures.push((*b, e));
-                }
-            }
-        }
-    }
+        .map_err(|e| e.to_string())?;
+    let mut ran = run_each_mode(args, sim, backends, &reference, progress)?;
     if let (Some(path), Some(bytes)) = (&args.save, &save) {
-        std::fs::write(path, bytes).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-        eprintln!(
-            "luasnap: saved frame {} to {} ({})",
-            reference.end_frame,
-            path.display(),
-            human_bytes(bytes.len() as u64)
-        );
+        write_save(path, bytes, &reference)?;
     }
     let cross = match second {
         Some(child) => {
@@ -499,65 +465,186 @@ fn run_modes(
         }
         None => None,
     };
-    // A mode's process ended in its own reference's state; across processes only the value
-    // digest is the same for the same state (the arena holds addresses).
-    let reference_digest = format!("{:016x}", reference.value_digest);
     if several {
-        for m in &mut modes {
-            if m["value_digest"] != reference_digest.as_str() {
-                m["matches_reference"] = false.into();
-            }
-        }
+        mark_modes_of_other_states(&mut ran.modes, &reference);
     }
     // A mismatch is explained before printing, so --json carries the explanation too (a
     // mode's process explained its own).
-    let mut divergence = None;
-    if let Some(i) = modes.iter().position(|m| m["matches_reference"] != true) {
-        let name = modes[i]["mode"].as_str().unwrap_or("?").to_string();
-        let locating = || progress.note(&format!("locating where mode {name} diverges..."));
-        divergence = Some(match (explained[i].take(), backends) {
-            (Some(d), _) => d,
-            (None, [backend]) => {
-                locating();
-                divergence_json(&sim.explain(*backend, 20).map_err(err)?)
-            }
-            (None, _) => {
-                locating();
-                let fresh;
-                let c = match &cross {
-                    Some(c) if !c.agrees => c,
-                    _ => {
-                        let child = crate::second::spawn(args, &probes, None)?;
-                        fresh = crate::second::compare(args, game, sim, &reference, child)?;
-                        &fresh
-                    }
-                };
-                process_divergence(&name, &modes[i], &reference, c)
-            }
-        });
-    }
+    let divergence = explain_first_mismatch(
+        args,
+        game,
+        sim,
+        backends,
+        progress,
+        Explaining {
+            reference: &reference,
+            probes: &probes,
+            cross: cross.as_ref(),
+        },
+        &mut ran,
+    )?;
     let outcome = Outcome {
-        modes,
-        failures,
+        modes: ran.modes,
+        failures: ran.failures,
         divergence,
         cross,
     };
-    let text = if args.json {
-        json_report(args, &reference, &outcome)
-    } else {
-        table_report(args, &reference, &outcome)
+    print_report(args, &reference, &outcome)?;
+    outcome_result(outcome)
+}
+
+/// The modes' runs: their reports, the modes that failed, and each report's explanation if
+/// the mode's own process explained why it did not match its reference.
+struct ModeRuns {
+    modes: Vec<serde_json::Value>,
+    failures: Vec<(Backend, String)>,
+    explained: Vec<Option<serde_json::Value>>,
+}
+
+/// Runs each mode: one in this process, beside the reference; several each in a process of
+/// its own (a failure there is reported beside the others' results).
+fn run_each_mode(
+    args: &SimulateArgs,
+    sim: &mut Simulation,
+    backends: &[Backend],
+    reference: &Reference,
+    progress: &Progress,
+) -> Result<ModeRuns, String> {
+    let mut ran = ModeRuns {
+        modes: Vec::new(),
+        failures: Vec::new(),
+        explained: Vec::new(),
     };
-    // Written at once; a closed pipe (`| head`) ends the output quietly.
-    {
-        let mut stdout = std::io::stdout().lock();
-        match stdout
-            .write_all(text.as_bytes())
-            .and_then(|()| stdout.flush())
-        {
-            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
-            r => r.map_err(|e| format!("cannot write the report: {e}"))?,
+    if let [backend] = backends {
+        let r = sim.run(*backend, reference).map_err(|e| e.to_string())?;
+        ran.modes.push(mode_json(&r, reference));
+        ran.explained.push(None);
+        return Ok(ran);
+    }
+    for b in backends {
+        let name = b.name();
+        let mut child_progress = |run: &str, done, total| {
+            if run == name {
+                progress.report(name, name, done, total);
+            } else {
+                let label = format!("{name}: {run}");
+                progress.report(&label, &format!("{name} process's {run}"), done, total);
+            }
+        };
+        match crate::mode_process::run(args, *b, &mut child_progress) {
+            ModeOutcome::Ran { report, divergence } => {
+                ran.modes.push(report);
+                ran.explained.push(divergence);
+            }
+            ModeOutcome::Failed(e) => {
+                progress.clear();
+                ran.failures.push((*b, e));
+            }
         }
     }
+    Ok(ran)
+}
+
+/// Writes the reference's save-game (`--save`) to `path`.
+fn write_save(path: &std::path::Path, bytes: &[u8], reference: &Reference) -> Result<(), String> {
+    std::fs::write(path, bytes).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    eprintln!(
+        "luasnap: saved frame {} to {} ({})",
+        reference.end_frame,
+        path.display(),
+        human_bytes(bytes.len() as u64)
+    );
+    Ok(())
+}
+
+/// Marks the modes whose process ended in another state than this one's reference: a mode's
+/// process ended in its own reference's state, and across processes only the value digest is
+/// the same for the same state (the arena holds addresses).
+fn mark_modes_of_other_states(modes: &mut [serde_json::Value], reference: &Reference) {
+    let reference_digest = format!("{:016x}", reference.value_digest);
+    for m in modes {
+        if m["value_digest"] != reference_digest.as_str() {
+            m["matches_reference"] = false.into();
+        }
+    }
+}
+
+/// What explaining a mismatch compares with: the reference, the frames the second process
+/// reports digests after, and what the second process found (`--second-process on`).
+struct Explaining<'a> {
+    reference: &'a Reference,
+    probes: &'a [u64],
+    cross: Option<&'a crate::second::CrossCheck>,
+}
+
+/// Why the first mode that does not match the reference does not (None: all match): as its
+/// own process explained it, else by re-running it here (one mode) or by comparing with a
+/// second process that disagrees (started now if none ran).
+fn explain_first_mismatch(
+    args: &SimulateArgs,
+    game: &GameConfig,
+    sim: &mut Simulation,
+    backends: &[Backend],
+    progress: &Progress,
+    with: Explaining<'_>,
+    ran: &mut ModeRuns,
+) -> Result<Option<serde_json::Value>, String> {
+    let Some(i) = ran
+        .modes
+        .iter()
+        .position(|m| m["matches_reference"] != true)
+    else {
+        return Ok(None);
+    };
+    let name = ran.modes[i]["mode"].as_str().unwrap_or("?").to_string();
+    let locating = || progress.note(&format!("locating where mode {name} diverges..."));
+    Ok(Some(match (ran.explained[i].take(), backends) {
+        (Some(d), _) => d,
+        (None, [backend]) => {
+            locating();
+            divergence_json(&sim.explain(*backend, 20).map_err(|e| e.to_string())?)
+        }
+        (None, _) => {
+            locating();
+            let fresh;
+            let c = match with.cross {
+                Some(c) if !c.agrees => c,
+                _ => {
+                    let child = crate::second::spawn(args, with.probes, None)?;
+                    fresh = crate::second::compare(args, game, sim, with.reference, child)?;
+                    &fresh
+                }
+            };
+            process_divergence(&name, &ran.modes[i], with.reference, c)
+        }
+    }))
+}
+
+/// Prints the report (`--json` or the table), at once; a closed pipe (`| head`) ends the
+/// output quietly.
+fn print_report(
+    args: &SimulateArgs,
+    reference: &Reference,
+    outcome: &Outcome,
+) -> Result<(), String> {
+    let text = if args.json {
+        json_report(args, reference, outcome)
+    } else {
+        table_report(args, reference, outcome)
+    };
+    let mut stdout = std::io::stdout().lock();
+    match stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        r => r.map_err(|e| format!("cannot write the report: {e}")),
+    }
+}
+
+/// The command's result once the report is out: an error if the second process disagreed,
+/// a mode did not end in the reference state, or a mode failed.
+fn outcome_result(outcome: Outcome) -> Result<(), String> {
     if let Some(c) = outcome.cross.filter(|c| !c.agrees) {
         return Err(c.to_string().trim_end().to_string());
     }
@@ -573,7 +660,6 @@ fn run_modes(
     Ok(())
 }
 
-/// Why a mode did not end in the reference state, as `--json` reports it (`divergence`).
 fn divergence_json(d: &Divergence) -> serde_json::Value {
     json!({
         "mode": d.backend.name(),

@@ -81,6 +81,16 @@ enum PlaceTarget {
     Shared(Vec<*const c_void>),
 }
 
+/// What [`Loader::find_place`] found for a saved function.
+struct FoundPlace {
+    /// The function (or functions) there.
+    target: PlaceTarget,
+    /// The place an unnamed function was found at by its code, if not its saved place.
+    relocated: Option<Vec<Vec<u8>>>,
+    /// An unnamed function taken by its rank among its siblings, its code found nowhere.
+    by_rank: bool,
+}
+
 /// Where an upvalue to share is: a closure this load made (object id) or one of the game's
 /// (anchored in `protos` under its address), and the slot.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -238,12 +248,141 @@ impl Loader<'_> {
     /// to make its closures of (for a rebound one in an own load, `saved`, the save's
     /// compiled code) and records its binding; None if this version has no function there
     /// (the caller then uses `saved`, or refuses the load).
+    ///
+    /// The steps: find the function at the place (an unnamed one by its code if it moved,
+    /// noted as relocated); several candidates and none with the saved code keep `saved` or
+    /// refuse; the same code is bound unchanged; other code is rebound.
     pub(super) fn bind_place(
         &mut self,
         current: usize,
         f: SavedProto<'_>,
         saved: Option<*const c_void>,
     ) -> Result<Option<*const c_void>, Fail> {
+        let found = self.find_place(current, &f);
+        if let Some(at) = &found.relocated {
+            self.note_relocated(current, &f, at, &found.target);
+        }
+        let target = match found.target {
+            PlaceTarget::Function(target) => target,
+            PlaceTarget::None => return Ok(None),
+            PlaceTarget::Shared(family) => return self.keep_shared(&f, &family, saved).map(Some),
+        };
+        // SAFETY: target is alive (its chunk's main closure is anchored for the load).
+        if unsafe { luasnap_proto_hash(target) } == f.hash {
+            self.bind_unchanged(current);
+            return Ok(Some(target));
+        }
+        self.bind_rebound(current, f, target, found.by_rank, saved)
+            .map(Some)
+    }
+
+    /// Looks up the function at `f`'s place in current chunk `current`. A function nested in
+    /// an unnamed one found at another rank is looked up under it; an unnamed function whose
+    /// code is not at its place is looked for by its code among its unnamed siblings.
+    fn find_place(&self, current: usize, f: &SavedProto<'_>) -> FoundPlace {
+        let (hash, line) = (f.hash, f.line);
+        let moved_under = self.relocated_place(current, f.place);
+        let lookup: &[Vec<u8>] = moved_under.as_deref().unwrap_or(f.place);
+        let mut found = FoundPlace {
+            target: self.place_target(current, lookup, hash, line),
+            relocated: None,
+            by_rank: false,
+        };
+        if !lookup.last().is_some_and(|n| is_unnamed(n)) {
+            return found;
+        }
+        let differs = match found.target {
+            // SAFETY: t is alive (its chunk's main closure is anchored for the load).
+            PlaceTarget::Function(t) => !unsafe { same_code_at(t, hash, line) },
+            PlaceTarget::None => true,
+            PlaceTarget::Shared(_) => false,
+        };
+        if differs {
+            match self.unnamed_by_code(current, lookup, hash, line) {
+                Some((at, p)) => {
+                    found.target = PlaceTarget::Function(p);
+                    found.relocated = Some(at);
+                }
+                None => found.by_rank = matches!(found.target, PlaceTarget::Function(_)),
+            }
+        }
+        found
+    }
+
+    /// Records that the unnamed function saved at `f`'s place is at `at` in this version (its
+    /// nested functions are looked up under `at`), and reports it.
+    fn note_relocated(
+        &mut self,
+        current: usize,
+        f: &SavedProto<'_>,
+        at: &[Vec<u8>],
+        target: &PlaceTarget,
+    ) {
+        self.rb
+            .relocated
+            .insert((current, f.place.to_vec()), at.to_vec());
+        // SAFETY: the function found is alive (anchored with its chunk); reads only.
+        let now = match target {
+            PlaceTarget::Function(p) => unsafe { luasnap_proto_line(*p) }.max(0) as u64,
+            _ => f.line,
+        };
+        self.rb.report.relocated.push(RenamedFunction {
+            saved: SavedFunction {
+                chunk: shown_chunk(f.chunk),
+                place: crate::persist::place::display(f.place),
+                line: f.line,
+                now: Some(now),
+            },
+            to: crate::persist::place::display(at),
+            replacement: false,
+        });
+    }
+
+    /// Several functions of this version read as `f`'s place and none has the saved code:
+    /// the saved code (`saved`, an own load's), kept and reported, or the load is refused.
+    fn keep_shared(
+        &mut self,
+        f: &SavedProto<'_>,
+        family: &[*const c_void],
+        saved: Option<*const c_void>,
+    ) -> Result<*const c_void, Fail> {
+        let what = self.shared_place(f.chunk, f.place, f.line, family);
+        let Some(saved) = saved else {
+            return Err(self.refuse(what, Accept::TrustOwn));
+        };
+        self.rb.report.kept.push(SavedFunction {
+            chunk: shown_chunk(f.chunk),
+            place: crate::persist::place::display(f.place),
+            line: f.line,
+            now: None,
+        });
+        Ok(saved)
+    }
+
+    /// Binds the next prototype index to this version's function with the saved code.
+    fn bind_unchanged(&mut self, current: usize) {
+        self.rb.report.unchanged += 1;
+        self.rb.bindings.insert(
+            self.protos.len(),
+            Binding {
+                rebound: None,
+                current: Some(current),
+            },
+        );
+    }
+
+    /// Binds the next prototype index to `target`, this version's function at `f`'s place
+    /// with other code: records the rebound function and how its upvalues map by name.
+    /// Returns the prototype to make its closures of: `saved` in an own load (bound when the
+    /// walk is over), else `target` (bound at once).
+    fn bind_rebound(
+        &mut self,
+        current: usize,
+        f: SavedProto<'_>,
+        target: *const c_void,
+        by_rank: bool,
+        saved: Option<*const c_void>,
+    ) -> Result<*const c_void, Fail> {
         let SavedProto {
             hash,
             line,
@@ -253,83 +392,8 @@ impl Loader<'_> {
             file_chunk,
             path,
         } = f;
-        let saved_place = place;
-        // A function nested in an unnamed one found at another rank is looked up under it.
-        let moved_under = self.relocated_place(current, place);
-        let lookup: &[Vec<u8>] = moved_under.as_deref().unwrap_or(place);
-        let mut by_rank = false;
-        let mut found = self.place_target(current, lookup, hash, line);
-        let mut relocated = None;
-        if lookup.last().is_some_and(|n| is_unnamed(n)) {
-            let differs = match found {
-                // SAFETY: t is alive (its chunk's main closure is anchored for the load).
-                PlaceTarget::Function(t) => !unsafe { same_code_at(t, hash, line) },
-                PlaceTarget::None => true,
-                PlaceTarget::Shared(_) => false,
-            };
-            if differs {
-                match self.unnamed_by_code(current, lookup, hash, line) {
-                    Some((at, p)) => {
-                        found = PlaceTarget::Function(p);
-                        relocated = Some(at);
-                    }
-                    None => by_rank = matches!(found, PlaceTarget::Function(_)),
-                }
-            }
-        }
-        if let Some(at) = &relocated {
-            self.rb
-                .relocated
-                .insert((current, saved_place.to_vec()), at.clone());
-            // SAFETY: the function found is alive (anchored with its chunk); reads only.
-            let now = match found {
-                PlaceTarget::Function(p) => unsafe { luasnap_proto_line(p) }.max(0) as u64,
-                _ => line,
-            };
-            self.rb.report.relocated.push(RenamedFunction {
-                saved: SavedFunction {
-                    chunk: shown_chunk(chunk),
-                    place: crate::persist::place::display(saved_place),
-                    line,
-                    now: Some(now),
-                },
-                to: crate::persist::place::display(at),
-                replacement: false,
-            });
-        }
-        let place = saved_place;
-        let target = match found {
-            PlaceTarget::Function(target) => target,
-            PlaceTarget::None => return Ok(None),
-            PlaceTarget::Shared(family) => {
-                let what = self.shared_place(chunk, place, line, &family);
-                return match saved {
-                    Some(saved) => {
-                        self.rb.report.kept.push(SavedFunction {
-                            chunk: shown_chunk(chunk),
-                            place: crate::persist::place::display(place),
-                            line,
-                            now: None,
-                        });
-                        Ok(Some(saved))
-                    }
-                    None => Err(self.refuse(what, Accept::TrustOwn)),
-                };
-            }
-        };
-        // SAFETY: target is alive (its chunk's main closure is anchored for the load).
-        if unsafe { luasnap_proto_hash(target) } == hash {
-            self.rb.report.unchanged += 1;
-            self.rb.bindings.insert(
-                self.protos.len(),
-                Binding {
-                    rebound: None,
-                    current: Some(current),
-                },
-            );
-            return Ok(Some(target));
-        }
-        // SAFETY: as above; reads only.
+        // SAFETY: target is alive (its chunk's main closure is anchored for the load); reads
+        // only.
         let (target_n, target_ups) = unsafe {
             (
                 luasnap_proto_nupvalues(target).max(0) as usize,
@@ -382,19 +446,20 @@ impl Loader<'_> {
             by_rank,
             removed: false,
         });
+        let r = self.rb.rebounds.len() - 1;
         self.rb.bindings.insert(
             self.protos.len(),
             Binding {
-                rebound: Some(self.rb.rebounds.len() - 1),
+                rebound: Some(r),
                 current: Some(current),
             },
         );
         match saved {
-            Some(saved) => Ok(Some(saved)),
+            Some(saved) => Ok(saved),
             None => {
                 // Every closure is rebound (or the load refused).
-                self.report_rebound(self.rb.rebounds.len() - 1);
-                Ok(Some(target))
+                self.report_rebound(r);
+                Ok(target)
             }
         }
     }
