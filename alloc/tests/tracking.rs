@@ -257,14 +257,49 @@ fn unknown_mechanism_request_is_a_typed_error_when_unavailable() {
     );
 }
 
+/// The environment variable that names the test a child process runs (its child branch).
+const SEGV_CHILD: &str = "LUASNAP_SEGV_CHILD";
+
+/// Whether this process is the child test `name` started ([`ended_in_child`]).
+fn is_child(name: &str) -> bool {
+    std::env::var(SEGV_CHILD).as_deref() == Ok(name)
+}
+
+/// Runs test `name` again in a child process (this test binary, filtered to it), where
+/// [`is_child`] is true, and returns how the child ended.
+fn ended_in_child(name: &str) -> std::process::ExitStatus {
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", name, "--nocapture"])
+        .env(SEGV_CHILD, name)
+        .output()
+        .unwrap();
+    eprintln!("child {name}: {}", String::from_utf8_lossy(&out.stderr));
+    out.status
+}
+
+/// The signal that ended `status`, if one did.
+fn signal_of(status: std::process::ExitStatus) -> Option<i32> {
+    use std::os::unix::process::ExitStatusExt;
+    status.signal()
+}
+
+/// An arena whose pages mprotect tracking watches, and its tracker's key: the tracker's
+/// SIGSEGV handler is installed.
+fn mprotect_tracked_arena() -> (Arena, TrackerKey) {
+    let mut a = Arena::new(4 * MIB).unwrap();
+    let key = a
+        .enable_tracking(TrackerPreference::Only(TrackerKind::Mprotect))
+        .unwrap();
+    (a, key)
+}
+
 /// Runs in a child process: enables mprotect tracking, then writes to a PROT_NONE page that no
 /// tracker owns. The handler must hand the fault on, so the process dies of SIGSEGV.
 #[test]
 fn foreign_faults_still_crash_the_process() {
-    if std::env::var_os("LUASNAP_SEGV_CHILD").is_some() {
-        let mut a = Arena::new(4 * MIB).unwrap();
-        a.enable_tracking(TrackerPreference::Only(TrackerKind::Mprotect))
-            .unwrap();
+    const NAME: &str = "foreign_faults_still_crash_the_process";
+    if is_child(NAME) {
+        let _tracked = mprotect_tracked_arena();
         // SAFETY: maps a fresh inaccessible page; writing to it faults by design.
         unsafe {
             let p = libc::mmap(
@@ -279,20 +314,78 @@ fn foreign_faults_still_crash_the_process() {
         }
         unreachable!("the write above must not succeed");
     }
-    let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "foreign_faults_still_crash_the_process",
-            "--nocapture",
-        ])
-        .env("LUASNAP_SEGV_CHILD", "1")
-        .output()
-        .unwrap();
-    use std::os::unix::process::ExitStatusExt;
+    let status = ended_in_child(NAME);
     assert_eq!(
-        out.status.signal(),
+        signal_of(status),
         Some(libc::SIGSEGV),
-        "child ended with {:?}",
-        out.status
+        "child ended with {status:?}"
     );
+}
+
+/// A SIGSEGV sent with `kill` (as `kill -SEGV` from a shell does: `si_code` SI_USER, no fault)
+/// while mprotect tracking is on ends the process as it would without the tracker. The
+/// handler before it is Rust's stack-overflow handler, which puts the default action back and
+/// returns, counting on a fault to repeat; a sent signal has none, so it was lost and the
+/// process went on. The child's `kill` reaches the process (any of its threads), so the test
+/// ends whichever thread takes it: a lost signal lets the child's test pass and exit 0.
+#[test]
+fn a_segv_sent_by_kill_still_ends_the_process() {
+    const NAME: &str = "a_segv_sent_by_kill_still_ends_the_process";
+    if is_child(NAME) {
+        let _tracked = mprotect_tracked_arena();
+        // SAFETY: sends SIGSEGV to this process, which is what the test is about.
+        assert_eq!(unsafe { libc::kill(libc::getpid(), libc::SIGSEGV) }, 0);
+        return;
+    }
+    let status = ended_in_child(NAME);
+    assert_eq!(
+        signal_of(status),
+        Some(libc::SIGSEGV),
+        "child ended with {status:?}"
+    );
+}
+
+/// A SIGSEGV a thread sends itself (`raise`: `si_code` SI_TKILL) while the action before the
+/// tracker's handler was the default one ends the process: it arrives before `raise` returns,
+/// and a lost one lets the child's test pass and exit 0.
+#[test]
+fn a_segv_raised_with_the_default_action_before_ends_the_process() {
+    const NAME: &str = "a_segv_raised_with_the_default_action_before_ends_the_process";
+    if is_child(NAME) {
+        // SAFETY: puts back the default action before the tracker installs its handler (the
+        // first tracker of this process does).
+        unsafe { libc::signal(libc::SIGSEGV, libc::SIG_DFL) };
+        let _tracked = mprotect_tracked_arena();
+        // SAFETY: sends SIGSEGV to this thread, which is what the test is about.
+        unsafe { libc::raise(libc::SIGSEGV) };
+        return;
+    }
+    let status = ended_in_child(NAME);
+    assert_eq!(
+        signal_of(status),
+        Some(libc::SIGSEGV),
+        "child ended with {status:?}"
+    );
+}
+
+/// A sent SIGSEGV that was ignored before the tracker's handler came is ignored still, and the
+/// tracker goes on recording writes: the handler hands it over as if it were not there.
+#[test]
+fn a_sent_segv_ignored_before_stays_ignored() {
+    const NAME: &str = "a_sent_segv_ignored_before_stays_ignored";
+    if is_child(NAME) {
+        // SAFETY: ignores SIGSEGV before the tracker installs its handler.
+        unsafe { libc::signal(libc::SIGSEGV, libc::SIG_IGN) };
+        let (mut a, key) = mprotect_tracked_arena();
+        let range = data_range(&a, 4);
+        a.tracker_mut(&key).unwrap().arm(range.clone()).unwrap();
+        // SAFETY: sends SIGSEGV to this thread, which is what the test is about.
+        unsafe { libc::raise(libc::SIGSEGV) };
+        write_page(&mut a, range.start + PAGE_SIZE);
+        let page = range.start + PAGE_SIZE..range.start + 2 * PAGE_SIZE;
+        assert_eq!(collect(&mut a, &key, range), vec![page]);
+        return;
+    }
+    let status = ended_in_child(NAME);
+    assert!(status.success(), "child ended with {status:?}");
 }

@@ -2,8 +2,9 @@
 //!
 //! One process-wide handler serves every tracked region through a fixed table of slots. The
 //! handler is async-signal-safe: it reads atomics, sets a bit with `fetch_or`, calls `mprotect`,
-//! and for faults outside every tracked region chains to the handler that was installed before
-//! it (Rust's stack-overflow handler, a crash reporter, ...).
+//! and for faults outside every tracked region, and for a `SIGSEGV` another process (or
+//! thread) sent, hands over to what was there before it (Rust's stack-overflow handler, a
+//! crash reporter, the default action), as if it were not there.
 //!
 //! Invariant: a slot's `bits` pointer stays valid while its `base` is non-zero, and a region is
 //! made writable again (so no more faults can come from it) before its slot is released.
@@ -47,9 +48,39 @@ struct PrevAction(std::cell::UnsafeCell<std::mem::MaybeUninit<libc::sigaction>>)
 unsafe impl Sync for PrevAction {}
 static PREV: PrevAction = PrevAction(std::cell::UnsafeCell::new(std::mem::MaybeUninit::uninit()));
 
+/// Where a `SIGSEGV` the handler receives comes from, as its `siginfo` says.
+enum SegvOrigin {
+    /// A memory access that faulted at this address (`si_code > 0`): the instruction runs
+    /// again when the handler returns.
+    Fault(usize),
+    /// Sent by a process (`kill`, `sigqueue`, `raise`: `si_code <= 0`, `SI_USER`, `SI_TKILL`,
+    /// ...): no access faulted, the address field holds the sender's pid and uid, and
+    /// returning from the handler ends the signal.
+    Sent,
+}
+
 extern "C" fn on_segv(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
-    // SAFETY: the kernel passes a valid siginfo for SA_SIGINFO handlers.
-    let addr = unsafe { (*info).si_addr() } as usize;
+    // SAFETY: the kernel passes a valid siginfo for SA_SIGINFO handlers; si_addr is the
+    // union member a fault fills (si_code > 0), read only then.
+    let origin = unsafe {
+        if (*info).si_code > 0 {
+            SegvOrigin::Fault((*info).si_addr() as usize)
+        } else {
+            SegvOrigin::Sent
+        }
+    };
+    if let SegvOrigin::Fault(addr) = origin {
+        if record_write(addr) {
+            return;
+        }
+    }
+    hand_over(sig, info, ctx, origin);
+}
+
+/// Records a write fault at `addr` if a tracked region holds it and makes its page writable
+/// (the whole region if a page cannot be split off); false if no region holds it, or it
+/// could not be made writable. Async-signal-safe.
+fn record_write(addr: usize) -> bool {
     for slot in &SLOTS {
         let base = slot.base.load(Ordering::Acquire);
         if base == 0
@@ -67,38 +98,46 @@ extern "C" fn on_segv(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut li
         // SAFETY: mprotect is async-signal-safe and the page belongs to a tracked region.
         if unsafe { libc::mprotect(page_addr, PAGE_SIZE, libc::PROT_READ | libc::PROT_WRITE) } == 0
         {
-            return;
+            return true;
         }
         // Splitting the mapping failed (most likely vm.max_map_count): open the whole region,
         // which merges it back into one mapping, and report everything as written.
         slot.overflow.store(true, Ordering::Release);
         let len = slot.len.load(Ordering::Relaxed);
         // SAFETY: as above, for the whole tracked region.
-        if unsafe {
+        return unsafe {
             libc::mprotect(
                 base as *mut libc::c_void,
                 len,
                 libc::PROT_READ | libc::PROT_WRITE,
             )
-        } == 0
-        {
-            return;
-        }
-        break;
+        } == 0;
     }
-    // Not ours: hand over to whoever was there before.
+    false
+}
+
+/// Gives a `SIGSEGV` that is not a tracked write what it would have got without this
+/// handler: the handler installed before it, or the default action (the process dies of
+/// `SIGSEGV`, dumping core). A fault gets it when the access runs again; a sent signal has no
+/// access to repeat, so when the default action is due it is sent again, to this thread: it
+/// is blocked while the handler runs and arrives as the handler returns. Async-signal-safe.
+fn hand_over(
+    sig: libc::c_int,
+    info: *mut libc::siginfo_t,
+    ctx: *mut libc::c_void,
+    origin: SegvOrigin,
+) {
     // SAFETY: PREV was written before this handler was installed.
     let prev = unsafe { (*PREV.0.get()).assume_init_ref() };
     let handler = prev.sa_sigaction;
+    let sent = matches!(origin, SegvOrigin::Sent);
+    if handler == libc::SIG_IGN && sent {
+        // Ignored before us: a sent signal is ignored still (a fault cannot be: the kernel
+        // kills the process when it repeats, as below).
+        return;
+    }
     if handler == libc::SIG_DFL || handler == libc::SIG_IGN {
-        // Restore the default action and return: the faulting instruction runs again and the
-        // default action (core dump) happens with the original fault address.
-        // SAFETY: installing SIG_DFL is async-signal-safe.
-        unsafe {
-            let mut dfl: libc::sigaction = std::mem::zeroed();
-            dfl.sa_sigaction = libc::SIG_DFL;
-            libc::sigaction(sig, &dfl, std::ptr::null_mut());
-        }
+        set_default(sig);
     } else if prev.sa_flags & libc::SA_SIGINFO != 0 {
         // SAFETY: the previous handler was installed with SA_SIGINFO, so it has this signature.
         let f: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) =
@@ -108,6 +147,32 @@ extern "C" fn on_segv(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut li
         // SAFETY: a plain (non-SA_SIGINFO) handler takes only the signal number.
         let f: extern "C" fn(libc::c_int) = unsafe { std::mem::transmute(handler) };
         f(sig);
+    }
+    // A handler that returns after putting the default action back (Rust's stack-overflow
+    // handler does, for an address outside a guard page) counts on the fault to repeat.
+    if sent && default_is_set(sig) {
+        // SAFETY: raise is async-signal-safe; the signal stays pending until the handler
+        // returns and the kernel unblocks it.
+        unsafe { libc::raise(sig) };
+    }
+}
+
+/// Puts back the default action of `sig`. Async-signal-safe.
+fn set_default(sig: libc::c_int) {
+    // SAFETY: sigaction is async-signal-safe; a zeroed sigaction with SIG_DFL is valid.
+    unsafe {
+        let mut dfl: libc::sigaction = std::mem::zeroed();
+        dfl.sa_sigaction = libc::SIG_DFL;
+        libc::sigaction(sig, &dfl, std::ptr::null_mut());
+    }
+}
+
+/// Whether `sig`'s action is the default one now. Async-signal-safe.
+fn default_is_set(sig: libc::c_int) -> bool {
+    // SAFETY: sigaction only reads the action here; `now` is written by it.
+    unsafe {
+        let mut now: libc::sigaction = std::mem::zeroed();
+        libc::sigaction(sig, std::ptr::null(), &mut now) == 0 && now.sa_sigaction == libc::SIG_DFL
     }
 }
 
