@@ -1,7 +1,9 @@
 //! Every call into a game runs under the step budget, not only `G.step`: an endless loop at
 //! the script's top level (or a module's it requires there), in `G.init` or in `G.digest()`
 //! ends every command with an error naming the call and `--step-budget`, instead of a silent
-//! hang (the outside tester's finding 2). The tests end by the budget, not by a clock.
+//! hang (the outside tester's finding 2); so does one in a save's `__persist` function or in
+//! a metamethod the runtime's reads of `G` and of its globals run. The tests end by the
+//! budget, not by a clock.
 
 mod support;
 
@@ -89,6 +91,100 @@ fn without_a_budget_the_calls_run_unbounded_as_before() {
     cfg.step_budget = None;
     let g = Game::<u8>::new(&cfg, Backend::ArenaFull).unwrap();
     assert_eq!(g.game_digest().unwrap(), Some(50_005_000));
+}
+
+/// A loop that runs well past the budget of [`config`] (1 million instructions) and then
+/// ends: without a budget the call finishes, so a test of a call the budget does not cover
+/// fails instead of hanging.
+const LONG_LOOP: &str = "for _ = 1, 20000000 do end";
+
+#[test]
+fn a_long_persist_function_is_stopped_when_the_game_saves() {
+    let script = format!(
+        "local G = {{}}
+        function G.init() kept = setmetatable({{}}, {{ __persist = function()
+          {LONG_LOOP} return function() return {{}} end end }}) end
+        function G.step(inputs) end
+        return G"
+    );
+    for backend in [Backend::ArenaFull, Backend::Serialize] {
+        let mut g = Game::<u8>::new(&config(&script), backend).unwrap();
+        g.step(&[0, 0]).unwrap();
+        let e = match backend {
+            Backend::Serialize => g.save().map(|_| ()),
+            _ => g.save_game().map(|_| ()),
+        }
+        .expect_err("a __persist function over the budget");
+        assert!(
+            matches!(
+                &e,
+                GameError::CallBudget {
+                    call: GameCall::Save(1),
+                    budget: 1_000_000,
+                    ..
+                }
+            ),
+            "{backend:?}: {e:?}"
+        );
+        assert!(e.to_string().contains("__persist"), "{e}");
+        assert!(e.to_string().contains("--step-budget"), "{e}");
+    }
+}
+
+/// A game whose `G` has an `__index` metamethod that loops long when the runtime reads `G[key]`
+/// (absent from `G`, so the metamethod runs).
+fn g_with_long_index(key: &str) -> String {
+    format!(
+        "local G = setmetatable({{}}, {{ __index = function(_, k)
+          if k == '{key}' then {LONG_LOOP} end end }})
+        function G.init() end
+        function G.step(inputs) end
+        return G"
+    )
+}
+
+/// The access a [`GameError::CallBudget`] names, if it names one.
+fn access_of(e: &GameError) -> Option<&str> {
+    match e {
+        GameError::CallBudget {
+            call: GameCall::Access(what),
+            ..
+        } => Some(what),
+        _ => None,
+    }
+}
+
+#[test]
+fn metamethods_of_g_the_runtime_reads_through_are_stopped() {
+    for key in ["collect_every", "renamed", "removed", "digest"] {
+        let e = Game::<u8>::new(&config(&g_with_long_index(key)), Backend::ArenaFull)
+            .err()
+            .unwrap_or_else(|| panic!("G.{key}'s __index over the budget must be stopped"));
+        let what = access_of(&e).unwrap_or_else(|| panic!("G.{key}: {e:?}"));
+        assert!(what.contains(&format!("G.{key}")), "G.{key}: {e}");
+        assert!(e.to_string().contains("--step-budget"), "{e}");
+    }
+    // `G.permanents` is read when a game continues from a save.
+    let cfg = config(&g_with_long_index("permanents"));
+    let save = Game::<u8>::new(&cfg, Backend::ArenaFull)
+        .unwrap()
+        .save_game()
+        .unwrap();
+    let e = Game::<u8>::from_save(&cfg, Backend::ArenaFull, &save)
+        .expect_err("G.permanents's __index over the budget must be stopped");
+    assert_eq!(access_of(&e), Some("G.permanents"), "{e:?}");
+}
+
+#[test]
+fn a_newindex_metamethod_of_the_globals_the_runtime_sets_is_stopped() {
+    let script = format!(
+        "setmetatable(_G, {{ __newindex = function(t, k, v)
+          if k == 'luasnap_players' then {LONG_LOOP} end rawset(t, k, v) end }})
+        local G = {{}} function G.init() end function G.step(inputs) end return G"
+    );
+    let e = Game::<u8>::new(&config(&script), Backend::ArenaFull)
+        .expect_err("_G's __newindex over the budget must be stopped");
+    assert_eq!(access_of(&e), Some("the global luasnap_players"), "{e:?}");
 }
 
 /// A game folder whose main script requires `looping`, whose top level never ends.

@@ -184,7 +184,9 @@ pub enum GameError {
         traceback: Option<String>,
     },
     /// A call into the game other than `G.step` (the top level of its script with the modules
-    /// it requires there, `G.init`, `G.digest()`) ran more Lua instructions than
+    /// it requires there, `G.init`, `G.digest()`, the `__persist` functions a save calls, the
+    /// metamethods the runtime's reads of `G` and of its own globals run) ran more Lua
+    /// instructions than
     /// [`GameConfig::step_budget`] allows and was stopped: every call the runtime makes into
     /// the game runs under that budget, so an endless loop anywhere ends with this error
     /// instead of hanging the process.
@@ -291,6 +293,13 @@ pub enum GameCall {
     Init,
     /// `G.digest()` after the frame count given.
     Digest(u64),
+    /// A save-game of the state after the frame count given ([`Game::save`] with
+    /// [`Backend::Serialize`], [`Game::save_game`]): the `__persist` functions it calls.
+    Save(u64),
+    /// A read or write of the game's tables that the runtime makes (`G.collect_every`,
+    /// `G.digest`, `G.permanents`, the global `luasnap_frame`, ...): an `__index` or
+    /// `__newindex` metamethod the game set there runs. Holds what it reads or writes.
+    Access(String),
 }
 
 impl std::fmt::Display for GameCall {
@@ -302,6 +311,14 @@ impl std::fmt::Display for GameCall {
             ),
             GameCall::Init => f.write_str("G.init(players, seed)"),
             GameCall::Digest(frame) => write!(f, "G.digest() at frame {frame}"),
+            GameCall::Save(frame) => write!(
+                f,
+                "the save of frame {frame} (the __persist functions it calls)"
+            ),
+            GameCall::Access(what) => write!(
+                f,
+                "the runtime's access to {what} (an __index or __newindex metamethod there)"
+            ),
         }
     }
 }
@@ -345,6 +362,25 @@ fn within<R>(
     }
 }
 
+/// Runs `f`, an access of the runtime to the game's tables (`what`), under `budget`: a
+/// metamethod there (`__index`, `__newindex`) is game code, and one that runs too long ends
+/// with [`GameError::CallBudget`] naming the access.
+fn accessing<R>(
+    vm: &Vm,
+    budget: Option<u64>,
+    what: &str,
+    f: impl FnOnce() -> Result<R, VmError>,
+) -> Result<R, GameError> {
+    within(vm, budget, f).map_err(|e| {
+        GameCall::Access(what.into())
+            .over_budget(e)
+            .unwrap_or_else(GameError::Vm)
+    })
+}
+
+/// What the runtime's glue reads of `G` when it checks the game contract.
+const CONTRACT_READS: &str = "G.init, G.step and G.collect_every";
+
 /// How to run a game.
 #[derive(Debug, Clone)]
 pub struct GameConfig {
@@ -374,8 +410,10 @@ pub struct GameConfig {
     /// sets [`DEFAULT_STEP_BUDGET`] unless told otherwise). The finalizers a collection
     /// point runs after a step ([`GameConfig::collect_every`]) get a budget of the same size,
     /// and so does every other call the runtime makes into the game: the script's top level
-    /// (with the modules it requires there), `G.init` and each `G.digest()`, stopped with
-    /// [`GameError::CallBudget`] naming the call.
+    /// (with the modules it requires there), `G.init`, each `G.digest()`, the `__persist`
+    /// functions of each save-game ([`Game::save_game`]), and the metamethods the runtime's
+    /// reads of `G` and of its globals run, stopped with [`GameError::CallBudget`] naming the
+    /// call.
     /// Its cost is within the noise of
     /// timing `G.step` (see [`DEFAULT_STEP_BUDGET`]).
     pub step_budget: Option<u64>,
@@ -766,9 +804,14 @@ impl Game {
                 Some(n) => Value::Integer(n.min(i64::MAX as u64) as i64),
                 None => Value::Nil,
             };
-            driver
-                .call::<Value>((&g, every, Value::Integer(DEFAULT_COLLECT_EVERY as i64)))
-                .map_err(lua_error)?
+            within(&vm, cfg.step_budget, || {
+                driver.call::<Value>((&g, every, Value::Integer(DEFAULT_COLLECT_EVERY as i64)))
+            })
+            .map_err(|e| {
+                GameCall::Access(CONTRACT_READS.into())
+                    .over_budget(e)
+                    .unwrap_or_else(lua_error)
+            })?
         };
         if let Value::String(what) = &verdict {
             return Err(GameError::Contract {
@@ -818,7 +861,8 @@ impl Game {
     /// script's `G.permanents` list.
     fn declared_permanents(vm: &Vm, cfg: &GameConfig) -> Result<Vec<String>, GameError> {
         let mut names = cfg.permanents.clone();
-        let listed = vm.exec(
+        let listed = accessing(vm, cfg.step_budget, "G.permanents", || {
+            vm.exec(
             "local p = luasnap_game.permanents
              if p == nil then return '' end
              if type(p) ~= 'table' then return nil, 'G.permanents must be a list of names (strings), got a ' .. type(p) end
@@ -828,8 +872,9 @@ impl Game {
                out[#out + 1] = name
              end
              return table.concat(out, '\\0')",
-            "=luasnap",
-        )?;
+                "=luasnap",
+            )
+        })?;
         match listed.as_slice() {
             [Value::String(s), ..] => names.extend(
                 s.split(|&b| b == 0)
@@ -882,11 +927,23 @@ impl<I> Game<I> {
         self.loaded.as_ref()
     }
 
-    fn has_digest(vm: &Vm) -> Result<bool, GameError> {
-        Ok(
-            vm.exec("return type(luasnap_game.digest) == 'function'", "=luasnap")?
-                == vec![Value::Boolean(true)],
-        )
+    fn has_digest(vm: &Vm, budget: Option<u64>) -> Result<bool, GameError> {
+        let is = accessing(vm, budget, "G.digest", || {
+            vm.exec("return type(luasnap_game.digest) == 'function'", "=luasnap")
+        })?;
+        Ok(is == vec![Value::Boolean(true)])
+    }
+
+    /// The renames and removals the game declares (`G.renamed`, `G.removed`), read under
+    /// `budget`.
+    fn declared_renames(
+        vm: &Vm,
+        budget: Option<u64>,
+    ) -> Result<Vec<crate::persist::Rename>, GameError> {
+        accessing(vm, budget, "G.renamed and G.removed", || {
+            declared::declared_renames(vm)
+        })?
+        .map_err(|message| GameError::Declared { message })
     }
 
     /// Loads the script and calls `G.init(players, seed)`.
@@ -903,11 +960,10 @@ impl<I> Game<I> {
         let vm = Game::load_script(cfg, backend)
             .map_err(explain_base_in_use)
             .map_err(|e| at_init(e, 0))?;
-        let renames =
-            declared::declared_renames(&vm)?.map_err(|message| GameError::Declared { message })?;
+        let renames = Self::declared_renames(&vm, cfg.step_budget)?;
         declared::check_targets(&renames, || Game::declared_files(cfg))?
             .map_err(|message| GameError::Declared { message })?;
-        let has_digest = Self::has_digest(&vm)?;
+        let has_digest = Self::has_digest(&vm, cfg.step_budget)?;
         let mut game = Game {
             vm,
             backend,
@@ -936,8 +992,15 @@ impl<I> Game<I> {
             },
         })
         .map_err(|e| at_init(e, game.vm.lua_memory()))?;
-        game.vm
-            .set("luasnap_players", Value::Integer(cfg.players as i64))?;
+        accessing(
+            &game.vm,
+            game.step_budget,
+            "the global luasnap_players",
+            || {
+                game.vm
+                    .set("luasnap_players", Value::Integer(cfg.players as i64))
+            },
+        )?;
         // Frames start under the collector's steady schedule, whatever built the heap (a
         // continued game's load ran with the collector stopped: see `gc_collect_settled`).
         game.vm.gc_collect_settled()?;
@@ -993,14 +1056,22 @@ impl<I> Game<I> {
         }
         opts.allowed_permanents
             .extend(Game::declared_permanents(&vm, cfg)?);
-        opts.renames.extend(
-            declared::declared_renames(&vm)?.map_err(|message| GameError::Declared { message })?,
-        );
+        opts.renames
+            .extend(Self::declared_renames(&vm, cfg.step_budget)?);
         declared::check_targets(&opts.renames, || Game::declared_files(cfg))?
             .map_err(|message| GameError::Declared { message })?;
         let report = vm.load_game_reporting(save, &opts)?;
-        let frame = vm.get::<Value>("luasnap_frame")?.as_integer();
-        let players = vm.get::<Value>("luasnap_players")?.as_integer();
+        let (frame, players) = accessing(
+            &vm,
+            cfg.step_budget,
+            "the globals luasnap_frame and luasnap_players",
+            || {
+                Ok((
+                    vm.get::<Value>("luasnap_frame")?.as_integer(),
+                    vm.get::<Value>("luasnap_players")?.as_integer(),
+                ))
+            },
+        )?;
         let (Some(frame), Some(players)) = (frame, players) else {
             return Err(GameError::Config(
                 "the save-game was not written by luasnap simulate (no frame count)".into(),
@@ -1012,7 +1083,7 @@ impl<I> Game<I> {
                 cfg.players
             )));
         }
-        let has_digest = Self::has_digest(&vm)?;
+        let has_digest = Self::has_digest(&vm, cfg.step_budget)?;
         let mut game = Game {
             vm,
             backend,
@@ -1155,19 +1226,14 @@ impl<I> Game<I> {
     /// Saves the current state with this game's backend.
     pub fn save(&mut self) -> Result<SaveHandle, GameError> {
         self.refuse_half_step("a save")?;
-        let saved = match self.backend {
-            Backend::Serialize => self
-                .vm
-                .save_game()
-                .map(SaveHandle::Bytes)
-                .map_err(Into::into),
+        match self.backend {
+            Backend::Serialize => self.save_game().map(SaveHandle::Bytes),
             _ => self
                 .vm
                 .snapshot()
                 .map(SaveHandle::Snapshot)
-                .map_err(Into::into),
-        };
-        saved.map_err(|e| self.memory_failure(e))
+                .map_err(|e| self.memory_failure(e.into())),
+        }
     }
 
     /// A save or a load that ran out of the arena is [`GameError::OutOfMemory`], naming the
@@ -1204,7 +1270,13 @@ impl<I> Game<I> {
         }
         // A whole saved state replaced what a failed G.step left.
         self.half_stepped = None;
-        let saved = self.vm.get::<Value>("luasnap_frame")?.as_integer();
+        let saved = accessing(
+            &self.vm,
+            self.step_budget,
+            "the global luasnap_frame",
+            || self.vm.get::<Value>("luasnap_frame"),
+        )?
+        .as_integer();
         self.frame = saved.map_or(frame, |f| f as u64);
         if self.frame != frame {
             return Err(GameError::Config(format!(
@@ -1215,12 +1287,22 @@ impl<I> Game<I> {
         Ok(())
     }
 
-    /// A save-game of the current state (whatever the backend).
+    /// A save-game of the current state (whatever the backend). The `__persist` functions
+    /// it calls run under the step budget ([`GameCall::Save`]).
     pub fn save_game(&self) -> Result<Vec<u8>, GameError> {
         self.refuse_half_step("a save-game")?;
-        self.vm
-            .save_game()
-            .map_err(|e| self.memory_failure(e.into()))
+        // A Lua error is taken out of the save's error, so that a spent budget keeps its
+        // traceback.
+        let saved = within(&self.vm, self.step_budget, || match self.vm.save_game() {
+            Err(SaveError::Lua(e)) => Err(e),
+            other => Ok(other),
+        });
+        match saved {
+            Ok(saved) => saved.map_err(|e| self.memory_failure(e.into())),
+            Err(e) => Err(GameCall::Save(self.frame)
+                .over_budget(e)
+                .unwrap_or_else(|e| self.memory_failure(SaveError::Lua(e).into()))),
+        }
     }
 
     /// Frames simulated since `G.init`.
