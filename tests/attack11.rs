@@ -14,15 +14,11 @@ use luasnap::bridge::Vm;
 const MIB: usize = 1 << 20;
 
 fn full() -> Vm {
-    Vm::builder().capacity(256 * MIB).build().unwrap()
+    common::full_vm(256 * MIB)
 }
 
 fn det() -> Vm {
-    Vm::builder()
-        .capacity(256 * MIB)
-        .deterministic(11)
-        .build()
-        .unwrap()
+    common::det_vm(256 * MIB, 11)
 }
 
 /// Defined in every case: `mkwalk(t)` a coroutine walking `t` with raw `next` that clears each

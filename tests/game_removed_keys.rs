@@ -13,15 +13,11 @@ use luasnap::bridge::Vm;
 const MIB: usize = 1 << 20;
 
 fn det() -> Vm {
-    Vm::builder()
-        .capacity(256 * MIB)
-        .deterministic(7)
-        .build()
-        .unwrap()
+    common::det_vm(256 * MIB, 7)
 }
 
 fn full() -> Vm {
-    Vm::builder().capacity(256 * MIB).build().unwrap()
+    common::full_vm(256 * MIB)
 }
 
 /// 30 game globals, a walk over `_G` that clears them, four steps, then a collection: the

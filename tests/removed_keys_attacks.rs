@@ -11,15 +11,11 @@ use luasnap::bridge::Vm;
 const MIB: usize = 1 << 20;
 
 fn det() -> Vm {
-    Vm::builder()
-        .capacity(1024 * MIB)
-        .deterministic(7)
-        .build()
-        .unwrap()
+    common::det_vm(1024 * MIB, 7)
 }
 
 fn full() -> Vm {
-    Vm::builder().capacity(1024 * MIB).build().unwrap()
+    common::full_vm(1024 * MIB)
 }
 
 fn varint(b: &mut Vec<u8>, mut v: u64) {

@@ -3,19 +3,11 @@
 //! declared removed with nothing replacing them, and what an own-trust load does with a
 //! function a suspended coroutine runs whose code changed. See `docs/updates.md`.
 
-use luasnap::bridge::persist::{FunctionBinding, LoadOptions, LoadReport, Trust};
-use luasnap::bridge::runtime::{Backend, Game, GameConfig};
+mod common;
 
-fn config(script: &str) -> GameConfig {
-    GameConfig {
-        script: script.into(),
-        chunk_name: "@main.lua".into(),
-        base_address: None,
-        capacity: 256 << 20,
-        step_budget: Some(1_000_000),
-        ..GameConfig::default_game(2, 3)
-    }
-}
+use common::main_lua as config;
+use luasnap::bridge::persist::{FunctionBinding, LoadOptions, LoadReport, Trust};
+use luasnap::bridge::runtime::{Backend, Game};
 
 fn own() -> LoadOptions {
     LoadOptions {

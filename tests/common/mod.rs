@@ -5,6 +5,7 @@ pub mod child;
 pub mod chunks;
 
 use luasnap::bridge::runtime::{scripted_input, Backend, Game, GameConfig};
+use luasnap::bridge::Vm;
 
 /// A coroutine suspended in a `pairs()` loop over a table keyed by tables, after clearing
 /// its current entry twice (format 10 writes the removed keys after the root).
@@ -16,6 +17,33 @@ walk = coroutine.wrap(function()
   return 'done'
 end)
 walk() walk()";
+
+/// A VM of the deterministic profile seeded with `seed`, on an arena of `capacity` bytes.
+pub fn det_vm(capacity: usize, seed: u64) -> Vm {
+    Vm::builder()
+        .capacity(capacity)
+        .deterministic(seed)
+        .build()
+        .unwrap()
+}
+
+/// A VM of the full profile (`package`, `io`, ...), on an arena of `capacity` bytes.
+pub fn full_vm(capacity: usize) -> Vm {
+    Vm::builder().capacity(capacity).build().unwrap()
+}
+
+/// A two-player game (seed 3) from the script `main.lua`, at an address the OS chooses, under
+/// a step budget of a million instructions: small games of one test each.
+pub fn main_lua(script: &str) -> GameConfig {
+    GameConfig {
+        script: script.into(),
+        chunk_name: "@main.lua".into(),
+        base_address: None,
+        capacity: 256 << 20,
+        step_budget: Some(1_000_000),
+        ..GameConfig::default_game(2, 3)
+    }
+}
 
 /// A game of `players` from `script`, at an address the OS chooses.
 pub fn config(name: &str, script: &str, players: usize, seed: u64) -> GameConfig {
