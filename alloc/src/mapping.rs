@@ -117,6 +117,26 @@ impl Reservation {
         Ok(got)
     }
 
+    /// Reserves `len` bytes for copies of an arena (snapshot buffers), backed by transparent
+    /// huge pages where the kernel has them.
+    ///
+    /// A buffer that is never write-tracked has no reason for 4 KiB pages: a copy of a few MiB
+    /// into or out of it then walks one TLB entry per 2 MiB instead of one per page (on the
+    /// library games, saves and loads of whole copies about a tenth cheaper, `docs/gc.md`,
+    /// "Snapshot buffers on huge pages"). Memory is committed in 2 MiB steps where the kernel
+    /// grants huge pages. Where it does not (`transparent_hugepage` set to `never`), this is
+    /// [`Reservation::new`]. Never use it for an arena: huge pages would defeat page tracking.
+    pub fn for_copies(len: usize) -> Result<Self, ArenaError> {
+        let got = Reservation::new(len, None)?;
+        // Failure only costs speed, so it is ignored. `new` asked for no huge pages; this
+        // replaces that advice.
+        // SAFETY: the range is exactly our own mapping, created above.
+        unsafe {
+            libc::madvise(got.base.as_ptr().cast(), got.len, libc::MADV_HUGEPAGE);
+        }
+        Ok(got)
+    }
+
     /// First byte of the reservation.
     pub fn base(&self) -> NonNull<u8> {
         self.base

@@ -272,7 +272,7 @@ impl PageRecord {
     fn new(capacity: usize) -> Result<PageRecord, SnapError> {
         Ok(PageRecord {
             runs: Vec::new(),
-            buf: Reservation::new(capacity, None)?,
+            buf: Reservation::for_copies(capacity)?,
             len: 0,
         })
     }

@@ -20,7 +20,7 @@ impl WholeCopy {
     /// A copy buffer as large as an arena of `capacity` bytes (committed where written).
     pub(crate) fn new(capacity: usize) -> Result<WholeCopy, SnapError> {
         Ok(WholeCopy {
-            buf: Reservation::new(capacity, None)?,
+            buf: Reservation::for_copies(capacity)?,
             zero: Vec::new(),
         })
     }
