@@ -9,7 +9,9 @@
 //! of Lua (`luasnap-bridge` makes an arena Lua's allocator, through [`RawArena`]).
 //!
 //! - **Reservation**: `MAP_NORESERVE`, so untouched capacity costs neither memory nor commit
-//!   charge; optionally at a fixed base address (never mapped over anything).
+//!   charge; optionally at a fixed base address (never mapped over anything). An arena's
+//!   range never gets huge pages (page tracking needs 4 KiB pages); buffers that hold copies
+//!   of an arena ask for them ([`Reservation::for_copies`]).
 //! - **Allocator**: 44 size classes (16..=256 bytes in steps of 16, then four per doubling up to
 //!   32 KiB) carved from page spans, and best-fit page runs above that, with coalescing. Blocks
 //!   have no header: the caller passes the old size on free and realloc (as Lua does), and
