@@ -53,6 +53,7 @@ mod format;
 pub mod fuzz;
 mod game;
 mod install;
+pub(crate) mod moved;
 mod options;
 pub(crate) mod permanents;
 pub(crate) mod place;
@@ -98,6 +99,7 @@ pub use format::{FLAG_QUOTED_PLACES, FORMAT_VERSION, HEADER_LEN, LUA_RELEASE, MA
 #[cfg(any(test, feature = "fuzzing"))]
 #[doc(hidden)]
 pub use fuzz::{fuzz_load, FUZZ_GAME};
+pub use moved::MovedFile;
 /// For the runtime's check that its glue is named as luasnap's chunks are.
 #[cfg(test)]
 pub(crate) use options::LUASNAP_CHUNK_PREFIX;
@@ -106,4 +108,4 @@ pub use options::{
     DEFAULT_FOREIGN_HEAP_GROWTH, DEFAULT_INSTRUCTION_BUDGET, DEFAULT_OWN_HEAP_GROWTH,
 };
 pub use renames::{Rename, RenameTo};
-pub use report::{LoadReport, RenamedFunction, SavedFunction};
+pub use report::{LoadReport, MovedChunk, RenamedFunction, SavedFunction};

@@ -178,6 +178,12 @@ pub struct LoadOptions {
     /// (`G.renamed`, `G.removed`). A malformed declaration fails every load. Default: none. See
     /// "Renamed and removed functions" in `docs/updates.md`.
     pub renames: Vec<super::renames::Rename>,
+    /// Files an update moved ([`FunctionBinding::Current`] loads): a saved function of a file
+    /// declared moved is bound to this version's function at its place in the file it moved
+    /// to, as for a file that kept its name. `Game::from_save` adds the game's own
+    /// (`G.moved`). A malformed declaration (a cycle, a path no game can have) fails every
+    /// load. Default: none. See "Moved files" in `docs/updates.md`.
+    pub moved: Vec<super::moved::MovedFile>,
 }
 
 /// The host's lookup of chunk sources by name, for [`LoadOptions::chunk_sources`].
@@ -224,6 +230,7 @@ impl LoadOptions {
             stand_ins: false,
             chunk_sources: None,
             renames: Vec::new(),
+            moved: Vec::new(),
             denied_permanents: match trust {
                 Trust::Own => Vec::new(),
                 Trust::Foreign => DEFAULT_FOREIGN_DENIED

@@ -54,6 +54,23 @@ impl std::fmt::Display for RenamedFunction {
     }
 }
 
+/// A file of the save the game declares moved (`G.moved`, [`MovedFile`](super::MovedFile)),
+/// whose functions the load looked for in the file it moved to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MovedChunk {
+    /// The saved file's path in the game's folder (`systems/combat.lua`).
+    pub from: String,
+    /// The file of this version its functions were bound in (`systems/combat/init.lua`).
+    pub to: String,
+}
+
+impl std::fmt::Display for MovedChunk {
+    /// `systems/combat.lua to systems/combat/init.lua`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} to {}", self.from, self.to)
+    }
+}
+
 /// What a load did with the functions the save holds (one entry per function, not per
 /// closure).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -101,6 +118,11 @@ pub struct LoadReport {
     /// ["Log.label"] = true }`): the loaded state's references to them are a stand-in that
     /// raises an error naming the function when called.
     pub removed: Vec<SavedFunction>,
+    /// The save's files the game declares moved (`G.moved`), each once: their functions were
+    /// bound in the file they moved to, and are counted as what their code is there
+    /// (unchanged, moved, rebound, renamed...). The functions' chunk in the other lists is
+    /// the saved file's.
+    pub moved_files: Vec<MovedChunk>,
     /// Functions new in this version not added (the Lua stack could not hold their
     /// upvalues while they were bound).
     pub not_added: Vec<String>,
@@ -158,6 +180,26 @@ impl LoadReport {
             parts.push(format!(
                 "{} unnamed found by their code at another rank ({}{})",
                 self.relocated.len(),
+                shown.join(", "),
+                if more > 0 {
+                    format!(", and {more} more")
+                } else {
+                    String::new()
+                }
+            ));
+        }
+        if !self.moved_files.is_empty() {
+            let shown: Vec<String> = self
+                .moved_files
+                .iter()
+                .take(4)
+                .map(|m| m.to_string())
+                .collect();
+            let more = self.moved_files.len().saturating_sub(4);
+            parts.push(format!(
+                "{} file{} moved as the game declares ({}{})",
+                self.moved_files.len(),
+                if self.moved_files.len() == 1 { "" } else { "s" },
                 shown.join(", "),
                 if more > 0 {
                     format!(", and {more} more")

@@ -103,6 +103,7 @@ impl Vm {
         // Refuse bad headers before touching the VM.
         let opened = format::open(data).map_err(LoadError::from)?;
         super::renames::check(&opts.renames).map_err(|message| LoadError::Invalid { message })?;
+        super::moved::check(&opts.moved).map_err(|message| LoadError::Invalid { message })?;
         self.check_idle("load a save-game")
             .map_err(LoadError::Lua)?;
         let old_limit = self.arena.stats().limit_bytes as usize;

@@ -7,7 +7,7 @@ use crate::bridge::error::VmError;
 use crate::bridge::value::Value;
 use crate::bridge::vm::Vm;
 use crate::persist::renames::{missing_target, places_like};
-use crate::persist::{Rename, RenameTo};
+use crate::persist::{MovedFile, Rename, RenameTo};
 use std::collections::{HashMap, HashSet};
 
 /// Reads both tables: on success `true` and then (kind, from, to) for each entry, kind `n`
@@ -79,6 +79,97 @@ pub(super) fn declared_renames(vm: &Vm) -> Result<Result<Vec<Rename>, String>, V
             "the game's G.renamed and G.removed could not be read".into()
         )),
     }
+}
+
+/// Reads `G.moved`: on success `true` and then (from, to) for each entry; else `false` and why.
+const READ_MOVED: &str = r#"
+local t = luasnap_game.moved
+if t == nil then return true end
+if type(t) ~= 'table' then
+  return false, 'G.moved must be a table keyed by the saved files\' paths (G.moved = { ["systems/combat.lua"] = "systems/combat/init.lua" }), got a ' .. type(t)
+end
+local out = { true }
+for k, v in next, t do
+  if type(k) ~= 'string' or type(v) ~= 'string' then
+    return false, 'G.moved[' .. (type(k) == 'string' and string.format('%q', k) or tostring(k))
+      .. '] must map a saved file\'s path to its path in this version, both strings in the game\'s folder ("systems/combat.lua" = "systems/combat/init.lua", or folders "old/" = "new/"), got a '
+      .. type(k) .. ' key and a ' .. type(v) .. ' value'
+  end
+  out[#out + 1] = k; out[#out + 1] = v
+end
+return table.unpack(out)
+"#;
+
+/// The game's declared moved files (`G.moved`), in the order of their old paths, or what is
+/// wrong with them (in the game's words): the table's shape here, the paths' as every load
+/// checks them (`persist::moved::check`).
+pub(super) fn declared_moved(vm: &Vm) -> Result<Result<Vec<MovedFile>, String>, VmError> {
+    let got = vm.exec(READ_MOVED, "=luasnap")?;
+    let text = |v: &Value| match v {
+        Value::String(s) => String::from_utf8_lossy(s).into_owned(),
+        _ => String::new(),
+    };
+    match got.split_first() {
+        Some((Value::Boolean(true), rest)) => {
+            let mut moved: Vec<MovedFile> = rest
+                .chunks_exact(2)
+                .map(|e| MovedFile::new(text(&e[0]), text(&e[1])))
+                .collect();
+            moved.sort_by(|a, b| a.from.cmp(&b.from));
+            Ok(crate::persist::moved::check(&moved).map(|()| moved))
+        }
+        Some((_, [why, ..])) => Ok(Err(text(why))),
+        _ => Ok(Err("the game's G.moved could not be read".into())),
+    }
+}
+
+/// Checks, as the game starts, that each declared move is one this version agrees with: its
+/// old path is no file of this version (saves of this version hold that file's functions,
+/// which the declaration would send elsewhere), and where its chain ends is a Lua file of
+/// the game that compiles (for a folder: a folder with at least one of the game's files).
+/// Ok(Err(why)) names the declaration and what to correct.
+pub(super) fn check_moved<E: From<VmError>>(
+    moved: &[MovedFile],
+    open: impl FnOnce() -> Result<GameFiles, E>,
+) -> Result<Result<(), String>, E> {
+    if moved.is_empty() {
+        return Ok(Ok(()));
+    }
+    let mut files = open()?;
+    let fix = "; correct G.moved in the table the game's script returns: each key is a file (or folder) of the version that wrote a save, each value where it is in this version";
+    for (m, end) in crate::persist::moved::ends(moved) {
+        let under = |path: &str, c: &String| match path.ends_with('/') {
+            true => c.strip_prefix('@').is_some_and(|c| c.starts_with(path)),
+            false => c.strip_prefix('@') == Some(path),
+        };
+        if let Some(c) = files.chunks.iter().find(|c| under(&m.from, c)) {
+            let why = format!("names {}, which this version of the game still has ({}): a save of this version holds its functions, and the declaration would bind them in {end}; remove the declaration, or the file", m.from, shown(c));
+            return Ok(Err(format!(
+                "the game's declaration {} {why}{fix}",
+                m.declaration()
+            )));
+        }
+        let found = match end.ends_with('/') {
+            true => files.chunks.iter().any(|c| under(&end, c)),
+            false => files.places(&format!("@{end}"))?.is_some(),
+        };
+        if !found {
+            let what = match end.ends_with('/') {
+                true => "a folder with none of the game's files",
+                false => "no Lua file of the game that compiles",
+            };
+            let via = if end == m.to {
+                String::new()
+            } else {
+                " (through the declarations it chains to)".to_string()
+            };
+            return Ok(Err(format!(
+                "the game's declaration {} moves it to {end}{via}, {what}{fix}",
+                m.declaration()
+            )));
+        }
+    }
+    Ok(Ok(()))
 }
 
 /// Checks, as the game starts, that each declared new place and replacement is a function of

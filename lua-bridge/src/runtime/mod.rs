@@ -268,7 +268,8 @@ pub enum GameError {
     Load(#[from] LoadError),
     /// The game's `G.renamed` or `G.removed` (or [`LoadOptions::renames`](crate::persist::LoadOptions::renames))
     /// is malformed, or declares a new place or a replacement that no function of this
-    /// version is at: checked every time the game starts ([`Game::new`], [`Game::from_save`]),
+    /// version is at; or its `G.moved` is malformed, moves a file this version still has, or
+    /// to a file it does not have: checked every time the game starts ([`Game::new`], [`Game::from_save`]),
     /// so a mistyped declaration fails before any save that needs it is loaded. The message
     /// names the declaration, says what the file has there and what to correct.
     #[error("{message}")]
@@ -857,6 +858,19 @@ impl Game {
         ))
     }
 
+    /// The game's `G.moved`, read and checked against this version's files as the game
+    /// starts (`declared::check_moved`).
+    fn declared_moved(
+        vm: &Vm,
+        cfg: &GameConfig,
+    ) -> Result<Vec<crate::persist::MovedFile>, GameError> {
+        let moved =
+            declared::declared_moved(vm)?.map_err(|message| GameError::Declared { message })?;
+        declared::check_moved(&moved, || Game::declared_files(cfg))?
+            .map_err(|message| GameError::Declared { message })?;
+        Ok(moved)
+    }
+
     /// The permanents the game declares: [`GameConfig::permanents`] and the strings of the
     /// script's `G.permanents` list.
     fn declared_permanents(vm: &Vm, cfg: &GameConfig) -> Result<Vec<String>, GameError> {
@@ -963,6 +977,7 @@ impl<I> Game<I> {
         let renames = Self::declared_renames(&vm, cfg.step_budget)?;
         declared::check_targets(&renames, || Game::declared_files(cfg))?
             .map_err(|message| GameError::Declared { message })?;
+        Game::declared_moved(&vm, cfg)?;
         let has_digest = Self::has_digest(&vm, cfg.step_budget)?;
         let mut game = Game {
             vm,
@@ -1040,15 +1055,30 @@ impl<I> Game<I> {
         Self::from_save_with(cfg, backend, save, &opts)
     }
 
-    /// [`Game::from_save`] with the load's options (trust level, budgets, which code the
-    /// saved functions run) given; the game's declared permanents are added to
-    /// `opts.allowed_permanents`, its declared renames and removals to `opts.renames`.
-    pub fn from_save_with(
+    /// Checks a save-game against this version of the game before it ships: loads it as
+    /// [`Game::from_save_with`] does (the game's declarations read and checked first), with
+    /// any number of players, and returns what the load did with the saved functions (rebound,
+    /// moved, renamed, files moved, ...), or why it was refused: a foreign load names every
+    /// saved function this version no longer has at once, each needing a declaration
+    /// (`G.renamed`, `G.removed`). The game is not run beyond its script's top level, and the
+    /// loaded state is dropped. `luasnap check-save` runs it on each save it is given.
+    pub fn check_save(
         cfg: &GameConfig,
         backend: Backend,
         save: &[u8],
         opts: &crate::persist::LoadOptions,
-    ) -> Result<Game<I>, GameError> {
+    ) -> Result<crate::persist::LoadReport, GameError> {
+        Game::<I>::load_save(cfg, backend, save, opts).map(|(_, report)| report)
+    }
+
+    /// The game's script loaded, its declarations read and checked, and `save` loaded into it
+    /// with them added to `opts`.
+    fn load_save(
+        cfg: &GameConfig,
+        backend: Backend,
+        save: &[u8],
+        opts: &crate::persist::LoadOptions,
+    ) -> Result<(Vm, crate::persist::LoadReport), GameError> {
         let mut vm = Game::load_script(cfg, backend).map_err(explain_base_in_use)?;
         let mut opts = opts.clone();
         if opts.chunk_sources.is_none() {
@@ -1060,7 +1090,21 @@ impl<I> Game<I> {
             .extend(Self::declared_renames(&vm, cfg.step_budget)?);
         declared::check_targets(&opts.renames, || Game::declared_files(cfg))?
             .map_err(|message| GameError::Declared { message })?;
+        opts.moved.extend(Game::declared_moved(&vm, cfg)?);
         let report = vm.load_game_reporting(save, &opts)?;
+        Ok((vm, report))
+    }
+
+    /// [`Game::from_save`] with the load's options (trust level, budgets, which code the
+    /// saved functions run) given; the game's declared permanents are added to
+    /// `opts.allowed_permanents`, its declared renames and removals to `opts.renames`.
+    pub fn from_save_with(
+        cfg: &GameConfig,
+        backend: Backend,
+        save: &[u8],
+        opts: &crate::persist::LoadOptions,
+    ) -> Result<Game<I>, GameError> {
+        let (vm, report) = Game::<I>::load_save(cfg, backend, save, opts)?;
         let (frame, players) = accessing(
             &vm,
             cfg.step_budget,

@@ -29,6 +29,13 @@ impl Loader<'_> {
         if let Some(refused) = self.refused_permanents(walked.is_err()) {
             return Err(refused);
         }
+        // Functions this version lacks, all named at once: before what the walk stopped on
+        // (a coroutine suspended in one is refused as in a stand-in), unless memory ran out.
+        if walked.is_ok() || !self.out_of_memory {
+            if let Some(refused) = self.refused_functions() {
+                return Err(refused);
+            }
+        }
         walked?;
         if self.r.remaining() != 0 {
             return Err(self.malformed("trailing bytes after the root value"));

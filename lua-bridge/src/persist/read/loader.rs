@@ -142,6 +142,10 @@ pub(crate) struct Loader<'a> {
     pub(super) refused_more: usize,
     pub(super) refused_seen: std::collections::HashSet<Vec<u8>>,
     pub(super) refused_at: usize,
+    /// Functions this version no longer has that a foreign load refuses, met so far (the
+    /// first `REFUSED_NAMES`), and how many more (see `Loader::missing_later`).
+    pub(super) refused_functions: Vec<crate::persist::SavedFunction>,
+    pub(super) refused_functions_more: usize,
 }
 
 impl Loader<'_> {

@@ -171,6 +171,8 @@ impl<'a> Loader<'a> {
             refused_more: 0,
             refused_seen: Default::default(),
             refused_at: 0,
+            refused_functions: Vec::new(),
+            refused_functions_more: 0,
         };
         loader.limit_collisions(file.body.len());
         loader

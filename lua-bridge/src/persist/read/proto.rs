@@ -197,7 +197,7 @@ impl Loader<'_> {
                 line,
                 chunk: &name,
                 place: &place,
-                ups,
+                ups: ups.clone(),
                 file_chunk: c,
                 path: &path,
             };
@@ -250,15 +250,26 @@ impl Loader<'_> {
             return Ok(p);
         }
         let (name, brought) = (self.chunks[c].shown(), self.chunks[c].brought_code);
-        if self.chunks[c].current.is_some() {
+        if let Some(current) = self.chunks[c].current {
+            if self.opts.trust == Trust::Foreign {
+                let chunk = self.chunks[c].name.clone();
+                let f = super::rebind::SavedProto {
+                    hash,
+                    line,
+                    chunk: &chunk,
+                    place: &place,
+                    ups,
+                    file_chunk: c,
+                    path: &path,
+                };
+                // SAFETY: callers' contract.
+                let p = unsafe { self.missing_later(L, s, current, &f)? };
+                self.protos.push(p);
+                return Ok(p);
+            }
             let place = crate::persist::place::display(&place);
             let what = format!("the save holds the function {place} ({name}:{line}), which this version of the game no longer has (removed or renamed)");
-            return Err(if self.opts.trust == Trust::Foreign {
-                self.refuse(
-                    format!("{what}; its saved code could be kept, but a foreign load takes no code from the file"),
-                    crate::persist::error::Accept::Rename(place),
-                )
-            } else {
+            return Err({
                 self.fail(format!(
                     "{what}, and the save-game carries no code to keep it with"
                 ))
@@ -288,10 +299,7 @@ impl Loader<'_> {
             Some(file) if !current && file.ends_with(b".lua") => {
                 " (or its code changed: this load binds each function to the code it was saved with; a game's own loads bind them to this version's code by place, docs/updates.md)".to_string()
             }
-            Some(file) if file.ends_with(b".lua") => format!(
-                " (no file {} was found among the game's files: if an update removed or renamed it, keep that file, since a declaration's new place or replacement must be in the function's own file, or load with --trust own)",
-                crate::persist::place::printable(file)
-            ),
+            Some(file) if file.ends_with(b".lua") => missing_file(&self.opts.moved, &chunk.name, file),
             _ => String::new(),
         };
         Err(if brought {
@@ -379,26 +387,31 @@ impl Loader<'_> {
             current: None,
             saved: SavedChunk::Absent,
         };
-        if kind == 0 {
-            // SAFETY: callers' contract.
-            unsafe { self.compile_from_host(L, name) };
-        }
         // luasnap's own chunks (the runtime's glue) are no part of the game: their functions
         // are found by their code only, never bound by place (a save renaming a chunk so
         // would reach the runtime's functions).
-        if self.opts.functions == FunctionBinding::Current
+        let update = self.opts.functions == FunctionBinding::Current
             && self.format >= 6
             && kind == 0
-            && !name.starts_with(crate::persist::options::LUASNAP_CHUNK_PREFIX.as_bytes())
-        {
+            && !name.starts_with(crate::persist::options::LUASNAP_CHUNK_PREFIX.as_bytes());
+        // A file the game declares moved is looked for where it is now (`persist::moved`).
+        let now = match update {
+            true => self.moved_to(name),
+            false => name.to_vec(),
+        };
+        if kind == 0 {
             // SAFETY: callers' contract.
-            if let Some(c) = unsafe { self.current_chunk(L, s, name) } {
+            unsafe { self.compile_from_host(L, &now) };
+        }
+        if update {
+            // SAFETY: callers' contract.
+            if let Some(c) = unsafe { self.current_chunk(L, s, &now) } {
                 let main = self.rb.currents_main(c);
                 // SAFETY: main is alive (anchored by current_chunk).
                 if unsafe { luasnap_proto_hash(main) } == main_hash {
                     // The game's current code is the saved code: found by path.
                     chunk.main = Some(main);
-                    self.rb.unchanged_chunks.insert(name.to_vec());
+                    self.rb.unchanged_chunks.insert(now);
                     return Ok(chunk);
                 }
                 chunk.current = Some(c);
@@ -447,6 +460,22 @@ impl Loader<'_> {
                 chunk.shown()
             ))),
         }
+    }
+
+    /// The chunk this version has for the saved chunk `name`: the one the game's `G.moved`
+    /// says it moved to (noted in the report, once per file), else `name`.
+    fn moved_to(&mut self, name: &[u8]) -> Vec<u8> {
+        let Some((now, _)) = crate::persist::moved::moved_chunk(&self.opts.moved, name) else {
+            return name.to_vec();
+        };
+        self.rb
+            .report
+            .moved_files
+            .push(crate::persist::report::MovedChunk {
+                from: super::rebind::shown_chunk(name),
+                to: super::rebind::shown_chunk(&now),
+            });
+        now
     }
 
     /// Compiles the file chunk `name` (`@path`) from [`LoadOptions::chunk_sources`] if the
@@ -733,6 +762,22 @@ pub(super) unsafe fn compile_error(L: *mut lua_State, below: c_int) -> String {
         };
         ffi::lua_settop(L, -2 - below);
         msg
+    }
+}
+
+/// Why a load found no file for the saved chunk `name` (`@file`), for its refusal: the
+/// declaration that sends it to a file this version lacks, or what the game can declare.
+fn missing_file(moved: &[crate::persist::MovedFile], name: &[u8], file: &[u8]) -> String {
+    let file = crate::persist::place::printable(file);
+    match crate::persist::moved::moved_chunk(moved, name) {
+        Some((now, by)) => format!(
+            " (the game declares {file} moved ({}), to {}, which is not among the game's files: correct G.moved in the table the game's script returns)",
+            by.declaration(),
+            super::rebind::shown_chunk(&now)
+        ),
+        None => format!(
+            " (no file {file} was found among the game's files: if an update moved it, declare where it is now in the table the game's script returns (G.moved = {{ [{file:?}] = \"its path now\" }}); if it removed it, keep that file, since a declaration's new place or replacement must be in the function's own file; or load with --trust own)"
+        ),
     }
 }
 

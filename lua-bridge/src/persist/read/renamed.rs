@@ -179,4 +179,61 @@ impl Loader<'_> {
             ))),
         }
     }
+
+    /// Records a saved function this version no longer has, which a foreign load refuses
+    /// (no declaration applies, no function has its code), and binds it to a stand-in that
+    /// raises when called, so that the walk goes on and the refusal names every such function
+    /// at once (`refused_functions`): the load fails when the walk ends, or before the first
+    /// load-time call, so no Lua code runs while a stand-in is in what it built.
+    ///
+    /// # Safety
+    /// Protected context, 4 free slots; `s` this load's slots.
+    pub(super) unsafe fn missing_later(
+        &mut self,
+        L: *mut lua_State,
+        s: Slots,
+        current: usize,
+        f: &SavedProto<'_>,
+    ) -> Result<*const c_void, Fail> {
+        let saved_fn = SavedFunction {
+            chunk: shown_chunk(f.chunk),
+            place: display(f.place),
+            line: f.line,
+            now: None,
+        };
+        if self.refused_functions.len() < crate::persist::REFUSED_NAMES {
+            self.refused_functions.push(saved_fn.clone());
+        } else {
+            self.refused_functions_more += 1;
+        }
+        // SAFETY: callers' contract.
+        let p = unsafe { self.stand_in(L, s, &saved_fn, "no declaration")? };
+        Ok(self.bind_stand_in(current, f, None, p, saved_fn))
+    }
+
+    /// When the walk ends (or before a load-time call), the refusal of the functions this
+    /// version no longer has that the load met (`missing_later`), if any: one error naming
+    /// them all (the first `REFUSED_NAMES`, and how many more); what accepts the first is a
+    /// declaration for it, each of the others needing its own.
+    pub(super) fn refused_functions(&mut self) -> Option<Fail> {
+        let first = self.refused_functions.first()?.clone();
+        let (n, more) = (self.refused_functions.len(), self.refused_functions_more);
+        let what = if n == 1 && more == 0 {
+            format!("the save holds the function {first}, which this version of the game no longer has (removed or renamed); its saved code could be kept, but a foreign load takes no code from the file")
+        } else {
+            let list: Vec<String> = self
+                .refused_functions
+                .iter()
+                .map(|f| f.to_string())
+                .collect();
+            let more = if more > 0 {
+                format!(", and {more} more")
+            } else {
+                String::new()
+            };
+            format!("the save holds {} functions this version of the game no longer has (removed or renamed): {}{more}; their saved code could be kept, but a foreign load takes no code from the file; declare what became of each (the first: {})", n + self.refused_functions_more, list.join(", "), first.place)
+        };
+        self.refused_functions.clear();
+        Some(self.refuse(what, Accept::Rename(first.place)))
+    }
 }

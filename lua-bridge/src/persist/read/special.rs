@@ -395,8 +395,12 @@ impl Loader<'_> {
         ident: u32,
     ) -> Result<(), Fail> {
         // Invariant kept: no Lua code runs while the load holds a refused permanent (the
-        // rebuild's upvalues may hold one): the refusal comes first, naming those met so far.
-        if let Some(refused) = self.refused_permanents(false) {
+        // rebuild's upvalues may hold one) or a refused function's stand-in: the refusal comes
+        // first, naming those met so far.
+        if let Some(refused) = self
+            .refused_permanents(false)
+            .or_else(|| self.refused_functions())
+        {
             // SAFETY: pops the function.
             unsafe { ffi::lua_settop(L, -2) };
             return Err(refused);
