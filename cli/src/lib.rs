@@ -23,6 +23,7 @@
 #![deny(missing_docs)]
 
 mod bench;
+mod check_save;
 mod diff;
 mod game_files;
 mod gc_pages;
@@ -122,6 +123,10 @@ enum Command {
     GcPages(gc_pages::GcPagesArgs),
     /// Print the values that differ between two save-games, by path (exit status 1 if any).
     Diff(diff::DiffArgs),
+    /// Load kept save-games of older versions into this version of the game, as players'
+    /// loads would, and say what became of their functions, or every one that needs a
+    /// declaration (exit status 1 if any save is refused).
+    CheckSave(check_save::CheckSaveArgs),
     /// Seal a save-game edited by hand again: its header's body length and checksum written
     /// for the bytes it now has (a load still checks everything else).
     Reseal(reseal::ResealArgs),
@@ -228,6 +233,7 @@ where
             }
         },
         Some(Command::Diff(args)) => diff::run(args),
+        Some(Command::CheckSave(args)) => check_save::run(args),
         Some(Command::Reseal(args)) => report(reseal::run(args)),
         Some(Command::Serve(args)) => report(serve::serve(args)),
         Some(Command::Client(args)) => report(serve::client(args)),
