@@ -146,6 +146,9 @@ pub(crate) struct Loader<'a> {
     /// first `REFUSED_NAMES`), and how many more (see `Loader::missing_later`).
     pub(super) refused_functions: Vec<crate::persist::SavedFunction>,
     pub(super) refused_functions_more: usize,
+    /// The stand-in all of them are bound to, compiled once per load (a file holding many
+    /// costs one compilation, not one each).
+    pub(super) refused_stand_in: Option<*const std::ffi::c_void>,
 }
 
 impl Loader<'_> {

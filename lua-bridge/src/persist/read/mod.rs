@@ -173,6 +173,7 @@ impl<'a> Loader<'a> {
             refused_at: 0,
             refused_functions: Vec::new(),
             refused_functions_more: 0,
+            refused_stand_in: None,
         };
         loader.limit_collisions(file.body.len());
         loader

@@ -206,8 +206,12 @@ impl Loader<'_> {
         } else {
             self.refused_functions_more += 1;
         }
-        // SAFETY: callers' contract.
-        let p = unsafe { self.stand_in(L, s, &saved_fn, "no declaration")? };
+        let p = match self.refused_stand_in {
+            Some(p) => p,
+            // SAFETY: callers' contract. Never called: the load is refused.
+            None => unsafe { self.stand_in(L, s, &saved_fn, "not declared")? },
+        };
+        self.refused_stand_in = Some(p);
         Ok(self.bind_stand_in(current, f, None, p, saved_fn))
     }
 
