@@ -192,8 +192,8 @@ fn check_save_names_every_function_a_version_lacks_before_it_ships() {
     assert_eq!(out.status.code(), Some(1), "{text}{}", stderr(&out));
     assert!(
         text.contains("refused: cannot load: the save holds 2 functions this version of the game no longer has")
-            && text.contains("Entity.hurt (src/entity.lua:27)")
-            && text.contains("World.scoreboard (src/world.lua:60)")
+            && text.contains("Entity.hurt (@src/entity.lua:27)")
+            && text.contains("World.scoreboard (@src/world.lua:60)")
             && text.contains("--trust own")
             && text.contains("0 of 2 save-games load"),
         "{text}"

@@ -159,13 +159,13 @@ mod tests {
     #[test]
     fn a_file_and_a_folder_move_and_the_file_beats_its_folder() {
         let m = [
-            MovedFile::new("systems/combat.lua", "systems/combat/init.lua"),
+            MovedFile::new("systems/combat.lua", "src/combat/init.lua"),
             MovedFile::new("systems/", "src/systems/"),
         ];
         check(&m).unwrap();
         assert_eq!(
             to(&m, "@systems/combat.lua").as_deref(),
-            Some("@systems/combat/init.lua")
+            Some("@src/combat/init.lua")
         );
         assert_eq!(
             to(&m, "@systems/log.lua").as_deref(),

@@ -144,7 +144,7 @@ pub(crate) struct Loader<'a> {
     pub(super) refused_at: usize,
     /// Functions this version no longer has that a foreign load refuses, met so far (the
     /// first `REFUSED_NAMES`), and how many more (see `Loader::missing_later`).
-    pub(super) refused_functions: Vec<crate::persist::SavedFunction>,
+    pub(super) refused_functions: Vec<crate::persist::report::SavedFunction>,
     pub(super) refused_functions_more: usize,
     /// The stand-in all of them are bound to, compiled once per load (a file holding many
     /// costs one compilation, not one each).

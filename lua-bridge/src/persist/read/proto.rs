@@ -767,7 +767,7 @@ pub(super) unsafe fn compile_error(L: *mut lua_State, below: c_int) -> String {
 
 /// Why a load found no file for the saved chunk `name` (`@file`), for its refusal: the
 /// declaration that sends it to a file this version lacks, or what the game can declare.
-fn missing_file(moved: &[crate::persist::MovedFile], name: &[u8], file: &[u8]) -> String {
+fn missing_file(moved: &[crate::persist::moved::MovedFile], name: &[u8], file: &[u8]) -> String {
     let file = crate::persist::place::printable(file);
     match crate::persist::moved::moved_chunk(moved, name) {
         Some((now, by)) => format!(

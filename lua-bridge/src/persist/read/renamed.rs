@@ -195,13 +195,18 @@ impl Loader<'_> {
         current: usize,
         f: &SavedProto<'_>,
     ) -> Result<*const c_void, Fail> {
+        // Named as a refusal names a chunk (`@src/entity.lua`), as before it named them all.
+        let chunk = match f.chunk.first() {
+            Some(b'@' | b'=') => crate::persist::place::printable(f.chunk),
+            _ => super::rebind::string_chunk(f.chunk),
+        };
         let saved_fn = SavedFunction {
-            chunk: shown_chunk(f.chunk),
+            chunk,
             place: display(f.place),
             line: f.line,
             now: None,
         };
-        if self.refused_functions.len() < crate::persist::REFUSED_NAMES {
+        if self.refused_functions.len() < crate::persist::error::REFUSED_NAMES {
             self.refused_functions.push(saved_fn.clone());
         } else {
             self.refused_functions_more += 1;
