@@ -683,7 +683,58 @@ fn a_client_that_never_acknowledges_its_confirmations_is_dropped() {
         why.contains("bytes of confirmations unacknowledged, more than 0.15 s of frames"),
         "{why}"
     );
+    // Its commands came on time: nothing says it fell behind, it just does not acknowledge.
+    assert!(!why.contains("fell behind"), "{why}");
     drop(server);
+}
+
+/// An outside tester's finding 6: honest clients starved of CPU were dropped with "its
+/// transport left N bytes of confirmations unacknowledged", which blames the network. A client
+/// that takes longer per confirmed frame than a frame lasts (here a host hook sleeping 25 ms
+/// after each confirmed frame of a 10 ms tick) is still dropped, but both ends say it fell
+/// behind, with its delay, its work per frame and what to do.
+#[test]
+fn a_client_too_slow_for_the_match_is_told_it_fell_behind() {
+    let mut opts = match_options(1, 100_000, 10, 10);
+    opts.ack_timeout = Duration::from_millis(1000);
+    let (addr, _server, events) = serve(opts);
+    let mut slow = ClientOptions::new(game(1), addr);
+    slow.at_sync = Some(Arc::new(|_: &mut luasnap::bridge::runtime::Game| {
+        std::thread::sleep(Duration::from_millis(25));
+        Ok(())
+    }));
+    let told =
+        std::thread::spawn(
+            move || match MatchClient::connect(slow).and_then(|c| c.run(|_| {})) {
+                Ok(_) => panic!("a client 2.5 times too slow played a match of 100000 frames"),
+                Err(e) => e.to_string(),
+            },
+        )
+        .join()
+        .unwrap();
+    let why = left_reason(&events, 0).expect("the slow client left");
+    for part in [
+        "dropped: it fell behind the match",
+        "which raised its frame delay from",
+        "bytes of confirmations unacknowledged, more than 1 s of frames",
+        "give it a core of its own, make G.step cheaper, or serve a slower --tick-ms",
+    ] {
+        assert!(
+            why.contains(part),
+            "{part:?} not in the server's reason: {why}"
+        );
+    }
+    for part in [
+        "this client fell behind the match: it worked",
+        "ms per frame the server confirmed",
+        "against a frame every 10.0 ms",
+        "give it more CPU",
+    ] {
+        assert!(
+            told.contains(part),
+            "{part:?} not in the client's error: {told}"
+        );
+    }
 }
 
 /// A joiner that acknowledged a little of its save now and then could be sent it again

@@ -358,6 +358,8 @@ struct Welcome {
     frames: u64,
     check_every: u64,
     delay: u32,
+    /// Time between the server's frames.
+    tick: Duration,
     start: Start,
 }
 
@@ -409,6 +411,7 @@ impl MatchClient {
             past_rollbacks: (0, 0),
             observe: Box::new(observe),
             started,
+            pace: Pace::default(),
         };
         (s.observe)(&ClientEvent::Welcome {
             slot: welcome.slot,
@@ -442,7 +445,7 @@ impl MatchClient {
                         players,
                         seed,
                         frames,
-                        tick_us: _,
+                        tick_us,
                         check_every,
                         delay,
                         start,
@@ -454,6 +457,7 @@ impl MatchClient {
                             frames,
                             check_every: check_every.max(1) as u64,
                             delay: delay.min(MAX_DELAY_FRAMES),
+                            tick: Duration::from_micros(tick_us.into()),
                             start,
                         })
                     }
@@ -549,6 +553,41 @@ struct Session<'o> {
     past_rollbacks: (u64, u64),
     observe: Box<dyn FnMut(&ClientEvent) + 'o>,
     started: Instant,
+    pace: Pace,
+}
+
+/// The time a client spent working (applying confirmations, rolling back, re-simulating,
+/// predicting) per frame the server confirmed, over its last [`Pace::FRAMES`] frames or
+/// more: above the server's tick, it cannot keep up.
+#[derive(Default)]
+struct Pace {
+    /// (frames confirmed, time worked) of each update, newest last.
+    updates: std::collections::VecDeque<(u64, Duration)>,
+    frames: u64,
+    work: Duration,
+}
+
+impl Pace {
+    const FRAMES: u64 = 128;
+
+    fn record(&mut self, frames: u64, work: Duration) {
+        self.updates.push_back((frames, work));
+        self.frames += frames;
+        self.work += work;
+        while let Some(&(f, w)) = self.updates.front() {
+            if self.frames - f < Self::FRAMES {
+                break;
+            }
+            self.updates.pop_front();
+            self.frames -= f;
+            self.work -= w;
+        }
+    }
+
+    /// The time worked per confirmed frame, once some frames were confirmed.
+    fn per_frame(&self) -> Option<Duration> {
+        (self.frames > 0).then(|| self.work / self.frames as u32)
+    }
 }
 
 impl Session<'_> {
@@ -556,7 +595,8 @@ impl Session<'_> {
         loop {
             for (_, bytes) in self.conn.pump()? {
                 let msg = decode(&self.conn.peer, &bytes)?;
-                self.on_message(msg).map_err(|e| self.while_joining(e))?;
+                self.on_message(msg)
+                    .map_err(|e| self.if_behind(self.while_joining(e)))?;
             }
             if let Some(state) = self.pending_state.take() {
                 // Acknowledged first: the load and the catching up after it can take
@@ -566,8 +606,12 @@ impl Session<'_> {
                 self.load_state(state)?;
             }
             if self.client.is_some() {
-                self.apply_confirmed()?;
-                self.predict_ahead()?;
+                let (began, from) = (Instant::now(), self.sync_frame());
+                self.apply_confirmed()
+                    .and_then(|()| self.predict_ahead())
+                    .map_err(|e| self.if_behind(e))?;
+                let frames = self.sync_frame().saturating_sub(from);
+                self.pace.record(frames, began.elapsed());
             }
             self.conn.flush()?;
             if self.finished() {
@@ -582,7 +626,7 @@ impl Session<'_> {
                     frame: self.sync_frame(),
                     reason,
                 };
-                return Err(self.while_joining(e));
+                return Err(self.if_behind(self.while_joining(e)));
             }
             std::thread::sleep(Duration::from_millis(1));
         }
@@ -622,6 +666,56 @@ impl Session<'_> {
             },
             e => e,
         }
+    }
+
+    /// A refusal or a lost connection of a client that could not keep up with the match
+    /// says so, with its figures and what to do: an outside tester's clients starved of CPU
+    /// were told only that their transport left confirmations unacknowledged.
+    fn if_behind(&self, e: NetError) -> NetError {
+        let Some(note) = self.behind_note() else {
+            return e;
+        };
+        match e {
+            NetError::Refused { server, reason } => NetError::Refused {
+                server,
+                reason: format!("{reason}; {note}"),
+            },
+            NetError::Disconnected {
+                peer,
+                frame,
+                reason,
+            } => NetError::Disconnected {
+                peer,
+                frame,
+                reason: format!("{reason}; {note}"),
+            },
+            e => e,
+        }
+    }
+
+    /// Why this client fell behind, if it did: it worked longer per confirmed frame than a
+    /// frame lasts, or its delay grew far past the one it was welcomed with.
+    fn behind_note(&self) -> Option<String> {
+        let client = self.client.as_ref()?;
+        let per_frame = self.pace.per_frame()?;
+        let (start, delay, tick) = (self.w.delay, self.delay, self.w.tick);
+        let grew = delay >= 2 * start && delay >= start + 4;
+        if per_frame <= tick && !grew {
+            return None;
+        }
+        let steps = &client.timings.steps;
+        let recent = &steps[steps.len().saturating_sub(256)..];
+        let step: Duration =
+            recent.iter().map(|(_, d)| *d).sum::<Duration>() / recent.len().max(1) as u32;
+        let rollbacks = self.past_rollbacks.0 + client.rollbacks;
+        let resimulated = self.past_rollbacks.1 + client.resimulated;
+        Some(format!(
+            "this client fell behind the match: it worked {:.1} ms per frame the server confirmed (each confirmation rolls back and re-simulates the frames predicted past it: {:.1} frames a rollback on average, at {:.2} ms a G.step, with a save and a load), against a frame every {:.1} ms, and its frame delay grew from {start} to {delay} frames, which makes each rollback longer still; it cannot play this match on this machine as it is: give it more CPU (a core of its own), or play a game whose G.step is cheaper or a server with a slower --tick-ms (docs/client-server.md, \"How large a G.step a client can carry\")",
+            per_frame.as_secs_f64() * 1e3,
+            resimulated as f64 / rollbacks.max(1) as f64,
+            step.as_secs_f64() * 1e3,
+            tick.as_secs_f64() * 1e3,
+        ))
     }
 
     fn sync_frame(&self) -> u64 {

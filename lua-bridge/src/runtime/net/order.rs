@@ -131,6 +131,8 @@ impl FrameOrder {
 #[derive(Debug, Clone)]
 pub(crate) struct DelayControl {
     delay: u32,
+    /// The delay it started with (from the round trip alone).
+    start: u32,
     min_slack: u64,
     window_start: u64,
     /// Frames before which lateness is not held against the delay (commands sent under the
@@ -146,6 +148,7 @@ impl DelayControl {
         let delay = (rtt_ticks.ceil().max(0.0) as u32 + 2).min(MAX_DELAY_FRAMES);
         DelayControl {
             delay,
+            start: delay,
             min_slack: u64::MAX,
             window_start: now,
             settle_until: now,
@@ -156,6 +159,20 @@ impl DelayControl {
     /// The delay in force.
     pub(crate) fn delay(&self) -> u32 {
         self.delay
+    }
+
+    /// The delay it started with, from the round trip alone: a delay far above it was raised
+    /// by commands that arrived late.
+    pub(crate) fn start(&self) -> u32 {
+        self.start
+    }
+
+    /// Whether lateness raised the delay well past its start (to twice it and by 4 frames or
+    /// more): the client's commands keep arriving after their frames closed, which a slow
+    /// link does not explain (the start covers the round trip), a client too slow to keep up
+    /// does.
+    pub(crate) fn grew(&self) -> bool {
+        self.delay >= 2 * self.start && self.delay >= self.start + 4
     }
 
     /// Takes a command's placement at frame `now`; returns the new delay if it changed.
@@ -239,5 +256,20 @@ mod tests {
             changed = changed.or(d.observe(Placement::OnTime { slack: 3 }, now));
         }
         assert_eq!(changed, Some(7));
+    }
+
+    #[test]
+    fn a_delay_raised_far_past_its_start_has_grown() {
+        let mut d = DelayControl::new(2.5, 0);
+        assert_eq!((d.start(), d.delay()), (5, 5));
+        assert!(!d.grew());
+        d.observe(Placement::Late { by: 3 }, 10);
+        assert!(
+            !d.grew(),
+            "8 frames from 5 is a link's jitter, not falling behind"
+        );
+        d.observe(Placement::Late { by: 8 }, 30);
+        assert_eq!(d.delay(), 16);
+        assert!(d.grew());
     }
 }

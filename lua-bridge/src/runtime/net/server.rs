@@ -387,6 +387,54 @@ pub struct DepartedTotals {
     pub refused: u64,
 }
 
+/// Why a client is dropped for the confirmations its transport left unacknowledged.
+struct AckFault {
+    /// Bytes of the frames channel unacknowledged.
+    unacked: usize,
+    /// The most it may leave ([`ServerOptions::ack_timeout`]'s frames).
+    limit: usize,
+    timeout: Duration,
+    /// How far the client fell behind, if its commands show it did (an honest client too slow
+    /// for the match: its acknowledgements come late because it is busy re-simulating).
+    behind: Option<Behind>,
+}
+
+/// A client whose delay lateness raised far past its start: it fell behind the match.
+struct Behind {
+    delay: u32,
+    start: u32,
+    /// The newest check frame it sent a digest of (or the frame it started at).
+    last_digest: u64,
+    /// The next frame the server closes.
+    server_frame: u64,
+    tick: Duration,
+}
+
+impl fmt::Display for AckFault {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let transport = format!(
+            "its transport left {} bytes of confirmations unacknowledged, more than {} s of frames ({} bytes)",
+            self.unacked,
+            self.timeout.as_secs_f64(),
+            self.limit
+        );
+        let Some(b) = &self.behind else {
+            return write!(f, "dropped: {transport}");
+        };
+        write!(
+            f,
+            "dropped: it fell behind the match: its commands kept arriving after their frames closed, which raised its frame delay from {} to {} frames ({:.1} s at a frame every {} ms), its newest digest is of frame {} ({} frames before the server's {}), and {transport}. A client falls behind when its machine cannot re-simulate its delay's frames each frame (about delay + 1 G.steps, a save and a load per tick): give it a core of its own, make G.step cheaper, or serve a slower --tick-ms (docs/client-server.md, \"How large a G.step a client can carry\")",
+            b.start,
+            b.delay,
+            b.delay as f64 * b.tick.as_secs_f64(),
+            b.tick.as_millis(),
+            b.last_digest,
+            b.server_frame.saturating_sub(b.last_digest),
+            b.server_frame,
+        )
+    }
+}
+
 /// A client in a slot.
 struct Seat {
     client_id: u64,
@@ -707,7 +755,8 @@ impl Match<'_> {
     }
 
     /// A client whose transport leaves more of the confirmations unacknowledged than those
-    /// of [`ServerOptions::ack_timeout`] must go.
+    /// of [`ServerOptions::ack_timeout`] must go, honest or not (each unacknowledged
+    /// confirmation is sent again every 100 ms); the reason says whether it fell behind.
     fn ack_fault(&self, slot: usize) -> Option<String> {
         let seat = self.seats[slot].as_ref()?;
         let unacked = SERVER_CHANNEL_BYTES.saturating_sub(
@@ -715,12 +764,19 @@ impl Match<'_> {
                 .channel_available_memory(seat.client_id, CHANNEL_FRAMES),
         );
         let limit = self.unacked_frames_limit();
-        (unacked > limit).then(|| {
-            format!(
-                "dropped: its transport left {unacked} bytes of confirmations unacknowledged, more than {} s of frames ({limit} bytes)",
-                self.opts.ack_timeout.as_secs_f64()
-            )
-        })
+        let fault = AckFault {
+            unacked,
+            limit,
+            timeout: self.opts.ack_timeout,
+            behind: seat.delay.grew().then(|| Behind {
+                delay: seat.delay.delay(),
+                start: seat.delay.start(),
+                last_digest: seat.digest_from.0,
+                server_frame: self.order.next(),
+                tick: self.opts.tick,
+            }),
+        };
+        (unacked > limit).then(|| fault.to_string())
     }
 
     /// The bytes of the confirmations of [`ServerOptions::ack_timeout`] (at least 64 of them).
