@@ -17,6 +17,7 @@
 //!   commands. When acknowledgements arrive, roll back to the synchronous form, apply them,
 //!   take a new synchronous snapshot, and re-apply what is still pending.
 
+mod activity;
 mod clock;
 mod declared;
 pub mod digest;
@@ -35,6 +36,8 @@ use crate::bridge::error::VmError;
 use crate::bridge::value::{Table, Value};
 use crate::bridge::vm::{GcMode, Vm};
 use crate::persist::{FunctionBinding, LoadError, LoadReport, SaveError};
+use crate::runtime::activity::as_work;
+pub use crate::runtime::activity::{Activity, Spent, Work};
 pub use crate::runtime::clock::Clock;
 pub use crate::runtime::input::{GameInput, PodInput, VmSetup};
 pub use crate::runtime::saving::Saving;
@@ -445,6 +448,10 @@ pub struct GameConfig {
     /// [`Vm::gc_collect`]); the count is part of the game's state, so a game continued from a
     /// save keeps the saving game's. A game without weak tables or finalizers may set 0.
     pub collect_every: Option<u64>,
+    /// Where the games built from this configuration (and its clones) record what they are
+    /// doing: the call into the game or the save or load running now, and the time each took
+    /// (a watchdog on another thread reads it to say where the time goes). Default: `None`.
+    pub activity: Option<Activity>,
 }
 
 /// Frames between the runtime's collection points when neither the host
@@ -473,6 +480,7 @@ impl GameConfig {
             folder: None,
             folder_files: None,
             collect_every: None,
+            activity: None,
         }
     }
 
@@ -720,6 +728,8 @@ pub struct Game<I = u8> {
     half_stepped: Option<u64>,
     /// What the load of the save the game started from did with its functions.
     loaded: Option<LoadReport>,
+    /// Where it records what it is doing ([`GameConfig::activity`]).
+    activity: Option<Activity>,
     /// The input type `G.step` is called with.
     input: std::marker::PhantomData<fn(&[I])>,
 }
@@ -971,7 +981,8 @@ impl<I> Game<I> {
             },
             false => e,
         };
-        let vm = Game::load_script(cfg, backend)
+        let activity = cfg.activity.as_ref();
+        let vm = as_work(activity, Work::TopLevel, || Game::load_script(cfg, backend))
             .map_err(explain_base_in_use)
             .map_err(|e| at_init(e, 0))?;
         let renames = Self::declared_renames(&vm, cfg.step_budget)?;
@@ -990,14 +1001,17 @@ impl<I> Game<I> {
             step_budget: cfg.step_budget,
             half_stepped: None,
             loaded: None,
+            activity: cfg.activity.clone(),
             input: std::marker::PhantomData,
         };
         let args = [
             Value::Integer(cfg.players as i64),
             Value::Integer(cfg.seed as i64),
         ];
-        within(&game.vm, game.step_budget, || {
-            game.vm.call::<()>("luasnap_game.init", &args)
+        as_work(activity, Work::Init, || {
+            within(&game.vm, game.step_budget, || {
+                game.vm.call::<()>("luasnap_game.init", &args)
+            })
         })
         .map_err(|source| match GameCall::Init.over_budget(source) {
             Ok(e) => e,
@@ -1079,7 +1093,9 @@ impl<I> Game<I> {
         save: &[u8],
         opts: &crate::persist::LoadOptions,
     ) -> Result<(Vm, crate::persist::LoadReport), GameError> {
-        let mut vm = Game::load_script(cfg, backend).map_err(explain_base_in_use)?;
+        let activity = cfg.activity.as_ref();
+        let mut vm = as_work(activity, Work::TopLevel, || Game::load_script(cfg, backend))
+            .map_err(explain_base_in_use)?;
         let mut opts = opts.clone();
         if opts.chunk_sources.is_none() {
             opts.chunk_sources = Game::folder_chunks(cfg);
@@ -1091,7 +1107,7 @@ impl<I> Game<I> {
         declared::check_targets(&opts.renames, || Game::declared_files(cfg))?
             .map_err(|message| GameError::Declared { message })?;
         opts.moved.extend(Game::declared_moved(&vm, cfg)?);
-        let report = vm.load_game_reporting(save, &opts)?;
+        let report = as_work(activity, Work::Load, || vm.load_game_reporting(save, &opts))?;
         Ok((vm, report))
     }
 
@@ -1139,6 +1155,7 @@ impl<I> Game<I> {
             step_budget: cfg.step_budget,
             half_stepped: None,
             loaded: Some(report),
+            activity: cfg.activity.clone(),
             input: std::marker::PhantomData,
         };
         // As after `G.init` (`Game::new`): without it the loaded heap's first collections are
@@ -1174,6 +1191,14 @@ impl<I> Game<I> {
     /// Simulates one frame: `G.step(inputs)` with one input per player (see [`GameInput`]:
     /// `u8` reaches Lua as an integer, serde types as tables, [`PodInput`] as userdata).
     pub fn step(&mut self, inputs: &[I]) -> Result<(), GameError>
+    where
+        I: GameInput,
+    {
+        let activity = self.activity.clone();
+        as_work(activity.as_ref(), Work::Step, || self.step_inner(inputs))
+    }
+
+    fn step_inner(&mut self, inputs: &[I]) -> Result<(), GameError>
     where
         I: GameInput,
     {
@@ -1270,6 +1295,11 @@ impl<I> Game<I> {
     /// Saves the current state with this game's backend.
     pub fn save(&mut self) -> Result<SaveHandle, GameError> {
         self.refuse_half_step("a save")?;
+        let activity = self.activity.clone();
+        as_work(activity.as_ref(), Work::Save, || self.save_inner())
+    }
+
+    fn save_inner(&mut self) -> Result<SaveHandle, GameError> {
         match self.backend {
             Backend::Serialize => self.save_game().map(SaveHandle::Bytes),
             _ => self
@@ -1299,6 +1329,13 @@ impl<I> Game<I> {
     /// handle saved at another frame is restored all the same, the game's frame becomes the
     /// handle's, and the call returns [`GameError::Config`] naming both.
     pub fn load(&mut self, handle: &SaveHandle, frame: u64) -> Result<(), GameError> {
+        let activity = self.activity.clone();
+        as_work(activity.as_ref(), Work::Load, || {
+            self.load_inner(handle, frame)
+        })
+    }
+
+    fn load_inner(&mut self, handle: &SaveHandle, frame: u64) -> Result<(), GameError> {
         match handle {
             SaveHandle::Snapshot(id) => self.vm.rollback(*id)?,
             SaveHandle::Bytes(b) => {
@@ -1337,9 +1374,11 @@ impl<I> Game<I> {
         self.refuse_half_step("a save-game")?;
         // A Lua error is taken out of the save's error, so that a spent budget keeps its
         // traceback.
-        let saved = within(&self.vm, self.step_budget, || match self.vm.save_game() {
-            Err(SaveError::Lua(e)) => Err(e),
-            other => Ok(other),
+        let saved = as_work(self.activity.as_ref(), Work::Save, || {
+            within(&self.vm, self.step_budget, || match self.vm.save_game() {
+                Err(SaveError::Lua(e)) => Err(e),
+                other => Ok(other),
+            })
         });
         match saved {
             Ok(saved) => saved.map_err(|e| self.memory_failure(e.into())),
@@ -1376,9 +1415,10 @@ impl<I> Game<I> {
 
     /// The value digest (address-independent).
     pub fn value_digest(&mut self) -> Result<u64, GameError> {
-        self.vm
-            .value_digest()
-            .map_err(|e| self.memory_failure(e.into()))
+        as_work(self.activity.as_ref(), Work::Digest, || {
+            self.vm.value_digest()
+        })
+        .map_err(|e| self.memory_failure(e.into()))
     }
 
     /// `G.digest()`, if the game defines it: an integer as is, a string (a hex checksum, a
@@ -1391,8 +1431,10 @@ impl<I> Game<I> {
         let v = self
             .vm
             .refusing_collections(|| {
-                within(&self.vm, self.step_budget, || {
-                    self.vm.call::<Value>("luasnap_game.digest", ())
+                as_work(self.activity.as_ref(), Work::Digest, || {
+                    within(&self.vm, self.step_budget, || {
+                        self.vm.call::<Value>("luasnap_game.digest", ())
+                    })
                 })
             })
             .map_err(|error| {
