@@ -39,6 +39,7 @@ mod simulate;
 mod size;
 mod tether;
 mod trackers;
+mod watchdog;
 
 use clap::{Parser, Subcommand};
 use luasnap::bridge::runtime::{GameConfig, VmSetup};
@@ -138,21 +139,65 @@ enum Command {
     Client(serve::ClientArgs),
 }
 
-/// An error for the terminal: its control characters escaped, newlines and tabs kept. Errors
-/// carry the game's text (its error messages, which can quote strings of a foreign save), which
-/// could otherwise clear the screen or fake a line of luasnap's own.
+/// An error for the terminal: its control characters escaped, newlines and tabs kept, each
+/// line after the first indented (`printable_text`). Errors carry the game's text (its error
+/// messages, which can quote strings of a foreign save), which could otherwise clear the
+/// screen or fake a line of luasnap's own.
 pub(crate) fn shown(text: &str) -> String {
     luasnap::bridge::runtime::printable_text(text)
 }
 
-fn report(r: Result<(), String>) -> ExitCode {
+/// Why a command failed, which decides its exit status (docs/cli.md, "Exit status").
+#[derive(Debug)]
+pub(crate) enum CliError {
+    /// The command line asks for what the command cannot do: a flag's value out of range or
+    /// flags that do not go together. Exit status 2, as clap's own usage errors: nothing ran.
+    Usage(String),
+    /// The command ran and failed (a game's error, a file that cannot be read, a mode that
+    /// does not match). Exit status 1.
+    Failed(String),
+}
+
+/// The exit status of a usage error, clap's.
+const USAGE_EXIT: u8 = 2;
+
+impl From<String> for CliError {
+    fn from(e: String) -> CliError {
+        CliError::Failed(e)
+    }
+}
+
+/// A usage error of the command line.
+pub(crate) fn usage(message: impl Into<String>) -> CliError {
+    CliError::Usage(message.into())
+}
+
+/// Prints a command's failure and gives its exit status: a usage error as clap prints its
+/// own (with the command's usage line), exit status 2; any other failure 1.
+fn report(command: &str, r: Result<(), CliError>) -> ExitCode {
     match r {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
+        Err(CliError::Failed(e)) => {
             eprintln!("luasnap: {}", shown(&e));
             ExitCode::FAILURE
         }
+        Err(CliError::Usage(e)) => {
+            let mut cli = <Cli as clap::CommandFactory>::command().bin_name("luasnap");
+            cli.build();
+            let kind = clap::error::ErrorKind::ValueValidation;
+            let error = match cli.find_subcommand_mut(command) {
+                Some(cmd) => cmd.error(kind, shown(&e)),
+                None => cli.error(kind, shown(&e)),
+            };
+            let _ = error.print();
+            ExitCode::from(USAGE_EXIT)
+        }
     }
+}
+
+/// [`report`] for a command whose errors are all failures of the run.
+fn report_failure(command: &str, r: Result<(), String>) -> ExitCode {
+    report(command, r.map_err(CliError::Failed))
 }
 
 /// The `luasnap` tool: runs the command on this process's command line.
@@ -219,24 +264,19 @@ where
     tether::watch_parent();
     match cli.command {
         Some(Command::Run(_)) => unreachable!("`run` is dispatched before clap"),
-        Some(Command::Simulate(args)) => report(simulate::run(args)),
-        Some(Command::Bench(args)) => report(bench::run(args)),
-        Some(Command::P2p(args)) => report(p2p::run(args)),
-        None => report(simulate::run(simulate::SimulateArgs::parse_from([
+        Some(Command::Simulate(args)) => report("simulate", simulate::run(args)),
+        Some(Command::Bench(args)) => report_failure("bench", bench::run(args)),
+        Some(Command::P2p(args)) => report_failure("p2p", p2p::run(args)),
+        None => report(
             "simulate",
-        ]))),
-        Some(Command::GcPages(args)) => match gc_pages::run(args) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("luasnap: {}", shown(&e.to_string()));
-                ExitCode::FAILURE
-            }
-        },
+            simulate::run(simulate::SimulateArgs::parse_from(["simulate"])),
+        ),
+        Some(Command::GcPages(args)) => report_failure("gc-pages", gc_pages::run(args)),
         Some(Command::Diff(args)) => diff::run(args),
         Some(Command::CheckSave(args)) => check_save::run(args),
-        Some(Command::Reseal(args)) => report(reseal::run(args)),
-        Some(Command::Serve(args)) => report(serve::serve(args)),
-        Some(Command::Client(args)) => report(serve::client(args)),
+        Some(Command::Reseal(args)) => report_failure("reseal", reseal::run(args)),
+        Some(Command::Serve(args)) => report("serve", serve::serve(args)),
+        Some(Command::Client(args)) => report("client", serve::client(args)),
         Some(Command::Trackers) => {
             trackers::trackers();
             ExitCode::SUCCESS

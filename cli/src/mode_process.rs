@@ -22,6 +22,17 @@ use std::process::{ExitStatus, Stdio};
 /// What a mode's process writes on stderr before `RUN DONE TOTAL` as a run progresses.
 pub const PROGRESS: &str = "luasnap-progress: ";
 
+/// What a mode's process writes on stderr before its stall warning, for the parent to print
+/// at once (its other lines are its error message, shown at its end).
+pub const STALL: &str = "luasnap-stall: ";
+
+/// Writes its stall warning (in a mode's process), on one line.
+pub fn report_stall(text: &str) {
+    use std::io::Write;
+    let line = text.replace('\n', " ");
+    let _ = writeln!(std::io::stderr(), "{STALL}{line}");
+}
+
 /// Writes one progress line (in a mode's process).
 pub fn report_progress(run: &str, done: u64, total: u64) {
     use std::io::Write;
@@ -46,13 +57,15 @@ pub enum ModeOutcome {
 }
 
 /// Runs `backend` in a process of its own (see the module's doc); `progress` gets the child's
-/// progress: (the run, `reference` or the mode's name; frames done; frames in the run).
+/// progress: (the run, `reference` or the mode's name; frames done; frames in the run);
+/// `stalled` its stall warnings.
 pub fn run(
     args: &SimulateArgs,
     backend: Backend,
     progress: &mut dyn FnMut(&str, u64, u64),
+    stalled: &mut dyn FnMut(&str),
 ) -> ModeOutcome {
-    match run_child(args, backend, progress) {
+    match run_child(args, backend, progress, stalled) {
         Ok(outcome) => outcome,
         Err(e) => ModeOutcome::Failed(e),
     }
@@ -62,6 +75,7 @@ fn run_child(
     args: &SimulateArgs,
     backend: Backend,
     progress: &mut dyn FnMut(&str, u64, u64),
+    stalled: &mut dyn FnMut(&str),
 ) -> Result<ModeOutcome, String> {
     let mut cmd = crate::second::same_game(args)?;
     cmd.args(["--mode", backend.name(), "--json", "--mode-process"])
@@ -97,6 +111,10 @@ fn run_child(
         .lines()
         .map_while(Result::ok)
     {
+        if let Some(text) = line.strip_prefix(STALL) {
+            stalled(text);
+            continue;
+        }
         match progress_line(&line) {
             Some((run, done, total)) => progress(run, done, total),
             None => said.push(line),
@@ -121,9 +139,16 @@ fn progress_line(line: &str) -> Option<(&str, u64, u64)> {
     Some((words.next()?, done, total))
 }
 
-/// What the child said on stderr, without the tool's `luasnap: ` before its error.
+/// What the child said on stderr, without the tool's `luasnap: ` before its error, nor the
+/// indent it printed its continuation lines with (this process indents them again when it
+/// prints them).
 fn message(lines: &[String]) -> String {
-    let text = lines.join("\n");
+    let continuation = luasnap::bridge::runtime::CONTINUATION;
+    let text = lines
+        .iter()
+        .map(|l| l.strip_prefix(continuation).unwrap_or(l))
+        .collect::<Vec<_>>()
+        .join("\n");
     let text = text.trim();
     text.strip_prefix("luasnap: ").unwrap_or(text).to_string()
 }
@@ -205,7 +230,9 @@ mod tests {
             "luasnap: error in G.step".to_string(),
             "  at frame 7".into(),
         ];
-        assert_eq!(message(&said), "error in G.step\n  at frame 7");
+        // The child indented its continuation lines; this process indents them when it
+        // prints the message.
+        assert_eq!(message(&said), "error in G.step\nat frame 7");
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! `luasnap serve` and `luasnap client`: the seed's client-server model over a real network.
 
 use crate::simulate::{parse_step_budget, StepBudget};
+use crate::{usage, CliError};
 use luasnap::bridge::runtime::net::{
     ClientEvent, ClientOptions, ClientReport, LinkConditions, MatchClient, MatchServer, NetError,
     ServerEvent, ServerOptions, ServerReport,
@@ -139,7 +140,7 @@ fn cpu_seconds() -> f64 {
 }
 
 /// Runs `luasnap serve`.
-pub fn serve(args: ServeArgs) -> Result<(), String> {
+pub fn serve(args: ServeArgs) -> Result<(), CliError> {
     let players = args.players as usize;
     let cfg = game_config(
         args.game.as_deref(),
@@ -153,7 +154,11 @@ pub fn serve(args: ServeArgs) -> Result<(), String> {
     opts.check_every = args.check_every;
     opts.start_with = args.start_with.map_or(players, |n| n as usize);
     let addr = SocketAddr::new(args.bind, args.port);
-    let server = MatchServer::bind(addr, opts).map_err(|e| e.to_string())?;
+    let server = MatchServer::bind(addr, opts).map_err(|e| match e {
+        // The options out of range or that do not go together (--start-with above --players).
+        NetError::Config(e) => usage(e),
+        e => CliError::Failed(e.to_string()),
+    })?;
     let local = server.local_addr().map_err(|e| e.to_string())?;
     let terminal = !args.json && std::io::stderr().is_terminal();
     eprintln!(
@@ -198,10 +203,10 @@ pub fn serve(args: ServeArgs) -> Result<(), String> {
         .filter(|c| c.left.is_none() && !c.matches(report.value_digest))
         .count();
     if wrong > 0 {
-        return Err(format!(
+        return Err(CliError::Failed(format!(
             "{wrong} clients did not end on the server's value digest {:016x}",
             report.value_digest
-        ));
+        )));
     }
     Ok(())
 }
@@ -312,18 +317,23 @@ fn kib(b: u64) -> String {
 }
 
 /// Runs `luasnap client`.
-pub fn client(args: ClientArgs) -> Result<(), String> {
+pub fn client(args: ClientArgs) -> Result<(), CliError> {
     let server = args
         .connect
         .to_socket_addrs()
-        .map_err(|e| format!("--connect {}: {e} (give HOST:PORT)", args.connect))?
+        .map_err(|e| usage(format!("--connect {}: {e} (give HOST:PORT)", args.connect)))?
         .next()
-        .ok_or_else(|| format!("--connect {}: no address", args.connect))?;
+        .ok_or_else(|| {
+            usage(format!(
+                "--connect {}: no address (give HOST:PORT)",
+                args.connect
+            ))
+        })?;
     if !(0.0..=100.0).contains(&args.loss) {
-        return Err(format!(
+        return Err(usage(format!(
             "--loss must be a percentage 0..=100, got {}",
             args.loss
-        ));
+        )));
     }
     let mut cfg = game_config(
         args.game.as_deref(),
@@ -402,14 +412,14 @@ pub fn client(args: ClientArgs) -> Result<(), String> {
         print!("{}", client_table(&report, cpu));
     }
     if !report.matches_server() {
-        return Err(match report.server_digest {
+        return Err(CliError::Failed(match report.server_digest {
             Some(s) => format!(
                 "this client ended on value digest {:016x}, the server on {s:016x}",
                 report.value_digest
             ),
             None => "the server's end message did not arrive: the final digests were not compared"
                 .into(),
-        });
+        }));
     }
     Ok(())
 }

@@ -2,8 +2,10 @@
 
 use crate::mode_process::ModeOutcome;
 use crate::save_file::{read_save, Body};
+use crate::{usage, CliError};
+use clap::builder::RangedU64ValueParser;
 use luasnap::bridge::runtime::{
-    Backend, Clock, GameConfig, GameError, Saving, DEFAULT_STEP_BUDGET,
+    Activity, Backend, Clock, GameConfig, GameError, Saving, DEFAULT_STEP_BUDGET,
 };
 use luasnap::bridge::simulate::{Divergence, ModeReport, Reference, SimOptions, Simulation};
 use serde_json::json;
@@ -12,7 +14,6 @@ use std::io::{IsTerminal, Write as _};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
 
 /// Options of `luasnap simulate`.
 #[derive(Debug, clap::Parser)]
@@ -21,10 +22,10 @@ pub struct SimulateArgs {
     /// modules from the folder). Default: the embedded Arena Brawl, ~10 MB of heap.
     pub game: Option<PathBuf>,
     /// Frames to simulate.
-    #[arg(long, default_value_t = 600)]
+    #[arg(long, default_value_t = 600, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
     pub frames: u64,
     /// Players (player 1 is local; the others are remote).
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = 2, value_parser = RangedU64ValueParser::<usize>::new().range(1..=16))]
     pub players: usize,
     /// Frames remote inputs arrive late.
     #[arg(long, default_value_t = 3)]
@@ -45,8 +46,8 @@ pub struct SimulateArgs {
     /// add --cpu-time).
     #[arg(long, default_value = "all", value_parser = ["full", "incremental", "auto", "serialize", "all"])]
     pub mode: String,
-    /// Snapshots retained (the rollback window).
-    #[arg(long, default_value_t = 10)]
+    /// Snapshots retained (the rollback window): at least 2, and the delay + 2.
+    #[arg(long, default_value_t = 10, value_parser = RangedU64ValueParser::<usize>::new().range(2..))]
     pub window: usize,
     /// Which frames the client saves: `new` (the default): every new frame, and of the frames
     /// a rollback re-simulates only the one after the last confirmed frame (one save per
@@ -80,8 +81,9 @@ pub struct SimulateArgs {
     pub allow_permanent: Vec<String>,
     /// The size of the game's arena: the address space its VM reserves, which the Lua heap
     /// with the allocator's rounding and free space must fit in (GameConfig::capacity); in
-    /// bytes, or with a K, M or G suffix (1024-based): `--memory-limit 4G`. Not the cap on live
-    /// bytes as `luasnap run --memory-limit` is: it is what `luasnap run --capacity` sets.
+    /// bytes, or with a K, M, G or T suffix (1024-based), from 1M to 1T: `--memory-limit 4G`.
+    /// Not the cap on live bytes as `luasnap run --memory-limit` is: it is what `luasnap run
+    /// --capacity` sets.
     /// Running out names the frame and the run.
     #[arg(long, default_value = "2G", value_parser = parse_memory_limit)]
     pub memory_limit: usize,
@@ -173,12 +175,19 @@ pub fn parse_step_budget(s: &str) -> Result<StepBudget, String> {
 /// Parses `--memory-limit`: a size as every size option takes it (`crate::size::parse_size`:
 /// bytes, or a number with K, M, G or T), from 1M to 1T.
 pub fn parse_memory_limit(s: &str) -> Result<usize, String> {
-    crate::size::parse_size(s)
-        .ok()
-        .filter(|b| (1 << 20..=1 << 40).contains(b))
-        .ok_or_else(|| {
-            format!("{s:?}: the memory limit must be a size from 1M to 1T (bytes, or a number with K, M, G or T: 64M, 4G)")
-        })
+    const RANGE: &str =
+        "from 1M to 1T: bytes (1048576 and up), or a number with K, M, G or T (1024K, 64M, 4G, 1T)";
+    let bytes =
+        crate::size::parse_size(s).map_err(|e| format!("{e}; the arena's size goes {RANGE}"))?;
+    if (1 << 20..=1 << 40).contains(&bytes) {
+        return Ok(bytes);
+    }
+    let side = if bytes < 1 << 20 {
+        "below 1M"
+    } else {
+        "above 1T"
+    };
+    Err(format!("{s:?} is {side}; the arena's size goes {RANGE}"))
 }
 
 /// What a one-player run says about rollbacks.
@@ -221,8 +230,20 @@ fn game_of(args: &SimulateArgs) -> Result<GameConfig, String> {
     }
 }
 
-/// Runs the simulation; returns an error message for the user on failure.
-pub fn run(mut args: SimulateArgs) -> Result<(), String> {
+/// Refuses what the flags cannot do together, before anything runs.
+fn check_flags(args: &SimulateArgs) -> Result<(), CliError> {
+    if args.mode_process && args.mode == "all" {
+        return Err(usage(
+            "--mode-process is the side of one mode's process of `--mode all` (the tool passes it itself, with --mode NAME): give it with --mode full, incremental, auto or serialize, or leave it out",
+        ));
+    }
+    Ok(())
+}
+
+/// Runs the simulation; returns an error message for the user on failure (a usage error for
+/// flags out of range or that do not go together).
+pub fn run(mut args: SimulateArgs) -> Result<(), CliError> {
+    check_flags(&args)?;
     let mut game = game_of(&args)?;
     let backends: Vec<Backend> = match args.mode.as_str() {
         "all" => Backend::ALL.to_vec(),
@@ -244,6 +265,8 @@ pub fn run(mut args: SimulateArgs) -> Result<(), String> {
     game.capacity = args.memory_limit;
     game.step_budget = args.step_budget.0;
     game.collect_every = args.collect_every;
+    let activity = Activity::new();
+    game.activity = Some(activity.clone());
     let start = match &args.load {
         Some(path) => Some(read_save(
             path,
@@ -265,9 +288,44 @@ pub fn run(mut args: SimulateArgs) -> Result<(), String> {
         start_trust: args.trust.into(),
         saving: args.saving.into(),
     };
-    opts.validate().map_err(|e| e.to_string())?;
+    opts.validate().map_err(|e| usage(e.to_string()))?;
     let frames = opts.frames;
     let game = opts.game.clone();
+    let progress = match args.mode_process {
+        true => Progress::quiet(activity),
+        false => Progress::new(
+            !args.json && std::io::stderr().is_terminal(),
+            frames,
+            activity,
+        ),
+    };
+    // Watching from here covers the script's top level and G.init (Simulation::new). A mode's
+    // process tells its parent, which prints it; the second process is not watched.
+    let say: Option<fn(&str)> = match args.mode_process {
+        _ if args.lockstep_digests.is_some() || args.lockstep_save.is_some() => None,
+        true => Some(crate::mode_process::report_stall),
+        false => Some(say_stall),
+    };
+    let finished = Arc::new(AtomicBool::new(false));
+    let budget_off = args.step_budget.0.is_none();
+    let watchdog = say.map(|say| progress.watch.spawn(Arc::clone(&finished), budget_off, say));
+    let result = simulate(&args, game, opts, &backends, &progress);
+    finished.store(true, Ordering::Relaxed);
+    if let Some(w) = watchdog {
+        let _ = w.join();
+    }
+    progress.clear();
+    result
+}
+
+/// Builds the simulation and runs its modes, `progress` told of every frame.
+fn simulate(
+    args: &SimulateArgs,
+    game: GameConfig,
+    opts: SimOptions,
+    backends: &[Backend],
+    progress: &Progress,
+) -> Result<(), CliError> {
     let mut sim = Simulation::new(opts).map_err(|e| match e {
         GameError::Load(e) => {
             crate::loads::load_error_on_the_command_line(&e, crate::loads::SIMULATE)
@@ -278,7 +336,7 @@ pub fn run(mut args: SimulateArgs) -> Result<(), String> {
         eprintln!(
             "luasnap: loaded {}: {}; inputs from --seed {}",
             path.display(),
-            report.summary(),
+            crate::shown(&report.summary()),
             args.seed
         );
     }
@@ -286,50 +344,45 @@ pub fn run(mut args: SimulateArgs) -> Result<(), String> {
         sim.set_clock(Clock::ThreadCpu);
     }
     if args.lockstep_digests.is_some() || args.lockstep_save.is_some() {
-        return crate::second::run_child(&args, &mut sim);
+        return Ok(crate::second::run_child(args, &mut sim)?);
     }
-    if args.mode_process {
-        // The parent draws the progress and watches for a stalled frame.
-        sim.set_progress(Box::new(crate::mode_process::report_progress));
-        return run_modes(&args, &game, &mut sim, &backends, &Progress::quiet());
-    }
-    let progress = Progress::new(!args.json && std::io::stderr().is_terminal(), frames);
-    {
-        let progress = progress.clone();
-        sim.set_progress(Box::new(move |what, done, total| {
-            progress.report(what, what, done, total);
-        }));
-    }
-    let finished = Arc::new(AtomicBool::new(false));
-    let watchdog = progress.watchdog(sim.start_frame(), Arc::clone(&finished));
-    let result = run_modes(&args, &game, &mut sim, &backends, &progress);
-    finished.store(true, Ordering::Relaxed);
-    let _ = watchdog.join();
-    progress.clear();
-    result
+    progress.watch.set_start_frame(sim.start_frame());
+    let (shown, mode_process) = (progress.clone(), args.mode_process);
+    sim.set_progress(Box::new(move |what, done, total| {
+        if mode_process {
+            // The parent draws the progress.
+            crate::mode_process::report_progress(what, done, total);
+        }
+        shown.report(what, what, done, total);
+    }));
+    Ok(run_modes(args, &game, &mut sim, backends, progress)?)
 }
 
-/// Where the runs are: a progress bar on a terminal, and what the watchdog reads to say so
-/// when no frame has finished for a while (an endless loop in G.step would otherwise hang
-/// silently), for the runs of this process and those of the modes' processes alike.
+/// Where the runs are: a progress bar on a terminal, and what the watchdog reads to say
+/// where the time goes when no frame has finished for a while (an endless loop would
+/// otherwise hang silently; a huge heap's saves would look like one), for the runs of this
+/// process and those of the modes' processes alike.
 #[derive(Clone)]
 struct Progress {
     bar: Option<indicatif::ProgressBar>,
-    /// The run (as the stall warning names it), its frames done, and when the last finished.
-    watch: Arc<Mutex<(String, u64, Instant)>>,
+    /// The run the bar shows.
+    run: Arc<Mutex<String>>,
+    watch: crate::watchdog::FrameWatch,
 }
 
 impl Progress {
-    /// Progress that nobody sees (a mode's process reports its own to its parent).
-    fn quiet() -> Progress {
+    /// Progress that nobody sees (a mode's process reports its own to its parent), of the
+    /// games that record into `activity`.
+    fn quiet(activity: Activity) -> Progress {
         Progress {
             bar: None,
-            watch: Arc::new(Mutex::new(("reference".into(), 0, Instant::now()))),
+            run: Arc::new(Mutex::new(String::new())),
+            watch: crate::watchdog::FrameWatch::new(activity),
         }
     }
 
     /// A bar of `frames` frames if `bar`, starting with the reference.
-    fn new(bar: bool, frames: u64) -> Progress {
+    fn new(bar: bool, frames: u64, activity: Activity) -> Progress {
         let bar = bar.then(|| {
             let bar = indicatif::ProgressBar::new(frames);
             bar.set_style(
@@ -344,18 +397,20 @@ impl Progress {
         });
         Progress {
             bar,
-            ..Progress::quiet()
+            ..Progress::quiet(activity)
         }
     }
 
     /// `done` of `total` frames of `run` (the stall warning's name for it) are done; the bar
     /// shows `label` for it.
     fn report(&self, label: &str, run: &str, done: u64, total: u64) {
-        let Ok(mut w) = self.watch.lock() else { return };
-        let another = w.0 != run;
-        *w = (run.to_string(), done, Instant::now());
+        self.watch.frame_done(run, done);
         let Some(bar) = &self.bar else { return };
-        if another {
+        let Ok(mut shown) = self.run.lock() else {
+            return;
+        };
+        if *shown != run {
+            *shown = run.to_string();
             bar.reset();
             bar.set_length(total);
             bar.set_prefix(label.to_string());
@@ -379,40 +434,11 @@ impl Progress {
             bar.finish_and_clear();
         }
     }
-
-    /// Warns on stderr when no frame has finished for a while, until `finished`.
-    fn watchdog(&self, start_frame: u64, finished: Arc<AtomicBool>) -> std::thread::JoinHandle<()> {
-        let watch = Arc::clone(&self.watch);
-        let stall = stall_warning();
-        std::thread::spawn(move || {
-            let mut warned_at = None;
-            while !finished.load(Ordering::Relaxed) {
-                std::thread::sleep(Duration::from_millis(200));
-                let Ok(w) = watch.lock() else { return };
-                let (run, done, at) = (&w.0, w.1, w.2);
-                if at.elapsed() >= stall && warned_at != Some(at) {
-                    warned_at = Some(at);
-                    eprintln!(
-                        "\nluasnap: no frame has finished for {} s in the {run} run (at frame {}): \
-                         is G.step in an endless loop? Ctrl-C stops the run \
-                         (--step-budget stops such a frame with an error)",
-                        stall.as_secs(),
-                        start_frame + done
-                    );
-                }
-            }
-        })
-    }
 }
 
-/// How long without a finished frame before `simulate` asks about an endless loop: 10 s, or
-/// `LUASNAP_STALL_WARNING_SECS`.
-fn stall_warning() -> Duration {
-    let secs = std::env::var("LUASNAP_STALL_WARNING_SECS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(10);
-    Duration::from_secs(secs)
+/// The stall warning on this process's terminal.
+fn say_stall(text: &str) {
+    eprintln!("\nluasnap: {}", crate::shown(text));
 }
 
 /// What a run of every mode gave: the modes that ran (their figures as [`mode_json`] writes
@@ -531,7 +557,12 @@ fn run_each_mode(
                 progress.report(&label, &format!("{name} process's {run}"), done, total);
             }
         };
-        match crate::mode_process::run(args, *b, &mut child_progress) {
+        progress.watch.delegate(true);
+        let outcome = crate::mode_process::run(args, *b, &mut child_progress, &mut |text| {
+            say_stall(&format!("the {name} process: {text}"))
+        });
+        progress.watch.delegate(false);
+        match outcome {
             ModeOutcome::Ran { report, divergence } => {
                 ran.modes.push(report);
                 ran.explained.push(divergence);

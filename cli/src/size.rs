@@ -23,7 +23,10 @@ pub fn parse_size(text: &str) -> Result<usize, String> {
     n.checked_mul(1 << shift)
         .and_then(|b| usize::try_from(b).ok())
         .filter(|&b| b > 0)
-        .ok_or_else(|| format!("'{text}' is out of range: use a size above 0 and below 1T"))
+        .ok_or_else(|| match n {
+            0 => format!("'{text}' is no size: use a size above 0"),
+            _ => format!("'{text}' is more bytes than this machine can address"),
+        })
 }
 
 #[cfg(test)]

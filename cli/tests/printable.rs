@@ -18,8 +18,17 @@ fn assert_escaped(err: &str) {
     assert!(!err.contains('\u{1b}'), "{err:?}");
     assert!(!err.contains('\u{7}'), "{err:?}");
     assert!(err.contains(r"\u{1b}[2J\u{1b}]0;pwned\u{7}owned"), "{err}");
-    // The traceback keeps its lines.
-    assert!(err.contains("\nstack traceback:\n\t"), "{err}");
+    // The game's second line is indented: no line but the tool's own starts with `luasnap:`.
+    assert!(err.contains("owned\n  luasnap: all modes match"), "{err}");
+    for line in err.lines().filter(|l| l.starts_with("luasnap")) {
+        assert!(
+            !line.contains("all modes match"),
+            "a fake status line: {err}"
+        );
+    }
+    // The traceback keeps its lines, nested under the error, indented once.
+    assert!(err.contains("\n  stack traceback:\n  \t"), "{err}");
+    assert!(!err.contains("\n    "), "indented twice: {err}");
 }
 
 #[test]

@@ -634,12 +634,18 @@ pub fn printable_line(text: &str) -> String {
     printable(text, false)
 }
 
-/// [`printable_line`] keeping newlines and tabs: for a message of several lines that may
-/// carry the game's text (a game's error with its traceback, which can quote strings of a
-/// foreign save), printed where a person reads it.
+/// [`printable_line`] keeping newlines and tabs, each line after the first indented by
+/// [`CONTINUATION`]: for a message of several lines that may carry the game's text (a game's
+/// error with its traceback, which can quote strings of a foreign save), printed where a
+/// person reads it. No line of it starts where the tool's own lines do, so a game's
+/// `error("x\nluasnap: all modes match")` cannot pass for a status line of the tool's; a
+/// traceback reads as before, nested under its error.
 pub fn printable_text(text: &str) -> String {
     printable(text, true)
 }
+
+/// What [`printable_text`] puts before each line after the first.
+pub const CONTINUATION: &str = "  ";
 
 fn printable(text: &str, keep_lines: bool) -> String {
     let mut out = String::with_capacity(text.len());
@@ -647,7 +653,10 @@ fn printable(text: &str, keep_lines: bool) -> String {
         let reorders = matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
         if reorders {
             out.extend(c.escape_unicode());
-        } else if keep_lines && matches!(c, '\n' | '\t') {
+        } else if keep_lines && c == '\n' {
+            out.push(c);
+            out.push_str(CONTINUATION);
+        } else if keep_lines && c == '\t' {
             out.push(c);
         } else if c.is_control() {
             out.extend(c.escape_debug());
