@@ -11,7 +11,7 @@ use std::time::Instant;
 pub struct BenchArgs {
     /// Heap sizes, in MB of live Lua objects, each 1..=4096 (`--sizes 1 10 100` or
     /// `--sizes 1,10,100`).
-    #[arg(long, num_args = 1.., value_delimiter = ',', default_values_t = [1usize, 10, 100], value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=4096))]
+    #[arg(long, num_args = 1.., value_delimiter = ',', default_values_t = [1usize, 10, 100], value_parser = crate::size::parse_heap_mb)]
     pub sizes: Vec<usize>,
     /// One JSON object per size, one per line.
     #[arg(long)]

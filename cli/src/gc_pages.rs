@@ -11,7 +11,7 @@ use std::time::Instant;
 pub struct GcPagesArgs {
     /// Heap sizes in MB of live Lua objects, each 1..=4096 (`--sizes 1 10 50` or
     /// `--sizes 1,10,50`).
-    #[arg(long, num_args = 1.., value_delimiter = ',', default_values_t = [1usize, 10, 50], value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=4096))]
+    #[arg(long, num_args = 1.., value_delimiter = ',', default_values_t = [1usize, 10, 50], value_parser = crate::size::parse_heap_mb)]
     pub sizes: Vec<usize>,
     /// Frames measured per case (after 30 warm-up frames).
     #[arg(long, default_value_t = 600, value_parser = clap::value_parser!(u32).range(1..=100_000))]

@@ -1,5 +1,15 @@
 //! Byte sizes on the command line: `1048576`, `512K`, `64M`, `2G` (powers of 1024).
 
+/// Parses one of `bench`'s and `gc-pages`' `--sizes`: MB of live Lua objects, 1..=4096.
+pub fn parse_heap_mb(text: &str) -> Result<usize, String> {
+    match text.trim().parse::<usize>() {
+        Ok(mb) if (1..=4096).contains(&mb) => Ok(mb),
+        _ => Err(format!(
+            "'{text}': --sizes takes MB values in 1..=4096, like `--sizes 1 10 100` or `--sizes 1,10,100`"
+        )),
+    }
+}
+
 /// Parses a size with an optional K/M/G/T suffix (case-insensitive, optional trailing `B`/`iB`).
 pub fn parse_size(text: &str) -> Result<usize, String> {
     let t = text.trim();

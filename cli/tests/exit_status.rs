@@ -23,7 +23,14 @@ fn flag_values_out_of_range_exit_2_from_every_command() {
     assert_usage_error(&["simulate", "--players", "0"], "0 is not in 1..=16");
     assert_usage_error(&["serve", "--players", "0"], "0 is not in 1..=16");
     assert_usage_error(&["simulate", "--frames", "0"], "0 is not in 1..=10000000");
-    assert_usage_error(&["bench", "--sizes", "0"], "0 is not in 1..=4096");
+    assert_usage_error(
+        &["bench", "--sizes", "0"],
+        "--sizes takes MB values in 1..=4096",
+    );
+    assert_usage_error(
+        &["simulate", "--window", "1"],
+        "--window must be at least 2",
+    );
     assert_usage_error(
         &["client", "--connect", "127.0.0.1:9", "--loss", "200"],
         "--loss must be a percentage 0..=100, got 200",
