@@ -20,9 +20,15 @@ fn assert_usage_error(args: &[&str], says: &str) {
 
 #[test]
 fn flag_values_out_of_range_exit_2_from_every_command() {
-    assert_usage_error(&["simulate", "--players", "0"], "0 is not in 1..=16");
+    assert_usage_error(
+        &["simulate", "--players", "0"],
+        "--players must be 1..=16, got 0",
+    );
     assert_usage_error(&["serve", "--players", "0"], "0 is not in 1..=16");
-    assert_usage_error(&["simulate", "--frames", "0"], "0 is not in 1..=10000000");
+    assert_usage_error(
+        &["simulate", "--frames", "0"],
+        "--frames must be 1..=10000000, got 0",
+    );
     assert_usage_error(
         &["bench", "--sizes", "0"],
         "--sizes takes MB values in 1..=4096",

@@ -272,10 +272,7 @@ fn simulate_cli_reports_what_users_ask_about() {
         assert_eq!(out.status.success(), ok, "{limit}: {}", stderr(&out));
         if !ok {
             let e = stderr(&out);
-            assert!(
-                e.contains("the memory limit must be a size from 1M to 1T"),
-                "{e}"
-            );
+            assert!(e.contains("the arena's size goes from 1M to 1T"), "{e}");
         }
     }
     // A reader that stops early (`| head -1`) ends the output quietly, no panic.
