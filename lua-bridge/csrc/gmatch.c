@@ -46,8 +46,8 @@ static int ls_within(const char *q, const char *lo, const char *hi) {
 ** checked: upvalue 3 is a full userdata of exactly GMatchState's size whose pointers lie in
 ** the subject (src in [s, s + len + 1], gmatch's own clamp; lastmatch NULL or in [s, s + len])
 ** and the pattern (p its start, p_end its end), src_init and src_end the subject's bounds.
-** Two free stack slots; pushes nothing in the end. */
-int luasnap_gmatch_positions(lua_State *L, int idx, int64_t out[2]) {
+** `out` holds two values. Two free stack slots; pushes nothing in the end. */
+int luasnap_gmatch_positions(lua_State *L, int idx, int64_t *out) {
   const char *s, *p;
   size_t ls = 0, lp = 0;
   const LsGMatchState *gm;

@@ -487,7 +487,7 @@ int luasnap_fresh_keys(lua_State *L, int on);
 int luasnap_gc_nopoints(lua_State *L, int on);
 /* The positions (next search, end of the last match or -1) of the string.gmatch iterator at
 ** idx as offsets into its subject, for the value digest; 0 if its upvalues are not gmatch's. */
-int luasnap_gmatch_positions(lua_State *L, int idx, int64_t out[2]);
+int luasnap_gmatch_positions(lua_State *L, int idx, int64_t *out);
 /* Defers the collector's steps while the host reads the state (returns the debt to give back)
 ** and gives the debt back, less what the read allocated. */
 int64_t luasnap_gc_defer_begin(lua_State *L);
