@@ -490,6 +490,26 @@ impl MatchClient {
     }
 }
 
+/// A refusal's or a lost connection's reason with `note` added; other errors as they are.
+fn with_note(e: NetError, note: &str) -> NetError {
+    match e {
+        NetError::Disconnected {
+            peer,
+            frame,
+            reason,
+        } => NetError::Disconnected {
+            peer,
+            frame,
+            reason: format!("{reason}; {note}"),
+        },
+        NetError::Refused { server, reason } => NetError::Refused {
+            server,
+            reason: format!("{reason}; {note}"),
+        },
+        e => e,
+    }
+}
+
 /// What a joiner that never had its save-game whole is told, from its link's figures.
 fn joining_note(link: &LinkConditions) -> String {
     let what = "before this client had the server's join save-game whole (the server sends a joiner at most 3 times the save's size plus 64 KiB and drops it when the save stops arriving, then sends that address no save-game for 10 s or more)";
@@ -649,47 +669,16 @@ impl Session<'_> {
         if self.client.is_some() {
             return e;
         }
-        let note = joining_note(&self.opts.link);
-        match e {
-            NetError::Disconnected {
-                peer,
-                frame,
-                reason,
-            } => NetError::Disconnected {
-                peer,
-                frame,
-                reason: format!("{reason}; {note}"),
-            },
-            NetError::Refused { server, reason } => NetError::Refused {
-                server,
-                reason: format!("{reason}; {note}"),
-            },
-            e => e,
-        }
+        with_note(e, &joining_note(&self.opts.link))
     }
 
     /// A refusal or a lost connection of a client that could not keep up with the match
     /// says so, with its figures and what to do: an outside tester's clients starved of CPU
     /// were told only that their transport left confirmations unacknowledged.
     fn if_behind(&self, e: NetError) -> NetError {
-        let Some(note) = self.behind_note() else {
-            return e;
-        };
-        match e {
-            NetError::Refused { server, reason } => NetError::Refused {
-                server,
-                reason: format!("{reason}; {note}"),
-            },
-            NetError::Disconnected {
-                peer,
-                frame,
-                reason,
-            } => NetError::Disconnected {
-                peer,
-                frame,
-                reason: format!("{reason}; {note}"),
-            },
-            e => e,
+        match self.behind_note() {
+            Some(note) => with_note(e, &note),
+            None => e,
         }
     }
 
